@@ -1,0 +1,234 @@
+//! The one error type callers see.
+//!
+//! Per-call errors (`NotLeader`, `NotEnoughReplicas`, `Timeout`, ...) say that
+//! this call did not do what was asked and the caller may retry, elsewhere or
+//! later. Fatal errors (`Corrupt`, `Poisoned`) say the replica's storage can no
+//! longer be trusted; after a failed fsync every later call returns
+//! `Poisoned` (we never retry an fsync and carry on: the kernel may have
+//! dropped the dirty pages it failed to write).
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence};
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a call into isrlog.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- storage -------------------------------------------------------
+    /// An I/O operation on a file failed.
+    #[error("I/O error while trying to {operation} {path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// What was being done ("open", "write", "fsync", ...).
+        operation: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Committed data on disk failed validation. Never raised for a torn
+    /// tail after the recovery point: that is truncated and reported.
+    #[error("corrupt data in {path} at byte {position}: {reason}")]
+    Corrupt {
+        /// The file holding the bad bytes.
+        path: PathBuf,
+        /// Byte position of the first bad byte (or of the bad batch).
+        position: u64,
+        /// What check failed.
+        reason: String,
+    },
+    /// A checkpoint file could not be parsed.
+    #[error("invalid checkpoint file {path}: {reason}")]
+    InvalidCheckpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A previous fsync (or write) failed, so the log's durable state is
+    /// unknown; the log refuses all further work until reopened.
+    #[error("log {path} is poisoned by an earlier I/O failure: {reason}")]
+    Poisoned {
+        /// The log directory.
+        path: PathBuf,
+        /// The failure that poisoned it.
+        reason: String,
+    },
+    /// A batch handed in by a caller or a peer is malformed.
+    #[error("invalid record batch: {reason}")]
+    InvalidBatch {
+        /// What check failed.
+        reason: String,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {field} = {value}: {reason}")]
+    InvalidConfig {
+        /// The configuration field.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it is not accepted.
+        reason: &'static str,
+    },
+    /// A read asked for an offset outside the log.
+    #[error("offset {requested} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        requested: Offset,
+        /// The log start offset.
+        log_start: Offset,
+        /// The log end offset.
+        log_end: Offset,
+    },
+    /// An append as follower did not start at the log end offset, or its
+    /// offsets did not increase.
+    #[error("non-contiguous append: expected offset {expected}, got {got}")]
+    NonContiguousAppend {
+        /// The log end offset.
+        expected: Offset,
+        /// The first offset of the batch.
+        got: Offset,
+    },
+
+    // ---- replication ---------------------------------------------------
+    /// This replica is not the leader of the log.
+    #[error("not the leader of {log} (epoch {epoch}, leader {leader:?})")]
+    NotLeader {
+        /// The log.
+        log: LogId,
+        /// The leader epoch this replica knows.
+        epoch: LeaderEpoch,
+        /// The leader this replica knows of, if any.
+        leader: Option<NodeId>,
+    },
+    /// `acks=all` refused before appending: the ISR is too small.
+    #[error("not enough in-sync replicas: {in_sync} < min.insync.replicas {min_insync_replicas}")]
+    NotEnoughReplicas {
+        /// Size of the ISR.
+        in_sync: usize,
+        /// The configured minimum.
+        min_insync_replicas: usize,
+    },
+    /// `acks=all`: the batch was appended but the ISR shrank below the
+    /// minimum before it was committed. The batch stays in the log.
+    #[error("not enough in-sync replicas after append: {in_sync} < min.insync.replicas {min_insync_replicas}")]
+    NotEnoughReplicasAfterAppend {
+        /// Size of the ISR.
+        in_sync: usize,
+        /// The configured minimum.
+        min_insync_replicas: usize,
+    },
+    /// The call did not finish before its deadline. The outcome is unknown:
+    /// the write may or may not become committed.
+    #[error("timed out after {waited:?} waiting for {waiting_for}")]
+    Timeout {
+        /// How long the call waited.
+        waited: Duration,
+        /// What it was waiting for.
+        waiting_for: &'static str,
+    },
+    /// A request carried a leader epoch older than the receiver's.
+    #[error("fenced leader epoch: request has {request}, current is {current}")]
+    FencedLeaderEpoch {
+        /// The epoch in the request.
+        request: LeaderEpoch,
+        /// The receiver's epoch.
+        current: LeaderEpoch,
+    },
+    /// A request carried a leader epoch newer than the receiver knows.
+    #[error("unknown leader epoch: request has {request}, current is {current}")]
+    UnknownLeaderEpoch {
+        /// The epoch in the request.
+        request: LeaderEpoch,
+        /// The receiver's epoch.
+        current: LeaderEpoch,
+    },
+    /// This node hosts no replica of the log.
+    #[error("unknown log {0}")]
+    UnknownLog(LogId),
+    /// The log has no leader (all ISR members are down and unclean election
+    /// is off).
+    #[error("{0} has no leader")]
+    LeaderNotAvailable(LogId),
+    /// Replication factor larger than the number of nodes.
+    #[error("replication factor {replication_factor} exceeds the {nodes} available nodes")]
+    ReplicationFactorTooLarge {
+        /// Requested replication factor.
+        replication_factor: usize,
+        /// Nodes available.
+        nodes: usize,
+    },
+    /// A transport call failed.
+    #[error("transport error talking to {to}: {reason}")]
+    Transport {
+        /// The destination.
+        to: NodeId,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A coordinator call failed or a compare-and-set lost.
+    #[error("coordinator error: {reason}")]
+    Coordinator {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The component was shut down.
+    #[error("shut down")]
+    Shutdown,
+
+    // ---- idempotent producer ------------------------------------------
+    /// The batch's sequence is not the next one expected from the producer.
+    #[error("out-of-order sequence from {producer}: expected {expected}, got {received}")]
+    OutOfOrderSequence {
+        /// The producer.
+        producer: ProducerId,
+        /// The sequence the leader expected.
+        expected: Sequence,
+        /// The sequence the batch carried.
+        received: Sequence,
+    },
+    /// A newer epoch of this producer exists.
+    #[error("{producer} fenced: epoch {received} is older than {current}")]
+    ProducerFenced {
+        /// The producer.
+        producer: ProducerId,
+        /// The newest epoch known.
+        current: ProducerEpoch,
+        /// The epoch the batch carried.
+        received: ProducerEpoch,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with the path and operation it came from.
+    pub fn io(path: impl Into<PathBuf>, operation: &'static str, source: io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            operation,
+            source,
+        }
+    }
+
+    /// Whether a caller may retry the same request (perhaps against another
+    /// node) and expect it to succeed eventually.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            Error::NotLeader { .. }
+                | Error::NotEnoughReplicas { .. }
+                | Error::NotEnoughReplicasAfterAppend { .. }
+                | Error::Timeout { .. }
+                | Error::FencedLeaderEpoch { .. }
+                | Error::UnknownLeaderEpoch { .. }
+                | Error::LeaderNotAvailable(_)
+                | Error::Transport { .. }
+                | Error::Coordinator { .. }
+        )
+    }
+}

@@ -1,0 +1,569 @@
+//! The record batch byte layout, and the checked, zero-copy reader of it.
+//!
+//! # Layout
+//!
+//! Every integer is fixed-width **little-endian**. A batch is a 61-byte
+//! header followed by its records:
+//!
+//! | at | field | type | covered by CRC |
+//! |---:|---|---|---|
+//! | 0 | base offset | u64 | no (the leader assigns it) |
+//! | 8 | batch length: bytes after this field | u32 | no |
+//! | 12 | leader epoch | u32 | no (the leader stamps it) |
+//! | 16 | magic (format version, = 1) | u8 | no |
+//! | 17 | CRC-32 (IEEE, `crc32fast`) of bytes 21..end | u32 | — |
+//! | 21 | attributes (reserved, 0) | u16 | yes |
+//! | 23 | last offset delta (= record count - 1) | u32 | yes |
+//! | 27 | first timestamp, ms since the Unix epoch | i64 | yes |
+//! | 35 | max timestamp | i64 | yes |
+//! | 43 | producer id (-1: none) | i64 | yes |
+//! | 51 | producer epoch | i16 | yes |
+//! | 53 | base sequence (-1: none) | i32 | yes |
+//! | 57 | record count | u32 | yes |
+//! | 61 | records | | yes |
+//!
+//! Each record is:
+//!
+//! | field | type |
+//! |---|---|
+//! | length: bytes after this field | u32 |
+//! | attributes (reserved, 0) | u8 |
+//! | timestamp delta from the batch's first timestamp | i64 |
+//! | offset delta from the batch's base offset | u32 |
+//! | key length, -1 for no key | i32 |
+//! | key | bytes |
+//! | value length | u32 |
+//! | value | bytes |
+//! | header count | u32 |
+//! | each header: key length u32, key, value length i32 (-1: none), value | |
+//!
+//! The CRC leaves out the base offset and the leader epoch (as Kafka's does),
+//! so a leader assigns offsets and stamps its epoch without recomputing it,
+//! and a follower can check what it received byte for byte.
+
+use bytes::{Buf, Bytes};
+
+use crate::error::{Error, Result};
+use crate::types::{LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
+
+/// Size of the fixed batch header.
+pub(crate) const BATCH_HEADER_BYTES: usize = 61;
+/// Bytes of the header before (and not counted in) the batch length field.
+pub(crate) const BATCH_OVERHEAD_BYTES: usize = 12;
+/// The largest batch any decoder accepts, whatever the configuration says:
+/// a length field above it is garbage, not a big batch.
+pub(crate) const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Current format version.
+pub(crate) const MAGIC: u8 = 1;
+/// Fixed bytes of one record besides its key, value and headers.
+pub(crate) const RECORD_FIXED_BYTES: usize = 4 + 1 + 8 + 4 + 4 + 4 + 4;
+
+pub(crate) const BASE_OFFSET_AT: usize = 0;
+pub(crate) const LENGTH_AT: usize = 8;
+pub(crate) const LEADER_EPOCH_AT: usize = 12;
+pub(crate) const MAGIC_AT: usize = 16;
+pub(crate) const CRC_AT: usize = 17;
+pub(crate) const ATTRIBUTES_AT: usize = 21;
+pub(crate) const LAST_OFFSET_DELTA_AT: usize = 23;
+pub(crate) const FIRST_TIMESTAMP_AT: usize = 27;
+pub(crate) const MAX_TIMESTAMP_AT: usize = 35;
+pub(crate) const PRODUCER_ID_AT: usize = 43;
+pub(crate) const PRODUCER_EPOCH_AT: usize = 51;
+pub(crate) const BASE_SEQUENCE_AT: usize = 53;
+pub(crate) const RECORD_COUNT_AT: usize = 57;
+
+const _: () = assert!(RECORD_COUNT_AT + 4 == BATCH_HEADER_BYTES);
+const _: () = assert!(CRC_AT + 4 == ATTRIBUTES_AT);
+const _: () = assert!(LENGTH_AT + 4 == BATCH_OVERHEAD_BYTES);
+
+#[inline]
+pub(crate) fn read_u16(buf: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([buf[at], buf[at + 1]])
+}
+#[inline]
+pub(crate) fn read_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+#[inline]
+pub(crate) fn read_u64(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Why a byte range does not start with a valid batch header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HeaderError {
+    /// The buffer ends before the header (or the batch it announces) does;
+    /// `needed` is the number of bytes the whole batch would take, when known.
+    Incomplete {
+        /// Total bytes the batch needs, if the length field was readable.
+        needed: Option<usize>,
+    },
+    /// The header itself is impossible.
+    Invalid(String),
+}
+
+impl std::fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderError::Incomplete { needed: Some(n) } => {
+                write!(f, "incomplete batch: needs {n} bytes")
+            }
+            HeaderError::Incomplete { needed: None } => write!(f, "incomplete batch header"),
+            HeaderError::Invalid(reason) => write!(f, "{reason}"),
+        }
+    }
+}
+
+/// The fixed header of a batch, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Offset of the first record.
+    pub base_offset: Offset,
+    /// Bytes after the length field; the whole batch is 12 bytes more.
+    pub batch_length: u32,
+    /// Epoch of the leader that wrote the batch.
+    pub leader_epoch: LeaderEpoch,
+    /// The stored CRC-32.
+    pub crc: u32,
+    /// Reserved attribute bits.
+    pub attributes: u16,
+    /// `record_count - 1`.
+    pub last_offset_delta: u32,
+    /// Timestamp of the first record, ms since the Unix epoch.
+    pub first_timestamp: i64,
+    /// Largest record timestamp in the batch.
+    pub max_timestamp: i64,
+    /// Idempotent producer id, or [`ProducerId::NONE`].
+    pub producer_id: ProducerId,
+    /// Idempotent producer epoch.
+    pub producer_epoch: ProducerEpoch,
+    /// Sequence of the first record, or [`Sequence::NONE`].
+    pub base_sequence: Sequence,
+    /// Number of records.
+    pub record_count: u32,
+}
+
+impl BatchHeader {
+    /// Total size of the batch in bytes.
+    #[inline]
+    pub fn size_bytes(&self) -> usize {
+        BATCH_OVERHEAD_BYTES + self.batch_length as usize
+    }
+
+    /// Offset of the last record.
+    #[inline]
+    pub fn last_offset(&self) -> Offset {
+        self.base_offset.plus(u64::from(self.last_offset_delta))
+    }
+
+    /// Offset after the last record.
+    #[inline]
+    pub fn next_offset(&self) -> Offset {
+        self.last_offset().next()
+    }
+
+    /// Sequence of the last record (wrapping at `i32::MAX`, as Kafka's does).
+    pub fn last_sequence(&self) -> Sequence {
+        if self.base_sequence == Sequence::NONE {
+            return Sequence::NONE;
+        }
+        let last = i64::from(self.base_sequence.0) + i64::from(self.last_offset_delta);
+        Sequence((last % (i64::from(i32::MAX) + 1)) as i32)
+    }
+}
+
+/// Decodes and sanity-checks the header at the start of `buf` without
+/// checking the CRC. `Incomplete` when `buf` is shorter than the header or
+/// than the batch the header announces.
+pub(crate) fn parse_header(buf: &[u8]) -> std::result::Result<BatchHeader, HeaderError> {
+    if buf.len() < BATCH_OVERHEAD_BYTES {
+        return Err(HeaderError::Incomplete { needed: None });
+    }
+    let batch_length = read_u32(buf, LENGTH_AT);
+    let size = BATCH_OVERHEAD_BYTES as u64 + u64::from(batch_length);
+    if size < BATCH_HEADER_BYTES as u64 {
+        return Err(HeaderError::Invalid(format!(
+            "batch length {batch_length} is shorter than the {} byte header",
+            BATCH_HEADER_BYTES - BATCH_OVERHEAD_BYTES
+        )));
+    }
+    if size > BATCH_BYTES_MAX as u64 {
+        return Err(HeaderError::Invalid(format!(
+            "batch length {batch_length} exceeds the {BATCH_BYTES_MAX} byte maximum"
+        )));
+    }
+    if buf.len() < BATCH_HEADER_BYTES {
+        return Err(HeaderError::Incomplete {
+            needed: Some(size as usize),
+        });
+    }
+    let magic = buf[MAGIC_AT];
+    if magic != MAGIC {
+        return Err(HeaderError::Invalid(format!(
+            "unknown batch format version (magic) {magic}"
+        )));
+    }
+    let header = BatchHeader {
+        base_offset: Offset(read_u64(buf, BASE_OFFSET_AT)),
+        batch_length,
+        leader_epoch: LeaderEpoch(read_u32(buf, LEADER_EPOCH_AT)),
+        crc: read_u32(buf, CRC_AT),
+        attributes: read_u16(buf, ATTRIBUTES_AT),
+        last_offset_delta: read_u32(buf, LAST_OFFSET_DELTA_AT),
+        first_timestamp: read_u64(buf, FIRST_TIMESTAMP_AT) as i64,
+        max_timestamp: read_u64(buf, MAX_TIMESTAMP_AT) as i64,
+        producer_id: ProducerId(read_u64(buf, PRODUCER_ID_AT) as i64),
+        producer_epoch: ProducerEpoch(read_u16(buf, PRODUCER_EPOCH_AT) as i16),
+        base_sequence: Sequence(read_u32(buf, BASE_SEQUENCE_AT) as i32),
+        record_count: read_u32(buf, RECORD_COUNT_AT),
+    };
+    if header.record_count == 0 {
+        return Err(HeaderError::Invalid("batch has no records".into()));
+    }
+    if header.last_offset_delta != header.record_count - 1 {
+        return Err(HeaderError::Invalid(format!(
+            "last offset delta {} does not match record count {}",
+            header.last_offset_delta, header.record_count
+        )));
+    }
+    // Each record takes at least RECORD_FIXED_BYTES; a count that cannot fit
+    // is garbage (and would make a reader allocate or loop for nothing).
+    let records_bytes = size as usize - BATCH_HEADER_BYTES;
+    if (header.record_count as usize).saturating_mul(RECORD_FIXED_BYTES) > records_bytes {
+        return Err(HeaderError::Invalid(format!(
+            "record count {} cannot fit in {records_bytes} bytes",
+            header.record_count
+        )));
+    }
+    if header
+        .base_offset
+        .0
+        .checked_add(u64::from(header.last_offset_delta))
+        .is_none()
+    {
+        return Err(HeaderError::Invalid(format!(
+            "base offset {} overflows",
+            header.base_offset
+        )));
+    }
+    if buf.len() < size as usize {
+        return Err(HeaderError::Incomplete {
+            needed: Some(size as usize),
+        });
+    }
+    Ok(header)
+}
+
+/// CRC-32 over the part of a whole batch that the CRC covers.
+#[inline]
+pub(crate) fn compute_crc(batch: &[u8]) -> u32 {
+    crc32fast::hash(&batch[ATTRIBUTES_AT..])
+}
+
+/// One validated record batch: a header and records whose CRC matched.
+/// Cheap to clone (it shares the underlying [`Bytes`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RecordBatch {
+    header: BatchHeader,
+    bytes: Bytes,
+}
+
+impl std::fmt::Debug for RecordBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordBatch")
+            .field("header", &self.header)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl RecordBatch {
+    /// Validates one whole batch: header, exact length and CRC. The records
+    /// themselves are checked as they are iterated.
+    pub fn from_bytes(bytes: Bytes) -> Result<RecordBatch> {
+        let header = parse_header(&bytes).map_err(|e| Error::InvalidBatch {
+            reason: e.to_string(),
+        })?;
+        if header.size_bytes() != bytes.len() {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "batch announces {} bytes but {} were given",
+                    header.size_bytes(),
+                    bytes.len()
+                ),
+            });
+        }
+        let crc = compute_crc(&bytes);
+        if crc != header.crc {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "CRC mismatch: stored {:#010x}, computed {crc:#010x}",
+                    header.crc
+                ),
+            });
+        }
+        Ok(RecordBatch { header, bytes })
+    }
+
+    /// Builds the value from parts already validated by the caller.
+    pub(crate) fn from_parts(header: BatchHeader, bytes: Bytes) -> RecordBatch {
+        debug_assert_eq!(header.size_bytes(), bytes.len());
+        debug_assert_eq!(compute_crc(&bytes), header.crc);
+        RecordBatch { header, bytes }
+    }
+
+    /// The decoded header.
+    #[inline]
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// The batch's bytes, exactly as stored and replicated.
+    #[inline]
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Consumes the batch, returning its bytes.
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    /// Offset of the first record.
+    #[inline]
+    pub fn base_offset(&self) -> Offset {
+        self.header.base_offset
+    }
+
+    /// Offset of the last record.
+    #[inline]
+    pub fn last_offset(&self) -> Offset {
+        self.header.last_offset()
+    }
+
+    /// Offset after the last record.
+    #[inline]
+    pub fn next_offset(&self) -> Offset {
+        self.header.next_offset()
+    }
+
+    /// Epoch of the leader that wrote the batch.
+    #[inline]
+    pub fn leader_epoch(&self) -> LeaderEpoch {
+        self.header.leader_epoch
+    }
+
+    /// Number of records.
+    #[inline]
+    pub fn record_count(&self) -> u32 {
+        self.header.record_count
+    }
+
+    /// Size in bytes.
+    #[inline]
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The records, decoded lazily and without copying. A record that does
+    /// not parse yields an error and ends the iteration.
+    pub fn records(&self) -> Records {
+        Records {
+            rest: self.bytes.slice(BATCH_HEADER_BYTES..),
+            header: self.header,
+            index: 0,
+            failed: false,
+        }
+    }
+}
+
+/// One record of a batch, with zero-copy key, value and headers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The record's offset in the log.
+    pub offset: Offset,
+    /// Timestamp, ms since the Unix epoch.
+    pub timestamp: i64,
+    /// Optional key.
+    pub key: Option<Bytes>,
+    /// The value.
+    pub value: Bytes,
+    /// Headers, in the order they were added.
+    pub headers: Vec<(Bytes, Option<Bytes>)>,
+}
+
+/// Iterator over a batch's records.
+#[derive(Debug)]
+pub struct Records {
+    rest: Bytes,
+    header: BatchHeader,
+    index: u32,
+    failed: bool,
+}
+
+impl Records {
+    fn malformed(&mut self, what: &str) -> Option<Result<Record>> {
+        self.failed = true;
+        Some(Err(Error::InvalidBatch {
+            reason: format!(
+                "record {} of batch at offset {}: {what}",
+                self.index, self.header.base_offset
+            ),
+        }))
+    }
+
+    fn take(&mut self, n: usize) -> Option<Bytes> {
+        if self.rest.len() < n {
+            return None;
+        }
+        Some(self.rest.split_to(n))
+    }
+}
+
+impl Iterator for Records {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        if self.failed {
+            return None;
+        }
+        if self.index == self.header.record_count {
+            if !self.rest.is_empty() {
+                return self.malformed("trailing bytes after the last record");
+            }
+            return None;
+        }
+        let Some(mut len_bytes) = self.take(4) else {
+            return self.malformed("truncated record length");
+        };
+        let len = len_bytes.get_u32_le() as usize;
+        let Some(mut body) = self.take(len) else {
+            return self.malformed("record length runs past the batch");
+        };
+        if body.len() < RECORD_FIXED_BYTES - 4 {
+            return self.malformed("record shorter than its fixed fields");
+        }
+        let _attributes = body.get_u8();
+        let timestamp_delta = body.get_i64_le();
+        let offset_delta = body.get_u32_le();
+        if offset_delta != self.index {
+            return self.malformed("offset delta out of order");
+        }
+        let key_len = body.get_i32_le();
+        let key = if key_len < 0 {
+            None
+        } else {
+            if body.len() < key_len as usize {
+                return self.malformed("key runs past the record");
+            }
+            Some(body.split_to(key_len as usize))
+        };
+        if body.len() < 4 {
+            return self.malformed("truncated value length");
+        }
+        let value_len = body.get_u32_le() as usize;
+        if body.len() < value_len {
+            return self.malformed("value runs past the record");
+        }
+        let value = body.split_to(value_len);
+        if body.len() < 4 {
+            return self.malformed("truncated header count");
+        }
+        let header_count = body.get_u32_le() as usize;
+        // Each header needs at least 8 bytes: bound the allocation by them.
+        if header_count > body.len() / 8 {
+            return self.malformed("header count runs past the record");
+        }
+        let mut headers = Vec::with_capacity(header_count);
+        for _ in 0..header_count {
+            if body.len() < 4 {
+                return self.malformed("truncated header key length");
+            }
+            let hk_len = body.get_u32_le() as usize;
+            if body.len() < hk_len + 4 {
+                return self.malformed("header key runs past the record");
+            }
+            let hk = body.split_to(hk_len);
+            let hv_len = body.get_i32_le();
+            let hv = if hv_len < 0 {
+                None
+            } else {
+                if body.len() < hv_len as usize {
+                    return self.malformed("header value runs past the record");
+                }
+                Some(body.split_to(hv_len as usize))
+            };
+            headers.push((hk, hv));
+        }
+        if !body.is_empty() {
+            return self.malformed("trailing bytes inside the record");
+        }
+        let record = Record {
+            offset: self.header.base_offset.plus(u64::from(self.index)),
+            timestamp: self.header.first_timestamp.wrapping_add(timestamp_delta),
+            key,
+            value,
+            headers,
+        };
+        self.index += 1;
+        Some(Ok(record))
+    }
+}
+
+/// Iterator over the whole batches in a buffer (a read result or a fetch
+/// response). Validates each batch (header and CRC). A trailing partial batch
+/// ends the iteration without an error; a bad one yields an error and ends it.
+#[derive(Debug, Clone)]
+pub struct BatchIter {
+    rest: Bytes,
+    failed: bool,
+}
+
+impl BatchIter {
+    /// Iterates over the batches in `bytes`.
+    pub fn new(bytes: Bytes) -> BatchIter {
+        BatchIter {
+            rest: bytes,
+            failed: false,
+        }
+    }
+}
+
+impl Iterator for BatchIter {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        if self.failed || self.rest.is_empty() {
+            return None;
+        }
+        match parse_header(&self.rest) {
+            Ok(header) => {
+                let bytes = self.rest.split_to(header.size_bytes());
+                let batch = RecordBatch::from_bytes(bytes);
+                if batch.is_err() {
+                    self.failed = true;
+                }
+                Some(batch)
+            }
+            Err(HeaderError::Incomplete { .. }) => None,
+            Err(HeaderError::Invalid(reason)) => {
+                self.failed = true;
+                Some(Err(Error::InvalidBatch { reason }))
+            }
+        }
+    }
+}
+
+/// Writes `offset` into a whole batch's base offset field (outside the CRC).
+#[allow(dead_code)]
+pub(crate) fn set_base_offset(batch: &mut [u8], offset: Offset) {
+    batch[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&offset.0.to_le_bytes());
+}
+
+/// Writes `epoch` into a whole batch's leader epoch field (outside the CRC).
+#[allow(dead_code)]
+pub(crate) fn set_leader_epoch(batch: &mut [u8], epoch: LeaderEpoch) {
+    batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&epoch.0.to_le_bytes());
+}

@@ -12,6 +12,7 @@
 mod clock;
 mod error;
 mod record;
+mod storage;
 mod sync;
 mod types;
 
@@ -20,4 +21,6 @@ pub use error::{Error, Result};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
-pub use types::{LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence};
+pub use types::{
+    EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
+};

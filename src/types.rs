@@ -142,3 +142,14 @@ impl fmt::Display for Sequence {
         write!(f, "{}", self.0)
     }
 }
+
+/// The answer to "where does epoch `e` end?" (Kafka's
+/// `OffsetsForLeaderEpoch`): the largest epoch `<= e` the replica knows, and
+/// the offset at which that epoch's records end on this replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EpochEndOffset {
+    /// The largest known epoch not above the epoch asked about.
+    pub epoch: LeaderEpoch,
+    /// The first offset after that epoch's records on this replica.
+    pub end_offset: Offset,
+}

@@ -1,0 +1,322 @@
+//! The leader epoch cache of one replica (SPEC 1 "epoch cache", 3.5, 3.6):
+//! the sorted list of `(epoch, start_offset)` pairs, where `start_offset` is
+//! the first offset written in that epoch, persisted in
+//! `leader-epoch.checkpoint` in the log directory.
+//!
+//! It answers `end_offset_for_epoch`, the question that lets a follower find
+//! where its log and the leader's diverge (KIP-101/KIP-279) instead of
+//! truncating to its high watermark. This module owns the list and its file;
+//! the log keeps it in step with appends, truncation and retention.
+
+use std::path::{Path, PathBuf};
+
+use super::checkpoint;
+use crate::error::{Error, Result};
+use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
+
+/// One entry: `epoch` started at `start_offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EpochEntry {
+    /// The leader epoch.
+    pub epoch: LeaderEpoch,
+    /// The first offset written in that epoch.
+    pub start_offset: Offset,
+}
+
+/// The epoch cache of one replica.
+///
+/// Invariant: entries are strictly increasing in both epoch and start offset.
+#[derive(Debug)]
+pub(crate) struct LeaderEpochCache {
+    path: PathBuf,
+    entries: Vec<EpochEntry>,
+}
+
+impl LeaderEpochCache {
+    /// Name of the file inside the log directory.
+    pub(crate) const FILE_NAME: &'static str = "leader-epoch.checkpoint";
+    const KIND: &'static str = "leader-epoch";
+
+    /// Loads the cache of the log in `dir` (empty when there is no file).
+    /// A damaged file is `Error::InvalidCheckpoint` naming it; the caller may
+    /// rebuild the cache from the batches instead.
+    pub(crate) fn open(dir: &Path) -> Result<LeaderEpochCache> {
+        let path = dir.join(Self::FILE_NAME);
+        let pairs = checkpoint::load_pairs(&path, Self::KIND)?.unwrap_or_default();
+        let mut entries = Vec::with_capacity(pairs.len());
+        for (epoch, start) in pairs {
+            let epoch = u32::try_from(epoch).map_err(|_| Error::InvalidCheckpoint {
+                path: path.clone(),
+                reason: format!("epoch {epoch} does not fit in 32 bits"),
+            })?;
+            let entry = EpochEntry {
+                epoch: LeaderEpoch(epoch),
+                start_offset: Offset(start),
+            };
+            if let Some(last) = entries.last() {
+                let last: &EpochEntry = last;
+                if entry.epoch <= last.epoch || entry.start_offset <= last.start_offset {
+                    return Err(Error::InvalidCheckpoint {
+                        path,
+                        reason: format!(
+                            "entry {}@{} does not follow {}@{}",
+                            entry.epoch, entry.start_offset, last.epoch, last.start_offset
+                        ),
+                    });
+                }
+            }
+            entries.push(entry);
+        }
+        let cache = LeaderEpochCache { path, entries };
+        debug_assert!(cache.check_invariants());
+        Ok(cache)
+    }
+
+    /// An empty cache for the log in `dir`, for a rebuild from the batches.
+    /// Touches no file until [`persist`](Self::persist).
+    pub(crate) fn empty(dir: &Path) -> LeaderEpochCache {
+        LeaderEpochCache {
+            path: dir.join(Self::FILE_NAME),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Records that `epoch` starts at `start_offset` and persists the cache.
+    /// See [`assign_in_memory`](Self::assign_in_memory) for the rules.
+    pub(crate) fn assign(&mut self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
+        if self.assign_in_memory(epoch, start_offset) {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// Records that `epoch` starts at `start_offset`, without writing the
+    /// file; returns whether anything changed.
+    ///
+    /// An epoch not newer than the latest is ignored (every batch of an
+    /// epoch after its first calls this). As in Kafka's
+    /// `LeaderEpochFileCache.assign`, entries whose start offset is at or
+    /// after the new start are removed first: they describe records that a
+    /// truncation is about to (or did) remove, and keeping them would break
+    /// the ordering invariant.
+    pub(crate) fn assign_in_memory(&mut self, epoch: LeaderEpoch, start_offset: Offset) -> bool {
+        if let Some(latest) = self.entries.last() {
+            if epoch <= latest.epoch {
+                return false;
+            }
+        }
+        self.entries.retain(|e| e.start_offset < start_offset);
+        self.entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
+        debug_assert!(self.check_invariants());
+        true
+    }
+
+    /// Writes the cache to its checkpoint file atomically.
+    pub(crate) fn persist(&self) -> Result<()> {
+        let pairs: Vec<(u64, u64)> = self
+            .entries
+            .iter()
+            .map(|e| (u64::from(e.epoch.0), e.start_offset.0))
+            .collect();
+        checkpoint::store_pairs(&self.path, Self::KIND, &pairs)
+    }
+
+    /// The newest epoch known, if any.
+    pub(crate) fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.entries.last().map(|e| e.epoch)
+    }
+
+    /// The entries, oldest first.
+    pub(crate) fn entries(&self) -> &[EpochEntry] {
+        &self.entries
+    }
+
+    /// SPEC 3.6: where does `epoch` end on this replica?
+    ///
+    /// - `epoch` is the latest known: `(epoch, log_end_offset)`;
+    /// - `epoch` is newer than every known epoch: `None` ("undefined");
+    /// - `epoch` is older than the first known epoch: `(epoch, start offset of
+    ///   the first epoch)`;
+    /// - otherwise `(largest known epoch <= epoch, start offset of the next
+    ///   higher epoch)`.
+    ///
+    /// An empty cache answers `None` for every epoch.
+    pub(crate) fn end_offset_for_epoch(
+        &self,
+        epoch: LeaderEpoch,
+        log_end_offset: Offset,
+    ) -> Option<EpochEndOffset> {
+        let latest = self.entries.last()?;
+        if epoch == latest.epoch {
+            return Some(EpochEndOffset {
+                epoch,
+                end_offset: log_end_offset,
+            });
+        }
+        // Index of the first entry with an epoch above the one asked about.
+        let higher = self.entries.partition_point(|e| e.epoch <= epoch);
+        let next = self.entries.get(higher)?;
+        let floor_epoch = match higher.checked_sub(1) {
+            Some(i) => self.entries[i].epoch,
+            None => epoch,
+        };
+        Some(EpochEndOffset {
+            epoch: floor_epoch,
+            end_offset: next.start_offset,
+        })
+    }
+
+    /// Removes every entry whose start offset is at or after `end_offset`
+    /// (the log was truncated to `end_offset`) and persists.
+    pub(crate) fn truncate_from_end(&mut self, end_offset: Offset) -> Result<()> {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.start_offset < end_offset);
+        if self.entries.len() != before {
+            self.persist()?;
+        }
+        Ok(())
+    }
+
+    /// The log now starts at `start_offset` (retention): entries wholly
+    /// before it are removed, and the one covering it starts there. Persists.
+    pub(crate) fn truncate_from_start(&mut self, start_offset: Offset) -> Result<()> {
+        // The last entry starting at or before the new start covers it.
+        let covering = self
+            .entries
+            .partition_point(|e| e.start_offset <= start_offset);
+        if covering == 0 {
+            return Ok(());
+        }
+        let keep_from = covering - 1;
+        let first = self.entries[keep_from];
+        if keep_from == 0 && first.start_offset == start_offset {
+            return Ok(());
+        }
+        self.entries.drain(..keep_from);
+        self.entries[0].start_offset = start_offset;
+        debug_assert!(self.check_invariants());
+        self.persist()
+    }
+
+    /// Invariant: entries strictly increase in epoch and in start offset.
+    pub(crate) fn check_invariants(&self) -> bool {
+        self.entries
+            .windows(2)
+            .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(dir: &Path, entries: &[(u32, u64)]) -> LeaderEpochCache {
+        let mut c = LeaderEpochCache::empty(dir);
+        for &(e, s) in entries {
+            assert!(c.assign_in_memory(LeaderEpoch(e), Offset(s)));
+        }
+        c
+    }
+
+    fn answer(epoch: u32, end: u64) -> Option<EpochEndOffset> {
+        Some(EpochEndOffset {
+            epoch: LeaderEpoch(epoch),
+            end_offset: Offset(end),
+        })
+    }
+
+    #[test]
+    fn end_offset_for_epoch_follows_the_spec_example() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path(), &[(0, 10), (2, 13), (4, 17)]);
+        let leo = Offset(20);
+        let table = [
+            (0, answer(0, 13)),
+            (1, answer(0, 13)),
+            (2, answer(2, 17)),
+            (3, answer(2, 17)),
+            (4, answer(4, 20)),
+            (5, None),
+        ];
+        for (epoch, expected) in table {
+            assert_eq!(
+                c.end_offset_for_epoch(LeaderEpoch(epoch), leo),
+                expected,
+                "epoch {epoch}"
+            );
+        }
+    }
+
+    #[test]
+    fn epoch_older_than_the_first_answers_with_the_first_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path(), &[(3, 10), (5, 20)]);
+        assert_eq!(
+            c.end_offset_for_epoch(LeaderEpoch(1), Offset(30)),
+            answer(1, 10)
+        );
+    }
+
+    #[test]
+    fn empty_cache_knows_no_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = LeaderEpochCache::empty(dir.path());
+        assert_eq!(c.end_offset_for_epoch(LeaderEpoch(0), Offset(0)), None);
+        assert_eq!(c.latest_epoch(), None);
+    }
+
+    #[test]
+    fn assign_ignores_old_epochs_and_drops_entries_at_or_after_a_new_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cache(dir.path(), &[(0, 0), (2, 13)]);
+        assert!(!c.assign_in_memory(LeaderEpoch(2), Offset(15)));
+        assert!(!c.assign_in_memory(LeaderEpoch(1), Offset(15)));
+        assert!(c.assign_in_memory(LeaderEpoch(3), Offset(13)));
+        assert_eq!(
+            c.entries(),
+            &[
+                EpochEntry {
+                    epoch: LeaderEpoch(0),
+                    start_offset: Offset(0)
+                },
+                EpochEntry {
+                    epoch: LeaderEpoch(3),
+                    start_offset: Offset(13)
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn truncation_from_either_end_and_persistence() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cache(dir.path(), &[(0, 10), (2, 13), (4, 17)]);
+        c.persist().unwrap();
+        c.truncate_from_end(Offset(17)).unwrap();
+        assert_eq!(c.latest_epoch(), Some(LeaderEpoch(2)));
+        c.truncate_from_start(Offset(14)).unwrap();
+        assert_eq!(
+            c.entries(),
+            &[EpochEntry {
+                epoch: LeaderEpoch(2),
+                start_offset: Offset(14)
+            }]
+        );
+        let reopened = LeaderEpochCache::open(dir.path()).unwrap();
+        assert_eq!(reopened.entries(), c.entries());
+    }
+
+    #[test]
+    fn an_unordered_file_is_an_invalid_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LeaderEpochCache::FILE_NAME);
+        checkpoint::store_pairs(&path, "leader-epoch", &[(2, 13), (1, 20)]).unwrap();
+        assert!(matches!(
+            LeaderEpochCache::open(dir.path()),
+            Err(Error::InvalidCheckpoint { .. })
+        ));
+    }
+}

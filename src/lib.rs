@@ -13,6 +13,9 @@ mod clock;
 mod error;
 mod record;
 mod sync;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod transport;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -20,4 +23,5 @@ pub use error::{Error, Result};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
+pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use types::{LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence};

@@ -14,6 +14,9 @@ mod error;
 mod record;
 mod storage;
 mod sync;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod transport;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -24,3 +27,4 @@ pub use record::{
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };
+pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};

@@ -1,0 +1,489 @@
+//! The in-process network: [`MemoryNetwork`] connects the nodes of one test
+//! (or one embedded deployment) and injects faults; [`MemoryTransport`] is
+//! one node's client on it.
+//!
+//! This module owns message delivery and its failures (partitions, lost
+//! requests, lost responses, latency, nodes going down). It does not own what
+//! a handler does with a request, and it never copies or encodes a message:
+//! the request value moves into the handler and the response value moves
+//! back.
+//!
+//! It is a *direct-call* network: [`Transport::call`] runs the destination's
+//! handler in the caller's thread, with no thread hop, so a round trip costs a
+//! function call. The price is that a handler's long poll blocks the caller
+//! for as long as the handler holds the request (bounded by the request's
+//! `wait_max`), and the caller's deadline cannot cut a running handler short:
+//! a response that comes back after the deadline is thrown away and the call
+//! returns [`TransportError::Timeout`], as a real client that stopped waiting
+//! would.
+//!
+//! Faults are deterministic for a seed: each directed link `(from, to)` has
+//! its own random stream derived from the network seed and the two node ids,
+//! and every call on the link consumes exactly two draws (request lost?,
+//! response lost?) whatever the probabilities are. The outcomes on one link
+//! are therefore a function of the seed and the number of earlier calls *on
+//! that link*, independent of how threads on other links interleave.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::types::NodeId;
+
+use super::rng::{mix64, SplitMix64};
+use super::{Request, RequestHandler, Response, Transport, TransportError};
+
+/// How long a caller whose request or response was lost waits before it gets
+/// `Timeout`, unless its deadline comes first. A real lost packet is only
+/// noticed at the deadline; waiting the whole deadline would make every
+/// fault test slow, and returning at once would make a retry loop spin.
+const LOST_MESSAGE_WAIT_MAX_DEFAULT: Duration = Duration::from_millis(20);
+
+/// The hub connecting every node of one in-process network, and the place
+/// faults are injected. Cloning is cheap and shares the same network.
+#[derive(Clone)]
+pub struct MemoryNetwork {
+    hub: Arc<Hub>,
+}
+
+/// One node's client on a [`MemoryNetwork`]: calls made *by* that node.
+#[derive(Clone)]
+pub struct MemoryTransport {
+    hub: Arc<Hub>,
+    me: NodeId,
+}
+
+struct Hub {
+    seed: u64,
+    state: Mutex<HubState>,
+    /// Every call made, whatever its outcome.
+    calls: AtomicU64,
+    /// Calls whose request or response was lost (by probability, by a
+    /// one-shot drop, or by a blocked link).
+    dropped: AtomicU64,
+}
+
+struct HubState {
+    handlers: HashMap<NodeId, Arc<dyn RequestHandler>>,
+    /// Directed links `(from, to)` on which messages are lost.
+    blocked: HashSet<(NodeId, NodeId)>,
+    /// Nodes that neither send nor receive anything.
+    down: HashSet<NodeId>,
+    /// Invariant: within `[0, 1]`.
+    request_drop_probability: f64,
+    /// Invariant: within `[0, 1]`.
+    response_drop_probability: f64,
+    /// Pending one-shot response drops per link `(caller, callee)`.
+    drop_next_response: HashMap<(NodeId, NodeId), u32>,
+    latency: Duration,
+    lost_message_wait_max: Duration,
+    /// One random stream per directed link, created on the link's first call.
+    link_rngs: HashMap<(NodeId, NodeId), SplitMix64>,
+}
+
+impl HubState {
+    fn check_invariants(&self) {
+        assert!((0.0..=1.0).contains(&self.request_drop_probability));
+        assert!((0.0..=1.0).contains(&self.response_drop_probability));
+        assert!(self.drop_next_response.values().all(|&count| count > 0));
+    }
+
+    fn is_down(&self, node: NodeId) -> bool {
+        self.down.contains(&node)
+    }
+
+    fn is_blocked(&self, from: NodeId, to: NodeId) -> bool {
+        self.blocked.contains(&(from, to))
+    }
+}
+
+/// What the hub decided about a call before the handler runs; taken under the
+/// lock and used after it is released.
+struct Dispatch {
+    handler: Arc<dyn RequestHandler>,
+    request_lost: bool,
+    response_lost_by_chance: bool,
+    latency: Duration,
+    lost_message_wait_max: Duration,
+}
+
+impl MemoryNetwork {
+    /// An empty network whose random faults are fixed by `seed`.
+    pub fn new(seed: u64) -> MemoryNetwork {
+        MemoryNetwork {
+            hub: Arc::new(Hub {
+                seed,
+                state: Mutex::new(HubState {
+                    handlers: HashMap::new(),
+                    blocked: HashSet::new(),
+                    down: HashSet::new(),
+                    request_drop_probability: 0.0,
+                    response_drop_probability: 0.0,
+                    drop_next_response: HashMap::new(),
+                    latency: Duration::ZERO,
+                    lost_message_wait_max: LOST_MESSAGE_WAIT_MAX_DEFAULT,
+                    link_rngs: HashMap::new(),
+                }),
+                calls: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The seed the network's random faults derive from.
+    pub fn seed(&self) -> u64 {
+        self.hub.seed
+    }
+
+    /// Makes `node` answer calls with `handler`, replacing any earlier
+    /// handler (a restarted node registers again).
+    pub fn register(&self, node: NodeId, handler: Arc<dyn RequestHandler>) {
+        self.hub.state.lock().handlers.insert(node, handler);
+    }
+
+    /// Removes `node`'s handler: later calls to it fail as `Unreachable`.
+    /// Calls already inside the handler finish normally.
+    pub fn unregister(&self, node: NodeId) {
+        self.hub.state.lock().handlers.remove(&node);
+    }
+
+    /// The client for calls made by `node`. It may be taken before `node`
+    /// registers a handler (a node is built with its transport, then
+    /// registered).
+    pub fn transport(&self, node: NodeId) -> MemoryTransport {
+        MemoryTransport {
+            hub: Arc::clone(&self.hub),
+            me: node,
+        }
+    }
+
+    /// Cuts every link between a node of `side_a` and a node of `side_b`, in
+    /// both directions. Links within one side keep working.
+    pub fn partition(&self, side_a: &[NodeId], side_b: &[NodeId]) {
+        let mut state = self.hub.state.lock();
+        for &a in side_a {
+            for &b in side_b {
+                state.blocked.insert((a, b));
+                state.blocked.insert((b, a));
+            }
+        }
+        tracing::debug!(?side_a, ?side_b, "memory network: partition");
+    }
+
+    /// Cuts the one direction `from -> to`. Requests `from` sends to `to`
+    /// are lost, and so are responses `from` sends back to calls made by
+    /// `to` (a handler on `from` runs, but `to` never hears back).
+    pub fn block(&self, from: NodeId, to: NodeId) {
+        self.hub.state.lock().blocked.insert((from, to));
+        tracing::debug!(%from, %to, "memory network: block");
+    }
+
+    /// Removes every partition and block. Does not bring nodes up and does
+    /// not reset drop probabilities or latency.
+    pub fn heal(&self) {
+        self.hub.state.lock().blocked.clear();
+        tracing::debug!("memory network: heal");
+    }
+
+    /// Each request is lost before its handler runs with this probability;
+    /// the caller gets `Timeout`.
+    ///
+    /// # Panics
+    /// If `probability` is not within `[0, 1]`: that is a bug in the test.
+    pub fn set_request_drop_probability(&self, probability: f64) {
+        assert!(
+            (0.0..=1.0).contains(&probability),
+            "drop probability {probability} is not within [0, 1]"
+        );
+        self.hub.state.lock().request_drop_probability = probability;
+    }
+
+    /// Each response is lost after its handler ran with this probability; the
+    /// caller gets `Timeout` although the request took effect (what an
+    /// idempotent producer's retry must cope with).
+    ///
+    /// # Panics
+    /// If `probability` is not within `[0, 1]`: that is a bug in the test.
+    pub fn set_response_drop_probability(&self, probability: f64) {
+        assert!(
+            (0.0..=1.0).contains(&probability),
+            "drop probability {probability} is not within [0, 1]"
+        );
+        self.hub.state.lock().response_drop_probability = probability;
+    }
+
+    /// The next call `from` makes to `to` runs `to`'s handler, and its
+    /// response is then lost: the caller gets `Timeout`. Calling this `n`
+    /// times loses the next `n` responses on that link. Calls whose request
+    /// never reaches the handler do not use up a drop.
+    pub fn drop_next_response(&self, from: NodeId, to: NodeId) {
+        let mut state = self.hub.state.lock();
+        *state.drop_next_response.entry((from, to)).or_insert(0) += 1;
+        state.check_invariants();
+    }
+
+    /// Delay added to every call before the handler runs.
+    pub fn set_latency(&self, latency: Duration) {
+        self.hub.state.lock().latency = latency;
+    }
+
+    /// How long a caller whose message was lost waits before `Timeout` when
+    /// its deadline is further away (default 20 ms).
+    pub fn set_lost_message_wait_max(&self, wait_max: Duration) {
+        self.hub.state.lock().lost_message_wait_max = wait_max;
+    }
+
+    /// Takes `node` off the network: every call to or from it fails at once
+    /// as `Unreachable`, and a response it owes is not delivered. Its handler
+    /// stays registered for [`MemoryNetwork::node_up`].
+    pub fn node_down(&self, node: NodeId) {
+        self.hub.state.lock().down.insert(node);
+        tracing::debug!(%node, "memory network: node down");
+    }
+
+    /// Puts `node` back on the network.
+    pub fn node_up(&self, node: NodeId) {
+        self.hub.state.lock().down.remove(&node);
+        tracing::debug!(%node, "memory network: node up");
+    }
+
+    /// Number of calls made so far, whatever their outcome.
+    pub fn calls(&self) -> u64 {
+        self.hub.calls.load(Ordering::Relaxed)
+    }
+
+    /// Number of calls whose request or response was lost (by probability,
+    /// one-shot drop or blocked link). Calls to a down or unknown node fail
+    /// as `Unreachable` and are not counted here.
+    pub fn dropped(&self) -> u64 {
+        self.hub.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for MemoryNetwork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.hub.state.lock();
+        let mut nodes: Vec<NodeId> = state.handlers.keys().copied().collect();
+        nodes.sort();
+        f.debug_struct("MemoryNetwork")
+            .field("seed", &self.hub.seed)
+            .field("nodes", &nodes)
+            .field("blocked_links", &state.blocked.len())
+            .field("down", &state.down)
+            .field("calls", &self.calls())
+            .field("dropped", &self.dropped())
+            .finish()
+    }
+}
+
+impl MemoryTransport {
+    /// The node this client calls from.
+    pub fn node(&self) -> NodeId {
+        self.me
+    }
+
+    /// Decides, under the hub's lock, whether and how the call is delivered.
+    fn dispatch(&self, to: NodeId) -> Result<Dispatch, TransportError> {
+        let from = self.me;
+        let mut state = self.hub.state.lock();
+        if state.is_down(from) || state.is_down(to) {
+            let down = if state.is_down(from) { from } else { to };
+            return Err(TransportError::Unreachable {
+                to,
+                reason: format!("{down} is down"),
+            });
+        }
+        let Some(handler) = state.handlers.get(&to).map(Arc::clone) else {
+            return Err(TransportError::Unreachable {
+                to,
+                reason: "no handler registered".into(),
+            });
+        };
+        let seed = self.hub.seed;
+        let request_drop_probability = state.request_drop_probability;
+        let response_drop_probability = state.response_drop_probability;
+        let rng = state
+            .link_rngs
+            .entry((from, to))
+            .or_insert_with(|| SplitMix64::new(link_seed(seed, from, to)));
+        // Both draws happen on every call so that a link's outcomes do not
+        // depend on which probabilities were set for earlier calls.
+        let lost_by_chance = rng.chance(request_drop_probability);
+        let response_lost_by_chance = rng.chance(response_drop_probability);
+        Ok(Dispatch {
+            handler,
+            request_lost: lost_by_chance || state.is_blocked(from, to),
+            response_lost_by_chance,
+            latency: state.latency,
+            lost_message_wait_max: state.lost_message_wait_max,
+        })
+    }
+
+    /// Decides, under the hub's lock and after the handler ran, whether the
+    /// response reaches the caller. Faults injected while the handler ran
+    /// (a partition during a long poll) apply to the response.
+    fn deliver(&self, to: NodeId, response_lost_by_chance: bool) -> Result<(), Lost> {
+        let from = self.me;
+        let mut state = self.hub.state.lock();
+        if state.is_down(from) || state.is_down(to) {
+            let down = if state.is_down(from) { from } else { to };
+            return Err(Lost::Unreachable(format!(
+                "{down} went down before the response was delivered"
+            )));
+        }
+        let one_shot = match state.drop_next_response.get_mut(&(from, to)) {
+            Some(count) => {
+                *count -= 1;
+                if *count == 0 {
+                    state.drop_next_response.remove(&(from, to));
+                }
+                true
+            }
+            None => false,
+        };
+        let blocked = state.is_blocked(to, from);
+        state.check_invariants();
+        if one_shot || blocked || response_lost_by_chance {
+            Err(Lost::Response)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A lost message looks like silence: wait a little (never past the
+    /// deadline), then time out.
+    fn lose(
+        &self,
+        to: NodeId,
+        what: &str,
+        wait_max: Duration,
+        deadline: Instant,
+    ) -> TransportError {
+        self.hub.dropped.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(from = %self.me, %to, "memory network: {what} lost");
+        sleep_until(deadline.min(Instant::now() + wait_max));
+        TransportError::Timeout { to }
+    }
+}
+
+enum Lost {
+    Unreachable(String),
+    Response,
+}
+
+impl fmt::Debug for MemoryTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryTransport")
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport for MemoryTransport {
+    fn call(
+        &self,
+        to: NodeId,
+        request: Request,
+        deadline: Instant,
+    ) -> Result<Response, TransportError> {
+        self.hub.calls.fetch_add(1, Ordering::Relaxed);
+        let dispatch = self.dispatch(to)?;
+        if Instant::now() >= deadline {
+            return Err(TransportError::Timeout { to });
+        }
+        if !dispatch.latency.is_zero() {
+            let arrival = Instant::now() + dispatch.latency;
+            if arrival >= deadline {
+                sleep_until(deadline);
+                return Err(TransportError::Timeout { to });
+            }
+            sleep_until(arrival);
+        }
+        if dispatch.request_lost {
+            return Err(self.lose(to, "request", dispatch.lost_message_wait_max, deadline));
+        }
+        // The hub's lock is not held here: handlers block (long poll) and
+        // call back into the network.
+        let response = dispatch.handler.handle(self.me, request);
+        match self.deliver(to, dispatch.response_lost_by_chance) {
+            Ok(()) => {}
+            Err(Lost::Unreachable(reason)) => {
+                return Err(TransportError::Unreachable { to, reason });
+            }
+            Err(Lost::Response) => {
+                return Err(self.lose(to, "response", dispatch.lost_message_wait_max, deadline));
+            }
+        }
+        if Instant::now() > deadline {
+            // The handler ran past the caller's deadline; a real client would
+            // have stopped waiting, so the late response is discarded.
+            tracing::debug!(from = %self.me, %to, "memory network: response arrived after the deadline");
+            return Err(TransportError::Timeout { to });
+        }
+        Ok(response)
+    }
+}
+
+/// The seed of link `(from, to)`'s random stream: independent for each
+/// directed link, and fixed by the network seed.
+fn link_seed(seed: u64, from: NodeId, to: NodeId) -> u64 {
+    let link = (u64::from(from.0) << 32) | u64::from(to.0);
+    mix64(seed ^ mix64(link))
+}
+
+fn sleep_until(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now {
+        thread::sleep(deadline - now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::transport_suite::{self, MemoryTransportFactory};
+    use crate::testing::EchoHandler;
+
+    #[test]
+    fn memory_transport_passes_the_conformance_suite() {
+        transport_suite::run(MemoryTransportFactory::new(7));
+    }
+
+    #[test]
+    fn link_seeds_differ_per_direction_and_per_network_seed() {
+        let (a, b) = (NodeId(1), NodeId(2));
+        assert_ne!(link_seed(1, a, b), link_seed(1, b, a));
+        assert_ne!(link_seed(1, a, b), link_seed(2, a, b));
+        assert_eq!(link_seed(1, a, b), link_seed(1, a, b));
+    }
+
+    #[test]
+    fn handler_may_call_back_into_the_network_without_deadlock() {
+        let network = MemoryNetwork::new(1);
+        let (a, b, c) = (NodeId(1), NodeId(2), NodeId(3));
+        network.register(c, Arc::new(EchoHandler::new(c)));
+        // b's handler forwards every request to c through the same network,
+        // which must not be locked while b's handler runs.
+        let forward = network.transport(b);
+        network.register(
+            b,
+            Arc::new(crate::testing::FnHandler::new(move |_from, request| {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                match forward.call(c, request, deadline) {
+                    Ok(response) => response,
+                    Err(_) => Response::Error(super::super::ErrorCode::Unknown),
+                }
+            })),
+        );
+        let request = crate::testing::sample_epoch_request(a, 9);
+        let expected = crate::testing::echo_response(c, b, &request);
+        let got = network
+            .transport(a)
+            .call(b, request, Instant::now() + Duration::from_secs(5))
+            .expect("forwarded call succeeds");
+        assert_eq!(got, expected);
+        assert_eq!(network.calls(), 2);
+    }
+}

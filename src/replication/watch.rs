@@ -66,6 +66,12 @@ impl Watch {
         previous.max(value)
     }
 
+    /// Adds one to the value (used as an event counter) and wakes waiters.
+    pub(crate) fn bump(&self) {
+        self.value.fetch_add(1, Ordering::SeqCst);
+        self.wake_parked();
+    }
+
     /// Resets the value, possibly lowering it, and reopens the watch. Used
     /// when a replica takes a new role: waiters from the old role were
     /// already released by [`close`](Self::close).

@@ -1,0 +1,496 @@
+//! `Node`: one process's share of the cluster. It hosts the replicas
+//! assigned to it, answers other nodes' requests (fetch, epoch queries),
+//! runs one fetcher thread per leader it follows, and one control thread
+//! that follows the coordinator: role changes, ISR changes, heartbeats.
+//!
+//! The node does no replication logic of its own; it routes events to
+//! [`Replica`] and the state machines behind it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, Receiver, Sender};
+
+use crate::clock::Clock;
+use crate::config::NodeConfig;
+use crate::coordinator::{CasOutcome, Coordinator, CoordinatorEvent, LogState, LogUpdate};
+use crate::error::{Error, Result};
+use crate::replicated_log::ReplicatedLog;
+use crate::replication::{Fetcher, IsrProposal, Replica, Role, Watch};
+use crate::storage::Log;
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering, RwLock};
+use crate::transport::{
+    EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog, Request,
+    RequestHandler, Response, Transport,
+};
+use crate::types::{LogId, NodeId, Offset};
+
+/// Work for the control thread from other threads.
+#[derive(Debug)]
+enum Command {
+    /// A leader's fetch path produced an ISR proposal for this log.
+    IsrProposal(LogId),
+}
+
+/// State shared by a node's threads.
+#[derive(Debug)]
+pub(crate) struct NodeShared {
+    pub(crate) config: NodeConfig,
+    transport: Arc<dyn Transport>,
+    coordinator: Arc<dyn Coordinator>,
+    pub(crate) clock: Arc<dyn Clock>,
+    replicas: RwLock<HashMap<LogId, Arc<Replica>>>,
+    fetchers: Mutex<HashMap<NodeId, Fetcher>>,
+    /// Bumped after every leader append: parked long-poll fetches wait on it.
+    pub(crate) data_arrived: Arc<Watch>,
+    commands: Sender<Command>,
+    stop: AtomicBool,
+}
+
+/// One node of an isrlog cluster. Dropping it (or [`Node::shutdown`]) stops
+/// its threads and closes its logs cleanly.
+#[derive(Debug)]
+pub struct Node {
+    shared: Arc<NodeShared>,
+    control: Option<JoinHandle<()>>,
+}
+
+/// The [`RequestHandler`] of a node: register it with the network.
+#[derive(Debug, Clone)]
+pub struct NodeHandler {
+    shared: Arc<NodeShared>,
+}
+
+impl Node {
+    /// Starts a node: registers it with the coordinator, opens (and
+    /// recovers) the logs assigned to it, and starts its threads. Register
+    /// [`Node::handler`] with the network so other nodes can reach it.
+    pub fn start(
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Node> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| Error::io(&config.data_dir, "create directory", e))?;
+        let events = coordinator.subscribe(config.node_id)?;
+        coordinator.register_node(config.node_id, config.session_timeout)?;
+        let (commands, command_rx) = bounded(1024);
+        let shared = Arc::new(NodeShared {
+            config,
+            transport,
+            coordinator,
+            clock,
+            replicas: RwLock::new(HashMap::new()),
+            fetchers: Mutex::new(HashMap::new()),
+            data_arrived: Arc::new(Watch::new(0)),
+            commands,
+            stop: AtomicBool::new(false),
+        });
+        for state in shared.coordinator.logs()? {
+            shared.reconcile(&state);
+        }
+        let thread_shared = Arc::clone(&shared);
+        let control = std::thread::Builder::new()
+            .name(format!("isrlog-control-{}", shared.config.node_id.0))
+            .spawn(move || control_loop(&thread_shared, &events, &command_rx))
+            .map_err(|e| Error::io(PathBuf::from("<thread>"), "spawn control thread", e))?;
+        tracing::info!(node = %shared.config.node_id, "node started");
+        Ok(Node {
+            shared,
+            control: Some(control),
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.shared.config.node_id
+    }
+
+    /// The handler to register with the network.
+    pub fn handler(&self) -> Arc<dyn RequestHandler> {
+        Arc::new(NodeHandler {
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    /// The replica of `log` on this node, or `Error::UnknownLog` if this node
+    /// does not host it (yet: the coordinator's notification may still be on
+    /// its way).
+    pub fn log(&self, log: LogId) -> Result<ReplicatedLog> {
+        let replica = self.shared.replica(log).ok_or(Error::UnknownLog(log))?;
+        Ok(ReplicatedLog::new(replica, Arc::clone(&self.shared)))
+    }
+
+    /// Like [`Node::log`], waiting up to `timeout` for the node to host it.
+    pub fn wait_for_log(&self, log: LogId, timeout: Duration) -> Result<ReplicatedLog> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.log(log) {
+                Ok(handle) => return Ok(handle),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    /// The logs this node hosts.
+    pub fn logs(&self) -> Vec<LogId> {
+        let mut logs: Vec<LogId> = self.shared.replicas.read().keys().copied().collect();
+        logs.sort();
+        logs
+    }
+
+    /// Number of fetcher threads running (one per leader node followed).
+    pub fn fetcher_thread_count(&self) -> usize {
+        self.shared.fetchers.lock().len()
+    }
+
+    /// Stops the node's threads, closes its logs (flushing them) and leaves
+    /// the coordinator's live set.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.stop_threads();
+        let _ = self.shared.coordinator.unregister_node(self.shared.config.node_id);
+        let replicas: Vec<Arc<Replica>> = self.shared.replicas.write().drain().map(|(_, r)| r).collect();
+        let mut result = Ok(());
+        for replica in replicas {
+            if let Err(e) = replica.log().flush_and_checkpoint() {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// Stops the node's threads without closing anything: what a crash
+    /// looks like to the rest of the cluster (the test harness uses it).
+    pub fn halt(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.data_arrived.close();
+        if let Some(control) = self.control.take() {
+            if control.join().is_err() {
+                tracing::error!(node = %self.shared.config.node_id, "control thread panicked");
+            }
+        }
+        let mut fetchers: Vec<Fetcher> = self.shared.fetchers.lock().drain().map(|(_, f)| f).collect();
+        for fetcher in &mut fetchers {
+            fetcher.stop();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if self.control.is_some() {
+            self.stop_threads();
+            let _ = self.shared.coordinator.unregister_node(self.shared.config.node_id);
+            for replica in self.shared.replicas.read().values() {
+                if let Err(error) = replica.log().flush_and_checkpoint() {
+                    tracing::warn!(log = %replica.log_id(), %error, "flush on drop failed");
+                }
+            }
+        }
+    }
+}
+
+impl NodeShared {
+    pub(crate) fn replica(&self, log: LogId) -> Option<Arc<Replica>> {
+        self.replicas.read().get(&log).cloned()
+    }
+
+    fn local(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// Opens the local replica of `log` if needed.
+    fn host(&self, log: LogId) -> Result<Arc<Replica>> {
+        if let Some(replica) = self.replica(log) {
+            return Ok(replica);
+        }
+        let dir = self.config.data_dir.join(format!("log-{}", log.0));
+        let storage = Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?;
+        let report = storage.recovery_report();
+        if !report.is_clean() {
+            tracing::warn!(%log, node = %self.local(), report = ?report, "log recovered after an unclean stop");
+        }
+        let replica = Arc::new(Replica::new(
+            log,
+            self.local(),
+            storage,
+            self.config.replication.clone(),
+            Arc::clone(&self.clock),
+            Arc::clone(&self.data_arrived),
+        ));
+        let mut replicas = self.replicas.write();
+        Ok(Arc::clone(replicas.entry(log).or_insert(replica)))
+    }
+
+    /// Brings the local replica in line with the coordinator's state of its
+    /// log (SPEC 3.5): become leader, follower, or offline.
+    fn reconcile(&self, state: &LogState) {
+        let me = self.local();
+        if !state.replicas.contains(&me) {
+            return;
+        }
+        let replica = match self.host(state.log) {
+            Ok(replica) => replica,
+            Err(error) => {
+                tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
+                return;
+            }
+        };
+        let (role, epoch) = replica.role();
+        if state.leader_epoch < epoch {
+            return; // Stale notification.
+        }
+        if state.leader == Some(me) {
+            if role == Role::Leader && epoch == state.leader_epoch {
+                replica.update_isr(state.in_sync_replicas.clone(), state.version);
+                return;
+            }
+            self.stop_fetching(state.log);
+            if let Err(error) = replica.become_leader(
+                state.leader_epoch,
+                state.replicas.clone(),
+                state.in_sync_replicas.clone(),
+                state.version,
+            ) {
+                tracing::error!(log = %state.log, node = %me, %error, "cannot become leader");
+            }
+            return;
+        }
+        let wanted = match state.leader {
+            Some(leader) => Role::Follower { leader },
+            None => Role::Offline,
+        };
+        if role == wanted && epoch == state.leader_epoch {
+            replica.update_isr(state.in_sync_replicas.clone(), state.version);
+            return;
+        }
+        self.stop_fetching(state.log);
+        replica.become_follower(
+            state.leader,
+            state.leader_epoch,
+            state.replicas.clone(),
+            state.in_sync_replicas.clone(),
+            state.version,
+        );
+        if let Some(leader) = state.leader {
+            self.start_fetching(leader, replica, state.leader_epoch);
+        }
+    }
+
+    fn stop_fetching(&self, log: LogId) {
+        let mut fetchers = self.fetchers.lock();
+        for fetcher in fetchers.values() {
+            fetcher.remove(log);
+        }
+        // A fetcher with nothing left to fetch is stopped, as in Kafka's
+        // shutdownIdleFetcherThreads.
+        let idle: Vec<NodeId> = fetchers
+            .iter()
+            .filter(|(_, f)| f.log_count() == 0)
+            .map(|(leader, _)| *leader)
+            .collect();
+        let mut stopped: Vec<Fetcher> = idle.iter().filter_map(|l| fetchers.remove(l)).collect();
+        drop(fetchers);
+        for fetcher in &mut stopped {
+            fetcher.stop();
+        }
+    }
+
+    fn start_fetching(&self, leader: NodeId, replica: Arc<Replica>, epoch: crate::types::LeaderEpoch) {
+        let mut fetchers = self.fetchers.lock();
+        if !fetchers.contains_key(&leader) {
+            match Fetcher::start(
+                self.local(),
+                leader,
+                Arc::clone(&self.transport),
+                self.config.replication.clone(),
+            ) {
+                Ok(fetcher) => {
+                    fetchers.insert(leader, fetcher);
+                }
+                Err(error) => {
+                    tracing::error!(node = %self.local(), %leader, %error, "cannot start a fetcher thread");
+                    return;
+                }
+            }
+        }
+        if let Some(fetcher) = fetchers.get(&leader) {
+            fetcher.add(replica, epoch);
+        }
+    }
+
+    /// Sends an ISR change to the coordinator as compare-and-set on the
+    /// leader epoch and version (SPEC 3.4, 3.7).
+    fn submit_isr(&self, replica: &Replica, proposal: IsrProposal) {
+        let log = replica.log_id();
+        let (role, epoch) = replica.role();
+        if role != Role::Leader {
+            return;
+        }
+        let version = replica.isr_version();
+        let update = LogUpdate {
+            leader: Some(self.local()),
+            leader_epoch: epoch,
+            in_sync_replicas: proposal.proposed_isr().to_vec(),
+        };
+        match self.coordinator.compare_and_set(log, epoch, version, update) {
+            Ok(CasOutcome::Applied(state)) => {
+                tracing::info!(%log, node = %self.local(), isr = ?state.in_sync_replicas, version = state.version, "ISR changed");
+                replica.update_isr(state.in_sync_replicas.clone(), state.version);
+            }
+            Ok(CasOutcome::Stale(current)) => {
+                tracing::info!(%log, node = %self.local(), current_epoch = %current.leader_epoch, "ISR change rejected as stale; re-reading state");
+                replica.isr_proposal_rejected();
+                self.reconcile(&current);
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error, "ISR change failed; will retry");
+                replica.isr_proposal_rejected();
+            }
+        }
+    }
+
+    fn resync(&self) {
+        match self.coordinator.logs() {
+            Ok(states) => {
+                for state in states {
+                    self.reconcile(&state);
+                }
+            }
+            Err(error) => tracing::warn!(node = %self.local(), %error, "cannot re-read coordinator state"),
+        }
+    }
+
+    fn handle_fetch(&self, from: NodeId, request: &FetchRequest) -> Response {
+        let wait_max = request.wait_max.min(self.config.replication.request_timeout);
+        let deadline = Instant::now() + wait_max;
+        loop {
+            let seen = self.data_arrived.get();
+            let mut budget = request.bytes_max as usize;
+            let mut ready = false;
+            let mut proposals = false;
+            let mut logs = Vec::with_capacity(request.logs.len());
+            for fetch in &request.logs {
+                let answer = match self.replica(fetch.log) {
+                    Some(replica) => {
+                        let answer = replica.answer_fetch(from, fetch, budget.max(1));
+                        proposals |= replica.has_isr_proposal();
+                        answer
+                    }
+                    None => FetchedLog {
+                        log: fetch.log,
+                        error: ErrorCode::UnknownLog,
+                        high_watermark: Offset::ZERO,
+                        log_start_offset: Offset::ZERO,
+                        log_end_offset: Offset::ZERO,
+                        diverging: None,
+                        records: bytes::Bytes::new(),
+                    },
+                };
+                budget = budget.saturating_sub(answer.records.len());
+                ready |= !answer.records.is_empty() || !answer.error.is_none() || answer.diverging.is_some();
+                logs.push(answer);
+            }
+            if proposals {
+                for fetch in &request.logs {
+                    let _ = self.commands.try_send(Command::IsrProposal(fetch.log));
+                }
+            }
+            if ready || self.stop.load(Ordering::SeqCst) || Instant::now() >= deadline {
+                return Response::Fetch(FetchResponse { logs });
+            }
+            let _ = self
+                .data_arrived
+                .wait_at_least(seen + 1, deadline, self.config.replication.spin_before_park);
+        }
+    }
+}
+
+impl RequestHandler for NodeHandler {
+    fn handle(&self, from: NodeId, request: Request) -> Response {
+        let shared = &self.shared;
+        if shared.stop.load(Ordering::SeqCst) {
+            return Response::Error(ErrorCode::Shutdown);
+        }
+        match request {
+            Request::Fetch(fetch) => shared.handle_fetch(from, &fetch),
+            Request::EpochEndOffsets(query) => {
+                let logs = query
+                    .logs
+                    .iter()
+                    .map(|q| match shared.replica(q.log) {
+                        Some(replica) => {
+                            let (error, end) = replica.epoch_end_offset(q.current_leader_epoch, q.epoch);
+                            EpochAnswer { log: q.log, error, end }
+                        }
+                        None => EpochAnswer {
+                            log: q.log,
+                            error: ErrorCode::UnknownLog,
+                            end: None,
+                        },
+                    })
+                    .collect();
+                Response::EpochEndOffsets(EpochEndOffsetsResponse { logs })
+            }
+            _ => Response::Error(ErrorCode::InvalidRequest),
+        }
+    }
+}
+
+fn control_loop(shared: &NodeShared, events: &Receiver<CoordinatorEvent>, commands: &Receiver<Command>) {
+    let lag_max = shared.config.replication.replica_lag_time_max;
+    let tick = (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50));
+    let heartbeat_every = shared.config.session_timeout / 3;
+    let mut next_heartbeat = Instant::now();
+    while !shared.stop.load(Ordering::SeqCst) {
+        select! {
+            recv(events) -> event => match event {
+                Ok(CoordinatorEvent::LogChanged(state)) => shared.reconcile(&state),
+                Ok(CoordinatorEvent::Resync) => shared.resync(),
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::warn!(node = %shared.local(), "coordinator subscription closed");
+                    std::thread::sleep(tick);
+                }
+            },
+            recv(commands) -> command => {
+                if let Ok(Command::IsrProposal(log)) = command {
+                    if let Some(replica) = shared.replica(log) {
+                        if let Some(proposal) = replica.take_isr_proposal() {
+                            shared.submit_isr(&replica, proposal);
+                        }
+                    }
+                }
+            },
+            default(tick) => {}
+        }
+        let now = Instant::now();
+        if now >= next_heartbeat {
+            if let Err(error) = shared.coordinator.heartbeat(shared.local()) {
+                tracing::warn!(node = %shared.local(), %error, "heartbeat failed");
+                // An expired session: register again, as a restarted
+                // ZooKeeper client re-creates its ephemeral node.
+                let _ = shared
+                    .coordinator
+                    .register_node(shared.local(), shared.config.session_timeout);
+            }
+            next_heartbeat = now + heartbeat_every;
+        }
+        let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
+        for replica in replicas {
+            let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
+            if let Some(proposal) = proposal {
+                shared.submit_isr(&replica, proposal);
+            }
+        }
+    }
+}

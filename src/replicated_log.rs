@@ -1,0 +1,266 @@
+//! `ReplicatedLog`: the public handle of one log on one node — append with
+//! `acks`, read committed (or uncommitted) data, wait for data, and the
+//! getters an application exports as metrics. Thin over `Replica`.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::node::NodeShared;
+use crate::record::{BatchIter, Record, RecordBatch, RecordBatchBuilder};
+use crate::replication::{Replica, Role};
+use crate::sync::Arc;
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+
+/// How many replicas must have a batch before an append returns (SPEC 3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Acks {
+    /// `acks=0`: return once the batch is handed to the log; errors of the
+    /// write itself are not reported.
+    None,
+    /// `acks=1`: return once the leader appended it (and flushed it under
+    /// `FlushPolicy::Always`).
+    Leader,
+    /// `acks=all`: return once the batch is committed: below the high
+    /// watermark, so on every in-sync replica.
+    All,
+}
+
+/// Which records a read may return (SPEC 3.8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Isolation {
+    /// Only records below the high watermark. The default.
+    #[default]
+    Committed,
+    /// Everything up to the log end offset (leader only; for diagnostics).
+    Uncommitted,
+}
+
+/// Where an appended batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// Offset of the batch's first record.
+    pub base_offset: Offset,
+    /// Offset of the batch's last record.
+    pub last_offset: Offset,
+    /// The leader epoch the batch was written in.
+    pub leader_epoch: LeaderEpoch,
+}
+
+/// One log on one node. Cheap to clone; callable from many threads.
+#[derive(Clone, Debug)]
+pub struct ReplicatedLog {
+    replica: Arc<Replica>,
+    node: Arc<NodeShared>,
+}
+
+impl ReplicatedLog {
+    pub(crate) fn new(replica: Arc<Replica>, node: Arc<NodeShared>) -> ReplicatedLog {
+        ReplicatedLog { replica, node }
+    }
+
+    /// The log's id.
+    pub fn id(&self) -> LogId {
+        self.replica.log_id()
+    }
+
+    /// The node this handle lives on.
+    pub fn node_id(&self) -> NodeId {
+        self.node.config.node_id
+    }
+
+    /// Appends `batch` on this node, which must be the leader (SPEC 3.1).
+    ///
+    /// Errors: `NotLeader` (try the leader it names), `NotEnoughReplicas`
+    /// (`acks=all` and the ISR is below `min_insync_replicas`: nothing was
+    /// appended), `NotEnoughReplicasAfterAppend` (the batch is in the log
+    /// but the ISR shrank before it was committed), `Timeout` (unknown
+    /// outcome). With `Acks::None` the offsets are returned when the append
+    /// succeeded, and errors of the write are only logged.
+    pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let appended = match self.replica.append_as_leader(batch, acks == Acks::All) {
+            Ok(appended) => appended,
+            Err(error) if acks == Acks::None => {
+                tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
+        let outcome = AppendOutcome {
+            base_offset: appended.info.base_offset,
+            last_offset: appended.info.last_offset,
+            leader_epoch: appended.leader_epoch,
+        };
+        if acks == Acks::All {
+            let deadline = Instant::now() + self.node.config.replication.request_timeout;
+            self.replica
+                .wait_committed(outcome.last_offset, appended.generation, deadline)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Builds a batch of `values` (one record each, no key, timestamped
+    /// now) and appends it.
+    pub fn append_values<V: AsRef<[u8]>>(&self, values: &[V], acks: Acks) -> Result<AppendOutcome> {
+        let bytes: usize = values.iter().map(|v| v.as_ref().len() + 32).sum();
+        let mut builder = RecordBatchBuilder::with_capacity(self.node.clock.wall_clock_ms(), bytes);
+        for value in values {
+            builder.push(value.as_ref());
+        }
+        self.append(&builder.build()?, acks)
+    }
+
+    /// Reads whole batches starting with the one that holds `from`, up to
+    /// about `bytes_max` (at least one batch when there is one). The first
+    /// batch may start before `from`. `Committed` stops at the high
+    /// watermark; `Uncommitted` is for the leader only.
+    pub fn read(&self, from: Offset, bytes_max: usize, isolation: Isolation) -> Result<Vec<RecordBatch>> {
+        let bytes = self
+            .replica
+            .read(from, bytes_max, isolation == Isolation::Committed)?;
+        BatchIter::new(bytes).collect()
+    }
+
+    /// Like [`read`](Self::read) with `Committed`, but waits up to `timeout`
+    /// for a record at or after `from` to be committed. Returns an empty
+    /// list if none was.
+    pub fn read_blocking(&self, from: Offset, bytes_max: usize, timeout: Duration) -> Result<Vec<RecordBatch>> {
+        let deadline = Instant::now() + timeout;
+        if self.high_watermark() <= from {
+            if self.replica.wait_for_high_watermark_above(from, deadline).is_none() {
+                return Ok(Vec::new());
+            }
+        }
+        self.read(from, bytes_max, Isolation::Committed)
+    }
+
+    /// A blocking iterator over committed records from `from` on, for an
+    /// apply loop (SPEC 6). It waits at the high watermark and keeps going
+    /// across leader changes.
+    pub fn committed_records(&self, from: Offset) -> CommittedRecords {
+        CommittedRecords {
+            log: self.clone(),
+            next: from,
+            buffered: std::collections::VecDeque::new(),
+            wait_max: Duration::from_millis(100),
+        }
+    }
+
+    /// This replica's role.
+    pub fn role(&self) -> Role {
+        self.replica.role().0
+    }
+
+    /// The leader epoch this replica knows.
+    pub fn leader_epoch(&self) -> LeaderEpoch {
+        self.replica.role().1
+    }
+
+    /// Whether this replica is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.role() == Role::Leader
+    }
+
+    /// The high watermark: every offset below it is committed.
+    pub fn high_watermark(&self) -> Offset {
+        self.replica.high_watermark()
+    }
+
+    /// The log end offset: the offset the next record will get.
+    pub fn log_end_offset(&self) -> Offset {
+        self.replica.log().log_end_offset()
+    }
+
+    /// The first offset the log still holds.
+    pub fn log_start_offset(&self) -> Offset {
+        self.replica.log().log_start_offset()
+    }
+
+    /// The in-sync replicas this replica knows of.
+    pub fn in_sync_replicas(&self) -> Vec<NodeId> {
+        self.replica.in_sync_replicas()
+    }
+
+    /// All replicas of the log, in assignment order.
+    pub fn replicas(&self) -> Vec<NodeId> {
+        self.replica.replicas()
+    }
+
+    /// On a leader: how far `follower` is behind, in records, and how long
+    /// ago it was last caught up. `None` on a follower or for an unknown node.
+    pub fn follower_lag(&self, follower: NodeId) -> Option<(u64, Duration)> {
+        self.replica.follower_lag(follower)
+    }
+
+    /// Waits until this replica is the leader, up to `timeout`.
+    pub fn wait_until_leader(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !self.is_leader() {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    waited: timeout,
+                    waiting_for: "this replica to become leader",
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+}
+
+/// Blocking iterator over committed records; see
+/// [`ReplicatedLog::committed_records`]. Yields errors from storage and
+/// ends only when the node shuts down.
+#[derive(Debug)]
+pub struct CommittedRecords {
+    log: ReplicatedLog,
+    next: Offset,
+    buffered: std::collections::VecDeque<Record>,
+    wait_max: Duration,
+}
+
+impl CommittedRecords {
+    /// The offset of the next record this iterator yields.
+    pub fn position(&self) -> Offset {
+        self.next
+    }
+
+    /// Returns the next committed record, waiting up to `timeout`.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Option<Result<Record>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(record) = self.buffered.pop_front() {
+                self.next = record.offset.next();
+                return Some(Ok(record));
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let batches = match self.log.read_blocking(self.next, 1024 * 1024, remaining.min(self.wait_max)) {
+                Ok(batches) => batches,
+                Err(error) => return Some(Err(error)),
+            };
+            for batch in batches {
+                for record in batch.records() {
+                    match record {
+                        Ok(record) if record.offset >= self.next => self.buffered.push_back(record),
+                        Ok(_) => {}
+                        Err(error) => return Some(Err(error)),
+                    }
+                }
+            }
+            if self.buffered.is_empty() && Instant::now() >= deadline {
+                return None;
+            }
+        }
+    }
+}
+
+impl Iterator for CommittedRecords {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        loop {
+            if let Some(item) = self.next_timeout(Duration::from_secs(3600)) {
+                return Some(item);
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The follower's fetch loop: one thread per (this node, leader node) pair,
+//! multiplexing every log this node follows from that leader into one
+//! `Fetch` request, like Kafka's replica fetcher threads (SPEC 3.2).
+//!
+//! The thread only moves bytes and calls into [`Replica`]; what to do with
+//! an answer (truncate, append, move the high watermark) is decided there
+//! and in the pure follower state machine.
+
+use std::collections::BTreeMap;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::replica::Replica;
+use super::watch::Watch;
+use crate::config::ReplicationConfig;
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport};
+use crate::types::{LeaderEpoch, LogId, NodeId};
+
+#[derive(Debug)]
+struct Target {
+    replica: Arc<Replica>,
+    leader_epoch: LeaderEpoch,
+    /// After an error, the log sits out until then (bounded backoff).
+    paused_until: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    local: NodeId,
+    leader: NodeId,
+    transport: Arc<dyn Transport>,
+    config: ReplicationConfig,
+    targets: Mutex<BTreeMap<LogId, Target>>,
+    /// Bumped when targets change or on shutdown, to wake an idle loop.
+    changed: Watch,
+    stop: AtomicBool,
+}
+
+/// A running fetcher thread for one leader.
+#[derive(Debug)]
+pub(crate) struct Fetcher {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Fetcher {
+    /// Starts the fetcher thread of `local` for `leader`.
+    pub(crate) fn start(
+        local: NodeId,
+        leader: NodeId,
+        transport: Arc<dyn Transport>,
+        config: ReplicationConfig,
+    ) -> std::io::Result<Fetcher> {
+        let shared = Arc::new(Shared {
+            local,
+            leader,
+            transport,
+            config,
+            targets: Mutex::new(BTreeMap::new()),
+            changed: Watch::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("isrlog-fetch-{}-from-{}", local.0, leader.0))
+            .spawn(move || run(&thread_shared))?;
+        Ok(Fetcher {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Starts (or updates) fetching `replica`'s log in `leader_epoch`.
+    pub(crate) fn add(&self, replica: Arc<Replica>, leader_epoch: LeaderEpoch) {
+        let log = replica.log_id();
+        self.shared.targets.lock().insert(
+            log,
+            Target {
+                replica,
+                leader_epoch,
+                paused_until: None,
+            },
+        );
+        self.shared.changed.publish(self.shared.changed.get() + 1);
+    }
+
+    /// Stops fetching `log`. A fetch in flight may still be applied; the
+    /// replica rejects it if its role changed meanwhile.
+    pub(crate) fn remove(&self, log: LogId) -> bool {
+        self.shared.targets.lock().remove(&log).is_some()
+    }
+
+    /// Number of logs fetched by this thread.
+    pub(crate) fn log_count(&self) -> usize {
+        self.shared.targets.lock().len()
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.changed.close();
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!(leader = %self.shared.leader, "fetcher thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Fetcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run(shared: &Shared) {
+    let config = &shared.config;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let seen = shared.changed.get();
+        let now = Instant::now();
+        let mut logs = Vec::new();
+        let mut epochs = Vec::new();
+        let mut next_wake = now + config.fetch_wait_max;
+        {
+            let targets = shared.targets.lock();
+            for target in targets.values() {
+                if let Some(until) = target.paused_until {
+                    if until > now {
+                        next_wake = next_wake.min(until);
+                        continue;
+                    }
+                }
+                if let Some(fetch) = target.replica.next_fetch(shared.leader, target.leader_epoch, config.fetch_bytes_max) {
+                    epochs.push((Arc::clone(&target.replica), target.leader_epoch));
+                    logs.push(fetch);
+                }
+            }
+        }
+        if logs.is_empty() {
+            // Idle: wait for a new target (or shutdown), bounded.
+            let _ = shared.changed.wait_at_least(seen + 1, next_wake, Duration::ZERO);
+            continue;
+        }
+        let request = Request::Fetch(FetchRequest {
+            replica: shared.local,
+            wait_max: config.fetch_wait_max,
+            bytes_max: config.fetch_response_bytes_max,
+            logs,
+        });
+        let deadline = Instant::now() + config.fetch_wait_max + config.request_timeout;
+        match shared.transport.call(shared.leader, request, deadline) {
+            Ok(Response::Fetch(response)) => {
+                for answer in response.logs {
+                    let Some((replica, epoch)) = epochs.iter().find(|(r, _)| r.log_id() == answer.log) else {
+                        continue;
+                    };
+                    let log = answer.log;
+                    let code = match replica.apply_fetched(shared.leader, *epoch, answer) {
+                        Ok(code) => code,
+                        Err(error) => {
+                            tracing::error!(%log, leader = %shared.leader, %error, "applying a fetch answer failed");
+                            ErrorCode::Unknown
+                        }
+                    };
+                    if !code.is_none() {
+                        // NotLeader / FencedLeaderEpoch: our metadata is old and
+                        // the control loop will move us; UnknownLeaderEpoch:
+                        // the leader has not caught up with the coordinator
+                        // yet. Either way, back off this log only.
+                        tracing::debug!(%log, leader = %shared.leader, ?code, "fetch answered with an error; backing off");
+                        if let Some(target) = shared.targets.lock().get_mut(&log) {
+                            target.paused_until = Some(Instant::now() + config.fetch_backoff);
+                        }
+                    }
+                }
+            }
+            Ok(other) => {
+                tracing::debug!(leader = %shared.leader, response = ?other, "unexpected fetch response; backing off");
+                backoff(shared, seen);
+            }
+            Err(error) => {
+                tracing::debug!(leader = %shared.leader, %error, "fetch failed; backing off");
+                backoff(shared, seen);
+            }
+        }
+    }
+}
+
+fn backoff(shared: &Shared, seen: u64) {
+    let until = Instant::now() + shared.config.fetch_backoff;
+    let _ = shared.changed.wait_at_least(seen + 1, until, Duration::ZERO);
+}

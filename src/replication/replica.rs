@@ -1,0 +1,592 @@
+//! `Replica`: one log on one node — its storage, its role (leader, follower
+//! or offline) and the published high watermark — and the operations the
+//! node's threads perform on it: append as leader, answer a follower's
+//! fetch, apply a fetch answer as follower, change role.
+//!
+//! The decisions are made by the pure state machines (`LeaderState`,
+//! `FollowerState`, `truncation_for_divergence`); this module holds the locks
+//! and does the I/O around them.
+//!
+//! Lock order: `role` (read or write) before `leader`. Leader appends hold
+//! `role` for reading, so a role change (write) waits for appends in flight
+//! and no append of an old leader can land after the replica became a
+//! follower and started taking the new leader's records.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::follower::truncation_for_divergence;
+use super::leader::{FetchDecision, IsrProposal, LeaderConfig, LeaderState};
+use super::watch::{WaitOutcome, Watch};
+use crate::clock::Clock;
+use crate::config::ReplicationConfig;
+use crate::error::{Error, Result};
+use crate::record::RecordBatch;
+use crate::storage::{AppendInfo, FlushPolicy, Log};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::transport::{ErrorCode, FetchLog, FetchedLog};
+use crate::types::{EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset};
+
+/// The role of a replica, as this node knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// This replica leads the log.
+    Leader,
+    /// This replica follows the given leader.
+    Follower {
+        /// The leader it fetches from.
+        leader: NodeId,
+    },
+    /// The log has no leader this node knows of (or it is not hosted).
+    Offline,
+}
+
+#[derive(Debug)]
+pub(crate) struct RoleState {
+    pub(crate) role: Role,
+    pub(crate) leader_epoch: LeaderEpoch,
+    pub(crate) replicas: Vec<NodeId>,
+    pub(crate) in_sync_replicas: Vec<NodeId>,
+    pub(crate) isr_version: u64,
+    /// Bumped on every role change; an `acks=all` waiter that sees it move
+    /// fails with `NotLeader` even if the high watermark later passes its
+    /// offset, because the records at that offset may no longer be its own.
+    pub(crate) generation: u64,
+}
+
+/// What a leader append reports back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaderAppend {
+    pub(crate) info: AppendInfo,
+    pub(crate) generation: u64,
+    pub(crate) leader_epoch: LeaderEpoch,
+}
+
+/// One log on one node.
+#[derive(Debug)]
+pub(crate) struct Replica {
+    log_id: LogId,
+    local: NodeId,
+    log: Log,
+    config: ReplicationConfig,
+    flush_always: bool,
+    clock: Arc<dyn Clock>,
+    role: RwLock<RoleState>,
+    leader: Mutex<Option<LeaderState>>,
+    /// The high watermark readers and `acks=all` waiters see. Closed (and
+    /// reset) on every role change.
+    high_watermark: Watch,
+    /// Serialises follower I/O (fetch answers) with role changes.
+    follower_io: Mutex<()>,
+    /// An ISR proposal the control loop should send to the coordinator.
+    isr_proposal: Mutex<Option<IsrProposal>>,
+    generation: AtomicU64,
+    /// The node's "data arrived" sequence, bumped after each leader append
+    /// to release parked long-poll fetches.
+    data_arrived: Arc<Watch>,
+}
+
+impl Replica {
+    pub(crate) fn new(
+        log_id: LogId,
+        local: NodeId,
+        log: Log,
+        config: ReplicationConfig,
+        clock: Arc<dyn Clock>,
+        data_arrived: Arc<Watch>,
+    ) -> Replica {
+        let hw = log.high_watermark().min(log.log_end_offset());
+        let flush_always = matches!(log.config().flush_policy, FlushPolicy::Always);
+        Replica {
+            log_id,
+            local,
+            log,
+            config,
+            flush_always,
+            clock,
+            role: RwLock::new(RoleState {
+                role: Role::Offline,
+                leader_epoch: LeaderEpoch::ZERO,
+                replicas: Vec::new(),
+                in_sync_replicas: Vec::new(),
+                isr_version: 0,
+                generation: 0,
+            }),
+            leader: Mutex::new(None),
+            high_watermark: Watch::new(hw.0),
+            follower_io: Mutex::new(()),
+            isr_proposal: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            data_arrived,
+        }
+    }
+
+    pub(crate) fn log_id(&self) -> LogId {
+        self.log_id
+    }
+
+    pub(crate) fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The log end offset that this replica may acknowledge: under
+    /// `FlushPolicy::Always` only flushed data counts (SPEC 2.5).
+    fn acknowledgeable_end(&self) -> Offset {
+        if self.flush_always {
+            self.log.flushed_offset().min(self.log.log_end_offset())
+        } else {
+            self.log.log_end_offset()
+        }
+    }
+
+    pub(crate) fn high_watermark(&self) -> Offset {
+        Offset(self.high_watermark.get())
+    }
+
+    pub(crate) fn role(&self) -> (Role, LeaderEpoch) {
+        let state = self.role.read();
+        (state.role, state.leader_epoch)
+    }
+
+    pub(crate) fn in_sync_replicas(&self) -> Vec<NodeId> {
+        self.role.read().in_sync_replicas.clone()
+    }
+
+    pub(crate) fn replicas(&self) -> Vec<NodeId> {
+        self.role.read().replicas.clone()
+    }
+
+    fn not_leader(&self, state: &RoleState) -> Error {
+        Error::NotLeader {
+            log: self.log_id,
+            epoch: state.leader_epoch,
+            leader: match state.role {
+                Role::Leader => Some(self.local),
+                Role::Follower { leader } => Some(leader),
+                Role::Offline => None,
+            },
+        }
+    }
+
+    fn publish_high_watermark(&self, hw: Offset) {
+        self.high_watermark.publish(hw.0);
+        self.log.set_high_watermark(hw);
+    }
+
+    // ---- role changes -----------------------------------------------------
+
+    /// Makes this replica the leader of `epoch` (SPEC 3.5): records
+    /// `(epoch, own LEO)` in the epoch cache before anything is written, and
+    /// never truncates.
+    pub(crate) fn become_leader(
+        &self,
+        epoch: LeaderEpoch,
+        replicas: Vec<NodeId>,
+        in_sync_replicas: Vec<NodeId>,
+        isr_version: u64,
+    ) -> Result<()> {
+        let _io = self.follower_io.lock();
+        let mut role = self.role.write();
+        let log_end = self.log.log_end_offset();
+        self.log.assign_epoch(epoch, log_end)?;
+        let hw = Offset(self.high_watermark.get()).min(log_end);
+        let now = self.clock.now();
+        let leader = LeaderState::become_leader(
+            self.local,
+            &replicas,
+            &in_sync_replicas,
+            isr_version,
+            epoch,
+            self.acknowledgeable_end(),
+            hw,
+            self.log.log_start_offset(),
+            now,
+            LeaderConfig {
+                min_insync_replicas: self.config.min_insync_replicas,
+                replica_lag_time_max: self.config.replica_lag_time_max,
+            },
+        );
+        let hw = leader.high_watermark();
+        *self.leader.lock() = Some(leader);
+        *self.isr_proposal.lock() = None;
+        role.role = Role::Leader;
+        role.leader_epoch = epoch;
+        role.replicas = replicas;
+        role.in_sync_replicas = in_sync_replicas;
+        role.isr_version = isr_version;
+        self.bump_generation(&mut role, hw);
+        tracing::info!(log = %self.log_id, node = %self.local, %epoch, log_end_offset = %log_end, high_watermark = %hw, "became leader");
+        Ok(())
+    }
+
+    /// Makes this replica a follower of `leader` in `epoch`. Never
+    /// truncates here: truncation happens only through the epoch
+    /// protocol, on the first fetch answer (SPEC 3.6).
+    pub(crate) fn become_follower(
+        &self,
+        leader: Option<NodeId>,
+        epoch: LeaderEpoch,
+        replicas: Vec<NodeId>,
+        in_sync_replicas: Vec<NodeId>,
+        isr_version: u64,
+    ) {
+        let _io = self.follower_io.lock();
+        let mut role = self.role.write();
+        *self.leader.lock() = None;
+        *self.isr_proposal.lock() = None;
+        role.role = match leader {
+            Some(leader) => Role::Follower { leader },
+            None => Role::Offline,
+        };
+        role.leader_epoch = epoch;
+        role.replicas = replicas;
+        role.in_sync_replicas = in_sync_replicas;
+        role.isr_version = isr_version;
+        let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
+        self.bump_generation(&mut role, hw);
+        tracing::info!(log = %self.log_id, node = %self.local, %epoch, ?leader, "became follower");
+    }
+
+    fn bump_generation(&self, role: &mut RoleState, hw: Offset) {
+        role.generation += 1;
+        self.generation.store(role.generation, Ordering::SeqCst);
+        // Release every waiter of the old role, then reopen for the new one.
+        self.high_watermark.close();
+        self.high_watermark.reset(hw.0);
+        self.log.set_high_watermark(hw);
+    }
+
+    /// The coordinator accepted an ISR (ours or the controller's) for the
+    /// current epoch.
+    pub(crate) fn update_isr(&self, in_sync_replicas: Vec<NodeId>, isr_version: u64) {
+        let mut role = self.role.write();
+        if isr_version <= role.isr_version && !role.in_sync_replicas.is_empty() {
+            return;
+        }
+        role.in_sync_replicas = in_sync_replicas.clone();
+        role.isr_version = isr_version;
+        if role.role == Role::Leader {
+            let mut leader = self.leader.lock();
+            if let Some(leader) = leader.as_mut() {
+                let update = leader.on_isr_accepted(in_sync_replicas, isr_version);
+                if let Some(hw) = update.advanced_to() {
+                    self.publish_high_watermark(hw);
+                }
+            }
+        }
+        // acks=all waiters re-check the ISR size every few milliseconds
+        // (NotEnoughReplicasAfterAppend), see `wait_committed`.
+    }
+
+    // ---- leader paths -----------------------------------------------------
+
+    /// Appends a batch as leader. With `check_isr`, fails with
+    /// `NotEnoughReplicas` before appending when the ISR is too small
+    /// (SPEC 3.1, `acks=all`).
+    pub(crate) fn append_as_leader(&self, batch: &RecordBatch, check_isr: bool) -> Result<LeaderAppend> {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return Err(self.not_leader(&role));
+        }
+        if check_isr && role.in_sync_replicas.len() < self.config.min_insync_replicas {
+            return Err(Error::NotEnoughReplicas {
+                in_sync: role.in_sync_replicas.len(),
+                min_insync_replicas: self.config.min_insync_replicas,
+            });
+        }
+        let info = self.log.append_as_leader(batch, role.leader_epoch)?;
+        let (generation, leader_epoch) = (role.generation, role.leader_epoch);
+        let end = self.acknowledgeable_end();
+        if let Some(leader) = self.leader.lock().as_mut() {
+            if let Some(hw) = leader.on_local_append(end).advanced_to() {
+                self.publish_high_watermark(hw);
+            }
+        }
+        drop(role);
+        // Wake parked fetches only after the append is readable.
+        self.data_arrived.bump();
+        Ok(LeaderAppend {
+            info,
+            generation,
+            leader_epoch,
+        })
+    }
+
+    /// Waits until `offset` is committed, for an `acks=all` append made in
+    /// `generation` (SPEC 3.1).
+    pub(crate) fn wait_committed(&self, offset: Offset, generation: u64, deadline: Instant) -> Result<Offset> {
+        let started = Instant::now();
+        let mut spin = self.config.spin_before_park;
+        loop {
+            if self.generation.load(Ordering::SeqCst) != generation {
+                let role = self.role.read();
+                return Err(self.not_leader(&role));
+            }
+            // Re-check the ISR at least every few milliseconds: its
+            // shrinking is not a high watermark event.
+            let slice_end = deadline.min(Instant::now() + Duration::from_millis(5));
+            match self.high_watermark.wait_at_least(offset.0 + 1, slice_end, spin) {
+                WaitOutcome::Reached(hw) => {
+                    if self.generation.load(Ordering::SeqCst) != generation {
+                        let role = self.role.read();
+                        return Err(self.not_leader(&role));
+                    }
+                    return Ok(Offset(hw));
+                }
+                WaitOutcome::Closed => {
+                    let role = self.role.read();
+                    return Err(self.not_leader(&role));
+                }
+                WaitOutcome::TimedOut => {}
+            }
+            spin = Duration::ZERO;
+            {
+                let role = self.role.read();
+                if role.generation != generation {
+                    return Err(self.not_leader(&role));
+                }
+                if role.in_sync_replicas.len() < self.config.min_insync_replicas {
+                    return Err(Error::NotEnoughReplicasAfterAppend {
+                        in_sync: role.in_sync_replicas.len(),
+                        min_insync_replicas: self.config.min_insync_replicas,
+                    });
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    waited: started.elapsed(),
+                    waiting_for: "the high watermark to pass the appended batch",
+                });
+            }
+        }
+    }
+
+    /// Answers one log of a follower's fetch (SPEC 3.2). Returns the answer
+    /// and whether it carries anything the follower must see now (records,
+    /// an error or a divergence); an empty answer may be held (long poll).
+    pub(crate) fn answer_fetch(&self, follower: NodeId, request: &FetchLog, bytes_max: usize) -> FetchedLog {
+        let mut answer = FetchedLog {
+            log: self.log_id,
+            error: ErrorCode::None,
+            high_watermark: self.high_watermark(),
+            log_start_offset: self.log.log_start_offset(),
+            log_end_offset: self.log.log_end_offset(),
+            diverging: None,
+            records: Bytes::new(),
+        };
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            answer.error = ErrorCode::NotLeader;
+            return answer;
+        }
+        // 1. Fencing.
+        if request.current_leader_epoch < role.leader_epoch {
+            answer.error = ErrorCode::FencedLeaderEpoch;
+            return answer;
+        }
+        if request.current_leader_epoch > role.leader_epoch {
+            answer.error = ErrorCode::UnknownLeaderEpoch;
+            return answer;
+        }
+        // 2. Divergence.
+        if let Some(last_epoch) = request.last_fetched_epoch {
+            let lookup = self.log.end_offset_for_epoch(last_epoch);
+            if let Some(diverging) = LeaderState::check_divergence(request.fetch_offset, Some(last_epoch), lookup) {
+                answer.diverging = Some(diverging);
+                return answer;
+            }
+        }
+        if request.fetch_offset < self.log.log_start_offset() || request.fetch_offset > self.log.log_end_offset() {
+            answer.error = ErrorCode::OffsetOutOfRange;
+            return answer;
+        }
+        // 3. The fetch acknowledges everything below its offset.
+        let now = self.clock.now();
+        let decision = {
+            let mut leader = self.leader.lock();
+            match leader.as_mut() {
+                Some(leader) => leader.on_fetch(follower, request.fetch_offset, request.current_leader_epoch, now),
+                None => FetchDecision::rejected(ErrorCode::NotLeader),
+            }
+        };
+        if let Some(code) = decision.error() {
+            answer.error = code;
+            return answer;
+        }
+        if let Some(hw) = decision.high_watermark_advanced_to() {
+            self.publish_high_watermark(hw);
+        }
+        if let Some(proposal) = decision.isr_proposal() {
+            *self.isr_proposal.lock() = Some(proposal);
+        }
+        answer.high_watermark = self.high_watermark();
+        let limit = bytes_max.min(request.bytes_max as usize);
+        match self.log.read(request.fetch_offset, limit) {
+            Ok(read) => answer.records = read.into_bytes(),
+            Err(Error::OffsetOutOfRange { .. }) => answer.error = ErrorCode::OffsetOutOfRange,
+            Err(e) => {
+                tracing::warn!(log = %self.log_id, error = %e, "read for a fetch failed");
+                answer.error = ErrorCode::from_error(&e);
+            }
+        }
+        answer.log_end_offset = self.log.log_end_offset();
+        answer
+    }
+
+    /// The ISR version this replica knows.
+    pub(crate) fn isr_version(&self) -> u64 {
+        self.role.read().isr_version
+    }
+
+    /// Whether an ISR proposal waits for the control loop.
+    pub(crate) fn has_isr_proposal(&self) -> bool {
+        self.isr_proposal.lock().is_some()
+    }
+
+    /// A pending ISR proposal for the control loop, if any.
+    pub(crate) fn take_isr_proposal(&self) -> Option<IsrProposal> {
+        self.isr_proposal.lock().take()
+    }
+
+    /// Periodic leader work: ISR shrink (SPEC 3.4).
+    pub(crate) fn tick(&self) -> Option<IsrProposal> {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return None;
+        }
+        let now = self.clock.now();
+        let mut leader = self.leader.lock();
+        leader.as_mut().and_then(|leader| leader.tick(now))
+    }
+
+    /// The coordinator answered our ISR proposal with "stale".
+    pub(crate) fn isr_proposal_rejected(&self) {
+        if let Some(leader) = self.leader.lock().as_mut() {
+            leader.on_isr_rejected();
+        }
+    }
+
+    /// Per-follower lag in records and time since caught up.
+    pub(crate) fn follower_lag(&self, follower: NodeId) -> Option<(u64, Duration)> {
+        let now = self.clock.now();
+        self.leader.lock().as_ref().and_then(|leader| leader.follower_lag(follower, now))
+    }
+
+    // ---- follower paths ---------------------------------------------------
+
+    /// The fields of this log's next fetch, or `None` if this replica does
+    /// not follow `leader` in `epoch` any more.
+    pub(crate) fn next_fetch(&self, leader: NodeId, epoch: LeaderEpoch, bytes_max: u32) -> Option<FetchLog> {
+        let role = self.role.read();
+        if role.role != (Role::Follower { leader }) || role.leader_epoch != epoch {
+            return None;
+        }
+        Some(FetchLog {
+            log: self.log_id,
+            current_leader_epoch: epoch,
+            fetch_offset: self.acknowledgeable_end(),
+            last_fetched_epoch: self.log.last_batch_epoch(),
+            log_start_offset: self.log.log_start_offset(),
+            bytes_max,
+        })
+    }
+
+    /// Applies one log of a fetch answer as follower (SPEC 3.2, 3.6).
+    /// Returns the error code the fetcher should act on.
+    pub(crate) fn apply_fetched(&self, leader: NodeId, epoch: LeaderEpoch, answer: FetchedLog) -> Result<ErrorCode> {
+        let _io = self.follower_io.lock();
+        {
+            let role = self.role.read();
+            if role.role != (Role::Follower { leader }) || role.leader_epoch != epoch {
+                return Ok(ErrorCode::None);
+            }
+        }
+        if !answer.error.is_none() {
+            if answer.error == ErrorCode::OffsetOutOfRange && self.log.log_end_offset() < answer.log_start_offset {
+                // SPEC 3.6: below the leader's log start, start over there.
+                tracing::warn!(log = %self.log_id, leader_log_start = %answer.log_start_offset, "follower is below the leader's log start; discarding its log");
+                self.log.truncate_fully_and_start_at(answer.log_start_offset)?;
+                return Ok(ErrorCode::None);
+            }
+            return Ok(answer.error);
+        }
+        // Divergence is resolved before anything else in the answer is used.
+        if let Some(diverging) = answer.diverging {
+            let own_end = self.log.log_end_offset();
+            let local = self.log.end_offset_for_epoch(diverging.epoch);
+            let truncation = truncation_for_divergence(diverging, local, own_end);
+            if truncation.truncate_to < own_end {
+                tracing::info!(log = %self.log_id, from = %own_end, to = %truncation.truncate_to, leader_epoch = %diverging.epoch, leader_end = %diverging.end_offset, "truncating diverged suffix");
+                self.log.truncate_to(truncation.truncate_to)?;
+            }
+            let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
+            if hw.0 < self.high_watermark.get() {
+                // The high watermark of a follower may drop with its log end
+                // (it never held anything committed above the leader's end).
+                self.high_watermark.reset(hw.0);
+            }
+            return Ok(ErrorCode::None);
+        }
+        if !answer.records.is_empty() {
+            self.log.append_as_follower(&answer.records)?;
+        }
+        if answer.log_start_offset > self.log.log_start_offset() {
+            self.log.set_log_start_offset(answer.log_start_offset.min(self.log.log_end_offset()))?;
+        }
+        // HW = min(leader HW, own LEO).
+        let hw = answer.high_watermark.min(self.log.log_end_offset());
+        if hw.0 > self.high_watermark.get() {
+            self.publish_high_watermark(hw);
+        }
+        Ok(ErrorCode::None)
+    }
+
+    /// Reads committed (or, on a leader, uncommitted) data.
+    pub(crate) fn read(&self, from: Offset, bytes_max: usize, committed: bool) -> Result<Bytes> {
+        if committed {
+            let hw = self.high_watermark();
+            let read = self.log.read_up_to(from, bytes_max, hw)?;
+            Ok(read.into_bytes())
+        } else {
+            let role = self.role.read();
+            if role.role != Role::Leader {
+                return Err(self.not_leader(&role));
+            }
+            drop(role);
+            Ok(self.log.read(from, bytes_max)?.into_bytes())
+        }
+    }
+
+    /// Waits until the high watermark is above `offset`.
+    pub(crate) fn wait_for_high_watermark_above(&self, offset: Offset, deadline: Instant) -> Option<Offset> {
+        loop {
+            match self.high_watermark.wait_at_least(offset.0 + 1, deadline, self.config.spin_before_park) {
+                WaitOutcome::Reached(hw) => return Some(Offset(hw)),
+                WaitOutcome::TimedOut => return None,
+                // A role change: the watch reopens at once; wait again.
+                WaitOutcome::Closed => {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// The epoch-end query answer for a peer (SPEC 3.6 explicit request).
+    pub(crate) fn epoch_end_offset(&self, current_leader_epoch: LeaderEpoch, epoch: LeaderEpoch) -> (ErrorCode, Option<EpochEndOffset>) {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return (ErrorCode::NotLeader, None);
+        }
+        if current_leader_epoch < role.leader_epoch {
+            return (ErrorCode::FencedLeaderEpoch, None);
+        }
+        if current_leader_epoch > role.leader_epoch {
+            return (ErrorCode::UnknownLeaderEpoch, None);
+        }
+        (ErrorCode::None, self.log.end_offset_for_epoch(epoch))
+    }
+}

@@ -10,12 +10,20 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod coordinator;
 mod error;
 mod record;
 mod sync;
 mod types;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use coordinator::{
+    assign_replicas, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
+    LogUpdate, MemoryCoordinator,
+};
 pub use error::{Error, Result};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,

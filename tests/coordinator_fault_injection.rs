@@ -73,18 +73,25 @@ fn unavailable_coordinator_refuses_every_call_and_changes_nothing() {
     assert!(outcome.is_applied());
 }
 
-/// A node cut off with the coordinator cannot heartbeat, so its session
-/// runs out meanwhile, as a ZooKeeper session would.
+/// Nodes cut off from the coordinator cannot heartbeat, so their sessions
+/// run out meanwhile, as ZooKeeper sessions would; what they missed hearing
+/// is summed up by one `Resync` once the coordinator is back.
 #[test]
 fn sessions_expire_while_the_coordinator_is_unreachable() {
     let (coordinator, clock) = manual();
     coordinator
         .register_node(NodeId(1), Duration::from_secs(6))
         .unwrap();
+    let events = coordinator.subscribe(NodeId(2)).unwrap();
+    queued(&events);
     coordinator.set_unavailable(true);
     clock.advance(Duration::from_secs(7));
     assert_unavailable("heartbeat", coordinator.heartbeat(NodeId(1)));
+    coordinator.tick();
+    assert!(queued(&events).is_empty(), "events are withheld meanwhile");
     coordinator.set_unavailable(false);
+    coordinator.tick();
+    assert_eq!(queued(&events), vec![CoordinatorEvent::Resync]);
     assert!(coordinator.live_nodes().unwrap().is_empty());
     assert!(coordinator.heartbeat(NodeId(1)).is_err());
 }
@@ -208,5 +215,71 @@ fn resync_arrives_once_there_is_room_without_new_events() {
         coordinator.subscriber_count(),
         0,
         "a dropped receiver is forgotten at the next event"
+    );
+}
+
+/// SPEC 3.7, seen from the coordinator: the leader of a log is cut off from
+/// the coordinator alone. It can change nothing, its session runs out, the
+/// others elect a replacement; once back, it is told to re-read (`Resync`)
+/// and finds itself deposed, its old compare-and-set key now stale.
+#[test]
+fn cut_off_leader_cannot_change_the_isr_while_the_others_elect_a_replacement() {
+    let (coordinator, clock) = manual();
+    let (n1, n2, n3) = (NodeId(1), NodeId(2), NodeId(3));
+    let [view1, view2, view3] = [n1, n2, n3].map(|node| coordinator.for_node(node));
+    let session = Duration::from_secs(6);
+    for (view, node) in [(&view1, n1), (&view2, n2), (&view3, n3)] {
+        view.register_node(node, session).unwrap();
+    }
+    let initial = view2.create_log(LogId(1), vec![n1, n2, n3]).unwrap();
+    let events1 = view1.subscribe(n1).unwrap();
+    let events2 = view2.subscribe(n2).unwrap();
+    queued(&events1);
+    queued(&events2);
+
+    coordinator.set_node_unavailable(n1, true);
+    let shrink = LogUpdate::in_sync_replicas(&initial, vec![n1]);
+    assert_unavailable(
+        "the cut-off leader's ISR shrink",
+        view1.compare_and_set(LogId(1), LeaderEpoch(0), 0, shrink.clone()),
+    );
+    assert_unavailable("the cut-off leader's heartbeat", view1.heartbeat(n1));
+    assert_eq!(view2.log_state(LogId(1)).unwrap(), Some(initial.clone()));
+
+    for _ in 0..2 {
+        clock.advance(Duration::from_secs(4));
+        view2.heartbeat(n2).unwrap();
+        view3.heartbeat(n3).unwrap();
+    }
+    coordinator.tick();
+    assert_eq!(view2.live_nodes().unwrap(), vec![n2, n3]);
+    let replacement = LogUpdate {
+        leader: Some(n2),
+        leader_epoch: LeaderEpoch(1),
+        in_sync_replicas: vec![n2, n3],
+    };
+    let elected = match view2
+        .compare_and_set(LogId(1), LeaderEpoch(0), 0, replacement)
+        .unwrap()
+    {
+        CasOutcome::Applied(state) => state,
+        CasOutcome::Stale(state) => panic!("nobody else wrote, got Stale({state:?})"),
+    };
+    assert!(queued(&events2).contains(&CoordinatorEvent::LogChanged(elected.clone())));
+    assert!(queued(&events1).is_empty(), "a cut-off node hears nothing");
+
+    coordinator.set_node_unavailable(n1, false);
+    coordinator.tick();
+    assert_eq!(queued(&events1), vec![CoordinatorEvent::Resync]);
+    assert_eq!(view1.log_state(LogId(1)).unwrap(), Some(elected.clone()));
+    assert_eq!(
+        view1
+            .compare_and_set(LogId(1), LeaderEpoch(0), 0, shrink)
+            .unwrap(),
+        CasOutcome::Stale(elected)
+    );
+    assert!(
+        view1.heartbeat(n1).is_err(),
+        "its session expired meanwhile"
     );
 }

@@ -10,7 +10,7 @@
 //! noticed, and announced, when nobody calls in (ZooKeeper's ephemeral nodes
 //! vanish on their own too).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::sync::{Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
 
 /// Default capacity of each subscriber's event queue.
@@ -39,10 +39,15 @@ const RESYNC_RETRY_INTERVAL: Duration = Duration::from_millis(5);
 const REAPER_INTERVAL_DIVISOR: u32 = 10;
 
 /// An in-process coordinator. Cloning shares it: give every node of the
-/// process a clone. When the last clone is dropped, its expiry thread stops.
+/// process a clone, preferably its own [`MemoryCoordinator::for_node`] view
+/// so that tests can cut that node off alone. When the last clone is
+/// dropped, its expiry thread stops.
 #[derive(Clone, Debug)]
 pub struct MemoryCoordinator {
     handle: Arc<Handle>,
+    /// The node calling through this clone, if it is a per-node view: its
+    /// calls fail while that node is cut off.
+    caller: Option<NodeId>,
 }
 
 /// Owns the expiry thread. The thread holds only `Arc<Shared>`, never a
@@ -57,8 +62,6 @@ struct Handle {
 #[derive(Debug)]
 struct Shared {
     clock: Arc<dyn Clock>,
-    /// Fault injection: every call fails while set.
-    unavailable: AtomicBool,
     state: Mutex<State>,
     /// Wakes the expiry thread early: on shutdown, when a shorter session
     /// appears, or when a `Resync` is owed.
@@ -76,6 +79,11 @@ struct State {
     controller_epoch: ControllerEpoch,
     next_producer_id: i64,
     subscribers: Vec<Subscriber>,
+    /// Fault injection: every call fails while set.
+    unavailable: bool,
+    /// Fault injection: calls through these nodes' views fail, and events
+    /// for their subscribers are withheld (to be replaced by a `Resync`).
+    unreachable_nodes: BTreeSet<NodeId>,
     /// Set by whatever wants the expiry thread to re-plan before its next
     /// wake-up; cleared when the thread is woken.
     reaper_wake_wanted: bool,
@@ -113,7 +121,6 @@ impl MemoryCoordinator {
     ) -> MemoryCoordinator {
         let shared = Arc::new(Shared {
             clock,
-            unavailable: AtomicBool::new(false),
             state: Mutex::new(State {
                 logs: BTreeMap::new(),
                 sessions: BTreeMap::new(),
@@ -121,6 +128,8 @@ impl MemoryCoordinator {
                 controller_epoch: ControllerEpoch::default(),
                 next_producer_id: 0,
                 subscribers: Vec::new(),
+                unavailable: false,
+                unreachable_nodes: BTreeSet::new(),
                 reaper_wake_wanted: false,
                 stopped: false,
             }),
@@ -142,6 +151,17 @@ impl MemoryCoordinator {
         };
         MemoryCoordinator {
             handle: Arc::new(Handle { shared, reaper }),
+            caller: None,
+        }
+    }
+
+    /// A view of this coordinator for `node`'s own calls: the same service,
+    /// except that its calls fail while `node` is cut off by
+    /// [`MemoryCoordinator::set_node_unavailable`].
+    pub fn for_node(&self, node: NodeId) -> MemoryCoordinator {
+        MemoryCoordinator {
+            handle: Arc::clone(&self.handle),
+            caller: Some(node),
         }
     }
 
@@ -169,14 +189,36 @@ impl MemoryCoordinator {
     }
 
     /// Fault injection: while `true`, every [`Coordinator`] call fails with
-    /// `Error::Coordinator { reason: "unavailable" }` and changes nothing.
-    /// Sessions keep expiring meanwhile, as they would on a ZooKeeper
-    /// ensemble its clients cannot reach (their heartbeats fail).
+    /// `Error::Coordinator { reason: "unavailable" }` and changes nothing,
+    /// and events are withheld; each subscriber that missed one gets a
+    /// `Resync` once the coordinator is back. Sessions keep expiring
+    /// meanwhile, as they would on a ZooKeeper ensemble its clients cannot
+    /// reach (their heartbeats fail).
     pub fn set_unavailable(&self, unavailable: bool) {
-        self.handle
-            .shared
-            .unavailable
-            .store(unavailable, Ordering::SeqCst);
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        state.unavailable = unavailable;
+        state.reaper_wake_wanted = true;
+        shared.finish(state);
+    }
+
+    /// Fault injection: cuts `node` off from the coordinator (or reconnects
+    /// it). While cut off, calls through its [`MemoryCoordinator::for_node`]
+    /// views fail as with [`MemoryCoordinator::set_unavailable`], its
+    /// heartbeats therefore stop and its session expires, and events for its
+    /// subscribers are withheld until it is back (then it gets a `Resync`).
+    /// Everyone else carries on: this is a leader partitioned away from
+    /// ZooKeeper while the controller elects a replacement (SPEC 3.7).
+    pub fn set_node_unavailable(&self, node: NodeId, unavailable: bool) {
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        if unavailable {
+            state.unreachable_nodes.insert(node);
+        } else {
+            state.unreachable_nodes.remove(&node);
+        }
+        state.reaper_wake_wanted = true;
+        shared.finish(state);
     }
 
     /// The number of receivers still subscribed (dropped receivers are
@@ -186,20 +228,21 @@ impl MemoryCoordinator {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, State>> {
-        self.handle.shared.lock()
+        self.handle.shared.lock(self.caller)
     }
 }
 
 impl Shared {
     /// The state, with expired sessions already ended, or the unavailable
-    /// error.
-    fn lock(&self) -> Result<MutexGuard<'_, State>> {
-        if self.unavailable.load(Ordering::SeqCst) {
+    /// error if the service or the calling node is cut off.
+    fn lock(&self, caller: Option<NodeId>) -> Result<MutexGuard<'_, State>> {
+        let mut state = self.state.lock();
+        let cut_off = caller.is_some_and(|node| state.unreachable_nodes.contains(&node));
+        if state.unavailable || cut_off {
             return Err(Error::Coordinator {
                 reason: "unavailable".to_owned(),
             });
         }
-        let mut state = self.state.lock();
         state.expire_sessions(self.clock.now());
         Ok(state)
     }
@@ -296,8 +339,15 @@ impl State {
     /// were made.
     fn notify(&mut self, wants: impl Fn(NodeId) -> bool, event: CoordinatorEvent) {
         let mut dropped = false;
+        let unavailable = self.unavailable;
+        let unreachable_nodes = &self.unreachable_nodes;
         self.subscribers.retain_mut(|subscriber| {
             if !wants(subscriber.node) {
+                return true;
+            }
+            if unavailable || unreachable_nodes.contains(&subscriber.node) {
+                // A node cut off hears nothing; it re-reads once back.
+                subscriber.missed_events = true;
                 return true;
             }
             if subscriber.missed_events {
@@ -323,10 +373,15 @@ impl State {
         }
     }
 
-    /// Hands owed `Resync` events to subscribers whose queues have room.
+    /// Hands owed `Resync` events to reachable subscribers whose queues
+    /// have room.
     fn flush_resyncs(&mut self) {
+        if self.unavailable {
+            return;
+        }
+        let unreachable_nodes = &self.unreachable_nodes;
         self.subscribers.retain_mut(|subscriber| {
-            if !subscriber.missed_events {
+            if !subscriber.missed_events || unreachable_nodes.contains(&subscriber.node) {
                 return true;
             }
             match subscriber.sender.try_send(CoordinatorEvent::Resync) {
@@ -343,7 +398,11 @@ impl State {
     /// How long the expiry thread may sleep: a fraction of the shortest
     /// session timeout, shorter while a `Resync` is owed.
     fn reaper_interval(&self) -> Duration {
-        if self.subscribers.iter().any(|s| s.missed_events) {
+        let resync_owed = !self.unavailable
+            && self.subscribers.iter().any(|subscriber| {
+                subscriber.missed_events && !self.unreachable_nodes.contains(&subscriber.node)
+            });
+        if resync_owed {
             return RESYNC_RETRY_INTERVAL;
         }
         self.sessions

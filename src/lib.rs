@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod coordinator;
 mod error;
 mod record;
 mod storage;
@@ -20,6 +21,10 @@ pub mod transport;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use coordinator::{
+    assign_replicas, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
+    LogUpdate, MemoryCoordinator,
+};
 pub use error::{Error, Result};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,

@@ -17,7 +17,7 @@ use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 
 /// How a wait on a [`Watch`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WaitOutcome {
+pub enum WaitOutcome {
     /// The value reached the target; carries the value seen.
     Reached(u64),
     /// The watch was closed (for a high watermark: the replica stopped
@@ -29,7 +29,7 @@ pub(crate) enum WaitOutcome {
 
 /// A published, monotonically increasing value with blocking waits.
 #[derive(Debug)]
-pub(crate) struct Watch {
+pub struct Watch {
     value: AtomicU64,
     closed: AtomicBool,
     /// Number of threads parked (or about to park) on `changed`.
@@ -40,7 +40,7 @@ pub(crate) struct Watch {
 
 impl Watch {
     /// A watch starting at `value`, open.
-    pub(crate) fn new(value: u64) -> Watch {
+    pub fn new(value: u64) -> Watch {
         Watch {
             value: AtomicU64::new(value),
             closed: AtomicBool::new(false),
@@ -52,14 +52,24 @@ impl Watch {
 
     /// The current value.
     #[inline]
-    pub(crate) fn get(&self) -> u64 {
+    pub fn get(&self) -> u64 {
         self.value.load(Ordering::SeqCst)
     }
 
     /// Raises the value to `value` (never lowers it) and wakes the waiters
     /// it satisfies. Returns the value after the call.
-    pub(crate) fn publish(&self, value: u64) -> u64 {
-        let previous = self.value.fetch_max(value, Ordering::SeqCst);
+    pub fn publish(&self, value: u64) -> u64 {
+        // A compare-exchange loop rather than `fetch_max`, which loom lacks.
+        let mut previous = self.value.load(Ordering::SeqCst);
+        while previous < value {
+            match self
+                .value
+                .compare_exchange_weak(previous, value, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break,
+                Err(actual) => previous = actual,
+            }
+        }
         if value > previous {
             self.wake_parked();
         }
@@ -67,7 +77,7 @@ impl Watch {
     }
 
     /// Adds one to the value (used as an event counter) and wakes waiters.
-    pub(crate) fn bump(&self) {
+    pub fn bump(&self) {
         self.value.fetch_add(1, Ordering::SeqCst);
         self.wake_parked();
     }
@@ -75,7 +85,7 @@ impl Watch {
     /// Resets the value, possibly lowering it, and reopens the watch. Used
     /// when a replica takes a new role: waiters from the old role were
     /// already released by [`close`](Self::close).
-    pub(crate) fn reset(&self, value: u64) {
+    pub fn reset(&self, value: u64) {
         let _guard = self.lock.lock();
         self.value.store(value, Ordering::SeqCst);
         self.closed.store(false, Ordering::SeqCst);
@@ -83,13 +93,13 @@ impl Watch {
 
     /// Closes the watch: every current and future waiter gets `Closed`
     /// until [`reset`](Self::reset).
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.wake_parked();
     }
 
     /// Whether the watch is closed.
-    pub(crate) fn is_closed(&self) -> bool {
+    pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
 
@@ -118,7 +128,7 @@ impl Watch {
 
     /// Waits until the value is at least `target`, the watch closes, or
     /// `deadline` passes. Spins for up to `spin` first.
-    pub(crate) fn wait_at_least(&self, target: u64, deadline: Instant, spin: Duration) -> WaitOutcome {
+    pub fn wait_at_least(&self, target: u64, deadline: Instant, spin: Duration) -> WaitOutcome {
         if let Some(outcome) = self.check(target) {
             return outcome;
         }

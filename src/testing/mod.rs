@@ -6,6 +6,7 @@
 //! This module owns nothing the library needs at run time; nothing outside
 //! `#[cfg(test)]` code may depend on it.
 
+pub mod coordinator_suite;
 pub mod transport_suite;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,673 @@
+//! [`MemoryCoordinator`]: a [`Coordinator`] held in one process's memory and
+//! shared by all the nodes of that process (tests, simulations, a
+//! single-process deployment). It owns the metadata, the sessions with their
+//! expiry thread, the controller seat and the event queues; it does not
+//! persist anything, so it dies with the process.
+//!
+//! Every call first expires the sessions whose timeout has passed on the
+//! injected [`Clock`], so answers are consistent with the clock even between
+//! two passes of the expiry thread; the thread exists so that an expiry is
+//! noticed, and announced, when nobody calls in (ZooKeeper's ephemeral nodes
+//! vanish on their own too).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
+use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+
+/// Default capacity of each subscriber's event queue.
+const SUBSCRIBER_EVENTS_MAX: usize = 1024;
+
+/// The expiry thread checks at least this often, so a session timeout far
+/// longer than real time (a [`crate::ManualClock`] moved by hours) is still
+/// noticed promptly once the clock has moved.
+const REAPER_INTERVAL_MAX: Duration = Duration::from_millis(100);
+/// The expiry thread never spins faster than this.
+const REAPER_INTERVAL_MIN: Duration = Duration::from_millis(1);
+/// How often the expiry thread retries handing a `Resync` to a subscriber
+/// whose queue was full.
+const RESYNC_RETRY_INTERVAL: Duration = Duration::from_millis(5);
+/// The check interval is this fraction of the shortest session timeout, so
+/// an expiry is announced within a tenth of a timeout of happening.
+const REAPER_INTERVAL_DIVISOR: u32 = 10;
+
+/// An in-process coordinator. Cloning shares it: give every node of the
+/// process a clone, preferably its own [`MemoryCoordinator::for_node`] view
+/// so that tests can cut that node off alone. When the last clone is
+/// dropped, its expiry thread stops.
+#[derive(Clone, Debug)]
+pub struct MemoryCoordinator {
+    handle: Arc<Handle>,
+    /// The node calling through this clone, if it is a per-node view: its
+    /// calls fail while that node is cut off.
+    caller: Option<NodeId>,
+}
+
+/// Owns the expiry thread. The thread holds only `Arc<Shared>`, never a
+/// `Handle`, so dropping the last `MemoryCoordinator` drops the `Handle`,
+/// which stops and joins the thread (never from the thread itself).
+#[derive(Debug)]
+struct Handle {
+    shared: Arc<Shared>,
+    reaper: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    /// Wakes the expiry thread early: on shutdown, when a shorter session
+    /// appears, or when a `Resync` is owed.
+    reaper_wake: Condvar,
+    subscriber_events_max: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    logs: BTreeMap<LogId, LogState>,
+    sessions: BTreeMap<NodeId, Session>,
+    /// Invariant: the controller, if any, has a session.
+    controller: Option<NodeId>,
+    /// The epoch of the last controller elected (0 before the first).
+    controller_epoch: ControllerEpoch,
+    next_producer_id: i64,
+    subscribers: Vec<Subscriber>,
+    /// Fault injection: every call fails while set.
+    unavailable: bool,
+    /// Fault injection: calls through these nodes' views fail, and events
+    /// for their subscribers are withheld (to be replaced by a `Resync`).
+    unreachable_nodes: BTreeSet<NodeId>,
+    /// Set by whatever wants the expiry thread to re-plan before its next
+    /// wake-up; cleared when the thread is woken.
+    reaper_wake_wanted: bool,
+    /// Set once, when the last clone is dropped.
+    stopped: bool,
+}
+
+#[derive(Debug)]
+struct Session {
+    session_timeout: Duration,
+    last_heartbeat: Instant,
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    node: NodeId,
+    sender: Sender<CoordinatorEvent>,
+    /// An event was dropped because the queue was full and the subscriber
+    /// has not yet been sent the `Resync` that says so.
+    missed_events: bool,
+}
+
+impl MemoryCoordinator {
+    /// A coordinator reading time from `clock`, with event queues of 1024
+    /// events.
+    pub fn new(clock: Arc<dyn Clock>) -> MemoryCoordinator {
+        MemoryCoordinator::with_subscriber_events_max(clock, SUBSCRIBER_EVENTS_MAX)
+    }
+
+    /// A coordinator whose subscribers' queues hold `subscriber_events_max`
+    /// events (at least 1) before further events are replaced by a `Resync`.
+    pub fn with_subscriber_events_max(
+        clock: Arc<dyn Clock>,
+        subscriber_events_max: usize,
+    ) -> MemoryCoordinator {
+        let shared = Arc::new(Shared {
+            clock,
+            state: Mutex::new(State {
+                logs: BTreeMap::new(),
+                sessions: BTreeMap::new(),
+                controller: None,
+                controller_epoch: ControllerEpoch::default(),
+                next_producer_id: 0,
+                subscribers: Vec::new(),
+                unavailable: false,
+                unreachable_nodes: BTreeSet::new(),
+                reaper_wake_wanted: false,
+                stopped: false,
+            }),
+            reaper_wake: Condvar::new(),
+            subscriber_events_max: subscriber_events_max.max(1),
+        });
+        let for_thread = Arc::clone(&shared);
+        let reaper = std::thread::Builder::new()
+            .name("isrlog-coordinator-reaper".to_owned())
+            .spawn(move || run_reaper(&for_thread));
+        let reaper = match reaper {
+            Ok(join) => Some(join),
+            Err(error) => {
+                // Every call still expires sessions lazily and `tick` works;
+                // only the unprompted announcement of an expiry is lost.
+                tracing::warn!(%error, "cannot start the coordinator's session expiry thread");
+                None
+            }
+        };
+        MemoryCoordinator {
+            handle: Arc::new(Handle { shared, reaper }),
+            caller: None,
+        }
+    }
+
+    /// A view of this coordinator for `node`'s own calls: the same service,
+    /// except that its calls fail while `node` is cut off by
+    /// [`MemoryCoordinator::set_node_unavailable`].
+    pub fn for_node(&self, node: NodeId) -> MemoryCoordinator {
+        MemoryCoordinator {
+            handle: Arc::clone(&self.handle),
+            caller: Some(node),
+        }
+    }
+
+    /// Expires every session whose timeout has passed on the clock and
+    /// retries owed `Resync` events, now, on the calling thread. Tests that
+    /// move a [`crate::ManualClock`] call this to make expiry deterministic
+    /// instead of waiting for the expiry thread.
+    pub fn tick(&self) {
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        state.expire_sessions(shared.clock.now());
+        state.flush_resyncs();
+    }
+
+    /// Ends `node`'s session at once, as when ZooKeeper notices a crashed
+    /// node: it leaves the live set (announced with `NodesChanged`) and
+    /// loses the controller seat. Works while the coordinator is
+    /// unavailable, since it models the node, not the service.
+    pub fn fail_node(&self, node: NodeId) {
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        state.expire_sessions(shared.clock.now());
+        state.end_sessions(&[node]);
+        shared.finish(state);
+    }
+
+    /// Fault injection: while `true`, every [`Coordinator`] call fails with
+    /// `Error::Coordinator { reason: "unavailable" }` and changes nothing,
+    /// and events are withheld; each subscriber that missed one gets a
+    /// `Resync` once the coordinator is back. Sessions keep expiring
+    /// meanwhile, as they would on a ZooKeeper ensemble its clients cannot
+    /// reach (their heartbeats fail).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        state.unavailable = unavailable;
+        state.reaper_wake_wanted = true;
+        shared.finish(state);
+    }
+
+    /// Fault injection: cuts `node` off from the coordinator (or reconnects
+    /// it). While cut off, calls through its [`MemoryCoordinator::for_node`]
+    /// views fail as with [`MemoryCoordinator::set_unavailable`], its
+    /// heartbeats therefore stop and its session expires, and events for its
+    /// subscribers are withheld until it is back (then it gets a `Resync`).
+    /// Everyone else carries on: this is a leader partitioned away from
+    /// ZooKeeper while the controller elects a replacement (SPEC 3.7).
+    pub fn set_node_unavailable(&self, node: NodeId, unavailable: bool) {
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        if unavailable {
+            state.unreachable_nodes.insert(node);
+        } else {
+            state.unreachable_nodes.remove(&node);
+        }
+        state.reaper_wake_wanted = true;
+        shared.finish(state);
+    }
+
+    /// The number of receivers still subscribed (dropped receivers are
+    /// forgotten at the next event sent to them).
+    pub fn subscriber_count(&self) -> usize {
+        self.handle.shared.state.lock().subscribers.len()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.handle.shared.lock(self.caller)
+    }
+}
+
+impl Shared {
+    /// The state, with expired sessions already ended, or the unavailable
+    /// error if the service or the calling node is cut off.
+    fn lock(&self, caller: Option<NodeId>) -> Result<MutexGuard<'_, State>> {
+        let mut state = self.state.lock();
+        let cut_off = caller.is_some_and(|node| state.unreachable_nodes.contains(&node));
+        if state.unavailable || cut_off {
+            return Err(Error::Coordinator {
+                reason: "unavailable".to_owned(),
+            });
+        }
+        state.expire_sessions(self.clock.now());
+        Ok(state)
+    }
+
+    /// Releases the state, waking the expiry thread if it must re-plan.
+    fn finish(&self, mut state: MutexGuard<'_, State>) {
+        if std::mem::take(&mut state.reaper_wake_wanted) {
+            self.reaper_wake.notify_one();
+        }
+        debug_assert!({
+            state.check_invariants();
+            true
+        });
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.state.lock().stopped = true;
+        self.shared.reaper_wake.notify_all();
+        if let Some(reaper) = self.reaper.take() {
+            if reaper.join().is_err() {
+                tracing::warn!("the coordinator's session expiry thread panicked");
+            }
+        }
+    }
+}
+
+fn run_reaper(shared: &Shared) {
+    let mut state = shared.state.lock();
+    while !state.stopped {
+        state.expire_sessions(shared.clock.now());
+        state.flush_resyncs();
+        state.reaper_wake_wanted = false;
+        let interval = state.reaper_interval();
+        shared.reaper_wake.wait_for(&mut state, interval);
+    }
+}
+
+impl State {
+    /// Ends every session not heartbeated within its timeout.
+    fn expire_sessions(&mut self, now: Instant) {
+        let expired: Vec<NodeId> = self
+            .sessions
+            .iter()
+            .filter(|(_, session)| {
+                now.saturating_duration_since(session.last_heartbeat) > session.session_timeout
+            })
+            .map(|(node, _)| *node)
+            .collect();
+        if !expired.is_empty() {
+            tracing::info!(nodes = ?expired, "coordinator sessions expired");
+            self.end_sessions(&expired);
+        }
+    }
+
+    /// Removes the sessions of `nodes` (those that have one), frees the
+    /// controller seat if its holder is among them, and announces both.
+    fn end_sessions(&mut self, nodes: &[NodeId]) {
+        let ended: Vec<NodeId> = nodes
+            .iter()
+            .copied()
+            .filter(|node| self.sessions.remove(node).is_some())
+            .collect();
+        if ended.is_empty() {
+            return;
+        }
+        let live = self.live_nodes();
+        self.notify_all(CoordinatorEvent::NodesChanged { live });
+        if let Some(controller) = self.controller {
+            if ended.contains(&controller) {
+                self.controller = None;
+                tracing::info!(%controller, epoch = %self.controller_epoch, "controller seat released");
+                self.notify_all(CoordinatorEvent::ControllerChanged {
+                    controller: None,
+                    epoch: self.controller_epoch,
+                });
+            }
+        }
+    }
+
+    fn live_nodes(&self) -> Vec<NodeId> {
+        self.sessions.keys().copied().collect()
+    }
+
+    fn notify_all(&mut self, event: CoordinatorEvent) {
+        self.notify(|_| true, event);
+    }
+
+    /// Sends `event` to every subscriber whose node `wants` it, without
+    /// blocking: a full queue loses the event and owes its subscriber a
+    /// `Resync`. Sending happens under the state lock, which `try_send`
+    /// never blocks, so every receiver sees events in the order the changes
+    /// were made.
+    fn notify(&mut self, wants: impl Fn(NodeId) -> bool, event: CoordinatorEvent) {
+        let mut dropped = false;
+        let unavailable = self.unavailable;
+        let unreachable_nodes = &self.unreachable_nodes;
+        self.subscribers.retain_mut(|subscriber| {
+            if !wants(subscriber.node) {
+                return true;
+            }
+            if unavailable || unreachable_nodes.contains(&subscriber.node) {
+                // A node cut off hears nothing; it re-reads once back.
+                subscriber.missed_events = true;
+                return true;
+            }
+            if subscriber.missed_events {
+                match subscriber.sender.try_send(CoordinatorEvent::Resync) {
+                    Ok(()) => subscriber.missed_events = false,
+                    // The owed Resync already covers this event.
+                    Err(TrySendError::Full(_)) => return true,
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+            match subscriber.sender.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    subscriber.missed_events = true;
+                    dropped = true;
+                    true
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            }
+        });
+        if dropped {
+            self.reaper_wake_wanted = true;
+        }
+    }
+
+    /// Hands owed `Resync` events to reachable subscribers whose queues
+    /// have room.
+    fn flush_resyncs(&mut self) {
+        if self.unavailable {
+            return;
+        }
+        let unreachable_nodes = &self.unreachable_nodes;
+        self.subscribers.retain_mut(|subscriber| {
+            if !subscriber.missed_events || unreachable_nodes.contains(&subscriber.node) {
+                return true;
+            }
+            match subscriber.sender.try_send(CoordinatorEvent::Resync) {
+                Ok(()) => {
+                    subscriber.missed_events = false;
+                    true
+                }
+                Err(TrySendError::Full(_)) => true,
+                Err(TrySendError::Disconnected(_)) => false,
+            }
+        });
+    }
+
+    /// How long the expiry thread may sleep: a fraction of the shortest
+    /// session timeout, shorter while a `Resync` is owed.
+    fn reaper_interval(&self) -> Duration {
+        let resync_owed = !self.unavailable
+            && self.subscribers.iter().any(|subscriber| {
+                subscriber.missed_events && !self.unreachable_nodes.contains(&subscriber.node)
+            });
+        if resync_owed {
+            return RESYNC_RETRY_INTERVAL;
+        }
+        self.sessions
+            .values()
+            .map(|session| session.session_timeout / REAPER_INTERVAL_DIVISOR)
+            .min()
+            .unwrap_or(REAPER_INTERVAL_MAX)
+            .clamp(REAPER_INTERVAL_MIN, REAPER_INTERVAL_MAX)
+    }
+
+    fn check_invariants(&self) {
+        for (log, state) in &self.logs {
+            assert_eq!(*log, state.log, "log stored under the wrong id");
+            state.check_invariants();
+        }
+        if let Some(controller) = self.controller {
+            assert!(
+                self.sessions.contains_key(&controller),
+                "controller {controller} has no session"
+            );
+            assert!(
+                self.controller_epoch > ControllerEpoch::default(),
+                "a controller sits with epoch 0"
+            );
+        }
+    }
+}
+
+impl Coordinator for MemoryCoordinator {
+    fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState> {
+        let mut state = self.lock()?;
+        if state.logs.contains_key(&log) {
+            return Err(Error::Coordinator {
+                reason: format!("cannot create {log}: it already exists"),
+            });
+        }
+        let created = LogState::initial(log, replicas)?;
+        state.logs.insert(log, created.clone());
+        let hosts = created.replicas.clone();
+        state.notify(
+            |node| hosts.contains(&node),
+            CoordinatorEvent::LogChanged(created.clone()),
+        );
+        self.handle.shared.finish(state);
+        Ok(created)
+    }
+
+    fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
+        Ok(self.lock()?.logs.get(&log).cloned())
+    }
+
+    fn logs(&self) -> Result<Vec<LogState>> {
+        Ok(self.lock()?.logs.values().cloned().collect())
+    }
+
+    /// The epoch and version are compared first: an update built from a
+    /// stale read is answered `Stale`, whatever it contains, because the
+    /// caller must re-read before its update can even be judged.
+    fn compare_and_set(
+        &self,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        let mut state = self.lock()?;
+        let current = state.logs.get(&log).ok_or(Error::UnknownLog(log))?;
+        if current.leader_epoch != expected_epoch || current.version != expected_version {
+            return Ok(CasOutcome::Stale(current.clone()));
+        }
+        current.validate_update(&update)?;
+        let next = current.with_update(update);
+        tracing::debug!(%log, leader = ?next.leader, epoch = %next.leader_epoch,
+            isr = ?next.in_sync_replicas, version = next.version, "coordinator log state updated");
+        state.logs.insert(log, next.clone());
+        let hosts = next.replicas.clone();
+        state.notify(
+            |node| hosts.contains(&node),
+            CoordinatorEvent::LogChanged(next.clone()),
+        );
+        self.handle.shared.finish(state);
+        Ok(CasOutcome::Applied(next))
+    }
+
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+        if session_timeout.is_zero() {
+            return Err(Error::InvalidConfig {
+                field: "session_timeout",
+                value: format!("{session_timeout:?}"),
+                reason: "a session must last longer than zero",
+            });
+        }
+        let mut state = self.lock()?;
+        let now = self.handle.shared.clock.now();
+        let fresh = state
+            .sessions
+            .insert(
+                node,
+                Session {
+                    session_timeout,
+                    last_heartbeat: now,
+                },
+            )
+            .is_none();
+        if fresh {
+            let live = state.live_nodes();
+            state.notify_all(CoordinatorEvent::NodesChanged { live });
+        }
+        // The new timeout may be the shortest: let the thread re-plan.
+        state.reaper_wake_wanted = true;
+        self.handle.shared.finish(state);
+        Ok(())
+    }
+
+    fn heartbeat(&self, node: NodeId) -> Result<()> {
+        let mut state = self.lock()?;
+        let now = self.handle.shared.clock.now();
+        match state.sessions.get_mut(&node) {
+            Some(session) => {
+                session.last_heartbeat = now;
+                Ok(())
+            }
+            None => Err(Error::Coordinator {
+                reason: format!("{node} has no live session (it expired or was never opened)"),
+            }),
+        }
+    }
+
+    fn unregister_node(&self, node: NodeId) -> Result<()> {
+        let mut state = self.lock()?;
+        state.end_sessions(&[node]);
+        self.handle.shared.finish(state);
+        Ok(())
+    }
+
+    fn live_nodes(&self) -> Result<Vec<NodeId>> {
+        Ok(self.lock()?.live_nodes())
+    }
+
+    fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
+        let mut state = self.lock()?;
+        let (sender, receiver) =
+            crossbeam_channel::bounded(self.handle.shared.subscriber_events_max);
+        state.subscribers.push(Subscriber {
+            node,
+            sender,
+            missed_events: false,
+        });
+        Ok(receiver)
+    }
+
+    fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
+        let mut state = self.lock()?;
+        if !state.sessions.contains_key(&node) {
+            return Err(Error::Coordinator {
+                reason: format!("{node} cannot become controller: it has no live session"),
+            });
+        }
+        // Expired holders were removed by `lock`, so a holder is live.
+        match state.controller {
+            Some(holder) if holder == node => Ok(Some(state.controller_epoch)),
+            Some(_) => Ok(None),
+            None => {
+                let epoch = state.controller_epoch.next();
+                state.controller_epoch = epoch;
+                state.controller = Some(node);
+                tracing::info!(controller = %node, %epoch, "controller elected");
+                state.notify_all(CoordinatorEvent::ControllerChanged {
+                    controller: Some(node),
+                    epoch,
+                });
+                self.handle.shared.finish(state);
+                Ok(Some(epoch))
+            }
+        }
+    }
+
+    fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>> {
+        let state = self.lock()?;
+        Ok(state
+            .controller
+            .map(|controller| (controller, state.controller_epoch)))
+    }
+
+    fn allocate_producer_id(&self) -> Result<ProducerId> {
+        let mut state = self.lock()?;
+        let id = ProducerId(state.next_producer_id);
+        state.next_producer_id =
+            state
+                .next_producer_id
+                .checked_add(1)
+                .ok_or_else(|| Error::Coordinator {
+                    reason: "producer ids exhausted".to_owned(),
+                })?;
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, SystemClock};
+
+    fn manual() -> (MemoryCoordinator, ManualClock) {
+        let clock = ManualClock::default();
+        (MemoryCoordinator::new(Arc::new(clock.clone())), clock)
+    }
+
+    #[test]
+    fn expiry_thread_exits_when_the_last_clone_is_dropped() {
+        let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
+        let other = coordinator.clone();
+        let shared = Arc::clone(&coordinator.handle.shared);
+        drop(coordinator);
+        assert!(
+            !shared.state.lock().stopped,
+            "a clone is still alive, the thread must run"
+        );
+        drop(other);
+        assert!(shared.state.lock().stopped);
+        // The thread held the only other reference; it has been joined.
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
+
+    #[test]
+    fn producer_ids_count_from_zero() {
+        let (coordinator, _clock) = manual();
+        let ids: Vec<ProducerId> = (0..3)
+            .map(|_| coordinator.allocate_producer_id().unwrap())
+            .collect();
+        assert_eq!(ids, vec![ProducerId(0), ProducerId(1), ProducerId(2)]);
+    }
+
+    #[test]
+    fn tick_expires_at_the_exact_boundary() {
+        let (coordinator, clock) = manual();
+        coordinator
+            .register_node(NodeId(1), Duration::from_secs(3))
+            .unwrap();
+        clock.advance(Duration::from_secs(3));
+        coordinator.tick();
+        assert_eq!(coordinator.shared_state_sessions(), vec![NodeId(1)]);
+        clock.advance(Duration::from_nanos(1));
+        coordinator.tick();
+        assert!(coordinator.shared_state_sessions().is_empty());
+    }
+
+    #[test]
+    fn reaper_interval_follows_the_shortest_session() {
+        let (coordinator, _clock) = manual();
+        let state = || coordinator.handle.shared.state.lock().reaper_interval();
+        assert_eq!(state(), REAPER_INTERVAL_MAX);
+        coordinator
+            .register_node(NodeId(1), Duration::from_millis(200))
+            .unwrap();
+        assert_eq!(state(), Duration::from_millis(20));
+        coordinator
+            .register_node(NodeId(2), Duration::from_millis(5))
+            .unwrap();
+        assert_eq!(state(), REAPER_INTERVAL_MIN);
+    }
+
+    impl MemoryCoordinator {
+        fn shared_state_sessions(&self) -> Vec<NodeId> {
+            self.handle.shared.state.lock().live_nodes()
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! `Cluster`: N nodes in one process on a [`MemoryNetwork`] and a
+//! [`MemoryCoordinator`], each with its own directory under one temporary
+//! directory, so that scenario tests read like a script:
+//!
+//! ```
+//! use isrlog::testing::Cluster;
+//! use isrlog::{Acks, LogId};
+//!
+//! let cluster = Cluster::builder().nodes(3).min_insync_replicas(2).build().unwrap();
+//! let log = LogId(1);
+//! cluster.create_log(log, 3).unwrap();
+//! let leader = cluster.leader_log(log).unwrap();
+//! let appended = leader.append_values(&[b"a"], Acks::All).unwrap();
+//! assert!(leader.high_watermark() > appended.last_offset);
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::config::{NodeConfig, ReplicationConfig};
+use crate::coordinator::{assign_replicas, Coordinator, MemoryCoordinator};
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::replicated_log::ReplicatedLog;
+use crate::storage::LogConfig;
+use crate::sync::{Arc, Mutex};
+use crate::transport::MemoryNetwork;
+use crate::types::{LogId, NodeId};
+
+/// Builds a [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    nodes: usize,
+    seed: u64,
+    replication: ReplicationConfig,
+    log: LogConfig,
+    session_timeout: Duration,
+    manual_clock: Option<ManualClock>,
+}
+
+impl ClusterBuilder {
+    /// Number of nodes (ids 0..n).
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// Seed of the network's fault injection.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// `min_insync_replicas` of every log.
+    pub fn min_insync_replicas(mut self, min: usize) -> Self {
+        self.replication.min_insync_replicas = min;
+        self
+    }
+
+    /// Replication settings of every node.
+    pub fn replication(mut self, replication: ReplicationConfig) -> Self {
+        self.replication = replication;
+        self
+    }
+
+    /// Storage settings of every log.
+    pub fn log_config(mut self, log: LogConfig) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Coordinator session timeout of every node.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Runs every node and the coordinator on this manual clock.
+    pub fn manual_clock(mut self, clock: ManualClock) -> Self {
+        self.manual_clock = Some(clock);
+        self
+    }
+
+    /// Starts the cluster.
+    pub fn build(self) -> Result<Cluster> {
+        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
+        let clock: Arc<dyn Clock> = match &self.manual_clock {
+            Some(clock) => Arc::new(clock.clone()),
+            None => Arc::new(SystemClock),
+        };
+        let cluster = Cluster {
+            network: MemoryNetwork::new(self.seed),
+            coordinator: MemoryCoordinator::new(Arc::clone(&clock)),
+            clock,
+            root: dir.path().to_path_buf(),
+            _dir: dir,
+            nodes: Mutex::new(BTreeMap::new()),
+            builder: self.clone(),
+        };
+        for id in 0..self.nodes {
+            cluster.start_node(NodeId(id as u32))?;
+        }
+        Ok(cluster)
+    }
+}
+
+/// N nodes in one process. Dropping it stops every node.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The network between the nodes (fault injection lives here).
+    pub network: MemoryNetwork,
+    /// The coordinator all nodes share.
+    pub coordinator: MemoryCoordinator,
+    clock: Arc<dyn Clock>,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+    nodes: Mutex<BTreeMap<NodeId, Node>>,
+    builder: ClusterBuilder,
+}
+
+impl Cluster {
+    /// A builder with 3 nodes, min ISR 1, quick timeouts for tests.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder {
+            nodes: 3,
+            seed: 0,
+            replication: ReplicationConfig {
+                replica_lag_time_max: Duration::from_secs(10),
+                fetch_wait_max: Duration::from_millis(100),
+                request_timeout: Duration::from_secs(5),
+                fetch_backoff: Duration::from_millis(10),
+                ..ReplicationConfig::default()
+            },
+            log: LogConfig::default(),
+            session_timeout: Duration::from_secs(10),
+            manual_clock: None,
+        }
+    }
+
+    /// The directory of node `id`.
+    pub fn node_dir(&self, id: NodeId) -> PathBuf {
+        self.root.join(format!("node-{}", id.0))
+    }
+
+    /// The root directory of all nodes.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The clock every node uses.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
+    /// Ids of all nodes, running or not.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        (0..self.builder.nodes).map(|i| NodeId(i as u32)).collect()
+    }
+
+    /// Starts (or restarts) node `id` from its directory.
+    pub fn start_node(&self, id: NodeId) -> Result<()> {
+        let mut config = NodeConfig::new(id, self.node_dir(id));
+        config.replication = self.builder.replication.clone();
+        config.log = self.builder.log.clone();
+        config.session_timeout = self.builder.session_timeout;
+        let transport = Arc::new(self.network.transport(id));
+        let node = Node::start(
+            config,
+            transport,
+            Arc::new(self.coordinator.clone()),
+            Arc::clone(&self.clock),
+        )?;
+        self.network.register(id, node.handler());
+        self.network.node_up(id);
+        self.nodes.lock().insert(id, node);
+        Ok(())
+    }
+
+    /// Crashes node `id`: its threads stop, nothing is flushed or closed,
+    /// the network stops reaching it and its coordinator session ends.
+    pub fn crash(&self, id: NodeId) {
+        self.network.node_down(id);
+        self.coordinator.fail_node(id);
+        if let Some(node) = self.nodes.lock().remove(&id) {
+            node.halt();
+        }
+    }
+
+    /// Restarts a crashed node from its directory.
+    pub fn restart(&self, id: NodeId) -> Result<()> {
+        self.start_node(id)
+    }
+
+    /// Whether node `id` is running.
+    pub fn is_running(&self, id: NodeId) -> bool {
+        self.nodes.lock().contains_key(&id)
+    }
+
+    /// Creates `log` with `replication_factor` replicas placed by
+    /// [`assign_replicas`], and waits until its leader leads and every
+    /// running replica hosts it.
+    pub fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
+        let nodes = self.node_ids();
+        let replicas = assign_replicas(log.0, &nodes, replication_factor)?;
+        self.coordinator.create_log(log, replicas.clone())?;
+        let leader = replicas[0];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &node in &replicas {
+            if !self.is_running(node) {
+                continue;
+            }
+            let handle = self.wait_for_handle(node, log, deadline)?;
+            if node == leader {
+                handle.wait_until_leader(deadline.saturating_duration_since(Instant::now()))?;
+            }
+        }
+        Ok(replicas)
+    }
+
+    fn wait_for_handle(&self, node: NodeId, log: LogId, deadline: Instant) -> Result<ReplicatedLog> {
+        loop {
+            match self.log(node, log) {
+                Ok(handle) => return Ok(handle),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    /// The handle of `log` on `node`.
+    pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
+        let nodes = self.nodes.lock();
+        let node = nodes.get(&node).ok_or(Error::Shutdown)?;
+        node.log(log)
+    }
+
+    /// The node the coordinator names as leader of `log`.
+    pub fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        self.coordinator.log_state(log).ok().flatten().and_then(|s| s.leader)
+    }
+
+    /// The leader's handle of `log`, once that node knows it leads (up to 10 s).
+    pub fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(leader) = self.leader_of(log) {
+                if let Ok(handle) = self.log(leader, log) {
+                    if handle.is_leader() && handle.leader_epoch() == self.leader_epoch_of(log) {
+                        return Ok(handle);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::LeaderNotAvailable(log));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn leader_epoch_of(&self, log: LogId) -> crate::types::LeaderEpoch {
+        self.coordinator
+            .log_state(log)
+            .ok()
+            .flatten()
+            .map(|s| s.leader_epoch)
+            .unwrap_or_default()
+    }
+
+    /// Polls `condition` every millisecond until it holds or `timeout` passes.
+    pub fn wait_until(&self, timeout: Duration, mut condition: impl FnMut(&Cluster) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if condition(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stops every node cleanly.
+    pub fn shutdown(self) -> Result<()> {
+        let nodes: Vec<Node> = std::mem::take(&mut *self.nodes.lock()).into_values().collect();
+        for node in nodes {
+            node.shutdown()?;
+        }
+        Ok(())
+    }
+}

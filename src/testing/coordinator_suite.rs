@@ -1,0 +1,810 @@
+//! Conformance suite for [`Coordinator`] implementations: every coordinator
+//! an application plugs in must pass it (STYLE: "trait conformance suites").
+//!
+//! It owns the checks of the trait's contract, each named after the behaviour
+//! it proves, each run on a fresh coordinator from the caller's factory. It
+//! does not test anything specific to one implementation (fault injection,
+//! manual expiry), which belongs with that implementation.
+//!
+//! Time: session expiry is forced either by moving a manual clock the
+//! coordinator reads ([`SuiteTime::Manual`]) or by letting short real
+//! timeouts run out ([`SuiteTime::Real`], sessions of 150 ms). In both cases
+//! the suite then *waits for the event*, so an implementation must announce
+//! an expiry on its own, without being called. The whole suite takes well
+//! under two seconds with either.
+//!
+//! Assumption: a subscriber's event queue holds at most 65 536 events (the
+//! overflow check grows its burst up to that size).
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use isrlog::{ManualClock, MemoryCoordinator};
+//! # use isrlog::testing::coordinator_suite::{self, SuiteTime};
+//! coordinator_suite::run_with_time(|| {
+//!     let clock = ManualClock::default();
+//!     let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
+//!     (coordinator, SuiteTime::manual(move |by| clock.advance(by)))
+//! });
+//! ```
+
+use std::collections::HashSet;
+use std::panic::{self, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use crate::coordinator::{
+    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate,
+};
+use crate::error::Error;
+use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+
+/// How the suite makes time pass for the coordinator under test.
+pub enum SuiteTime {
+    /// The coordinator reads a clock that this closure moves forward.
+    Manual(Box<dyn Fn(Duration) + Send + Sync>),
+    /// The coordinator reads real time; the suite uses short timeouts and
+    /// sleeps.
+    Real,
+}
+
+impl SuiteTime {
+    /// Manual time moved by `advance`.
+    pub fn manual(advance: impl Fn(Duration) + Send + Sync + 'static) -> SuiteTime {
+        SuiteTime::Manual(Box::new(advance))
+    }
+
+    /// A session timeout that the suite lets expire.
+    fn short_session(&self) -> Duration {
+        match self {
+            SuiteTime::Manual(_) => Duration::from_secs(1),
+            SuiteTime::Real => Duration::from_millis(150),
+        }
+    }
+
+    /// A session timeout that never expires during a check.
+    fn long_session(&self) -> Duration {
+        match self {
+            SuiteTime::Manual(_) => Duration::from_secs(3600),
+            SuiteTime::Real => Duration::from_secs(60),
+        }
+    }
+
+    /// Lets `by` pass for the coordinator.
+    fn pass(&self, by: Duration) {
+        match self {
+            SuiteTime::Manual(advance) => advance(by),
+            SuiteTime::Real => std::thread::sleep(by),
+        }
+    }
+
+    /// Makes every short session expire: moves manual time past it; with
+    /// real time the caller just waits for the expiry event.
+    fn expire_short_sessions(&self) {
+        if let SuiteTime::Manual(advance) = self {
+            advance(self.short_session() * 2);
+        }
+    }
+}
+
+/// How long the suite waits for an event it expects.
+const EVENT_WAIT_MAX: Duration = Duration::from_secs(3);
+/// How long the suite watches for an event it must not see.
+const QUIET_WAIT: Duration = Duration::from_millis(30);
+
+/// Runs every check with real time and short session timeouts, on a fresh
+/// coordinator from `make` each time.
+pub fn run<C: Coordinator>(mut make: impl FnMut() -> C) {
+    run_with_time(|| (make(), SuiteTime::Real));
+}
+
+/// Runs every check on a fresh `(coordinator, time)` from `make` each time.
+/// Panics naming the first check that fails.
+pub fn run_with_time<C: Coordinator>(mut make: impl FnMut() -> (C, SuiteTime)) {
+    for (name, check) in checks::<C>() {
+        let (coordinator, time) = make();
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| check(&coordinator, &time)));
+        if let Err(cause) = outcome {
+            let message = cause
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| cause.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("coordinator conformance check `{name}` failed: {message}");
+        }
+    }
+}
+
+type Check<C> = fn(&C, &SuiteTime);
+
+/// Every check, by name.
+pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
+    vec![
+        ("create_and_read", create_and_read::<C>),
+        (
+            "compare_and_set_applies_and_bumps_version",
+            compare_and_set_applies_and_bumps_version::<C>,
+        ),
+        (
+            "compare_and_set_with_stale_epoch_or_version_changes_nothing",
+            compare_and_set_with_stale_epoch_or_version_changes_nothing::<C>,
+        ),
+        (
+            "invalid_updates_are_rejected",
+            invalid_updates_are_rejected::<C>,
+        ),
+        (
+            "concurrent_compare_and_set_has_one_winner_per_version",
+            concurrent_compare_and_set_has_one_winner_per_version::<C>,
+        ),
+        (
+            "session_expiry_removes_the_node_and_notifies",
+            session_expiry_removes_the_node_and_notifies::<C>,
+        ),
+        (
+            "heartbeats_keep_a_session_alive",
+            heartbeats_keep_a_session_alive::<C>,
+        ),
+        (
+            "unregister_ends_the_session_and_frees_the_controller_seat",
+            unregister_ends_the_session_and_frees_the_controller_seat::<C>,
+        ),
+        ("one_controller_at_a_time", one_controller_at_a_time::<C>),
+        (
+            "new_controller_with_higher_epoch_after_session_expiry",
+            new_controller_with_higher_epoch_after_session_expiry::<C>,
+        ),
+        (
+            "log_subscribers_get_log_changed_in_order",
+            log_subscribers_get_log_changed_in_order::<C>,
+        ),
+        (
+            "producer_ids_are_unique_under_concurrency",
+            producer_ids_are_unique_under_concurrency::<C>,
+        ),
+        (
+            "overflowing_subscriber_gets_resync",
+            overflowing_subscriber_gets_resync::<C>,
+        ),
+        (
+            "dropped_receiver_is_harmless",
+            dropped_receiver_is_harmless::<C>,
+        ),
+    ]
+}
+
+fn nodes(ids: &[u32]) -> Vec<NodeId> {
+    ids.iter().copied().map(NodeId).collect()
+}
+
+fn isr_update(state: &LogState, isr: &[u32]) -> LogUpdate {
+    LogUpdate::in_sync_replicas(state, nodes(isr))
+}
+
+fn applied(outcome: CasOutcome) -> LogState {
+    match outcome {
+        CasOutcome::Applied(state) => state,
+        CasOutcome::Stale(state) => panic!("expected Applied, got Stale({state:?})"),
+    }
+}
+
+fn stored(c: &impl Coordinator, log: LogId) -> LogState {
+    match c.log_state(log) {
+        Ok(Some(state)) => state,
+        other => panic!("{log} should exist, got {other:?}"),
+    }
+}
+
+/// Receives events until one satisfies `wanted`, or panics after
+/// [`EVENT_WAIT_MAX`] naming `what`.
+fn wait_for_event(
+    events: &Receiver<CoordinatorEvent>,
+    what: &str,
+    wanted: impl Fn(&CoordinatorEvent) -> bool,
+) -> CoordinatorEvent {
+    let deadline = Instant::now() + EVENT_WAIT_MAX;
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(event) if wanted(&event) => return event,
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no {what} within {EVENT_WAIT_MAX:?}")
+            }
+            Err(RecvTimeoutError::Disconnected) => panic!("event stream closed waiting for {what}"),
+        }
+    }
+}
+
+/// Everything already queued or arriving within [`QUIET_WAIT`].
+fn drain(events: &Receiver<CoordinatorEvent>) -> Vec<CoordinatorEvent> {
+    let mut all = Vec::new();
+    while let Ok(event) = events.recv_timeout(QUIET_WAIT) {
+        all.push(event);
+    }
+    all
+}
+
+fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    assert_eq!(c.log_state(LogId(1)).unwrap(), None);
+    assert!(c.logs().unwrap().is_empty());
+
+    let created = c.create_log(LogId(2), nodes(&[3, 1, 2])).unwrap();
+    let expected = LogState {
+        log: LogId(2),
+        replicas: nodes(&[3, 1, 2]),
+        leader: Some(NodeId(3)),
+        leader_epoch: LeaderEpoch::ZERO,
+        in_sync_replicas: nodes(&[3, 1, 2]),
+        version: 0,
+    };
+    assert_eq!(created, expected);
+    assert_eq!(stored(c, LogId(2)), expected);
+    c.create_log(LogId(1), nodes(&[1])).unwrap();
+    let ids: Vec<LogId> = c.logs().unwrap().iter().map(|s| s.log).collect();
+    assert_eq!(ids, vec![LogId(1), LogId(2)], "logs() sorted by id");
+
+    assert!(
+        matches!(
+            c.create_log(LogId(2), nodes(&[1])),
+            Err(Error::Coordinator { .. })
+        ),
+        "creating an existing log must fail"
+    );
+    assert_eq!(
+        stored(c, LogId(2)),
+        expected,
+        "a failed create changed the log"
+    );
+    assert!(matches!(
+        c.create_log(LogId(3), vec![]),
+        Err(Error::Coordinator { .. })
+    ));
+    assert!(matches!(
+        c.create_log(LogId(3), nodes(&[1, 1])),
+        Err(Error::Coordinator { .. })
+    ));
+    assert_eq!(c.log_state(LogId(3)).unwrap(), None);
+}
+
+fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    let initial = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+
+    let shrunk = applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 0, isr_update(&initial, &[1, 3]))
+            .unwrap(),
+    );
+    assert_eq!(shrunk.version, 1);
+    assert_eq!(shrunk.in_sync_replicas, nodes(&[1, 3]));
+    assert_eq!(shrunk.leader, Some(NodeId(1)));
+    assert_eq!(stored(c, LogId(1)), shrunk);
+
+    let new_leader = LogUpdate {
+        leader: Some(NodeId(3)),
+        leader_epoch: LeaderEpoch(1),
+        in_sync_replicas: nodes(&[3]),
+    };
+    let elected = applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 1, new_leader)
+            .unwrap(),
+    );
+    assert_eq!(
+        elected,
+        LogState {
+            log: LogId(1),
+            replicas: nodes(&[1, 2, 3]),
+            leader: Some(NodeId(3)),
+            leader_epoch: LeaderEpoch(1),
+            in_sync_replicas: nodes(&[3]),
+            version: 2,
+        }
+    );
+    assert_eq!(stored(c, LogId(1)), elected);
+
+    let leaderless = LogUpdate {
+        leader: None,
+        leader_epoch: LeaderEpoch(2),
+        in_sync_replicas: nodes(&[3]),
+    };
+    let leaderless = applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(1), 2, leaderless)
+            .unwrap(),
+    );
+    assert_eq!(leaderless.leader, None);
+    assert_eq!(leaderless.version, 3);
+}
+
+fn compare_and_set_with_stale_epoch_or_version_changes_nothing<C: Coordinator>(
+    c: &C,
+    _time: &SuiteTime,
+) {
+    let initial = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    let current = applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 0, isr_update(&initial, &[1, 2]))
+            .unwrap(),
+    );
+
+    // The loser of a race: right epoch, old version.
+    let outcome = c
+        .compare_and_set(LogId(1), LeaderEpoch(0), 0, isr_update(&initial, &[1]))
+        .unwrap();
+    assert_eq!(outcome, CasOutcome::Stale(current.clone()));
+    // A deposed leader: old epoch, even with the current version.
+    let outcome = c
+        .compare_and_set(
+            LogId(1),
+            LeaderEpoch(5),
+            current.version,
+            isr_update(&initial, &[1]),
+        )
+        .unwrap();
+    assert_eq!(outcome, CasOutcome::Stale(current.clone()));
+    // A version from the future.
+    let outcome = c
+        .compare_and_set(LogId(1), LeaderEpoch(0), 99, isr_update(&initial, &[1]))
+        .unwrap();
+    assert!(!outcome.is_applied());
+    assert_eq!(outcome.state(), &current);
+    assert_eq!(stored(c, LogId(1)), current, "a stale CAS changed the log");
+
+    assert!(matches!(
+        c.compare_and_set(LogId(9), LeaderEpoch(0), 0, isr_update(&initial, &[1])),
+        Err(Error::UnknownLog(LogId(9)))
+    ));
+}
+
+fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    let at_epoch_1 = applied(
+        c.compare_and_set(
+            LogId(1),
+            LeaderEpoch(0),
+            0,
+            LogUpdate {
+                leader: Some(NodeId(2)),
+                leader_epoch: LeaderEpoch(1),
+                in_sync_replicas: nodes(&[2, 3]),
+            },
+        )
+        .unwrap(),
+    );
+    let update = |leader: Option<u32>, epoch: u32, isr: &[u32]| LogUpdate {
+        leader: leader.map(NodeId),
+        leader_epoch: LeaderEpoch(epoch),
+        in_sync_replicas: nodes(isr),
+    };
+    // (what is wrong, the update, a word the error must name)
+    let cases = [
+        ("leader not a replica", update(Some(7), 2, &[7]), "leader"),
+        (
+            "ISR lacks the leader",
+            update(Some(2), 1, &[3]),
+            "in_sync_replicas",
+        ),
+        (
+            "empty ISR with a leader",
+            update(Some(2), 1, &[]),
+            "in_sync_replicas",
+        ),
+        (
+            "ISR not a subset of replicas",
+            update(Some(2), 1, &[2, 5]),
+            "in_sync_replicas",
+        ),
+        (
+            "epoch goes backwards",
+            update(Some(2), 0, &[2]),
+            "leader_epoch",
+        ),
+        (
+            "leader changes without a new epoch",
+            update(Some(3), 1, &[3]),
+            "leader_epoch",
+        ),
+    ];
+    for (what, update, field) in cases {
+        match c.compare_and_set(LogId(1), LeaderEpoch(1), 1, update) {
+            Err(Error::Coordinator { reason }) => assert!(
+                reason.contains(field),
+                "{what}: the error {reason:?} does not name {field}"
+            ),
+            other => panic!("{what}: expected Error::Coordinator, got {other:?}"),
+        }
+        assert_eq!(
+            stored(c, LogId(1)),
+            at_epoch_1,
+            "{what}: a rejected update changed the log"
+        );
+    }
+}
+
+fn concurrent_compare_and_set_has_one_winner_per_version<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    const THREADS: u32 = 8;
+    const ATTEMPTS: usize = 200;
+    c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    // Each thread reads, then proposes an ISR of its own choosing; the
+    // versions it won are collected.
+    let won: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                scope.spawn(move || {
+                    let mut won = Vec::new();
+                    for attempt in 0..ATTEMPTS {
+                        let seen = stored(c, LogId(1));
+                        let isr = if (thread as usize + attempt) % 2 == 0 {
+                            vec![1, 2]
+                        } else {
+                            vec![1, 3]
+                        };
+                        let outcome = c
+                            .compare_and_set(
+                                LogId(1),
+                                seen.leader_epoch,
+                                seen.version,
+                                isr_update(&seen, &isr),
+                            )
+                            .unwrap();
+                        match outcome {
+                            CasOutcome::Applied(state) => {
+                                assert_eq!(state.version, seen.version + 1);
+                                won.push(seen.version);
+                            }
+                            CasOutcome::Stale(state) => assert!(
+                                state.version > seen.version,
+                                "Stale must report a newer version than the one read"
+                            ),
+                        }
+                    }
+                    won
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| match worker.join() {
+                Ok(won) => won,
+                Err(cause) => panic::resume_unwind(cause),
+            })
+            .collect()
+    });
+    let mut all: Vec<u64> = won.into_iter().flatten().collect();
+    all.sort_unstable();
+    let winners = all.len() as u64;
+    assert!(winners > 0, "no CAS ever won");
+    assert_eq!(
+        all,
+        (0..winners).collect::<Vec<_>>(),
+        "each version must be won exactly once"
+    );
+    assert_eq!(stored(c, LogId(1)).version, winners);
+}
+
+fn session_expiry_removes_the_node_and_notifies<C: Coordinator>(c: &C, time: &SuiteTime) {
+    let (short, long) = (NodeId(1), NodeId(2));
+    let events = c.subscribe(long).unwrap();
+    c.register_node(long, time.long_session()).unwrap();
+    c.register_node(short, time.short_session()).unwrap();
+    assert_eq!(c.live_nodes().unwrap(), vec![short, long]);
+    wait_for_event(&events, "NodesChanged with both nodes", |event| {
+        *event
+            == CoordinatorEvent::NodesChanged {
+                live: vec![short, long],
+            }
+    });
+
+    time.expire_short_sessions();
+    // Nobody calls in: the coordinator must notice by itself.
+    wait_for_event(&events, "NodesChanged without the expired node", |event| {
+        *event == CoordinatorEvent::NodesChanged { live: vec![long] }
+    });
+    assert_eq!(c.live_nodes().unwrap(), vec![long]);
+    assert!(
+        matches!(c.heartbeat(short), Err(Error::Coordinator { .. })),
+        "a heartbeat after expiry must fail"
+    );
+    c.heartbeat(long).unwrap();
+
+    // The expired node comes back by registering again.
+    c.register_node(short, time.long_session()).unwrap();
+    assert_eq!(c.live_nodes().unwrap(), vec![short, long]);
+}
+
+fn heartbeats_keep_a_session_alive<C: Coordinator>(c: &C, time: &SuiteTime) {
+    let node = NodeId(1);
+    c.register_node(node, time.short_session()).unwrap();
+    // Six quarters of the timeout pass, with a heartbeat after each.
+    for _ in 0..6 {
+        time.pass(time.short_session() / 4);
+        c.heartbeat(node).unwrap();
+    }
+    assert_eq!(c.live_nodes().unwrap(), vec![node]);
+    assert!(matches!(
+        c.heartbeat(NodeId(9)),
+        Err(Error::Coordinator { .. })
+    ));
+}
+
+fn unregister_ends_the_session_and_frees_the_controller_seat<C: Coordinator>(
+    c: &C,
+    time: &SuiteTime,
+) {
+    let (a, b) = (NodeId(1), NodeId(2));
+    c.register_node(a, time.long_session()).unwrap();
+    c.register_node(b, time.long_session()).unwrap();
+    let first = c.try_become_controller(a).unwrap();
+    assert!(first.is_some());
+    let events = c.subscribe(b).unwrap();
+    c.unregister_node(a).unwrap();
+    assert_eq!(c.live_nodes().unwrap(), vec![b]);
+    assert_eq!(c.controller().unwrap(), None);
+    wait_for_event(&events, "NodesChanged after unregister", |event| {
+        *event == CoordinatorEvent::NodesChanged { live: vec![b] }
+    });
+    wait_for_event(&events, "ControllerChanged to no controller", |event| {
+        matches!(
+            event,
+            CoordinatorEvent::ControllerChanged {
+                controller: None,
+                ..
+            }
+        )
+    });
+    // Unregistering twice is not an error.
+    c.unregister_node(a).unwrap();
+    assert_eq!(
+        c.try_become_controller(b).unwrap(),
+        first.map(ControllerEpoch::next)
+    );
+}
+
+fn one_controller_at_a_time<C: Coordinator>(c: &C, time: &SuiteTime) {
+    const NODES: u32 = 8;
+    assert_eq!(c.controller().unwrap(), None);
+    assert!(
+        matches!(
+            c.try_become_controller(NodeId(99)),
+            Err(Error::Coordinator { .. })
+        ),
+        "a node without a session must not become controller"
+    );
+    for id in 0..NODES {
+        c.register_node(NodeId(id), time.long_session()).unwrap();
+    }
+    let winners: Vec<(NodeId, ControllerEpoch)> = std::thread::scope(|scope| {
+        let tries: Vec<_> = (0..NODES)
+            .map(|id| scope.spawn(move || (NodeId(id), c.try_become_controller(NodeId(id)))))
+            .collect();
+        tries
+            .into_iter()
+            .filter_map(|attempt| match attempt.join() {
+                Ok((node, Ok(Some(epoch)))) => Some((node, epoch)),
+                Ok((_, Ok(None))) => None,
+                Ok((node, Err(error))) => panic!("{node}: try_become_controller failed: {error}"),
+                Err(cause) => panic::resume_unwind(cause),
+            })
+            .collect()
+    });
+    assert_eq!(winners.len(), 1, "exactly one controller, got {winners:?}");
+    let (controller, epoch) = winners[0];
+    assert!(epoch > ControllerEpoch::default());
+    assert_eq!(c.controller().unwrap(), Some((controller, epoch)));
+    // The holder asking again keeps its epoch; anyone else still loses.
+    assert_eq!(c.try_become_controller(controller).unwrap(), Some(epoch));
+    let other = NodeId((controller.0 + 1) % NODES);
+    assert_eq!(c.try_become_controller(other).unwrap(), None);
+}
+
+fn new_controller_with_higher_epoch_after_session_expiry<C: Coordinator>(c: &C, time: &SuiteTime) {
+    let (old, new) = (NodeId(1), NodeId(2));
+    c.register_node(new, time.long_session()).unwrap();
+    c.register_node(old, time.short_session()).unwrap();
+    let events = c.subscribe(new).unwrap();
+    let first = match c.try_become_controller(old).unwrap() {
+        Some(epoch) => epoch,
+        None => panic!("the first candidate must win an empty seat"),
+    };
+    assert_eq!(c.try_become_controller(new).unwrap(), None);
+    wait_for_event(
+        &events,
+        "ControllerChanged to the first controller",
+        |event| {
+            *event
+                == CoordinatorEvent::ControllerChanged {
+                    controller: Some(old),
+                    epoch: first,
+                }
+        },
+    );
+
+    time.expire_short_sessions();
+    wait_for_event(&events, "ControllerChanged to no controller", |event| {
+        matches!(
+            event,
+            CoordinatorEvent::ControllerChanged {
+                controller: None,
+                ..
+            }
+        )
+    });
+    assert_eq!(c.controller().unwrap(), None);
+    assert_eq!(c.try_become_controller(new).unwrap(), Some(first.next()));
+    assert_eq!(c.controller().unwrap(), Some((new, first.next())));
+    wait_for_event(
+        &events,
+        "ControllerChanged to the new controller",
+        |event| {
+            *event
+                == CoordinatorEvent::ControllerChanged {
+                    controller: Some(new),
+                    epoch: first.next(),
+                }
+        },
+    );
+}
+
+fn log_subscribers_get_log_changed_in_order<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    let hosting = c.subscribe(NodeId(1)).unwrap();
+    let elsewhere = c.subscribe(NodeId(9)).unwrap();
+    let created = c.create_log(LogId(1), nodes(&[1, 2])).unwrap();
+    assert_eq!(
+        wait_for_event(&hosting, "LogChanged on create", |event| matches!(
+            event,
+            CoordinatorEvent::LogChanged(_)
+        )),
+        CoordinatorEvent::LogChanged(created.clone())
+    );
+    let mut expected = created;
+    for isr in [&[1][..], &[1, 2], &[1]] {
+        expected = applied(
+            c.compare_and_set(
+                LogId(1),
+                expected.leader_epoch,
+                expected.version,
+                isr_update(&expected, isr),
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            wait_for_event(&hosting, "LogChanged after a CAS", |event| matches!(
+                event,
+                CoordinatorEvent::LogChanged(_)
+            )),
+            CoordinatorEvent::LogChanged(expected.clone()),
+            "events must arrive in the order of the changes"
+        );
+    }
+    let leaked: Vec<CoordinatorEvent> = drain(&elsewhere)
+        .into_iter()
+        .filter(|event| matches!(event, CoordinatorEvent::LogChanged(_)))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "a node hosting no replica got {leaked:?}"
+    );
+}
+
+fn producer_ids_are_unique_under_concurrency<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    const THREADS: usize = 8;
+    const IDS_PER_THREAD: usize = 200;
+    let per_thread: Vec<Vec<ProducerId>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..IDS_PER_THREAD)
+                        .map(|_| c.allocate_producer_id().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|worker| match worker.join() {
+                Ok(ids) => ids,
+                Err(cause) => panic::resume_unwind(cause),
+            })
+            .collect()
+    });
+    let mut seen = HashSet::new();
+    for ids in &per_thread {
+        assert!(
+            ids.windows(2).all(|pair| pair[0] < pair[1]),
+            "ids from one thread must increase"
+        );
+        for id in ids {
+            assert!(id.is_some(), "{id} is not a valid producer id");
+            assert!(seen.insert(*id), "{id} handed out twice");
+        }
+    }
+    assert_eq!(seen.len(), THREADS * IDS_PER_THREAD);
+}
+
+fn overflowing_subscriber_gets_resync<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    const BURST_MAX: usize = 1 << 16;
+    let events = c.subscribe(NodeId(1)).unwrap();
+    let mut state = c.create_log(LogId(1), nodes(&[1, 2])).unwrap();
+    let mut burst = 64;
+    // Grow the burst of updates until the subscriber, which does not read
+    // meanwhile, misses some; every update must return without blocking.
+    let (received, sent) = loop {
+        for _ in 0..burst {
+            let isr: &[u32] = if state.in_sync_replicas.len() == 2 {
+                &[1]
+            } else {
+                &[1, 2]
+            };
+            state = applied(
+                c.compare_and_set(
+                    LogId(1),
+                    state.leader_epoch,
+                    state.version,
+                    isr_update(&state, isr),
+                )
+                .unwrap(),
+            );
+        }
+        let received = drain(&events);
+        let log_changes = received
+            .iter()
+            .filter(|event| matches!(event, CoordinatorEvent::LogChanged(_)))
+            .count();
+        if log_changes < burst || burst >= BURST_MAX {
+            break (received, burst);
+        }
+        burst *= 2;
+    };
+    let log_changes: Vec<u64> = received
+        .iter()
+        .filter_map(|event| match event {
+            CoordinatorEvent::LogChanged(state) => Some(state.version),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        log_changes.len() < sent,
+        "a queue never overflowed in a burst of {sent} updates"
+    );
+    assert!(
+        log_changes.windows(2).all(|pair| pair[0] < pair[1]),
+        "delivered events out of order"
+    );
+    let resync_seen = received.contains(&CoordinatorEvent::Resync);
+    // One more change: if the Resync was not delivered yet, it must come
+    // before this change's event.
+    state = applied(
+        c.compare_and_set(
+            LogId(1),
+            state.leader_epoch,
+            state.version,
+            isr_update(&state, &[1, 2]),
+        )
+        .unwrap(),
+    );
+    let next = wait_for_event(&events, "an event after the overflow", |_| true);
+    assert!(
+        resync_seen || next == CoordinatorEvent::Resync,
+        "the subscriber missed events but got {next:?} instead of Resync"
+    );
+    let last = CoordinatorEvent::LogChanged(state);
+    if next != last {
+        wait_for_event(&events, "LogChanged for the last update", |event| {
+            *event == last
+        });
+    }
+}
+
+fn dropped_receiver_is_harmless<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    let dropped = c.subscribe(NodeId(1)).unwrap();
+    let kept = c.subscribe(NodeId(1)).unwrap();
+    drop(dropped);
+    let created = c.create_log(LogId(1), nodes(&[1])).unwrap();
+    applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 0, isr_update(&created, &[1]))
+            .unwrap(),
+    );
+    assert_eq!(
+        drain(&kept)
+            .iter()
+            .filter(|event| matches!(event, CoordinatorEvent::LogChanged(_)))
+            .count(),
+        2
+    );
+}

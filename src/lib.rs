@@ -12,6 +12,7 @@
 mod clock;
 mod error;
 mod record;
+mod replication;
 mod sync;
 mod types;
 

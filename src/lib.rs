@@ -13,6 +13,10 @@ mod clock;
 mod coordinator;
 mod error;
 mod record;
+mod config;
+mod node;
+mod replicated_log;
+mod replication;
 mod storage;
 mod sync;
 #[cfg(any(test, feature = "testing"))]
@@ -21,6 +25,10 @@ pub mod transport;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{NodeConfig, ReplicationConfig};
+pub use node::{Node, NodeHandler};
+pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
+pub use replication::Role;
 pub use coordinator::{
     assign_replicas, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
     LogUpdate, MemoryCoordinator,

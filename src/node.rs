@@ -336,11 +336,14 @@ impl NodeShared {
         if role != Role::Leader {
             return;
         }
-        let version = replica.isr_version();
+        if proposal.leader_epoch != epoch {
+            return;
+        }
+        let version = proposal.expected_version;
         let update = LogUpdate {
             leader: Some(self.local()),
             leader_epoch: epoch,
-            in_sync_replicas: proposal.proposed_isr().to_vec(),
+            in_sync_replicas: proposal.proposed.clone(),
         };
         match self.coordinator.compare_and_set(log, epoch, version, update) {
             Ok(CasOutcome::Applied(state)) => {

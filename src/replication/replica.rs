@@ -17,8 +17,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::follower::truncation_for_divergence;
-use super::leader::{FetchDecision, IsrProposal, LeaderConfig, LeaderState};
+use super::isr::IsrProposal;
+use super::leader::{
+    check_divergence, Divergence, FetchDecision, FetchRejection, LeaderAssignment, LeaderConfig,
+    LeaderState,
+};
 use super::watch::{WaitOutcome, Watch};
+use super::LogOffsets;
 use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
@@ -193,20 +198,24 @@ impl Replica {
         let hw = Offset(self.high_watermark.get()).min(log_end);
         let now = self.clock.now();
         let leader = LeaderState::become_leader(
-            self.local,
-            &replicas,
-            &in_sync_replicas,
-            isr_version,
-            epoch,
-            self.acknowledgeable_end(),
-            hw,
-            self.log.log_start_offset(),
+            LeaderAssignment {
+                local: self.local,
+                replicas: replicas.clone(),
+                in_sync_replicas: in_sync_replicas.clone(),
+                isr_version,
+                leader_epoch: epoch,
+            },
+            LogOffsets {
+                log_start_offset: self.log.log_start_offset(),
+                high_watermark: hw,
+                log_end_offset: self.acknowledgeable_end(),
+            },
             now,
             LeaderConfig {
                 min_insync_replicas: self.config.min_insync_replicas,
                 replica_lag_time_max: self.config.replica_lag_time_max,
             },
-        );
+        )?;
         let hw = leader.high_watermark();
         *self.leader.lock() = Some(leader);
         *self.isr_proposal.lock() = None;
@@ -269,9 +278,15 @@ impl Replica {
         if role.role == Role::Leader {
             let mut leader = self.leader.lock();
             if let Some(leader) = leader.as_mut() {
-                let update = leader.on_isr_accepted(in_sync_replicas, isr_version);
-                if let Some(hw) = update.advanced_to() {
-                    self.publish_high_watermark(hw);
+                match leader.on_isr_accepted(in_sync_replicas, isr_version) {
+                    Ok(update) => {
+                        if let Some(hw) = update.advanced_to() {
+                            self.publish_high_watermark(hw);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(log = %self.log_id, %error, "ignoring an inconsistent ISR")
+                    }
                 }
             }
         }
@@ -380,7 +395,7 @@ impl Replica {
             answer.error = ErrorCode::NotLeader;
             return answer;
         }
-        // 1. Fencing.
+        // 1. Fencing (checked again by the state machine).
         if request.current_leader_epoch < role.leader_epoch {
             answer.error = ErrorCode::FencedLeaderEpoch;
             return answer;
@@ -389,36 +404,71 @@ impl Replica {
             answer.error = ErrorCode::UnknownLeaderEpoch;
             return answer;
         }
-        // 2. Divergence.
-        if let Some(last_epoch) = request.last_fetched_epoch {
-            let lookup = self.log.end_offset_for_epoch(last_epoch);
-            if let Some(diverging) = LeaderState::check_divergence(request.fetch_offset, Some(last_epoch), lookup) {
-                answer.diverging = Some(diverging);
-                return answer;
-            }
-        }
-        if request.fetch_offset < self.log.log_start_offset() || request.fetch_offset > self.log.log_end_offset() {
+        if request.fetch_offset < self.log.log_start_offset() {
             answer.error = ErrorCode::OffsetOutOfRange;
             return answer;
         }
-        // 3. The fetch acknowledges everything below its offset.
+        // 2. Divergence (a diverging fetch acknowledges nothing).
+        let lookup = request
+            .last_fetched_epoch
+            .and_then(|epoch| self.log.end_offset_for_epoch(epoch));
+        match check_divergence(request.fetch_offset, request.last_fetched_epoch, lookup) {
+            Divergence::Consistent => {}
+            Divergence::Diverging(end) => {
+                answer.diverging = Some(end);
+                return answer;
+            }
+            Divergence::UndefinedEpoch => {
+                // Kafka answers OFFSET_OUT_OF_RANGE here (Partition.readRecords).
+                answer.error = ErrorCode::OffsetOutOfRange;
+                return answer;
+            }
+        }
+        // 3. The fetch acknowledges everything below its offset — but under
+        // `FlushPolicy::Always` no more than the leader itself has flushed,
+        // so the high watermark never passes data that is not on the
+        // leader's disk.
+        let acknowledged = request.fetch_offset.min(self.acknowledgeable_end());
         let now = self.clock.now();
         let decision = {
             let mut leader = self.leader.lock();
             match leader.as_mut() {
-                Some(leader) => leader.on_fetch(follower, request.fetch_offset, request.current_leader_epoch, now),
-                None => FetchDecision::rejected(ErrorCode::NotLeader),
+                Some(leader) => {
+                    // Under `Always`, a concurrent append may have been
+                    // flushed since its own bookkeeping: catch up first.
+                    let end = self.acknowledgeable_end().max(leader.log_end_offset());
+                    if let Some(hw) = leader.on_local_append(end).advanced_to() {
+                        self.publish_high_watermark(hw);
+                    }
+                    leader.on_fetch(follower, acknowledged, request.current_leader_epoch, now)
+                }
+                None => {
+                    answer.error = ErrorCode::NotLeader;
+                    return answer;
+                }
             }
         };
-        if let Some(code) = decision.error() {
-            answer.error = code;
-            return answer;
-        }
-        if let Some(hw) = decision.high_watermark_advanced_to() {
-            self.publish_high_watermark(hw);
-        }
-        if let Some(proposal) = decision.isr_proposal() {
-            *self.isr_proposal.lock() = Some(proposal);
+        match decision {
+            FetchDecision::Accepted {
+                high_watermark,
+                isr_proposal,
+            } => {
+                if let Some(hw) = high_watermark.advanced_to() {
+                    self.publish_high_watermark(hw);
+                }
+                if let Some(proposal) = isr_proposal {
+                    *self.isr_proposal.lock() = Some(proposal);
+                }
+            }
+            FetchDecision::Rejected(rejection) => {
+                answer.error = match rejection {
+                    FetchRejection::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
+                    FetchRejection::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
+                    FetchRejection::UnknownFollower { .. } => ErrorCode::InvalidRequest,
+                    FetchRejection::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+                };
+                return answer;
+            }
         }
         answer.high_watermark = self.high_watermark();
         let limit = bytes_max.min(request.bytes_max as usize);
@@ -463,14 +513,16 @@ impl Replica {
     /// The coordinator answered our ISR proposal with "stale".
     pub(crate) fn isr_proposal_rejected(&self) {
         if let Some(leader) = self.leader.lock().as_mut() {
-            leader.on_isr_rejected();
+            // The caller re-reads the coordinator state next.
+            let _reread = leader.on_isr_rejected();
         }
     }
 
     /// Per-follower lag in records and time since caught up.
     pub(crate) fn follower_lag(&self, follower: NodeId) -> Option<(u64, Duration)> {
         let now = self.clock.now();
-        self.leader.lock().as_ref().and_then(|leader| leader.follower_lag(follower, now))
+        let lag = self.leader.lock().as_ref()?.follower_lag(follower, now)?;
+        Some((lag.records.unwrap_or(u64::MAX), lag.since_caught_up))
     }
 
     // ---- follower paths ---------------------------------------------------

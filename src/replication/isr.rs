@@ -1,0 +1,357 @@
+//! ISR membership (SPEC §3.4): what the leader remembers about each
+//! follower's progress, when a follower counts as caught up, and the shape
+//! of an ISR change proposed to the coordinator.
+//!
+//! This file owns the per-follower bookkeeping and the membership
+//! predicates. It does not decide *when* to propose (the leader state does,
+//! keeping at most one change in flight) and it does not talk to the
+//! coordinator (the caller does, with the proposal it is handed).
+
+use std::time::{Duration, Instant};
+
+use crate::types::{LeaderEpoch, NodeId, Offset};
+
+/// What an ISR change does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IsrChangeKind {
+    /// Add one follower that caught up.
+    Expand(NodeId),
+    /// Remove the followers that fell behind for longer than
+    /// `replica_lag_time_max`.
+    Shrink(Vec<NodeId>),
+}
+
+/// The one ISR change a leader may have in flight at the coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PendingIsrChange {
+    /// The ISR the leader asked for.
+    pub(crate) proposed: Vec<NodeId>,
+    /// Why.
+    pub(crate) kind: IsrChangeKind,
+}
+
+/// A request for the caller: write `proposed` as the log's ISR with a
+/// compare-and-set on `(leader_epoch, expected_version)`, then report the
+/// outcome with `LeaderState::on_isr_accepted` or `on_isr_rejected`.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IsrProposal {
+    /// The proposing leader's epoch (first half of the compare-and-set key).
+    pub(crate) leader_epoch: LeaderEpoch,
+    /// The ISR version the leader last saw accepted (second half).
+    pub(crate) expected_version: u64,
+    /// The ISR to write.
+    pub(crate) proposed: Vec<NodeId>,
+    /// Why.
+    pub(crate) kind: IsrChangeKind,
+}
+
+/// The leader's record of one follower in the current leader epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct FollowerProgress {
+    /// The follower's log end offset: the `fetch_offset` of its last
+    /// accepted fetch. `None` until it fetched in this epoch.
+    log_end_offset: Option<Offset>,
+    /// The last time the follower was known to hold everything the leader
+    /// had. Never moves backwards.
+    last_caught_up_time: Instant,
+    /// When its last accepted fetch arrived.
+    last_fetch_time: Option<Instant>,
+    /// The leader's log end offset when that fetch arrived.
+    leader_end_offset_at_last_fetch: Offset,
+    /// Whether it has fetched from this leader in this epoch.
+    fetched_in_current_epoch: bool,
+}
+
+impl FollowerProgress {
+    /// A follower the new leader has not heard from yet. Its catch-up time
+    /// starts at `now`, as Kafka's `Replica.resetReplicaState` does for an
+    /// in-sync follower on a leader change: every follower gets one full
+    /// `replica_lag_time_max` to show up before it can be shrunk away.
+    pub(crate) fn new(now: Instant) -> FollowerProgress {
+        FollowerProgress {
+            log_end_offset: None,
+            last_caught_up_time: now,
+            last_fetch_time: None,
+            leader_end_offset_at_last_fetch: Offset::ZERO,
+            fetched_in_current_epoch: false,
+        }
+    }
+
+    /// Records an accepted fetch at `fetch_offset`, which acknowledges every
+    /// offset below it, arriving at `now` while the leader's log ends at
+    /// `leader_log_end_offset`.
+    ///
+    /// Catch-up time, SPEC §3.4 (Kafka's `Replica.updateFetchState`): a fetch
+    /// at the leader's end *now* means caught up now; a fetch at the leader's
+    /// end *as of this follower's previous fetch* means it was caught up at
+    /// that previous fetch. The second rule keeps a follower that keeps up
+    /// under continuous appends in the ISR, although each of its fetches
+    /// trails the leader's end by the records appended since the one before.
+    pub(crate) fn record_fetch(
+        &mut self,
+        fetch_offset: Offset,
+        leader_log_end_offset: Offset,
+        now: Instant,
+    ) {
+        if fetch_offset >= leader_log_end_offset {
+            self.last_caught_up_time = self.last_caught_up_time.max(now);
+        } else if let Some(previous_fetch_time) = self.last_fetch_time {
+            if fetch_offset >= self.leader_end_offset_at_last_fetch {
+                self.last_caught_up_time = self.last_caught_up_time.max(previous_fetch_time);
+            }
+        }
+        self.log_end_offset = Some(fetch_offset);
+        self.last_fetch_time = Some(now);
+        self.leader_end_offset_at_last_fetch = leader_log_end_offset;
+        self.fetched_in_current_epoch = true;
+    }
+
+    /// The follower's log end offset, if it fetched in this epoch.
+    pub(crate) fn log_end_offset(&self) -> Option<Offset> {
+        self.log_end_offset
+    }
+
+    /// The last time it held everything the leader had.
+    pub(crate) fn last_caught_up_time(&self) -> Instant {
+        self.last_caught_up_time
+    }
+
+    /// How long it has not been caught up, as of `now` (zero if `now` is
+    /// earlier than the last catch-up).
+    pub(crate) fn time_since_caught_up(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_caught_up_time)
+    }
+
+    /// Shrink rule, SPEC §3.4: strictly more than `replica_lag_time_max`
+    /// since it last caught up (at exactly the limit it stays).
+    pub(crate) fn is_out_of_sync(&self, now: Instant, replica_lag_time_max: Duration) -> bool {
+        self.time_since_caught_up(now) > replica_lag_time_max
+    }
+
+    /// Expand rule, SPEC §3.4 (Kafka's `Partition.isFollowerInSync`): it has
+    /// fetched in this epoch and its log end offset is at least the high
+    /// watermark and at least the start offset of the leader's epoch. The
+    /// last condition keeps out a follower that has not yet replicated the
+    /// new leader's own uncommitted tail, which would otherwise make the
+    /// high watermark wait on (or skip over) data it never fetched.
+    pub(crate) fn is_eligible_for_isr(
+        &self,
+        high_watermark: Offset,
+        epoch_start_offset: Offset,
+    ) -> bool {
+        match self.log_end_offset {
+            Some(log_end_offset) => {
+                self.fetched_in_current_epoch
+                    && log_end_offset >= high_watermark
+                    && log_end_offset >= epoch_start_offset
+            }
+            None => false,
+        }
+    }
+}
+
+/// The maximal ISR (SPEC §3.3): the accepted ISR plus a pending addition. A
+/// pending removal keeps counting until the coordinator accepts it, so the
+/// high watermark never outruns an ISR the coordinator still holds: if the
+/// removal is rejected, the follower it named is still in sync by the
+/// coordinator's record and must hold everything below the high watermark.
+pub(crate) fn maximal_isr(accepted: &[NodeId], pending: Option<&PendingIsrChange>) -> Vec<NodeId> {
+    let mut members = accepted.to_vec();
+    if let Some(PendingIsrChange {
+        kind: IsrChangeKind::Expand(node),
+        ..
+    }) = pending
+    {
+        if !members.contains(node) {
+            members.push(*node);
+        }
+    }
+    members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(value: u64) -> Duration {
+        Duration::from_millis(value)
+    }
+
+    #[test]
+    fn catch_up_time_table() {
+        // Each row: one previous fetch (if any), then one fetch under test.
+        struct Row {
+            name: &'static str,
+            previous: Option<(u64, u64, u64)>, // (fetch offset, leader LEO, at ms)
+            fetch_offset: u64,
+            leader_log_end_offset: u64,
+            at_ms: u64,
+            expected_caught_up_ms: u64,
+        }
+        let rows = [
+            Row {
+                name: "first fetch at the leader's end: caught up now",
+                previous: None,
+                fetch_offset: 5,
+                leader_log_end_offset: 5,
+                at_ms: 30,
+                expected_caught_up_ms: 30,
+            },
+            Row {
+                name: "first fetch behind: keeps the start time",
+                previous: None,
+                fetch_offset: 3,
+                leader_log_end_offset: 5,
+                at_ms: 30,
+                expected_caught_up_ms: 0,
+            },
+            Row {
+                name: "reaches the leader's end as of its previous fetch: \
+                       caught up at that previous fetch",
+                previous: Some((2, 5, 40)),
+                fetch_offset: 5,
+                leader_log_end_offset: 9,
+                at_ms: 50,
+                expected_caught_up_ms: 40,
+            },
+            Row {
+                name: "below the leader's end at its previous fetch: no change",
+                previous: Some((2, 5, 40)),
+                fetch_offset: 4,
+                leader_log_end_offset: 9,
+                at_ms: 50,
+                expected_caught_up_ms: 0,
+            },
+            Row {
+                name: "at the leader's end now wins over the previous fetch",
+                previous: Some((2, 5, 40)),
+                fetch_offset: 9,
+                leader_log_end_offset: 9,
+                at_ms: 50,
+                expected_caught_up_ms: 50,
+            },
+        ];
+        let base = Instant::now();
+        for row in rows {
+            let mut progress = FollowerProgress::new(base);
+            if let Some((offset, leader, at)) = row.previous {
+                progress.record_fetch(Offset(offset), Offset(leader), base + ms(at));
+            }
+            progress.record_fetch(
+                Offset(row.fetch_offset),
+                Offset(row.leader_log_end_offset),
+                base + ms(row.at_ms),
+            );
+            assert_eq!(
+                progress.last_caught_up_time(),
+                base + ms(row.expected_caught_up_ms),
+                "{}",
+                row.name
+            );
+            assert_eq!(progress.log_end_offset(), Some(Offset(row.fetch_offset)));
+        }
+    }
+
+    #[test]
+    fn catch_up_time_never_moves_backwards() {
+        let base = Instant::now();
+        let mut progress = FollowerProgress::new(base + ms(100));
+        // A fetch stamped earlier than the start (a caller's clocks disagree)
+        // must not pull the catch-up time back.
+        progress.record_fetch(Offset(5), Offset(5), base + ms(50));
+        assert_eq!(progress.last_caught_up_time(), base + ms(100));
+    }
+
+    #[test]
+    fn out_of_sync_only_strictly_after_the_lag_limit() {
+        let base = Instant::now();
+        let progress = FollowerProgress::new(base);
+        let limit = ms(100);
+        assert!(!progress.is_out_of_sync(base + ms(99), limit));
+        assert!(!progress.is_out_of_sync(base + ms(100), limit));
+        assert!(progress.is_out_of_sync(base + ms(100) + Duration::from_nanos(1), limit));
+        // A `now` before the catch-up time is not a lag.
+        assert!(!FollowerProgress::new(base + ms(10)).is_out_of_sync(base, limit));
+    }
+
+    #[test]
+    fn isr_eligibility_table() {
+        struct Row {
+            name: &'static str,
+            fetched_at: Option<u64>,
+            high_watermark: u64,
+            epoch_start_offset: u64,
+            expected: bool,
+        }
+        let rows = [
+            Row {
+                name: "has not fetched in this epoch",
+                fetched_at: None,
+                high_watermark: 0,
+                epoch_start_offset: 0,
+                expected: false,
+            },
+            Row {
+                name: "at HW and at epoch start",
+                fetched_at: Some(10),
+                high_watermark: 10,
+                epoch_start_offset: 10,
+                expected: true,
+            },
+            Row {
+                name: "below HW",
+                fetched_at: Some(9),
+                high_watermark: 10,
+                epoch_start_offset: 5,
+                expected: false,
+            },
+            Row {
+                name: "at HW but below the leader's epoch start",
+                fetched_at: Some(7),
+                high_watermark: 6,
+                epoch_start_offset: 10,
+                expected: false,
+            },
+            Row {
+                name: "past both",
+                fetched_at: Some(12),
+                high_watermark: 6,
+                epoch_start_offset: 10,
+                expected: true,
+            },
+        ];
+        let base = Instant::now();
+        for row in rows {
+            let mut progress = FollowerProgress::new(base);
+            if let Some(offset) = row.fetched_at {
+                progress.record_fetch(Offset(offset), Offset(20), base);
+            }
+            assert_eq!(
+                progress.is_eligible_for_isr(
+                    Offset(row.high_watermark),
+                    Offset(row.epoch_start_offset)
+                ),
+                row.expected,
+                "{}",
+                row.name
+            );
+        }
+    }
+
+    #[test]
+    fn maximal_isr_adds_pending_expansion_and_keeps_pending_removal() {
+        let (a, b, c) = (NodeId(1), NodeId(2), NodeId(3));
+        assert_eq!(maximal_isr(&[a, b], None), vec![a, b]);
+        let expand = PendingIsrChange {
+            proposed: vec![a, b, c],
+            kind: IsrChangeKind::Expand(c),
+        };
+        assert_eq!(maximal_isr(&[a, b], Some(&expand)), vec![a, b, c]);
+        let shrink = PendingIsrChange {
+            proposed: vec![a],
+            kind: IsrChangeKind::Shrink(vec![b]),
+        };
+        assert_eq!(maximal_isr(&[a, b], Some(&shrink)), vec![a, b]);
+    }
+}

@@ -37,6 +37,9 @@ pub use error::{Error, Result};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
+pub use storage::{
+    AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
+};
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };

@@ -1,14 +1,22 @@
 //! One replica's log on disk: segments, offset indexes, recovery, checkpoint
-//! files, the leader epoch cache and retention. No network, no replication
-//! decisions.
-
-// Until the segment and log modules land and use everything here.
-#![allow(dead_code)]
+//! files, the leader epoch cache, flushing and retention. No network, no
+//! replication decisions.
 
 mod checkpoint;
+mod config;
+mod flush;
 mod leader_epoch;
+mod log;
+mod offset_index;
+mod recovery;
+mod retention;
+mod segment;
 
 #[allow(unused_imports)]
 pub(crate) use checkpoint::{load_pairs, store_pairs, sync_dir, write_atomically, LogCheckpoint};
+pub use config::LogConfig;
+pub use flush::FlushPolicy;
 #[allow(unused_imports)]
 pub(crate) use leader_epoch::{EpochEntry, LeaderEpochCache};
+pub use log::{AppendInfo, Log, LogStats, ReadResult};
+pub use recovery::{RecoveryReport, TruncatedTail};

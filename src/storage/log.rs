@@ -1,0 +1,956 @@
+//! [`Log`]: one replica's log — append (as leader or follower), read,
+//! roll, truncate, flush, close — over the segments of one directory.
+//!
+//! This module owns the log's in-memory state and the order of file
+//! operations that keeps it crash safe. Opening is `recovery`'s job,
+//! deleting old data `retention`'s, the fsync hand-off `flush`'s. It knows
+//! nothing of replication: the high watermark is kept here only to be
+//! checkpointed.
+//!
+//! Concurrency: one `RwLock` guards the state. Appends, rolls and
+//! truncations take it for writing, only for as long as the write syscall;
+//! reads take it for reading just long enough to find the file and position,
+//! then read without it. Fsyncs never run under it (see `flush`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::checkpoint::{sync_dir, LogCheckpoint};
+use super::config::LogConfig;
+use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
+use super::leader_epoch::LeaderEpochCache;
+use super::recovery::{self, RecoveryReport};
+use super::segment::{Found, Segment, SegmentFile};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::record::{
+    parse_header, set_base_offset, set_leader_epoch, BatchHeader, BatchIter, HeaderError,
+    RecordBatch, BATCH_HEADER_BYTES,
+};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
+
+/// Where an append landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the first appended record.
+    pub base_offset: Offset,
+    /// Offset of the last appended record.
+    pub last_offset: Offset,
+    /// The log end offset after the append.
+    pub log_end_offset: Offset,
+}
+
+/// Whole batches read from a log, without copying them again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadResult {
+    /// The batches, back to back, exactly as stored. The first one may start
+    /// before the offset asked for (it is the batch containing it, as in
+    /// Kafka): skip records below it when that matters.
+    pub records: Bytes,
+    /// The log start offset when the read was made.
+    pub log_start_offset: Offset,
+    /// The log end offset when the read was made.
+    pub log_end_offset: Offset,
+}
+
+impl ReadResult {
+    /// Iterates over the batches (each validated again, CRC included).
+    pub fn batches(&self) -> BatchIter {
+        BatchIter::new(self.records.clone())
+    }
+
+    /// Whether no batch was returned.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// Counters an application can export; monotonic except `segments`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Successful appends (calls, not batches).
+    pub appends: u64,
+    /// Batches appended.
+    pub batches_appended: u64,
+    /// Bytes appended.
+    pub bytes_appended: u64,
+    /// `fdatasync` calls on segment data files.
+    pub fsyncs: u64,
+    /// Segments rolled.
+    pub rolls: u64,
+    /// Segments in the log now.
+    pub segments: u64,
+    /// Reads served.
+    pub reads: u64,
+    /// Bytes returned by reads.
+    pub bytes_read: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    appends: AtomicU64,
+    batches_appended: AtomicU64,
+    bytes_appended: AtomicU64,
+    fsyncs: AtomicU64,
+    rolls: AtomicU64,
+    reads: AtomicU64,
+    bytes_read: AtomicU64,
+}
+
+/// The mutable state of a log.
+///
+/// Invariant: `segments` is non-empty and contiguous (each segment ends
+/// where the next begins); the last one is the active segment;
+/// `log_start_offset <= high_watermark <= log_end_offset`, and the log start
+/// lies inside the first segment (or at the end of an empty log).
+#[derive(Debug)]
+pub(super) struct LogState {
+    pub(super) segments: BTreeMap<Offset, Segment>,
+    pub(super) log_start_offset: Offset,
+    pub(super) high_watermark: Offset,
+    pub(super) epochs: LeaderEpochCache,
+    /// Epoch of the last batch, `None` when the log holds no batch.
+    pub(super) last_batch_epoch: Option<LeaderEpoch>,
+    /// Data files of rolled segments that still need an fsync.
+    pub(super) unsynced: Vec<Arc<SegmentFile>>,
+    /// Records appended since the last fsync (for `FlushPolicy::Every`).
+    pub(super) unflushed_messages: u64,
+    /// When the last fsync snapshot was taken.
+    pub(super) last_flush_at: Instant,
+}
+
+impl LogState {
+    pub(super) fn active(&self) -> &Segment {
+        match self.segments.values().next_back() {
+            Some(segment) => segment,
+            None => unreachable!("a log always has an active segment"),
+        }
+    }
+
+    pub(super) fn active_mut(&mut self) -> &mut Segment {
+        match self.segments.values_mut().next_back() {
+            Some(segment) => segment,
+            None => unreachable!("a log always has an active segment"),
+        }
+    }
+
+    pub(super) fn log_end_offset(&self) -> Offset {
+        self.active().next_offset()
+    }
+
+    /// The segment holding `offset`, which must be below the log end.
+    fn segment_for(&self, offset: Offset) -> Option<&Segment> {
+        self.segments
+            .range(..=offset)
+            .next_back()
+            .map(|(_, s)| s)
+            .filter(|s| s.next_offset() > offset)
+            .or_else(|| {
+                // `offset` is the end of one segment and the start of the next.
+                self.segments
+                    .range(offset..)
+                    .map(|(_, s)| s)
+                    .find(|s| s.next_offset() > offset)
+            })
+    }
+
+    pub(super) fn check_invariants(&self) -> bool {
+        let contiguous = self
+            .segments
+            .values()
+            .zip(self.segments.values().skip(1))
+            .all(|(a, b)| a.next_offset() == b.base_offset());
+        !self.segments.is_empty()
+            && contiguous
+            && self.log_start_offset <= self.high_watermark
+            && self.high_watermark <= self.log_end_offset()
+            && self.epochs.check_invariants()
+    }
+}
+
+/// One replica's log on disk. Every method takes `&self`: appends, reads
+/// and flushes may come from many threads at once.
+#[derive(Debug)]
+pub struct Log {
+    pub(super) dir: PathBuf,
+    pub(super) config: LogConfig,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) state: RwLock<LogState>,
+    pub(super) commit: GroupCommit,
+    /// Serialises checkpoint writes (they share a temporary file name).
+    checkpoint_lock: Mutex<()>,
+    counters: Counters,
+    report: RecoveryReport,
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering it after an
+    /// unclean stop (SPEC 2.3). A torn or corrupt tail after the recovery
+    /// point is cut and reported in [`recovery_report`](Self::recovery_report);
+    /// corruption below it is `Error::Corrupt`.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let now = clock.now();
+        let recovered = recovery::recover(&dir, &config, now)?;
+        let log_end = recovered
+            .segments
+            .values()
+            .next_back()
+            .map_or(recovered.log_start_offset, Segment::next_offset);
+        let mut state = LogState {
+            segments: recovered.segments,
+            log_start_offset: recovered.log_start_offset,
+            high_watermark: recovered.high_watermark,
+            epochs: recovered.epochs,
+            last_batch_epoch: None,
+            unsynced: Vec::new(),
+            unflushed_messages: 0,
+            last_flush_at: now,
+        };
+        state.last_batch_epoch = epoch_of_last_batch_below(&state, log_end)?;
+        debug_assert!(state.check_invariants());
+        let log = Log {
+            dir,
+            config,
+            clock,
+            state: RwLock::new(state),
+            // Recovery synced every segment it scanned: the whole log is
+            // durable now.
+            commit: GroupCommit::new(log_end),
+            checkpoint_lock: Mutex::new(()),
+            counters: Counters::default(),
+            report: recovered.report,
+        };
+        // From here on a crash is not a clean shutdown.
+        log.store_checkpoint(false)?;
+        Ok(log)
+    }
+
+    /// What opening the log found and did.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The log directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The configuration the log was opened with.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Appends `batch` as the leader: its records get the next offsets and
+    /// the batch is stamped with `epoch` (both outside the CRC, so the batch
+    /// is not re-encoded). A new epoch is recorded in the epoch cache first.
+    /// Under `FlushPolicy::Always` returns only once the batch is fsynced.
+    ///
+    /// `epoch` older than the latest in the epoch cache is
+    /// `Error::FencedLeaderEpoch`.
+    pub fn append_as_leader(&self, batch: &RecordBatch, epoch: LeaderEpoch) -> Result<AppendInfo> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let bytes = batch.as_bytes();
+        self.check_batch_size(bytes.len())?;
+        let mut stamped = [0u8; BATCH_HEADER_BYTES];
+        stamped.copy_from_slice(&bytes[..BATCH_HEADER_BYTES]);
+        let (info, rolled) = {
+            let mut state = self.state.write();
+            if let Some(latest) = state.epochs.latest_epoch() {
+                if epoch < latest {
+                    return Err(Error::FencedLeaderEpoch {
+                        request: epoch,
+                        current: latest,
+                    });
+                }
+            }
+            let base_offset = state.log_end_offset();
+            set_base_offset(&mut stamped, base_offset);
+            set_leader_epoch(&mut stamped, epoch);
+            let header = BatchHeader {
+                base_offset,
+                leader_epoch: epoch,
+                ..*batch.header()
+            };
+            let rolled = self.maybe_roll(&mut state, header.last_offset(), bytes.len() as u64)?;
+            if state.epochs.latest_epoch() != Some(epoch) {
+                state.epochs.assign(epoch, base_offset)?;
+            }
+            let interval = self.config.index_interval_bytes;
+            let appended = state.active_mut().append(
+                &[&stamped, &bytes[BATCH_HEADER_BYTES..]],
+                [(0, header)],
+                interval,
+            );
+            self.poison_on_error(appended)?;
+            state.last_batch_epoch = Some(epoch);
+            state.unflushed_messages += u64::from(header.record_count);
+            self.count_append(1, bytes.len() as u64);
+            debug_assert!(state.check_invariants());
+            let info = AppendInfo {
+                base_offset,
+                last_offset: header.last_offset(),
+                log_end_offset: header.next_offset(),
+            };
+            (info, rolled)
+        };
+        self.after_append(info.log_end_offset, rolled)?;
+        Ok(info)
+    }
+
+    /// Appends batches received from the leader, keeping their offsets and
+    /// epochs: each batch's CRC is checked (once), the first must start at
+    /// the log end offset (`Error::NonContiguousAppend`) and each must follow
+    /// the previous one with epochs that never go back
+    /// (`Error::InvalidBatch`). The epoch cache learns each new epoch.
+    pub fn append_as_follower(&self, batches: &Bytes) -> Result<AppendInfo> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let parsed = self.validate_follower_batches(batches)?;
+        let (Some(&(_, first)), Some(&(_, last))) = (parsed.first(), parsed.last()) else {
+            return Err(Error::InvalidBatch {
+                reason: "no batch to append".into(),
+            });
+        };
+        let (info, rolled) = {
+            let mut state = self.state.write();
+            let log_end = state.log_end_offset();
+            if first.base_offset != log_end {
+                return Err(Error::NonContiguousAppend {
+                    expected: log_end,
+                    got: first.base_offset,
+                });
+            }
+            if let Some(previous) = state.last_batch_epoch {
+                if first.leader_epoch < previous {
+                    return Err(Error::InvalidBatch {
+                        reason: format!(
+                            "batch at offset {} has leader epoch {}, older than the log's last batch ({previous})",
+                            first.base_offset, first.leader_epoch
+                        ),
+                    });
+                }
+            }
+            // Entries at or after the log end describe no data (an epoch a
+            // former leader assigned before writing anything): they give way
+            // to what the leader sends.
+            if state
+                .epochs
+                .entries()
+                .last()
+                .is_some_and(|e| e.start_offset >= log_end)
+            {
+                state.epochs.truncate_from_end(log_end)?;
+            }
+            let mut rolled = false;
+            let mut group_start = parsed[0].0;
+            let mut group: Vec<(u64, BatchHeader)> = Vec::with_capacity(parsed.len());
+            let mut epochs_changed = false;
+            for &(position, header) in &parsed {
+                let size = header.size_bytes() as u64;
+                let pending = (position - group_start) as u64;
+                if self.should_roll(state.active(), pending, header.last_offset(), size) {
+                    self.write_group(&mut state, batches, group_start, position, &mut group)?;
+                    self.roll_segment(&mut state)?;
+                    rolled = true;
+                    group_start = position;
+                }
+                group.push(((position - group_start) as u64, header));
+                epochs_changed |= state
+                    .epochs
+                    .assign_in_memory(header.leader_epoch, header.base_offset);
+            }
+            self.write_group(&mut state, batches, group_start, batches.len(), &mut group)?;
+            if epochs_changed {
+                state.epochs.persist()?;
+            }
+            state.last_batch_epoch = Some(last.leader_epoch);
+            let records: u64 = parsed.iter().map(|(_, h)| u64::from(h.record_count)).sum();
+            state.unflushed_messages += records;
+            self.count_append(parsed.len() as u64, batches.len() as u64);
+            debug_assert!(state.check_invariants());
+            let info = AppendInfo {
+                base_offset: first.base_offset,
+                last_offset: last.last_offset(),
+                log_end_offset: last.next_offset(),
+            };
+            (info, rolled)
+        };
+        self.after_append(info.log_end_offset, rolled)?;
+        Ok(info)
+    }
+
+    /// Checks every batch of a follower append before anything is written.
+    fn validate_follower_batches(&self, batches: &Bytes) -> Result<Vec<(usize, BatchHeader)>> {
+        let mut parsed: Vec<(usize, BatchHeader)> = Vec::new();
+        let mut position = 0;
+        while position < batches.len() {
+            let header = match parse_header(&batches[position..]) {
+                Ok(header) => header,
+                Err(HeaderError::Incomplete { .. }) => {
+                    return Err(Error::InvalidBatch {
+                        reason: format!("incomplete batch at byte {position}"),
+                    })
+                }
+                Err(HeaderError::Invalid(reason)) => {
+                    return Err(Error::InvalidBatch {
+                        reason: format!("batch at byte {position}: {reason}"),
+                    })
+                }
+            };
+            let size = header.size_bytes();
+            self.check_batch_size(size)?;
+            // The CRC check, once; the batch is written exactly as received.
+            RecordBatch::from_bytes(batches.slice(position..position + size))?;
+            if let Some((_, previous)) = parsed.last() {
+                if header.base_offset != previous.next_offset() {
+                    return Err(Error::NonContiguousAppend {
+                        expected: previous.next_offset(),
+                        got: header.base_offset,
+                    });
+                }
+                if header.leader_epoch < previous.leader_epoch {
+                    return Err(Error::InvalidBatch {
+                        reason: format!(
+                            "leader epoch goes back from {} to {} at offset {}",
+                            previous.leader_epoch, header.leader_epoch, header.base_offset
+                        ),
+                    });
+                }
+            }
+            parsed.push((position, header));
+            position += size;
+        }
+        Ok(parsed)
+    }
+
+    /// Writes `batches[from..to]` (described by `group`) to the active
+    /// segment in one write.
+    fn write_group(
+        &self,
+        state: &mut LogState,
+        batches: &Bytes,
+        from: usize,
+        to: usize,
+        group: &mut Vec<(u64, BatchHeader)>,
+    ) -> Result<()> {
+        if from == to {
+            return Ok(());
+        }
+        let interval = self.config.index_interval_bytes;
+        let written = state
+            .active_mut()
+            .append(&[&batches[from..to]], group.drain(..), interval);
+        self.poison_on_error(written)
+    }
+
+    fn check_batch_size(&self, bytes: usize) -> Result<()> {
+        if bytes > self.config.batch_bytes_max {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "batch of {bytes} bytes exceeds batch_bytes_max {}",
+                    self.config.batch_bytes_max
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn count_append(&self, batches: u64, bytes: u64) {
+        self.counters.appends.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .batches_appended
+            .fetch_add(batches, Ordering::Relaxed);
+        self.counters
+            .bytes_appended
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// A failed write leaves the file in an unknown state: poison the log.
+    pub(super) fn poison_on_error<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result {
+            self.commit.poison(e.to_string());
+        }
+        result
+    }
+
+    /// Whether the active segment must roll before taking a batch of
+    /// `batch_bytes` ending at `last_offset`, with `pending_bytes` about to
+    /// be written to it first.
+    fn should_roll(
+        &self,
+        active: &Segment,
+        pending_bytes: u64,
+        last_offset: Offset,
+        batch_bytes: u64,
+    ) -> bool {
+        let size = active.size_bytes() + pending_bytes;
+        if size == 0 {
+            return false;
+        }
+        size + batch_bytes > self.config.segment_bytes_max
+            || self
+                .clock
+                .now()
+                .saturating_duration_since(active.created_at())
+                >= self.config.segment_age_max
+            || active.index_is_full()
+            || !active.can_address(last_offset, pending_bytes + batch_bytes)
+    }
+
+    fn maybe_roll(
+        &self,
+        state: &mut LogState,
+        last_offset: Offset,
+        batch_bytes: u64,
+    ) -> Result<bool> {
+        if self.should_roll(state.active(), 0, last_offset, batch_bytes) {
+            self.roll_segment(state)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Starts a new active segment at the log end. The old one's index is
+    /// trimmed and its data file queued for the next fsync, which must come
+    /// before any fsync of the new segment may count (see `sync_once`).
+    fn roll_segment(&self, state: &mut LogState) -> Result<()> {
+        let base = state.log_end_offset();
+        let rolled = (|| {
+            let old = state.active_mut();
+            old.seal()?;
+            let file = old.file().clone();
+            let segment = Segment::create(
+                &self.dir,
+                base,
+                self.config.index_bytes_max,
+                self.clock.now(),
+            )?;
+            sync_dir(&self.dir)?;
+            Ok((file, segment))
+        })();
+        let (file, segment) = self.poison_on_error(rolled)?;
+        state.unsynced.push(file);
+        state.segments.insert(base, segment);
+        self.counters.rolls.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(dir = %self.dir.display(), %base, "rolled segment");
+        Ok(())
+    }
+
+    /// Applies the flush policy after an append that ended at `log_end`.
+    fn after_append(&self, log_end: Offset, rolled: bool) -> Result<()> {
+        let must_sync = match self.config.flush_policy {
+            FlushPolicy::Always => true,
+            FlushPolicy::Never => false,
+            FlushPolicy::Every { messages, interval } => {
+                let state = self.state.read();
+                state.unflushed_messages >= messages
+                    || self
+                        .clock
+                        .now()
+                        .saturating_duration_since(state.last_flush_at)
+                        >= interval
+            }
+        };
+        if must_sync {
+            self.sync_to(log_end)?;
+        }
+        if rolled {
+            // As Kafka does after a roll: make the finished segment durable
+            // and move the recovery point past it, so a crash only has the
+            // new segment to scan.
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Returns once everything below `offset` is fsynced (group commit).
+    pub(super) fn sync_to(&self, offset: Offset) -> Result<()> {
+        self.commit
+            .wait_flushed(offset, &self.dir, || self.sync_once())
+    }
+
+    /// One fsync round: snapshot what needs syncing under the lock, sync it
+    /// without the lock.
+    fn sync_once(&self) -> Result<SyncOutcome> {
+        let (files, covered, generation) = {
+            let mut state = self.state.write();
+            let mut files = std::mem::take(&mut state.unsynced);
+            files.push(state.active().file().clone());
+            state.unflushed_messages = 0;
+            state.last_flush_at = self.clock.now();
+            (files, state.log_end_offset(), self.commit.generation())
+        };
+        for file in &files {
+            file.sync_data()?;
+            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(SyncOutcome {
+            covered,
+            generation,
+        })
+    }
+
+    /// Writes the log checkpoint with the flushed offset as recovery point.
+    pub(super) fn store_checkpoint(&self, clean_shutdown: bool) -> Result<()> {
+        let _serial = self.checkpoint_lock.lock();
+        let (log_start_offset, high_watermark) = {
+            let state = self.state.read();
+            (state.log_start_offset, state.high_watermark)
+        };
+        let checkpoint = LogCheckpoint {
+            recovery_point: self.commit.flushed_offset().max(log_start_offset),
+            high_watermark,
+            log_start_offset,
+            clean_shutdown,
+        };
+        checkpoint.store(&self.dir)
+    }
+
+    /// Writes a checkpoint whose recovery point is at most `at_most`, before
+    /// an operation removes data the current recovery point vouches for.
+    pub(super) fn store_checkpoint_below(
+        &self,
+        state: &LogState,
+        at_most: Offset,
+        log_start_offset: Offset,
+    ) -> Result<()> {
+        let _serial = self.checkpoint_lock.lock();
+        let checkpoint = LogCheckpoint {
+            recovery_point: self.commit.flushed_offset().min(at_most),
+            high_watermark: state.high_watermark.min(at_most).max(log_start_offset),
+            log_start_offset,
+            clean_shutdown: false,
+        };
+        checkpoint.store(&self.dir)
+    }
+
+    /// Reads whole batches from the one containing `from`, up to `bytes_max`
+    /// bytes but always at least one whole batch when `from` is below the
+    /// log end. `from == log end` gives an empty result; `from` below the log
+    /// start or above the log end is `Error::OffsetOutOfRange`. A read
+    /// returns batches of one segment at most (a later read continues).
+    pub fn read(&self, from: Offset, bytes_max: usize) -> Result<ReadResult> {
+        self.read_inner(from, bytes_max, None)
+    }
+
+    /// Like [`read`](Self::read), but never returns a batch containing an
+    /// offset at or above `limit` (the high watermark, for committed reads).
+    pub fn read_up_to(&self, from: Offset, bytes_max: usize, limit: Offset) -> Result<ReadResult> {
+        self.read_inner(from, bytes_max, Some(limit))
+    }
+
+    fn read_inner(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        limit: Option<Offset>,
+    ) -> Result<ReadResult> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let (file, floor, end_bytes, log_start_offset, log_end_offset) = {
+            let state = self.state.read();
+            let (log_start_offset, log_end_offset) =
+                (state.log_start_offset, state.log_end_offset());
+            if from < log_start_offset || from > log_end_offset {
+                return Err(Error::OffsetOutOfRange {
+                    requested: from,
+                    log_start: log_start_offset,
+                    log_end: log_end_offset,
+                });
+            }
+            let empty = ReadResult {
+                records: Bytes::new(),
+                log_start_offset,
+                log_end_offset,
+            };
+            if from == log_end_offset || limit.is_some_and(|l| from >= l) {
+                return Ok(empty);
+            }
+            let Some(segment) = state.segment_for(from) else {
+                return Ok(empty);
+            };
+            (
+                segment.file().clone(),
+                segment.index_floor(from),
+                segment.size_bytes(),
+                log_start_offset,
+                log_end_offset,
+            )
+        };
+        let limit = limit.unwrap_or(log_end_offset).min(log_end_offset);
+        let mut result = ReadResult {
+            records: Bytes::new(),
+            log_start_offset,
+            log_end_offset,
+        };
+        let Found::Batch { position, header } = Segment::find_batch(&file, floor, end_bytes, from)?
+        else {
+            return Ok(result);
+        };
+        if header.last_offset() >= limit {
+            return Ok(result);
+        }
+        let want = (end_bytes - position).min(bytes_max.max(header.size_bytes()) as u64);
+        let buf = file.read_bytes(position, want as usize)?;
+        let mut used = 0;
+        while used < buf.len() {
+            match parse_header(&buf[used..]) {
+                Ok(h) if h.last_offset() < limit => used += h.size_bytes(),
+                _ => break,
+            }
+        }
+        result.records = buf.slice(..used);
+        self.counters.reads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_read
+            .fetch_add(used as u64, Ordering::Relaxed);
+        Ok(result)
+    }
+
+    /// Removes every record at or after `offset` (SPEC 2.7). Like Kafka, a
+    /// batch containing `offset` goes whole, so the log may end below
+    /// `offset` if it is not a batch boundary. Crash safe: the checkpoint's
+    /// recovery point is lowered first, then the file is cut (and synced),
+    /// its index entries dropped, later segments deleted newest first, and
+    /// the epoch cache fixed last; recovery after a crash at any step finds
+    /// a prefix holding everything below `offset`.
+    pub fn truncate_to(&self, offset: Offset) -> Result<()> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let mut state = self.state.write();
+        if offset >= state.log_end_offset() {
+            return Ok(());
+        }
+        if offset < state.log_start_offset {
+            drop(state);
+            return self.truncate_fully_and_start_at(offset);
+        }
+        let Some(segment) = state.segment_for(offset) else {
+            return Ok(());
+        };
+        let base = segment.base_offset();
+        let found = Segment::find_batch(
+            segment.file(),
+            segment.index_floor(offset),
+            segment.size_bytes(),
+            offset,
+        )?;
+        let (position, new_end) = match found {
+            Found::Batch { position, header } => (position, header.base_offset.min(offset)),
+            Found::End { position, .. } => (position, segment.next_offset()),
+        };
+        let new_end = new_end.max(base);
+        let log_start = state.log_start_offset;
+        self.store_checkpoint_below(&state, new_end, log_start)?;
+        self.commit.truncated_to(new_end);
+        let cut = (|| {
+            let last_epoch = epoch_of_last_batch_below(&state, new_end)?;
+            if let Some(segment) = state.segments.get_mut(&base) {
+                segment.truncate_to_position(position, new_end, last_epoch)?;
+                segment.sync_data()?;
+            }
+            let later: Vec<Offset> = state
+                .segments
+                .range(base.next()..)
+                .map(|(b, _)| *b)
+                .collect();
+            for later_base in later.into_iter().rev() {
+                if let Some(segment) = state.segments.remove(&later_base) {
+                    segment.delete()?;
+                }
+            }
+            sync_dir(&self.dir)?;
+            state.active_mut().unseal(self.config.index_bytes_max)?;
+            state.epochs.truncate_from_end(new_end)?;
+            state.last_batch_epoch = last_epoch;
+            Ok(())
+        })();
+        self.poison_on_error(cut)?;
+        state.unsynced.clear();
+        state.high_watermark = state.high_watermark.min(new_end);
+        debug_assert!(state.check_invariants());
+        tracing::info!(dir = %self.dir.display(), %offset, %new_end, "truncated log");
+        Ok(())
+    }
+
+    /// Discards the whole log and restarts it, empty, at `offset` (a
+    /// follower whose log ends below the leader's log start).
+    pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let mut state = self.state.write();
+        let first = state.log_start_offset;
+        // A crash from here on rescans whatever is left from its start.
+        self.store_checkpoint_below(&state, first, first)?;
+        self.commit.truncated_to(first);
+        let restarted = (|| {
+            let bases: Vec<Offset> = state.segments.keys().copied().collect();
+            for base in bases.into_iter().rev() {
+                if let Some(segment) = state.segments.remove(&base) {
+                    segment.delete()?;
+                }
+            }
+            let segment = Segment::create(
+                &self.dir,
+                offset,
+                self.config.index_bytes_max,
+                self.clock.now(),
+            )?;
+            state.segments.insert(offset, segment);
+            sync_dir(&self.dir)?;
+            state.epochs.truncate_from_end(Offset::ZERO)?;
+            Ok(())
+        })();
+        self.poison_on_error(restarted)?;
+        state.unsynced.clear();
+        state.log_start_offset = offset;
+        state.high_watermark = offset;
+        state.last_batch_epoch = None;
+        self.commit.restarted_at(offset);
+        debug_assert!(state.check_invariants());
+        drop(state);
+        tracing::info!(dir = %self.dir.display(), %offset, "log emptied and restarted");
+        self.store_checkpoint(false)
+    }
+
+    /// The first offset the log holds.
+    pub fn log_start_offset(&self) -> Offset {
+        self.state.read().log_start_offset
+    }
+
+    /// The offset the next record will get.
+    pub fn log_end_offset(&self) -> Offset {
+        self.state.read().log_end_offset()
+    }
+
+    /// Epoch of the last batch in the log, `None` when it holds none.
+    pub fn last_batch_epoch(&self) -> Option<LeaderEpoch> {
+        self.state.read().last_batch_epoch
+    }
+
+    /// The newest epoch in the epoch cache.
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.state.read().epochs.latest_epoch()
+    }
+
+    /// SPEC 3.6: where `epoch` ends on this replica, `None` when `epoch` is
+    /// newer than every epoch known (or none is).
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEndOffset> {
+        let state = self.state.read();
+        state
+            .epochs
+            .end_offset_for_epoch(epoch, state.log_end_offset())
+    }
+
+    /// Records that `epoch` starts at `start_offset` (a new leader records
+    /// `(new epoch, own log end)` before writing). Ignored when `epoch` is
+    /// not newer than the latest known.
+    pub fn assign_epoch(&self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let mut state = self.state.write();
+        state.epochs.assign(epoch, start_offset)
+    }
+
+    /// The epoch cache: `(epoch, start offset)` pairs, oldest first.
+    pub fn epoch_entries(&self) -> Vec<(LeaderEpoch, Offset)> {
+        self.state
+            .read()
+            .epochs
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
+    }
+
+    /// Fsyncs everything appended so far and checkpoints the recovery point
+    /// and high watermark.
+    pub fn flush(&self) -> Result<()> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let log_end = self.log_end_offset();
+        self.sync_to(log_end)?;
+        self.store_checkpoint(false)
+    }
+
+    /// Every offset below this is fsynced.
+    pub fn flushed_offset(&self) -> Offset {
+        self.commit.flushed_offset()
+    }
+
+    /// The recovery point: the offset a crash now would start validating
+    /// from (equal to [`flushed_offset`](Self::flushed_offset); it reaches
+    /// the checkpoint file on flush, roll and close).
+    pub fn recovery_point(&self) -> Offset {
+        self.commit.flushed_offset()
+    }
+
+    /// Records the high watermark, to be checkpointed with the next flush;
+    /// the replication layer owns its meaning. Clamped to the log's bounds.
+    pub fn set_high_watermark(&self, high_watermark: Offset) {
+        let mut state = self.state.write();
+        state.high_watermark = high_watermark
+            .min(state.log_end_offset())
+            .max(state.log_start_offset);
+    }
+
+    /// The last high watermark recorded (or recovered from the checkpoint).
+    pub fn high_watermark(&self) -> Offset {
+        self.state.read().high_watermark
+    }
+
+    /// Counters for monitoring.
+    pub fn stats(&self) -> LogStats {
+        let c = &self.counters;
+        LogStats {
+            appends: c.appends.load(Ordering::Relaxed),
+            batches_appended: c.batches_appended.load(Ordering::Relaxed),
+            bytes_appended: c.bytes_appended.load(Ordering::Relaxed),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            rolls: c.rolls.load(Ordering::Relaxed),
+            segments: self.state.read().segments.len() as u64,
+            reads: c.reads.load(Ordering::Relaxed),
+            bytes_read: c.bytes_read.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Closes the log cleanly: fsyncs everything, trims the active index and
+    /// writes the checkpoint with `clean_shutdown = true`, so the next open
+    /// scans nothing. Dropping a `Log` without closing it is a crash, as far
+    /// as the next open is concerned.
+    pub fn close(self) -> Result<()> {
+        self.flush()?;
+        {
+            let mut state = self.state.write();
+            let sealed = state.active_mut().seal();
+            self.poison_on_error(sealed)?;
+        }
+        self.store_checkpoint(true)
+    }
+}
+
+/// The epoch of the batch holding offset `end - 1`, if the log has one.
+pub(super) fn epoch_of_last_batch_below(
+    state: &LogState,
+    end: Offset,
+) -> Result<Option<LeaderEpoch>> {
+    let Some(last) = end.0.checked_sub(1).map(Offset) else {
+        return Ok(None);
+    };
+    if last < state.log_start_offset {
+        return Ok(None);
+    }
+    let Some((_, segment)) = state.segments.range(..=last).next_back() else {
+        return Ok(None);
+    };
+    let found = Segment::find_batch(
+        segment.file(),
+        segment.index_floor(last),
+        segment.size_bytes(),
+        last,
+    )?;
+    Ok(match found {
+        Found::Batch { header, .. } => Some(header.leader_epoch),
+        Found::End { .. } => None,
+    })
+}

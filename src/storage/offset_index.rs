@@ -1,0 +1,428 @@
+//! The sparse offset index of one segment (SPEC 2.1): a memory-mapped file of
+//! fixed-size entries `(relative offset: u32, position: u32)`, little-endian,
+//! mapping the base offset of some batches to their byte position in the
+//! segment's data file.
+//!
+//! This module owns the index file, its mapping and its sanity check. It does
+//! not decide *when* an entry is added (the segment does, every
+//! `index_interval_bytes`) and it never reads the data file; rebuilding an
+//! index from data is the segment's job.
+//!
+//! This is the only module of the crate with `unsafe` code: mapping a file
+//! into memory is unsafe because another process could change the file
+//! under us. Like Kafka, we accept that: the log directory belongs to this
+//! process (see the SAFETY notes).
+//!
+//! Like Kafka's `OffsetIndex`, the file of the active segment is
+//! preallocated to `index_bytes_max` and trimmed to the entries in use when
+//! the segment is rolled or the log is closed.
+//!
+//! Unlike Kafka, an entry never describes the first batch of a segment (that
+//! one is always at position 0): every valid entry therefore has a non-zero
+//! relative offset and position, and an all-zero entry marks the end of the
+//! used entries in a preallocated file. That lets a file left preallocated by
+//! a crash be read back without a rebuild.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapMut;
+
+use crate::error::{Error, Result};
+use crate::types::Offset;
+
+/// Bytes of one index entry.
+pub(crate) const INDEX_ENTRY_BYTES: usize = 8;
+const _: () = assert!(INDEX_ENTRY_BYTES == 4 + 4);
+
+/// One index entry, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IndexEntry {
+    /// Base offset of the indexed batch.
+    pub offset: Offset,
+    /// Byte position of that batch in the data file.
+    pub position: u64,
+}
+
+/// The offset index of one segment.
+///
+/// Invariant: the first `entries` slots hold strictly increasing, non-zero
+/// relative offsets and positions; `entries <= capacity`.
+#[derive(Debug)]
+pub(crate) struct OffsetIndex {
+    path: PathBuf,
+    base_offset: Offset,
+    file: File,
+    /// `None` while the file is empty (an empty file cannot be mapped).
+    mmap: Option<MmapMut>,
+    entries: usize,
+    /// Number of entries the current mapping can hold.
+    capacity: usize,
+}
+
+/// Why an existing index file was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IndexProblem(pub String);
+
+fn round_down_to_entry(bytes: u64) -> u64 {
+    bytes - bytes % INDEX_ENTRY_BYTES as u64
+}
+
+fn decode_entry(bytes: &[u8], slot: usize) -> (u32, u32) {
+    let at = slot * INDEX_ENTRY_BYTES;
+    let relative = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let position = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
+    (relative, position)
+}
+
+impl OffsetIndex {
+    /// Creates (or empties) the index file at `path`, preallocated to
+    /// `index_bytes_max`.
+    pub(crate) fn create(
+        path: &Path,
+        base_offset: Offset,
+        index_bytes_max: u64,
+    ) -> Result<OffsetIndex> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| Error::io(path, "create index", e))?;
+        let mut index = OffsetIndex {
+            path: path.to_path_buf(),
+            base_offset,
+            file,
+            mmap: None,
+            entries: 0,
+            capacity: 0,
+        };
+        index.resize(index_bytes_max)?;
+        Ok(index)
+    }
+
+    /// Opens an existing index file and sanity-checks it against the data
+    /// file's length: size a multiple of the entry size, entries strictly
+    /// increasing, positions inside the data. `Ok(Err(problem))` when the file
+    /// is missing or fails the check (the caller rebuilds it); `Err` only for
+    /// an I/O failure.
+    pub(crate) fn open_checked(
+        path: &Path,
+        base_offset: Offset,
+        data_bytes: u64,
+    ) -> Result<std::result::Result<OffsetIndex, IndexProblem>> {
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Err(IndexProblem("index file is missing".into())))
+            }
+            Err(e) => return Err(Error::io(path, "open index", e)),
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(path, "stat index", e))?
+            .len();
+        if len % INDEX_ENTRY_BYTES as u64 != 0 {
+            return Ok(Err(IndexProblem(format!(
+                "index size {len} is not a multiple of {INDEX_ENTRY_BYTES}"
+            ))));
+        }
+        let mut index = OffsetIndex {
+            path: path.to_path_buf(),
+            base_offset,
+            file,
+            mmap: None,
+            entries: 0,
+            capacity: 0,
+        };
+        index.map(len)?;
+        let bytes = index.mapped();
+        let slots = bytes.len() / INDEX_ENTRY_BYTES;
+        let mut used = 0;
+        let mut previous = (0u32, 0u32);
+        for slot in 0..slots {
+            let (relative, position) = decode_entry(bytes, slot);
+            if (relative, position) == (0, 0) {
+                break;
+            }
+            if relative <= previous.0 || position <= previous.1 {
+                return Ok(Err(IndexProblem(format!(
+                    "entry {slot} ({relative}, {position}) does not follow ({}, {})",
+                    previous.0, previous.1
+                ))));
+            }
+            if u64::from(position) >= data_bytes {
+                return Ok(Err(IndexProblem(format!(
+                    "entry {slot} points at byte {position}, past the {data_bytes} byte data file"
+                ))));
+            }
+            previous = (relative, position);
+            used += 1;
+        }
+        // Everything after the used entries must be zero preallocation, or
+        // the file is garbage that merely starts well.
+        if bytes[used * INDEX_ENTRY_BYTES..].iter().any(|&b| b != 0) {
+            return Ok(Err(IndexProblem(format!(
+                "non-zero bytes after the {used} used entries"
+            ))));
+        }
+        index.entries = used;
+        Ok(Ok(index))
+    }
+
+    fn mapped(&self) -> &[u8] {
+        self.mmap.as_deref().unwrap_or(&[])
+    }
+
+    /// Maps the file at its current length `len`.
+    fn map(&mut self, len: u64) -> Result<()> {
+        self.mmap = None;
+        self.capacity = 0;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the file is private to this log (one process owns the log
+        // directory, as with Kafka), so nothing else truncates or rewrites it
+        // while it is mapped; we only change its length after dropping the
+        // mapping (see `resize`), and the mapping never outlives `self.file`.
+        let mmap = unsafe { MmapMut::map_mut(&self.file) }
+            .map_err(|e| Error::io(&self.path, "mmap index", e))?;
+        self.capacity = mmap.len() / INDEX_ENTRY_BYTES;
+        self.mmap = Some(mmap);
+        Ok(())
+    }
+
+    /// Changes the file's length to `bytes` (rounded down to whole entries,
+    /// never below the used entries) and remaps it.
+    pub(crate) fn resize(&mut self, bytes: u64) -> Result<()> {
+        let used = (self.entries * INDEX_ENTRY_BYTES) as u64;
+        let len = round_down_to_entry(bytes).max(used);
+        // The mapping must go before the file shrinks: touching a mapped page
+        // beyond the end of a file is SIGBUS.
+        self.mmap = None;
+        self.capacity = 0;
+        self.file
+            .set_len(len)
+            .map_err(|e| Error::io(&self.path, "resize index", e))?;
+        self.map(len)
+    }
+
+    /// Trims the file to the entries in use (on roll and close).
+    pub(crate) fn trim_to_used(&mut self) -> Result<()> {
+        self.flush()?;
+        self.resize((self.entries * INDEX_ENTRY_BYTES) as u64)
+    }
+
+    /// Writes the mapped pages back to the file.
+    pub(crate) fn flush(&self) -> Result<()> {
+        if let Some(mmap) = &self.mmap {
+            mmap.flush()
+                .map_err(|e| Error::io(&self.path, "flush index", e))?;
+        }
+        Ok(())
+    }
+
+    /// Whether no further entry fits.
+    pub(crate) fn is_full(&self) -> bool {
+        self.entries >= self.capacity
+    }
+
+    /// Number of entries in use.
+    #[cfg(test)]
+    pub(crate) fn entries(&self) -> usize {
+        self.entries
+    }
+
+    /// The path of the index file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The newest entry, if any.
+    pub(crate) fn last_entry(&self) -> Option<IndexEntry> {
+        self.entries.checked_sub(1).map(|slot| self.entry(slot))
+    }
+
+    fn entry(&self, slot: usize) -> IndexEntry {
+        let (relative, position) = decode_entry(self.mapped(), slot);
+        IndexEntry {
+            offset: self.base_offset.plus(u64::from(relative)),
+            position: u64::from(position),
+        }
+    }
+
+    /// Adds an entry for the batch starting at `offset`, at `position`.
+    /// Returns `false` (and adds nothing) when the index is full. The caller
+    /// guarantees the entry is newer than the last one and that both fit in
+    /// 32 bits relative to the segment.
+    pub(crate) fn append(&mut self, offset: Offset, position: u64) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let relative = offset.distance_from(self.base_offset);
+        debug_assert!(relative > 0 && relative <= u64::from(u32::MAX));
+        debug_assert!(position > 0 && position <= u64::from(u32::MAX));
+        debug_assert!(self.last_entry().map_or(true, |last| last.offset < offset
+            && last.position < position));
+        let slot = self.entries;
+        let Some(mmap) = self.mmap.as_mut() else {
+            return false;
+        };
+        let at = slot * INDEX_ENTRY_BYTES;
+        mmap[at..at + 4].copy_from_slice(&(relative as u32).to_le_bytes());
+        mmap[at + 4..at + 8].copy_from_slice(&(position as u32).to_le_bytes());
+        self.entries += 1;
+        true
+    }
+
+    /// The entry with the largest offset `<= target`, or `None` if every
+    /// entry is above it (then the search starts at position 0).
+    pub(crate) fn lookup(&self, target: Offset) -> Option<IndexEntry> {
+        let (mut low, mut high) = (0usize, self.entries);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.entry(mid).offset <= target {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        low.checked_sub(1).map(|slot| self.entry(slot))
+    }
+
+    /// Drops every entry for a batch at or after `position` (truncation).
+    /// The slots are zeroed so the file reads back the same after a crash.
+    pub(crate) fn truncate_to_position(&mut self, position: u64) {
+        let keep = (0..self.entries)
+            .take_while(|&slot| self.entry(slot).position < position)
+            .count();
+        if let Some(mmap) = self.mmap.as_mut() {
+            mmap[keep * INDEX_ENTRY_BYTES..self.entries * INDEX_ENTRY_BYTES].fill(0);
+        }
+        self.entries = keep;
+    }
+
+    /// Checks the invariant of the type.
+    pub(crate) fn check_invariants(&self) -> bool {
+        self.entries <= self.capacity
+            && (1..self.entries).all(|slot| {
+                let (a, b) = (self.entry(slot - 1), self.entry(slot));
+                a.offset < b.offset && a.position < b.position
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(offset: u64, position: u64) -> IndexEntry {
+        IndexEntry {
+            offset: Offset(offset),
+            position,
+        }
+    }
+
+    #[test]
+    fn lookup_finds_the_floor_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = OffsetIndex::create(&dir.path().join("a.index"), Offset(100), 80).unwrap();
+        assert!(index.append(Offset(110), 1000));
+        assert!(index.append(Offset(120), 2000));
+        assert!(index.append(Offset(130), 3000));
+        let table = [
+            (100, None),
+            (109, None),
+            (110, Some(entry(110, 1000))),
+            (119, Some(entry(110, 1000))),
+            (125, Some(entry(120, 2000))),
+            (500, Some(entry(130, 3000))),
+        ];
+        for (target, expected) in table {
+            assert_eq!(index.lookup(Offset(target)), expected, "target {target}");
+        }
+        assert!(index.check_invariants());
+    }
+
+    #[test]
+    fn full_index_refuses_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut index = OffsetIndex::create(&dir.path().join("a.index"), Offset(0), 17).unwrap();
+        assert!(index.append(Offset(1), 10));
+        assert!(index.append(Offset(2), 20));
+        assert!(index.is_full());
+        assert!(!index.append(Offset(3), 30));
+    }
+
+    #[test]
+    fn preallocated_and_trimmed_files_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.index");
+        let mut index = OffsetIndex::create(&path, Offset(5), 1024).unwrap();
+        index.append(Offset(7), 100);
+        index.append(Offset(9), 200);
+        index.flush().unwrap();
+        drop(index);
+        // As a crash leaves it: preallocated with zero slots after the entries.
+        let reopened = OffsetIndex::open_checked(&path, Offset(5), 300)
+            .unwrap()
+            .unwrap();
+        assert_eq!(reopened.entries(), 2);
+        assert_eq!(reopened.last_entry(), Some(entry(9, 200)));
+        let mut reopened = reopened;
+        reopened.trim_to_used().unwrap();
+        drop(reopened);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16);
+        let again = OffsetIndex::open_checked(&path, Offset(5), 300)
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.lookup(Offset(8)), Some(entry(7, 100)));
+    }
+
+    #[test]
+    fn sanity_check_rejects_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.index");
+        let le = |r: u32, p: u32| [r.to_le_bytes(), p.to_le_bytes()].concat();
+        let cases: Vec<(&str, Vec<u8>, u64)> = vec![
+            ("odd size", vec![1, 2, 3], 1000),
+            ("decreasing", [le(5, 100), le(4, 200)].concat(), 1000),
+            ("same position", [le(5, 100), le(6, 100)].concat(), 1000),
+            ("past the data", [le(5, 100), le(6, 2000)].concat(), 1000),
+            (
+                "garbage after zeros",
+                [le(5, 100), le(0, 0), le(9, 9)].concat(),
+                1000,
+            ),
+        ];
+        for (name, bytes, data_bytes) in cases {
+            std::fs::write(&path, &bytes).unwrap();
+            let result = OffsetIndex::open_checked(&path, Offset(0), data_bytes).unwrap();
+            assert!(result.is_err(), "{name} was accepted");
+        }
+        std::fs::remove_file(&path).unwrap();
+        assert!(OffsetIndex::open_checked(&path, Offset(0), 10)
+            .unwrap()
+            .is_err());
+    }
+
+    #[test]
+    fn truncation_zeroes_the_dropped_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.index");
+        let mut index = OffsetIndex::create(&path, Offset(0), 64).unwrap();
+        index.append(Offset(3), 100);
+        index.append(Offset(6), 200);
+        index.append(Offset(9), 300);
+        index.truncate_to_position(200);
+        assert_eq!(index.entries(), 1);
+        index.flush().unwrap();
+        drop(index);
+        let reopened = OffsetIndex::open_checked(&path, Offset(0), 150)
+            .unwrap()
+            .unwrap();
+        assert_eq!(reopened.entries(), 1);
+    }
+}

@@ -1,0 +1,396 @@
+//! Opening a log directory (SPEC 2.3): find the segments, trust what lies
+//! below the recovery point, validate everything after it batch by batch,
+//! cut the first invalid byte and everything after it, rebuild bad indexes
+//! and the epoch cache, and say what was done in a [`RecoveryReport`].
+//!
+//! This module owns the decisions of recovery; the byte-level scan is
+//! `Segment::recover_from`, the file formats belong to `segment`,
+//! `offset_index` and `checkpoint`. A torn or corrupt tail is never an error:
+//! only data below the recovery point that fails validation is
+//! (`Error::Corrupt` naming file and position), because the log promised it
+//! was durable.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::checkpoint::{sync_dir, LogCheckpoint};
+use super::config::LogConfig;
+use super::leader_epoch::LeaderEpochCache;
+use super::segment::{self, Found, ScanEnd, Segment};
+use crate::error::{Error, Result};
+use crate::types::{LeaderEpoch, Offset};
+
+/// A tail cut off by recovery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TruncatedTail {
+    /// The data file that was cut.
+    pub path: PathBuf,
+    /// Byte position of the first invalid byte: the file now ends here.
+    pub position: u64,
+    /// Bytes removed from the file.
+    pub bytes: u64,
+    /// Whole batch frames (by their length fields) that were removed,
+    /// including the invalid one when it was complete; a torn batch does not
+    /// count.
+    pub batches: u64,
+    /// Why the batch at `position` was rejected.
+    pub reason: String,
+}
+
+/// What opening a log found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Whether the log was closed cleanly before (its checkpoint said so).
+    pub clean_shutdown: bool,
+    /// The recovery point recovery started from: data below it was trusted,
+    /// data from it on was validated.
+    pub recovery_point: Offset,
+    /// The log start offset after recovery.
+    pub log_start_offset: Offset,
+    /// The log end offset after recovery.
+    pub log_end_offset: Offset,
+    /// Bytes validated batch by batch (CRC and all).
+    pub bytes_scanned: u64,
+    /// Batches validated.
+    pub batches_scanned: u64,
+    /// Tails cut off, at most one per segment.
+    pub truncations: Vec<TruncatedTail>,
+    /// Segment files deleted (after a cut, or entirely below the log start).
+    pub segments_deleted: Vec<PathBuf>,
+    /// Index files rebuilt from their data file, with the reason.
+    pub indexes_rebuilt: Vec<(PathBuf, String)>,
+    /// Checkpoint files that could not be used, with the reason.
+    pub checkpoint_problems: Vec<String>,
+    /// Whether the leader epoch cache was rebuilt from the batches.
+    pub epoch_cache_rebuilt: bool,
+}
+
+impl RecoveryReport {
+    /// Total bytes cut off.
+    pub fn bytes_truncated(&self) -> u64 {
+        self.truncations.iter().map(|t| t.bytes).sum()
+    }
+
+    /// Whether recovery changed nothing and found nothing wrong.
+    pub fn is_clean(&self) -> bool {
+        self.truncations.is_empty()
+            && self.segments_deleted.is_empty()
+            && self.indexes_rebuilt.is_empty()
+            && self.checkpoint_problems.is_empty()
+            && !self.epoch_cache_rebuilt
+    }
+}
+
+/// The state of a log directory after recovery.
+#[derive(Debug)]
+pub(crate) struct Recovered {
+    pub segments: BTreeMap<Offset, Segment>,
+    pub log_start_offset: Offset,
+    pub high_watermark: Offset,
+    pub epochs: LeaderEpochCache,
+    pub report: RecoveryReport,
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<Offset>> {
+    let mut bases = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, "list", e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(base) = segment::parse_log_file_name(name) {
+            bases.push(base);
+        } else if let Some(stem) = name.strip_suffix(segment::INDEX_SUFFIX) {
+            // An index whose data file is gone (a crash during a deletion,
+            // which removes the index first) is useless.
+            let data = dir.join(format!("{stem}{}", segment::LOG_SUFFIX));
+            if !data.exists() {
+                segment::remove_if_exists(&entry.path())?;
+            }
+        }
+    }
+    bases.sort();
+    Ok(bases)
+}
+
+/// Counts whole batch frames from `position` to `end` by their length
+/// fields, for the report.
+fn count_frames(segment: &Segment, mut position: u64, end: u64) -> Result<u64> {
+    let mut frames = 0;
+    while position < end {
+        match segment.file().read_header(position)? {
+            Ok(header) if position + header.size_bytes() as u64 <= end => {
+                frames += 1;
+                position += header.size_bytes() as u64;
+            }
+            _ => break,
+        }
+    }
+    Ok(frames)
+}
+
+/// Opens and recovers the log in `dir` (creating it if needed).
+pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Recovered> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+    let mut report = RecoveryReport::default();
+
+    let checkpoint = match LogCheckpoint::load(dir) {
+        Ok(checkpoint) => checkpoint,
+        Err(e @ Error::InvalidCheckpoint { .. }) => {
+            tracing::warn!(error = %e, "unusable log checkpoint: rescanning the whole log");
+            report.checkpoint_problems.push(e.to_string());
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    report.clean_shutdown = checkpoint.is_some_and(|c| c.clean_shutdown);
+    // No checkpoint (or a garbage one): nothing is known to be durable, so
+    // everything is validated (Kafka does the same with a missing
+    // recovery-point checkpoint).
+    let recovery_point = checkpoint.map_or(Offset::ZERO, |c| c.recovery_point);
+    report.recovery_point = recovery_point;
+
+    let epoch_file = dir.join(LeaderEpochCache::FILE_NAME);
+    let epoch_file_existed = epoch_file.exists();
+    let (mut epochs, mut rebuild_epochs) = match LeaderEpochCache::open(dir) {
+        Ok(cache) => (cache, false),
+        Err(e @ Error::InvalidCheckpoint { .. }) => {
+            tracing::warn!(error = %e, "unusable leader epoch cache: rebuilding it from the batches");
+            report.checkpoint_problems.push(e.to_string());
+            (LeaderEpochCache::empty(dir), true)
+        }
+        Err(e) => return Err(e),
+    };
+
+    let bases = list_segments(dir)?;
+    let mut log_start_offset = checkpoint.map_or(Offset::ZERO, |c| c.log_start_offset);
+    if let Some(&first) = bases.first() {
+        log_start_offset = log_start_offset.max(first);
+    }
+
+    let mut segments: BTreeMap<Offset, Segment> = BTreeMap::new();
+    let mut deleting = false;
+    let mut last_epoch: Option<LeaderEpoch> = None;
+    let mut epochs_changed = false;
+    for (i, &base) in bases.iter().enumerate() {
+        let next_base = bases.get(i + 1).copied();
+        if deleting || next_base.is_some_and(|next| next <= log_start_offset) {
+            // Entirely below the log start (a crash during retention or
+            // `truncate_fully_and_start_at`), or after a cut.
+            if !deleting {
+                tracing::info!(%base, "deleting segment below the log start offset");
+            }
+            let path = segment::log_path(dir, base);
+            segment::remove_if_exists(&segment::index_path(dir, base))?;
+            segment::remove_if_exists(&path)?;
+            report.segments_deleted.push(path);
+            continue;
+        }
+        let (mut seg, index_problem) = Segment::open(dir, base, now)?;
+        if let Some(problem) = &index_problem {
+            tracing::warn!(path = %seg.index_path().display(), reason = %problem.0, "rebuilding offset index");
+            report
+                .indexes_rebuilt
+                .push((seg.index_path().to_path_buf(), problem.0.clone()));
+        }
+        let expected = segments.values().next_back().map(Segment::next_offset);
+        if let Some(expected) = expected {
+            if base != expected {
+                // A crash in the middle of `truncate_to` cut an earlier
+                // segment but left later ones: they follow a gap.
+                let reason = format!(
+                    "segment starts at offset {base} but the log before it ends at {expected}"
+                );
+                tracing::warn!(path = %seg.log_path().display(), %reason, "deleting segment after a gap");
+                let path = seg.log_path().to_path_buf();
+                seg.delete()?;
+                report.segments_deleted.push(path);
+                deleting = true;
+                continue;
+            }
+        }
+
+        let wholly_trusted = next_base.is_some_and(|next| next <= recovery_point);
+        if wholly_trusted && index_problem.is_none() {
+            seg.assume_end(next_base.unwrap_or(base));
+            segments.insert(base, seg);
+            continue;
+        }
+
+        // Where validation starts: the batch at the recovery point (found by
+        // walking trusted headers), or the segment start when the segment
+        // lies after it or its index must be rebuilt anyway.
+        let (trusted_until_position, offset_there) = if base >= recovery_point {
+            (0, base)
+        } else {
+            let floor = seg.index_floor(recovery_point);
+            match Segment::find_batch(seg.file(), floor, seg.size_bytes(), recovery_point)? {
+                Found::Batch { position, header } => (position, header.base_offset),
+                Found::End {
+                    position,
+                    last_batch,
+                } => {
+                    let ends_at = last_batch.map_or(base, |h| h.next_offset());
+                    let must_reach = next_base.map_or(recovery_point, |n| n.min(recovery_point));
+                    if ends_at < must_reach {
+                        return Err(Error::Corrupt {
+                            path: seg.log_path().to_path_buf(),
+                            position,
+                            reason: format!(
+                                "data ends at offset {ends_at}, below the recovery point {recovery_point}"
+                            ),
+                        });
+                    }
+                    (position, ends_at)
+                }
+            }
+        };
+        let (scan_from, start_offset) = if index_problem.is_some() {
+            (0, base)
+        } else {
+            (trusted_until_position, offset_there)
+        };
+        if scan_from > 0 {
+            // The epoch of the batch just before the scan, so the scan can
+            // check that epochs never go backwards.
+            if let Found::Batch { header, .. } = Segment::find_batch(
+                seg.file(),
+                seg.index_floor(Offset(start_offset.0.saturating_sub(1))),
+                scan_from,
+                Offset(start_offset.0.saturating_sub(1)),
+            )? {
+                last_epoch = Some(header.leader_epoch);
+            }
+        }
+        let size_before = seg.size_bytes();
+        let mut scanned_batches = 0u64;
+        let end = seg.recover_from(scan_from, start_offset, config.index_interval_bytes, |h| {
+            if let Some(previous) = last_epoch {
+                if h.leader_epoch < previous {
+                    return Err(format!(
+                        "leader epoch {} goes back from {previous}",
+                        h.leader_epoch
+                    ));
+                }
+            }
+            last_epoch = Some(h.leader_epoch);
+            if !rebuild_epochs && epochs.assign_in_memory(h.leader_epoch, h.base_offset) {
+                epochs_changed = true;
+            }
+            scanned_batches += 1;
+            Ok(())
+        })?;
+        report.batches_scanned += scanned_batches;
+        report.bytes_scanned += seg.size_bytes() - scan_from;
+        if let ScanEnd::Invalid { position, reason } = end {
+            if position < trusted_until_position {
+                return Err(Error::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    position,
+                    reason: format!("below the recovery point {recovery_point}: {reason}"),
+                });
+            }
+            let batches = count_frames(&seg, position, size_before)?;
+            let tail = TruncatedTail {
+                path: seg.log_path().to_path_buf(),
+                position,
+                bytes: size_before - position,
+                batches,
+                reason,
+            };
+            tracing::warn!(path = %tail.path.display(), position, bytes = tail.bytes, reason = %tail.reason, "truncating invalid log tail");
+            let next = seg.next_offset();
+            let epoch = seg.last_epoch();
+            seg.truncate_to_position(position, next, epoch)?;
+            seg.sync_data()?;
+            report.truncations.push(tail);
+            deleting = true;
+        } else if wholly_trusted {
+            // An index rebuilt below the recovery point: the data must reach
+            // the next segment exactly.
+            if seg.next_offset() != next_base.unwrap_or(base) {
+                return Err(Error::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    position: seg.size_bytes(),
+                    reason: format!(
+                        "segment ends at offset {} but the next one starts at {}",
+                        seg.next_offset(),
+                        next_base.unwrap_or(base)
+                    ),
+                });
+            }
+        } else {
+            seg.sync_data()?;
+        }
+        segments.insert(base, seg);
+    }
+
+    // A log whose every segment was removed, or whose end is below its start
+    // (a crash inside `truncate_fully_and_start_at`), restarts empty at its
+    // start.
+    let log_end = segments
+        .values()
+        .next_back()
+        .map_or(log_start_offset, Segment::next_offset);
+    if log_end < log_start_offset || segments.is_empty() {
+        for (_, seg) in std::mem::take(&mut segments) {
+            report.segments_deleted.push(seg.log_path().to_path_buf());
+            seg.delete()?;
+        }
+        let fresh = Segment::create(dir, log_start_offset, config.index_bytes_max, now)?;
+        segments.insert(log_start_offset, fresh);
+        rebuild_epochs = false;
+        epochs = LeaderEpochCache::empty(dir);
+        epochs_changed = true;
+    }
+    // The last segment is the active one: learn its end and give its index
+    // room to grow.
+    if let Some((_, active)) = segments.iter_mut().next_back() {
+        active.unseal(config.index_bytes_max)?;
+    }
+    let log_end = segments
+        .values()
+        .next_back()
+        .map_or(log_start_offset, Segment::next_offset);
+
+    if rebuild_epochs || (!epoch_file_existed && log_end > log_start_offset) {
+        if !epoch_file_existed {
+            report
+                .checkpoint_problems
+                .push(format!("{} is missing", epoch_file.display()));
+        }
+        epochs = LeaderEpochCache::empty(dir);
+        for seg in segments.values() {
+            seg.for_each_header(0, |h| {
+                epochs.assign_in_memory(h.leader_epoch, h.base_offset);
+            })?;
+        }
+        report.epoch_cache_rebuilt = true;
+        epochs_changed = true;
+    }
+    epochs.truncate_from_end(log_end)?;
+    epochs.truncate_from_start(log_start_offset)?;
+    if epochs_changed {
+        epochs.persist()?;
+    }
+    sync_dir(dir)?;
+
+    let high_watermark = checkpoint
+        .map_or(Offset::ZERO, |c| c.high_watermark)
+        .clamp(log_start_offset, log_end);
+    report.log_start_offset = log_start_offset;
+    report.log_end_offset = log_end;
+    if report.is_clean() {
+        tracing::info!(dir = %dir.display(), clean_shutdown = report.clean_shutdown, %log_end, "log opened");
+    } else {
+        tracing::warn!(dir = %dir.display(), ?report, "log recovered");
+    }
+    Ok(Recovered {
+        segments,
+        log_start_offset,
+        high_watermark,
+        epochs,
+        report,
+    })
+}

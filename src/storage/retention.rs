@@ -1,0 +1,102 @@
+//! Retention (SPEC 2.6): deleting whole segments from the front of a log,
+//! by size and by age, and raising the log start offset.
+//!
+//! This module owns the choice of which segments go and the order of the
+//! deletion (checkpoint the new log start first, then delete files, so a
+//! crash in between only leaves files that the next open deletes). It never
+//! deletes the active segment, nor a segment holding an offset at or above
+//! the caller's limit (the high watermark).
+
+use super::log::Log;
+use super::segment::Segment;
+use crate::error::Result;
+use crate::types::Offset;
+
+impl Log {
+    /// Deletes segments from the front while the log is larger than
+    /// `retention_bytes` or the segment's newest record is older than
+    /// `retention_age` (by the clock's wall time), never the active segment
+    /// and never one holding an offset `>= limit`. Raises the log start
+    /// offset and trims the epoch cache. Returns the number of segments
+    /// deleted.
+    pub fn delete_segments_by_retention(&self, limit: Offset) -> Result<u64> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        let now_ms = self.clock.wall_clock_ms();
+        let mut state = self.state.write();
+        let mut total_bytes: u64 = state.segments.values().map(Segment::size_bytes).sum();
+        let mut new_start = None;
+        let candidates: Vec<Offset> = state.segments.keys().copied().collect();
+        let count = candidates.len();
+        for base in candidates.into_iter().take(count.saturating_sub(1)) {
+            let Some(segment) = state.segments.get_mut(&base) else {
+                break;
+            };
+            if segment.next_offset() > limit {
+                break;
+            }
+            let too_big = self
+                .config
+                .retention_bytes
+                .is_some_and(|max| total_bytes > max);
+            let too_old = match self.config.retention_age {
+                Some(age) => segment
+                    .max_timestamp_ms()?
+                    .is_some_and(|newest| now_ms.saturating_sub(newest) > age.as_millis() as i64),
+                None => false,
+            };
+            if !(too_big || too_old) {
+                break;
+            }
+            total_bytes -= segment.size_bytes();
+            new_start = Some(segment.next_offset());
+        }
+        let Some(new_start) = new_start else {
+            return Ok(0);
+        };
+        drop(state);
+        self.raise_log_start_offset(new_start)
+    }
+
+    /// Raises the log start offset to `offset` (a follower learned a higher
+    /// one from its leader) and deletes the segments wholly below it. An
+    /// offset above the log end empties the log and restarts it there. A
+    /// lower or equal offset changes nothing.
+    pub fn set_log_start_offset(&self, offset: Offset) -> Result<()> {
+        self.commit.check_not_poisoned(&self.dir)?;
+        if offset > self.log_end_offset() {
+            return self.truncate_fully_and_start_at(offset);
+        }
+        self.raise_log_start_offset(offset).map(|_| ())
+    }
+
+    fn raise_log_start_offset(&self, offset: Offset) -> Result<u64> {
+        let mut state = self.state.write();
+        if offset <= state.log_start_offset || offset > state.log_end_offset() {
+            return Ok(0);
+        }
+        state.log_start_offset = offset;
+        state.high_watermark = state.high_watermark.max(offset);
+        // The checkpoint first: a crash after it leaves segments below the
+        // log start, which the next open deletes.
+        self.store_checkpoint_below(&state, Offset(u64::MAX), offset)?;
+        let doomed: Vec<Offset> = state
+            .segments
+            .iter()
+            .take(state.segments.len().saturating_sub(1))
+            .take_while(|(_, s)| s.next_offset() <= offset)
+            .map(|(b, _)| *b)
+            .collect();
+        let deleted = (|| {
+            for base in &doomed {
+                if let Some(segment) = state.segments.remove(base) {
+                    tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
+                    segment.delete()?;
+                }
+            }
+            state.epochs.truncate_from_start(offset)
+        })();
+        self.poison_on_error(deleted)?;
+        debug_assert!(state.check_invariants());
+        Ok(doomed.len() as u64)
+    }
+}

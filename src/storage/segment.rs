@@ -1,0 +1,764 @@
+//! One segment of a log (SPEC 2.1): a data file `{base:020}.log` holding
+//! whole record batches back to back, and its sparse offset index
+//! `{base:020}.index`.
+//!
+//! This module owns the segment's files and every byte written to, synced
+//! in or cut from a data file: all of that goes through [`SegmentFile`], the
+//! one narrow seam a crash-simulating test can replace. It does not decide
+//! when to roll, flush or delete (the log does) and it does not interpret
+//! the checkpoint.
+
+use std::fs::{File, OpenOptions};
+use std::io::IoSlice;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::offset_index::{IndexProblem, OffsetIndex};
+use crate::error::{Error, Result};
+use crate::record::{parse_header, BatchHeader, HeaderError, RecordBatch, BATCH_HEADER_BYTES};
+use crate::sync::Arc;
+use crate::types::{LeaderEpoch, Offset};
+
+/// Suffix of a segment's data file.
+pub(crate) const LOG_SUFFIX: &str = ".log";
+/// Suffix of a segment's index file.
+pub(crate) const INDEX_SUFFIX: &str = ".index";
+
+/// Bytes read at a time when scanning a data file.
+const SCAN_WINDOW_BYTES: usize = 4 * 1024 * 1024;
+
+/// `{base:020}` — the file stem of the segment starting at `base`.
+pub(crate) fn file_stem(base: Offset) -> String {
+    format!("{:020}", base.0)
+}
+
+/// Parses a data file name back into its base offset.
+pub(crate) fn parse_log_file_name(name: &str) -> Option<Offset> {
+    let stem = name.strip_suffix(LOG_SUFFIX)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok().map(Offset)
+}
+
+/// Path of the data file of the segment starting at `base` in `dir`.
+pub(crate) fn log_path(dir: &Path, base: Offset) -> PathBuf {
+    dir.join(format!("{}{LOG_SUFFIX}", file_stem(base)))
+}
+
+/// Path of the index file of the segment starting at `base` in `dir`.
+pub(crate) fn index_path(dir: &Path, base: Offset) -> PathBuf {
+    dir.join(format!("{}{INDEX_SUFFIX}", file_stem(base)))
+}
+
+/// The data file of a segment: every write, fsync, truncation and read of
+/// segment data goes through here, so that a test harness can put a "lose
+/// what was not synced" crash mode in this one place.
+#[derive(Debug)]
+pub(crate) struct SegmentFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl SegmentFile {
+    /// Opens (creating it when `create`) the data file for appending.
+    fn open(path: &Path, create: bool) -> Result<SegmentFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(create)
+            .open(path)
+            .map_err(|e| Error::io(path, if create { "create" } else { "open" }, e))?;
+        Ok(SegmentFile {
+            path: path.to_path_buf(),
+            file,
+        })
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Current length of the file on disk.
+    fn len_bytes(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| Error::io(&self.path, "stat", e))
+    }
+
+    /// Appends all of `parts` at the end of the file (the file is opened in
+    /// append mode), with as few syscalls as the kernel allows: one, in
+    /// practice.
+    fn append_all(&self, parts: &[&[u8]]) -> Result<()> {
+        let mut slices: [IoSlice<'_>; 2] = [IoSlice::new(&[]), IoSlice::new(&[])];
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if parts.len() <= 2 {
+            for (slot, part) in slices.iter_mut().zip(parts) {
+                *slot = IoSlice::new(part);
+            }
+        }
+        let mut written = 0usize;
+        while written < total {
+            // Rebuild the slices past what was written: partial writes are
+            // rare (signals, full disks) but legal.
+            let mut skip = written;
+            let mut rest: Vec<IoSlice<'_>> = Vec::new();
+            let use_fast = written == 0 && parts.len() <= 2;
+            if !use_fast {
+                for part in parts {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                        continue;
+                    }
+                    rest.push(IoSlice::new(&part[skip..]));
+                    skip = 0;
+                }
+            }
+            let bufs: &[IoSlice<'_>] = if use_fast {
+                &slices[..parts.len()]
+            } else {
+                &rest
+            };
+            match std::io::Write::write_vectored(&mut &self.file, bufs) {
+                Ok(0) => {
+                    return Err(Error::io(
+                        &self.path,
+                        "write",
+                        std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote zero bytes"),
+                    ))
+                }
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(&self.path, "write", e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the file's data durable (`fdatasync`).
+    pub(crate) fn sync_data(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io(&self.path, "fsync", e))
+    }
+
+    /// Cuts the file to `bytes`.
+    fn truncate(&self, bytes: u64) -> Result<()> {
+        self.file
+            .set_len(bytes)
+            .map_err(|e| Error::io(&self.path, "truncate", e))
+    }
+
+    /// Reads up to `buf.len()` bytes at `position`; returns how many were
+    /// read (fewer only at the end of the file).
+    pub(crate) fn read_at(&self, position: u64, buf: &mut [u8]) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], position + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(&self.path, "read", e)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Reads `len` bytes at `position` into a fresh buffer (shorter at the
+    /// end of the file).
+    pub(crate) fn read_bytes(&self, position: u64, len: usize) -> Result<Bytes> {
+        let mut buf = vec![0u8; len];
+        let n = self.read_at(position, &mut buf)?;
+        buf.truncate(n);
+        Ok(Bytes::from(buf))
+    }
+
+    /// Reads and parses the header of the batch at `position` (no CRC check,
+    /// and without reading the batch's body).
+    pub(crate) fn read_header(
+        &self,
+        position: u64,
+    ) -> Result<std::result::Result<BatchHeader, HeaderError>> {
+        let mut buf = [0u8; BATCH_HEADER_BYTES];
+        let n = self.read_at(position, &mut buf)?;
+        Ok(match parse_header(&buf[..n]) {
+            // `parse_header` reports a batch longer than the buffer only after
+            // every header check passed, so the header is valid: decode it.
+            Err(HeaderError::Incomplete { needed: Some(_) }) if n == BATCH_HEADER_BYTES => {
+                Ok(decode_valid_header(&buf))
+            }
+            other => other,
+        })
+    }
+}
+
+// Field positions of the batch header, from the layout table in
+// `record/batch.rs` (which keeps its own constants private to the codec).
+// Only `decode_valid_header` uses them, on a header `parse_header` accepted.
+const BASE_OFFSET_AT: usize = 0;
+const LENGTH_AT: usize = 8;
+const LEADER_EPOCH_AT: usize = 12;
+const CRC_AT: usize = 17;
+const ATTRIBUTES_AT: usize = 21;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+const FIRST_TIMESTAMP_AT: usize = 27;
+const MAX_TIMESTAMP_AT: usize = 35;
+const PRODUCER_ID_AT: usize = 43;
+const PRODUCER_EPOCH_AT: usize = 51;
+const BASE_SEQUENCE_AT: usize = 53;
+const RECORD_COUNT_AT: usize = 57;
+const _: () = assert!(RECORD_COUNT_AT + 4 == BATCH_HEADER_BYTES);
+
+fn le_u16(buf: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([buf[at], buf[at + 1]])
+}
+fn le_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+fn le_u64(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Decodes a batch header that `parse_header` accepted except for the body
+/// being absent.
+fn decode_valid_header(buf: &[u8; BATCH_HEADER_BYTES]) -> BatchHeader {
+    use crate::types::{ProducerEpoch, ProducerId, Sequence};
+    BatchHeader {
+        base_offset: Offset(le_u64(buf, BASE_OFFSET_AT)),
+        batch_length: le_u32(buf, LENGTH_AT),
+        leader_epoch: LeaderEpoch(le_u32(buf, LEADER_EPOCH_AT)),
+        crc: le_u32(buf, CRC_AT),
+        attributes: le_u16(buf, ATTRIBUTES_AT),
+        last_offset_delta: le_u32(buf, LAST_OFFSET_DELTA_AT),
+        first_timestamp: le_u64(buf, FIRST_TIMESTAMP_AT) as i64,
+        max_timestamp: le_u64(buf, MAX_TIMESTAMP_AT) as i64,
+        producer_id: ProducerId(le_u64(buf, PRODUCER_ID_AT) as i64),
+        producer_epoch: ProducerEpoch(le_u16(buf, PRODUCER_EPOCH_AT) as i16),
+        base_sequence: Sequence(le_u32(buf, BASE_SEQUENCE_AT) as i32),
+        record_count: le_u32(buf, RECORD_COUNT_AT),
+    }
+}
+
+/// What [`Segment::find_batch`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// The batch at `position` contains the target or is the first after it.
+    Batch {
+        /// Its byte position.
+        position: u64,
+        /// Its header.
+        header: BatchHeader,
+    },
+    /// Every batch ends before the target; the walk ended at `position`
+    /// after `last_batch` (if it walked over any).
+    End {
+        /// Where the walk stopped.
+        position: u64,
+        /// The last batch walked over.
+        last_batch: Option<BatchHeader>,
+    },
+}
+
+/// What a walk over batch headers learned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WalkSummary {
+    /// Offset after the last batch walked over.
+    pub next_offset: Option<Offset>,
+    /// Epoch of the last batch walked over.
+    pub last_epoch: Option<LeaderEpoch>,
+    /// Largest record timestamp seen.
+    pub max_timestamp_ms: Option<i64>,
+    /// Bytes walked over.
+    pub bytes_walked: u64,
+}
+
+/// How a scan of a data file ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ScanEnd {
+    /// Every byte up to the end was a valid batch.
+    Clean,
+    /// The batch at `position` is invalid (or torn); nothing from there on
+    /// was visited.
+    Invalid {
+        /// Byte position of the first bad batch.
+        position: u64,
+        /// What check failed.
+        reason: String,
+    },
+}
+
+/// One segment: its data file, index and bookkeeping.
+///
+/// Invariant: `size_bytes` is the length of the valid data (whole batches);
+/// `next_offset` is the offset after the last batch (the base offset when
+/// empty); every index entry points below `size_bytes`.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    base_offset: Offset,
+    file: Arc<SegmentFile>,
+    index: OffsetIndex,
+    size_bytes: u64,
+    next_offset: Offset,
+    bytes_since_index_entry: u64,
+    /// When this process created or opened the segment, for rolling by age.
+    created_at: Instant,
+    /// Largest record timestamp known to be in the segment (ms), for
+    /// retention by age; `None` until known.
+    max_timestamp_ms: Option<i64>,
+    /// Epoch of the last batch, when known.
+    last_epoch: Option<LeaderEpoch>,
+}
+
+impl Segment {
+    /// Creates an empty segment starting at `base` (replacing any files of
+    /// that name).
+    pub(crate) fn create(
+        dir: &Path,
+        base: Offset,
+        index_bytes_max: u64,
+        now: Instant,
+    ) -> Result<Segment> {
+        let path = log_path(dir, base);
+        let file = SegmentFile::open(&path, true)?;
+        file.truncate(0)?;
+        let index = OffsetIndex::create(&index_path(dir, base), base, index_bytes_max)?;
+        Ok(Segment {
+            base_offset: base,
+            file: Arc::new(file),
+            index,
+            size_bytes: 0,
+            next_offset: base,
+            bytes_since_index_entry: 0,
+            created_at: now,
+            max_timestamp_ms: None,
+            last_epoch: None,
+        })
+    }
+
+    /// Opens an existing segment. Its size is the file's length and its end
+    /// offset is not yet known (`next_offset` = base) until
+    /// [`recover_from`](Self::recover_from) or [`walk_to_end`](Self::walk_to_end)
+    /// says so. Returns the problem with the index file when it had to be
+    /// replaced by an empty one (the caller rebuilds it).
+    pub(crate) fn open(
+        dir: &Path,
+        base: Offset,
+        now: Instant,
+    ) -> Result<(Segment, Option<IndexProblem>)> {
+        let file = SegmentFile::open(&log_path(dir, base), false)?;
+        let size_bytes = file.len_bytes()?;
+        let index_file = index_path(dir, base);
+        let (index, problem) = match OffsetIndex::open_checked(&index_file, base, size_bytes)? {
+            Ok(index) => (index, None),
+            Err(problem) => (OffsetIndex::create(&index_file, base, 0)?, Some(problem)),
+        };
+        let segment = Segment {
+            base_offset: base,
+            file: Arc::new(file),
+            index,
+            size_bytes,
+            next_offset: base,
+            bytes_since_index_entry: 0,
+            created_at: now,
+            max_timestamp_ms: None,
+            last_epoch: None,
+        };
+        Ok((segment, problem))
+    }
+
+    /// Base offset (first offset the segment may hold).
+    pub(crate) fn base_offset(&self) -> Offset {
+        self.base_offset
+    }
+
+    /// Offset after the last batch.
+    pub(crate) fn next_offset(&self) -> Offset {
+        self.next_offset
+    }
+
+    /// Valid bytes of data.
+    pub(crate) fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// The data file (shared with readers, who read it outside the log lock).
+    pub(crate) fn file(&self) -> &Arc<SegmentFile> {
+        &self.file
+    }
+
+    /// Path of the data file.
+    pub(crate) fn log_path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Path of the index file.
+    pub(crate) fn index_path(&self) -> &Path {
+        self.index.path()
+    }
+
+    /// When the segment was created or opened by this process.
+    pub(crate) fn created_at(&self) -> Instant {
+        self.created_at
+    }
+
+    /// Whether the index has room for no more entries.
+    pub(crate) fn index_is_full(&self) -> bool {
+        self.index.is_full()
+    }
+
+    /// Epoch of the last batch, if known.
+    pub(crate) fn last_epoch(&self) -> Option<LeaderEpoch> {
+        self.last_epoch
+    }
+
+    /// Whether a batch ending at `last_offset` still fits the 32-bit relative
+    /// offsets and positions of this segment's index.
+    pub(crate) fn can_address(&self, last_offset: Offset, batch_bytes: u64) -> bool {
+        last_offset.distance_from(self.base_offset) <= u64::from(u32::MAX)
+            && self.size_bytes + batch_bytes <= u64::from(u32::MAX)
+    }
+
+    /// Appends `parts` (together: whole batches, described by `batches` as
+    /// `(position within parts, header)`) with one write.
+    pub(crate) fn append(
+        &mut self,
+        parts: &[&[u8]],
+        batches: impl IntoIterator<Item = (u64, BatchHeader)>,
+        index_interval_bytes: u64,
+    ) -> Result<()> {
+        let start = self.size_bytes;
+        self.file.append_all(parts)?;
+        for (relative_position, header) in batches {
+            self.note_batch(start + relative_position, &header, index_interval_bytes);
+        }
+        self.size_bytes = start + parts.iter().map(|p| p.len() as u64).sum::<u64>();
+        debug_assert!(self.check_invariants());
+        Ok(())
+    }
+
+    /// Bookkeeping for one batch now stored at `position`.
+    fn note_batch(&mut self, position: u64, header: &BatchHeader, index_interval_bytes: u64) {
+        // As in Kafka, a batch is indexed once enough bytes went by since the
+        // last entry; the first batch (position 0) never needs an entry.
+        if position > 0
+            && self.bytes_since_index_entry >= index_interval_bytes
+            && self.index.append(header.base_offset, position)
+        {
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += header.size_bytes() as u64;
+        self.next_offset = header.next_offset();
+        self.last_epoch = Some(header.leader_epoch);
+        self.max_timestamp_ms = Some(
+            self.max_timestamp_ms
+                .map_or(header.max_timestamp, |t| t.max(header.max_timestamp)),
+        );
+    }
+
+    /// Finds the batch containing `target` (or the first batch after it) by
+    /// walking headers from the nearest index entry below it, without reading
+    /// batch bodies.
+    pub(crate) fn find_batch(
+        file: &SegmentFile,
+        index_floor: Option<(Offset, u64)>,
+        end_bytes: u64,
+        target: Offset,
+    ) -> Result<Found> {
+        let mut position = index_floor.map_or(0, |(_, p)| p);
+        let mut last: Option<BatchHeader> = None;
+        while position < end_bytes {
+            let header = match file.read_header(position)? {
+                Ok(header) => header,
+                Err(e) => {
+                    return Err(Error::Corrupt {
+                        path: file.path().to_path_buf(),
+                        position,
+                        reason: format!(
+                            "bad batch header while searching for offset {target}: {e}"
+                        ),
+                    })
+                }
+            };
+            if header.last_offset() >= target {
+                return Ok(Found::Batch { position, header });
+            }
+            position += header.size_bytes() as u64;
+            last = Some(header);
+        }
+        Ok(Found::End {
+            position,
+            last_batch: last,
+        })
+    }
+
+    /// The index entry at or below `target`, as `(offset, position)`.
+    pub(crate) fn index_floor(&self, target: Offset) -> Option<(Offset, u64)> {
+        self.index.lookup(target).map(|e| (e.offset, e.position))
+    }
+
+    /// Walks batch headers from `position` to the end of the valid data,
+    /// without reading batch bodies. Data that does not end on a batch
+    /// boundary is corruption (this is only used on trusted data).
+    fn walk_headers(&self, position: u64) -> Result<WalkSummary> {
+        self.for_each_header(position, |_| {})
+    }
+
+    /// Walks batch headers from `position` to the end, calling `visit` for
+    /// each (used to rebuild the epoch cache).
+    pub(crate) fn for_each_header(
+        &self,
+        mut position: u64,
+        mut visit: impl FnMut(&BatchHeader),
+    ) -> Result<WalkSummary> {
+        let mut summary = WalkSummary {
+            next_offset: None,
+            last_epoch: None,
+            max_timestamp_ms: None,
+            bytes_walked: 0,
+        };
+        while position < self.size_bytes {
+            let header = match self.file.read_header(position)? {
+                Ok(header) if position + header.size_bytes() as u64 <= self.size_bytes => header,
+                Ok(header) => {
+                    return Err(self.corrupt(
+                        position,
+                        format!(
+                            "batch of {} bytes runs past the end of the file ({} bytes)",
+                            header.size_bytes(),
+                            self.size_bytes
+                        ),
+                    ))
+                }
+                Err(e) => return Err(self.corrupt(position, format!("bad batch header: {e}"))),
+            };
+            visit(&header);
+            summary.next_offset = Some(header.next_offset());
+            summary.last_epoch = Some(header.leader_epoch);
+            summary.max_timestamp_ms = Some(
+                summary
+                    .max_timestamp_ms
+                    .map_or(header.max_timestamp, |t| t.max(header.max_timestamp)),
+            );
+            summary.bytes_walked += header.size_bytes() as u64;
+            position += header.size_bytes() as u64;
+        }
+        Ok(summary)
+    }
+
+    /// Records the end of a trusted segment that is followed by another one:
+    /// it ends where the next begins, with no need to read it.
+    pub(crate) fn assume_end(&mut self, next_offset: Offset) {
+        self.next_offset = next_offset;
+    }
+
+    fn corrupt(&self, position: u64, reason: String) -> Error {
+        Error::Corrupt {
+            path: self.log_path().to_path_buf(),
+            position,
+            reason,
+        }
+    }
+
+    /// Validates every batch from `position` (a batch boundary, whose
+    /// preceding batches are trusted) to the end of the file, rebuilding the
+    /// index entries from there: length within bounds, CRC, offsets
+    /// contiguous from `start_offset`, and whatever `visit` checks (epochs).
+    /// Stops at the first invalid byte, which it reports; it does not cut the
+    /// file, but afterwards `size_bytes`, `next_offset` and the index
+    /// describe the valid prefix only.
+    pub(crate) fn recover_from(
+        &mut self,
+        position: u64,
+        start_offset: Offset,
+        index_interval_bytes: u64,
+        mut visit: impl FnMut(&BatchHeader) -> std::result::Result<(), String>,
+    ) -> Result<ScanEnd> {
+        self.index.truncate_to_position(position);
+        self.bytes_since_index_entry = self
+            .index
+            .last_entry()
+            .map_or(position, |e| position - e.position);
+        self.next_offset = start_offset;
+        let end = self.size_bytes;
+        let mut at = position;
+        let mut window = Bytes::new();
+        let mut window_start = at;
+        let outcome = loop {
+            if at >= end {
+                break ScanEnd::Clean;
+            }
+            let in_window = ((at - window_start) as usize).min(window.len());
+            match parse_header(&window[in_window..]) {
+                Ok(header) => {
+                    let size = header.size_bytes();
+                    let check = RecordBatch::from_bytes(window.slice(in_window..in_window + size))
+                        .map_err(|e| e.to_string())
+                        .and_then(|_| {
+                            if header.base_offset != self.next_offset {
+                                Err(format!(
+                                    "batch starts at offset {}, expected {}",
+                                    header.base_offset, self.next_offset
+                                ))
+                            } else if header.last_offset().distance_from(self.base_offset)
+                                > u64::from(u32::MAX)
+                                || at + size as u64 > u64::from(u32::MAX)
+                            {
+                                Err("batch lies beyond what a segment can address".to_string())
+                            } else {
+                                visit(&header)
+                            }
+                        });
+                    if let Err(reason) = check {
+                        break ScanEnd::Invalid {
+                            position: at,
+                            reason,
+                        };
+                    }
+                    self.note_batch(at, &header, index_interval_bytes);
+                    at += size as u64;
+                }
+                Err(HeaderError::Incomplete { needed }) => {
+                    let needed = needed.unwrap_or(BATCH_HEADER_BYTES);
+                    if at + needed as u64 > end {
+                        break ScanEnd::Invalid {
+                            position: at,
+                            reason: format!(
+                                "torn batch: needs {needed} bytes, {} remain in the file",
+                                end - at
+                            ),
+                        };
+                    }
+                    let len = (end - at).min(SCAN_WINDOW_BYTES.max(needed) as u64) as usize;
+                    window = self.file.read_bytes(at, len)?;
+                    window_start = at;
+                    if window.len() < needed {
+                        // Only this process writes the file, so a file that
+                        // shrank while we scan it is treated like a torn tail.
+                        break ScanEnd::Invalid {
+                            position: at,
+                            reason: "file ended while reading it".to_string(),
+                        };
+                    }
+                }
+                Err(HeaderError::Invalid(reason)) => {
+                    break ScanEnd::Invalid {
+                        position: at,
+                        reason,
+                    }
+                }
+            }
+        };
+        self.size_bytes = at;
+        debug_assert!(self.check_invariants());
+        Ok(outcome)
+    }
+
+    /// Cuts the data file to `position` (a batch boundary) and drops the
+    /// index entries at or after it. `next_offset`, the new end, is given by
+    /// the caller, who knows which batch starts there.
+    pub(crate) fn truncate_to_position(
+        &mut self,
+        position: u64,
+        next_offset: Offset,
+        last_epoch: Option<LeaderEpoch>,
+    ) -> Result<()> {
+        self.file.truncate(position)?;
+        self.index.truncate_to_position(position);
+        self.size_bytes = position;
+        self.next_offset = next_offset;
+        self.last_epoch = last_epoch;
+        self.bytes_since_index_entry = self
+            .index
+            .last_entry()
+            .map_or(position, |e| position - e.position);
+        debug_assert!(self.check_invariants());
+        Ok(())
+    }
+
+    /// Largest record timestamp in the segment (ms), walking the headers
+    /// after the last index entry if it is not known yet.
+    ///
+    /// Kafka keeps a time index for this; we approximate the segment's newest
+    /// record by the batches after its last index entry, which for records
+    /// appended in time order is the same thing.
+    pub(crate) fn max_timestamp_ms(&mut self) -> Result<Option<i64>> {
+        if self.max_timestamp_ms.is_none() && self.size_bytes > 0 {
+            let from = self.index.last_entry().map_or(0, |e| e.position);
+            self.max_timestamp_ms = self.walk_headers(from)?.max_timestamp_ms;
+        }
+        Ok(self.max_timestamp_ms)
+    }
+
+    /// Makes the segment's data durable.
+    pub(crate) fn sync_data(&self) -> Result<()> {
+        self.file.sync_data()
+    }
+
+    /// Flushes the index and trims it to the entries in use (the segment
+    /// stops being the active one, or the log closes).
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.index.trim_to_used()
+    }
+
+    /// Grows the index back to `index_bytes_max` (the segment becomes the
+    /// active one again, after a reopen).
+    pub(crate) fn unseal(&mut self, index_bytes_max: u64) -> Result<()> {
+        self.index.resize(index_bytes_max)
+    }
+
+    /// Removes both files.
+    pub(crate) fn delete(self) -> Result<()> {
+        let log = self.log_path().to_path_buf();
+        let index = self.index_path().to_path_buf();
+        drop(self);
+        remove_if_exists(&index)?;
+        remove_if_exists(&log)
+    }
+
+    /// Checks the type's invariant.
+    pub(crate) fn check_invariants(&self) -> bool {
+        self.next_offset >= self.base_offset
+            && self.index.check_invariants()
+            && self
+                .index
+                .last_entry()
+                .map_or(true, |e| e.position < self.size_bytes.max(1))
+    }
+}
+
+/// Deletes a file, ignoring one that is already gone.
+pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, "delete", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_round_trip_and_reject_strangers() {
+        assert_eq!(file_stem(Offset(42)), "00000000000000000042");
+        let table = [
+            ("00000000000000000042.log", Some(Offset(42))),
+            ("18446744073709551615.log", Some(Offset(u64::MAX))),
+            ("0000000000000000042.log", None),
+            ("00000000000000000042.index", None),
+            ("0000000000000000004x.log", None),
+            ("99999999999999999999.log", None),
+        ];
+        for (name, expected) in table {
+            assert_eq!(parse_log_file_name(name), expected, "{name}");
+        }
+    }
+}

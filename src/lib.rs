@@ -10,11 +10,11 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod config;
 mod coordinator;
 mod error;
-mod record;
-mod config;
 mod node;
+mod record;
 mod replicated_log;
 mod replication;
 mod storage;
@@ -26,21 +26,21 @@ mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{NodeConfig, ReplicationConfig};
-pub use node::{Node, NodeHandler};
-pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
-pub use replication::Role;
 pub use coordinator::{
     assign_replicas, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
     LogUpdate, MemoryCoordinator,
 };
 pub use error::{Error, Result};
+pub use node::{Node, NodeHandler};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
+pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
+pub use replication::Role;
 pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
 };
+pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };
-pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};

@@ -22,8 +22,8 @@ use crate::replication::{Fetcher, IsrProposal, Replica, Role, Watch};
 use crate::storage::Log;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, RwLock};
 use crate::transport::{
-    EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog, Request,
-    RequestHandler, Response, Transport,
+    EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
+    Request, RequestHandler, Response, Transport,
 };
 use crate::types::{LogId, NodeId, Offset};
 
@@ -35,7 +35,6 @@ enum Command {
 }
 
 /// State shared by a node's threads.
-#[derive(Debug)]
 pub(crate) struct NodeShared {
     pub(crate) config: NodeConfig,
     transport: Arc<dyn Transport>,
@@ -47,6 +46,16 @@ pub(crate) struct NodeShared {
     pub(crate) data_arrived: Arc<Watch>,
     commands: Sender<Command>,
     stop: AtomicBool,
+}
+
+impl std::fmt::Debug for NodeShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeShared")
+            .field("node", &self.config.node_id)
+            .field("logs", &self.replicas.read().len())
+            .field("stopped", &self.stop.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
 }
 
 /// One node of an isrlog cluster. Dropping it (or [`Node::shutdown`]) stops
@@ -153,11 +162,20 @@ impl Node {
     /// the coordinator's live set.
     pub fn shutdown(mut self) -> Result<()> {
         self.stop_threads();
-        let _ = self.shared.coordinator.unregister_node(self.shared.config.node_id);
-        let replicas: Vec<Arc<Replica>> = self.shared.replicas.write().drain().map(|(_, r)| r).collect();
+        let _ = self
+            .shared
+            .coordinator
+            .unregister_node(self.shared.config.node_id);
+        let replicas: Vec<Arc<Replica>> = self
+            .shared
+            .replicas
+            .write()
+            .drain()
+            .map(|(_, r)| r)
+            .collect();
         let mut result = Ok(());
         for replica in replicas {
-            if let Err(e) = replica.log().flush_and_checkpoint() {
+            if let Err(e) = replica.log().close_in_place() {
                 result = Err(e);
             }
         }
@@ -178,7 +196,13 @@ impl Node {
                 tracing::error!(node = %self.shared.config.node_id, "control thread panicked");
             }
         }
-        let mut fetchers: Vec<Fetcher> = self.shared.fetchers.lock().drain().map(|(_, f)| f).collect();
+        let mut fetchers: Vec<Fetcher> = self
+            .shared
+            .fetchers
+            .lock()
+            .drain()
+            .map(|(_, f)| f)
+            .collect();
         for fetcher in &mut fetchers {
             fetcher.stop();
         }
@@ -189,9 +213,12 @@ impl Drop for Node {
     fn drop(&mut self) {
         if self.control.is_some() {
             self.stop_threads();
-            let _ = self.shared.coordinator.unregister_node(self.shared.config.node_id);
+            let _ = self
+                .shared
+                .coordinator
+                .unregister_node(self.shared.config.node_id);
             for replica in self.shared.replicas.read().values() {
-                if let Err(error) = replica.log().flush_and_checkpoint() {
+                if let Err(error) = replica.log().close_in_place() {
                     tracing::warn!(log = %replica.log_id(), %error, "flush on drop failed");
                 }
             }
@@ -305,27 +332,29 @@ impl NodeShared {
         }
     }
 
-    fn start_fetching(&self, leader: NodeId, replica: Arc<Replica>, epoch: crate::types::LeaderEpoch) {
+    fn start_fetching(
+        &self,
+        leader: NodeId,
+        replica: Arc<Replica>,
+        epoch: crate::types::LeaderEpoch,
+    ) {
         let mut fetchers = self.fetchers.lock();
-        if !fetchers.contains_key(&leader) {
-            match Fetcher::start(
+        let fetcher = match fetchers.entry(leader) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => match Fetcher::start(
                 self.local(),
                 leader,
                 Arc::clone(&self.transport),
                 self.config.replication.clone(),
             ) {
-                Ok(fetcher) => {
-                    fetchers.insert(leader, fetcher);
-                }
+                Ok(fetcher) => entry.insert(fetcher),
                 Err(error) => {
                     tracing::error!(node = %self.local(), %leader, %error, "cannot start a fetcher thread");
                     return;
                 }
-            }
-        }
-        if let Some(fetcher) = fetchers.get(&leader) {
-            fetcher.add(replica, epoch);
-        }
+            },
+        };
+        fetcher.add(replica, epoch);
     }
 
     /// Sends an ISR change to the coordinator as compare-and-set on the
@@ -345,7 +374,10 @@ impl NodeShared {
             leader_epoch: epoch,
             in_sync_replicas: proposal.proposed.clone(),
         };
-        match self.coordinator.compare_and_set(log, epoch, version, update) {
+        match self
+            .coordinator
+            .compare_and_set(log, epoch, version, update)
+        {
             Ok(CasOutcome::Applied(state)) => {
                 tracing::info!(%log, node = %self.local(), isr = ?state.in_sync_replicas, version = state.version, "ISR changed");
                 replica.update_isr(state.in_sync_replicas.clone(), state.version);
@@ -369,12 +401,16 @@ impl NodeShared {
                     self.reconcile(&state);
                 }
             }
-            Err(error) => tracing::warn!(node = %self.local(), %error, "cannot re-read coordinator state"),
+            Err(error) => {
+                tracing::warn!(node = %self.local(), %error, "cannot re-read coordinator state")
+            }
         }
     }
 
     fn handle_fetch(&self, from: NodeId, request: &FetchRequest) -> Response {
-        let wait_max = request.wait_max.min(self.config.replication.request_timeout);
+        let wait_max = request
+            .wait_max
+            .min(self.config.replication.request_timeout);
         let deadline = Instant::now() + wait_max;
         loop {
             let seen = self.data_arrived.get();
@@ -400,7 +436,9 @@ impl NodeShared {
                     },
                 };
                 budget = budget.saturating_sub(answer.records.len());
-                ready |= !answer.records.is_empty() || !answer.error.is_none() || answer.diverging.is_some();
+                ready |= !answer.records.is_empty()
+                    || !answer.error.is_none()
+                    || answer.diverging.is_some();
                 logs.push(answer);
             }
             if proposals {
@@ -411,9 +449,11 @@ impl NodeShared {
             if ready || self.stop.load(Ordering::SeqCst) || Instant::now() >= deadline {
                 return Response::Fetch(FetchResponse { logs });
             }
-            let _ = self
-                .data_arrived
-                .wait_at_least(seen + 1, deadline, self.config.replication.spin_before_park);
+            let _ = self.data_arrived.wait_at_least(
+                seen + 1,
+                deadline,
+                self.config.replication.spin_before_park,
+            );
         }
     }
 }
@@ -432,8 +472,13 @@ impl RequestHandler for NodeHandler {
                     .iter()
                     .map(|q| match shared.replica(q.log) {
                         Some(replica) => {
-                            let (error, end) = replica.epoch_end_offset(q.current_leader_epoch, q.epoch);
-                            EpochAnswer { log: q.log, error, end }
+                            let (error, end) =
+                                replica.epoch_end_offset(q.current_leader_epoch, q.epoch);
+                            EpochAnswer {
+                                log: q.log,
+                                error,
+                                end,
+                            }
                         }
                         None => EpochAnswer {
                             log: q.log,
@@ -444,12 +489,15 @@ impl RequestHandler for NodeHandler {
                     .collect();
                 Response::EpochEndOffsets(EpochEndOffsetsResponse { logs })
             }
-            _ => Response::Error(ErrorCode::InvalidRequest),
         }
     }
 }
 
-fn control_loop(shared: &NodeShared, events: &Receiver<CoordinatorEvent>, commands: &Receiver<Command>) {
+fn control_loop(
+    shared: &NodeShared,
+    events: &Receiver<CoordinatorEvent>,
+    commands: &Receiver<Command>,
+) {
     let lag_max = shared.config.replication.replica_lag_time_max;
     let tick = (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50));
     let heartbeat_every = shared.config.session_timeout / 3;

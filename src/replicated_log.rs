@@ -113,7 +113,12 @@ impl ReplicatedLog {
     /// about `bytes_max` (at least one batch when there is one). The first
     /// batch may start before `from`. `Committed` stops at the high
     /// watermark; `Uncommitted` is for the leader only.
-    pub fn read(&self, from: Offset, bytes_max: usize, isolation: Isolation) -> Result<Vec<RecordBatch>> {
+    pub fn read(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        isolation: Isolation,
+    ) -> Result<Vec<RecordBatch>> {
         let bytes = self
             .replica
             .read(from, bytes_max, isolation == Isolation::Committed)?;
@@ -123,12 +128,20 @@ impl ReplicatedLog {
     /// Like [`read`](Self::read) with `Committed`, but waits up to `timeout`
     /// for a record at or after `from` to be committed. Returns an empty
     /// list if none was.
-    pub fn read_blocking(&self, from: Offset, bytes_max: usize, timeout: Duration) -> Result<Vec<RecordBatch>> {
+    pub fn read_blocking(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordBatch>> {
         let deadline = Instant::now() + timeout;
-        if self.high_watermark() <= from {
-            if self.replica.wait_for_high_watermark_above(from, deadline).is_none() {
-                return Ok(Vec::new());
-            }
+        if self.high_watermark() <= from
+            && self
+                .replica
+                .wait_for_high_watermark_above(from, deadline)
+                .is_none()
+        {
+            return Ok(Vec::new());
         }
         self.read(from, bytes_max, Isolation::Committed)
     }
@@ -233,10 +246,14 @@ impl CommittedRecords {
                 return Some(Ok(record));
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let batches = match self.log.read_blocking(self.next, 1024 * 1024, remaining.min(self.wait_max)) {
-                Ok(batches) => batches,
-                Err(error) => return Some(Err(error)),
-            };
+            let batches =
+                match self
+                    .log
+                    .read_blocking(self.next, 1024 * 1024, remaining.min(self.wait_max))
+                {
+                    Ok(batches) => batches,
+                    Err(error) => return Some(Err(error)),
+                };
             for batch in batches {
                 for record in batch.records() {
                     match record {

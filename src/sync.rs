@@ -58,13 +58,17 @@ mod loom_shim {
     impl<T> Deref for MutexGuard<'_, T> {
         type Target = T;
         fn deref(&self) -> &T {
-            self.0.as_deref().expect("guard present outside Condvar::wait")
+            self.0
+                .as_deref()
+                .expect("guard present outside Condvar::wait")
         }
     }
 
     impl<T> DerefMut for MutexGuard<'_, T> {
         fn deref_mut(&mut self) -> &mut T {
-            self.0.as_deref_mut().expect("guard present outside Condvar::wait")
+            self.0
+                .as_deref_mut()
+                .expect("guard present outside Condvar::wait")
         }
     }
 
@@ -90,11 +94,19 @@ mod loom_shim {
             let inner = guard.0.take().expect("guard present");
             guard.0 = Some(self.0.wait(inner).unwrap_or_else(|e| e.into_inner()));
         }
-        pub(crate) fn wait_until<T>(&self, guard: &mut MutexGuard<'_, T>, _deadline: Instant) -> WaitTimeoutResult {
+        pub(crate) fn wait_until<T>(
+            &self,
+            guard: &mut MutexGuard<'_, T>,
+            _deadline: Instant,
+        ) -> WaitTimeoutResult {
             self.wait(guard);
             WaitTimeoutResult(false)
         }
-        pub(crate) fn wait_for<T>(&self, guard: &mut MutexGuard<'_, T>, _timeout: Duration) -> WaitTimeoutResult {
+        pub(crate) fn wait_for<T>(
+            &self,
+            guard: &mut MutexGuard<'_, T>,
+            _timeout: Duration,
+        ) -> WaitTimeoutResult {
             self.wait(guard);
             WaitTimeoutResult(false)
         }

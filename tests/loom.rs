@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use isrlog::testing::loom_models::{Watch, WaitOutcome};
+use isrlog::testing::loom_models::{WaitOutcome, Watch};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -27,7 +27,10 @@ fn high_watermark_publish_wakes_the_acks_all_waiter() {
                 hw.publish(1);
             })
         };
-        assert_eq!(hw.wait_at_least(1, far(), Duration::ZERO), WaitOutcome::Reached(1));
+        assert_eq!(
+            hw.wait_at_least(1, far(), Duration::ZERO),
+            WaitOutcome::Reached(1)
+        );
         publisher.join().unwrap();
     });
 }
@@ -49,7 +52,9 @@ fn two_waiters_two_publishes() {
                 hw.publish(2);
             })
         };
-        assert!(matches!(hw.wait_at_least(1, far(), Duration::ZERO), WaitOutcome::Reached(v) if v >= 1));
+        assert!(
+            matches!(hw.wait_at_least(1, far(), Duration::ZERO), WaitOutcome::Reached(v) if v >= 1)
+        );
         publisher.join().unwrap();
         assert!(matches!(waiter.join().unwrap(), WaitOutcome::Reached(2)));
     });
@@ -65,7 +70,10 @@ fn close_releases_a_parked_waiter() {
             let hw = Arc::clone(&hw);
             thread::spawn(move || hw.close())
         };
-        assert_eq!(hw.wait_at_least(5, far(), Duration::ZERO), WaitOutcome::Closed);
+        assert_eq!(
+            hw.wait_at_least(5, far(), Duration::ZERO),
+            WaitOutcome::Closed
+        );
         closer.join().unwrap();
     });
 }
@@ -81,7 +89,10 @@ fn data_arrived_bump_wakes_a_parked_fetch() {
             let arrived = Arc::clone(&arrived);
             thread::spawn(move || arrived.bump())
         };
-        assert!(matches!(arrived.wait_at_least(seen + 1, far(), Duration::ZERO), WaitOutcome::Reached(_)));
+        assert!(matches!(
+            arrived.wait_at_least(seen + 1, far(), Duration::ZERO),
+            WaitOutcome::Reached(_)
+        ));
         appender.join().unwrap();
     });
 }

@@ -25,7 +25,6 @@ struct Target {
     paused_until: Option<Instant>,
 }
 
-#[derive(Debug)]
 struct Shared {
     local: NodeId,
     leader: NodeId,
@@ -35,6 +34,15 @@ struct Shared {
     /// Bumped when targets change or on shutdown, to wake an idle loop.
     changed: Watch,
     stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetcher")
+            .field("local", &self.local)
+            .field("leader", &self.leader)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A running fetcher thread for one leader.
@@ -131,7 +139,11 @@ fn run(shared: &Shared) {
                         continue;
                     }
                 }
-                if let Some(fetch) = target.replica.next_fetch(shared.leader, target.leader_epoch, config.fetch_bytes_max) {
+                if let Some(fetch) = target.replica.next_fetch(
+                    shared.leader,
+                    target.leader_epoch,
+                    config.fetch_bytes_max,
+                ) {
                     epochs.push((Arc::clone(&target.replica), target.leader_epoch));
                     logs.push(fetch);
                 }
@@ -139,7 +151,9 @@ fn run(shared: &Shared) {
         }
         if logs.is_empty() {
             // Idle: wait for a new target (or shutdown), bounded.
-            let _ = shared.changed.wait_at_least(seen + 1, next_wake, Duration::ZERO);
+            let _ = shared
+                .changed
+                .wait_at_least(seen + 1, next_wake, Duration::ZERO);
             continue;
         }
         let request = Request::Fetch(FetchRequest {
@@ -152,7 +166,9 @@ fn run(shared: &Shared) {
         match shared.transport.call(shared.leader, request, deadline) {
             Ok(Response::Fetch(response)) => {
                 for answer in response.logs {
-                    let Some((replica, epoch)) = epochs.iter().find(|(r, _)| r.log_id() == answer.log) else {
+                    let Some((replica, epoch)) =
+                        epochs.iter().find(|(r, _)| r.log_id() == answer.log)
+                    else {
                         continue;
                     };
                     let log = answer.log;
@@ -189,5 +205,7 @@ fn run(shared: &Shared) {
 
 fn backoff(shared: &Shared, seen: u64) {
     let until = Instant::now() + shared.config.fetch_backoff;
-    let _ = shared.changed.wait_at_least(seen + 1, until, Duration::ZERO);
+    let _ = shared
+        .changed
+        .wait_at_least(seen + 1, until, Duration::ZERO);
 }

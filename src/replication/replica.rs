@@ -299,7 +299,11 @@ impl Replica {
     /// Appends a batch as leader. With `check_isr`, fails with
     /// `NotEnoughReplicas` before appending when the ISR is too small
     /// (SPEC 3.1, `acks=all`).
-    pub(crate) fn append_as_leader(&self, batch: &RecordBatch, check_isr: bool) -> Result<LeaderAppend> {
+    pub(crate) fn append_as_leader(
+        &self,
+        batch: &RecordBatch,
+        check_isr: bool,
+    ) -> Result<LeaderAppend> {
         let role = self.role.read();
         if role.role != Role::Leader {
             return Err(self.not_leader(&role));
@@ -330,7 +334,12 @@ impl Replica {
 
     /// Waits until `offset` is committed, for an `acks=all` append made in
     /// `generation` (SPEC 3.1).
-    pub(crate) fn wait_committed(&self, offset: Offset, generation: u64, deadline: Instant) -> Result<Offset> {
+    pub(crate) fn wait_committed(
+        &self,
+        offset: Offset,
+        generation: u64,
+        deadline: Instant,
+    ) -> Result<Offset> {
         let started = Instant::now();
         let mut spin = self.config.spin_before_park;
         loop {
@@ -341,7 +350,10 @@ impl Replica {
             // Re-check the ISR at least every few milliseconds: its
             // shrinking is not a high watermark event.
             let slice_end = deadline.min(Instant::now() + Duration::from_millis(5));
-            match self.high_watermark.wait_at_least(offset.0 + 1, slice_end, spin) {
+            match self
+                .high_watermark
+                .wait_at_least(offset.0 + 1, slice_end, spin)
+            {
                 WaitOutcome::Reached(hw) => {
                     if self.generation.load(Ordering::SeqCst) != generation {
                         let role = self.role.read();
@@ -380,7 +392,12 @@ impl Replica {
     /// Answers one log of a follower's fetch (SPEC 3.2). Returns the answer
     /// and whether it carries anything the follower must see now (records,
     /// an error or a divergence); an empty answer may be held (long poll).
-    pub(crate) fn answer_fetch(&self, follower: NodeId, request: &FetchLog, bytes_max: usize) -> FetchedLog {
+    pub(crate) fn answer_fetch(
+        &self,
+        follower: NodeId,
+        request: &FetchLog,
+        bytes_max: usize,
+    ) -> FetchedLog {
         let mut answer = FetchedLog {
             log: self.log_id,
             error: ErrorCode::None,
@@ -473,7 +490,7 @@ impl Replica {
         answer.high_watermark = self.high_watermark();
         let limit = bytes_max.min(request.bytes_max as usize);
         match self.log.read(request.fetch_offset, limit) {
-            Ok(read) => answer.records = read.into_bytes(),
+            Ok(read) => answer.records = read.records,
             Err(Error::OffsetOutOfRange { .. }) => answer.error = ErrorCode::OffsetOutOfRange,
             Err(e) => {
                 tracing::warn!(log = %self.log_id, error = %e, "read for a fetch failed");
@@ -529,7 +546,12 @@ impl Replica {
 
     /// The fields of this log's next fetch, or `None` if this replica does
     /// not follow `leader` in `epoch` any more.
-    pub(crate) fn next_fetch(&self, leader: NodeId, epoch: LeaderEpoch, bytes_max: u32) -> Option<FetchLog> {
+    pub(crate) fn next_fetch(
+        &self,
+        leader: NodeId,
+        epoch: LeaderEpoch,
+        bytes_max: u32,
+    ) -> Option<FetchLog> {
         let role = self.role.read();
         if role.role != (Role::Follower { leader }) || role.leader_epoch != epoch {
             return None;
@@ -546,7 +568,12 @@ impl Replica {
 
     /// Applies one log of a fetch answer as follower (SPEC 3.2, 3.6).
     /// Returns the error code the fetcher should act on.
-    pub(crate) fn apply_fetched(&self, leader: NodeId, epoch: LeaderEpoch, answer: FetchedLog) -> Result<ErrorCode> {
+    pub(crate) fn apply_fetched(
+        &self,
+        leader: NodeId,
+        epoch: LeaderEpoch,
+        answer: FetchedLog,
+    ) -> Result<ErrorCode> {
         let _io = self.follower_io.lock();
         {
             let role = self.role.read();
@@ -555,10 +582,13 @@ impl Replica {
             }
         }
         if !answer.error.is_none() {
-            if answer.error == ErrorCode::OffsetOutOfRange && self.log.log_end_offset() < answer.log_start_offset {
+            if answer.error == ErrorCode::OffsetOutOfRange
+                && self.log.log_end_offset() < answer.log_start_offset
+            {
                 // SPEC 3.6: below the leader's log start, start over there.
                 tracing::warn!(log = %self.log_id, leader_log_start = %answer.log_start_offset, "follower is below the leader's log start; discarding its log");
-                self.log.truncate_fully_and_start_at(answer.log_start_offset)?;
+                self.log
+                    .truncate_fully_and_start_at(answer.log_start_offset)?;
                 return Ok(ErrorCode::None);
             }
             return Ok(answer.error);
@@ -584,7 +614,8 @@ impl Replica {
             self.log.append_as_follower(&answer.records)?;
         }
         if answer.log_start_offset > self.log.log_start_offset() {
-            self.log.set_log_start_offset(answer.log_start_offset.min(self.log.log_end_offset()))?;
+            self.log
+                .set_log_start_offset(answer.log_start_offset.min(self.log.log_end_offset()))?;
         }
         // HW = min(leader HW, own LEO).
         let hw = answer.high_watermark.min(self.log.log_end_offset());
@@ -599,21 +630,29 @@ impl Replica {
         if committed {
             let hw = self.high_watermark();
             let read = self.log.read_up_to(from, bytes_max, hw)?;
-            Ok(read.into_bytes())
+            Ok(read.records)
         } else {
             let role = self.role.read();
             if role.role != Role::Leader {
                 return Err(self.not_leader(&role));
             }
             drop(role);
-            Ok(self.log.read(from, bytes_max)?.into_bytes())
+            Ok(self.log.read(from, bytes_max)?.records)
         }
     }
 
     /// Waits until the high watermark is above `offset`.
-    pub(crate) fn wait_for_high_watermark_above(&self, offset: Offset, deadline: Instant) -> Option<Offset> {
+    pub(crate) fn wait_for_high_watermark_above(
+        &self,
+        offset: Offset,
+        deadline: Instant,
+    ) -> Option<Offset> {
         loop {
-            match self.high_watermark.wait_at_least(offset.0 + 1, deadline, self.config.spin_before_park) {
+            match self.high_watermark.wait_at_least(
+                offset.0 + 1,
+                deadline,
+                self.config.spin_before_park,
+            ) {
                 WaitOutcome::Reached(hw) => return Some(Offset(hw)),
                 WaitOutcome::TimedOut => return None,
                 // A role change: the watch reopens at once; wait again.
@@ -628,7 +667,11 @@ impl Replica {
     }
 
     /// The epoch-end query answer for a peer (SPEC 3.6 explicit request).
-    pub(crate) fn epoch_end_offset(&self, current_leader_epoch: LeaderEpoch, epoch: LeaderEpoch) -> (ErrorCode, Option<EpochEndOffset>) {
+    pub(crate) fn epoch_end_offset(
+        &self,
+        current_leader_epoch: LeaderEpoch,
+        epoch: LeaderEpoch,
+    ) -> (ErrorCode, Option<EpochEndOffset>) {
         let role = self.role.read();
         if role.role != Role::Leader {
             return (ErrorCode::NotLeader, None);

@@ -62,10 +62,12 @@ impl Watch {
         // A compare-exchange loop rather than `fetch_max`, which loom lacks.
         let mut previous = self.value.load(Ordering::SeqCst);
         while previous < value {
-            match self
-                .value
-                .compare_exchange_weak(previous, value, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match self.value.compare_exchange_weak(
+                previous,
+                value,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
                 Ok(_) => break,
                 Err(actual) => previous = actual,
             }
@@ -216,7 +218,11 @@ mod tests {
     fn wait_times_out_at_its_deadline() {
         let w = Watch::new(0);
         let start = Instant::now();
-        let outcome = w.wait_at_least(1, start + Duration::from_millis(30), Duration::from_micros(50));
+        let outcome = w.wait_at_least(
+            1,
+            start + Duration::from_millis(30),
+            Duration::from_micros(50),
+        );
         assert_eq!(outcome, WaitOutcome::TimedOut);
         assert!(start.elapsed() >= Duration::from_millis(30));
     }

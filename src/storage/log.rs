@@ -919,6 +919,13 @@ impl Log {
     /// scans nothing. Dropping a `Log` without closing it is a crash, as far
     /// as the next open is concerned.
     pub fn close(self) -> Result<()> {
+        self.close_in_place()
+    }
+
+    /// [`close`](Self::close) for a log shared behind an `Arc`: the caller
+    /// guarantees nothing appends to it afterwards (a node closes its logs
+    /// only after stopping every thread that could).
+    pub(crate) fn close_in_place(&self) -> Result<()> {
         self.flush()?;
         {
             let mut state = self.state.write();

@@ -85,7 +85,8 @@ impl ClusterBuilder {
 
     /// Starts the cluster.
     pub fn build(self) -> Result<Cluster> {
-        let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
         let clock: Arc<dyn Clock> = match &self.manual_clock {
             Some(clock) => Arc::new(clock.clone()),
             None => Arc::new(SystemClock),
@@ -219,7 +220,12 @@ impl Cluster {
         Ok(replicas)
     }
 
-    fn wait_for_handle(&self, node: NodeId, log: LogId, deadline: Instant) -> Result<ReplicatedLog> {
+    fn wait_for_handle(
+        &self,
+        node: NodeId,
+        log: LogId,
+        deadline: Instant,
+    ) -> Result<ReplicatedLog> {
         loop {
             match self.log(node, log) {
                 Ok(handle) => return Ok(handle),
@@ -238,7 +244,11 @@ impl Cluster {
 
     /// The node the coordinator names as leader of `log`.
     pub fn leader_of(&self, log: LogId) -> Option<NodeId> {
-        self.coordinator.log_state(log).ok().flatten().and_then(|s| s.leader)
+        self.coordinator
+            .log_state(log)
+            .ok()
+            .flatten()
+            .and_then(|s| s.leader)
     }
 
     /// The leader's handle of `log`, once that node knows it leads (up to 10 s).
@@ -269,7 +279,11 @@ impl Cluster {
     }
 
     /// Polls `condition` every millisecond until it holds or `timeout` passes.
-    pub fn wait_until(&self, timeout: Duration, mut condition: impl FnMut(&Cluster) -> bool) -> bool {
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&Cluster) -> bool,
+    ) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             if condition(self) {
@@ -284,7 +298,9 @@ impl Cluster {
 
     /// Stops every node cleanly.
     pub fn shutdown(self) -> Result<()> {
-        let nodes: Vec<Node> = std::mem::take(&mut *self.nodes.lock()).into_values().collect();
+        let nodes: Vec<Node> = std::mem::take(&mut *self.nodes.lock())
+            .into_values()
+            .collect();
         for node in nodes {
             node.shutdown()?;
         }

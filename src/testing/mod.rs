@@ -6,6 +6,7 @@
 //! This module owns nothing the library needs at run time; nothing outside
 //! `#[cfg(test)]` code may depend on it.
 
+pub mod cluster;
 pub mod coordinator_suite;
 pub mod transport_suite;
 
@@ -22,7 +23,13 @@ use crate::transport::{
 };
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
+pub use cluster::{Cluster, ClusterBuilder};
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
+
+/// The thread hand-offs modelled with loom in `tests/loom.rs`.
+pub mod loom_models {
+    pub use crate::replication::{WaitOutcome, Watch};
+}
 
 /// A handler made from a closure.
 pub struct FnHandler<F> {

@@ -274,3 +274,310 @@ impl FollowerState {
         self.debug_check_invariants();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::tests::TestReplica;
+
+    const LEADER: NodeId = NodeId(0);
+
+    fn end(epoch: u32, offset: u64) -> EpochEndOffset {
+        EpochEndOffset {
+            epoch: LeaderEpoch(epoch),
+            end_offset: Offset(offset),
+        }
+    }
+
+    fn follower(start: u64, high_watermark: u64, end: u64) -> FollowerState {
+        FollowerState::become_follower(
+            LEADER,
+            LeaderEpoch(3),
+            LogOffsets {
+                log_start_offset: Offset(start),
+                high_watermark: Offset(high_watermark),
+                log_end_offset: Offset(end),
+            },
+        )
+    }
+
+    #[test]
+    fn truncation_for_divergence_table() {
+        struct Row {
+            name: &'static str,
+            leader: EpochEndOffset,
+            local_lookup: Option<EpochEndOffset>,
+            own_log_end_offset: u64,
+            expected: (u64, bool),
+        }
+        let rows = [
+            Row {
+                name: "same epoch, leader's end first",
+                leader: end(2, 17),
+                local_lookup: Some(end(2, 19)),
+                own_log_end_offset: 19,
+                expected: (17, true),
+            },
+            Row {
+                name: "same epoch, own end of epoch first",
+                leader: end(2, 17),
+                local_lookup: Some(end(2, 15)),
+                own_log_end_offset: 19,
+                expected: (15, true),
+            },
+            Row {
+                name: "same epoch, own log end first",
+                leader: end(2, 17),
+                local_lookup: Some(end(2, 18)),
+                own_log_end_offset: 16,
+                expected: (16, true),
+            },
+            Row {
+                name: "leader's epoch unknown here: cut to the end of the \
+                       older epoch and ask again",
+                leader: end(1, 8),
+                local_lookup: Some(end(0, 6)),
+                own_log_end_offset: 9,
+                expected: (6, false),
+            },
+            Row {
+                name: "unknown epoch, own log end first",
+                leader: end(1, 8),
+                local_lookup: Some(end(0, 6)),
+                own_log_end_offset: 5,
+                expected: (5, false),
+            },
+            Row {
+                name: "no lookup answer: trust the leader's end",
+                leader: end(1, 8),
+                local_lookup: None,
+                own_log_end_offset: 9,
+                expected: (8, true),
+            },
+            Row {
+                name: "no lookup answer, own log end first",
+                leader: end(1, 8),
+                local_lookup: None,
+                own_log_end_offset: 4,
+                expected: (4, true),
+            },
+            Row {
+                name: "asked epoch older than the first one known here: the \
+                       cache answers (e, first start), so fe == e",
+                leader: end(0, 4),
+                local_lookup: Some(end(0, 2)),
+                own_log_end_offset: 6,
+                expected: (2, true),
+            },
+        ];
+        for row in rows {
+            let got = truncation_for_divergence(
+                row.leader,
+                row.local_lookup,
+                Offset(row.own_log_end_offset),
+            );
+            assert_eq!(
+                (got.truncate_to.0, got.resolved),
+                row.expected,
+                "{}",
+                row.name
+            );
+        }
+    }
+
+    #[test]
+    fn truncation_uses_the_epoch_cache_answer_for_an_epoch_before_the_first() {
+        // The follower's log starts at 2 in epoch 1 (an unclean leader wrote
+        // 2..6); the leader says its epoch 0 ends at 4. Every record here is
+        // in epoch 1, which the leader's log does not have below 4.
+        let cache = TestReplica::new(&[(1, 2)], 6);
+        let lookup = cache.end_offset_for_epoch(0);
+        assert_eq!(lookup, Some(end(0, 2)));
+        let mut state = follower(2, 2, 6);
+        assert_eq!(
+            state.on_diverging(end(0, 4), lookup),
+            Truncation {
+                truncate_to: Offset(2),
+                resolved: true
+            }
+        );
+        assert_eq!(state.log_end_offset(), Offset(2));
+    }
+
+    #[test]
+    fn becoming_follower_keeps_the_log_above_the_high_watermark() {
+        let state = follower(0, 6, 10);
+        assert_eq!(
+            (
+                state.log_start_offset(),
+                state.high_watermark(),
+                state.log_end_offset()
+            ),
+            (Offset(0), Offset(6), Offset(10))
+        );
+        assert_eq!(state.leader(), LEADER);
+        // A checkpointed HW past a log end that recovery cut is clamped.
+        assert_eq!(follower(0, 12, 10).high_watermark(), Offset(10));
+    }
+
+    #[test]
+    fn next_fetch_asks_from_the_log_end_in_the_current_epoch() {
+        let mut state = follower(0, 0, 7);
+        assert_eq!(
+            state.next_fetch(Some(LeaderEpoch(2))),
+            FetchPosition {
+                fetch_offset: Offset(7),
+                last_fetched_epoch: Some(LeaderEpoch(2)),
+                current_leader_epoch: LeaderEpoch(3),
+            }
+        );
+        state.on_new_leader(NodeId(4), LeaderEpoch(4));
+        assert_eq!(state.leader(), NodeId(4));
+        assert_eq!(state.next_fetch(None).current_leader_epoch, LeaderEpoch(4));
+        assert_eq!(
+            state.log_end_offset(),
+            Offset(7),
+            "no truncation on a leader change"
+        );
+    }
+
+    #[test]
+    fn on_fetched_table() {
+        struct Row {
+            name: &'static str,
+            before: (u64, u64, u64), // (start, HW, LEO)
+            leader_high_watermark: u64,
+            leader_log_start_offset: u64,
+            new_log_end_offset: u64,
+            expected: FetchedUpdate,
+        }
+        let applied = |high_watermark: u64, log_start_offset: u64| FetchedUpdate::Applied {
+            high_watermark: Offset(high_watermark),
+            log_start_offset: Offset(log_start_offset),
+        };
+        let rows = [
+            Row {
+                name: "HW is the leader's when the follower holds it",
+                before: (0, 0, 1),
+                leader_high_watermark: 1,
+                leader_log_start_offset: 0,
+                new_log_end_offset: 1,
+                expected: applied(1, 0),
+            },
+            Row {
+                name: "never above the follower's own LEO",
+                before: (0, 0, 0),
+                leader_high_watermark: 9,
+                leader_log_start_offset: 0,
+                new_log_end_offset: 4,
+                expected: applied(4, 0),
+            },
+            Row {
+                name: "follows a lower leader HW (a new leader's)",
+                before: (0, 8, 10),
+                leader_high_watermark: 6,
+                leader_log_start_offset: 0,
+                new_log_end_offset: 10,
+                expected: applied(6, 0),
+            },
+            Row {
+                name: "log start rises to the leader's",
+                before: (0, 5, 10),
+                leader_high_watermark: 9,
+                leader_log_start_offset: 4,
+                new_log_end_offset: 12,
+                expected: applied(9, 4),
+            },
+            Row {
+                name: "log start never falls",
+                before: (4, 5, 10),
+                leader_high_watermark: 9,
+                leader_log_start_offset: 2,
+                new_log_end_offset: 10,
+                expected: applied(9, 4),
+            },
+            Row {
+                name: "LEO exactly at the leader's log start: no reset",
+                before: (0, 3, 5),
+                leader_high_watermark: 9,
+                leader_log_start_offset: 5,
+                new_log_end_offset: 5,
+                expected: applied(5, 5),
+            },
+            Row {
+                name: "LEO below the leader's log start: reset there",
+                before: (0, 3, 5),
+                leader_high_watermark: 9,
+                leader_log_start_offset: 8,
+                new_log_end_offset: 5,
+                expected: FetchedUpdate::ResetTo {
+                    log_start_offset: Offset(8),
+                },
+            },
+        ];
+        for row in rows {
+            let (start, high_watermark, end) = row.before;
+            let mut state = follower(start, high_watermark, end);
+            let got = state.on_fetched(
+                Offset(row.leader_high_watermark),
+                Offset(row.leader_log_start_offset),
+                Offset(row.new_log_end_offset),
+            );
+            assert_eq!(got, row.expected, "{}", row.name);
+            assert_eq!(state.check_invariants(), Ok(()), "{}", row.name);
+            match got {
+                FetchedUpdate::Applied {
+                    high_watermark,
+                    log_start_offset,
+                } => {
+                    assert_eq!(state.high_watermark(), high_watermark, "{}", row.name);
+                    assert_eq!(state.log_start_offset(), log_start_offset, "{}", row.name);
+                    assert_eq!(
+                        state.log_end_offset(),
+                        Offset(row.new_log_end_offset),
+                        "{}",
+                        row.name
+                    );
+                }
+                FetchedUpdate::ResetTo { log_start_offset } => {
+                    assert_eq!(
+                        (
+                            state.log_start_offset(),
+                            state.high_watermark(),
+                            state.log_end_offset()
+                        ),
+                        (log_start_offset, log_start_offset, log_start_offset),
+                        "{}",
+                        row.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn truncation_pulls_the_high_watermark_and_log_start_down_with_it() {
+        let mut state = follower(4, 8, 10);
+        state.on_truncated(Offset(9));
+        assert_eq!(
+            (
+                state.log_start_offset(),
+                state.high_watermark(),
+                state.log_end_offset()
+            ),
+            (Offset(4), Offset(8), Offset(9))
+        );
+        state.on_truncated(Offset(6));
+        assert_eq!(state.high_watermark(), Offset(6));
+        // Below the log start: an empty log starting at the cut.
+        state.on_truncated(Offset(2));
+        assert_eq!(
+            (
+                state.log_start_offset(),
+                state.high_watermark(),
+                state.log_end_offset()
+            ),
+            (Offset(2), Offset(2), Offset(2))
+        );
+    }
+}

@@ -1247,6 +1247,44 @@ mod tests {
     }
 
     #[test]
+    fn check_invariants_names_each_broken_invariant() {
+        let now = Instant::now();
+        let healthy = leader(&[L, F1, F2], &[L, F1], 1, offsets(2, 4, 10), now);
+        assert_eq!(healthy.check_invariants(), Ok(()));
+        type Breakage = (&'static str, fn(&mut LeaderState));
+        let breakages: [Breakage; 7] = [
+            ("HW past the log end", |s| s.high_watermark = Offset(11)),
+            ("HW below the log start", |s| s.log_start_offset = Offset(5)),
+            ("leader missing from the ISR", |s| {
+                s.in_sync_replicas = vec![F1]
+            }),
+            ("ISR names a non-replica", |s| {
+                s.in_sync_replicas.push(OUTSIDER)
+            }),
+            ("pending expansion of an ISR member", |s| {
+                s.pending_isr_change = Some(PendingIsrChange {
+                    proposed: vec![L, F1],
+                    kind: IsrChangeKind::Expand(F1),
+                })
+            }),
+            ("pending shrink that keeps the node", |s| {
+                s.pending_isr_change = Some(PendingIsrChange {
+                    proposed: vec![L, F1],
+                    kind: IsrChangeKind::Shrink(vec![F1]),
+                })
+            }),
+            ("a replica without progress", |s| {
+                s.followers.remove(&F2);
+            }),
+        ];
+        for (name, breakage) in breakages {
+            let mut state = healthy.clone();
+            breakage(&mut state);
+            assert!(state.check_invariants().is_err(), "{name} not detected");
+        }
+    }
+
+    #[test]
     fn follower_lag_before_and_after_the_first_fetch() {
         let base = Instant::now();
         let mut state = leader(&[L, F1], &[L, F1], 1, offsets(0, 0, 10), base);

@@ -101,8 +101,9 @@ struct Session {
 struct Subscriber {
     node: NodeId,
     sender: Sender<CoordinatorEvent>,
-    /// An event was dropped because the queue was full and the subscriber
-    /// has not yet been sent the `Resync` that says so.
+    /// An event was dropped (the queue was full) or withheld (the node was
+    /// cut off) and the subscriber has not yet been sent the `Resync` that
+    /// says so.
     missed_events: bool,
 }
 
@@ -174,6 +175,7 @@ impl MemoryCoordinator {
         let mut state = shared.state.lock();
         state.expire_sessions(shared.clock.now());
         state.flush_resyncs();
+        shared.finish(state);
     }
 
     /// Ends `node`'s session at once, as when ZooKeeper notices a crashed

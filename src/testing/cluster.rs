@@ -170,7 +170,7 @@ impl Cluster {
         let node = Node::start(
             config,
             transport,
-            Arc::new(self.coordinator.clone()),
+            Arc::new(self.coordinator.for_node(id)),
             Arc::clone(&self.clock),
         )?;
         self.network.register(id, node.handler());
@@ -240,6 +240,21 @@ impl Cluster {
         let nodes = self.nodes.lock();
         let node = nodes.get(&node).ok_or(Error::Shutdown)?;
         node.log(log)
+    }
+
+    /// Runs `f` on node `id`, if it is running.
+    pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
+        self.nodes.lock().get(&id).map(f)
+    }
+
+    /// The in-sync replicas the coordinator holds for `log`.
+    pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+        self.coordinator
+            .log_state(log)
+            .ok()
+            .flatten()
+            .map(|s| s.in_sync_replicas)
+            .unwrap_or_default()
     }
 
     /// The node the coordinator names as leader of `log`.

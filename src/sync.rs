@@ -18,10 +18,13 @@ pub(crate) use std::sync::Arc;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-#[cfg(loom)]
-pub(crate) use loom::sync::Arc;
+// `Arc` stays std's even under loom: the public API hands out
+// `Arc<dyn Trait>`, which loom's `Arc` cannot coerce to, and reference
+// counting is not one of the hand-offs the models check.
 #[cfg(loom)]
 pub(crate) use loom_shim::{Condvar, Mutex, MutexGuard, RwLock};
+#[cfg(loom)]
+pub(crate) use std::sync::Arc;
 
 #[cfg(loom)]
 mod loom_shim {

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use isrlog::testing::loom_models::{WaitOutcome, Watch};
-use loom::sync::Arc;
 use loom::thread;
+use std::sync::Arc;
 
 fn far() -> Instant {
     Instant::now() + Duration::from_secs(3600)

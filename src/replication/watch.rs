@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicU64, Condvar, Mutex, Ordering};
 
 /// How a wait on a [`Watch`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,23 +28,31 @@ pub enum WaitOutcome {
 }
 
 /// A published, monotonically increasing value with blocking waits.
+///
+/// The value, a "closed" flag and a "somebody is parked" flag share one
+/// atomic word, so that a publisher and a waiter about to park always
+/// agree through read-modify-write operations on a single location (which
+/// are totally ordered) instead of relying on store-load ordering between
+/// two locations, which is easy to get wrong and which loom cannot check.
 #[derive(Debug)]
 pub struct Watch {
-    value: AtomicU64,
-    closed: AtomicBool,
-    /// Number of threads parked (or about to park) on `changed`.
-    parked: AtomicU64,
+    /// `value << 2 | closed << 1 | parked`.
+    word: AtomicU64,
     lock: Mutex<()>,
     changed: Condvar,
 }
+
+const PARKED: u64 = 0b01;
+const CLOSED: u64 = 0b10;
+const SHIFT: u32 = 2;
+/// Largest value a watch holds (offsets and counters stay far below).
+const VALUE_MAX: u64 = u64::MAX >> SHIFT;
 
 impl Watch {
     /// A watch starting at `value`, open.
     pub fn new(value: u64) -> Watch {
         Watch {
-            value: AtomicU64::new(value),
-            closed: AtomicBool::new(false),
-            parked: AtomicU64::new(0),
+            word: AtomicU64::new(value.min(VALUE_MAX) << SHIFT),
             lock: Mutex::new(()),
             changed: Condvar::new(),
         }
@@ -53,76 +61,80 @@ impl Watch {
     /// The current value.
     #[inline]
     pub fn get(&self) -> u64 {
-        self.value.load(Ordering::SeqCst)
+        self.word.load(Ordering::SeqCst) >> SHIFT
     }
 
-    /// Raises the value to `value` (never lowers it) and wakes the waiters
-    /// it satisfies. Returns the value after the call.
-    pub fn publish(&self, value: u64) -> u64 {
-        // A compare-exchange loop rather than `fetch_max`, which loom lacks.
-        let mut previous = self.value.load(Ordering::SeqCst);
-        while previous < value {
-            match self.value.compare_exchange_weak(
-                previous,
-                value,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
+    /// Applies `f` to the word with a compare-exchange loop, clearing the
+    /// parked flag, and wakes parked waiters if the flag was set. Returns
+    /// the previous word.
+    fn update(&self, f: impl Fn(u64) -> u64) -> u64 {
+        let mut old = self.word.load(Ordering::SeqCst);
+        loop {
+            let new = f(old) & !PARKED;
+            if new == old & !PARKED && old & PARKED == 0 {
+                return old;
+            }
+            match self
+                .word
+                .compare_exchange_weak(old, new, Ordering::SeqCst, Ordering::SeqCst)
+            {
                 Ok(_) => break,
-                Err(actual) => previous = actual,
+                Err(actual) => old = actual,
             }
         }
-        if value > previous {
-            self.wake_parked();
+        if old & PARKED != 0 {
+            // The waiter that set PARKED holds the lock until it sleeps, so
+            // taking the lock here means it is asleep and will get this.
+            let _guard = self.lock.lock();
+            self.changed.notify_all();
         }
-        previous.max(value)
+        old
+    }
+
+    /// Raises the value to `value` (never lowers it) and wakes the waiters.
+    /// Returns the value after the call.
+    pub fn publish(&self, value: u64) -> u64 {
+        let value = value.min(VALUE_MAX);
+        let old = self.update(|w| {
+            if (w >> SHIFT) < value {
+                (value << SHIFT) | (w & CLOSED)
+            } else {
+                w
+            }
+        });
+        (old >> SHIFT).max(value)
     }
 
     /// Adds one to the value (used as an event counter) and wakes waiters.
     pub fn bump(&self) {
-        self.value.fetch_add(1, Ordering::SeqCst);
-        self.wake_parked();
+        self.update(|w| w.wrapping_add(1 << SHIFT));
     }
 
-    /// Resets the value, possibly lowering it, and reopens the watch. Used
+    /// Sets the value, possibly lowering it, and reopens the watch. Used
     /// when a replica takes a new role: waiters from the old role were
     /// already released by [`close`](Self::close).
     pub fn reset(&self, value: u64) {
-        let _guard = self.lock.lock();
-        self.value.store(value, Ordering::SeqCst);
-        self.closed.store(false, Ordering::SeqCst);
+        let value = value.min(VALUE_MAX);
+        self.update(|_| value << SHIFT);
     }
 
     /// Closes the watch: every current and future waiter gets `Closed`
     /// until [`reset`](Self::reset).
     pub fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        self.wake_parked();
+        self.update(|w| w | CLOSED);
     }
 
     /// Whether the watch is closed.
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        self.word.load(Ordering::SeqCst) & CLOSED != 0
     }
 
-    fn wake_parked(&self) {
-        // A waiter increments `parked` under the lock before it re-checks the
-        // value and sleeps. Either it sees our store (and does not sleep), or
-        // we see its increment here (SeqCst on both sides) and notify under
-        // the lock, which it cannot miss because it holds the lock from the
-        // check until it sleeps.
-        if self.parked.load(Ordering::SeqCst) > 0 {
-            let _guard = self.lock.lock();
-            self.changed.notify_all();
-        }
-    }
-
-    fn check(&self, target: u64) -> Option<WaitOutcome> {
-        let value = self.value.load(Ordering::SeqCst);
+    fn outcome(word: u64, target: u64) -> Option<WaitOutcome> {
+        let value = word >> SHIFT;
         if value >= target {
             return Some(WaitOutcome::Reached(value));
         }
-        if self.closed.load(Ordering::SeqCst) {
+        if word & CLOSED != 0 {
             return Some(WaitOutcome::Closed);
         }
         None
@@ -131,7 +143,7 @@ impl Watch {
     /// Waits until the value is at least `target`, the watch closes, or
     /// `deadline` passes. Spins for up to `spin` first.
     pub fn wait_at_least(&self, target: u64, deadline: Instant, spin: Duration) -> WaitOutcome {
-        if let Some(outcome) = self.check(target) {
+        if let Some(outcome) = Self::outcome(self.word.load(Ordering::SeqCst), target) {
             return outcome;
         }
         if !spin.is_zero() {
@@ -141,7 +153,7 @@ impl Watch {
                 for _ in 0..64 {
                     std::hint::spin_loop();
                 }
-                if let Some(outcome) = self.check(target) {
+                if let Some(outcome) = Self::outcome(self.word.load(Ordering::SeqCst), target) {
                     return outcome;
                 }
                 rounds += 1;
@@ -156,19 +168,21 @@ impl Watch {
             }
         }
         let mut guard = self.lock.lock();
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let outcome = loop {
-            if let Some(outcome) = self.check(target) {
-                break outcome;
+        loop {
+            // Announce the waiter and read the value in one atomic step: a
+            // publisher either came before (and we see its value) or after
+            // (and sees PARKED, so it notifies under the lock we hold until
+            // we sleep).
+            let word = self.word.fetch_or(PARKED, Ordering::SeqCst);
+            if let Some(outcome) = Self::outcome(word, target) {
+                return outcome;
             }
             if Instant::now() >= deadline {
-                break WaitOutcome::TimedOut;
+                return WaitOutcome::TimedOut;
             }
             // A spurious or timed-out wake-up just re-checks.
             let _ = self.changed.wait_until(&mut guard, deadline);
-        };
-        self.parked.fetch_sub(1, Ordering::SeqCst);
-        outcome
+        }
     }
 }
 

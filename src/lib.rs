@@ -21,8 +21,8 @@ pub mod testing;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use coordinator::{
-    assign_replicas, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
-    LogUpdate, MemoryCoordinator,
+    assign_replicas, CasOutcome, Controller, ControllerConfig, ControllerEpoch, Coordinator,
+    CoordinatorEvent, LogState, LogUpdate, MemoryCoordinator,
 };
 pub use error::{Error, Result};
 pub use record::{

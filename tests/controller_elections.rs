@@ -413,3 +413,57 @@ fn stop_and_drop_are_prompt() {
     let took = started.elapsed();
     assert!(took < Duration::from_millis(100), "shutdown took {took:?}");
 }
+
+/// Seeds 002/003 layout: eight logs over four nodes with three replicas
+/// each. One pass handles every log a dead node led or followed, and after
+/// the controller's own node dies too, its successor finishes the job: no
+/// log is left led by a dead node or with a dead node in its ISR.
+#[test]
+fn every_log_of_a_dead_node_is_handled_across_a_controller_change() {
+    let (coordinator, _clock) = manual();
+    let nodes: Vec<NodeId> = (0..4).map(NodeId).collect();
+    for node in &nodes {
+        coordinator.register_node(*node, SESSION).unwrap();
+    }
+    for index in 0..8 {
+        let replicas = isrlog::assign_replicas(index, &nodes, 3).unwrap();
+        coordinator.create_log(LogId(index), replicas).unwrap();
+    }
+    let first = start(&coordinator, NodeId(3), config());
+    wait_until("node 3 is controller", || first.is_active());
+    let standby = start(&coordinator, NodeId(2), config());
+
+    let settled = |dead: &[NodeId]| {
+        coordinator.logs().unwrap().iter().all(|log| {
+            log.leader.is_some_and(|leader| !dead.contains(&leader))
+                && log.in_sync_replicas.iter().all(|node| !dead.contains(node))
+        })
+    };
+    coordinator.fail_node(NodeId(0));
+    wait_until("no log involves node 0", || settled(&[NodeId(0)]));
+    // Logs 0 and 4 were led by node 0; their next replica leads.
+    for index in [0, 4] {
+        let log = coordinator.log_state(LogId(index)).unwrap().unwrap();
+        assert_eq!(log.leader, Some(NodeId(1)), "{log:?}");
+        assert_eq!(log.leader_epoch, LeaderEpoch(1), "{log:?}");
+    }
+    assert_eq!(first.elections(), 2);
+
+    coordinator.fail_node(NodeId(3));
+    wait_until("no log involves node 0 or 3", || {
+        settled(&[NodeId(0), NodeId(3)])
+    });
+    assert_eq!(
+        coordinator.controller().unwrap(),
+        Some((NodeId(2), ControllerEpoch(2)))
+    );
+    // Node 3 led logs 3 and 7; in log 3 ([3, 0, 1]) node 0 is dead too.
+    for index in [3, 7] {
+        let log = coordinator.log_state(LogId(index)).unwrap().unwrap();
+        assert_ne!(log.leader, Some(NodeId(3)), "{log:?}");
+    }
+    assert_eq!(standby.elections(), 2);
+    for log in coordinator.logs().unwrap() {
+        log.check_invariants();
+    }
+}

@@ -27,8 +27,8 @@ mod types;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{NodeConfig, ReplicationConfig};
 pub use coordinator::{
-    assign_replicas, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
-    LogUpdate, MemoryCoordinator,
+    assign_replicas, CasOutcome, Controller, ControllerConfig, ControllerEpoch, Coordinator,
+    CoordinatorEvent, LogState, LogUpdate, MemoryCoordinator,
 };
 pub use error::{Error, Result};
 pub use node::{Node, NodeHandler};

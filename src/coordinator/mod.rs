@@ -11,6 +11,7 @@
 //! compare-and-set writes that fence whoever raced and lost.
 
 mod assignment;
+mod controller;
 mod memory;
 
 use std::fmt;
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
 
 pub use assignment::assign_replicas;
+pub use controller::{Controller, ControllerConfig};
 pub use memory::MemoryCoordinator;
 
 /// What the coordinator stores for one log.

@@ -1,0 +1,938 @@
+//! The controller: the one node per cluster that moves leadership (SPEC 3.5).
+//!
+//! Every node runs a [`Controller`]; each one's thread keeps trying to take
+//! the coordinator's controller seat, and only the holder acts. The holder
+//! watches node liveness and, for every log, writes the decision of
+//! [`elect_leader`] with compare-and-set: a new leader (the first live ISR
+//! member in assignment order, epoch + 1) when the leader's node is gone, "no
+//! leader" when no ISR member is live (unless unclean election is on), and
+//! the removal of dead followers from the ISR. On request, or on a timer, it
+//! moves leadership back to each log's preferred replica
+//! ([`elect_preferred_leader`]).
+//!
+//! This module does not own sessions (the node registers and heartbeats its
+//! own session; the controller seat lives and dies with it), does not touch
+//! any replica's data (a new leader learns of its election from the
+//! coordinator's `LogChanged` event and acts on it in the replication layer),
+//! and does not shrink the ISR of lagging but live followers (the leader does
+//! that, SPEC 3.4).
+//!
+//! Fencing a deposed controller: Kafka in ZooKeeper mode makes each
+//! controller write conditional on the controller epoch znode's version. Our
+//! [`Coordinator`] has no multi-key transaction, so a controller that lost
+//! its seat in the middle of a pass may still write; but every write is a
+//! compare-and-set on the log's (leader epoch, version) and is computed from
+//! the state it replaces, so such a write is the same decision any controller
+//! would have made from that state, and the new controller's next pass
+//! starts from whatever it left.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate};
+use crate::error::{Error, Result};
+use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::types::{LogId, NodeId};
+
+/// Default for [`ControllerConfig::poll_interval`].
+const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+/// After a failed coordinator call, the controller tries again this soon
+/// (or at its poll interval, if that is shorter).
+const RETRY_INTERVAL: Duration = Duration::from_millis(50);
+/// Compare-and-set attempts on one log in one pass before leaving it to the
+/// next pass: losing this often means someone else keeps writing the log,
+/// and the next pass starts from a fresh read anyway.
+const CAS_ATTEMPTS_MAX: usize = 8;
+/// Events drained per wake-up, so a flood of events cannot keep the thread
+/// from acting (or from noticing a stop).
+const EVENTS_PER_WAKE_MAX: usize = 1024;
+/// Logs remembered individually for the next pass; beyond this the next
+/// pass simply covers every log.
+const PENDING_LOGS_MAX: usize = 1024;
+
+/// How a [`Controller`] behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// When no ISR member of a log is live, let the first live replica lead
+    /// with ISR = {itself}, accepting that committed records it lacks are
+    /// lost (SPEC 3.5; Kafka's `unclean.leader.election.enable`). Off by
+    /// default: the log stays leaderless until an ISR member returns.
+    pub unclean_leader_election: bool,
+    /// Run preferred-leader election this often while controller (Kafka's
+    /// `auto.leader.rebalance.enable` with
+    /// `leader.imbalance.check.interval.seconds`); `None` (the default) runs
+    /// it only on request.
+    pub preferred_leader_check_interval: Option<Duration>,
+    /// A full pass over every log at least this often while controller, as a
+    /// safety net for missed events; also how often a node without a
+    /// controller seat looks for a free one when no event wakes it.
+    pub poll_interval: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            unclean_leader_election: false,
+            preferred_leader_check_interval: None,
+            poll_interval: POLL_INTERVAL_DEFAULT,
+        }
+    }
+}
+
+impl ControllerConfig {
+    fn validate(&self) -> Result<()> {
+        if self.poll_interval.is_zero() {
+            return Err(Error::InvalidConfig {
+                field: "poll_interval",
+                value: format!("{:?}", self.poll_interval),
+                reason: "must be longer than zero",
+            });
+        }
+        if let Some(interval) = self.preferred_leader_check_interval {
+            if interval.is_zero() {
+                return Err(Error::InvalidConfig {
+                    field: "preferred_leader_check_interval",
+                    value: format!("{interval:?}"),
+                    reason: "must be longer than zero (or None to disable the timer)",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the controller should write for one log, as decided by
+/// [`elect_leader`] or [`elect_preferred_leader`] from the stored state and
+/// the live nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Election {
+    /// Nothing to write.
+    Unchanged,
+    /// Make `leader` the leader in the next leader epoch with this ISR.
+    Leader {
+        /// The new leader; never the current one.
+        leader: NodeId,
+        /// The new ISR; contains `leader`.
+        in_sync_replicas: Vec<NodeId>,
+        /// No ISR member was live: `leader` may lack committed records.
+        unclean: bool,
+    },
+    /// No replica may lead: leader `None` in the next leader epoch (which
+    /// fences the old leader), ISR unchanged.
+    NoLeader,
+    /// The leader stays (same epoch); dead followers leave the ISR.
+    ShrinkIsr {
+        /// The new ISR: the old one without the dead followers.
+        in_sync_replicas: Vec<NodeId>,
+    },
+}
+
+impl Election {
+    /// The compare-and-set payload that carries out this decision on
+    /// `state`, or `None` for [`Election::Unchanged`].
+    fn update(&self, state: &LogState) -> Option<LogUpdate> {
+        match self {
+            Election::Unchanged => None,
+            Election::Leader {
+                leader,
+                in_sync_replicas,
+                ..
+            } => {
+                debug_assert_ne!(
+                    state.leader,
+                    Some(*leader),
+                    "an election must change the leader"
+                );
+                Some(LogUpdate {
+                    leader: Some(*leader),
+                    leader_epoch: state.leader_epoch.next(),
+                    in_sync_replicas: in_sync_replicas.clone(),
+                })
+            }
+            Election::NoLeader => {
+                debug_assert!(state.leader.is_some(), "the log is already leaderless");
+                Some(LogUpdate {
+                    leader: None,
+                    leader_epoch: state.leader_epoch.next(),
+                    in_sync_replicas: state.in_sync_replicas.clone(),
+                })
+            }
+            Election::ShrinkIsr { in_sync_replicas } => {
+                Some(LogUpdate::in_sync_replicas(state, in_sync_replicas.clone()))
+            }
+        }
+    }
+}
+
+/// Decides what the controller writes for a log whose stored state is
+/// `state` when `live` are the nodes with a session (SPEC 3.5; Kafka's
+/// `OfflinePartitionLeaderElectionStrategy` plus `onBrokerFailure`).
+///
+/// - Leader live: dead followers leave the ISR, leader and epoch stay (as
+///   Kafka's KRaft controller does when it fences a broker; the ZooKeeper
+///   controller also bumped the epoch, which needlessly fences the live
+///   leader's followers).
+/// - Leader dead or `None`: the first replica in assignment order that is
+///   live and in the ISR leads, with ISR = the old ISR minus the dead nodes.
+/// - No ISR member live, `unclean` on: the first live replica leads with
+///   ISR = {itself}.
+/// - Otherwise: no leader, ISR kept as it was. Kafka keeps only the last
+///   ISR member in that case; we keep all of them because every member of
+///   the stored ISR holds every committed record (a leader's ISR shrink takes
+///   effect only once stored, SPEC 3.3/3.4), so whichever of them returns
+///   first may safely lead, which makes the log available sooner. The epoch
+///   still grows so the old leader, should it still be running, is fenced.
+pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> Election {
+    let is_live = |node: &NodeId| live.contains(node);
+    let live_in_sync: Vec<NodeId> = state
+        .in_sync_replicas
+        .iter()
+        .copied()
+        .filter(is_live)
+        .collect();
+    if let Some(leader) = state.leader.filter(is_live) {
+        if live_in_sync.len() == state.in_sync_replicas.len() {
+            return Election::Unchanged;
+        }
+        // The leader is in the ISR (a stored-state invariant) and live, so
+        // the shrunk ISR still contains it.
+        debug_assert!(live_in_sync.contains(&leader));
+        return Election::ShrinkIsr {
+            in_sync_replicas: live_in_sync,
+        };
+    }
+    let clean = state
+        .replicas
+        .iter()
+        .copied()
+        .find(|node| is_live(node) && state.is_in_sync(*node));
+    if let Some(leader) = clean {
+        return Election::Leader {
+            leader,
+            in_sync_replicas: live_in_sync,
+            unclean: false,
+        };
+    }
+    if unclean {
+        if let Some(leader) = state.replicas.iter().copied().find(is_live) {
+            return Election::Leader {
+                leader,
+                in_sync_replicas: vec![leader],
+                unclean: true,
+            };
+        }
+    }
+    if state.leader.is_none() {
+        Election::Unchanged
+    } else {
+        Election::NoLeader
+    }
+}
+
+/// Decides whether to move leadership of `state`'s log to its preferred
+/// replica, `replicas[0]`: only if that replica is live, in the ISR and not
+/// already leading (Kafka's `PreferredReplicaPartitionLeaderElectionStrategy`).
+/// The ISR stays as it is.
+pub(crate) fn elect_preferred_leader(state: &LogState, live: &[NodeId]) -> Election {
+    let preferred = state.replicas[0];
+    if state.leader == Some(preferred) || !live.contains(&preferred) || !state.is_in_sync(preferred)
+    {
+        return Election::Unchanged;
+    }
+    Election::Leader {
+        leader: preferred,
+        in_sync_replicas: state.in_sync_replicas.clone(),
+        unclean: false,
+    }
+}
+
+/// One node's controller: a thread that competes for the controller seat
+/// and, while it holds it, keeps every log led by a live ISR member. Stop
+/// it with [`Controller::stop`] or by dropping it.
+///
+/// Stopping does not vacate the seat (the [`Coordinator`] has no call for
+/// that): the seat is freed when the node's session ends, so stop the
+/// controller as part of the node's shutdown, before it unregisters.
+#[derive(Debug)]
+pub struct Controller {
+    shared: Arc<Shared>,
+    /// Dropping it tells the thread to stop; nothing is ever sent.
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    node: NodeId,
+    coordinator: Arc<dyn Coordinator>,
+    config: ControllerConfig,
+    /// The controller epoch this node holds the seat with, as of the
+    /// thread's last check; 0 while it does not hold it (real epochs start
+    /// at 1).
+    active_epoch: AtomicU64,
+    elections: AtomicU64,
+    unclean_elections: AtomicU64,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("node", &self.node)
+            .field("config", &self.config)
+            .field("active_epoch", &self.active_epoch)
+            .field("elections", &self.elections)
+            .field("unclean_elections", &self.unclean_elections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Controller {
+    /// Starts `node`'s controller thread. The node's session is the
+    /// caller's business: until `node` is registered with `coordinator`,
+    /// the controller just waits. Errs if `config` is invalid or the thread
+    /// cannot be spawned.
+    pub fn start(
+        node: NodeId,
+        coordinator: Arc<dyn Coordinator>,
+        config: ControllerConfig,
+    ) -> Result<Controller> {
+        config.validate()?;
+        let shared = Arc::new(Shared {
+            node,
+            coordinator,
+            config,
+            active_epoch: AtomicU64::new(0),
+            elections: AtomicU64::new(0),
+            unclean_elections: AtomicU64::new(0),
+        });
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
+        let for_thread = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("isrlog-controller-{node}"))
+            .spawn(move || run(&for_thread, &stopped))
+            .map_err(|error| {
+                Error::io(
+                    PathBuf::from("<thread>"),
+                    "spawn the controller thread",
+                    error,
+                )
+            })?;
+        Ok(Controller {
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The node this controller runs on.
+    pub fn node(&self) -> NodeId {
+        self.shared.node
+    }
+
+    /// Whether this node held the controller seat at the thread's last
+    /// check.
+    pub fn is_active(&self) -> bool {
+        self.controller_epoch().is_some()
+    }
+
+    /// The controller epoch this node holds the seat with, as of the
+    /// thread's last check, or `None` if it does not hold it.
+    pub fn controller_epoch(&self) -> Option<ControllerEpoch> {
+        match self.shared.active_epoch.load(Ordering::SeqCst) {
+            0 => None,
+            epoch => Some(ControllerEpoch(epoch)),
+        }
+    }
+
+    /// Leader changes this controller has written: failover, unclean and
+    /// preferred-leader elections alike.
+    pub fn elections(&self) -> u64 {
+        self.shared.elections.load(Ordering::SeqCst)
+    }
+
+    /// The subset of [`Controller::elections`] that were unclean (a replica
+    /// outside the ISR made leader).
+    pub fn unclean_elections(&self) -> u64 {
+        self.shared.unclean_elections.load(Ordering::SeqCst)
+    }
+
+    /// Moves the leadership of every log whose preferred replica
+    /// (`replicas[0]`) is live and in sync but not leading back to it, on
+    /// the calling thread, and returns how many logs changed. Does nothing
+    /// (returns 0) unless this node holds the controller seat. Errs if the
+    /// coordinator cannot be reached; logs already moved stay moved.
+    pub fn elect_preferred_leaders(&self) -> Result<usize> {
+        self.shared.elect_preferred_leaders(&|| false)
+    }
+
+    /// Stops the thread and waits for it; idempotent. The thread checks for
+    /// the stop between coordinator calls, so this waits for at most one.
+    pub fn stop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::warn!(node = %self.shared.node, "the controller thread panicked");
+            }
+        }
+        self.shared.active_epoch.store(0, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Work owed by the thread: which logs to look at on its next pass.
+#[derive(Debug, Default)]
+struct Pending {
+    every_log: bool,
+    logs: BTreeSet<LogId>,
+}
+
+impl Pending {
+    fn everything() -> Pending {
+        Pending {
+            every_log: true,
+            logs: BTreeSet::new(),
+        }
+    }
+
+    fn note(&mut self, event: CoordinatorEvent) {
+        match event {
+            CoordinatorEvent::NodesChanged { .. } | CoordinatorEvent::Resync => {
+                self.every_log = true;
+            }
+            CoordinatorEvent::LogChanged(state) => {
+                if self.logs.len() < PENDING_LOGS_MAX {
+                    self.logs.insert(state.log);
+                } else {
+                    self.every_log = true;
+                }
+            }
+            // Every wake-up asks for the seat anyway; a seat newly taken
+            // brings a pass over every log.
+            CoordinatorEvent::ControllerChanged { .. } => {}
+        }
+    }
+
+    fn clear(&mut self) {
+        self.every_log = false;
+        self.logs.clear();
+    }
+}
+
+/// The thread: act on owed work, then wait for an event, the next timer or
+/// the stop. Waits use real time because a thread can only sleep on real
+/// time; the coordinator judges sessions by its own clock.
+fn run(shared: &Shared, stopped: &Receiver<()>) {
+    let poll_interval = shared.config.poll_interval;
+    let mut subscription: Option<Receiver<CoordinatorEvent>> = None;
+    let mut pending = Pending::everything();
+    let mut next_poll = Instant::now();
+    let mut next_preferred = shared
+        .config
+        .preferred_leader_check_interval
+        .map(|interval| Instant::now() + interval);
+    loop {
+        if subscription.is_none() {
+            match shared.coordinator.subscribe(shared.node) {
+                Ok(events) => {
+                    subscription = Some(events);
+                    // Whatever happened before we listened is unknown.
+                    pending.every_log = true;
+                }
+                Err(error) => {
+                    tracing::debug!(node = %shared.node, %error, "controller cannot subscribe yet");
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_poll {
+            pending.every_log = true;
+            next_poll = now + poll_interval;
+        }
+        let preferred_due = next_preferred.is_some_and(|at| now >= at);
+        if preferred_due {
+            next_preferred = shared
+                .config
+                .preferred_leader_check_interval
+                .map(|interval| now + interval);
+        }
+        let is_stopped = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
+        match shared.step(&mut pending, preferred_due, &is_stopped) {
+            Ok(()) => {}
+            Err(Error::Shutdown) => return,
+            Err(error) => {
+                tracing::debug!(node = %shared.node, %error, "controller pass failed, will retry");
+                next_poll = next_poll.min(Instant::now() + RETRY_INTERVAL.min(poll_interval));
+            }
+        }
+        let wake_at = next_preferred.map_or(next_poll, |at| at.min(next_poll));
+        let timeout = wake_at.saturating_duration_since(Instant::now());
+        let never = crossbeam_channel::never::<CoordinatorEvent>();
+        let events = subscription.as_ref().unwrap_or(&never);
+        crossbeam_channel::select! {
+            recv(stopped) -> _ => return,
+            recv(events) -> event => match event {
+                Ok(event) => pending.note(event),
+                Err(_) => {
+                    tracing::debug!(node = %shared.node, "controller's event stream closed, resubscribing");
+                    subscription = None;
+                }
+            },
+            default(timeout) => {}
+        }
+        if let Some(events) = &subscription {
+            for event in events.try_iter().take(EVENTS_PER_WAKE_MAX) {
+                pending.note(event);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Claims (or confirms) the seat and, if held, does the owed work.
+    /// `Err(Shutdown)` means a stop was noticed mid-pass.
+    fn step(
+        &self,
+        pending: &mut Pending,
+        preferred_due: bool,
+        is_stopped: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        let epoch = match self.coordinator.try_become_controller(self.node) {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => {
+                self.set_inactive();
+                pending.clear();
+                return Ok(());
+            }
+            Err(error) => {
+                // Unreachable coordinator or no session: we may have lost
+                // the seat. Keep the owed work in case we still hold it.
+                self.set_inactive();
+                return Err(error);
+            }
+        };
+        let previous = self.active_epoch.swap(epoch.0, Ordering::SeqCst);
+        if previous != epoch.0 {
+            tracing::info!(node = %self.node, %epoch, "acting as controller");
+            pending.every_log = true;
+        }
+        if pending.every_log {
+            self.settle_logs(None, is_stopped, |state, live| {
+                elect_leader(state, live, self.config.unclean_leader_election)
+            })?;
+        } else if !pending.logs.is_empty() {
+            let logs: Vec<LogId> = pending.logs.iter().copied().collect();
+            self.settle_logs(Some(&logs), is_stopped, |state, live| {
+                elect_leader(state, live, self.config.unclean_leader_election)
+            })?;
+        }
+        pending.clear();
+        if preferred_due {
+            self.elect_preferred_leaders(is_stopped)?;
+        }
+        Ok(())
+    }
+
+    fn set_inactive(&self) {
+        let previous = self.active_epoch.swap(0, Ordering::SeqCst);
+        if previous != 0 {
+            tracing::info!(node = %self.node, epoch = previous, "no longer acting as controller");
+        }
+    }
+
+    fn elect_preferred_leaders(&self, is_stopped: &dyn Fn() -> bool) -> Result<usize> {
+        match self.coordinator.controller()? {
+            Some((holder, _)) if holder == self.node => {}
+            _ => return Ok(0),
+        }
+        self.settle_logs(None, is_stopped, elect_preferred_leader)
+    }
+
+    /// Applies `decide` to each of `logs` (every log if `None`) against the
+    /// current live set and returns how many logs changed. A failure on one
+    /// log does not stop the others; the first is returned at the end.
+    fn settle_logs(
+        &self,
+        logs: Option<&[LogId]>,
+        is_stopped: &dyn Fn() -> bool,
+        decide: impl Fn(&LogState, &[NodeId]) -> Election,
+    ) -> Result<usize> {
+        let live = self.coordinator.live_nodes()?;
+        let states = match logs {
+            None => self.coordinator.logs()?,
+            Some(logs) => {
+                let mut states = Vec::with_capacity(logs.len());
+                for log in logs {
+                    if let Some(state) = self.coordinator.log_state(*log)? {
+                        states.push(state);
+                    }
+                }
+                states
+            }
+        };
+        let mut changed = 0;
+        let mut first_error = None;
+        for state in states {
+            if is_stopped() {
+                return Err(Error::Shutdown);
+            }
+            let log = state.log;
+            match self.settle(state, &live, &decide) {
+                Ok(true) => changed += 1,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(node = %self.node, %log, %error, "controller could not update log");
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(changed),
+        }
+    }
+
+    /// Writes `decide`'s decision for one log with compare-and-set,
+    /// re-deciding from the current state each time the write loses a race.
+    /// Returns whether a change was stored.
+    fn settle(
+        &self,
+        mut state: LogState,
+        live: &[NodeId],
+        decide: &impl Fn(&LogState, &[NodeId]) -> Election,
+    ) -> Result<bool> {
+        for _ in 0..CAS_ATTEMPTS_MAX {
+            let election = decide(&state, live);
+            let Some(update) = election.update(&state) else {
+                return Ok(false);
+            };
+            match self.coordinator.compare_and_set(
+                state.log,
+                state.leader_epoch,
+                state.version,
+                update,
+            )? {
+                CasOutcome::Applied(stored) => {
+                    self.record(&state, &stored, &election);
+                    return Ok(true);
+                }
+                CasOutcome::Stale(current) => state = current,
+            }
+        }
+        tracing::warn!(node = %self.node, log = %state.log, attempts = CAS_ATTEMPTS_MAX,
+            "controller keeps losing compare-and-set races on this log; leaving it to the next pass");
+        Ok(false)
+    }
+
+    fn record(&self, before: &LogState, after: &LogState, election: &Election) {
+        let log = after.log;
+        match election {
+            Election::Leader { unclean: true, .. } => {
+                self.elections.fetch_add(1, Ordering::SeqCst);
+                self.unclean_elections.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(%log, leader = ?after.leader, epoch = %after.leader_epoch,
+                    old_in_sync_replicas = ?before.in_sync_replicas,
+                    "unclean leader election: no in-sync replica is live, so a replica outside the ISR \
+                     leads and committed records it lacks may be lost");
+            }
+            Election::Leader { .. } => {
+                self.elections.fetch_add(1, Ordering::SeqCst);
+                tracing::info!(%log, old_leader = ?before.leader, leader = ?after.leader,
+                    epoch = %after.leader_epoch, isr = ?after.in_sync_replicas, "leader elected");
+            }
+            Election::NoLeader => {
+                tracing::warn!(%log, old_leader = ?before.leader, epoch = %after.leader_epoch,
+                    isr = ?after.in_sync_replicas,
+                    "no in-sync replica is live: the log has no leader until one returns");
+            }
+            Election::ShrinkIsr { .. } => {
+                tracing::info!(%log, old_isr = ?before.in_sync_replicas,
+                    isr = ?after.in_sync_replicas, "dead followers removed from the ISR");
+            }
+            Election::Unchanged => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::LeaderEpoch;
+
+    fn nodes(ids: &[u32]) -> Vec<NodeId> {
+        ids.iter().copied().map(NodeId).collect()
+    }
+
+    /// A log on replicas 1, 2, 3 (in that assignment order) in epoch 5.
+    fn state(leader: Option<u32>, isr: &[u32]) -> LogState {
+        LogState {
+            log: LogId(7),
+            replicas: nodes(&[1, 2, 3]),
+            leader: leader.map(NodeId),
+            leader_epoch: LeaderEpoch(5),
+            in_sync_replicas: nodes(isr),
+            version: 11,
+        }
+    }
+
+    fn leader(id: u32, isr: &[u32], unclean: bool) -> Election {
+        Election::Leader {
+            leader: NodeId(id),
+            in_sync_replicas: nodes(isr),
+            unclean,
+        }
+    }
+
+    fn shrink(isr: &[u32]) -> Election {
+        Election::ShrinkIsr {
+            in_sync_replicas: nodes(isr),
+        }
+    }
+
+    #[test]
+    fn elect_leader_table() {
+        struct Case {
+            name: &'static str,
+            state: LogState,
+            live: &'static [u32],
+            unclean: bool,
+            expect: Election,
+        }
+        let cases = [
+            Case {
+                name: "everyone live",
+                state: state(Some(1), &[1, 2, 3]),
+                live: &[1, 2, 3],
+                unclean: false,
+                expect: Election::Unchanged,
+            },
+            Case {
+                name: "dead leader: next live ISR member in assignment order",
+                state: state(Some(1), &[1, 2, 3]),
+                live: &[2, 3],
+                unclean: false,
+                expect: leader(2, &[2, 3], false),
+            },
+            Case {
+                name: "assignment order, not ISR order, picks the leader",
+                state: state(Some(1), &[1, 3, 2]),
+                live: &[2, 3],
+                unclean: false,
+                expect: leader(2, &[3, 2], false),
+            },
+            Case {
+                name: "a live replica outside the ISR is skipped",
+                state: state(Some(1), &[1, 3]),
+                live: &[2, 3],
+                unclean: false,
+                expect: leader(3, &[3], false),
+            },
+            Case {
+                name: "dead leader and dead follower both leave the ISR",
+                state: state(Some(2), &[1, 2, 3]),
+                live: &[3],
+                unclean: false,
+                expect: leader(3, &[3], false),
+            },
+            Case {
+                name: "live leader, dead follower leaves the ISR, epoch kept",
+                state: state(Some(1), &[1, 2, 3]),
+                live: &[1, 3],
+                unclean: false,
+                expect: shrink(&[1, 3]),
+            },
+            Case {
+                name: "live leader, dead node outside the ISR: nothing to do",
+                state: state(Some(1), &[1, 2]),
+                live: &[1, 2],
+                unclean: false,
+                expect: Election::Unchanged,
+            },
+            Case {
+                name: "no live ISR member, unclean off: no leader",
+                state: state(Some(1), &[1, 2]),
+                live: &[3],
+                unclean: false,
+                expect: Election::NoLeader,
+            },
+            Case {
+                name: "already leaderless, still no live ISR member: nothing to do",
+                state: state(None, &[1, 2]),
+                live: &[3],
+                unclean: false,
+                expect: Election::Unchanged,
+            },
+            Case {
+                name: "leaderless, an ISR member returns: it leads",
+                state: state(None, &[1, 2]),
+                live: &[2, 3],
+                unclean: false,
+                expect: leader(2, &[2], false),
+            },
+            Case {
+                name: "no live ISR member, unclean on: first live replica, ISR = {it}",
+                state: state(Some(1), &[1]),
+                live: &[2, 3],
+                unclean: true,
+                expect: leader(2, &[2], true),
+            },
+            Case {
+                name: "leaderless, unclean on: first live replica",
+                state: state(None, &[1, 2]),
+                live: &[3],
+                unclean: true,
+                expect: leader(3, &[3], true),
+            },
+            Case {
+                name: "unclean on, but a live ISR member exists: clean election",
+                state: state(Some(1), &[1, 3]),
+                live: &[2, 3],
+                unclean: true,
+                expect: leader(3, &[3], false),
+            },
+            Case {
+                name: "nobody live, unclean on: no leader",
+                state: state(Some(1), &[1, 2, 3]),
+                live: &[],
+                unclean: true,
+                expect: Election::NoLeader,
+            },
+            Case {
+                name: "nobody live, already leaderless: nothing to do",
+                state: state(None, &[1, 2, 3]),
+                live: &[],
+                unclean: true,
+                expect: Election::Unchanged,
+            },
+            Case {
+                name: "live leader that is not the preferred one stays",
+                state: state(Some(2), &[1, 2, 3]),
+                live: &[1, 2, 3],
+                unclean: false,
+                expect: Election::Unchanged,
+            },
+        ];
+        for case in cases {
+            let live = nodes(case.live);
+            let got = elect_leader(&case.state, &live, case.unclean);
+            assert_eq!(got, case.expect, "{}", case.name);
+            if let Some(update) = got.update(&case.state) {
+                case.state
+                    .validate_update(&update)
+                    .unwrap_or_else(|error| panic!("{}: invalid update: {error}", case.name));
+            }
+        }
+    }
+
+    #[test]
+    fn elect_preferred_leader_table() {
+        let cases: [(&str, LogState, &[u32], Election); 6] = [
+            (
+                "preferred live and in sync: it leads, ISR kept",
+                state(Some(2), &[2, 1, 3]),
+                &[1, 2, 3],
+                leader(1, &[2, 1, 3], false),
+            ),
+            (
+                "preferred already leads",
+                state(Some(1), &[1, 2]),
+                &[1, 2, 3],
+                Election::Unchanged,
+            ),
+            (
+                "preferred dead",
+                state(Some(2), &[1, 2]),
+                &[2, 3],
+                Election::Unchanged,
+            ),
+            (
+                "preferred live but not in sync",
+                state(Some(2), &[2, 3]),
+                &[1, 2, 3],
+                Election::Unchanged,
+            ),
+            (
+                "leaderless, preferred live and in sync",
+                state(None, &[1]),
+                &[1],
+                leader(1, &[1], false),
+            ),
+            (
+                "leaderless, preferred live but not in sync",
+                state(None, &[2]),
+                &[1],
+                Election::Unchanged,
+            ),
+        ];
+        for (name, state, live, expect) in cases {
+            let got = elect_preferred_leader(&state, &nodes(live));
+            assert_eq!(got, expect, "{name}");
+            if let Some(update) = got.update(&state) {
+                state
+                    .validate_update(&update)
+                    .unwrap_or_else(|error| panic!("{name}: invalid update: {error}"));
+            }
+        }
+    }
+
+    #[test]
+    fn updates_bump_the_epoch_only_when_the_leader_changes() {
+        let before = state(Some(1), &[1, 2, 3]);
+        let elected = leader(2, &[2, 3], false).update(&before).unwrap();
+        assert_eq!(
+            elected,
+            LogUpdate {
+                leader: Some(NodeId(2)),
+                leader_epoch: LeaderEpoch(6),
+                in_sync_replicas: nodes(&[2, 3]),
+            }
+        );
+        let leaderless = Election::NoLeader.update(&before).unwrap();
+        assert_eq!(
+            leaderless,
+            LogUpdate {
+                leader: None,
+                leader_epoch: LeaderEpoch(6),
+                in_sync_replicas: nodes(&[1, 2, 3]),
+            }
+        );
+        let shrunk = shrink(&[1, 3]).update(&before).unwrap();
+        assert_eq!(shrunk.leader_epoch, LeaderEpoch(5));
+        assert_eq!(shrunk.leader, Some(NodeId(1)));
+        assert_eq!(Election::Unchanged.update(&before), None);
+    }
+
+    #[test]
+    fn config_rejects_zero_intervals() {
+        let zero_poll = ControllerConfig {
+            poll_interval: Duration::ZERO,
+            ..ControllerConfig::default()
+        };
+        assert!(matches!(
+            zero_poll.validate(),
+            Err(Error::InvalidConfig {
+                field: "poll_interval",
+                ..
+            })
+        ));
+        let zero_preferred = ControllerConfig {
+            preferred_leader_check_interval: Some(Duration::ZERO),
+            ..ControllerConfig::default()
+        };
+        assert!(matches!(
+            zero_preferred.validate(),
+            Err(Error::InvalidConfig {
+                field: "preferred_leader_check_interval",
+                ..
+            })
+        ));
+        assert!(ControllerConfig::default().validate().is_ok());
+    }
+}

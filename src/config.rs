@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::coordinator::ControllerConfig;
 use crate::error::{Error, Result};
 use crate::storage::LogConfig;
 use crate::types::NodeId;
@@ -23,6 +24,10 @@ pub struct NodeConfig {
     /// long is considered gone. Default 6 s (Kafka's ZooKeeper session
     /// default is 18 s; we pick a shorter one for an embedded library).
     pub session_timeout: Duration,
+    /// The node's controller candidate: every node runs one by default and
+    /// the coordinator seats exactly one of them (SPEC 3.5). `None` leaves
+    /// leader election to a controller the application runs elsewhere.
+    pub controller: Option<ControllerConfig>,
 }
 
 impl NodeConfig {
@@ -35,6 +40,7 @@ impl NodeConfig {
             log: LogConfig::default(),
             replication: ReplicationConfig::default(),
             session_timeout: Duration::from_secs(6),
+            controller: Some(ControllerConfig::default()),
         }
     }
 
@@ -79,8 +85,6 @@ pub struct ReplicationConfig {
     /// thread costs tens of microseconds; a short spin saves that on a hot
     /// path. Default 50 µs; zero disables spinning.
     pub spin_before_park: Duration,
-    /// `unclean.leader.election.enable`. Default false.
-    pub unclean_leader_election: bool,
 }
 
 impl Default for ReplicationConfig {
@@ -94,7 +98,6 @@ impl Default for ReplicationConfig {
             request_timeout: Duration::from_secs(30),
             fetch_backoff: Duration::from_millis(100),
             spin_before_park: Duration::from_micros(50),
-            unclean_leader_election: false,
         }
     }
 }

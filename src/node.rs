@@ -15,7 +15,9 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
-use crate::coordinator::{CasOutcome, Coordinator, CoordinatorEvent, LogState, LogUpdate};
+use crate::coordinator::{
+    CasOutcome, Controller, Coordinator, CoordinatorEvent, LogState, LogUpdate,
+};
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::{Fetcher, IsrProposal, Replica, Role, Watch};
@@ -64,6 +66,7 @@ impl std::fmt::Debug for NodeShared {
 pub struct Node {
     shared: Arc<NodeShared>,
     control: Option<JoinHandle<()>>,
+    controller: Option<Controller>,
 }
 
 /// The [`RequestHandler`] of a node: register it with the network.
@@ -107,10 +110,19 @@ impl Node {
             .name(format!("isrlog-control-{}", shared.config.node_id.0))
             .spawn(move || control_loop(&thread_shared, &events, &command_rx))
             .map_err(|e| Error::io(PathBuf::from("<thread>"), "spawn control thread", e))?;
+        let controller = match &shared.config.controller {
+            Some(config) => Some(Controller::start(
+                shared.config.node_id,
+                Arc::clone(&shared.coordinator),
+                config.clone(),
+            )?),
+            None => None,
+        };
         tracing::info!(node = %shared.config.node_id, "node started");
         Ok(Node {
             shared,
             control: Some(control),
+            controller,
         })
     }
 
@@ -188,7 +200,15 @@ impl Node {
         self.stop_threads();
     }
 
+    /// This node's controller candidate, if it runs one.
+    pub fn controller(&self) -> Option<&Controller> {
+        self.controller.as_ref()
+    }
+
     fn stop_threads(&mut self) {
+        if let Some(controller) = self.controller.as_mut() {
+            controller.stop();
+        }
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.data_arrived.close();
         if let Some(control) = self.control.take() {

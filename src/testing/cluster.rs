@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::config::{NodeConfig, ReplicationConfig};
-use crate::coordinator::{assign_replicas, Coordinator, MemoryCoordinator};
+use crate::coordinator::{assign_replicas, ControllerConfig, Coordinator, MemoryCoordinator};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
@@ -38,9 +38,17 @@ pub struct ClusterBuilder {
     log: LogConfig,
     session_timeout: Duration,
     manual_clock: Option<ManualClock>,
+    controller: Option<ControllerConfig>,
 }
 
 impl ClusterBuilder {
+    /// The controller every node runs (`None`: no controller, leaders
+    /// change only when a test writes the coordinator itself).
+    pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
+        self.controller = controller;
+        self
+    }
+
     /// Number of nodes (ids 0..n).
     pub fn nodes(mut self, nodes: usize) -> Self {
         self.nodes = nodes;
@@ -137,6 +145,7 @@ impl Cluster {
             log: LogConfig::default(),
             session_timeout: Duration::from_secs(10),
             manual_clock: None,
+            controller: Some(ControllerConfig::default()),
         }
     }
 
@@ -166,6 +175,7 @@ impl Cluster {
         config.replication = self.builder.replication.clone();
         config.log = self.builder.log.clone();
         config.session_timeout = self.builder.session_timeout;
+        config.controller = self.builder.controller.clone();
         let transport = Arc::new(self.network.transport(id));
         let node = Node::start(
             config,

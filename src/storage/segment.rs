@@ -256,13 +256,14 @@ pub(crate) enum Found {
         /// Its header.
         header: BatchHeader,
     },
-    /// Every batch ends before the target; the walk ended at `position`
-    /// after `last_batch` (if it walked over any).
+    /// Every batch before `position` ends before the target, and the walk
+    /// stopped there (at the end of the data, or at the boundary asked for).
     End {
         /// Where the walk stopped.
         position: u64,
-        /// The last batch walked over.
-        last_batch: Option<BatchHeader>,
+        /// The offset a batch at `position` starts at; `None` when the walk
+        /// started at position 0 and saw no batch (the segment base).
+        next_offset: Option<Offset>,
     },
 }
 
@@ -471,9 +472,35 @@ impl Segment {
         end_bytes: u64,
         target: Offset,
     ) -> Result<Found> {
+        Segment::walk_to(file, index_floor, end_bytes, target, false)
+    }
+
+    /// Like [`find_batch`](Self::find_batch), but stops without reading it
+    /// at the boundary where a batch starting at `target` would begin: that
+    /// batch may be torn (recovery looks for the recovery point this way).
+    pub(crate) fn find_boundary(
+        file: &SegmentFile,
+        index_floor: Option<(Offset, u64)>,
+        end_bytes: u64,
+        target: Offset,
+    ) -> Result<Found> {
+        Segment::walk_to(file, index_floor, end_bytes, target, true)
+    }
+
+    fn walk_to(
+        file: &SegmentFile,
+        index_floor: Option<(Offset, u64)>,
+        end_bytes: u64,
+        target: Offset,
+        stop_at_boundary: bool,
+    ) -> Result<Found> {
         let mut position = index_floor.map_or(0, |(_, p)| p);
-        let mut last: Option<BatchHeader> = None;
+        // Offset the batch at `position` starts at, when known.
+        let mut next_offset = index_floor.map(|(o, _)| o);
         while position < end_bytes {
+            if stop_at_boundary && next_offset == Some(target) {
+                break;
+            }
             let header = match file.read_header(position)? {
                 Ok(header) => header,
                 Err(e) => {
@@ -490,11 +517,11 @@ impl Segment {
                 return Ok(Found::Batch { position, header });
             }
             position += header.size_bytes() as u64;
-            last = Some(header);
+            next_offset = Some(header.next_offset());
         }
         Ok(Found::End {
             position,
-            last_batch: last,
+            next_offset,
         })
     }
 

@@ -15,7 +15,9 @@ fn crashed_log() -> (tempfile::TempDir, std::path::PathBuf, Vec<u64>) {
     let mut starts = Vec::new();
     let mut at = 0;
     for (i, tag) in ["a", "b", "c", "d"].iter().enumerate() {
-        let info = log.append_as_leader(&batch(tag, 3), LeaderEpoch(0)).unwrap();
+        let info = log
+            .append_as_leader(&batch(tag, 3), LeaderEpoch(0))
+            .unwrap();
         starts.push(at);
         at += log.read(info.base_offset, 1).unwrap().records.len() as u64;
         if i == 2 {
@@ -61,7 +63,11 @@ fn flipped_header_byte_below_the_recovery_point_refuses_to_open() {
     std::fs::remove_file(dir.path().join("00000000000000000000.index")).unwrap();
     flip(&file, starts[2] + 16);
     match open_with(dir.path(), dense_index(), &clock()) {
-        Err(Error::Corrupt { path, position, reason }) => {
+        Err(Error::Corrupt {
+            path,
+            position,
+            reason,
+        }) => {
             assert_eq!(path, file);
             assert_eq!(position, starts[2]);
             assert!(reason.contains("magic"), "{reason}");

@@ -7,7 +7,11 @@ mod storage_support;
 use isrlog::{LeaderEpoch, Offset};
 use storage_support::*;
 
-fn closed_log() -> (tempfile::TempDir, Vec<(Offset, Vec<u8>)>, Vec<(LeaderEpoch, Offset)>) {
+fn closed_log() -> (
+    tempfile::TempDir,
+    Vec<(Offset, Vec<u8>)>,
+    Vec<(LeaderEpoch, Offset)>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), dense_index());
     for (epoch, tag) in [(0, "a"), (0, "b"), (3, "c"), (5, "d"), (5, "e")] {
@@ -22,7 +26,11 @@ fn closed_log() -> (tempfile::TempDir, Vec<(Offset, Vec<u8>)>, Vec<(LeaderEpoch,
 
 #[test]
 fn garbage_log_checkpoint_means_a_reported_full_rescan() {
-    for garbage in [&b""[..], b"\xff\xfe\x00garbage", b"isrlog log-state v1\nrecovery_point 10\n"] {
+    for garbage in [
+        &b""[..],
+        b"\xff\xfe\x00garbage",
+        b"isrlog log-state v1\nrecovery_point 10\n",
+    ] {
         let (dir, all, _) = closed_log();
         let path = dir.path().join("log-state.checkpoint");
         std::fs::write(&path, garbage).unwrap();

@@ -50,7 +50,11 @@ fn check_reads(dir: &std::path::Path, expected: &[(Offset, Vec<u8>)], damaged: &
     log.close().unwrap();
     // Rebuilt once: the next open finds nothing to fix.
     let again = open(dir, config());
-    assert!(again.recovery_report().is_clean(), "{:?}", again.recovery_report());
+    assert!(
+        again.recovery_report().is_clean(),
+        "{:?}",
+        again.recovery_report()
+    );
 }
 
 fn index_of(dir: &std::path::Path, segment: usize) -> std::path::PathBuf {

@@ -7,11 +7,10 @@ mod storage_support;
 use isrlog::{LeaderEpoch, Offset};
 use storage_support::*;
 
-fn closed_log() -> (
-    tempfile::TempDir,
-    Vec<(Offset, Vec<u8>)>,
-    Vec<(LeaderEpoch, Offset)>,
-) {
+type Records = Vec<(Offset, Vec<u8>)>;
+type Epochs = Vec<(LeaderEpoch, Offset)>;
+
+fn closed_log() -> (tempfile::TempDir, Records, Epochs) {
     let dir = tempfile::tempdir().unwrap();
     let log = open(dir.path(), dense_index());
     for (epoch, tag) in [(0, "a"), (0, "b"), (3, "c"), (5, "d"), (5, "e")] {

@@ -968,3 +968,9 @@ pub(super) fn epoch_of_last_batch_below(
         Found::End { .. } => None,
     })
 }
+
+// `Log` is shared between threads by reference.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Log>();
+};

@@ -67,6 +67,18 @@ impl ReadResult {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
+
+    /// The offset after the last batch returned (where a sequential reader
+    /// continues), `None` when empty. Reads headers only.
+    pub fn next_offset(&self) -> Option<Offset> {
+        let mut at = 0;
+        let mut next = None;
+        while let Ok(header) = parse_header(&self.records[at..]) {
+            next = Some(header.next_offset());
+            at += header.size_bytes();
+        }
+        next
+    }
 }
 
 /// Counters an application can export; monotonic except `segments`.

@@ -122,17 +122,29 @@ fn main() {
         log_mbps / plain_mbps
     );
 
+    // The disk is shared with other work and its fsync latency swings by
+    // 10x from second to second, so baseline and group commit alternate in
+    // short rounds and each round's ratio is printed.
     let duration = if quick {
         Duration::from_millis(200)
     } else {
-        Duration::from_secs(3)
+        Duration::from_secs(2)
     };
-    let baseline = plain_write_and_sync(scratch.path(), &bytes, duration);
-    let (rate, commits, fsyncs) = group_commit(&batch, 4, duration);
-    println!("append, FlushPolicy::Always, 100 KiB batches, {duration:?} each:");
-    println!("  1 thread write_all + sync_data   {baseline:8.0} commits/s");
+    let rounds = if quick { 1 } else { 4 };
+    println!("append, FlushPolicy::Always, 100 KiB batches, {rounds} alternating rounds of {duration:?}:");
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let baseline = plain_write_and_sync(scratch.path(), &bytes, duration);
+        let (rate, commits, fsyncs) = group_commit(&batch, 4, duration);
+        ratios.push(rate / baseline);
+        println!(
+            "  round {round}: 1 thread write_all + sync_data {baseline:7.0} commits/s | Log, 4 appenders {rate:7.0} commits/s | ratio {:.2} | {commits} appends shared {fsyncs} fsyncs",
+            rate / baseline
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
     println!(
-        "  Log, 4 appenders (group commit)  {rate:8.0} commits/s   ratio {:.2} (target >= 2)   {commits} appends shared {fsyncs} fsyncs",
-        rate / baseline
+        "  median ratio {:.2} (target >= 2)",
+        ratios[ratios.len() / 2]
     );
 }

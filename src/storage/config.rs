@@ -155,7 +155,7 @@ mod tests {
             (
                 "segment_bytes_max",
                 LogConfig {
-                    segment_bytes_max: 1000,
+                    segment_bytes_max: 0,
                     ..d()
                 },
             ),

@@ -11,8 +11,8 @@ use crate::record::{BATCH_BYTES_MAX, BATCH_HEADER_BYTES};
 /// How one log stores, rolls, flushes and retains its data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
-    /// A segment rolls when the next batch would take it past this size.
-    /// Default 1 GiB (Kafka's `segment.bytes`); at most `u32::MAX`, since
+    /// A segment rolls when the next batch would take it past this size (a
+    /// larger batch gets a segment of its own, as in Kafka). Default 1 GiB (Kafka's `segment.bytes`); at most `u32::MAX`, since
     /// index positions are 32-bit.
     pub segment_bytes_max: u64,
     /// A segment rolls once it is older than this (measured from when this
@@ -78,12 +78,8 @@ impl LogConfig {
                 "must fit the 32-bit positions of the offset index",
             ));
         }
-        if self.segment_bytes_max < self.batch_bytes_max as u64 {
-            return Err(invalid(
-                "segment_bytes_max",
-                self.segment_bytes_max,
-                "must hold at least one batch of batch_bytes_max",
-            ));
+        if self.segment_bytes_max == 0 {
+            return Err(invalid("segment_bytes_max", 0, "must be positive"));
         }
         if self.segment_age_max.is_zero() {
             return Err(invalid(
@@ -159,7 +155,7 @@ mod tests {
             (
                 "segment_bytes_max",
                 LogConfig {
-                    segment_bytes_max: 1000,
+                    segment_bytes_max: 0,
                     ..d()
                 },
             ),

@@ -225,13 +225,13 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
             (0, base)
         } else {
             let floor = seg.index_floor(recovery_point);
-            match Segment::find_batch(seg.file(), floor, seg.size_bytes(), recovery_point)? {
+            match Segment::find_boundary(seg.file(), floor, seg.size_bytes(), recovery_point)? {
                 Found::Batch { position, header } => (position, header.base_offset),
                 Found::End {
                     position,
-                    last_batch,
+                    next_offset,
                 } => {
-                    let ends_at = last_batch.map_or(base, |h| h.next_offset());
+                    let ends_at = next_offset.unwrap_or(base);
                     let must_reach = next_base.map_or(recovery_point, |n| n.min(recovery_point));
                     if ends_at < must_reach {
                         return Err(Error::Corrupt {

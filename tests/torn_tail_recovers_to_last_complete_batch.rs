@@ -3,14 +3,23 @@
 
 mod storage_support;
 
-use isrlog::{LeaderEpoch, Offset};
+use isrlog::{LeaderEpoch, LogConfig, Offset};
 use storage_support::*;
+
+/// A small preallocated index, so that copying the directory for each of
+/// the hundreds of cuts stays cheap.
+fn config() -> LogConfig {
+    LogConfig {
+        index_bytes_max: 4096,
+        ..dense_index()
+    }
+}
 
 #[test]
 fn torn_tail_recovers_to_last_complete_batch() {
     let original = tempfile::tempdir().unwrap();
     let (b_start, c_start, c_end) = {
-        let log = open(original.path(), dense_index());
+        let log = open(original.path(), config());
         log.append_as_leader(&batch("a", 3), LeaderEpoch(0))
             .unwrap();
         log.flush().unwrap();
@@ -30,7 +39,7 @@ fn torn_tail_recovers_to_last_complete_batch() {
     let expected_all = {
         let copy = tempfile::tempdir().unwrap();
         copy_dir(original.path(), copy.path());
-        read_all(&open(copy.path(), dense_index()))
+        read_all(&open(copy.path(), config()))
     };
     assert_eq!(expected_all.len(), 10);
 
@@ -40,7 +49,7 @@ fn torn_tail_recovers_to_last_complete_batch() {
         let file = dir.path().join(data_file.file_name().unwrap());
         std::fs::write(&file, &full[..cut as usize]).unwrap();
 
-        let log = open(dir.path(), dense_index());
+        let log = open(dir.path(), config());
         let (boundary, end, epoch) = if cut < c_start {
             (b_start, Offset(3), LeaderEpoch(0))
         } else if cut < c_end {

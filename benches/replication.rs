@@ -53,7 +53,13 @@ fn cluster(nodes: usize) -> (Cluster, ReplicatedLog) {
 
 /// Runs `threads` producers appending `batch` with `acks` for `duration`;
 /// returns records per second.
-fn throughput(leader: &ReplicatedLog, batch: &RecordBatch, acks: Acks, threads: usize, duration: Duration) -> f64 {
+fn throughput(
+    leader: &ReplicatedLog,
+    batch: &RecordBatch,
+    acks: Acks,
+    threads: usize,
+    duration: Duration,
+) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let records = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -79,7 +85,12 @@ fn throughput(leader: &ReplicatedLog, batch: &RecordBatch, acks: Acks, threads: 
     records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
-fn latencies(leader: &ReplicatedLog, batch: &RecordBatch, acks: Acks, count: usize) -> (Duration, Duration) {
+fn latencies(
+    leader: &ReplicatedLog,
+    batch: &RecordBatch,
+    acks: Acks,
+    count: usize,
+) -> (Duration, Duration) {
     let mut samples = Vec::with_capacity(count);
     for _ in 0..count {
         let start = Instant::now();

@@ -24,4 +24,5 @@ pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
+pub use transport::{TcpConfig, TcpServer, TcpTransport};
 pub use types::{LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence};

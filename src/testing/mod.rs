@@ -6,6 +6,7 @@
 //! This module owns nothing the library needs at run time; nothing outside
 //! `#[cfg(test)]` code may depend on it.
 
+mod tcp_transport_factory;
 pub mod transport_suite;
 
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use crate::transport::{
 };
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
+pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
 
 /// A handler made from a closure.

@@ -19,6 +19,7 @@
 
 mod memory;
 mod rng;
+mod tcp;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use crate::error::Error;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 pub use memory::{MemoryNetwork, MemoryTransport};
+pub use tcp::{TcpConfig, TcpServer, TcpTransport};
 
 // ---- traits ----------------------------------------------------------------
 

@@ -133,20 +133,15 @@ fn send_and_expect_close(server: &TcpServer, bytes: &[u8], half_close: bool) -> 
     raw.set_read_timeout(Some(Duration::from_secs(3)))
         .expect("read timeout");
     let mut buffer = [0u8; 256];
-    loop {
-        match raw.read(&mut buffer) {
-            Ok(0) => break,
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
-                ) =>
-            {
-                break
-            }
-            Ok(read) => panic!("server answered {read} bytes to a bad frame instead of closing"),
-            Err(error) => panic!("server did not close the connection: {error}"),
-        }
+    match raw.read(&mut buffer) {
+        Ok(0) => {}
+        Err(error)
+            if matches!(
+                error.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            ) => {}
+        Ok(read) => panic!("server answered {read} bytes to a bad frame instead of closing"),
+        Err(error) => panic!("server did not close the connection: {error}"),
     }
     local
 }

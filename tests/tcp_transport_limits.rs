@@ -282,3 +282,38 @@ fn a_panicking_handler_answers_with_an_error_and_the_pool_keeps_its_thread() {
         assert_eq!(got, echo_response(SERVER, CLIENT, &request));
     }
 }
+
+#[test]
+fn a_peer_that_stops_reading_costs_a_large_request_its_deadline() {
+    // The listener never accepts, so nobody reads: once the socket buffers
+    // (a few MiB on loopback) are full, the client's write blocks, and the
+    // call must still end at its deadline.
+    let silent = TcpListener::bind(loopback_any_port()).expect("bind");
+    let client = client(
+        silent.local_addr().expect("address"),
+        TcpTransportFactory::test_config(),
+    );
+    let mut huge = sample_fetch_request(CLIENT, 1);
+    if let Request::Fetch(fetch) = &mut huge {
+        // About 25 MB encoded, well past what loopback buffers hold.
+        fetch.logs = (0..850_000)
+            .map(|index| FetchLog {
+                log: LogId(index),
+                current_leader_epoch: LeaderEpoch(1),
+                fetch_offset: Offset(0),
+                last_fetched_epoch: None,
+                log_start_offset: Offset(0),
+                bytes_max: 1,
+            })
+            .collect();
+    }
+    let timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = client.call(SERVER, huge, started + timeout);
+    let elapsed = started.elapsed();
+    assert_eq!(result, Err(TransportError::Timeout { to: SERVER }));
+    assert!(
+        elapsed < timeout + Duration::from_secs(1),
+        "returned late, after {elapsed:?}"
+    );
+}

@@ -405,18 +405,27 @@ impl Dialer {
         let jitter = self.rng.next_f64();
         self.next_attempt = Some(now + reconnect_backoff(config, self.failures, jitter));
         self.last_error = error;
-        debug_assert!(self.check_invariants());
+        if cfg!(debug_assertions) {
+            self.check_invariants();
+        }
     }
 
     fn succeeded(&mut self) {
         self.failures = 0;
         self.next_attempt = None;
         self.last_error.clear();
-        debug_assert!(self.check_invariants());
+        if cfg!(debug_assertions) {
+            self.check_invariants();
+        }
     }
 
-    fn check_invariants(&self) -> bool {
-        self.next_attempt.is_some() == (self.failures > 0)
+    /// Panics if the backoff state is inconsistent.
+    fn check_invariants(&self) {
+        assert_eq!(
+            self.next_attempt.is_some(),
+            self.failures > 0,
+            "a redial time is set exactly when attempts have failed"
+        );
     }
 }
 
@@ -500,20 +509,18 @@ impl Connection {
         match written {
             Ok(()) => Ok(()),
             Err(error) => {
-                let timed_out = matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut);
                 let reason = format!("write to {} failed: {error}", self.addr);
                 tracing::debug!(%to, addr = %self.addr, %error, "tcp: write failed; closing connection");
                 self.close(|| TransportError::Unreachable {
                     to,
                     reason: reason.clone(),
                 });
-                if timed_out {
+                // A send timeout shows up as WouldBlock on Unix, TimedOut on
+                // Windows.
+                if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
                     Err(TransportError::Timeout { to })
                 } else {
-                    Err(TransportError::Unreachable {
-                        to,
-                        reason: format!("write to {} failed: {error}", self.addr),
-                    })
+                    Err(TransportError::Unreachable { to, reason })
                 }
             }
         }

@@ -173,3 +173,37 @@ fn shutting_the_client_down_fails_waiting_and_later_calls_with_shutdown() {
     );
     poller.release();
 }
+
+/// Regression: a server dropped by one of its own handlers (a node shutting
+/// itself down on request) waited `shutdown_timeout` for the very thread
+/// doing the dropping. The shutdown now skips joining the current thread.
+#[test]
+fn a_server_dropped_by_its_own_handler_stops_without_waiting_for_itself() {
+    use isrlog::testing::FnHandler;
+    use std::sync::{mpsc, Mutex};
+
+    let slot: Arc<Mutex<Option<TcpServer>>> = Arc::new(Mutex::new(None));
+    let (took, drop_durations) = mpsc::channel();
+    let server_slot = Arc::clone(&slot);
+    let took = Mutex::new(took);
+    let handler = FnHandler::new(move |from, request: Request| {
+        let server = server_slot.lock().unwrap().take();
+        let started = Instant::now();
+        drop(server);
+        let _ = took.lock().unwrap().send(started.elapsed());
+        echo_response(SERVER, from, &request)
+    });
+    let server = bind(loopback_any_port(), Arc::new(handler));
+    let client = client(server.local_addr());
+    *slot.lock().unwrap() = Some(server);
+    // The connection closes during the shutdown, so the call may or may not
+    // see its answer; what matters is how long the drop took.
+    let _ = call(&client, 1, Duration::from_secs(5));
+    let took = drop_durations
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the handler ran");
+    assert!(
+        took < TcpTransportFactory::test_config().shutdown_timeout / 2,
+        "dropping the server from its handler took {took:?}"
+    );
+}

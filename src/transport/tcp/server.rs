@@ -295,6 +295,7 @@ impl ServerShared {
                 if let Some(entry) = connections.get_mut(&id) {
                     entry.1 = Some(worker);
                 }
+                tracing::debug!(peer = %peer_addr, "tcp: connection accepted");
             }
             Err(error) => {
                 connections.remove(&id);
@@ -302,7 +303,6 @@ impl ServerShared {
                 tracing::warn!(peer = %peer_addr, %error, "tcp: could not start a reader thread; closing connection");
             }
         }
-        tracing::debug!(peer = %peer_addr, "tcp: connection accepted");
     }
 
     /// A connection's reader thread: decodes requests into the handler

@@ -46,6 +46,11 @@ impl Worker {
     /// running at the deadline is detached with a warning; returns whether it
     /// ended.
     pub(crate) fn join_until(self, deadline: Instant) -> bool {
+        // A server dropped by one of its own handlers must not wait for the
+        // very thread doing the dropping.
+        if self.handle.thread().id() == thread::current().id() {
+            return false;
+        }
         match self.finished.recv_deadline(deadline) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                 if self.handle.join().is_err() {

@@ -181,6 +181,18 @@ pub enum Error {
     /// The component was shut down.
     #[error("shut down")]
     Shutdown,
+    /// A network operation on a local socket failed (binding a listener,
+    /// starting its threads).
+    #[error("network error while trying to {operation} {addr}: {source}")]
+    Network {
+        /// The local socket address involved.
+        addr: std::net::SocketAddr,
+        /// What was being done ("bind", "start threads for", ...).
+        operation: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
 
     // ---- idempotent producer ------------------------------------------
     /// The batch's sequence is not the next one expected from the producer.

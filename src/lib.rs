@@ -1,10 +1,95 @@
 //! # isrlog
 //!
-//! A replicated, segmented, checksummed write-ahead log in the manner of an
-//! Apache Kafka partition, to link into a database or a service.
+//! A replicated, segmented, checksummed write-ahead log to link into a
+//! database or a service, replicated the way Apache Kafka replicates a
+//! partition. It is synchronous and thread-based; the application brings its
+//! network (a [`Transport`]) and its metadata service (a [`Coordinator`]).
 //!
-//! (The crate page with the full model and a runnable example is written as
-//! the replication layer lands.)
+//! ## The model
+//!
+//! - A **log** ([`LogId`]) is an append-only sequence of record batches with
+//!   dense offsets. Each **node** ([`Node`]) hosts replicas of many logs; one
+//!   replica of each log is its **leader**, the others **followers**.
+//! - Producers append on the leader ([`ReplicatedLog::append`]) with
+//!   [`Acks::None`], [`Acks::Leader`] or [`Acks::All`]. Followers *pull*:
+//!   one fetcher thread per (follower node, leader node) pair long-polls the
+//!   leader for every log it follows, and a fetch at offset `n` acknowledges
+//!   everything below `n`.
+//! - The **in-sync replicas** (ISR) are the leader and the followers that
+//!   are caught up (a follower not caught up for `replica_lag_time_max`
+//!   leaves; one that catches up rejoins). The ISR lives in the coordinator
+//!   and changes only by compare-and-set.
+//! - The **high watermark** (HW) is the minimum log end offset over the ISR:
+//!   every offset below it is on every in-sync replica, i.e. *committed*.
+//!   `acks=all` returns once the HW passes the batch; readers see only
+//!   committed records by default ([`Isolation::Committed`]).
+//! - Every batch carries the **leader epoch** of the leader that wrote it.
+//!   On a leader change (elected by the one [`Controller`] the coordinator
+//!   seats: the first live ISR member in assignment order) followers find
+//!   where their log diverges from the new leader's with the epochs
+//!   (KIP-101/KIP-279) and truncate only what was never committed — never
+//!   to their HW, which loses data.
+//! - On disk a log is a directory of segments with sparse offset indexes,
+//!   CRC-checked batches and atomically replaced checkpoint files; a torn
+//!   tail is truncated on recovery ([`Log`], [`RecoveryReport`]).
+//!
+//! The guarantees (no acknowledged record is lost with `acks=all`,
+//! `min_insync_replicas >= 2` and unclean election off; replicas agree below
+//! the HW; readers never see above it; offsets are dense) and their exact
+//! conditions are in the README.
+//!
+//! ## Example
+//!
+//! Three nodes in one process on the in-memory transport and coordinator:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use isrlog::{
+//!     Acks, Coordinator, Isolation, LogId, MemoryCoordinator, MemoryNetwork, Node, NodeConfig,
+//!     NodeId, Offset, SystemClock,
+//! };
+//!
+//! # fn main() -> isrlog::Result<()> {
+//! let dir = tempfile::tempdir().expect("temp dir");
+//! let clock = Arc::new(SystemClock);
+//! let network = MemoryNetwork::new(0);
+//! let coordinator = MemoryCoordinator::new(clock.clone());
+//! let log = LogId(1);
+//! coordinator.create_log(log, vec![NodeId(0), NodeId(1), NodeId(2)])?;
+//!
+//! let mut nodes = Vec::new();
+//! for id in 0..3 {
+//!     let mut config = NodeConfig::new(NodeId(id), dir.path().join(format!("node-{id}")));
+//!     config.replication.min_insync_replicas = 2;
+//!     let node = Node::start(
+//!         config,
+//!         Arc::new(network.transport(NodeId(id))),
+//!         Arc::new(coordinator.clone()),
+//!         clock.clone(),
+//!     )?;
+//!     network.register(NodeId(id), node.handler());
+//!     nodes.push(node);
+//! }
+//!
+//! let leader = nodes[0].wait_for_log(log, Duration::from_secs(5))?;
+//! leader.wait_until_leader(Duration::from_secs(5))?;
+//! let appended = leader.append_values(&[b"hello", b"world"], Acks::All)?;
+//! assert_eq!(appended.base_offset, Offset(0));
+//!
+//! // Committed on every in-sync replica: a follower serves it once its next
+//! // fetch brings the leader's high watermark.
+//! let follower = nodes[1].wait_for_log(log, Duration::from_secs(5))?;
+//! let batches = follower.read_blocking(Offset(1), 1 << 20, Duration::from_secs(5))?;
+//! let values: Vec<_> = batches.iter().flat_map(|b| b.records()).map(|r| r.map(|r| r.value)).collect::<Result<_, _>>()?;
+//! assert_eq!(values, [&b"hello"[..], &b"world"[..]]);
+//!
+//! for node in nodes {
+//!     node.shutdown()?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -41,6 +126,7 @@ pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
 };
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
+pub use transport::{TcpConfig, TcpServer, TcpTransport};
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };

@@ -316,8 +316,10 @@ impl Replica {
         }
         let info = self.log.append_as_leader(batch, role.leader_epoch)?;
         let (generation, leader_epoch) = (role.generation, role.leader_epoch);
-        let end = self.acknowledgeable_end();
         if let Some(leader) = self.leader.lock().as_mut() {
+            // Read the end under the lock: concurrent appenders then report
+            // it in increasing order (a leader's log end never moves back).
+            let end = self.acknowledgeable_end().max(leader.log_end_offset());
             if let Some(hw) = leader.on_local_append(end).advanced_to() {
                 self.publish_high_watermark(hw);
             }

@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod coordinator_suite;
+mod tcp_transport_factory;
 pub mod transport_suite;
 
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use crate::transport::{
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 pub use cluster::{Cluster, ClusterBuilder};
+pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.

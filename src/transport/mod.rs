@@ -7,7 +7,7 @@
 //! epoch query) and the numeric [`ErrorCode`]s a response carries. It does not
 //! own what the messages mean: the leader's fetch handling, fencing and
 //! divergence checks live in the replication layer, and the byte encoding of a
-//! message lives with each network transport (the TCP one, later). Record
+//! message lives with each network transport (`tcp/` for TCP). Record
 //! bytes travel as opaque [`bytes::Bytes`] holding whole record batches; the
 //! transport never parses them.
 //!
@@ -19,6 +19,7 @@
 
 mod memory;
 mod rng;
+mod tcp;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use crate::error::Error;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 pub use memory::{MemoryNetwork, MemoryTransport};
+pub use tcp::{TcpConfig, TcpServer, TcpTransport};
 
 // ---- traits ----------------------------------------------------------------
 

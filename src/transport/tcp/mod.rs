@@ -1,0 +1,239 @@
+//! The TCP transport: [`TcpTransport`] (a node's client) and [`TcpServer`]
+//! (a node's listener), speaking the versioned frame format of `frame.rs`
+//! over `std::net` sockets with `TCP_NODELAY` on.
+//!
+//! This module owns connections, threads, deadlines and the bytes on the
+//! wire. It does not own what a request means (the [`RequestHandler`] the
+//! server is given does) nor which address a node has (the application tells
+//! the client, with [`TcpTransport::set_peer`]).
+//!
+//! Shape of a call: the client picks one of `connections_per_peer`
+//! connections to the peer (dialling it if needed, with exponential backoff
+//! after failures), writes one frame tagged with a fresh request id, and waits
+//! on a one-slot channel until its deadline. A reader thread per connection
+//! hands each response to the waiter with the same id, so calls on one
+//! connection are multiplexed: a long-poll fetch does not hold up another
+//! thread's call to the same peer. On the server, a reader thread per
+//! connection decodes requests into a bounded queue served by a fixed pool of
+//! `handler_threads`; whichever handler finishes writes its response, so
+//! responses may overtake each other.
+//!
+//! Bad input closes only the connection it came on: a frame over
+//! `frame_bytes_max`, an unknown version or message type, a truncated or
+//! garbage frame is logged (`tracing::warn!`, naming the peer address and the
+//! field at fault) and the socket is shut; every other connection is served
+//! as before.
+//!
+//! [`RequestHandler`]: crate::transport::RequestHandler
+
+mod client;
+mod frame;
+mod io;
+mod server;
+mod worker;
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::record::BATCH_BYTES_MAX;
+
+pub use client::TcpTransport;
+
+/// The smallest `frame_bytes_max` accepted: room for any error response and
+/// for small requests, so a server can always answer.
+const FRAME_BYTES_MAX_LEAST: usize = 1024;
+pub use server::TcpServer;
+
+/// Settings of the TCP transport, shared by [`TcpTransport`] and
+/// [`TcpServer`]. Build with `TcpConfig::default()` and change fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// Largest frame, header included, either side sends or accepts. A peer
+    /// announcing a larger one is cut off. Default 65 MiB: the largest record
+    /// batch (64 MiB) plus room for the fields around it. Keep every fetch's
+    /// `bytes_max` below it.
+    pub frame_bytes_max: usize,
+    /// Longest a client waits for a TCP connection to be set up (further
+    /// bounded by the call's own deadline). Default 10 s, Kafka's
+    /// `socket.connection.setup.timeout.ms`.
+    pub connect_timeout: Duration,
+    /// Wait before redialling a peer after the first failed attempt; it
+    /// doubles with each further failure. Default 50 ms, Kafka's
+    /// `reconnect.backoff.ms`.
+    pub reconnect_backoff_min: Duration,
+    /// Upper bound of the redial wait. Default 1 s, Kafka's
+    /// `reconnect.backoff.max.ms`.
+    pub reconnect_backoff_max: Duration,
+    /// Connections a client keeps to each peer; calls are spread over them
+    /// and multiplexed on each. Default 2, so one large fetch response does
+    /// not delay every other answer from that peer.
+    pub connections_per_peer: usize,
+    /// Threads a server runs handlers on. Handlers may block for a fetch's
+    /// `wait_max`, so this bounds the long polls served at once. Default 16.
+    pub handler_threads: usize,
+    /// Requests a server queues for its handler threads; a request that
+    /// finds the queue full is answered at once with
+    /// `Response::Error(ErrorCode::Unknown)` (and a warning is logged) rather
+    /// than queued without bound. Default 256.
+    pub handler_queue_len: usize,
+    /// Connections a server accepts at once (each has a reader thread);
+    /// further ones are closed on accept with a warning. Default 256.
+    pub server_connections_max: usize,
+    /// Longest a server waits to write one response before it gives up on
+    /// the connection (a peer that stopped reading). Default 10 s.
+    pub write_timeout: Duration,
+    /// Longest `shutdown` (or drop) waits for each group of threads to stop
+    /// before it detaches them with a warning. Default 5 s.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> TcpConfig {
+        TcpConfig {
+            frame_bytes_max: BATCH_BYTES_MAX + (1 << 20),
+            connect_timeout: Duration::from_secs(10),
+            reconnect_backoff_min: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(1),
+            connections_per_peer: 2,
+            handler_threads: 16,
+            handler_queue_len: 256,
+            server_connections_max: 256,
+            write_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl TcpConfig {
+    /// Checks that every field is usable.
+    pub fn validate(&self) -> Result<()> {
+        fn invalid(field: &'static str, value: String, reason: &'static str) -> Result<()> {
+            Err(Error::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        }
+        if self.frame_bytes_max < FRAME_BYTES_MAX_LEAST
+            || u32::try_from(self.frame_bytes_max - frame::HEADER_BYTES).is_err()
+        {
+            return invalid(
+                "frame_bytes_max",
+                self.frame_bytes_max.to_string(),
+                "must be at least 1 KiB and leave a body length that fits a u32",
+            );
+        }
+        if self.connect_timeout.is_zero() {
+            return invalid(
+                "connect_timeout",
+                format!("{:?}", self.connect_timeout),
+                "must be positive",
+            );
+        }
+        if self.reconnect_backoff_min > self.reconnect_backoff_max {
+            return invalid(
+                "reconnect_backoff_min",
+                format!("{:?}", self.reconnect_backoff_min),
+                "must not exceed reconnect_backoff_max",
+            );
+        }
+        let counts = [
+            ("connections_per_peer", self.connections_per_peer),
+            ("handler_threads", self.handler_threads),
+            ("handler_queue_len", self.handler_queue_len),
+            ("server_connections_max", self.server_connections_max),
+        ];
+        for (field, value) in counts {
+            if value == 0 {
+                return invalid(field, value.to_string(), "must be at least 1");
+            }
+        }
+        if self.write_timeout.is_zero() {
+            return invalid(
+                "write_timeout",
+                format!("{:?}", self.write_timeout),
+                "must be positive (zero would mean no timeout to the OS)",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        TcpConfig::default().validate().expect("defaults are valid");
+    }
+
+    #[test]
+    fn invalid_configs_name_the_field() {
+        let base = TcpConfig::default();
+        let cases: [(TcpConfig, &str); 8] = [
+            (
+                TcpConfig {
+                    frame_bytes_max: frame::HEADER_BYTES,
+                    ..base.clone()
+                },
+                "frame_bytes_max",
+            ),
+            (
+                TcpConfig {
+                    frame_bytes_max: usize::MAX,
+                    ..base.clone()
+                },
+                "frame_bytes_max",
+            ),
+            (
+                TcpConfig {
+                    connect_timeout: Duration::ZERO,
+                    ..base.clone()
+                },
+                "connect_timeout",
+            ),
+            (
+                TcpConfig {
+                    reconnect_backoff_min: Duration::from_secs(2),
+                    ..base.clone()
+                },
+                "reconnect_backoff_min",
+            ),
+            (
+                TcpConfig {
+                    connections_per_peer: 0,
+                    ..base.clone()
+                },
+                "connections_per_peer",
+            ),
+            (
+                TcpConfig {
+                    handler_threads: 0,
+                    ..base.clone()
+                },
+                "handler_threads",
+            ),
+            (
+                TcpConfig {
+                    handler_queue_len: 0,
+                    ..base.clone()
+                },
+                "handler_queue_len",
+            ),
+            (
+                TcpConfig {
+                    write_timeout: Duration::ZERO,
+                    ..base.clone()
+                },
+                "write_timeout",
+            ),
+        ];
+        for (config, want) in cases {
+            match config.validate() {
+                Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, want),
+                other => panic!("{want}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+}

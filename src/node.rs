@@ -522,6 +522,7 @@ fn control_loop(
     let tick = (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50));
     let heartbeat_every = shared.config.session_timeout / 3;
     let mut next_heartbeat = Instant::now();
+    let mut next_retention = Instant::now() + shared.config.retention_check_interval;
     while !shared.stop.load(Ordering::SeqCst) {
         select! {
             recv(events) -> event => match event {
@@ -557,6 +558,12 @@ fn control_loop(
             next_heartbeat = now + heartbeat_every;
         }
         let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
+        if now >= next_retention {
+            for replica in &replicas {
+                replica.apply_retention();
+            }
+            next_retention = now + shared.config.retention_check_interval;
+        }
         for replica in replicas {
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {

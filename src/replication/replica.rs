@@ -529,6 +529,27 @@ impl Replica {
         leader.as_mut().and_then(|leader| leader.tick(now))
     }
 
+    /// Leader only: deletes whole segments beyond the retention limits,
+    /// never one holding an offset at or above the high watermark (SPEC
+    /// 2.6). Followers follow the leader's log start from fetch answers.
+    pub(crate) fn apply_retention(&self) {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return;
+        }
+        match self.log.delete_segments_by_retention(self.high_watermark()) {
+            Ok(0) => {}
+            Ok(deleted) => {
+                let start = self.log.log_start_offset();
+                tracing::info!(log = %self.log_id, deleted, log_start_offset = %start, "retention deleted segments");
+                if let Some(leader) = self.leader.lock().as_mut() {
+                    leader.on_log_start_offset(start);
+                }
+            }
+            Err(error) => tracing::warn!(log = %self.log_id, %error, "retention failed"),
+        }
+    }
+
     /// The coordinator answered our ISR proposal with "stale".
     pub(crate) fn isr_proposal_rejected(&self) {
         if let Some(leader) = self.leader.lock().as_mut() {

@@ -39,6 +39,7 @@ pub struct ClusterBuilder {
     session_timeout: Duration,
     manual_clock: Option<ManualClock>,
     controller: Option<ControllerConfig>,
+    retention_check_interval: Duration,
 }
 
 impl ClusterBuilder {
@@ -46,6 +47,12 @@ impl ClusterBuilder {
     /// change only when a test writes the coordinator itself).
     pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
         self.controller = controller;
+        self
+    }
+
+    /// How often leaders apply retention.
+    pub fn retention_check_interval(mut self, interval: Duration) -> Self {
+        self.retention_check_interval = interval;
         self
     }
 
@@ -146,6 +153,7 @@ impl Cluster {
             session_timeout: Duration::from_secs(10),
             manual_clock: None,
             controller: Some(ControllerConfig::default()),
+            retention_check_interval: Duration::from_secs(300),
         }
     }
 
@@ -176,6 +184,7 @@ impl Cluster {
         config.log = self.builder.log.clone();
         config.session_timeout = self.builder.session_timeout;
         config.controller = self.builder.controller.clone();
+        config.retention_check_interval = self.builder.retention_check_interval;
         let transport = Arc::new(self.network.transport(id));
         let node = Node::start(
             config,

@@ -187,6 +187,7 @@ impl Node {
             .collect();
         let mut result = Ok(());
         for replica in replicas {
+            replica.take_offline();
             if let Err(e) = replica.log().close_in_place() {
                 result = Err(e);
             }
@@ -238,6 +239,7 @@ impl Drop for Node {
                 .coordinator
                 .unregister_node(self.shared.config.node_id);
             for replica in self.shared.replicas.read().values() {
+                replica.take_offline();
                 if let Err(error) = replica.log().close_in_place() {
                     tracing::warn!(log = %replica.log_id(), %error, "flush on drop failed");
                 }

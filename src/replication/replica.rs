@@ -257,6 +257,17 @@ impl Replica {
         tracing::info!(log = %self.log_id, node = %self.local, %epoch, ?leader, "became follower");
     }
 
+    /// Takes the replica out of service before its log is closed: appends
+    /// fail with `NotLeader`, waiters are released, follower I/O stops.
+    pub(crate) fn take_offline(&self) {
+        let _io = self.follower_io.lock();
+        let mut role = self.role.write();
+        *self.leader.lock() = None;
+        role.role = Role::Offline;
+        let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
+        self.bump_generation(&mut role, hw);
+    }
+
     fn bump_generation(&self, role: &mut RoleState, hw: Offset) {
         role.generation += 1;
         self.generation.store(role.generation, Ordering::SeqCst);

@@ -219,7 +219,9 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     /// if that fails, its error is returned and `builder` is not sent.
     pub fn send(&self, log: LogId, mut builder: RecordBatchBuilder) -> Result<AppendOutcome> {
         let sequence = self.log_sequence(log);
-        let mut sequence = self.lock_log(&sequence)?;
+        // Bounded: another send to this log holds it for at most its own
+        // delivery timeout (plus one attempt).
+        let mut sequence = sequence.lock();
         self.resolve_locked(log, &mut sequence)?;
         builder.producer(self.producer_id, self.producer_epoch, sequence.next);
         let batch = builder.build()?;
@@ -230,7 +232,9 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     /// landed (`None` when nothing was in doubt).
     pub fn resolve_in_doubt(&self, log: LogId) -> Result<Option<AppendOutcome>> {
         let sequence = self.log_sequence(log);
-        let mut sequence = self.lock_log(&sequence)?;
+        // Bounded: another send to this log holds it for at most its own
+        // delivery timeout (plus one attempt).
+        let mut sequence = sequence.lock();
         self.resolve_locked(log, &mut sequence)
     }
 
@@ -241,15 +245,6 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 in_doubt: None,
             }))
         }))
-    }
-
-    fn lock_log<'a>(
-        &self,
-        sequence: &'a Mutex<LogSequence>,
-    ) -> Result<crate::sync::MutexGuard<'a, LogSequence>> {
-        // Bounded: another send to this log holds it for at most its own
-        // delivery timeout (plus one attempt).
-        Ok(sequence.lock())
     }
 
     fn resolve_locked(

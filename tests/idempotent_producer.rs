@@ -303,3 +303,57 @@ impl ProducerIds for Cluster {
         self.coordinator.allocate_producer_id().unwrap()
     }
 }
+
+/// Appends for real but loses every acknowledgement while `losing` is set.
+struct LoseAcks<'a> {
+    cluster: &'a Cluster,
+    losing: AtomicBool,
+}
+
+impl LeaderRouter for LoseAcks<'_> {
+    fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        LeaderRouter::leader_log(self.cluster, log)
+    }
+
+    fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let outcome = self.leader_log(log)?.append(batch, acks)?;
+        if self.losing.load(Ordering::SeqCst) {
+            return Err(Error::Timeout {
+                waited: Duration::ZERO,
+                waiting_for: "an acknowledgement the test dropped",
+            });
+        }
+        Ok(outcome)
+    }
+}
+
+#[test]
+fn batch_in_doubt_after_spent_retries_is_resent_before_the_next_and_stored_once() {
+    let cluster = cluster();
+    let router = LoseAcks {
+        cluster: &cluster,
+        losing: AtomicBool::new(true),
+    };
+    let config = ProducerConfig {
+        retries_max: 2,
+        ..quick()
+    };
+    let producer = IdempotentProducer::init(&cluster.coordinator, &router, config).unwrap();
+    assert!(matches!(
+        producer.send_values(LOG, &[b"doubt"]),
+        Err(Error::Timeout { .. })
+    ));
+    assert!(producer.has_in_doubt(LOG));
+    assert_eq!(producer.next_sequence(LOG), Sequence(0));
+    router.losing.store(false, Ordering::SeqCst);
+    let second = producer.send_values(LOG, &[b"second"]).unwrap();
+    assert!(!producer.has_in_doubt(LOG));
+    assert_eq!(second.base_offset, Offset(1));
+    assert_eq!(producer.next_sequence(LOG), Sequence(2));
+    assert_eq!(producer.resolve_in_doubt(LOG).unwrap(), None);
+    assert_eq!(
+        committed_values(&cluster),
+        vec![b"doubt".to_vec(), b"second".to_vec()]
+    );
+    cluster.shutdown().unwrap();
+}

@@ -22,6 +22,7 @@ use super::checkpoint::{sync_dir, LogCheckpoint};
 use super::config::LogConfig;
 use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
 use super::leader_epoch::LeaderEpochCache;
+use super::producer_state::{self, LeaderCheck, ProducerStateManager};
 use super::recovery::{self, RecoveryReport};
 use super::segment::{Found, Segment, SegmentFile};
 use crate::clock::Clock;
@@ -31,7 +32,7 @@ use crate::record::{
     RecordBatch, BATCH_HEADER_BYTES,
 };
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
-use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
+use crate::types::{EpochEndOffset, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
 
 /// Where an append landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +43,12 @@ pub struct AppendInfo {
     pub last_offset: Offset,
     /// The log end offset after the append.
     pub log_end_offset: Offset,
+    /// The leader epoch the (last) batch was written in: for a duplicate,
+    /// the epoch of the original.
+    pub leader_epoch: LeaderEpoch,
+    /// Whether the batch was an idempotent producer's duplicate (SPEC 4):
+    /// nothing was appended and the offsets are the original batch's.
+    pub duplicate: bool,
 }
 
 /// Whole batches read from a log, without copying them again.
@@ -133,6 +140,9 @@ pub(super) struct LogState {
     pub(super) unflushed_messages: u64,
     /// When the last fsync snapshot was taken.
     pub(super) last_flush_at: Instant,
+    /// Idempotent producers' last batches (SPEC 4), covering every batch
+    /// below the log end.
+    pub(super) producers: ProducerStateManager,
 }
 
 impl LogState {
@@ -181,6 +191,7 @@ impl LogState {
             && self.log_start_offset <= self.high_watermark
             && self.high_watermark <= self.log_end_offset()
             && self.epochs.check_invariants()
+            && self.producers.check_invariants()
     }
 }
 
@@ -223,8 +234,14 @@ impl Log {
             unsynced: Vec::new(),
             unflushed_messages: 0,
             last_flush_at: now,
+            producers: ProducerStateManager::empty(),
         };
         state.last_batch_epoch = epoch_of_last_batch_below(&state, log_end)?;
+        let mut report = recovered.report;
+        let rebuilt = rebuild_producer_state(&dir, &mut state, &config, clock.wall_clock_ms())?;
+        report.producer_snapshot = rebuilt.snapshot;
+        report.producer_batches_scanned = rebuilt.batches_scanned;
+        report.checkpoint_problems.extend(rebuilt.problems);
         debug_assert!(state.check_invariants());
         let log = Log {
             dir,
@@ -236,7 +253,7 @@ impl Log {
             commit: GroupCommit::new(log_end),
             checkpoint_lock: Mutex::new(()),
             counters: Counters::default(),
-            report: recovered.report,
+            report,
         };
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
@@ -281,6 +298,20 @@ impl Log {
                     });
                 }
             }
+            // Deduplication is decided under the lock that assigns offsets,
+            // so a retry racing its original cannot be appended twice.
+            if let LeaderCheck::Duplicate(original) =
+                state.producers.check_leader_append(batch.header())?
+            {
+                tracing::debug!(dir = %self.dir.display(), producer = %batch.header().producer_id, sequence = %batch.header().base_sequence, offset = %original.first_offset, "duplicate batch: returning the original offsets");
+                return Ok(AppendInfo {
+                    base_offset: original.first_offset,
+                    last_offset: original.last_offset,
+                    log_end_offset: state.log_end_offset(),
+                    leader_epoch: original.leader_epoch,
+                    duplicate: true,
+                });
+            }
             let base_offset = state.log_end_offset();
             set_base_offset(&mut stamped, base_offset);
             set_leader_epoch(&mut stamped, epoch);
@@ -300,6 +331,7 @@ impl Log {
                 interval,
             );
             self.poison_on_error(appended)?;
+            state.producers.record(&header);
             state.last_batch_epoch = Some(epoch);
             state.unflushed_messages += u64::from(header.record_count);
             self.count_append(1, bytes.len() as u64);
@@ -308,6 +340,8 @@ impl Log {
                 base_offset,
                 last_offset: header.last_offset(),
                 log_end_offset: header.next_offset(),
+                leader_epoch: epoch,
+                duplicate: false,
             };
             (info, rolled)
         };
@@ -372,6 +406,9 @@ impl Log {
                     group_start = position;
                 }
                 group.push(((position - group_start) as u64, header));
+                // Recorded before the next roll, whose snapshot must cover
+                // every batch below it.
+                state.producers.record(&header);
                 epochs_changed |= state
                     .epochs
                     .assign_in_memory(header.leader_epoch, header.base_offset);
@@ -389,6 +426,8 @@ impl Log {
                 base_offset: first.base_offset,
                 last_offset: last.last_offset(),
                 log_end_offset: last.next_offset(),
+                leader_epoch: last.leader_epoch,
+                duplicate: false,
             };
             (info, rolled)
         };
@@ -532,6 +571,10 @@ impl Log {
     /// before any fsync of the new segment may count (see `sync_once`).
     fn roll_segment(&self, state: &mut LogState) -> Result<()> {
         let base = state.log_end_offset();
+        // As Kafka does at roll: a snapshot of the producer state as of the
+        // new segment's base, so a restart only rescans from there.
+        let snapshot = self.snapshot_producers(state, base);
+        self.poison_on_error(snapshot)?;
         let rolled = (|| {
             let old = state.active_mut();
             old.seal()?;
@@ -773,6 +816,11 @@ impl Log {
         self.store_checkpoint_below(&state, new_end, log_start)?;
         self.commit.truncated_to(new_end);
         let cut = (|| {
+            // Snapshots of the suffix go before the suffix itself: a crash
+            // in between rebuilds from an older snapshot and the batches.
+            if producer_state::delete_snapshots(&self.dir, |o| o > new_end)? {
+                sync_dir(&self.dir)?;
+            }
             let last_epoch = epoch_of_last_batch_below(&state, new_end)?;
             if let Some(segment) = state.segments.get_mut(&base) {
                 segment.truncate_to_position(position, new_end, last_epoch)?;
@@ -792,6 +840,10 @@ impl Log {
             state.active_mut().unseal(self.config.index_bytes_max)?;
             state.epochs.truncate_from_end(new_end)?;
             state.last_batch_epoch = last_epoch;
+            // SPEC 2.7: the producer state built from the removed batches
+            // goes with them (Kafka's `truncateAndReload`).
+            let now_ms = self.clock.wall_clock_ms();
+            rebuild_producer_state(&self.dir, &mut state, &self.config, now_ms)?;
             Ok(())
         })();
         self.poison_on_error(cut)?;
@@ -812,6 +864,8 @@ impl Log {
         self.store_checkpoint_below(&state, first, first)?;
         self.commit.truncated_to(first);
         let restarted = (|| {
+            producer_state::delete_snapshots(&self.dir, |_| true)?;
+            state.producers = ProducerStateManager::empty();
             let bases: Vec<Offset> = state.segments.keys().copied().collect();
             for base in bases.into_iter().rev() {
                 if let Some(segment) = state.segments.remove(&base) {
@@ -925,6 +979,41 @@ impl Log {
         self.state.read().high_watermark
     }
 
+    /// The producer epoch and last sequence this log holds for an
+    /// idempotent producer, `None` when it knows none (SPEC 4).
+    pub fn producer_last_sequence(
+        &self,
+        producer: ProducerId,
+    ) -> Option<(ProducerEpoch, Sequence)> {
+        self.state.read().producers.last_sequence(producer)
+    }
+
+    /// Number of idempotent producers whose state this log keeps.
+    pub fn producer_count(&self) -> usize {
+        self.state.read().producers.len()
+    }
+
+    /// Forgets producers idle for `LogConfig::producer_id_expiration` by the
+    /// log's clock (also done at every segment roll and clean close).
+    /// Returns how many were forgotten.
+    pub fn remove_expired_producers(&self) -> usize {
+        let now_ms = self.clock.wall_clock_ms();
+        self.state
+            .write()
+            .producers
+            .remove_expired(now_ms, self.config.producer_id_expiration)
+    }
+
+    /// Expires idle producers, then writes the producer snapshot as of
+    /// `offset` (the log end).
+    fn snapshot_producers(&self, state: &mut LogState, offset: Offset) -> Result<()> {
+        let now_ms = self.clock.wall_clock_ms();
+        state
+            .producers
+            .remove_expired(now_ms, self.config.producer_id_expiration);
+        state.producers.write_snapshot(&self.dir, offset)
+    }
+
     /// Counters for monitoring.
     pub fn stats(&self) -> LogStats {
         let c = &self.counters;
@@ -955,11 +1044,89 @@ impl Log {
         self.flush()?;
         {
             let mut state = self.state.write();
+            let log_end = state.log_end_offset();
+            let snapshot = self.snapshot_producers(&mut state, log_end);
+            self.poison_on_error(snapshot)?;
             let sealed = state.active_mut().seal();
             self.poison_on_error(sealed)?;
         }
         self.store_checkpoint(true)
     }
+}
+
+/// What rebuilding the producer state used and found.
+#[derive(Debug, Default)]
+pub(super) struct ProducerRebuild {
+    /// The snapshot loaded, if any.
+    pub(super) snapshot: Option<Offset>,
+    /// Batch headers read after it.
+    pub(super) batches_scanned: u64,
+    /// Snapshots that could not be used, with the reason.
+    pub(super) problems: Vec<String>,
+}
+
+/// Rebuilds `state.producers` for the log as it is now: the newest readable
+/// snapshot at or below the log end, then every batch after it (Kafka's
+/// `rebuildProducerState`). Snapshots above the log end describe batches the
+/// log no longer holds and are deleted; so is a damaged snapshot, which is
+/// reported, never a reason to refuse to open: the batches rebuild it.
+pub(super) fn rebuild_producer_state(
+    dir: &Path,
+    state: &mut LogState,
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<ProducerRebuild> {
+    let log_end = state.log_end_offset();
+    let mut rebuild = ProducerRebuild::default();
+    let mut deleted = producer_state::delete_snapshots(dir, |o| o > log_end)?;
+    let mut producers = ProducerStateManager::empty();
+    for offset in producer_state::list_snapshots(dir)?.into_iter().rev() {
+        match ProducerStateManager::read_snapshot(dir, offset) {
+            Ok(loaded) => {
+                producers = loaded;
+                rebuild.snapshot = Some(offset);
+                break;
+            }
+            Err(e @ Error::InvalidCheckpoint { .. }) => {
+                tracing::warn!(error = %e, "unusable producer state snapshot: rebuilding from the batches");
+                rebuild.problems.push(e.to_string());
+                deleted |= producer_state::delete_snapshots(dir, |o| o == offset)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if deleted {
+        sync_dir(dir)?;
+    }
+    let from = rebuild
+        .snapshot
+        .unwrap_or(state.log_start_offset)
+        .max(state.log_start_offset);
+    for segment in state.segments.values() {
+        if segment.next_offset() <= from {
+            continue;
+        }
+        let position = if segment.base_offset() >= from {
+            0
+        } else {
+            match Segment::find_batch(
+                segment.file(),
+                segment.index_floor(from),
+                segment.size_bytes(),
+                from,
+            )? {
+                Found::Batch { position, .. } => position,
+                Found::End { .. } => continue,
+            }
+        };
+        segment.for_each_header(position, |header| {
+            producers.record(header);
+            rebuild.batches_scanned += 1;
+        })?;
+    }
+    producers.remove_expired(now_ms, config.producer_id_expiration);
+    state.producers = producers;
+    Ok(rebuild)
 }
 
 /// The epoch of the batch holding offset `end - 1`, if the log has one.

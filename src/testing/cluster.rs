@@ -208,6 +208,17 @@ impl Cluster {
         }
     }
 
+    /// Stops node `id` cleanly: its logs are flushed and closed (a clean
+    /// shutdown for the next open) and it leaves the coordinator.
+    pub fn stop_node(&self, id: NodeId) -> Result<()> {
+        self.network.node_down(id);
+        let node = self.nodes.lock().remove(&id);
+        match node {
+            Some(node) => node.shutdown(),
+            None => Ok(()),
+        }
+    }
+
     /// Restarts a crashed node from its directory.
     pub fn restart(&self, id: NodeId) -> Result<()> {
         self.start_node(id)

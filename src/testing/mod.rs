@@ -23,7 +23,7 @@ use crate::transport::{
 };
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
-pub use cluster::{Cluster, ClusterBuilder};
+pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.

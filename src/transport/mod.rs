@@ -20,6 +20,9 @@
 mod memory;
 mod rng;
 
+#[allow(unused_imports)]
+pub(crate) use rng::SplitMix64;
+
 use std::fmt;
 use std::time::{Duration, Instant};
 

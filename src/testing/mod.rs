@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod coordinator_suite;
+pub mod fault_test;
 pub mod transport_suite;
 
 use std::time::{Duration, Instant};

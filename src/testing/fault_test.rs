@@ -358,7 +358,16 @@ fn inject_faults(
                 cluster.crash_with(node, lose, session);
                 true
             }
-            "restart" => match pick(rng, &crashed) {
+            // A process cut off from the coordinator cannot start (it must
+            // register first): restart only the others.
+            "restart" => match pick(
+                rng,
+                &crashed
+                    .iter()
+                    .copied()
+                    .filter(|n| !cut_off_from_coordinator.contains(n))
+                    .collect::<Vec<_>>(),
+            ) {
                 Some(node) => restart(cluster, state, node),
                 None => false,
             },
@@ -457,6 +466,8 @@ fn heal(cluster: &Cluster, state: &RunState) {
     cluster.network.set_latency(Duration::ZERO);
     for node in cluster.node_ids() {
         cluster.coordinator.set_node_unavailable(node, false);
+    }
+    for node in cluster.node_ids() {
         if !cluster.is_running(node) {
             restart(cluster, state, node);
         }

@@ -102,3 +102,22 @@ pub fn wait_converged(cluster: &Cluster, handles: &[&ReplicatedLog], end: Offset
             .all(|h| h.log_end_offset() == end && h.high_watermark() == end)
     })
 }
+
+/// A cluster of `nodes` with a controller on every node, short sessions and
+/// a short replica lag limit, so failures are noticed within a second.
+pub fn controlled_cluster(nodes: usize, unclean_leader_election: bool) -> Cluster {
+    Cluster::builder()
+        .nodes(nodes)
+        .session_timeout(Duration::from_millis(300))
+        .replication(ReplicationConfig {
+            replica_lag_time_max: Duration::from_millis(300),
+            ..replication(2)
+        })
+        .controller(Some(isrlog::ControllerConfig {
+            unclean_leader_election,
+            poll_interval: Duration::from_millis(100),
+            ..isrlog::ControllerConfig::default()
+        }))
+        .build()
+        .unwrap()
+}

@@ -23,6 +23,13 @@ fn seeds(ci_default: u64) -> Vec<u64> {
 }
 
 fn run_seeds(mode: CrashMode, ci_default: u64) {
+    // `RUST_LOG=isrlog=info` shows what the cluster did on a replayed seed.
+    if std::env::var("RUST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     for seed in seeds(ci_default) {
         match run(&FaultTestConfig::new(seed, mode)) {
             Ok(report) => eprintln!("seed {seed} {mode:?}: ok {report:?}"),
@@ -33,12 +40,12 @@ fn run_seeds(mode: CrashMode, ci_default: u64) {
 
 #[test]
 fn committed_never_lost_under_random_faults() {
-    run_seeds(CrashMode::Process, 4);
+    run_seeds(CrashMode::Process, 8);
 }
 
 #[test]
 fn committed_never_lost_under_power_loss_with_flush_always() {
-    run_seeds(CrashMode::PowerLossFlushAlways, 4);
+    run_seeds(CrashMode::PowerLossFlushAlways, 8);
 }
 
 #[test]

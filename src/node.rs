@@ -201,6 +201,22 @@ impl Node {
         self.stop_threads();
     }
 
+    /// Test harness only: a process crash. Stops the threads as
+    /// [`halt`](Self::halt) does, then halts every hosted log's files (no
+    /// thread still holding a handle can write them any more) and returns
+    /// each segment data file with the length its last successful fsync
+    /// covered, for a power-loss simulation.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn halt_for_crash(mut self) -> Vec<(PathBuf, u64)> {
+        self.stop_threads();
+        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        replicas
+            .iter()
+            .flat_map(|replica| replica.log().halt_for_crash())
+            .collect()
+    }
+
     /// This node's controller candidate, if it runs one.
     pub fn controller(&self) -> Option<&Controller> {
         self.controller.as_ref()

@@ -290,6 +290,9 @@ impl Log {
         stamped.copy_from_slice(&bytes[..BATCH_HEADER_BYTES]);
         let (info, rolled) = {
             let mut state = self.state.write();
+            // Again under the lock: a halt (or another thread's failed
+            // write) may have poisoned the log while this call waited.
+            self.commit.check_not_poisoned(&self.dir)?;
             if let Some(latest) = state.epochs.latest_epoch() {
                 if epoch < latest {
                     return Err(Error::FencedLeaderEpoch {
@@ -364,6 +367,7 @@ impl Log {
         };
         let (info, rolled) = {
             let mut state = self.state.write();
+            self.commit.check_not_poisoned(&self.dir)?;
             let log_end = state.log_end_offset();
             if first.base_offset != log_end {
                 return Err(Error::NonContiguousAppend {
@@ -790,6 +794,7 @@ impl Log {
     pub fn truncate_to(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
+        self.commit.check_not_poisoned(&self.dir)?;
         if offset >= state.log_end_offset() {
             return Ok(());
         }
@@ -859,6 +864,7 @@ impl Log {
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
+        self.commit.check_not_poisoned(&self.dir)?;
         let first = state.log_start_offset;
         // A crash from here on rescans whatever is left from its start.
         self.store_checkpoint_below(&state, first, first)?;
@@ -930,7 +936,27 @@ impl Log {
     pub fn assign_epoch(&self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
+        self.commit.check_not_poisoned(&self.dir)?;
         state.epochs.assign(epoch, start_offset)
+    }
+
+    /// Test harness only: simulates this process crashing. Poisons the log
+    /// (every later call fails), waits for writes in flight, refuses every
+    /// later write, cut or fsync of its segment files, and returns each data
+    /// file with the length its last successful fsync covered: what a power
+    /// loss would leave of it (0 for a file never synced since this process
+    /// created it). Other files are written atomically and durably already.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn halt_for_crash(&self) -> Vec<(PathBuf, u64)> {
+        self.commit
+            .poison("the process was halted (simulated crash)".to_string());
+        let state = self.state.write();
+        state
+            .segments
+            .values()
+            .map(|segment| (segment.log_path().to_path_buf(), segment.file().halt()))
+            .collect()
     }
 
     /// The epoch cache: `(epoch, start offset)` pairs, oldest first.

@@ -81,14 +81,18 @@ impl ReplicatedLog {
     /// outcome). With `Acks::None` the offsets are returned when the append
     /// succeeded, and errors of the write are only logged.
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
-        let appended = match self.replica.append_as_leader(batch, acks == Acks::All) {
-            Ok(appended) => appended,
-            Err(error) if acks == Acks::None => {
-                tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
-                return Err(error);
-            }
-            Err(error) => return Err(error),
-        };
+        let appended =
+            match self
+                .replica
+                .append_as_leader(batch, acks == Acks::All, acks == Acks::Leader)
+            {
+                Ok(appended) => appended,
+                Err(error) if acks == Acks::None => {
+                    tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
+                    return Err(error);
+                }
+                Err(error) => return Err(error),
+            };
         let outcome = AppendOutcome {
             base_offset: appended.info.base_offset,
             last_offset: appended.info.last_offset,

@@ -503,7 +503,7 @@ impl Log {
         self.poison_on_error(written)
     }
 
-    fn check_batch_size(&self, bytes: usize) -> Result<()> {
+    pub(crate) fn check_batch_size(&self, bytes: usize) -> Result<()> {
         if bytes > self.config.batch_bytes_max {
             return Err(Error::InvalidBatch {
                 reason: format!(

@@ -314,6 +314,42 @@ impl NodeShared {
         if state.leader_epoch < epoch {
             return; // Stale notification.
         }
+        if state.leader == Some(me)
+            && replica.is_fresh()
+            && replica.log().latest_epoch() >= Some(state.leader_epoch)
+        {
+            // A log the coordinator still says this node leads in an epoch
+            // this node already wrote in, seen for the first time by this
+            // process: the node restarted quicker than its session timeout.
+            // Lead it in a NEW epoch. The previous
+            // incarnation may have written records in the old epoch that
+            // this one lost (a power loss under a weak flush policy) while
+            // followers kept them; appending other records at the same
+            // offsets in the same epoch would hide that divergence from the
+            // epoch protocol. Kafka gets the same effect from broker epochs
+            // (KIP-380) and from ZooKeeper refusing the restarted broker's
+            // registration until the old session ends.
+            let update = LogUpdate {
+                leader: Some(me),
+                leader_epoch: state.leader_epoch.next(),
+                in_sync_replicas: state.in_sync_replicas.clone(),
+            };
+            match self.coordinator.compare_and_set(
+                state.log,
+                state.leader_epoch,
+                state.version,
+                update,
+            ) {
+                Ok(CasOutcome::Applied(bumped)) => return self.reconcile(&bumped),
+                Ok(CasOutcome::Stale(current)) => return self.reconcile(&current),
+                Err(error) => {
+                    // Without a new epoch this node must not lead; the next
+                    // notification (or resync) tries again.
+                    tracing::warn!(log = %state.log, node = %me, %error, "cannot start a new leader epoch after a restart");
+                    return;
+                }
+            }
+        }
         if state.leader == Some(me) {
             if role == Role::Leader && epoch == state.leader_epoch {
                 replica.update_isr(state.in_sync_replicas.clone(), state.version);

@@ -168,6 +168,11 @@ impl Replica {
         }
     }
 
+    /// Whether this replica has not taken any role yet in this process.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.generation.load(Ordering::SeqCst) == 0
+    }
+
     pub(crate) fn log_id(&self) -> LogId {
         self.log_id
     }

@@ -68,6 +68,9 @@ pub(crate) struct LeaderAppend {
     pub(crate) leader_epoch: LeaderEpoch,
 }
 
+/// Batches at least this large skip the combining pipeline.
+const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
+
 /// The leader's append pipeline for plain (non-idempotent) batches: flat
 /// combining. An appender reserves its offsets and copies its batch,
 /// stamped with those offsets and the leader epoch, into `pending` under a
@@ -388,9 +391,12 @@ impl Replica {
             });
         }
         let (generation, leader_epoch) = (role.generation, role.leader_epoch);
-        if batch.header().producer_id.is_some() {
+        if batch.header().producer_id.is_some() || batch.size_bytes() >= DIRECT_APPEND_BYTES_MIN {
             // Idempotent batches are checked against the producer state
             // under the log's own lock (SPEC 4), after everything queued.
+            // Large batches gain nothing from combining and would pay a copy
+            // and a second CRC pass in the pipeline: they go straight to
+            // the log too (its `write_vectored` stamps them without a copy).
             let info = {
                 let _writer = self.pipeline.writer.lock();
                 let mut queue = self.pipeline.queue.lock();

@@ -1,7 +1,8 @@
 //! Replication throughput over loopback TCP (issue 6, "Performance"), next
 //! to the same workload on the memory transport measured in the same run:
 //! 3 replicas, 1 KiB records in batches of 100, `acks=all`, 4 producer
-//! threads. Prints records/s and MB/s of each and their ratio (target >= 0.5).
+//! threads. Prints records/s and MB/s of each (best of two interleaved
+//! phases) and their ratio (target >= 0.5).
 //!
 //! `cargo bench --bench tcp` runs it; `-- --test` runs a tiny version (CI).
 //! `ISRLOG_BENCH_SECONDS` sets the length of each measured phase.
@@ -18,6 +19,8 @@ const REPLICAS: usize = 3;
 const PRODUCERS: usize = 4;
 const RECORDS_PER_BATCH: usize = 100;
 const RECORD_BYTES: usize = 1024;
+/// Measured phases per transport; the best one counts.
+const ROUNDS: usize = 2;
 
 fn batch() -> RecordBatch {
     let value = vec![0x5Au8; RECORD_BYTES];
@@ -82,7 +85,9 @@ fn main() {
     let phase = Duration::from_secs_f64(seconds);
     let batch = batch();
 
-    // Baseline: the memory transport.
+    // Both clusters stay up and are measured in turns, best of `ROUNDS`:
+    // on a shared machine, load from elsewhere then hits both alike rather
+    // than whichever phase it happened to overlap.
     let memory_cluster = Cluster::builder()
         .nodes(REPLICAS)
         .replication(replication())
@@ -92,13 +97,8 @@ fn main() {
     memory_cluster
         .create_log(LOG, REPLICAS)
         .expect("create log");
-    let leader = memory_cluster.leader_log(LOG).expect("leader");
-    let _ = throughput(&leader, &batch, phase / 4); // warm-up
-    let memory = throughput(&leader, &batch, phase);
-    drop(leader);
-    memory_cluster.shutdown().expect("shutdown");
-
-    // Loopback TCP, default TCP settings (two connections per peer).
+    let memory_leader = memory_cluster.leader_log(LOG).expect("leader");
+    // Loopback TCP with the default TCP settings (two connections per peer).
     let tcp_cluster = TcpCluster::builder()
         .nodes(REPLICAS)
         .replication(replication())
@@ -107,14 +107,21 @@ fn main() {
         .build()
         .expect("tcp cluster");
     tcp_cluster.create_log(LOG, REPLICAS).expect("create log");
-    let leader = tcp_cluster.leader_log(LOG).expect("leader");
-    let _ = throughput(&leader, &batch, phase / 4);
-    let tcp = throughput(&leader, &batch, phase);
-    drop(leader);
+    let tcp_leader = tcp_cluster.leader_log(LOG).expect("leader");
+
+    let _ = throughput(&memory_leader, &batch, phase / 4); // warm-up
+    let _ = throughput(&tcp_leader, &batch, phase / 4);
+    let (mut memory, mut tcp) = (0f64, 0f64);
+    for _ in 0..ROUNDS {
+        memory = memory.max(throughput(&memory_leader, &batch, phase));
+        tcp = tcp.max(throughput(&tcp_leader, &batch, phase));
+    }
+    drop((memory_leader, tcp_leader));
+    memory_cluster.shutdown().expect("shutdown");
     tcp_cluster.shutdown().expect("shutdown");
 
     println!(
-        "tcp/3_replicas/acks_all/batches_of_100x1KiB/4_producers: loopback TCP {:.0} records/s ({:.0} MB/s); \
+        "tcp/3_replicas/acks_all/batches_of_100x1KiB/4_producers: best of {ROUNDS}: loopback TCP {:.0} records/s ({:.0} MB/s); \
          memory transport {:.0} records/s ({:.0} MB/s); ratio {:.2} (target >= 0.5)",
         tcp,
         megabytes_per_second(tcp),

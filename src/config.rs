@@ -28,6 +28,11 @@ pub struct NodeConfig {
     /// the coordinator seats exactly one of them (SPEC 3.5). `None` leaves
     /// leader election to a controller the application runs elsewhere.
     pub controller: Option<ControllerConfig>,
+    /// How often a leader applies the retention limits of its logs
+    /// (`LogConfig::retention_bytes`, `retention_age`), never deleting at or
+    /// above the high watermark. Kafka's `log.retention.check.interval.ms`,
+    /// default 5 minutes.
+    pub retention_check_interval: Duration,
 }
 
 impl NodeConfig {
@@ -41,6 +46,7 @@ impl NodeConfig {
             replication: ReplicationConfig::default(),
             session_timeout: Duration::from_secs(6),
             controller: Some(ControllerConfig::default()),
+            retention_check_interval: Duration::from_secs(300),
         }
     }
 

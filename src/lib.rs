@@ -99,6 +99,7 @@ mod config;
 mod coordinator;
 mod error;
 mod node;
+mod producer;
 mod record;
 mod replicated_log;
 mod replication;
@@ -117,6 +118,7 @@ pub use coordinator::{
 };
 pub use error::{Error, Result};
 pub use node::{Node, NodeHandler};
+pub use producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };

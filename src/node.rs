@@ -187,6 +187,7 @@ impl Node {
             .collect();
         let mut result = Ok(());
         for replica in replicas {
+            replica.take_offline();
             if let Err(e) = replica.log().close_in_place() {
                 result = Err(e);
             }
@@ -198,6 +199,22 @@ impl Node {
     /// looks like to the rest of the cluster (the test harness uses it).
     pub fn halt(mut self) {
         self.stop_threads();
+    }
+
+    /// Test harness only: a process crash. Stops the threads as
+    /// [`halt`](Self::halt) does, then halts every hosted log's files (no
+    /// thread still holding a handle can write them any more) and returns
+    /// each segment data file with the length its last successful fsync
+    /// covered, for a power-loss simulation.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn halt_for_crash(mut self) -> Vec<(PathBuf, u64)> {
+        self.stop_threads();
+        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        replicas
+            .iter()
+            .flat_map(|replica| replica.log().halt_for_crash())
+            .collect()
     }
 
     /// This node's controller candidate, if it runs one.
@@ -238,6 +255,7 @@ impl Drop for Node {
                 .coordinator
                 .unregister_node(self.shared.config.node_id);
             for replica in self.shared.replicas.read().values() {
+                replica.take_offline();
                 if let Err(error) = replica.log().close_in_place() {
                     tracing::warn!(log = %replica.log_id(), %error, "flush on drop failed");
                 }
@@ -522,6 +540,7 @@ fn control_loop(
     let tick = (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50));
     let heartbeat_every = shared.config.session_timeout / 3;
     let mut next_heartbeat = Instant::now();
+    let mut next_retention = Instant::now() + shared.config.retention_check_interval;
     while !shared.stop.load(Ordering::SeqCst) {
         select! {
             recv(events) -> event => match event {
@@ -557,6 +576,12 @@ fn control_loop(
             next_heartbeat = now + heartbeat_every;
         }
         let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
+        if now >= next_retention {
+            for replica in &replicas {
+                replica.apply_retention();
+            }
+            next_retention = now + shared.config.retention_check_interval;
+        }
         for replica in replicas {
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {

@@ -44,6 +44,10 @@ pub struct AppendOutcome {
     pub last_offset: Offset,
     /// The leader epoch the batch was written in.
     pub leader_epoch: LeaderEpoch,
+    /// Whether the batch was an idempotent producer's retry of a batch the
+    /// log already held (SPEC 4): nothing was appended, the offsets and
+    /// epoch are the original's, and `acks=all` waited for them.
+    pub duplicate: bool,
 }
 
 /// One log on one node. Cheap to clone; callable from many threads.
@@ -77,18 +81,23 @@ impl ReplicatedLog {
     /// outcome). With `Acks::None` the offsets are returned when the append
     /// succeeded, and errors of the write are only logged.
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
-        let appended = match self.replica.append_as_leader(batch, acks == Acks::All) {
-            Ok(appended) => appended,
-            Err(error) if acks == Acks::None => {
-                tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
-                return Err(error);
-            }
-            Err(error) => return Err(error),
-        };
+        let appended =
+            match self
+                .replica
+                .append_as_leader(batch, acks == Acks::All, acks == Acks::Leader)
+            {
+                Ok(appended) => appended,
+                Err(error) if acks == Acks::None => {
+                    tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
+                    return Err(error);
+                }
+                Err(error) => return Err(error),
+            };
         let outcome = AppendOutcome {
             base_offset: appended.info.base_offset,
             last_offset: appended.info.last_offset,
-            leader_epoch: appended.leader_epoch,
+            leader_epoch: appended.info.leader_epoch,
+            duplicate: appended.info.duplicate,
         };
         if acks == Acks::All {
             let deadline = Instant::now() + self.node.config.replication.request_timeout;

@@ -50,6 +50,12 @@ mod loom_shim {
         pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
             self.0.try_lock().ok().map(|g| MutexGuard(Some(g)))
         }
+        pub(crate) fn try_lock_until(&self, _deadline: Instant) -> Option<MutexGuard<'_, T>> {
+            Some(self.lock())
+        }
+        pub(crate) fn try_lock_for(&self, _timeout: Duration) -> Option<MutexGuard<'_, T>> {
+            Some(self.lock())
+        }
         pub(crate) fn into_inner(self) -> T {
             self.0.into_inner().unwrap_or_else(|e| e.into_inner())
         }

@@ -107,6 +107,8 @@ fn dead_leader_is_replaced_by_the_next_live_isr_member() {
     let elected = wait_for_leader(&coordinator, Some(N2));
     assert_eq!(elected.leader_epoch, LeaderEpoch(1));
     assert_eq!(elected.in_sync_replicas, vec![N2, N3]);
+    // The counter moves just after the write the test saw.
+    wait_until("the election is counted", || controller.elections() >= 1);
     assert_eq!(controller.elections(), 1);
     assert_eq!(controller.unclean_elections(), 0);
     assert!(!controller2.is_active());
@@ -176,6 +178,8 @@ fn all_isr_down_leaves_the_log_leaderless_until_an_isr_member_returns() {
     let elected = wait_for_leader(&coordinator, Some(N2));
     assert_eq!(elected.leader_epoch, LeaderEpoch(2));
     assert_eq!(elected.in_sync_replicas, vec![N2]);
+    // The counter moves just after the write the test saw.
+    wait_until("the election is counted", || controller.elections() >= 1);
     assert_eq!(controller.elections(), 1);
     assert_eq!(controller.unclean_elections(), 0);
 }
@@ -203,7 +207,12 @@ fn unclean_election_makes_the_first_live_replica_leader_alone() {
     let elected = wait_for_leader(&coordinator, Some(N2));
     assert_eq!(elected.leader_epoch, LeaderEpoch(1));
     assert_eq!(elected.in_sync_replicas, vec![N2]);
+    // The counter moves just after the write the test saw.
+    wait_until("the election is counted", || controller.elections() >= 1);
     assert_eq!(controller.elections(), 1);
+    wait_until("the unclean election is counted", || {
+        controller.unclean_elections() >= 1
+    });
     assert_eq!(controller.unclean_elections(), 1);
 }
 
@@ -276,6 +285,8 @@ fn standby_takes_over_with_a_higher_epoch_when_the_controller_session_expires() 
     let elected = wait_for_leader(&coordinator, Some(new.node()));
     assert_eq!(elected.leader_epoch, LeaderEpoch(1));
     assert_eq!(elected.in_sync_replicas, vec![new.node(), N3]);
+    // The counter moves just after the write the test saw.
+    wait_until("the election is counted", || new.elections() >= 1);
     assert_eq!(new.elections(), 1);
     wait_until("the old controller knows it lost the seat", || {
         !old.is_active()
@@ -344,6 +355,8 @@ fn preferred_leader_timer_moves_leadership_back() {
     let back = wait_for_leader(&coordinator, Some(N1));
     assert_eq!(back.leader_epoch, LeaderEpoch(2));
     assert_eq!(back.in_sync_replicas, vec![N1, N2, N3]);
+    // The counter moves just after the write the test saw.
+    wait_until("the election is counted", || controller.elections() >= 1);
     assert_eq!(controller.elections(), 1);
 }
 

@@ -51,8 +51,12 @@ fn high_watermark_reaches_the_follower_one_fetch_after_its_log_end_offset() {
     coordinator
         .create_log(log, vec![leader_id, follower_id])
         .unwrap();
+    // No controller: the hand-driven follower never registers with the
+    // coordinator, and a controller would drop it from the ISR as dead.
+    let mut config = NodeConfig::new(leader_id, dir.path());
+    config.controller = None;
     let node = Node::start(
-        NodeConfig::new(leader_id, dir.path()),
+        config,
         Arc::new(network.transport(leader_id)),
         Arc::new(coordinator.clone()),
         Arc::new(clock),

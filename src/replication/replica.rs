@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::follower::truncation_for_divergence;
 use super::isr::IsrProposal;
@@ -27,7 +27,7 @@ use super::LogOffsets;
 use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
-use crate::record::RecordBatch;
+use crate::record::{set_base_offset, set_leader_epoch, RecordBatch};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog};
@@ -68,6 +68,37 @@ pub(crate) struct LeaderAppend {
     pub(crate) leader_epoch: LeaderEpoch,
 }
 
+/// The leader's append pipeline for plain (non-idempotent) batches: flat
+/// combining. An appender reserves its offsets and copies its batch,
+/// stamped with those offsets and the leader epoch, into `pending` under a
+/// short lock; whichever appender finds the writer seat free then writes
+/// everything pending with one `write` and publishes the result. Under load
+/// many appenders share one write and one lock hand-off instead of queueing
+/// on the log's lock one by one.
+///
+/// Invariant: `pending` is empty whenever `Replica::role` is held for
+/// writing (every writer holds it for reading, and a writer drains what
+/// was pushed before it let go of the seat), so a role change never leaves
+/// batches of the old role behind.
+#[derive(Debug)]
+struct AppendPipeline {
+    queue: Mutex<AppendQueue>,
+    /// Held by the appender currently writing `pending` to the log.
+    writer: Mutex<()>,
+    /// The log end offset written so far by the pipeline (acks=1 waits on it).
+    written: Watch,
+    /// Set when a write failed: the log is poisoned, every waiter fails.
+    failure: Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+struct AppendQueue {
+    /// The offset the next reserved batch gets.
+    /// Invariant: next_offset = log end offset + records in `pending`.
+    next_offset: Offset,
+    pending: BytesMut,
+}
+
 /// One log on one node.
 #[derive(Debug)]
 pub(crate) struct Replica {
@@ -90,6 +121,7 @@ pub(crate) struct Replica {
     /// The node's "data arrived" sequence, bumped after each leader append
     /// to release parked long-poll fetches.
     data_arrived: Arc<Watch>,
+    pipeline: AppendPipeline,
 }
 
 impl Replica {
@@ -124,6 +156,15 @@ impl Replica {
             isr_proposal: Mutex::new(None),
             generation: AtomicU64::new(0),
             data_arrived,
+            pipeline: AppendPipeline {
+                queue: Mutex::new(AppendQueue {
+                    next_offset: Offset::ZERO,
+                    pending: BytesMut::new(),
+                }),
+                writer: Mutex::new(()),
+                written: Watch::new(0),
+                failure: Mutex::new(None),
+            },
         }
     }
 
@@ -217,6 +258,15 @@ impl Replica {
             },
         )?;
         let hw = leader.high_watermark();
+        {
+            let mut queue = self.pipeline.queue.lock();
+            debug_assert!(
+                queue.pending.is_empty(),
+                "pending appends across a role change"
+            );
+            queue.next_offset = log_end;
+        }
+        self.pipeline.written.reset(log_end.0);
         *self.leader.lock() = Some(leader);
         *self.isr_proposal.lock() = None;
         role.role = Role::Leader;
@@ -257,7 +307,22 @@ impl Replica {
         tracing::info!(log = %self.log_id, node = %self.local, %epoch, ?leader, "became follower");
     }
 
+    /// Takes the replica out of service before its log is closed: appends
+    /// fail with `NotLeader`, waiters are released, follower I/O stops.
+    pub(crate) fn take_offline(&self) {
+        let _io = self.follower_io.lock();
+        let mut role = self.role.write();
+        *self.leader.lock() = None;
+        role.role = Role::Offline;
+        let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
+        self.bump_generation(&mut role, hw);
+    }
+
     fn bump_generation(&self, role: &mut RoleState, hw: Offset) {
+        debug_assert!(
+            self.pipeline.queue.lock().pending.is_empty(),
+            "pending appends across a role change"
+        );
         role.generation += 1;
         self.generation.store(role.generation, Ordering::SeqCst);
         // Release every waiter of the old role, then reopen for the new one.
@@ -298,11 +363,14 @@ impl Replica {
 
     /// Appends a batch as leader. With `check_isr`, fails with
     /// `NotEnoughReplicas` before appending when the ISR is too small
-    /// (SPEC 3.1, `acks=all`).
+    /// (SPEC 3.1, `acks=all`). With `wait_written`, returns only once the
+    /// batch is in the log (`acks=1`); otherwise once it is queued for the
+    /// log (`acks=0`, or `acks=all`, which waits for the high watermark).
     pub(crate) fn append_as_leader(
         &self,
         batch: &RecordBatch,
         check_isr: bool,
+        wait_written: bool,
     ) -> Result<LeaderAppend> {
         let role = self.role.read();
         if role.role != Role::Leader {
@@ -314,24 +382,145 @@ impl Replica {
                 min_insync_replicas: self.config.min_insync_replicas,
             });
         }
-        let info = self.log.append_as_leader(batch, role.leader_epoch)?;
         let (generation, leader_epoch) = (role.generation, role.leader_epoch);
+        if batch.header().producer_id.is_some() {
+            // Idempotent batches are checked against the producer state
+            // under the log's own lock (SPEC 4), after everything queued.
+            let info = {
+                let _writer = self.pipeline.writer.lock();
+                let mut queue = self.pipeline.queue.lock();
+                self.write_pending(&mut queue)?;
+                let info = self.log.append_as_leader(batch, leader_epoch)?;
+                queue.next_offset = self.log.log_end_offset();
+                info
+            };
+            self.after_leader_write(info.log_end_offset);
+            return Ok(LeaderAppend {
+                info,
+                generation,
+                leader_epoch,
+            });
+        }
+        self.log.check_batch_size(batch.size_bytes())?;
+        let info = {
+            let mut queue = self.pipeline.queue.lock();
+            let base_offset = queue.next_offset;
+            let at = queue.pending.len();
+            queue.pending.extend_from_slice(batch.as_bytes());
+            set_base_offset(&mut queue.pending[at..], base_offset);
+            set_leader_epoch(&mut queue.pending[at..], leader_epoch);
+            queue.next_offset = base_offset.plus(u64::from(batch.record_count()));
+            AppendInfo {
+                base_offset,
+                last_offset: base_offset.plus(u64::from(batch.header().last_offset_delta)),
+                log_end_offset: queue.next_offset,
+                leader_epoch,
+                duplicate: false,
+            }
+        };
+        self.drain_pipeline();
+        drop(role);
+        if wait_written {
+            self.wait_written(info.log_end_offset, generation)?;
+        }
+        Ok(LeaderAppend {
+            info,
+            generation,
+            leader_epoch,
+        })
+    }
+
+    /// Writes what is pending if the writer seat is free; see
+    /// [`AppendPipeline`]. Called with `role` held for reading.
+    fn drain_pipeline(&self) {
+        loop {
+            let Some(_writer) = self.pipeline.writer.try_lock() else {
+                // The writer re-checks `pending` after leaving its seat, so
+                // what we pushed is written by it (or by us, next round).
+                return;
+            };
+            {
+                let mut queue = self.pipeline.queue.lock();
+                // Failures are recorded for the waiters; the log is poisoned.
+                let _ = self.write_pending(&mut queue);
+            }
+            drop(_writer);
+            if self.pipeline.queue.lock().pending.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Writes `queue.pending` to the log with one append. Called holding the
+    /// writer seat and the queue lock.
+    fn write_pending(&self, queue: &mut AppendQueue) -> Result<()> {
+        if queue.pending.is_empty() {
+            return Ok(());
+        }
+        let bytes = queue.pending.split().freeze();
+        // The queue lock is held across the write only by the writer; the
+        // appenders it blocks meanwhile would otherwise queue on the log.
+        match self.log.append_as_follower(&bytes) {
+            Ok(info) => {
+                debug_assert_eq!(info.log_end_offset, queue.next_offset);
+                self.after_leader_write(info.log_end_offset);
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(log = %self.log_id, %error, "leader append failed");
+                *self.pipeline.failure.lock() = Some(error.to_string());
+                self.pipeline.written.close();
+                Err(error)
+            }
+        }
+    }
+
+    /// After a leader write: the high watermark (a lone leader commits at
+    /// once), the written mark, and parked fetches.
+    fn after_leader_write(&self, log_end_offset: Offset) {
         if let Some(leader) = self.leader.lock().as_mut() {
-            // Read the end under the lock: concurrent appenders then report
+            // Read the end under the lock: concurrent writers then report
             // it in increasing order (a leader's log end never moves back).
             let end = self.acknowledgeable_end().max(leader.log_end_offset());
             if let Some(hw) = leader.on_local_append(end).advanced_to() {
                 self.publish_high_watermark(hw);
             }
         }
-        drop(role);
+        self.pipeline.written.publish(log_end_offset.0);
         // Wake parked fetches only after the append is readable.
         self.data_arrived.bump();
-        Ok(LeaderAppend {
-            info,
-            generation,
-            leader_epoch,
-        })
+    }
+
+    /// Waits until the pipeline wrote up to `end` (`acks=1`).
+    fn wait_written(&self, end: Offset, generation: u64) -> Result<()> {
+        let deadline = Instant::now() + self.config.request_timeout;
+        let mut spin = self.config.spin_before_park;
+        loop {
+            let slice_end = deadline.min(Instant::now() + Duration::from_millis(5));
+            match self.pipeline.written.wait_at_least(end.0, slice_end, spin) {
+                WaitOutcome::Reached(_) => return Ok(()),
+                WaitOutcome::Closed => {
+                    let reason = self.pipeline.failure.lock().clone().unwrap_or_default();
+                    return Err(Error::Poisoned {
+                        path: self.log.dir().to_path_buf(),
+                        reason,
+                    });
+                }
+                WaitOutcome::TimedOut => {}
+            }
+            spin = Duration::ZERO;
+            // A role change happens only once everything pending was
+            // written (the pipeline's invariant): the batch is in the log.
+            if self.generation.load(Ordering::SeqCst) != generation {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    waited: self.config.request_timeout,
+                    waiting_for: "the leader to write the batch",
+                });
+            }
+        }
     }
 
     /// Waits until `offset` is committed, for an `acks=all` append made in
@@ -527,6 +716,27 @@ impl Replica {
         let now = self.clock.now();
         let mut leader = self.leader.lock();
         leader.as_mut().and_then(|leader| leader.tick(now))
+    }
+
+    /// Leader only: deletes whole segments beyond the retention limits,
+    /// never one holding an offset at or above the high watermark (SPEC
+    /// 2.6). Followers follow the leader's log start from fetch answers.
+    pub(crate) fn apply_retention(&self) {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return;
+        }
+        match self.log.delete_segments_by_retention(self.high_watermark()) {
+            Ok(0) => {}
+            Ok(deleted) => {
+                let start = self.log.log_start_offset();
+                tracing::info!(log = %self.log_id, deleted, log_start_offset = %start, "retention deleted segments");
+                if let Some(leader) = self.leader.lock().as_mut() {
+                    leader.on_log_start_offset(start);
+                }
+            }
+            Err(error) => tracing::warn!(log = %self.log_id, %error, "retention failed"),
+        }
     }
 
     /// The coordinator answered our ISR proposal with "stale".

@@ -36,6 +36,10 @@ pub struct LogConfig {
     /// The largest batch an append accepts. Default 1 MiB (Kafka's
     /// `max.message.bytes` is about that); at most the codec's 64 MiB.
     pub batch_bytes_max: usize,
+    /// An idempotent producer whose newest batch's timestamp is this far
+    /// behind the log's clock is forgotten (its retries are no longer
+    /// deduplicated). Default 1 day, Kafka's `producer.id.expiration.ms`.
+    pub producer_id_expiration: Duration,
 }
 
 impl Default for LogConfig {
@@ -49,6 +53,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_age: None,
             batch_bytes_max: 1024 * 1024,
+            producer_id_expiration: Duration::from_secs(24 * 3600),
         }
     }
 }

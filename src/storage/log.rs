@@ -22,6 +22,7 @@ use super::checkpoint::{sync_dir, LogCheckpoint};
 use super::config::LogConfig;
 use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
 use super::leader_epoch::LeaderEpochCache;
+use super::producer_state::{self, LeaderCheck, ProducerStateManager};
 use super::recovery::{self, RecoveryReport};
 use super::segment::{Found, Segment, SegmentFile};
 use crate::clock::Clock;
@@ -31,7 +32,7 @@ use crate::record::{
     RecordBatch, BATCH_HEADER_BYTES,
 };
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
-use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
+use crate::types::{EpochEndOffset, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
 
 /// Where an append landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +43,12 @@ pub struct AppendInfo {
     pub last_offset: Offset,
     /// The log end offset after the append.
     pub log_end_offset: Offset,
+    /// The leader epoch the (last) batch was written in: for a duplicate,
+    /// the epoch of the original.
+    pub leader_epoch: LeaderEpoch,
+    /// Whether the batch was an idempotent producer's duplicate (SPEC 4):
+    /// nothing was appended and the offsets are the original batch's.
+    pub duplicate: bool,
 }
 
 /// Whole batches read from a log, without copying them again.
@@ -133,6 +140,9 @@ pub(super) struct LogState {
     pub(super) unflushed_messages: u64,
     /// When the last fsync snapshot was taken.
     pub(super) last_flush_at: Instant,
+    /// Idempotent producers' last batches (SPEC 4), covering every batch
+    /// below the log end.
+    pub(super) producers: ProducerStateManager,
 }
 
 impl LogState {
@@ -181,6 +191,7 @@ impl LogState {
             && self.log_start_offset <= self.high_watermark
             && self.high_watermark <= self.log_end_offset()
             && self.epochs.check_invariants()
+            && self.producers.check_invariants()
     }
 }
 
@@ -223,8 +234,14 @@ impl Log {
             unsynced: Vec::new(),
             unflushed_messages: 0,
             last_flush_at: now,
+            producers: ProducerStateManager::empty(),
         };
         state.last_batch_epoch = epoch_of_last_batch_below(&state, log_end)?;
+        let mut report = recovered.report;
+        let rebuilt = rebuild_producer_state(&dir, &mut state, &config, clock.wall_clock_ms())?;
+        report.producer_snapshot = rebuilt.snapshot;
+        report.producer_batches_scanned = rebuilt.batches_scanned;
+        report.checkpoint_problems.extend(rebuilt.problems);
         debug_assert!(state.check_invariants());
         let log = Log {
             dir,
@@ -236,7 +253,7 @@ impl Log {
             commit: GroupCommit::new(log_end),
             checkpoint_lock: Mutex::new(()),
             counters: Counters::default(),
-            report: recovered.report,
+            report,
         };
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
@@ -273,6 +290,9 @@ impl Log {
         stamped.copy_from_slice(&bytes[..BATCH_HEADER_BYTES]);
         let (info, rolled) = {
             let mut state = self.state.write();
+            // Again under the lock: a halt (or another thread's failed
+            // write) may have poisoned the log while this call waited.
+            self.commit.check_not_poisoned(&self.dir)?;
             if let Some(latest) = state.epochs.latest_epoch() {
                 if epoch < latest {
                     return Err(Error::FencedLeaderEpoch {
@@ -280,6 +300,20 @@ impl Log {
                         current: latest,
                     });
                 }
+            }
+            // Deduplication is decided under the lock that assigns offsets,
+            // so a retry racing its original cannot be appended twice.
+            if let LeaderCheck::Duplicate(original) =
+                state.producers.check_leader_append(batch.header())?
+            {
+                tracing::debug!(dir = %self.dir.display(), producer = %batch.header().producer_id, sequence = %batch.header().base_sequence, offset = %original.first_offset, "duplicate batch: returning the original offsets");
+                return Ok(AppendInfo {
+                    base_offset: original.first_offset,
+                    last_offset: original.last_offset,
+                    log_end_offset: state.log_end_offset(),
+                    leader_epoch: original.leader_epoch,
+                    duplicate: true,
+                });
             }
             let base_offset = state.log_end_offset();
             set_base_offset(&mut stamped, base_offset);
@@ -300,6 +334,7 @@ impl Log {
                 interval,
             );
             self.poison_on_error(appended)?;
+            state.producers.record(&header);
             state.last_batch_epoch = Some(epoch);
             state.unflushed_messages += u64::from(header.record_count);
             self.count_append(1, bytes.len() as u64);
@@ -308,6 +343,8 @@ impl Log {
                 base_offset,
                 last_offset: header.last_offset(),
                 log_end_offset: header.next_offset(),
+                leader_epoch: epoch,
+                duplicate: false,
             };
             (info, rolled)
         };
@@ -330,6 +367,7 @@ impl Log {
         };
         let (info, rolled) = {
             let mut state = self.state.write();
+            self.commit.check_not_poisoned(&self.dir)?;
             let log_end = state.log_end_offset();
             if first.base_offset != log_end {
                 return Err(Error::NonContiguousAppend {
@@ -372,6 +410,9 @@ impl Log {
                     group_start = position;
                 }
                 group.push(((position - group_start) as u64, header));
+                // Recorded before the next roll, whose snapshot must cover
+                // every batch below it.
+                state.producers.record(&header);
                 epochs_changed |= state
                     .epochs
                     .assign_in_memory(header.leader_epoch, header.base_offset);
@@ -389,6 +430,8 @@ impl Log {
                 base_offset: first.base_offset,
                 last_offset: last.last_offset(),
                 log_end_offset: last.next_offset(),
+                leader_epoch: last.leader_epoch,
+                duplicate: false,
             };
             (info, rolled)
         };
@@ -460,7 +503,7 @@ impl Log {
         self.poison_on_error(written)
     }
 
-    fn check_batch_size(&self, bytes: usize) -> Result<()> {
+    pub(crate) fn check_batch_size(&self, bytes: usize) -> Result<()> {
         if bytes > self.config.batch_bytes_max {
             return Err(Error::InvalidBatch {
                 reason: format!(
@@ -532,6 +575,10 @@ impl Log {
     /// before any fsync of the new segment may count (see `sync_once`).
     fn roll_segment(&self, state: &mut LogState) -> Result<()> {
         let base = state.log_end_offset();
+        // As Kafka does at roll: a snapshot of the producer state as of the
+        // new segment's base, so a restart only rescans from there.
+        let snapshot = self.snapshot_producers(state, base);
+        self.poison_on_error(snapshot)?;
         let rolled = (|| {
             let old = state.active_mut();
             old.seal()?;
@@ -747,6 +794,7 @@ impl Log {
     pub fn truncate_to(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
+        self.commit.check_not_poisoned(&self.dir)?;
         if offset >= state.log_end_offset() {
             return Ok(());
         }
@@ -773,6 +821,11 @@ impl Log {
         self.store_checkpoint_below(&state, new_end, log_start)?;
         self.commit.truncated_to(new_end);
         let cut = (|| {
+            // Snapshots of the suffix go before the suffix itself: a crash
+            // in between rebuilds from an older snapshot and the batches.
+            if producer_state::delete_snapshots(&self.dir, |o| o > new_end)? {
+                sync_dir(&self.dir)?;
+            }
             let last_epoch = epoch_of_last_batch_below(&state, new_end)?;
             if let Some(segment) = state.segments.get_mut(&base) {
                 segment.truncate_to_position(position, new_end, last_epoch)?;
@@ -792,6 +845,10 @@ impl Log {
             state.active_mut().unseal(self.config.index_bytes_max)?;
             state.epochs.truncate_from_end(new_end)?;
             state.last_batch_epoch = last_epoch;
+            // SPEC 2.7: the producer state built from the removed batches
+            // goes with them (Kafka's `truncateAndReload`).
+            let now_ms = self.clock.wall_clock_ms();
+            rebuild_producer_state(&self.dir, &mut state, &self.config, now_ms)?;
             Ok(())
         })();
         self.poison_on_error(cut)?;
@@ -807,11 +864,14 @@ impl Log {
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
+        self.commit.check_not_poisoned(&self.dir)?;
         let first = state.log_start_offset;
         // A crash from here on rescans whatever is left from its start.
         self.store_checkpoint_below(&state, first, first)?;
         self.commit.truncated_to(first);
         let restarted = (|| {
+            producer_state::delete_snapshots(&self.dir, |_| true)?;
+            state.producers = ProducerStateManager::empty();
             let bases: Vec<Offset> = state.segments.keys().copied().collect();
             for base in bases.into_iter().rev() {
                 if let Some(segment) = state.segments.remove(&base) {
@@ -876,7 +936,27 @@ impl Log {
     pub fn assign_epoch(&self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
+        self.commit.check_not_poisoned(&self.dir)?;
         state.epochs.assign(epoch, start_offset)
+    }
+
+    /// Test harness only: simulates this process crashing. Poisons the log
+    /// (every later call fails), waits for writes in flight, refuses every
+    /// later write, cut or fsync of its segment files, and returns each data
+    /// file with the length its last successful fsync covered: what a power
+    /// loss would leave of it (0 for a file never synced since this process
+    /// created it). Other files are written atomically and durably already.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn halt_for_crash(&self) -> Vec<(PathBuf, u64)> {
+        self.commit
+            .poison("the process was halted (simulated crash)".to_string());
+        let state = self.state.write();
+        state
+            .segments
+            .values()
+            .map(|segment| (segment.log_path().to_path_buf(), segment.file().halt()))
+            .collect()
     }
 
     /// The epoch cache: `(epoch, start offset)` pairs, oldest first.
@@ -925,6 +1005,41 @@ impl Log {
         self.state.read().high_watermark
     }
 
+    /// The producer epoch and last sequence this log holds for an
+    /// idempotent producer, `None` when it knows none (SPEC 4).
+    pub fn producer_last_sequence(
+        &self,
+        producer: ProducerId,
+    ) -> Option<(ProducerEpoch, Sequence)> {
+        self.state.read().producers.last_sequence(producer)
+    }
+
+    /// Number of idempotent producers whose state this log keeps.
+    pub fn producer_count(&self) -> usize {
+        self.state.read().producers.len()
+    }
+
+    /// Forgets producers idle for `LogConfig::producer_id_expiration` by the
+    /// log's clock (also done at every segment roll and clean close).
+    /// Returns how many were forgotten.
+    pub fn remove_expired_producers(&self) -> usize {
+        let now_ms = self.clock.wall_clock_ms();
+        self.state
+            .write()
+            .producers
+            .remove_expired(now_ms, self.config.producer_id_expiration)
+    }
+
+    /// Expires idle producers, then writes the producer snapshot as of
+    /// `offset` (the log end).
+    fn snapshot_producers(&self, state: &mut LogState, offset: Offset) -> Result<()> {
+        let now_ms = self.clock.wall_clock_ms();
+        state
+            .producers
+            .remove_expired(now_ms, self.config.producer_id_expiration);
+        state.producers.write_snapshot(&self.dir, offset)
+    }
+
     /// Counters for monitoring.
     pub fn stats(&self) -> LogStats {
         let c = &self.counters;
@@ -955,11 +1070,89 @@ impl Log {
         self.flush()?;
         {
             let mut state = self.state.write();
+            let log_end = state.log_end_offset();
+            let snapshot = self.snapshot_producers(&mut state, log_end);
+            self.poison_on_error(snapshot)?;
             let sealed = state.active_mut().seal();
             self.poison_on_error(sealed)?;
         }
         self.store_checkpoint(true)
     }
+}
+
+/// What rebuilding the producer state used and found.
+#[derive(Debug, Default)]
+pub(super) struct ProducerRebuild {
+    /// The snapshot loaded, if any.
+    pub(super) snapshot: Option<Offset>,
+    /// Batch headers read after it.
+    pub(super) batches_scanned: u64,
+    /// Snapshots that could not be used, with the reason.
+    pub(super) problems: Vec<String>,
+}
+
+/// Rebuilds `state.producers` for the log as it is now: the newest readable
+/// snapshot at or below the log end, then every batch after it (Kafka's
+/// `rebuildProducerState`). Snapshots above the log end describe batches the
+/// log no longer holds and are deleted; so is a damaged snapshot, which is
+/// reported, never a reason to refuse to open: the batches rebuild it.
+pub(super) fn rebuild_producer_state(
+    dir: &Path,
+    state: &mut LogState,
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<ProducerRebuild> {
+    let log_end = state.log_end_offset();
+    let mut rebuild = ProducerRebuild::default();
+    let mut deleted = producer_state::delete_snapshots(dir, |o| o > log_end)?;
+    let mut producers = ProducerStateManager::empty();
+    for offset in producer_state::list_snapshots(dir)?.into_iter().rev() {
+        match ProducerStateManager::read_snapshot(dir, offset) {
+            Ok(loaded) => {
+                producers = loaded;
+                rebuild.snapshot = Some(offset);
+                break;
+            }
+            Err(e @ Error::InvalidCheckpoint { .. }) => {
+                tracing::warn!(error = %e, "unusable producer state snapshot: rebuilding from the batches");
+                rebuild.problems.push(e.to_string());
+                deleted |= producer_state::delete_snapshots(dir, |o| o == offset)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if deleted {
+        sync_dir(dir)?;
+    }
+    let from = rebuild
+        .snapshot
+        .unwrap_or(state.log_start_offset)
+        .max(state.log_start_offset);
+    for segment in state.segments.values() {
+        if segment.next_offset() <= from {
+            continue;
+        }
+        let position = if segment.base_offset() >= from {
+            0
+        } else {
+            match Segment::find_batch(
+                segment.file(),
+                segment.index_floor(from),
+                segment.size_bytes(),
+                from,
+            )? {
+                Found::Batch { position, .. } => position,
+                Found::End { .. } => continue,
+            }
+        };
+        segment.for_each_header(position, |header| {
+            producers.record(header);
+            rebuild.batches_scanned += 1;
+        })?;
+    }
+    producers.remove_expired(now_ms, config.producer_id_expiration);
+    state.producers = producers;
+    Ok(rebuild)
 }
 
 /// The epoch of the batch holding offset `end - 1`, if the log has one.

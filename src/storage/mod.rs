@@ -8,6 +8,7 @@ mod flush;
 mod leader_epoch;
 mod log;
 mod offset_index;
+mod producer_state;
 mod recovery;
 mod retention;
 mod segment;

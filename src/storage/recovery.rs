@@ -64,6 +64,10 @@ pub struct RecoveryReport {
     pub checkpoint_problems: Vec<String>,
     /// Whether the leader epoch cache was rebuilt from the batches.
     pub epoch_cache_rebuilt: bool,
+    /// The producer state snapshot loaded (its offset), if any (SPEC 4).
+    pub producer_snapshot: Option<Offset>,
+    /// Batch headers read after that snapshot to rebuild the producer state.
+    pub producer_batches_scanned: u64,
 }
 
 impl RecoveryReport {

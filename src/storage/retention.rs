@@ -93,7 +93,12 @@ impl Log {
                     segment.delete()?;
                 }
             }
-            state.epochs.truncate_from_start(offset)
+            state.epochs.truncate_from_start(offset)?;
+            // Kafka deletes a segment's producer snapshot with the segment;
+            // the in-memory state keeps the producers.
+            let first = state.segments.keys().next().copied().unwrap_or(offset);
+            super::producer_state::delete_snapshots(&self.dir, |o| o < first)?;
+            Ok(())
         })();
         self.poison_on_error(deleted)?;
         debug_assert!(state.check_invariants());

@@ -29,6 +29,55 @@ use crate::sync::{Arc, Mutex};
 use crate::transport::MemoryNetwork;
 use crate::types::{LogId, NodeId};
 
+/// What a crash loses of a node's data (see [`Cluster::crash_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lose {
+    /// A process crash: the operating system keeps every byte written.
+    Nothing,
+    /// A power loss: bytes not covered by an fsync are gone, except a
+    /// random prefix of them (chosen by `seed`) on some files: a torn write.
+    UnflushedBytes {
+        /// Chooses what survives of each file.
+        seed: u64,
+    },
+}
+
+/// When the coordinator learns that a crashed node is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// At once, as if the coordinator saw the connection drop.
+    Immediately,
+    /// When its session times out (heartbeats stop): how a real crash is
+    /// noticed, and what failover benchmarks must measure.
+    OnExpiry,
+}
+
+/// Cuts the data file at `path` to `durable_bytes`, or, with probability
+/// one half, to a random length between that and its current length.
+fn cut_to_durable(
+    path: &Path,
+    durable_bytes: u64,
+    rng: &mut crate::transport::SplitMix64,
+) -> std::io::Result<()> {
+    let file = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let length_bytes = file.metadata()?.len();
+    if length_bytes <= durable_bytes {
+        return Ok(());
+    }
+    let unsynced = length_bytes - durable_bytes;
+    let kept = if rng.next_u64() % 2 == 0 {
+        0
+    } else {
+        rng.next_u64() % (unsynced + 1)
+    };
+    tracing::debug!(path = %path.display(), durable_bytes, length_bytes, kept, "power loss");
+    file.set_len(durable_bytes + kept)
+}
+
 /// Builds a [`Cluster`].
 #[derive(Debug, Clone)]
 pub struct ClusterBuilder {
@@ -39,6 +88,7 @@ pub struct ClusterBuilder {
     session_timeout: Duration,
     manual_clock: Option<ManualClock>,
     controller: Option<ControllerConfig>,
+    retention_check_interval: Duration,
 }
 
 impl ClusterBuilder {
@@ -46,6 +96,12 @@ impl ClusterBuilder {
     /// change only when a test writes the coordinator itself).
     pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
         self.controller = controller;
+        self
+    }
+
+    /// How often leaders apply retention.
+    pub fn retention_check_interval(mut self, interval: Duration) -> Self {
+        self.retention_check_interval = interval;
         self
     }
 
@@ -146,6 +202,7 @@ impl Cluster {
             session_timeout: Duration::from_secs(10),
             manual_clock: None,
             controller: Some(ControllerConfig::default()),
+            retention_check_interval: Duration::from_secs(300),
         }
     }
 
@@ -176,6 +233,7 @@ impl Cluster {
         config.log = self.builder.log.clone();
         config.session_timeout = self.builder.session_timeout;
         config.controller = self.builder.controller.clone();
+        config.retention_check_interval = self.builder.retention_check_interval;
         let transport = Arc::new(self.network.transport(id));
         let node = Node::start(
             config,
@@ -191,11 +249,51 @@ impl Cluster {
 
     /// Crashes node `id`: its threads stop, nothing is flushed or closed,
     /// the network stops reaching it and its coordinator session ends.
+    /// The operating system keeps every byte written (a process crash).
     pub fn crash(&self, id: NodeId) {
+        self.crash_with(id, Lose::Nothing, SessionEnd::Immediately);
+    }
+
+    /// Crashes node `id` with a power loss (SPEC G1b): as [`crash`](Self::crash),
+    /// and then every segment file of every log of the node is cut back to
+    /// what its last fsync covered, keeping, chosen by `seed`, either none
+    /// or a random prefix of the unsynced bytes (a torn write). Checkpoint
+    /// files are written with fsync and rename and stay as they are.
+    pub fn crash_losing_unflushed(&self, id: NodeId, seed: u64) {
+        self.crash_with(id, Lose::UnflushedBytes { seed }, SessionEnd::Immediately);
+    }
+
+    /// Crashes node `id`, losing what `lose` says; `session` says whether
+    /// the coordinator learns of it at once or only when the session expires.
+    /// Every handle of the crashed node fails from now on (its logs are
+    /// poisoned), as a dead process answers nobody.
+    pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
         self.network.node_down(id);
-        self.coordinator.fail_node(id);
-        if let Some(node) = self.nodes.lock().remove(&id) {
-            node.halt();
+        if session == SessionEnd::Immediately {
+            self.coordinator.fail_node(id);
+        }
+        let node = self.nodes.lock().remove(&id);
+        let Some(node) = node else { return };
+        // Threads first, then the lengths: they only grow while it runs.
+        let durable = node.halt_for_crash();
+        if let Lose::UnflushedBytes { seed } = lose {
+            let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
+            for (path, durable_bytes) in durable {
+                if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
+                    tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
+                }
+            }
+        }
+    }
+
+    /// Stops node `id` cleanly: its logs are flushed and closed (a clean
+    /// shutdown for the next open) and it leaves the coordinator.
+    pub fn stop_node(&self, id: NodeId) -> Result<()> {
+        self.network.node_down(id);
+        let node = self.nodes.lock().remove(&id);
+        match node {
+            Some(node) => node.shutdown(),
+            None => Ok(()),
         }
     }
 

@@ -21,6 +21,9 @@ mod memory;
 mod rng;
 mod tcp;
 
+#[allow(unused_imports)]
+pub(crate) use rng::SplitMix64;
+
 use std::fmt;
 use std::time::{Duration, Instant};
 

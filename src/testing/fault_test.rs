@@ -1,0 +1,669 @@
+//! The randomised, seeded fault test (SPEC §5, G1–G4): a driver that runs a
+//! [`Cluster`] through crashes (with or without power loss), partitions
+//! (network and coordinator), slow links and forced leader changes while
+//! producers append with `acks=all`, then heals everything, waits for the
+//! cluster to converge, and a checker that proves the guarantees on what is
+//! left.
+//!
+//! This module owns the schedule of faults (chosen by the seed), the record
+//! of what each producer was told, and the checks. It owns no replication
+//! logic and does not tolerate any: every violation is returned as an error
+//! naming the seed, so a failing run is replayed with
+//! `ISRLOG_FAULT_SEED=<seed>`.
+//!
+//! What a producer was told decides what is checked: an append that returned
+//! `Ok` is *acknowledged* and must be on every replica at its offset (G1);
+//! any error (timeout, not leader, not enough replicas) is *unknown*: the
+//! record may or may not be there, but never at two offsets (G4). Every
+//! value is written by exactly one append call, so a value found twice is a
+//! duplicate write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use crate::config::ReplicationConfig;
+use crate::coordinator::{CasOutcome, ControllerConfig, Coordinator, LogUpdate};
+use crate::error::Result;
+use crate::record::RecordBatch;
+use crate::replicated_log::{Acks, Isolation, ReplicatedLog};
+use crate::storage::{FlushPolicy, LogConfig};
+use crate::sync::{AtomicBool, Mutex, Ordering};
+use crate::testing::cluster::{Cluster, Lose, SessionEnd};
+use crate::transport::SplitMix64;
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+
+/// Which crashes a run injects, and so which guarantee it proves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashMode {
+    /// G1a: process crashes only (the OS keeps written bytes); the flush
+    /// policy is chosen by the seed.
+    Process,
+    /// G1b: process crashes and power-loss crashes, under
+    /// `FlushPolicy::Always`.
+    PowerLossFlushAlways,
+    /// Power loss under `FlushPolicy::Never`: acknowledged data may be lost
+    /// (SPEC G1 says so; Kafka's KIP-966 case), so only G2–G4 are checked.
+    PowerLossFlushNever,
+}
+
+/// The shape of one run.
+#[derive(Clone, Debug)]
+pub struct FaultTestConfig {
+    /// Chooses the cluster size, the faults and their timing.
+    pub seed: u64,
+    /// Which crashes to inject.
+    pub crash_mode: CrashMode,
+    /// How long faults are injected.
+    pub fault_phase: Duration,
+    /// How long the healed cluster may take to converge.
+    pub converge_timeout: Duration,
+    /// Number of logs (each with replication factor 3 and min ISR 2).
+    pub logs: u32,
+}
+
+impl FaultTestConfig {
+    /// The default shape for `seed`: about a second of faults.
+    pub fn new(seed: u64, crash_mode: CrashMode) -> FaultTestConfig {
+        FaultTestConfig {
+            seed,
+            crash_mode,
+            fault_phase: Duration::from_millis(1200),
+            converge_timeout: Duration::from_secs(20),
+            logs: 3,
+        }
+    }
+}
+
+/// What a run did, for the test's log line.
+#[derive(Clone, Debug, Default)]
+pub struct FaultTestReport {
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Appends that returned `Ok`.
+    pub acknowledged: usize,
+    /// Appends that failed (outcome unknown).
+    pub unknown: usize,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, usize>,
+    /// High watermark samples taken on leaders.
+    pub high_watermark_samples: usize,
+}
+
+/// An append a producer was told succeeded.
+#[derive(Clone, Debug)]
+struct Acknowledged {
+    log: LogId,
+    offset: Offset,
+    value: Vec<u8>,
+}
+
+/// Shared between the driver, the producers and the sampler.
+struct RunState {
+    stop: AtomicBool,
+    acknowledged: Mutex<Vec<Acknowledged>>,
+    unknown: Mutex<usize>,
+    /// Crash and restart happen under this lock, with the incarnation of
+    /// each node, so a high watermark sample names the process it came from.
+    incarnations: Mutex<HashMap<NodeId, u64>>,
+    /// Highest high watermark seen per (log, node, incarnation, epoch).
+    high_watermarks: Mutex<HashMap<(LogId, NodeId, u64, LeaderEpoch), Offset>>,
+    violations: Mutex<Vec<String>>,
+    samples: Mutex<usize>,
+}
+
+/// Runs one seeded fault test and checks G1–G4; `Err` describes the first
+/// violations found and names the seed.
+pub fn run(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, String> {
+    let seed = config.seed;
+    run_inner(config).map_err(|reason| {
+        format!(
+            "fault test failed for seed {seed} ({:?}); replay with ISRLOG_FAULT_SEED={seed}: {reason}",
+            config.crash_mode
+        )
+    })
+}
+
+fn build_cluster(config: &FaultTestConfig, rng: &mut SplitMix64) -> Result<(Cluster, usize)> {
+    let nodes = 3 + (rng.next_u64() % 3) as usize;
+    let flush_policy = match config.crash_mode {
+        CrashMode::PowerLossFlushAlways => FlushPolicy::Always,
+        CrashMode::PowerLossFlushNever => FlushPolicy::Never,
+        CrashMode::Process => match rng.next_u64() % 3 {
+            0 => FlushPolicy::Always,
+            1 => FlushPolicy::Never,
+            _ => FlushPolicy::Every {
+                messages: 4,
+                interval: Duration::from_millis(20),
+            },
+        },
+    };
+    let cluster = Cluster::builder()
+        .nodes(nodes)
+        .seed(rng.next_u64())
+        .session_timeout(Duration::from_millis(300))
+        .replication(ReplicationConfig {
+            min_insync_replicas: 2,
+            replica_lag_time_max: Duration::from_millis(300),
+            fetch_wait_max: Duration::from_millis(50),
+            request_timeout: Duration::from_millis(800),
+            fetch_backoff: Duration::from_millis(10),
+            ..ReplicationConfig::default()
+        })
+        .log_config(LogConfig {
+            // Small segments: rolls, and power loss across segment files.
+            segment_bytes_max: 4096,
+            index_interval_bytes: 256,
+            flush_policy,
+            ..LogConfig::default()
+        })
+        .controller(Some(ControllerConfig {
+            poll_interval: Duration::from_millis(100),
+            ..ControllerConfig::default()
+        }))
+        .build()?;
+    Ok((cluster, nodes))
+}
+
+fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, String> {
+    let mut rng = SplitMix64::new(config.seed);
+    let (cluster, nodes) = build_cluster(config, &mut rng).map_err(|e| e.to_string())?;
+    let logs: Vec<LogId> = (0..config.logs).map(LogId).collect();
+    for &log in &logs {
+        cluster.create_log(log, 3).map_err(|e| e.to_string())?;
+    }
+    let state = RunState {
+        stop: AtomicBool::new(false),
+        acknowledged: Mutex::new(Vec::new()),
+        unknown: Mutex::new(0),
+        incarnations: Mutex::new(cluster.node_ids().into_iter().map(|n| (n, 0)).collect()),
+        high_watermarks: Mutex::new(HashMap::new()),
+        violations: Mutex::new(Vec::new()),
+        samples: Mutex::new(0),
+    };
+    let mut report = FaultTestReport {
+        nodes,
+        ..FaultTestReport::default()
+    };
+
+    std::thread::scope(|scope| {
+        for &log in &logs {
+            let (cluster, state) = (&cluster, &state);
+            let seed = config.seed;
+            scope.spawn(move || produce(cluster, state, log, seed));
+        }
+        {
+            let (cluster, state, logs) = (&cluster, &state, &logs);
+            scope.spawn(move || sample_high_watermarks(cluster, state, logs));
+        }
+        inject_faults(&cluster, &state, config, &mut rng, &logs, &mut report);
+        heal(&cluster, &state);
+        // Producers keep going a little on the healed cluster, then stop.
+        std::thread::sleep(Duration::from_millis(200));
+        state.stop.store(true, Ordering::SeqCst);
+    });
+
+    report.acknowledged = state.acknowledged.lock().len();
+    report.unknown = *state.unknown.lock();
+    report.high_watermark_samples = *state.samples.lock();
+    let converged = converge(&cluster, &logs, config.converge_timeout);
+    let mut violations = std::mem::take(&mut *state.violations.lock());
+    match converged {
+        Ok(()) => violations.extend(check(
+            &cluster,
+            &logs,
+            &state.acknowledged.lock(),
+            config.crash_mode != CrashMode::PowerLossFlushNever,
+        )),
+        Err(reason) => violations.push(reason),
+    }
+    if violations.is_empty() {
+        Ok(report)
+    } else {
+        violations.truncate(20);
+        Err(format!("{report:?}\n  {}", violations.join("\n  ")))
+    }
+}
+
+/// One producer per log: appends unique values with `acks=all` to whoever
+/// leads, until told to stop.
+fn produce(cluster: &Cluster, state: &RunState, log: LogId, seed: u64) {
+    let mut attempt = 0u64;
+    while !state.stop.load(Ordering::SeqCst) {
+        let Some(handle) = cluster
+            .leader_of(log)
+            .and_then(|leader| cluster.log(leader, log).ok())
+            .filter(ReplicatedLog::is_leader)
+        else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        let value = format!("seed{seed}/log{}/{attempt}", log.0).into_bytes();
+        attempt += 1;
+        match handle.append_values(&[&value], Acks::All) {
+            Ok(outcome) => state.acknowledged.lock().push(Acknowledged {
+                log,
+                offset: outcome.base_offset,
+                value,
+            }),
+            Err(_) => {
+                *state.unknown.lock() += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+/// G3: samples the high watermark of every leader replica and records any
+/// that moved back within one process's term as leader.
+fn sample_high_watermarks(cluster: &Cluster, state: &RunState, logs: &[LogId]) {
+    while !state.stop.load(Ordering::SeqCst) {
+        {
+            let incarnations = state.incarnations.lock();
+            for (&node, &incarnation) in incarnations.iter() {
+                for &log in logs {
+                    let Ok(handle) = cluster.log(node, log) else {
+                        continue;
+                    };
+                    if !handle.is_leader() {
+                        continue;
+                    }
+                    let epoch = handle.leader_epoch();
+                    let hw = handle.high_watermark();
+                    // Still leader of the same epoch after the read: the
+                    // sample belongs to that term.
+                    if !handle.is_leader() || handle.leader_epoch() != epoch {
+                        continue;
+                    }
+                    *state.samples.lock() += 1;
+                    let mut seen = state.high_watermarks.lock();
+                    let highest = seen.entry((log, node, incarnation, epoch)).or_insert(hw);
+                    if hw < *highest {
+                        state.violations.lock().push(format!(
+                            "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {} to {hw}",
+                            *highest
+                        ));
+                    }
+                    *highest = (*highest).max(hw);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn pick<T: Copy>(rng: &mut SplitMix64, items: &[T]) -> Option<T> {
+    if items.is_empty() {
+        None
+    } else {
+        Some(items[(rng.next_u64() % items.len() as u64) as usize])
+    }
+}
+
+fn inject_faults(
+    cluster: &Cluster,
+    state: &RunState,
+    config: &FaultTestConfig,
+    rng: &mut SplitMix64,
+    logs: &[LogId],
+    report: &mut FaultTestReport,
+) {
+    let started = Instant::now();
+    let all = cluster.node_ids();
+    let mut cut_off_from_coordinator: Vec<NodeId> = Vec::new();
+    while started.elapsed() < config.fault_phase {
+        std::thread::sleep(Duration::from_millis(20 + rng.next_u64() % 100));
+        let running: Vec<NodeId> = all
+            .iter()
+            .copied()
+            .filter(|&n| cluster.is_running(n))
+            .collect();
+        let crashed: Vec<NodeId> = all
+            .iter()
+            .copied()
+            .filter(|&n| !cluster.is_running(n))
+            .collect();
+        let kind = match rng.next_u64() % 10 {
+            0..=2 => "crash",
+            3..=4 => "restart",
+            5 => "partition",
+            6 => "isolate from coordinator",
+            7 => "heal network",
+            8 => "latency",
+            _ => "leader change",
+        };
+        let done = match kind {
+            // Keep a majority of the nodes up so progress is possible at all.
+            "crash" if running.len() > all.len().div_ceil(2) => {
+                let Some(node) = pick(rng, &running) else {
+                    continue;
+                };
+                let power_loss = match config.crash_mode {
+                    CrashMode::Process => false,
+                    _ => rng.next_u64() % 2 == 0,
+                };
+                let lose = if power_loss {
+                    Lose::UnflushedBytes {
+                        seed: rng.next_u64(),
+                    }
+                } else {
+                    Lose::Nothing
+                };
+                let session = if rng.next_u64() % 2 == 0 {
+                    SessionEnd::Immediately
+                } else {
+                    SessionEnd::OnExpiry
+                };
+                let _incarnations = state.incarnations.lock();
+                cluster.crash_with(node, lose, session);
+                true
+            }
+            // A process cut off from the coordinator cannot start (it must
+            // register first): restart only the others.
+            "restart" => match pick(
+                rng,
+                &crashed
+                    .iter()
+                    .copied()
+                    .filter(|n| !cut_off_from_coordinator.contains(n))
+                    .collect::<Vec<_>>(),
+            ) {
+                Some(node) => restart(cluster, state, node),
+                None => false,
+            },
+            "partition" => match pick(rng, &running) {
+                Some(node) => {
+                    let others: Vec<NodeId> = all.iter().copied().filter(|&n| n != node).collect();
+                    cluster.network.partition(&[node], &others);
+                    true
+                }
+                None => false,
+            },
+            "isolate from coordinator" => match pick(rng, &running) {
+                Some(node) => {
+                    cluster.coordinator.set_node_unavailable(node, true);
+                    cut_off_from_coordinator.push(node);
+                    true
+                }
+                None => false,
+            },
+            "heal network" => {
+                cluster.network.heal();
+                for node in cut_off_from_coordinator.drain(..) {
+                    cluster.coordinator.set_node_unavailable(node, false);
+                }
+                cluster.network.set_latency(Duration::ZERO);
+                true
+            }
+            "latency" => {
+                cluster
+                    .network
+                    .set_latency(Duration::from_millis(rng.next_u64() % 15));
+                true
+            }
+            "leader change" => match pick(rng, logs) {
+                Some(log) => move_leader(cluster, log, rng),
+                None => false,
+            },
+            _ => false,
+        };
+        if done {
+            *report.faults.entry(kind).or_insert(0) += 1;
+        }
+    }
+    for node in cut_off_from_coordinator {
+        cluster.coordinator.set_node_unavailable(node, false);
+    }
+}
+
+fn restart(cluster: &Cluster, state: &RunState, node: NodeId) -> bool {
+    let mut incarnations = state.incarnations.lock();
+    match cluster.restart(node) {
+        Ok(()) => {
+            *incarnations.entry(node).or_insert(0) += 1;
+            true
+        }
+        Err(error) => {
+            state
+                .violations
+                .lock()
+                .push(format!("restarting {node} failed: {error}"));
+            false
+        }
+    }
+}
+
+/// Moves leadership of `log` to another live in-sync replica, with
+/// compare-and-set, as a preferred-leader election would.
+fn move_leader(cluster: &Cluster, log: LogId, rng: &mut SplitMix64) -> bool {
+    let Ok(Some(current)) = cluster.coordinator.log_state(log) else {
+        return false;
+    };
+    let candidates: Vec<NodeId> = current
+        .in_sync_replicas
+        .iter()
+        .copied()
+        .filter(|&n| Some(n) != current.leader && cluster.is_running(n))
+        .collect();
+    let Some(next) = pick(rng, &candidates) else {
+        return false;
+    };
+    let update = LogUpdate {
+        leader: Some(next),
+        leader_epoch: current.leader_epoch.next(),
+        in_sync_replicas: current.in_sync_replicas.clone(),
+    };
+    matches!(
+        cluster
+            .coordinator
+            .compare_and_set(log, current.leader_epoch, current.version, update),
+        Ok(CasOutcome::Applied(_))
+    )
+}
+
+fn heal(cluster: &Cluster, state: &RunState) {
+    cluster.network.heal();
+    cluster.network.set_latency(Duration::ZERO);
+    for node in cluster.node_ids() {
+        cluster.coordinator.set_node_unavailable(node, false);
+    }
+    for node in cluster.node_ids() {
+        if !cluster.is_running(node) {
+            restart(cluster, state, node);
+        }
+    }
+}
+
+/// Waits until every log has a leader and every replica holds exactly the
+/// leader's log, committed (HW = LEO everywhere). Appends one marker record
+/// per log first, so a leader elected late commits its tail.
+fn converge(
+    cluster: &Cluster,
+    logs: &[LogId],
+    timeout: Duration,
+) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    for &log in logs {
+        loop {
+            let appended = cluster
+                .leader_of(log)
+                .and_then(|leader| cluster.log(leader, log).ok())
+                .map(|handle| handle.append_values(&[b"converge"], Acks::All));
+            if matches!(appended, Some(Ok(_))) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no acks=all append succeeded on {log} after healing: {:?}; {}",
+                    appended.map(|r| r.map(|_| ())),
+                    describe(cluster, log)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for &log in logs {
+        let converged =
+            cluster.wait_until(deadline.saturating_duration_since(Instant::now()), |c| {
+                let Some(leader) = c.leader_of(log) else {
+                    return false;
+                };
+                let Ok(leader) = c.log(leader, log) else {
+                    return false;
+                };
+                let end = leader.log_end_offset();
+                leader.replicas().iter().all(|&node| {
+                    c.log(node, log).is_ok_and(|replica| {
+                        replica.log_end_offset() == end && replica.high_watermark() == end
+                    })
+                })
+            });
+        if !converged {
+            return Err(format!(
+                "{log} did not converge after healing: {}",
+                describe(cluster, log)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn describe(cluster: &Cluster, log: LogId) -> String {
+    let mut out = format!(
+        "coordinator: {:?}; replicas:",
+        cluster.coordinator.log_state(log)
+    );
+    for node in cluster.node_ids() {
+        if let Ok(handle) = cluster.log(node, log) {
+            let _ = write!(
+                out,
+                " [{node}: {:?} epoch {} leo {} hw {} isr {:?}]",
+                handle.role(),
+                handle.leader_epoch(),
+                handle.log_end_offset(),
+                handle.high_watermark(),
+                handle.in_sync_replicas()
+            );
+        }
+    }
+    out
+}
+
+/// Every committed batch of `handle`, from its log start.
+fn committed_batches(handle: &ReplicatedLog) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    let mut next = handle.log_start_offset();
+    loop {
+        let read = handle.read(next, 1 << 20, Isolation::Committed)?;
+        let Some(last) = read.last() else {
+            return Ok(batches);
+        };
+        next = last.next_offset();
+        batches.extend(read);
+    }
+}
+
+/// The checks on a converged cluster.
+fn check(
+    cluster: &Cluster,
+    logs: &[LogId],
+    acknowledged: &[Acknowledged],
+    check_no_loss: bool,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    for &log in logs {
+        let replicas: Vec<ReplicatedLog> = cluster
+            .node_ids()
+            .into_iter()
+            .filter_map(|node| cluster.log(node, log).ok())
+            .collect();
+        let mut contents: Vec<(NodeId, BTreeMap<Offset, Vec<u8>>)> = Vec::new();
+        let mut reference: Option<(NodeId, Vec<RecordBatch>)> = None;
+        for replica in &replicas {
+            let node = replica.node_id();
+            let batches = match committed_batches(replica) {
+                Ok(batches) => batches,
+                Err(error) => {
+                    violations.push(format!("{log} on {node}: read failed: {error}"));
+                    continue;
+                }
+            };
+            // G4: offsets dense and increasing, each value once.
+            let mut records = BTreeMap::new();
+            let mut expected = replica.log_start_offset();
+            let mut where_is: HashMap<Vec<u8>, Offset> = HashMap::new();
+            for batch in &batches {
+                for record in batch.records() {
+                    let record = match record {
+                        Ok(record) => record,
+                        Err(error) => {
+                            violations.push(format!("{log} on {node}: bad record: {error}"));
+                            continue;
+                        }
+                    };
+                    if record.offset != expected {
+                        violations.push(format!(
+                            "G4: {log} on {node}: record at offset {} where {expected} was expected",
+                            record.offset
+                        ));
+                    }
+                    expected = record.offset.next();
+                    let value = record.value.to_vec();
+                    if value != b"converge" {
+                        if let Some(first) = where_is.insert(value.clone(), record.offset) {
+                            violations.push(format!(
+                                "G4: {log} on {node}: value {:?} at offsets {first} and {}",
+                                String::from_utf8_lossy(&value),
+                                record.offset
+                            ));
+                        }
+                    }
+                    records.insert(record.offset, value);
+                }
+            }
+            // G2: every replica holds the same batches (same bytes, same
+            // epochs) below the common high watermark, which after
+            // convergence is the whole log.
+            match &reference {
+                None => reference = Some((node, batches)),
+                Some((first, theirs)) => {
+                    if let Some(at) = first_difference(theirs, &batches) {
+                        violations.push(format!(
+                            "G2: {log}: replicas {first} and {node} differ at batch {at} (offset {:?} vs {:?}, epoch {:?} vs {:?})",
+                            theirs.get(at).map(RecordBatch::base_offset),
+                            batches.get(at).map(RecordBatch::base_offset),
+                            theirs.get(at).map(RecordBatch::leader_epoch),
+                            batches.get(at).map(RecordBatch::leader_epoch),
+                        ));
+                    }
+                }
+            }
+            contents.push((node, records));
+        }
+        // G1: every acknowledged record is at its offset on every replica.
+        if check_no_loss {
+            for ack in acknowledged.iter().filter(|a| a.log == log) {
+                for (node, records) in &contents {
+                    if records.get(&ack.offset) != Some(&ack.value) {
+                        violations.push(format!(
+                            "G1: {log} on {node}: acknowledged {:?} at offset {} but found {:?}",
+                            String::from_utf8_lossy(&ack.value),
+                            ack.offset,
+                            records
+                                .get(&ack.offset)
+                                .map(|v| String::from_utf8_lossy(v).into_owned())
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    violations
+}
+
+fn first_difference(a: &[RecordBatch], b: &[RecordBatch]) -> Option<usize> {
+    let common = a.len().min(b.len());
+    (0..common)
+        .find(|&i| a[i].as_bytes() != b[i].as_bytes())
+        .or((a.len() != b.len()).then_some(common))
+}

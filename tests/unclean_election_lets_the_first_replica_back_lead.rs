@@ -1,0 +1,70 @@
+//! Seed 003 / SPEC 3.5 with `unclean_leader_election` on: when every ISR
+//! member is down, the first live replica leads with ISR = {itself}. This
+//! test documents what that costs: r2 was committed (acknowledged with
+//! `acks=all`) on a and b only; c, elected uncleanly, never had it, and when
+//! a returns it truncates r2 to follow c. r2 is lost on every replica.
+
+mod failover_support;
+
+use std::time::Duration;
+
+use failover_support::*;
+use isrlog::{Acks, LogId, NodeId, Offset};
+
+#[test]
+fn unclean_election_lets_the_first_replica_back_lead() {
+    let cluster = controlled_cluster(3, true);
+    let log = LogId(0);
+    let (a, b, c) = (NodeId(0), NodeId(1), NodeId(2));
+    cluster.create_log(log, 3).unwrap();
+    let leader = cluster.leader_log(log).unwrap();
+    leader.append_values(&["r1"], Acks::All).unwrap();
+    cluster.network.partition(&[c], &[a, b]);
+    assert!(
+        cluster.wait_until(Duration::from_secs(5), |cl| cl.in_sync_replicas(log)
+            == vec![a, b])
+    );
+    let r2 = leader.append_values(&["r2"], Acks::All).unwrap();
+    assert_eq!(r2.base_offset, Offset(1));
+
+    cluster.crash(b);
+    assert!(
+        cluster.wait_until(Duration::from_secs(5), |cl| cl.in_sync_replicas(log)
+            == vec![a])
+    );
+    cluster.crash(a);
+    // c, live but out of the ISR, is elected uncleanly.
+    assert!(cluster.wait_until(Duration::from_secs(5), |cl| cl.leader_of(log) == Some(c)));
+    assert_eq!(cluster.in_sync_replicas(log), vec![c]);
+    cluster.network.heal();
+    let new_leader = cluster.leader_log(log).unwrap();
+    assert_eq!(new_leader.node_id(), c);
+    assert_eq!(new_leader.log_end_offset(), Offset(1), "c never had r2");
+
+    cluster.restart(a).unwrap();
+    cluster.restart(b).unwrap();
+    assert!(
+        cluster.wait_until(Duration::from_secs(5), |cl| cl.in_sync_replicas(log).len()
+            == 3)
+    );
+    let r3 = new_leader.append_values(&["r3"], Acks::All).unwrap();
+    assert_eq!(r3.base_offset, Offset(1), "r3 takes the offset r2 had");
+    let handles: Vec<_> = [a, b, c]
+        .iter()
+        .map(|&n| cluster.log(n, log).unwrap())
+        .collect();
+    assert!(wait_converged(
+        &cluster,
+        &handles.iter().collect::<Vec<_>>(),
+        Offset(2)
+    ));
+    for handle in &handles {
+        // What was lost: the acknowledged r2, on every replica.
+        assert_eq!(
+            committed_values(handle),
+            vec![(0, "r1".into()), (1, "r3".into())],
+            "on {}",
+            handle.node_id()
+        );
+    }
+}

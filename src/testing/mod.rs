@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod coordinator_suite;
 pub mod fault_test;
+pub mod tcp_cluster;
 mod tcp_transport_factory;
 pub mod transport_suite;
 
@@ -26,6 +27,7 @@ use crate::transport::{
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
+pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};
 pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
 

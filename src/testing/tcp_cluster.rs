@@ -1,0 +1,405 @@
+//! `TcpCluster`: N nodes in one process that talk over loopback TCP (each
+//! with its own [`TcpServer`] on `127.0.0.1:0` and its own [`TcpTransport`]),
+//! sharing one [`MemoryCoordinator`], so that a scenario test or a bench runs
+//! the real wire path:
+//!
+//! ```
+//! use isrlog::testing::TcpCluster;
+//! use isrlog::{Acks, LogId};
+//!
+//! let cluster = TcpCluster::builder().nodes(3).min_insync_replicas(2).build().unwrap();
+//! let log = LogId(1);
+//! cluster.create_log(log, 3).unwrap();
+//! let leader = cluster.leader_log(log).unwrap();
+//! let appended = leader.append_values(&[b"a"], Acks::All).unwrap();
+//! assert!(leader.high_watermark() > appended.last_offset);
+//! ```
+//!
+//! This module owns the wiring of nodes, servers, clients and addresses; it
+//! owns nothing of the TCP transport itself. Unlike [`super::Cluster`] it has
+//! no fault injection on the network: a crash is a node that stops answering
+//! (its server and client are shut down, its threads halted) and whose
+//! coordinator session runs out on its own, as a killed process's would.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{NodeConfig, ReplicationConfig};
+use crate::coordinator::{assign_replicas, ControllerConfig, Coordinator, MemoryCoordinator};
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::replicated_log::ReplicatedLog;
+use crate::storage::LogConfig;
+use crate::sync::{Arc, Mutex};
+use crate::transport::{TcpConfig, TcpServer, TcpTransport};
+use crate::types::{LeaderEpoch, LogId, NodeId};
+
+/// Builds a [`TcpCluster`].
+#[derive(Debug, Clone)]
+pub struct TcpClusterBuilder {
+    nodes: usize,
+    replication: ReplicationConfig,
+    log: LogConfig,
+    session_timeout: Duration,
+    controller: Option<ControllerConfig>,
+    tcp: TcpConfig,
+}
+
+impl TcpClusterBuilder {
+    /// Number of nodes (ids 0..n).
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// `min_insync_replicas` of every log.
+    pub fn min_insync_replicas(mut self, min: usize) -> Self {
+        self.replication.min_insync_replicas = min;
+        self
+    }
+
+    /// Replication settings of every node.
+    pub fn replication(mut self, replication: ReplicationConfig) -> Self {
+        self.replication = replication;
+        self
+    }
+
+    /// Storage settings of every log.
+    pub fn log_config(mut self, log: LogConfig) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Coordinator session timeout of every node: how long after a crash the
+    /// controller notices it.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// The controller every node runs (`None`: no controller).
+    pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
+        self.controller = controller;
+        self
+    }
+
+    /// Settings of every server and client.
+    pub fn tcp_config(mut self, tcp: TcpConfig) -> Self {
+        self.tcp = tcp;
+        self
+    }
+
+    /// Starts the cluster.
+    pub fn build(self) -> Result<TcpCluster> {
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let cluster = TcpCluster {
+            coordinator: MemoryCoordinator::new(Arc::clone(&clock)),
+            clock,
+            root: dir.path().to_path_buf(),
+            _dir: dir,
+            running: Mutex::new(BTreeMap::new()),
+            addrs: Mutex::new(BTreeMap::new()),
+            builder: self.clone(),
+        };
+        for id in 0..self.nodes {
+            cluster.start_node(NodeId(id as u32))?;
+        }
+        Ok(cluster)
+    }
+}
+
+/// One running node and the sockets it owns.
+#[derive(Debug)]
+struct RunningNode {
+    node: Node,
+    server: TcpServer,
+    transport: Arc<TcpTransport>,
+}
+
+/// N nodes in one process on loopback TCP. Dropping it stops every node.
+#[derive(Debug)]
+pub struct TcpCluster {
+    /// The coordinator all nodes share.
+    pub coordinator: MemoryCoordinator,
+    clock: Arc<dyn Clock>,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+    running: Mutex<BTreeMap<NodeId, RunningNode>>,
+    /// The last address each node listened on, running or not.
+    addrs: Mutex<BTreeMap<NodeId, SocketAddr>>,
+    builder: TcpClusterBuilder,
+}
+
+impl TcpCluster {
+    /// A builder with 3 nodes, min ISR 1, quick timeouts for tests and the
+    /// TCP settings of [`super::TcpTransportFactory::test_config`].
+    pub fn builder() -> TcpClusterBuilder {
+        TcpClusterBuilder {
+            nodes: 3,
+            replication: ReplicationConfig {
+                replica_lag_time_max: Duration::from_secs(10),
+                fetch_wait_max: Duration::from_millis(100),
+                request_timeout: Duration::from_secs(5),
+                fetch_backoff: Duration::from_millis(10),
+                ..ReplicationConfig::default()
+            },
+            log: LogConfig::default(),
+            session_timeout: Duration::from_secs(10),
+            controller: Some(ControllerConfig::default()),
+            tcp: super::TcpTransportFactory::test_config(),
+        }
+    }
+
+    /// The directory of node `id`.
+    pub fn node_dir(&self, id: NodeId) -> PathBuf {
+        self.root.join(format!("node-{}", id.0))
+    }
+
+    /// The root directory of all nodes.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The clock every node uses.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
+    /// Ids of all nodes, running or not.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        (0..self.builder.nodes).map(|i| NodeId(i as u32)).collect()
+    }
+
+    /// The address node `id` listens on, if it is running.
+    pub fn addr(&self, id: NodeId) -> Option<SocketAddr> {
+        self.running
+            .lock()
+            .get(&id)
+            .map(|running| running.server.local_addr())
+    }
+
+    /// Starts (or restarts) node `id` from its directory, on a fresh port,
+    /// and tells every running node's client the new address.
+    ///
+    /// The node starts before its server is bound, because the server needs
+    /// the node's handler. Meanwhile other nodes cannot reach it yet: their
+    /// fetches to it fail as unreachable and are retried after
+    /// `fetch_backoff`, as they would while a real process boots.
+    pub fn start_node(&self, id: NodeId) -> Result<()> {
+        let tcp = self.builder.tcp.clone();
+        let peers = self
+            .addrs
+            .lock()
+            .iter()
+            .filter(|(node, _)| **node != id)
+            .map(|(node, addr)| (*node, *addr))
+            .collect();
+        let transport = Arc::new(TcpTransport::new(id, peers, tcp.clone())?);
+        let mut config = NodeConfig::new(id, self.node_dir(id));
+        config.replication = self.builder.replication.clone();
+        config.log = self.builder.log.clone();
+        config.session_timeout = self.builder.session_timeout;
+        config.controller = self.builder.controller.clone();
+        let node = Node::start(
+            config,
+            Arc::clone(&transport) as Arc<dyn crate::transport::Transport>,
+            Arc::new(self.coordinator.for_node(id)),
+            Arc::clone(&self.clock),
+        )?;
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let server = match TcpServer::bind(loopback, node.handler(), tcp) {
+            Ok(server) => server,
+            Err(error) => {
+                node.halt();
+                transport.shutdown();
+                return Err(error);
+            }
+        };
+        let addr = server.local_addr();
+        let mut running = self.running.lock();
+        for (other, peer) in running.iter() {
+            if *other != id {
+                peer.transport.set_peer(id, addr);
+            }
+        }
+        self.addrs.lock().insert(id, addr);
+        running.insert(
+            id,
+            RunningNode {
+                node,
+                server,
+                transport,
+            },
+        );
+        Ok(())
+    }
+
+    /// Crashes node `id` as a killed process would: its threads stop,
+    /// nothing is flushed or closed, its server stops answering and its
+    /// connections close. The coordinator is *not* told: the node's session
+    /// expires after the session timeout, and only then does the controller
+    /// elect a new leader. Does nothing if the node is not running.
+    pub fn crash(&self, id: NodeId) {
+        let Some(running) = self.running.lock().remove(&id) else {
+            return;
+        };
+        // Halting first wakes the node's parked long-poll fetches (they then
+        // answer `Shutdown`), so the server's handler threads are free by the
+        // time the server waits for them.
+        running.node.halt();
+        running.server.shutdown();
+        running.transport.shutdown();
+    }
+
+    /// Restarts a crashed node from its directory on a new port.
+    pub fn restart(&self, id: NodeId) -> Result<()> {
+        self.start_node(id)
+    }
+
+    /// Whether node `id` is running.
+    pub fn is_running(&self, id: NodeId) -> bool {
+        self.running.lock().contains_key(&id)
+    }
+
+    /// Creates `log` with `replication_factor` replicas placed by
+    /// [`assign_replicas`], and waits until its leader leads and every
+    /// running replica hosts it.
+    pub fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
+        let replicas = assign_replicas(log.0, &self.node_ids(), replication_factor)?;
+        self.coordinator.create_log(log, replicas.clone())?;
+        let leader = replicas[0];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &node in &replicas {
+            if !self.is_running(node) {
+                continue;
+            }
+            let handle = loop {
+                match self.log(node, log) {
+                    Ok(handle) => break handle,
+                    Err(e) if Instant::now() >= deadline => return Err(e),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            };
+            if node == leader {
+                handle.wait_until_leader(deadline.saturating_duration_since(Instant::now()))?;
+            }
+        }
+        Ok(replicas)
+    }
+
+    /// The handle of `log` on `node`.
+    pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
+        let running = self.running.lock();
+        let running = running.get(&node).ok_or(Error::Shutdown)?;
+        running.node.log(log)
+    }
+
+    /// Runs `f` on node `id`, if it is running.
+    pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
+        self.running.lock().get(&id).map(|running| f(&running.node))
+    }
+
+    /// The in-sync replicas the coordinator holds for `log`.
+    pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+        self.coordinator
+            .log_state(log)
+            .ok()
+            .flatten()
+            .map(|s| s.in_sync_replicas)
+            .unwrap_or_default()
+    }
+
+    /// The node the coordinator names as leader of `log`.
+    pub fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        self.coordinator
+            .log_state(log)
+            .ok()
+            .flatten()
+            .and_then(|s| s.leader)
+    }
+
+    fn leader_epoch_of(&self, log: LogId) -> LeaderEpoch {
+        self.coordinator
+            .log_state(log)
+            .ok()
+            .flatten()
+            .map(|s| s.leader_epoch)
+            .unwrap_or_default()
+    }
+
+    /// The leader's handle of `log`, once that node knows it leads in the
+    /// coordinator's current epoch (up to 10 s).
+    pub fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(leader) = self.leader_of(log) {
+                if let Ok(handle) = self.log(leader, log) {
+                    if handle.is_leader() && handle.leader_epoch() == self.leader_epoch_of(log) {
+                        return Ok(handle);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::LeaderNotAvailable(log));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Polls `condition` every millisecond until it holds or `timeout` passes.
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&TcpCluster) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if condition(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Stops every node cleanly, then its server and client.
+    pub fn shutdown(self) -> Result<()> {
+        let running: Vec<RunningNode> = std::mem::take(&mut *self.running.lock())
+            .into_values()
+            .collect();
+        let mut result = Ok(());
+        for RunningNode {
+            node,
+            server,
+            transport,
+        } in running
+        {
+            if let Err(error) = node.shutdown() {
+                result = Err(error);
+            }
+            server.shutdown();
+            transport.shutdown();
+        }
+        result
+    }
+}
+
+impl Drop for TcpCluster {
+    fn drop(&mut self) {
+        // Nodes first: a node being dropped stops its fetchers, which may be
+        // waiting on a peer's server.
+        let running = std::mem::take(&mut *self.running.lock());
+        for (_, running) in running {
+            drop(running.node);
+            running.server.shutdown();
+            running.transport.shutdown();
+        }
+    }
+}

@@ -11,6 +11,10 @@
 //!    `acks=all`: records/s (target >= 500,000/s), next to the same on a
 //!    single replica with `acks=1`.
 //!
+//! 4. The idempotent producer (issue 5): the workload of (1) through 4
+//!    `IdempotentProducer`s next to plain `acks=all` appends in the same
+//!    run (target: at most 10% slower).
+//!
 //! `cargo bench --bench replication` runs it; `-- --test` runs a tiny
 //! version (CI). `ISRLOG_BENCH_SECONDS` sets the length of each phase.
 
@@ -19,7 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use isrlog::testing::Cluster;
-use isrlog::{Acks, LogId, RecordBatch, RecordBatchBuilder, ReplicatedLog, ReplicationConfig};
+use isrlog::{
+    Acks, IdempotentProducer, LogId, ProducerConfig, RecordBatch, RecordBatchBuilder,
+    ReplicatedLog, ReplicationConfig,
+};
 
 const LOG: LogId = LogId(0);
 
@@ -85,6 +92,68 @@ fn throughput(
     records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Like [`throughput`] with `acks=all`, but each thread is an idempotent
+/// producer: every batch carries its producer id, epoch and sequence.
+fn idempotent_throughput(cluster: &Cluster, threads: usize, duration: Duration) -> f64 {
+    let stop = AtomicBool::new(false);
+    let records = AtomicU64::new(0);
+    let value = vec![0x5Au8; 1024];
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let producer = IdempotentProducer::init(
+                    &cluster.coordinator,
+                    cluster,
+                    ProducerConfig::default(),
+                )
+                .expect("producer id");
+                while !stop.load(Ordering::Relaxed) {
+                    let mut builder =
+                        RecordBatchBuilder::with_capacity(1_700_000_000_000, 100 * 1060);
+                    for _ in 0..100 {
+                        builder.push(&value);
+                    }
+                    producer.send(LOG, builder).expect("send");
+                    records.fetch_add(100, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+    });
+    records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Plain `acks=all` appends of freshly built batches of 100 (the same
+/// building work the idempotent producer does per batch).
+fn plain_built_throughput(leader: &ReplicatedLog, threads: usize, duration: Duration) -> f64 {
+    let stop = AtomicBool::new(false);
+    let records = AtomicU64::new(0);
+    let value = vec![0x5Au8; 1024];
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut builder =
+                        RecordBatchBuilder::with_capacity(1_700_000_000_000, 100 * 1060);
+                    for _ in 0..100 {
+                        builder.push(&value);
+                    }
+                    leader
+                        .append(&builder.build().expect("batch"), Acks::All)
+                        .expect("append");
+                    records.fetch_add(100, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+    });
+    records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
 fn latencies(
     leader: &ReplicatedLog,
     batch: &RecordBatch,
@@ -128,6 +197,23 @@ fn main() {
         baseline,
         baseline * 1024.0 / 1e6,
         replicated / baseline
+    );
+
+    // 4. Idempotent producers against plain acks=all, alternating.
+    let mut plain = Vec::new();
+    let mut idempotent = Vec::new();
+    for _ in 0..2 {
+        plain.push(plain_built_throughput(&leader, 4, phase / 2));
+        idempotent.push(idempotent_throughput(&replicated_cluster, 4, phase / 2));
+    }
+    let plain = plain.into_iter().fold(0.0, f64::max);
+    let idempotent = idempotent.into_iter().fold(0.0, f64::max);
+    println!(
+        "replication/idempotent/batches_of_100x1KiB/4_producers: idempotent {:.0} records/s; \
+         plain acks=all {:.0} records/s; ratio {:.2} (target >= 0.90)",
+        idempotent,
+        plain,
+        idempotent / plain
     );
 
     // 2. Latency of single-record appends, one producer.

@@ -44,6 +44,10 @@ pub(crate) struct NodeShared {
     pub(crate) clock: Arc<dyn Clock>,
     replicas: RwLock<HashMap<LogId, Arc<Replica>>>,
     fetchers: Mutex<HashMap<NodeId, Fetcher>>,
+    /// Fetchers told to stop but maybe still inside a transport call (up to
+    /// its deadline): joined once finished, never on the control thread
+    /// while they run, so heartbeats and role changes are not held up.
+    retired_fetchers: Mutex<Vec<Fetcher>>,
     /// Bumped after every leader append: parked long-poll fetches wait on it.
     pub(crate) data_arrived: Arc<Watch>,
     commands: Sender<Command>,
@@ -98,6 +102,7 @@ impl Node {
             clock,
             replicas: RwLock::new(HashMap::new()),
             fetchers: Mutex::new(HashMap::new()),
+            retired_fetchers: Mutex::new(Vec::new()),
             data_arrived: Arc::new(Watch::new(0)),
             commands,
             stop: AtomicBool::new(false),
@@ -240,6 +245,7 @@ impl Node {
             .drain()
             .map(|(_, f)| f)
             .collect();
+        fetchers.append(&mut self.shared.retired_fetchers.lock());
         for fetcher in &mut fetchers {
             fetcher.stop();
         }
@@ -279,6 +285,7 @@ impl NodeShared {
             return Ok(replica);
         }
         let dir = self.config.data_dir.join(format!("log-{}", log.0));
+        let restarted = dir.exists();
         let storage = Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?;
         let report = storage.recovery_report();
         if !report.is_clean() {
@@ -291,6 +298,7 @@ impl NodeShared {
             self.config.replication.clone(),
             Arc::clone(&self.clock),
             Arc::clone(&self.data_arrived),
+            restarted,
         ));
         let mut replicas = self.replicas.write();
         Ok(Arc::clone(replicas.entry(log).or_insert(replica)))
@@ -299,6 +307,13 @@ impl NodeShared {
     /// Brings the local replica in line with the coordinator's state of its
     /// log (SPEC 3.5): become leader, follower, or offline.
     fn reconcile(&self, state: &LogState) {
+        self.reconcile_with(state, Some(3));
+    }
+
+    /// [`reconcile`](Self::reconcile), with up to `epoch_bumps` attempts to
+    /// move a restarted leader to a new epoch (`None`: this state is the
+    /// result of such a move, lead in it).
+    fn reconcile_with(&self, state: &LogState, epoch_bumps: Option<u32>) {
         let me = self.local();
         if !state.replicas.contains(&me) {
             return;
@@ -314,21 +329,23 @@ impl NodeShared {
         if state.leader_epoch < epoch {
             return; // Stale notification.
         }
-        if state.leader == Some(me)
+        let must_bump = state.leader == Some(me)
+            && epoch_bumps.is_some()
             && replica.is_fresh()
-            && replica.log().latest_epoch() >= Some(state.leader_epoch)
-        {
-            // A log the coordinator still says this node leads in an epoch
-            // this node already wrote in, seen for the first time by this
-            // process: the node restarted quicker than its session timeout.
-            // Lead it in a NEW epoch. The previous
-            // incarnation may have written records in the old epoch that
-            // this one lost (a power loss under a weak flush policy) while
-            // followers kept them; appending other records at the same
-            // offsets in the same epoch would hide that divergence from the
-            // epoch protocol. Kafka gets the same effect from broker epochs
-            // (KIP-380) and from ZooKeeper refusing the restarted broker's
-            // registration until the old session ends.
+            && replica.restarted();
+        if must_bump && epoch_bumps > Some(0) {
+            // A log the coordinator still says this node leads, seen for the
+            // first time by this process, whose directory existed already:
+            // the node restarted quicker than its session timeout. Lead it
+            // in a NEW epoch. The previous incarnation may have written
+            // records that this one lost (a power loss under a weak flush
+            // policy) while followers kept them — possibly every record of
+            // the epoch, so the epoch cache cannot tell; appending other
+            // records at the same offsets in the same epoch would hide the
+            // divergence from the epoch protocol. Kafka gets the same
+            // effect from broker epochs (KIP-380) and from ZooKeeper
+            // refusing the restarted broker's registration until the old
+            // session ends.
             let update = LogUpdate {
                 leader: Some(me),
                 leader_epoch: state.leader_epoch.next(),
@@ -340,8 +357,11 @@ impl NodeShared {
                 state.version,
                 update,
             ) {
-                Ok(CasOutcome::Applied(bumped)) => return self.reconcile(&bumped),
-                Ok(CasOutcome::Stale(current)) => return self.reconcile(&current),
+                Ok(CasOutcome::Applied(bumped)) => return self.reconcile_with(&bumped, None),
+                Ok(CasOutcome::Stale(current)) => {
+                    let left = epoch_bumps.map(|n| n.saturating_sub(1));
+                    return self.reconcile_with(&current, left);
+                }
                 Err(error) => {
                     // Without a new epoch this node must not lead; the next
                     // notification (or resync) tries again.
@@ -349,6 +369,11 @@ impl NodeShared {
                     return;
                 }
             }
+        }
+        if must_bump {
+            // Out of attempts: do not lead in an epoch we may have written;
+            // the next notification or resync tries again.
+            return;
         }
         if state.leader == Some(me) {
             if role == Role::Leader && epoch == state.leader_epoch {
@@ -399,11 +424,12 @@ impl NodeShared {
             .filter(|(_, f)| f.log_count() == 0)
             .map(|(leader, _)| *leader)
             .collect();
-        let mut stopped: Vec<Fetcher> = idle.iter().filter_map(|l| fetchers.remove(l)).collect();
+        let stopped: Vec<Fetcher> = idle.iter().filter_map(|l| fetchers.remove(l)).collect();
         drop(fetchers);
-        for fetcher in &mut stopped {
-            fetcher.stop();
+        for fetcher in &stopped {
+            fetcher.signal_stop();
         }
+        self.retired_fetchers.lock().extend(stopped);
     }
 
     fn start_fetching(
@@ -611,10 +637,18 @@ fn control_loop(
             }
             next_heartbeat = now + heartbeat_every;
         }
+        // Join fetchers that have finished since they were told to stop.
+        shared.retired_fetchers.lock().retain(|f| !f.is_finished());
         let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
         if now >= next_retention {
             for replica in &replicas {
                 replica.apply_retention();
+                // Producer ids idle past `producer_id_expiration` are
+                // forgotten on a timer too, not only at segment roll.
+                let expired = replica.log().remove_expired_producers();
+                if expired > 0 {
+                    tracing::debug!(log = %replica.log_id(), expired, "expired idle producer ids");
+                }
             }
             next_retention = now + shared.config.retention_check_interval;
         }

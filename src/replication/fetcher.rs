@@ -104,10 +104,21 @@ impl Fetcher {
         self.shared.targets.lock().len()
     }
 
-    /// Stops the thread and waits for it.
-    pub(crate) fn stop(&mut self) {
+    /// Tells the thread to stop without waiting for it: a call in flight
+    /// ends at its own deadline.
+    pub(crate) fn signal_stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.changed.close();
+    }
+
+    /// Whether the thread has exited.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.thread.as_ref().map_or(true, |t| t.is_finished())
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn stop(&mut self) {
+        self.signal_stop();
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {
                 tracing::error!(leader = %self.shared.leader, "fetcher thread panicked");

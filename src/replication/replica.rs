@@ -124,6 +124,8 @@ pub(crate) struct Replica {
     /// The node's "data arrived" sequence, bumped after each leader append
     /// to release parked long-poll fetches.
     data_arrived: Arc<Watch>,
+    /// Whether the log's directory existed when this process opened it.
+    restarted: bool,
     pipeline: AppendPipeline,
 }
 
@@ -135,6 +137,7 @@ impl Replica {
         config: ReplicationConfig,
         clock: Arc<dyn Clock>,
         data_arrived: Arc<Watch>,
+        restarted: bool,
     ) -> Replica {
         let hw = log.high_watermark().min(log.log_end_offset());
         let flush_always = matches!(log.config().flush_policy, FlushPolicy::Always);
@@ -159,6 +162,7 @@ impl Replica {
             isr_proposal: Mutex::new(None),
             generation: AtomicU64::new(0),
             data_arrived,
+            restarted,
             pipeline: AppendPipeline {
                 queue: Mutex::new(AppendQueue {
                     next_offset: Offset::ZERO,
@@ -169,6 +173,11 @@ impl Replica {
                 failure: Mutex::new(None),
             },
         }
+    }
+
+    /// Whether the log existed on disk before this process opened it.
+    pub(crate) fn restarted(&self) -> bool {
+        self.restarted
     }
 
     /// Whether this replica has not taken any role yet in this process.
@@ -242,6 +251,7 @@ impl Replica {
     ) -> Result<()> {
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
+        self.flush_pipeline_for_role_change();
         let log_end = self.log.log_end_offset();
         self.log.assign_epoch(epoch, log_end)?;
         let hw = Offset(self.high_watermark.get()).min(log_end);
@@ -300,6 +310,7 @@ impl Replica {
     ) {
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
+        self.flush_pipeline_for_role_change();
         *self.leader.lock() = None;
         *self.isr_proposal.lock() = None;
         role.role = match leader {
@@ -315,11 +326,28 @@ impl Replica {
         tracing::info!(log = %self.log_id, node = %self.local, %epoch, ?leader, "became follower");
     }
 
+    /// The pipeline's invariant says nothing is pending when the role
+    /// changes; should that ever be broken, the batches (stamped by the old
+    /// leader) are written rather than left to a later role.
+    fn flush_pipeline_for_role_change(&self) {
+        let _writer = self.pipeline.writer.lock();
+        let mut queue = self.pipeline.queue.lock();
+        debug_assert!(
+            queue.pending.is_empty(),
+            "pending appends across a role change"
+        );
+        if !queue.pending.is_empty() {
+            tracing::error!(log = %self.log_id, "pending appends found at a role change; writing them");
+            let _ = self.write_pending(&mut queue);
+        }
+    }
+
     /// Takes the replica out of service before its log is closed: appends
     /// fail with `NotLeader`, waiters are released, follower I/O stops.
     pub(crate) fn take_offline(&self) {
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
+        self.flush_pipeline_for_role_change();
         *self.leader.lock() = None;
         role.role = Role::Offline;
         let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
@@ -327,15 +355,14 @@ impl Replica {
     }
 
     fn bump_generation(&self, role: &mut RoleState, hw: Offset) {
-        debug_assert!(
-            self.pipeline.queue.lock().pending.is_empty(),
-            "pending appends across a role change"
-        );
         role.generation += 1;
         self.generation.store(role.generation, Ordering::SeqCst);
         // Release every waiter of the old role, then reopen for the new one.
         self.high_watermark.close();
         self.high_watermark.reset(hw.0);
+        // Parked long polls re-check their logs: a deposed leader answers
+        // NotLeader now rather than after `wait_max`.
+        self.data_arrived.bump();
         self.log.set_high_watermark(hw);
     }
 
@@ -406,6 +433,9 @@ impl Replica {
                 info
             };
             self.after_leader_write(info.log_end_offset);
+            // A plain appender that pushed while we held the seat found it
+            // taken and left its batch to us: write it.
+            self.drain_pipeline();
             return Ok(LeaderAppend {
                 info,
                 generation,
@@ -481,6 +511,9 @@ impl Replica {
                 tracing::error!(log = %self.log_id, %error, "leader append failed");
                 *self.pipeline.failure.lock() = Some(error.to_string());
                 self.pipeline.written.close();
+                // acks=all waiters fail now with the cause, not at their
+                // timeout.
+                self.high_watermark.close();
                 Err(error)
             }
         }
@@ -564,6 +597,12 @@ impl Replica {
                     return Ok(Offset(hw));
                 }
                 WaitOutcome::Closed => {
+                    if let Some(reason) = self.pipeline.failure.lock().clone() {
+                        return Err(Error::Poisoned {
+                            path: self.log.dir().to_path_buf(),
+                            reason,
+                        });
+                    }
                     let role = self.role.read();
                     return Err(self.not_leader(&role));
                 }
@@ -574,6 +613,13 @@ impl Replica {
                 let role = self.role.read();
                 if role.generation != generation {
                     return Err(self.not_leader(&role));
+                }
+                // Committed before the ISR shrank (or the clock ran out)?
+                // Then it is a success (SPEC 3.1: the error is for an ISR
+                // that shrank *before* the batch was committed).
+                let hw = self.high_watermark.get();
+                if hw > offset.0 {
+                    return Ok(Offset(hw));
                 }
                 if role.in_sync_replicas.len() < self.config.min_insync_replicas {
                     return Err(Error::NotEnoughReplicasAfterAppend {
@@ -821,6 +867,14 @@ impl Replica {
             let own_end = self.log.log_end_offset();
             let local = self.log.end_offset_for_epoch(diverging.epoch);
             let truncation = truncation_for_divergence(diverging, local, own_end);
+            if truncation.truncate_to >= own_end {
+                // Nothing to cut, yet the leader says we diverge: asking
+                // again at once would repeat the same answer. Back off
+                // instead of spinning (the leader or our epoch cache moves
+                // on meanwhile).
+                tracing::warn!(log = %self.log_id, leader_epoch = %diverging.epoch, leader_end = %diverging.end_offset, own_end = %own_end, "diverging answer truncates nothing; backing off");
+                return Ok(ErrorCode::Unknown);
+            }
             if truncation.truncate_to < own_end {
                 tracing::info!(log = %self.log_id, from = %own_end, to = %truncation.truncate_to, leader_epoch = %diverging.epoch, leader_end = %diverging.end_offset, "truncating diverged suffix");
                 self.log.truncate_to(truncation.truncate_to)?;

@@ -14,6 +14,7 @@
 // Some getters and table-test helpers are not used by the node yet.
 #![allow(dead_code, unused_imports)]
 
+mod combiner;
 mod fetcher;
 mod follower;
 mod high_watermark;
@@ -34,6 +35,7 @@ pub(crate) use leader::{
     LeaderAssignment, LeaderConfig, LeaderState, RereadCoordinatorState,
 };
 
+pub use combiner::Combiner;
 pub(crate) use fetcher::Fetcher;
 pub(crate) use replica::Replica;
 pub use replica::Role;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::combiner::Combiner;
 use super::follower::truncation_for_divergence;
 use super::isr::IsrProposal;
 use super::leader::{
@@ -85,13 +86,18 @@ const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
 /// batches of the old role behind.
 #[derive(Debug)]
 struct AppendPipeline {
-    queue: Mutex<AppendQueue>,
-    /// Held by the appender currently writing `pending` to the log.
-    writer: Mutex<()>,
+    /// The queue of stamped batches, and the writer seat.
+    combiner: Combiner<AppendQueue>,
     /// The log end offset written so far by the pipeline (acks=1 waits on it).
     written: Watch,
     /// Set when a write failed: the log is poisoned, every waiter fails.
     failure: Mutex<Option<String>>,
+}
+
+impl AppendQueue {
+    fn is_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
 }
 
 #[derive(Debug)]
@@ -164,11 +170,10 @@ impl Replica {
             data_arrived,
             restarted,
             pipeline: AppendPipeline {
-                queue: Mutex::new(AppendQueue {
+                combiner: Combiner::new(AppendQueue {
                     next_offset: Offset::ZERO,
                     pending: BytesMut::new(),
                 }),
-                writer: Mutex::new(()),
                 written: Watch::new(0),
                 failure: Mutex::new(None),
             },
@@ -276,14 +281,9 @@ impl Replica {
             },
         )?;
         let hw = leader.high_watermark();
-        {
-            let mut queue = self.pipeline.queue.lock();
-            debug_assert!(
-                queue.pending.is_empty(),
-                "pending appends across a role change"
-            );
-            queue.next_offset = log_end;
-        }
+        self.pipeline
+            .combiner
+            .push(|queue| queue.next_offset = log_end);
         self.pipeline.written.reset(log_end.0);
         *self.leader.lock() = Some(leader);
         *self.isr_proposal.lock() = None;
@@ -330,15 +330,18 @@ impl Replica {
     /// changes; should that ever be broken, the batches (stamped by the old
     /// leader) are written rather than left to a later role.
     fn flush_pipeline_for_role_change(&self) {
-        let _writer = self.pipeline.writer.lock();
-        let mut queue = self.pipeline.queue.lock();
-        debug_assert!(
-            queue.pending.is_empty(),
-            "pending appends across a role change"
-        );
-        if !queue.pending.is_empty() {
+        let pending = self
+            .pipeline
+            .combiner
+            .with_state(|queue| !queue.pending.is_empty());
+        debug_assert!(!pending, "pending appends across a role change");
+        if pending {
             tracing::error!(log = %self.log_id, "pending appends found at a role change; writing them");
-            let _ = self.write_pending(&mut queue);
+            self.pipeline.combiner.exclusive(
+                AppendQueue::is_pending,
+                &mut |queue| self.write_queued(queue),
+                |_| (),
+            );
         }
     }
 
@@ -424,18 +427,18 @@ impl Replica {
             // Large batches gain nothing from combining and would pay a copy
             // and a second CRC pass in the pipeline: they go straight to
             // the log too (its `write_vectored` stamps them without a copy).
-            let info = {
-                let _writer = self.pipeline.writer.lock();
-                let mut queue = self.pipeline.queue.lock();
-                self.write_pending(&mut queue)?;
-                let info = self.log.append_as_leader(batch, leader_epoch)?;
-                queue.next_offset = self.log.log_end_offset();
-                info
-            };
+            // `exclusive` writes what was queued first and drains what is
+            // queued meanwhile afterwards, so offsets stay in order.
+            let info = self.pipeline.combiner.exclusive(
+                AppendQueue::is_pending,
+                &mut |queue| self.write_queued(queue),
+                |queue| -> Result<AppendInfo> {
+                    let info = self.log.append_as_leader(batch, leader_epoch)?;
+                    queue.next_offset = self.log.log_end_offset();
+                    Ok(info)
+                },
+            )?;
             self.after_leader_write(info.log_end_offset);
-            // A plain appender that pushed while we held the seat found it
-            // taken and left its batch to us: write it.
-            self.drain_pipeline();
             return Ok(LeaderAppend {
                 info,
                 generation,
@@ -443,8 +446,7 @@ impl Replica {
             });
         }
         self.log.check_batch_size(batch.size_bytes())?;
-        let info = {
-            let mut queue = self.pipeline.queue.lock();
+        let info = self.pipeline.combiner.push(|queue| {
             let base_offset = queue.next_offset;
             let at = queue.pending.len();
             queue.pending.extend_from_slice(batch.as_bytes());
@@ -458,8 +460,12 @@ impl Replica {
                 leader_epoch,
                 duplicate: false,
             }
-        };
-        self.drain_pipeline();
+        });
+        self.pipeline
+            .combiner
+            .drain(AppendQueue::is_pending, &mut |queue| {
+                self.write_queued(queue)
+            });
         drop(role);
         if wait_written {
             self.wait_written(info.log_end_offset, generation)?;
@@ -471,25 +477,10 @@ impl Replica {
         })
     }
 
-    /// Writes what is pending if the writer seat is free; see
-    /// [`AppendPipeline`]. Called with `role` held for reading.
-    fn drain_pipeline(&self) {
-        loop {
-            let Some(_writer) = self.pipeline.writer.try_lock() else {
-                // The writer re-checks `pending` after leaving its seat, so
-                // what we pushed is written by it (or by us, next round).
-                return;
-            };
-            {
-                let mut queue = self.pipeline.queue.lock();
-                // Failures are recorded for the waiters; the log is poisoned.
-                let _ = self.write_pending(&mut queue);
-            }
-            drop(_writer);
-            if self.pipeline.queue.lock().pending.is_empty() {
-                return;
-            }
-        }
+    /// The combiner's write: failures are recorded for the waiters (the
+    /// log is poisoned).
+    fn write_queued(&self, queue: &mut AppendQueue) {
+        let _ = self.write_pending(queue);
     }
 
     /// Writes `queue.pending` to the log with one append. Called holding the

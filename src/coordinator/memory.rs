@@ -744,6 +744,37 @@ mod tests {
         assert_eq!(state(), REAPER_INTERVAL_MIN);
     }
 
+    /// The calls added for controller fencing and hand-over obey fault
+    /// injection like every other: refused, nothing changed.
+    #[test]
+    fn controller_calls_fail_while_unavailable_and_change_nothing() {
+        let (coordinator, _clock) = manual();
+        let node = NodeId(1);
+        coordinator
+            .register_node(node, Duration::from_secs(60))
+            .unwrap();
+        let created = coordinator.create_log(LogId(1), vec![node]).unwrap();
+        let epoch = coordinator.try_become_controller(node).unwrap().unwrap();
+        coordinator.set_unavailable(true);
+        let update = LogUpdate::in_sync_replicas(&created, vec![node]);
+        let refused = [
+            coordinator
+                .compare_and_set_as_controller(node, epoch, LogId(1), LeaderEpoch::ZERO, 0, update)
+                .map(drop),
+            coordinator.resign_controller(node),
+            coordinator.subscribe_all(node).map(drop),
+        ];
+        for outcome in refused {
+            assert!(
+                matches!(&outcome, Err(Error::Coordinator { reason }) if reason == "unavailable"),
+                "{outcome:?}"
+            );
+        }
+        coordinator.set_unavailable(false);
+        assert_eq!(coordinator.controller().unwrap(), Some((node, epoch)));
+        assert_eq!(coordinator.log_state(LogId(1)).unwrap(), Some(created));
+    }
+
     impl MemoryCoordinator {
         fn shared_state_sessions(&self) -> Vec<NodeId> {
             self.handle.shared.state.lock().live_nodes()

@@ -5,8 +5,8 @@
 //! connection.
 //!
 //! Request lines are `method arg ...`; a response line is `ok payload` or
-//! `err message`. A `subscribe node` line turns its connection into a
-//! stream of event lines. Node lists are comma-separated (`-` when empty),
+//! `err message`. A `subscribe node` (or `subscribe_all node`) line turns
+//! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
 //! absent values are `-`, and a log state is the six fields `log replicas
 //! leader epoch isr version`.
 //!
@@ -149,6 +149,56 @@ fn error_from_text(answer: &str) -> Error {
     }
 }
 
+/// The fields of a compare-and-set request after its method (and, for
+/// `cas_controller`, the controller and its epoch): `log expected_epoch
+/// expected_version leader leader_epoch isr`.
+fn cas_to_text(
+    log: LogId,
+    expected_epoch: LeaderEpoch,
+    expected_version: u64,
+    update: &LogUpdate,
+) -> String {
+    format!(
+        "{} {} {} {} {} {}",
+        log.0,
+        expected_epoch.0,
+        expected_version,
+        update.leader.map_or("-".into(), |l| l.0.to_string()),
+        update.leader_epoch.0,
+        nodes_to_text(&update.in_sync_replicas)
+    )
+}
+
+fn cas_from_text<'a>(
+    fields: &mut impl Iterator<Item = &'a str>,
+) -> Result<(LogId, LeaderEpoch, u64, LogUpdate)> {
+    let log = LogId(number(fields.next())?);
+    let epoch = LeaderEpoch(number(fields.next())?);
+    let version = number(fields.next())?;
+    let update = LogUpdate {
+        leader: optional_node(fields.next())?,
+        leader_epoch: LeaderEpoch(number(fields.next())?),
+        in_sync_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
+    };
+    Ok((log, epoch, version, update))
+}
+
+fn cas_outcome_to_text(outcome: &CasOutcome) -> String {
+    match outcome {
+        CasOutcome::Applied(state) => format!("applied {}", state_to_text(state)),
+        CasOutcome::Stale(state) => format!("stale {}", state_to_text(state)),
+    }
+}
+
+fn cas_outcome_from_text(answer: &str) -> Result<CasOutcome> {
+    let mut fields = answer.split_whitespace();
+    match fields.next() {
+        Some("applied") => Ok(CasOutcome::Applied(state_from_text(&mut fields)?)),
+        Some("stale") => Ok(CasOutcome::Stale(state_from_text(&mut fields)?)),
+        _ => Err(error(format!("bad compare-and-set answer {answer:?}"))),
+    }
+}
+
 // -- server
 
 /// Serves `coordinator` on `addr` from a detached thread (the demo's
@@ -184,9 +234,19 @@ fn serve_connection(coordinator: &MemoryCoordinator, stream: TcpStream) -> Resul
     let mut writer = stream.try_clone().map_err(error)?;
     for line in BufReader::new(stream).lines() {
         let line = line.map_err(error)?;
-        if let Some(node) = line.strip_prefix("subscribe ") {
+        let subscription = match line.split_once(' ') {
+            Some(("subscribe", node)) => Some((node, false)),
+            Some(("subscribe_all", node)) => Some((node, true)),
+            _ => None,
+        };
+        if let Some((node, every_log)) = subscription {
             let node = NodeId(number(Some(node))?);
-            let events = match coordinator.subscribe(node) {
+            let subscribed = if every_log {
+                coordinator.subscribe_all(node)
+            } else {
+                coordinator.subscribe(node)
+            };
+            let events = match subscribed {
                 Ok(events) => events,
                 Err(e) => {
                     write_line(&mut writer, &format!("err {}", error_to_text(&e)))?;
@@ -234,18 +294,21 @@ fn answer(c: &MemoryCoordinator, line: &str) -> Result<String> {
             states.join(" ")
         }
         Some("cas") => {
-            let log = LogId(number(f.next())?);
-            let epoch = LeaderEpoch(number(f.next())?);
-            let version = number(f.next())?;
-            let update = LogUpdate {
-                leader: optional_node(f.next())?,
-                leader_epoch: LeaderEpoch(number(f.next())?),
-                in_sync_replicas: nodes_from_text(f.next().unwrap_or("-"))?,
-            };
-            match c.compare_and_set(log, epoch, version, update)? {
-                CasOutcome::Applied(state) => format!("applied {}", state_to_text(&state)),
-                CasOutcome::Stale(state) => format!("stale {}", state_to_text(&state)),
-            }
+            let (log, epoch, version, update) = cas_from_text(&mut f)?;
+            cas_outcome_to_text(&c.compare_and_set(log, epoch, version, update)?)
+        }
+        Some("cas_controller") => {
+            let controller = node(f.next())?;
+            let controller_epoch = ControllerEpoch(number(f.next())?);
+            let (log, epoch, version, update) = cas_from_text(&mut f)?;
+            cas_outcome_to_text(&c.compare_and_set_as_controller(
+                controller,
+                controller_epoch,
+                log,
+                epoch,
+                version,
+                update,
+            )?)
         }
         Some("register") => {
             let id = node(f.next())?;
@@ -265,6 +328,10 @@ fn answer(c: &MemoryCoordinator, line: &str) -> Result<String> {
             Some(epoch) => epoch.0.to_string(),
             None => "-".into(),
         },
+        Some("resign") => {
+            c.resign_controller(node(f.next())?)?;
+            String::new()
+        }
         Some("controller") => match c.controller()? {
             Some((id, epoch)) => format!("{} {}", id.0, epoch.0),
             None => "-".into(),
@@ -384,20 +451,28 @@ impl Coordinator for RemoteCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         let answer = self.call(format!(
-            "cas {} {} {} {} {} {}",
-            log.0,
-            expected_epoch.0,
-            expected_version,
-            update.leader.map_or("-".into(), |l| l.0.to_string()),
-            update.leader_epoch.0,
-            nodes_to_text(&update.in_sync_replicas)
+            "cas {}",
+            cas_to_text(log, expected_epoch, expected_version, &update)
         ))?;
-        let mut fields = answer.split_whitespace();
-        match fields.next() {
-            Some("applied") => Ok(CasOutcome::Applied(state_from_text(&mut fields)?)),
-            Some("stale") => Ok(CasOutcome::Stale(state_from_text(&mut fields)?)),
-            _ => Err(error(format!("bad compare-and-set answer {answer:?}"))),
-        }
+        cas_outcome_from_text(&answer)
+    }
+
+    fn compare_and_set_as_controller(
+        &self,
+        controller: NodeId,
+        controller_epoch: ControllerEpoch,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        let answer = self.call(format!(
+            "cas_controller {} {} {}",
+            controller.0,
+            controller_epoch.0,
+            cas_to_text(log, expected_epoch, expected_version, &update)
+        ))?;
+        cas_outcome_from_text(&answer)
     }
 
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
@@ -422,8 +497,49 @@ impl Coordinator for RemoteCoordinator {
     }
 
     fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
+        self.open_subscription(format!("subscribe {}", node.0))
+    }
+
+    fn subscribe_all(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
+        self.open_subscription(format!("subscribe_all {}", node.0))
+    }
+
+    fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
+        let answer = self.call(format!("try_controller {}", node.0))?;
+        match answer.as_str() {
+            "-" => Ok(None),
+            epoch => number(Some(epoch)).map(|e| Some(ControllerEpoch(e))),
+        }
+    }
+
+    fn resign_controller(&self, node: NodeId) -> Result<()> {
+        self.call(format!("resign {}", node.0)).map(drop)
+    }
+
+    fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>> {
+        let answer = self.call("controller".into())?;
+        if answer == "-" {
+            return Ok(None);
+        }
+        let mut fields = answer.split_whitespace();
+        Ok(Some((
+            NodeId(number(fields.next())?),
+            ControllerEpoch(number(fields.next())?),
+        )))
+    }
+
+    fn allocate_producer_id(&self) -> Result<ProducerId> {
+        number(Some(&self.call("producer_id".into())?)).map(ProducerId)
+    }
+}
+
+impl RemoteCoordinator {
+    /// Dials a connection of its own, sends `request` (a `subscribe` or
+    /// `subscribe_all` line) and forwards the event lines that follow into
+    /// a bounded queue.
+    fn open_subscription(&self, request: String) -> Result<Receiver<CoordinatorEvent>> {
         let (mut writer, mut reader) = self.dial()?;
-        let answer = exchange(&mut writer, &mut reader, &format!("subscribe {}", node.0))?;
+        let answer = exchange(&mut writer, &mut reader, &request)?;
         if answer != "ok" {
             return Err(error(answer));
         }
@@ -462,29 +578,5 @@ impl Coordinator for RemoteCoordinator {
             }
         });
         Ok(receiver)
-    }
-
-    fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
-        let answer = self.call(format!("try_controller {}", node.0))?;
-        match answer.as_str() {
-            "-" => Ok(None),
-            epoch => number(Some(epoch)).map(|e| Some(ControllerEpoch(e))),
-        }
-    }
-
-    fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>> {
-        let answer = self.call("controller".into())?;
-        if answer == "-" {
-            return Ok(None);
-        }
-        let mut fields = answer.split_whitespace();
-        Ok(Some((
-            NodeId(number(fields.next())?),
-            ControllerEpoch(number(fields.next())?),
-        )))
-    }
-
-    fn allocate_producer_id(&self) -> Result<ProducerId> {
-        number(Some(&self.call("producer_id".into())?)).map(ProducerId)
     }
 }

@@ -17,14 +17,21 @@
 //! and does not shrink the ISR of lagging but live followers (the leader does
 //! that, SPEC 3.4).
 //!
-//! Fencing a deposed controller: Kafka in ZooKeeper mode makes each
-//! controller write conditional on the controller epoch znode's version. Our
-//! [`Coordinator`] has no multi-key transaction, so a controller that lost
-//! its seat in the middle of a pass may still write; but every write is a
-//! compare-and-set on the log's (leader epoch, version) and is computed from
-//! the state it replaces, so such a write is the same decision any controller
-//! would have made from that state, and the new controller's next pass
-//! starts from whatever it left.
+//! Fencing a deposed controller: as Kafka in ZooKeeper mode makes each
+//! controller write conditional on the controller epoch znode's version,
+//! every write here goes through
+//! [`Coordinator::compare_and_set_as_controller`], which refuses it unless
+//! this node still holds the seat with the epoch it acted under, atomically
+//! with the compare-and-set on the log's (leader epoch, version). A
+//! controller that lost its seat in the middle of a pass therefore writes
+//! nothing more; it notices at its next seat check. The live-node set a
+//! write is decided from is read just before that write (not once per pass),
+//! so a pass that takes a while does not act on an old view of liveness.
+//!
+//! Promptness: the controller subscribes with
+//! [`Coordinator::subscribe_all`], so it hears of changes to every log,
+//! including logs its own node does not host, rather than finding them at
+//! its next poll.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -35,7 +42,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate};
 use crate::error::{Error, Result};
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 use crate::types::{LogId, NodeId};
 
 /// Default for [`ControllerConfig::poll_interval`].
@@ -254,9 +261,10 @@ pub(crate) fn elect_preferred_leader(state: &LogState, live: &[NodeId]) -> Elect
 /// and, while it holds it, keeps every log led by a live ISR member. Stop
 /// it with [`Controller::stop`] or by dropping it.
 ///
-/// Stopping does not vacate the seat (the [`Coordinator`] has no call for
-/// that): the seat is freed when the node's session ends, so stop the
-/// controller as part of the node's shutdown, before it unregisters.
+/// Stopping resigns the seat if this node may hold it
+/// ([`Coordinator::resign_controller`]), so another node takes over at once
+/// rather than when this node's session ends; the session itself is the
+/// node's business.
 #[derive(Debug)]
 pub struct Controller {
     shared: Arc<Shared>,
@@ -273,6 +281,10 @@ struct Shared {
     /// thread's last check; 0 while it does not hold it (real epochs start
     /// at 1).
     active_epoch: AtomicU64,
+    /// The last seat claim answered with an epoch and no later one was
+    /// refused: this node may hold the seat, so stopping must resign it.
+    /// Unlike `active_epoch`, a failed coordinator call does not clear it.
+    may_hold_seat: AtomicBool,
     elections: AtomicU64,
     unclean_elections: AtomicU64,
 }
@@ -305,6 +317,7 @@ impl Controller {
             coordinator,
             config,
             active_epoch: AtomicU64::new(0),
+            may_hold_seat: AtomicBool::new(false),
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
         });
@@ -368,9 +381,29 @@ impl Controller {
         self.shared.elect_preferred_leaders(&|| false)
     }
 
-    /// Stops the thread and waits for it; idempotent. The thread checks for
-    /// the stop between coordinator calls, so this waits for at most one.
+    /// Stops the thread, waits for it and, if this node may hold the
+    /// controller seat, resigns it so another node can take over now;
+    /// idempotent. The thread checks for the stop between coordinator
+    /// calls, so this waits for at most one, plus the resignation. A failed
+    /// resignation is logged: the seat is then freed when the node's
+    /// session ends, as before.
     pub fn stop(&mut self) {
+        self.halt_for_crash();
+        if self.shared.may_hold_seat.swap(false, Ordering::SeqCst) {
+            let node = self.shared.node;
+            match self.shared.coordinator.resign_controller(node) {
+                Ok(()) => tracing::info!(%node, "controller resigned"),
+                Err(error) => tracing::warn!(%node, %error,
+                    "cannot resign the controller seat; it is freed when the node's session ends"),
+            }
+        }
+    }
+
+    /// Stops the thread and waits for it *without* resigning the seat, as a
+    /// crashed process would: the seat then stays taken until the node's
+    /// session ends. For crash simulations; idempotent.
+    #[doc(hidden)]
+    pub fn halt_for_crash(&mut self) {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {
@@ -440,7 +473,7 @@ fn run(shared: &Shared, stopped: &Receiver<()>) {
         .map(|interval| Instant::now() + interval);
     loop {
         if subscription.is_none() {
-            match shared.coordinator.subscribe(shared.node) {
+            match shared.coordinator.subscribe_all(shared.node) {
                 Ok(events) => {
                     subscription = Some(events);
                     // Whatever happened before we listened is unknown.
@@ -507,6 +540,7 @@ impl Shared {
         let epoch = match self.coordinator.try_become_controller(self.node) {
             Ok(Some(epoch)) => epoch,
             Ok(None) => {
+                self.may_hold_seat.store(false, Ordering::SeqCst);
                 self.set_inactive();
                 pending.clear();
                 return Ok(());
@@ -518,24 +552,25 @@ impl Shared {
                 return Err(error);
             }
         };
+        self.may_hold_seat.store(true, Ordering::SeqCst);
         let previous = self.active_epoch.swap(epoch.0, Ordering::SeqCst);
         if previous != epoch.0 {
             tracing::info!(node = %self.node, %epoch, "acting as controller");
             pending.every_log = true;
         }
         if pending.every_log {
-            self.settle_logs(None, is_stopped, |state, live| {
+            self.settle_logs(epoch, None, is_stopped, |state, live| {
                 elect_leader(state, live, self.config.unclean_leader_election)
             })?;
         } else if !pending.logs.is_empty() {
             let logs: Vec<LogId> = pending.logs.iter().copied().collect();
-            self.settle_logs(Some(&logs), is_stopped, |state, live| {
+            self.settle_logs(epoch, Some(&logs), is_stopped, |state, live| {
                 elect_leader(state, live, self.config.unclean_leader_election)
             })?;
         }
         pending.clear();
         if preferred_due {
-            self.elect_preferred_leaders(is_stopped)?;
+            self.settle_logs(epoch, None, is_stopped, elect_preferred_leader)?;
         }
         Ok(())
     }
@@ -548,22 +583,32 @@ impl Shared {
     }
 
     fn elect_preferred_leaders(&self, is_stopped: &dyn Fn() -> bool) -> Result<usize> {
-        match self.coordinator.controller()? {
-            Some((holder, _)) if holder == self.node => {}
+        let epoch = match self.coordinator.controller()? {
+            Some((holder, epoch)) if holder == self.node => epoch,
             _ => return Ok(0),
-        }
-        self.settle_logs(None, is_stopped, elect_preferred_leader)
+        };
+        self.settle_logs(epoch, None, is_stopped, elect_preferred_leader)
     }
 
-    /// Applies `decide` to each of `logs` (every log if `None`) against the
-    /// current live set and returns how many logs changed. A failure on one
-    /// log does not stop the others; the first is returned at the end.
+    /// Whether this node holds the seat with `epoch`, per the coordinator.
+    fn holds_seat(&self, epoch: ControllerEpoch) -> Result<bool> {
+        Ok(self.coordinator.controller()? == Some((self.node, epoch)))
+    }
+
+    /// Applies `decide` to each of `logs` (every log if `None`), writing as
+    /// controller of `epoch`, and returns how many logs changed. A failure
+    /// on one log does not stop the others, unless it came with the loss of
+    /// the seat (or of the coordinator): then the rest of the pass would be
+    /// refused too. The first failure is returned at the end.
     fn settle_logs(
         &self,
+        epoch: ControllerEpoch,
         logs: Option<&[LogId]>,
         is_stopped: &dyn Fn() -> bool,
         decide: impl Fn(&LogState, &[NodeId]) -> Election,
     ) -> Result<usize> {
+        // Only a first filter: a log that needs a write is re-decided
+        // against a fresh read of the live nodes just before the write.
         let live = self.coordinator.live_nodes()?;
         let states = match logs {
             None => self.coordinator.logs()?,
@@ -584,12 +629,16 @@ impl Shared {
                 return Err(Error::Shutdown);
             }
             let log = state.log;
-            match self.settle(state, &live, &decide) {
+            match self.settle(epoch, state, &live, &decide) {
                 Ok(true) => changed += 1,
                 Ok(false) => {}
                 Err(error) => {
                     tracing::warn!(node = %self.node, %log, %error, "controller could not update log");
+                    let seat_held = matches!(self.holds_seat(epoch), Ok(true));
                     first_error.get_or_insert(error);
+                    if !seat_held {
+                        break;
+                    }
                 }
             }
         }
@@ -599,21 +648,32 @@ impl Shared {
         }
     }
 
-    /// Writes `decide`'s decision for one log with compare-and-set,
-    /// re-deciding from the current state each time the write loses a race.
-    /// Returns whether a change was stored.
+    /// Writes `decide`'s decision for one log with compare-and-set as
+    /// controller of `epoch`, re-deciding from the current state and a fresh
+    /// read of the live nodes before every attempt. `pass_live` is the
+    /// pass's earlier read, used only to skip logs that need nothing without
+    /// a coordinator call. Returns whether a change was stored.
     fn settle(
         &self,
+        epoch: ControllerEpoch,
         mut state: LogState,
-        live: &[NodeId],
+        pass_live: &[NodeId],
         decide: &impl Fn(&LogState, &[NodeId]) -> Election,
     ) -> Result<bool> {
+        if decide(&state, pass_live) == Election::Unchanged {
+            // A node that died since `pass_live` was read is announced by
+            // an event, which brings another pass.
+            return Ok(false);
+        }
         for _ in 0..CAS_ATTEMPTS_MAX {
-            let election = decide(&state, live);
+            let live = self.coordinator.live_nodes()?;
+            let election = decide(&state, &live);
             let Some(update) = election.update(&state) else {
                 return Ok(false);
             };
-            match self.coordinator.compare_and_set(
+            match self.coordinator.compare_and_set_as_controller(
+                self.node,
+                epoch,
                 state.log,
                 state.leader_epoch,
                 state.version,

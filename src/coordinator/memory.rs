@@ -100,6 +100,9 @@ struct Session {
 #[derive(Debug)]
 struct Subscriber {
     node: NodeId,
+    /// Gets `LogChanged` for every log, not only those `node` hosts
+    /// ([`Coordinator::subscribe_all`]).
+    every_log: bool,
     sender: Sender<CoordinatorEvent>,
     /// An event was dropped (the queue was full) or withheld (the node was
     /// cut off) and the subscriber has not yet been sent the `Resync` that
@@ -232,6 +235,19 @@ impl MemoryCoordinator {
     fn lock(&self) -> Result<MutexGuard<'_, State>> {
         self.handle.shared.lock(self.caller)
     }
+
+    fn add_subscriber(&self, node: NodeId, every_log: bool) -> Result<Receiver<CoordinatorEvent>> {
+        let mut state = self.lock()?;
+        let (sender, receiver) =
+            crossbeam_channel::bounded(self.handle.shared.subscriber_events_max);
+        state.subscribers.push(Subscriber {
+            node,
+            every_log,
+            sender,
+            missed_events: false,
+        });
+        Ok(receiver)
+    }
 }
 
 impl Shared {
@@ -314,15 +330,11 @@ impl State {
         }
         let live = self.live_nodes();
         self.notify_all(CoordinatorEvent::NodesChanged { live });
-        if let Some(controller) = self.controller {
-            if ended.contains(&controller) {
-                self.controller = None;
-                tracing::info!(%controller, epoch = %self.controller_epoch, "controller seat released");
-                self.notify_all(CoordinatorEvent::ControllerChanged {
-                    controller: None,
-                    epoch: self.controller_epoch,
-                });
-            }
+        if self
+            .controller
+            .is_some_and(|controller| ended.contains(&controller))
+        {
+            self.release_controller_seat("session ended");
         }
     }
 
@@ -330,21 +342,66 @@ impl State {
         self.sessions.keys().copied().collect()
     }
 
+    /// The compare-and-set itself. The epoch and version are compared
+    /// first: an update built from a stale read is answered `Stale`,
+    /// whatever it contains, because the caller must re-read before its
+    /// update can even be judged.
+    fn compare_and_set(
+        &mut self,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        let current = self.logs.get(&log).ok_or(Error::UnknownLog(log))?;
+        if current.leader_epoch != expected_epoch || current.version != expected_version {
+            return Ok(CasOutcome::Stale(current.clone()));
+        }
+        current.validate_update(&update)?;
+        let next = current.with_update(update);
+        tracing::debug!(%log, leader = ?next.leader, epoch = %next.leader_epoch,
+            isr = ?next.in_sync_replicas, version = next.version, "coordinator log state updated");
+        self.logs.insert(log, next.clone());
+        self.notify_log_changed(&next);
+        Ok(CasOutcome::Applied(next))
+    }
+
+    /// Empties the controller seat and announces it.
+    fn release_controller_seat(&mut self, reason: &'static str) {
+        if let Some(controller) = self.controller.take() {
+            tracing::info!(%controller, epoch = %self.controller_epoch, reason, "controller seat released");
+            self.notify_all(CoordinatorEvent::ControllerChanged {
+                controller: None,
+                epoch: self.controller_epoch,
+            });
+        }
+    }
+
     fn notify_all(&mut self, event: CoordinatorEvent) {
         self.notify(|_| true, event);
     }
 
-    /// Sends `event` to every subscriber whose node `wants` it, without
+    /// Announces `state` to the subscribers of the nodes hosting it and to
+    /// every subscriber of all logs.
+    fn notify_log_changed(&mut self, state: &LogState) {
+        let hosts = state.replicas.clone();
+        self.notify(
+            |subscriber| subscriber.every_log || hosts.contains(&subscriber.node),
+            CoordinatorEvent::LogChanged(state.clone()),
+        );
+    }
+
+    /// Sends `event` to every subscriber that `wants` it, without
     /// blocking: a full queue loses the event and owes its subscriber a
     /// `Resync`. Sending happens under the state lock, which `try_send`
     /// never blocks, so every receiver sees events in the order the changes
     /// were made.
-    fn notify(&mut self, wants: impl Fn(NodeId) -> bool, event: CoordinatorEvent) {
+    fn notify(&mut self, wants: impl Fn(&Subscriber) -> bool, event: CoordinatorEvent) {
         let mut dropped = false;
         let unavailable = self.unavailable;
         let unreachable_nodes = &self.unreachable_nodes;
         self.subscribers.retain_mut(|subscriber| {
-            if !wants(subscriber.node) {
+            if !wants(subscriber) {
                 return true;
             }
             if unavailable || unreachable_nodes.contains(&subscriber.node) {
@@ -443,11 +500,7 @@ impl Coordinator for MemoryCoordinator {
         }
         let created = LogState::initial(log, replicas)?;
         state.logs.insert(log, created.clone());
-        let hosts = created.replicas.clone();
-        state.notify(
-            |node| hosts.contains(&node),
-            CoordinatorEvent::LogChanged(created.clone()),
-        );
+        state.notify_log_changed(&created);
         self.handle.shared.finish(state);
         Ok(created)
     }
@@ -460,9 +513,6 @@ impl Coordinator for MemoryCoordinator {
         Ok(self.lock()?.logs.values().cloned().collect())
     }
 
-    /// The epoch and version are compared first: an update built from a
-    /// stale read is answered `Stale`, whatever it contains, because the
-    /// caller must re-read before its update can even be judged.
     fn compare_and_set(
         &self,
         log: LogId,
@@ -471,22 +521,44 @@ impl Coordinator for MemoryCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         let mut state = self.lock()?;
-        let current = state.logs.get(&log).ok_or(Error::UnknownLog(log))?;
-        if current.leader_epoch != expected_epoch || current.version != expected_version {
-            return Ok(CasOutcome::Stale(current.clone()));
-        }
-        current.validate_update(&update)?;
-        let next = current.with_update(update);
-        tracing::debug!(%log, leader = ?next.leader, epoch = %next.leader_epoch,
-            isr = ?next.in_sync_replicas, version = next.version, "coordinator log state updated");
-        state.logs.insert(log, next.clone());
-        let hosts = next.replicas.clone();
-        state.notify(
-            |node| hosts.contains(&node),
-            CoordinatorEvent::LogChanged(next.clone()),
-        );
+        let outcome = state.compare_and_set(log, expected_epoch, expected_version, update);
         self.handle.shared.finish(state);
-        Ok(CasOutcome::Applied(next))
+        outcome
+    }
+
+    /// The seat check and the compare-and-set happen under one lock, so no
+    /// controller change can fall between them.
+    fn compare_and_set_as_controller(
+        &self,
+        controller: NodeId,
+        controller_epoch: ControllerEpoch,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        let mut state = self.lock()?;
+        // `lock` ended expired sessions, and with them their seat.
+        if state.controller != Some(controller) || state.controller_epoch != controller_epoch {
+            let holder = match state.controller {
+                Some(holder) => format!(
+                    "{holder} holds the seat with controller epoch {}",
+                    state.controller_epoch
+                ),
+                None => format!(
+                    "the seat is empty (last controller epoch {})",
+                    state.controller_epoch
+                ),
+            };
+            return Err(Error::Coordinator {
+                reason: format!(
+                    "write to {log} refused: {controller} is not the controller with controller epoch {controller_epoch} ({holder})"
+                ),
+            });
+        }
+        let outcome = state.compare_and_set(log, expected_epoch, expected_version, update);
+        self.handle.shared.finish(state);
+        outcome
     }
 
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
@@ -545,15 +617,11 @@ impl Coordinator for MemoryCoordinator {
     }
 
     fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
-        let mut state = self.lock()?;
-        let (sender, receiver) =
-            crossbeam_channel::bounded(self.handle.shared.subscriber_events_max);
-        state.subscribers.push(Subscriber {
-            node,
-            sender,
-            missed_events: false,
-        });
-        Ok(receiver)
+        self.add_subscriber(node, false)
+    }
+
+    fn subscribe_all(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
+        self.add_subscriber(node, true)
     }
 
     fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
@@ -580,6 +648,15 @@ impl Coordinator for MemoryCoordinator {
                 Ok(Some(epoch))
             }
         }
+    }
+
+    fn resign_controller(&self, node: NodeId) -> Result<()> {
+        let mut state = self.lock()?;
+        if state.controller == Some(node) {
+            state.release_controller_seat("resigned");
+        }
+        self.handle.shared.finish(state);
+        Ok(())
     }
 
     fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>> {
@@ -665,6 +742,37 @@ mod tests {
             .register_node(NodeId(2), Duration::from_millis(5))
             .unwrap();
         assert_eq!(state(), REAPER_INTERVAL_MIN);
+    }
+
+    /// The calls added for controller fencing and hand-over obey fault
+    /// injection like every other: refused, nothing changed.
+    #[test]
+    fn controller_calls_fail_while_unavailable_and_change_nothing() {
+        let (coordinator, _clock) = manual();
+        let node = NodeId(1);
+        coordinator
+            .register_node(node, Duration::from_secs(60))
+            .unwrap();
+        let created = coordinator.create_log(LogId(1), vec![node]).unwrap();
+        let epoch = coordinator.try_become_controller(node).unwrap().unwrap();
+        coordinator.set_unavailable(true);
+        let update = LogUpdate::in_sync_replicas(&created, vec![node]);
+        let refused = [
+            coordinator
+                .compare_and_set_as_controller(node, epoch, LogId(1), LeaderEpoch::ZERO, 0, update)
+                .map(drop),
+            coordinator.resign_controller(node),
+            coordinator.subscribe_all(node).map(drop),
+        ];
+        for outcome in refused {
+            assert!(
+                matches!(&outcome, Err(Error::Coordinator { reason }) if reason == "unavailable"),
+                "{outcome:?}"
+            );
+        }
+        coordinator.set_unavailable(false);
+        assert_eq!(coordinator.controller().unwrap(), Some((node, epoch)));
+        assert_eq!(coordinator.log_state(LogId(1)).unwrap(), Some(created));
     }
 
     impl MemoryCoordinator {

@@ -267,7 +267,8 @@ impl fmt::Display for ControllerEpoch {
 /// [`CoordinatorEvent::Resync`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CoordinatorEvent {
-    /// A log hosted by the receiving node was created or updated.
+    /// A log was created or updated: one hosted by the receiving node, or
+    /// any log for a receiver from [`Coordinator::subscribe_all`].
     LogChanged(LogState),
     /// A node's session began or ended; `live` is the new set, sorted.
     NodesChanged {
@@ -317,6 +318,26 @@ pub trait Coordinator: Send + Sync + 'static {
         update: LogUpdate,
     ) -> Result<CasOutcome>;
 
+    /// [`Coordinator::compare_and_set`] on behalf of the controller: in the
+    /// same atomic step, first checks that `controller` holds the controller
+    /// seat with `controller_epoch` (ZooKeeper multi-op / etcd txn
+    /// semantics; Kafka's controller makes each write conditional on its
+    /// epoch znode's version). If it does not — it never did, it resigned,
+    /// its session ended, or a newer controller took over — nothing changes
+    /// and the call fails with [`Error::Coordinator`] naming the refused
+    /// controller epoch, whatever the log's state: a deposed controller's
+    /// decisions were made from a view that is no longer authoritative.
+    /// Otherwise it behaves exactly as [`Coordinator::compare_and_set`].
+    fn compare_and_set_as_controller(
+        &self,
+        controller: NodeId,
+        controller_epoch: ControllerEpoch,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome>;
+
     /// Opens (or renews) `node`'s session: the node is live until
     /// `session_timeout` passes without a [`Coordinator::heartbeat`].
     /// Registering a node that is already live refreshes its session.
@@ -339,11 +360,26 @@ pub trait Coordinator: Send + Sync + 'static {
     /// than once; each receiver gets every event (or a `Resync`).
     fn subscribe(&self, node: NodeId) -> Result<crossbeam_channel::Receiver<CoordinatorEvent>>;
 
+    /// Like [`Coordinator::subscribe`], but with a
+    /// [`CoordinatorEvent::LogChanged`] for every log, hosted by `node` or
+    /// not: what the controller needs to notice a log it does not host (one
+    /// created with a dead first replica, say) without waiting for its poll.
+    /// `node` still names the receiver for reachability: while `node` is cut
+    /// off, it hears nothing, as with `subscribe`.
+    fn subscribe_all(&self, node: NodeId) -> Result<crossbeam_channel::Receiver<CoordinatorEvent>>;
+
     /// Takes the controller seat if no live node holds it and returns the new
     /// controller epoch; returns `None` if another live node holds it. A node
     /// that already holds the seat gets its current epoch back. Errs if
     /// `node` has no live session.
     fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>>;
+
+    /// Empties the controller seat if `node` holds it (a clean shutdown of
+    /// the controller), announced with [`CoordinatorEvent::ControllerChanged`]
+    /// so another node can take it at once instead of waiting for `node`'s
+    /// session to end. `node` keeps its session. Not holding the seat is not
+    /// an error: nothing changes.
+    fn resign_controller(&self, node: NodeId) -> Result<()>;
 
     /// The live controller and its epoch, if the seat is taken.
     fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>>;

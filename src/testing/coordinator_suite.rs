@@ -155,8 +155,20 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             new_controller_with_higher_epoch_after_session_expiry::<C>,
         ),
         (
+            "controller_writes_are_fenced_by_controller_epoch",
+            controller_writes_are_fenced_by_controller_epoch::<C>,
+        ),
+        (
+            "resign_frees_the_seat_and_keeps_the_session",
+            resign_frees_the_seat_and_keeps_the_session::<C>,
+        ),
+        (
             "log_subscribers_get_log_changed_in_order",
             log_subscribers_get_log_changed_in_order::<C>,
+        ),
+        (
+            "subscribe_all_gets_every_log_changed",
+            subscribe_all_gets_every_log_changed::<C>,
         ),
         (
             "producer_ids_are_unique_under_concurrency",
@@ -639,6 +651,217 @@ fn new_controller_with_higher_epoch_after_session_expiry<C: Coordinator>(c: &C, 
                 }
         },
     );
+}
+
+/// Asserts that `outcome` is the refusal of a deposed (or never seated)
+/// controller's write: an `Error::Coordinator` naming its controller epoch.
+fn assert_fenced(what: &str, outcome: crate::error::Result<CasOutcome>, epoch: ControllerEpoch) {
+    match outcome {
+        Err(Error::Coordinator { reason }) => assert!(
+            reason.contains(&format!("controller epoch {epoch}")),
+            "{what}: the error {reason:?} does not name controller epoch {epoch}"
+        ),
+        other => panic!("{what}: expected Error::Coordinator, got {other:?}"),
+    }
+}
+
+fn controller_writes_are_fenced_by_controller_epoch<C: Coordinator>(c: &C, time: &SuiteTime) {
+    let (old, new, bystander) = (NodeId(1), NodeId(2), NodeId(3));
+    c.register_node(old, time.short_session()).unwrap();
+    c.register_node(new, time.long_session()).unwrap();
+    c.register_node(bystander, time.long_session()).unwrap();
+    let created = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    let first = c
+        .try_become_controller(old)
+        .unwrap()
+        .expect("an empty seat");
+
+    // The seated controller writes like a plain compare-and-set.
+    let shrunk = applied(
+        c.compare_and_set_as_controller(
+            old,
+            first,
+            LogId(1),
+            LeaderEpoch(0),
+            0,
+            isr_update(&created, &[1, 2]),
+        )
+        .unwrap(),
+    );
+    assert_eq!(shrunk.version, 1);
+    assert_eq!(
+        c.compare_and_set_as_controller(
+            old,
+            first,
+            LogId(1),
+            LeaderEpoch(0),
+            0,
+            isr_update(&created, &[1]),
+        )
+        .unwrap(),
+        CasOutcome::Stale(shrunk.clone()),
+        "the seated controller still loses races on the log"
+    );
+    assert!(matches!(
+        c.compare_and_set_as_controller(
+            old,
+            first,
+            LogId(9),
+            LeaderEpoch(0),
+            0,
+            isr_update(&created, &[1])
+        ),
+        Err(Error::UnknownLog(LogId(9)))
+    ));
+    // A node that never held the seat, and the holder with a wrong epoch.
+    assert_fenced(
+        "a node without the seat",
+        c.compare_and_set_as_controller(
+            bystander,
+            first,
+            LogId(1),
+            LeaderEpoch(0),
+            1,
+            isr_update(&shrunk, &[1]),
+        ),
+        first,
+    );
+    assert_fenced(
+        "the holder with a future epoch",
+        c.compare_and_set_as_controller(
+            old,
+            first.next(),
+            LogId(1),
+            LeaderEpoch(0),
+            1,
+            isr_update(&shrunk, &[1]),
+        ),
+        first.next(),
+    );
+
+    // The old controller's session ends and a new one takes the seat: the
+    // old one's write, built from the state it last read (which is still
+    // current), is refused and changes nothing.
+    time.expire_short_sessions();
+    let deadline = Instant::now() + EVENT_WAIT_MAX;
+    let second = loop {
+        if let Some(epoch) = c.try_become_controller(new).unwrap() {
+            break epoch;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old controller never expired"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(second > first);
+    let elect_2 = LogUpdate {
+        leader: Some(NodeId(2)),
+        leader_epoch: LeaderEpoch(1),
+        in_sync_replicas: nodes(&[2]),
+    };
+    assert_fenced(
+        "the deposed controller",
+        c.compare_and_set_as_controller(old, first, LogId(1), LeaderEpoch(0), 1, elect_2.clone()),
+        first,
+    );
+    assert_eq!(
+        stored(c, LogId(1)),
+        shrunk,
+        "a refused write changed the log"
+    );
+    // The new controller with the old epoch is refused as well.
+    assert_fenced(
+        "the new controller with the old epoch",
+        c.compare_and_set_as_controller(new, first, LogId(1), LeaderEpoch(0), 1, elect_2.clone()),
+        first,
+    );
+    let elected = applied(
+        c.compare_and_set_as_controller(new, second, LogId(1), LeaderEpoch(0), 1, elect_2)
+            .unwrap(),
+    );
+    assert_eq!(elected.leader, Some(NodeId(2)));
+    assert_eq!(stored(c, LogId(1)), elected);
+}
+
+fn resign_frees_the_seat_and_keeps_the_session<C: Coordinator>(c: &C, time: &SuiteTime) {
+    let (a, b) = (NodeId(1), NodeId(2));
+    c.register_node(a, time.long_session()).unwrap();
+    c.register_node(b, time.long_session()).unwrap();
+    let created = c.create_log(LogId(1), nodes(&[1, 2])).unwrap();
+    let first = c.try_become_controller(a).unwrap().expect("an empty seat");
+    let events = c.subscribe(b).unwrap();
+
+    // Someone else resigning changes nothing.
+    c.resign_controller(b).unwrap();
+    assert_eq!(c.controller().unwrap(), Some((a, first)));
+
+    c.resign_controller(a).unwrap();
+    assert_eq!(c.controller().unwrap(), None);
+    assert_eq!(
+        c.live_nodes().unwrap(),
+        vec![a, b],
+        "resigning kept the session"
+    );
+    c.heartbeat(a).unwrap();
+    wait_for_event(&events, "ControllerChanged to no controller", |event| {
+        *event
+            == CoordinatorEvent::ControllerChanged {
+                controller: None,
+                epoch: first,
+            }
+    });
+    assert_fenced(
+        "the resigned controller",
+        c.compare_and_set_as_controller(
+            a,
+            first,
+            LogId(1),
+            LeaderEpoch(0),
+            0,
+            isr_update(&created, &[1]),
+        ),
+        first,
+    );
+    // Resigning twice is not an error; the next controller gets a new epoch.
+    c.resign_controller(a).unwrap();
+    assert_eq!(c.try_become_controller(b).unwrap(), Some(first.next()));
+    assert_eq!(c.controller().unwrap(), Some((b, first.next())));
+}
+
+fn subscribe_all_gets_every_log_changed<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    // Node 9 hosts nothing, yet its all-logs subscription hears of both
+    // logs, in the order of the changes.
+    let everything = c.subscribe_all(NodeId(9)).unwrap();
+    let hosting_one = c.subscribe(NodeId(1)).unwrap();
+    let first = c.create_log(LogId(1), nodes(&[1, 2])).unwrap();
+    let second = c.create_log(LogId(2), nodes(&[2, 3])).unwrap();
+    let second = applied(
+        c.compare_and_set(LogId(2), LeaderEpoch(0), 0, isr_update(&second, &[2]))
+            .unwrap(),
+    );
+    let log_changes = |events: &Receiver<CoordinatorEvent>| -> Vec<LogState> {
+        drain(events)
+            .into_iter()
+            .filter_map(|event| match event {
+                CoordinatorEvent::LogChanged(state) => Some(state),
+                _ => None,
+            })
+            .collect()
+    };
+    let created_2 = LogState {
+        version: 0,
+        in_sync_replicas: nodes(&[2, 3]),
+        ..second.clone()
+    };
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + EVENT_WAIT_MAX;
+    while seen.len() < 3 && Instant::now() < deadline {
+        seen.extend(log_changes(&everything));
+    }
+    assert_eq!(seen, vec![first.clone(), created_2, second]);
+    // A plain subscription still hears only of the logs its node hosts.
+    assert_eq!(log_changes(&hosting_one), vec![first]);
 }
 
 fn log_subscribers_get_log_changed_in_order<C: Coordinator>(c: &C, _time: &SuiteTime) {

@@ -178,7 +178,7 @@ impl Node {
     /// Stops the node's threads, closes its logs (flushing them) and leaves
     /// the coordinator's live set.
     pub fn shutdown(mut self) -> Result<()> {
-        self.stop_threads();
+        self.stop_threads(Stop::Clean);
         let _ = self
             .shared
             .coordinator
@@ -203,7 +203,7 @@ impl Node {
     /// Stops the node's threads without closing anything: what a crash
     /// looks like to the rest of the cluster (the test harness uses it).
     pub fn halt(mut self) {
-        self.stop_threads();
+        self.stop_threads(Stop::Crash);
     }
 
     /// Test harness only: a process crash. Stops the threads as
@@ -214,7 +214,7 @@ impl Node {
     #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub fn halt_for_crash(mut self) -> Vec<(PathBuf, u64)> {
-        self.stop_threads();
+        self.stop_threads(Stop::Crash);
         let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
         replicas
             .iter()
@@ -227,9 +227,15 @@ impl Node {
         self.controller.as_ref()
     }
 
-    fn stop_threads(&mut self) {
+    fn stop_threads(&mut self, how: Stop) {
         if let Some(controller) = self.controller.as_mut() {
-            controller.stop();
+            match how {
+                // A clean stop hands the controller seat over at once.
+                Stop::Clean => controller.stop(),
+                // A crash keeps it until the session expires, as a real
+                // one would.
+                Stop::Crash => controller.halt_for_crash(),
+            }
         }
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.data_arrived.close();
@@ -252,10 +258,17 @@ impl Node {
     }
 }
 
+/// How a node's threads are stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Clean,
+    Crash,
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         if self.control.is_some() {
-            self.stop_threads();
+            self.stop_threads(Stop::Clean);
             let _ = self
                 .shared
                 .coordinator

@@ -21,7 +21,7 @@ use crate::coordinator::{
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::{Fetcher, IsrProposal, Replica, Role, Watch};
-use crate::storage::Log;
+use crate::storage::{FlushPolicy, Log};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, RwLock};
 use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
@@ -616,6 +616,13 @@ fn control_loop(
     let heartbeat_every = shared.config.session_timeout / 3;
     let mut next_heartbeat = Instant::now();
     let mut next_retention = Instant::now() + shared.config.retention_check_interval;
+    // `FlushPolicy::Every { interval }` is checked by the log on append; an
+    // idle log is flushed here, as Kafka's log flusher task does.
+    let flush_interval = match shared.config.log.flush_policy {
+        FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
+        _ => None,
+    };
+    let mut next_flush = flush_interval.map(|interval| Instant::now() + interval);
     while !shared.stop.load(Ordering::SeqCst) {
         select! {
             recv(events) -> event => match event {
@@ -649,6 +656,18 @@ fn control_loop(
                     .register_node(shared.local(), shared.config.session_timeout);
             }
             next_heartbeat = now + heartbeat_every;
+        }
+        if let (Some(due), Some(interval)) = (next_flush, flush_interval) {
+            if now >= due {
+                for replica in shared.replicas.read().values() {
+                    if replica.log().flushed_offset() < replica.log().log_end_offset() {
+                        if let Err(error) = replica.log().flush() {
+                            tracing::error!(log = %replica.log_id(), %error, "periodic flush failed");
+                        }
+                    }
+                }
+                next_flush = Some(now + interval);
+            }
         }
         // Join fetchers that have finished since they were told to stop.
         shared.retired_fetchers.lock().retain(|f| !f.is_finished());

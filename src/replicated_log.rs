@@ -192,6 +192,16 @@ impl ReplicatedLog {
         self.replica.log().log_end_offset()
     }
 
+    /// The offset below which this replica's log is on disk (fsynced).
+    pub fn flushed_offset(&self) -> Offset {
+        self.replica.log().flushed_offset()
+    }
+
+    /// Storage counters of this replica (appends, fsyncs, bytes, segments).
+    pub fn log_stats(&self) -> crate::storage::LogStats {
+        self.replica.log().stats()
+    }
+
     /// The first offset the log still holds.
     pub fn log_start_offset(&self) -> Offset {
         self.replica.log().log_start_offset()

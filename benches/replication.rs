@@ -119,7 +119,7 @@ fn idempotent_throughput(
             scope.spawn(|| {
                 let producer = IdempotentProducer::init(
                     &cluster.coordinator,
-                    cluster,
+                    KnownLeader(leader.clone()),
                     ProducerConfig::default(),
                 )
                 .expect("producer id");

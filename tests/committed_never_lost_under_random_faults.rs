@@ -50,5 +50,5 @@ fn committed_never_lost_under_power_loss_with_flush_always() {
 
 #[test]
 fn replicas_agree_under_power_loss_without_flushing() {
-    run_seeds(CrashMode::PowerLossFlushNever, 2);
+    run_seeds(CrashMode::PowerLossFlushNever, 4);
 }

@@ -141,11 +141,47 @@ struct RunState {
     samples: Mutex<usize>,
 }
 
+/// Panics of the library's own threads (named `isrlog-*`) in this process.
+/// A panicking control or fetcher thread does not fail a test by itself: the
+/// node just stops doing that work, and a run could pass without it. std's
+/// atomic, not `crate::sync`'s: a static, and not a hand-off loom models.
+static NODE_THREAD_PANICS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Chains a panic hook that counts panics of `isrlog-*` threads.
+fn count_node_thread_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current()
+                .name()
+                .is_some_and(|name| name.starts_with("isrlog-"))
+            {
+                NODE_THREAD_PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+}
+
 /// Runs one seeded fault test and checks G1–G4; `Err` describes the first
-/// violations found and names the seed.
+/// violations found and names the seed. A panic of a node's thread during
+/// the run (in this process: runs in parallel share the count) fails it too.
 pub fn run(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, String> {
     let seed = config.seed;
-    run_inner(config).map_err(|reason| {
+    count_node_thread_panics();
+    let panics_before = NODE_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst);
+    let result = run_inner(config).and_then(|report| {
+        let panics = NODE_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst) - panics_before;
+        if panics == 0 {
+            Ok(report)
+        } else {
+            Err(format!(
+                "{report:?}\n  {panics} panic(s) of isrlog-* threads during the run (see stderr)"
+            ))
+        }
+    });
+    result.map_err(|reason| {
         format!(
             "fault test failed for seed {seed} ({:?}); replay with ISRLOG_FAULT_SEED={seed}: {reason}",
             config.crash_mode

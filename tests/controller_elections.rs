@@ -409,7 +409,10 @@ fn controller_waits_for_its_node_session() {
     );
 }
 
-/// Shutdown takes well under 100 ms, active or not, by `stop` or by drop.
+/// Shutdown is prompt, active or not, by `stop` or by drop. It takes a few
+/// milliseconds; the bound is 2 s so that a loaded 2-core CI machine does
+/// not fail it, while a stop that waited out a poll interval or a session
+/// would still be caught.
 #[test]
 fn stop_and_drop_are_prompt() {
     let (coordinator, _clock) = manual();
@@ -424,7 +427,7 @@ fn stop_and_drop_are_prompt() {
     active.stop();
     drop(idle);
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(100), "shutdown took {took:?}");
+    assert!(took < Duration::from_secs(2), "shutdown took {took:?}");
 }
 
 /// Seeds 002/003 layout: eight logs over four nodes with three replicas

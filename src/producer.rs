@@ -78,14 +78,39 @@ impl LeaderRouter for [crate::node::Node] {
 #[cfg(any(test, feature = "testing"))]
 impl LeaderRouter for crate::testing::Cluster {
     /// The coordinator's leader, once it knows it leads; no waiting (the
-    /// producer's backoff does that).
+    /// producer's backoff does that). A leader the coordinator still names
+    /// after its node crashed (until the session expires) is
+    /// `LeaderNotAvailable`, retriable, as a Kafka client sees a leader it
+    /// cannot reach until its metadata names another.
     fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
         let leader = self.leader_of(log).ok_or(Error::LeaderNotAvailable(log))?;
-        let handle = self.log(leader, log)?;
+        let handle = match self.log(leader, log) {
+            Ok(handle) => handle,
+            Err(Error::Shutdown) => return Err(Error::LeaderNotAvailable(log)),
+            Err(error) => return Err(error),
+        };
         if !handle.is_leader() {
             return Err(Error::LeaderNotAvailable(log));
         }
         Ok(handle)
+    }
+
+    /// Appends on the leader. If its node crashes during the call, the
+    /// handle fails (`Shutdown`, `Poisoned`); over a network the client
+    /// would see its connection drop instead, so that is what is returned:
+    /// a retriable `Transport` error with an unknown outcome.
+    fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let handle = LeaderRouter::leader_log(self, log)?;
+        let leader = handle.node_id();
+        match handle.append(batch, acks) {
+            Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !self.is_running(leader) => {
+                Err(Error::Transport {
+                    to: leader,
+                    reason: format!("leader crashed during the append: {error}"),
+                })
+            }
+            result => result,
+        }
     }
 }
 
@@ -225,7 +250,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         self.resolve_locked(log, &mut sequence)?;
         builder.producer(self.producer_id, self.producer_epoch, sequence.next);
         let batch = builder.build()?;
-        self.send_locked(log, &mut sequence, batch)
+        self.send_locked(log, &mut sequence, batch, false)
     }
 
     /// Re-sends the batch in doubt on `log`, if any, and returns where it
@@ -253,24 +278,37 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         sequence: &mut LogSequence,
     ) -> Result<Option<AppendOutcome>> {
         match sequence.in_doubt.take() {
-            Some(batch) => self.send_locked(log, sequence, batch).map(Some),
+            // A batch in doubt may be in the log: re-sending it starts with
+            // `maybe_written` set.
+            Some(batch) => self.send_locked(log, sequence, batch, true).map(Some),
             None => Ok(None),
         }
     }
 
     /// Sends `batch` (already stamped with `sequence.next`) until it lands,
     /// fails for good, or the budget runs out.
+    ///
+    /// `maybe_written` is what keeps an acknowledged batch from being
+    /// dropped: once any attempt ended with an unknown outcome (a timeout, a
+    /// leader lost mid-append, ...), or the batch was already in doubt, the
+    /// batch may be in the log, so its sequence may only be released by an
+    /// error that proves the log does not hold it (see
+    /// [`proves_not_in_log`]). Releasing it on any other error would let the
+    /// next batch reuse the sequence, and deduplication would answer that
+    /// batch with the old one's offsets (`duplicate: true`) while dropping
+    /// its records.
     fn send_locked(
         &self,
         log: LogId,
         sequence: &mut LogSequence,
         batch: RecordBatch,
+        mut maybe_written: bool,
     ) -> Result<AppendOutcome> {
         debug_assert_eq!(batch.header().base_sequence, sequence.next);
         let deadline = Instant::now() + self.config.delivery_timeout;
         let mut retries = 0u32;
         loop {
-            match self.router.append(log, &batch, Acks::All) {
+            let error = match self.router.append(log, &batch, Acks::All) {
                 Ok(outcome) => {
                     sequence.next = next_after(batch.header().last_sequence());
                     if outcome.duplicate {
@@ -278,25 +316,71 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     }
                     return Ok(outcome);
                 }
-                Err(error) if error.is_retriable() => {
-                    let now = Instant::now();
-                    if retries >= self.config.retries_max
-                        || now + self.config.retry_backoff >= deadline
-                    {
-                        tracing::warn!(%log, producer = %self.producer_id, %error, retries, "retry budget spent: batch in doubt");
-                        sequence.in_doubt = Some(batch);
-                        return Err(error);
-                    }
-                    retries += 1;
-                    tracing::debug!(%log, producer = %self.producer_id, %error, retries, "retrying batch");
-                    std::thread::sleep(self.config.retry_backoff);
-                }
-                // Not written (OutOfOrderSequence, ProducerFenced, an
-                // invalid batch): the sequence stays free for the next one.
-                Err(error) => return Err(error),
+                Err(error) => error,
+            };
+            if !attempt_appended_nothing(&error) {
+                maybe_written = true;
             }
+            if !error.is_retriable() {
+                if maybe_written && !proves_not_in_log(&error) {
+                    tracing::warn!(%log, producer = %self.producer_id, %error, "failed after an attempt with unknown outcome: batch in doubt");
+                    sequence.in_doubt = Some(batch);
+                } else {
+                    tracing::debug!(%log, producer = %self.producer_id, %error, "batch not written: sequence released");
+                }
+                return Err(error);
+            }
+            let now = Instant::now();
+            if retries >= self.config.retries_max || now + self.config.retry_backoff >= deadline {
+                tracing::warn!(%log, producer = %self.producer_id, %error, retries, "retry budget spent: batch in doubt");
+                sequence.in_doubt = Some(batch);
+                return Err(error);
+            }
+            retries += 1;
+            tracing::debug!(%log, producer = %self.producer_id, %error, retries, "retrying batch");
+            std::thread::sleep(self.config.retry_backoff);
         }
     }
+}
+
+/// Whether `error` proves that the attempt which returned it appended
+/// nothing: the leader refused the batch before writing it, or there was
+/// no leader to send it to. Anything else (a timeout, a transport failure,
+/// a leader that crashed or was poisoned mid-call, `Shutdown` of a handle)
+/// may come after the append, so the outcome is unknown.
+fn attempt_appended_nothing(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::NotLeader { .. }
+            | Error::NotEnoughReplicas { .. }
+            | Error::LeaderNotAvailable(_)
+            | Error::FencedLeaderEpoch { .. }
+            | Error::UnknownLeaderEpoch { .. }
+            | Error::UnknownLog(_)
+            | Error::InvalidBatch { .. }
+            | Error::OutOfOrderSequence { .. }
+            | Error::ProducerFenced { .. }
+    )
+}
+
+/// Whether `error` proves that the log does not hold the batch at all, not
+/// just that this attempt added nothing: the leader checked the batch's
+/// sequence against what it holds (`OutOfOrderSequence`: with one batch in
+/// flight, a batch the log held would have been answered as a duplicate;
+/// `ProducerFenced`), or the batch can never be written (`InvalidBatch`,
+/// too large). Only these release a sequence that may be in the log.
+///
+/// `NotEnoughReplicas` is deliberately not here: the leader checks the ISR
+/// size before the duplicate check (as Kafka's `Partition` checks
+/// `min.insync.replicas` before `UnifiedLog` deduplicates), so it says
+/// nothing about an earlier attempt. It is retriable anyway.
+fn proves_not_in_log(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::ProducerFenced { .. }
+            | Error::OutOfOrderSequence { .. }
+            | Error::InvalidBatch { .. }
+    )
 }
 
 fn next_after(last: Sequence) -> Sequence {
@@ -304,5 +388,96 @@ fn next_after(last: Sequence) -> Sequence {
         Sequence(0)
     } else {
         Sequence(last.0 + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{LeaderEpoch, NodeId};
+
+    /// Which errors release a sequence that may be in the log, and which
+    /// mark an attempt's outcome unknown.
+    #[test]
+    fn error_classification() {
+        let producer = ProducerId(7);
+        let cases: Vec<(Error, bool, bool)> = vec![
+            // (error, attempt_appended_nothing, proves_not_in_log)
+            (
+                Error::Timeout {
+                    waited: Duration::ZERO,
+                    waiting_for: "test",
+                },
+                false,
+                false,
+            ),
+            (Error::Shutdown, false, false),
+            (
+                Error::Transport {
+                    to: NodeId(1),
+                    reason: "test".into(),
+                },
+                false,
+                false,
+            ),
+            (
+                Error::NotEnoughReplicasAfterAppend {
+                    in_sync: 1,
+                    min_insync_replicas: 2,
+                },
+                false,
+                false,
+            ),
+            (
+                Error::NotEnoughReplicas {
+                    in_sync: 1,
+                    min_insync_replicas: 2,
+                },
+                true,
+                false,
+            ),
+            (
+                Error::NotLeader {
+                    log: LogId(0),
+                    epoch: LeaderEpoch(1),
+                    leader: None,
+                },
+                true,
+                false,
+            ),
+            (Error::LeaderNotAvailable(LogId(0)), true, false),
+            (
+                Error::OutOfOrderSequence {
+                    producer,
+                    expected: Sequence(1),
+                    received: Sequence(3),
+                },
+                true,
+                true,
+            ),
+            (
+                Error::ProducerFenced {
+                    producer,
+                    current: ProducerEpoch(2),
+                    received: ProducerEpoch(1),
+                },
+                true,
+                true,
+            ),
+            (
+                Error::InvalidBatch {
+                    reason: "test".into(),
+                },
+                true,
+                true,
+            ),
+        ];
+        for (error, appended_nothing, not_in_log) in cases {
+            assert_eq!(
+                (attempt_appended_nothing(&error), proves_not_in_log(&error)),
+                (appended_nothing, not_in_log),
+                "{error:?}"
+            );
+        }
     }
 }

@@ -357,3 +357,132 @@ fn batch_in_doubt_after_spent_retries_is_resent_before_the_next_and_stored_once(
     );
     cluster.shutdown().unwrap();
 }
+
+/// On its first append: appends for real, crashes the leader so that the
+/// coordinator only notices when its session expires, and reports `Timeout`
+/// (the acknowledgement died with the leader). While `old_router_errors`
+/// is set, later attempts fail as the `Cluster` router used to while the
+/// coordinator still named the dead leader: with the non-retriable
+/// `Shutdown`. Otherwise they go through the `Cluster` router.
+struct CrashLeaderOnExpiryAfterFirstAppend<'a> {
+    cluster: &'a Cluster,
+    crashed: std::sync::Mutex<Option<(NodeId, AppendOutcome)>>,
+    old_router_errors: AtomicBool,
+}
+
+impl LeaderRouter for CrashLeaderOnExpiryAfterFirstAppend<'_> {
+    fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        LeaderRouter::leader_log(self.cluster, log)
+    }
+
+    fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let mut crashed = self.crashed.lock().unwrap();
+        if crashed.is_some() {
+            drop(crashed);
+            if self.old_router_errors.load(Ordering::SeqCst) {
+                return Err(Error::Shutdown);
+            }
+            return LeaderRouter::append(self.cluster, log, batch, acks);
+        }
+        let leader = self.leader_log(log)?;
+        let outcome = leader.append(batch, acks)?;
+        *crashed = Some((leader.node_id(), outcome));
+        self.cluster.crash_with(
+            leader.node_id(),
+            isrlog::testing::Lose::Nothing,
+            isrlog::testing::SessionEnd::OnExpiry,
+        );
+        Err(Error::Timeout {
+            waited: Duration::ZERO,
+            waiting_for: "an acknowledgement lost with its leader",
+        })
+    }
+}
+
+fn cluster_with_quick_session_expiry() -> Cluster {
+    let cluster = Cluster::builder()
+        .nodes(3)
+        .min_insync_replicas(2)
+        .session_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    cluster.create_log(LOG, 3).unwrap();
+    cluster
+}
+
+/// Bug: the producer released a batch's sequence on every non-retriable
+/// error, even after an earlier attempt had ended with an unknown outcome
+/// (`Timeout` after the append). The next batch reused the sequence, and
+/// deduplication answered it with the first batch's offsets
+/// (`duplicate: true`): an acknowledged send whose records were never
+/// written. Fix: after any outcome-unknown error the batch is
+/// `maybe_written`, and only errors proving the log does not hold it
+/// (`ProducerFenced`, `OutOfOrderSequence`, `InvalidBatch`) release the
+/// sequence; any other error leaves it in doubt, to be re-sent first.
+#[test]
+fn acknowledged_batch_lost_when_a_non_retriable_error_follows_an_unknown_outcome() {
+    let cluster = cluster_with_quick_session_expiry();
+    let router = CrashLeaderOnExpiryAfterFirstAppend {
+        cluster: &cluster,
+        crashed: std::sync::Mutex::new(None),
+        old_router_errors: AtomicBool::new(true),
+    };
+    let producer = IdempotentProducer::init(&cluster.coordinator, &router, quick()).unwrap();
+    assert!(matches!(
+        producer.send_values(LOG, &[b"first"]),
+        Err(Error::Shutdown)
+    ));
+    let (old_leader, original) = router.crashed.lock().unwrap().unwrap();
+    assert_eq!(original.base_offset, Offset(0));
+    assert!(
+        producer.has_in_doubt(LOG),
+        "a batch that may be in the log must stay in doubt"
+    );
+    assert_eq!(producer.next_sequence(LOG), Sequence(0));
+
+    // Routing works again: "first" is re-sent (a duplicate, once the
+    // session of the dead leader expired and another leads) before
+    // "second", which gets offsets of its own.
+    router.old_router_errors.store(false, Ordering::SeqCst);
+    let second = producer.send_values(LOG, &[b"second"]).unwrap();
+    assert!(!second.duplicate, "{second:?}");
+    assert_eq!(second.base_offset, Offset(1));
+    assert!(!producer.has_in_doubt(LOG));
+    assert_eq!(producer.next_sequence(LOG), Sequence(2));
+    assert_ne!(cluster.leader_of(LOG), Some(old_leader));
+    assert_eq!(
+        committed_values(&cluster),
+        vec![b"first".to_vec(), b"second".to_vec()]
+    );
+    cluster.shutdown().unwrap();
+}
+
+/// The same probe through the `Cluster` router, which used to answer
+/// `Shutdown` (non-retriable) while the coordinator still named the crashed
+/// leader: now `LeaderNotAvailable`, so the producer retries until the
+/// session expires and the new leader reports the batch as a duplicate.
+#[test]
+fn cluster_router_retries_while_the_coordinator_names_a_crashed_leader() {
+    let cluster = cluster_with_quick_session_expiry();
+    let router = CrashLeaderOnExpiryAfterFirstAppend {
+        cluster: &cluster,
+        crashed: std::sync::Mutex::new(None),
+        old_router_errors: AtomicBool::new(false),
+    };
+    let producer = IdempotentProducer::init(&cluster.coordinator, &router, quick()).unwrap();
+    let first = producer.send_values(LOG, &[b"first"]).unwrap();
+    let (old_leader, original) = router.crashed.lock().unwrap().unwrap();
+    assert!(first.duplicate, "{first:?}");
+    assert_eq!(
+        (first.base_offset, first.last_offset),
+        (original.base_offset, original.last_offset)
+    );
+    let second = producer.send_values(LOG, &[b"second"]).unwrap();
+    assert_eq!((second.base_offset, second.duplicate), (Offset(1), false));
+    assert_ne!(cluster.leader_of(LOG), Some(old_leader));
+    assert_eq!(
+        committed_values(&cluster),
+        vec![b"first".to_vec(), b"second".to_vec()]
+    );
+    cluster.shutdown().unwrap();
+}

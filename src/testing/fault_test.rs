@@ -14,9 +14,18 @@
 //! What a producer was told decides what is checked: an append that returned
 //! `Ok` is *acknowledged* and must be on every replica at its offset (G1);
 //! any error (timeout, not leader, not enough replicas) is *unknown*: the
-//! record may or may not be there, but never at two offsets (G4). Every
-//! value is written by exactly one append call, so a value found twice is a
-//! duplicate write.
+//! record may or may not be there, but never at two offsets (G4). Each log
+//! has two producers: a plain one, whose every value is written by exactly
+//! one append call, and an [`IdempotentProducer`] whose router loses
+//! acknowledgements at random (a `Timeout` after a successful append), so it
+//! retries batches the log already holds. Either way a value found twice is
+//! a duplicate write, and an acknowledged value found anywhere but at its
+//! acknowledged offset is a lie told to the producer.
+//!
+//! During the fault phase, reader threads also read `Committed` from random
+//! replicas (nothing at or above the high watermark read right after, G3)
+//! and compare pairs of replicas below the lower of their high watermarks
+//! (same bytes, same epochs, G2).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -24,9 +33,10 @@ use std::time::{Duration, Instant};
 
 use crate::config::ReplicationConfig;
 use crate::coordinator::{CasOutcome, ControllerConfig, Coordinator, LogUpdate};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 use crate::record::RecordBatch;
-use crate::replicated_log::{Acks, Isolation, ReplicatedLog};
+use crate::replicated_log::{Acks, AppendOutcome, Isolation, ReplicatedLog};
 use crate::storage::{FlushPolicy, LogConfig};
 use crate::sync::{AtomicBool, Mutex, Ordering};
 use crate::testing::cluster::{Cluster, Lose, SessionEnd};
@@ -88,6 +98,17 @@ pub struct FaultTestReport {
     pub faults: BTreeMap<&'static str, usize>,
     /// High watermark samples taken on leaders.
     pub high_watermark_samples: usize,
+    /// Sends of the idempotent producers that returned `Ok`.
+    pub idempotent_acknowledged: usize,
+    /// Sends of the idempotent producers answered with the original
+    /// offsets of a batch the log already held.
+    pub idempotent_duplicates: usize,
+    /// Acknowledgements the lossy router dropped (each forces a retry).
+    pub acks_dropped: usize,
+    /// Committed reads checked against the replica's high watermark.
+    pub committed_reads: usize,
+    /// Pairs of replicas compared below their common high watermark.
+    pub replica_comparisons: usize,
 }
 
 /// An append a producer was told succeeded.
@@ -101,6 +122,14 @@ struct Acknowledged {
 /// Shared between the driver, the producers and the sampler.
 struct RunState {
     stop: AtomicBool,
+    /// Whether acknowledged data must survive (not under power loss
+    /// without flushing).
+    no_loss: bool,
+    idempotent_acknowledged: Mutex<usize>,
+    idempotent_duplicates: Mutex<usize>,
+    acks_dropped: Mutex<usize>,
+    committed_reads: Mutex<usize>,
+    replica_comparisons: Mutex<usize>,
     acknowledged: Mutex<Vec<Acknowledged>>,
     unknown: Mutex<usize>,
     /// Crash and restart happen under this lock, with the incarnation of
@@ -112,11 +141,47 @@ struct RunState {
     samples: Mutex<usize>,
 }
 
+/// Panics of the library's own threads (named `isrlog-*`) in this process.
+/// A panicking control or fetcher thread does not fail a test by itself: the
+/// node just stops doing that work, and a run could pass without it. std's
+/// atomic, not `crate::sync`'s: a static, and not a hand-off loom models.
+static NODE_THREAD_PANICS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Chains a panic hook that counts panics of `isrlog-*` threads.
+fn count_node_thread_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current()
+                .name()
+                .is_some_and(|name| name.starts_with("isrlog-"))
+            {
+                NODE_THREAD_PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+}
+
 /// Runs one seeded fault test and checks G1–G4; `Err` describes the first
-/// violations found and names the seed.
+/// violations found and names the seed. A panic of a node's thread during
+/// the run (in this process: runs in parallel share the count) fails it too.
 pub fn run(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, String> {
     let seed = config.seed;
-    run_inner(config).map_err(|reason| {
+    count_node_thread_panics();
+    let panics_before = NODE_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst);
+    let result = run_inner(config).and_then(|report| {
+        let panics = NODE_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst) - panics_before;
+        if panics == 0 {
+            Ok(report)
+        } else {
+            Err(format!(
+                "{report:?}\n  {panics} panic(s) of isrlog-* threads during the run (see stderr)"
+            ))
+        }
+    });
+    result.map_err(|reason| {
         format!(
             "fault test failed for seed {seed} ({:?}); replay with ISRLOG_FAULT_SEED={seed}: {reason}",
             config.crash_mode
@@ -174,6 +239,12 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
     }
     let state = RunState {
         stop: AtomicBool::new(false),
+        no_loss: config.crash_mode != CrashMode::PowerLossFlushNever,
+        idempotent_acknowledged: Mutex::new(0),
+        idempotent_duplicates: Mutex::new(0),
+        acks_dropped: Mutex::new(0),
+        committed_reads: Mutex::new(0),
+        replica_comparisons: Mutex::new(0),
         acknowledged: Mutex::new(Vec::new()),
         unknown: Mutex::new(0),
         incarnations: Mutex::new(cluster.node_ids().into_iter().map(|n| (n, 0)).collect()),
@@ -191,10 +262,16 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
             let (cluster, state) = (&cluster, &state);
             let seed = config.seed;
             scope.spawn(move || produce(cluster, state, log, seed));
+            scope.spawn(move || produce_idempotent(cluster, state, log, seed));
         }
         {
             let (cluster, state, logs) = (&cluster, &state, &logs);
             scope.spawn(move || sample_high_watermarks(cluster, state, logs));
+        }
+        for reader in 0..2u64 {
+            let (cluster, state, logs) = (&cluster, &state, &logs);
+            let seed = config.seed ^ (0x5EAD_0000 + reader);
+            scope.spawn(move || read_committed(cluster, state, logs, seed));
         }
         inject_faults(&cluster, &state, config, &mut rng, &logs, &mut report);
         heal(&cluster, &state);
@@ -206,6 +283,11 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
     report.acknowledged = state.acknowledged.lock().len();
     report.unknown = *state.unknown.lock();
     report.high_watermark_samples = *state.samples.lock();
+    report.idempotent_acknowledged = *state.idempotent_acknowledged.lock();
+    report.idempotent_duplicates = *state.idempotent_duplicates.lock();
+    report.acks_dropped = *state.acks_dropped.lock();
+    report.committed_reads = *state.committed_reads.lock();
+    report.replica_comparisons = *state.replica_comparisons.lock();
     let converged = converge(&cluster, &logs, config.converge_timeout);
     let mut violations = std::mem::take(&mut *state.violations.lock());
     match converged {
@@ -213,7 +295,7 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
             &cluster,
             &logs,
             &state.acknowledged.lock(),
-            config.crash_mode != CrashMode::PowerLossFlushNever,
+            state.no_loss,
         )),
         Err(reason) => violations.push(reason),
     }
@@ -252,6 +334,226 @@ fn produce(cluster: &Cluster, state: &RunState, log: LogId, seed: u64) {
             }
         }
     }
+}
+
+/// Routes to the coordinator's leader and, with probability
+/// `drop_ack_percent`/100, drops the acknowledgement of a successful append
+/// (the producer sees `Timeout`), so the producer must retry a batch the
+/// log already holds.
+struct LossyRouter<'a> {
+    cluster: &'a Cluster,
+    state: &'a RunState,
+    rng: Mutex<SplitMix64>,
+    drop_ack_percent: u64,
+}
+
+impl LeaderRouter for LossyRouter<'_> {
+    fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        LeaderRouter::leader_log(self.cluster, log)
+    }
+
+    fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let outcome = LeaderRouter::append(self.cluster, log, batch, acks)?;
+        if self.rng.lock().next_u64() % 100 < self.drop_ack_percent {
+            *self.state.acks_dropped.lock() += 1;
+            return Err(Error::Timeout {
+                waited: Duration::ZERO,
+                waiting_for: "an acknowledgement the fault test dropped",
+            });
+        }
+        Ok(outcome)
+    }
+}
+
+/// One idempotent producer per log, sending one unique value per batch
+/// through a [`LossyRouter`] until told to stop. A send that fails leaves
+/// its batch in doubt, re-sent (same sequence) before the next one.
+fn produce_idempotent(cluster: &Cluster, state: &RunState, log: LogId, seed: u64) {
+    let router = LossyRouter {
+        cluster,
+        state,
+        rng: Mutex::new(SplitMix64::new(seed ^ (u64::from(log.0) << 40) ^ 0xAC4)),
+        drop_ack_percent: 20,
+    };
+    // Short budgets: a send must give up soon after the driver says stop.
+    let config = ProducerConfig {
+        retries_max: 100,
+        delivery_timeout: Duration::from_millis(800),
+        retry_backoff: Duration::from_millis(5),
+    };
+    let mut producer = None;
+    let mut attempt = 0u64;
+    while !state.stop.load(Ordering::SeqCst) {
+        let current = match &producer {
+            Some(producer) => producer,
+            None => match IdempotentProducer::init(&cluster.coordinator, &router, config.clone()) {
+                Ok(fresh) => producer.insert(fresh),
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+            },
+        };
+        let value = format!("seed{seed}/log{}/idempotent/{attempt}", log.0).into_bytes();
+        attempt += 1;
+        match current.send_values(log, &[&value]) {
+            Ok(outcome) => {
+                *state.idempotent_acknowledged.lock() += 1;
+                if outcome.duplicate {
+                    *state.idempotent_duplicates.lock() += 1;
+                }
+                state.acknowledged.lock().push(Acknowledged {
+                    log,
+                    offset: outcome.base_offset,
+                    value,
+                });
+            }
+            Err(error) => {
+                *state.unknown.lock() += 1;
+                if matches!(
+                    error,
+                    Error::OutOfOrderSequence { .. } | Error::ProducerFenced { .. }
+                ) {
+                    // With one batch in flight and no acknowledged data
+                    // lost, the leader always knows this producer's last
+                    // sequence. Power loss without flushing may lose it;
+                    // then, as Kafka's producer does, start over with a
+                    // new id.
+                    if state.no_loss {
+                        state.violations.lock().push(format!(
+                            "G4: idempotent producer on {log} got {error} without any data loss"
+                        ));
+                    }
+                    producer = None;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+/// G3 and G2 while faults happen: reads `Committed` from random replicas
+/// and checks that nothing returned is at or above the high watermark the
+/// replica reports right after (and, on a leader, that its high watermark
+/// did not move back); every few reads, compares two replicas of a log
+/// below the lower of their high watermarks.
+fn read_committed(cluster: &Cluster, state: &RunState, logs: &[LogId], seed: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let nodes = cluster.node_ids();
+    let mut round = 0u64;
+    while !state.stop.load(Ordering::SeqCst) {
+        round += 1;
+        let (Some(node), Some(log)) = (pick(&mut rng, &nodes), pick(&mut rng, logs)) else {
+            return;
+        };
+        check_committed_read(cluster, state, node, log, &mut rng);
+        if round % 8 == 0 && state.no_loss {
+            if let Some(other) = pick(&mut rng, &nodes).filter(|&o| o != node) {
+                compare_replicas(cluster, state, log, node, other);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn check_committed_read(
+    cluster: &Cluster,
+    state: &RunState,
+    node: NodeId,
+    log: LogId,
+    rng: &mut SplitMix64,
+) {
+    // Holding the incarnations lock keeps the node from crashing or
+    // restarting under the read, so a leader's sample names its process.
+    let incarnations = state.incarnations.lock();
+    let incarnation = incarnations.get(&node).copied().unwrap_or(0);
+    let Ok(handle) = cluster.log(node, log) else {
+        return;
+    };
+    let (leader_before, epoch) = (handle.is_leader(), handle.leader_epoch());
+    let hw_before = handle.high_watermark();
+    let start = handle.log_start_offset();
+    let span = hw_before.0.saturating_sub(start.0);
+    let from = Offset(start.0 + rng.next_u64() % (span + 1));
+    let Ok(batches) = handle.read(from, 64 * 1024, Isolation::Committed) else {
+        return;
+    };
+    let hw_after = handle.high_watermark();
+    let leader_throughout = leader_before && handle.is_leader() && handle.leader_epoch() == epoch;
+    *state.committed_reads.lock() += 1;
+    if let Some(beyond) = batches
+        .iter()
+        .map(RecordBatch::last_offset)
+        .find(|&last| last >= hw_after)
+    {
+        state.violations.lock().push(format!(
+            "G3: committed read of {log} on {node} from {from} returned offset {beyond}, at or above its high watermark {hw_after}"
+        ));
+    }
+    if leader_throughout {
+        if hw_after < hw_before {
+            state.violations.lock().push(format!(
+                "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {hw_before} to {hw_after} during a read"
+            ));
+        }
+        let mut seen = state.high_watermarks.lock();
+        let highest = seen
+            .entry((log, node, incarnation, epoch))
+            .or_insert(hw_after);
+        if hw_after < *highest {
+            state.violations.lock().push(format!(
+                "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {} to {hw_after}",
+                *highest
+            ));
+        }
+        *highest = (*highest).max(hw_after);
+    }
+}
+
+/// G2 during the run: `a` and `b` hold the same batches below the lower of
+/// their high watermarks. Committed data never changes (when none is lost),
+/// so the reads may come after the high watermarks were taken.
+fn compare_replicas(cluster: &Cluster, state: &RunState, log: LogId, a: NodeId, b: NodeId) {
+    let (Ok(first), Ok(second)) = (cluster.log(a, log), cluster.log(b, log)) else {
+        return;
+    };
+    let common = first.high_watermark().min(second.high_watermark());
+    let from = first.log_start_offset().max(second.log_start_offset());
+    if common <= from {
+        return;
+    }
+    let (Ok(ours), Ok(theirs)) = (
+        batches_below(&first, from, common),
+        batches_below(&second, from, common),
+    ) else {
+        return;
+    };
+    *state.replica_comparisons.lock() += 1;
+    if let Some(at) = first_difference(&ours, &theirs) {
+        state.violations.lock().push(format!(
+            "G2: {log}: replicas {a} and {b} differ below their common high watermark {common} at batch {at} from {from} (offset {:?} vs {:?}, epoch {:?} vs {:?})",
+            ours.get(at).map(RecordBatch::base_offset),
+            theirs.get(at).map(RecordBatch::base_offset),
+            ours.get(at).map(RecordBatch::leader_epoch),
+            theirs.get(at).map(RecordBatch::leader_epoch),
+        ));
+    }
+}
+
+/// The committed batches of `handle` from the one holding `from` to the
+/// last one ending below `end`.
+fn batches_below(handle: &ReplicatedLog, from: Offset, end: Offset) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    let mut next = from;
+    while next < end {
+        let read = handle.read(next, 1 << 20, Isolation::Committed)?;
+        let Some(last) = read.last() else {
+            break;
+        };
+        next = last.next_offset();
+        batches.extend(read.into_iter().filter(|b| b.next_offset() <= end));
+    }
+    Ok(batches)
 }
 
 /// G3: samples the high watermark of every leader replica and records any
@@ -323,13 +625,16 @@ fn inject_faults(
             .copied()
             .filter(|&n| !cluster.is_running(n))
             .collect();
-        let kind = match rng.next_u64() % 10 {
-            0..=2 => "crash",
+        let kind = match rng.next_u64() % 13 {
+            0..=1 => "crash",
+            2 => "quick restart",
             3..=4 => "restart",
             5 => "partition",
-            6 => "isolate from coordinator",
-            7 => "heal network",
-            8 => "latency",
+            6 => "block one way",
+            7 => "isolate from coordinator",
+            8 => "heal network",
+            9 => "latency",
+            10 => "message drops",
             _ => "leader change",
         };
         let done = match kind {
@@ -358,6 +663,32 @@ fn inject_faults(
                 cluster.crash_with(node, lose, session);
                 true
             }
+            // A crash noticed only when the session expires, and a restart
+            // before it does: the coordinator may still name the old
+            // process as leader when the new one registers (SPEC 3.5; the
+            // new process must not act on the old one's leadership).
+            "quick restart" => {
+                let candidates: Vec<NodeId> = running
+                    .iter()
+                    .copied()
+                    .filter(|n| !cut_off_from_coordinator.contains(n))
+                    .collect();
+                let Some(node) = pick(rng, &candidates) else {
+                    continue;
+                };
+                let lose = match config.crash_mode {
+                    CrashMode::Process => Lose::Nothing,
+                    _ if rng.next_u64() % 2 == 0 => Lose::Nothing,
+                    _ => Lose::UnflushedBytes {
+                        seed: rng.next_u64(),
+                    },
+                };
+                {
+                    let _incarnations = state.incarnations.lock();
+                    cluster.crash_with(node, lose, SessionEnd::OnExpiry);
+                }
+                restart(cluster, state, node)
+            }
             // A process cut off from the coordinator cannot start (it must
             // register first): restart only the others.
             "restart" => match pick(
@@ -379,6 +710,25 @@ fn inject_faults(
                 }
                 None => false,
             },
+            "block one way" => {
+                let from = pick(rng, &all);
+                let to = pick(rng, &all);
+                match (from, to) {
+                    (Some(from), Some(to)) if from != to => {
+                        cluster.network.block(from, to);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            "message drops" => {
+                let percent = [0.0, 0.01, 0.03, 0.05];
+                let request = percent[(rng.next_u64() % 4) as usize];
+                let response = percent[(rng.next_u64() % 4) as usize];
+                cluster.network.set_request_drop_probability(request);
+                cluster.network.set_response_drop_probability(response);
+                true
+            }
             "isolate from coordinator" => match pick(rng, &running) {
                 Some(node) => {
                     cluster.coordinator.set_node_unavailable(node, true);
@@ -393,6 +743,8 @@ fn inject_faults(
                     cluster.coordinator.set_node_unavailable(node, false);
                 }
                 cluster.network.set_latency(Duration::ZERO);
+                cluster.network.set_request_drop_probability(0.0);
+                cluster.network.set_response_drop_probability(0.0);
                 true
             }
             "latency" => {
@@ -464,6 +816,8 @@ fn move_leader(cluster: &Cluster, log: LogId, rng: &mut SplitMix64) -> bool {
 fn heal(cluster: &Cluster, state: &RunState) {
     cluster.network.heal();
     cluster.network.set_latency(Duration::ZERO);
+    cluster.network.set_request_drop_probability(0.0);
+    cluster.network.set_response_drop_probability(0.0);
     for node in cluster.node_ids() {
         cluster.coordinator.set_node_unavailable(node, false);
     }
@@ -578,6 +932,7 @@ fn check(
             .filter_map(|node| cluster.log(node, log).ok())
             .collect();
         let mut contents: Vec<(NodeId, BTreeMap<Offset, Vec<u8>>)> = Vec::new();
+        let mut positions: Vec<(NodeId, HashMap<Vec<u8>, Offset>)> = Vec::new();
         let mut reference: Option<(NodeId, Vec<RecordBatch>)> = None;
         for replica in &replicas {
             let node = replica.node_id();
@@ -639,6 +994,24 @@ fn check(
                 }
             }
             contents.push((node, records));
+            positions.push((node, where_is));
+        }
+        // G4 for acknowledgements: an acknowledged value may be lost (power
+        // loss without flushing) but never be anywhere but at the offset
+        // the producer was given; an idempotent retry answered with the
+        // offsets of another batch shows up here.
+        for ack in acknowledged.iter().filter(|a| a.log == log) {
+            for (node, where_is) in &positions {
+                if let Some(&found) = where_is.get(&ack.value) {
+                    if found != ack.offset {
+                        violations.push(format!(
+                            "G4: {log} on {node}: {:?} acknowledged at offset {} but stored at {found}",
+                            String::from_utf8_lossy(&ack.value),
+                            ack.offset
+                        ));
+                    }
+                }
+            }
         }
         // G1: every acknowledged record is at its offset on every replica.
         if check_no_loss {

@@ -109,8 +109,31 @@ pub struct LogStats {
     pub bytes_read: u64,
 }
 
+/// The longest a group-commit fsync waits for appends still writing.
+const GROUP_COMMIT_GATHER_MAX: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Counts an append as writing until dropped.
+struct WriteInFlight<'a>(&'a AtomicU64);
+
+impl<'a> WriteInFlight<'a> {
+    fn start(counter: &'a AtomicU64) -> WriteInFlight<'a> {
+        counter.fetch_add(1, Ordering::AcqRel);
+        WriteInFlight(counter)
+    }
+}
+
+impl Drop for WriteInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
+    /// Appends between their start and the end of their write. A thread
+    /// about to fsync for the group lets these finish first (briefly), so
+    /// one fsync covers them too.
+    writes_in_flight: AtomicU64,
     appends: AtomicU64,
     batches_appended: AtomicU64,
     bytes_appended: AtomicU64,
@@ -284,6 +307,7 @@ impl Log {
     /// `Error::FencedLeaderEpoch`.
     pub fn append_as_leader(&self, batch: &RecordBatch, epoch: LeaderEpoch) -> Result<AppendInfo> {
         self.commit.check_not_poisoned(&self.dir)?;
+        let writing = WriteInFlight::start(&self.counters.writes_in_flight);
         let bytes = batch.as_bytes();
         self.check_batch_size(bytes.len())?;
         let mut stamped = [0u8; BATCH_HEADER_BYTES];
@@ -348,6 +372,7 @@ impl Log {
             };
             (info, rolled)
         };
+        drop(writing);
         self.after_append(info.log_end_offset, rolled)?;
         Ok(info)
     }
@@ -359,6 +384,7 @@ impl Log {
     /// (`Error::InvalidBatch`). The epoch cache learns each new epoch.
     pub fn append_as_follower(&self, batches: &Bytes) -> Result<AppendInfo> {
         self.commit.check_not_poisoned(&self.dir)?;
+        let writing = WriteInFlight::start(&self.counters.writes_in_flight);
         let parsed = self.validate_follower_batches(batches)?;
         let (Some(&(_, first)), Some(&(_, last))) = (parsed.first(), parsed.last()) else {
             return Err(Error::InvalidBatch {
@@ -435,6 +461,7 @@ impl Log {
             };
             (info, rolled)
         };
+        drop(writing);
         self.after_append(info.log_end_offset, rolled)?;
         Ok(info)
     }
@@ -636,6 +663,18 @@ impl Log {
     /// One fsync round: snapshot what needs syncing under the lock, sync it
     /// without the lock.
     fn sync_once(&self) -> Result<SyncOutcome> {
+        // Group commit: appends already writing are about to need an fsync
+        // too; give them a moment (bounded, far below an fsync) to land so
+        // this one covers them. Under `Always` this is what lets N
+        // appenders share one fsync instead of queueing for N.
+        if matches!(self.config.flush_policy, FlushPolicy::Always) {
+            let until = std::time::Instant::now() + GROUP_COMMIT_GATHER_MAX;
+            while self.counters.writes_in_flight.load(Ordering::Acquire) > 0
+                && std::time::Instant::now() < until
+            {
+                std::thread::yield_now();
+            }
+        }
         let (files, covered, generation) = {
             let mut state = self.state.write();
             let mut files = std::mem::take(&mut state.unsynced);

@@ -453,8 +453,14 @@ fn main() -> Result<(), BoxError> {
         stop.store(true, Ordering::Relaxed);
         let clients: Vec<ClientRecord> = handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect();
+            .map(|h| h.join())
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|_| {
+                // A client that panicked would silently drop its
+                // acknowledged writes from the check: fail the run instead.
+                eprintln!("a client thread panicked");
+                std::process::exit(1)
+            });
         (clients, new_leader, elected_after)
     });
     let new_leader = new_leader.ok_or("no new leader within 30 s")?;
@@ -481,8 +487,10 @@ fn main() -> Result<(), BoxError> {
         let key = format!("after-failover/key-{n}");
         let deadline = Instant::now() + Duration::from_secs(10);
         // Right after an election the new leader may still be re-forming
-        // its ISR: `NotEnoughReplicas` means nothing was appended, so retrying
-        // is safe.
+        // its ISR. Retrying blindly is safe here only because `put(key, "v")`
+        // is idempotent: after a `Timeout` the first attempt may have been
+        // appended too. A database whose writes are not idempotent retries
+        // through `IdempotentProducer`, which never stores a retry twice.
         while let Err(error) = store.put(&key, "v") {
             if Instant::now() >= deadline {
                 return Err(format!("put on the new leader keeps failing: {error}").into());

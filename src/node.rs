@@ -527,7 +527,10 @@ impl NodeShared {
         let deadline = Instant::now() + wait_max;
         loop {
             let seen = self.data_arrived.get();
-            let mut budget = request.bytes_max as usize;
+            // A peer's request cannot make this node read more than its own
+            // configured response size.
+            let mut budget = (request.bytes_max as usize)
+                .min(self.config.replication.fetch_response_bytes_max as usize);
             let mut ready = false;
             let mut proposals = false;
             let mut logs = Vec::with_capacity(request.logs.len());

@@ -366,9 +366,12 @@ fn attempt_appended_nothing(error: &Error) -> bool {
 /// Whether `error` proves that the log does not hold the batch at all, not
 /// just that this attempt added nothing: the leader checked the batch's
 /// sequence against what it holds (`OutOfOrderSequence`: with one batch in
-/// flight, a batch the log held would have been answered as a duplicate;
-/// `ProducerFenced`), or the batch can never be written (`InvalidBatch`,
-/// too large). Only these release a sequence that may be in the log.
+/// flight, a batch the log held would have been answered as a duplicate),
+/// or the batch can never be written (`InvalidBatch`, too large). Only
+/// these release a sequence that may be in the log. `ProducerFenced` is
+/// here too, but it proves only that this producer is finished (fencing is
+/// decided by producer epoch, whether or not the batch in doubt landed):
+/// a fenced caller must treat that batch's outcome as unknown.
 ///
 /// `NotEnoughReplicas` is deliberately not here: the leader checks the ISR
 /// size before the duplicate check (as Kafka's `Partition` checks

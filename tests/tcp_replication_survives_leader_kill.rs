@@ -158,8 +158,10 @@ fn tcp_replication_survives_leader_kill() {
             "{node}'s log differs from the leader's below {end}"
         );
     }
+    // Generous: this includes 50 acks=all appends in a debug build on a
+    // possibly loaded machine; it catches a failover that never happens.
     assert!(
-        failover < Duration::from_secs(5),
+        failover < Duration::from_secs(20),
         "failover took {failover:?}"
     );
     cluster.shutdown().expect("shutdown");

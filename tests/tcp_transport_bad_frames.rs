@@ -60,6 +60,7 @@ fn log_lines_with(needle: &str) -> Vec<String> {
 fn config() -> TcpConfig {
     TcpConfig {
         frame_bytes_max: FRAME_BYTES_MAX,
+        frame_read_timeout: Duration::from_millis(300),
         ..TcpTransportFactory::test_config()
     }
 }
@@ -196,6 +197,22 @@ fn truncated_frame_then_close_closes_the_connection() {
 fn truncated_header_then_close_closes_the_connection() {
     let whole = epoch_request_frame(9, CLIENT.0);
     check_bad_frame(&whole[..7], true, "`header`: truncated");
+}
+
+/// A truncated frame on a socket the peer keeps open: the server gives up
+/// after `frame_read_timeout` (0.3 s in these tests) instead of holding the
+/// connection, its thread and its slot for ever.
+#[test]
+fn truncated_header_on_an_open_socket_closes_the_connection() {
+    let whole = epoch_request_frame(9, CLIENT.0);
+    check_bad_frame(&whole[..7], false, "`header`: truncated");
+}
+
+/// The same with a header and part of the body.
+#[test]
+fn truncated_body_on_an_open_socket_closes_the_connection() {
+    let whole = epoch_request_frame(9, CLIENT.0);
+    check_bad_frame(&whole[..whole.len() - 5], false, "`body`: truncated");
 }
 
 #[test]

@@ -727,7 +727,9 @@ impl Replica {
             }
         }
         answer.high_watermark = self.high_watermark();
-        let limit = bytes_max.min(request.bytes_max as usize);
+        let limit = bytes_max
+            .min(request.bytes_max as usize)
+            .min(self.config.fetch_bytes_max as usize);
         match self.log.read(request.fetch_offset, limit) {
             Ok(read) => answer.records = read.records,
             Err(Error::OffsetOutOfRange { .. }) => answer.error = ErrorCode::OffsetOutOfRange,

@@ -588,7 +588,9 @@ impl Connection {
                     reason: reason.clone(),
                 });
             }
-            ReadError::Closed | ReadError::Io(_) => {
+            // The client sets no read timeout, so `Idle` cannot happen here;
+            // were it to, the connection is treated as gone.
+            ReadError::Closed | ReadError::Io(_) | ReadError::Idle => {
                 tracing::debug!(peer = %to, addr = %self.addr, %reason, "tcp: connection closed");
                 self.close(|| TransportError::Unreachable {
                     to,

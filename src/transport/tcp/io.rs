@@ -23,8 +23,19 @@ pub(crate) enum ReadError {
     Closed,
     /// The socket failed (reset, shut down locally, ...).
     Io(io::Error),
-    /// The bytes are not a frame, or the stream ended inside one.
+    /// The bytes are not a frame, or the stream ended (or stalled past the
+    /// socket's read timeout) inside one.
     Frame(FrameError),
+    /// The socket's read timeout passed between two frames: nothing is
+    /// wrong, the peer is idle.
+    Idle,
+}
+
+fn is_timeout(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 impl fmt::Display for ReadError {
@@ -33,6 +44,7 @@ impl fmt::Display for ReadError {
             ReadError::Closed => write!(f, "connection closed by the peer"),
             ReadError::Io(error) => write!(f, "socket error: {error}"),
             ReadError::Frame(error) => write!(f, "{error}"),
+            ReadError::Idle => write!(f, "no frame before the read timeout"),
         }
     }
 }
@@ -58,16 +70,35 @@ pub(crate) fn read_frame<R: Read>(
             }
             Ok(read) => filled += read,
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if is_timeout(&error) && filled == 0 => return Err(ReadError::Idle),
+            Err(error) if is_timeout(&error) => {
+                return Err(ReadError::Frame(FrameError::truncated(
+                    "header",
+                    HEADER_BYTES,
+                    filled,
+                )))
+            }
             Err(error) => return Err(ReadError::Io(error)),
         }
     }
     let header = decode_header(&header_bytes, frame_bytes_max).map_err(ReadError::Frame)?;
     let mut body = Vec::with_capacity(header.body_bytes.min(BODY_BUFFER_BYTES_INITIAL));
-    reader
+    match reader
         .by_ref()
         .take(header.body_bytes as u64)
         .read_to_end(&mut body)
-        .map_err(ReadError::Io)?;
+    {
+        Ok(_) => {}
+        // The peer stalled inside the body: a truncated frame.
+        Err(error) if is_timeout(&error) => {
+            return Err(ReadError::Frame(FrameError::truncated(
+                "body",
+                header.body_bytes,
+                body.len(),
+            )))
+        }
+        Err(error) => return Err(ReadError::Io(error)),
+    }
     if body.len() < header.body_bytes {
         return Err(ReadError::Frame(FrameError::truncated(
             "body",

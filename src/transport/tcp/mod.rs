@@ -82,6 +82,14 @@ pub struct TcpConfig {
     /// Longest a server waits to write one response before it gives up on
     /// the connection (a peer that stopped reading). Default 10 s.
     pub write_timeout: Duration,
+    /// Longest a server waits for the next bytes of a frame it has started
+    /// to receive; a peer that stalls mid-frame (a truncated frame on an
+    /// open socket) is disconnected with a logged reason. Default 30 s.
+    pub frame_read_timeout: Duration,
+    /// A server connection with no request for this long is closed (Kafka's
+    /// `connections.max.idle.ms`; clients redial on their next call).
+    /// Default 10 minutes.
+    pub idle_timeout: Duration,
     /// Longest `shutdown` (or drop) waits for each group of threads to stop
     /// before it detaches them with a warning. Default 5 s.
     pub shutdown_timeout: Duration,
@@ -99,6 +107,8 @@ impl Default for TcpConfig {
             handler_queue_len: 256,
             server_connections_max: 256,
             write_timeout: Duration::from_secs(10),
+            frame_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(5),
         }
     }
@@ -122,6 +132,14 @@ impl TcpConfig {
                 self.frame_bytes_max.to_string(),
                 "must be at least 1 KiB and leave a body length that fits a u32",
             );
+        }
+        for (field, value) in [
+            ("frame_read_timeout", self.frame_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if value.is_zero() {
+                return invalid(field, format!("{value:?}"), "must be positive");
+            }
         }
         if self.connect_timeout.is_zero() {
             return invalid(

@@ -265,6 +265,13 @@ impl ServerShared {
         let prepared = stream
             .set_nodelay(true)
             .and_then(|()| stream.set_write_timeout(Some(self.config.write_timeout)))
+            // The reader wakes at least this often: to drop a peer stalled
+            // inside a frame, and to count idle time.
+            .and_then(|()| {
+                stream.set_read_timeout(Some(
+                    self.config.frame_read_timeout.min(self.config.idle_timeout),
+                ))
+            })
             .and_then(|()| Ok((stream.try_clone()?, stream.try_clone()?)));
         let (control, reading) = match prepared {
             Ok(handles) => handles,
@@ -316,9 +323,20 @@ impl ServerShared {
     ) {
         let peer = connection.peer_addr;
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+        let mut last_frame_at = std::time::Instant::now();
         loop {
             let (header, body) = match read_frame(&mut reader, self.config.frame_bytes_max) {
-                Ok(frame) => frame,
+                Ok(frame) => {
+                    last_frame_at = std::time::Instant::now();
+                    frame
+                }
+                Err(ReadError::Idle) => {
+                    if last_frame_at.elapsed() >= self.config.idle_timeout {
+                        tracing::debug!(%peer, idle = ?last_frame_at.elapsed(), "tcp: closing idle connection");
+                        break;
+                    }
+                    continue;
+                }
                 Err(ReadError::Frame(error)) => {
                     tracing::warn!(%peer, reason = %error, "tcp: closing connection: bad frame");
                     break;

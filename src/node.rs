@@ -204,6 +204,14 @@ impl Node {
     /// looks like to the rest of the cluster (the test harness uses it).
     pub fn halt(mut self) {
         self.stop_threads(Stop::Crash);
+        self.release_replicas();
+    }
+
+    /// After a halt: the node lets go of its replicas (and their open
+    /// files), though the network may still hold its handler, which then
+    /// only answers `Shutdown`.
+    fn release_replicas(&self) {
+        self.shared.replicas.write().clear();
     }
 
     /// Test harness only: a process crash. Stops the threads as
@@ -216,10 +224,12 @@ impl Node {
     pub fn halt_for_crash(mut self) -> Vec<(PathBuf, u64)> {
         self.stop_threads(Stop::Crash);
         let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
-        replicas
+        let durable = replicas
             .iter()
             .flat_map(|replica| replica.log().halt_for_crash())
-            .collect()
+            .collect();
+        self.release_replicas();
+        durable
     }
 
     /// This node's controller candidate, if it runs one.

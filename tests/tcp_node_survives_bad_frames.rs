@@ -78,6 +78,6 @@ fn a_node_closes_bad_connections_and_keeps_replicating() {
             .unwrap();
     }
     let leader = cluster.leader_log(log).unwrap();
-    assert!(leader.high_watermark().0 >= 1 + cases.len() as u64);
+    assert!(leader.high_watermark().0 > cases.len() as u64);
     cluster.shutdown().unwrap();
 }

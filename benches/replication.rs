@@ -48,6 +48,11 @@ fn cluster(nodes: usize) -> (Cluster, ReplicatedLog) {
             replica_lag_time_max: Duration::from_secs(30),
             fetch_wait_max: Duration::from_millis(500),
             request_timeout: Duration::from_secs(30),
+            spin_before_park: std::env::var("ISRLOG_BENCH_SPIN_US")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map(Duration::from_micros)
+                .unwrap_or(ReplicationConfig::default().spin_before_park),
             ..ReplicationConfig::default()
         })
         .session_timeout(Duration::from_secs(60))

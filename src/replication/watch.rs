@@ -38,6 +38,11 @@ pub enum WaitOutcome {
 pub struct Watch {
     /// `value << 2 | closed << 1 | parked`.
     word: AtomicU64,
+    /// Threads spinning on this watch right now. Spinning pays only for a
+    /// few waiters: with many (64 producers waiting for one high
+    /// watermark) spinners steal the two cores from the threads they wait
+    /// for, so beyond `SPINNERS_MAX` a waiter parks at once.
+    spinners: AtomicU64,
     lock: Mutex<()>,
     changed: Condvar,
 }
@@ -47,12 +52,15 @@ const CLOSED: u64 = 0b10;
 const SHIFT: u32 = 2;
 /// Largest value a watch holds (offsets and counters stay far below).
 const VALUE_MAX: u64 = u64::MAX >> SHIFT;
+/// At most this many threads spin on one watch at a time.
+const SPINNERS_MAX: u64 = 2;
 
 impl Watch {
     /// A watch starting at `value`, open.
     pub fn new(value: u64) -> Watch {
         Watch {
             word: AtomicU64::new(value.min(VALUE_MAX) << SHIFT),
+            spinners: AtomicU64::new(0),
             lock: Mutex::new(()),
             changed: Condvar::new(),
         }
@@ -146,27 +154,47 @@ impl Watch {
         if let Some(outcome) = Self::outcome(self.word.load(Ordering::SeqCst), target) {
             return outcome;
         }
-        if !spin.is_zero() {
-            let spin_until = Instant::now() + spin;
-            let mut rounds = 0u32;
-            loop {
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
-                if let Some(outcome) = Self::outcome(self.word.load(Ordering::SeqCst), target) {
-                    return outcome;
-                }
-                rounds += 1;
-                // With two cores and more runnable threads than cores, a
-                // spinner must let the thread it waits for run.
-                if rounds % 8 == 0 {
-                    std::thread::yield_now();
-                }
-                if rounds % 16 == 0 && Instant::now() >= spin_until.min(deadline) {
-                    break;
-                }
+        let spinning =
+            !spin.is_zero() && self.spinners.fetch_add(1, Ordering::SeqCst) < SPINNERS_MAX;
+        if !spin.is_zero() && !spinning {
+            self.spinners.fetch_sub(1, Ordering::SeqCst);
+        }
+        if spinning {
+            let outcome = self.spin(target, deadline, spin);
+            self.spinners.fetch_sub(1, Ordering::SeqCst);
+            if let Some(outcome) = outcome {
+                return outcome;
             }
         }
+        self.park(target, deadline)
+    }
+
+    /// Spins up to `spin` (or `deadline`) for the value to reach `target`.
+    fn spin(&self, target: u64, deadline: Instant, spin: Duration) -> Option<WaitOutcome> {
+        let spin_until = Instant::now() + spin;
+        let mut rounds = 0u32;
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+            if let Some(outcome) = Self::outcome(self.word.load(Ordering::SeqCst), target) {
+                return Some(outcome);
+            }
+            rounds += 1;
+            // With two cores and more runnable threads than cores, a
+            // spinner must let the thread it waits for run.
+            if rounds % 8 == 0 {
+                std::thread::yield_now();
+            }
+            if rounds % 16 == 0 && Instant::now() >= spin_until.min(deadline) {
+                return None;
+            }
+        }
+    }
+
+    /// Sleeps until the value reaches `target`, the watch closes, or
+    /// `deadline` passes.
+    fn park(&self, target: u64, deadline: Instant) -> WaitOutcome {
         let mut guard = self.lock.lock();
         loop {
             // Announce the waiter and read the value in one atomic step: a
@@ -183,71 +211,5 @@ impl Watch {
             // A spurious or timed-out wake-up just re-checks.
             let _ = self.changed.wait_until(&mut guard, deadline);
         }
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-    use std::thread;
-
-    const NO_SPIN: Duration = Duration::ZERO;
-
-    #[test]
-    fn wait_returns_at_once_when_already_reached() {
-        let w = Watch::new(5);
-        let far = Instant::now() + Duration::from_secs(5);
-        assert_eq!(w.wait_at_least(5, far, NO_SPIN), WaitOutcome::Reached(5));
-    }
-
-    #[test]
-    fn publish_never_lowers_the_value() {
-        let w = Watch::new(5);
-        assert_eq!(w.publish(3), 5);
-        assert_eq!(w.get(), 5);
-        assert_eq!(w.publish(9), 9);
-    }
-
-    #[test]
-    fn a_parked_waiter_is_woken_by_publish_and_by_close() {
-        for close in [false, true] {
-            let w = Arc::new(Watch::new(0));
-            let w2 = Arc::clone(&w);
-            let waiter = thread::spawn(move || {
-                w2.wait_at_least(10, Instant::now() + Duration::from_secs(10), NO_SPIN)
-            });
-            thread::sleep(Duration::from_millis(20));
-            if close {
-                w.close();
-                assert_eq!(waiter.join().unwrap(), WaitOutcome::Closed);
-            } else {
-                w.publish(12);
-                assert_eq!(waiter.join().unwrap(), WaitOutcome::Reached(12));
-            }
-        }
-    }
-
-    #[test]
-    fn wait_times_out_at_its_deadline() {
-        let w = Watch::new(0);
-        let start = Instant::now();
-        let outcome = w.wait_at_least(
-            1,
-            start + Duration::from_millis(30),
-            Duration::from_micros(50),
-        );
-        assert_eq!(outcome, WaitOutcome::TimedOut);
-        assert!(start.elapsed() >= Duration::from_millis(30));
-    }
-
-    #[test]
-    fn reset_reopens_a_closed_watch_at_a_lower_value() {
-        let w = Watch::new(7);
-        w.close();
-        assert!(w.is_closed());
-        w.reset(3);
-        assert!(!w.is_closed());
-        assert_eq!(w.get(), 3);
     }
 }

@@ -517,6 +517,54 @@ impl NodeShared {
         }
     }
 
+    /// A leader whose storage failed (a failed fsync poisons the log) can
+    /// neither append nor serve fetches: it gives the log up, leaving the
+    /// in-sync replica set without itself and the log without a leader in a
+    /// new epoch, so the controller elects another in-sync replica (Kafka
+    /// moves leadership off a failed log directory the same way). With no
+    /// other in-sync replica there is nobody to hand over to; it stays and
+    /// says so.
+    fn resign_failed_leader(&self, replica: &Replica) {
+        let me = self.local();
+        let log = replica.log_id();
+        let state = match self.coordinator.log_state(log) {
+            Ok(Some(state)) if state.leader == Some(me) => state,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "storage failed; cannot read the log's state to resign");
+                return;
+            }
+        };
+        let others: Vec<NodeId> = state
+            .in_sync_replicas
+            .iter()
+            .copied()
+            .filter(|node| *node != me)
+            .collect();
+        if others.is_empty() {
+            tracing::error!(%log, node = %me, "storage failed on the only in-sync replica: the log stays unavailable");
+            return;
+        }
+        let update = LogUpdate {
+            leader: None,
+            leader_epoch: state.leader_epoch.next(),
+            in_sync_replicas: others,
+        };
+        match self
+            .coordinator
+            .compare_and_set(log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(new_state)) => {
+                tracing::error!(%log, node = %me, epoch = %new_state.leader_epoch, "storage failed: resigned leadership");
+                self.reconcile(&new_state);
+            }
+            Ok(CasOutcome::Stale(current)) => self.reconcile(&current),
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "storage failed; resigning leadership failed, will retry")
+            }
+        }
+    }
+
     fn resync(&self) {
         match self.coordinator.logs() {
             Ok(states) => {
@@ -698,6 +746,10 @@ fn control_loop(
             next_retention = now + shared.config.retention_check_interval;
         }
         for replica in replicas {
+            if replica.role().0 == Role::Leader && replica.log().is_poisoned() {
+                shared.resign_failed_leader(&replica);
+                continue;
+            }
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);

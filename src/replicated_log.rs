@@ -197,6 +197,22 @@ impl ReplicatedLog {
         self.replica.log().flushed_offset()
     }
 
+    /// Whether this replica's storage failed (a failed write or fsync); a
+    /// leader in that state hands its leadership over.
+    pub fn is_storage_failed(&self) -> bool {
+        self.replica.log().is_poisoned()
+    }
+
+    /// Test harness only: makes this replica's storage fail as a failed
+    /// fsync would.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn fail_storage_for_test(&self) {
+        self.replica
+            .log()
+            .poison_for_test("simulated fsync failure");
+    }
+
     /// Storage counters of this replica (appends, fsyncs, bytes, segments).
     pub fn log_stats(&self) -> crate::storage::LogStats {
         self.replica.log().stats()

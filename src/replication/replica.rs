@@ -818,6 +818,12 @@ impl Replica {
         if role.role != (Role::Follower { leader }) || role.leader_epoch != epoch {
             return None;
         }
+        // A replica whose storage failed cannot store what it would fetch;
+        // fetching anyway would report it caught up and bring it back into
+        // the ISR, where it would hold the high watermark still.
+        if self.log.is_poisoned() {
+            return None;
+        }
         Some(FetchLog {
             log: self.log_id,
             current_leader_epoch: epoch,

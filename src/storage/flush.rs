@@ -128,6 +128,11 @@ impl GroupCommit {
         })
     }
 
+    /// Whether a write or fsync failed.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
     /// Marks the log as poisoned (the first reason wins) and wakes waiters.
     pub(crate) fn poison(&self, reason: String) {
         let mut state = self.state.lock();

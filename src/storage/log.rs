@@ -1079,6 +1079,19 @@ impl Log {
         state.producers.write_snapshot(&self.dir, offset)
     }
 
+    /// Whether an earlier write or fsync failed: the log then refuses all
+    /// work (`Error::Poisoned`) until it is reopened.
+    pub fn is_poisoned(&self) -> bool {
+        self.commit.is_poisoned()
+    }
+
+    /// Test harness only: poisons the log as a failed fsync would.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn poison_for_test(&self, reason: &str) {
+        self.commit.poison(reason.to_string());
+    }
+
     /// Counters for monitoring.
     pub fn stats(&self) -> LogStats {
         let c = &self.counters;

@@ -205,20 +205,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> std::result::Result<BatchHeader, Heade
             "unknown batch format version (magic) {magic}"
         )));
     }
-    let header = BatchHeader {
-        base_offset: Offset(read_u64(buf, BASE_OFFSET_AT)),
-        batch_length,
-        leader_epoch: LeaderEpoch(read_u32(buf, LEADER_EPOCH_AT)),
-        crc: read_u32(buf, CRC_AT),
-        attributes: read_u16(buf, ATTRIBUTES_AT),
-        last_offset_delta: read_u32(buf, LAST_OFFSET_DELTA_AT),
-        first_timestamp: read_u64(buf, FIRST_TIMESTAMP_AT) as i64,
-        max_timestamp: read_u64(buf, MAX_TIMESTAMP_AT) as i64,
-        producer_id: ProducerId(read_u64(buf, PRODUCER_ID_AT) as i64),
-        producer_epoch: ProducerEpoch(read_u16(buf, PRODUCER_EPOCH_AT) as i16),
-        base_sequence: Sequence(read_u32(buf, BASE_SEQUENCE_AT) as i32),
-        record_count: read_u32(buf, RECORD_COUNT_AT),
-    };
+    let header = decode_header_fields(buf);
     if header.record_count == 0 {
         return Err(HeaderError::Invalid("batch has no records".into()));
     }
@@ -254,6 +241,26 @@ pub(crate) fn parse_header(buf: &[u8]) -> std::result::Result<BatchHeader, Heade
         });
     }
     Ok(header)
+}
+
+/// Decodes the fixed header fields of `buf` (at least
+/// `BATCH_HEADER_BYTES` long) without checking any of them: callers run
+/// [`parse_header`] first, or know it accepted these bytes.
+pub(crate) fn decode_header_fields(buf: &[u8]) -> BatchHeader {
+    BatchHeader {
+        base_offset: Offset(read_u64(buf, BASE_OFFSET_AT)),
+        batch_length: read_u32(buf, LENGTH_AT),
+        leader_epoch: LeaderEpoch(read_u32(buf, LEADER_EPOCH_AT)),
+        crc: read_u32(buf, CRC_AT),
+        attributes: read_u16(buf, ATTRIBUTES_AT),
+        last_offset_delta: read_u32(buf, LAST_OFFSET_DELTA_AT),
+        first_timestamp: read_u64(buf, FIRST_TIMESTAMP_AT) as i64,
+        max_timestamp: read_u64(buf, MAX_TIMESTAMP_AT) as i64,
+        producer_id: ProducerId(read_u64(buf, PRODUCER_ID_AT) as i64),
+        producer_epoch: ProducerEpoch(read_u16(buf, PRODUCER_EPOCH_AT) as i16),
+        base_sequence: Sequence(read_u32(buf, BASE_SEQUENCE_AT) as i32),
+        record_count: read_u32(buf, RECORD_COUNT_AT),
+    }
 }
 
 /// CRC-32 over the part of a whole batch that the CRC covers.

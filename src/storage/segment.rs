@@ -18,7 +18,9 @@ use bytes::Bytes;
 
 use super::offset_index::{IndexProblem, OffsetIndex};
 use crate::error::{Error, Result};
-use crate::record::{parse_header, BatchHeader, HeaderError, RecordBatch, BATCH_HEADER_BYTES};
+use crate::record::{
+    decode_header_fields, parse_header, BatchHeader, HeaderError, RecordBatch, BATCH_HEADER_BYTES,
+};
 use crate::sync::{Arc, Mutex};
 use crate::types::{LeaderEpoch, Offset};
 
@@ -296,59 +298,10 @@ impl SegmentFile {
             // `parse_header` reports a batch longer than the buffer only after
             // every header check passed, so the header is valid: decode it.
             Err(HeaderError::Incomplete { needed: Some(_) }) if n == BATCH_HEADER_BYTES => {
-                Ok(decode_valid_header(&buf))
+                Ok(decode_header_fields(&buf))
             }
             other => other,
         })
-    }
-}
-
-// Field positions of the batch header, from the layout table in
-// `record/batch.rs` (which keeps its own constants private to the codec).
-// Only `decode_valid_header` uses them, on a header `parse_header` accepted.
-const BASE_OFFSET_AT: usize = 0;
-const LENGTH_AT: usize = 8;
-const LEADER_EPOCH_AT: usize = 12;
-const CRC_AT: usize = 17;
-const ATTRIBUTES_AT: usize = 21;
-const LAST_OFFSET_DELTA_AT: usize = 23;
-const FIRST_TIMESTAMP_AT: usize = 27;
-const MAX_TIMESTAMP_AT: usize = 35;
-const PRODUCER_ID_AT: usize = 43;
-const PRODUCER_EPOCH_AT: usize = 51;
-const BASE_SEQUENCE_AT: usize = 53;
-const RECORD_COUNT_AT: usize = 57;
-const _: () = assert!(RECORD_COUNT_AT + 4 == BATCH_HEADER_BYTES);
-
-fn le_u16(buf: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([buf[at], buf[at + 1]])
-}
-fn le_u32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
-}
-fn le_u64(buf: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&buf[at..at + 8]);
-    u64::from_le_bytes(b)
-}
-
-/// Decodes a batch header that `parse_header` accepted except for the body
-/// being absent.
-fn decode_valid_header(buf: &[u8; BATCH_HEADER_BYTES]) -> BatchHeader {
-    use crate::types::{ProducerEpoch, ProducerId, Sequence};
-    BatchHeader {
-        base_offset: Offset(le_u64(buf, BASE_OFFSET_AT)),
-        batch_length: le_u32(buf, LENGTH_AT),
-        leader_epoch: LeaderEpoch(le_u32(buf, LEADER_EPOCH_AT)),
-        crc: le_u32(buf, CRC_AT),
-        attributes: le_u16(buf, ATTRIBUTES_AT),
-        last_offset_delta: le_u32(buf, LAST_OFFSET_DELTA_AT),
-        first_timestamp: le_u64(buf, FIRST_TIMESTAMP_AT) as i64,
-        max_timestamp: le_u64(buf, MAX_TIMESTAMP_AT) as i64,
-        producer_id: ProducerId(le_u64(buf, PRODUCER_ID_AT) as i64),
-        producer_epoch: ProducerEpoch(le_u16(buf, PRODUCER_EPOCH_AT) as i16),
-        base_sequence: Sequence(le_u32(buf, BASE_SEQUENCE_AT) as i32),
-        record_count: le_u32(buf, RECORD_COUNT_AT),
     }
 }
 

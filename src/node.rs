@@ -747,7 +747,9 @@ fn control_loop(
         }
         for replica in replicas {
             if replica.role().0 == Role::Leader && replica.log().is_poisoned() {
-                shared.resign_failed_leader(&replica);
+                if replica.resign_due() {
+                    shared.resign_failed_leader(&replica);
+                }
                 continue;
             }
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());

@@ -132,6 +132,9 @@ pub(crate) struct Replica {
     data_arrived: Arc<Watch>,
     /// Whether the log's directory existed when this process opened it.
     restarted: bool,
+    /// When this replica last tried to resign after its storage failed:
+    /// retried at most once a second, not on every control-loop tick.
+    resign_attempted_at: Mutex<Option<Instant>>,
     pipeline: AppendPipeline,
 }
 
@@ -169,6 +172,7 @@ impl Replica {
             generation: AtomicU64::new(0),
             data_arrived,
             restarted,
+            resign_attempted_at: Mutex::new(None),
             pipeline: AppendPipeline {
                 combiner: Combiner::new(AppendQueue {
                     next_offset: Offset::ZERO,
@@ -177,6 +181,20 @@ impl Replica {
                 written: Watch::new(0),
                 failure: Mutex::new(None),
             },
+        }
+    }
+
+    /// Whether a leader whose storage failed should try (again) to resign
+    /// now: at most once a second.
+    pub(crate) fn resign_due(&self) -> bool {
+        let now = Instant::now();
+        let mut last = self.resign_attempted_at.lock();
+        match *last {
+            Some(at) if now.duration_since(at) < Duration::from_secs(1) => false,
+            _ => {
+                *last = Some(now);
+                true
+            }
         }
     }
 

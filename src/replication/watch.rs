@@ -213,3 +213,92 @@ impl Watch {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::thread;
+
+    const NO_SPIN: Duration = Duration::ZERO;
+
+    #[test]
+    fn wait_returns_at_once_when_already_reached() {
+        let w = Watch::new(5);
+        let far = Instant::now() + Duration::from_secs(5);
+        assert_eq!(w.wait_at_least(5, far, NO_SPIN), WaitOutcome::Reached(5));
+    }
+
+    #[test]
+    fn publish_never_lowers_the_value() {
+        let w = Watch::new(5);
+        assert_eq!(w.publish(3), 5);
+        assert_eq!(w.get(), 5);
+        assert_eq!(w.publish(9), 9);
+    }
+
+    #[test]
+    fn a_parked_waiter_is_woken_by_publish_and_by_close() {
+        for close in [false, true] {
+            let w = Arc::new(Watch::new(0));
+            let w2 = Arc::clone(&w);
+            let waiter = thread::spawn(move || {
+                w2.wait_at_least(10, Instant::now() + Duration::from_secs(10), NO_SPIN)
+            });
+            thread::sleep(Duration::from_millis(20));
+            if close {
+                w.close();
+                assert_eq!(waiter.join().unwrap(), WaitOutcome::Closed);
+            } else {
+                w.publish(12);
+                assert_eq!(waiter.join().unwrap(), WaitOutcome::Reached(12));
+            }
+        }
+    }
+
+    #[test]
+    fn wait_times_out_at_its_deadline() {
+        let w = Watch::new(0);
+        let start = Instant::now();
+        let outcome = w.wait_at_least(
+            1,
+            start + Duration::from_millis(30),
+            Duration::from_micros(50),
+        );
+        assert_eq!(outcome, WaitOutcome::TimedOut);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn reset_reopens_a_closed_watch_at_a_lower_value() {
+        let w = Watch::new(7);
+        w.close();
+        assert!(w.is_closed());
+        w.reset(3);
+        assert!(!w.is_closed());
+        assert_eq!(w.get(), 3);
+    }
+
+    #[test]
+    fn many_waiters_with_spin_are_all_released_by_one_publish() {
+        let w = Arc::new(Watch::new(0));
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let w = Arc::clone(&w);
+                thread::spawn(move || {
+                    w.wait_at_least(
+                        1,
+                        Instant::now() + Duration::from_secs(10),
+                        Duration::from_millis(5),
+                    )
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(20));
+        w.publish(1);
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), WaitOutcome::Reached(1));
+        }
+        assert_eq!(w.spinners.load(Ordering::SeqCst), 0);
+    }
+}

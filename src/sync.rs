@@ -26,6 +26,35 @@ pub(crate) use loom_shim::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(loom)]
 pub(crate) use std::sync::Arc;
 
+/// Thread parking for hand-offs that wake one chosen thread instead of
+/// every sleeper of a condition variable.
+#[cfg(not(loom))]
+pub(crate) mod thread {
+    pub(crate) use std::thread::{current, Thread};
+    use std::time::Instant;
+
+    /// Parks the current thread until it is unparked, `deadline` passes, or
+    /// a spurious wake-up; the caller re-checks its condition.
+    pub(crate) fn park_until(deadline: Instant) {
+        let now = Instant::now();
+        if deadline > now {
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+}
+
+/// Loom's parking: a timed park becomes an untimed one (a model must not
+/// depend on time).
+#[cfg(loom)]
+pub(crate) mod thread {
+    pub(crate) use loom::thread::{current, Thread};
+    use std::time::Instant;
+
+    pub(crate) fn park_until(_deadline: Instant) {
+        loom::thread::park();
+    }
+}
+
 #[cfg(loom)]
 mod loom_shim {
     use std::ops::{Deref, DerefMut};

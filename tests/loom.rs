@@ -16,7 +16,7 @@ fn far() -> Instant {
 
 /// The high watermark publish / `acks=all` waiter hand-off: a waiter that
 /// parks can never miss the publish that satisfies it (the lost wake-up the
-/// `parked` counter and the lock exist to prevent).
+/// `PARKED` flag and the parked list's lock exist to prevent).
 #[test]
 fn high_watermark_publish_wakes_the_acks_all_waiter() {
     loom::model(|| {
@@ -57,6 +57,34 @@ fn two_waiters_two_publishes() {
         );
         publisher.join().unwrap();
         assert!(matches!(waiter.join().unwrap(), WaitOutcome::Reached(2)));
+    });
+}
+
+/// A publish that releases one parked waiter leaves the other (whose
+/// target it did not reach) parked and announced: a later `close` still
+/// reaches it. Guards the re-announcement of `PARKED` after a partial
+/// release.
+#[test]
+fn a_waiter_left_parked_by_a_partial_release_is_still_woken() {
+    loom::model(|| {
+        let hw = Arc::new(Watch::new(0));
+        let far_waiter = {
+            let hw = Arc::clone(&hw);
+            thread::spawn(move || hw.wait_at_least(5, far(), Duration::ZERO))
+        };
+        let publisher = {
+            let hw = Arc::clone(&hw);
+            thread::spawn(move || {
+                hw.publish(1);
+                hw.close();
+            })
+        };
+        assert!(matches!(
+            hw.wait_at_least(1, far(), Duration::ZERO),
+            WaitOutcome::Reached(1) | WaitOutcome::Closed
+        ));
+        publisher.join().unwrap();
+        assert_eq!(far_waiter.join().unwrap(), WaitOutcome::Closed);
     });
 }
 
@@ -109,41 +137,49 @@ fn data_arrived_bump_wakes_a_parked_fetch() {
 /// cluster tests carry that check; this model guards the rest.
 #[test]
 fn combining_pipeline_never_strands_a_push() {
-    use isrlog::testing::loom_models::Combiner;
+    use isrlog::testing::loom_models::{Combine, Combiner};
 
     #[derive(Debug, Default)]
     struct Queue {
         pending: Vec<u32>,
-        written: Vec<u32>,
     }
-    fn is_pending(q: &Queue) -> bool {
-        !q.pending.is_empty()
-    }
-    fn write(q: &mut Queue) {
-        let pending = std::mem::take(&mut q.pending);
-        q.written.extend(pending);
+    impl Combine for Queue {
+        type Taken = Vec<u32>;
+        fn take(&mut self) -> Option<Vec<u32>> {
+            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+        }
+        fn is_pending(&self) -> bool {
+            !self.pending.is_empty()
+        }
     }
 
     loom::model(|| {
         let combiner = Arc::new(Combiner::new(Queue::default()));
+        // The "log": what the seat holders wrote, in order.
+        let written = Arc::new(loom::sync::Mutex::new(Vec::new()));
         let appenders: Vec<_> = (0..2u32)
             .map(|t| {
                 let combiner = Arc::clone(&combiner);
+                let written = Arc::clone(&written);
                 thread::spawn(move || {
                     combiner.push(|q| q.pending.push(t));
-                    combiner.drain(is_pending, &mut write);
+                    combiner.drain(&mut |taken| written.lock().unwrap().extend(taken));
                 })
             })
             .collect();
-        combiner.exclusive(is_pending, &mut write, |q| q.written.push(9));
+        combiner.exclusive(&mut |taken| written.lock().unwrap().extend(taken), |q| {
+            assert!(q.pending.is_empty(), "exclusive ran with pushes pending");
+            written.lock().unwrap().push(9);
+        });
         for appender in appenders {
             appender.join().unwrap();
         }
-        combiner.with_state(|q| {
-            assert!(q.pending.is_empty(), "stranded: {:?}", q.pending);
-            let mut written = q.written.clone();
-            written.sort_unstable();
-            assert_eq!(written, vec![0, 1, 9]);
-        });
+        assert!(
+            combiner.with_state(|q| q.pending.is_empty()),
+            "a push was stranded"
+        );
+        let mut written = written.lock().unwrap().clone();
+        written.sort_unstable();
+        assert_eq!(written, vec![0, 1, 9]);
     });
 }

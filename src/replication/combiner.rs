@@ -11,6 +11,17 @@
 
 use crate::sync::Mutex;
 
+/// The shared state of a [`Combiner`]: a queue that pushes fill and the
+/// seat holder empties.
+pub trait Combine {
+    /// What one write takes out of the queue.
+    type Taken;
+    /// Takes everything pending, or `None` if nothing is.
+    fn take(&mut self) -> Option<Self::Taken>;
+    /// Whether anything is pending.
+    fn is_pending(&self) -> bool;
+}
+
 /// Shared state plus a writer seat; see the module docs.
 #[derive(Debug)]
 pub struct Combiner<S> {
@@ -18,7 +29,7 @@ pub struct Combiner<S> {
     seat: Mutex<()>,
 }
 
-impl<S> Combiner<S> {
+impl<S: Combine> Combiner<S> {
     /// A combiner around `state`.
     pub fn new(state: S) -> Combiner<S> {
         Combiner {
@@ -37,24 +48,32 @@ impl<S> Combiner<S> {
         read(&self.state.lock())
     }
 
-    /// Performs what is pending with `write` (called with the state locked,
-    /// holding the seat) unless another thread holds the seat; that thread
-    /// then performs it. Call after every `push`.
-    pub fn drain(&self, is_pending: impl Fn(&S) -> bool, write: &mut impl FnMut(&mut S)) {
+    /// Takes what is pending and performs it with `write` (holding the
+    /// seat, but not the state's lock: pushes go on meanwhile) unless
+    /// another thread holds the seat; that thread then performs it. Call
+    /// after every `push`.
+    pub fn drain(&self, write: &mut impl FnMut(S::Taken)) {
+        self.drain_gathering(|| (), write);
+    }
+
+    /// [`drain`](Self::drain), calling `gather` after taking the seat and
+    /// before taking what is pending: a seat holder that expects more
+    /// pushes soon can wait for them there (they find the seat taken and
+    /// leave their work to it), so that one write carries more.
+    pub fn drain_gathering(&self, gather: impl Fn(), write: &mut impl FnMut(S::Taken)) {
         loop {
             let Some(seat) = self.seat.try_lock() else {
                 return;
             };
-            {
-                let mut state = self.state.lock();
-                if is_pending(&state) {
-                    write(&mut state);
-                }
+            gather();
+            let taken = self.state.lock().take();
+            if let Some(taken) = taken {
+                write(taken);
             }
             drop(seat);
             // Whatever was pushed while we held the seat was left to us by
             // a thread that found it taken.
-            if !is_pending(&self.state.lock()) {
+            if !self.state.lock().is_pending() {
                 return;
             }
         }
@@ -66,19 +85,25 @@ impl<S> Combiner<S> {
     /// before it and before everything pushed after it.
     pub fn exclusive<R>(
         &self,
-        is_pending: impl Fn(&S) -> bool,
-        write: &mut impl FnMut(&mut S),
+        write: &mut impl FnMut(S::Taken),
         exclusive: impl FnOnce(&mut S) -> R,
     ) -> R {
         let result = {
             let _seat = self.seat.lock();
+            let taken = self.state.lock().take();
+            if let Some(taken) = taken {
+                write(taken);
+            }
+            // What was pushed during that write is written with the lock
+            // held, so nothing queued can be left between it and
+            // `exclusive`.
             let mut state = self.state.lock();
-            if is_pending(&state) {
-                write(&mut state);
+            if let Some(taken) = state.take() {
+                write(taken);
             }
             exclusive(&mut state)
         };
-        self.drain(is_pending, write);
+        self.drain(write);
         result
     }
 }
@@ -89,34 +114,52 @@ mod tests {
     use std::sync::Arc;
 
     #[derive(Debug, Default)]
-    struct Log {
+    struct Queue {
         pending: Vec<u32>,
+    }
+
+    impl Combine for Queue {
+        type Taken = Vec<u32>;
+        fn take(&mut self) -> Option<Vec<u32>> {
+            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+        }
+        fn is_pending(&self) -> bool {
+            !self.pending.is_empty()
+        }
+    }
+
+    /// What the "log" received, in order, and in how many writes.
+    #[derive(Debug, Default)]
+    struct Sink {
         written: Vec<u32>,
         writes: u32,
     }
 
-    fn write(log: &mut Log) {
-        let pending = std::mem::take(&mut log.pending);
-        log.written.extend(pending);
-        log.writes += 1;
-    }
-
     #[test]
     fn every_push_is_written_once_in_push_order_under_contention() {
-        let combiner = Arc::new(Combiner::new(Log::default()));
+        let combiner = Arc::new(Combiner::new(Queue::default()));
+        let sink = Arc::new(Mutex::new(Sink::default()));
         let threads: Vec<_> = (0..8u32)
             .map(|t| {
                 let combiner = Arc::clone(&combiner);
+                let sink = Arc::clone(&sink);
                 std::thread::spawn(move || {
+                    let mut write = |taken: Vec<u32>| {
+                        let mut sink = sink.lock();
+                        sink.written.extend(taken);
+                        sink.writes += 1;
+                    };
                     for i in 0..500 {
-                        combiner.push(|log| log.pending.push(t * 1000 + i));
-                        combiner.drain(|log| !log.pending.is_empty(), &mut write);
+                        combiner.push(|queue| queue.pending.push(t * 1000 + i));
+                        combiner.drain(&mut write);
                         if i % 100 == 0 {
-                            combiner.exclusive(
-                                |log| !log.pending.is_empty(),
-                                &mut write,
-                                |log| log.written.push(u32::MAX),
-                            );
+                            combiner.exclusive(&mut write, |queue| {
+                                assert!(
+                                    queue.pending.is_empty(),
+                                    "exclusive ran with pushes pending"
+                                );
+                                sink.lock().written.push(u32::MAX);
+                            });
                         }
                     }
                 })
@@ -125,24 +168,23 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
-        combiner.with_state(|log| {
-            assert!(log.pending.is_empty());
-            let mut values: Vec<u32> = log
-                .written
-                .iter()
-                .copied()
-                .filter(|v| *v != u32::MAX)
-                .collect();
-            assert_eq!(values.len(), 8 * 500);
-            // Each thread's own pushes stay in its order.
-            for t in 0..8u32 {
-                let mine: Vec<u32> = values.iter().copied().filter(|v| v / 1000 == t).collect();
-                assert!(mine.windows(2).all(|w| w[0] < w[1]));
-            }
-            values.sort_unstable();
-            values.dedup();
-            assert_eq!(values.len(), 8 * 500, "a push was written twice");
-            assert!(log.writes <= 8 * 500 + 40);
-        });
+        assert!(combiner.with_state(|queue| queue.pending.is_empty()));
+        let sink = sink.lock();
+        let mut values: Vec<u32> = sink
+            .written
+            .iter()
+            .copied()
+            .filter(|v| *v != u32::MAX)
+            .collect();
+        assert_eq!(values.len(), 8 * 500);
+        // Each thread's own pushes stay in its order.
+        for t in 0..8u32 {
+            let mine: Vec<u32> = values.iter().copied().filter(|v| v / 1000 == t).collect();
+            assert!(mine.windows(2).all(|w| w[0] < w[1]));
+        }
+        values.sort_unstable();
+        values.dedup();
+        assert_eq!(values.len(), 8 * 500, "a push was written twice");
+        assert!(sink.writes <= 8 * 500 + 40);
     }
 }

@@ -35,7 +35,7 @@ pub(crate) use leader::{
     LeaderAssignment, LeaderConfig, LeaderState, RereadCoordinatorState,
 };
 
-pub use combiner::Combiner;
+pub use combiner::{Combine, Combiner};
 pub(crate) use fetcher::Fetcher;
 pub(crate) use replica::Replica;
 pub use replica::Role;

@@ -33,7 +33,7 @@ pub use transport_suite::{MemoryTransportFactory, TransportFactory};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.
 pub mod loom_models {
-    pub use crate::replication::{Combiner, WaitOutcome, Watch};
+    pub use crate::replication::{Combine, Combiner, WaitOutcome, Watch};
 }
 
 /// A handler made from a closure.

@@ -18,8 +18,8 @@
 //! Criterion measures each workload (one iteration is one append call;
 //! multi-threaded workloads through `Bencher::iter_custom`), and after its
 //! report the bench prints every figure next to its baseline as a ratio.
-//! Each cluster is built once, outside the measured routines, and lives
-//! through the benchmarks that use it.
+//! Each group builds its clusters once, outside the measured routines,
+//! and shuts them down at its end.
 //!
 //! `cargo bench --bench replication` runs it; `-- --test` runs a tiny
 //! version (CI). `ISRLOG_BENCH_SECONDS` sets the length of each phase
@@ -364,7 +364,13 @@ fn replication(c: &mut Criterion) {
     let big = batch(100);
     let single = batch(1);
 
-    // 1. Batches of 100, 4 producers. One cluster at a time, as before.
+    // Every group builds its clusters (one at a time) before its
+    // benchmarks and shuts them down after. The custom main kept one
+    // 3-replica cluster through groups 1, 4, 2 and 3: its three copies
+    // (no retention) grew to about 21 GB in a full run, which filled the
+    // disk here; one group's cluster peaks near 12 GB.
+
+    // 1. Batches of 100, 4 producers.
     let mut group = c.benchmark_group("replication/batches_of_100x1KiB/4_producers");
     configure(&mut group, phase);
     group.throughput(Throughput::Elements(100));
@@ -388,13 +394,18 @@ fn replication(c: &mut Criterion) {
         phase,
         |amount| appends(&leader, &big, Acks::All, 4, amount),
     );
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
     group.finish();
 
     // 4. Idempotent producers against plain acks=all, alternating, best of
-    // two rounds each.
+    // two rounds each. The custom main had no warm-up here; criterion
+    // needs one to size its samples, so it gets a short one.
     let mut group = c.benchmark_group("replication/idempotent/batches_of_100x1KiB/4_producers");
     configure(&mut group, phase / 2);
+    group.warm_up_time(phase / 40);
     group.throughput(Throughput::Elements(100));
+    let (replicated_cluster, leader) = cluster(3);
     let (mut plain, mut idempotent) = (None::<f64>, None::<f64>);
     for round in 1..=2 {
         let p = bench_rate(
@@ -416,11 +427,14 @@ fn replication(c: &mut Criterion) {
         plain = best(plain, p);
         idempotent = best(idempotent, i);
     }
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
     group.finish();
 
     // 2. Latency of single-record appends, one producer.
     let mut group = c.benchmark_group("replication/latency/1_producer_1x1KiB");
     configure(&mut group, LATENCY_MEASUREMENT);
+    let (replicated_cluster, leader) = cluster(3);
     let latency_all = bench_latency(
         &mut group,
         "acks_all",
@@ -439,12 +453,15 @@ fn replication(c: &mut Criterion) {
         &single,
         Acks::Leader,
     );
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
     group.finish();
 
     // 3. 64 producers of single records.
     let mut group = c.benchmark_group("replication/64_producers_1x1KiB");
     configure(&mut group, phase);
     group.throughput(Throughput::Elements(1));
+    let (replicated_cluster, leader) = cluster(3);
     let many = bench_rate(
         &mut group,
         "3_replicas_acks_all",

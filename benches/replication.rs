@@ -15,13 +15,24 @@
 //!    `IdempotentProducer`s next to plain `acks=all` appends in the same
 //!    run (target: at most 10% slower).
 //!
+//! Criterion measures each workload (one iteration is one append call;
+//! multi-threaded workloads through `Bencher::iter_custom`), and after its
+//! report the bench prints every figure next to its baseline as a ratio.
+//! Each group builds its clusters once, outside the measured routines,
+//! and shuts them down at its end.
+//!
 //! `cargo bench --bench replication` runs it; `-- --test` runs a tiny
-//! version (CI). `ISRLOG_BENCH_SECONDS` sets the length of each phase.
+//! version (CI). `ISRLOG_BENCH_SECONDS` sets the length of each phase
+//! (criterion's measurement time; its warm-up is a quarter of that);
+//! `ISRLOG_BENCH_SPIN_US` sets `spin_before_park`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, Criterion, SamplingMode, Throughput,
+};
 use isrlog::testing::Cluster;
 use isrlog::{
     Acks, IdempotentProducer, LeaderRouter, LogId, ProducerConfig, RecordBatch, RecordBatchBuilder,
@@ -29,6 +40,160 @@ use isrlog::{
 };
 
 const LOG: LogId = LogId(0);
+
+/// Criterion's samples per benchmark (its minimum): few long samples, so a
+/// sample's thread start-up is small next to its appends.
+const SAMPLES: usize = 10;
+
+/// Single-record appends per latency measurement in test mode (as many as
+/// the custom main took there), and a quarter of that to warm up.
+const QUICK_LATENCY_SAMPLES: u64 = 200;
+
+/// Criterion's measurement time for the latency benchmarks: about the
+/// 20,000 appends the custom main timed (33–60 µs each here).
+const LATENCY_MEASUREMENT: Duration = Duration::from_secs(1);
+
+/// How this run measures.
+#[derive(Clone, Copy)]
+struct Settings {
+    /// Criterion's test mode (`-- --test`, or no `--bench` as under
+    /// `cargo test --benches`): it calls each routine once and ignores its
+    /// time, so the routines run the short timed phases of the custom main
+    /// instead, and CI still sees the figures.
+    quick: bool,
+    /// Length of one measured phase (`ISRLOG_BENCH_SECONDS`).
+    phase: Duration,
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        let args: Vec<String> = std::env::args().collect();
+        // The rule of criterion's `configure_from_args`.
+        let quick = args.iter().any(|a| a == "--test") || !args.iter().any(|a| a == "--bench");
+        let seconds: f64 = std::env::var("ISRLOG_BENCH_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(if quick { 0.2 } else { 3.0 });
+        // Criterion refuses a zero measurement time.
+        let phase = Duration::from_secs_f64(seconds.max(0.001));
+        Settings { quick, phase }
+    }
+}
+
+/// `SAMPLES` equal samples over `measurement`, after a warm-up of a quarter
+/// of it (the warm-up the custom main gave a phase).
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>, measurement: Duration) {
+    group
+        .sample_size(SAMPLES)
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(measurement)
+        .warm_up_time(measurement / 4);
+}
+
+/// The results of every call criterion made of one routine, in order. In
+/// a benchmark run the last `SAMPLES` calls are its measurement and the
+/// ones before them its warm-up (`Routine::sample` in criterion 0.5); in
+/// test mode there is one call.
+fn measured<T>(calls: &[T]) -> &[T] {
+    &calls[calls.len().saturating_sub(SAMPLES)..]
+}
+
+/// What one call of a throughput routine did.
+#[derive(Clone, Copy)]
+struct Run {
+    records: u64,
+    elapsed: Duration,
+}
+
+/// Records per second over `runs`; `None` if nothing ran (the benchmark
+/// was filtered out or only listed).
+fn rate(runs: &[Run]) -> Option<f64> {
+    let records: u64 = runs.iter().map(|r| r.records).sum();
+    let elapsed: Duration = runs.iter().map(|r| r.elapsed).sum();
+    (!runs.is_empty()).then(|| records as f64 / elapsed.as_secs_f64())
+}
+
+/// How much one call of a routine does.
+#[derive(Clone, Copy)]
+enum Amount {
+    /// Criterion's iteration count: this many append calls, shared among
+    /// the threads.
+    Appends(u64),
+    /// Test mode: append until this much time has passed.
+    For(Duration),
+}
+
+/// Runs `threads` producer threads, each with its own `state`, calling
+/// `append` (which returns the records it appended) until `amount` is
+/// done. The time includes starting and joining the threads, as the
+/// custom main's did.
+fn drive<S>(
+    threads: usize,
+    amount: Amount,
+    state: impl Fn() -> S + Sync,
+    append: impl Fn(&S) -> u64 + Sync,
+) -> Run {
+    let stop = AtomicBool::new(false);
+    let claimed = AtomicU64::new(0);
+    let records = AtomicU64::new(0);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let state = state();
+                loop {
+                    let more = match amount {
+                        Amount::Appends(appends) => {
+                            claimed.fetch_add(1, Ordering::Relaxed) < appends
+                        }
+                        Amount::For(_) => !stop.load(Ordering::Relaxed),
+                    };
+                    if !more {
+                        break;
+                    }
+                    records.fetch_add(append(&state), Ordering::Relaxed);
+                }
+            });
+        }
+        if let Amount::For(duration) = amount {
+            std::thread::sleep(duration);
+            stop.store(true, Ordering::Relaxed);
+        }
+    });
+    Run {
+        records: records.into_inner(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Benchmarks the throughput routine `run` as `id` and returns its
+/// records/s over criterion's measurement. In test mode the one call
+/// warms up for `quick_warm_up` (if any) and then measures one phase.
+fn bench_rate(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: &str,
+    settings: Settings,
+    quick_warm_up: Option<Duration>,
+    quick_phase: Duration,
+    run: impl Fn(Amount) -> Run,
+) -> Option<f64> {
+    let mut runs = Vec::new();
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let done = if settings.quick {
+                if let Some(warm_up) = quick_warm_up {
+                    let _ = run(Amount::For(warm_up));
+                }
+                run(Amount::For(quick_phase))
+            } else {
+                run(Amount::Appends(iters))
+            };
+            runs.push(done);
+            done.elapsed
+        })
+    });
+    rate(measured(&runs))
+}
 
 fn batch(records: usize) -> RecordBatch {
     let value = vec![0x5Au8; 1024];
@@ -63,38 +228,23 @@ fn cluster(nodes: usize) -> (Cluster, ReplicatedLog) {
     (cluster, leader)
 }
 
-/// Runs `threads` producers appending `batch` with `acks` for `duration`;
-/// returns records per second.
-fn throughput(
+/// `threads` producers appending `batch` with `acks`.
+fn appends(
     leader: &ReplicatedLog,
     batch: &RecordBatch,
     acks: Acks,
     threads: usize,
-    duration: Duration,
-) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let records = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let leader = leader.clone();
-            let batch = batch.clone();
-            let stop = Arc::clone(&stop);
-            let records = Arc::clone(&records);
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    leader.append(&batch, acks).expect("append");
-                    records.fetch_add(u64::from(batch.record_count()), Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(duration);
-    stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        handle.join().expect("producer");
-    }
-    records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    amount: Amount,
+) -> Run {
+    drive(
+        threads,
+        amount,
+        || (leader.clone(), batch.clone()),
+        |(leader, batch)| {
+            leader.append(batch, acks).expect("append");
+            u64::from(batch.record_count())
+        },
+    )
 }
 
 /// Routes every send to one known leader: the bench measures the
@@ -107,168 +257,283 @@ impl LeaderRouter for KnownLeader {
     }
 }
 
-/// Like [`throughput`] with `acks=all`, but each thread is an idempotent
-/// producer: every batch carries its producer id, epoch and sequence.
-fn idempotent_throughput(
+fn batch_of_100(value: &[u8]) -> RecordBatchBuilder {
+    let mut builder = RecordBatchBuilder::with_capacity(1_700_000_000_000, 100 * 1060);
+    for _ in 0..100 {
+        builder.push(value);
+    }
+    builder
+}
+
+/// Like [`appends`] with `acks=all` and batches of 100, but each thread is
+/// an idempotent producer: every batch carries its producer id, epoch and
+/// sequence. Each thread gets its producer id inside the timed run, as in
+/// the custom main.
+fn idempotent_appends(
     cluster: &Cluster,
     leader: &ReplicatedLog,
     threads: usize,
-    duration: Duration,
-) -> f64 {
-    let stop = AtomicBool::new(false);
-    let records = AtomicU64::new(0);
+    amount: Amount,
+) -> Run {
     let value = vec![0x5Au8; 1024];
-    let start = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                let producer = IdempotentProducer::init(
-                    &cluster.coordinator,
-                    KnownLeader(leader.clone()),
-                    ProducerConfig::default(),
-                )
-                .expect("producer id");
-                while !stop.load(Ordering::Relaxed) {
-                    let mut builder =
-                        RecordBatchBuilder::with_capacity(1_700_000_000_000, 100 * 1060);
-                    for _ in 0..100 {
-                        builder.push(&value);
-                    }
-                    producer.send(LOG, builder).expect("send");
-                    records.fetch_add(100, Ordering::Relaxed);
-                }
-            });
-        }
-        std::thread::sleep(duration);
-        stop.store(true, Ordering::Relaxed);
-    });
-    records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    drive(
+        threads,
+        amount,
+        || {
+            IdempotentProducer::init(
+                &cluster.coordinator,
+                KnownLeader(leader.clone()),
+                ProducerConfig::default(),
+            )
+            .expect("producer id")
+        },
+        |producer| {
+            producer.send(LOG, batch_of_100(&value)).expect("send");
+            100
+        },
+    )
 }
 
 /// Plain `acks=all` appends of freshly built batches of 100 (the same
 /// building work the idempotent producer does per batch).
-fn plain_built_throughput(leader: &ReplicatedLog, threads: usize, duration: Duration) -> f64 {
-    let stop = AtomicBool::new(false);
-    let records = AtomicU64::new(0);
+fn plain_built_appends(leader: &ReplicatedLog, threads: usize, amount: Amount) -> Run {
     let value = vec![0x5Au8; 1024];
-    let start = Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    let mut builder =
-                        RecordBatchBuilder::with_capacity(1_700_000_000_000, 100 * 1060);
-                    for _ in 0..100 {
-                        builder.push(&value);
-                    }
-                    leader
-                        .append(&builder.build().expect("batch"), Acks::All)
-                        .expect("append");
-                    records.fetch_add(100, Ordering::Relaxed);
-                }
-            });
-        }
-        std::thread::sleep(duration);
-        stop.store(true, Ordering::Relaxed);
-    });
-    records.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    drive(
+        threads,
+        amount,
+        || (),
+        |()| {
+            leader
+                .append(&batch_of_100(&value).build().expect("batch"), Acks::All)
+                .expect("append");
+            100
+        },
+    )
 }
 
-fn latencies(
+/// Times `count` single appends of `batch` one after another, each alone.
+fn latencies(leader: &ReplicatedLog, batch: &RecordBatch, acks: Acks, count: u64) -> Vec<Duration> {
+    (0..count)
+        .map(|_| {
+            let start = Instant::now();
+            leader.append(batch, acks).expect("append");
+            start.elapsed()
+        })
+        .collect()
+}
+
+/// Benchmarks single appends of `batch` with `acks` as `id` and returns
+/// p50 and p99 of every append timed in criterion's measurement. In test
+/// mode the one call times `QUICK_LATENCY_SAMPLES` appends, after a
+/// quarter as many if `quick_warm_up`.
+fn bench_latency(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: &str,
+    settings: Settings,
+    quick_warm_up: bool,
     leader: &ReplicatedLog,
     batch: &RecordBatch,
     acks: Acks,
-    count: usize,
-) -> (Duration, Duration) {
-    let mut samples = Vec::with_capacity(count);
-    for _ in 0..count {
-        let start = Instant::now();
-        leader.append(batch, acks).expect("append");
-        samples.push(start.elapsed());
-    }
+) -> Option<(Duration, Duration)> {
+    let mut calls: Vec<Vec<Duration>> = Vec::new();
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let count = if settings.quick {
+                if quick_warm_up {
+                    let _ = latencies(leader, batch, acks, QUICK_LATENCY_SAMPLES / 4);
+                }
+                QUICK_LATENCY_SAMPLES
+            } else {
+                iters
+            };
+            let samples = latencies(leader, batch, acks, count);
+            let total = samples.iter().sum();
+            calls.push(samples);
+            total
+        })
+    });
+    let mut samples: Vec<Duration> = measured(&calls).concat();
     samples.sort();
-    (samples[count / 2], samples[count * 99 / 100])
+    let count = samples.len();
+    (count > 0).then(|| (samples[count / 2], samples[count * 99 / 100]))
 }
 
-fn main() {
-    let quick = std::env::args().any(|a| a == "--test");
-    let seconds: f64 = std::env::var("ISRLOG_BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if quick { 0.2 } else { 3.0 });
-    let phase = Duration::from_secs_f64(seconds);
+fn replication(c: &mut Criterion) {
+    let settings = Settings::from_env();
+    let phase = settings.phase;
     let big = batch(100);
     let single = batch(1);
 
+    // Every group builds its clusters (one at a time) before its
+    // benchmarks and shuts them down after. The custom main kept one
+    // 3-replica cluster through groups 1, 4, 2 and 3: its three copies
+    // (no retention) grew to about 21 GB in a full run, which filled the
+    // disk here; one group's cluster peaks near 12 GB.
+
     // 1. Batches of 100, 4 producers.
+    let mut group = c.benchmark_group("replication/batches_of_100x1KiB/4_producers");
+    configure(&mut group, phase);
+    group.throughput(Throughput::Elements(100));
     let (single_cluster, single_leader) = cluster(1);
-    let _ = throughput(&single_leader, &big, Acks::Leader, 4, phase / 4); // warm-up
-    let baseline = throughput(&single_leader, &big, Acks::Leader, 4, phase);
+    let baseline = bench_rate(
+        &mut group,
+        "1_replica_acks_1",
+        settings,
+        Some(phase / 4),
+        phase,
+        |amount| appends(&single_leader, &big, Acks::Leader, 4, amount),
+    );
     drop(single_leader);
     single_cluster.shutdown().expect("shutdown");
     let (replicated_cluster, leader) = cluster(3);
-    let _ = throughput(&leader, &big, Acks::All, 4, phase / 4);
-    let replicated = throughput(&leader, &big, Acks::All, 4, phase);
-    println!(
-        "replication/batches_of_100x1KiB/4_producers: 3 replicas acks=all {:.0} records/s ({:.0} MB/s); \
-         1 replica acks=1 {:.0} records/s ({:.0} MB/s); ratio {:.2} (target >= 0.5)",
-        replicated,
-        replicated * 1024.0 / 1e6,
-        baseline,
-        baseline * 1024.0 / 1e6,
-        replicated / baseline
+    let replicated = bench_rate(
+        &mut group,
+        "3_replicas_acks_all",
+        settings,
+        Some(phase / 4),
+        phase,
+        |amount| appends(&leader, &big, Acks::All, 4, amount),
     );
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
+    group.finish();
 
-    // 4. Idempotent producers against plain acks=all, alternating.
-    let mut plain = Vec::new();
-    let mut idempotent = Vec::new();
-    for _ in 0..2 {
-        plain.push(plain_built_throughput(&leader, 4, phase / 2));
-        idempotent.push(idempotent_throughput(
-            &replicated_cluster,
-            &leader,
-            4,
+    // 4. Idempotent producers against plain acks=all, alternating, best of
+    // two rounds each. The custom main had no warm-up here; criterion
+    // needs one to size its samples, so it gets a short one.
+    let mut group = c.benchmark_group("replication/idempotent/batches_of_100x1KiB/4_producers");
+    configure(&mut group, phase / 2);
+    group.warm_up_time(phase / 40);
+    group.throughput(Throughput::Elements(100));
+    let (replicated_cluster, leader) = cluster(3);
+    let (mut plain, mut idempotent) = (None::<f64>, None::<f64>);
+    for round in 1..=2 {
+        let p = bench_rate(
+            &mut group,
+            &format!("plain_acks_all/round_{round}"),
+            settings,
+            None,
             phase / 2,
-        ));
+            |amount| plain_built_appends(&leader, 4, amount),
+        );
+        let i = bench_rate(
+            &mut group,
+            &format!("idempotent/round_{round}"),
+            settings,
+            None,
+            phase / 2,
+            |amount| idempotent_appends(&replicated_cluster, &leader, 4, amount),
+        );
+        plain = best(plain, p);
+        idempotent = best(idempotent, i);
     }
-    let plain = plain.into_iter().fold(0.0, f64::max);
-    let idempotent = idempotent.into_iter().fold(0.0, f64::max);
-    println!(
-        "replication/idempotent/batches_of_100x1KiB/4_producers: idempotent {:.0} records/s; \
-         plain acks=all {:.0} records/s; ratio {:.2} (target >= 0.90)",
-        idempotent,
-        plain,
-        idempotent / plain
-    );
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
+    group.finish();
 
     // 2. Latency of single-record appends, one producer.
-    let count = if quick { 200 } else { 20_000 };
-    let _ = latencies(&leader, &single, Acks::All, count / 4);
-    let (p50_all, p99_all) = latencies(&leader, &single, Acks::All, count);
-    let (p50_one, p99_one) = latencies(&leader, &single, Acks::Leader, count);
-    println!(
-        "replication/latency/1_producer_1x1KiB: acks=all p50 {:.1} µs p99 {:.1} µs (targets 20 / 100); \
-         acks=1 on the same leader p50 {:.1} µs p99 {:.1} µs",
-        p50_all.as_secs_f64() * 1e6,
-        p99_all.as_secs_f64() * 1e6,
-        p50_one.as_secs_f64() * 1e6,
-        p99_one.as_secs_f64() * 1e6
+    let mut group = c.benchmark_group("replication/latency/1_producer_1x1KiB");
+    configure(&mut group, LATENCY_MEASUREMENT);
+    let (replicated_cluster, leader) = cluster(3);
+    let latency_all = bench_latency(
+        &mut group,
+        "acks_all",
+        settings,
+        true,
+        &leader,
+        &single,
+        Acks::All,
     );
+    let latency_one = bench_latency(
+        &mut group,
+        "acks_1",
+        settings,
+        false,
+        &leader,
+        &single,
+        Acks::Leader,
+    );
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
+    group.finish();
 
     // 3. 64 producers of single records.
-    let _ = throughput(&leader, &single, Acks::All, 64, phase / 4);
-    let many = throughput(&leader, &single, Acks::All, 64, phase);
+    let mut group = c.benchmark_group("replication/64_producers_1x1KiB");
+    configure(&mut group, phase);
+    group.throughput(Throughput::Elements(1));
+    let (replicated_cluster, leader) = cluster(3);
+    let many = bench_rate(
+        &mut group,
+        "3_replicas_acks_all",
+        settings,
+        Some(phase / 4),
+        phase,
+        |amount| appends(&leader, &single, Acks::All, 64, amount),
+    );
     drop(leader);
     replicated_cluster.shutdown().expect("shutdown");
     let (single_cluster, single_leader) = cluster(1);
-    let many_baseline = throughput(&single_leader, &single, Acks::Leader, 64, phase);
+    let many_baseline = bench_rate(
+        &mut group,
+        "1_replica_acks_1",
+        settings,
+        None,
+        phase,
+        |amount| appends(&single_leader, &single, Acks::Leader, 64, amount),
+    );
     drop(single_leader);
     single_cluster.shutdown().expect("shutdown");
-    println!(
-        "replication/64_producers_1x1KiB: 3 replicas acks=all {:.0} records/s (target >= 500000); \
-         1 replica acks=1 {:.0} records/s; ratio {:.2}",
-        many,
-        many_baseline,
-        many / many_baseline
-    );
+    group.finish();
+
+    // The figures, each next to its same-run baseline.
+    if let (Some(replicated), Some(baseline)) = (replicated, baseline) {
+        println!(
+            "replication/batches_of_100x1KiB/4_producers: 3 replicas acks=all {:.0} records/s ({:.0} MB/s); \
+             1 replica acks=1 {:.0} records/s ({:.0} MB/s); ratio {:.2} (target >= 0.5)",
+            replicated,
+            replicated * 1024.0 / 1e6,
+            baseline,
+            baseline * 1024.0 / 1e6,
+            replicated / baseline
+        );
+    }
+    if let (Some(idempotent), Some(plain)) = (idempotent, plain) {
+        println!(
+            "replication/idempotent/batches_of_100x1KiB/4_producers: idempotent {:.0} records/s; \
+             plain acks=all {:.0} records/s; ratio {:.2} (target >= 0.90)",
+            idempotent,
+            plain,
+            idempotent / plain
+        );
+    }
+    if let (Some((p50_all, p99_all)), Some((p50_one, p99_one))) = (latency_all, latency_one) {
+        println!(
+            "replication/latency/1_producer_1x1KiB: acks=all p50 {:.1} µs p99 {:.1} µs (targets 20 / 100); \
+             acks=1 on the same leader p50 {:.1} µs p99 {:.1} µs",
+            p50_all.as_secs_f64() * 1e6,
+            p99_all.as_secs_f64() * 1e6,
+            p50_one.as_secs_f64() * 1e6,
+            p99_one.as_secs_f64() * 1e6
+        );
+    }
+    if let (Some(many), Some(many_baseline)) = (many, many_baseline) {
+        println!(
+            "replication/64_producers_1x1KiB: 3 replicas acks=all {:.0} records/s (target >= 500000); \
+             1 replica acks=1 {:.0} records/s; ratio {:.2}",
+            many,
+            many_baseline,
+            many / many_baseline
+        );
+    }
 }
+
+/// The larger of two optional figures.
+fn best(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+criterion_group!(benches, replication);
+criterion_main!(benches);

@@ -269,22 +269,24 @@ impl Watch {
     }
 
     /// Spins up to `spin` (or `deadline`) for the value to reach `target`.
+    ///
+    /// The spin is a `yield` loop, not a busy loop: on two cores the
+    /// threads this waiter depends on (the follower fetchers, the producer
+    /// that appends next) are often runnable on its own core, and a yield
+    /// hands them the core at once while costing well under a microsecond
+    /// when nothing else wants it. Measured on the single-producer
+    /// `acks=all` path: p50 15-17 µs with a yield per check against
+    /// 47-58 µs with 64 pause instructions per check and a yield every
+    /// eighth.
     fn spin(&self, target: u64, deadline: Instant, spin: Duration) -> Option<WaitOutcome> {
         let spin_until = Instant::now() + spin;
         let mut rounds = 0u32;
         loop {
-            for _ in 0..64 {
-                std::hint::spin_loop();
-            }
+            std::thread::yield_now();
             if let Some(outcome) = Self::outcome(self.word.load(Ordering::SeqCst), target) {
                 return Some(outcome);
             }
             rounds += 1;
-            // With two cores and more runnable threads than cores, a
-            // spinner must let the thread it waits for run.
-            if rounds % 8 == 0 {
-                std::thread::yield_now();
-            }
             if rounds % 16 == 0 && Instant::now() >= spin_until.min(deadline) {
                 return None;
             }

@@ -88,6 +88,26 @@ fn a_waiter_left_parked_by_a_partial_release_is_still_woken() {
     });
 }
 
+/// One publish releasing more waiters than the publisher unparks itself:
+/// the rest are unparked by the released ones (the wake-up tree), and none
+/// sleeps forever.
+#[test]
+fn waiters_beyond_the_fanout_are_woken_by_the_released_ones() {
+    loom::model(|| {
+        let hw = Arc::new(Watch::new(0));
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let hw = Arc::clone(&hw);
+                thread::spawn(move || hw.wait_at_least(1, far(), Duration::ZERO))
+            })
+            .collect();
+        hw.publish(1);
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), WaitOutcome::Reached(1));
+        }
+    });
+}
+
 /// Leadership loss: a waiter blocked on the high watermark is released by
 /// `close` (it must fail with NotLeader, never hang or succeed).
 #[test]

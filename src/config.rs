@@ -89,7 +89,10 @@ pub struct ReplicationConfig {
     pub fetch_backoff: Duration,
     /// How long a waiting thread spins before it parks. Waking a parked
     /// thread costs tens of microseconds; a short spin saves that on a hot
-    /// path. Default 50 µs; zero disables spinning.
+    /// path. The spin yields the core on every check, so it costs the
+    /// threads it waits for almost nothing, and a waiter skips it when
+    /// others are already parked on the same value (heavy load). Default
+    /// 50 µs; zero disables spinning.
     pub spin_before_park: Duration,
 }
 

@@ -214,6 +214,16 @@ impl Node {
         self.shared.replicas.write().clear();
     }
 
+    /// Test harness only: the instant of a simulated process crash. From
+    /// here on the node's threads only wind down (a dead process opens no
+    /// new coordinator session, answers no request); `halt_for_crash` then
+    /// stops them.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn mark_crashed(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+    }
+
     /// Test harness only: a process crash. Stops the threads as
     /// [`halt`](Self::halt) does, then halts every hosted log's files (no
     /// thread still holding a handle can write them any more) and returns
@@ -410,7 +420,14 @@ impl NodeShared {
                 state.in_sync_replicas.clone(),
                 state.version,
             ) {
-                tracing::error!(log = %state.log, node = %me, %error, "cannot become leader");
+                // Most likely its storage failed (it cannot even record the
+                // epoch). Leading is impossible, and staying the leader of
+                // record would keep the log unavailable: hand it on, as a
+                // leader whose storage fails under it does.
+                tracing::error!(log = %state.log, node = %me, %error, "cannot become leader; resigning");
+                if replica.resign_due() {
+                    self.resign_failed_leader(&replica);
+                }
             }
             return;
         }
@@ -491,6 +508,35 @@ impl NodeShared {
         if proposal.leader_epoch != epoch {
             return;
         }
+        // As Kafka since KIP-841: a replica whose node is not alive (its
+        // coordinator session ended) never joins the ISR, even if a fetch it
+        // sent before it died shows it caught up. Without this a crashed
+        // follower's last long poll, answered after the crash, could put
+        // it back into the ISR, where it holds the high watermark (and,
+        // with `acks=all`, every producer) until the leader notices the lag
+        // again.
+        let current = replica.in_sync_replicas();
+        let joining: Vec<NodeId> = proposal
+            .proposed
+            .iter()
+            .copied()
+            .filter(|node| !current.contains(node))
+            .collect();
+        if !joining.is_empty() {
+            let live = match self.coordinator.live_nodes() {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::warn!(%log, node = %self.local(), %error, "cannot check liveness before an ISR expansion; will retry");
+                    replica.isr_proposal_rejected();
+                    return;
+                }
+            };
+            if let Some(dead) = joining.iter().find(|node| !live.contains(node)) {
+                tracing::info!(%log, node = %self.local(), replica = %dead, "not adding a replica whose node is not alive to the ISR");
+                replica.isr_proposal_rejected();
+                return;
+            }
+        }
         let version = proposal.expected_version;
         let update = LogUpdate {
             leader: Some(self.local()),
@@ -518,7 +564,9 @@ impl NodeShared {
     }
 
     /// A leader whose storage failed (a failed fsync poisons the log) can
-    /// neither append nor serve fetches: it gives the log up, leaving the
+    /// neither append nor serve fetches, and a replica elected leader that
+    /// cannot take the role (`become_leader` failed) cannot either: it
+    /// gives the log up, leaving the
     /// in-sync replica set without itself and the log without a leader in a
     /// new epoch, so the controller elects another in-sync replica (Kafka
     /// moves leadership off a failed log directory the same way). With no
@@ -711,10 +759,14 @@ fn control_loop(
             if let Err(error) = shared.coordinator.heartbeat(shared.local()) {
                 tracing::warn!(node = %shared.local(), %error, "heartbeat failed");
                 // An expired session: register again, as a restarted
-                // ZooKeeper client re-creates its ephemeral node.
-                let _ = shared
-                    .coordinator
-                    .register_node(shared.local(), shared.config.session_timeout);
+                // ZooKeeper client re-creates its ephemeral node — unless
+                // this node is stopping: a node on its way down must not
+                // come back to life in the coordinator's eyes.
+                if !shared.stop.load(Ordering::SeqCst) {
+                    let _ = shared
+                        .coordinator
+                        .register_node(shared.local(), shared.config.session_timeout);
+                }
             }
             next_heartbeat = now + heartbeat_every;
         }

@@ -269,10 +269,17 @@ impl Cluster {
     /// poisoned), as a dead process answers nobody.
     pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
         self.network.node_down(id);
+        let node = self.nodes.lock().remove(&id);
+        // The crash happens before the coordinator hears of it: a node
+        // still winding down must not see its session end and open a new
+        // one (found as a flaky unclean-election test: the crashed node
+        // re-registered and rejoined the ISR).
+        if let Some(node) = &node {
+            node.mark_crashed();
+        }
         if session == SessionEnd::Immediately {
             self.coordinator.fail_node(id);
         }
-        let node = self.nodes.lock().remove(&id);
         let Some(node) = node else { return };
         // Threads first, then the lengths: they only grow while it runs.
         let durable = node.halt_for_crash();

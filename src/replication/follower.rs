@@ -67,10 +67,40 @@ pub(crate) fn truncation_for_divergence(
     }
 }
 
+/// What a follower does about a `diverging` answer.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DivergenceAction {
+    /// Truncate the log as told, then fetch again at once.
+    Truncate(Truncation),
+    /// The rule cuts nothing here, yet the leader says the logs diverge:
+    /// asking again at once would get the same answer. Back off and ask
+    /// later (the leader, or this replica's epoch cache, moves on
+    /// meanwhile) instead of spinning. The state is unchanged.
+    BackOff,
+}
+
+/// What a follower does about an `OffsetOutOfRange` answer.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OutOfRangeAction {
+    /// The follower's log ends below the leader's log start: the caller
+    /// discards the whole local log and restarts it, empty, at
+    /// `log_start_offset` (SPEC §3.6). The state already says so.
+    ResetTo {
+        /// The leader's log start offset, the new start and end here.
+        log_start_offset: Offset,
+    },
+    /// Nothing this follower can repair: back off and ask again.
+    BackOff,
+}
+
 /// The per-log fields of a follower's next fetch (SPEC §3.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FetchPosition {
-    /// The follower's log end offset: it acknowledges everything below.
+    /// The end of what the follower acknowledges (everything below it):
+    /// its log end offset, or under `FlushPolicy::Always` the end of what
+    /// it has fsynced (SPEC §2.5).
     pub(crate) fetch_offset: Offset,
     /// Epoch of the follower's last batch; `None` for an empty log.
     pub(crate) last_fetched_epoch: Option<LeaderEpoch>,
@@ -109,8 +139,8 @@ pub(crate) struct FollowerState {
     /// The follower's log end offset.
     log_end_offset: Offset,
     /// Invariant: log_start_offset <= high_watermark <= log_end_offset.
-    /// May move backwards (a new leader may know a lower one); the leader's
-    /// never does.
+    /// Falls only with the log end (a truncation or a reset), never because
+    /// a leader reports a lower one: see `on_fetched`.
     high_watermark: Offset,
     /// The follower's log start offset.
     log_start_offset: Offset,
@@ -140,9 +170,21 @@ impl FollowerState {
 
     /// The per-log fields of the next fetch. `last_fetched_epoch` is the
     /// epoch of the follower's last batch (the caller's epoch cache knows).
-    pub(crate) fn next_fetch(&self, last_fetched_epoch: Option<LeaderEpoch>) -> FetchPosition {
+    /// `flushed_offset` is `Some(end of what is fsynced)` under
+    /// `FlushPolicy::Always`, `None` when every appended record counts:
+    /// with `Always` a follower acknowledges only flushed data, so that
+    /// `acks=all` means "on the disk of every ISR member" (SPEC §2.5).
+    pub(crate) fn next_fetch(
+        &self,
+        last_fetched_epoch: Option<LeaderEpoch>,
+        flushed_offset: Option<Offset>,
+    ) -> FetchPosition {
+        let fetch_offset = match flushed_offset {
+            Some(flushed) => flushed.min(self.log_end_offset),
+            None => self.log_end_offset,
+        };
         FetchPosition {
-            fetch_offset: self.log_end_offset,
+            fetch_offset,
             last_fetched_epoch,
             current_leader_epoch: self.leader_epoch,
         }
@@ -153,15 +195,29 @@ impl FollowerState {
     /// the answer carried the leader's high watermark and log start.
     ///
     /// The high watermark becomes `min(leader HW, own LEO)` (SPEC §3.2): a
-    /// follower never claims as committed what it does not hold. The log
-    /// start rises to the leader's, unless the whole log is below it; then
-    /// the follower must reset.
+    /// follower never claims as committed what it does not hold. It does
+    /// not fall when the leader's is lower, though. Kafka's follower takes
+    /// the leader's value as it is (`UnifiedLog.updateHighWatermark`), so a
+    /// new leader that has not yet learned its followers' log ends can pull
+    /// a follower's high watermark back; here it stays, because everything
+    /// below it was committed by an earlier leader, and committed records
+    /// survive every clean election (SPEC G1): lowering it would only make
+    /// committed reads from this replica go backwards. Where records below
+    /// it really are gone (an unclean leader), the leader answers
+    /// `diverging` and the truncation lowers it (`on_truncated`).
+    ///
+    /// The log start rises to the leader's, unless the whole log is below
+    /// it; then the follower must reset.
     pub(crate) fn on_fetched(
         &mut self,
         leader_high_watermark: Offset,
         leader_log_start_offset: Offset,
         new_log_end_offset: Offset,
     ) -> FetchedUpdate {
+        debug_assert!(
+            new_log_end_offset >= self.log_end_offset,
+            "an append moved the log end back: {new_log_end_offset} < {self:?}"
+        );
         self.log_end_offset = new_log_end_offset;
         if self.log_end_offset < leader_log_start_offset {
             tracing::warn!(
@@ -176,7 +232,9 @@ impl FollowerState {
             };
         }
         self.log_start_offset = self.log_start_offset.max(leader_log_start_offset);
-        self.high_watermark = leader_high_watermark
+        self.high_watermark = self
+            .high_watermark
+            .max(leader_high_watermark)
             .min(self.log_end_offset)
             .max(self.log_start_offset);
         self.debug_check_invariants();
@@ -189,13 +247,23 @@ impl FollowerState {
     /// The leader answered `diverging`; `local_lookup` is this follower's
     /// `end_offset_for_epoch(leader.epoch)`. Returns where the caller must
     /// truncate the log (before applying anything else from that answer)
-    /// and moves this state there.
+    /// and moves this state there, or `BackOff` when that cuts nothing.
     pub(crate) fn on_diverging(
         &mut self,
         leader: EpochEndOffset,
         local_lookup: Option<EpochEndOffset>,
-    ) -> Truncation {
+    ) -> DivergenceAction {
         let truncation = truncation_for_divergence(leader, local_lookup, self.log_end_offset);
+        if truncation.truncate_to >= self.log_end_offset {
+            tracing::warn!(
+                leader = %self.leader,
+                diverging_epoch = %leader.epoch,
+                diverging_end_offset = %leader.end_offset,
+                log_end_offset = %self.log_end_offset,
+                "diverging answer truncates nothing; backing off"
+            );
+            return DivergenceAction::BackOff;
+        }
         tracing::info!(
             leader = %self.leader,
             diverging_epoch = %leader.epoch,
@@ -205,7 +273,31 @@ impl FollowerState {
             "follower log diverges from the leader's; truncating"
         );
         self.on_truncated(truncation.truncate_to);
-        truncation
+        DivergenceAction::Truncate(truncation)
+    }
+
+    /// The leader answered `OffsetOutOfRange` and reported its log start.
+    /// A follower whose log ends below it restarts there (SPEC §3.6;
+    /// Kafka's `AbstractFetcherThread.fetchOffsetAndTruncate` does
+    /// `truncateFullyAndStartAt(leaderStartOffset)`); any other cause is
+    /// not this follower's to repair.
+    pub(crate) fn on_offset_out_of_range(
+        &mut self,
+        leader_log_start_offset: Offset,
+    ) -> OutOfRangeAction {
+        if self.log_end_offset >= leader_log_start_offset {
+            return OutOfRangeAction::BackOff;
+        }
+        tracing::warn!(
+            leader = %self.leader,
+            log_end_offset = %self.log_end_offset,
+            leader_log_start_offset = %leader_log_start_offset,
+            "follower log ends below the leader's log start; resetting"
+        );
+        self.reset_to(leader_log_start_offset);
+        OutOfRangeAction::ResetTo {
+            log_start_offset: leader_log_start_offset,
+        }
     }
 
     /// The log was truncated to end at `log_end_offset`. A truncation below
@@ -216,12 +308,6 @@ impl FollowerState {
         self.log_start_offset = self.log_start_offset.min(log_end_offset);
         self.high_watermark = self.high_watermark.min(log_end_offset);
         self.debug_check_invariants();
-    }
-
-    /// A new leader (or epoch) for this log. The log stays as it is.
-    pub(crate) fn on_new_leader(&mut self, leader: NodeId, leader_epoch: LeaderEpoch) {
-        self.leader = leader;
-        self.leader_epoch = leader_epoch;
     }
 
     /// The node this follower fetches from.
@@ -396,10 +482,10 @@ mod tests {
         let mut state = follower(2, 2, 6);
         assert_eq!(
             state.on_diverging(end(0, 4), lookup),
-            Truncation {
+            DivergenceAction::Truncate(Truncation {
                 truncate_to: Offset(2),
                 resolved: true
-            }
+            })
         );
         assert_eq!(state.log_end_offset(), Offset(2));
     }
@@ -422,23 +508,46 @@ mod tests {
 
     #[test]
     fn next_fetch_asks_from_the_log_end_in_the_current_epoch() {
-        let mut state = follower(0, 0, 7);
+        let state = follower(0, 0, 7);
         assert_eq!(
-            state.next_fetch(Some(LeaderEpoch(2))),
+            state.next_fetch(Some(LeaderEpoch(2)), None),
             FetchPosition {
                 fetch_offset: Offset(7),
                 last_fetched_epoch: Some(LeaderEpoch(2)),
                 current_leader_epoch: LeaderEpoch(3),
             }
         );
-        state.on_new_leader(NodeId(4), LeaderEpoch(4));
-        assert_eq!(state.leader(), NodeId(4));
-        assert_eq!(state.next_fetch(None).current_leader_epoch, LeaderEpoch(4));
-        assert_eq!(
-            state.log_end_offset(),
-            Offset(7),
-            "no truncation on a leader change"
-        );
+        assert_eq!(state.next_fetch(None, None).last_fetched_epoch, None);
+    }
+
+    /// SPEC §2.5: under `FlushPolicy::Always` the fetch offset (what the
+    /// follower acknowledges) is the end of what it has fsynced.
+    #[test]
+    fn next_fetch_offset_table() {
+        // (name, log end, flushed offset given, expected fetch offset)
+        let rows: [(&str, u64, Option<u64>, u64); 4] = [
+            ("every appended record counts", 7, None, 7),
+            ("Always, all flushed", 7, Some(7), 7),
+            (
+                "Always, a tail not yet flushed is not acknowledged",
+                7,
+                Some(5),
+                5,
+            ),
+            (
+                "Always, a flushed offset past the end (a truncation lowered \
+                 the end first) acknowledges no more than the log holds",
+                7,
+                Some(9),
+                7,
+            ),
+        ];
+        for (name, log_end, flushed, expected) in rows {
+            let state = follower(0, 0, log_end);
+            let fetch = state.next_fetch(Some(LeaderEpoch(3)), flushed.map(Offset));
+            assert_eq!(fetch.fetch_offset, Offset(expected), "{name}");
+            assert_eq!(fetch.current_leader_epoch, LeaderEpoch(3), "{name}");
+        }
     }
 
     #[test]
@@ -473,12 +582,21 @@ mod tests {
                 expected: applied(4, 0),
             },
             Row {
-                name: "follows a lower leader HW (a new leader's)",
+                name: "keeps its own HW when a new leader's is lower: \
+                       everything below it is committed already",
                 before: (0, 8, 10),
                 leader_high_watermark: 6,
                 leader_log_start_offset: 0,
                 new_log_end_offset: 10,
-                expected: applied(6, 0),
+                expected: applied(8, 0),
+            },
+            Row {
+                name: "a lower leader HW does not hold it below its log start",
+                before: (0, 3, 10),
+                leader_high_watermark: 2,
+                leader_log_start_offset: 5,
+                new_log_end_offset: 10,
+                expected: applied(5, 5),
             },
             Row {
                 name: "log start rises to the leader's",
@@ -579,5 +697,132 @@ mod tests {
             ),
             (Offset(2), Offset(2), Offset(2))
         );
+    }
+
+    #[test]
+    fn on_diverging_table() {
+        struct Row {
+            name: &'static str,
+            log_end_offset: u64,
+            leader: EpochEndOffset,
+            local_lookup: Option<EpochEndOffset>,
+            expected: DivergenceAction,
+            log_end_after: u64,
+        }
+        let truncate = |to: u64, resolved: bool| {
+            DivergenceAction::Truncate(Truncation {
+                truncate_to: Offset(to),
+                resolved,
+            })
+        };
+        let rows = [
+            Row {
+                name: "same epoch, shorter on the leader: cut to its end",
+                log_end_offset: 10,
+                leader: end(0, 9),
+                local_lookup: Some(end(0, 10)),
+                expected: truncate(9, true),
+                log_end_after: 9,
+            },
+            Row {
+                name: "leader's epoch unknown here: cut to the end of the older one",
+                log_end_offset: 10,
+                leader: end(2, 12),
+                local_lookup: Some(end(1, 7)),
+                expected: truncate(7, false),
+                log_end_after: 7,
+            },
+            Row {
+                name: "the rule cuts nothing: back off, do not spin",
+                log_end_offset: 10,
+                leader: end(0, 12),
+                local_lookup: Some(end(0, 11)),
+                expected: DivergenceAction::BackOff,
+                log_end_after: 10,
+            },
+            Row {
+                name: "no lookup answer and the leader's end past ours: back off",
+                log_end_offset: 10,
+                leader: end(5, 10),
+                local_lookup: None,
+                expected: DivergenceAction::BackOff,
+                log_end_after: 10,
+            },
+        ];
+        for row in rows {
+            let mut state = follower(0, 6, row.log_end_offset);
+            let before = state.clone();
+            let got = state.on_diverging(row.leader, row.local_lookup);
+            assert_eq!(got, row.expected, "{}", row.name);
+            assert_eq!(
+                state.log_end_offset(),
+                Offset(row.log_end_after),
+                "{}",
+                row.name
+            );
+            if got == DivergenceAction::BackOff {
+                assert_eq!(state, before, "{}: backing off changes nothing", row.name);
+            }
+            assert_eq!(state.check_invariants(), Ok(()), "{}", row.name);
+        }
+    }
+
+    #[test]
+    fn on_offset_out_of_range_table() {
+        struct Row {
+            name: &'static str,
+            before: (u64, u64, u64), // (start, HW, LEO)
+            leader_log_start_offset: u64,
+            expected: OutOfRangeAction,
+        }
+        let reset = |log_start_offset: u64| OutOfRangeAction::ResetTo {
+            log_start_offset: Offset(log_start_offset),
+        };
+        let rows = [
+            Row {
+                name: "log ends below the leader's log start: reset there",
+                before: (0, 3, 5),
+                leader_log_start_offset: 8,
+                expected: reset(8),
+            },
+            Row {
+                name: "an empty log far behind: reset",
+                before: (0, 0, 0),
+                leader_log_start_offset: 100,
+                expected: reset(100),
+            },
+            Row {
+                name: "log ends exactly at the leader's log start: nothing to reset",
+                before: (0, 3, 8),
+                leader_log_start_offset: 8,
+                expected: OutOfRangeAction::BackOff,
+            },
+            Row {
+                name: "log reaches past the leader's log start: not ours to repair",
+                before: (0, 3, 10),
+                leader_log_start_offset: 8,
+                expected: OutOfRangeAction::BackOff,
+            },
+        ];
+        for row in rows {
+            let (start, high_watermark, end) = row.before;
+            let mut state = follower(start, high_watermark, end);
+            let before = state.clone();
+            let got = state.on_offset_out_of_range(Offset(row.leader_log_start_offset));
+            assert_eq!(got, row.expected, "{}", row.name);
+            match got {
+                OutOfRangeAction::ResetTo { log_start_offset } => assert_eq!(
+                    (
+                        state.log_start_offset(),
+                        state.high_watermark(),
+                        state.log_end_offset()
+                    ),
+                    (log_start_offset, log_start_offset, log_start_offset),
+                    "{}",
+                    row.name
+                ),
+                OutOfRangeAction::BackOff => assert_eq!(state, before, "{}", row.name),
+            }
+        }
     }
 }

@@ -26,7 +26,8 @@ mod tests;
 mod watch;
 
 pub(crate) use follower::{
-    truncation_for_divergence, FetchPosition, FetchedUpdate, FollowerState, Truncation,
+    truncation_for_divergence, DivergenceAction, FetchPosition, FetchedUpdate, FollowerState,
+    OutOfRangeAction, Truncation,
 };
 pub(crate) use high_watermark::{next_high_watermark, HighWatermarkInputs, HighWatermarkUpdate};
 pub(crate) use isr::{FollowerProgress, IsrChangeKind, IsrProposal, PendingIsrChange};

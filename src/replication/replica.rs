@@ -7,17 +7,21 @@
 //! `FollowerState`, `truncation_for_divergence`); this module holds the locks
 //! and does the I/O around them.
 //!
-//! Lock order: `role` (read or write) before `leader`. Leader appends hold
-//! `role` for reading, so a role change (write) waits for appends in flight
-//! and no append of an old leader can land after the replica became a
-//! follower and started taking the new leader's records.
+//! Lock order: `follower_io` before `role` (read or write) before `leader`
+//! and `follower` (never both). Leader appends hold `role` for reading, so a
+//! role change (write) waits for appends in flight and no append of an old
+//! leader can land after the replica became a follower and started taking
+//! the new leader's records. Applying a fetch answer holds `follower_io`
+//! and then `follower` (without `role`) across its I/O, so the follower
+//! machine and the log move together: `next_fetch` never sees one without
+//! the other.
 
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
 use super::combiner::{Combine, Combiner};
-use super::follower::truncation_for_divergence;
+use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::IsrProposal;
 use super::leader::{
     check_divergence, Divergence, FetchDecision, FetchRejection, LeaderAssignment, LeaderConfig,
@@ -145,6 +149,10 @@ pub(crate) struct Replica {
     clock: Arc<dyn Clock>,
     role: RwLock<RoleState>,
     leader: Mutex<Option<LeaderState>>,
+    /// The follower's state machine while this replica follows a leader,
+    /// `None` otherwise. Invariant (unless the log is poisoned): its log
+    /// start and end are the log's, its high watermark the published one.
+    follower: Mutex<Option<FollowerState>>,
     /// The high watermark readers and `acks=all` waiters see. Closed (and
     /// reset) on every role change.
     high_watermark: Watch,
@@ -192,6 +200,7 @@ impl Replica {
                 generation: 0,
             }),
             leader: Mutex::new(None),
+            follower: Mutex::new(None),
             high_watermark: Watch::new(hw.0),
             follower_io: Mutex::new(()),
             isr_proposal: Mutex::new(None),
@@ -331,6 +340,7 @@ impl Replica {
             .push(|queue| queue.next_offset = log_end);
         self.pipeline.written.reset(log_end.0);
         *self.leader.lock() = Some(leader);
+        *self.follower.lock() = None;
         *self.isr_proposal.lock() = None;
         role.role = Role::Leader;
         role.leader_epoch = epoch;
@@ -366,7 +376,25 @@ impl Replica {
         role.replicas = replicas;
         role.in_sync_replicas = in_sync_replicas;
         role.isr_version = isr_version;
-        let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
+        // A new machine from the log as it is, for every leader or epoch:
+        // the log is the truth for the offsets, and the machine never
+        // carries a view of an earlier leader's log over.
+        let follower = leader.map(|leader| {
+            FollowerState::become_follower(
+                leader,
+                epoch,
+                LogOffsets {
+                    log_start_offset: self.log.log_start_offset(),
+                    high_watermark: Offset(self.high_watermark.get()),
+                    log_end_offset: self.log.log_end_offset(),
+                },
+            )
+        });
+        let hw = match &follower {
+            Some(follower) => follower.high_watermark(),
+            None => Offset(self.high_watermark.get()).min(self.log.log_end_offset()),
+        };
+        *self.follower.lock() = follower;
         self.bump_generation(&mut role, hw);
         tracing::info!(log = %self.log_id, node = %self.local, %epoch, ?leader, "became follower");
     }
@@ -392,6 +420,7 @@ impl Replica {
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
         *self.leader.lock() = None;
+        *self.follower.lock() = None;
         role.role = Role::Offline;
         let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
         self.bump_generation(&mut role, hw);
@@ -873,18 +902,29 @@ impl Replica {
         if self.log.is_poisoned() {
             return None;
         }
+        let follower = self.follower.lock();
+        drop(role);
+        let Some(state) = follower.as_ref() else {
+            debug_assert!(false, "a follower without its state machine");
+            return None;
+        };
+        self.debug_check_follower(state);
+        let flushed_offset = self.flush_always.then(|| self.log.flushed_offset());
+        let position = state.next_fetch(self.log.last_batch_epoch(), flushed_offset);
+        debug_assert_eq!(position.current_leader_epoch, epoch);
         Some(FetchLog {
             log: self.log_id,
-            current_leader_epoch: epoch,
-            fetch_offset: self.acknowledgeable_end(),
-            last_fetched_epoch: self.log.last_batch_epoch(),
-            log_start_offset: self.log.log_start_offset(),
+            current_leader_epoch: position.current_leader_epoch,
+            fetch_offset: position.fetch_offset,
+            last_fetched_epoch: position.last_fetched_epoch,
+            log_start_offset: state.log_start_offset(),
             bytes_max,
         })
     }
 
     /// Applies one log of a fetch answer as follower (SPEC 3.2, 3.6).
-    /// Returns the error code the fetcher should act on.
+    /// Returns the error code the fetcher should act on. The follower
+    /// machine decides; this does the I/O it asks for.
     pub(crate) fn apply_fetched(
         &self,
         leader: NodeId,
@@ -898,56 +938,145 @@ impl Replica {
                 return Ok(ErrorCode::None);
             }
         }
+        // No role change can happen while `follower_io` is held.
+        let mut follower = self.follower.lock();
+        let Some(state) = follower.as_mut() else {
+            debug_assert!(false, "a follower without its state machine");
+            return Ok(ErrorCode::None);
+        };
+        debug_assert_eq!((state.leader(), state.leader_epoch()), (leader, epoch));
+        self.debug_check_follower(state);
+        let applied = self.apply_fetched_to(state, answer);
+        if applied.is_err() {
+            // The I/O may have moved the log part of the way: the log is the
+            // truth, so the machine starts again from it.
+            self.resync_follower(state);
+        }
+        applied
+    }
+
+    fn apply_fetched_to(&self, state: &mut FollowerState, answer: FetchedLog) -> Result<ErrorCode> {
         if !answer.error.is_none() {
-            if answer.error == ErrorCode::OffsetOutOfRange
-                && self.log.log_end_offset() < answer.log_start_offset
-            {
-                // SPEC 3.6: below the leader's log start, start over there.
-                tracing::warn!(log = %self.log_id, leader_log_start = %answer.log_start_offset, "follower is below the leader's log start; discarding its log");
-                self.log
-                    .truncate_fully_and_start_at(answer.log_start_offset)?;
-                return Ok(ErrorCode::None);
+            if answer.error == ErrorCode::OffsetOutOfRange {
+                match state.on_offset_out_of_range(answer.log_start_offset) {
+                    OutOfRangeAction::ResetTo { log_start_offset } => {
+                        self.reset_follower_log(state, log_start_offset)?;
+                        return Ok(ErrorCode::None);
+                    }
+                    OutOfRangeAction::BackOff => {}
+                }
             }
             return Ok(answer.error);
         }
         // Divergence is resolved before anything else in the answer is used.
         if let Some(diverging) = answer.diverging {
-            let own_end = self.log.log_end_offset();
-            let local = self.log.end_offset_for_epoch(diverging.epoch);
-            let truncation = truncation_for_divergence(diverging, local, own_end);
-            if truncation.truncate_to >= own_end {
-                // Nothing to cut, yet the leader says we diverge: asking
-                // again at once would repeat the same answer. Back off
-                // instead of spinning (the leader or our epoch cache moves
-                // on meanwhile).
-                tracing::warn!(log = %self.log_id, leader_epoch = %diverging.epoch, leader_end = %diverging.end_offset, own_end = %own_end, "diverging answer truncates nothing; backing off");
-                return Ok(ErrorCode::Unknown);
+            let lookup = self.log.end_offset_for_epoch(diverging.epoch);
+            match state.on_diverging(diverging, lookup) {
+                DivergenceAction::Truncate(truncation) => {
+                    self.log.truncate_to(truncation.truncate_to)?;
+                    // A batch goes whole: the log may end below the cut.
+                    state.on_truncated(self.log.log_end_offset());
+                    self.lower_follower_high_watermark(state);
+                    return Ok(ErrorCode::None);
+                }
+                // Asking again at once would repeat the same answer.
+                DivergenceAction::BackOff => return Ok(ErrorCode::Unknown),
             }
-            if truncation.truncate_to < own_end {
-                tracing::info!(log = %self.log_id, from = %own_end, to = %truncation.truncate_to, leader_epoch = %diverging.epoch, leader_end = %diverging.end_offset, "truncating diverged suffix");
-                self.log.truncate_to(truncation.truncate_to)?;
-            }
-            let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
-            if hw.0 < self.high_watermark.get() {
-                // The high watermark of a follower may drop with its log end
-                // (it never held anything committed above the leader's end).
-                self.high_watermark.reset(hw.0);
-            }
-            return Ok(ErrorCode::None);
         }
         if !answer.records.is_empty() {
             self.log.append_as_follower(&answer.records)?;
         }
-        if answer.log_start_offset > self.log.log_start_offset() {
-            self.log
-                .set_log_start_offset(answer.log_start_offset.min(self.log.log_end_offset()))?;
-        }
-        // HW = min(leader HW, own LEO).
-        let hw = answer.high_watermark.min(self.log.log_end_offset());
-        if hw.0 > self.high_watermark.get() {
-            self.publish_high_watermark(hw);
+        match state.on_fetched(
+            answer.high_watermark,
+            answer.log_start_offset,
+            self.log.log_end_offset(),
+        ) {
+            FetchedUpdate::Applied {
+                high_watermark,
+                log_start_offset,
+            } => {
+                if log_start_offset > self.log.log_start_offset() {
+                    self.log.set_log_start_offset(log_start_offset)?;
+                }
+                debug_assert!(high_watermark.0 >= self.high_watermark.get());
+                if high_watermark.0 > self.high_watermark.get() {
+                    self.publish_high_watermark(high_watermark);
+                }
+            }
+            FetchedUpdate::ResetTo { log_start_offset } => {
+                self.reset_follower_log(state, log_start_offset)?;
+            }
         }
         Ok(ErrorCode::None)
+    }
+
+    /// SPEC 3.6: the follower's log ends below the leader's log start; the
+    /// machine already moved to `log_start_offset`, the log follows.
+    fn reset_follower_log(&self, state: &FollowerState, log_start_offset: Offset) -> Result<()> {
+        tracing::warn!(log = %self.log_id, leader = %state.leader(), leader_log_start = %log_start_offset, "follower is below the leader's log start; discarding its log");
+        self.log.truncate_fully_and_start_at(log_start_offset)?;
+        // Everything below the leader's log start was committed (retention
+        // never deletes at or above the high watermark); Kafka's
+        // `truncateFullyAndStartAt` likewise moves the high watermark to
+        // the new log end. It rises: the old log ended below it.
+        debug_assert!(state.high_watermark().0 >= self.high_watermark.get());
+        self.publish_high_watermark(state.high_watermark());
+        Ok(())
+    }
+
+    /// After a truncation: a follower's published high watermark falls with
+    /// its log end (it never held anything committed above the leader's
+    /// end), and only then.
+    fn lower_follower_high_watermark(&self, state: &FollowerState) {
+        let hw = state.high_watermark();
+        debug_assert!(hw.0 <= self.high_watermark.get());
+        if hw.0 < self.high_watermark.get() {
+            self.high_watermark.reset(hw.0);
+        }
+    }
+
+    /// After failed follower I/O: a machine rebuilt from the log's offsets
+    /// (a high watermark above the log end falls with it; one below a
+    /// risen log start rises to it).
+    fn resync_follower(&self, state: &mut FollowerState) {
+        *state = FollowerState::become_follower(
+            state.leader(),
+            state.leader_epoch(),
+            LogOffsets {
+                log_start_offset: self.log.log_start_offset(),
+                high_watermark: Offset(self.high_watermark.get()),
+                log_end_offset: self.log.log_end_offset(),
+            },
+        );
+        let hw = state.high_watermark();
+        match hw.0.cmp(&self.high_watermark.get()) {
+            std::cmp::Ordering::Less => self.high_watermark.reset(hw.0),
+            std::cmp::Ordering::Greater => self.publish_high_watermark(hw),
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+
+    /// Debug builds: the follower machine agrees with the log and the
+    /// published high watermark (a poisoned log may have moved part-way
+    /// through a failed write; nothing reads it any more).
+    fn debug_check_follower(&self, state: &FollowerState) {
+        if !cfg!(debug_assertions) || self.log.is_poisoned() {
+            return;
+        }
+        debug_assert_eq!(state.check_invariants(), Ok(()));
+        debug_assert_eq!(
+            (
+                state.log_start_offset(),
+                state.log_end_offset(),
+                state.high_watermark().0
+            ),
+            (
+                self.log.log_start_offset(),
+                self.log.log_end_offset(),
+                self.high_watermark.get()
+            ),
+            "the follower machine (log start, log end, high watermark) drifted from the log: {state:?}"
+        );
     }
 
     /// Reads committed (or, on a leader, uncommitted) data.

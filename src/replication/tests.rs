@@ -315,7 +315,7 @@ fn seed_001_4_2_3_high_watermark_walk() {
     );
 
     // First fetch: offset 0. The leader records remote LEO 0: HW 0.
-    let fetch = follower.next_fetch(None);
+    let fetch = follower.next_fetch(None, None);
     assert_eq!(fetch.fetch_offset, Offset(0));
     let (update, proposal) = accepted(leader.on_fetch(
         follower_node,
@@ -330,7 +330,7 @@ fn seed_001_4_2_3_high_watermark_walk() {
     assert_eq!((follower.log_end_offset(), hw), (Offset(1), Offset(0)));
 
     // Second fetch: offset 1. Remote LEO 1: leader HW 1.
-    let fetch = follower.next_fetch(Some(epoch));
+    let fetch = follower.next_fetch(Some(epoch), None);
     assert_eq!(fetch.fetch_offset, Offset(1));
     assert_eq!(
         check_divergence(
@@ -408,7 +408,7 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
     // Becoming follower keeps the whole log: no truncation to HW.
     assert_eq!(follower_a.log_end_offset(), Offset(10));
 
-    let fetch = follower_a.next_fetch(a_log.last_fetched_epoch());
+    let fetch = follower_a.next_fetch(a_log.last_fetched_epoch(), None);
     assert_eq!(
         fetch,
         FetchPosition {
@@ -434,7 +434,11 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
         Some(None)
     );
 
-    let truncation = follower_a.on_diverging(expected_end, a_log.end_offset_for_epoch(0));
+    let DivergenceAction::Truncate(truncation) =
+        follower_a.on_diverging(expected_end, a_log.end_offset_for_epoch(0))
+    else {
+        panic!("a's offset 9 is not on b: a must truncate");
+    };
     assert_eq!(
         truncation,
         Truncation {
@@ -447,7 +451,7 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
     assert_eq!(follower_a.high_watermark(), Offset(6));
 
     // Refetch at 9: consistent now, and it acknowledges 0..9: HW 9.
-    let fetch = follower_a.next_fetch(a_log.last_fetched_epoch());
+    let fetch = follower_a.next_fetch(a_log.last_fetched_epoch(), None);
     assert_eq!(fetch.fetch_offset, Offset(9));
     assert_eq!(
         check_divergence(

@@ -24,7 +24,7 @@ use super::combiner::{Combine, Combiner};
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::IsrProposal;
 use super::leader::{
-    check_divergence, Divergence, FetchDecision, FetchRejection, LeaderAssignment, LeaderConfig,
+    check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, LeaderAssignment, LeaderConfig,
     LeaderState,
 };
 use super::watch::{WaitOutcome, Watch};
@@ -483,11 +483,11 @@ impl Replica {
         if role.role != Role::Leader {
             return Err(self.not_leader(&role));
         }
-        if check_isr && role.in_sync_replicas.len() < self.config.min_insync_replicas {
-            return Err(Error::NotEnoughReplicas {
-                in_sync: role.in_sync_replicas.len(),
-                min_insync_replicas: self.config.min_insync_replicas,
-            });
+        if check_isr {
+            match self.leader.lock().as_ref() {
+                Some(leader) => leader.can_accept_acks_all()?,
+                None => return Err(self.not_leader(&role)),
+            }
         }
         let (generation, leader_epoch) = (role.generation, role.leader_epoch);
         if batch.header().producer_id.is_some() || batch.size_bytes() >= DIRECT_APPEND_BYTES_MIN {
@@ -683,18 +683,35 @@ impl Replica {
                 if role.generation != generation {
                     return Err(self.not_leader(&role));
                 }
-                // Committed before the ISR shrank (or the clock ran out)?
-                // Then it is a success (SPEC 3.1: the error is for an ISR
-                // that shrank *before* the batch was committed).
-                let hw = self.high_watermark.get();
-                if hw > offset.0 {
-                    return Ok(Offset(hw));
-                }
-                if role.in_sync_replicas.len() < self.config.min_insync_replicas {
-                    return Err(Error::NotEnoughReplicasAfterAppend {
-                        in_sync: role.in_sync_replicas.len(),
-                        min_insync_replicas: self.config.min_insync_replicas,
-                    });
+                // The leader machine decides (SPEC 3.1): committed before
+                // the ISR shrank is a success, the error is for an ISR that
+                // shrank *before* the batch was committed.
+                let (progress, machine_hw) = match self.leader.lock().as_ref() {
+                    Some(leader) => (leader.acks_all_progress(offset), leader.high_watermark()),
+                    None => return Err(self.not_leader(&role)),
+                };
+                match progress {
+                    AcksAllProgress::Committed => {
+                        // The machine's high watermark is published right
+                        // after it moves; acknowledge once readers see it
+                        // too (the wait above returns at once then), or at
+                        // the deadline, since it is committed either way.
+                        let published = self.high_watermark.get();
+                        if published > offset.0 || Instant::now() >= deadline {
+                            return Ok(Offset(published).max(machine_hw));
+                        }
+                        continue;
+                    }
+                    AcksAllProgress::Waiting => {}
+                    AcksAllProgress::NotEnoughReplicasAfterAppend {
+                        in_sync,
+                        min_insync_replicas,
+                    } => {
+                        return Err(Error::NotEnoughReplicasAfterAppend {
+                            in_sync,
+                            min_insync_replicas,
+                        })
+                    }
                 }
             }
             if Instant::now() >= deadline {

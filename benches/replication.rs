@@ -182,6 +182,7 @@ fn bench_rate(
     let mut runs = Vec::new();
     group.bench_function(id, |b| {
         b.iter_custom(|iters| {
+            settle_page_cache();
             let done = if settings.quick {
                 if let Some(warm_up) = quick_warm_up {
                     let _ = run(Amount::For(warm_up));
@@ -195,6 +196,17 @@ fn bench_rate(
         })
     });
     rate(measured(&runs))
+}
+
+/// Writes back the page cache's dirty data (`sync`, untimed) before a
+/// measured run, so that no run pays for the writeback of an earlier one:
+/// the three replicas of a bench cluster share this one disk (in a
+/// deployment each has its own), and without this the replicated phase,
+/// which runs after the single-replica baseline, was throttled by the
+/// baseline's gigabytes still being written back. Best effort: a machine
+/// without `sync` measures as before.
+fn settle_page_cache() {
+    let _ = std::process::Command::new("sync").status();
 }
 
 fn batch(records: usize) -> RecordBatch {

@@ -37,6 +37,17 @@ const ROUNDS: usize = 2;
 /// sample's thread start-up is small next to its appends.
 const SAMPLES: usize = 10;
 
+/// Writes back the page cache's dirty data (`sync`, untimed) before a
+/// measured run, so that no run pays for the writeback of an earlier one:
+/// the three replicas of a bench cluster share this one disk (in a
+/// deployment each has its own), and without this the replicated phase,
+/// which runs after the single-replica baseline, was throttled by the
+/// baseline's gigabytes still being written back. Best effort: a machine
+/// without `sync` measures as before.
+fn settle_page_cache() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 fn batch() -> RecordBatch {
     let value = vec![0x5Au8; RECORD_BYTES];
     let mut builder =
@@ -131,6 +142,7 @@ fn bench_phase(
     let mut runs = Vec::new();
     group.bench_function(id, |b| {
         b.iter_custom(|iters| {
+            settle_page_cache();
             let run = if quick {
                 if let Some(warm_up) = quick_warm_up {
                     let _ = throughput(leader, batch, Amount::For(warm_up));

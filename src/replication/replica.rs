@@ -24,8 +24,8 @@ use super::combiner::{Combine, Combiner};
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::IsrProposal;
 use super::leader::{
-    check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, LeaderAssignment, LeaderConfig,
-    LeaderState,
+    check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, LeaderAssignment,
+    LeaderConfig, LeaderState,
 };
 use super::watch::{WaitOutcome, Watch};
 use super::LogOffsets;

@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sync::thread::{self, Thread};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
 /// How a wait on a [`Watch`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +78,12 @@ struct Parked {
 struct Slot {
     /// `PENDING`, or an outcome encoded by [`encode`].
     outcome: AtomicU64,
+    /// Set by the waiter once it has seen its outcome, just before it
+    /// passes the wake-up on (`wake_more`) and returns. A thread that pops
+    /// this slot from `to_wake` and still finds it unset knows the waiter
+    /// will call `wake_more` afterwards, so it counts as a link of the
+    /// wake-up tree; a set one does not (it may have returned already).
+    taken: AtomicBool,
     thread: Thread,
 }
 
@@ -190,21 +196,28 @@ impl Watch {
                 word = before;
             }
         }
-        // Unpark after letting go of the lock: a released thread runs
-        // without waiting for it.
-        if released.len() > WAKE_FANOUT {
-            let rest = released.split_off(WAKE_FANOUT);
+        if released.is_empty() {
+            return;
+        }
+        // Unpark after letting go of the lock (a released thread runs
+        // without waiting for it), and only a few ourselves: the released
+        // ones pass the wake-up on.
+        {
             let mut to_wake = self.to_wake.lock();
-            to_wake.extend(rest);
+            to_wake.extend(released);
             self.to_wake_count
                 .store(to_wake.len() as u64, Ordering::SeqCst);
         }
-        for slot in released {
-            slot.thread.unpark();
-        }
+        self.wake_more();
     }
 
-    /// Unparks up to `WAKE_FANOUT` released waiters left in `to_wake`.
+    /// Unparks released waiters left in `to_wake` until `WAKE_FANOUT` of
+    /// them are ones that have not taken their outcome yet (each of those
+    /// calls this again once it runs, so everything in `to_wake` is
+    /// unparked by someone), or `to_wake` is empty. Waiters that already
+    /// took their outcome (they returned early, say at their deadline) are
+    /// unparked too, harmlessly, but do not count: they may never call
+    /// this again.
     fn wake_more(&self) {
         if self.to_wake_count.load(Ordering::SeqCst) == 0 {
             return;
@@ -212,14 +225,18 @@ impl Watch {
         let mut batch = Vec::with_capacity(WAKE_FANOUT);
         {
             let mut to_wake = self.to_wake.lock();
-            for _ in 0..WAKE_FANOUT {
-                match to_wake.pop() {
-                    Some(slot) => batch.push(slot),
-                    None => break,
+            let mut links = 0;
+            while links < WAKE_FANOUT {
+                let Some(slot) = to_wake.pop() else { break };
+                self.to_wake_count
+                    .store(to_wake.len() as u64, Ordering::SeqCst);
+                // After the count: a waiter that sets `taken` later reads a
+                // count that includes what is left, and comes for it.
+                if !slot.taken.load(Ordering::SeqCst) {
+                    links += 1;
                 }
+                batch.push(slot);
             }
-            self.to_wake_count
-                .store(to_wake.len() as u64, Ordering::SeqCst);
         }
         for slot in batch {
             slot.thread.unpark();
@@ -344,6 +361,7 @@ impl Watch {
         }
         let slot = Arc::new(Slot {
             outcome: AtomicU64::new(PENDING),
+            taken: AtomicBool::new(false),
             thread: thread::current(),
         });
         {
@@ -367,6 +385,7 @@ impl Watch {
             let code = slot.outcome.load(Ordering::SeqCst);
             if code != PENDING {
                 // Released: pass the wake-up on before running our own work.
+                slot.taken.store(true, Ordering::SeqCst);
                 self.wake_more();
                 return decode(code);
             }
@@ -377,6 +396,7 @@ impl Watch {
                 let code = slot.outcome.load(Ordering::SeqCst);
                 if code != PENDING {
                     drop(parked);
+                    slot.taken.store(true, Ordering::SeqCst);
                     self.wake_more();
                     return decode(code);
                 }
@@ -575,5 +595,48 @@ mod tests {
         for waiter in waiters {
             waiter.join().unwrap();
         }
+    }
+
+    #[test]
+    fn waiters_that_time_out_while_released_never_strand_the_others() {
+        // Half the waiters use deadlines so short that they often expire
+        // just as a publish releases them (they return without being
+        // unparked); the others must still be woken at once, not at their
+        // own (long) deadline.
+        let w = Arc::new(Watch::new(0));
+        let rounds = 300u64;
+        let waiters: Vec<_> = (0..12u64)
+            .map(|i| {
+                let w = Arc::clone(&w);
+                thread::spawn(move || {
+                    for target in 1..=rounds {
+                        if i % 2 == 0 {
+                            let _ = w.wait_at_least(
+                                target,
+                                Instant::now() + Duration::from_micros(50 + i * 10),
+                                NO_SPIN,
+                            );
+                        } else {
+                            let started = Instant::now();
+                            let outcome =
+                                w.wait_at_least(target, started + Duration::from_secs(20), NO_SPIN);
+                            assert!(matches!(outcome, WaitOutcome::Reached(v) if v >= target));
+                            assert!(
+                                started.elapsed() < Duration::from_secs(5),
+                                "waiter {i} stranded at {target}"
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        for value in 1..=rounds {
+            thread::sleep(Duration::from_micros(100));
+            w.publish(value);
+        }
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        assert!(w.parked.lock().is_empty());
     }
 }

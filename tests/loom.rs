@@ -108,6 +108,32 @@ fn waiters_beyond_the_fanout_are_woken_by_the_released_ones() {
     });
 }
 
+/// The wake-up tree at a deeper preemption bound than CI's: this found a
+/// released waiter left asleep in the first version of the tree (the
+/// directly woken waiters had already returned before the rest were
+/// queued) at bound 5, which bound 2 cannot reach. It takes minutes, so it
+/// runs on demand: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom
+/// cargo test --release --test loom -- --ignored`.
+#[test]
+#[ignore]
+fn wake_up_tree_at_preemption_bound_5() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(5);
+    builder.check(|| {
+        let hw = Arc::new(Watch::new(0));
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let hw = Arc::clone(&hw);
+                thread::spawn(move || hw.wait_at_least(1, far(), Duration::ZERO))
+            })
+            .collect();
+        hw.publish(1);
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), WaitOutcome::Reached(1));
+        }
+    });
+}
+
 /// Leadership loss: a waiter blocked on the high watermark is released by
 /// `close` (it must fail with NotLeader, never hang or succeed).
 #[test]

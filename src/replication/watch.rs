@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sync::thread::{self, Thread};
-use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
 /// How a wait on a [`Watch`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,12 +78,6 @@ struct Parked {
 struct Slot {
     /// `PENDING`, or an outcome encoded by [`encode`].
     outcome: AtomicU64,
-    /// Set by the waiter once it has seen its outcome, just before it
-    /// passes the wake-up on (`wake_more`) and returns. A thread that pops
-    /// this slot from `to_wake` and still finds it unset knows the waiter
-    /// will call `wake_more` afterwards, so it counts as a link of the
-    /// wake-up tree; a set one does not (it may have returned already).
-    taken: AtomicBool,
     thread: Thread,
 }
 
@@ -163,61 +157,73 @@ impl Watch {
     /// Releases every parked waiter the current word satisfies, and sets
     /// `PARKED` again for those left. Called by a publisher that cleared
     /// `PARKED`.
+    ///
+    /// The released slots go to `to_wake` in one step that a released
+    /// waiter cannot get ahead of: `to_wake_count` is raised first, then the
+    /// outcomes are written, then the slots queued, all under the
+    /// `to_wake` lock. A waiter that sees its outcome therefore also sees
+    /// a count above zero and takes that lock, so it pops only once every
+    /// slot is queued: even a waiter that returns without being unparked
+    /// (it had not gone to sleep yet, or its deadline came) passes the
+    /// wake-up on. (An earlier version queued the slots after writing the
+    /// outcomes; two released waiters that returned early left the rest
+    /// asleep. Loom found it at preemption bound 5.)
     fn release_parked(&self) {
-        let mut released: Vec<Arc<Slot>> = Vec::new();
-        {
-            let mut parked = self.parked.lock();
-            let mut word = self.word.load(Ordering::SeqCst);
-            loop {
-                let value = word >> SHIFT;
-                let closed = word & CLOSED != 0;
-                parked.retain(|waiter| {
-                    let outcome = if value >= waiter.target {
-                        WaitOutcome::Reached(value)
-                    } else if closed {
-                        WaitOutcome::Closed
-                    } else {
-                        return true;
-                    };
-                    waiter.slot.outcome.store(encode(outcome), Ordering::SeqCst);
-                    released.push(Arc::clone(&waiter.slot));
-                    false
-                });
-                if parked.is_empty() {
-                    break;
-                }
-                // Waiters remain: announce them again. A change that landed
-                // between our read of the word and this flag did not see
-                // the flag, so it is ours to apply: scan again.
-                let before = self.word.fetch_or(PARKED, Ordering::SeqCst);
-                if before & !PARKED == word & !PARKED {
-                    break;
-                }
-                word = before;
+        let mut released: Vec<(Arc<Slot>, WaitOutcome)> = Vec::new();
+        let mut parked = self.parked.lock();
+        let mut word = self.word.load(Ordering::SeqCst);
+        loop {
+            let value = word >> SHIFT;
+            let closed = word & CLOSED != 0;
+            parked.retain(|waiter| {
+                let outcome = if value >= waiter.target {
+                    WaitOutcome::Reached(value)
+                } else if closed {
+                    WaitOutcome::Closed
+                } else {
+                    return true;
+                };
+                released.push((Arc::clone(&waiter.slot), outcome));
+                false
+            });
+            if parked.is_empty() {
+                break;
             }
+            // Waiters remain: announce them again. A change that landed
+            // between our read of the word and this flag did not see the
+            // flag, so it is ours to apply: scan again.
+            let before = self.word.fetch_or(PARKED, Ordering::SeqCst);
+            if before & !PARKED == word & !PARKED {
+                break;
+            }
+            word = before;
         }
         if released.is_empty() {
             return;
         }
-        // Unpark after letting go of the lock (a released thread runs
-        // without waiting for it), and only a few ourselves: the released
-        // ones pass the wake-up on.
         {
+            // Still under the parked lock: a waiter at its deadline checks
+            // its outcome under that lock, and finds it written or finds
+            // itself still listed (it is not: it was released) — never
+            // neither.
             let mut to_wake = self.to_wake.lock();
-            to_wake.extend(released);
             self.to_wake_count
-                .store(to_wake.len() as u64, Ordering::SeqCst);
+                .fetch_add(released.len() as u64, Ordering::SeqCst);
+            for (slot, outcome) in &released {
+                slot.outcome.store(encode(*outcome), Ordering::SeqCst);
+            }
+            to_wake.extend(released.into_iter().map(|(slot, _)| slot));
         }
+        drop(parked);
+        // Unpark outside the locks (a released thread runs without waiting
+        // for them), and only a few ourselves: the released ones pass the
+        // wake-up on.
         self.wake_more();
     }
 
-    /// Unparks released waiters left in `to_wake` until `WAKE_FANOUT` of
-    /// them are ones that have not taken their outcome yet (each of those
-    /// calls this again once it runs, so everything in `to_wake` is
-    /// unparked by someone), or `to_wake` is empty. Waiters that already
-    /// took their outcome (they returned early, say at their deadline) are
-    /// unparked too, harmlessly, but do not count: they may never call
-    /// this again.
+    /// Unparks up to `WAKE_FANOUT` released waiters queued in `to_wake`.
+    /// Every released waiter calls this once it has seen its outcome, so
+    /// each unparked one unparks more, until the queue is empty.
     fn wake_more(&self) {
         if self.to_wake_count.load(Ordering::SeqCst) == 0 {
             return;
@@ -225,18 +231,14 @@ impl Watch {
         let mut batch = Vec::with_capacity(WAKE_FANOUT);
         {
             let mut to_wake = self.to_wake.lock();
-            let mut links = 0;
-            while links < WAKE_FANOUT {
-                let Some(slot) = to_wake.pop() else { break };
-                self.to_wake_count
-                    .store(to_wake.len() as u64, Ordering::SeqCst);
-                // After the count: a waiter that sets `taken` later reads a
-                // count that includes what is left, and comes for it.
-                if !slot.taken.load(Ordering::SeqCst) {
-                    links += 1;
+            while batch.len() < WAKE_FANOUT {
+                match to_wake.pop() {
+                    Some(slot) => batch.push(slot),
+                    None => break,
                 }
-                batch.push(slot);
             }
+            self.to_wake_count
+                .store(to_wake.len() as u64, Ordering::SeqCst);
         }
         for slot in batch {
             slot.thread.unpark();
@@ -263,8 +265,12 @@ impl Watch {
     }
 
     /// Sets the value, possibly lowering it, and reopens the watch. Used
-    /// when a replica takes a new role: waiters from the old role were
-    /// already released by [`close`](Self::close).
+    /// when a replica takes a new role (after [`close`](Self::close)
+    /// released the old role's parked waiters) and when a follower's high
+    /// watermark falls. A waiter that read the value before a `close` and
+    /// waits only after the `reset` is not released by the `close`: callers
+    /// re-validate what they wait for (a replica's generation) when their
+    /// wait ends.
     pub fn reset(&self, value: u64) {
         let value = value.min(VALUE_MAX);
         self.update(|_| value << SHIFT);
@@ -361,7 +367,6 @@ impl Watch {
         }
         let slot = Arc::new(Slot {
             outcome: AtomicU64::new(PENDING),
-            taken: AtomicBool::new(false),
             thread: thread::current(),
         });
         {
@@ -385,7 +390,6 @@ impl Watch {
             let code = slot.outcome.load(Ordering::SeqCst);
             if code != PENDING {
                 // Released: pass the wake-up on before running our own work.
-                slot.taken.store(true, Ordering::SeqCst);
                 self.wake_more();
                 return decode(code);
             }
@@ -396,7 +400,6 @@ impl Watch {
                 let code = slot.outcome.load(Ordering::SeqCst);
                 if code != PENDING {
                     drop(parked);
-                    slot.taken.store(true, Ordering::SeqCst);
                     self.wake_more();
                     return decode(code);
                 }

@@ -527,13 +527,17 @@ impl NodeShared {
                 Ok(live) => live,
                 Err(error) => {
                     tracing::warn!(%log, node = %self.local(), %error, "cannot check liveness before an ISR expansion; will retry");
-                    replica.isr_proposal_rejected();
+                    replica.isr_proposal_withdrawn();
                     return;
                 }
             };
+            // Checked here, not atomically with the update (Kafka's
+            // controller checks both at once): a node that dies between the
+            // two can still be added; the controller removes dead followers
+            // and the leader's lag check does too.
             if let Some(dead) = joining.iter().find(|node| !live.contains(node)) {
                 tracing::info!(%log, node = %self.local(), replica = %dead, "not adding a replica whose node is not alive to the ISR");
-                replica.isr_proposal_rejected();
+                replica.isr_proposal_withdrawn();
                 return;
             }
         }
@@ -577,7 +581,10 @@ impl NodeShared {
         let log = replica.log_id();
         let state = match self.coordinator.log_state(log) {
             Ok(Some(state)) if state.leader == Some(me) => state,
-            Ok(_) => return,
+            Ok(_) => {
+                replica.clear_leadership_failed();
+                return;
+            }
             Err(error) => {
                 tracing::warn!(%log, node = %me, %error, "storage failed; cannot read the log's state to resign");
                 return;
@@ -798,7 +805,9 @@ fn control_loop(
             next_retention = now + shared.config.retention_check_interval;
         }
         for replica in replicas {
-            if replica.role().0 == Role::Leader && replica.log().is_poisoned() {
+            let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
+                || replica.leadership_failed();
+            if failed_leader {
                 if replica.resign_due() {
                     shared.resign_failed_leader(&replica);
                 }

@@ -115,12 +115,14 @@ mod tests {
 
     #[derive(Debug, Default)]
     struct Queue {
-        pending: Vec<u32>,
+        /// (reservation number, value), as a log reserves offsets.
+        pending: Vec<(u32, u32)>,
+        reserved: u32,
     }
 
     impl Combine for Queue {
-        type Taken = Vec<u32>;
-        fn take(&mut self) -> Option<Vec<u32>> {
+        type Taken = Vec<(u32, u32)>;
+        fn take(&mut self) -> Option<Vec<(u32, u32)>> {
             (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
         }
         fn is_pending(&self) -> bool {
@@ -132,6 +134,8 @@ mod tests {
     #[derive(Debug, Default)]
     struct Sink {
         written: Vec<u32>,
+        /// Reservation numbers in the order they were written.
+        reservations: Vec<u32>,
         writes: u32,
     }
 
@@ -144,13 +148,20 @@ mod tests {
                 let combiner = Arc::clone(&combiner);
                 let sink = Arc::clone(&sink);
                 std::thread::spawn(move || {
-                    let mut write = |taken: Vec<u32>| {
+                    let mut write = |taken: Vec<(u32, u32)>| {
                         let mut sink = sink.lock();
-                        sink.written.extend(taken);
+                        for (reservation, value) in taken {
+                            sink.reservations.push(reservation);
+                            sink.written.push(value);
+                        }
                         sink.writes += 1;
                     };
                     for i in 0..500 {
-                        combiner.push(|queue| queue.pending.push(t * 1000 + i));
+                        combiner.push(|queue| {
+                            let reservation = queue.reserved;
+                            queue.reserved += 1;
+                            queue.pending.push((reservation, t * 1000 + i));
+                        });
                         combiner.drain(&mut write);
                         if i % 100 == 0 {
                             combiner.exclusive(&mut write, |queue| {
@@ -186,5 +197,12 @@ mod tests {
         values.dedup();
         assert_eq!(values.len(), 8 * 500, "a push was written twice");
         assert!(sink.writes <= 8 * 500 + 40);
+        // Across threads too, writes follow reservations exactly (as a log's
+        // offsets must).
+        let in_order: Vec<u32> = (0..8 * 500).collect();
+        assert_eq!(
+            sink.reservations, in_order,
+            "written out of reservation order"
+        );
     }
 }

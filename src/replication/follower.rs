@@ -195,16 +195,11 @@ impl FollowerState {
     /// the answer carried the leader's high watermark and log start.
     ///
     /// The high watermark becomes `min(leader HW, own LEO)` (SPEC §3.2): a
-    /// follower never claims as committed what it does not hold. It does
-    /// not fall when the leader's is lower, though. Kafka's follower takes
-    /// the leader's value as it is (`UnifiedLog.updateHighWatermark`), so a
-    /// new leader that has not yet learned its followers' log ends can pull
-    /// a follower's high watermark back; here it stays, because everything
-    /// below it was committed by an earlier leader, and committed records
-    /// survive every clean election (SPEC G1): lowering it would only make
-    /// committed reads from this replica go backwards. Where records below
-    /// it really are gone (an unclean leader), the leader answers
-    /// `diverging` and the truncation lowers it (`on_truncated`).
+    /// follower never claims as committed what it does not hold. As in
+    /// Kafka (`UnifiedLog.updateHighWatermark` on a follower) it takes the
+    /// leader's value as it is, so a new leader that has not yet learned
+    /// its followers' log ends can move it back; nothing committed is lost
+    /// by that, reads just wait a little longer.
     ///
     /// The log start rises to the leader's, unless the whole log is below
     /// it; then the follower must reset.
@@ -232,9 +227,7 @@ impl FollowerState {
             };
         }
         self.log_start_offset = self.log_start_offset.max(leader_log_start_offset);
-        self.high_watermark = self
-            .high_watermark
-            .max(leader_high_watermark)
+        self.high_watermark = leader_high_watermark
             .min(self.log_end_offset)
             .max(self.log_start_offset);
         self.debug_check_invariants();
@@ -582,13 +575,12 @@ mod tests {
                 expected: applied(4, 0),
             },
             Row {
-                name: "keeps its own HW when a new leader's is lower: \
-                       everything below it is committed already",
+                name: "follows a new leader's lower HW (SPEC 3.2, as Kafka)",
                 before: (0, 8, 10),
                 leader_high_watermark: 6,
                 leader_log_start_offset: 0,
                 new_log_end_offset: 10,
-                expected: applied(8, 0),
+                expected: applied(6, 0),
             },
             Row {
                 name: "a lower leader HW does not hold it below its log start",

@@ -465,6 +465,16 @@ impl LeaderState {
         RereadCoordinatorState
     }
 
+    /// The node withdrew the pending ISR change without sending it (it
+    /// would add a replica whose node is not alive, KIP-841): a later
+    /// fetch may propose again.
+    pub(crate) fn on_isr_withdrawn(&mut self) {
+        if let Some(change) = self.pending_isr_change.take() {
+            tracing::debug!(epoch = %self.leader_epoch, ?change, "ISR change withdrawn");
+        }
+        self.debug_check_invariants();
+    }
+
     /// Retention raised the leader's log start offset. Ignored if it does
     /// not move forward, or if it passes the high watermark, which retention
     /// never does (SPEC §2.6).
@@ -1175,6 +1185,20 @@ mod tests {
             Some(IsrChangeKind::Shrink(vec![F1]))
         );
         assert_eq!(state.tick(base + ms(600)), None, "shrink in flight");
+    }
+
+    #[test]
+    fn a_withdrawn_expansion_is_proposed_again_by_a_later_fetch() {
+        let base = Instant::now();
+        let mut state = leader(&[L, F1], &[L], 1, offsets(0, 0, 4), base);
+        let first = fetch(&mut state, F1, 4, base).1.expect("F1 caught up");
+        assert_eq!(first.kind, IsrChangeKind::Expand(F1));
+        assert_eq!(fetch(&mut state, F1, 4, base).1, None, "change in flight");
+        state.on_isr_withdrawn();
+        assert_eq!(state.pending_isr_change(), None);
+        assert_eq!(state.in_sync_replicas(), &[L]);
+        let again = fetch(&mut state, F1, 4, base).1.expect("proposed again");
+        assert_eq!(again.proposed, vec![L, F1]);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
 use crate::record::{set_base_offset, set_leader_epoch, RecordBatch};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog};
 use crate::types::{EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset};
 
@@ -169,6 +169,10 @@ pub(crate) struct Replica {
     /// When this replica last tried to resign after its storage failed:
     /// retried at most once a second, not on every control-loop tick.
     resign_attempted_at: Mutex<Option<Instant>>,
+    /// Set when `become_leader` failed: the coordinator names this replica
+    /// leader but it cannot lead, so the control loop keeps trying to hand
+    /// the log on. Cleared by the next role change.
+    leadership_failed: AtomicBool,
     pipeline: AppendPipeline,
 }
 
@@ -208,6 +212,7 @@ impl Replica {
             data_arrived,
             restarted,
             resign_attempted_at: Mutex::new(None),
+            leadership_failed: AtomicBool::new(false),
             pipeline: AppendPipeline {
                 combiner: Combiner::new(AppendQueue {
                     next_offset: Offset::ZERO,
@@ -232,6 +237,18 @@ impl Replica {
                 true
             }
         }
+    }
+
+    /// Whether `become_leader` failed since the last role change (the
+    /// coordinator names this replica leader, but it cannot lead).
+    pub(crate) fn leadership_failed(&self) -> bool {
+        self.leadership_failed.load(Ordering::SeqCst)
+    }
+
+    /// The coordinator no longer names this replica leader: nothing is
+    /// left to hand on.
+    pub(crate) fn clear_leadership_failed(&self) {
+        self.leadership_failed.store(false, Ordering::SeqCst);
     }
 
     /// Whether the log existed on disk before this process opened it.
@@ -312,7 +329,10 @@ impl Replica {
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
         let log_end = self.log.log_end_offset();
-        self.log.assign_epoch(epoch, log_end)?;
+        if let Err(error) = self.log.assign_epoch(epoch, log_end) {
+            self.leadership_failed.store(true, Ordering::SeqCst);
+            return Err(error);
+        }
         let hw = Offset(self.high_watermark.get()).min(log_end);
         let now = self.clock.now();
         let leader = LeaderState::become_leader(
@@ -333,7 +353,9 @@ impl Replica {
                 min_insync_replicas: self.config.min_insync_replicas,
                 replica_lag_time_max: self.config.replica_lag_time_max,
             },
-        )?;
+        )
+        .inspect_err(|_| self.leadership_failed.store(true, Ordering::SeqCst))?;
+        self.leadership_failed.store(false, Ordering::SeqCst);
         let hw = leader.high_watermark();
         self.pipeline
             .combiner
@@ -366,6 +388,7 @@ impl Replica {
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
+        self.leadership_failed.store(false, Ordering::SeqCst);
         *self.leader.lock() = None;
         *self.isr_proposal.lock() = None;
         role.role = match leader {
@@ -579,6 +602,13 @@ impl Replica {
             }
             Err(error) => {
                 tracing::error!(log = %self.log_id, %error, "leader append failed");
+                // Not every failed append poisons the log by itself, but
+                // this one had its offsets handed out already (the queue's
+                // `next_offset` is past the log end): the log must take no
+                // more work, or later batches would reuse those offsets and
+                // the batch's waiters could be acknowledged for a write that
+                // never happened. A poisoned leader resigns.
+                self.log.poison(&format!("leader append failed: {error}"));
                 *self.pipeline.failure.lock() = Some(error.to_string());
                 self.pipeline.written.close();
                 // acks=all waiters fail now with the cause, not at their
@@ -608,24 +638,47 @@ impl Replica {
     fn wait_written(&self, end: Offset, generation: u64) -> Result<()> {
         let deadline = Instant::now() + self.config.request_timeout;
         let mut spin = self.config.spin_before_park;
+        // A failed write records its cause before the seat holder lets go of
+        // `role`, so before any role change completes.
+        let failed = || {
+            self.pipeline
+                .failure
+                .lock()
+                .clone()
+                .map(|reason| Error::Poisoned {
+                    path: self.log.dir().to_path_buf(),
+                    reason,
+                })
+        };
         loop {
             let slice_end = deadline.min(Instant::now() + Duration::from_millis(5));
             match self.pipeline.written.wait_at_least(end.0, slice_end, spin) {
-                WaitOutcome::Reached(_) => return Ok(()),
+                WaitOutcome::Reached(_) => {
+                    // After a role change the mark may be a later role's.
+                    if self.generation.load(Ordering::SeqCst) != generation {
+                        if let Some(error) = failed() {
+                            return Err(error);
+                        }
+                    }
+                    return Ok(());
+                }
                 WaitOutcome::Closed => {
-                    let reason = self.pipeline.failure.lock().clone().unwrap_or_default();
-                    return Err(Error::Poisoned {
+                    return Err(failed().unwrap_or_else(|| Error::Poisoned {
                         path: self.log.dir().to_path_buf(),
-                        reason,
-                    });
+                        reason: String::new(),
+                    }));
                 }
                 WaitOutcome::TimedOut => {}
             }
             spin = Duration::ZERO;
             // A role change happens only once everything pending was
-            // written (the pipeline's invariant): the batch is in the log.
+            // written (the pipeline's invariant) or the write failed (and
+            // said so above): without a failure, the batch is in the log.
             if self.generation.load(Ordering::SeqCst) != generation {
-                return Ok(());
+                return match failed() {
+                    Some(error) => Err(error),
+                    None => Ok(()),
+                };
             }
             if Instant::now() >= deadline {
                 return Err(Error::Timeout {
@@ -884,6 +937,14 @@ impl Replica {
         }
     }
 
+    /// The node did not send our ISR proposal (see
+    /// `LeaderState::on_isr_withdrawn`).
+    pub(crate) fn isr_proposal_withdrawn(&self) {
+        if let Some(leader) = self.leader.lock().as_mut() {
+            leader.on_isr_withdrawn();
+        }
+    }
+
     /// The coordinator answered our ISR proposal with "stale".
     pub(crate) fn isr_proposal_rejected(&self) {
         if let Some(leader) = self.leader.lock().as_mut() {
@@ -1015,9 +1076,15 @@ impl Replica {
                 if log_start_offset > self.log.log_start_offset() {
                     self.log.set_log_start_offset(log_start_offset)?;
                 }
-                debug_assert!(high_watermark.0 >= self.high_watermark.get());
-                if high_watermark.0 > self.high_watermark.get() {
-                    self.publish_high_watermark(high_watermark);
+                // HW = min(leader HW, own LEO) (SPEC 3.2): it may fall when
+                // a new leader's is lower.
+                match high_watermark.0.cmp(&self.high_watermark.get()) {
+                    std::cmp::Ordering::Greater => self.publish_high_watermark(high_watermark),
+                    std::cmp::Ordering::Less => {
+                        self.high_watermark.reset(high_watermark.0);
+                        self.log.set_high_watermark(high_watermark);
+                    }
+                    std::cmp::Ordering::Equal => {}
                 }
             }
             FetchedUpdate::ResetTo { log_start_offset } => {
@@ -1043,7 +1110,7 @@ impl Replica {
 
     /// After a truncation: a follower's published high watermark falls with
     /// its log end (it never held anything committed above the leader's
-    /// end), and only then.
+    /// end).
     fn lower_follower_high_watermark(&self, state: &FollowerState) {
         let hw = state.high_watermark();
         debug_assert!(hw.0 <= self.high_watermark.get());
@@ -1100,7 +1167,7 @@ impl Replica {
     pub(crate) fn read(&self, from: Offset, bytes_max: usize, committed: bool) -> Result<Bytes> {
         if committed {
             let hw = self.high_watermark();
-            let read = self.log.read_up_to(from, bytes_max, hw)?;
+            let read = self.log.read_committed(from, bytes_max, hw)?;
             Ok(read.records)
         } else {
             let role = self.role.read();
@@ -1131,7 +1198,13 @@ impl Replica {
                     if Instant::now() >= deadline {
                         return None;
                     }
-                    std::thread::yield_now();
+                    // Reopened at once on a role change; stays closed after
+                    // a failed write until the node gives the log up. Check
+                    // again shortly rather than spin.
+                    std::thread::sleep(
+                        Duration::from_millis(1)
+                            .min(deadline.saturating_duration_since(Instant::now())),
+                    );
                 }
             }
         }

@@ -733,13 +733,28 @@ impl Log {
     /// start or above the log end is `Error::OffsetOutOfRange`. A read
     /// returns batches of one segment at most (a later read continues).
     pub fn read(&self, from: Offset, bytes_max: usize) -> Result<ReadResult> {
-        self.read_inner(from, bytes_max, None)
+        self.read_inner(from, bytes_max, None, false)
     }
 
     /// Like [`read`](Self::read), but never returns a batch containing an
     /// offset at or above `limit` (the high watermark, for committed reads).
     pub fn read_up_to(&self, from: Offset, bytes_max: usize, limit: Offset) -> Result<ReadResult> {
-        self.read_inner(from, bytes_max, Some(limit))
+        self.read_inner(from, bytes_max, Some(limit), false)
+    }
+
+    /// A committed read for a replica: like [`read_up_to`](Self::read_up_to)
+    /// with the caller's view of the high watermark as `limit`, but never
+    /// past the high watermark this log holds when it reads. The caller
+    /// read its view before this call; a truncation (and new appends)
+    /// since then may have lowered it, and the log's own high watermark
+    /// moves with its truncations, under the lock the read takes.
+    pub(crate) fn read_committed(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        limit: Offset,
+    ) -> Result<ReadResult> {
+        self.read_inner(from, bytes_max, Some(limit), true)
     }
 
     fn read_inner(
@@ -747,12 +762,17 @@ impl Log {
         from: Offset,
         bytes_max: usize,
         limit: Option<Offset>,
+        within_high_watermark: bool,
     ) -> Result<ReadResult> {
         self.commit.check_not_poisoned(&self.dir)?;
-        let (file, floor, end_bytes, log_start_offset, log_end_offset) = {
+        let (file, floor, end_bytes, log_start_offset, log_end_offset, limit) = {
             let state = self.state.read();
             let (log_start_offset, log_end_offset) =
                 (state.log_start_offset, state.log_end_offset());
+            let limit = match limit {
+                Some(limit) if within_high_watermark => Some(limit.min(state.high_watermark)),
+                limit => limit,
+            };
             if from < log_start_offset || from > log_end_offset {
                 return Err(Error::OffsetOutOfRange {
                     requested: from,
@@ -777,6 +797,7 @@ impl Log {
                 segment.size_bytes(),
                 log_start_offset,
                 log_end_offset,
+                limit,
             )
         };
         let limit = limit.unwrap_or(log_end_offset).min(log_end_offset);
@@ -1083,6 +1104,14 @@ impl Log {
     /// work (`Error::Poisoned`) until it is reopened.
     pub fn is_poisoned(&self) -> bool {
         self.commit.is_poisoned()
+    }
+
+    /// Poisons the log: every later call fails with `Error::Poisoned`
+    /// until it is reopened. For a caller whose write failed in a way that
+    /// left the log's users out of step with it (the leader's append
+    /// pipeline, which had already handed out the offsets of the batch).
+    pub(crate) fn poison(&self, reason: &str) {
+        self.commit.poison(reason.to_string());
     }
 
     /// Test harness only: poisons the log as a failed fsync would.

@@ -581,10 +581,11 @@ impl NodeShared {
         let log = replica.log_id();
         let state = match self.coordinator.log_state(log) {
             Ok(Some(state)) if state.leader == Some(me) => state,
-            Ok(_) => {
-                replica.clear_leadership_failed();
+            Ok(Some(state)) => {
+                replica.clear_leadership_failed(state.leader_epoch, state.leader);
                 return;
             }
+            Ok(None) => return,
             Err(error) => {
                 tracing::warn!(%log, node = %me, %error, "storage failed; cannot read the log's state to resign");
                 return;
@@ -597,7 +598,14 @@ impl NodeShared {
             .filter(|node| *node != me)
             .collect();
         if others.is_empty() {
-            tracing::error!(%log, node = %me, "storage failed on the only in-sync replica: the log stays unavailable");
+            if replica.leadership_failed() {
+                // Nobody to hand over to: try to lead again (at most once a
+                // second, like this call), in case the failure passed.
+                tracing::error!(%log, node = %me, "the only in-sync replica cannot lead; retrying");
+                self.reconcile(&state);
+            } else {
+                tracing::error!(%log, node = %me, "storage failed on the only in-sync replica: the log stays unavailable");
+            }
             return;
         }
         let update = LogUpdate {

@@ -133,6 +133,10 @@ pub(crate) struct FollowerLag {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RereadCoordinatorState;
 
+/// How long a leader waits before proposing an ISR expansion again after
+/// the node withdrew one (the replica's node was not alive).
+pub(crate) const EXPAND_PAUSE_AFTER_WITHDRAWAL: Duration = Duration::from_secs(1);
+
 /// Progress of an `acks=all` append (SPEC §3.1) as of now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcksAllProgress {
@@ -203,6 +207,11 @@ pub(crate) struct LeaderState {
     /// Invariant: its `proposed` ISR contains `local` and is a subset of
     /// `replicas`.
     pending_isr_change: Option<PendingIsrChange>,
+    /// After the node withdrew an expansion (the replica's node was not
+    /// alive), no expansion is proposed before this time: a replica that
+    /// keeps fetching without a live session would otherwise cost a
+    /// liveness query on every fetch.
+    expand_paused_until: Option<Instant>,
     /// One entry per replica other than `local`.
     followers: BTreeMap<NodeId, FollowerProgress>,
     /// Invariant: log_start_offset <= high_watermark <= log_end_offset.
@@ -260,6 +269,7 @@ impl LeaderState {
             in_sync_replicas,
             isr_version,
             pending_isr_change: None,
+            expand_paused_until: None,
             followers,
             high_watermark: log.high_watermark,
             log_end_offset: log.log_end_offset,
@@ -366,7 +376,7 @@ impl LeaderState {
         };
         progress.record_fetch(fetch_offset, leader_log_end_offset, now);
         let high_watermark = self.advance_high_watermark();
-        let isr_proposal = self.maybe_propose_expand(follower);
+        let isr_proposal = self.maybe_propose_expand(follower, now);
         self.debug_check_invariants();
         FetchDecision::Accepted {
             high_watermark,
@@ -466,11 +476,12 @@ impl LeaderState {
     }
 
     /// The node withdrew the pending ISR change without sending it (it
-    /// would add a replica whose node is not alive, KIP-841): a later
-    /// fetch may propose again.
-    pub(crate) fn on_isr_withdrawn(&mut self) {
+    /// would add a replica whose node is not alive, KIP-841): a fetch
+    /// after `EXPAND_PAUSE_AFTER_WITHDRAWAL` may propose again.
+    pub(crate) fn on_isr_withdrawn(&mut self, now: Instant) {
         if let Some(change) = self.pending_isr_change.take() {
             tracing::debug!(epoch = %self.leader_epoch, ?change, "ISR change withdrawn");
+            self.expand_paused_until = Some(now + EXPAND_PAUSE_AFTER_WITHDRAWAL);
         }
         self.debug_check_invariants();
     }
@@ -680,8 +691,11 @@ impl LeaderState {
         HighWatermarkUpdate::between(previous, next)
     }
 
-    fn maybe_propose_expand(&mut self, follower: NodeId) -> Option<IsrProposal> {
+    fn maybe_propose_expand(&mut self, follower: NodeId, now: Instant) -> Option<IsrProposal> {
         if self.pending_isr_change.is_some() || self.in_sync_replicas.contains(&follower) {
+            return None;
+        }
+        if self.expand_paused_until.is_some_and(|until| now < until) {
             return None;
         }
         let progress = self.followers.get(&follower)?;
@@ -1194,10 +1208,16 @@ mod tests {
         let first = fetch(&mut state, F1, 4, base).1.expect("F1 caught up");
         assert_eq!(first.kind, IsrChangeKind::Expand(F1));
         assert_eq!(fetch(&mut state, F1, 4, base).1, None, "change in flight");
-        state.on_isr_withdrawn();
+        state.on_isr_withdrawn(base);
         assert_eq!(state.pending_isr_change(), None);
         assert_eq!(state.in_sync_replicas(), &[L]);
-        let again = fetch(&mut state, F1, 4, base).1.expect("proposed again");
+        assert_eq!(
+            fetch(&mut state, F1, 4, base + ms(10)).1,
+            None,
+            "paused after a withdrawal"
+        );
+        let later = base + EXPAND_PAUSE_AFTER_WITHDRAWAL;
+        let again = fetch(&mut state, F1, 4, later).1.expect("proposed again");
         assert_eq!(again.proposed, vec![L, F1]);
     }
 

@@ -34,7 +34,7 @@ use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
 use crate::record::{set_base_offset, set_leader_epoch, RecordBatch};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
-use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog};
 use crate::types::{EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset};
 
@@ -169,10 +169,12 @@ pub(crate) struct Replica {
     /// When this replica last tried to resign after its storage failed:
     /// retried at most once a second, not on every control-loop tick.
     resign_attempted_at: Mutex<Option<Instant>>,
-    /// Set when `become_leader` failed: the coordinator names this replica
-    /// leader but it cannot lead, so the control loop keeps trying to hand
-    /// the log on. Cleared by the next role change.
-    leadership_failed: AtomicBool,
+    /// The epoch whose `become_leader` failed: the coordinator names this
+    /// replica leader but it cannot lead, so the control loop keeps trying
+    /// to hand the log on (or, with nobody to hand it to, to lead again).
+    /// Cleared by the next role change, or once the coordinator names
+    /// another leader in that epoch or a later one.
+    leadership_failed: Mutex<Option<LeaderEpoch>>,
     pipeline: AppendPipeline,
 }
 
@@ -212,7 +214,7 @@ impl Replica {
             data_arrived,
             restarted,
             resign_attempted_at: Mutex::new(None),
-            leadership_failed: AtomicBool::new(false),
+            leadership_failed: Mutex::new(None),
             pipeline: AppendPipeline {
                 combiner: Combiner::new(AppendQueue {
                     next_offset: Offset::ZERO,
@@ -242,13 +244,32 @@ impl Replica {
     /// Whether `become_leader` failed since the last role change (the
     /// coordinator names this replica leader, but it cannot lead).
     pub(crate) fn leadership_failed(&self) -> bool {
-        self.leadership_failed.load(Ordering::SeqCst)
+        self.leadership_failed.lock().is_some()
     }
 
-    /// The coordinator no longer names this replica leader: nothing is
-    /// left to hand on.
-    pub(crate) fn clear_leadership_failed(&self) {
-        self.leadership_failed.store(false, Ordering::SeqCst);
+    /// The coordinator names `leader` in `epoch`: if that is another node in
+    /// the failed epoch or a later one, nothing is left to hand on. (A
+    /// failure in a later epoch than the coordinator state read is kept.)
+    pub(crate) fn clear_leadership_failed(&self, epoch: LeaderEpoch, leader: Option<NodeId>) {
+        let mut failed = self.leadership_failed.lock();
+        if let Some(failed_epoch) = *failed {
+            if leader != Some(self.local) && epoch >= failed_epoch {
+                *failed = None;
+            }
+        }
+    }
+
+    /// `become_leader` for `epoch` failed: stop acting as leader of any
+    /// older epoch (appends fail, waiters are released) and remember it.
+    fn fail_leadership(&self, role: &mut RoleState, epoch: LeaderEpoch) {
+        *self.leadership_failed.lock() = Some(epoch);
+        if role.role == Role::Leader {
+            *self.leader.lock() = None;
+            role.role = Role::Offline;
+            role.leader_epoch = epoch;
+            let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
+            self.bump_generation(role, hw);
+        }
     }
 
     /// Whether the log existed on disk before this process opened it.
@@ -308,9 +329,13 @@ impl Replica {
         }
     }
 
+    /// Raises the high watermark: the log's first (committed reads are
+    /// clamped to it), then the watch readers and waiters see. Both only
+    /// rise, so publishers racing out of order (a leader's fetch threads)
+    /// cannot move either back.
     fn publish_high_watermark(&self, hw: Offset) {
+        self.log.raise_high_watermark(hw);
         self.high_watermark.publish(hw.0);
-        self.log.set_high_watermark(hw);
     }
 
     // ---- role changes -----------------------------------------------------
@@ -330,7 +355,7 @@ impl Replica {
         self.flush_pipeline_for_role_change();
         let log_end = self.log.log_end_offset();
         if let Err(error) = self.log.assign_epoch(epoch, log_end) {
-            self.leadership_failed.store(true, Ordering::SeqCst);
+            self.fail_leadership(&mut role, epoch);
             return Err(error);
         }
         let hw = Offset(self.high_watermark.get()).min(log_end);
@@ -353,9 +378,15 @@ impl Replica {
                 min_insync_replicas: self.config.min_insync_replicas,
                 replica_lag_time_max: self.config.replica_lag_time_max,
             },
-        )
-        .inspect_err(|_| self.leadership_failed.store(true, Ordering::SeqCst))?;
-        self.leadership_failed.store(false, Ordering::SeqCst);
+        );
+        let leader = match leader {
+            Ok(leader) => leader,
+            Err(error) => {
+                self.fail_leadership(&mut role, epoch);
+                return Err(error);
+            }
+        };
+        *self.leadership_failed.lock() = None;
         let hw = leader.high_watermark();
         self.pipeline
             .combiner
@@ -388,7 +419,7 @@ impl Replica {
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
-        self.leadership_failed.store(false, Ordering::SeqCst);
+        *self.leadership_failed.lock() = None;
         *self.leader.lock() = None;
         *self.isr_proposal.lock() = None;
         role.role = match leader {
@@ -941,7 +972,7 @@ impl Replica {
     /// `LeaderState::on_isr_withdrawn`).
     pub(crate) fn isr_proposal_withdrawn(&self) {
         if let Some(leader) = self.leader.lock().as_mut() {
-            leader.on_isr_withdrawn();
+            leader.on_isr_withdrawn(self.clock.now());
         }
     }
 
@@ -1116,6 +1147,7 @@ impl Replica {
         debug_assert!(hw.0 <= self.high_watermark.get());
         if hw.0 < self.high_watermark.get() {
             self.high_watermark.reset(hw.0);
+            self.log.set_high_watermark(hw);
         }
     }
 
@@ -1134,7 +1166,10 @@ impl Replica {
         );
         let hw = state.high_watermark();
         match hw.0.cmp(&self.high_watermark.get()) {
-            std::cmp::Ordering::Less => self.high_watermark.reset(hw.0),
+            std::cmp::Ordering::Less => {
+                self.high_watermark.reset(hw.0);
+                self.log.set_high_watermark(hw);
+            }
             std::cmp::Ordering::Greater => self.publish_high_watermark(hw),
             std::cmp::Ordering::Equal => {}
         }
@@ -1227,5 +1262,53 @@ impl Replica {
             return (ErrorCode::UnknownLeaderEpoch, None);
         }
         (ErrorCode::None, self.log.end_offset_for_epoch(epoch))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::record::RecordBatchBuilder;
+    use crate::storage::LogConfig;
+
+    fn lone_leader(dir: &std::path::Path) -> Replica {
+        let log = Log::open(dir, LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        let replica = Replica::new(
+            LogId(0),
+            NodeId(0),
+            log,
+            ReplicationConfig::default(),
+            Arc::new(SystemClock),
+            Arc::new(Watch::new(0)),
+            false,
+        );
+        replica
+            .become_leader(LeaderEpoch(1), vec![NodeId(0)], vec![NodeId(0)], 1)
+            .unwrap();
+        replica
+    }
+
+    #[test]
+    fn high_watermark_publishes_arriving_out_of_order_never_hide_committed_records() {
+        // Two fetch threads may compute 5 then 10 under the leader's lock but
+        // publish 10 first and 5 last. Neither the watch nor the log's own
+        // high watermark (the limit of committed reads) may move back.
+        let dir = tempfile::tempdir().unwrap();
+        let replica = lone_leader(dir.path());
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            replica
+                .append_as_leader(&builder.build().unwrap(), false, true)
+                .unwrap();
+        }
+        replica.publish_high_watermark(Offset(10));
+        replica.publish_high_watermark(Offset(5));
+        assert_eq!(replica.high_watermark(), Offset(10));
+        assert_eq!(replica.log().high_watermark(), Offset(10));
+        let committed = replica.read(Offset(5), 1 << 20, true).unwrap();
+        let batches = crate::record::BatchIter::new(committed).count();
+        assert_eq!(batches, 5, "offsets 5..10 are committed and readable");
     }
 }

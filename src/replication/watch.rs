@@ -1,4 +1,5 @@
-//! `Watch`: a monotonically increasing `u64` that threads publish and wait on.
+//! `Watch`: a `u64` that threads publish (raise) and wait on; only `reset`
+//! lowers it.
 //!
 //! This is the one hand-off between the threads of the data path: a leader
 //! publishes its high watermark and producers waiting with `acks=all` wait for
@@ -32,7 +33,8 @@ pub enum WaitOutcome {
     TimedOut,
 }
 
-/// A published, monotonically increasing value with blocking waits.
+/// A published value with blocking waits: `publish` and `bump` only raise
+/// it, `reset` may lower it.
 ///
 /// The value, a "closed" flag and a "somebody is parked" flag share one
 /// atomic word, so that a publisher and a waiter about to park always

@@ -744,10 +744,12 @@ impl Log {
 
     /// A committed read for a replica: like [`read_up_to`](Self::read_up_to)
     /// with the caller's view of the high watermark as `limit`, but never
-    /// past the high watermark this log holds when it reads. The caller
-    /// read its view before this call; a truncation (and new appends)
-    /// since then may have lowered it, and the log's own high watermark
-    /// moves with its truncations, under the lock the read takes.
+    /// past the high watermark this log holds when the read starts. The
+    /// caller read its view before this call; a truncation since then may
+    /// have lowered it, and the log's own high watermark moves with its
+    /// truncations. (The bytes are read after the log's lock is let go: a
+    /// truncation *below* the high watermark in that instant — possible
+    /// only after an unclean election or a power loss — is not covered.)
     pub(crate) fn read_committed(
         &self,
         from: Offset,
@@ -1051,8 +1053,23 @@ impl Log {
         self.commit.flushed_offset()
     }
 
-    /// Records the high watermark, to be checkpointed with the next flush;
-    /// the replication layer owns its meaning. Clamped to the log's bounds.
+    /// Like [`set_high_watermark`](Self::set_high_watermark), but never
+    /// lowers it: concurrent publishers (a leader's fetch threads) may
+    /// arrive out of order.
+    pub(crate) fn raise_high_watermark(&self, high_watermark: Offset) {
+        let mut state = self.state.write();
+        let raised = high_watermark
+            .min(state.log_end_offset())
+            .max(state.log_start_offset);
+        if raised > state.high_watermark {
+            state.high_watermark = raised;
+        }
+    }
+
+    /// Records the high watermark, to be checkpointed with the next flush
+    /// (and the limit of committed reads through a replica); the
+    /// replication layer owns its meaning. Clamped to the log's bounds; it
+    /// may lower it.
     pub fn set_high_watermark(&self, high_watermark: Offset) {
         let mut state = self.state.write();
         state.high_watermark = high_watermark

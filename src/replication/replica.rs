@@ -665,22 +665,27 @@ impl Replica {
         self.data_arrived.bump();
     }
 
+    /// `Poisoned` with the cause of the pipeline's failed write, if one
+    /// failed.
+    fn pipeline_failure(&self) -> Option<Error> {
+        let reason = self.pipeline.failure.lock().clone()?;
+        Some(self.poisoned(reason))
+    }
+
+    fn poisoned(&self, reason: String) -> Error {
+        Error::Poisoned {
+            path: self.log.dir().to_path_buf(),
+            reason,
+        }
+    }
+
     /// Waits until the pipeline wrote up to `end` (`acks=1`).
     fn wait_written(&self, end: Offset, generation: u64) -> Result<()> {
         let deadline = Instant::now() + self.config.request_timeout;
         let mut spin = self.config.spin_before_park;
         // A failed write records its cause before the seat holder lets go of
         // `role`, so before any role change completes.
-        let failed = || {
-            self.pipeline
-                .failure
-                .lock()
-                .clone()
-                .map(|reason| Error::Poisoned {
-                    path: self.log.dir().to_path_buf(),
-                    reason,
-                })
-        };
+        let failed = || self.pipeline_failure();
         loop {
             let slice_end = deadline.min(Instant::now() + Duration::from_millis(5));
             match self.pipeline.written.wait_at_least(end.0, slice_end, spin) {
@@ -694,10 +699,9 @@ impl Replica {
                     return Ok(());
                 }
                 WaitOutcome::Closed => {
-                    return Err(failed().unwrap_or_else(|| Error::Poisoned {
-                        path: self.log.dir().to_path_buf(),
-                        reason: String::new(),
-                    }));
+                    // Only a failed write closes `written`.
+                    debug_assert!(failed().is_some(), "written closed without a failure");
+                    return Err(failed().unwrap_or_else(|| self.poisoned(String::new())));
                 }
                 WaitOutcome::TimedOut => {}
             }
@@ -750,11 +754,8 @@ impl Replica {
                     return Ok(Offset(hw));
                 }
                 WaitOutcome::Closed => {
-                    if let Some(reason) = self.pipeline.failure.lock().clone() {
-                        return Err(Error::Poisoned {
-                            path: self.log.dir().to_path_buf(),
-                            reason,
-                        });
+                    if let Some(error) = self.pipeline_failure() {
+                        return Err(error);
                     }
                     let role = self.role.read();
                     return Err(self.not_leader(&role));

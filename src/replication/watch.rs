@@ -64,6 +64,10 @@ pub struct Watch {
     /// for a few hundred microseconds while the other core idles.
     to_wake: Mutex<Vec<Arc<Slot>>>,
     /// Length of `to_wake`, read without its lock.
+    ///
+    /// Invariant: equals `to_wake.len()` whenever the `to_wake` lock is
+    /// free; inside it, a publisher raises it *before* queueing (see
+    /// `release_parked`).
     to_wake_count: AtomicU64,
 }
 
@@ -215,6 +219,10 @@ impl Watch {
                 slot.outcome.store(encode(*outcome), Ordering::SeqCst);
             }
             to_wake.extend(released.into_iter().map(|(slot, _)| slot));
+            debug_assert_eq!(
+                self.to_wake_count.load(Ordering::SeqCst),
+                to_wake.len() as u64
+            );
         }
         drop(parked);
         // Unpark outside the locks (a released thread runs without waiting
@@ -233,6 +241,10 @@ impl Watch {
         let mut batch = Vec::with_capacity(WAKE_FANOUT);
         {
             let mut to_wake = self.to_wake.lock();
+            debug_assert_eq!(
+                self.to_wake_count.load(Ordering::SeqCst),
+                to_wake.len() as u64
+            );
             while batch.len() < WAKE_FANOUT {
                 match to_wake.pop() {
                     Some(slot) => batch.push(slot),

@@ -28,6 +28,9 @@
 //! (criterion's measurement time; its warm-up is a quarter of that);
 //! `ISRLOG_BENCH_SPIN_US` sets `spin_before_park`.
 
+#[path = "support/page_cache.rs"]
+mod page_cache;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -182,7 +185,7 @@ fn bench_rate(
     let mut runs = Vec::new();
     group.bench_function(id, |b| {
         b.iter_custom(|iters| {
-            settle_page_cache();
+            page_cache::settle_page_cache();
             let done = if settings.quick {
                 if let Some(warm_up) = quick_warm_up {
                     let _ = run(Amount::For(warm_up));
@@ -196,19 +199,6 @@ fn bench_rate(
         })
     });
     rate(measured(&runs))
-}
-
-/// Writes back the page cache's dirty data (`sync`, untimed) before a
-/// measured run, so that no run pays for the writeback of an earlier one:
-/// the three replicas of a bench cluster share this one disk (in a
-/// deployment each has its own), and without this the replicated phase,
-/// which runs after the single-replica baseline, was throttled by the
-/// baseline's gigabytes still being written back. The absolute figures
-/// then leave out writeback for runs that stay under the kernel's dirty
-/// page threshold; the ratios compare runs under the same conditions.
-/// Best effort: a machine without `sync` measures as before.
-fn settle_page_cache() {
-    let _ = std::process::Command::new("sync").status();
 }
 
 fn batch(records: usize) -> RecordBatch {

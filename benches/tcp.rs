@@ -16,6 +16,9 @@
 //! 18 GB of log files on the disk until its end; `ISRLOG_BENCH_SECONDS=1`
 //! about a third of that.
 
+#[path = "support/page_cache.rs"]
+mod page_cache;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -36,17 +39,6 @@ const ROUNDS: usize = 2;
 /// Criterion's samples per phase (its minimum): few long samples, so a
 /// sample's thread start-up is small next to its appends.
 const SAMPLES: usize = 10;
-
-/// Writes back the page cache's dirty data (`sync`, untimed) before a
-/// measured run, so that no run pays for the writeback of an earlier one:
-/// the three replicas of a bench cluster share this one disk (in a
-/// deployment each has its own), and without this the replicated phase,
-/// which runs after the single-replica baseline, was throttled by the
-/// baseline's gigabytes still being written back. Best effort: a machine
-/// without `sync` measures as before.
-fn settle_page_cache() {
-    let _ = std::process::Command::new("sync").status();
-}
 
 fn batch() -> RecordBatch {
     let value = vec![0x5Au8; RECORD_BYTES];
@@ -142,7 +134,7 @@ fn bench_phase(
     let mut runs = Vec::new();
     group.bench_function(id, |b| {
         b.iter_custom(|iters| {
-            settle_page_cache();
+            page_cache::settle_page_cache();
             let run = if quick {
                 if let Some(warm_up) = quick_warm_up {
                     let _ = throughput(leader, batch, Amount::For(warm_up));

@@ -5,7 +5,7 @@
 
 mod storage_support;
 
-use isrlog::{FlushPolicy, LeaderEpoch, LogConfig, Offset};
+use isrlog::{Error, FlushPolicy, LeaderEpoch, LogConfig, Offset};
 use storage_support::*;
 
 fn cut(files: &[(std::path::PathBuf, u64)]) {
@@ -37,10 +37,10 @@ fn halt_reports_the_fsynced_length_and_a_reopen_keeps_the_flushed_prefix() {
     );
     let on_disk = std::fs::metadata(&files[0].0).unwrap().len();
     assert!(on_disk > flushed_bytes, "the unflushed batch was written");
+    let refused = log.append_as_leader(&batch("c", 1), LeaderEpoch(0));
     assert!(
-        log.append_as_leader(&batch("c", 1), LeaderEpoch(0))
-            .is_err(),
-        "a halted log takes no writes"
+        matches!(refused, Err(Error::Poisoned { .. })),
+        "a halted log takes no writes and says it is poisoned: {refused:?}"
     );
     assert_eq!(std::fs::metadata(&files[0].0).unwrap().len(), on_disk);
     drop(log);

@@ -50,7 +50,19 @@ fn out_of_range_reads_name_both_bounds() {
     let at_end = log.read(end, 100).unwrap();
     assert!(at_end.is_empty());
     assert_eq!(at_end.log_end_offset, end);
-    assert!(log.read(Offset(4), 100).is_ok());
+    // At the new log start: the batch holding it (which starts below it).
+    let at_start = log.read(Offset(4), 100).unwrap();
+    assert_eq!(at_start.log_start_offset, Offset(4));
+    let first = at_start
+        .batches()
+        .next()
+        .expect("a batch holds the log start")
+        .unwrap();
+    assert_eq!(
+        (first.base_offset(), first.last_offset()),
+        (Offset(3), Offset(5)),
+        "batch b2 holds offsets 3..=5"
+    );
 }
 
 #[test]

@@ -111,8 +111,29 @@ fn set_log_start_offset_deletes_segments_wholly_below_it() {
     log.set_log_start_offset(start).unwrap();
     assert_eq!(log.log_start_offset(), start);
     assert_eq!(bases(dir.path()), all_bases[2..]);
-    assert!(log.read(Offset(all_bases[2]), 10).is_err());
-    assert!(log.read(start, 10).is_ok());
+    let end = log.log_end_offset();
+    let below = Offset(all_bases[2]);
+    match log.read(below, 10) {
+        Err(Error::OffsetOutOfRange {
+            requested,
+            log_start,
+            log_end,
+        }) => assert_eq!((requested, log_start, log_end), (below, start, end)),
+        other => panic!("read at {below}, below the log start {start}: {other:?}"),
+    }
+    let at_start = log.read(start, 10).unwrap();
+    assert_eq!(at_start.log_start_offset, start);
+    let first = at_start
+        .batches()
+        .next()
+        .expect("a batch holds the log start")
+        .unwrap();
+    assert!(
+        first.base_offset() <= start && start <= first.last_offset(),
+        "read at {start} returned the batch {}..={}",
+        first.base_offset(),
+        first.last_offset()
+    );
     // A start above the end empties the log there.
     log.set_log_start_offset(Offset(1000)).unwrap();
     assert_eq!(log.log_end_offset(), Offset(1000));

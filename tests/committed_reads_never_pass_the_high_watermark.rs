@@ -84,12 +84,21 @@ fn uncommitted_reads_are_for_the_leader_only() {
     cluster.create_log(log, 2).unwrap();
     let leader = cluster.leader_log(log).unwrap();
     leader.append_values(&[b"x"], Acks::Leader).unwrap();
-    assert!(leader.read(Offset(0), 1024, Isolation::Uncommitted).is_ok());
+    let batches = leader
+        .read(Offset(0), 1024, Isolation::Uncommitted)
+        .unwrap();
+    let records: Vec<(Offset, Vec<u8>)> = batches
+        .iter()
+        .flat_map(|b| b.records().map(|r| r.unwrap()))
+        .map(|r| (r.offset, r.value.to_vec()))
+        .collect();
+    assert_eq!(records, vec![(Offset(0), b"x".to_vec())]);
     let follower = cluster.log(NodeId(1), log).unwrap();
-    assert!(matches!(
-        follower.read(Offset(0), 1024, Isolation::Uncommitted),
-        Err(isrlog::Error::NotLeader { .. })
-    ));
+    let refused = follower.read(Offset(0), 1024, Isolation::Uncommitted);
+    assert!(
+        matches!(refused, Err(isrlog::Error::NotLeader { .. })),
+        "{refused:?}"
+    );
     // Reading past the log end is an error naming both bounds.
     match leader.read(Offset(99), 1024, Isolation::Committed) {
         Err(isrlog::Error::OffsetOutOfRange {

@@ -39,7 +39,9 @@ fn an_elected_replica_with_failed_storage_hands_leadership_on() {
     let state = cluster.coordinator.log_state(log).unwrap().unwrap();
     assert!(!state.in_sync_replicas.contains(&NodeId(1)), "{state:?}");
     let new_leader = cluster.leader_log(log).unwrap();
-    assert!(new_leader.wait_until_leader(Duration::from_secs(5)).is_ok());
+    new_leader
+        .wait_until_leader(Duration::from_secs(5))
+        .unwrap_or_else(|error| panic!("node 2 does not take the role: {error}"));
     new_leader.append_values(&[b"after"], Acks::All).unwrap();
     let values: Vec<Vec<u8>> = new_leader
         .read(Offset(0), 1 << 20, Isolation::Committed)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use isrlog::testing::Cluster;
 use isrlog::{
-    Acks, CasOutcome, Coordinator, Isolation, LogId, LogUpdate, ManualClock, NodeId, Offset,
+    Acks, CasOutcome, Coordinator, Error, Isolation, LogId, LogUpdate, ManualClock, NodeId, Offset,
     ReplicationConfig, Role,
 };
 
@@ -74,9 +74,13 @@ fn a_deposed_leader_cannot_change_the_isr_and_its_acks_all_never_succeed() {
         vec![b, c],
         "the stale leader changed the ISR"
     );
+    // Cut off from every follower and the coordinator, it can neither
+    // commit nor shrink its accepted ISR, nor learn it was deposed: the
+    // append can only run out its request timeout (outcome unknown).
+    let stale = stale_append.join().unwrap();
     assert!(
-        stale_append.join().unwrap().is_err(),
-        "stale acks=all reported success"
+        matches!(stale, Err(Error::Timeout { .. })),
+        "stale acks=all must time out: {stale:?}"
     );
     assert_eq!(old_leader.role(), Role::Leader, "still believes it leads");
 

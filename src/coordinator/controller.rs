@@ -993,6 +993,7 @@ mod tests {
                 ..
             })
         ));
-        assert!(ControllerConfig::default().validate().is_ok());
+        let default = ControllerConfig::default().validate();
+        assert!(default.is_ok(), "the default is valid: {default:?}");
     }
 }

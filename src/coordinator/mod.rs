@@ -501,8 +501,14 @@ mod tests {
     #[test]
     fn from_no_leader_a_new_leader_needs_a_new_epoch() {
         let current = state(None, 5, &[2]);
-        assert!(current.validate_update(&update(Some(2), 6, &[2])).is_ok());
-        assert!(current.validate_update(&update(Some(2), 5, &[2])).is_err());
+        let new_epoch = current.validate_update(&update(Some(2), 6, &[2]));
+        assert!(new_epoch.is_ok(), "{new_epoch:?}");
+        match current.validate_update(&update(Some(2), 5, &[2])) {
+            Err(Error::Coordinator { reason }) => {
+                assert!(reason.contains("but leader_epoch stays 5"), "{reason}")
+            }
+            other => panic!("a new leader in the same epoch was accepted: {other:?}"),
+        }
     }
 
     #[test]
@@ -517,7 +523,8 @@ mod tests {
         assert_eq!(next.leader, Some(n(1)));
         assert_eq!(next.replicas, vec![n(3), n(1)]);
 
-        assert!(LogState::initial(LogId(1), vec![]).is_err());
+        let err = LogState::initial(LogId(1), vec![]).unwrap_err();
+        assert!(err.to_string().contains("replicas is empty"), "{err}");
         let err = LogState::initial(LogId(1), vec![n(1), n(2), n(1)]).unwrap_err();
         assert!(err.to_string().contains("names node-1 twice"), "{err}");
     }

@@ -227,13 +227,20 @@ fn wait_for_event(
     }
 }
 
-/// Everything already queued or arriving within [`QUIET_WAIT`].
+/// Everything already queued or arriving within [`QUIET_WAIT`]. A closed
+/// stream is a failure, not an empty one: "no event arrived" must not pass
+/// because none could.
 fn drain(events: &Receiver<CoordinatorEvent>) -> Vec<CoordinatorEvent> {
     let mut all = Vec::new();
-    while let Ok(event) = events.recv_timeout(QUIET_WAIT) {
-        all.push(event);
+    loop {
+        match events.recv_timeout(QUIET_WAIT) {
+            Ok(event) => all.push(event),
+            Err(RecvTimeoutError::Timeout) => return all,
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("event stream closed while draining, after {all:?}")
+            }
+        }
     }
-    all
 }
 
 fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {

@@ -26,11 +26,14 @@ fn captured_logs() -> &'static Arc<Mutex<Vec<u8>>> {
     LOGS.get_or_init(|| {
         let logs = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&logs);
-        let _ = tracing_subscriber::fmt()
+        // The tests read what this subscriber captures: without it they
+        // would fail on missing log lines, not on the real cause.
+        tracing_subscriber::fmt()
             .with_max_level(tracing::Level::WARN)
             .with_ansi(false)
             .with_writer(move || LogWriter(Arc::clone(&sink)))
-            .try_init();
+            .try_init()
+            .expect("nothing else in this test binary installs a global subscriber");
         logs
     })
 }

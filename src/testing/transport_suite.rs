@@ -398,10 +398,16 @@ pub fn call_to_node_without_handler_fails<F: TransportFactory>(factory: &mut F) 
     let elapsed = started.elapsed();
     match result {
         Ok(response) => panic!("call to {stranger}, which has no handler, answered {response:?}"),
-        Err(TransportError::Unreachable { to, .. }) | Err(TransportError::Timeout { to }) => {
+        Err(
+            TransportError::Unreachable { to, .. }
+            | TransportError::Timeout { to }
+            | TransportError::Malformed { to, .. },
+        ) => {
             assert_eq!(to, stranger, "the error must name the node called");
         }
-        Err(_) => {}
+        Err(TransportError::Shutdown) => {
+            panic!("call to {stranger} says the transport is shut down; it is not")
+        }
     }
     assert!(
         elapsed <= deadline_after + SLACK,

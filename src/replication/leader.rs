@@ -953,8 +953,9 @@ mod tests {
             assert_eq!(format!("{state:?}"), before, "{name}: state changed");
         }
         // A follower lagging behind the log start is out of range too, and
-        // `validate_fetch` says so before any divergence check.
-        let _ = fetch(&mut state, F1, 10, now);
+        // `validate_fetch` says so before any divergence check. (F1's fetch
+        // at 10 commits everything, so the log start may move to 8.)
+        assert_eq!(fetch(&mut state, F1, 10, now), (advanced(0, 10), None));
         state.on_log_start_offset(Offset(8));
         let expected = FetchRejection::OffsetOutOfRange {
             fetch_offset: Offset(7),
@@ -1025,13 +1026,20 @@ mod tests {
     fn high_watermark_counts_a_pending_shrink_until_accepted() {
         let base = Instant::now();
         let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 0, 0), base);
-        let _ = state.on_local_append(Offset(3));
-        let _ = fetch(&mut state, F1, 3, base);
+        let unchanged = (HighWatermarkUpdate::Unchanged, None);
+        assert_eq!(
+            state.on_local_append(Offset(3)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(fetch(&mut state, F1, 3, base), unchanged, "F2 is at 0");
         assert_eq!(fetch(&mut state, F2, 3, base).0, advanced(0, 3));
-        let _ = state.on_local_append(Offset(10));
-        let _ = fetch(&mut state, F1, 10, base + ms(50));
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(fetch(&mut state, F1, 10, base + ms(50)), unchanged);
         // F2 stalls at 3; F1 keeps up.
-        let _ = fetch(&mut state, F1, 10, base + ms(150));
+        assert_eq!(fetch(&mut state, F1, 10, base + ms(150)), unchanged);
         let proposal = state.tick(base + ms(150)).expect("F2 lags");
         assert_eq!(proposal.kind, IsrChangeKind::Shrink(vec![F2]));
         assert_eq!(proposal.proposed, vec![L, F1]);
@@ -1074,7 +1082,10 @@ mod tests {
         let base = Instant::now();
         let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 0, 0), base);
         // F2 keeps fetching at the end; F1 never shows up.
-        let _ = fetch(&mut state, F2, 0, base + ms(60));
+        assert_eq!(
+            fetch(&mut state, F2, 0, base + ms(60)),
+            (HighWatermarkUpdate::Unchanged, None)
+        );
         assert_eq!(state.tick(base + ms(100)), None);
         let proposal = state
             .tick(base + ms(100) + Duration::from_nanos(1))
@@ -1090,7 +1101,10 @@ mod tests {
         );
         // A follower that caught up at 50 ms is measured from there.
         let mut state = leader(&[L, F1], &[L, F1], 1, offsets(0, 0, 0), base);
-        let _ = fetch(&mut state, F1, 0, base + ms(50));
+        assert_eq!(
+            fetch(&mut state, F1, 0, base + ms(50)),
+            (HighWatermarkUpdate::Unchanged, None)
+        );
         assert_eq!(state.tick(base + ms(150)), None);
         assert_eq!(
             state
@@ -1113,10 +1127,17 @@ mod tests {
         let mut shrunk_at = None;
         for step in 1..=100u64 {
             let now = base + ms(10 * step);
-            let _ = state.on_local_append(state.log_end_offset().plus(3));
+            assert_eq!(
+                state.on_local_append(state.log_end_offset().plus(3)),
+                HighWatermarkUpdate::Unchanged,
+                "step {step}: no follower has the new records"
+            );
             assert!(f1_next < state.log_end_offset());
-            let _ = fetch(&mut state, F1, f1_next.0, now);
-            let _ = fetch(&mut state, F2, f2_next.0, now);
+            // The HW follows the slowest member (not what this test is
+            // about); neither fetch may propose an ISR change: F1 is in the
+            // ISR, F2 never catches up.
+            assert_eq!(fetch(&mut state, F1, f1_next.0, now).1, None, "step {step}");
+            assert_eq!(fetch(&mut state, F2, f2_next.0, now).1, None, "step {step}");
             f1_next = state.log_end_offset();
             f2_next = Offset(state.log_end_offset().0 - 1);
             if let Some(proposal) = state.tick(now) {
@@ -1125,7 +1146,15 @@ mod tests {
                     IsrChangeKind::Shrink(vec![F2]),
                     "step {step}"
                 );
-                assert!(state.on_isr_accepted(proposal.proposed, 8).is_ok());
+                // F2, at 3 * step - 4, no longer holds the HW below F1's
+                // 3 * step - 3.
+                assert_eq!(
+                    state
+                        .on_isr_accepted(proposal.proposed, 8)
+                        .expect("valid ISR"),
+                    advanced(3 * step - 4, 3 * step - 3),
+                    "step {step}"
+                );
                 shrunk_at.get_or_insert(step);
             }
             let lag = state.follower_lag(F1, now).expect("F1 is a follower");
@@ -1150,7 +1179,11 @@ mod tests {
             None,
             "below the epoch start"
         );
-        let _ = state.on_local_append(Offset(12));
+        assert_eq!(
+            state.on_local_append(Offset(12)),
+            HighWatermarkUpdate::Unchanged,
+            "frozen below min ISR"
+        );
         let proposal = fetch(&mut state, F1, 10, now).1.expect("caught up");
         assert_eq!(proposal.kind, IsrChangeKind::Expand(F1));
         assert_eq!(proposal.proposed, vec![L, F1]);
@@ -1168,7 +1201,8 @@ mod tests {
             state.on_isr_accepted(vec![L, F1], 8).expect("valid ISR"),
             advanced(6, 10)
         );
-        assert!(state.can_accept_acks_all().is_ok());
+        let admission = state.can_accept_acks_all();
+        assert!(admission.is_ok(), "{admission:?}");
     }
 
     #[test]
@@ -1183,7 +1217,11 @@ mod tests {
             None,
             "F1's change in flight"
         );
-        let _ = state.on_isr_accepted(vec![L, F1], 8).expect("valid ISR");
+        assert_eq!(
+            state.on_isr_accepted(vec![L, F1], 8).expect("valid ISR"),
+            HighWatermarkUpdate::Unchanged,
+            "the HW was already at the log end"
+        );
         let second = fetch(&mut state, F2, 4, base).1.expect("F2 caught up");
         assert_eq!(second.expected_version, 8);
         assert_eq!(second.proposed, vec![L, F1, F2]);
@@ -1240,7 +1278,10 @@ mod tests {
             assert_eq!(state.isr_version(), 7, "{name}");
         }
         // Re-reading the same state at the same version is accepted.
-        assert!(state.on_isr_accepted(vec![L], 7).is_ok());
+        assert_eq!(
+            state.on_isr_accepted(vec![L], 7).expect("same version"),
+            HighWatermarkUpdate::Unchanged
+        );
         assert_eq!(state.in_sync_replicas(), &[L]);
     }
 
@@ -1248,16 +1289,27 @@ mod tests {
     fn acks_all_admission_and_progress() {
         let now = Instant::now();
         let mut state = leader(&[L, F1], &[L, F1], 2, offsets(0, 0, 0), now);
-        assert!(state.can_accept_acks_all().is_ok());
-        let _ = state.on_local_append(Offset(3));
+        let admission = state.can_accept_acks_all();
+        assert!(admission.is_ok(), "{admission:?}");
+        assert_eq!(
+            state.on_local_append(Offset(3)),
+            HighWatermarkUpdate::Unchanged
+        );
         assert_eq!(state.acks_all_progress(Offset(2)), AcksAllProgress::Waiting);
-        let _ = fetch(&mut state, F1, 3, now);
+        assert_eq!(fetch(&mut state, F1, 3, now), (advanced(0, 3), None));
         assert_eq!(
             state.acks_all_progress(Offset(2)),
             AcksAllProgress::Committed
         );
-        let _ = state.on_local_append(Offset(5));
-        let _ = state.on_isr_accepted(vec![L], 8).expect("valid ISR");
+        assert_eq!(
+            state.on_local_append(Offset(5)),
+            HighWatermarkUpdate::Unchanged
+        );
+        // Alone below min ISR 2: the HW stays at 3, short of the new batch.
+        assert_eq!(
+            state.on_isr_accepted(vec![L], 8).expect("valid ISR"),
+            HighWatermarkUpdate::Unchanged
+        );
         assert_eq!(
             state.acks_all_progress(Offset(4)),
             AcksAllProgress::NotEnoughReplicasAfterAppend {
@@ -1295,36 +1347,56 @@ mod tests {
         let now = Instant::now();
         let healthy = leader(&[L, F1, F2], &[L, F1], 1, offsets(2, 4, 10), now);
         assert_eq!(healthy.check_invariants(), Ok(()));
-        type Breakage = (&'static str, fn(&mut LeaderState));
+        // (name, a fragment the error must contain, the breakage)
+        type Breakage = (&'static str, &'static str, fn(&mut LeaderState));
         let breakages: [Breakage; 7] = [
-            ("HW past the log end", |s| s.high_watermark = Offset(11)),
-            ("HW below the log start", |s| s.log_start_offset = Offset(5)),
-            ("leader missing from the ISR", |s| {
+            (
+                "HW past the log end",
+                "high watermark 11 <= log end 10",
+                |s| s.high_watermark = Offset(11),
+            ),
+            (
+                "HW below the log start",
+                "log start 5 <= high watermark 4",
+                |s| s.log_start_offset = Offset(5),
+            ),
+            ("leader missing from the ISR", "accepted ISR: ", |s| {
                 s.in_sync_replicas = vec![F1]
             }),
-            ("ISR names a non-replica", |s| {
+            ("ISR names a non-replica", "accepted ISR: ", |s| {
                 s.in_sync_replicas.push(OUTSIDER)
             }),
-            ("pending expansion of an ISR member", |s| {
-                s.pending_isr_change = Some(PendingIsrChange {
-                    proposed: vec![L, F1],
-                    kind: IsrChangeKind::Expand(F1),
-                })
-            }),
-            ("pending shrink that keeps the node", |s| {
-                s.pending_isr_change = Some(PendingIsrChange {
-                    proposed: vec![L, F1],
-                    kind: IsrChangeKind::Shrink(vec![F1]),
-                })
-            }),
-            ("a replica without progress", |s| {
+            (
+                "pending expansion of an ISR member",
+                "pending change",
+                |s| {
+                    s.pending_isr_change = Some(PendingIsrChange {
+                        proposed: vec![L, F1],
+                        kind: IsrChangeKind::Expand(F1),
+                    })
+                },
+            ),
+            (
+                "pending shrink that keeps the node",
+                "pending change",
+                |s| {
+                    s.pending_isr_change = Some(PendingIsrChange {
+                        proposed: vec![L, F1],
+                        kind: IsrChangeKind::Shrink(vec![F1]),
+                    })
+                },
+            ),
+            ("a replica without progress", "are not the replicas", |s| {
                 s.followers.remove(&F2);
             }),
         ];
-        for (name, breakage) in breakages {
+        for (name, fragment, breakage) in breakages {
             let mut state = healthy.clone();
             breakage(&mut state);
-            assert!(state.check_invariants().is_err(), "{name} not detected");
+            match state.check_invariants() {
+                Err(error) => assert!(error.contains(fragment), "{name}: {error}"),
+                Ok(()) => panic!("{name} not detected"),
+            }
         }
     }
 
@@ -1339,7 +1411,10 @@ mod tests {
                 since_caught_up: ms(30)
             })
         );
-        let _ = fetch(&mut state, F1, 7, base + ms(40));
+        assert_eq!(
+            fetch(&mut state, F1, 7, base + ms(40)),
+            (advanced(0, 7), None)
+        );
         assert_eq!(
             state.follower_lag(F1, base + ms(50)),
             Some(FollowerLag {

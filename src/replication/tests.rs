@@ -475,10 +475,18 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
     assert_eq!(hw, Offset(9));
 
     // The new leader writes offset 9 in epoch 1; a replicates it.
-    let _ = leader_b.on_local_append(Offset(10));
+    assert_eq!(
+        leader_b.on_local_append(Offset(10)),
+        HighWatermarkUpdate::Unchanged,
+        "a has not fetched offset 9 yet"
+    );
     let (update, _) = accepted(leader_b.on_fetch(a, Offset(9), new_epoch, now));
     assert_eq!(update, HighWatermarkUpdate::Unchanged);
-    let _ = follower_a.on_fetched(leader_b.high_watermark(), Offset(0), Offset(10));
+    assert_eq!(
+        apply(follower_a.on_fetched(leader_b.high_watermark(), Offset(0), Offset(10))),
+        Offset(9),
+        "the leader's HW is still 9"
+    );
     let (update, _) = accepted(leader_b.on_fetch(a, Offset(10), new_epoch, now));
     assert_eq!(update.advanced_to(), Some(Offset(10)));
     assert_eq!(

@@ -321,6 +321,12 @@ mod tests {
         store_pairs(&path, "pairs", &[]).unwrap();
         assert_eq!(load_pairs(&path, "pairs").unwrap(), Some(vec![]));
         // A valid file of another kind is rejected by its header.
-        assert!(load_pairs(&path, "other").is_err());
+        match load_pairs(&path, "other") {
+            Err(Error::InvalidCheckpoint { path: p, reason }) => {
+                assert_eq!(p, path);
+                assert!(reason.contains("expected \"isrlog other v1\""), "{reason}");
+            }
+            other => panic!("a pairs file loaded as another kind: {other:?}"),
+        }
     }
 }

@@ -266,7 +266,13 @@ mod tests {
             commit.wait_flushed(Offset(1), dir, || unreachable!()),
             Err(Error::Poisoned { .. })
         ));
-        assert!(commit.check_not_poisoned(dir).is_err());
+        match commit.check_not_poisoned(dir) {
+            Err(Error::Poisoned { path, reason }) => {
+                assert_eq!(path, dir);
+                assert!(reason.contains("EIO"), "the failure is named: {reason}");
+            }
+            other => panic!("a failed sync did not poison: {other:?}"),
+        }
     }
 
     #[test]

@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{NodeConfig, ReplicationConfig};
-use crate::coordinator::{assign_replicas, ControllerConfig, Coordinator, MemoryCoordinator};
+use crate::coordinator::{
+    assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator,
+};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
@@ -304,30 +306,30 @@ impl TcpCluster {
         self.running.lock().get(&id).map(|running| f(&running.node))
     }
 
-    /// The in-sync replicas the coordinator holds for `log`.
-    pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+    /// The coordinator's record of `log`; `None` before the log is created.
+    /// The harness's own handle is never cut off, so an error means a
+    /// broken test: it panics rather than read as "no leader" or "no ISR",
+    /// which an assertion could take for the outcome it waits for.
+    fn log_state(&self, log: LogId) -> Option<LogState> {
         self.coordinator
             .log_state(log)
-            .ok()
-            .flatten()
+            .unwrap_or_else(|error| panic!("cannot read {log} from the coordinator: {error}"))
+    }
+
+    /// The in-sync replicas the coordinator holds for `log`.
+    pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+        self.log_state(log)
             .map(|s| s.in_sync_replicas)
             .unwrap_or_default()
     }
 
     /// The node the coordinator names as leader of `log`.
     pub fn leader_of(&self, log: LogId) -> Option<NodeId> {
-        self.coordinator
-            .log_state(log)
-            .ok()
-            .flatten()
-            .and_then(|s| s.leader)
+        self.log_state(log).and_then(|s| s.leader)
     }
 
     fn leader_epoch_of(&self, log: LogId) -> LeaderEpoch {
-        self.coordinator
-            .log_state(log)
-            .ok()
-            .flatten()
+        self.log_state(log)
             .map(|s| s.leader_epoch)
             .unwrap_or_default()
     }

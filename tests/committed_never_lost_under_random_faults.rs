@@ -13,23 +13,34 @@
 
 use isrlog::testing::fault_test::{run, CrashMode, FaultTestConfig};
 
+/// The number in environment variable `name`, if it is set. A value that
+/// is not a number fails the test: quietly running the CI seeds instead of
+/// the one being replayed would pass for the wrong reason.
+fn env_number(name: &str) -> Option<u64> {
+    let value = match std::env::var(name) {
+        Ok(value) => value,
+        Err(std::env::VarError::NotPresent) => return None,
+        Err(error) => panic!("{name}: {error}"),
+    };
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|error| panic!("{name}={value:?} is not a number: {error}")),
+    )
+}
+
 fn seeds(ci_default: u64) -> Vec<u64> {
-    if let Some(seed) = std::env::var("ISRLOG_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(seed) = env_number("ISRLOG_FAULT_SEED") {
         return vec![seed];
     }
-    let count = std::env::var("ISRLOG_FAULT_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(ci_default);
+    let count = env_number("ISRLOG_FAULT_SEEDS").unwrap_or(ci_default);
     (0..count).collect()
 }
 
 fn run_seeds(mode: CrashMode, ci_default: u64) {
     // `RUST_LOG=isrlog=info` shows what the cluster did on a replayed seed.
     if std::env::var("RUST_LOG").is_ok() {
+        // Fails when another test of this binary installed it first: fine.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()

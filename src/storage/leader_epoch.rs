@@ -134,6 +134,19 @@ impl LeaderEpochCache {
         &self.entries
     }
 
+    /// The entries that say which epoch the batches starting in
+    /// `from..until` were written in: the one covering `from` and every later
+    /// one starting before `until` (a reader copies these before it lets the
+    /// log's lock go, to check what it reads against them).
+    pub(crate) fn entries_covering(&self, from: Offset, until: Offset) -> &[EpochEntry] {
+        let first = self
+            .entries
+            .partition_point(|e| e.start_offset <= from)
+            .saturating_sub(1);
+        let end = self.entries.partition_point(|e| e.start_offset < until);
+        self.entries.get(first..end.max(first)).unwrap_or(&[])
+    }
+
     /// SPEC 3.6: where does `epoch` end on this replica?
     ///
     /// - `epoch` is the latest known: `(epoch, log_end_offset)`;
@@ -207,6 +220,17 @@ impl LeaderEpochCache {
             .windows(2)
             .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset)
     }
+}
+
+/// The epoch a batch starting at `base_offset` must carry according to
+/// `entries` (a slice of the cache, oldest first): that of the last entry
+/// starting at or before it. A batch before the first entry (the log start
+/// moved into it, which only whole segments do, so this is the first batch
+/// of the log) carries the first entry's epoch. `None` when there is no entry
+/// to check against.
+pub(crate) fn expected_epoch(entries: &[EpochEntry], base_offset: Offset) -> Option<LeaderEpoch> {
+    let after = entries.partition_point(|e| e.start_offset <= base_offset);
+    entries.get(after.saturating_sub(1)).map(|e| e.epoch)
 }
 
 #[cfg(test)]

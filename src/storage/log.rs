@@ -21,7 +21,7 @@ use bytes::Bytes;
 use super::checkpoint::{sync_dir, LogCheckpoint};
 use super::config::LogConfig;
 use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
-use super::leader_epoch::LeaderEpochCache;
+use super::leader_epoch::{expected_epoch, EpochEntry, LeaderEpochCache};
 use super::producer_state::{self, LeaderCheck, ProducerStateManager};
 use super::recovery::{self, RecoveryReport};
 use super::segment::{Found, Segment, SegmentFile};
@@ -143,6 +143,23 @@ struct Counters {
     bytes_read: AtomicU64,
 }
 
+/// What a read found under the log's lock, to finish without it.
+struct ReadPlan {
+    file: Arc<SegmentFile>,
+    /// Where the walk to the batch starts (index entry or segment base).
+    start: (Offset, u64),
+    /// Valid bytes of the segment when the read began.
+    end_bytes: u64,
+    /// The epoch cache entries covering the segment from the read offset.
+    epochs: Vec<EpochEntry>,
+    /// `LogState::truncations` when the read began.
+    truncations: u64,
+    log_start_offset: Offset,
+    log_end_offset: Offset,
+    /// No batch reaching this offset is returned.
+    limit: Offset,
+}
+
 /// The mutable state of a log.
 ///
 /// Invariant: `segments` is non-empty and contiguous (each segment ends
@@ -166,6 +183,10 @@ pub(super) struct LogState {
     /// Idempotent producers' last batches (SPEC 4), covering every batch
     /// below the log end.
     pub(super) producers: ProducerStateManager,
+    /// Truncations so far (`truncate_to`, `truncate_fully_and_start_at`): a
+    /// reader that saw bytes change under it compares this to tell a
+    /// concurrent truncation from corruption.
+    pub(super) truncations: u64,
 }
 
 impl LogState {
@@ -258,6 +279,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_at: now,
             producers: ProducerStateManager::empty(),
+            truncations: 0,
         };
         state.last_batch_epoch = epoch_of_last_batch_below(&state, log_end)?;
         let mut report = recovered.report;
@@ -766,61 +788,91 @@ impl Log {
         limit: Option<Offset>,
         within_high_watermark: bool,
     ) -> Result<ReadResult> {
-        self.commit.check_not_poisoned(&self.dir)?;
-        let (file, floor, end_bytes, log_start_offset, log_end_offset, limit) = {
-            let state = self.state.read();
-            let (log_start_offset, log_end_offset) =
-                (state.log_start_offset, state.log_end_offset());
-            let limit = match limit {
-                Some(limit) if within_high_watermark => Some(limit.min(state.high_watermark)),
-                limit => limit,
+        // A truncation (and new appends in its place) between finding the
+        // bytes and reading them can make them fail the checks below through
+        // no fault of the disk: such a read is tried again, and only a
+        // mismatch with no truncation in between is corruption.
+        let mut attempts = 0;
+        loop {
+            self.commit.check_not_poisoned(&self.dir)?;
+            let plan = {
+                let state = self.state.read();
+                let (log_start_offset, log_end_offset) =
+                    (state.log_start_offset, state.log_end_offset());
+                let limit = match limit {
+                    Some(limit) if within_high_watermark => Some(limit.min(state.high_watermark)),
+                    limit => limit,
+                };
+                if from < log_start_offset || from > log_end_offset {
+                    return Err(Error::OffsetOutOfRange {
+                        requested: from,
+                        log_start: log_start_offset,
+                        log_end: log_end_offset,
+                    });
+                }
+                let empty = ReadResult {
+                    records: Bytes::new(),
+                    log_start_offset,
+                    log_end_offset,
+                };
+                if from == log_end_offset || limit.is_some_and(|l| from >= l) {
+                    return Ok(empty);
+                }
+                let Some(segment) = state.segment_for(from) else {
+                    return Ok(empty);
+                };
+                ReadPlan {
+                    file: segment.file().clone(),
+                    start: segment.index_floor(from),
+                    end_bytes: segment.size_bytes(),
+                    epochs: state
+                        .epochs
+                        .entries_covering(from, segment.next_offset())
+                        .to_vec(),
+                    truncations: state.truncations,
+                    log_start_offset,
+                    log_end_offset,
+                    limit: limit.unwrap_or(log_end_offset).min(log_end_offset),
+                }
             };
-            if from < log_start_offset || from > log_end_offset {
-                return Err(Error::OffsetOutOfRange {
-                    requested: from,
-                    log_start: log_start_offset,
-                    log_end: log_end_offset,
-                });
+            match self.read_planned(from, bytes_max, &plan) {
+                Err(e @ Error::Corrupt { .. }) => {
+                    attempts += 1;
+                    if self.state.read().truncations == plan.truncations || attempts >= 8 {
+                        return Err(e);
+                    }
+                }
+                other => return other,
             }
-            let empty = ReadResult {
-                records: Bytes::new(),
-                log_start_offset,
-                log_end_offset,
-            };
-            if from == log_end_offset || limit.is_some_and(|l| from >= l) {
-                return Ok(empty);
-            }
-            let Some(segment) = state.segment_for(from) else {
-                return Ok(empty);
-            };
-            (
-                segment.file().clone(),
-                segment.index_floor(from),
-                segment.size_bytes(),
-                log_start_offset,
-                log_end_offset,
-                limit,
-            )
-        };
-        let limit = limit.unwrap_or(log_end_offset).min(log_end_offset);
+        }
+    }
+
+    /// The part of a read done without the log's lock: find the batch, read
+    /// the bytes, and check each batch handed out (SPEC 2.3). The CRC check
+    /// is a pair assertion with the one on append; the offset and epoch
+    /// checks catch what the CRC does not cover (a flipped base offset or
+    /// leader epoch), which would otherwise serve records under wrong
+    /// offsets.
+    fn read_planned(&self, from: Offset, bytes_max: usize, plan: &ReadPlan) -> Result<ReadResult> {
+        let file = &plan.file;
         let mut result = ReadResult {
             records: Bytes::new(),
-            log_start_offset,
-            log_end_offset,
+            log_start_offset: plan.log_start_offset,
+            log_end_offset: plan.log_end_offset,
         };
-        let Found::Batch { position, header } = Segment::find_batch(&file, floor, end_bytes, from)?
+        let Found::Batch { position, header } =
+            Segment::find_batch(file, plan.start, plan.end_bytes, from)?
         else {
             return Ok(result);
         };
-        if header.last_offset() >= limit {
+        if header.last_offset() >= plan.limit {
             return Ok(result);
         }
-        let want = (end_bytes - position).min(bytes_max.max(header.size_bytes()) as u64);
+        let want = (plan.end_bytes - position).min(bytes_max.max(header.size_bytes()) as u64);
         let buf = file.read_bytes(position, want as usize)?;
-        // Every batch handed out is checked again (a pair assertion with the
-        // check on append): a flipped bit below the recovery point, which
-        // recovery does not scan, surfaces here as `Corrupt`.
         let mut used = 0;
+        // Invariant: each batch handed out starts where the previous ended.
+        let mut next_offset = header.base_offset;
         while used < buf.len() {
             let corrupt = |reason: String| Error::Corrupt {
                 path: file.path().to_path_buf(),
@@ -828,11 +880,26 @@ impl Log {
                 reason,
             };
             match parse_header(&buf[used..]) {
-                Ok(h) if h.last_offset() < limit => {
+                Ok(h) if h.last_offset() < plan.limit => {
+                    if h.base_offset != next_offset {
+                        return Err(corrupt(format!(
+                            "batch starts at offset {}, but the batch before it ends at {next_offset}",
+                            h.base_offset
+                        )));
+                    }
+                    if let Some(epoch) = expected_epoch(&plan.epochs, h.base_offset) {
+                        if h.leader_epoch != epoch {
+                            return Err(corrupt(format!(
+                                "batch at offset {} has leader epoch {}, but the epoch cache says {epoch}",
+                                h.base_offset, h.leader_epoch
+                            )));
+                        }
+                    }
                     let size = h.size_bytes();
                     RecordBatch::from_bytes(buf.slice(used..used + size))
                         .map_err(|e| corrupt(e.to_string()))?;
                     used += size;
+                    next_offset = h.next_offset();
                 }
                 Ok(_) | Err(HeaderError::Incomplete { .. }) => break,
                 Err(HeaderError::Invalid(reason)) => return Err(corrupt(reason)),
@@ -880,6 +947,7 @@ impl Log {
         };
         let new_end = new_end.max(base);
         let log_start = state.log_start_offset;
+        state.truncations += 1;
         self.store_checkpoint_below(&state, new_end, log_start)?;
         self.commit.truncated_to(new_end);
         let cut = (|| {
@@ -928,6 +996,7 @@ impl Log {
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
         let first = state.log_start_offset;
+        state.truncations += 1;
         // A crash from here on rescans whatever is left from its start.
         self.store_checkpoint_below(&state, first, first)?;
         self.commit.truncated_to(first);

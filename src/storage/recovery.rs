@@ -17,6 +17,7 @@ use std::time::Instant;
 use super::checkpoint::{sync_dir, LogCheckpoint};
 use super::config::LogConfig;
 use super::leader_epoch::LeaderEpochCache;
+use super::offset_index::IndexProblem;
 use super::segment::{self, Found, ScanEnd, Segment};
 use crate::error::{Error, Result};
 use crate::types::{LeaderEpoch, Offset};
@@ -43,6 +44,10 @@ pub struct TruncatedTail {
 pub struct RecoveryReport {
     /// Whether the log was closed cleanly before (its checkpoint said so).
     pub clean_shutdown: bool,
+    /// Whether the log checkpoint was missing or unusable, so the high
+    /// watermark is unknown: it restarts at the log start, and a leader or
+    /// a fetch from the leader has to tell this replica what is committed.
+    pub high_watermark_unknown: bool,
     /// The recovery point recovery started from: data below it was trusted,
     /// data from it on was validated.
     pub recovery_point: Offset,
@@ -168,10 +173,48 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
     };
 
     let bases = list_segments(dir)?;
+    report.high_watermark_unknown = checkpoint.is_none() && !bases.is_empty();
+    if !bases.is_empty() && checkpoint.is_none() && report.checkpoint_problems.is_empty() {
+        let problem = format!(
+            "{} is missing: the high watermark and recovery point are unknown, so the whole log \
+             was validated and the high watermark restarts at the log start",
+            LogCheckpoint::path(dir).display()
+        );
+        tracing::warn!(%problem, "log checkpoint missing");
+        report.checkpoint_problems.push(problem);
+    }
     let mut log_start_offset = checkpoint.map_or(Offset::ZERO, |c| c.log_start_offset);
     if let Some(&first) = bases.first() {
+        // Retention checkpoints the new log start before it deletes files,
+        // so a first segment after the checkpointed start is either a
+        // crash inside `truncate_fully_and_start_at` (nothing durable was
+        // promised past the start) or a lost segment.
+        if let Some(c) = checkpoint {
+            if first > c.log_start_offset && c.recovery_point > c.log_start_offset {
+                return Err(Error::Corrupt {
+                    path: segment::log_path(dir, first),
+                    position: 0,
+                    reason: format!(
+                        "the log starts at offset {} and was durable up to {}, but its first \
+                         segment starts at {first}: the segment holding offsets {}..{first} is missing",
+                        c.log_start_offset,
+                        c.recovery_point,
+                        c.log_start_offset
+                    ),
+                });
+            }
+        }
         log_start_offset = log_start_offset.max(first);
     }
+    // What may have been committed: below the checkpointed high watermark,
+    // or anything when it is unknown. Recovery never removes such data on
+    // its own when valid batches follow the damage (SPEC 2.3): that is not
+    // a torn write but damage in the middle of the log.
+    let committed_end = checkpoint.map(|c| c.high_watermark);
+    let may_be_committed = |offset: Offset| match committed_end {
+        Some(hw) => offset < hw,
+        None => true,
+    };
 
     let mut segments: BTreeMap<Offset, Segment> = BTreeMap::new();
     let mut deleting = false;
@@ -191,21 +234,30 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
             report.segments_deleted.push(path);
             continue;
         }
-        let (mut seg, index_problem) = Segment::open(dir, base, now)?;
-        if let Some(problem) = &index_problem {
-            tracing::warn!(path = %seg.index_path().display(), reason = %problem.0, "rebuilding offset index");
-            report
-                .indexes_rebuilt
-                .push((seg.index_path().to_path_buf(), problem.0.clone()));
-        }
+        let (mut seg, mut index_problem) = Segment::open(dir, base, now)?;
         let expected = segments.values().next_back().map(Segment::next_offset);
         if let Some(expected) = expected {
             if base != expected {
-                // A crash in the middle of `truncate_to` cut an earlier
-                // segment but left later ones: they follow a gap.
                 let reason = format!(
                     "segment starts at offset {base} but the log before it ends at {expected}"
                 );
+                // A crash in the middle of `truncate_to` cut an earlier
+                // segment but left later ones: they follow a gap, at or
+                // after the recovery point and the high watermark, both of
+                // which `truncate_to` lowered first. Anywhere else the gap
+                // is lost data (a missing segment, or one that ends short).
+                if expected < recovery_point || may_be_committed(expected) {
+                    return Err(Error::Corrupt {
+                        path: seg.log_path().to_path_buf(),
+                        position: 0,
+                        reason: format!(
+                            "{reason}: segments must tile the log; records from {expected} \
+                             may have been committed (recovery point {recovery_point}, high \
+                             watermark {}), so the log is not opened",
+                            committed_end.map_or("unknown".to_string(), |hw| hw.to_string())
+                        ),
+                    });
+                }
                 tracing::warn!(path = %seg.log_path().display(), %reason, "deleting segment after a gap");
                 let path = seg.log_path().to_path_buf();
                 seg.delete()?;
@@ -216,10 +268,20 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
         }
 
         let wholly_trusted = next_base.is_some_and(|next| next <= recovery_point);
-        if wholly_trusted && index_problem.is_none() {
-            seg.assume_end(next_base.unwrap_or(base));
-            segments.insert(base, seg);
-            continue;
+        if let (true, None, Some(next)) = (wholly_trusted, &index_problem, next_base) {
+            // Trusted, so not scanned; but its ends are checked, a few
+            // headers each (SPEC 2.3: segments tile the offsets). A failure
+            // may be the index's: rebuild it and validate the segment whole.
+            if seg.last_index_entry_matches()? {
+                seg.check_tiles(next)?;
+                seg.assume_end(next);
+                segments.insert(base, seg);
+                continue;
+            }
+            seg.discard_index()?;
+            index_problem = Some(IndexProblem(
+                "its last entry does not point at the batch it names".to_string(),
+            ));
         }
 
         // Where validation starts: the batch at the recovery point (found by
@@ -228,14 +290,39 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
         let (trusted_until_position, offset_there) = if base >= recovery_point {
             (0, base)
         } else {
+            // Its first batch is below the recovery point, so trusted, and
+            // must start at the segment's name (SPEC 2.3).
+            seg.check_first_batch()?;
             let floor = seg.index_floor(recovery_point);
-            match Segment::find_boundary(seg.file(), floor, seg.size_bytes(), recovery_point)? {
+            let found = match Segment::find_boundary(
+                seg.file(),
+                floor,
+                seg.size_bytes(),
+                recovery_point,
+            ) {
+                // The index entry the walk started from does not match the
+                // data: rebuild the index and walk from the start.
+                Err(Error::Corrupt { reason, .. }) if index_problem.is_none() && floor.1 > 0 => {
+                    seg.discard_index()?;
+                    index_problem = Some(IndexProblem(format!(
+                        "an entry does not match the data ({reason})"
+                    )));
+                    Segment::find_boundary(
+                        seg.file(),
+                        (base, 0),
+                        seg.size_bytes(),
+                        recovery_point,
+                    )?
+                }
+                found => found?,
+            };
+            match found {
                 Found::Batch { position, header } => (position, header.base_offset),
                 Found::End {
                     position,
                     next_offset,
                 } => {
-                    let ends_at = next_offset.unwrap_or(base);
+                    let ends_at = next_offset;
                     let must_reach = next_base.map_or(recovery_point, |n| n.min(recovery_point));
                     if ends_at < must_reach {
                         return Err(Error::Corrupt {
@@ -250,6 +337,12 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                 }
             }
         };
+        if let Some(problem) = &index_problem {
+            tracing::warn!(path = %seg.index_path().display(), reason = %problem.0, "rebuilding offset index");
+            report
+                .indexes_rebuilt
+                .push((seg.index_path().to_path_buf(), problem.0.clone()));
+        }
         let (scan_from, start_offset) = if index_problem.is_some() {
             (0, base)
         } else {
@@ -294,6 +387,36 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                     position,
                     reason: format!("below the recovery point {recovery_point}: {reason}"),
                 });
+            }
+            let cut_at = seg.next_offset();
+            if may_be_committed(cut_at) {
+                // Valid batches after the damage, in this segment or a later
+                // one, mean the damage is in the middle of the log.
+                let mut follows = Segment::valid_batch_within(
+                    seg.file(),
+                    position + 1,
+                    size_before,
+                    cut_at.next(),
+                )?;
+                for &later in &bases[i + 1..] {
+                    if follows {
+                        break;
+                    }
+                    follows = Segment::file_holds_valid_batch(dir, later, cut_at.next())?;
+                }
+                if follows {
+                    return Err(Error::Corrupt {
+                        path: seg.log_path().to_path_buf(),
+                        position,
+                        reason: format!(
+                            "{reason}; valid batches follow, and records from offset {cut_at} \
+                             may have been committed (high watermark {}): recovery does not \
+                             remove them on its own. Restore the checkpoint, or delete this \
+                             log's directory so the replica fetches it again from the leader",
+                            committed_end.map_or("unknown".to_string(), |hw| hw.to_string())
+                        ),
+                    });
+                }
             }
             let batches = count_frames(&seg, position, size_before)?;
             let tail = TruncatedTail {
@@ -365,10 +488,46 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                 .push(format!("{} is missing", epoch_file.display()));
         }
         epochs = LeaderEpochCache::empty(dir);
+        let mut previous: Option<LeaderEpoch> = None;
         for seg in segments.values() {
+            // The cache is rebuilt from fields the CRC does not cover, so
+            // they are checked first: offsets continue from the segment's
+            // base, and epochs never go back (one of two batches whose
+            // epochs do carries a damaged one, and with no cache to say
+            // which, the log cannot be served).
+            let mut problem = None;
+            let mut position = 0u64;
+            let mut next_offset = seg.base_offset();
             seg.for_each_header(0, |h| {
+                if problem.is_some() {
+                    return;
+                }
+                if h.base_offset != next_offset {
+                    problem = Some((
+                        position,
+                        format!("batch starts at offset {}, expected {next_offset}", h.base_offset),
+                    ));
+                } else if previous.is_some_and(|p| h.leader_epoch < p) {
+                    problem = Some((
+                        position,
+                        format!(
+                            "batch at offset {} has leader epoch {}, older than the batch before it",
+                            h.base_offset, h.leader_epoch
+                        ),
+                    ));
+                }
+                previous = Some(h.leader_epoch);
+                position += h.size_bytes() as u64;
+                next_offset = h.next_offset();
                 epochs.assign_in_memory(h.leader_epoch, h.base_offset);
             })?;
+            if let Some((position, reason)) = problem {
+                return Err(Error::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    position,
+                    reason: format!("{reason} (while rebuilding the leader epoch cache)"),
+                });
+            }
         }
         report.epoch_cache_rebuilt = true;
         epochs_changed = true;

@@ -320,9 +320,8 @@ pub(crate) enum Found {
     End {
         /// Where the walk stopped.
         position: u64,
-        /// The offset a batch at `position` starts at; `None` when the walk
-        /// started at position 0 and saw no batch (the segment base).
-        next_offset: Option<Offset>,
+        /// The offset a batch at `position` starts at.
+        next_offset: Offset,
     },
 }
 
@@ -523,15 +522,21 @@ impl Segment {
     }
 
     /// Finds the batch containing `target` (or the first batch after it) by
-    /// walking headers from the nearest index entry below it, without reading
-    /// batch bodies.
+    /// walking headers from `start` (the nearest index entry below it, see
+    /// [`index_floor`](Self::index_floor)), without reading batch bodies.
+    ///
+    /// The walk checks what the CRC does not cover (SPEC 2.3): the batch at
+    /// `start` begins at the offset the index gave, and each batch begins
+    /// where the one before it ended. A mismatch is `Error::Corrupt` naming
+    /// the file and the batch's position: a flipped base offset would
+    /// otherwise serve records under wrong offsets.
     pub(crate) fn find_batch(
         file: &SegmentFile,
-        index_floor: Option<(Offset, u64)>,
+        start: (Offset, u64),
         end_bytes: u64,
         target: Offset,
     ) -> Result<Found> {
-        Segment::walk_to(file, index_floor, end_bytes, target, false)
+        Segment::walk_to(file, start, end_bytes, target, false)
     }
 
     /// Like [`find_batch`](Self::find_batch), but stops without reading it
@@ -539,44 +544,62 @@ impl Segment {
     /// batch may be torn (recovery looks for the recovery point this way).
     pub(crate) fn find_boundary(
         file: &SegmentFile,
-        index_floor: Option<(Offset, u64)>,
+        start: (Offset, u64),
         end_bytes: u64,
         target: Offset,
     ) -> Result<Found> {
-        Segment::walk_to(file, index_floor, end_bytes, target, true)
+        Segment::walk_to(file, start, end_bytes, target, true)
     }
 
     fn walk_to(
         file: &SegmentFile,
-        index_floor: Option<(Offset, u64)>,
+        (start_offset, start_position): (Offset, u64),
         end_bytes: u64,
         target: Offset,
         stop_at_boundary: bool,
     ) -> Result<Found> {
-        let mut position = index_floor.map_or(0, |(_, p)| p);
-        // Offset the batch at `position` starts at, when known.
-        let mut next_offset = index_floor.map(|(o, _)| o);
+        let mut position = start_position;
+        // Offset the batch at `position` must start at.
+        let mut next_offset = start_offset;
         while position < end_bytes {
-            if stop_at_boundary && next_offset == Some(target) {
+            if stop_at_boundary && next_offset == target {
                 break;
             }
+            let corrupt = |reason: String| Error::Corrupt {
+                path: file.path().to_path_buf(),
+                position,
+                reason,
+            };
             let header = match file.read_header(position)? {
                 Ok(header) => header,
                 Err(e) => {
-                    return Err(Error::Corrupt {
-                        path: file.path().to_path_buf(),
-                        position,
-                        reason: format!(
-                            "bad batch header while searching for offset {target}: {e}"
-                        ),
-                    })
+                    return Err(corrupt(format!(
+                        "bad batch header while searching for offset {target}: {e}"
+                    )))
                 }
             };
+            if header.base_offset != next_offset {
+                return Err(corrupt(format!(
+                    "batch starts at offset {}, expected {next_offset} (the offset {})",
+                    header.base_offset,
+                    if position == start_position {
+                        "the offset index gives this position"
+                    } else {
+                        "the batch before it ends at"
+                    }
+                )));
+            }
+            let size = header.size_bytes() as u64;
+            if position + size > end_bytes {
+                return Err(corrupt(format!(
+                    "batch of {size} bytes runs past the end of the data ({end_bytes} bytes)"
+                )));
+            }
             if header.last_offset() >= target {
                 return Ok(Found::Batch { position, header });
             }
-            position += header.size_bytes() as u64;
-            next_offset = Some(header.next_offset());
+            position += size;
+            next_offset = header.next_offset();
         }
         Ok(Found::End {
             position,
@@ -584,9 +607,12 @@ impl Segment {
         })
     }
 
-    /// The index entry at or below `target`, as `(offset, position)`.
-    pub(crate) fn index_floor(&self, target: Offset) -> Option<(Offset, u64)> {
-        self.index.lookup(target).map(|e| (e.offset, e.position))
+    /// Where a walk to `target` starts: the index entry at or below it, as
+    /// `(offset, position)`, or the segment's base at position 0.
+    pub(crate) fn index_floor(&self, target: Offset) -> (Offset, u64) {
+        self.index
+            .lookup(target)
+            .map_or((self.base_offset, 0), |e| (e.offset, e.position))
     }
 
     /// Walks batch headers from `position` to the end of the valid data,
@@ -744,6 +770,149 @@ impl Segment {
         self.size_bytes = at;
         debug_assert!(self.check_invariants());
         Ok(outcome)
+    }
+
+    /// Whether a complete batch with a valid CRC, starting at offset
+    /// `after` or later, lies anywhere in the data file from byte `from` to
+    /// byte `end` (searched byte by byte: the bytes before it may be
+    /// garbage). Recovery asks this before it cuts a tail it cannot prove
+    /// uncommitted: valid batches after a bad one are not a torn write but
+    /// damage in the middle of the log.
+    pub(crate) fn valid_batch_within(
+        file: &SegmentFile,
+        from: u64,
+        end: u64,
+        after: Offset,
+    ) -> Result<bool> {
+        let mut window_start = from;
+        while window_start + (BATCH_HEADER_BYTES as u64) <= end {
+            let len = (end - window_start).min(SCAN_WINDOW_BYTES as u64) as usize;
+            let window = file.read_bytes(window_start, len)?;
+            if window.len() < BATCH_HEADER_BYTES {
+                return Ok(false);
+            }
+            for at in 0..=window.len() - BATCH_HEADER_BYTES {
+                let header = match parse_header(&window[at..]) {
+                    Ok(header) => header,
+                    Err(HeaderError::Incomplete { needed: Some(_) }) => {
+                        decode_header_fields(&window[at..at + BATCH_HEADER_BYTES])
+                    }
+                    Err(_) => continue,
+                };
+                let position = window_start + at as u64;
+                let size = header.size_bytes() as u64;
+                if header.base_offset < after || position + size > end {
+                    continue;
+                }
+                let bytes = if at + size as usize <= window.len() {
+                    window.slice(at..at + size as usize)
+                } else {
+                    file.read_bytes(position, size as usize)?
+                };
+                if RecordBatch::from_bytes(bytes).is_ok() {
+                    return Ok(true);
+                }
+            }
+            // The next window overlaps this one by a header, so a batch
+            // starting near the end of this window is still found.
+            window_start += (window.len() - BATCH_HEADER_BYTES + 1) as u64;
+        }
+        Ok(false)
+    }
+
+    /// Whether the data file of the segment at `base` in `dir` holds a valid
+    /// batch starting at offset `after` or later (see
+    /// [`valid_batch_within`](Self::valid_batch_within)).
+    pub(crate) fn file_holds_valid_batch(dir: &Path, base: Offset, after: Offset) -> Result<bool> {
+        let file = SegmentFile::open(&log_path(dir, base), false)?;
+        let end = file.len_bytes()?;
+        Segment::valid_batch_within(&file, 0, end, after)
+    }
+
+    /// Checks a trusted segment (below the recovery point, not scanned) at
+    /// its two ends, reading a few headers only: its first batch starts at
+    /// its name's offset, and its last batch ends exactly at `next_base`,
+    /// where the next segment starts (SPEC 2.3: segments tile the offsets).
+    pub(crate) fn check_tiles(&self, next_base: Offset) -> Result<()> {
+        if self.size_bytes == 0 {
+            return Err(self.corrupt(
+                0,
+                format!(
+                    "segment is empty but the next one starts at offset {next_base}, not {}",
+                    self.base_offset
+                ),
+            ));
+        }
+        // `find_boundary` checks the first header walked against the index
+        // entry (or the base at position 0) and every later one against the
+        // one before it.
+        self.check_first_batch()?;
+        let last_indexed = self
+            .index
+            .last_entry()
+            .map_or((self.base_offset, 0), |e| (e.offset, e.position));
+        match Segment::find_boundary(&self.file, last_indexed, self.size_bytes, next_base)? {
+            Found::End {
+                position,
+                next_offset,
+            } if position == self.size_bytes && next_offset == next_base => Ok(()),
+            Found::End {
+                position,
+                next_offset,
+            } if position == self.size_bytes => Err(self.corrupt(
+                position,
+                format!(
+                    "segment ends at offset {next_offset} but the next one starts at {next_base}"
+                ),
+            )),
+            Found::End { position, .. } => Err(self.corrupt(
+                position,
+                format!(
+                    "{} bytes follow offset {next_base}, where the next segment starts",
+                    self.size_bytes - position
+                ),
+            )),
+            Found::Batch { position, header } => Err(self.corrupt(
+                position,
+                format!(
+                    "batch {}..={} runs past offset {next_base}, where the next segment starts",
+                    header.base_offset,
+                    header.last_offset()
+                ),
+            )),
+        }
+    }
+
+    /// Checks that the segment's first batch starts at its name's offset
+    /// (an empty segment passes).
+    pub(crate) fn check_first_batch(&self) -> Result<()> {
+        if self.size_bytes > 0 {
+            Segment::find_batch(&self.file, (self.base_offset, 0), self.size_bytes, self.base_offset)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the last index entry points at a batch starting at the
+    /// offset it names: when it does not, the index (not the data) is what
+    /// a failed walk from it blames, and it is rebuilt. `Err` is an I/O
+    /// error only.
+    pub(crate) fn last_index_entry_matches(&self) -> Result<bool> {
+        let Some(entry) = self.index.last_entry() else {
+            return Ok(true);
+        };
+        Ok(match self.file.read_header(entry.position)? {
+            Ok(header) => header.base_offset == entry.offset,
+            Err(_) => false,
+        })
+    }
+
+    /// Replaces the offset index with an empty one, to be rebuilt by
+    /// [`recover_from`](Self::recover_from) from position 0.
+    pub(crate) fn discard_index(&mut self) -> Result<()> {
+        let path = self.index.path().to_path_buf();
+        self.index = OffsetIndex::create(&path, self.base_offset, 0)?;
+        self.bytes_since_index_entry = 0;
+        Ok(())
     }
 
     /// Cuts the data file to `position` (a batch boundary) and drops the

@@ -8,7 +8,12 @@
 //! `offset_index` and `checkpoint`. A torn or corrupt tail is never an error:
 //! only data below the recovery point that fails validation is
 //! (`Error::Corrupt` naming file and position), because the log promised it
-//! was durable.
+//! was durable. Two more refusals (SPEC 2.3): segments that do not tile the
+//! offsets (a missing segment, one that starts off its name or ends short of
+//! the next), and a tail that may hold committed data (below the
+//! checkpointed high watermark, or anywhere when the checkpoint is gone)
+//! with valid batches after the damage: that is damage in the middle of the
+//! log, which a replica must not cut on its own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

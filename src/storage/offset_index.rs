@@ -158,6 +158,13 @@ impl OffsetIndex {
                     "entry {slot} points at byte {position}, past the {data_bytes} byte data file"
                 ))));
             }
+            // The base offset comes from the file name: an entry past
+            // u64::MAX from it is garbage, and reading it back would overflow.
+            if base_offset.0.checked_add(u64::from(relative)).is_none() {
+                return Ok(Err(IndexProblem(format!(
+                    "entry {slot} (relative offset {relative}) overflows base offset {base_offset}"
+                ))));
+            }
             previous = (relative, position);
             used += 1;
         }
@@ -406,6 +413,30 @@ mod tests {
         assert!(OffsetIndex::open_checked(&path, Offset(0), 10)
             .unwrap()
             .is_err());
+    }
+
+    /// Regression (found by `tests/decoders_never_panic_on_arbitrary_bytes`):
+    /// an index whose relative offsets, added to the base offset its segment's
+    /// file name gives, pass `u64::MAX` was accepted, and reading an entry
+    /// back overflowed (a panic in debug builds, a wrong offset in release).
+    /// Such an entry now fails the sanity check, so the index is rebuilt.
+    #[test]
+    fn entry_overflowing_the_base_offset_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.index");
+        let le = |r: u32, p: u32| [r.to_le_bytes(), p.to_le_bytes()].concat();
+        std::fs::write(&path, [le(1, 100), le(u32::MAX, 200)].concat()).unwrap();
+        let base = Offset(u64::MAX - 10);
+        let problem = OffsetIndex::open_checked(&path, base, 1000)
+            .unwrap()
+            .expect_err("an overflowing entry was accepted");
+        assert!(problem.0.contains("overflows"), "{problem:?}");
+        // The largest entry that fits is still accepted.
+        std::fs::write(&path, [le(1, 100), le(10, 200)].concat()).unwrap();
+        let index = OffsetIndex::open_checked(&path, base, 1000)
+            .unwrap()
+            .unwrap();
+        assert_eq!(index.last_entry(), Some(entry(u64::MAX, 200)));
     }
 
     #[test]

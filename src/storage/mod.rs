@@ -20,4 +20,9 @@ pub use flush::FlushPolicy;
 #[allow(unused_imports)]
 pub(crate) use leader_epoch::{EpochEntry, LeaderEpochCache};
 pub use log::{AppendInfo, Log, LogStats, ReadResult};
+// The file decoders and encoders, for `testing::fuzz`.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use offset_index::{OffsetIndex, INDEX_ENTRY_BYTES};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use producer_state::{snapshot_path, ProducerStateManager};
 pub use recovery::{RecoveryReport, TruncatedTail};

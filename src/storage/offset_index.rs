@@ -247,6 +247,13 @@ impl OffsetIndex {
         &self.path
     }
 
+    /// Every used entry, oldest first (for `testing::fuzz`, which shows what
+    /// a decoded file holds).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn used_entries(&self) -> Vec<IndexEntry> {
+        (0..self.entries).map(|slot| self.entry(slot)).collect()
+    }
+
     /// The newest entry, if any.
     pub(crate) fn last_entry(&self) -> Option<IndexEntry> {
         self.entries.checked_sub(1).map(|slot| self.entry(slot))

@@ -274,6 +274,29 @@ impl ProducerStateManager {
         self.producers.values().all(ProducerEntry::check_invariants)
     }
 
+    /// Every producer's id, epoch, last timestamp and remembered batches,
+    /// sorted by id (for `testing::fuzz`, which shows what a decoded
+    /// snapshot holds).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn producers_by_id(
+        &self,
+    ) -> Vec<(ProducerId, ProducerEpoch, i64, Vec<BatchMetadata>)> {
+        let mut producers: Vec<_> = self
+            .producers
+            .iter()
+            .map(|(id, entry)| {
+                (
+                    *id,
+                    entry.producer_epoch,
+                    entry.last_timestamp_ms,
+                    entry.batches.iter().copied().collect(),
+                )
+            })
+            .collect();
+        producers.sort_by_key(|(id, ..)| *id);
+        producers
+    }
+
     // ---- snapshots ---------------------------------------------------------
 
     /// The snapshot bytes of this state as of `offset`.

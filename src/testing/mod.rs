@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod coordinator_suite;
 pub mod fault_test;
+pub mod fuzz;
 pub mod tcp_cluster;
 mod tcp_transport_factory;
 pub mod transport_suite;

@@ -33,6 +33,10 @@ use crate::error::Error;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 pub use memory::{MemoryNetwork, MemoryTransport};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use tcp::{
+    decode_body, encode_request, encode_response, read_frame, FrameError, Message, ReadError,
+};
 pub use tcp::{TcpConfig, TcpServer, TcpTransport};
 
 // ---- traits ----------------------------------------------------------------

@@ -233,7 +233,7 @@ impl FrameError {
     }
 
     /// The field that failed to decode.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn field(&self) -> &'static str {
         self.field
     }

@@ -38,6 +38,12 @@ use crate::error::{Error, Result};
 use crate::record::BATCH_BYTES_MAX;
 
 pub use client::TcpTransport;
+// The wire codec, for `testing::fuzz`: fuzzers drive the same decoder the
+// connections run.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use frame::{decode_body, encode_request, encode_response, FrameError, Message};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use io::{read_frame, ReadError};
 
 /// The smallest `frame_bytes_max` accepted: room for any error response and
 /// for small requests, so a server can always answer.

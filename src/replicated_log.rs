@@ -120,8 +120,21 @@ impl ReplicatedLog {
 
     /// Reads whole batches starting with the one that holds `from`, up to
     /// about `bytes_max` (at least one batch when there is one). The first
-    /// batch may start before `from`. `Committed` stops at the high
-    /// watermark; `Uncommitted` is for the leader only.
+    /// batch may start before `from`. `Uncommitted` is for the leader only.
+    ///
+    /// `Committed` (SPEC 3.8, G3) returns only records below this replica's
+    /// high watermark *at the moment of the read*. What that promises a
+    /// caller who reads [`high_watermark`](Self::high_watermark) afterwards
+    /// depends on the role:
+    /// - on a leader the high watermark never moves back within its epoch,
+    ///   so every offset returned is below any later reading in that epoch;
+    /// - on a follower it may move back: each fetch answer sets it to
+    ///   `min(leader HW, own LEO)` (SPEC 3.2), and a newly elected leader's
+    ///   high watermark can lag the one the previous leader had already
+    ///   passed on (SPEC 3.8). A follower that returned offset 10 while its
+    ///   high watermark was 11 may report 10 a moment later. The record was
+    ///   committed all the same, and stays so; only the follower's view of
+    ///   the committed end fell behind.
     pub fn read(
         &self,
         from: Offset,
@@ -182,7 +195,9 @@ impl ReplicatedLog {
         self.role() == Role::Leader
     }
 
-    /// The high watermark: every offset below it is committed.
+    /// The high watermark: every offset below it is committed. Never moves
+    /// back on a leader within its epoch; on a follower it follows the
+    /// leader's and may move back (see [`read`](Self::read)).
     pub fn high_watermark(&self) -> Offset {
         self.replica.high_watermark()
     }

@@ -1113,6 +1113,16 @@ impl Replica {
                 match high_watermark.0.cmp(&self.high_watermark.get()) {
                     std::cmp::Ordering::Greater => self.publish_high_watermark(high_watermark),
                     std::cmp::Ordering::Less => {
+                        tracing::debug!(
+                            log = %self.log_id,
+                            node = %self.local,
+                            leader = %state.leader(),
+                            epoch = %state.leader_epoch(),
+                            from = self.high_watermark.get(),
+                            to = %high_watermark,
+                            leader_high_watermark = %answer.high_watermark,
+                            "follower high watermark fell to the leader's"
+                        );
                         self.high_watermark.reset(high_watermark.0);
                         self.log.set_high_watermark(high_watermark);
                     }
@@ -1199,7 +1209,12 @@ impl Replica {
         );
     }
 
-    /// Reads committed (or, on a leader, uncommitted) data.
+    /// Reads committed (or, on a leader, uncommitted) data. A committed read
+    /// stops below the high watermark as of the read: the lower of the
+    /// published one and the log's, taken under the log's lock, so a
+    /// high watermark lowered meanwhile (a follower's, SPEC 3.2) is obeyed.
+    /// A follower's may fall after the read; what it returned was committed
+    /// nonetheless (see `ReplicatedLog::read`).
     pub(crate) fn read(&self, from: Offset, bytes_max: usize, committed: bool) -> Result<Bytes> {
         if committed {
             let hw = self.high_watermark();

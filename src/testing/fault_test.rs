@@ -23,9 +23,24 @@
 //! acknowledged offset is a lie told to the producer.
 //!
 //! During the fault phase, reader threads also read `Committed` from random
-//! replicas (nothing at or above the high watermark read right after, G3)
-//! and compare pairs of replicas below the lower of their high watermarks
-//! (same bytes, same epochs, G2).
+//! replicas and compare pairs of replicas below the lower of their high
+//! watermarks (same bytes, same epochs, G2). G3 is checked as SPEC states
+//! it, which is not the same on a leader and on a follower:
+//! - a leader's high watermark never moves back within its epoch, so
+//!   nothing a committed read on a leader returns may be at or above the
+//!   high watermark read right after it;
+//! - a follower's may: it takes `HW = min(leader HW, own LEO)` from every
+//!   fetch answer (SPEC §3.2), and a newly elected leader's high watermark
+//!   can lag the one the old leader had already passed on (SPEC §3.8), so a
+//!   follower that read offset 10 below its high watermark 11 may report 10
+//!   a moment later. A later reading bounds nothing there. What a committed
+//!   read on a follower returned must instead have been committed, so (when
+//!   no committed data may be lost) it must be in the converged log at the
+//!   same offsets with the same bytes. That catches a follower serving
+//!   records that were later lost or replaced, not one serving records that
+//!   happened to be committed later; `committed_reads_never_pass_the_high_watermark`
+//!   checks followers against their high watermark where it cannot fall
+//!   (no leader change).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -105,8 +120,13 @@ pub struct FaultTestReport {
     pub idempotent_duplicates: usize,
     /// Acknowledgements the lossy router dropped (each forces a retry).
     pub acks_dropped: usize,
-    /// Committed reads checked against the replica's high watermark.
+    /// Committed reads checked (on a leader against its high watermark,
+    /// on a follower against the converged log).
     pub committed_reads: usize,
+    /// Batches returned by committed reads on followers, checked against
+    /// the converged log after healing (none under power loss without
+    /// flushing, where committed data may be lost).
+    pub follower_read_batches_checked: usize,
     /// Pairs of replicas compared below their common high watermark.
     pub replica_comparisons: usize,
 }
@@ -117,6 +137,19 @@ struct Acknowledged {
     log: LogId,
     offset: Offset,
     value: Vec<u8>,
+}
+
+/// A batch a committed read on a follower returned: it must be committed,
+/// so found unchanged in the converged log (when nothing committed may be
+/// lost).
+#[derive(Clone, Debug)]
+struct FollowerRead {
+    log: LogId,
+    node: NodeId,
+    base_offset: Offset,
+    last_offset: Offset,
+    /// Of the batch's bytes.
+    hash: u64,
 }
 
 /// Shared between the driver, the producers and the sampler.
@@ -130,6 +163,8 @@ struct RunState {
     acks_dropped: Mutex<usize>,
     committed_reads: Mutex<usize>,
     replica_comparisons: Mutex<usize>,
+    /// What committed reads on followers returned (only when `no_loss`).
+    follower_reads: Mutex<Vec<FollowerRead>>,
     acknowledged: Mutex<Vec<Acknowledged>>,
     unknown: Mutex<usize>,
     /// Crash and restart happen under this lock, with the incarnation of
@@ -245,6 +280,7 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
         acks_dropped: Mutex::new(0),
         committed_reads: Mutex::new(0),
         replica_comparisons: Mutex::new(0),
+        follower_reads: Mutex::new(Vec::new()),
         acknowledged: Mutex::new(Vec::new()),
         unknown: Mutex::new(0),
         incarnations: Mutex::new(cluster.node_ids().into_iter().map(|n| (n, 0)).collect()),
@@ -288,6 +324,8 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
     report.acks_dropped = *state.acks_dropped.lock();
     report.committed_reads = *state.committed_reads.lock();
     report.replica_comparisons = *state.replica_comparisons.lock();
+    let follower_reads = std::mem::take(&mut *state.follower_reads.lock());
+    report.follower_read_batches_checked = follower_reads.len();
     let converged = converge(&cluster, &logs, config.converge_timeout);
     let mut violations = std::mem::take(&mut *state.violations.lock());
     match converged {
@@ -295,6 +333,7 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
             &cluster,
             &logs,
             &state.acknowledged.lock(),
+            &follower_reads,
             state.no_loss,
         )),
         Err(reason) => violations.push(reason),
@@ -433,10 +472,8 @@ fn produce_idempotent(cluster: &Cluster, state: &RunState, log: LogId, seed: u64
 }
 
 /// G3 and G2 while faults happen: reads `Committed` from random replicas
-/// and checks that nothing returned is at or above the high watermark the
-/// replica reports right after (and, on a leader, that its high watermark
-/// did not move back); every few reads, compares two replicas of a log
-/// below the lower of their high watermarks.
+/// (see `check_committed_read`); every few reads, compares two replicas of
+/// a log below the lower of their high watermarks.
 fn read_committed(cluster: &Cluster, state: &RunState, logs: &[LogId], seed: u64) {
     let mut rng = SplitMix64::new(seed);
     let nodes = cluster.node_ids();
@@ -456,6 +493,17 @@ fn read_committed(cluster: &Cluster, state: &RunState, logs: &[LogId], seed: u64
     }
 }
 
+/// G3 for one committed read of `log` on `node`.
+///
+/// On a replica that led in one epoch throughout the read, nothing returned
+/// may be at or above the high watermark read right after it (a leader's
+/// high watermark never moves back, so that reading bounds the one the read
+/// was clamped to), and the high watermark must not have moved back.
+///
+/// Otherwise (a follower, or a role change during the read) a later
+/// reading bounds nothing: a follower's high watermark falls with a new
+/// leader's (SPEC §3.2, `HW = min(leader HW, own LEO)`). What it returned is
+/// recorded instead, and `check` requires it in the converged log.
 fn check_committed_read(
     cluster: &Cluster,
     state: &RunState,
@@ -481,38 +529,61 @@ fn check_committed_read(
     let hw_after = handle.high_watermark();
     let leader_throughout = leader_before && handle.is_leader() && handle.leader_epoch() == epoch;
     *state.committed_reads.lock() += 1;
+    if !leader_throughout {
+        if state.no_loss {
+            state
+                .follower_reads
+                .lock()
+                .extend(batches.iter().map(|batch| FollowerRead {
+                    log,
+                    node,
+                    base_offset: batch.base_offset(),
+                    last_offset: batch.last_offset(),
+                    hash: hash_bytes(batch.as_bytes()),
+                }));
+        }
+        return;
+    }
     if let Some(beyond) = batches
         .iter()
         .map(RecordBatch::last_offset)
         .find(|&last| last >= hw_after)
     {
         state.violations.lock().push(format!(
-            "G3: committed read of {log} on {node} from {from} returned offset {beyond}, at or above its high watermark {hw_after}"
+            "G3: committed read of {log} on leader {node} (epoch {epoch}) from {from} returned offset {beyond}, at or above its high watermark {hw_after}"
         ));
     }
-    if leader_throughout {
-        if hw_after < hw_before {
-            state.violations.lock().push(format!(
-                "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {hw_before} to {hw_after} during a read"
-            ));
-        }
-        let mut seen = state.high_watermarks.lock();
-        let highest = seen
-            .entry((log, node, incarnation, epoch))
-            .or_insert(hw_after);
-        if hw_after < *highest {
-            state.violations.lock().push(format!(
-                "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {} to {hw_after}",
-                *highest
-            ));
-        }
-        *highest = (*highest).max(hw_after);
+    if hw_after < hw_before {
+        state.violations.lock().push(format!(
+            "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {hw_before} to {hw_after} during a read"
+        ));
     }
+    let mut seen = state.high_watermarks.lock();
+    let highest = seen
+        .entry((log, node, incarnation, epoch))
+        .or_insert(hw_after);
+    if hw_after < *highest {
+        state.violations.lock().push(format!(
+            "G3: high watermark of {log} on leader {node} (epoch {epoch}) moved back from {} to {hw_after}",
+            *highest
+        ));
+    }
+    *highest = (*highest).max(hw_after);
+}
+
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// G2 during the run: `a` and `b` hold the same batches below the lower of
 /// their high watermarks. Committed data never changes (when none is lost),
-/// so the reads may come after the high watermarks were taken.
+/// so the reads may come after the high watermarks were taken; but a
+/// follower's high watermark may fall meanwhile (SPEC §3.2), and its
+/// committed read then stops short, so only the batches both reads
+/// returned are compared.
 fn compare_replicas(cluster: &Cluster, state: &RunState, log: LogId, a: NodeId, b: NodeId) {
     let (Ok(first), Ok(second)) = (cluster.log(a, log), cluster.log(b, log)) else {
         return;
@@ -529,7 +600,8 @@ fn compare_replicas(cluster: &Cluster, state: &RunState, log: LogId, a: NodeId, 
         return;
     };
     *state.replica_comparisons.lock() += 1;
-    if let Some(at) = first_difference(&ours, &theirs) {
+    let both = ours.len().min(theirs.len());
+    if let Some(at) = first_difference(&ours[..both], &theirs[..both]) {
         state.violations.lock().push(format!(
             "G2: {log}: replicas {a} and {b} differ below their common high watermark {common} at batch {at} from {from} (offset {:?} vs {:?}, epoch {:?} vs {:?})",
             ours.get(at).map(RecordBatch::base_offset),
@@ -922,6 +994,7 @@ fn check(
     cluster: &Cluster,
     logs: &[LogId],
     acknowledged: &[Acknowledged],
+    follower_reads: &[FollowerRead],
     check_no_loss: bool,
 ) -> Vec<String> {
     let mut violations = Vec::new();
@@ -1027,6 +1100,31 @@ fn check(
                                 .map(|v| String::from_utf8_lossy(v).into_owned())
                         ));
                     }
+                }
+            }
+        }
+        // G3 on followers: what a committed read returned was committed,
+        // so the converged log holds it unchanged (below its log start,
+        // retention may have deleted it).
+        if let Some((reference_node, batches)) = &reference {
+            let log_start = cluster
+                .log(*reference_node, log)
+                .map_or(Offset::ZERO, |handle| handle.log_start_offset());
+            let by_base: HashMap<Offset, &RecordBatch> =
+                batches.iter().map(|b| (b.base_offset(), b)).collect();
+            for read in follower_reads
+                .iter()
+                .filter(|r| r.log == log && r.base_offset >= log_start)
+            {
+                let held = by_base.get(&read.base_offset).is_some_and(|batch| {
+                    batch.last_offset() == read.last_offset
+                        && hash_bytes(batch.as_bytes()) == read.hash
+                });
+                if !held {
+                    violations.push(format!(
+                        "G3: a committed read of {log} on follower {} returned offsets {}..={} that the converged log does not hold as read: they were not committed",
+                        read.node, read.base_offset, read.last_offset
+                    ));
                 }
             }
         }

@@ -195,10 +195,7 @@ fn read_one(
         // A byte slice neither fails nor times out; were it to, say so
         // rather than panic.
         Err(other @ (ReadError::Io(_) | ReadError::Idle)) => {
-            return Err(FrameRejected {
-                field: "stream",
-                reason: other.to_string(),
-            })
+            return Err(FrameError::new("stream", other.to_string()).into())
         }
     };
     let message = decode_body(&header, body)?;
@@ -217,15 +214,13 @@ pub fn decode_frame(
     frame_bytes_max: usize,
 ) -> std::result::Result<DecodedFrame, FrameRejected> {
     let mut stream = bytes;
-    let frame = read_one(&mut stream, frame_bytes_max)?.ok_or_else(|| FrameRejected {
-        field: "header",
-        reason: "no bytes: the stream ended before a frame".into(),
+    let frame = read_one(&mut stream, frame_bytes_max)?.ok_or_else(|| {
+        FrameError::new("header", "no bytes: the stream ended before a frame".into())
     })?;
     if !stream.is_empty() {
-        return Err(FrameRejected {
-            field: "stream",
-            reason: format!("{} bytes after the frame", stream.len()),
-        });
+        return Err(
+            FrameError::new("stream", format!("{} bytes after the frame", stream.len())).into(),
+        );
     }
     Ok(frame)
 }

@@ -754,6 +754,12 @@ impl Log {
     /// log end. `from == log end` gives an empty result; `from` below the log
     /// start or above the log end is `Error::OffsetOutOfRange`. A read
     /// returns batches of one segment at most (a later read continues).
+    ///
+    /// Every batch returned passed its CRC, starts where the one before it
+    /// ended (the first at the offset the index led to) and carries the
+    /// leader epoch the epoch cache gives for its base offset (SPEC 2.3);
+    /// a batch that fails any of these is `Error::Corrupt` naming the data
+    /// file and its byte position, and no byte of it is returned.
     pub fn read(&self, from: Offset, bytes_max: usize) -> Result<ReadResult> {
         self.read_inner(from, bytes_max, None, false)
     }

@@ -400,26 +400,51 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.index");
         let le = |r: u32, p: u32| [r.to_le_bytes(), p.to_le_bytes()].concat();
-        let cases: Vec<(&str, Vec<u8>, u64)> = vec![
-            ("odd size", vec![1, 2, 3], 1000),
-            ("decreasing", [le(5, 100), le(4, 200)].concat(), 1000),
-            ("same position", [le(5, 100), le(6, 100)].concat(), 1000),
-            ("past the data", [le(5, 100), le(6, 2000)].concat(), 1000),
+        let cases: Vec<(&str, Vec<u8>, u64, &str)> = vec![
+            (
+                "odd size",
+                vec![1, 2, 3],
+                1000,
+                "index size 3 is not a multiple of 8",
+            ),
+            (
+                "decreasing",
+                [le(5, 100), le(4, 200)].concat(),
+                1000,
+                "entry 1 (4, 200) does not follow (5, 100)",
+            ),
+            (
+                "same position",
+                [le(5, 100), le(6, 100)].concat(),
+                1000,
+                "entry 1 (6, 100) does not follow (5, 100)",
+            ),
+            (
+                "past the data",
+                [le(5, 100), le(6, 2000)].concat(),
+                1000,
+                "entry 1 points at byte 2000, past the 1000 byte data file",
+            ),
             (
                 "garbage after zeros",
                 [le(5, 100), le(0, 0), le(9, 9)].concat(),
                 1000,
+                "non-zero bytes after the 1 used entries",
             ),
         ];
-        for (name, bytes, data_bytes) in cases {
+        for (name, bytes, data_bytes, reason) in cases {
             std::fs::write(&path, &bytes).unwrap();
             let result = OffsetIndex::open_checked(&path, Offset(0), data_bytes).unwrap();
-            assert!(result.is_err(), "{name} was accepted");
+            match result {
+                Err(problem) => assert_eq!(problem, IndexProblem(reason.into()), "{name}"),
+                Ok(_) => panic!("{name} was accepted"),
+            }
         }
         std::fs::remove_file(&path).unwrap();
-        assert!(OffsetIndex::open_checked(&path, Offset(0), 10)
-            .unwrap()
-            .is_err());
+        match OffsetIndex::open_checked(&path, Offset(0), 10).unwrap() {
+            Err(problem) => assert_eq!(problem, IndexProblem("index file is missing".into())),
+            Ok(_) => panic!("a missing index was opened"),
+        }
     }
 
     /// Regression (found by `tests/decoders_never_panic_on_arbitrary_bytes`):

@@ -665,7 +665,19 @@ mod tests {
             at_max.check_leader_append(&batch(0, 0, 1, 1)).unwrap(),
             LeaderCheck::Append
         );
-        assert!(at_max.check_leader_append(&batch(0, 1, 1, 1)).is_err());
+        // After i32::MAX the next sequence is 0, so 1 skips one.
+        let skipped = at_max.check_leader_append(&batch(0, 1, 1, 1));
+        assert!(
+            matches!(
+                skipped,
+                Err(Error::OutOfOrderSequence {
+                    producer: PRODUCER,
+                    expected: Sequence(0),
+                    received: Sequence(1),
+                })
+            ),
+            "{skipped:?}"
+        );
         assert!(in_sequence(Sequence(i32::MAX), Sequence(0)));
         assert!(!in_sequence(Sequence(i32::MAX), Sequence(i32::MIN)));
     }
@@ -729,7 +741,16 @@ mod tests {
             }
         }
         // A valid file under the wrong name is rejected too.
-        assert!(ProducerStateManager::decode_snapshot(&path, Offset(16), &good).is_err());
+        match ProducerStateManager::decode_snapshot(&path, Offset(16), &good) {
+            Err(Error::InvalidCheckpoint { path: p, reason }) => {
+                assert_eq!(p, path);
+                assert_eq!(
+                    reason,
+                    "holds the state as of offset 15, but its name says 16"
+                );
+            }
+            other => panic!("a snapshot under the wrong name gave {other:?}"),
+        }
         assert!(delete_snapshots(dir.path(), |o| o == Offset(15)).unwrap());
         assert!(list_snapshots(dir.path()).unwrap().is_empty());
     }

@@ -889,7 +889,15 @@ mod tests {
         let response = Response::Error(ErrorCode::None);
         let error = encode_response(1, &response, HEADER_BYTES + 1).expect_err("too large");
         assert_eq!(error.frame_bytes, HEADER_BYTES + 2);
-        assert!(encode_response(1, &response, HEADER_BYTES + 2).is_ok());
+        let frame = encode_response(1, &response, HEADER_BYTES + 2).expect("fits exactly");
+        assert_eq!(frame.len(), HEADER_BYTES + 2);
+        assert_eq!(
+            decode_frame(Bytes::from(frame), HEADER_BYTES + 2),
+            Ok(Frame {
+                request_id: 1,
+                message: Message::Response(response),
+            })
+        );
     }
 
     #[test]
@@ -1036,6 +1044,7 @@ mod tests {
         fn frame_decoder_never_panics_on_arbitrary_bytes(
             data in proptest::collection::vec(any::<u8>(), 0..512),
         ) {
+            // Any outcome is fine for random bytes; the property is only that it returns.
             let _ = decode_frame(Bytes::from(data), MAX);
         }
 
@@ -1053,6 +1062,7 @@ mod tests {
             ];
             let mut frame = start_frame(types[type_index], 1, body.len(), MAX).expect("fits");
             frame.extend_from_slice(&body);
+            // A random body may or may not decode; the property is only that it returns.
             let _ = decode_frame(Bytes::from(frame), MAX);
         }
 
@@ -1065,12 +1075,18 @@ mod tests {
             let good = encode(&frame);
             let end = cut.index(good.len());
             let truncated = decode_frame(Bytes::copy_from_slice(&good[..end]), MAX);
-            prop_assert!(truncated.is_err(), "a frame cut to {} bytes decoded", end);
+            let expected = if end < HEADER_BYTES {
+                FrameError::truncated("header", HEADER_BYTES, end)
+            } else {
+                FrameError::truncated("body", good.len() - HEADER_BYTES, end - HEADER_BYTES)
+            };
+            prop_assert_eq!(truncated, Err(expected), "a frame cut to {} bytes", end);
             let mut bytes = good;
             for (index, value) in flips {
                 let at = index.index(bytes.len());
                 bytes[at] = value;
             }
+            // Flips may leave a valid frame or break any field; the property is only that it returns.
             let _ = decode_frame(Bytes::from(bytes), MAX);
         }
     }

@@ -78,6 +78,7 @@ mod tests {
 
         let (release, wait) = bounded::<()>(0);
         let stuck = Worker::spawn("stuck".into(), move || {
+            // Disconnected (when `release` drops) or timed out: either way the thread ends.
             let _ = wait.recv_timeout(Duration::from_secs(5));
         })
         .expect("spawn");

@@ -20,7 +20,7 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
-use crate::replication::{Fetcher, IsrProposal, Replica, Role, Watch};
+use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch};
 use crate::storage::{FlushPolicy, Log};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -646,6 +646,9 @@ impl NodeShared {
             .wait_max
             .min(self.config.replication.request_timeout);
         let deadline = Instant::now() + wait_max;
+        // The fetch vouches for its follower only as of now, however long it
+        // is held (SPEC 3.4): every later evaluation says `Held`.
+        let mut arrival = FetchArrival::New(self.clock.now());
         loop {
             let seen = self.data_arrived.get();
             // A peer's request cannot make this node read more than its own
@@ -658,7 +661,7 @@ impl NodeShared {
             for fetch in &request.logs {
                 let answer = match self.replica(fetch.log) {
                     Some(replica) => {
-                        let answer = replica.answer_fetch(from, fetch, budget.max(1));
+                        let answer = replica.answer_fetch(from, fetch, budget.max(1), arrival);
                         proposals |= replica.has_isr_proposal();
                         answer
                     }
@@ -686,6 +689,7 @@ impl NodeShared {
             if ready || self.stop.load(Ordering::SeqCst) || Instant::now() >= deadline {
                 return Response::Fetch(FetchResponse { logs });
             }
+            arrival = FetchArrival::Held(arrival.arrived_at());
             let _ = self.data_arrived.wait_at_least(
                 seen + 1,
                 deadline,

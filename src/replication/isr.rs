@@ -46,6 +46,56 @@ pub(crate) struct IsrProposal {
     pub(crate) kind: IsrChangeKind,
 }
 
+/// When a fetch arrived at the leader, and whether the leader is counting
+/// it for the first time.
+///
+/// A fetch vouches for its follower only as of the moment it arrived (SPEC
+/// §3.4): one held in a long poll is evaluated again every time data
+/// arrives, possibly long after the follower was cut off, and must not make
+/// the follower look caught up at that later time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FetchArrival {
+    /// A fetch evaluated as it arrives, at this time.
+    New(Instant),
+    /// A fetch that arrived at this time, was counted then, and is evaluated
+    /// again because data arrived while the leader held it (long poll).
+    Held(Instant),
+}
+
+impl FetchArrival {
+    /// When the fetch arrived.
+    pub(crate) fn arrived_at(self) -> Instant {
+        match self {
+            FetchArrival::New(at) | FetchArrival::Held(at) => at,
+        }
+    }
+}
+
+/// How `FollowerProgress::record_fetch` counted a fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FetchCounted {
+    /// A new fetch: everything it says about the follower is news, and it
+    /// may qualify the follower for the ISR.
+    New,
+    /// The last counted fetch, evaluated again while held: it may
+    /// acknowledge more of its own offset (the leader's flushed end rose)
+    /// but says nothing about the follower after it arrived, so it neither
+    /// moves the catch-up time past its arrival nor qualifies the follower
+    /// for the ISR.
+    Held,
+    /// Older than the last counted fetch, which already spoke for the
+    /// follower more recently: ignored.
+    Stale,
+}
+
+/// A fetch the leader counted: when it arrived and how far the leader's
+/// log reached then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CountedFetch {
+    arrived_at: Instant,
+    leader_log_end_offset: Offset,
+}
+
 /// The leader's record of one follower in the current leader epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FollowerProgress {
@@ -53,12 +103,14 @@ pub(crate) struct FollowerProgress {
     /// accepted fetch. `None` until it fetched in this epoch.
     log_end_offset: Option<Offset>,
     /// The last time the follower was known to hold everything the leader
-    /// had. Never moves backwards.
+    /// had. Never moves backwards; a fetch moves it at most to the fetch's
+    /// own arrival (a fetch vouches only as of its arrival).
     last_caught_up_time: Instant,
-    /// When its last accepted fetch arrived.
-    last_fetch_time: Option<Instant>,
-    /// The leader's log end offset when that fetch arrived.
-    leader_end_offset_at_last_fetch: Offset,
+    /// The last new fetch counted (as it arrived, not as re-evaluated).
+    last_fetch: Option<CountedFetch>,
+    /// The new fetch counted before `last_fetch`: what a re-evaluation of
+    /// `last_fetch` compares with, as its first evaluation did.
+    previous_fetch: Option<CountedFetch>,
     /// Whether it has fetched from this leader in this epoch.
     fetched_in_current_epoch: bool,
 }
@@ -72,39 +124,78 @@ impl FollowerProgress {
         FollowerProgress {
             log_end_offset: None,
             last_caught_up_time: now,
-            last_fetch_time: None,
-            leader_end_offset_at_last_fetch: Offset::ZERO,
+            last_fetch: None,
+            previous_fetch: None,
             fetched_in_current_epoch: false,
         }
     }
 
     /// Records an accepted fetch at `fetch_offset`, which acknowledges every
-    /// offset below it, arriving at `now` while the leader's log ends at
+    /// offset below it, evaluated while the leader's log ends at
     /// `leader_log_end_offset`.
     ///
     /// Catch-up time, SPEC §3.4 (Kafka's `Replica.updateFetchState`): a fetch
-    /// at the leader's end *now* means caught up now; a fetch at the leader's
-    /// end *as of this follower's previous fetch* means it was caught up at
-    /// that previous fetch. The second rule keeps a follower that keeps up
-    /// under continuous appends in the ISR, although each of its fetches
-    /// trails the leader's end by the records appended since the one before.
+    /// at the leader's end means caught up when it arrived; a fetch at the
+    /// leader's end *as of this follower's previous fetch* means it was
+    /// caught up at that previous fetch. The second rule keeps a follower
+    /// that keeps up under continuous appends in the ISR, although each of
+    /// its fetches trails the leader's end by the records appended since the
+    /// one before.
+    ///
+    /// Both rules use the fetch's arrival, never the time it is evaluated: a
+    /// fetch held in a long poll and evaluated again when data arrives (as
+    /// `FetchArrival::Held`) vouches for its follower only as of its arrival
+    /// (SPEC §3.4; the follower may have been cut off since). A held fetch
+    /// at the leader's end now was at it when it arrived too (a leader's log
+    /// only grows), so it is caught up as of then, not later.
     pub(crate) fn record_fetch(
         &mut self,
         fetch_offset: Offset,
         leader_log_end_offset: Offset,
-        now: Instant,
-    ) {
+        arrival: FetchArrival,
+    ) -> FetchCounted {
+        let arrived_at = arrival.arrived_at();
+        let (counted, previous) = match arrival {
+            // One that arrived before the last counted fetch (two of a
+            // follower's fetches evaluated out of order) would speak for an
+            // older state of the follower, maybe with offsets it has since
+            // truncated: the newer one already spoke.
+            FetchArrival::New(_)
+                if self
+                    .last_fetch
+                    .is_some_and(|last| arrived_at < last.arrived_at) =>
+            {
+                return FetchCounted::Stale
+            }
+            FetchArrival::New(_) => (FetchCounted::New, self.last_fetch),
+            FetchArrival::Held(_)
+                if self
+                    .last_fetch
+                    .is_some_and(|last| last.arrived_at == arrived_at) =>
+            {
+                (FetchCounted::Held, self.previous_fetch)
+            }
+            // Held, but not the last fetch counted: a newer one arrived
+            // since (or this one was never counted).
+            FetchArrival::Held(_) => return FetchCounted::Stale,
+        };
         if fetch_offset >= leader_log_end_offset {
-            self.last_caught_up_time = self.last_caught_up_time.max(now);
-        } else if let Some(previous_fetch_time) = self.last_fetch_time {
-            if fetch_offset >= self.leader_end_offset_at_last_fetch {
-                self.last_caught_up_time = self.last_caught_up_time.max(previous_fetch_time);
+            self.last_caught_up_time = self.last_caught_up_time.max(arrived_at);
+        } else if let Some(previous) = previous {
+            if fetch_offset >= previous.leader_log_end_offset {
+                self.last_caught_up_time = self.last_caught_up_time.max(previous.arrived_at);
             }
         }
         self.log_end_offset = Some(fetch_offset);
-        self.last_fetch_time = Some(now);
-        self.leader_end_offset_at_last_fetch = leader_log_end_offset;
-        self.fetched_in_current_epoch = true;
+        if counted == FetchCounted::New {
+            self.previous_fetch = self.last_fetch;
+            self.last_fetch = Some(CountedFetch {
+                arrived_at,
+                leader_log_end_offset,
+            });
+            self.fetched_in_current_epoch = true;
+        }
+        counted
     }
 
     /// The follower's log end offset, if it fetched in this epoch.
@@ -236,13 +327,19 @@ mod tests {
         for row in rows {
             let mut progress = FollowerProgress::new(base);
             if let Some((offset, leader, at)) = row.previous {
-                progress.record_fetch(Offset(offset), Offset(leader), base + ms(at));
+                let counted = progress.record_fetch(
+                    Offset(offset),
+                    Offset(leader),
+                    FetchArrival::New(base + ms(at)),
+                );
+                assert_eq!(counted, FetchCounted::New, "{}", row.name);
             }
-            progress.record_fetch(
+            let counted = progress.record_fetch(
                 Offset(row.fetch_offset),
                 Offset(row.leader_log_end_offset),
-                base + ms(row.at_ms),
+                FetchArrival::New(base + ms(row.at_ms)),
             );
+            assert_eq!(counted, FetchCounted::New, "{}", row.name);
             assert_eq!(
                 progress.last_caught_up_time(),
                 base + ms(row.expected_caught_up_ms),
@@ -259,8 +356,105 @@ mod tests {
         let mut progress = FollowerProgress::new(base + ms(100));
         // A fetch stamped earlier than the start (a caller's clocks disagree)
         // must not pull the catch-up time back.
-        progress.record_fetch(Offset(5), Offset(5), base + ms(50));
+        let counted = progress.record_fetch(Offset(5), Offset(5), FetchArrival::New(base + ms(50)));
+        assert_eq!(counted, FetchCounted::New);
         assert_eq!(progress.last_caught_up_time(), base + ms(100));
+    }
+
+    /// SPEC §3.4: a fetch vouches for its follower only as of the moment it
+    /// arrived. Each row counts a sequence of fetches, the last one under
+    /// test; `Held` is a fetch the leader held in a long poll and evaluates
+    /// again (any time later: the arrival is all it carries).
+    #[test]
+    fn held_fetch_vouches_only_as_of_its_arrival_table() {
+        use FetchArrival::{Held, New};
+        use FetchCounted as C;
+        struct Row {
+            name: &'static str,
+            // (arrival kind, fetch offset, leader LEO when evaluated, arrived at ms)
+            fetches: &'static [(fn(Instant) -> FetchArrival, u64, u64, u64)],
+            expected_counted: FetchCounted,
+            expected_caught_up_ms: u64,
+            expected_log_end_offset: Option<u64>,
+        }
+        let rows = [
+            Row {
+                name: "held at the leader's end: caught up as of its arrival, not later",
+                fetches: &[(New, 5, 5, 10), (Held, 5, 5, 10)],
+                expected_counted: C::Held,
+                expected_caught_up_ms: 10,
+                expected_log_end_offset: Some(5),
+            },
+            Row {
+                name: "held, woken by an append: nothing new about the follower",
+                fetches: &[(New, 5, 5, 10), (Held, 5, 6, 10)],
+                expected_counted: C::Held,
+                expected_caught_up_ms: 10,
+                expected_log_end_offset: Some(5),
+            },
+            Row {
+                name: "held, the leader's flushed end rose: acknowledges more of its \
+                       offset, still as of its arrival",
+                fetches: &[(New, 3, 3, 10), (Held, 5, 5, 10)],
+                expected_counted: C::Held,
+                expected_caught_up_ms: 10,
+                expected_log_end_offset: Some(5),
+            },
+            Row {
+                name: "held: the previous-fetch rule compares with the fetch before \
+                       it, as its first evaluation did",
+                fetches: &[(New, 2, 5, 40), (New, 5, 9, 50), (Held, 5, 12, 50)],
+                expected_counted: C::Held,
+                expected_caught_up_ms: 40,
+                expected_log_end_offset: Some(5),
+            },
+            Row {
+                name: "held, but a newer fetch was counted since: stale, ignored",
+                fetches: &[(New, 5, 5, 10), (New, 7, 7, 20), (Held, 5, 7, 10)],
+                expected_counted: C::Stale,
+                expected_caught_up_ms: 20,
+                expected_log_end_offset: Some(7),
+            },
+            Row {
+                name: "new, but older than the last counted fetch: stale, ignored",
+                fetches: &[(New, 7, 7, 20), (New, 5, 7, 10)],
+                expected_counted: C::Stale,
+                expected_caught_up_ms: 20,
+                expected_log_end_offset: Some(7),
+            },
+            Row {
+                name: "held, never counted: stale, ignored",
+                fetches: &[(Held, 5, 5, 10)],
+                expected_counted: C::Stale,
+                expected_caught_up_ms: 0,
+                expected_log_end_offset: None,
+            },
+        ];
+        let base = Instant::now();
+        for row in rows {
+            let mut progress = FollowerProgress::new(base);
+            let mut counted = None;
+            for &(arrival, offset, leader, at) in row.fetches {
+                counted = Some(progress.record_fetch(
+                    Offset(offset),
+                    Offset(leader),
+                    arrival(base + ms(at)),
+                ));
+            }
+            assert_eq!(counted, Some(row.expected_counted), "{}", row.name);
+            assert_eq!(
+                progress.last_caught_up_time(),
+                base + ms(row.expected_caught_up_ms),
+                "{}",
+                row.name
+            );
+            assert_eq!(
+                progress.log_end_offset(),
+                row.expected_log_end_offset.map(Offset),
+                "{}",
+                row.name
+            );
+        }
     }
 
     #[test]
@@ -325,7 +519,9 @@ mod tests {
         for row in rows {
             let mut progress = FollowerProgress::new(base);
             if let Some(offset) = row.fetched_at {
-                progress.record_fetch(Offset(offset), Offset(20), base);
+                let counted =
+                    progress.record_fetch(Offset(offset), Offset(20), FetchArrival::New(base));
+                assert_eq!(counted, FetchCounted::New);
             }
             assert_eq!(
                 progress.is_eligible_for_isr(

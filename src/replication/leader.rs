@@ -12,7 +12,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::high_watermark::{next_high_watermark, HighWatermarkInputs, HighWatermarkUpdate};
-use super::isr::{maximal_isr, FollowerProgress, IsrChangeKind, IsrProposal, PendingIsrChange};
+use super::isr::{
+    maximal_isr, FetchArrival, FetchCounted, FollowerProgress, IsrChangeKind, IsrProposal,
+    PendingIsrChange,
+};
 use super::{EpochEndOffset, LogOffsets};
 use crate::error::{Error, Result};
 use crate::types::{LeaderEpoch, NodeId, Offset};
@@ -342,7 +345,7 @@ impl LeaderState {
     }
 
     /// A fetch from `follower` at `fetch_offset` that passed the divergence
-    /// check (`check_divergence` answered `Consistent`) arrived at `now`.
+    /// check (`check_divergence` answered `Consistent`), as of `arrival`.
     ///
     /// Re-checks `validate_fetch` (the state machine does not trust the
     /// caller's order) and rejects a fetch offset above the leader's log
@@ -350,6 +353,19 @@ impl LeaderState {
     /// follower's log end offset, updates its catch-up time (§3.4), then the
     /// high watermark (§3.3), then proposes adding the follower to the ISR if
     /// it qualifies and no change is in flight (§3.4).
+    ///
+    /// A fetch vouches for its follower only as of its arrival (§3.4). The
+    /// caller evaluates a fetch it holds in a long poll again each time data
+    /// arrives, as `FetchArrival::Held`: that may raise what it acknowledges
+    /// (under `FlushPolicy::Always`, the leader's flushed end caps it) and so
+    /// the high watermark, but it never moves the catch-up time past the
+    /// arrival and never proposes an ISR expansion, as Kafka's delayed fetch
+    /// only reads. Without this a follower cut off just after sending its
+    /// fetch, and removed from the ISR, was re-admitted by the next append,
+    /// and held every `acks=all` append until `replica_lag_time_max`
+    /// removed it again. A follower left outside is considered again at its
+    /// next fetch. A fetch that arrived before the last one counted is
+    /// ignored (the newer one spoke for a later state of the follower).
     ///
     /// Kafka (`Partition.updateFollowerFetchState`) tries the expansion
     /// before the high watermark; the order makes no difference, since a
@@ -360,7 +376,7 @@ impl LeaderState {
         follower: NodeId,
         fetch_offset: Offset,
         request_epoch: LeaderEpoch,
-        now: Instant,
+        arrival: FetchArrival,
     ) -> FetchDecision {
         if let Err(rejection) = self.validate_fetch(follower, fetch_offset, request_epoch) {
             return FetchDecision::Rejected(rejection);
@@ -374,9 +390,12 @@ impl LeaderState {
         let Some(progress) = self.followers.get_mut(&follower) else {
             return FetchDecision::Rejected(FetchRejection::UnknownFollower { node: follower });
         };
-        progress.record_fetch(fetch_offset, leader_log_end_offset, now);
+        let counted = progress.record_fetch(fetch_offset, leader_log_end_offset, arrival);
         let high_watermark = self.advance_high_watermark();
-        let isr_proposal = self.maybe_propose_expand(follower, now);
+        let isr_proposal = match counted {
+            FetchCounted::New => self.maybe_propose_expand(follower, arrival.arrived_at()),
+            FetchCounted::Held | FetchCounted::Stale => None,
+        };
         self.debug_check_invariants();
         FetchDecision::Accepted {
             high_watermark,
@@ -820,7 +839,7 @@ mod tests {
         offset: u64,
         now: Instant,
     ) -> (HighWatermarkUpdate, Option<IsrProposal>) {
-        match state.on_fetch(node, Offset(offset), EPOCH, now) {
+        match state.on_fetch(node, Offset(offset), EPOCH, FetchArrival::New(now)) {
             FetchDecision::Accepted {
                 high_watermark,
                 isr_proposal,
@@ -946,7 +965,7 @@ mod tests {
         for (name, node, offset, epoch, expected) in rows {
             let before = format!("{state:?}");
             assert_eq!(
-                state.on_fetch(node, Offset(offset), epoch, now + ms(1)),
+                state.on_fetch(node, Offset(offset), epoch, FetchArrival::New(now + ms(1))),
                 FetchDecision::Rejected(expected),
                 "{name}"
             );
@@ -964,7 +983,7 @@ mod tests {
         };
         assert_eq!(state.validate_fetch(F1, Offset(7), EPOCH), Err(expected));
         assert_eq!(
-            state.on_fetch(F1, Offset(7), EPOCH, now),
+            state.on_fetch(F1, Offset(7), EPOCH, FetchArrival::New(now)),
             FetchDecision::Rejected(expected)
         );
         assert_eq!(state.validate_fetch(F1, Offset(8), EPOCH), Ok(()));
@@ -1257,6 +1276,75 @@ mod tests {
         let later = base + EXPAND_PAUSE_AFTER_WITHDRAWAL;
         let again = fetch(&mut state, F1, 4, later).1.expect("proposed again");
         assert_eq!(again.proposed, vec![L, F1]);
+    }
+
+    /// SPEC §3.4, the long-poll bug: a fetch held by the leader and
+    /// evaluated again when data arrives vouches for its follower only as
+    /// of its arrival. It neither re-admits a follower removed from the ISR
+    /// meanwhile nor keeps one in the ISR past `replica_lag_time_max` from
+    /// its arrival; a new fetch still does both.
+    #[test]
+    fn a_held_fetch_vouches_only_as_of_its_arrival() {
+        let base = Instant::now();
+        let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 4, 4), base);
+        // F2's fetch at the leader's end arrives at 10 ms and is held.
+        let arrived = base + ms(10);
+        let decision = state.on_fetch(F2, Offset(4), EPOCH, FetchArrival::New(arrived));
+        assert!(matches!(
+            decision,
+            FetchDecision::Accepted {
+                isr_proposal: None,
+                ..
+            }
+        ));
+        // F2 is cut off; the ISR drops it (a controller's change, accepted).
+        assert_eq!(
+            state.on_isr_accepted(vec![L, F1], 8).expect("valid ISR"),
+            HighWatermarkUpdate::Unchanged
+        );
+        // An append wakes the held fetch, which still qualifies on offsets
+        // (at the HW and the epoch start): no expansion, no fresh catch-up.
+        assert_eq!(
+            state.on_local_append(Offset(5)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            state.on_fetch(F2, Offset(4), EPOCH, FetchArrival::Held(arrived)),
+            FetchDecision::Accepted {
+                high_watermark: HighWatermarkUpdate::Unchanged,
+                isr_proposal: None,
+            }
+        );
+        assert_eq!(state.pending_isr_change(), None);
+        let lag = state
+            .follower_lag(F2, base + ms(500))
+            .expect("F2 is a follower");
+        assert_eq!(lag.since_caught_up, ms(490));
+
+        // F1's held fetch at the leader's end, evaluated again much later
+        // (another log's data woke it), keeps its arrival too: F1 leaves the
+        // ISR just after the lag limit counted from that arrival.
+        let f1_arrived = base + ms(20);
+        assert_eq!(fetch(&mut state, F1, 5, f1_arrived), (advanced(4, 5), None));
+        let late = f1_arrived + LAG_MAX + Duration::from_nanos(1);
+        assert_eq!(
+            state.on_fetch(F1, Offset(5), EPOCH, FetchArrival::Held(f1_arrived)),
+            FetchDecision::Accepted {
+                high_watermark: HighWatermarkUpdate::Unchanged,
+                isr_proposal: None,
+            }
+        );
+        assert_eq!(
+            state.tick(late).map(|proposal| proposal.kind),
+            Some(IsrChangeKind::Shrink(vec![F1]))
+        );
+        let RereadCoordinatorState = state.on_isr_rejected();
+
+        // A new fetch from F2, at the HW, brings it back.
+        let proposal = fetch(&mut state, F2, 5, base + ms(600))
+            .1
+            .expect("a new fetch at the HW qualifies F2");
+        assert_eq!(proposal.kind, IsrChangeKind::Expand(F2));
     }
 
     #[test]

@@ -30,7 +30,9 @@ pub(crate) use follower::{
     OutOfRangeAction, Truncation,
 };
 pub(crate) use high_watermark::{next_high_watermark, HighWatermarkInputs, HighWatermarkUpdate};
-pub(crate) use isr::{FollowerProgress, IsrChangeKind, IsrProposal, PendingIsrChange};
+pub(crate) use isr::{
+    FetchArrival, FetchCounted, FollowerProgress, IsrChangeKind, IsrProposal, PendingIsrChange,
+};
 pub(crate) use leader::{
     check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, FollowerLag,
     LeaderAssignment, LeaderConfig, LeaderState, RereadCoordinatorState,

@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::combiner::{Combine, Combiner};
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
-use super::isr::IsrProposal;
+use super::isr::{FetchArrival, IsrProposal};
 use super::leader::{
     check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, LeaderAssignment,
     LeaderConfig, LeaderState,
@@ -808,14 +808,17 @@ impl Replica {
         }
     }
 
-    /// Answers one log of a follower's fetch (SPEC 3.2). Returns the answer
-    /// and whether it carries anything the follower must see now (records,
-    /// an error or a divergence); an empty answer may be held (long poll).
+    /// Answers one log of a follower's fetch (SPEC 3.2). An empty answer may
+    /// be held (long poll) and the fetch answered again when data arrives:
+    /// `arrival` says when the fetch arrived and whether this is its first
+    /// evaluation, for it vouches for its follower only as of then (SPEC
+    /// 3.4, `LeaderState::on_fetch`).
     pub(crate) fn answer_fetch(
         &self,
         follower: NodeId,
         request: &FetchLog,
         bytes_max: usize,
+        arrival: FetchArrival,
     ) -> FetchedLog {
         let mut answer = FetchedLog {
             log: self.log_id,
@@ -865,7 +868,6 @@ impl Replica {
         // so the high watermark never passes data that is not on the
         // leader's disk.
         let acknowledged = request.fetch_offset.min(self.acknowledgeable_end());
-        let now = self.clock.now();
         let decision = {
             let mut leader = self.leader.lock();
             match leader.as_mut() {
@@ -876,7 +878,12 @@ impl Replica {
                     if let Some(hw) = leader.on_local_append(end).advanced_to() {
                         self.publish_high_watermark(hw);
                     }
-                    leader.on_fetch(follower, acknowledged, request.current_leader_epoch, now)
+                    leader.on_fetch(
+                        follower,
+                        acknowledged,
+                        request.current_leader_epoch,
+                        arrival,
+                    )
                 }
                 None => {
                     answer.error = ErrorCode::NotLeader;

@@ -321,7 +321,7 @@ fn seed_001_4_2_3_high_watermark_walk() {
         follower_node,
         fetch.fetch_offset,
         fetch.current_leader_epoch,
-        now,
+        FetchArrival::New(now),
     ));
     assert_eq!((update, proposal), (HighWatermarkUpdate::Unchanged, None));
     assert_eq!(leader.high_watermark(), Offset(0));
@@ -344,7 +344,7 @@ fn seed_001_4_2_3_high_watermark_walk() {
         follower_node,
         fetch.fetch_offset,
         fetch.current_leader_epoch,
-        now,
+        FetchArrival::New(now),
     ));
     assert_eq!(
         update,
@@ -461,8 +461,12 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
         ),
         Divergence::Consistent
     );
-    let (update, proposal) =
-        accepted(leader_b.on_fetch(a, fetch.fetch_offset, fetch.current_leader_epoch, now));
+    let (update, proposal) = accepted(leader_b.on_fetch(
+        a,
+        fetch.fetch_offset,
+        fetch.current_leader_epoch,
+        FetchArrival::New(now),
+    ));
     assert_eq!(
         update,
         HighWatermarkUpdate::Advanced {
@@ -480,14 +484,14 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
         HighWatermarkUpdate::Unchanged,
         "a has not fetched offset 9 yet"
     );
-    let (update, _) = accepted(leader_b.on_fetch(a, Offset(9), new_epoch, now));
+    let (update, _) = accepted(leader_b.on_fetch(a, Offset(9), new_epoch, FetchArrival::New(now)));
     assert_eq!(update, HighWatermarkUpdate::Unchanged);
     assert_eq!(
         apply(follower_a.on_fetched(leader_b.high_watermark(), Offset(0), Offset(10))),
         Offset(9),
         "the leader's HW is still 9"
     );
-    let (update, _) = accepted(leader_b.on_fetch(a, Offset(10), new_epoch, now));
+    let (update, _) = accepted(leader_b.on_fetch(a, Offset(10), new_epoch, FetchArrival::New(now)));
     assert_eq!(update.advanced_to(), Some(Offset(10)));
     assert_eq!(
         apply(follower_a.on_fetched(leader_b.high_watermark(), Offset(0), Offset(10))),

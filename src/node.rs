@@ -51,6 +51,10 @@ pub(crate) struct NodeShared {
     /// Bumped after every leader append: parked long-poll fetches wait on it.
     pub(crate) data_arrived: Arc<Watch>,
     commands: Sender<Command>,
+    /// Set once the node stops (shutdown, halt, crash) and never cleared:
+    /// its threads wind down, and appends through its handles fail with
+    /// `Error::Shutdown` from then on, as does an `acks=all` append still
+    /// waiting (nothing can replicate a stopped node's log any more).
     stop: AtomicBool,
 }
 
@@ -304,6 +308,11 @@ impl Drop for Node {
 }
 
 impl NodeShared {
+    /// Whether the node has stopped (shut down, halted or crashed).
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn replica(&self, log: LogId) -> Option<Arc<Replica>> {
         self.replicas.read().get(&log).cloned()
     }

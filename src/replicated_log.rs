@@ -78,9 +78,18 @@ impl ReplicatedLog {
     /// (`acks=all` and the ISR is below `min_insync_replicas`: nothing was
     /// appended), `NotEnoughReplicasAfterAppend` (the batch is in the log
     /// but the ISR shrank before it was committed), `Timeout` (unknown
-    /// outcome). With `Acks::None` the offsets are returned when the append
-    /// succeeded, and errors of the write are only logged.
+    /// outcome), `Shutdown` (this handle's node was shut down, halted or
+    /// crashed: at once, and nothing was appended, if it had stopped before
+    /// the call; unknown outcome for an `acks=all` append whose node stopped
+    /// while it waited). With `Acks::None` the offsets are returned when the
+    /// append succeeded, and errors of the write are only logged.
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        // A stopped node's replicas may still say they lead (a halt stops
+        // the threads, nothing else): without this an acks=1 append would
+        // succeed on a dead node and an acks=all one wait out its timeout.
+        if self.node.is_stopped() {
+            return Err(Error::Shutdown);
+        }
         let appended =
             match self
                 .replica
@@ -101,8 +110,12 @@ impl ReplicatedLog {
         };
         if acks == Acks::All {
             let deadline = Instant::now() + self.node.config.replication.request_timeout;
-            self.replica
-                .wait_committed(outcome.last_offset, appended.generation, deadline)?;
+            self.replica.wait_committed(
+                outcome.last_offset,
+                appended.generation,
+                deadline,
+                || self.node.is_stopped(),
+            )?;
         }
         Ok(outcome)
     }

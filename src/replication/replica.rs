@@ -725,19 +725,30 @@ impl Replica {
     }
 
     /// Waits until `offset` is committed, for an `acks=all` append made in
-    /// `generation` (SPEC 3.1).
+    /// `generation` (SPEC 3.1). Fails with `Shutdown` within a few
+    /// milliseconds once `node_stopped` says the node stopped: no follower
+    /// can fetch from it any more, so the wait could only time out (a
+    /// shutdown's role change would otherwise say `NotLeader`).
     pub(crate) fn wait_committed(
         &self,
         offset: Offset,
         generation: u64,
         deadline: Instant,
+        node_stopped: impl Fn() -> bool,
     ) -> Result<Offset> {
         let started = Instant::now();
         let mut spin = self.config.spin_before_park;
+        let ended = |role: &RoleState| {
+            if node_stopped() {
+                Error::Shutdown
+            } else {
+                self.not_leader(role)
+            }
+        };
         loop {
             if self.generation.load(Ordering::SeqCst) != generation {
                 let role = self.role.read();
-                return Err(self.not_leader(&role));
+                return Err(ended(&role));
             }
             // Re-check the ISR at least every few milliseconds: its
             // shrinking is not a high watermark event.
@@ -749,7 +760,7 @@ impl Replica {
                 WaitOutcome::Reached(hw) => {
                     if self.generation.load(Ordering::SeqCst) != generation {
                         let role = self.role.read();
-                        return Err(self.not_leader(&role));
+                        return Err(ended(&role));
                     }
                     return Ok(Offset(hw));
                 }
@@ -758,22 +769,25 @@ impl Replica {
                         return Err(error);
                     }
                     let role = self.role.read();
-                    return Err(self.not_leader(&role));
+                    return Err(ended(&role));
                 }
                 WaitOutcome::TimedOut => {}
             }
             spin = Duration::ZERO;
+            if node_stopped() {
+                return Err(Error::Shutdown);
+            }
             {
                 let role = self.role.read();
                 if role.generation != generation {
-                    return Err(self.not_leader(&role));
+                    return Err(ended(&role));
                 }
                 // The leader machine decides (SPEC 3.1): committed before
                 // the ISR shrank is a success, the error is for an ISR that
                 // shrank *before* the batch was committed.
                 let (progress, machine_hw) = match self.leader.lock().as_ref() {
                     Some(leader) => (leader.acks_all_progress(offset), leader.high_watermark()),
-                    None => return Err(self.not_leader(&role)),
+                    None => return Err(ended(&role)),
                 };
                 match progress {
                     AcksAllProgress::Committed => {

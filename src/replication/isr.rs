@@ -369,10 +369,12 @@ mod tests {
     fn held_fetch_vouches_only_as_of_its_arrival_table() {
         use FetchArrival::{Held, New};
         use FetchCounted as C;
+        /// (arrival kind, fetch offset, leader LEO when evaluated, arrived
+        /// at ms)
+        type Fetch = (fn(Instant) -> FetchArrival, u64, u64, u64);
         struct Row {
             name: &'static str,
-            // (arrival kind, fetch offset, leader LEO when evaluated, arrived at ms)
-            fetches: &'static [(fn(Instant) -> FetchArrival, u64, u64, u64)],
+            fetches: &'static [Fetch],
             expected_counted: FetchCounted,
             expected_caught_up_ms: u64,
             expected_log_end_offset: Option<u64>,

@@ -107,9 +107,12 @@ pub(crate) struct FollowerProgress {
     /// own arrival (a fetch vouches only as of its arrival).
     last_caught_up_time: Instant,
     /// The last new fetch counted (as it arrived, not as re-evaluated).
+    /// Invariant: `Some` exactly when `log_end_offset` is, and then
+    /// `fetched_in_current_epoch`.
     last_fetch: Option<CountedFetch>,
     /// The new fetch counted before `last_fetch`: what a re-evaluation of
     /// `last_fetch` compares with, as its first evaluation did.
+    /// Invariant: only with `last_fetch`, and arrived no later than it.
     previous_fetch: Option<CountedFetch>,
     /// Whether it has fetched from this leader in this epoch.
     fetched_in_current_epoch: bool,
@@ -195,7 +198,24 @@ impl FollowerProgress {
             });
             self.fetched_in_current_epoch = true;
         }
+        debug_assert_eq!(self.check_invariants(), Ok(()), "{self:?}");
         counted
+    }
+
+    /// The invariants of the fields; `Err` names the first broken one.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        if self.last_fetch.is_some() != self.log_end_offset.is_some()
+            || (self.last_fetch.is_some() && !self.fetched_in_current_epoch)
+        {
+            return Err("a counted fetch, a log end offset and having fetched go together".into());
+        }
+        match (self.previous_fetch, self.last_fetch) {
+            (Some(_), None) => Err("a previous fetch without a last one".into()),
+            (Some(previous), Some(last)) if previous.arrived_at > last.arrived_at => {
+                Err("the previous fetch arrived after the last one".into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The follower's log end offset, if it fetched in this epoch.

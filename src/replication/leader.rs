@@ -676,6 +676,11 @@ impl LeaderState {
                 self.local
             ));
         }
+        for (node, progress) in &self.followers {
+            progress
+                .check_invariants()
+                .map_err(|error| format!("progress of {node}: {error}"))?;
+        }
         Ok(())
     }
 

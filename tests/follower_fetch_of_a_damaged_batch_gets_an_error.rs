@@ -29,7 +29,10 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
         let batch = builder.build().unwrap();
         batch_bytes.push(batch.size_bytes() as u64);
         let outcome = leader.append(&batch, Acks::All).unwrap();
-        assert_eq!(outcome.base_offset, Offset(batch_bytes.len() as u64 * 10 - 10));
+        assert_eq!(
+            outcome.base_offset,
+            Offset(batch_bytes.len() as u64 * 10 - 10)
+        );
     }
     let follower = cluster.log(b, log).unwrap();
     assert!(cluster.wait_until(Duration::from_secs(10), |_| {
@@ -42,11 +45,16 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
         .node_dir(a)
         .join(format!("log-{}", log.0))
         .join("00000000000000000000.log");
-    let file = std::fs::OpenOptions::new().read(true).write(true).open(&segment).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&segment)
+        .unwrap();
     let mut byte = [0u8; 1];
     file.read_exact_at(&mut byte, batch_bytes[0]).unwrap();
     assert_eq!(byte[0], 10);
-    file.write_all_at(&[byte[0] ^ 0x08], batch_bytes[0]).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x08], batch_bytes[0])
+        .unwrap();
 
     let handler = cluster.with_node(a, |n| n.handler()).unwrap();
     for fetch_offset in [0, 10, 15] {
@@ -77,7 +85,11 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
                     );
                 } else {
                     // Storage errors have no code of their own on the wire.
-                    assert_eq!(answer.error, ErrorCode::Unknown, "fetch from {fetch_offset}");
+                    assert_eq!(
+                        answer.error,
+                        ErrorCode::Unknown,
+                        "fetch from {fetch_offset}"
+                    );
                     assert!(answer.records.is_empty(), "fetch from {fetch_offset}");
                 }
             }

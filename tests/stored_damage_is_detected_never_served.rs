@@ -126,7 +126,10 @@ pub fn walk(log: &Log, case: &str) -> Walk {
                             walk.records_correct += 1;
                         }
                     }
-                    assert!(batch.next_offset().0 > next, "{case}: a read must make progress");
+                    assert!(
+                        batch.next_offset().0 > next,
+                        "{case}: a read must make progress"
+                    );
                     next = batch.next_offset().0;
                 }
             }
@@ -217,7 +220,10 @@ fn a_missing_middle_segment_refuses_to_open() {
         Err(Error::Corrupt { path, reason, .. }) => {
             // The segment before the gap ends short of the one after it.
             assert_eq!(path, segment_files(dir.path())[0]);
-            assert!(reason.contains("1000") && reason.contains("2000"), "{reason}");
+            assert!(
+                reason.contains("1000") && reason.contains("2000"),
+                "{reason}"
+            );
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
@@ -248,7 +254,10 @@ fn a_segment_that_ends_short_of_the_next_refuses_to_open() {
     let dir = copy();
     let middle = segment_files(dir.path())[1].clone();
     let len = std::fs::metadata(&middle).unwrap().len();
-    let file = std::fs::OpenOptions::new().write(true).open(&middle).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&middle)
+        .unwrap();
     file.set_len(len - batch_bytes()).unwrap();
     match open_with(dir.path(), config(), &clock()) {
         Err(Error::Corrupt { path, reason, .. }) => {
@@ -406,7 +415,10 @@ fn delete(dir: &Path, deleted: Deleted) {
 
 /// Runs one case; returns whether the log refused to open.
 fn damage_case(batch: u64, field: (&str, u64, u64), damage: Damage, deleted: Deleted) -> bool {
-    let case = format!("batch {batch}, {} ({damage:?}), deleted {deleted:?}", field.0);
+    let case = format!(
+        "batch {batch}, {} ({damage:?}), deleted {deleted:?}",
+        field.0
+    );
     let dir = copy();
     let (file, batch_position) = locate(dir.path(), batch);
     let at = batch_position + field.1;
@@ -428,7 +440,10 @@ fn damage_case(batch: u64, field: (&str, u64, u64), damage: Damage, deleted: Del
     let checkpoint_kept = !matches!(deleted, Deleted::LogCheckpoint | Deleted::All);
     let log = match open_with(dir.path(), config(), &clock()) {
         Err(Error::Corrupt { path, reason, .. }) => {
-            assert!(path.starts_with(dir.path()), "{case}: Corrupt names {path:?}");
+            assert!(
+                path.starts_with(dir.path()),
+                "{case}: Corrupt names {path:?}"
+            );
             assert!(!reason.is_empty(), "{case}");
             return true;
         }
@@ -507,6 +522,8 @@ fn corruption_matrix_recovers_or_refuses_never_serves_a_wrong_record() {
             }
         }
     }
-    assert!(refused > 0 && refused < cases, "{refused} of {cases} refused");
+    assert!(
+        refused > 0 && refused < cases,
+        "{refused} of {cases} refused"
+    );
 }
-

@@ -299,28 +299,26 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
             // must start at the segment's name (SPEC 2.3).
             seg.check_first_batch()?;
             let floor = seg.index_floor(recovery_point);
-            let found = match Segment::find_boundary(
-                seg.file(),
-                floor,
-                seg.size_bytes(),
-                recovery_point,
-            ) {
-                // The index entry the walk started from does not match the
-                // data: rebuild the index and walk from the start.
-                Err(Error::Corrupt { reason, .. }) if index_problem.is_none() && floor.1 > 0 => {
-                    seg.discard_index()?;
-                    index_problem = Some(IndexProblem(format!(
-                        "an entry does not match the data ({reason})"
-                    )));
-                    Segment::find_boundary(
-                        seg.file(),
-                        (base, 0),
-                        seg.size_bytes(),
-                        recovery_point,
-                    )?
-                }
-                found => found?,
-            };
+            let found =
+                match Segment::find_boundary(seg.file(), floor, seg.size_bytes(), recovery_point) {
+                    // The index entry the walk started from does not match the
+                    // data: rebuild the index and walk from the start.
+                    Err(Error::Corrupt { reason, .. })
+                        if index_problem.is_none() && floor.1 > 0 =>
+                    {
+                        seg.discard_index()?;
+                        index_problem = Some(IndexProblem(format!(
+                            "an entry does not match the data ({reason})"
+                        )));
+                        Segment::find_boundary(
+                            seg.file(),
+                            (base, 0),
+                            seg.size_bytes(),
+                            recovery_point,
+                        )?
+                    }
+                    found => found?,
+                };
             match found {
                 Found::Batch { position, header } => (position, header.base_offset),
                 Found::End {

@@ -887,7 +887,12 @@ impl Segment {
     /// (an empty segment passes).
     pub(crate) fn check_first_batch(&self) -> Result<()> {
         if self.size_bytes > 0 {
-            Segment::find_batch(&self.file, (self.base_offset, 0), self.size_bytes, self.base_offset)?;
+            Segment::find_batch(
+                &self.file,
+                (self.base_offset, 0),
+                self.size_bytes,
+                self.base_offset,
+            )?;
         }
         Ok(())
     }

@@ -143,8 +143,14 @@ impl LeaderEpochCache {
             .entries
             .partition_point(|e| e.start_offset <= from)
             .saturating_sub(1);
-        let end = self.entries.partition_point(|e| e.start_offset < until);
-        self.entries.get(first..end.max(first)).unwrap_or(&[])
+        // At least the covering entry, even for a range before every entry
+        // (its batches carry the first entry's epoch: see `expected_epoch`).
+        let end = self
+            .entries
+            .partition_point(|e| e.start_offset < until)
+            .max(first + 1)
+            .min(self.entries.len());
+        self.entries.get(first..end).unwrap_or(&[])
     }
 
     /// SPEC 3.6: where does `epoch` end on this replica?
@@ -250,6 +256,42 @@ mod tests {
             epoch: LeaderEpoch(epoch),
             end_offset: Offset(end),
         })
+    }
+
+    #[test]
+    fn the_entries_covering_a_range_and_the_epoch_a_batch_must_carry() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cache(dir.path(), &[(0, 10), (2, 13), (4, 17)]);
+        let epochs =
+            |entries: &[EpochEntry]| -> Vec<u32> { entries.iter().map(|e| e.epoch.0).collect() };
+        // (from, until) -> epochs of the entries covering batches there.
+        let table: [((u64, u64), Vec<u32>); 6] = [
+            ((10, 13), vec![0]),
+            ((12, 14), vec![0, 2]),
+            ((13, 20), vec![2, 4]),
+            ((5, 11), vec![0]),
+            ((18, 30), vec![4]),
+            ((0, 5), vec![0]),
+        ];
+        for ((from, until), want) in table {
+            let got = epochs(c.entries_covering(Offset(from), Offset(until)));
+            assert_eq!(got, want, "entries covering {from}..{until}");
+        }
+        let entries = c.entries();
+        // A batch before the first entry (the log start moved into it)
+        // carries the first entry's epoch.
+        for (base, want) in [(3, 0), (10, 0), (12, 0), (13, 2), (16, 2), (17, 4), (99, 4)] {
+            assert_eq!(
+                expected_epoch(entries, Offset(base)),
+                Some(LeaderEpoch(want)),
+                "batch at {base}"
+            );
+        }
+        assert_eq!(expected_epoch(&[], Offset(0)), None);
+        assert_eq!(
+            epochs(LeaderEpochCache::empty(dir.path()).entries_covering(Offset(0), Offset(9))),
+            Vec::<u32>::new()
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::record::{
     parse_header, set_base_offset, set_leader_epoch, BatchHeader, BatchIter, HeaderError,
     RecordBatch, BATCH_HEADER_BYTES,
 };
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, RwLock};
 use crate::types::{EpochEndOffset, LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
 
 /// Where an append landed.
@@ -109,6 +109,10 @@ pub struct LogStats {
     pub bytes_read: u64,
 }
 
+/// How often a read that failed a check is tried again because a
+/// truncation ran under it (each retry needs another truncation in between).
+const READ_ATTEMPTS_MAX: u32 = 8;
+
 /// The longest a group-commit fsync waits for appends still writing.
 const GROUP_COMMIT_GATHER_MAX: std::time::Duration = std::time::Duration::from_micros(100);
 
@@ -148,6 +152,8 @@ struct ReadPlan {
     file: Arc<SegmentFile>,
     /// Where the walk to the batch starts (index entry or segment base).
     start: (Offset, u64),
+    /// The segment's base offset (its first batch starts there).
+    segment_base: Offset,
     /// Valid bytes of the segment when the read began.
     end_bytes: u64,
     /// The epoch cache entries covering the segment from the read offset.
@@ -248,8 +254,14 @@ pub struct Log {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) state: RwLock<LogState>,
     pub(super) commit: GroupCommit,
-    /// Serialises checkpoint writes (they share a temporary file name).
-    checkpoint_lock: Mutex<()>,
+    /// Serialises checkpoint writes (they share a temporary file name), and
+    /// an operation that must write its checkpoint before it changes the
+    /// state holds it throughout.
+    ///
+    /// Lock order: `checkpoint_lock` before `state`, never the other way
+    /// (a truncation holding the state lock while a periodic checkpoint
+    /// held this one and waited for the state deadlocked both).
+    pub(super) checkpoint_lock: Mutex<()>,
     counters: Counters,
     report: RecoveryReport,
 }
@@ -444,10 +456,23 @@ impl Log {
             {
                 state.epochs.truncate_from_end(log_end)?;
             }
+            // The epoch cache learns the batches' epochs before they are
+            // written, as a leader's does: the cache on disk then knows every
+            // epoch the data holds, which recovery and reads check batches
+            // against (an entry past the data after a crash is dropped on
+            // open).
+            let mut epochs_changed = false;
+            for (_, header) in &parsed {
+                epochs_changed |= state
+                    .epochs
+                    .assign_in_memory(header.leader_epoch, header.base_offset);
+            }
+            if epochs_changed {
+                state.epochs.persist()?;
+            }
             let mut rolled = false;
             let mut group_start = parsed[0].0;
             let mut group: Vec<(u64, BatchHeader)> = Vec::with_capacity(parsed.len());
-            let mut epochs_changed = false;
             for &(position, header) in &parsed {
                 let size = header.size_bytes() as u64;
                 let pending = (position - group_start) as u64;
@@ -461,14 +486,8 @@ impl Log {
                 // Recorded before the next roll, whose snapshot must cover
                 // every batch below it.
                 state.producers.record(&header);
-                epochs_changed |= state
-                    .epochs
-                    .assign_in_memory(header.leader_epoch, header.base_offset);
             }
             self.write_group(&mut state, batches, group_start, batches.len(), &mut group)?;
-            if epochs_changed {
-                state.epochs.persist()?;
-            }
             state.last_batch_epoch = Some(last.leader_epoch);
             let records: u64 = parsed.iter().map(|(_, h)| u64::from(h.record_count)).sum();
             state.unflushed_messages += records;
@@ -717,7 +736,17 @@ impl Log {
 
     /// Writes the log checkpoint with the flushed offset as recovery point.
     pub(super) fn store_checkpoint(&self, clean_shutdown: bool) -> Result<()> {
-        let _serial = self.checkpoint_lock.lock();
+        let serial = self.checkpoint_lock.lock();
+        self.store_checkpoint_serialized(&serial, clean_shutdown)
+    }
+
+    /// [`store_checkpoint`](Self::store_checkpoint) for a caller that holds
+    /// the checkpoint lock (and not the state lock: see `checkpoint_lock`).
+    fn store_checkpoint_serialized(
+        &self,
+        _serial: &MutexGuard<'_, ()>,
+        clean_shutdown: bool,
+    ) -> Result<()> {
         let (log_start_offset, high_watermark) = {
             let state = self.state.read();
             (state.log_start_offset, state.high_watermark)
@@ -733,13 +762,14 @@ impl Log {
 
     /// Writes a checkpoint whose recovery point is at most `at_most`, before
     /// an operation removes data the current recovery point vouches for.
+    /// The caller holds the checkpoint lock, taken before the state lock.
     pub(super) fn store_checkpoint_below(
         &self,
+        _serial: &MutexGuard<'_, ()>,
         state: &LogState,
         at_most: Offset,
         log_start_offset: Offset,
     ) -> Result<()> {
-        let _serial = self.checkpoint_lock.lock();
         let checkpoint = LogCheckpoint {
             recovery_point: self.commit.flushed_offset().min(at_most),
             high_watermark: state.high_watermark.min(at_most).max(log_start_offset),
@@ -830,6 +860,7 @@ impl Log {
                 ReadPlan {
                     file: segment.file().clone(),
                     start: segment.index_floor(from),
+                    segment_base: segment.base_offset(),
                     end_bytes: segment.size_bytes(),
                     epochs: state
                         .epochs
@@ -844,7 +875,9 @@ impl Log {
             match self.read_planned(from, bytes_max, &plan) {
                 Err(e @ Error::Corrupt { .. }) => {
                     attempts += 1;
-                    if self.state.read().truncations == plan.truncations || attempts >= 8 {
+                    if self.state.read().truncations == plan.truncations
+                        || attempts >= READ_ATTEMPTS_MAX
+                    {
                         return Err(e);
                     }
                 }
@@ -866,9 +899,20 @@ impl Log {
             log_start_offset: plan.log_start_offset,
             log_end_offset: plan.log_end_offset,
         };
-        let Found::Batch { position, header } =
-            Segment::find_batch(file, plan.start, plan.end_bytes, from)?
-        else {
+        let found = match Segment::find_batch(file, plan.start, plan.end_bytes, from) {
+            // The batch at the index entry does not start at the offset the
+            // entry names: the index may be what is wrong (only its last
+            // entry is checked at open). Walking from the segment's start
+            // tells: damaged data fails there too, at its own position.
+            Err(Error::Corrupt {
+                position, reason, ..
+            }) if plan.start.1 > 0 && position == plan.start.1 => {
+                tracing::warn!(path = %file.path().display(), position, %reason, "offset index entry does not match the data: reading from the segment start");
+                Segment::find_batch(file, (plan.segment_base, 0), plan.end_bytes, from)?
+            }
+            found => found?,
+        };
+        let Found::Batch { position, header } = found else {
             return Ok(result);
         };
         if header.last_offset() >= plan.limit {
@@ -928,6 +972,7 @@ impl Log {
     /// a prefix holding everything below `offset`.
     pub fn truncate_to(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
+        let serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
         if offset >= state.log_end_offset() {
@@ -954,7 +999,7 @@ impl Log {
         let new_end = new_end.max(base);
         let log_start = state.log_start_offset;
         state.truncations += 1;
-        self.store_checkpoint_below(&state, new_end, log_start)?;
+        self.store_checkpoint_below(&serial, &state, new_end, log_start)?;
         self.commit.truncated_to(new_end);
         let cut = (|| {
             // Snapshots of the suffix go before the suffix itself: a crash
@@ -999,12 +1044,13 @@ impl Log {
     /// follower whose log ends below the leader's log start).
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
+        let serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
         let first = state.log_start_offset;
         state.truncations += 1;
         // A crash from here on rescans whatever is left from its start.
-        self.store_checkpoint_below(&state, first, first)?;
+        self.store_checkpoint_below(&serial, &state, first, first)?;
         self.commit.truncated_to(first);
         let restarted = (|| {
             producer_state::delete_snapshots(&self.dir, |_| true)?;
@@ -1035,7 +1081,7 @@ impl Log {
         debug_assert!(state.check_invariants());
         drop(state);
         tracing::info!(dir = %self.dir.display(), %offset, "log emptied and restarted");
-        self.store_checkpoint(false)
+        self.store_checkpoint_serialized(&serial, false)
     }
 
     /// The first offset the log holds.
@@ -1069,11 +1115,24 @@ impl Log {
 
     /// Records that `epoch` starts at `start_offset` (a new leader records
     /// `(new epoch, own log end)` before writing). Ignored when `epoch` is
-    /// not newer than the latest known.
+    /// not newer than the latest known. A start below the log end is
+    /// `Error::NonContiguousAppend`: it would re-label records already
+    /// written, which every read checks against the cache.
     pub fn assign_epoch(&self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
+        let log_end = state.log_end_offset();
+        let newer = match state.epochs.latest_epoch() {
+            Some(latest) => epoch > latest,
+            None => true,
+        };
+        if newer && start_offset < log_end {
+            return Err(Error::NonContiguousAppend {
+                expected: log_end,
+                got: start_offset,
+            });
+        }
         state.epochs.assign(epoch, start_offset)
     }
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use super::checkpoint::{sync_dir, LogCheckpoint};
 use super::config::LogConfig;
-use super::leader_epoch::LeaderEpochCache;
+use super::leader_epoch::{expected_epoch, LeaderEpochCache};
 use super::offset_index::IndexProblem;
 use super::segment::{self, Found, ScanEnd, Segment};
 use crate::error::{Error, Result};
@@ -177,6 +177,9 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
         Err(e) => return Err(e),
     };
 
+    // The cache file was there and valid: scanned batches are checked
+    // against it.
+    let epochs_trusted = epoch_file_existed && !rebuild_epochs;
     let bases = list_segments(dir)?;
     report.high_watermark_unknown = checkpoint.is_none() && !bases.is_empty();
     if !bases.is_empty() && checkpoint.is_none() && report.checkpoint_problems.is_empty() {
@@ -246,12 +249,24 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                 let reason = format!(
                     "segment starts at offset {base} but the log before it ends at {expected}"
                 );
-                // A crash in the middle of `truncate_to` cut an earlier
-                // segment but left later ones: they follow a gap, at or
-                // after the recovery point and the high watermark, both of
-                // which `truncate_to` lowered first. Anywhere else the gap
-                // is lost data (a missing segment, or one that ends short).
-                if expected < recovery_point || may_be_committed(expected) {
+                // Legitimate gaps: a crash in the middle of `truncate_to`
+                // cut an earlier segment but left later ones (at or after
+                // the recovery point and the high watermark, both of which
+                // it lowered first); a crash while recovery itself deleted
+                // the segments after a cut tail, or a power loss right after
+                // a roll (the later segments then hold no valid batch).
+                // Anywhere else the gap is lost data: a missing segment, or
+                // one that ends short, with valid batches after it.
+                let mut lost = expected < recovery_point;
+                if !lost && may_be_committed(expected) {
+                    for &later in &bases[i..] {
+                        if Segment::file_holds_valid_batch(dir, later, expected)? {
+                            lost = true;
+                            break;
+                        }
+                    }
+                }
+                if lost {
                     return Err(Error::Corrupt {
                         path: seg.log_path().to_path_buf(),
                         position: 0,
@@ -375,8 +390,23 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                 }
             }
             last_epoch = Some(h.leader_epoch);
-            if !rebuild_epochs && epochs.assign_in_memory(h.leader_epoch, h.base_offset) {
-                epochs_changed = true;
+            // A leader records its epoch, and a follower the epochs it
+            // receives, in the cache before writing the batches: a batch
+            // whose epoch the loaded cache does not give for its offset was
+            // not written as it reads now (an epoch flipped upward would
+            // otherwise be adopted and served, and fence every later
+            // append). Without a usable cache file it is rebuilt below.
+            if epochs_trusted {
+                let expected = expected_epoch(epochs.entries(), h.base_offset);
+                if expected != Some(h.leader_epoch) {
+                    return Err(format!(
+                        "batch at offset {} has leader epoch {}, but the epoch cache, written \
+                         before every batch, says {}",
+                        h.base_offset,
+                        h.leader_epoch,
+                        expected.map_or("none".to_string(), |e| e.to_string())
+                    ));
+                }
             }
             scanned_batches += 1;
             Ok(())

@@ -70,6 +70,7 @@ impl Log {
     }
 
     fn raise_log_start_offset(&self, offset: Offset) -> Result<u64> {
+        let serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
         if offset <= state.log_start_offset || offset > state.log_end_offset() {
             return Ok(0);
@@ -78,7 +79,7 @@ impl Log {
         state.high_watermark = state.high_watermark.max(offset);
         // The checkpoint first: a crash after it leaves segments below the
         // log start, which the next open deletes.
-        self.store_checkpoint_below(&state, Offset(u64::MAX), offset)?;
+        self.store_checkpoint_below(&serial, &state, Offset(u64::MAX), offset)?;
         let doomed: Vec<Offset> = state
             .segments
             .iter()

@@ -126,6 +126,17 @@ impl ReplicationConfig {
         };
         positive("replica_lag_time_max", self.replica_lag_time_max)?;
         positive("request_timeout", self.request_timeout)?;
+        // As Kafka requires of replica.fetch.wait.max.ms: a fetch held in a
+        // long poll vouches for its follower only as of its arrival (SPEC
+        // 3.4), so on an idle log a wait this long would drop in-sync
+        // followers from the ISR between their fetches.
+        if self.fetch_wait_max >= self.replica_lag_time_max {
+            return Err(Error::InvalidConfig {
+                field: "fetch_wait_max",
+                value: format!("{:?}", self.fetch_wait_max),
+                reason: "must be below replica_lag_time_max",
+            });
+        }
         if self.min_insync_replicas == 0 {
             return Err(Error::InvalidConfig {
                 field: "min_insync_replicas",
@@ -141,5 +152,28 @@ impl ReplicationConfig {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fetch_wait_not_below_the_lag_limit_is_refused() {
+        assert!(matches!(ReplicationConfig::default().validate(), Ok(())));
+        for wait_ms in [30_000, 60_000] {
+            let config = ReplicationConfig {
+                fetch_wait_max: Duration::from_millis(wait_ms),
+                ..ReplicationConfig::default()
+            };
+            match config.validate() {
+                Err(Error::InvalidConfig { field, reason, .. }) => {
+                    assert_eq!(field, "fetch_wait_max");
+                    assert!(reason.contains("replica_lag_time_max"), "{reason}");
+                }
+                other => panic!("fetch_wait_max {wait_ms} ms: {other:?}"),
+            }
+        }
     }
 }

@@ -13,6 +13,8 @@ pub mod fuzz;
 pub mod tcp_cluster;
 mod tcp_transport_factory;
 pub mod transport_suite;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,567 @@
+//! Real Apache ZooKeeper servers for tests (features `testing` and
+//! `zookeeper`): [`ZkServer`] starts a standalone server, [`ZkEnsemble`]
+//! three quorum peers, each a `java` child process on free loopback ports
+//! with a private data directory, and kills them on drop.
+//!
+//! This module owns finding `java` and the ZooKeeper jars, writing each
+//! server's `zoo.cfg`, waiting until a server serves and stopping it; it owns
+//! nothing of the coordinator that talks to it. A missing `java` or missing
+//! jars is an error that says what to install: a test against ZooKeeper must
+//! fail, never skip, where ZooKeeper cannot run.
+//!
+//! Where the jars are looked for, in order: `$ISRLOG_ZOOKEEPER_CLASSPATH`
+//! (a Java class path), `$ZOOKEEPER_HOME/lib/*.jar` (the upstream tarball),
+//! `/usr/share/java/zookeeper.jar` (Debian's `zookeeper` package; its
+//! manifest names the jars it needs) and `/usr/share/zookeeper/lib/*.jar`.
+//! `java` is `$JAVA` or the first `java` on `PATH`.
+//!
+//! Servers run with `tickTime=50` so that sessions as short as 100 ms can be
+//! negotiated (ZooKeeper's minimum is two ticks) and an expired session is
+//! noticed within 50 ms, and with `maxSessionTimeout=60000`.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start serving (a cold JVM on a busy
+/// two-core machine takes a few seconds).
+const START_WAIT_MAX: Duration = Duration::from_secs(60);
+/// How long one four-letter-word probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How many times a server is started on fresh ports when the first ones
+/// turned out to be taken (free ports are picked, then bound by the JVM:
+/// another process may bind them in between).
+const PORT_ATTEMPTS: usize = 3;
+/// The server's tick: sessions of 2 ticks (100 ms) and more are accepted.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Why a ZooKeeper server could not be started or reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkServerError {
+    /// What went wrong, with what to do about it.
+    pub reason: String,
+}
+
+impl fmt::Display for ZkServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for ZkServerError {}
+
+fn error(reason: impl Into<String>) -> ZkServerError {
+    ZkServerError {
+        reason: reason.into(),
+    }
+}
+
+/// What is needed to run a server: the `java` binary and the class path.
+#[derive(Debug, Clone)]
+struct Runtime {
+    java: PathBuf,
+    class_path: String,
+}
+
+impl Runtime {
+    /// Finds `java` and the ZooKeeper jars, or says what is missing.
+    fn find() -> Result<Runtime, ZkServerError> {
+        let java = find_java()?;
+        let class_path = find_class_path()?;
+        Ok(Runtime { java, class_path })
+    }
+}
+
+fn find_java() -> Result<PathBuf, ZkServerError> {
+    let java = std::env::var_os("JAVA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("java"));
+    match Command::new(&java)
+        .arg("-version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+    {
+        Ok(status) if status.success() => Ok(java),
+        Ok(status) => Err(error(format!(
+            "`{} -version` failed ({status}): install a Java runtime (Debian: apt-get install -y default-jre-headless) or set $JAVA",
+            java.display()
+        ))),
+        Err(e) => Err(error(format!(
+            "cannot run `{}` ({e}): install a Java runtime (Debian: apt-get install -y default-jre-headless) or set $JAVA",
+            java.display()
+        ))),
+    }
+}
+
+fn jars_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut jars: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jar"))
+        .collect();
+    jars.sort();
+    jars
+}
+
+fn class_path_of(jars: &[PathBuf]) -> String {
+    jars.iter()
+        .map(|jar| jar.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn find_class_path() -> Result<String, ZkServerError> {
+    if let Some(class_path) = std::env::var_os("ISRLOG_ZOOKEEPER_CLASSPATH") {
+        return Ok(class_path.to_string_lossy().into_owned());
+    }
+    let mut looked = Vec::new();
+    if let Some(home) = std::env::var_os("ZOOKEEPER_HOME") {
+        let lib = PathBuf::from(home).join("lib");
+        let jars = jars_in(&lib);
+        if jars.iter().any(|jar| is_zookeeper_jar(jar)) {
+            return Ok(class_path_of(&jars));
+        }
+        looked.push(format!("{}/*.jar", lib.display()));
+    }
+    let debian = Path::new("/usr/share/java/zookeeper.jar");
+    if debian.is_file() {
+        return Ok(debian.display().to_string());
+    }
+    looked.push(debian.display().to_string());
+    let lib = Path::new("/usr/share/zookeeper/lib");
+    let jars = jars_in(lib);
+    if jars.iter().any(|jar| is_zookeeper_jar(jar)) {
+        return Ok(class_path_of(&jars));
+    }
+    looked.push(format!("{}/*.jar", lib.display()));
+    Err(error(format!(
+        "no ZooKeeper jars found (looked at {}): install them (Debian: apt-get update && apt-get install -y zookeeper), \
+         or set $ZOOKEEPER_HOME to an unpacked ZooKeeper release, or $ISRLOG_ZOOKEEPER_CLASSPATH to a class path",
+        looked.join(", ")
+    )))
+}
+
+fn is_zookeeper_jar(jar: &Path) -> bool {
+    jar.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("zookeeper-") || name == "zookeeper.jar")
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> Result<u16, ZkServerError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| {
+        error(format!(
+            "cannot bind a loopback port to find a free one: {e}"
+        ))
+    })?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(|e| error(format!("cannot read a bound port: {e}")))
+}
+
+/// Sends a four-letter word to a server and returns its answer.
+fn four_letter_word(port: u16, word: &str) -> std::io::Result<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    stream.write_all(word.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// The server's `srvr` answer if it serves clients (standalone, leader or
+/// follower of a quorum), else `None`.
+fn serving_mode(port: u16) -> Option<String> {
+    let answer = four_letter_word(port, "srvr").ok()?;
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("Mode: "))
+        .map(|mode| mode.trim().to_owned())
+}
+
+/// One `java` server process and its files.
+#[derive(Debug)]
+struct Process {
+    name: String,
+    dir: PathBuf,
+    client_port: u16,
+    child: Option<Child>,
+}
+
+impl Process {
+    fn config_path(&self) -> PathBuf {
+        self.dir.join("zoo.cfg")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    fn spawn(&mut self, runtime: &Runtime, main_class: &str) -> Result<(), ZkServerError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map_err(|e| error(format!("cannot open {}: {e}", self.log_path().display())))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| error(format!("cannot open {}: {e}", self.log_path().display())))?;
+        let child = Command::new(&runtime.java)
+            .args([
+                "-Xms32m",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Dzookeeper.admin.enableServer=false",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp",
+                &runtime.class_path,
+                main_class,
+            ])
+            .arg(self.config_path())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| {
+                error(format!(
+                    "cannot start {} ({} {main_class}): {e}",
+                    self.name,
+                    runtime.java.display()
+                ))
+            })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// The last lines of the server's output, for error messages.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(20);
+        lines[from..].join("\n")
+    }
+
+    /// `Some(status)` if the process has exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|child| child.try_wait().ok().flatten())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Already exited is fine; anything else leaves a process the
+            // wait below reaps anyway.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until every process of `processes` serves, or fails naming the
+/// first that died or the ones still not serving at the deadline.
+fn wait_serving(processes: &mut [&mut Process], timeout: Duration) -> Result<(), ZkServerError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut waiting = Vec::new();
+        for process in processes.iter_mut() {
+            if let Some(status) = process.exited() {
+                return Err(error(format!(
+                    "{} exited ({status}) before serving; its output ends with:\n{}",
+                    process.name,
+                    process.log_tail()
+                )));
+            }
+            if serving_mode(process.client_port).is_none() {
+                waiting.push(process.name.clone());
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let tails: Vec<String> = processes
+                .iter()
+                .map(|p| format!("{}:\n{}", p.name, p.log_tail()))
+                .collect();
+            return Err(error(format!(
+                "{} not serving within {timeout:?}; output:\n{}",
+                waiting.join(", "),
+                tails.join("\n")
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), ZkServerError> {
+    std::fs::write(path, text).map_err(|e| error(format!("cannot write {}: {e}", path.display())))
+}
+
+fn common_config(data_dir: &Path, client_port: u16) -> String {
+    format!(
+        "tickTime={tick}\n\
+         dataDir={data}\n\
+         clientPort={client_port}\n\
+         clientPortAddress=127.0.0.1\n\
+         minSessionTimeout={min_session}\n\
+         maxSessionTimeout=60000\n\
+         maxClientCnxns=0\n\
+         4lw.commands.whitelist=*\n\
+         admin.enableServer=false\n\
+         snapCount=100000\n",
+        tick = TICK.as_millis(),
+        data = data_dir.display(),
+        min_session = (TICK * 2).as_millis(),
+    )
+}
+
+/// A standalone ZooKeeper server (`ZooKeeperServerMain`) on a free loopback
+/// port with its own data directory, killed (and its directory removed) on
+/// drop.
+#[derive(Debug)]
+pub struct ZkServer {
+    runtime: Runtime,
+    process: Process,
+    _dir: tempfile::TempDir,
+}
+
+impl ZkServer {
+    /// Starts a server and waits until it serves. Errs naming what is
+    /// missing (`java`, the jars) or why the server did not come up.
+    pub fn start() -> Result<ZkServer, ZkServerError> {
+        let runtime = Runtime::find()?;
+        let mut last_error = error("no attempt made");
+        for _ in 0..PORT_ATTEMPTS {
+            let dir = tempfile::Builder::new()
+                .prefix("isrlog-zookeeper-")
+                .tempdir()
+                .map_err(|e| error(format!("cannot create a temporary directory: {e}")))?;
+            let data_dir = dir.path().join("data");
+            std::fs::create_dir_all(&data_dir)
+                .map_err(|e| error(format!("cannot create {}: {e}", data_dir.display())))?;
+            let mut server = ZkServer {
+                runtime: runtime.clone(),
+                process: Process {
+                    name: "standalone ZooKeeper server".to_owned(),
+                    dir: dir.path().to_path_buf(),
+                    client_port: free_port()?,
+                    child: None,
+                },
+                _dir: dir,
+            };
+            write_file(
+                &server.process.config_path(),
+                &common_config(&data_dir, server.process.client_port),
+            )?;
+            match server.resume() {
+                Ok(()) => return Ok(server),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// The connect string of this server: `127.0.0.1:PORT`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.process.client_port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.process.client_port
+    }
+
+    /// Kills the server (SIGKILL: a crash), keeping its data directory.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts the server again after [`ZkServer::kill`], on the same port
+    /// and data directory, and waits until it serves: its sessions and data
+    /// survive, as after a real restart.
+    pub fn resume(&mut self) -> Result<(), ZkServerError> {
+        if self.process.is_running() {
+            return Ok(());
+        }
+        self.process.spawn(
+            &self.runtime,
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+        )?;
+        let outcome = wait_serving(&mut [&mut self.process], START_WAIT_MAX);
+        if outcome.is_err() {
+            self.process.kill();
+        }
+        outcome
+    }
+
+    /// Whether the server answers `srvr` as serving right now.
+    pub fn is_serving(&self) -> bool {
+        serving_mode(self.process.client_port).is_some()
+    }
+}
+
+/// Three ZooKeeper quorum peers (`QuorumPeerMain`) on loopback, each with
+/// its own ports and data directory, killed (and their directories
+/// removed) on drop.
+#[derive(Debug)]
+pub struct ZkEnsemble {
+    runtime: Runtime,
+    peers: Vec<Process>,
+    _dir: tempfile::TempDir,
+}
+
+/// Number of peers of a [`ZkEnsemble`].
+pub const ENSEMBLE_PEERS: usize = 3;
+
+impl ZkEnsemble {
+    /// Starts three peers and waits until each serves (a quorum formed).
+    pub fn start() -> Result<ZkEnsemble, ZkServerError> {
+        let runtime = Runtime::find()?;
+        let mut last_error = error("no attempt made");
+        for _ in 0..PORT_ATTEMPTS {
+            match ZkEnsemble::start_once(&runtime) {
+                Ok(ensemble) => return Ok(ensemble),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(last_error)
+    }
+
+    fn start_once(runtime: &Runtime) -> Result<ZkEnsemble, ZkServerError> {
+        let dir = tempfile::Builder::new()
+            .prefix("isrlog-zookeeper-ensemble-")
+            .tempdir()
+            .map_err(|e| error(format!("cannot create a temporary directory: {e}")))?;
+        // Three ports per peer: clients, followers to the leader, election.
+        let mut ports = Vec::with_capacity(ENSEMBLE_PEERS * 3);
+        let mut holders = Vec::new();
+        while ports.len() < ENSEMBLE_PEERS * 3 {
+            // Hold each listener until all are picked, so no port repeats.
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .map_err(|e| error(format!("cannot bind a loopback port: {e}")))?;
+            let port = listener
+                .local_addr()
+                .map_err(|e| error(format!("cannot read a bound port: {e}")))?
+                .port();
+            ports.push(port);
+            holders.push(listener);
+        }
+        drop(holders);
+        let servers: String = (0..ENSEMBLE_PEERS)
+            .map(|i| {
+                format!(
+                    "server.{}=127.0.0.1:{}:{}\n",
+                    i + 1,
+                    ports[i * 3 + 1],
+                    ports[i * 3 + 2]
+                )
+            })
+            .collect();
+        let mut peers = Vec::with_capacity(ENSEMBLE_PEERS);
+        for i in 0..ENSEMBLE_PEERS {
+            let peer_dir = dir.path().join(format!("peer-{}", i + 1));
+            let data_dir = peer_dir.join("data");
+            std::fs::create_dir_all(&data_dir)
+                .map_err(|e| error(format!("cannot create {}: {e}", data_dir.display())))?;
+            write_file(&data_dir.join("myid"), &format!("{}\n", i + 1))?;
+            let config = format!(
+                "{}initLimit=100\nsyncLimit=40\n{servers}",
+                common_config(&data_dir, ports[i * 3])
+            );
+            let process = Process {
+                name: format!("ZooKeeper peer {}", i + 1),
+                dir: peer_dir,
+                client_port: ports[i * 3],
+                child: None,
+            };
+            write_file(&process.config_path(), &config)?;
+            peers.push(process);
+        }
+        let mut ensemble = ZkEnsemble {
+            runtime: runtime.clone(),
+            peers,
+            _dir: dir,
+        };
+        for peer in 0..ENSEMBLE_PEERS {
+            ensemble.peers[peer].spawn(
+                &ensemble.runtime,
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            )?;
+        }
+        let mut all: Vec<&mut Process> = ensemble.peers.iter_mut().collect();
+        wait_serving(&mut all, START_WAIT_MAX)?;
+        Ok(ensemble)
+    }
+
+    /// The connect string naming every peer.
+    pub fn connect_string(&self) -> String {
+        self.peers
+            .iter()
+            .map(|peer| format!("127.0.0.1:{}", peer.client_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index (0-based) of the peer that leads the quorum right now.
+    pub fn leader(&self) -> Option<usize> {
+        self.peers.iter().position(|peer| {
+            peer.is_running() && serving_mode(peer.client_port).as_deref() == Some("leader")
+        })
+    }
+
+    /// Kills peer `index` (SIGKILL), keeping its data directory.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(peer) = self.peers.get_mut(index) {
+            peer.kill();
+        }
+    }
+
+    /// Starts peer `index` again after [`ZkEnsemble::kill`] and waits until
+    /// it serves.
+    pub fn resume(&mut self, index: usize) -> Result<(), ZkServerError> {
+        let runtime = self.runtime.clone();
+        let peer = self.peers.get_mut(index).ok_or_else(|| {
+            error(format!(
+                "no peer {index} in a {ENSEMBLE_PEERS}-peer ensemble"
+            ))
+        })?;
+        if peer.is_running() {
+            return Ok(());
+        }
+        peer.spawn(
+            &runtime,
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+        )?;
+        wait_serving(&mut [peer], START_WAIT_MAX)
+    }
+
+    /// Waits until every running peer serves again (after a leader was
+    /// killed, the others elect a new one), up to `timeout`.
+    pub fn wait_serving(&mut self, timeout: Duration) -> Result<(), ZkServerError> {
+        let mut running: Vec<&mut Process> =
+            self.peers.iter_mut().filter(|p| p.is_running()).collect();
+        wait_serving(&mut running, timeout)
+    }
+}

@@ -116,6 +116,8 @@ pub use coordinator::{
     assign_replicas, CasOutcome, Controller, ControllerConfig, ControllerEpoch, Coordinator,
     CoordinatorEvent, LogState, LogUpdate, MemoryCoordinator,
 };
+#[cfg(feature = "zookeeper")]
+pub use coordinator::{ZkCoordinator, ZkCoordinatorConfig};
 pub use error::{Error, Result};
 pub use node::{Node, NodeHandler};
 pub use producer::{IdempotentProducer, LeaderRouter, ProducerConfig};

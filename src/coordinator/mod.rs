@@ -13,6 +13,8 @@
 mod assignment;
 mod controller;
 mod memory;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::fmt;
 use std::time::Duration;
@@ -23,6 +25,8 @@ use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
 pub use assignment::assign_replicas;
 pub use controller::{Controller, ControllerConfig};
 pub use memory::MemoryCoordinator;
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZkCoordinator, ZkCoordinatorConfig};
 
 /// What the coordinator stores for one log.
 ///

@@ -1,0 +1,1428 @@
+//! [`ZkCoordinator`]: the [`Coordinator`] on Apache ZooKeeper.
+//!
+//! It owns the ZooKeeper sessions of one process — its own (reads, the
+//! watch, writes not made for one node) and one per node registered through
+//! it — the watcher task that turns ZooKeeper's notifications into
+//! [`CoordinatorEvent`]s, and the mapping of every trait method onto znodes
+//! (layout in `document.rs`). The API is synchronous: each call runs as a
+//! job on the coordinator's private executor and waits for it up to
+//! [`ZkCoordinatorConfig::call_timeout`].
+//!
+//! Liveness. A node is live while its ZooKeeper session is: registering
+//! opens a session with the node's timeout and creates its ephemeral znode.
+//! The client library pings ZooKeeper by itself, so a process that stopped
+//! working but not pinging would stay live forever; the node's own
+//! heartbeats are therefore a lease on top: when `register_node`'s timeout
+//! passes without a `heartbeat`, the coordinator closes the node's session,
+//! which removes its znode and any controller seat it held. A node cut off
+//! from ZooKeeper loses its session when ZooKeeper expires it; its client
+//! learns so at the latest one timeout after it last heard from ZooKeeper,
+//! and from then on the node's heartbeats fail.
+//!
+//! Connection loss is not session loss: a call made while the client is
+//! reconnecting waits for it (bounded by the call timeout) or fails with a
+//! retriable error; a write whose connection dropped before ZooKeeper
+//! answered fails with an error saying its outcome is unknown. Nothing is
+//! reported applied unless ZooKeeper answered that it was.
+//!
+//! Events. The watcher holds one persistent recursive watch on the chroot
+//! (ZooKeeper 3.6+): it never needs re-arming, so no change can fall between
+//! a notification and the next watch. After a disconnection (ZooKeeper does
+//! not replay what a persistent watch missed meanwhile) or a session
+//! expiry, it re-reads everything it watches and sends every subscriber a
+//! `Resync`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use futures::channel::oneshot;
+use futures::future::{self, Either};
+use futures::FutureExt;
+use zookeeper_client as zk;
+
+use super::config::ZkCoordinatorConfig;
+use super::document::{self, Subject, CONTROLLER, CONTROLLER_SEAT, LOGS, NODES, PRODUCER_IDS};
+use super::events::Dispatcher;
+use super::executor::Executor;
+use crate::coordinator::{
+    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate,
+};
+use crate::error::{Error, Result};
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+
+/// Pause between two attempts of a read whose connection dropped, and
+/// between polls for a condition that has no notification.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// How long dropping the coordinator waits for its sessions to close
+/// cleanly (so their ephemeral znodes go at once, not at expiry).
+const CLOSE_WAIT_MAX: Duration = Duration::from_secs(2);
+/// Bounds of the watcher's tick, which checks the nodes' leases and hands
+/// out owed `Resync` events: a tenth of the shortest lease, within these.
+const TICK_MIN: Duration = Duration::from_millis(5);
+const TICK_MAX: Duration = Duration::from_millis(100);
+/// How long the watcher waits between attempts to open a new session after
+/// its session expired.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+/// Notifications handled per wake-up of the watcher: the rest wait for the
+/// next round, so a flood cannot starve its tick.
+const EVENTS_PER_ROUND_MAX: usize = 256;
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+fn ephemeral() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
+}
+
+/// What the ZooKeeper client answers.
+type ZkResult<T> = std::result::Result<T, zk::Error>;
+
+fn coordinator_error(reason: String) -> Error {
+    Error::Coordinator { reason }
+}
+
+/// A ZooKeeper error answered to `what`.
+fn zk_error(what: &str, error: zk::Error) -> Error {
+    coordinator_error(format!("ZooKeeper failed to {what}: {error}"))
+}
+
+/// A write whose connection dropped before ZooKeeper answered: it may or
+/// may not have been applied, and the caller must not assume either.
+fn unknown_if_lost<T>(outcome: ZkResult<T>, what: &str) -> Result<ZkResult<T>> {
+    match outcome {
+        Err(zk::Error::ConnectionLoss) => Err(lost(what)),
+        outcome => Ok(outcome),
+    }
+}
+
+/// The error of a write whose connection dropped before ZooKeeper answered.
+fn lost(what: &str) -> Error {
+    coordinator_error(format!(
+        "the connection to ZooKeeper was lost while trying to {what}: it may or may not have been applied; \
+         re-read before retrying"
+    ))
+}
+
+/// The ZooKeeper version of a znode as a [`LogState`] version.
+fn log_version(log: LogId, stat: &zk::Stat) -> Result<u64> {
+    u64::try_from(stat.version).map_err(|_| {
+        coordinator_error(format!(
+            "znode {} has version {}",
+            document::log_path(log),
+            stat.version
+        ))
+    })
+}
+
+/// Waits until `deadline` or until `future` ends, whichever is first.
+async fn before<T>(deadline: Instant, future: impl std::future::Future<Output = T>) -> Option<T> {
+    let future = std::pin::pin!(future);
+    match future::select(future, async_io::Timer::at(deadline)).await {
+        Either::Left((value, _)) => Some(value),
+        Either::Right(_) => None,
+    }
+}
+
+/// Waits until `client` is connected, up to `deadline`: the client
+/// reconnects by itself after a connection loss, and a call made meanwhile
+/// must neither fail at once nor be sent into a dead connection.
+async fn connected(client: &zk::Client, deadline: Instant, what: &str) -> Result<()> {
+    let mut states = client.state_watcher();
+    loop {
+        match client.state() {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => return Ok(()),
+            state if state.is_terminated() => {
+                return Err(coordinator_error(format!(
+                    "cannot {what}: the ZooKeeper session ended ({state})"
+                )))
+            }
+            _ => {}
+        }
+        if before(deadline, states.changed()).await.is_none() {
+            return Err(coordinator_error(format!(
+                "cannot {what}: not connected to ZooKeeper (reconnecting); nothing was sent, retry later"
+            )));
+        }
+    }
+}
+
+/// What the controller record and seat say, read in one multi-read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ControllerView {
+    /// The last controller epoch.
+    epoch: ControllerEpoch,
+    /// The node that won `epoch`, if any election happened.
+    winner: Option<NodeId>,
+    /// The record's ZooKeeper version (equal to `epoch`).
+    record_version: i32,
+    /// The session owning the seat, if it is taken.
+    seat_owner: Option<i64>,
+    /// The zxid of the last change to the record or the seat.
+    zxid: i64,
+}
+
+impl ControllerView {
+    /// The sitting controller.
+    fn controller(&self) -> Option<NodeId> {
+        self.seat_owner.and(self.winner)
+    }
+
+    /// What a refused controller write says about the seat.
+    fn describe_holder(&self) -> String {
+        match self.controller() {
+            Some(holder) => format!(
+                "{holder} holds the seat with controller epoch {}",
+                self.epoch
+            ),
+            None => format!("the seat is empty (last controller epoch {})", self.epoch),
+        }
+    }
+}
+
+/// One node's session, opened by `register_node`.
+#[derive(Debug)]
+struct NodeSession {
+    client: zk::Client,
+    session_timeout: Duration,
+    last_heartbeat: Instant,
+}
+
+impl NodeSession {
+    /// Whether the lease still runs and ZooKeeper has not ended the session.
+    fn is_alive(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.last_heartbeat) <= self.session_timeout
+            && !self.client.state().is_terminated()
+    }
+}
+
+/// The producer ids this coordinator reserved and has not handed out yet.
+#[derive(Debug, Default)]
+struct ProducerIdBlock {
+    next: i64,
+    end: i64,
+}
+
+/// State shared by the calls and the watcher task.
+#[derive(Debug)]
+struct Shared {
+    config: ZkCoordinatorConfig,
+    /// The coordinator's own session, chrooted; `None` while the watcher
+    /// opens a new one after an expiry.
+    main: Mutex<Option<zk::Client>>,
+    sessions: Mutex<BTreeMap<NodeId, NodeSession>>,
+    /// Held while a session is being opened, so that two registrations of
+    /// one node cannot race each other into two sessions.
+    registering: Mutex<()>,
+    dispatcher: Mutex<Dispatcher>,
+    producer_ids: Mutex<ProducerIdBlock>,
+    /// Set when the coordinator is being dropped: calls still running on
+    /// the executor give up instead of waiting for a session.
+    stopping: AtomicBool,
+}
+
+/// Owns the executor; the watcher task holds only `Arc<Shared>`, so
+/// dropping the last [`ZkCoordinator`] drops this, which stops everything.
+#[derive(Debug)]
+struct Handle {
+    shared: Arc<Shared>,
+    executor: Executor,
+    /// Dropped to stop the watcher.
+    stop_watcher: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+/// A [`Coordinator`] on an Apache ZooKeeper ensemble (3.6 or later), for
+/// nodes on several machines: every process opens its own `ZkCoordinator` on
+/// the same ensemble and chroot. Cloning shares it. Dropping the last clone
+/// closes its sessions (its nodes leave the live set at once) and stops its
+/// thread.
+#[derive(Clone, Debug)]
+pub struct ZkCoordinator {
+    handle: Arc<Handle>,
+}
+
+impl ZkCoordinator {
+    /// Connects to the ensemble, creates the layout under the chroot if it
+    /// is missing, and starts watching it. Errs if the configuration is
+    /// invalid or ZooKeeper cannot be reached within the call timeout.
+    pub fn connect(config: ZkCoordinatorConfig) -> Result<ZkCoordinator> {
+        config.validate()?;
+        let executor = Executor::start("isrlog-zookeeper")?;
+        let shared = Arc::new(Shared {
+            main: Mutex::new(None),
+            sessions: Mutex::new(BTreeMap::new()),
+            registering: Mutex::new(()),
+            dispatcher: Mutex::new(Dispatcher::new(config.subscriber_events_max)),
+            producer_ids: Mutex::new(ProducerIdBlock::default()),
+            stopping: AtomicBool::new(false),
+            config,
+        });
+        let deadline = Instant::now() + shared.config.call_timeout;
+        let what = format!(
+            "connect to ZooKeeper at {} (chroot {})",
+            shared.config.connect, shared.config.chroot
+        );
+        let config = shared.config.clone();
+        let (client, watcher) =
+            executor.call(
+                &what,
+                deadline,
+                async move { open_main_session(&config).await },
+            )?;
+        *shared.main.lock() = Some(client.clone());
+        let (stop_watcher, stopped) = oneshot::channel();
+        executor.spawn(run_watcher(Arc::clone(&shared), client, watcher, stopped))?;
+        tracing::info!(connect = %shared.config.connect, chroot = %shared.config.chroot,
+            "connected to ZooKeeper");
+        Ok(ZkCoordinator {
+            handle: Arc::new(Handle {
+                shared,
+                executor,
+                stop_watcher: Mutex::new(Some(stop_watcher)),
+            }),
+        })
+    }
+
+    /// The configuration this coordinator runs with.
+    pub fn config(&self) -> &ZkCoordinatorConfig {
+        &self.handle.shared.config
+    }
+
+    /// The number of receivers still subscribed (dropped receivers are
+    /// forgotten at the next event sent to them).
+    pub fn subscriber_count(&self) -> usize {
+        self.handle.shared.dispatcher.lock().subscriber_count()
+    }
+
+    /// The ZooKeeper session id of `node`'s session opened through this
+    /// coordinator, if it has one (for operators and tests).
+    pub fn session_id(&self, node: NodeId) -> Option<i64> {
+        self.handle
+            .shared
+            .sessions
+            .lock()
+            .get(&node)
+            .map(|session| session.client.session_id().0)
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.handle.shared.config.call_timeout
+    }
+
+    /// Runs `job` with the shared state on the executor, up to the call
+    /// timeout.
+    fn run<T, F, Fut>(&self, what: String, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Shared>, Instant, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        let deadline = self.deadline();
+        let shared = Arc::clone(&self.handle.shared);
+        let future = job(shared, deadline, what.clone());
+        self.handle.executor.call(&what, deadline, future)
+    }
+
+    /// The client of `node`'s live session, or an error naming `what` could
+    /// not be done without one.
+    fn node_client(&self, node: NodeId, what: &str) -> Result<zk::Client> {
+        let mut sessions = self.handle.shared.sessions.lock();
+        match sessions.get(&node) {
+            Some(session) if session.is_alive(Instant::now()) => Ok(session.client.clone()),
+            Some(_) => {
+                sessions.remove(&node);
+                Err(no_session(node, what))
+            }
+            None => Err(no_session(node, what)),
+        }
+    }
+}
+
+fn no_session(node: NodeId, what: &str) -> Error {
+    coordinator_error(format!(
+        "{node} cannot {what}: it has no live session (it expired or was never opened)"
+    ))
+}
+
+impl Drop for Handle {
+    /// Stops the watcher, closes every session (waiting a bounded time for
+    /// ZooKeeper to confirm, so ephemeral znodes vanish now rather than at
+    /// expiry) and joins the executor thread.
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        drop(self.stop_watcher.lock().take());
+        let mut states: Vec<zk::StateWatcher> = Vec::new();
+        let sessions = std::mem::take(&mut *self.shared.sessions.lock());
+        for (_, session) in sessions {
+            states.push(session.client.state_watcher());
+        }
+        if let Some(main) = self.shared.main.lock().take() {
+            states.push(main.state_watcher());
+        }
+        let deadline = Instant::now() + CLOSE_WAIT_MAX;
+        let closed = self
+            .executor
+            .call("close the ZooKeeper sessions", deadline, async move {
+                for mut state in states {
+                    while !state.peek_state().is_terminated() {
+                        if before(deadline, state.changed()).await.is_none() {
+                            return Ok(());
+                        }
+                    }
+                }
+                Ok(())
+            });
+        if let Err(error) = closed {
+            tracing::debug!(%error, "ZooKeeper sessions not confirmed closed");
+        }
+        self.executor.stop();
+    }
+}
+
+/// Opens the coordinator's own session: connects, creates the chroot and
+/// the layout under it if missing, and adds the persistent recursive watch.
+async fn open_main_session(
+    config: &ZkCoordinatorConfig,
+) -> Result<(zk::Client, zk::PersistentWatcher)> {
+    let connect_failed = |error: zk::Error| {
+        coordinator_error(format!(
+            "cannot connect to ZooKeeper at {}: {error}",
+            config.connect
+        ))
+    };
+    let root = zk::Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .connect(&config.connect)
+        .await
+        .map_err(connect_failed)?;
+    root.mkdir(&config.chroot, &persistent())
+        .await
+        .map_err(|e| zk_error(&format!("create the chroot {}", config.chroot), e))?;
+    let client = root
+        .chroot(config.chroot.clone())
+        .map_err(|_| coordinator_error(format!("{} is not a valid chroot", config.chroot)))?;
+    let layout: [(&str, Vec<u8>); 4] = [
+        (NODES, Vec::new()),
+        (LOGS, Vec::new()),
+        (
+            CONTROLLER,
+            document::encode_controller(ControllerEpoch(0), None),
+        ),
+        (PRODUCER_IDS, document::encode_producer_ids(0)),
+    ];
+    for (path, data) in layout {
+        match client.create(path, &data, &persistent()).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(zk_error(&format!("create {}{path}", config.chroot), e)),
+        }
+    }
+    let watcher = client
+        .watch("/", zk::AddWatchMode::PersistentRecursive)
+        .await
+        .map_err(|e| {
+            zk_error(
+                &format!("watch {} (ZooKeeper 3.6 or later is needed)", config.chroot),
+                e,
+            )
+        })?;
+    Ok((client, watcher))
+}
+
+impl Shared {
+    /// The coordinator's own session, waiting (up to `deadline`) while the
+    /// watcher replaces an expired one.
+    async fn main_client(&self, deadline: Instant, what: &str) -> Result<zk::Client> {
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return Err(Error::Shutdown);
+            }
+            let current = self.main.lock().clone();
+            if let Some(client) = current {
+                if !client.state().is_terminated() {
+                    return Ok(client);
+                }
+            }
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                return Err(coordinator_error(format!(
+                    "cannot {what}: the coordinator's ZooKeeper session expired and a new one is not open yet"
+                )));
+            }
+            async_io::Timer::after(RETRY_PAUSE).await;
+        }
+    }
+
+    /// Runs the read `op` on the coordinator's session, retrying it while
+    /// connections drop, until `deadline`. The inner result is ZooKeeper's
+    /// answer, for the caller to interpret (a missing znode is often an
+    /// answer, not an error).
+    async fn read<T, F, Fut>(&self, deadline: Instant, what: &str, op: F) -> Result<ZkResult<T>>
+    where
+        F: Fn(zk::Client) -> Fut,
+        Fut: std::future::Future<Output = ZkResult<T>>,
+    {
+        loop {
+            let client = self.main_client(deadline, what).await?;
+            connected(&client, deadline, what).await?;
+            match op(client).await {
+                Err(zk::Error::ConnectionLoss) if Instant::now() + RETRY_PAUSE < deadline => {
+                    async_io::Timer::after(RETRY_PAUSE).await;
+                }
+                outcome => return Ok(outcome),
+            }
+        }
+    }
+
+    /// The stored state of `log` and the zxid of its last change, or `None`.
+    async fn read_log(&self, deadline: Instant, log: LogId) -> Result<Option<(LogState, i64)>> {
+        let path = document::log_path(log);
+        let what = format!("read {path}");
+        let outcome = self
+            .read(deadline, &what, |client| {
+                let path = path.clone();
+                async move { client.get_data(&path).await }
+            })
+            .await?;
+        match outcome {
+            Ok((data, stat)) => Ok(Some((
+                document::decode_log(log, &data, stat.version)?,
+                stat.mzxid,
+            ))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(zk_error(&what, e)),
+        }
+    }
+
+    /// Every log's state and last change, sorted by id.
+    async fn read_logs(&self, deadline: Instant) -> Result<Vec<(LogState, i64)>> {
+        let what = format!("list {LOGS}");
+        let names = match self
+            .read(deadline, &what, |client| async move {
+                client.list_children(LOGS).await
+            })
+            .await?
+        {
+            Ok(names) => names,
+            Err(e) => return Err(zk_error(&what, e)),
+        };
+        let mut ids = names
+            .iter()
+            .map(|name| document::parse_id(LOGS, name).map(LogId))
+            .collect::<Result<Vec<LogId>>>()?;
+        ids.sort_unstable();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let what = format!("read the {} logs", ids.len());
+        let results = self
+            .read(deadline, &what, |client| {
+                let paths: Vec<String> = ids.iter().map(|log| document::log_path(*log)).collect();
+                async move {
+                    let mut reader = client.new_multi_reader();
+                    for path in &paths {
+                        reader.add_get_data(path)?;
+                    }
+                    reader.commit().await
+                }
+            })
+            .await?
+            .map_err(|e| zk_error(&what, e))?;
+        let mut logs = Vec::with_capacity(ids.len());
+        for (log, result) in ids.into_iter().zip(results) {
+            match result {
+                zk::MultiReadResult::Data { data, stat } => {
+                    logs.push((document::decode_log(log, &data, stat.version)?, stat.mzxid));
+                }
+                // Deleted between the listing and the read: not ours to
+                // report (isrlog never deletes a log).
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => {}
+                other => {
+                    return Err(coordinator_error(format!(
+                        "unexpected answer reading {}: {other:?}",
+                        document::log_path(log)
+                    )))
+                }
+            }
+        }
+        Ok(logs)
+    }
+
+    /// The live nodes, sorted, and the zxid of the last change to the set.
+    async fn read_nodes(&self, deadline: Instant) -> Result<(Vec<NodeId>, i64)> {
+        let what = format!("list {NODES}");
+        let (names, stat) = self
+            .read(deadline, &what, |client| async move {
+                client.get_children(NODES).await
+            })
+            .await?
+            .map_err(|e| zk_error(&what, e))?;
+        Ok((parse_nodes(&names)?, stat.pzxid))
+    }
+
+    /// The controller record and seat, read atomically.
+    async fn read_controller(&self, deadline: Instant) -> Result<ControllerView> {
+        let what = format!("read {CONTROLLER}");
+        let results = self
+            .read(deadline, &what, |client| async move {
+                let mut reader = client.new_multi_reader();
+                reader.add_get_data(CONTROLLER)?;
+                reader.add_get_data(CONTROLLER_SEAT)?;
+                reader.commit().await
+            })
+            .await?
+            .map_err(|e| zk_error(&what, e))?;
+        let mut results = results.into_iter();
+        parse_controller(results.next(), results.next())
+    }
+
+    /// The live nodes (sorted) with the zxid of the last change to the set,
+    /// and the controller, in one atomic multi-read: a session's end
+    /// removes its node and the seat it held in one transaction, and one
+    /// snapshot shows both or neither.
+    async fn read_membership(
+        &self,
+        deadline: Instant,
+    ) -> Result<(Vec<NodeId>, i64, ControllerView)> {
+        let what = format!("read {NODES} and {CONTROLLER}");
+        let results = self
+            .read(deadline, &what, |client| async move {
+                let mut reader = client.new_multi_reader();
+                reader.add_get_children(NODES)?;
+                reader.add_get_data(NODES)?;
+                reader.add_get_data(CONTROLLER)?;
+                reader.add_get_data(CONTROLLER_SEAT)?;
+                reader.commit().await
+            })
+            .await?
+            .map_err(|e| zk_error(&what, e))?;
+        let mut results = results.into_iter();
+        let live = match results.next() {
+            Some(zk::MultiReadResult::Children { children }) => parse_nodes(&children)?,
+            other => return Err(unexpected(&what, &other)),
+        };
+        let zxid = match results.next() {
+            Some(zk::MultiReadResult::Data { stat, .. }) => stat.pzxid,
+            other => return Err(unexpected(&what, &other)),
+        };
+        let controller = parse_controller(results.next(), results.next())?;
+        Ok((live, zxid, controller))
+    }
+
+    /// Makes what other sessions of this process wrote visible to reads on
+    /// the coordinator's session, which may be served by another server of
+    /// the ensemble. Best effort: a failure only means a later read may be
+    /// briefly stale, as ZooKeeper allows.
+    async fn sync(&self, deadline: Instant) {
+        if let Ok(client) = self.main_client(deadline, "sync").await {
+            if let Some(Err(error)) = before(deadline, client.sync("/")).await {
+                tracing::debug!(%error, "ZooKeeper sync failed");
+            }
+        }
+    }
+
+    /// Re-reads the live nodes and the controller and announces what
+    /// changed, the nodes first (as the memory coordinator does when a
+    /// session ends).
+    async fn refresh_membership(&self, deadline: Instant) -> Result<()> {
+        let (live, nodes_zxid, controller) = self.read_membership(deadline).await?;
+        let mut dispatcher = self.dispatcher.lock();
+        dispatcher.nodes_changed(nodes_zxid, live);
+        dispatcher.controller_changed(controller.zxid, controller.controller(), controller.epoch);
+        Ok(())
+    }
+
+    async fn refresh_log(&self, deadline: Instant, log: LogId) -> Result<()> {
+        if let Some((state, zxid)) = self.read_log(deadline, log).await? {
+            self.dispatcher.lock().log_changed(zxid, &state);
+        }
+        Ok(())
+    }
+
+    /// Re-reads everything the watch covers and announces what changed.
+    async fn refresh_everything(&self, deadline: Instant) -> Result<()> {
+        self.refresh_membership(deadline).await?;
+        let logs = self.read_logs(deadline).await?;
+        let mut dispatcher = self.dispatcher.lock();
+        for (state, zxid) in logs {
+            dispatcher.log_changed(zxid, &state);
+        }
+        Ok(())
+    }
+
+    /// Re-reads `subject` after a notification and announces it.
+    async fn refresh(&self, deadline: Instant, subject: Subject) -> Result<()> {
+        match subject {
+            Subject::Membership => self.refresh_membership(deadline).await,
+            Subject::Log(log) => self.refresh_log(deadline, log).await,
+        }
+    }
+
+    /// Ends the sessions whose lease ran out or that ZooKeeper ended, and
+    /// hands out owed `Resync` events. Returns when to tick next.
+    fn tick(&self) -> Duration {
+        let now = Instant::now();
+        let ended: Vec<(NodeId, NodeSession)> = {
+            let mut sessions = self.sessions.lock();
+            let dead: Vec<NodeId> = sessions
+                .iter()
+                .filter(|(_, session)| !session.is_alive(now))
+                .map(|(node, _)| *node)
+                .collect();
+            dead.into_iter()
+                .filter_map(|node| sessions.remove(&node).map(|session| (node, session)))
+                .collect()
+        };
+        for (node, session) in ended {
+            let state = session.client.state();
+            if state.is_terminated() {
+                tracing::warn!(%node, %state, "ZooKeeper ended the node's session");
+            } else {
+                tracing::info!(%node, timeout = ?session.session_timeout,
+                    "no heartbeat within the session timeout: closing the node's ZooKeeper session");
+            }
+            // Dropping the last handle closes the session, which deletes
+            // the node's ephemeral znode and any controller seat it held.
+            drop(session);
+        }
+        let mut dispatcher = self.dispatcher.lock();
+        dispatcher.flush_resyncs();
+        if dispatcher.resync_owed() {
+            return TICK_MIN;
+        }
+        drop(dispatcher);
+        self.sessions
+            .lock()
+            .values()
+            .map(|session| session.session_timeout / 10)
+            .min()
+            .unwrap_or(TICK_MAX)
+            .clamp(TICK_MIN, TICK_MAX)
+    }
+
+    /// The compare-and-set behind both trait methods; with `fence`, the
+    /// write is also conditional on that controller sitting with that epoch.
+    async fn compare_and_set(
+        &self,
+        deadline: Instant,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+        fence: Option<(NodeId, ControllerEpoch)>,
+    ) -> Result<CasOutcome> {
+        let path = document::log_path(log);
+        if let Some((controller, controller_epoch)) = fence {
+            let view = self.read_controller(deadline).await?;
+            if view.controller() != Some(controller) || view.epoch != controller_epoch {
+                return Err(fenced(log, controller, controller_epoch, &view));
+            }
+        }
+        let Some((current, _)) = self.read_log(deadline, log).await? else {
+            return Err(Error::UnknownLog(log));
+        };
+        if current.leader_epoch != expected_epoch || current.version != expected_version {
+            return Ok(CasOutcome::Stale(current));
+        }
+        current.validate_update(&update)?;
+        let next = current.with_update(update);
+        let data = document::encode_log(&next);
+        let zk_version = i32::try_from(current.version).map_err(|_| {
+            coordinator_error(format!(
+                "{path} is at version {}, beyond ZooKeeper's",
+                current.version
+            ))
+        })?;
+        let what = format!("write {path} at version {}", current.version);
+        let client = self.main_client(deadline, &what).await?;
+        connected(&client, deadline, &what).await?;
+        let written = match fence {
+            None => {
+                match unknown_if_lost(client.set_data(&path, &data, Some(zk_version)).await, &what)?
+                {
+                    Ok(stat) => Ok(stat),
+                    Err(error) => Err((2, error)),
+                }
+            }
+            Some((_, controller_epoch)) => {
+                let epoch_version = i32::try_from(controller_epoch.0).unwrap_or(i32::MAX);
+                let mut writer = client.new_multi_writer();
+                writer
+                    .add_check_version(CONTROLLER, epoch_version)
+                    .map_err(|e| zk_error(&what, e))?;
+                writer
+                    .add_check_version(CONTROLLER_SEAT, -1)
+                    .map_err(|e| zk_error(&what, e))?;
+                writer
+                    .add_set_data(&path, &data, Some(zk_version))
+                    .map_err(|e| zk_error(&what, e))?;
+                match writer.commit().await {
+                    Ok(results) => match results.into_iter().nth(2) {
+                        Some(zk::MultiWriteResult::SetData { stat }) => Ok(stat),
+                        other => {
+                            return Err(coordinator_error(format!(
+                                "unexpected answer to {what}: {other:?}"
+                            )))
+                        }
+                    },
+                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                        Err((index, source))
+                    }
+                    Err(zk::MultiWriteError::RequestFailed {
+                        source: zk::Error::ConnectionLoss,
+                    }) => return Err(lost(&what)),
+                    Err(zk::MultiWriteError::RequestFailed { source }) => {
+                        return Err(zk_error(&what, source))
+                    }
+                }
+            }
+        };
+        match written {
+            Ok(stat) => {
+                let stored = LogState {
+                    version: log_version(log, &stat)?,
+                    ..next
+                };
+                if stored.version != next.version {
+                    return Err(coordinator_error(format!(
+                        "{path} went from version {} to {}, not {}: was it written outside isrlog?",
+                        current.version, stored.version, next.version
+                    )));
+                }
+                tracing::debug!(%log, leader = ?stored.leader, epoch = %stored.leader_epoch,
+                    isr = ?stored.in_sync_replicas, version = stored.version, "coordinator log state updated");
+                self.dispatcher.lock().log_changed(stat.mzxid, &stored);
+                Ok(CasOutcome::Applied(stored))
+            }
+            // The controller record or seat changed since the check above:
+            // another controller was elected, or this one's session ended.
+            Err((0 | 1, error)) => match fence {
+                Some((controller, controller_epoch)) => {
+                    let view = self.read_controller(deadline).await?;
+                    Err(fenced(log, controller, controller_epoch, &view))
+                }
+                None => Err(zk_error(&what, error)),
+            },
+            Err((_, zk::Error::BadVersion)) => match self.read_log(deadline, log).await? {
+                Some((current, _)) => Ok(CasOutcome::Stale(current)),
+                None => Err(Error::UnknownLog(log)),
+            },
+            Err((_, zk::Error::NoNode)) => Err(Error::UnknownLog(log)),
+            Err((_, error)) => Err(zk_error(&what, error)),
+        }
+    }
+}
+
+/// The refusal of a write by a node that is not the controller it claims.
+fn fenced(
+    log: LogId,
+    controller: NodeId,
+    controller_epoch: ControllerEpoch,
+    view: &ControllerView,
+) -> Error {
+    coordinator_error(format!(
+        "write to {log} refused: {controller} is not the controller with controller epoch {controller_epoch} ({})",
+        view.describe_holder()
+    ))
+}
+
+/// The sorted ids of the children of `/nodes`.
+fn parse_nodes(names: &[String]) -> Result<Vec<NodeId>> {
+    let mut live = names
+        .iter()
+        .map(|name| document::parse_id(NODES, name).map(NodeId))
+        .collect::<Result<Vec<NodeId>>>()?;
+    live.sort_unstable();
+    Ok(live)
+}
+
+/// The controller view from a multi-read of the record and the seat.
+fn parse_controller(
+    record: Option<zk::MultiReadResult>,
+    seat: Option<zk::MultiReadResult>,
+) -> Result<ControllerView> {
+    let (epoch, winner, record_version, zxid) = match record {
+        Some(zk::MultiReadResult::Data { data, stat }) => {
+            let (epoch, winner) = document::decode_controller(CONTROLLER, &data, stat.version)?;
+            (epoch, winner, stat.version, stat.mzxid.max(stat.pzxid))
+        }
+        other => {
+            return Err(coordinator_error(format!(
+                "cannot read {CONTROLLER}: {other:?} (was the layout under the chroot removed?)"
+            )))
+        }
+    };
+    let seat_owner = match seat {
+        Some(zk::MultiReadResult::Data { stat, .. }) => Some(stat.ephemeral_owner),
+        Some(zk::MultiReadResult::Error {
+            err: zk::Error::NoNode,
+        }) => None,
+        other => return Err(unexpected(&format!("read {CONTROLLER_SEAT}"), &other)),
+    };
+    Ok(ControllerView {
+        epoch,
+        winner,
+        record_version,
+        seat_owner,
+        zxid,
+    })
+}
+
+fn unexpected(what: &str, answer: &Option<zk::MultiReadResult>) -> Error {
+    coordinator_error(format!("unexpected answer to {what}: {answer:?}"))
+}
+
+/// The watcher task: turns notifications into events, checks leases, and
+/// replaces the coordinator's session when it expires. Runs until `stop`
+/// fires (its sender is dropped).
+async fn run_watcher(
+    shared: Arc<Shared>,
+    mut client: zk::Client,
+    mut watcher: zk::PersistentWatcher,
+    mut stop: oneshot::Receiver<()>,
+) {
+    loop {
+        let session_ended = watch_session(&shared, &mut watcher, &mut stop).await;
+        if !session_ended {
+            return;
+        }
+        tracing::warn!("the coordinator's ZooKeeper session ended; opening a new one");
+        shared.main.lock().take();
+        drop(watcher);
+        drop(client);
+        loop {
+            let deadline = Instant::now() + shared.config.call_timeout;
+            let opened = before(deadline, open_main_session(&shared.config)).await;
+            match opened {
+                Some(Ok((new_client, new_watcher))) => {
+                    client = new_client;
+                    watcher = new_watcher;
+                    *shared.main.lock() = Some(client.clone());
+                    break;
+                }
+                Some(Err(error)) => tracing::warn!(%error, "cannot open a new ZooKeeper session"),
+                None => tracing::warn!("cannot open a new ZooKeeper session: timed out"),
+            }
+            let pause = async_io::Timer::after(RECONNECT_PAUSE);
+            if let Either::Left(_) = future::select(&mut stop, pause).await {
+                return;
+            }
+        }
+        // Everything may have changed while no session watched.
+        resync(&shared).await;
+    }
+}
+
+/// Re-reads everything and tells every subscriber to resync.
+async fn resync(shared: &Shared) {
+    let deadline = Instant::now() + shared.config.call_timeout;
+    if let Err(error) = shared.refresh_everything(deadline).await {
+        tracing::warn!(%error, "re-reading the coordinator's state failed");
+    }
+    shared.dispatcher.lock().resync_all();
+}
+
+/// What woke the watcher.
+enum Wake {
+    Stop,
+    Tick,
+    Notified(Vec<zk::WatchedEvent>),
+}
+
+/// Serves one session of the coordinator. Returns `true` when the session
+/// ended (the caller opens a new one), `false` on stop.
+async fn watch_session(
+    shared: &Shared,
+    watcher: &mut zk::PersistentWatcher,
+    stop: &mut oneshot::Receiver<()>,
+) -> bool {
+    let mut next_tick = Duration::ZERO;
+    let mut disconnected = false;
+    loop {
+        let wake = {
+            let notified = std::pin::pin!(watcher.changed().map(|event| vec![event]));
+            let tick = async_io::Timer::after(next_tick);
+            let either = future::select(notified, tick);
+            match future::select(&mut *stop, either).await {
+                Either::Left(_) => Wake::Stop,
+                Either::Right((Either::Left((events, _)), _)) => Wake::Notified(events),
+                Either::Right((Either::Right(_), _)) => Wake::Tick,
+            }
+        };
+        let mut events = match wake {
+            Wake::Stop => return false,
+            Wake::Tick => {
+                next_tick = shared.tick();
+                continue;
+            }
+            Wake::Notified(events) => events,
+        };
+        // Take what else is already queued, up to a session event (after a
+        // terminal one the watcher must not be polled again).
+        while events.len() < EVENTS_PER_ROUND_MAX
+            && events
+                .last()
+                .is_some_and(|event| event.event_type != zk::EventType::Session)
+        {
+            match watcher.changed().now_or_never() {
+                Some(event) => events.push(event),
+                None => break,
+            }
+        }
+        let mut subjects = BTreeSet::new();
+        let mut session_state = None;
+        for event in events {
+            if event.event_type == zk::EventType::Session {
+                session_state = Some(event.session_state);
+            } else if let Some(subject) = document::subject_of(&event.path) {
+                subjects.insert(subject);
+            }
+        }
+        let deadline = Instant::now() + shared.config.call_timeout;
+        for subject in subjects {
+            if let Err(error) = shared.refresh(deadline, subject).await {
+                // The change is not announced: every subscriber must
+                // re-read instead.
+                tracing::warn!(%error, ?subject, "re-reading after a notification failed");
+                shared.dispatcher.lock().resync_all();
+            }
+        }
+        match session_state {
+            None => {}
+            Some(zk::SessionState::Disconnected) => {
+                tracing::info!("the coordinator lost its ZooKeeper connection; reconnecting");
+                disconnected = true;
+            }
+            Some(zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly)
+                if disconnected =>
+            {
+                disconnected = false;
+                tracing::info!("the coordinator reconnected to ZooKeeper; resyncing");
+                resync(shared).await;
+            }
+            Some(state) if state.is_terminated() => return true,
+            Some(_) => {}
+        }
+    }
+}
+
+impl Coordinator for ZkCoordinator {
+    fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState> {
+        let created = LogState::initial(log, replicas)?;
+        let data = document::encode_log(&created);
+        let path = document::log_path(log);
+        self.run(
+            format!("create {path}"),
+            move |shared, deadline, what| async move {
+                let client = shared.main_client(deadline, &what).await?;
+                connected(&client, deadline, &what).await?;
+                match unknown_if_lost(client.create(&path, &data, &persistent()).await, &what)? {
+                    Ok((stat, _)) => {
+                        let stored = LogState {
+                            version: log_version(log, &stat)?,
+                            ..created
+                        };
+                        shared.dispatcher.lock().log_changed(stat.mzxid, &stored);
+                        Ok(stored)
+                    }
+                    Err(zk::Error::NodeExists) => Err(coordinator_error(format!(
+                        "cannot create {log}: it already exists"
+                    ))),
+                    Err(error) => Err(zk_error(&what, error)),
+                }
+            },
+        )
+    }
+
+    fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
+        self.run(
+            format!("read {log}"),
+            move |shared, deadline, _| async move {
+                Ok(shared
+                    .read_log(deadline, log)
+                    .await?
+                    .map(|(state, _)| state))
+            },
+        )
+    }
+
+    fn logs(&self) -> Result<Vec<LogState>> {
+        self.run(
+            "read every log".to_owned(),
+            move |shared, deadline, _| async move {
+                Ok(shared
+                    .read_logs(deadline)
+                    .await?
+                    .into_iter()
+                    .map(|(state, _)| state)
+                    .collect())
+            },
+        )
+    }
+
+    fn compare_and_set(
+        &self,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        self.run(
+            format!("update {log}"),
+            move |shared, deadline, _| async move {
+                shared
+                    .compare_and_set(
+                        deadline,
+                        log,
+                        expected_epoch,
+                        expected_version,
+                        update,
+                        None,
+                    )
+                    .await
+            },
+        )
+    }
+
+    /// One ZooKeeper `multi`: the controller record's version must still be
+    /// `controller_epoch` and the seat must exist (which together mean the
+    /// seat is held by the winner of that epoch), and the log's znode must
+    /// be at `expected_version` — or nothing is written.
+    fn compare_and_set_as_controller(
+        &self,
+        controller: NodeId,
+        controller_epoch: ControllerEpoch,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        let what = format!(
+            "update {log} as controller {controller} (controller epoch {controller_epoch})"
+        );
+        self.run(what, move |shared, deadline, _| async move {
+            shared
+                .compare_and_set(
+                    deadline,
+                    log,
+                    expected_epoch,
+                    expected_version,
+                    update,
+                    Some((controller, controller_epoch)),
+                )
+                .await
+        })
+    }
+
+    /// Opens a ZooKeeper session with `session_timeout` for `node` and
+    /// creates its ephemeral znode. If the znode still belongs to an earlier
+    /// session (a previous incarnation not yet expired, or another process
+    /// using the same id), waits for it to go, up to the call timeout.
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+        if session_timeout.is_zero() {
+            return Err(Error::InvalidConfig {
+                field: "session_timeout",
+                value: format!("{session_timeout:?}"),
+                reason: "a session must last longer than zero",
+            });
+        }
+        let shared = Arc::clone(&self.handle.shared);
+        let _registering = shared.registering.lock();
+        {
+            let now = Instant::now();
+            let mut sessions = shared.sessions.lock();
+            if let Some(session) = sessions.get_mut(&node) {
+                if session.is_alive(now) {
+                    session.last_heartbeat = now;
+                    session.session_timeout = session_timeout;
+                    return Ok(());
+                }
+                sessions.remove(&node);
+            }
+        }
+        let connect = format!("{}{}", shared.config.connect, shared.config.chroot);
+        let client = self.run(
+            format!("register {node}"),
+            move |shared, deadline, what| async move {
+                let client = before(
+                    deadline,
+                    zk::Client::connector()
+                        .with_session_timeout(session_timeout)
+                        .connect(&connect),
+                )
+                .await
+                .ok_or_else(|| {
+                    coordinator_error(format!(
+                        "cannot {what}: no ZooKeeper session within the call timeout"
+                    ))
+                })?
+                .map_err(|e| zk_error(&format!("open a session to {what}"), e))?;
+                let path = document::node_path(node);
+                let data = document::encode_node(session_timeout);
+                loop {
+                    connected(&client, deadline, &what).await?;
+                    let owner = match client.create(&path, &data, &ephemeral()).await {
+                        Ok(_) => break,
+                        // Unknown whether it was created: find out below.
+                        Err(zk::Error::ConnectionLoss) => None,
+                        Err(zk::Error::NodeExists) => match client.check_stat(&path).await {
+                            Ok(Some(stat)) => Some(stat.ephemeral_owner),
+                            Ok(None) | Err(zk::Error::ConnectionLoss) => None,
+                            Err(error) => return Err(zk_error(&what, error)),
+                        },
+                        Err(error) => return Err(zk_error(&what, error)),
+                    };
+                    if owner == Some(client.session_id().0) {
+                        break;
+                    }
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(coordinator_error(format!(
+                            "cannot {what}: {path} still belongs to ZooKeeper session {:#x} \
+                             (an earlier incarnation of the node whose session has not ended yet, \
+                             or another process using the same node id)",
+                            owner.unwrap_or(0)
+                        )));
+                    }
+                    async_io::Timer::after(RETRY_PAUSE).await;
+                }
+                shared.sync(deadline).await;
+                Ok(client)
+            },
+        )?;
+        tracing::info!(%node, session = %client.session_id(), timeout = ?session_timeout,
+            "node registered with ZooKeeper");
+        shared.sessions.lock().insert(
+            node,
+            NodeSession {
+                client,
+                session_timeout,
+                last_heartbeat: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Renews `node`'s lease; no round trip to ZooKeeper (the client pings
+    /// by itself). Fails once the lease ran out or ZooKeeper ended the
+    /// session, but not while the client is merely reconnecting.
+    fn heartbeat(&self, node: NodeId) -> Result<()> {
+        let now = Instant::now();
+        let mut sessions = self.handle.shared.sessions.lock();
+        match sessions.get_mut(&node) {
+            Some(session) if session.is_alive(now) => {
+                session.last_heartbeat = now;
+                Ok(())
+            }
+            Some(_) => {
+                sessions.remove(&node);
+                Err(no_session(node, "heartbeat"))
+            }
+            None => Err(no_session(node, "heartbeat")),
+        }
+    }
+
+    /// Closes `node`'s session and waits (up to the call timeout) for
+    /// ZooKeeper to confirm, which deletes its ephemeral znode and any
+    /// controller seat it held in the same step.
+    fn unregister_node(&self, node: NodeId) -> Result<()> {
+        let session = self.handle.shared.sessions.lock().remove(&node);
+        let Some(session) = session else {
+            return Ok(());
+        };
+        let mut state = session.client.state_watcher();
+        drop(session);
+        self.run(
+            format!("unregister {node}"),
+            move |shared, deadline, what| async move {
+                while !state.peek_state().is_terminated() {
+                    if before(deadline, state.changed()).await.is_none() {
+                        return Err(coordinator_error(format!(
+                            "cannot {what}: ZooKeeper did not confirm closing its session in time \
+                         (it will end when it expires)"
+                        )));
+                    }
+                }
+                shared.sync(deadline).await;
+                Ok(())
+            },
+        )
+    }
+
+    fn live_nodes(&self) -> Result<Vec<NodeId>> {
+        self.run(
+            "list the live nodes".to_owned(),
+            move |shared, deadline, _| async move { Ok(shared.read_nodes(deadline).await?.0) },
+        )
+    }
+
+    fn subscribe(&self, node: NodeId) -> Result<crossbeam_channel::Receiver<CoordinatorEvent>> {
+        Ok(self.handle.shared.dispatcher.lock().subscribe(node, false))
+    }
+
+    fn subscribe_all(&self, node: NodeId) -> Result<crossbeam_channel::Receiver<CoordinatorEvent>> {
+        Ok(self.handle.shared.dispatcher.lock().subscribe(node, true))
+    }
+
+    /// Takes the seat with one `multi` on `node`'s own session: the record
+    /// gets epoch + 1 and `node` (conditional on the version read), and the
+    /// seat is created as an ephemeral znode of that session, so it goes
+    /// when the session does.
+    fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
+        let client = self.node_client(node, "become controller")?;
+        self.run(
+            format!("seat {node} as controller"),
+            move |shared, deadline, what| async move {
+                loop {
+                    let view = shared.read_controller(deadline).await?;
+                    if let Some(holder) = view.controller() {
+                        let ours = holder == node && view.seat_owner == Some(client.session_id().0);
+                        return Ok(ours.then_some(view.epoch));
+                    }
+                    let epoch = view.epoch.next();
+                    let record = document::encode_controller(epoch, Some(node));
+                    connected(&client, deadline, &what).await?;
+                    let mut writer = client.new_multi_writer();
+                    writer
+                        .add_set_data(CONTROLLER, &record, Some(view.record_version))
+                        .map_err(|e| zk_error(&what, e))?;
+                    writer
+                        .add_create(CONTROLLER_SEAT, &record, &ephemeral())
+                        .map_err(|e| zk_error(&what, e))?;
+                    match writer.commit().await {
+                        Ok(results) => {
+                            let zxid = match results.first() {
+                                Some(zk::MultiWriteResult::SetData { stat }) => stat.mzxid,
+                                _ => i64::MIN,
+                            };
+                            tracing::info!(controller = %node, %epoch, "controller elected");
+                            shared
+                                .dispatcher
+                                .lock()
+                                .controller_changed(zxid, Some(node), epoch);
+                            shared.sync(deadline).await;
+                            return Ok(Some(epoch));
+                        }
+                        // Someone else changed the record or took the seat:
+                        // read again and see who.
+                        Err(zk::MultiWriteError::OperationFailed {
+                            source: zk::Error::BadVersion | zk::Error::NodeExists,
+                            ..
+                        }) => {}
+                        // Unknown whether the seat is ours: the next read's
+                        // seat owner tells.
+                        Err(zk::MultiWriteError::RequestFailed {
+                            source: zk::Error::ConnectionLoss,
+                        }) => {}
+                        Err(error) => return Err(zk_error(&what, error.into())),
+                    }
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(coordinator_error(format!(
+                            "cannot {what}: the seat kept changing; retry later"
+                        )));
+                    }
+                }
+            },
+        )
+    }
+
+    /// Deletes the seat in one `multi` conditional on the record's version,
+    /// so only the seat `node` won is deleted.
+    fn resign_controller(&self, node: NodeId) -> Result<()> {
+        self.run(
+            format!("resign {node} as controller"),
+            move |shared, deadline, what| async move {
+                let view = shared.read_controller(deadline).await?;
+                if view.controller() != Some(node) {
+                    return Ok(());
+                }
+                let client = shared.main_client(deadline, &what).await?;
+                connected(&client, deadline, &what).await?;
+                let mut writer = client.new_multi_writer();
+                writer
+                    .add_check_version(CONTROLLER, view.record_version)
+                    .map_err(|e| zk_error(&what, e))?;
+                writer
+                    .add_delete(CONTROLLER_SEAT, None)
+                    .map_err(|e| zk_error(&what, e))?;
+                match writer.commit().await {
+                    Ok(_) => {
+                        tracing::info!(controller = %node, epoch = %view.epoch, "controller resigned");
+                        Ok(())
+                    }
+                    // The seat changed hands or emptied meanwhile: not ours.
+                    Err(zk::MultiWriteError::OperationFailed { .. }) => Ok(()),
+                    Err(zk::MultiWriteError::RequestFailed {
+                        source: zk::Error::ConnectionLoss,
+                    }) => Err(lost(&what)),
+                    Err(zk::MultiWriteError::RequestFailed { source }) => {
+                        Err(zk_error(&what, source))
+                    }
+                }
+            },
+        )
+    }
+
+    fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>> {
+        self.run(
+            "read the controller".to_owned(),
+            move |shared, deadline, _| async move {
+                let view = shared.read_controller(deadline).await?;
+                Ok(view.controller().map(|node| (node, view.epoch)))
+            },
+        )
+    }
+
+    /// Hands out ids from a block reserved by compare-and-set on the shared
+    /// counter, reserving the next block when this one is used up.
+    fn allocate_producer_id(&self) -> Result<ProducerId> {
+        let shared = Arc::clone(&self.handle.shared);
+        let mut block = shared.producer_ids.lock();
+        if block.next < block.end {
+            let id = ProducerId(block.next);
+            block.next += 1;
+            return Ok(id);
+        }
+        let size = i64::from(shared.config.producer_id_block_size);
+        let reserved = self.run(
+            "reserve a block of producer ids".to_owned(),
+            move |shared, deadline, what| async move {
+                loop {
+                    let (data, stat) = shared
+                        .read(deadline, &what, |client| async move {
+                            client.get_data(PRODUCER_IDS).await
+                        })
+                        .await?
+                        .map_err(|e| zk_error(&what, e))?;
+                    let start = document::decode_producer_ids(&data)?;
+                    let end = start
+                        .checked_add(size)
+                        .ok_or_else(|| coordinator_error("producer ids exhausted".to_owned()))?;
+                    let client = shared.main_client(deadline, &what).await?;
+                    connected(&client, deadline, &what).await?;
+                    let written = client
+                        .set_data(
+                            PRODUCER_IDS,
+                            &document::encode_producer_ids(end),
+                            Some(stat.version),
+                        )
+                        .await;
+                    match unknown_if_lost(written, &what)? {
+                        Ok(_) => return Ok((start, end)),
+                        Err(zk::Error::BadVersion) => {}
+                        Err(error) => return Err(zk_error(&what, error)),
+                    }
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(coordinator_error(format!(
+                            "cannot {what}: the counter kept changing; retry later"
+                        )));
+                    }
+                }
+            },
+        )?;
+        let (start, end) = reserved;
+        block.next = start + 1;
+        block.end = end;
+        Ok(ProducerId(start))
+    }
+}

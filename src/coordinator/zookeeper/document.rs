@@ -1,0 +1,440 @@
+//! The znode layout under the chroot and the JSON documents stored in it.
+//!
+//! ```text
+//! /nodes/<node id>       ephemeral, one per live node, owned by its session
+//! /controller            persistent: {"format":1,"epoch":E,"controller":N}
+//!                        the last controller epoch and who won it; its
+//!                        ZooKeeper version always equals E
+//! /controller/seat       ephemeral, owned by the sitting controller's session
+//! /logs/<log id>         persistent: one log's state; its ZooKeeper version
+//!                        is the state's compare-and-set version
+//! /producer_ids          persistent: {"format":1,"next_block_start":P}
+//! ```
+//!
+//! Kafka keeps `/controller` (ephemeral) and `/controller_epoch`
+//! (persistent) side by side; here the epoch record is the seat's parent, so
+//! one read of it tells the epoch, the holder and (by its child count and
+//! `pzxid`) whether the seat is taken and when that last changed.
+//!
+//! This module owns the names and the encoding; it does no I/O. Every
+//! decoder takes bytes another process wrote and answers a clear error,
+//! never a panic, for anything it does not accept.
+
+use serde::{Deserialize, Serialize};
+
+use crate::coordinator::{ControllerEpoch, LogState};
+use crate::error::{Error, Result};
+use crate::types::{LeaderEpoch, LogId, NodeId};
+
+/// The parent of the live nodes' ephemeral znodes.
+pub(super) const NODES: &str = "/nodes";
+/// The controller record (persistent), parent of the seat.
+pub(super) const CONTROLLER: &str = "/controller";
+/// The controller seat (ephemeral).
+pub(super) const CONTROLLER_SEAT: &str = "/controller/seat";
+/// The parent of the logs' znodes.
+pub(super) const LOGS: &str = "/logs";
+/// The producer id counter.
+pub(super) const PRODUCER_IDS: &str = "/producer_ids";
+
+/// The only document format this version reads and writes.
+const FORMAT: u32 = 1;
+
+pub(super) fn node_path(node: NodeId) -> String {
+    format!("{NODES}/{}", node.0)
+}
+
+pub(super) fn log_path(log: LogId) -> String {
+    format!("{LOGS}/{}", log.0)
+}
+
+/// What a znode path (relative to the chroot) is about, for the watcher.
+/// The order of the variants is the order the watcher re-reads them in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Subject {
+    /// The live node set and the controller, read together.
+    Membership,
+    /// One log.
+    Log(LogId),
+}
+
+/// The subject a changed path belongs to, if any.
+pub(super) fn subject_of(path: &str) -> Option<Subject> {
+    if path == NODES || path.starts_with("/nodes/") || path == CONTROLLER || path == CONTROLLER_SEAT
+    {
+        return Some(Subject::Membership);
+    }
+    path.strip_prefix("/logs/")
+        .and_then(|id| id.parse::<u32>().ok())
+        .map(|id| Subject::Log(LogId(id)))
+}
+
+/// Parses a child name of `/nodes` or `/logs`: a decimal id.
+pub(super) fn parse_id(parent: &str, name: &str) -> Result<u32> {
+    name.parse::<u32>().map_err(|_| Error::Coordinator {
+        reason: format!("unexpected znode {parent}/{name}: expected a decimal id"),
+    })
+}
+
+fn decode_error(path: &str, reason: impl std::fmt::Display) -> Error {
+    Error::Coordinator {
+        reason: format!("cannot read znode {path}: {reason}"),
+    }
+}
+
+fn encode<T: Serialize>(document: &T) -> Vec<u8> {
+    // Serialising a struct of integers, options and vectors to a Vec cannot
+    // fail; the fallback only keeps the library free of panics.
+    serde_json::to_vec(document).unwrap_or_default()
+}
+
+fn decode<'a, T: Deserialize<'a> + Formatted>(path: &str, bytes: &'a [u8]) -> Result<T> {
+    let document: T = serde_json::from_slice(bytes).map_err(|e| decode_error(path, e))?;
+    if document.format() != FORMAT {
+        return Err(decode_error(
+            path,
+            format!(
+                "document format {} is not the supported {FORMAT}",
+                document.format()
+            ),
+        ));
+    }
+    Ok(document)
+}
+
+trait Formatted {
+    fn format(&self) -> u32;
+}
+
+/// A log's state as stored: everything of [`LogState`] but the id (the
+/// znode's name) and the version (the znode's version).
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct LogDocument {
+    format: u32,
+    replicas: Vec<u32>,
+    leader: Option<u32>,
+    leader_epoch: u32,
+    in_sync_replicas: Vec<u32>,
+}
+
+impl Formatted for LogDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
+    encode(&LogDocument {
+        format: FORMAT,
+        replicas: state.replicas.iter().map(|node| node.0).collect(),
+        leader: state.leader.map(|node| node.0),
+        leader_epoch: state.leader_epoch.0,
+        in_sync_replicas: state.in_sync_replicas.iter().map(|node| node.0).collect(),
+    })
+}
+
+/// Decodes the state of `log` stored with ZooKeeper version `version`, and
+/// checks the invariants of [`LogState`] (a state that breaks them is an
+/// error naming the rule, not a panic: another process wrote it).
+pub(super) fn decode_log(log: LogId, bytes: &[u8], version: i32) -> Result<LogState> {
+    let path = log_path(log);
+    let document: LogDocument = decode(&path, bytes)?;
+    let version =
+        u64::try_from(version).map_err(|_| decode_error(&path, format!("version {version}")))?;
+    let nodes = |ids: &[u32]| ids.iter().copied().map(NodeId).collect::<Vec<_>>();
+    let state = LogState {
+        log,
+        replicas: nodes(&document.replicas),
+        leader: document.leader.map(NodeId),
+        leader_epoch: LeaderEpoch(document.leader_epoch),
+        in_sync_replicas: nodes(&document.in_sync_replicas),
+        version,
+    };
+    check_log_state(&state).map_err(|reason| decode_error(&path, reason))?;
+    Ok(state)
+}
+
+/// The invariants of [`LogState`], as an error instead of an assertion.
+fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
+    let repeats = |nodes: &[NodeId]| {
+        nodes
+            .iter()
+            .enumerate()
+            .any(|(i, node)| nodes[..i].contains(node))
+    };
+    if state.replicas.is_empty() {
+        return Err("no replicas".to_owned());
+    }
+    if repeats(&state.replicas) {
+        return Err(format!("replicas {:?} repeat a node", state.replicas));
+    }
+    if repeats(&state.in_sync_replicas) {
+        return Err(format!(
+            "in_sync_replicas {:?} repeat a node",
+            state.in_sync_replicas
+        ));
+    }
+    if let Some(node) = state
+        .in_sync_replicas
+        .iter()
+        .find(|node| !state.replicas.contains(node))
+    {
+        return Err(format!(
+            "in_sync_replicas {:?} contain {node}, not one of the replicas {:?}",
+            state.in_sync_replicas, state.replicas
+        ));
+    }
+    if let Some(leader) = state.leader {
+        if !state.in_sync_replicas.contains(&leader) {
+            return Err(format!(
+                "leader {leader} is not in in_sync_replicas {:?}",
+                state.in_sync_replicas
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The controller record: the last controller epoch and who won it.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct ControllerDocument {
+    format: u32,
+    epoch: u64,
+    controller: Option<u32>,
+}
+
+impl Formatted for ControllerDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+/// The controller record after `controller` won `epoch` (or, with `None`,
+/// the record before any election).
+pub(super) fn encode_controller(epoch: ControllerEpoch, controller: Option<NodeId>) -> Vec<u8> {
+    encode(&ControllerDocument {
+        format: FORMAT,
+        epoch: epoch.0,
+        controller: controller.map(|node| node.0),
+    })
+}
+
+/// Decodes the controller record stored with ZooKeeper version `version`:
+/// the epoch and the node that won it. The epoch must equal the version
+/// (every election bumps both in one conditional write), which is what lets
+/// a controller's writes check its epoch by the record's version.
+pub(super) fn decode_controller(
+    path: &str,
+    bytes: &[u8],
+    version: i32,
+) -> Result<(ControllerEpoch, Option<NodeId>)> {
+    let document: ControllerDocument = decode(path, bytes)?;
+    if i64::from(version) != i64::try_from(document.epoch).unwrap_or(-1) {
+        return Err(decode_error(
+            path,
+            format!(
+                "controller epoch {} differs from the znode's version {version}",
+                document.epoch
+            ),
+        ));
+    }
+    if document.epoch > 0 && document.controller.is_none() {
+        return Err(decode_error(
+            path,
+            format!("controller epoch {} names no controller", document.epoch),
+        ));
+    }
+    Ok((
+        ControllerEpoch(document.epoch),
+        document.controller.map(NodeId),
+    ))
+}
+
+/// The next block of producer ids to hand out.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct ProducerIdsDocument {
+    format: u32,
+    next_block_start: i64,
+}
+
+impl Formatted for ProducerIdsDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+pub(super) fn encode_producer_ids(next_block_start: i64) -> Vec<u8> {
+    encode(&ProducerIdsDocument {
+        format: FORMAT,
+        next_block_start,
+    })
+}
+
+pub(super) fn decode_producer_ids(bytes: &[u8]) -> Result<i64> {
+    let document: ProducerIdsDocument = decode(PRODUCER_IDS, bytes)?;
+    if document.next_block_start < 0 {
+        return Err(decode_error(
+            PRODUCER_IDS,
+            format!("negative next_block_start {}", document.next_block_start),
+        ));
+    }
+    Ok(document.next_block_start)
+}
+
+/// What a live node's znode holds: nothing anyone relies on, but useful to
+/// an operator looking with zkCli.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct NodeDocument {
+    format: u32,
+    session_timeout_ms: u64,
+}
+
+pub(super) fn encode_node(session_timeout: std::time::Duration) -> Vec<u8> {
+    encode(&NodeDocument {
+        format: FORMAT,
+        session_timeout_ms: u64::try_from(session_timeout.as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> LogState {
+        LogState {
+            log: LogId(7),
+            replicas: vec![NodeId(3), NodeId(1), NodeId(2)],
+            leader: Some(NodeId(1)),
+            leader_epoch: LeaderEpoch(4),
+            in_sync_replicas: vec![NodeId(1), NodeId(3)],
+            version: 9,
+        }
+    }
+
+    #[test]
+    fn log_state_round_trips_with_the_znode_version() {
+        let bytes = encode_log(&state());
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1,3]}"#
+        );
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), state());
+        let leaderless = LogState {
+            leader: None,
+            ..state()
+        };
+        let bytes = encode_log(&leaderless);
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), leaderless);
+    }
+
+    #[test]
+    fn a_bad_log_document_is_an_error_naming_what_is_wrong() {
+        let cases: &[(&[u8], i32, &str)] = &[
+            (b"", 0, "EOF"),
+            (b"{", 0, "EOF"),
+            (b"\xff\xfe", 0, "expected value"),
+            (
+                br#"{"format":2,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1]}"#,
+                0,
+                "format 2",
+            ),
+            (
+                br#"{"format":1,"replicas":[],"leader":null,"leader_epoch":0,"in_sync_replicas":[]}"#,
+                0,
+                "no replicas",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1]}"#,
+                0,
+                "repeat",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":2,"leader_epoch":0,"in_sync_replicas":[1]}"#,
+                0,
+                "leader node-2 is not in",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1,5]}"#,
+                0,
+                "contain node-5",
+            ),
+            (
+                br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"x":0}"#,
+                0,
+                "unknown field",
+            ),
+            (
+                br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":-1,"in_sync_replicas":[1]}"#,
+                0,
+                "invalid value",
+            ),
+            (
+                br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1]}"#,
+                -1,
+                "version -1",
+            ),
+        ];
+        for (bytes, version, fragment) in cases {
+            match decode_log(LogId(7), bytes, *version) {
+                Err(Error::Coordinator { reason }) => {
+                    assert!(reason.contains("/logs/7"), "{reason}");
+                    assert!(reason.contains(fragment), "{reason:?} lacks {fragment:?}");
+                }
+                other => panic!(
+                    "{:?}: expected an error, got {other:?}",
+                    String::from_utf8_lossy(bytes)
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn controller_record_epoch_must_equal_its_version() {
+        let bytes = encode_controller(ControllerEpoch(3), Some(NodeId(2)));
+        assert_eq!(
+            decode_controller(CONTROLLER, &bytes, 3).unwrap(),
+            (ControllerEpoch(3), Some(NodeId(2)))
+        );
+        let err = decode_controller(CONTROLLER, &bytes, 4).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("differs from the znode's version 4"),
+            "{err}"
+        );
+        let initial = encode_controller(ControllerEpoch(0), None);
+        assert_eq!(
+            decode_controller(CONTROLLER, &initial, 0).unwrap(),
+            (ControllerEpoch(0), None)
+        );
+        let nameless = encode_controller(ControllerEpoch(2), None);
+        let err = decode_controller(CONTROLLER, &nameless, 2).unwrap_err();
+        assert!(err.to_string().contains("names no controller"), "{err}");
+    }
+
+    #[test]
+    fn producer_ids_round_trip_and_refuse_negative_starts() {
+        assert_eq!(
+            decode_producer_ids(&encode_producer_ids(4000)).unwrap(),
+            4000
+        );
+        let err = decode_producer_ids(&encode_producer_ids(-5)).unwrap_err();
+        assert!(err.to_string().contains("negative"), "{err}");
+    }
+
+    #[test]
+    fn paths_map_to_subjects() {
+        assert_eq!(subject_of("/nodes"), Some(Subject::Membership));
+        assert_eq!(subject_of("/nodes/3"), Some(Subject::Membership));
+        assert_eq!(subject_of("/controller"), Some(Subject::Membership));
+        assert_eq!(subject_of("/controller/seat"), Some(Subject::Membership));
+        assert_eq!(subject_of("/logs/12"), Some(Subject::Log(LogId(12))));
+        assert_eq!(subject_of("/logs/x"), None);
+        assert_eq!(subject_of("/logs"), None);
+        assert_eq!(subject_of("/producer_ids"), None);
+        assert_eq!(node_path(NodeId(4)), "/nodes/4");
+        assert_eq!(log_path(LogId(5)), "/logs/5");
+    }
+}

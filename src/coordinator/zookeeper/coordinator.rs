@@ -92,9 +92,20 @@ fn zk_error(what: &str, error: zk::Error) -> Error {
 /// may not have been applied, and the caller must not assume either.
 fn unknown_if_lost<T>(outcome: ZkResult<T>, what: &str) -> Result<ZkResult<T>> {
     match outcome {
-        Err(zk::Error::ConnectionLoss) => Err(lost(what)),
+        Err(error) if is_connection_error(&error) => Err(lost(what)),
         outcome => Ok(outcome),
     }
+}
+
+/// Whether `error` is the connection failing (the request may or may not
+/// have reached ZooKeeper) rather than ZooKeeper's answer. In-flight
+/// requests fail with the connection's own error (a reset, a timeout), not
+/// always with `ConnectionLoss`.
+fn is_connection_error(error: &zk::Error) -> bool {
+    matches!(
+        error,
+        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_)
+    )
 }
 
 /// The error of a write whose connection dropped before ZooKeeper answered.
@@ -465,7 +476,9 @@ impl Shared {
             let client = self.main_client(deadline, what).await?;
             connected(&client, deadline, what).await?;
             match op(client).await {
-                Err(zk::Error::ConnectionLoss) if Instant::now() + RETRY_PAUSE < deadline => {
+                Err(error)
+                    if is_connection_error(&error) && Instant::now() + RETRY_PAUSE < deadline =>
+                {
                     async_io::Timer::after(RETRY_PAUSE).await;
                 }
                 outcome => return Ok(outcome),
@@ -769,9 +782,11 @@ impl Shared {
                     Err(zk::MultiWriteError::OperationFailed { index, source }) => {
                         Err((index, source))
                     }
-                    Err(zk::MultiWriteError::RequestFailed {
-                        source: zk::Error::ConnectionLoss,
-                    }) => return Err(lost(&what)),
+                    Err(zk::MultiWriteError::RequestFailed { source })
+                        if is_connection_error(&source) =>
+                    {
+                        return Err(lost(&what))
+                    }
                     Err(zk::MultiWriteError::RequestFailed { source }) => {
                         return Err(zk_error(&what, source))
                     }
@@ -1164,11 +1179,13 @@ impl Coordinator for ZkCoordinator {
                     connected(&client, deadline, &what).await?;
                     let owner = match client.create(&path, &data, &ephemeral()).await {
                         Ok(_) => break,
-                        // Unknown whether it was created: find out below.
-                        Err(zk::Error::ConnectionLoss) => None,
+                        // Unknown whether it was created: the next attempt
+                        // finds out.
+                        Err(error) if is_connection_error(&error) => None,
                         Err(zk::Error::NodeExists) => match client.check_stat(&path).await {
                             Ok(Some(stat)) => Some(stat.ephemeral_owner),
-                            Ok(None) | Err(zk::Error::ConnectionLoss) => None,
+                            Ok(None) => None,
+                            Err(error) if is_connection_error(&error) => None,
                             Err(error) => return Err(zk_error(&what, error)),
                         },
                         Err(error) => return Err(zk_error(&what, error)),
@@ -1311,9 +1328,8 @@ impl Coordinator for ZkCoordinator {
                         }) => {}
                         // Unknown whether the seat is ours: the next read's
                         // seat owner tells.
-                        Err(zk::MultiWriteError::RequestFailed {
-                            source: zk::Error::ConnectionLoss,
-                        }) => {}
+                        Err(zk::MultiWriteError::RequestFailed { source })
+                            if is_connection_error(&source) => {}
                         Err(error) => return Err(zk_error(&what, error.into())),
                     }
                     if Instant::now() + RETRY_PAUSE >= deadline {
@@ -1352,9 +1368,11 @@ impl Coordinator for ZkCoordinator {
                     }
                     // The seat changed hands or emptied meanwhile: not ours.
                     Err(zk::MultiWriteError::OperationFailed { .. }) => Ok(()),
-                    Err(zk::MultiWriteError::RequestFailed {
-                        source: zk::Error::ConnectionLoss,
-                    }) => Err(lost(&what)),
+                    Err(zk::MultiWriteError::RequestFailed { source })
+                        if is_connection_error(&source) =>
+                    {
+                        Err(lost(&what))
+                    }
                     Err(zk::MultiWriteError::RequestFailed { source }) => {
                         Err(zk_error(&what, source))
                     }

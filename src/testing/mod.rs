@@ -15,6 +15,8 @@ mod tcp_transport_factory;
 pub mod transport_suite;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
+#[cfg(feature = "zookeeper")]
+mod zookeeper_cluster;
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,8 @@ pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};
 pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper_cluster::{ZkCluster, ZkClusterBuilder};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.
 pub mod loom_models {

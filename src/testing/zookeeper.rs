@@ -565,3 +565,162 @@ impl ZkEnsemble {
         wait_serving(&mut running, timeout)
     }
 }
+
+/// How long a [`ZkProxy`] waits to connect to the server for a client.
+const PROXY_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a [`ZkProxy`]'s acceptor looks for new clients and for stop.
+const PROXY_POLL: Duration = Duration::from_millis(5);
+
+/// A TCP proxy on a free loopback port in front of one ZooKeeper server,
+/// which a test can cut: every connection through it is closed and new ones
+/// are refused until it is restored. Give one node's coordinator the
+/// proxy's connect string to partition that node alone from ZooKeeper.
+/// Dropping it stops it and closes every connection.
+#[derive(Debug)]
+pub struct ZkProxy {
+    port: u16,
+    shared: std::sync::Arc<ProxyShared>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct ProxyShared {
+    target: SocketAddr,
+    cut: std::sync::atomic::AtomicBool,
+    stop: std::sync::atomic::AtomicBool,
+    /// A handle of each side of every open connection, to close them.
+    connections: std::sync::Mutex<Vec<TcpStream>>,
+}
+
+impl ProxyShared {
+    fn close_all(&self) {
+        let streams = match self.connections.lock() {
+            Ok(mut streams) => std::mem::take(&mut *streams),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for stream in streams {
+            // Already closed by the other side is fine.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl ZkProxy {
+    /// Starts a proxy to the server at `connect` (`host:port`, one server).
+    pub fn start(connect: &str) -> Result<ZkProxy, ZkServerError> {
+        use std::net::ToSocketAddrs;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let target = connect
+            .to_socket_addrs()
+            .map_err(|e| error(format!("cannot resolve {connect}: {e}")))?
+            .next()
+            .ok_or_else(|| error(format!("{connect} resolves to no address")))?;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| error(format!("cannot bind a loopback port for a proxy: {e}")))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| error(format!("cannot read a bound port: {e}")))?
+            .port();
+        listener.set_nonblocking(true).map_err(|e| {
+            error(format!(
+                "cannot make the proxy's listener non-blocking: {e}"
+            ))
+        })?;
+        let shared = std::sync::Arc::new(ProxyShared {
+            target,
+            cut: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            connections: std::sync::Mutex::new(Vec::new()),
+        });
+        let for_thread = std::sync::Arc::clone(&shared);
+        let acceptor = std::thread::Builder::new()
+            .name(format!("zk-proxy-{port}"))
+            .spawn(move || {
+                while !for_thread.stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            if !for_thread.cut.load(Ordering::SeqCst) {
+                                forward(&for_thread, client);
+                            }
+                        }
+                        Err(_) => std::thread::sleep(PROXY_POLL),
+                    }
+                }
+            })
+            .map_err(|e| error(format!("cannot start the proxy thread: {e}")))?;
+        Ok(ZkProxy {
+            port,
+            shared,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The connect string of the proxy: `127.0.0.1:PORT`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts every connection and refuses new ones (`true`), or lets
+    /// clients through again (`false`).
+    pub fn set_cut(&self, cut: bool) {
+        self.shared
+            .cut
+            .store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            self.shared.close_all();
+        }
+    }
+}
+
+/// Connects `client` to the proxy's target and pumps bytes both ways on two
+/// threads, which end when either side closes (or the proxy closes both).
+fn forward(shared: &std::sync::Arc<ProxyShared>, client: TcpStream) {
+    let Ok(server) = TcpStream::connect_timeout(&shared.target, PROXY_CONNECT_TIMEOUT) else {
+        return;
+    };
+    let handles = (
+        client.try_clone(),
+        server.try_clone(),
+        client.try_clone(),
+        server.try_clone(),
+    );
+    let (Ok(client_in), Ok(server_out), Ok(client_keep), Ok(server_keep)) = handles else {
+        return;
+    };
+    if client.set_nonblocking(false).is_err() {
+        return;
+    }
+    match shared.connections.lock() {
+        Ok(mut streams) => streams.extend([client_keep, server_keep]),
+        Err(_) => return,
+    }
+    let pump = |mut from: TcpStream, mut to: TcpStream| {
+        move || {
+            // Either side closing ends the copy; then close both.
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = from.shutdown(std::net::Shutdown::Both);
+            let _ = to.shutdown(std::net::Shutdown::Both);
+        }
+    };
+    // A pump that cannot start leaves its connection to be closed by the
+    // other pump or by the proxy.
+    let _ = std::thread::Builder::new()
+        .name("zk-proxy-up".to_owned())
+        .spawn(pump(client_in, server));
+    let _ = std::thread::Builder::new()
+        .name("zk-proxy-down".to_owned())
+        .spawn(pump(server_out, client));
+}
+
+impl Drop for ZkProxy {
+    fn drop(&mut self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.close_all();
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}

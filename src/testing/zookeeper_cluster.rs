@@ -1,0 +1,494 @@
+//! `ZkCluster`: N nodes in one process on a [`MemoryNetwork`], each with
+//! its own [`ZkCoordinator`] — as N processes on N machines would have —
+//! all on one ZooKeeper ensemble under a chroot of their own, so that a
+//! scenario test runs replication against a real ZooKeeper:
+//!
+//! ```no_run
+//! use isrlog::testing::zookeeper::ZkServer;
+//! use isrlog::testing::ZkCluster;
+//! use isrlog::{Acks, LogId};
+//!
+//! let server = ZkServer::start().unwrap();
+//! let cluster = ZkCluster::builder(server.connect_string()).nodes(3).build().unwrap();
+//! cluster.create_log(LogId(1), 3).unwrap();
+//! let leader = cluster.leader_log(LogId(1)).unwrap();
+//! leader.append_values(&[b"a"], Acks::All).unwrap();
+//! ```
+//!
+//! This module owns the wiring of nodes, coordinators, optional per-node
+//! [`ZkProxy`]s (to cut one node off from ZooKeeper) and directories; it
+//! owns nothing of ZooKeeper itself (see [`super::zookeeper`]). A crash is a
+//! halted node whose coordinator is dropped (its sessions close at once) or
+//! left to lose its lease (its sessions close one session timeout later).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::cluster::SessionEnd;
+use super::zookeeper::{ZkProxy, ZkServerError};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{NodeConfig, ReplicationConfig};
+use crate::coordinator::{
+    assign_replicas, ControllerConfig, Coordinator, LogState, ZkCoordinator, ZkCoordinatorConfig,
+};
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::replicated_log::ReplicatedLog;
+use crate::storage::LogConfig;
+use crate::sync::{Arc, Mutex};
+use crate::transport::MemoryNetwork;
+use crate::types::{LeaderEpoch, LogId, NodeId};
+
+/// Makes every cluster's chroot unique within the process.
+static CLUSTERS: AtomicU64 = AtomicU64::new(0);
+
+/// Builds a [`ZkCluster`].
+#[derive(Debug, Clone)]
+pub struct ZkClusterBuilder {
+    connect: String,
+    chroot: Option<String>,
+    nodes: usize,
+    replication: ReplicationConfig,
+    log: LogConfig,
+    session_timeout: Duration,
+    call_timeout: Duration,
+    controller: Option<ControllerConfig>,
+    proxied: bool,
+}
+
+impl ZkClusterBuilder {
+    /// Number of nodes (ids 0..n).
+    pub fn nodes(mut self, nodes: usize) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// `min_insync_replicas` of every log.
+    pub fn min_insync_replicas(mut self, min: usize) -> Self {
+        self.replication.min_insync_replicas = min;
+        self
+    }
+
+    /// Replication settings of every node.
+    pub fn replication(mut self, replication: ReplicationConfig) -> Self {
+        self.replication = replication;
+        self
+    }
+
+    /// Storage settings of every log.
+    pub fn log_config(mut self, log: LogConfig) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// The ZooKeeper session timeout of every node.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long each coordinator call may wait for ZooKeeper.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// The controller every node runs.
+    pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
+        self.controller = controller;
+        self
+    }
+
+    /// The chroot (default: a fresh one per cluster).
+    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = Some(chroot.into());
+        self
+    }
+
+    /// Connect every node to ZooKeeper through a [`ZkProxy`] of its own, so
+    /// that [`ZkCluster::cut_from_zookeeper`] can partition it away. Only
+    /// for a connect string naming one server.
+    pub fn proxied(mut self, proxied: bool) -> Self {
+        self.proxied = proxied;
+        self
+    }
+
+    /// Starts the cluster.
+    pub fn build(self) -> Result<ZkCluster> {
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
+        let chroot = self.chroot.clone().unwrap_or_else(|| {
+            format!(
+                "/isrlog-test-{}-{}",
+                std::process::id(),
+                CLUSTERS.fetch_add(1, Ordering::SeqCst)
+            )
+        });
+        let mut proxies = BTreeMap::new();
+        if self.proxied {
+            for id in 0..self.nodes {
+                let proxy = ZkProxy::start(&self.connect).map_err(proxy_error)?;
+                proxies.insert(NodeId(id as u32), proxy);
+            }
+        }
+        let admin = ZkCoordinator::connect(self.coordinator_config(&self.connect, &chroot))?;
+        let cluster = ZkCluster {
+            network: MemoryNetwork::new(0),
+            admin,
+            chroot,
+            proxies,
+            root: dir.path().to_path_buf(),
+            _dir: dir,
+            nodes: Mutex::new(BTreeMap::new()),
+            halted: Mutex::new(BTreeMap::new()),
+            builder: self.clone(),
+        };
+        for id in 0..self.nodes {
+            cluster.start_node(NodeId(id as u32))?;
+        }
+        Ok(cluster)
+    }
+
+    fn coordinator_config(&self, connect: &str, chroot: &str) -> ZkCoordinatorConfig {
+        let mut config = ZkCoordinatorConfig::new(connect);
+        config.chroot = chroot.to_owned();
+        config.session_timeout = self.session_timeout;
+        config.call_timeout = self.call_timeout;
+        config
+    }
+}
+
+fn proxy_error(error: ZkServerError) -> Error {
+    Error::Coordinator {
+        reason: format!("cannot start a ZooKeeper proxy: {error}"),
+    }
+}
+
+/// One running node and the coordinator it alone uses.
+#[derive(Debug)]
+struct RunningNode {
+    node: Node,
+    coordinator: ZkCoordinator,
+}
+
+/// N nodes in one process, each with its own ZooKeeper coordinator.
+/// Dropping it halts every node and closes every session.
+#[derive(Debug)]
+pub struct ZkCluster {
+    /// The network between the nodes.
+    pub network: MemoryNetwork,
+    /// The harness's own coordinator (never cut off), for reading state.
+    admin: ZkCoordinator,
+    chroot: String,
+    proxies: BTreeMap<NodeId, ZkProxy>,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+    nodes: Mutex<BTreeMap<NodeId, RunningNode>>,
+    /// Coordinators of nodes crashed with [`SessionEnd::OnExpiry`]: kept
+    /// open, unheartbeated, until their lease runs out or the node restarts.
+    halted: Mutex<BTreeMap<NodeId, ZkCoordinator>>,
+    builder: ZkClusterBuilder,
+}
+
+impl ZkCluster {
+    /// A builder for a cluster on the ensemble at `connect`: 3 nodes, min
+    /// ISR 1, 2 s sessions, 10 s coordinator calls, quick replication
+    /// timeouts for tests.
+    pub fn builder(connect: impl Into<String>) -> ZkClusterBuilder {
+        ZkClusterBuilder {
+            connect: connect.into(),
+            chroot: None,
+            nodes: 3,
+            replication: ReplicationConfig {
+                replica_lag_time_max: Duration::from_secs(10),
+                fetch_wait_max: Duration::from_millis(100),
+                request_timeout: Duration::from_secs(5),
+                fetch_backoff: Duration::from_millis(10),
+                ..ReplicationConfig::default()
+            },
+            log: LogConfig::default(),
+            session_timeout: Duration::from_secs(2),
+            // Generous: a test machine under load can stall the JVM.
+            call_timeout: Duration::from_secs(10),
+            controller: Some(ControllerConfig {
+                poll_interval: Duration::from_millis(200),
+                ..ControllerConfig::default()
+            }),
+            proxied: false,
+        }
+    }
+
+    /// The chroot this cluster lives under.
+    pub fn chroot(&self) -> &str {
+        &self.chroot
+    }
+
+    /// The harness's own coordinator.
+    pub fn coordinator(&self) -> &ZkCoordinator {
+        &self.admin
+    }
+
+    /// The directory of node `id`.
+    pub fn node_dir(&self, id: NodeId) -> PathBuf {
+        self.root.join(format!("node-{}", id.0))
+    }
+
+    /// The root directory of all nodes.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Ids of all nodes, running or not.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        (0..self.builder.nodes).map(|i| NodeId(i as u32)).collect()
+    }
+
+    /// Starts (or restarts) node `id` from its directory, with a new
+    /// coordinator (a new process).
+    pub fn start_node(&self, id: NodeId) -> Result<()> {
+        // A restarted process: whatever its previous incarnation left open
+        // is gone now.
+        drop(self.halted.lock().remove(&id));
+        let connect = match self.proxies.get(&id) {
+            Some(proxy) => proxy.connect_string(),
+            None => self.builder.connect.clone(),
+        };
+        let coordinator =
+            ZkCoordinator::connect(self.builder.coordinator_config(&connect, &self.chroot))?;
+        let mut config = NodeConfig::new(id, self.node_dir(id));
+        config.replication = self.builder.replication.clone();
+        config.log = self.builder.log.clone();
+        config.session_timeout = self.builder.session_timeout;
+        config.controller = self.builder.controller.clone();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let node = Node::start(
+            config,
+            Arc::new(self.network.transport(id)),
+            Arc::new(coordinator.clone()),
+            clock,
+        )?;
+        self.network.register(id, node.handler());
+        self.network.node_up(id);
+        self.nodes
+            .lock()
+            .insert(id, RunningNode { node, coordinator });
+        Ok(())
+    }
+
+    /// Crashes node `id`: its threads stop, nothing is flushed or closed,
+    /// the network stops reaching it. `session` says when its ZooKeeper
+    /// sessions end: at once (its coordinator is dropped, which closes
+    /// them), or one session timeout later (its coordinator stays open but
+    /// nothing renews the node's lease, as in a hung process).
+    pub fn crash_with(&self, id: NodeId, session: SessionEnd) {
+        self.network.node_down(id);
+        let running = self.nodes.lock().remove(&id);
+        let Some(RunningNode { node, coordinator }) = running else {
+            return;
+        };
+        node.mark_crashed();
+        drop(node.halt_for_crash());
+        match session {
+            SessionEnd::Immediately => drop(coordinator),
+            SessionEnd::OnExpiry => {
+                self.halted.lock().insert(id, coordinator);
+            }
+        }
+    }
+
+    /// Crashes node `id`, its sessions closing at once.
+    pub fn crash(&self, id: NodeId) {
+        self.crash_with(id, SessionEnd::Immediately);
+    }
+
+    /// Stops node `id` cleanly: its logs are flushed and closed, it leaves
+    /// the coordinator, and its coordinator is dropped.
+    pub fn stop_node(&self, id: NodeId) -> Result<()> {
+        self.network.node_down(id);
+        let running = self.nodes.lock().remove(&id);
+        match running {
+            Some(RunningNode { node, coordinator }) => {
+                let outcome = node.shutdown();
+                drop(coordinator);
+                outcome
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Restarts a crashed or stopped node from its directory.
+    pub fn restart(&self, id: NodeId) -> Result<()> {
+        self.start_node(id)
+    }
+
+    /// Whether node `id` is running.
+    pub fn is_running(&self, id: NodeId) -> bool {
+        self.nodes.lock().contains_key(&id)
+    }
+
+    /// The ZooKeeper session id of running node `id`, if it has a session.
+    pub fn session_id(&self, id: NodeId) -> Option<i64> {
+        self.nodes
+            .lock()
+            .get(&id)
+            .and_then(|running| running.coordinator.session_id(id))
+    }
+
+    /// Cuts node `id`'s connections to ZooKeeper (or restores them): every
+    /// open connection through its proxy is closed and new ones are refused
+    /// while cut. Errs unless the cluster was built [`proxied`](ZkClusterBuilder::proxied).
+    pub fn cut_from_zookeeper(&self, id: NodeId, cut: bool) -> Result<()> {
+        match self.proxies.get(&id) {
+            Some(proxy) => {
+                proxy.set_cut(cut);
+                Ok(())
+            }
+            None => Err(Error::Coordinator {
+                reason: format!("{id} has no ZooKeeper proxy: build the cluster proxied"),
+            }),
+        }
+    }
+
+    /// Creates `log` with `replication_factor` replicas placed by
+    /// [`assign_replicas`], and waits until its leader leads and every
+    /// running replica hosts it.
+    pub fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
+        let replicas = assign_replicas(log.0, &self.node_ids(), replication_factor)?;
+        self.admin.create_log(log, replicas.clone())?;
+        let leader = replicas[0];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for &node in &replicas {
+            if !self.is_running(node) {
+                continue;
+            }
+            let handle = loop {
+                match self.log(node, log) {
+                    Ok(handle) => break handle,
+                    Err(e) if Instant::now() >= deadline => return Err(e),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            };
+            if node == leader {
+                handle.wait_until_leader(deadline.saturating_duration_since(Instant::now()))?;
+            }
+        }
+        Ok(replicas)
+    }
+
+    /// The handle of `log` on `node`.
+    pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
+        let nodes = self.nodes.lock();
+        let running = nodes.get(&node).ok_or(Error::Shutdown)?;
+        running.node.log(log)
+    }
+
+    /// The coordinator's record of `log`; `None` before it is created.
+    /// Panics if ZooKeeper cannot be read: an assertion must not take a
+    /// failed read for "no leader".
+    pub fn log_state(&self, log: LogId) -> Option<LogState> {
+        self.admin
+            .log_state(log)
+            .unwrap_or_else(|error| panic!("cannot read {log} from ZooKeeper: {error}"))
+    }
+
+    /// The in-sync replicas ZooKeeper holds for `log`.
+    pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+        self.log_state(log)
+            .map(|state| state.in_sync_replicas)
+            .unwrap_or_default()
+    }
+
+    /// The node ZooKeeper names as leader of `log`.
+    pub fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        self.log_state(log).and_then(|state| state.leader)
+    }
+
+    /// The leader epoch ZooKeeper holds for `log`.
+    pub fn leader_epoch_of(&self, log: LogId) -> LeaderEpoch {
+        self.log_state(log)
+            .map(|state| state.leader_epoch)
+            .unwrap_or_default()
+    }
+
+    /// The leader's handle of `log`, once that node knows it leads in the
+    /// epoch ZooKeeper holds (up to 10 s).
+    pub fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(state) = self.log_state(log) {
+                if let Some(leader) = state.leader {
+                    if let Ok(handle) = self.log(leader, log) {
+                        if handle.is_leader() && handle.leader_epoch() == state.leader_epoch {
+                            return Ok(handle);
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::LeaderNotAvailable(log));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// The handle of `log` on the running node that believes it leads in
+    /// the highest epoch, asking the nodes, not ZooKeeper (which may be
+    /// down): a traffic generator's view.
+    pub fn believed_leader_log(&self, log: LogId) -> Option<ReplicatedLog> {
+        let nodes = self.nodes.lock();
+        nodes
+            .values()
+            .filter_map(|running| running.node.log(log).ok())
+            .filter(|handle| handle.is_leader())
+            .max_by_key(|handle| handle.leader_epoch())
+    }
+
+    /// Polls `condition` every 2 ms until it holds or `timeout` passes.
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&ZkCluster) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if condition(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Stops every node cleanly.
+    pub fn shutdown(self) -> Result<()> {
+        let nodes: Vec<RunningNode> = std::mem::take(&mut *self.nodes.lock())
+            .into_values()
+            .collect();
+        for RunningNode { node, coordinator } in nodes {
+            node.shutdown()?;
+            drop(coordinator);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ZkCluster {
+    /// Halts every node still running and unregisters it from the network
+    /// (breaking the cycle between the network and the nodes' handlers).
+    fn drop(&mut self) {
+        let nodes: Vec<RunningNode> = std::mem::take(&mut *self.nodes.lock())
+            .into_values()
+            .collect();
+        for RunningNode { node, coordinator } in nodes {
+            node.halt();
+            drop(coordinator);
+        }
+        for id in self.node_ids() {
+            self.network.unregister(id);
+        }
+    }
+}

@@ -10,6 +10,10 @@
 //! cargo run --release --example tcp_cluster -- --node 2
 //! # then kill the leader's process (node 1 at first) with Ctrl-C and watch
 //! # another node take over.
+//!
+//! # on a real ZooKeeper instead of the demo coordinator (any node may die):
+//! cargo run --release --features zookeeper --example tcp_cluster -- --zookeeper 127.0.0.1:2181
+//! cargo run --release --features zookeeper --example tcp_cluster -- --node 0 --zookeeper 127.0.0.1:2181
 //! ```
 //!
 //! Each node has a [`TcpServer`] (127.0.0.1:7000+N in the multi-process mode,
@@ -20,9 +24,12 @@
 //!
 //! **Demo only:** the coordinator shim is not fault tolerant — node 0's
 //! process *is* the metadata service, so the log is created with node 0 as
-//! its *last* replica (node 1 leads first) and you should not kill node 0. A
-//! production deployment implements [`Coordinator`] on ZooKeeper, etcd or a
-//! Raft group.
+//! its *last* replica (node 1 leads first) and you should not kill node 0. It
+//! stays only as the zero-dependency default: with `--zookeeper
+//! HOST:PORT[,HOST:PORT...]` (feature `zookeeper`) every node instead has its
+//! own `ZkCoordinator` on that ensemble, under the chroot
+//! `/isrlog-tcp-cluster` (one per run in the one-process mode), as a
+//! production deployment would.
 //!
 //! The one-process mode runs producers with `acks=all`, kills the leader
 //! after a while (`--no-kill-leader` turns that off), watches another node
@@ -65,16 +72,45 @@ fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     let short = args.iter().any(|a| a == "--short");
     let kill_leader = !args.iter().any(|a| a == "--no-kill-leader");
+    let zookeeper = match args.iter().position(|a| a == "--zookeeper") {
+        Some(i) => Some(
+            args.get(i + 1)
+                .ok_or("--zookeeper needs HOST:PORT[,HOST:PORT...]")?
+                .clone(),
+        ),
+        None => None,
+    };
     match args.iter().position(|a| a == "--node") {
         Some(i) => {
             let id: u32 = args.get(i + 1).ok_or("--node needs a number")?.parse()?;
             if id >= NODES {
                 return Err(format!("--node must be below {NODES}").into());
             }
-            run_one_node_per_process(NodeId(id))
+            match zookeeper {
+                Some(connect) => run_one_node_per_process_on_zookeeper(NodeId(id), &connect),
+                None => run_one_node_per_process(NodeId(id)),
+            }
         }
-        None => run_all_in_one_process(short, kill_leader),
+        None => run_all_in_one_process(short, kill_leader, zookeeper.as_deref()),
     }
+}
+
+/// The chroot the nodes share on ZooKeeper.
+const ZOOKEEPER_CHROOT: &str = "/isrlog-tcp-cluster";
+
+/// A coordinator of its own for one process, on the ZooKeeper ensemble at
+/// `connect`, under `chroot`.
+#[cfg(feature = "zookeeper")]
+fn zookeeper_coordinator(connect: &str, chroot: &str) -> Result<Arc<dyn Coordinator>, BoxError> {
+    let mut config = isrlog::ZkCoordinatorConfig::new(connect);
+    config.chroot = chroot.to_owned();
+    config.session_timeout = SESSION_TIMEOUT * 10;
+    Ok(Arc::new(isrlog::ZkCoordinator::connect(config)?))
+}
+
+#[cfg(not(feature = "zookeeper"))]
+fn zookeeper_coordinator(_connect: &str, _chroot: &str) -> Result<Arc<dyn Coordinator>, BoxError> {
+    Err("--zookeeper needs the `zookeeper` feature: cargo run --features zookeeper --example tcp_cluster -- ...".into())
 }
 
 // ---- Wiring one node ----------------------------------------------------------
@@ -84,16 +120,20 @@ struct TcpNode {
     node: Node,
     server: TcpServer,
     transport: Arc<TcpTransport>,
+    coordinator: Arc<dyn Coordinator>,
 }
 
 impl TcpNode {
     /// A crash, as far as the others can tell: the node stops without
     /// closing anything, its sockets close, its heartbeats stop and its
-    /// coordinator session expires after `SESSION_TIMEOUT`.
-    fn kill(self) {
+    /// coordinator session expires after `SESSION_TIMEOUT`. Returns its
+    /// coordinator, for the caller to keep until the end: a dead process
+    /// does not close its ZooKeeper sessions, ZooKeeper times them out.
+    fn kill(self) -> Arc<dyn Coordinator> {
         self.node.halt();
         self.server.shutdown();
         self.transport.shutdown();
+        self.coordinator
     }
 
     fn shutdown(self) -> Result<(), BoxError> {
@@ -146,7 +186,7 @@ fn start_node(
     let node = Node::start(
         config,
         transport.clone(),
-        coordinator,
+        Arc::clone(&coordinator),
         Arc::new(SystemClock),
     )?;
     if handler.0.set(node.handler()).is_err() {
@@ -156,20 +196,38 @@ fn start_node(
         node,
         server,
         transport,
+        coordinator,
     })
 }
 
 // ---- One process, three nodes ---------------------------------------------------
 
-fn run_all_in_one_process(short: bool, kill_leader: bool) -> Result<(), BoxError> {
+fn run_all_in_one_process(
+    short: bool,
+    kill_leader: bool,
+    zookeeper: Option<&str>,
+) -> Result<(), BoxError> {
     let run_for = Duration::from_secs(if short { 2 } else { 6 });
     let dir = tempfile::tempdir()?;
     let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
 
-    // Node 0 "hosts" the coordinator; nodes 1 and 2 reach it over TCP, as
-    // they would from their own processes.
-    let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
-    let coordinator_addr = coordinator_shim::serve(coordinator.clone(), loopback)?;
+    // Without ZooKeeper, node 0 "hosts" the coordinator; nodes 1 and 2
+    // reach it over TCP, as they would from their own processes. With it,
+    // every node has its own session, and so has this harness (`coordinator`).
+    let chroot = format!("{ZOOKEEPER_CHROOT}-{}", std::process::id());
+    let (coordinator, coordinator_addr): (Arc<dyn Coordinator>, Option<SocketAddr>) =
+        match zookeeper {
+            Some(connect) => {
+                let coordinator = zookeeper_coordinator(connect, &chroot)?;
+                println!("coordinator: ZooKeeper at {connect}, chroot {chroot}");
+                (coordinator, None)
+            }
+            None => {
+                let memory = MemoryCoordinator::new(Arc::new(SystemClock));
+                let addr = coordinator_shim::serve(memory.clone(), loopback)?;
+                (Arc::new(memory), Some(addr))
+            }
+        };
 
     let ids: Vec<NodeId> = (0..NODES).map(NodeId).collect();
     let mut listeners = Vec::new();
@@ -183,10 +241,12 @@ fn run_all_in_one_process(short: bool, kill_leader: bool) -> Result<(), BoxError
         .collect();
     let mut nodes: BTreeMap<NodeId, TcpNode> = BTreeMap::new();
     for (id, listener) in ids.iter().zip(listeners) {
-        let coordinator: Arc<dyn Coordinator> = if *id == NodeId(0) {
-            Arc::new(coordinator.clone())
-        } else {
-            Arc::new(coordinator_shim::RemoteCoordinator::new(coordinator_addr))
+        let coordinator: Arc<dyn Coordinator> = match (zookeeper, coordinator_addr) {
+            (Some(connect), _) => zookeeper_coordinator(connect, &chroot)?,
+            (None, Some(addr)) if *id != NodeId(0) => {
+                Arc::new(coordinator_shim::RemoteCoordinator::new(addr))
+            }
+            (None, _) => Arc::clone(&coordinator),
         };
         let peers = addrs.clone().into_iter().filter(|(p, _)| p != id).collect();
         nodes.insert(
@@ -208,16 +268,16 @@ fn run_all_in_one_process(short: bool, kill_leader: bool) -> Result<(), BoxError
             .lock()
             .insert(*id, node.node.wait_for_log(LOG, Duration::from_secs(5))?);
     }
-    let first_leader = wait_for_leader(&coordinator, None)?;
+    let first_leader = wait_for_leader(&*coordinator, None)?;
     println!("{LOG} led by {first_leader}; replicas {REPLICAS:?}");
 
     let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = (0..2)
         .map(|p| {
-            let (coordinator, handles) = (coordinator.clone(), Arc::clone(&handles));
+            let (coordinator, handles) = (Arc::clone(&coordinator), Arc::clone(&handles));
             let (acknowledged, stop) = (Arc::clone(&acknowledged), Arc::clone(&stop));
-            std::thread::spawn(move || produce(p, &coordinator, &handles, &acknowledged, &stop))
+            std::thread::spawn(move || produce(p, &*coordinator, &handles, &acknowledged, &stop))
         })
         .collect();
 
@@ -225,14 +285,15 @@ fn run_all_in_one_process(short: bool, kill_leader: bool) -> Result<(), BoxError
     let acknowledged_before = acknowledged.lock().len();
     println!("{acknowledged_before} records acknowledged with acks=all over TCP");
     let mut leader = first_leader;
+    let mut killed = Vec::new();
     if kill_leader {
         println!("killing the leader, {first_leader} ...");
         let killed_at = Instant::now();
         handles.lock().remove(&first_leader);
         if let Some(node) = nodes.remove(&first_leader) {
-            node.kill();
+            killed.push(node.kill());
         }
-        leader = wait_for_leader(&coordinator, Some(first_leader))?;
+        leader = wait_for_leader(&*coordinator, Some(first_leader))?;
         let elected = killed_at.elapsed();
         while acknowledged.lock().len() == acknowledged_before {
             if killed_at.elapsed() > Duration::from_secs(30) {
@@ -262,6 +323,7 @@ fn run_all_in_one_process(short: bool, kill_leader: bool) -> Result<(), BoxError
     for (_, node) in nodes {
         node.shutdown()?;
     }
+    drop(killed);
     if lost.is_empty() {
         println!(
             "OK: all {} acknowledged records are committed on {leader}",
@@ -284,7 +346,7 @@ fn run_all_in_one_process(short: bool, kill_leader: bool) -> Result<(), BoxError
 /// and is simply not counted.
 fn produce(
     producer: u32,
-    coordinator: &MemoryCoordinator,
+    coordinator: &dyn Coordinator,
     handles: &Mutex<BTreeMap<NodeId, ReplicatedLog>>,
     acknowledged: &Mutex<BTreeSet<String>>,
     stop: &AtomicBool,
@@ -310,10 +372,7 @@ fn produce(
     }
 }
 
-fn wait_for_leader(
-    coordinator: &MemoryCoordinator,
-    not: Option<NodeId>,
-) -> Result<NodeId, BoxError> {
+fn wait_for_leader(coordinator: &dyn Coordinator, not: Option<NodeId>) -> Result<NodeId, BoxError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let leader = coordinator.log_state(LOG)?.and_then(|s| s.leader);
@@ -347,11 +406,32 @@ fn committed_values(log: &ReplicatedLog) -> Result<BTreeSet<String>, BoxError> {
 
 // ---- One process per node ---------------------------------------------------------
 
+/// One node per process on ZooKeeper: every process has its own
+/// coordinator, and whichever sees all three nodes live first creates the
+/// log (the others find it created). Any process may be killed.
+fn run_one_node_per_process_on_zookeeper(id: NodeId, connect: &str) -> Result<(), BoxError> {
+    let coordinator = zookeeper_coordinator(connect, ZOOKEEPER_CHROOT)?;
+    println!("{id}: coordinator on ZooKeeper at {connect}, chroot {ZOOKEEPER_CHROOT}");
+    let creator = Arc::clone(&coordinator);
+    std::thread::spawn(move || loop {
+        if creator
+            .live_nodes()
+            .is_ok_and(|live| live.len() == NODES as usize)
+        {
+            match creator.create_log(LOG, REPLICAS.to_vec()) {
+                Ok(_) => println!("all {NODES} nodes live: {LOG} created"),
+                // Another process created it first (or an earlier run did).
+                Err(e) => println!("{LOG} not created here: {e}"),
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    });
+    serve_one_node(id, coordinator)
+}
+
 fn run_one_node_per_process(id: NodeId) -> Result<(), BoxError> {
-    let addr_of = |n: u32| SocketAddr::from((Ipv4Addr::LOCALHOST, NODE_PORT_BASE + n as u16));
     let coordinator_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, COORDINATOR_PORT));
-    let dir = tempfile::tempdir()?;
-    let listener = bind(addr_of(id.0))?;
     let coordinator: Arc<dyn Coordinator> = if id == NodeId(0) {
         let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
         coordinator_shim::serve(coordinator.clone(), coordinator_addr)?;
@@ -385,6 +465,14 @@ fn run_one_node_per_process(id: NodeId) -> Result<(), BoxError> {
         }
         Arc::new(remote)
     };
+    serve_one_node(id, coordinator)
+}
+
+/// Runs node `id` of the multi-process mode on `coordinator` until killed.
+fn serve_one_node(id: NodeId, coordinator: Arc<dyn Coordinator>) -> Result<(), BoxError> {
+    let addr_of = |n: u32| SocketAddr::from((Ipv4Addr::LOCALHOST, NODE_PORT_BASE + n as u16));
+    let dir = tempfile::tempdir()?;
+    let listener = bind(addr_of(id.0))?;
     let peers = (0..NODES)
         .filter(|n| *n != id.0)
         .map(|n| (NodeId(n), addr_of(n)))

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use isrlog::testing::zookeeper::ZkServer;
-use isrlog::testing::{SessionEnd, ZkCluster};
+use isrlog::testing::{Lose, SessionEnd, ZkCluster};
 use isrlog::{
     Acks, CasOutcome, Coordinator, LogId, LogUpdate, MemoryCoordinator, NodeId, ReplicationConfig,
     SystemClock, ZkCoordinator, ZkCoordinatorConfig,
@@ -128,7 +128,7 @@ fn failover(cluster: &ZkCluster, log: LogId, round: usize) -> Duration {
         .expect("append before the crash");
     let crashed = leader.node_id();
     let started = Instant::now();
-    cluster.crash_with(crashed, SessionEnd::OnExpiry);
+    cluster.crash_with(crashed, Lose::Nothing, SessionEnd::OnExpiry);
     loop {
         let appended = cluster
             .leader_of(log)

@@ -10,7 +10,7 @@ mod zookeeper_support;
 
 use std::time::{Duration, Instant};
 
-use isrlog::testing::{SessionEnd, ZkCluster};
+use isrlog::testing::{Lose, SessionEnd, ZkCluster};
 use isrlog::LogId;
 use zookeeper_support::{assert_converged, assert_nothing_acknowledged_lost, server, Traffic};
 
@@ -38,7 +38,7 @@ fn leader_crash_fails_over_without_losing_acknowledged_records() {
         let old_leader = cluster.leader_of(LOG).expect("a leader");
         let before = traffic.acknowledged_count();
         let crashed_at = Instant::now();
-        cluster.crash_with(old_leader, SessionEnd::OnExpiry);
+        cluster.crash_with(old_leader, Lose::Nothing, SessionEnd::OnExpiry);
         assert!(
             cluster.wait_until(SESSION_TIMEOUT + Duration::from_secs(5), |c| {
                 c.leader_of(LOG).is_some_and(|leader| leader != old_leader)

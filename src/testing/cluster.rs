@@ -56,7 +56,7 @@ pub enum SessionEnd {
 
 /// Cuts the data file at `path` to `durable_bytes`, or, with probability
 /// one half, to a random length between that and its current length.
-fn cut_to_durable(
+pub(crate) fn cut_to_durable(
     path: &Path,
     durable_bytes: u64,
     rng: &mut crate::transport::SplitMix64,

@@ -55,7 +55,7 @@ use crate::replicated_log::{Acks, AppendOutcome, Isolation, ReplicatedLog};
 use crate::storage::{FlushPolicy, LogConfig};
 use crate::sync::{AtomicBool, Mutex, Ordering};
 use crate::testing::cluster::{Cluster, Lose, SessionEnd};
-use crate::transport::SplitMix64;
+use crate::transport::{MemoryNetwork, SplitMix64};
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 /// Which crashes a run injects, and so which guarantee it proves.
@@ -203,10 +203,18 @@ fn count_node_thread_panics() {
 /// violations found and names the seed. A panic of a node's thread during
 /// the run (in this process: runs in parallel share the count) fails it too.
 pub fn run(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, String> {
+    run_checked(config, build_cluster)
+}
+
+/// [`run`] on the cluster `build` makes from the seed's generator.
+fn run_checked<C: FaultTarget>(
+    config: &FaultTestConfig,
+    build: impl FnOnce(&FaultTestConfig, &mut SplitMix64) -> Result<(C, usize)>,
+) -> std::result::Result<FaultTestReport, String> {
     let seed = config.seed;
     count_node_thread_panics();
     let panics_before = NODE_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst);
-    let result = run_inner(config).and_then(|report| {
+    let result = run_inner(config, build).and_then(|report| {
         let panics = NODE_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst) - panics_before;
         if panics == 0 {
             Ok(report)
@@ -224,50 +232,214 @@ pub fn run(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, Str
     })
 }
 
-fn build_cluster(config: &FaultTestConfig, rng: &mut SplitMix64) -> Result<(Cluster, usize)> {
-    let nodes = 3 + (rng.next_u64() % 3) as usize;
-    let flush_policy = match config.crash_mode {
-        CrashMode::PowerLossFlushAlways => FlushPolicy::Always,
-        CrashMode::PowerLossFlushNever => FlushPolicy::Never,
-        CrashMode::Process => match rng.next_u64() % 3 {
-            0 => FlushPolicy::Always,
-            1 => FlushPolicy::Never,
-            _ => FlushPolicy::Every {
-                messages: 4,
-                interval: Duration::from_millis(20),
-            },
-        },
-    };
-    let cluster = Cluster::builder()
-        .nodes(nodes)
-        .seed(rng.next_u64())
-        .session_timeout(Duration::from_millis(300))
-        .replication(ReplicationConfig {
-            min_insync_replicas: 2,
-            replica_lag_time_max: Duration::from_millis(300),
-            fetch_wait_max: Duration::from_millis(50),
-            request_timeout: Duration::from_millis(800),
-            fetch_backoff: Duration::from_millis(10),
-            ..ReplicationConfig::default()
-        })
-        .log_config(LogConfig {
-            // Small segments: rolls, and power loss across segment files.
-            segment_bytes_max: 4096,
-            index_interval_bytes: 256,
-            flush_policy,
-            ..LogConfig::default()
-        })
-        .controller(Some(ControllerConfig {
-            poll_interval: Duration::from_millis(100),
-            ..ControllerConfig::default()
-        }))
-        .build()?;
-    Ok((cluster, nodes))
+/// What the driver needs of a cluster: [`Cluster`] (one shared
+/// [`crate::MemoryCoordinator`]) or, with feature `zookeeper`,
+/// [`super::ZkCluster`] (a `ZkCoordinator` per node on a real server).
+pub trait FaultTarget: LeaderRouter + Sync {
+    /// The network between the nodes, with its fault injection.
+    fn network(&self) -> &MemoryNetwork;
+    /// A view of the coordinator that is never cut off.
+    fn coordinator(&self) -> &dyn Coordinator;
+    /// Cuts `node` off from the coordinator (or reconnects it).
+    fn set_coordinator_unavailable(&self, node: NodeId, unavailable: bool);
+    /// Crashes `node`, losing what `lose` says; its session ends as
+    /// `session` says.
+    fn crash_with(&self, node: NodeId, lose: Lose, session: SessionEnd);
+    /// Restarts a crashed node from its directory.
+    fn restart(&self, node: NodeId) -> Result<()>;
+    /// Creates `log` and waits until its first leader leads.
+    fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>>;
+    /// Whether `node` runs.
+    fn is_running(&self, node: NodeId) -> bool;
+    /// The handle of `log` on `node`.
+    fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog>;
+    /// Every node, running or not.
+    fn node_ids(&self) -> Vec<NodeId>;
+    /// The leader the coordinator names for `log`.
+    fn leader_of(&self, log: LogId) -> Option<NodeId>;
+
+    /// Polls `condition` every millisecond until it holds or `timeout`
+    /// passes.
+    fn wait_until(&self, timeout: Duration, mut condition: impl FnMut(&Self) -> bool) -> bool
+    where
+        Self: Sized,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if condition(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
-fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, String> {
+impl FaultTarget for Cluster {
+    fn network(&self) -> &MemoryNetwork {
+        &self.network
+    }
+    fn coordinator(&self) -> &dyn Coordinator {
+        &self.coordinator
+    }
+    fn set_coordinator_unavailable(&self, node: NodeId, unavailable: bool) {
+        self.coordinator.set_node_unavailable(node, unavailable);
+    }
+    fn crash_with(&self, node: NodeId, lose: Lose, session: SessionEnd) {
+        Cluster::crash_with(self, node, lose, session);
+    }
+    fn restart(&self, node: NodeId) -> Result<()> {
+        Cluster::restart(self, node)
+    }
+    fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
+        Cluster::create_log(self, log, replication_factor)
+    }
+    fn is_running(&self, node: NodeId) -> bool {
+        Cluster::is_running(self, node)
+    }
+    fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
+        Cluster::log(self, node, log)
+    }
+    fn node_ids(&self) -> Vec<NodeId> {
+        Cluster::node_ids(self)
+    }
+    fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        Cluster::leader_of(self, log)
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl FaultTarget for super::ZkCluster {
+    fn network(&self) -> &MemoryNetwork {
+        &self.network
+    }
+    fn coordinator(&self) -> &dyn Coordinator {
+        super::ZkCluster::coordinator(self)
+    }
+    /// Cuts the node's connections to ZooKeeper at its proxy: its sessions
+    /// expire unless it is reconnected within their timeout.
+    fn set_coordinator_unavailable(&self, node: NodeId, unavailable: bool) {
+        if let Err(error) = self.cut_from_zookeeper(node, unavailable) {
+            tracing::warn!(%node, %error, "cannot cut the node off from ZooKeeper");
+        }
+    }
+    fn crash_with(&self, node: NodeId, lose: Lose, session: SessionEnd) {
+        super::ZkCluster::crash_with(self, node, lose, session);
+    }
+    fn restart(&self, node: NodeId) -> Result<()> {
+        super::ZkCluster::restart(self, node)
+    }
+    fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
+        super::ZkCluster::create_log(self, log, replication_factor)
+    }
+    fn is_running(&self, node: NodeId) -> bool {
+        super::ZkCluster::is_running(self, node)
+    }
+    fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
+        super::ZkCluster::log(self, node, log)
+    }
+    fn node_ids(&self) -> Vec<NodeId> {
+        super::ZkCluster::node_ids(self)
+    }
+    fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        super::ZkCluster::leader_of(self, log)
+    }
+}
+
+/// Runs one seeded fault test on nodes with a `ZkCoordinator` each, on the
+/// ZooKeeper server at `connect` (one server: nodes are cut off from it
+/// through per-node proxies), and checks G1–G4 as [`run`] does.
+#[cfg(feature = "zookeeper")]
+pub fn run_on_zookeeper(
+    config: &FaultTestConfig,
+    connect: &str,
+) -> std::result::Result<FaultTestReport, String> {
+    run_checked(config, |config, rng| {
+        let shape = ClusterShape::new(config, rng);
+        let cluster = super::ZkCluster::builder(connect)
+            .nodes(shape.nodes)
+            .seed(rng.next_u64())
+            .session_timeout(shape.session_timeout)
+            .replication(shape.replication.clone())
+            .log_config(shape.log.clone())
+            .controller(Some(shape.controller.clone()))
+            .proxied(true)
+            .build()?;
+        Ok((cluster, shape.nodes))
+    })
+}
+
+/// The settings of a fault test's cluster, chosen by the seed.
+struct ClusterShape {
+    nodes: usize,
+    session_timeout: Duration,
+    replication: ReplicationConfig,
+    log: LogConfig,
+    controller: ControllerConfig,
+}
+
+impl ClusterShape {
+    fn new(config: &FaultTestConfig, rng: &mut SplitMix64) -> ClusterShape {
+        let nodes = 3 + (rng.next_u64() % 3) as usize;
+        let flush_policy = match config.crash_mode {
+            CrashMode::PowerLossFlushAlways => FlushPolicy::Always,
+            CrashMode::PowerLossFlushNever => FlushPolicy::Never,
+            CrashMode::Process => match rng.next_u64() % 3 {
+                0 => FlushPolicy::Always,
+                1 => FlushPolicy::Never,
+                _ => FlushPolicy::Every {
+                    messages: 4,
+                    interval: Duration::from_millis(20),
+                },
+            },
+        };
+        ClusterShape {
+            nodes,
+            session_timeout: Duration::from_millis(300),
+            replication: ReplicationConfig {
+                min_insync_replicas: 2,
+                replica_lag_time_max: Duration::from_millis(300),
+                fetch_wait_max: Duration::from_millis(50),
+                request_timeout: Duration::from_millis(800),
+                fetch_backoff: Duration::from_millis(10),
+                ..ReplicationConfig::default()
+            },
+            log: LogConfig {
+                // Small segments: rolls, and power loss across segment files.
+                segment_bytes_max: 4096,
+                index_interval_bytes: 256,
+                flush_policy,
+                ..LogConfig::default()
+            },
+            controller: ControllerConfig {
+                poll_interval: Duration::from_millis(100),
+                ..ControllerConfig::default()
+            },
+        }
+    }
+}
+
+fn build_cluster(config: &FaultTestConfig, rng: &mut SplitMix64) -> Result<(Cluster, usize)> {
+    let shape = ClusterShape::new(config, rng);
+    let cluster = Cluster::builder()
+        .nodes(shape.nodes)
+        .seed(rng.next_u64())
+        .session_timeout(shape.session_timeout)
+        .replication(shape.replication)
+        .log_config(shape.log)
+        .controller(Some(shape.controller))
+        .build()?;
+    Ok((cluster, shape.nodes))
+}
+
+fn run_inner<C: FaultTarget>(
+    config: &FaultTestConfig,
+    build: impl FnOnce(&FaultTestConfig, &mut SplitMix64) -> Result<(C, usize)>,
+) -> std::result::Result<FaultTestReport, String> {
     let mut rng = SplitMix64::new(config.seed);
-    let (cluster, nodes) = build_cluster(config, &mut rng).map_err(|e| e.to_string())?;
+    let (cluster, nodes) = build(config, &mut rng).map_err(|e| e.to_string())?;
     let logs: Vec<LogId> = (0..config.logs).map(LogId).collect();
     for &log in &logs {
         cluster.create_log(log, 3).map_err(|e| e.to_string())?;
@@ -348,7 +520,7 @@ fn run_inner(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, S
 
 /// One producer per log: appends unique values with `acks=all` to whoever
 /// leads, until told to stop.
-fn produce(cluster: &Cluster, state: &RunState, log: LogId, seed: u64) {
+fn produce<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId, seed: u64) {
     let mut attempt = 0u64;
     while !state.stop.load(Ordering::SeqCst) {
         let Some(handle) = cluster
@@ -379,14 +551,14 @@ fn produce(cluster: &Cluster, state: &RunState, log: LogId, seed: u64) {
 /// `drop_ack_percent`/100, drops the acknowledgement of a successful append
 /// (the producer sees `Timeout`), so the producer must retry a batch the
 /// log already holds.
-struct LossyRouter<'a> {
-    cluster: &'a Cluster,
+struct LossyRouter<'a, C> {
+    cluster: &'a C,
     state: &'a RunState,
     rng: Mutex<SplitMix64>,
     drop_ack_percent: u64,
 }
 
-impl LeaderRouter for LossyRouter<'_> {
+impl<C: FaultTarget> LeaderRouter for LossyRouter<'_, C> {
     fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
         LeaderRouter::leader_log(self.cluster, log)
     }
@@ -407,7 +579,7 @@ impl LeaderRouter for LossyRouter<'_> {
 /// One idempotent producer per log, sending one unique value per batch
 /// through a [`LossyRouter`] until told to stop. A send that fails leaves
 /// its batch in doubt, re-sent (same sequence) before the next one.
-fn produce_idempotent(cluster: &Cluster, state: &RunState, log: LogId, seed: u64) {
+fn produce_idempotent<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId, seed: u64) {
     let router = LossyRouter {
         cluster,
         state,
@@ -425,13 +597,15 @@ fn produce_idempotent(cluster: &Cluster, state: &RunState, log: LogId, seed: u64
     while !state.stop.load(Ordering::SeqCst) {
         let current = match &producer {
             Some(producer) => producer,
-            None => match IdempotentProducer::init(&cluster.coordinator, &router, config.clone()) {
-                Ok(fresh) => producer.insert(fresh),
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
+            None => {
+                match IdempotentProducer::init(cluster.coordinator(), &router, config.clone()) {
+                    Ok(fresh) => producer.insert(fresh),
+                    Err(_) => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
                 }
-            },
+            }
         };
         let value = format!("seed{seed}/log{}/idempotent/{attempt}", log.0).into_bytes();
         attempt += 1;
@@ -474,7 +648,7 @@ fn produce_idempotent(cluster: &Cluster, state: &RunState, log: LogId, seed: u64
 /// G3 and G2 while faults happen: reads `Committed` from random replicas
 /// (see `check_committed_read`); every few reads, compares two replicas of
 /// a log below the lower of their high watermarks.
-fn read_committed(cluster: &Cluster, state: &RunState, logs: &[LogId], seed: u64) {
+fn read_committed<C: FaultTarget>(cluster: &C, state: &RunState, logs: &[LogId], seed: u64) {
     let mut rng = SplitMix64::new(seed);
     let nodes = cluster.node_ids();
     let mut round = 0u64;
@@ -504,8 +678,8 @@ fn read_committed(cluster: &Cluster, state: &RunState, logs: &[LogId], seed: u64
 /// reading bounds nothing: a follower's high watermark falls with a new
 /// leader's (SPEC §3.2, `HW = min(leader HW, own LEO)`). What it returned is
 /// recorded instead, and `check` requires it in the converged log.
-fn check_committed_read(
-    cluster: &Cluster,
+fn check_committed_read<C: FaultTarget>(
+    cluster: &C,
     state: &RunState,
     node: NodeId,
     log: LogId,
@@ -594,7 +768,13 @@ fn hash_bytes(bytes: &[u8]) -> u64 {
 /// follower's high watermark may fall meanwhile (SPEC §3.2), and its
 /// committed read then stops short, so only the batches both reads
 /// returned are compared.
-fn compare_replicas(cluster: &Cluster, state: &RunState, log: LogId, a: NodeId, b: NodeId) {
+fn compare_replicas<C: FaultTarget>(
+    cluster: &C,
+    state: &RunState,
+    log: LogId,
+    a: NodeId,
+    b: NodeId,
+) {
     let (Ok(first), Ok(second)) = (cluster.log(a, log), cluster.log(b, log)) else {
         return;
     };
@@ -648,7 +828,7 @@ fn batches_below(handle: &ReplicatedLog, from: Offset, end: Offset) -> Result<Ve
 
 /// G3: samples the high watermark of every leader replica and records any
 /// that moved back within one process's term as leader.
-fn sample_high_watermarks(cluster: &Cluster, state: &RunState, logs: &[LogId]) {
+fn sample_high_watermarks<C: FaultTarget>(cluster: &C, state: &RunState, logs: &[LogId]) {
     while !state.stop.load(Ordering::SeqCst) {
         {
             let incarnations = state.incarnations.lock();
@@ -692,8 +872,8 @@ fn pick<T: Copy>(rng: &mut SplitMix64, items: &[T]) -> Option<T> {
     }
 }
 
-fn inject_faults(
-    cluster: &Cluster,
+fn inject_faults<C: FaultTarget>(
+    cluster: &C,
     state: &RunState,
     config: &FaultTestConfig,
     rng: &mut SplitMix64,
@@ -795,7 +975,7 @@ fn inject_faults(
             "partition" => match pick(rng, &running) {
                 Some(node) => {
                     let others: Vec<NodeId> = all.iter().copied().filter(|&n| n != node).collect();
-                    cluster.network.partition(&[node], &others);
+                    cluster.network().partition(&[node], &others);
                     true
                 }
                 None => false,
@@ -805,7 +985,7 @@ fn inject_faults(
                 let to = pick(rng, &all);
                 match (from, to) {
                     (Some(from), Some(to)) if from != to => {
-                        cluster.network.block(from, to);
+                        cluster.network().block(from, to);
                         true
                     }
                     _ => false,
@@ -815,31 +995,31 @@ fn inject_faults(
                 let percent = [0.0, 0.01, 0.03, 0.05];
                 let request = percent[(rng.next_u64() % 4) as usize];
                 let response = percent[(rng.next_u64() % 4) as usize];
-                cluster.network.set_request_drop_probability(request);
-                cluster.network.set_response_drop_probability(response);
+                cluster.network().set_request_drop_probability(request);
+                cluster.network().set_response_drop_probability(response);
                 true
             }
             "isolate from coordinator" => match pick(rng, &running) {
                 Some(node) => {
-                    cluster.coordinator.set_node_unavailable(node, true);
+                    cluster.set_coordinator_unavailable(node, true);
                     cut_off_from_coordinator.push(node);
                     true
                 }
                 None => false,
             },
             "heal network" => {
-                cluster.network.heal();
+                cluster.network().heal();
                 for node in cut_off_from_coordinator.drain(..) {
-                    cluster.coordinator.set_node_unavailable(node, false);
+                    cluster.set_coordinator_unavailable(node, false);
                 }
-                cluster.network.set_latency(Duration::ZERO);
-                cluster.network.set_request_drop_probability(0.0);
-                cluster.network.set_response_drop_probability(0.0);
+                cluster.network().set_latency(Duration::ZERO);
+                cluster.network().set_request_drop_probability(0.0);
+                cluster.network().set_response_drop_probability(0.0);
                 true
             }
             "latency" => {
                 cluster
-                    .network
+                    .network()
                     .set_latency(Duration::from_millis(rng.next_u64() % 15));
                 true
             }
@@ -854,11 +1034,11 @@ fn inject_faults(
         }
     }
     for node in cut_off_from_coordinator {
-        cluster.coordinator.set_node_unavailable(node, false);
+        cluster.set_coordinator_unavailable(node, false);
     }
 }
 
-fn restart(cluster: &Cluster, state: &RunState, node: NodeId) -> bool {
+fn restart<C: FaultTarget>(cluster: &C, state: &RunState, node: NodeId) -> bool {
     let mut incarnations = state.incarnations.lock();
     match cluster.restart(node) {
         Ok(()) => {
@@ -877,8 +1057,8 @@ fn restart(cluster: &Cluster, state: &RunState, node: NodeId) -> bool {
 
 /// Moves leadership of `log` to another live in-sync replica, with
 /// compare-and-set, as a preferred-leader election would.
-fn move_leader(cluster: &Cluster, log: LogId, rng: &mut SplitMix64) -> bool {
-    let Ok(Some(current)) = cluster.coordinator.log_state(log) else {
+fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) -> bool {
+    let Ok(Some(current)) = cluster.coordinator().log_state(log) else {
         return false;
     };
     let candidates: Vec<NodeId> = current
@@ -897,19 +1077,19 @@ fn move_leader(cluster: &Cluster, log: LogId, rng: &mut SplitMix64) -> bool {
     };
     matches!(
         cluster
-            .coordinator
+            .coordinator()
             .compare_and_set(log, current.leader_epoch, current.version, update),
         Ok(CasOutcome::Applied(_))
     )
 }
 
-fn heal(cluster: &Cluster, state: &RunState) {
-    cluster.network.heal();
-    cluster.network.set_latency(Duration::ZERO);
-    cluster.network.set_request_drop_probability(0.0);
-    cluster.network.set_response_drop_probability(0.0);
+fn heal<C: FaultTarget>(cluster: &C, state: &RunState) {
+    cluster.network().heal();
+    cluster.network().set_latency(Duration::ZERO);
+    cluster.network().set_request_drop_probability(0.0);
+    cluster.network().set_response_drop_probability(0.0);
     for node in cluster.node_ids() {
-        cluster.coordinator.set_node_unavailable(node, false);
+        cluster.set_coordinator_unavailable(node, false);
     }
     for node in cluster.node_ids() {
         if !cluster.is_running(node) {
@@ -921,8 +1101,8 @@ fn heal(cluster: &Cluster, state: &RunState) {
 /// Waits until every log has a leader and every replica holds exactly the
 /// leader's log, committed (HW = LEO everywhere). Appends one marker record
 /// per log first, so a leader elected late commits its tail.
-fn converge(
-    cluster: &Cluster,
+fn converge<C: FaultTarget>(
+    cluster: &C,
     logs: &[LogId],
     timeout: Duration,
 ) -> std::result::Result<(), String> {
@@ -972,10 +1152,10 @@ fn converge(
     Ok(())
 }
 
-fn describe(cluster: &Cluster, log: LogId) -> String {
+fn describe<C: FaultTarget>(cluster: &C, log: LogId) -> String {
     let mut out = format!(
         "coordinator: {:?}; replicas:",
-        cluster.coordinator.log_state(log)
+        cluster.coordinator().log_state(log)
     );
     for node in cluster.node_ids() {
         if let Ok(handle) = cluster.log(node, log) {
@@ -1008,8 +1188,8 @@ fn committed_batches(handle: &ReplicatedLog) -> Result<Vec<RecordBatch>> {
 }
 
 /// The checks on a converged cluster.
-fn check(
-    cluster: &Cluster,
+fn check<C: FaultTarget>(
+    cluster: &C,
     logs: &[LogId],
     acknowledged: &[Acknowledged],
     follower_reads: &[FollowerRead],

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::cluster::SessionEnd;
+use super::cluster::{cut_to_durable, Lose, SessionEnd};
 use super::zookeeper::{ZkProxy, ZkServerError};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{NodeConfig, ReplicationConfig};
@@ -35,7 +35,9 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::replicated_log::ReplicatedLog;
+use crate::producer::LeaderRouter;
+use crate::record::RecordBatch;
+use crate::replicated_log::{Acks, AppendOutcome, ReplicatedLog};
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex};
 use crate::transport::MemoryNetwork;
@@ -56,9 +58,16 @@ pub struct ZkClusterBuilder {
     call_timeout: Duration,
     controller: Option<ControllerConfig>,
     proxied: bool,
+    seed: u64,
 }
 
 impl ZkClusterBuilder {
+    /// Seed of the memory network's fault injection.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
     /// Number of nodes (ids 0..n).
     pub fn nodes(mut self, nodes: usize) -> Self {
         self.nodes = nodes;
@@ -135,7 +144,7 @@ impl ZkClusterBuilder {
         }
         let admin = ZkCoordinator::connect(self.coordinator_config(&self.connect, &chroot))?;
         let cluster = ZkCluster {
-            network: MemoryNetwork::new(0),
+            network: MemoryNetwork::new(self.seed),
             admin,
             chroot,
             proxies,
@@ -186,8 +195,8 @@ pub struct ZkCluster {
     root: PathBuf,
     _dir: tempfile::TempDir,
     nodes: Mutex<BTreeMap<NodeId, RunningNode>>,
-    /// Coordinators of nodes crashed with [`SessionEnd::OnExpiry`]: kept
-    /// open, unheartbeated, until their lease runs out or the node restarts.
+    /// Coordinators of crashed nodes: kept open, unheartbeated, until the
+    /// node restarts (a new process) or the cluster is dropped.
     halted: Mutex<BTreeMap<NodeId, ZkCoordinator>>,
     builder: ZkClusterBuilder,
 }
@@ -217,6 +226,7 @@ impl ZkCluster {
                 ..ControllerConfig::default()
             }),
             proxied: false,
+            seed: 0,
         }
     }
 
@@ -278,29 +288,45 @@ impl ZkCluster {
     }
 
     /// Crashes node `id`: its threads stop, nothing is flushed or closed,
-    /// the network stops reaching it. `session` says when its ZooKeeper
-    /// sessions end: at once (its coordinator is dropped, which closes
-    /// them), or one session timeout later (its coordinator stays open but
+    /// the network stops reaching it, and `lose` says what of its data
+    /// survives (as [`super::Cluster::crash_with`]). `session` says when its
+    /// ZooKeeper sessions end: at once (as when ZooKeeper sees a process
+    /// die), or one session timeout later (its coordinator stays open but
     /// nothing renews the node's lease, as in a hung process).
-    pub fn crash_with(&self, id: NodeId, session: SessionEnd) {
+    pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
         self.network.node_down(id);
         let running = self.nodes.lock().remove(&id);
         let Some(RunningNode { node, coordinator }) = running else {
             return;
         };
         node.mark_crashed();
-        drop(node.halt_for_crash());
         match session {
-            SessionEnd::Immediately => drop(coordinator),
-            SessionEnd::OnExpiry => {
-                self.halted.lock().insert(id, coordinator);
+            // As ZooKeeper ending a session it saw die: the node's znode and
+            // any seat it held go now. (The halted node still holds its
+            // coordinator, so dropping ours would not close anything.)
+            SessionEnd::Immediately => {
+                if let Err(error) = coordinator.unregister_node(id) {
+                    tracing::warn!(node = %id, %error, "cannot end a crashed node's session");
+                }
+            }
+            SessionEnd::OnExpiry => {}
+        }
+        self.halted.lock().insert(id, coordinator);
+        // Threads first, then the lengths: they only grow while it runs.
+        let durable = node.halt_for_crash();
+        if let Lose::UnflushedBytes { seed } = lose {
+            let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
+            for (path, durable_bytes) in durable {
+                if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
+                    tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
+                }
             }
         }
     }
 
-    /// Crashes node `id`, its sessions closing at once.
+    /// Crashes node `id` (a process crash), its sessions closing at once.
     pub fn crash(&self, id: NodeId) {
-        self.crash_with(id, SessionEnd::Immediately);
+        self.crash_with(id, Lose::Nothing, SessionEnd::Immediately);
     }
 
     /// Stops node `id` cleanly: its logs are flushed and closed, it leaves
@@ -473,6 +499,40 @@ impl ZkCluster {
             drop(coordinator);
         }
         Ok(())
+    }
+}
+
+impl LeaderRouter for ZkCluster {
+    /// ZooKeeper's leader, once it knows it leads; no waiting (the
+    /// producer's backoff does that), as for [`super::Cluster`].
+    fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        let leader = self.leader_of(log).ok_or(Error::LeaderNotAvailable(log))?;
+        let handle = match self.log(leader, log) {
+            Ok(handle) => handle,
+            Err(Error::Shutdown) => return Err(Error::LeaderNotAvailable(log)),
+            Err(error) => return Err(error),
+        };
+        if !handle.is_leader() {
+            return Err(Error::LeaderNotAvailable(log));
+        }
+        Ok(handle)
+    }
+
+    /// Appends on the leader; a leader that crashed during the call is a
+    /// retriable `Transport` error with an unknown outcome, as over a
+    /// network.
+    fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let handle = LeaderRouter::leader_log(self, log)?;
+        let leader = handle.node_id();
+        match handle.append(batch, acks) {
+            Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !self.is_running(leader) => {
+                Err(Error::Transport {
+                    to: leader,
+                    reason: format!("leader crashed during the append: {error}"),
+                })
+            }
+            result => result,
+        }
     }
 }
 

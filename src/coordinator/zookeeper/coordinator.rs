@@ -475,7 +475,15 @@ impl Shared {
         loop {
             let client = self.main_client(deadline, what).await?;
             connected(&client, deadline, what).await?;
-            match op(client).await {
+            // A request made just as the connection dropped waits in the
+            // client for the reconnection, with no deadline of its own.
+            let Some(outcome) = before(deadline, op(client)).await else {
+                return Err(coordinator_error(format!(
+                    "cannot {what}: no answer within the call timeout (not connected to ZooKeeper: \
+                     reconnecting); retry later"
+                )));
+            };
+            match outcome {
                 Err(error)
                     if is_connection_error(&error) && Instant::now() + RETRY_PAUSE < deadline =>
                 {

@@ -30,9 +30,12 @@ use crate::sync::Mutex;
 /// How many jobs may wait for the executor thread; beyond that a call fails
 /// at once (the thread is stuck or the caller floods it).
 const JOBS_MAX: usize = 4096;
-/// A caller waits this much longer than the job's own deadline, so that the
-/// job's timeout error, which names what timed out, wins the race.
-const ANSWER_SLACK: Duration = Duration::from_millis(200);
+/// A job is dropped this long after its deadline, so that its own deadline
+/// errors (which say what it was waiting for) win over the executor's.
+const JOB_SLACK: Duration = Duration::from_millis(100);
+/// A caller waits this much longer than the job's deadline, so that the
+/// job's answer, even a timeout, wins over the caller's own timeout.
+const ANSWER_SLACK: Duration = Duration::from_millis(300);
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
@@ -102,8 +105,8 @@ impl Executor {
     }
 
     /// Runs `job` on the executor thread and waits for its answer until
-    /// `deadline`. A job still running at the deadline is dropped there and
-    /// the call fails with a retriable [`Error::Coordinator`] naming `what`
+    /// `deadline` (and a little more). A job still running then is dropped
+    /// and the call fails with a retriable [`Error::Coordinator`] naming `what`
     /// and saying that its outcome is unknown.
     pub(super) fn call<T: Send + 'static>(
         &self,
@@ -115,7 +118,9 @@ impl Executor {
         let what_owned = what.to_owned();
         self.spawn(async move {
             let job = AssertUnwindSafe(job).catch_unwind();
-            let outcome = match future::select(Box::pin(job), async_io::Timer::at(deadline)).await {
+            let dropped_at = deadline + JOB_SLACK;
+            let outcome = match future::select(Box::pin(job), async_io::Timer::at(dropped_at)).await
+            {
                 Either::Left((Ok(outcome), _)) => outcome,
                 Either::Left((Err(_), _)) => Err(Error::Coordinator {
                     reason: format!("the ZooKeeper call to {what_owned} panicked"),

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use isrlog::testing::zookeeper::{ZkProxy, ZkServer};
 use isrlog::{
-    Coordinator, CoordinatorEvent, Error, LogId, NodeId, ZkCoordinator, ZkCoordinatorConfig,
+    CasOutcome, Coordinator, CoordinatorEvent, Error, LogId, LogUpdate, NodeId, ZkCoordinator,
+    ZkCoordinatorConfig,
 };
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -76,6 +77,31 @@ fn calls_wait_through_a_short_disconnection_and_sessions_survive_it() {
             Ok(CoordinatorEvent::Resync) => break,
             Ok(_) => {}
             Err(error) => panic!("no Resync after the reconnection: {error}"),
+        }
+    }
+    // Still watching after the reconnection: a change made elsewhere is
+    // announced. (zookeeper-client 0.11 does not restore a persistent watch
+    // when it reconnects a session; without the coordinator re-adding it,
+    // this change would never be heard of.)
+    let elsewhere = coordinator(server.connect_string(), "/connection-loss");
+    let changed = match elsewhere
+        .compare_and_set(
+            LogId(1),
+            created.leader_epoch,
+            created.version,
+            LogUpdate::in_sync_replicas(&created, vec![node]),
+        )
+        .unwrap()
+    {
+        CasOutcome::Applied(state) => state,
+        stale => panic!("nobody else writes the log: {stale:?}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match events.recv_deadline(deadline) {
+            Ok(CoordinatorEvent::LogChanged(state)) if state == changed => break,
+            Ok(_) => {}
+            Err(error) => panic!("a change made after the reconnection was not announced: {error}"),
         }
     }
 }

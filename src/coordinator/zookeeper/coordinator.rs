@@ -26,11 +26,13 @@
 //! reported applied unless ZooKeeper answered that it was.
 //!
 //! Events. The watcher holds one persistent recursive watch on the chroot
-//! (ZooKeeper 3.6+): it never needs re-arming, so no change can fall between
-//! a notification and the next watch. After a disconnection (ZooKeeper does
-//! not replay what a persistent watch missed meanwhile) or a session
-//! expiry, it re-reads everything it watches and sends every subscriber a
-//! `Resync`.
+//! (ZooKeeper 3.6+): it never needs re-arming after it fires, so no change
+//! can fall between a notification and the next watch. After a
+//! disconnection it adds the watch again (the client library does not
+//! restore persistent watches on reconnection, and ZooKeeper does not
+//! replay what one missed meanwhile), and after a session expiry it opens a
+//! new session and watch; either way it then re-reads everything it
+//! watches and sends every subscriber a `Resync`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -906,7 +908,7 @@ async fn run_watcher(
     mut stop: oneshot::Receiver<()>,
 ) {
     loop {
-        let session_ended = watch_session(&shared, &mut watcher, &mut stop).await;
+        let session_ended = watch_session(&shared, &client, &mut watcher, &mut stop).await;
         if !session_ended {
             return;
         }
@@ -957,6 +959,7 @@ enum Wake {
 /// ended (the caller opens a new one), `false` on stop.
 async fn watch_session(
     shared: &Shared,
+    client: &zk::Client,
     watcher: &mut zk::PersistentWatcher,
     stop: &mut oneshot::Receiver<()>,
 ) -> bool {
@@ -1022,6 +1025,29 @@ async fn watch_session(
             {
                 disconnected = false;
                 tracing::info!("the coordinator reconnected to ZooKeeper; resyncing");
+                // zookeeper-client 0.11 does not restore persistent watches
+                // when it reconnects a session (its SetWatches request
+                // leaves them out), so the watch is added again, before the
+                // re-read, so that no change falls between the two. The old
+                // watcher goes after the new one exists: its removal then
+                // leaves the server's watch in place.
+                let deadline = Instant::now() + shared.config.call_timeout;
+                match before(
+                    deadline,
+                    client.watch("/", zk::AddWatchMode::PersistentRecursive),
+                )
+                .await
+                {
+                    Some(Ok(fresh)) => drop(std::mem::replace(watcher, fresh)),
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "cannot watch ZooKeeper again after reconnecting; opening a new session");
+                        return true;
+                    }
+                    None => {
+                        tracing::warn!("cannot watch ZooKeeper again after reconnecting (timed out); opening a new session");
+                        return true;
+                    }
+                }
                 resync(shared).await;
             }
             Some(state) if state.is_terminated() => return true,

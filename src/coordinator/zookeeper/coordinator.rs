@@ -963,12 +963,19 @@ async fn watch_session(
     watcher: &mut zk::PersistentWatcher,
     stop: &mut oneshot::Receiver<()>,
 ) -> bool {
-    let mut next_tick = Duration::ZERO;
+    // One absolute deadline, not a countdown restarted each round: under a
+    // steady stream of notifications a countdown would never run out, and
+    // leases would never lapse.
+    let mut next_tick_at = Instant::now();
     let mut disconnected = false;
     loop {
+        let now = Instant::now();
+        if now >= next_tick_at {
+            next_tick_at = now + shared.tick();
+        }
         let wake = {
             let notified = std::pin::pin!(watcher.changed().map(|event| vec![event]));
-            let tick = async_io::Timer::after(next_tick);
+            let tick = async_io::Timer::at(next_tick_at);
             let either = future::select(notified, tick);
             match future::select(&mut *stop, either).await {
                 Either::Left(_) => Wake::Stop,
@@ -978,10 +985,8 @@ async fn watch_session(
         };
         let mut events = match wake {
             Wake::Stop => return false,
-            Wake::Tick => {
-                next_tick = shared.tick();
-                continue;
-            }
+            // The tick runs at the top of the loop.
+            Wake::Tick => continue,
             Wake::Notified(events) => events,
         };
         // Take what else is already queued, up to a session event (after a

@@ -59,3 +59,25 @@ fn a_silent_node_leaves_the_live_set_while_znodes_keep_changing() {
     );
     assert_eq!(c.live_nodes().unwrap(), vec![busy]);
 }
+
+/// ZooKeeper clamps session timeouts to its [minSessionTimeout,
+/// maxSessionTimeout]; a node must not run with a session timeout other than
+/// the one it asked for.
+#[test]
+fn a_session_timeout_the_server_would_clamp_fails_registration() {
+    let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+    let mut config = ZkCoordinatorConfig::new(server.connect_string());
+    config.chroot = "/clamped".to_owned();
+    let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+    // The test servers allow at most 60 s.
+    match c.register_node(NodeId(1), Duration::from_secs(90)) {
+        Err(error @ isrlog::Error::InvalidConfig { .. }) => {
+            let text = error.to_string();
+            assert!(text.contains("90s") && text.contains("60s"), "{text}");
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    assert_eq!(c.live_nodes().unwrap(), vec![]);
+    c.register_node(NodeId(1), Duration::from_secs(20)).unwrap();
+    assert_eq!(c.live_nodes().unwrap(), vec![NodeId(1)]);
+}

@@ -1212,6 +1212,24 @@ impl Coordinator for ZkCoordinator {
                     ))
                 })?
                 .map_err(|e| zk_error(&format!("open a session to {what}"), e))?;
+                // ZooKeeper clamps a session's timeout to its
+                // [minSessionTimeout, maxSessionTimeout]; a node whose
+                // session outlives (or undercuts) its configured timeout
+                // would be fenced later (or sooner) than it believes.
+                let granted = client.session_timeout();
+                if granted.as_millis() != session_timeout.as_millis() {
+                    return Err(Error::InvalidConfig {
+                        field: "session_timeout",
+                        value: format!(
+                            "{session_timeout:?} requested for node {node}, \
+                             but ZooKeeper granted {granted:?}"
+                        ),
+                        reason: "ZooKeeper clamps session timeouts to \
+                                 [minSessionTimeout, maxSessionTimeout] (by default 2 and 20 \
+                                 times its tickTime); configure the server or the node so \
+                                 the node's session timeout lies within",
+                    });
+                }
                 let path = document::node_path(node);
                 let data = document::encode_node(session_timeout);
                 loop {

@@ -790,6 +790,15 @@ fn control_loop(
                 // ZooKeeper client re-creates its ephemeral node — unless
                 // this node is stopping: a node on its way down must not
                 // come back to life in the coordinator's eyes.
+                //
+                // Known limitation: `Coordinator::register_node` takes no
+                // deadline, and may block this loop for the coordinator's
+                // own call timeout (a `ZkCoordinator` opening a session while
+                // ZooKeeper is unreachable: 5 s by default). Events, ISR
+                // proposals and failed-leader checks wait meanwhile; the
+                // node's leadership is already fenced, since its session is
+                // gone. Running it elsewhere would race with `stop` (a late
+                // registration would revive a stopped node).
                 if !shared.stop.load(Ordering::SeqCst) {
                     let _ = shared
                         .coordinator

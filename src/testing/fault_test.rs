@@ -234,7 +234,14 @@ fn run_checked<C: FaultTarget>(
 
 /// What the driver needs of a cluster: [`Cluster`] (one shared
 /// [`crate::MemoryCoordinator`]) or, with feature `zookeeper`,
-/// [`super::ZkCluster`] (a `ZkCoordinator` per node on a real server).
+#[cfg_attr(
+    feature = "zookeeper",
+    doc = "[`super::ZkCluster`] (a `ZkCoordinator` per node on a real server)."
+)]
+#[cfg_attr(
+    not(feature = "zookeeper"),
+    doc = "`ZkCluster` (a `ZkCoordinator` per node on a real server)."
+)]
 pub trait FaultTarget: LeaderRouter + Sync {
     /// The network between the nodes, with its fault injection.
     fn network(&self) -> &MemoryNetwork;

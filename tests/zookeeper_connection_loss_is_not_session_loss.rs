@@ -113,7 +113,7 @@ fn a_node_cut_off_past_its_session_timeout_learns_it_promptly() {
     let cut_off = coordinator(proxy.connect_string(), "/session-loss");
     let observer = coordinator(server.connect_string(), "/session-loss");
     let (node, other) = (NodeId(1), NodeId(2));
-    let session_timeout = Duration::from_millis(600);
+    let session_timeout = Duration::from_secs(1);
     cut_off.register_node(node, session_timeout).unwrap();
     observer
         .register_node(other, Duration::from_secs(20))
@@ -137,7 +137,9 @@ fn a_node_cut_off_past_its_session_timeout_learns_it_promptly() {
     };
     eprintln!("session timeout {session_timeout:?}: the cut-off node learned it after {learned:?}");
     assert!(
-        learned <= session_timeout + Duration::from_millis(500),
+        // Generous for a loaded machine, yet far below "when the
+        // connection comes back" (never, here).
+        learned <= session_timeout + Duration::from_millis(1500),
         "learned after {learned:?}, not promptly after the {session_timeout:?} timeout"
     );
     let gone = Instant::now() + Duration::from_secs(5);

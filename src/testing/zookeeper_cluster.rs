@@ -547,6 +547,13 @@ impl Drop for ZkCluster {
             node.halt();
             drop(coordinator);
         }
+        // Crashed nodes' coordinators close their sessions while the
+        // proxies still carry them (fields drop in declaration order,
+        // proxies first): otherwise each would wait out its close timeout.
+        for proxy in self.proxies.values() {
+            proxy.set_cut(false);
+        }
+        drop(std::mem::take(&mut *self.halted.lock()));
         for id in self.node_ids() {
             self.network.unregister(id);
         }

@@ -4,10 +4,13 @@
 //!   and one conditional write), p50 and p99, next to the same call on
 //!   `MemoryCoordinator` measured in the same run;
 //! - failover: from a leader's process hanging (its lease stops being
-//!   renewed, so its session ends one session timeout after its last
-//!   heartbeat) to the first successful `acks=all` append on the new
-//!   leader, with a 1 s session timeout; median and max over 10 failovers.
-//!   Target: max <= session timeout + 200 ms.
+//!   renewed, so its coordinator closes its session one session timeout
+//!   after its last heartbeat) to the first successful `acks=all` append on
+//!   the new leader, with a 1 s session timeout; median and max over 10
+//!   failovers. Target: max <= session timeout + 200 ms;
+//! - the same from a leader's process crashing: its connection to
+//!   ZooKeeper is cut (at a proxy) along with it, so nothing closes its
+//!   session and ZooKeeper must expire it.
 //!
 //! Criterion measures both; after its reports the bench prints the figures.
 //! Run with `cargo bench --features zookeeper --bench zookeeper`;
@@ -118,16 +121,32 @@ fn round_trips(c: &mut Criterion, server: &ZkServer) {
     }
 }
 
-/// Hangs the leader of `log`, returns the time until an `acks=all` append
-/// succeeds on another node, then restarts the hung node and waits for it
-/// to rejoin the ISR (not timed).
-fn failover(cluster: &ZkCluster, log: LogId, round: usize) -> Duration {
+/// How a failover's leader goes.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Its process hangs: its own coordinator closes its session once its
+    /// lease lapses.
+    Hang,
+    /// Its process crashes and its ZooKeeper connections go with it:
+    /// ZooKeeper expires the session.
+    Crash,
+}
+
+/// Hangs or crashes the leader of `log`, returns the time until an
+/// `acks=all` append succeeds on another node, then restarts the node and
+/// waits for it to rejoin the ISR (not timed).
+fn failover(cluster: &ZkCluster, log: LogId, round: usize, fault: Fault) -> Duration {
     let leader = cluster.leader_log(log).expect("a leader");
     leader
         .append_values(&[format!("before {round}")], Acks::All)
         .expect("append before the crash");
     let crashed = leader.node_id();
     let started = Instant::now();
+    if let Fault::Crash = fault {
+        cluster
+            .cut_from_zookeeper(crashed, true)
+            .expect("a proxied cluster");
+    }
     cluster.crash_with(crashed, Lose::Nothing, SessionEnd::OnExpiry);
     loop {
         let appended = cluster
@@ -145,6 +164,11 @@ fn failover(cluster: &ZkCluster, log: LogId, round: usize) -> Duration {
         std::thread::sleep(Duration::from_millis(1));
     }
     let took = started.elapsed();
+    if let Fault::Crash = fault {
+        cluster
+            .cut_from_zookeeper(crashed, false)
+            .expect("a proxied cluster");
+    }
     cluster.restart(crashed).expect("restart");
     let back = cluster.wait_until(Duration::from_secs(20), |c| {
         c.in_sync_replicas(log).len() == 3
@@ -157,6 +181,9 @@ fn failovers(c: &mut Criterion, server: &ZkServer) {
     let cluster = ZkCluster::builder(server.connect_string())
         .nodes(3)
         .session_timeout(SESSION_TIMEOUT)
+        // Each node reaches ZooKeeper through its own proxy, so that a
+        // crash can cut its connections.
+        .proxied(true)
         .replication(ReplicationConfig {
             min_insync_replicas: 2,
             replica_lag_time_max: Duration::from_secs(10),
@@ -179,25 +206,40 @@ fn failovers(c: &mut Criterion, server: &ZkServer) {
         .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_nanos(1))
         .measurement_time(SESSION_TIMEOUT * (2 * per_sample - 1) / 2 * SAMPLES as u32);
-    let mut calls: Vec<Vec<Duration>> = Vec::new();
+    let mut figures: Vec<(&str, Vec<Vec<Duration>>)> = Vec::new();
     let mut round = 0;
-    group.bench_function("session_timeout_1s/hang_to_first_acks_all_append", |b| {
-        b.iter_custom(|iters| {
-            let count = if quick() { QUICK_FAILOVERS } else { iters };
-            let times: Vec<Duration> = (0..count)
-                .map(|_| {
-                    round += 1;
-                    failover(&cluster, log, round)
-                })
-                .collect();
-            let total = times.iter().sum();
-            calls.push(times);
-            total
-        })
-    });
+    for (name, fault) in [("hang", Fault::Hang), ("crash with expiry", Fault::Crash)] {
+        let mut calls: Vec<Vec<Duration>> = Vec::new();
+        let id = match fault {
+            Fault::Hang => "session_timeout_1s/hang_to_first_acks_all_append",
+            Fault::Crash => "session_timeout_1s/crash_to_first_acks_all_append",
+        };
+        group.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                let count = if quick() { QUICK_FAILOVERS } else { iters };
+                let times: Vec<Duration> = (0..count)
+                    .map(|_| {
+                        round += 1;
+                        failover(&cluster, log, round, fault)
+                    })
+                    .collect();
+                let total = times.iter().sum();
+                calls.push(times);
+                total
+            })
+        });
+        figures.push((name, calls));
+    }
     group.finish();
     drop(cluster);
 
+    for (name, calls) in figures {
+        print_failovers(name, &calls);
+    }
+}
+
+/// Prints median, min and max of the last `SAMPLES` samples' failovers.
+fn print_failovers(name: &str, calls: &[Vec<Duration>]) {
     let mut times: Vec<Duration> = calls[calls.len().saturating_sub(SAMPLES)..].concat();
     if times.is_empty() {
         return;
@@ -207,7 +249,7 @@ fn failovers(c: &mut Criterion, server: &ZkServer) {
     let max = times[times.len() - 1];
     let target = SESSION_TIMEOUT + Duration::from_millis(200);
     println!(
-        "failover on ZooKeeper (session timeout {SESSION_TIMEOUT:?}, {} failovers): median {:.1} ms, min {:.1} ms, max {:.1} ms; target max <= {:.0} ms: {}",
+        "failover on ZooKeeper after a leader's {name} (session timeout {SESSION_TIMEOUT:?}, {} failovers): median {:.1} ms, min {:.1} ms, max {:.1} ms; target max <= {:.0} ms: {}",
         times.len(),
         millis(median),
         millis(times[0]),

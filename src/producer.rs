@@ -83,34 +83,58 @@ impl LeaderRouter for crate::testing::Cluster {
     /// `LeaderNotAvailable`, retriable, as a Kafka client sees a leader it
     /// cannot reach until its metadata names another.
     fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
-        let leader = self.leader_of(log).ok_or(Error::LeaderNotAvailable(log))?;
-        let handle = match self.log(leader, log) {
-            Ok(handle) => handle,
-            Err(Error::Shutdown) => return Err(Error::LeaderNotAvailable(log)),
-            Err(error) => return Err(error),
-        };
-        if !handle.is_leader() {
-            return Err(Error::LeaderNotAvailable(log));
-        }
-        Ok(handle)
+        harness_leader_log(log, self.leader_of(log), |node| self.log(node, log))
     }
 
-    /// Appends on the leader. If its node crashes during the call, the
-    /// handle fails (`Shutdown`, `Poisoned`); over a network the client
-    /// would see its connection drop instead, so that is what is returned:
-    /// a retriable `Transport` error with an unknown outcome.
+    /// Appends on the leader; see [`harness_append`].
     fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         let handle = LeaderRouter::leader_log(self, log)?;
-        let leader = handle.node_id();
-        match handle.append(batch, acks) {
-            Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !self.is_running(leader) => {
-                Err(Error::Transport {
-                    to: leader,
-                    reason: format!("leader crashed during the append: {error}"),
-                })
-            }
-            result => result,
+        harness_append(&handle, batch, acks, |node| self.is_running(node))
+    }
+}
+
+/// How the in-process test clusters route to a leader (shared by
+/// `testing::Cluster` and, with the `zookeeper` feature, `ZkCluster`):
+/// the handle of the node the coordinator names, once that replica knows
+/// it leads; a node that is gone is `LeaderNotAvailable` (retriable).
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn harness_leader_log(
+    log: LogId,
+    leader: Option<crate::types::NodeId>,
+    handle_of: impl FnOnce(crate::types::NodeId) -> Result<ReplicatedLog>,
+) -> Result<ReplicatedLog> {
+    let leader = leader.ok_or(Error::LeaderNotAvailable(log))?;
+    let handle = match handle_of(leader) {
+        Ok(handle) => handle,
+        Err(Error::Shutdown) => return Err(Error::LeaderNotAvailable(log)),
+        Err(error) => return Err(error),
+    };
+    if !handle.is_leader() {
+        return Err(Error::LeaderNotAvailable(log));
+    }
+    Ok(handle)
+}
+
+/// Appends through a test cluster's leader `handle`. If its node crashes
+/// during the call, the handle fails (`Shutdown`, `Poisoned`); over a
+/// network the client would see its connection drop instead, so that is
+/// what is returned: a retriable `Transport` error with an unknown outcome.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn harness_append(
+    handle: &ReplicatedLog,
+    batch: &RecordBatch,
+    acks: Acks,
+    is_running: impl Fn(crate::types::NodeId) -> bool,
+) -> Result<AppendOutcome> {
+    let leader = handle.node_id();
+    match handle.append(batch, acks) {
+        Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !is_running(leader) => {
+            Err(Error::Transport {
+                to: leader,
+                reason: format!("leader crashed during the append: {error}"),
+            })
         }
+        result => result,
     }
 }
 

@@ -35,7 +35,7 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::producer::LeaderRouter;
+use crate::producer::{harness_append, harness_leader_log, LeaderRouter};
 use crate::record::RecordBatch;
 use crate::replicated_log::{Acks, AppendOutcome, ReplicatedLog};
 use crate::storage::LogConfig;
@@ -506,16 +506,7 @@ impl LeaderRouter for ZkCluster {
     /// ZooKeeper's leader, once it knows it leads; no waiting (the
     /// producer's backoff does that), as for [`super::Cluster`].
     fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
-        let leader = self.leader_of(log).ok_or(Error::LeaderNotAvailable(log))?;
-        let handle = match self.log(leader, log) {
-            Ok(handle) => handle,
-            Err(Error::Shutdown) => return Err(Error::LeaderNotAvailable(log)),
-            Err(error) => return Err(error),
-        };
-        if !handle.is_leader() {
-            return Err(Error::LeaderNotAvailable(log));
-        }
-        Ok(handle)
+        harness_leader_log(log, self.leader_of(log), |node| self.log(node, log))
     }
 
     /// Appends on the leader; a leader that crashed during the call is a
@@ -523,16 +514,7 @@ impl LeaderRouter for ZkCluster {
     /// network.
     fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         let handle = LeaderRouter::leader_log(self, log)?;
-        let leader = handle.node_id();
-        match handle.append(batch, acks) {
-            Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !self.is_running(leader) => {
-                Err(Error::Transport {
-                    to: leader,
-                    reason: format!("leader crashed during the append: {error}"),
-                })
-            }
-            result => result,
-        }
+        harness_append(&handle, batch, acks, |node| self.is_running(node))
     }
 }
 

@@ -86,7 +86,10 @@ impl LeaderRouter for crate::testing::Cluster {
         harness_leader_log(log, self.leader_of(log), |node| self.log(node, log))
     }
 
-    /// Appends on the leader; see [`harness_append`].
+    /// Appends on the leader. If its node crashes during the call, the
+    /// handle fails (`Shutdown`, `Poisoned`); over a network the client
+    /// would see its connection drop instead, so that is what is returned:
+    /// a retriable `Transport` error with an unknown outcome.
     fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         let handle = LeaderRouter::leader_log(self, log)?;
         harness_append(&handle, batch, acks, |node| self.is_running(node))

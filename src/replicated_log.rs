@@ -210,9 +210,28 @@ impl ReplicatedLog {
 
     /// The high watermark: every offset below it is committed. Never moves
     /// back on a leader within its epoch; on a follower it follows the
-    /// leader's and may move back (see [`read`](Self::read)).
+    /// leader's and may move back (see [`read`](Self::read)). It is a lower
+    /// bound, not the committed end: a new leader's can be below what the
+    /// previous leader acknowledged; [`committed_end`](Self::committed_end)
+    /// says when it is the end.
     pub fn high_watermark(&self) -> Offset {
         self.replica.high_watermark()
+    }
+
+    /// The committed end of the log, on the leader: every offset below it
+    /// is committed and, unlike [`high_watermark`](Self::high_watermark),
+    /// no offset at or above it had been acknowledged by an earlier leader
+    /// (SPEC 3.8).
+    ///
+    /// A newly elected leader starts from the high watermark it had as a
+    /// follower, which can be below what the previous leader acknowledged:
+    /// until its followers have fetched up to the start offset of its
+    /// epoch, this returns [`Error::CommittedEndNotYetKnown`] (Kafka's
+    /// `OFFSET_NOT_AVAILABLE`), which is retriable. On a follower it
+    /// returns [`Error::NotLeader`]: a follower's high watermark is only its
+    /// view, and may lag or move back.
+    pub fn committed_end(&self) -> Result<Offset> {
+        self.replica.committed_end()
     }
 
     /// The log end offset: the offset the next record will get.

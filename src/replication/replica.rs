@@ -309,6 +309,28 @@ impl Replica {
         (state.role, state.leader_epoch)
     }
 
+    /// The committed end of the log on a leader that knows it (SPEC 3.8):
+    /// `NotLeader` on a follower, `CommittedEndNotYetKnown` on a new leader
+    /// whose high watermark is still below its epoch's start offset.
+    pub(crate) fn committed_end(&self) -> Result<Offset> {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return Err(self.not_leader(&role));
+        }
+        let leader = self.leader.lock();
+        let Some(leader) = leader.as_ref() else {
+            return Err(self.not_leader(&role));
+        };
+        leader
+            .committed_end()
+            .ok_or_else(|| Error::CommittedEndNotYetKnown {
+                log: self.log_id,
+                epoch: leader.leader_epoch(),
+                high_watermark: leader.high_watermark(),
+                epoch_start_offset: leader.epoch_start_offset(),
+            })
+    }
+
     pub(crate) fn in_sync_replicas(&self) -> Vec<NodeId> {
         self.role.read().in_sync_replicas.clone()
     }

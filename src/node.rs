@@ -27,7 +27,13 @@ use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
     Request, RequestHandler, Response, Transport,
 };
-use crate::types::{LogId, NodeId, Offset};
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+
+/// Controlled shutdown: compare-and-set attempts per log before leaving it
+/// to the controller.
+const HAND_OVER_ATTEMPTS_MAX: usize = 5;
+/// Controlled shutdown: how often to look for a caught-up successor.
+const HAND_OVER_POLL: Duration = Duration::from_millis(1);
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
@@ -179,10 +185,20 @@ impl Node {
         self.shared.fetchers.lock().len()
     }
 
-    /// Stops the node's threads, closes its logs (flushing them) and leaves
-    /// the coordinator's live set.
+    /// Stops the node cleanly, as Kafka's controlled shutdown does: first
+    /// every log it leads moves to another in-sync replica
+    /// ([`NodeConfig::controlled_shutdown_timeout`] bounds that), then its
+    /// threads stop, it leaves the in-sync replica sets it is in and the
+    /// coordinator's live set, and its logs are flushed and closed.
     pub fn shutdown(mut self) -> Result<()> {
+        let timeout = self.shared.config.controlled_shutdown_timeout;
+        if !timeout.is_zero() {
+            self.shared.hand_over_leadership(Instant::now() + timeout);
+        }
         self.stop_threads(Stop::Clean);
+        if !timeout.is_zero() {
+            self.shared.leave_in_sync_replicas();
+        }
         let _ = self
             .shared
             .coordinator
@@ -633,6 +649,155 @@ impl NodeShared {
             Ok(CasOutcome::Stale(current)) => self.reconcile(&current),
             Err(error) => {
                 tracing::warn!(%log, node = %me, %error, "storage failed; resigning leadership failed, will retry")
+            }
+        }
+    }
+
+    /// Controlled shutdown, step 1 (Kafka's `controlled.shutdown.enable`):
+    /// every log this node leads stops taking appends, waits until its
+    /// in-sync followers hold everything it has (so appends in flight are
+    /// committed and acknowledged), and names the first live in-sync
+    /// follower, in assignment order, leader in a new epoch, without this
+    /// node in the ISR (Kafka's `ControlledShutdownLeaderSelector`). The
+    /// write is a compare-and-set on the log's epoch and version, like any
+    /// leader's, so it loses cleanly to a concurrent change. A log whose
+    /// followers are not caught up by `deadline`, or that has no live
+    /// in-sync follower, is left to the controller, as after a crash.
+    fn hand_over_leadership(&self, deadline: Instant) {
+        let replicas: Vec<Arc<Replica>> = self.replicas.read().values().cloned().collect();
+        let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
+            .into_iter()
+            .filter_map(|replica| {
+                let (epoch, end) = replica.stop_appends_for_hand_over()?;
+                Some((replica, epoch, end))
+            })
+            .collect();
+        for (replica, epoch, end) in leading {
+            // Usually one fetch round: followers park their fetches on the
+            // leader and are woken by every append.
+            if end > Offset::ZERO {
+                let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
+            }
+            self.hand_over(&replica, epoch, deadline);
+        }
+    }
+
+    /// Names a successor for one log this node leads in `epoch`; see
+    /// [`hand_over_leadership`](Self::hand_over_leadership).
+    fn hand_over(&self, replica: &Replica, epoch: LeaderEpoch, deadline: Instant) {
+        let me = self.local();
+        let log = replica.log_id();
+        for _ in 0..HAND_OVER_ATTEMPTS_MAX {
+            let state = match self.coordinator.log_state(log) {
+                Ok(Some(state)) => state,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
+                    return;
+                }
+            };
+            if state.leader != Some(me) || state.leader_epoch != epoch {
+                return; // Someone else moved it already.
+            }
+            let live = match self.coordinator.live_nodes() {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
+                    return;
+                }
+            };
+            // The successor must hold everything this leader has: an
+            // in-sync follower that fetched up to its log end. Waiting
+            // for one stops at `deadline`.
+            let successor = loop {
+                let candidate = state.replicas.iter().copied().find(|&node| {
+                    node != me
+                        && state.in_sync_replicas.contains(&node)
+                        && live.contains(&node)
+                        && replica.has_caught_up(node)
+                });
+                if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
+                    break candidate;
+                }
+                std::thread::sleep(HAND_OVER_POLL);
+            };
+            let Some(successor) = successor else {
+                tracing::warn!(%log, node = %me, isr = ?state.in_sync_replicas,
+                    "controlled shutdown: no live in-sync follower caught up in time; leaving the log to the controller");
+                return;
+            };
+            let update = LogUpdate {
+                leader: Some(successor),
+                leader_epoch: state.leader_epoch.next(),
+                in_sync_replicas: state
+                    .in_sync_replicas
+                    .iter()
+                    .copied()
+                    .filter(|&node| node != me)
+                    .collect(),
+            };
+            match self
+                .coordinator
+                .compare_and_set(log, state.leader_epoch, state.version, update)
+            {
+                Ok(CasOutcome::Applied(new_state)) => {
+                    tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                        "controlled shutdown: leadership handed over");
+                    self.reconcile(&new_state);
+                    return;
+                }
+                Ok(CasOutcome::Stale(_)) => continue,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: hand-over failed; leaving the log to the controller");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Controlled shutdown, step 2, once this node's fetchers stopped: it
+    /// leaves the ISR of every log it follows, so their leaders' `acks=all`
+    /// appends and high watermarks stop waiting for it now rather than
+    /// when the controller sees its session end (or, without a
+    /// controller, after `replica_lag_time_max`). As Kafka's controller
+    /// does for a broker in controlled shutdown. A compare-and-set on the
+    /// log's epoch and version; a failure is only logged.
+    fn leave_in_sync_replicas(&self) {
+        let me = self.local();
+        let logs: Vec<LogId> = self.replicas.read().keys().copied().collect();
+        for log in logs {
+            for _ in 0..HAND_OVER_ATTEMPTS_MAX {
+                let state = match self.coordinator.log_state(log) {
+                    Ok(Some(state)) => state,
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state to leave its ISR");
+                        break;
+                    }
+                };
+                if state.leader == Some(me) || !state.in_sync_replicas.contains(&me) {
+                    break;
+                }
+                let isr: Vec<NodeId> = state
+                    .in_sync_replicas
+                    .iter()
+                    .copied()
+                    .filter(|&node| node != me)
+                    .collect();
+                let update = LogUpdate::in_sync_replicas(&state, isr);
+                match self.coordinator.compare_and_set(
+                    log,
+                    state.leader_epoch,
+                    state.version,
+                    update,
+                ) {
+                    Ok(CasOutcome::Applied(_)) => break,
+                    Ok(CasOutcome::Stale(_)) => continue,
+                    Err(error) => {
+                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot leave the ISR");
+                        break;
+                    }
+                }
             }
         }
     }

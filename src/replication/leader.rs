@@ -592,6 +592,12 @@ impl LeaderState {
         &self.replicas
     }
 
+    /// The log end offset `node` last showed by fetching in this epoch;
+    /// `None` if it is not a follower or has not fetched yet.
+    pub(crate) fn follower_log_end_offset(&self, node: NodeId) -> Option<Offset> {
+        self.followers.get(&node)?.log_end_offset()
+    }
+
     /// How far `node` is behind, as of `now`; `None` if it is not a
     /// follower of this log.
     pub(crate) fn follower_lag(&self, node: NodeId, now: Instant) -> Option<FollowerLag> {

@@ -464,7 +464,7 @@ impl ServerShared {
                     self.warn_bad_frame(
                         peer,
                         &format_args!(
-                            "a response ({:?}) sent to a server",
+                            "a response sent to a server ({:?})",
                             header.message_type
                         ),
                     );

@@ -112,7 +112,8 @@ pub struct TcpConfig {
     /// slot. Default 10 s.
     pub handshake_timeout: Duration,
     /// Bytes a server may hold, across all its connections, in frame bodies
-    /// larger than 64 KiB that it is receiving or decoding. The whole length
+    /// larger than 64 KiB that it is receiving, or in requests from them it
+    /// has not yet answered. The whole length
     /// announced in a frame's header is reserved before its body is read; a
     /// connection that finds the budget spent is not read from until bytes
     /// are freed or its `frame_read_timeout` passes (as Kafka's
@@ -222,7 +223,10 @@ impl TcpConfig {
             ("handler_threads", self.handler_threads),
             ("handler_queue_len", self.handler_queue_len),
             ("server_connections_max", self.server_connections_max),
-            ("connections_per_address_max", self.connections_per_address_max),
+            (
+                "connections_per_address_max",
+                self.connections_per_address_max,
+            ),
         ];
         for (field, value) in counts {
             if value == 0 {

@@ -24,12 +24,22 @@
 //! field at fault) and the socket is shut; every other connection is served
 //! as before.
 //!
+//! With the `tls` feature, [`TcpServer::bind_tls`] and
+//! [`TcpTransport::with_tls`] run the same frames over mutual TLS 1.3, and
+//! a connection may only speak for the node its certificate names (see
+//! `TlsConfig`). Without it (and with the plain constructors), anyone who
+//! can reach a server's port can read every log as a follower would and
+//! send requests as any node.
+//!
 //! [`RequestHandler`]: crate::transport::RequestHandler
 
 mod client;
 mod frame;
 mod io;
 mod server;
+mod stream;
+#[cfg(feature = "tls")]
+mod tls;
 mod worker;
 
 use std::time::Duration;
@@ -38,6 +48,8 @@ use crate::error::{Error, Result};
 use crate::record::BATCH_BYTES_MAX;
 
 pub use client::TcpTransport;
+#[cfg(feature = "tls")]
+pub use tls::{node_dns_name, TlsConfig};
 // The wire codec, for `testing::fuzz`: fuzzers drive the same decoder the
 // connections run.
 #[cfg(any(test, feature = "testing"))]

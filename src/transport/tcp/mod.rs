@@ -24,8 +24,8 @@
 //! field at fault) and the socket is shut; every other connection is served
 //! as before.
 //!
-//! With the `tls` feature, [`TcpServer::bind_tls`] and
-//! [`TcpTransport::with_tls`] run the same frames over mutual TLS 1.3, and
+//! With the `tls` feature, `TcpServer::bind_tls` and
+//! `TcpTransport::with_tls` run the same frames over mutual TLS 1.3, and
 //! a connection may only speak for the node its certificate names (see
 //! `TlsConfig`). Without it (and with the plain constructors), anyone who
 //! can reach a server's port can read every log as a follower would and

@@ -55,6 +55,10 @@ use crate::types::NodeId;
 /// Raw (encrypted) bytes a reader takes off the socket at a time.
 const RAW_READ_BYTES: usize = 64 * 1024;
 
+/// Decrypted bytes after which the reader stops feeding ciphertext and
+/// hands them out: rustls's own limit on buffered plaintext (16 KiB).
+const PLAINTEXT_READY_BYTES: usize = 16 * 1024;
+
 /// Plaintext a writer encrypts under the session lock at a time: large
 /// enough for few syscalls, small enough that the reader is not held up
 /// behind a 64 MiB response being encrypted.
@@ -453,12 +457,32 @@ impl TlsReader {
     fn feed_raw(&mut self) -> io::Result<()> {
         let wants_write = {
             let mut session = self.session.session.lock();
-            let mut pending = &self.raw[self.raw_start..self.raw_end];
-            let fed = session.read_tls(&mut pending)?;
-            self.raw_start += fed;
-            session
-                .process_new_packets()
-                .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+            // rustls takes at most a few KiB per `read_tls`; feed on under
+            // one lock until the buffer is used up or there is plaintext
+            // enough for the reader (rustls refuses more past its limit).
+            loop {
+                let mut pending = &self.raw[self.raw_start..self.raw_end];
+                let fed = session.read_tls(&mut pending)?;
+                if fed == 0 {
+                    // rustls takes nothing more after the peer's
+                    // close_notify; bytes after it are dropped.
+                    self.raw_start = self.raw_end;
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "TLS session closed by the peer",
+                    ));
+                }
+                self.raw_start += fed;
+                let state = session
+                    .process_new_packets()
+                    .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+                if self.raw_start == self.raw_end
+                    || state.plaintext_bytes_to_read() >= PLAINTEXT_READY_BYTES
+                    || state.peer_has_closed()
+                {
+                    break;
+                }
+            }
             session.wants_write()
         };
         if wants_write {

@@ -73,7 +73,8 @@ pub struct TcpConfig {
     pub frame_bytes_max: usize,
     /// Longest a client waits for a TCP connection to be set up (further
     /// bounded by the call's own deadline). Default 10 s, Kafka's
-    /// `socket.connection.setup.timeout.ms`.
+    /// `socket.connection.setup.timeout.ms`. With TLS it also bounds the
+    /// handshake, on both sides.
     pub connect_timeout: Duration,
     /// Wait before redialling a peer after the first failed attempt; it
     /// doubles with each further failure. Default 50 ms, Kafka's

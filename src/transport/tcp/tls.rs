@@ -140,17 +140,6 @@ impl fmt::Debug for TlsConfig {
     }
 }
 
-impl PartialEq for TlsConfig {
-    /// Same settings objects (clones of one `TlsConfig`).
-    fn eq(&self, other: &TlsConfig) -> bool {
-        self.node == other.node
-            && Arc::ptr_eq(&self.server, &other.server)
-            && Arc::ptr_eq(&self.client, &other.client)
-    }
-}
-
-impl Eq for TlsConfig {}
-
 /// A PEM source: a file (named in errors) or bytes with a description.
 enum Pem<'a> {
     File(&'a Path),

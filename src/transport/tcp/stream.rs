@@ -22,7 +22,8 @@ use crate::types::NodeId;
 pub(crate) enum Security {
     /// Plain TCP: peers are who their frames say they are.
     Plain,
-    /// Mutual TLS; the server logs refusals through the rate limiter.
+    /// Mutual TLS; a server logs refusals through the rate limiter (a
+    /// client reports failures to its caller instead).
     #[cfg(feature = "tls")]
     Tls(TlsConfig, Arc<RefusalLog>),
 }

@@ -22,10 +22,10 @@ use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch};
 use crate::storage::{FlushPolicy, Log};
-use crate::sync::{Arc, AtomicBool, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
-    Request, RequestHandler, Response, Transport,
+    RateLimitedWarnings, Request, RequestHandler, Response, Transport, Warning,
 };
 use crate::types::{LogId, NodeId, Offset};
 
@@ -56,6 +56,59 @@ pub(crate) struct NodeShared {
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
     /// waiting (nothing can replicate a stopped node's log any more).
     stop: AtomicBool,
+    /// Where the next fetch answer starts among the logs it names, so that
+    /// when the response budget runs out it is not always the same logs that
+    /// go without data (Kafka's fetcher moves each fetched partition to the
+    /// end of its list for the same reason).
+    fetch_rotation: AtomicU64,
+    /// Requests refused as invalid are logged at most once per interval.
+    warnings: RateLimitedWarnings,
+}
+
+/// Interval of the node's rate-limited warnings about invalid requests.
+const WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why a request naming logs is refused as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LogListRefusal {
+    /// It names more logs than the node hosts.
+    TooMany { named: usize, hosted: usize },
+    /// It names one log twice.
+    Duplicate(LogId),
+}
+
+impl std::fmt::Display for LogListRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogListRefusal::TooMany { named, hosted } => {
+                write!(f, "names {named} logs, but this node hosts {hosted}")
+            }
+            LogListRefusal::Duplicate(log) => write!(f, "names {log} more than once"),
+        }
+    }
+}
+
+/// A request may name each log at most once, and no more logs than the node
+/// hosts: a fetch naming one log a hundred thousand times in a 2.9 MB frame
+/// would otherwise have the node read and answer it a hundred thousand
+/// times. (Kafka keys a fetch's partitions by name, so a duplicate cannot
+/// ask twice.) The count is checked first, so the duplicate check costs at
+/// most the number of hosted logs.
+fn check_log_list(
+    logs: impl ExactSizeIterator<Item = LogId>,
+    hosted: usize,
+) -> std::result::Result<(), LogListRefusal> {
+    let named = logs.len();
+    if named > hosted {
+        return Err(LogListRefusal::TooMany { named, hosted });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(named);
+    for log in logs {
+        if !seen.insert(log) {
+            return Err(LogListRefusal::Duplicate(log));
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for NodeShared {
@@ -110,6 +163,8 @@ impl Node {
             data_arrived: Arc::new(Watch::new(0)),
             commands,
             stop: AtomicBool::new(false),
+            fetch_rotation: AtomicU64::new(0),
+            warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
         });
         for state in shared.coordinator.logs()? {
             shared.reconcile(&state);
@@ -658,19 +713,30 @@ impl NodeShared {
         // The fetch vouches for its follower only as of now, however long it
         // is held (SPEC 3.4): every later evaluation says `Held`.
         let mut arrival = FetchArrival::New(self.clock.now());
+        let count = request.logs.len();
         loop {
             let seen = self.data_arrived.get();
             // A peer's request cannot make this node read more than its own
-            // configured response size.
+            // configured response size. As in Kafka (`ReplicaManager.
+            // readFromLog`'s `minOneMessage`), only the first log that
+            // returns data may go over it, with one batch, so that a batch
+            // larger than the budget still makes progress.
             let mut budget = (request.bytes_max as usize)
                 .min(self.config.replication.fetch_response_bytes_max as usize);
+            let mut min_one_batch = true;
             let mut ready = false;
             let mut proposals = false;
-            let mut logs = Vec::with_capacity(request.logs.len());
-            for fetch in &request.logs {
+            let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
+            let start = match count {
+                0 => 0,
+                _ => (self.fetch_rotation.fetch_add(1, Ordering::Relaxed) % count as u64) as usize,
+            };
+            for index in (start..count).chain(0..start) {
+                let fetch = &request.logs[index];
                 let answer = match self.replica(fetch.log) {
                     Some(replica) => {
-                        let answer = replica.answer_fetch(from, fetch, budget.max(1), arrival);
+                        let answer =
+                            replica.answer_fetch(from, fetch, budget, min_one_batch, arrival);
                         proposals |= replica.has_isr_proposal();
                         answer
                     }
@@ -685,11 +751,15 @@ impl NodeShared {
                     },
                 };
                 budget = budget.saturating_sub(answer.records.len());
+                min_one_batch &= answer.records.is_empty();
                 ready |= !answer.records.is_empty()
                     || !answer.error.is_none()
                     || answer.diverging.is_some();
-                logs.push(answer);
+                answers[index] = Some(answer);
             }
+            // Every index of 0..count was visited once above.
+            let logs: Vec<FetchedLog> = answers.into_iter().flatten().collect();
+            debug_assert_eq!(logs.len(), count);
             if proposals {
                 for fetch in &request.logs {
                     let _ = self.commands.try_send(Command::IsrProposal(fetch.log));
@@ -713,6 +783,19 @@ impl RequestHandler for NodeHandler {
         let shared = &self.shared;
         if shared.stop.load(Ordering::SeqCst) {
             return Response::Error(ErrorCode::Shutdown);
+        }
+        let hosted = shared.replicas.read().len();
+        let checked = match &request {
+            Request::Fetch(fetch) => check_log_list(fetch.logs.iter().map(|l| l.log), hosted),
+            Request::EpochEndOffsets(query) => {
+                check_log_list(query.logs.iter().map(|q| q.log), hosted)
+            }
+        };
+        if let Err(refusal) = checked {
+            if let Some(suppressed) = shared.warnings.admit(Warning::InvalidRequest) {
+                tracing::warn!(node = %shared.local(), %from, %refusal, suppressed, "refusing a request: {refusal}");
+            }
+            return Response::Error(ErrorCode::InvalidRequest);
         }
         match request {
             Request::Fetch(fetch) => shared.handle_fetch(from, &fetch),
@@ -847,6 +930,47 @@ fn control_loop(
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_list_rule_table() {
+        let ids = |ids: &[u32]| ids.iter().map(|id| LogId(*id)).collect::<Vec<_>>();
+        // (logs named, logs hosted, verdict)
+        let cases = [
+            (ids(&[]), 0, Ok(())),
+            (ids(&[1]), 1, Ok(())),
+            (ids(&[1, 2, 3]), 5, Ok(())),
+            (
+                ids(&[1]),
+                0,
+                Err(LogListRefusal::TooMany {
+                    named: 1,
+                    hosted: 0,
+                }),
+            ),
+            (
+                ids(&[1, 2, 3]),
+                2,
+                Err(LogListRefusal::TooMany {
+                    named: 3,
+                    hosted: 2,
+                }),
+            ),
+            (ids(&[1, 2, 1]), 5, Err(LogListRefusal::Duplicate(LogId(1)))),
+            (ids(&[4, 4]), 2, Err(LogListRefusal::Duplicate(LogId(4)))),
+        ];
+        for (named, hosted, want) in cases {
+            assert_eq!(
+                check_log_list(named.iter().copied(), hosted),
+                want,
+                "{named:?} with {hosted} hosted"
+            );
         }
     }
 }

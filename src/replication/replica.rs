@@ -827,11 +827,17 @@ impl Replica {
     /// `arrival` says when the fetch arrived and whether this is its first
     /// evaluation, for it vouches for its follower only as of then (SPEC
     /// 3.4, `LeaderState::on_fetch`).
+    ///
+    /// At most `bytes_max` bytes of records are returned, except that with
+    /// `min_one_batch` the first batch is returned whatever its size (Kafka's
+    /// `minOneMessage`: the first log of a fetch answer with data may exceed
+    /// the budget so that a large batch still moves).
     pub(crate) fn answer_fetch(
         &self,
         follower: NodeId,
         request: &FetchLog,
         bytes_max: usize,
+        min_one_batch: bool,
         arrival: FetchArrival,
     ) -> FetchedLog {
         let mut answer = FetchedLog {
@@ -931,8 +937,16 @@ impl Replica {
         let limit = bytes_max
             .min(request.bytes_max as usize)
             .min(self.config.fetch_bytes_max as usize);
-        match self.log.read(request.fetch_offset, limit) {
-            Ok(read) => answer.records = read.records,
+        let read = if limit == 0 && !min_one_batch {
+            Ok(Bytes::new())
+        } else {
+            self.log.read(request.fetch_offset, limit).map(|read| read.records)
+        };
+        match read {
+            // The log always reads at least one batch; over the limit it is
+            // dropped here unless this answer may carry one batch regardless.
+            Ok(records) if records.len() > limit && !min_one_batch => {}
+            Ok(records) => answer.records = records,
             Err(Error::OffsetOutOfRange { .. }) => answer.error = ErrorCode::OffsetOutOfRange,
             Err(e) => {
                 tracing::warn!(log = %self.log_id, error = %e, "read for a fetch failed");

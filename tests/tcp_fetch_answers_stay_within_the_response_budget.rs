@@ -99,7 +99,9 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
     for log in &led {
         let handle = cluster.leader_log(*log).expect("leader handle");
         for _ in 0..10 {
-            handle.append_values(&[&value], Acks::All).expect("committed");
+            handle
+                .append_values(&[&value], Acks::All)
+                .expect("committed");
         }
     }
     let epochs: HashMap<LogId, LeaderEpoch> = led
@@ -130,7 +132,10 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
         let same = fetch_log(led[0], epochs[&led[0]], Offset(0));
         let started = Instant::now();
         let answer = call(fetch(posing_as, vec![same; 100_000]));
-        println!("100,000 copies of one log: {answer:?} in {:?}", started.elapsed());
+        println!(
+            "100,000 copies of one log: {answer:?} in {:?}",
+            started.elapsed()
+        );
         assert_eq!(answer, Response::Error(ErrorCode::InvalidRequest));
 
         // More logs than the node hosts (every one distinct).
@@ -191,7 +196,10 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
         };
         let records = answer.logs[0].records.len();
         assert!(records > RESPONSE_BYTES_MAX, "{records} bytes");
-        assert!(records < 2 * RESPONSE_BYTES_MAX + KIB, "{records} bytes: one batch only");
+        assert!(
+            records < 2 * RESPONSE_BYTES_MAX + KIB,
+            "{records} bytes: one batch only"
+        );
 
         writer.wait_for_more_commits(10, "commits after the attack");
         writer.stop();

@@ -66,11 +66,15 @@ fn a_peer_trickling_a_frame_is_cut_off_at_the_frame_deadline() {
             cut_off < FRAME_TIMEOUT + Duration::from_secs(20),
             "cut off only after {cut_off:?}"
         );
-        wait_until("the late frame to be counted", Duration::from_secs(10), || {
-            cluster
-                .server_stats(target)
-                .is_some_and(|stats| stats.frame_timeouts == 1)
-        });
+        wait_until(
+            "the late frame to be counted",
+            Duration::from_secs(10),
+            || {
+                cluster
+                    .server_stats(target)
+                    .is_some_and(|stats| stats.frame_timeouts == 1)
+            },
+        );
         writer.wait_for_more_commits(10, "commits after the attack");
         writer.stop();
     });

@@ -109,6 +109,10 @@ fn a_restarted_follower_rejoins_the_isr_through_a_flood_of_idle_connections() {
     });
     // Appends fail only while the crashed follower is still in the ISR
     // (until `replica_lag_time_max`), as they would without any flood.
-    println!("acks=all appends: {} committed, {} failed", writer.committed(), writer.failed());
+    println!(
+        "acks=all appends: {} committed, {} failed",
+        writer.committed(),
+        writer.failed()
+    );
     cluster.shutdown().expect("clean shutdown");
 }

@@ -429,3 +429,77 @@ fn a_peer_that_stops_reading_costs_a_large_request_its_deadline() {
         "returned late, after {elapsed:?}"
     );
 }
+
+/// A large request keeps its frame budget bytes until it is answered, so
+/// requests decoded and waiting for a handler cannot escape the budget; a
+/// second large request is not read until the first is answered, while a
+/// small one on another connection is served at once.
+#[test]
+fn a_large_request_holds_the_frame_budget_until_it_is_answered() {
+    const BUDGET: usize = 256 * 1024;
+    let config = TcpConfig {
+        frame_bytes_max: BUDGET,
+        frame_buffer_bytes_max: BUDGET,
+        ..TcpTransportFactory::test_config()
+    };
+    let poller = Arc::new(LongPollHandler::new(SERVER));
+    let server =
+        TcpServer::bind(loopback_any_port(), poller.clone(), config.clone()).expect("bind");
+    let client_for_small = client(server.local_addr(), config.clone());
+    let client = client(server.local_addr(), config);
+    // About 150 KB encoded: over the 64 KiB of a small body, and two do not
+    // fit the budget together.
+    let large = |id| {
+        let mut request = sample_fetch_request(CLIENT, id);
+        if let Request::Fetch(fetch) = &mut request {
+            fetch.wait_max = Duration::from_secs(30);
+            fetch.logs = (0..5000)
+                .map(|index| FetchLog {
+                    log: LogId(index),
+                    current_leader_epoch: LeaderEpoch(1),
+                    fetch_offset: Offset(0),
+                    last_fetched_epoch: None,
+                    log_start_offset: Offset(0),
+                    bytes_max: 1,
+                })
+                .collect();
+        }
+        request
+    };
+    thread::scope(|scope| {
+        let client = &client;
+        let first = scope
+            .spawn(move || client.call(SERVER, large(1), Instant::now() + Duration::from_secs(30)));
+        assert!(poller.wait_until_holding(1, Instant::now() + Duration::from_secs(10)));
+        let held = server.stats().buffered_frame_bytes;
+        assert!(held > 64 * 1024, "the held request accounts {held} bytes");
+        let second = scope
+            .spawn(move || client.call(SERVER, large(2), Instant::now() + Duration::from_secs(30)));
+        wait_for("the second large request to wait for the budget", || {
+            server.stats().frames_waited_for_budget == 1
+        });
+        assert_eq!(poller.holding(), 1, "the second request was read");
+        let small = sample_epoch_request(CLIENT, 3);
+        // On connections of its own: a connection waiting for the budget
+        // is not read from, whatever follows on it.
+        let got = client_for_small
+            .call(
+                SERVER,
+                small.clone(),
+                Instant::now() + Duration::from_secs(10),
+            )
+            .expect("a small request is served meanwhile");
+        assert_eq!(got, echo_response(SERVER, CLIENT, &small));
+        poller.release();
+        for call in [first, second] {
+            // Answered. (The echo of 5000 logs is over `frame_bytes_max`, so
+            // what comes back is the error response that stands in for it.)
+            let answer = call.join().expect("caller thread");
+            assert!(answer.is_ok(), "{answer:?}");
+        }
+        wait_for("the budget to be given back", || {
+            server.stats().buffered_frame_bytes == 0
+        });
+        assert!(server.stats().buffered_frame_bytes_peak <= BUDGET);
+    });
+}

@@ -940,7 +940,9 @@ impl Replica {
         let read = if limit == 0 && !min_one_batch {
             Ok(Bytes::new())
         } else {
-            self.log.read(request.fetch_offset, limit).map(|read| read.records)
+            self.log
+                .read(request.fetch_offset, limit)
+                .map(|read| read.records)
         };
         match read {
             // The log always reads at least one batch; over the limit it is

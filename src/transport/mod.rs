@@ -39,8 +39,8 @@ pub(crate) use tcp::{
 };
 #[cfg(feature = "tls")]
 pub use tcp::{node_dns_name, TlsConfig};
-pub use tcp::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub(crate) use tcp::{RateLimitedWarnings, Warning};
+pub use tcp::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 
 // ---- traits ----------------------------------------------------------------
 

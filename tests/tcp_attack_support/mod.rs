@@ -26,9 +26,11 @@ pub fn cluster_with(tcp: TcpConfig) -> TcpCluster {
         .build()
         .expect("cluster starts");
     cluster.create_log(LOG, 3).expect("log created");
-    wait_until("all three replicas in the ISR", Duration::from_secs(30), || {
-        cluster.in_sync_replicas(LOG).len() == 3
-    });
+    wait_until(
+        "all three replicas in the ISR",
+        Duration::from_secs(30),
+        || cluster.in_sync_replicas(LOG).len() == 3,
+    );
     cluster
 }
 

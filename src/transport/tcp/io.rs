@@ -158,7 +158,8 @@ pub(crate) struct FrameLimits<'a> {
 /// `limits.frame_timeout` of it (else [`ReadError::Late`]), so a peer that
 /// trickles one byte at a time cannot hold the connection open. A large body
 /// is read only once its bytes are reserved from `limits.budget`; the
-/// returned reservation gives them back when dropped (after decoding).
+/// returned reservation gives them back when dropped (once the request is
+/// answered).
 ///
 /// `set_read_timeout` sets the underlying socket's read timeout; it is
 /// called before each read that will reach the socket. `give_up` is asked
@@ -171,7 +172,12 @@ pub(crate) fn read_frame_within<R: Read>(
     give_up: &dyn Fn() -> bool,
 ) -> Result<(FrameHeader, Bytes, Reservation), ReadError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
-    match read_until(reader, &mut header_bytes[..1], first_byte_by, set_read_timeout) {
+    match read_until(
+        reader,
+        &mut header_bytes[..1],
+        first_byte_by,
+        set_read_timeout,
+    ) {
         Ok(0) => return Err(ReadError::Closed),
         Ok(_) => {}
         Err(error) if is_timeout(&error) => return Err(ReadError::Idle),
@@ -204,8 +210,7 @@ pub(crate) fn read_frame_within<R: Read>(
             Err(error) => return Err(ReadError::Io(error)),
         }
     }
-    let header =
-        decode_header(&header_bytes, limits.frame_bytes_max).map_err(ReadError::Frame)?;
+    let header = decode_header(&header_bytes, limits.frame_bytes_max).map_err(ReadError::Frame)?;
     let expected = header.body_bytes;
     let reservation = match limits.budget.reserve(expected, frame_deadline, give_up) {
         Ok(reservation) => reservation,

@@ -11,8 +11,12 @@
 //!   connection of a server (`TcpConfig::frame_buffer_bytes_max`). A reader
 //!   that finds the budget spent stops reading its socket until bytes are
 //!   freed or its frame deadline passes: Kafka's `queued.max.request.bytes`,
-//!   which mutes sockets while its memory pool is empty. As in Kafka, the
-//!   bytes are given back once the body is decoded. Small bodies skip the
+//!   which mutes sockets while its memory pool is empty. The bytes are given
+//!   back once the request has been answered (or refused): Kafka gives them
+//!   back once the body is parsed, except for produce requests, which keep
+//!   them until handled; here every large request keeps them, because a
+//!   decoded fetch naming many logs takes more memory than its frame, and a
+//!   queue of such requests would otherwise escape the budget. Small bodies skip the
 //!   budget: each connection holds at most one, so together they are bounded
 //!   by `server_connections_max × SMALL_BODY_BYTES`, and a replica's small
 //!   fetch request is never stuck behind an attacker's large stalled frame.
@@ -48,8 +52,9 @@ const BUDGET_WAIT_SLICE: Duration = Duration::from_millis(100);
 pub struct TcpServerStats {
     /// Connections open now.
     pub connections: usize,
-    /// Bytes reserved now for frame bodies being received or decoded
-    /// (at most `TcpConfig::frame_buffer_bytes_max`).
+    /// Bytes reserved now for large frame bodies being received, or for
+    /// requests from them not yet answered (at most
+    /// `TcpConfig::frame_buffer_bytes_max`).
     pub buffered_frame_bytes: usize,
     /// The most `buffered_frame_bytes` has been since the server started.
     pub buffered_frame_bytes_peak: usize,
@@ -70,7 +75,7 @@ pub struct TcpServerStats {
 }
 
 /// The counters a server bumps as its limits act; see [`TcpServerStats`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LimitCounters {
     pub(crate) connections_refused: AtomicU64,
     pub(crate) connections_evicted: AtomicU64,
@@ -79,6 +84,16 @@ pub(crate) struct LimitCounters {
 }
 
 impl LimitCounters {
+    /// All counters at zero. (Not `Default`: loom's atomics have none.)
+    pub(crate) fn new() -> LimitCounters {
+        LimitCounters {
+            connections_refused: AtomicU64::new(0),
+            connections_evicted: AtomicU64::new(0),
+            handshake_timeouts: AtomicU64::new(0),
+            frame_timeouts: AtomicU64::new(0),
+        }
+    }
+
     /// Adds one to `counter`.
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
@@ -323,9 +338,9 @@ impl RateLimitedWarnings {
     fn admit_at(&self, kind: Warning, now: Instant) -> Option<u64> {
         let mut windows = self.windows.lock();
         let window = &mut windows[kind.index()];
-        let due = window
-            .logged_at
-            .map_or(true, |at| now.saturating_duration_since(at) >= self.interval);
+        let due = window.logged_at.map_or(true, |at| {
+            now.saturating_duration_since(at) >= self.interval
+        });
         if due {
             let suppressed = window.suppressed;
             *window = Window {
@@ -427,7 +442,11 @@ mod tests {
             (Warning::ConnectionRefused, 41, Some(0)),
         ];
         for (kind, seconds, want) in cases {
-            assert_eq!(warnings.admit_at(kind, at(seconds)), want, "{kind:?} at {seconds} s");
+            assert_eq!(
+                warnings.admit_at(kind, at(seconds)),
+                want,
+                "{kind:?} at {seconds} s"
+            );
         }
     }
 
@@ -436,7 +455,9 @@ mod tests {
         let budget = Arc::new(FrameBudget::new(3 * SMALL_BODY_BYTES));
         let large = 2 * SMALL_BODY_BYTES;
         let soon = || Instant::now() + Duration::from_millis(20);
-        let small = budget.reserve(SMALL_BODY_BYTES, soon(), || false).expect("small");
+        let small = budget
+            .reserve(SMALL_BODY_BYTES, soon(), || false)
+            .expect("small");
         assert_eq!(budget.usage().0, 0, "small bodies are not counted");
         let first = budget.reserve(large, soon(), || false).expect("fits");
         assert_eq!(

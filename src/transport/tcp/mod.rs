@@ -57,10 +57,10 @@ use crate::error::{Error, Result};
 use crate::record::BATCH_BYTES_MAX;
 
 pub use client::TcpTransport;
-#[cfg(feature = "tls")]
-pub use tls::{node_dns_name, TlsConfig};
 pub use limits::TcpServerStats;
 pub(crate) use limits::{RateLimitedWarnings, Warning};
+#[cfg(feature = "tls")]
+pub use tls::{node_dns_name, TlsConfig};
 // The wire codec, for `testing::fuzz`: fuzzers drive the same decoder the
 // connections run.
 #[cfg(any(test, feature = "testing"))]
@@ -85,7 +85,7 @@ pub struct TcpConfig {
     /// Longest a client waits for a TCP connection to be set up (further
     /// bounded by the call's own deadline). Default 10 s, Kafka's
     /// `socket.connection.setup.timeout.ms`. With TLS it also bounds the
-    /// handshake, on both sides.
+    /// client's handshake (a server's is within `handshake_timeout`).
     pub connect_timeout: Duration,
     /// Wait before redialling a peer after the first failed attempt; it
     /// doubles with each further failure. Default 50 ms, Kafka's
@@ -122,10 +122,12 @@ pub struct TcpConfig {
     /// A server connection that has not sent a valid request frame this long
     /// after it was accepted is closed. Replicas send their first request at
     /// once; this bounds how long a connection that never speaks holds a
-    /// slot. Default 10 s.
+    /// slot. With TLS, the TLS handshake must also end within it. Default
+    /// 10 s.
     pub handshake_timeout: Duration,
     /// Bytes a server may hold, across all its connections, in frame bodies
-    /// larger than 64 KiB that it is receiving or decoding. The whole length
+    /// larger than 64 KiB that it is receiving, or in requests from them it
+    /// has not yet answered. The whole length
     /// announced in a frame's header is reserved before its body is read; a
     /// connection that finds the budget spent is not read from until bytes
     /// are freed or its `frame_read_timeout` passes (as Kafka's
@@ -235,7 +237,10 @@ impl TcpConfig {
             ("handler_threads", self.handler_threads),
             ("handler_queue_len", self.handler_queue_len),
             ("server_connections_max", self.server_connections_max),
-            ("connections_per_address_max", self.connections_per_address_max),
+            (
+                "connections_per_address_max",
+                self.connections_per_address_max,
+            ),
         ];
         for (field, value) in counts {
             if value == 0 {

@@ -28,8 +28,8 @@ use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use super::frame::{decode_body, encode_response, Message};
 use super::io::{read_frame_within, FrameLimits, ReadError};
 use super::limits::{
-    decide_slot, FrameBudget, LimitCounters, RateLimitedWarnings, SlotDecision, SlotView,
-    TcpServerStats, Warning,
+    decide_slot, FrameBudget, LimitCounters, RateLimitedWarnings, Reservation, SlotDecision,
+    SlotView, TcpServerStats, Warning,
 };
 use super::stream::{impersonation, ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
@@ -108,6 +108,9 @@ struct Job {
     request_id: u64,
     from: NodeId,
     request: Request,
+    /// The frame budget bytes of a large request, held until it is
+    /// answered (see `limits.rs`).
+    reservation: Reservation,
 }
 
 impl TcpServer {
@@ -125,7 +128,7 @@ impl TcpServer {
     /// present a certificate chained to `tls`'s CA, and may then only send
     /// requests as the node its certificate names (see
     /// [`TlsConfig`](crate::transport::TlsConfig)). The handshake runs on the
-    /// connection's own thread, bounded by `connect_timeout`.
+    /// connection's own thread, within `handshake_timeout` of the accept.
     #[cfg(feature = "tls")]
     pub fn bind_tls(
         addr: SocketAddr,
@@ -161,7 +164,7 @@ impl TcpServer {
             next_connection_id: AtomicU64::new(0),
             connections: Mutex::new(HashMap::new()),
             budget: Arc::new(FrameBudget::new(config.frame_buffer_bytes_max)),
-            counters: LimitCounters::default(),
+            counters: LimitCounters::new(),
             warnings: RateLimitedWarnings::new(config.warning_interval),
             config,
         });
@@ -442,14 +445,9 @@ impl ServerShared {
         if let Some(node) = identity {
             tracing::debug!(%peer, %node, "tcp: peer authenticated");
         }
-        let timeouts = connection.control.try_clone();
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
-        let Ok(timeouts) = timeouts else {
-            tracing::warn!(%peer, "tcp: could not set up connection; closing it");
-            connection.close();
-            return;
-        };
-        let mut set_read_timeout = |timeout| timeouts.set_read_timeout(Some(timeout));
+        // `control` is the same socket: its read timeout is the reader's.
+        let mut set_read_timeout = |timeout| connection.control.set_read_timeout(Some(timeout));
         let limits = FrameLimits {
             frame_bytes_max: self.config.frame_bytes_max,
             frame_timeout: self.config.frame_read_timeout,
@@ -501,20 +499,12 @@ impl ServerShared {
                 }
             };
             let request_id = header.request_id;
-            let decoded = decode_body(&header, body);
-            // As Kafka does with its memory pool, the budget covers a body
-            // until it is decoded; the decoded request is bounded by the
-            // handler queue.
-            drop(reservation);
-            let (from, request) = match decoded {
+            let (from, request) = match decode_body(&header, body) {
                 Ok(Message::Request { from, request }) => (from, request),
                 Ok(Message::Response(_)) => {
                     self.warn_bad_frame(
                         peer,
-                        &format_args!(
-                            "a response sent to a server ({:?})",
-                            header.message_type
-                        ),
+                        &format_args!("a response sent to a server ({:?})", header.message_type),
                     );
                     break;
                 }
@@ -536,6 +526,7 @@ impl ServerShared {
                 request_id,
                 from,
                 request,
+                reservation,
             };
             match queue.try_send(job) {
                 Ok(()) => {}
@@ -581,6 +572,8 @@ impl ServerShared {
                     Response::Error(ErrorCode::Unknown)
                 });
             self.respond(&job.connection, job.request_id, &response);
+            // Only now are the request's frame budget bytes free again.
+            drop(job.reservation);
         }
     }
 

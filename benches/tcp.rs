@@ -9,6 +9,13 @@
 //! built once, outside the measured routine; after its report the bench
 //! prints both figures and their ratio.
 //!
+//! With `--features tls` it also measures, in the same run and interleaved
+//! with the others, the same workload over mutual TLS 1.3 (issue 12): its
+//! throughput next to plaintext TCP (target >= 0.7), and the latency of
+//! single-record (1 KiB) `acks=all` appends, one at a time, on plaintext
+//! TCP and on TLS: p50 and p99 of each and the p50 ratio (target TLS
+//! within 2x of plaintext).
+//!
 //! `cargo bench --bench tcp` runs it; `-- --test` runs a tiny version (CI).
 //! `ISRLOG_BENCH_SECONDS` sets the length of each measured phase
 //! (criterion's measurement time; its warm-up is a quarter of that).
@@ -18,6 +25,9 @@
 
 #[path = "support/page_cache.rs"]
 mod page_cache;
+#[cfg(feature = "tls")]
+#[path = "../tests/tls_support/mod.rs"]
+mod tls_support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -195,6 +205,22 @@ fn tcp(c: &mut Criterion) {
         .expect("tcp cluster");
     tcp_cluster.create_log(LOG, REPLICAS).expect("create log");
     let tcp_leader = tcp_cluster.leader_log(LOG).expect("leader");
+    // The same over mutual TLS, each node with its own certificate.
+    #[cfg(feature = "tls")]
+    let tls_cluster = TcpCluster::builder()
+        .nodes(REPLICAS)
+        .replication(replication())
+        .session_timeout(Duration::from_secs(60))
+        .tcp_config(isrlog::TcpConfig::default())
+        .tls(tls_support::TestCa::new("isrlog bench CA").cluster_configs(REPLICAS as u32))
+        .build()
+        .expect("tls cluster");
+    #[cfg(feature = "tls")]
+    tls_cluster.create_log(LOG, REPLICAS).expect("create log");
+    #[cfg(feature = "tls")]
+    let tls_leader = tls_cluster.leader_log(LOG).expect("leader");
+    #[cfg(feature = "tls")]
+    let mut tls = None::<f64>;
 
     let mut group = c.benchmark_group("tcp/3_replicas/acks_all/batches_of_100x1KiB/4_producers");
     // Criterion warms up before every phase (its warm-up also sizes the
@@ -228,8 +254,32 @@ fn tcp(c: &mut Criterion) {
         );
         memory = best(memory, m);
         tcp = best(tcp, t);
+        #[cfg(feature = "tls")]
+        {
+            let s = bench_phase(
+                &mut group,
+                &format!("tls/round_{round}"),
+                quick,
+                warm_up,
+                phase,
+                &tls_leader,
+                &batch,
+            );
+            tls = best(tls, s);
+        }
     }
     group.finish();
+    #[cfg(feature = "tls")]
+    // Only when the phases ran (not when criterion only lists or filters).
+    let latencies = tcp.is_some().then(|| {
+        let samples = if quick { 200 } else { 3000 };
+        latency_pair(&tcp_leader, &tls_leader, samples)
+    });
+    #[cfg(feature = "tls")]
+    {
+        drop(tls_leader);
+        tls_cluster.shutdown().expect("shutdown");
+    }
     drop((memory_leader, tcp_leader));
     memory_cluster.shutdown().expect("shutdown");
     tcp_cluster.shutdown().expect("shutdown");
@@ -245,6 +295,72 @@ fn tcp(c: &mut Criterion) {
             tcp / memory
         );
     }
+    #[cfg(feature = "tls")]
+    {
+        if let (Some(tls), Some(tcp)) = (tls, tcp) {
+            println!(
+                "tcp/3_replicas/acks_all/batches_of_100x1KiB/4_producers: best of {ROUNDS}: mutual TLS 1.3 {:.0} records/s ({:.0} MB/s); \
+                 plaintext TCP {:.0} records/s ({:.0} MB/s); ratio {:.2} (target >= 0.7)",
+                tls,
+                megabytes_per_second(tls),
+                tcp,
+                megabytes_per_second(tcp),
+                tls / tcp
+            );
+        }
+        if let Some((plain, tls)) = latencies {
+            println!(
+            "tcp/3_replicas/acks_all/1x1KiB/1_producer latency over {} appends each: \
+             mutual TLS 1.3 p50 {:?} p99 {:?}; plaintext TCP p50 {:?} p99 {:?}; p50 ratio {:.2} (target <= 2)",
+            plain.len(),
+            percentile(&tls, 0.5),
+            percentile(&tls, 0.99),
+            percentile(&plain, 0.5),
+            percentile(&plain, 0.99),
+            percentile(&tls, 0.5).as_secs_f64() / percentile(&plain, 0.5).as_secs_f64()
+        );
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    println!("tcp: TLS not measured (build with --features tls)");
+}
+
+/// Latencies of `samples` single-record `acks=all` appends on each leader,
+/// sorted: in alternating blocks, so load from elsewhere hits both alike.
+/// Each leader first takes a few unmeasured appends.
+#[cfg(feature = "tls")]
+fn latency_pair(
+    plain: &ReplicatedLog,
+    tls: &ReplicatedLog,
+    samples: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    const BLOCK: usize = 100;
+    let value = vec![0xA5u8; RECORD_BYTES];
+    let append = |leader: &ReplicatedLog| {
+        let start = Instant::now();
+        leader.append_values(&[&value], Acks::All).expect("append");
+        start.elapsed()
+    };
+    for _ in 0..20 {
+        append(plain);
+        append(tls);
+    }
+    let (mut plain_times, mut tls_times) = (Vec::new(), Vec::new());
+    while plain_times.len() < samples {
+        let block = BLOCK.min(samples - plain_times.len());
+        plain_times.extend((0..block).map(|_| append(plain)));
+        tls_times.extend((0..block).map(|_| append(tls)));
+    }
+    plain_times.sort();
+    tls_times.sort();
+    (plain_times, tls_times)
+}
+
+/// The `q` quantile of sorted, non-empty `times` (nearest rank).
+#[cfg(feature = "tls")]
+fn percentile(times: &[Duration], q: f64) -> Duration {
+    let rank = ((times.len() as f64 * q).ceil() as usize).clamp(1, times.len());
+    times[rank - 1]
 }
 
 /// The larger of two optional figures.

@@ -211,6 +211,17 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// TLS settings could not be loaded or used (feature `tls`): a PEM
+    /// file missing or malformed, a key that does not match its
+    /// certificate, a certificate that names no node.
+    #[error("TLS setup failed: could not {what}: {reason}")]
+    Tls {
+        /// What was being done, naming the file involved.
+        what: String,
+        /// What was wrong.
+        reason: String,
+    },
+
     // ---- idempotent producer ------------------------------------------
     /// The batch's sequence is not the next one expected from the producer.
     #[error("out-of-order sequence from {producer}: expected {expected}, got {received}")]

@@ -129,6 +129,8 @@ pub use replication::Role;
 pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
 };
+#[cfg(feature = "tls")]
+pub use transport::TlsConfig;
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{

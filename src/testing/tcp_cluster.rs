@@ -48,6 +48,9 @@ pub struct TcpClusterBuilder {
     session_timeout: Duration,
     controller: Option<ControllerConfig>,
     tcp: TcpConfig,
+    /// Each node's TLS settings; `None`: plain TCP.
+    #[cfg(feature = "tls")]
+    tls: Option<BTreeMap<NodeId, crate::transport::TlsConfig>>,
 }
 
 impl TcpClusterBuilder {
@@ -91,6 +94,15 @@ impl TcpClusterBuilder {
     /// Settings of every server and client.
     pub fn tcp_config(mut self, tcp: TcpConfig) -> Self {
         self.tcp = tcp;
+        self
+    }
+
+    /// Runs every server and client over mutual TLS, node `n` with
+    /// `configs[n]` (whose certificate must name `n`). Every node id must
+    /// have one; a node without one fails to start.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, configs: BTreeMap<NodeId, crate::transport::TlsConfig>) -> Self {
+        self.tls = Some(configs);
         self
     }
 
@@ -154,6 +166,8 @@ impl TcpCluster {
             session_timeout: Duration::from_secs(10),
             controller: Some(ControllerConfig::default()),
             tcp: super::TcpTransportFactory::test_config(),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 
@@ -209,7 +223,7 @@ impl TcpCluster {
             .filter(|(node, _)| **node != id)
             .map(|(node, addr)| (*node, *addr))
             .collect();
-        let transport = Arc::new(TcpTransport::new(id, peers, tcp.clone())?);
+        let transport = Arc::new(self.transport(id, peers, tcp.clone())?);
         let mut config = NodeConfig::new(id, self.node_dir(id));
         config.replication = self.builder.replication.clone();
         config.log = self.builder.log.clone();
@@ -222,7 +236,7 @@ impl TcpCluster {
             Arc::clone(&self.clock),
         )?;
         let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let server = match TcpServer::bind(loopback, node.handler(), tcp) {
+        let server = match self.bind(id, loopback, node.handler(), tcp) {
             Ok(server) => server,
             Err(error) => {
                 node.halt();
@@ -247,6 +261,71 @@ impl TcpCluster {
             },
         );
         Ok(())
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn transport(
+        &self,
+        id: NodeId,
+        peers: std::collections::HashMap<NodeId, SocketAddr>,
+        tcp: TcpConfig,
+    ) -> Result<TcpTransport> {
+        TcpTransport::new(id, peers, tcp)
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn bind(
+        &self,
+        _id: NodeId,
+        addr: SocketAddr,
+        handler: Arc<dyn crate::transport::RequestHandler>,
+        tcp: TcpConfig,
+    ) -> Result<TcpServer> {
+        TcpServer::bind(addr, handler, tcp)
+    }
+
+    /// Node `id`'s TLS settings, if the cluster runs TLS.
+    #[cfg(feature = "tls")]
+    fn tls_config(&self, id: NodeId) -> Result<Option<crate::transport::TlsConfig>> {
+        let Some(configs) = &self.builder.tls else {
+            return Ok(None);
+        };
+        configs
+            .get(&id)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| Error::InvalidConfig {
+                field: "tls",
+                value: id.to_string(),
+                reason: "the TLS cluster has no TLS settings for this node",
+            })
+    }
+
+    #[cfg(feature = "tls")]
+    fn transport(
+        &self,
+        id: NodeId,
+        peers: std::collections::HashMap<NodeId, SocketAddr>,
+        tcp: TcpConfig,
+    ) -> Result<TcpTransport> {
+        match self.tls_config(id)? {
+            Some(tls) => TcpTransport::with_tls(id, peers, tcp, tls),
+            None => TcpTransport::new(id, peers, tcp),
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    fn bind(
+        &self,
+        id: NodeId,
+        addr: SocketAddr,
+        handler: Arc<dyn crate::transport::RequestHandler>,
+        tcp: TcpConfig,
+    ) -> Result<TcpServer> {
+        match self.tls_config(id)? {
+            Some(tls) => TcpServer::bind_tls(addr, handler, tcp, tls),
+            None => TcpServer::bind(addr, handler, tcp),
+        }
     }
 
     /// Crashes node `id` as a killed process would: its threads stop,

@@ -37,6 +37,8 @@ pub use memory::{MemoryNetwork, MemoryTransport};
 pub(crate) use tcp::{
     decode_body, encode_request, encode_response, read_frame, FrameError, Message, ReadError,
 };
+#[cfg(feature = "tls")]
+pub use tcp::{node_dns_name, TlsConfig};
 pub(crate) use tcp::{RateLimitedWarnings, Warning};
 pub use tcp::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 

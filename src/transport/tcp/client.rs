@@ -16,6 +16,7 @@ use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 
 use super::frame::{decode_body, encode_request, FrameError, Message};
 use super::io::{read_frame, ReadError};
+use super::stream::{ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
 use super::TcpConfig;
 use crate::error::Result;
@@ -43,6 +44,8 @@ pub struct TcpTransport {
 struct ClientShared {
     local: NodeId,
     config: TcpConfig,
+    /// Plain TCP, or TLS with the node's certificate.
+    security: Security,
     peers: RwLock<HashMap<NodeId, Arc<Peer>>>,
     next_request_id: AtomicU64,
     shutting_down: Arc<AtomicBool>,
@@ -82,7 +85,7 @@ struct Connection {
     peer: NodeId,
     addr: SocketAddr,
     /// Writes of whole frames; held for one `write_all` at a time.
-    writer: Mutex<TcpStream>,
+    writer: Mutex<WriteHalf>,
     /// A handle on the same socket to shut it down without waiting for the
     /// writer lock.
     control: TcpStream,
@@ -100,9 +103,42 @@ impl TcpTransport {
         peers: HashMap<NodeId, SocketAddr>,
         config: TcpConfig,
     ) -> Result<TcpTransport> {
+        TcpTransport::new_secured(local, peers, config, Security::Plain)
+    }
+
+    /// As [`TcpTransport::new`], over mutual TLS: this client presents
+    /// `tls`'s certificate, which must name `local`, and accepts a peer only
+    /// if its certificate chains to `tls`'s CA and names the node dialled
+    /// (see [`TlsConfig`](crate::transport::TlsConfig)). The handshake is
+    /// part of connecting, bounded by `connect_timeout`.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(
+        local: NodeId,
+        peers: HashMap<NodeId, SocketAddr>,
+        config: TcpConfig,
+        tls: crate::transport::TlsConfig,
+    ) -> Result<TcpTransport> {
+        if tls.node() != local {
+            return Err(crate::error::Error::InvalidConfig {
+                field: "tls",
+                value: format!("a certificate for {}", tls.node()),
+                reason: "the client's certificate must name the node it calls from",
+            });
+        }
+        let refusals = Arc::new(super::tls::RefusalLog::new());
+        TcpTransport::new_secured(local, peers, config, Security::Tls(tls, refusals))
+    }
+
+    fn new_secured(
+        local: NodeId,
+        peers: HashMap<NodeId, SocketAddr>,
+        config: TcpConfig,
+        security: Security,
+    ) -> Result<TcpTransport> {
         config.validate()?;
         let shared = Arc::new(ClientShared {
             local,
+            security,
             peers: RwLock::new(HashMap::new()),
             next_request_id: AtomicU64::new(1),
             shutting_down: Arc::new(AtomicBool::new(false)),
@@ -244,10 +280,17 @@ impl TcpTransport {
                 });
             }
         };
-        let connection = self.start_connection(peer, stream).map_err(|error| {
-            dialer.failed(error.clone(), Instant::now(), &self.shared.config);
-            TransportError::Unreachable { to, reason: error }
-        })?;
+        let secured = self.shared.security.connect(
+            &stream,
+            to,
+            timeout.min(deadline.saturating_duration_since(Instant::now())),
+        );
+        let connection = secured
+            .and_then(|(reading, writing)| self.start_connection(peer, stream, reading, writing))
+            .map_err(|error| {
+                dialer.failed(error.clone(), Instant::now(), &self.shared.config);
+                TransportError::Unreachable { to, reason: error }
+            })?;
         dialer.succeeded();
         *peer.slots[slot].lock() = Some(Arc::clone(&connection));
         // A retire that ran while this call dialled did not see the new
@@ -266,22 +309,18 @@ impl TcpTransport {
         &self,
         peer: &Peer,
         stream: TcpStream,
+        reading: ReadHalf,
+        writing: WriteHalf,
     ) -> std::result::Result<Arc<Connection>, String> {
         let setup = |what: &str, error: std::io::Error| format!("{what} on {}: {error}", peer.addr);
         stream
             .set_nodelay(true)
             .map_err(|error| setup("set TCP_NODELAY", error))?;
-        let control = stream
-            .try_clone()
-            .map_err(|error| setup("clone socket", error))?;
-        let reading = stream
-            .try_clone()
-            .map_err(|error| setup("clone socket", error))?;
         let connection = Arc::new(Connection {
             peer: peer.node,
             addr: peer.addr,
-            writer: Mutex::new(stream),
-            control,
+            writer: Mutex::new(writing),
+            control: stream,
             pending: Mutex::new(Some(HashMap::new())),
         });
         let reader_connection = Arc::clone(&connection);
@@ -548,12 +587,7 @@ impl Connection {
 
     /// The reader thread: hands each response to the call waiting for its id
     /// until the connection fails or is shut.
-    fn read_responses(
-        &self,
-        stream: TcpStream,
-        frame_bytes_max: usize,
-        shutting_down: &AtomicBool,
-    ) {
+    fn read_responses(&self, stream: ReadHalf, frame_bytes_max: usize, shutting_down: &AtomicBool) {
         let to = self.peer;
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
         let failure = loop {

@@ -24,6 +24,13 @@
 //! field at fault) and the socket is shut; every other connection is served
 //! as before.
 //!
+//! With the `tls` feature, `TcpServer::bind_tls` and
+//! `TcpTransport::with_tls` run the same frames over mutual TLS 1.3, and
+//! a connection may only speak for the node its certificate names (see
+//! `TlsConfig`). Without it (and with the plain constructors), anyone who
+//! can reach a server's port can read every log as a follower would and
+//! send requests as any node.
+//!
 //! A hostile or broken peer cannot take more than its share (`limits.rs`):
 //! a frame must be whole within `frame_read_timeout` of its first byte;
 //! large frame bodies being received share one `frame_buffer_bytes_max`
@@ -39,6 +46,9 @@ mod frame;
 mod io;
 mod limits;
 mod server;
+mod stream;
+#[cfg(feature = "tls")]
+mod tls;
 mod worker;
 
 use std::time::Duration;
@@ -49,6 +59,8 @@ use crate::record::BATCH_BYTES_MAX;
 pub use client::TcpTransport;
 pub use limits::TcpServerStats;
 pub(crate) use limits::{RateLimitedWarnings, Warning};
+#[cfg(feature = "tls")]
+pub use tls::{node_dns_name, TlsConfig};
 // The wire codec, for `testing::fuzz`: fuzzers drive the same decoder the
 // connections run.
 #[cfg(any(test, feature = "testing"))]
@@ -72,7 +84,8 @@ pub struct TcpConfig {
     pub frame_bytes_max: usize,
     /// Longest a client waits for a TCP connection to be set up (further
     /// bounded by the call's own deadline). Default 10 s, Kafka's
-    /// `socket.connection.setup.timeout.ms`.
+    /// `socket.connection.setup.timeout.ms`. With TLS it also bounds the
+    /// client's handshake (a server's is within `handshake_timeout`).
     pub connect_timeout: Duration,
     /// Wait before redialling a peer after the first failed attempt; it
     /// doubles with each further failure. Default 50 ms, Kafka's
@@ -109,7 +122,8 @@ pub struct TcpConfig {
     /// A server connection that has not sent a valid request frame this long
     /// after it was accepted is closed. Replicas send their first request at
     /// once; this bounds how long a connection that never speaks holds a
-    /// slot. Default 10 s.
+    /// slot. With TLS, the TLS handshake must also end within it. Default
+    /// 10 s.
     pub handshake_timeout: Duration,
     /// Bytes a server may hold, across all its connections, in frame bodies
     /// larger than 64 KiB that it is receiving, or in requests from them it

@@ -31,6 +31,7 @@ use super::limits::{
     decide_slot, FrameBudget, LimitCounters, RateLimitedWarnings, Reservation, SlotDecision,
     SlotView, TcpServerStats, Warning,
 };
+use super::stream::{impersonation, ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
 use super::TcpConfig;
 use crate::error::{Error, Result};
@@ -69,6 +70,8 @@ struct Running {
 
 struct ServerShared {
     config: TcpConfig,
+    /// Plain TCP, or TLS with the node's certificate.
+    security: Security,
     handler: Arc<dyn RequestHandler>,
     stopping: AtomicBool,
     next_connection_id: AtomicU64,
@@ -89,7 +92,7 @@ type OpenConnection = (Arc<ServerConnection>, Option<Worker>);
 struct ServerConnection {
     peer_addr: SocketAddr,
     /// Whole response frames are written under this lock.
-    writer: Mutex<TcpStream>,
+    writer: Mutex<WriteHalf>,
     /// Shuts the socket without waiting for the writer lock.
     control: TcpStream,
     closed: AtomicBool,
@@ -118,6 +121,31 @@ impl TcpServer {
         handler: Arc<dyn RequestHandler>,
         config: TcpConfig,
     ) -> Result<TcpServer> {
+        TcpServer::bind_secured(addr, handler, config, Security::Plain)
+    }
+
+    /// As [`TcpServer::bind`], over mutual TLS: every connection must
+    /// present a certificate chained to `tls`'s CA, and may then only send
+    /// requests as the node its certificate names (see
+    /// [`TlsConfig`](crate::transport::TlsConfig)). The handshake runs on the
+    /// connection's own thread, within `handshake_timeout` of the accept.
+    #[cfg(feature = "tls")]
+    pub fn bind_tls(
+        addr: SocketAddr,
+        handler: Arc<dyn RequestHandler>,
+        config: TcpConfig,
+        tls: crate::transport::TlsConfig,
+    ) -> Result<TcpServer> {
+        let refusals = Arc::new(super::tls::RefusalLog::new());
+        TcpServer::bind_secured(addr, handler, config, Security::Tls(tls, refusals))
+    }
+
+    fn bind_secured(
+        addr: SocketAddr,
+        handler: Arc<dyn RequestHandler>,
+        config: TcpConfig,
+        security: Security,
+    ) -> Result<TcpServer> {
         config.validate()?;
         let network_error = |operation, source| Error::Network {
             addr,
@@ -131,6 +159,7 @@ impl TcpServer {
         let (queue, jobs) = bounded::<Job>(config.handler_queue_len);
         let shared = Arc::new(ServerShared {
             handler,
+            security,
             stopping: AtomicBool::new(false),
             next_connection_id: AtomicU64::new(0),
             connections: Mutex::new(HashMap::new()),
@@ -345,8 +374,11 @@ impl ServerShared {
         let prepared = stream
             .set_nodelay(true)
             .and_then(|()| stream.set_write_timeout(Some(self.config.write_timeout)))
-            .and_then(|()| Ok((stream.try_clone()?, stream.try_clone()?)));
-        let (control, reading) = match prepared {
+            .and_then(|()| {
+                let (reading, writing) = self.security.accept(&stream)?;
+                Ok((stream, reading, writing))
+            });
+        let (control, reading, writing) = match prepared {
             Ok(handles) => handles,
             Err(error) => {
                 tracing::warn!(peer = %peer_addr, %error, "tcp: could not set up connection; closing it");
@@ -355,7 +387,7 @@ impl ServerShared {
         };
         let connection = Arc::new(ServerConnection {
             peer_addr,
-            writer: Mutex::new(stream),
+            writer: Mutex::new(writing),
             control,
             closed: AtomicBool::new(false),
             accepted_at: Instant::now(),
@@ -393,10 +425,26 @@ impl ServerShared {
     fn read_requests(
         &self,
         connection: &Arc<ServerConnection>,
-        stream: TcpStream,
+        mut stream: ReadHalf,
         queue: &Sender<Job>,
     ) {
         let peer = connection.peer_addr;
+        // With TLS, the node the peer's certificate names; every request
+        // must come from it. Nothing is read before the handshake succeeds,
+        // which must end by the handshake deadline.
+        let handshake_by = connection.accepted_at + self.config.handshake_timeout;
+        let identity =
+            match stream.handshake(handshake_by.saturating_duration_since(Instant::now())) {
+                Ok(identity) => identity,
+                Err(reason) => {
+                    self.security.log_refusal(peer, &reason);
+                    connection.close();
+                    return;
+                }
+            };
+        if let Some(node) = identity {
+            tracing::debug!(%peer, %node, "tcp: peer authenticated");
+        }
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
         // `control` is the same socket: its read timeout is the reader's.
         let mut set_read_timeout = |timeout| connection.control.set_read_timeout(Some(timeout));
@@ -465,6 +513,12 @@ impl ServerShared {
                     break;
                 }
             };
+            if let Some(reason) = impersonation(identity, from, &request) {
+                // Not handled, not answered: the peer's certificate does not
+                // let it speak for that node.
+                self.security.log_refusal(peer, &reason);
+                break;
+            }
             last_frame_at = Instant::now();
             connection.proven.store(true, Ordering::SeqCst);
             let job = Job {

@@ -1,0 +1,13 @@
+//! Issue 12: the TCP transport over mutual TLS passes the same conformance
+//! suite as the memory and plain TCP transports, every node with its own
+//! certificate from one CA.
+
+mod tls_support;
+
+use isrlog::testing::transport_suite;
+use tls_support::TlsTransportFactory;
+
+#[test]
+fn tls_transport_passes_the_conformance_suite() {
+    transport_suite::run(TlsTransportFactory::new());
+}

@@ -649,7 +649,8 @@ impl Shared {
     }
 
     /// Runs the read `op` on the coordinator's session, retrying it while
-    /// connections drop, until `deadline`. The inner result is ZooKeeper's
+    /// connections drop or the session is being replaced after it
+    /// expired, until `deadline`. The inner result is ZooKeeper's
     /// answer, for the caller to interpret (a missing znode is often an
     /// answer, not an error).
     async fn read<T, F, Fut>(&self, deadline: Instant, what: &str, op: F) -> Result<ZkResult<T>>
@@ -659,7 +660,15 @@ impl Shared {
     {
         loop {
             let client = self.main_client(deadline, what).await?;
-            connected(&client, deadline, what).await?;
+            if let Err(error) = connected(&client, deadline, what).await {
+                // The session expired between the two checks: a read can
+                // wait for the watcher to open a new one.
+                if client.state().is_terminated() && Instant::now() + RETRY_PAUSE < deadline {
+                    async_io::Timer::after(RETRY_PAUSE).await;
+                    continue;
+                }
+                return Err(error);
+            }
             // A request made just as the connection dropped waits in the
             // client for the reconnection, with no deadline of its own.
             let Some(outcome) = before(deadline, op(client)).await else {
@@ -670,7 +679,8 @@ impl Shared {
             };
             match outcome {
                 Err(error)
-                    if is_connection_error(&error) && Instant::now() + RETRY_PAUSE < deadline =>
+                    if (is_connection_error(&error) || error == zk::Error::SessionExpired)
+                        && Instant::now() + RETRY_PAUSE < deadline =>
                 {
                     async_io::Timer::after(RETRY_PAUSE).await;
                 }

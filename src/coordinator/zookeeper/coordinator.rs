@@ -30,9 +30,13 @@
 //! for it: once a node's session has been disconnected for a whole session
 //! timeout, the coordinator treats it as ended (as Apache Curator's
 //! `ConnectionState.LOST` does): the node's heartbeats and calls fail, its
-//! subscribers are told it left the live set, and its client is closed. A
-//! deposed leader thus learns it about one timeout after it lost its
-//! connection, which is no earlier than ZooKeeper expires the session.
+//! subscribers are told it left the live set, and its client is closed.
+//! The coordinator thus knows (and tells the node's next heartbeat) one
+//! timeout after the client noticed the lost connection — no earlier than
+//! ZooKeeper expires the session. The client notices at once when the
+//! connection is closed or refused; when the network drops packets
+//! silently, only once it has heard nothing for 2/5 of a timeout, and then
+//! this comes no sooner than the client library's own 7/5.
 //!
 //! Connection loss is not session loss: a call made while the client is
 //! reconnecting waits for it (bounded by the call timeout) or fails with a

@@ -5,8 +5,9 @@
 //! a proxy (its sessions expire, as a partitioned process's would).
 //!
 //! CI runs 3 seeds of process crashes and 2 of power loss under
-//! `FlushPolicy::Always`. `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each;
-//! `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
+//! `FlushPolicy::Always`. `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each
+//! (N must be at least 1: a run of no seed fails rather than passing
+//! vacuously); `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
 
 use isrlog::testing::fault_test::{run_on_zookeeper, CrashMode, FaultTestConfig};
 use isrlog::testing::zookeeper::ZkServer;
@@ -17,8 +18,12 @@ fn env_number(name: &str) -> Option<u64> {
         Err(std::env::VarError::NotPresent) => return None,
         Err(error) => panic!("{name}: {error}"),
     };
+    if value.trim().is_empty() {
+        panic!("{name} is set but empty: give a number, or unset it for the CI default");
+    }
     Some(
         value
+            .trim()
             .parse()
             .unwrap_or_else(|error| panic!("{name}={value:?} is not a number: {error}")),
     )
@@ -29,6 +34,10 @@ fn seeds(ci_default: u64) -> Vec<u64> {
         return vec![seed];
     }
     let count = env_number("ISRLOG_FAULT_SEEDS").unwrap_or(ci_default);
+    assert!(
+        count > 0,
+        "ISRLOG_FAULT_SEEDS=0 would run no seed and prove nothing: give at least 1"
+    );
     (0..count).collect()
 }
 
@@ -39,8 +48,9 @@ fn run_seeds(mode: CrashMode, ci_default: u64) {
             .with_test_writer()
             .try_init();
     }
+    let seeds = seeds(ci_default);
     let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
-    for seed in seeds(ci_default) {
+    for seed in seeds {
         match run_on_zookeeper(&FaultTestConfig::new(seed, mode), &server.connect_string()) {
             Ok(report) => eprintln!("seed {seed} {mode:?} on ZooKeeper: ok {report:?}"),
             Err(failure) => panic!("on ZooKeeper: {failure}"),

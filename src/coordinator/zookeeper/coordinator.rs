@@ -14,10 +14,29 @@
 //! working but not pinging would stay live forever; the node's own
 //! heartbeats are therefore a lease on top: when `register_node`'s timeout
 //! passes without a `heartbeat`, the coordinator closes the node's session,
-//! which removes its znode and any controller seat it held. A node cut off
-//! from ZooKeeper loses its session when ZooKeeper expires it; its client
-//! learns so at the latest one timeout after it last heard from ZooKeeper,
-//! and from then on the node's heartbeats fail.
+//! which removes its znode and any controller seat it held. A node that is
+//! inside a coordinator call is not hung, however long the call waits for
+//! ZooKeeper: the lease does not lapse while the thread that heartbeats the
+//! node is in a call through this coordinator, and the end of that call
+//! renews it. Nor does it lapse while the node's session is disconnected
+//! (the reconnection renews it): a brief outage of ZooKeeper must not make
+//! a node's own coordinator end its session (connection loss is not session
+//! loss).
+//!
+//! A node cut off from ZooKeeper loses its session when ZooKeeper expires
+//! it, about one session timeout after it last heard from the client. The
+//! client library would only declare the session expired 7/5 of a timeout
+//! after it last heard from the server, so the coordinator does not wait
+//! for it: once a node's session has been disconnected for a whole session
+//! timeout, the coordinator treats it as ended (as Apache Curator's
+//! `ConnectionState.LOST` does): the node's heartbeats and calls fail, its
+//! subscribers are told it left the live set, and its client is closed.
+//! The coordinator thus knows (and tells the node's next heartbeat) one
+//! timeout after the client noticed the lost connection — no earlier than
+//! ZooKeeper expires the session. The client notices at once when the
+//! connection is closed or refused; when the network drops packets
+//! silently, only once it has heard nothing for 2/5 of a timeout, and then
+//! this comes no sooner than the client library's own 7/5.
 //!
 //! Connection loss is not session loss: a call made while the client is
 //! reconnecting waits for it (bounded by the call timeout) or fails with a
@@ -34,7 +53,8 @@
 //! new session and watch; either way it then re-reads everything it
 //! watches and sends every subscriber a `Resync`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
@@ -194,19 +214,175 @@ impl ControllerView {
     }
 }
 
+/// What one node's session connection went through, kept up to date by a
+/// task watching the client's state ([`track_link`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Link {
+    /// When the client lost its connection, if it has not got it back since.
+    disconnected_since: Option<Instant>,
+    /// When the client last got its connection back.
+    reconnected_at: Option<Instant>,
+}
+
+/// Whether a node's session still counts as live, and if not, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Alive,
+    /// No heartbeat, call or reconnection within the session timeout: the
+    /// process is hung; the coordinator closes the session.
+    LeaseLapsed,
+    /// Disconnected for a whole session timeout: ZooKeeper has expired the
+    /// session (or is about to); the coordinator gives it up.
+    CutOff,
+    /// The client library ended the session (expired, closed, auth failed).
+    Ended,
+}
+
+/// The liveness rule of a node's session, at `now`. `busy`: the thread that
+/// heartbeats the node is inside a coordinator call.
+fn judge(
+    now: Instant,
+    session_timeout: Duration,
+    last_heartbeat: Instant,
+    link: Link,
+    busy: bool,
+    terminated: bool,
+) -> Verdict {
+    if terminated {
+        return Verdict::Ended;
+    }
+    if let Some(since) = link.disconnected_since {
+        // ZooKeeper expires a session about one timeout after it last heard
+        // from the client, which was no later than the disconnection. Until
+        // then the lease stands still: a hung process keeps its connection
+        // (the client pings by itself), so a disconnection says nothing of
+        // the process, and a call waiting for the reconnection is no hang.
+        return if now.saturating_duration_since(since) >= session_timeout {
+            Verdict::CutOff
+        } else {
+            Verdict::Alive
+        };
+    }
+    if busy {
+        return Verdict::Alive;
+    }
+    let renewed = link
+        .reconnected_at
+        .map_or(last_heartbeat, |at| at.max(last_heartbeat));
+    if now.saturating_duration_since(renewed) <= session_timeout {
+        Verdict::Alive
+    } else {
+        Verdict::LeaseLapsed
+    }
+}
+
 /// One node's session, opened by `register_node`.
 #[derive(Debug)]
 struct NodeSession {
     client: zk::Client,
     session_timeout: Duration,
     last_heartbeat: Instant,
+    /// The thread that last heartbeated the node (its control loop): while
+    /// it is inside a coordinator call, the node is not hung.
+    heartbeat_thread: Option<ThreadId>,
+    /// Written by the session's [`track_link`] task.
+    link: Arc<Mutex<Link>>,
+    /// Dropped with the session, which stops its [`track_link`] task.
+    _stop_tracking: oneshot::Sender<()>,
 }
 
 impl NodeSession {
-    /// Whether the lease still runs and ZooKeeper has not ended the session.
-    fn is_alive(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_heartbeat) <= self.session_timeout
-            && !self.client.state().is_terminated()
+    /// Whether the session still counts as live; `calls` are the calls in
+    /// flight per thread.
+    fn verdict(&self, now: Instant, calls: &HashMap<ThreadId, usize>) -> Verdict {
+        let busy = self
+            .heartbeat_thread
+            .is_some_and(|thread| calls.get(&thread).is_some_and(|&n| n > 0));
+        judge(
+            now,
+            self.session_timeout,
+            self.last_heartbeat,
+            *self.link.lock(),
+            busy,
+            self.client.state().is_terminated(),
+        )
+    }
+}
+
+/// Follows the connection state of a node's session into `link` until the
+/// session ends or `stop` fires (its sender is dropped with the session).
+async fn track_link(
+    mut states: zk::StateWatcher,
+    link: Arc<Mutex<Link>>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut state = states.state();
+    loop {
+        {
+            let now = Instant::now();
+            let mut link = link.lock();
+            match state {
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+                    if link.disconnected_since.take().is_some() =>
+                {
+                    link.reconnected_at = Some(now);
+                }
+                zk::SessionState::Disconnected => {
+                    link.disconnected_since.get_or_insert(now);
+                }
+                _ => {}
+            }
+        }
+        if state.is_terminated() {
+            return;
+        }
+        match future::select(&mut stop, std::pin::pin!(states.changed())).await {
+            Either::Left(_) => return,
+            Either::Right((next, _)) => state = next,
+        }
+    }
+}
+
+/// Counts a call in flight on the calling thread while it lives; when the
+/// thread's last call ends, renews the lease of the nodes it heartbeats
+/// (a thread that made a call is not hung).
+struct InFlight<'a> {
+    shared: &'a Shared,
+    thread: ThreadId,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> InFlight<'a> {
+        let thread = std::thread::current().id();
+        *shared.calls.lock().entry(thread).or_insert(0) += 1;
+        InFlight { shared, thread }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        // Renew first, then leave: a tick in between must not find the
+        // thread idle with a lease that lapsed while the call waited.
+        // Lock order: sessions, then calls.
+        let mut sessions = self.shared.sessions.lock();
+        let mut calls = self.shared.calls.lock();
+        let remaining = calls.get(&self.thread).copied().unwrap_or(0);
+        debug_assert!(remaining > 0, "a call left that never entered");
+        if remaining <= 1 {
+            let now = Instant::now();
+            for session in sessions.values_mut() {
+                if session.heartbeat_thread == Some(self.thread)
+                    && session.verdict(now, &calls) == Verdict::Alive
+                {
+                    session.last_heartbeat = now;
+                }
+            }
+            calls.remove(&self.thread);
+        } else {
+            calls.insert(self.thread, remaining - 1);
+        }
+        drop(calls);
+        drop(sessions);
     }
 }
 
@@ -225,6 +401,9 @@ struct Shared {
     /// opens a new one after an expiry.
     main: Mutex<Option<zk::Client>>,
     sessions: Mutex<BTreeMap<NodeId, NodeSession>>,
+    /// Calls in flight through this coordinator, per calling thread. Lock
+    /// order: `sessions` before `calls`.
+    calls: Mutex<HashMap<ThreadId, usize>>,
     /// Held while a session is being opened, so that two registrations of
     /// one node cannot race each other into two sessions.
     registering: Mutex<()>,
@@ -265,6 +444,7 @@ impl ZkCoordinator {
         let shared = Arc::new(Shared {
             main: Mutex::new(None),
             sessions: Mutex::new(BTreeMap::new()),
+            calls: Mutex::new(HashMap::new()),
             registering: Mutex::new(()),
             dispatcher: Mutex::new(Dispatcher::new(config.subscriber_events_max)),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
@@ -331,6 +511,7 @@ impl ZkCoordinator {
         F: FnOnce(Arc<Shared>, Instant, String) -> Fut,
         Fut: std::future::Future<Output = Result<T>> + Send + 'static,
     {
+        let _in_flight = InFlight::enter(&self.handle.shared);
         let deadline = self.deadline();
         let shared = Arc::clone(&self.handle.shared);
         let future = job(shared, deadline, what.clone());
@@ -340,15 +521,9 @@ impl ZkCoordinator {
     /// The client of `node`'s live session, or an error naming `what` could
     /// not be done without one.
     fn node_client(&self, node: NodeId, what: &str) -> Result<zk::Client> {
-        let mut sessions = self.handle.shared.sessions.lock();
-        match sessions.get(&node) {
-            Some(session) if session.is_alive(Instant::now()) => Ok(session.client.clone()),
-            Some(_) => {
-                sessions.remove(&node);
-                Err(no_session(node, what))
-            }
-            None => Err(no_session(node, what)),
-        }
+        self.handle
+            .shared
+            .with_live_session(node, what, |session, _| session.client.clone())
     }
 }
 
@@ -356,6 +531,18 @@ fn no_session(node: NodeId, what: &str) -> Error {
     coordinator_error(format!(
         "{node} cannot {what}: it has no live session (it expired or was never opened)"
     ))
+}
+
+/// The error of a call for `node` whose session the coordinator just ended.
+fn session_ended(node: NodeId, what: &str, verdict: Verdict) -> Error {
+    let why = match verdict {
+        Verdict::CutOff => {
+            "it was cut off from ZooKeeper for a whole session timeout, so ZooKeeper expired its session"
+        }
+        Verdict::LeaseLapsed => "no heartbeat within its session timeout, so its session was closed",
+        Verdict::Ended | Verdict::Alive => "ZooKeeper ended its session",
+    };
+    coordinator_error(format!("{node} cannot {what}: {why}; register it again"))
 }
 
 impl Drop for Handle {
@@ -466,7 +653,8 @@ impl Shared {
     }
 
     /// Runs the read `op` on the coordinator's session, retrying it while
-    /// connections drop, until `deadline`. The inner result is ZooKeeper's
+    /// connections drop or the session is being replaced after it
+    /// expired, until `deadline`. The inner result is ZooKeeper's
     /// answer, for the caller to interpret (a missing znode is often an
     /// answer, not an error).
     async fn read<T, F, Fut>(&self, deadline: Instant, what: &str, op: F) -> Result<ZkResult<T>>
@@ -476,7 +664,15 @@ impl Shared {
     {
         loop {
             let client = self.main_client(deadline, what).await?;
-            connected(&client, deadline, what).await?;
+            if let Err(error) = connected(&client, deadline, what).await {
+                // The session expired between the two checks: a read can
+                // wait for the watcher to open a new one.
+                if client.state().is_terminated() && Instant::now() + RETRY_PAUSE < deadline {
+                    async_io::Timer::after(RETRY_PAUSE).await;
+                    continue;
+                }
+                return Err(error);
+            }
             // A request made just as the connection dropped waits in the
             // client for the reconnection, with no deadline of its own.
             let Some(outcome) = before(deadline, op(client)).await else {
@@ -487,7 +683,8 @@ impl Shared {
             };
             match outcome {
                 Err(error)
-                    if is_connection_error(&error) && Instant::now() + RETRY_PAUSE < deadline =>
+                    if (is_connection_error(&error) || error == zk::Error::SessionExpired)
+                        && Instant::now() + RETRY_PAUSE < deadline =>
                 {
                     async_io::Timer::after(RETRY_PAUSE).await;
                 }
@@ -682,32 +879,77 @@ impl Shared {
         }
     }
 
-    /// Ends the sessions whose lease ran out or that ZooKeeper ended, and
-    /// hands out owed `Resync` events. Returns when to tick next.
+    /// Runs `f` on `node`'s session if it still counts as live; otherwise
+    /// ends it and errs saying why `what` cannot be done.
+    fn with_live_session<T>(
+        &self,
+        node: NodeId,
+        what: &str,
+        f: impl FnOnce(&mut NodeSession, Instant) -> T,
+    ) -> Result<T> {
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock();
+        let Some(session) = sessions.get_mut(&node) else {
+            return Err(no_session(node, what));
+        };
+        let verdict = session.verdict(now, &self.calls.lock());
+        if verdict == Verdict::Alive {
+            return Ok(f(session, now));
+        }
+        let ended = sessions.remove(&node);
+        drop(sessions);
+        if let Some(session) = ended {
+            self.end_session(node, session, verdict);
+        }
+        Err(session_ended(node, what, verdict))
+    }
+
+    /// Ends `node`'s session, which the coordinator judged no longer live,
+    /// and tells this coordinator's subscribers that the node left.
+    fn end_session(&self, node: NodeId, session: NodeSession, verdict: Verdict) {
+        debug_assert_ne!(verdict, Verdict::Alive, "ending a live session");
+        let timeout = session.session_timeout;
+        match verdict {
+            Verdict::CutOff => tracing::warn!(%node, ?timeout,
+                "disconnected from ZooKeeper for a whole session timeout: the node's session is over"),
+            Verdict::LeaseLapsed => tracing::info!(%node, ?timeout,
+                "no heartbeat within the session timeout: closing the node's ZooKeeper session"),
+            Verdict::Ended | Verdict::Alive => tracing::warn!(%node,
+                state = %session.client.state(), "ZooKeeper ended the node's session"),
+        }
+        // Dropping the last handle closes the session (at once, or when the
+        // client reaches ZooKeeper again, if ZooKeeper has not expired it
+        // by then), which deletes the node's ephemeral znode and any
+        // controller seat it held.
+        drop(session);
+        // The node's own process learns it from its heartbeat, and its
+        // subscribers from this, even while ZooKeeper cannot be read.
+        self.dispatcher.lock().node_left(node);
+    }
+
+    /// Ends the sessions that no longer count as live, and hands out owed
+    /// `Resync` events. Returns when to tick next.
     fn tick(&self) -> Duration {
         let now = Instant::now();
-        let ended: Vec<(NodeId, NodeSession)> = {
+        let ended: Vec<(NodeId, NodeSession, Verdict)> = {
             let mut sessions = self.sessions.lock();
-            let dead: Vec<NodeId> = sessions
+            let calls = self.calls.lock();
+            let dead: Vec<(NodeId, Verdict)> = sessions
                 .iter()
-                .filter(|(_, session)| !session.is_alive(now))
-                .map(|(node, _)| *node)
+                .map(|(node, session)| (*node, session.verdict(now, &calls)))
+                .filter(|(_, verdict)| *verdict != Verdict::Alive)
                 .collect();
+            drop(calls);
             dead.into_iter()
-                .filter_map(|node| sessions.remove(&node).map(|session| (node, session)))
+                .filter_map(|(node, verdict)| {
+                    sessions
+                        .remove(&node)
+                        .map(|session| (node, session, verdict))
+                })
                 .collect()
         };
-        for (node, session) in ended {
-            let state = session.client.state();
-            if state.is_terminated() {
-                tracing::warn!(%node, %state, "ZooKeeper ended the node's session");
-            } else {
-                tracing::info!(%node, timeout = ?session.session_timeout,
-                    "no heartbeat within the session timeout: closing the node's ZooKeeper session");
-            }
-            // Dropping the last handle closes the session, which deletes
-            // the node's ephemeral znode and any controller seat it held.
-            drop(session);
+        for (node, session, verdict) in ended {
+            self.end_session(node, session, verdict);
         }
         let mut dispatcher = self.dispatcher.lock();
         dispatcher.flush_resyncs();
@@ -735,7 +977,6 @@ impl Shared {
         update: LogUpdate,
         fence: Option<(NodeId, ControllerEpoch)>,
     ) -> Result<CasOutcome> {
-        let path = document::log_path(log);
         if let Some((controller, controller_epoch)) = fence {
             let view = self.read_controller(deadline).await?;
             if view.controller() != Some(controller) || view.epoch != controller_epoch {
@@ -750,6 +991,22 @@ impl Shared {
         }
         current.validate_update(&update)?;
         let next = current.with_update(update);
+        self.write_log(deadline, &current, next, fence).await
+    }
+
+    /// Writes `next` over `current` (as read) if the znode is still at
+    /// `current`'s version and, with `fence`, if that controller still sits
+    /// with that epoch — all in one ZooKeeper `multi`, so a controller
+    /// deposed after any advisory check changes nothing.
+    async fn write_log(
+        &self,
+        deadline: Instant,
+        current: &LogState,
+        next: LogState,
+        fence: Option<(NodeId, ControllerEpoch)>,
+    ) -> Result<CasOutcome> {
+        let log = current.log;
+        let path = document::log_path(log);
         let data = document::encode_log(&next);
         let zk_version = i32::try_from(current.version).map_err(|_| {
             coordinator_error(format!(
@@ -1183,17 +1440,12 @@ impl Coordinator for ZkCoordinator {
         }
         let shared = Arc::clone(&self.handle.shared);
         let _registering = shared.registering.lock();
-        {
-            let now = Instant::now();
-            let mut sessions = shared.sessions.lock();
-            if let Some(session) = sessions.get_mut(&node) {
-                if session.is_alive(now) {
-                    session.last_heartbeat = now;
-                    session.session_timeout = session_timeout;
-                    return Ok(());
-                }
-                sessions.remove(&node);
-            }
+        let renewed = shared.with_live_session(node, "register again", |session, now| {
+            session.last_heartbeat = now;
+            session.session_timeout = session_timeout;
+        });
+        if renewed.is_ok() {
+            return Ok(());
         }
         let connect = format!("{}{}", shared.config.connect, shared.config.chroot);
         let client = self.run(
@@ -1266,34 +1518,40 @@ impl Coordinator for ZkCoordinator {
         )?;
         tracing::info!(%node, session = %client.session_id(), timeout = ?session_timeout,
             "node registered with ZooKeeper");
+        let link = Arc::new(Mutex::new(Link::default()));
+        let (stop_tracking, stop) = oneshot::channel();
+        self.handle
+            .executor
+            .spawn(track_link(client.state_watcher(), Arc::clone(&link), stop))?;
         shared.sessions.lock().insert(
             node,
             NodeSession {
                 client,
                 session_timeout,
                 last_heartbeat: Instant::now(),
+                heartbeat_thread: None,
+                link,
+                _stop_tracking: stop_tracking,
             },
         );
         Ok(())
     }
 
     /// Renews `node`'s lease; no round trip to ZooKeeper (the client pings
-    /// by itself). Fails once the lease ran out or ZooKeeper ended the
-    /// session, but not while the client is merely reconnecting.
+    /// by itself). Fails once the lease ran out, ZooKeeper ended the
+    /// session, or the session has been disconnected for a whole session
+    /// timeout (ZooKeeper expires it then), but not while the client is
+    /// merely reconnecting. The calling thread becomes the node's heartbeat
+    /// thread: while it is in a call through this coordinator, the lease
+    /// does not lapse.
     fn heartbeat(&self, node: NodeId) -> Result<()> {
-        let now = Instant::now();
-        let mut sessions = self.handle.shared.sessions.lock();
-        match sessions.get_mut(&node) {
-            Some(session) if session.is_alive(now) => {
+        let thread = std::thread::current().id();
+        self.handle
+            .shared
+            .with_live_session(node, "heartbeat", |session, now| {
                 session.last_heartbeat = now;
-                Ok(())
-            }
-            Some(_) => {
-                sessions.remove(&node);
-                Err(no_session(node, "heartbeat"))
-            }
-            None => Err(no_session(node, "heartbeat")),
-        }
+                session.heartbeat_thread = Some(thread);
+            })
     }
 
     /// Closes `node`'s session and waits (up to the call timeout) for
@@ -1499,5 +1757,177 @@ impl Coordinator for ZkCoordinator {
         block.next = start + 1;
         block.end = end;
         Ok(ProducerId(start))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::zookeeper::ZkServer;
+
+    #[test]
+    fn liveness_of_a_node_session() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(2);
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let connected = Link::default();
+        let cut_at = |at: Duration| Link {
+            disconnected_since: Some(t0 + at),
+            reconnected_at: None,
+        };
+        let back_at = |at: Duration| Link {
+            disconnected_since: None,
+            reconnected_at: Some(t0 + at),
+        };
+        // (case, now, link, heartbeat thread in a call, terminated, verdict);
+        // the last heartbeat was at t0.
+        let cases: Vec<(&str, Duration, Link, bool, bool, Verdict)> = vec![
+            ("fresh lease", s(1), connected, false, false, Verdict::Alive),
+            (
+                "lease at its end",
+                s(2),
+                connected,
+                false,
+                false,
+                Verdict::Alive,
+            ),
+            (
+                "lease lapsed",
+                s(2) + ms(1),
+                connected,
+                false,
+                false,
+                Verdict::LeaseLapsed,
+            ),
+            (
+                "a call in flight holds the lease",
+                s(9),
+                connected,
+                true,
+                false,
+                Verdict::Alive,
+            ),
+            (
+                "disconnected holds the lease",
+                s(3),
+                cut_at(s(1) + ms(500)),
+                false,
+                false,
+                Verdict::Alive,
+            ),
+            (
+                "disconnected a whole timeout",
+                s(3),
+                cut_at(s(1)),
+                false,
+                false,
+                Verdict::CutOff,
+            ),
+            (
+                "disconnected a timeout, in a call",
+                s(3),
+                cut_at(s(1)),
+                true,
+                false,
+                Verdict::CutOff,
+            ),
+            (
+                "the reconnection renews",
+                s(3),
+                back_at(s(1) + ms(500)),
+                false,
+                false,
+                Verdict::Alive,
+            ),
+            (
+                "lapsed after the reconnection",
+                s(4),
+                back_at(s(1)),
+                false,
+                false,
+                Verdict::LeaseLapsed,
+            ),
+            (
+                "ended by ZooKeeper",
+                s(1),
+                connected,
+                true,
+                true,
+                Verdict::Ended,
+            ),
+        ];
+        for (case, now, link, busy, terminated, expected) in cases {
+            assert_eq!(
+                judge(t0 + now, timeout, t0, link, busy, terminated),
+                expected,
+                "{case}"
+            );
+        }
+    }
+
+    /// The advisory pre-read in `compare_and_set` refuses a deposed
+    /// controller first, so this calls the write itself with a fence that
+    /// was true when read and is stale now: the `multi` must refuse it.
+    #[test]
+    fn a_controller_deposed_after_its_check_writes_nothing() {
+        let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+        let mut config = ZkCoordinatorConfig::new(server.connect_string());
+        config.chroot = "/fenced-multi".to_owned();
+        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let (first, second) = (NodeId(1), NodeId(2));
+        c.register_node(first, Duration::from_secs(20)).unwrap();
+        c.register_node(second, Duration::from_secs(20)).unwrap();
+        let created = c.create_log(LogId(1), vec![first, second]).unwrap();
+        let first_epoch = c
+            .try_become_controller(first)
+            .unwrap()
+            .expect("the seat is free");
+        let write_as = |controller: NodeId, epoch: ControllerEpoch| {
+            let current = created.clone();
+            let next = created.with_update(LogUpdate::in_sync_replicas(&created, vec![first]));
+            c.run(
+                "write as a controller".to_owned(),
+                move |shared, deadline, _| async move {
+                    shared
+                        .write_log(deadline, &current, next, Some((controller, epoch)))
+                        .await
+                },
+            )
+        };
+        let refused = |outcome: Result<CasOutcome>, holder: &str| match outcome {
+            Err(error @ Error::Coordinator { .. }) => {
+                let reason = error.to_string();
+                assert!(
+                    reason.contains("refused") && reason.contains(holder),
+                    "the refusal must say who holds the seat ({holder}): {reason}"
+                );
+            }
+            other => panic!("a deposed controller's write was not refused: {other:?}"),
+        };
+
+        // Deposed by resigning: the record is unchanged, the seat is gone.
+        c.resign_controller(first).unwrap();
+        refused(write_as(first, first_epoch), "the seat is empty");
+        assert_eq!(c.log_state(LogId(1)).unwrap(), Some(created.clone()));
+
+        // Deposed by a newer controller.
+        let second_epoch = c
+            .try_become_controller(second)
+            .unwrap()
+            .expect("the seat is free");
+        assert!(second_epoch > first_epoch);
+        refused(write_as(first, first_epoch), &second.to_string());
+        assert_eq!(c.log_state(LogId(1)).unwrap(), Some(created.clone()));
+
+        // The same write by the sitting controller is applied: the
+        // refusals above were the fence's doing.
+        match write_as(second, second_epoch) {
+            Ok(CasOutcome::Applied(state)) => {
+                assert_eq!(state.version, created.version + 1);
+                assert_eq!(state.in_sync_replicas, vec![first]);
+            }
+            other => panic!("the sitting controller's write failed: {other:?}"),
+        }
     }
 }

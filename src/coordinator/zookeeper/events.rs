@@ -32,6 +32,8 @@ pub(super) struct Dispatcher {
     logs: BTreeMap<LogId, i64>,
     /// Zxid of the last announced change of the live node set.
     nodes: i64,
+    /// The last announced live node set.
+    live: Vec<NodeId>,
     /// Zxid of the last announced change of the controller seat or record.
     controller: i64,
 }
@@ -56,6 +58,7 @@ impl Dispatcher {
             events_max: events_max.max(1),
             logs: BTreeMap::new(),
             nodes: i64::MIN,
+            live: Vec::new(),
             controller: i64::MIN,
         }
     }
@@ -100,6 +103,22 @@ impl Dispatcher {
             return;
         }
         self.nodes = zxid;
+        self.live.clone_from(&live);
+        self.notify(|_| true, CoordinatorEvent::NodesChanged { live });
+    }
+
+    /// Announces that `node` left the live set because this coordinator
+    /// ended its session (a lapsed lease, or cut off from ZooKeeper for a
+    /// session timeout), before ZooKeeper can be read: the last announced
+    /// set without `node`. That view has no zxid, so the next set read from
+    /// ZooKeeper is announced whatever its zxid.
+    pub(super) fn node_left(&mut self, node: NodeId) {
+        if !self.live.contains(&node) {
+            return;
+        }
+        self.live.retain(|&live| live != node);
+        self.nodes = i64::MIN;
+        let live = self.live.clone();
         self.notify(|_| true, CoordinatorEvent::NodesChanged { live });
     }
 
@@ -251,6 +270,34 @@ mod tests {
         );
         assert_eq!(logs(drain(&elsewhere)), vec![]);
         assert_eq!(logs(drain(&everything)), vec![(1, 0), (1, 1), (2, 0)]);
+    }
+
+    #[test]
+    fn a_node_that_left_is_announced_at_once_and_the_next_read_whatever_its_zxid() {
+        let mut dispatcher = Dispatcher::new(16);
+        let events = dispatcher.subscribe(NodeId(1), false);
+        // Not in the announced set: nothing to say.
+        dispatcher.node_left(NodeId(2));
+        assert_eq!(drain(&events), vec![]);
+        dispatcher.nodes_changed(7, vec![NodeId(1), NodeId(2)]);
+        drain(&events);
+        dispatcher.node_left(NodeId(1));
+        dispatcher.node_left(NodeId(1));
+        assert_eq!(
+            drain(&events),
+            vec![CoordinatorEvent::NodesChanged {
+                live: vec![NodeId(2)]
+            }]
+        );
+        // ZooKeeper may not have seen the session end yet: the set it
+        // reports is announced even at the zxid already announced.
+        dispatcher.nodes_changed(7, vec![NodeId(1), NodeId(2)]);
+        assert_eq!(
+            drain(&events),
+            vec![CoordinatorEvent::NodesChanged {
+                live: vec![NodeId(1), NodeId(2)]
+            }]
+        );
     }
 
     #[test]

@@ -127,7 +127,8 @@ pub use record::{
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::Role;
 pub use storage::{
-    AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
+    AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
+    RecoveryReport, TruncatedTail,
 };
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use transport::{TcpConfig, TcpServer, TcpTransport};

@@ -90,6 +90,7 @@ fn state_from_text<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Result<Log
         leader: optional_node(fields.next())?,
         leader_epoch: LeaderEpoch(number(fields.next())?),
         in_sync_replicas: nodes_from_text(fields.next().ok_or_else(|| error("missing isr"))?)?,
+        eligible_leader_replicas: Vec::new(),
         version: number(fields.next())?,
     })
 }
@@ -179,6 +180,7 @@ fn cas_from_text<'a>(
         leader: optional_node(fields.next())?,
         leader_epoch: LeaderEpoch(number(fields.next())?),
         in_sync_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
+        eligible_leader_replicas: Vec::new(),
     };
     Ok((log, epoch, version, update))
 }

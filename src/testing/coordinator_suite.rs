@@ -193,7 +193,7 @@ fn nodes(ids: &[u32]) -> Vec<NodeId> {
 }
 
 fn isr_update(state: &LogState, isr: &[u32]) -> LogUpdate {
-    LogUpdate::in_sync_replicas(state, nodes(isr))
+    LogUpdate::in_sync_replicas(state, nodes(isr), 1)
 }
 
 fn applied(outcome: CasOutcome) -> LogState {
@@ -257,6 +257,7 @@ fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
         leader: Some(NodeId(3)),
         leader_epoch: LeaderEpoch::ZERO,
         in_sync_replicas: nodes(&[3, 1, 2]),
+        eligible_leader_replicas: Vec::new(),
         version: 0,
     };
     assert_eq!(created, expected);
@@ -304,6 +305,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         leader: Some(NodeId(3)),
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: nodes(&[3]),
+        eligible_leader_replicas: Vec::new(),
     };
     let elected = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(0), 1, new_leader)
@@ -317,6 +319,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
             leader: Some(NodeId(3)),
             leader_epoch: LeaderEpoch(1),
             in_sync_replicas: nodes(&[3]),
+            eligible_leader_replicas: Vec::new(),
             version: 2,
         }
     );
@@ -326,6 +329,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         leader: None,
         leader_epoch: LeaderEpoch(2),
         in_sync_replicas: nodes(&[3]),
+        eligible_leader_replicas: Vec::new(),
     };
     let leaderless = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(1), 2, leaderless)
@@ -385,6 +389,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
                 leader: Some(NodeId(2)),
                 leader_epoch: LeaderEpoch(1),
                 in_sync_replicas: nodes(&[2, 3]),
+                eligible_leader_replicas: Vec::new(),
             },
         )
         .unwrap(),
@@ -393,6 +398,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
         leader: leader.map(NodeId),
         leader_epoch: LeaderEpoch(epoch),
         in_sync_replicas: nodes(isr),
+        eligible_leader_replicas: Vec::new(),
     };
     // (what is wrong, the update, a word the error must name)
     let cases = [
@@ -769,6 +775,7 @@ fn controller_writes_are_fenced_by_controller_epoch<C: Coordinator>(c: &C, time:
         leader: Some(NodeId(2)),
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: nodes(&[2]),
+        eligible_leader_replicas: Vec::new(),
     };
     assert_fenced(
         "the deposed controller",
@@ -862,6 +869,7 @@ fn subscribe_all_gets_every_log_changed<C: Coordinator>(c: &C, _time: &SuiteTime
     let created_2 = LogState {
         version: 0,
         in_sync_replicas: nodes(&[2, 3]),
+        eligible_leader_replicas: Vec::new(),
         ..second.clone()
     };
     let mut seen = Vec::new();

@@ -722,7 +722,15 @@ mod tests {
     #[test]
     fn eligible_leader_replicas_after_table() {
         // (name, current ISR, current ELR, new ISR, min ISR, expected ELR)
-        let cases: &[(&str, &[u32], &[u32], &[u32], usize, &[u32])] = &[
+        type Case = (
+            &'static str,
+            &'static [u32],
+            &'static [u32],
+            &'static [u32],
+            usize,
+            &'static [u32],
+        );
+        let cases: &[Case] = &[
             (
                 "shrink, still at the minimum",
                 &[1, 2, 3],
@@ -807,7 +815,15 @@ mod tests {
         // (name, leader, ISR, ELR, the unclean node, expected update as
         //  (leader, epoch, ISR, ELR), or None)
         type Expected = Option<(Option<u32>, u32, &'static [u32], &'static [u32])>;
-        let cases: &[(&str, Option<u32>, &[u32], &[u32], u32, Expected)] = &[
+        type Case = (
+            &'static str,
+            Option<u32>,
+            &'static [u32],
+            &'static [u32],
+            u32,
+            Expected,
+        );
+        let cases: &[Case] = &[
             (
                 "follower in the ISR",
                 Some(1),

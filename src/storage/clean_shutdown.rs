@@ -72,7 +72,8 @@ mod tests {
     #[test]
     fn marker_lifecycle_table() {
         // (name, set up the directory, expected verdict)
-        let cases: [(&str, fn(&Path), PreviousShutdown); 4] = [
+        type Case = (&'static str, fn(&Path), PreviousShutdown);
+        let cases: [Case; 4] = [
             (
                 "empty directory: a new node",
                 |_| {},

@@ -371,7 +371,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     );
     assert_eq!(log_3.eligible_leader_replicas, nodes(&[1]));
     // Log 4: node 1 is the only eligible replica: it stays.
-    let log_4 = c.create_log(LogId(4), nodes(&[3, 1])).unwrap();
+    c.create_log(LogId(4), nodes(&[3, 1])).unwrap();
     let log_4 = applied(
         c.compare_and_set(
             LogId(4),

@@ -30,8 +30,8 @@ use std::time::Duration;
 use failover_support::*;
 use isrlog::testing::Cluster;
 use isrlog::{
-    Acks, Controller, ControllerConfig, Coordinator, FlushPolicy, LogConfig, LogId, NodeId,
-    Offset, PreviousShutdown, ReplicationConfig,
+    Acks, Controller, ControllerConfig, Coordinator, FlushPolicy, LogConfig, LogId, NodeId, Offset,
+    PreviousShutdown, ReplicationConfig,
 };
 
 const LOG: LogId = LogId(0);
@@ -170,7 +170,10 @@ fn reproduction(controllers: Controllers, flush_policy: FlushPolicy) {
             outside.as_mut().unwrap().crash_and_restart();
         }
     };
-    assert_eq!(cluster.create_log(LOG, 3).unwrap(), vec![LEADER, FOLLOWER_1, FOLLOWER_2]);
+    assert_eq!(
+        cluster.create_log(LOG, 3).unwrap(),
+        vec![LEADER, FOLLOWER_1, FOLLOWER_2]
+    );
     for node in [LEADER, FOLLOWER_1, FOLLOWER_2] {
         assert_eq!(previous_shutdown(&cluster, node), PreviousShutdown::Fresh);
     }
@@ -183,7 +186,11 @@ fn reproduction(controllers: Controllers, flush_policy: FlushPolicy) {
     wait_for(&cluster, "the ISR is {leader, follower 2}", |c| {
         c.in_sync_replicas(LOG) == vec![LEADER, FOLLOWER_2]
     });
-    assert_eq!(eligible_leader_replicas(&cluster), vec![], "ISR at the minimum: no ELR");
+    assert_eq!(
+        eligible_leader_replicas(&cluster),
+        vec![],
+        "ISR at the minimum: no ELR"
+    );
     restart_controller(&mut outside);
 
     // 2. "b" acknowledged.
@@ -204,26 +211,44 @@ fn reproduction(controllers: Controllers, flush_policy: FlushPolicy) {
     //    unclean shutdown and is not re-elected; follower 2 is still out.
     cluster.crash_losing_unflushed(LEADER, 13);
     cluster.restart(LEADER).unwrap();
-    assert_eq!(previous_shutdown(&cluster, LEADER), PreviousShutdown::Unclean);
+    assert_eq!(
+        previous_shutdown(&cluster, LEADER),
+        PreviousShutdown::Unclean
+    );
     restart_controller(&mut outside);
     let state = cluster.coordinator.log_state(LOG).unwrap().unwrap();
-    assert_eq!(state.leader, None, "the leader that lost power leads again: {state:?}");
+    assert_eq!(
+        state.leader, None,
+        "the leader that lost power leads again: {state:?}"
+    );
     assert!(state.in_sync_replicas.is_empty(), "{state:?}");
-    assert_eq!(state.eligible_leader_replicas, vec![FOLLOWER_2], "{state:?}");
+    assert_eq!(
+        state.eligible_leader_replicas,
+        vec![FOLLOWER_2],
+        "{state:?}"
+    );
 
     // 5. Both followers come back, follower 1 first: it was never eligible,
     //    so the log stays leaderless until follower 2 is back.
     cluster.restart(FOLLOWER_1).unwrap();
-    assert_eq!(previous_shutdown(&cluster, FOLLOWER_1), PreviousShutdown::Unclean);
+    assert_eq!(
+        previous_shutdown(&cluster, FOLLOWER_1),
+        PreviousShutdown::Unclean
+    );
     // Long enough for a (wrong) election to happen; the state must not move.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(cluster.leader_of(LOG), None, "nobody eligible is back yet");
     cluster.restart(FOLLOWER_2).unwrap();
-    assert_eq!(previous_shutdown(&cluster, FOLLOWER_2), PreviousShutdown::Unclean);
+    assert_eq!(
+        previous_shutdown(&cluster, FOLLOWER_2),
+        PreviousShutdown::Unclean
+    );
     // Follower 2 restarted uncleanly too, but it is the last eligible
     // replica: it stays eligible and leads (see
     // `LogState::unclean_shutdown_update`).
-    wait_for(&cluster, "follower 2 leads", |c| c.leader_of(LOG) == Some(FOLLOWER_2));
+    wait_for(&cluster, "follower 2 leads", |c| {
+        c.leader_of(LOG) == Some(FOLLOWER_2)
+    });
     let new_leader = cluster.leader_log(LOG).unwrap();
     assert_eq!(new_leader.node_id(), FOLLOWER_2);
 

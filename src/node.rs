@@ -684,14 +684,19 @@ impl NodeShared {
             }
             return;
         }
+        // The others that left a too-small ISR earlier stay eligible; this
+        // replica does not join them: its storage failed, so electing it
+        // again would only fail again.
+        let eligible_leader_replicas = state
+            .eligible_leader_replicas_after(&others, self.config.replication.min_insync_replicas)
+            .into_iter()
+            .filter(|node| *node != me)
+            .collect();
         let update = LogUpdate {
             leader: None,
             leader_epoch: state.leader_epoch.next(),
-            eligible_leader_replicas: state.eligible_leader_replicas_after(
-                &others,
-                self.config.replication.min_insync_replicas,
-            ),
             in_sync_replicas: others,
+            eligible_leader_replicas,
         };
         match self
             .coordinator

@@ -4,9 +4,11 @@
 //! the coordinator's controller seat, and only the holder acts. The holder
 //! watches node liveness and, for every log, writes the decision of
 //! [`elect_leader`] with compare-and-set: a new leader (the first live ISR
-//! member in assignment order, epoch + 1) when the leader's node is gone, "no
-//! leader" when no ISR member is live (unless unclean election is on), and
-//! the removal of dead followers from the ISR. On request, or on a timer, it
+//! member in assignment order, else the first live eligible leader replica,
+//! KIP-966; epoch + 1) when the leader's node is gone, "no leader" when no
+//! ISR or ELR member is live (unless unclean election is on), and the
+//! removal of dead followers from the ISR (into the ELR when the ISR falls
+//! below `min_insync_replicas`). On request, or on a timer, it
 //! moves leadership back to each log's preferred replica
 //! ([`elect_preferred_leader`]).
 //!
@@ -756,7 +758,8 @@ impl Shared {
             Election::Leader { .. } => {
                 self.elections.fetch_add(1, Ordering::SeqCst);
                 tracing::info!(%log, old_leader = ?before.leader, leader = ?after.leader,
-                    epoch = %after.leader_epoch, isr = ?after.in_sync_replicas, "leader elected");
+                    epoch = %after.leader_epoch, isr = ?after.in_sync_replicas,
+                    elr = ?after.eligible_leader_replicas, "leader elected");
             }
             Election::NoLeader => {
                 tracing::warn!(%log, old_leader = ?before.leader, epoch = %after.leader_epoch,
@@ -766,7 +769,8 @@ impl Shared {
             }
             Election::ShrinkIsr { .. } => {
                 tracing::info!(%log, old_isr = ?before.in_sync_replicas,
-                    isr = ?after.in_sync_replicas, "dead followers removed from the ISR");
+                    isr = ?after.in_sync_replicas, elr = ?after.eligible_leader_replicas,
+                    "dead followers removed from the ISR");
             }
             Election::Unchanged => {}
         }

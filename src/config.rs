@@ -33,6 +33,13 @@ pub struct NodeConfig {
     /// above the high watermark. Kafka's `log.retention.check.interval.ms`,
     /// default 5 minutes.
     pub retention_check_interval: Duration,
+    /// How long [`Node::shutdown`](crate::Node::shutdown) may spend moving
+    /// the leadership of its logs to other in-sync replicas before it stops
+    /// anyway (Kafka's controlled shutdown). Usually it takes one fetch
+    /// round; this bounds it when followers lag. Zero turns controlled
+    /// shutdown off: the node just stops, and the controller moves
+    /// leadership once its session ends. Default 5 s.
+    pub controlled_shutdown_timeout: Duration,
 }
 
 impl NodeConfig {
@@ -47,6 +54,7 @@ impl NodeConfig {
             session_timeout: Duration::from_secs(6),
             controller: Some(ControllerConfig::default()),
             retention_check_interval: Duration::from_secs(300),
+            controlled_shutdown_timeout: Duration::from_secs(5),
         }
     }
 

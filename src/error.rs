@@ -107,6 +107,23 @@ pub enum Error {
         /// The leader this replica knows of, if any.
         leader: Option<NodeId>,
     },
+    /// A new leader does not yet know the committed end of the log: its
+    /// high watermark is still below the start offset of its own epoch, so
+    /// it may be below what the previous leader acknowledged (SPEC 3.8;
+    /// Kafka's `OFFSET_NOT_AVAILABLE`). Retriable: it ends once the
+    /// followers have fetched up to the epoch's start offset.
+    #[error("the committed end of {log} is not yet known: the leader's high watermark {high_watermark} is below the start offset {epoch_start_offset} of its epoch {epoch}")]
+    CommittedEndNotYetKnown {
+        /// The log.
+        log: LogId,
+        /// The leader's epoch.
+        epoch: LeaderEpoch,
+        /// The leader's high watermark: everything below it is committed,
+        /// and more may be.
+        high_watermark: Offset,
+        /// The start offset of the leader's epoch.
+        epoch_start_offset: Offset,
+    },
     /// `acks=all` refused before appending: the ISR is too small.
     #[error("not enough in-sync replicas: {in_sync} < min.insync.replicas {min_insync_replicas}")]
     NotEnoughReplicas {
@@ -233,6 +250,7 @@ impl Error {
         matches!(
             self,
             Error::NotLeader { .. }
+                | Error::CommittedEndNotYetKnown { .. }
                 | Error::NotEnoughReplicas { .. }
                 | Error::NotEnoughReplicasAfterAppend { .. }
                 | Error::Timeout { .. }

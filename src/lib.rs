@@ -132,7 +132,7 @@ pub use storage::{
     RecoveryReport, TruncatedTail,
 };
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
-pub use transport::{TcpConfig, TcpServer, TcpTransport};
+pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };

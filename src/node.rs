@@ -24,12 +24,18 @@ use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watc
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, FlushPolicy, Log, PreviousShutdown,
 };
-use crate::sync::{Arc, AtomicBool, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
-    Request, RequestHandler, Response, Transport,
+    RateLimitedWarnings, Request, RequestHandler, Response, Transport, Warning,
 };
-use crate::types::{LogId, NodeId, Offset};
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+
+/// Controlled shutdown: compare-and-set attempts per log before leaving it
+/// to the controller.
+const HAND_OVER_ATTEMPTS_MAX: usize = 5;
+/// Controlled shutdown: how often to look for a caught-up successor.
+const HAND_OVER_POLL: Duration = Duration::from_millis(1);
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
@@ -61,6 +67,59 @@ pub(crate) struct NodeShared {
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
     /// waiting (nothing can replicate a stopped node's log any more).
     stop: AtomicBool,
+    /// Where the next fetch answer starts among the logs it names, so that
+    /// when the response budget runs out it is not always the same logs that
+    /// go without data (Kafka's fetcher moves each fetched partition to the
+    /// end of its list for the same reason).
+    fetch_rotation: AtomicU64,
+    /// Requests refused as invalid are logged at most once per interval.
+    warnings: RateLimitedWarnings,
+}
+
+/// Interval of the node's rate-limited warnings about invalid requests.
+const WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Why a request naming logs is refused as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LogListRefusal {
+    /// It names more logs than the node hosts.
+    TooMany { named: usize, hosted: usize },
+    /// It names one log twice.
+    Duplicate(LogId),
+}
+
+impl std::fmt::Display for LogListRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogListRefusal::TooMany { named, hosted } => {
+                write!(f, "names {named} logs, but this node hosts {hosted}")
+            }
+            LogListRefusal::Duplicate(log) => write!(f, "names {log} more than once"),
+        }
+    }
+}
+
+/// A request may name each log at most once, and no more logs than the node
+/// hosts: a fetch naming one log a hundred thousand times in a 2.9 MB frame
+/// would otherwise have the node read and answer it a hundred thousand
+/// times. (Kafka keys a fetch's partitions by name, so a duplicate cannot
+/// ask twice.) The count is checked first, so the duplicate check costs at
+/// most the number of hosted logs.
+fn check_log_list(
+    logs: impl ExactSizeIterator<Item = LogId>,
+    hosted: usize,
+) -> std::result::Result<(), LogListRefusal> {
+    let named = logs.len();
+    if named > hosted {
+        return Err(LogListRefusal::TooMany { named, hosted });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(named);
+    for log in logs {
+        if !seen.insert(log) {
+            return Err(LogListRefusal::Duplicate(log));
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for NodeShared {
@@ -129,6 +188,8 @@ impl Node {
             commands,
             previous_shutdown,
             stop: AtomicBool::new(false),
+            fetch_rotation: AtomicU64::new(0),
+            warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
         });
         for state in shared.coordinator.logs()? {
             shared.reconcile(&state);
@@ -213,11 +274,22 @@ impl Node {
         self.shared.fetchers.lock().len()
     }
 
-    /// Stops the node's threads, closes its logs (flushing them), leaves
-    /// the coordinator's live set and, if every log closed, writes the
-    /// clean-shutdown marker last, so the next start trusts its data.
+    /// Stops the node cleanly, as Kafka's controlled shutdown does: first
+    /// every log it leads moves to another in-sync replica
+    /// ([`NodeConfig::controlled_shutdown_timeout`] bounds that), then its
+    /// threads stop, it leaves the in-sync replica sets it is in and the
+    /// coordinator's live set, and its logs are flushed and closed. If every
+    /// log closed, it writes the clean-shutdown marker last, so the next
+    /// start trusts its data (SPEC 3.5).
     pub fn shutdown(mut self) -> Result<()> {
+        let timeout = self.shared.config.controlled_shutdown_timeout;
+        if !timeout.is_zero() {
+            self.shared.hand_over_leadership(Instant::now() + timeout);
+        }
         self.stop_threads(Stop::Clean);
+        if !timeout.is_zero() {
+            self.shared.leave_in_sync_replicas();
+        }
         let _ = self
             .shared
             .coordinator
@@ -713,6 +785,167 @@ impl NodeShared {
         }
     }
 
+    /// Controlled shutdown, step 1 (Kafka's `controlled.shutdown.enable`):
+    /// every log this node leads stops taking appends, waits until its
+    /// in-sync followers hold everything it has (so appends in flight are
+    /// committed and acknowledged), and names the first live in-sync
+    /// follower, in assignment order, leader in a new epoch, without this
+    /// node in the ISR (Kafka's `ControlledShutdownLeaderSelector`). The
+    /// write is a compare-and-set on the log's epoch and version, like any
+    /// leader's, so it loses cleanly to a concurrent change. A log whose
+    /// followers are not caught up by `deadline`, or that has no live
+    /// in-sync follower, is left to the controller, as after a crash.
+    fn hand_over_leadership(&self, deadline: Instant) {
+        let replicas: Vec<Arc<Replica>> = self.replicas.read().values().cloned().collect();
+        let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
+            .into_iter()
+            .filter_map(|replica| {
+                let (epoch, end) = replica.stop_appends_for_hand_over()?;
+                Some((replica, epoch, end))
+            })
+            .collect();
+        for (replica, epoch, end) in leading {
+            // Usually one fetch round: followers park their fetches on the
+            // leader and are woken by every append.
+            if end > Offset::ZERO {
+                let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
+            }
+            self.hand_over(&replica, epoch, deadline);
+        }
+    }
+
+    /// Names a successor for one log this node leads in `epoch`; see
+    /// [`hand_over_leadership`](Self::hand_over_leadership).
+    fn hand_over(&self, replica: &Replica, epoch: LeaderEpoch, deadline: Instant) {
+        let me = self.local();
+        let log = replica.log_id();
+        for _ in 0..HAND_OVER_ATTEMPTS_MAX {
+            let state = match self.coordinator.log_state(log) {
+                Ok(Some(state)) => state,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
+                    return;
+                }
+            };
+            if state.leader != Some(me) || state.leader_epoch != epoch {
+                return; // Someone else moved it already.
+            }
+            let live = match self.coordinator.live_nodes() {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
+                    return;
+                }
+            };
+            // The successor must hold everything this leader has: an
+            // in-sync follower that fetched up to its log end. Waiting
+            // for one stops at `deadline`.
+            let successor = loop {
+                let candidate = state.replicas.iter().copied().find(|&node| {
+                    node != me
+                        && state.in_sync_replicas.contains(&node)
+                        && live.contains(&node)
+                        && replica.has_caught_up(node)
+                });
+                if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
+                    break candidate;
+                }
+                std::thread::sleep(HAND_OVER_POLL);
+            };
+            let Some(successor) = successor else {
+                tracing::warn!(%log, node = %me, isr = ?state.in_sync_replicas,
+                    "controlled shutdown: no live in-sync follower caught up in time; leaving the log to the controller");
+                return;
+            };
+            let in_sync_replicas: Vec<NodeId> = state
+                .in_sync_replicas
+                .iter()
+                .copied()
+                .filter(|&node| node != me)
+                .collect();
+            // Below `min_insync_replicas` this node joins the ELR (it holds
+            // everything, and its clean stop keeps it eligible), as Kafka's
+            // controller puts a broker in controlled shutdown there (KIP-966).
+            let update = LogUpdate {
+                leader: Some(successor),
+                leader_epoch: state.leader_epoch.next(),
+                eligible_leader_replicas: state.eligible_leader_replicas_after(
+                    &in_sync_replicas,
+                    self.config.replication.min_insync_replicas,
+                ),
+                in_sync_replicas,
+            };
+            match self
+                .coordinator
+                .compare_and_set(log, state.leader_epoch, state.version, update)
+            {
+                Ok(CasOutcome::Applied(new_state)) => {
+                    tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                        "controlled shutdown: leadership handed over");
+                    self.reconcile(&new_state);
+                    return;
+                }
+                Ok(CasOutcome::Stale(_)) => continue,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: hand-over failed; leaving the log to the controller");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Controlled shutdown, step 2, once this node's fetchers stopped: it
+    /// leaves the ISR of every log it follows, so their leaders' `acks=all`
+    /// appends and high watermarks stop waiting for it now rather than
+    /// when the controller sees its session end (or, without a
+    /// controller, after `replica_lag_time_max`). As Kafka's controller
+    /// does for a broker in controlled shutdown. A compare-and-set on the
+    /// log's epoch and version; a failure is only logged.
+    fn leave_in_sync_replicas(&self) {
+        let me = self.local();
+        let logs: Vec<LogId> = self.replicas.read().keys().copied().collect();
+        for log in logs {
+            for _ in 0..HAND_OVER_ATTEMPTS_MAX {
+                let state = match self.coordinator.log_state(log) {
+                    Ok(Some(state)) => state,
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state to leave its ISR");
+                        break;
+                    }
+                };
+                if state.leader == Some(me) || !state.in_sync_replicas.contains(&me) {
+                    break;
+                }
+                let isr: Vec<NodeId> = state
+                    .in_sync_replicas
+                    .iter()
+                    .copied()
+                    .filter(|&node| node != me)
+                    .collect();
+                let update = LogUpdate::in_sync_replicas(
+                    &state,
+                    isr,
+                    self.config.replication.min_insync_replicas,
+                );
+                match self.coordinator.compare_and_set(
+                    log,
+                    state.leader_epoch,
+                    state.version,
+                    update,
+                ) {
+                    Ok(CasOutcome::Applied(_)) => break,
+                    Ok(CasOutcome::Stale(_)) => continue,
+                    Err(error) => {
+                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot leave the ISR");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     fn resync(&self) {
         match self.coordinator.logs() {
             Ok(states) => {
@@ -734,19 +967,30 @@ impl NodeShared {
         // The fetch vouches for its follower only as of now, however long it
         // is held (SPEC 3.4): every later evaluation says `Held`.
         let mut arrival = FetchArrival::New(self.clock.now());
+        let count = request.logs.len();
         loop {
             let seen = self.data_arrived.get();
             // A peer's request cannot make this node read more than its own
-            // configured response size.
+            // configured response size. As in Kafka (`ReplicaManager.
+            // readFromLog`'s `minOneMessage`), only the first log that
+            // returns data may go over it, with one batch, so that a batch
+            // larger than the budget still makes progress.
             let mut budget = (request.bytes_max as usize)
                 .min(self.config.replication.fetch_response_bytes_max as usize);
+            let mut min_one_batch = true;
             let mut ready = false;
             let mut proposals = false;
-            let mut logs = Vec::with_capacity(request.logs.len());
-            for fetch in &request.logs {
+            let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
+            let start = match count {
+                0 => 0,
+                _ => (self.fetch_rotation.fetch_add(1, Ordering::Relaxed) % count as u64) as usize,
+            };
+            for index in (start..count).chain(0..start) {
+                let fetch = &request.logs[index];
                 let answer = match self.replica(fetch.log) {
                     Some(replica) => {
-                        let answer = replica.answer_fetch(from, fetch, budget.max(1), arrival);
+                        let answer =
+                            replica.answer_fetch(from, fetch, budget, min_one_batch, arrival);
                         proposals |= replica.has_isr_proposal();
                         answer
                     }
@@ -761,11 +1005,15 @@ impl NodeShared {
                     },
                 };
                 budget = budget.saturating_sub(answer.records.len());
+                min_one_batch &= answer.records.is_empty();
                 ready |= !answer.records.is_empty()
                     || !answer.error.is_none()
                     || answer.diverging.is_some();
-                logs.push(answer);
+                answers[index] = Some(answer);
             }
+            // Every index of 0..count was visited once above.
+            let logs: Vec<FetchedLog> = answers.into_iter().flatten().collect();
+            debug_assert_eq!(logs.len(), count);
             if proposals {
                 for fetch in &request.logs {
                     let _ = self.commands.try_send(Command::IsrProposal(fetch.log));
@@ -789,6 +1037,19 @@ impl RequestHandler for NodeHandler {
         let shared = &self.shared;
         if shared.stop.load(Ordering::SeqCst) {
             return Response::Error(ErrorCode::Shutdown);
+        }
+        let hosted = shared.replicas.read().len();
+        let checked = match &request {
+            Request::Fetch(fetch) => check_log_list(fetch.logs.iter().map(|l| l.log), hosted),
+            Request::EpochEndOffsets(query) => {
+                check_log_list(query.logs.iter().map(|q| q.log), hosted)
+            }
+        };
+        if let Err(refusal) = checked {
+            if let Some(suppressed) = shared.warnings.admit(Warning::InvalidRequest) {
+                tracing::warn!(node = %shared.local(), %from, %refusal, suppressed, "refusing a request: {refusal}");
+            }
+            return Response::Error(ErrorCode::InvalidRequest);
         }
         match request {
             Request::Fetch(fetch) => shared.handle_fetch(from, &fetch),
@@ -923,6 +1184,47 @@ fn control_loop(
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_list_rule_table() {
+        let ids = |ids: &[u32]| ids.iter().map(|id| LogId(*id)).collect::<Vec<_>>();
+        // (logs named, logs hosted, verdict)
+        let cases = [
+            (ids(&[]), 0, Ok(())),
+            (ids(&[1]), 1, Ok(())),
+            (ids(&[1, 2, 3]), 5, Ok(())),
+            (
+                ids(&[1]),
+                0,
+                Err(LogListRefusal::TooMany {
+                    named: 1,
+                    hosted: 0,
+                }),
+            ),
+            (
+                ids(&[1, 2, 3]),
+                2,
+                Err(LogListRefusal::TooMany {
+                    named: 3,
+                    hosted: 2,
+                }),
+            ),
+            (ids(&[1, 2, 1]), 5, Err(LogListRefusal::Duplicate(LogId(1)))),
+            (ids(&[4, 4]), 2, Err(LogListRefusal::Duplicate(LogId(4)))),
+        ];
+        for (named, hosted, want) in cases {
+            assert_eq!(
+                check_log_list(named.iter().copied(), hosted),
+                want,
+                "{named:?} with {hosted} hosted"
+            );
         }
     }
 }

@@ -182,14 +182,15 @@ impl ReplicatedLog {
     }
 
     /// A blocking iterator over committed records from `from` on, for an
-    /// apply loop (SPEC 6). It waits at the high watermark and keeps going
-    /// across leader changes.
+    /// apply loop (SPEC 6). It waits at the high watermark, keeps going
+    /// across leader changes, and ends once this handle's node stops.
     pub fn committed_records(&self, from: Offset) -> CommittedRecords {
         CommittedRecords {
             log: self.clone(),
             next: from,
             buffered: std::collections::VecDeque::new(),
             wait_max: Duration::from_millis(100),
+            finished: false,
         }
     }
 
@@ -210,9 +211,28 @@ impl ReplicatedLog {
 
     /// The high watermark: every offset below it is committed. Never moves
     /// back on a leader within its epoch; on a follower it follows the
-    /// leader's and may move back (see [`read`](Self::read)).
+    /// leader's and may move back (see [`read`](Self::read)). It is a lower
+    /// bound, not the committed end: a new leader's can be below what the
+    /// previous leader acknowledged; [`committed_end`](Self::committed_end)
+    /// says when it is the end.
     pub fn high_watermark(&self) -> Offset {
         self.replica.high_watermark()
+    }
+
+    /// The committed end of the log, on the leader: every offset below it
+    /// is committed and, unlike [`high_watermark`](Self::high_watermark),
+    /// no offset at or above it had been acknowledged by an earlier leader
+    /// (SPEC 3.8).
+    ///
+    /// A newly elected leader starts from the high watermark it had as a
+    /// follower, which can be below what the previous leader acknowledged:
+    /// until its followers have fetched up to the start offset of its
+    /// epoch, this returns [`Error::CommittedEndNotYetKnown`] (Kafka's
+    /// `OFFSET_NOT_AVAILABLE`), which is retriable. On a follower it
+    /// returns [`Error::NotLeader`]: a follower's high watermark is only its
+    /// view, and may lag or move back.
+    pub fn committed_end(&self) -> Result<Offset> {
+        self.replica.committed_end()
     }
 
     /// The log end offset: the offset the next record will get.
@@ -284,14 +304,19 @@ impl ReplicatedLog {
 }
 
 /// Blocking iterator over committed records; see
-/// [`ReplicatedLog::committed_records`]. Yields errors from storage and
-/// ends only when the node shuts down.
+/// [`ReplicatedLog::committed_records`]. Yields errors from storage, and
+/// ends (`None`) once the handle's node has stopped (shut down, halted or
+/// crashed), after the records it had already read: a `for` loop over it
+/// ends at shutdown. A restarted node's handle resumes from
+/// [`position`](Self::position).
 #[derive(Debug)]
 pub struct CommittedRecords {
     log: ReplicatedLog,
     next: Offset,
     buffered: std::collections::VecDeque<Record>,
     wait_max: Duration,
+    /// Set once the node was seen stopped with nothing left to hand out.
+    finished: bool,
 }
 
 impl CommittedRecords {
@@ -300,13 +325,25 @@ impl CommittedRecords {
         self.next
     }
 
-    /// Returns the next committed record, waiting up to `timeout`.
+    /// Whether the iterator has ended because its node stopped: it yields
+    /// nothing more.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Returns the next committed record, waiting up to `timeout`; `None`
+    /// if none was committed in that time or the node has stopped (see
+    /// [`is_finished`](Self::is_finished) to tell them apart).
     pub fn next_timeout(&mut self, timeout: Duration) -> Option<Result<Record>> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(record) = self.buffered.pop_front() {
                 self.next = record.offset.next();
                 return Some(Ok(record));
+            }
+            if self.log.node.is_stopped() {
+                self.finished = true;
+                return None;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             let batches =
@@ -315,6 +352,8 @@ impl CommittedRecords {
                     .read_blocking(self.next, 1024 * 1024, remaining.min(self.wait_max))
                 {
                     Ok(batches) => batches,
+                    // Stopped while reading: the end, not an error.
+                    Err(_) if self.log.node.is_stopped() => continue,
                     Err(error) => return Some(Err(error)),
                 };
             for batch in batches {
@@ -340,6 +379,9 @@ impl Iterator for CommittedRecords {
         loop {
             if let Some(item) = self.next_timeout(Duration::from_secs(3600)) {
                 return Some(item);
+            }
+            if self.finished {
+                return None;
             }
         }
     }

@@ -652,7 +652,8 @@ fn log_created_with_its_first_replica_dead_gets_a_leader_without_waiting_for_the
 /// Stopping the active controller resigns its seat, so a standby takes over
 /// at once although the stopped node's session is still live (before, the
 /// seat stayed taken until that session ended). Crash simulation does not
-/// resign: the seat then waits for the session.
+/// resign, not even when the crashed controller is dropped later: the seat
+/// then waits for the session.
 #[test]
 fn stopping_the_controller_hands_the_seat_over_at_once() {
     let (coordinator, _clock) = manual();
@@ -677,6 +678,20 @@ fn stopping_the_controller_hands_the_seat_over_at_once() {
     let idle = start(&coordinator, N1, config());
     std::thread::sleep(Duration::from_millis(50));
     assert!(!idle.is_active(), "a crashed controller's seat was freed");
+    assert_eq!(
+        coordinator.controller().unwrap(),
+        Some((N2, ControllerEpoch(2)))
+    );
+    // Nor does dropping the crashed controller later (a harness drops a
+    // crashed node's parts after the crash): before, the drop resigned the
+    // seat, and a node cut off from its coordinator blocked in the drop
+    // for a whole call timeout.
+    drop(standby);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !idle.is_active(),
+        "dropping a crashed controller freed its seat"
+    );
     assert_eq!(
         coordinator.controller().unwrap(),
         Some((N2, ControllerEpoch(2)))

@@ -1,8 +1,10 @@
 //! The TCP transport's bounds hold: a full handler queue answers with an
 //! error instead of growing, a server over its connection limit closes new
-//! connections, a silent peer costs a call its deadline and no more, and
-//! frames over `frame_bytes_max` are refused on both sides without harming
-//! the connection.
+//! connections (or, if some never sent a frame, the oldest of those), one
+//! address holds at most its share of connections, a connection that never
+//! speaks is closed after the handshake timeout, a silent peer costs a call
+//! its deadline and no more, and frames over `frame_bytes_max` are refused on
+//! both sides without harming the connection.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read};
@@ -33,7 +35,7 @@ fn client(server_addr: SocketAddr, config: TcpConfig) -> TcpTransport {
 }
 
 fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(3);
+    let give_up = Instant::now() + Duration::from_secs(10);
     while !condition() {
         assert!(Instant::now() < give_up, "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(2));
@@ -96,6 +98,24 @@ fn a_full_handler_queue_answers_with_an_error_instead_of_queueing() {
     });
 }
 
+/// Reads from `stream` until the server closes it; panics if it stays open.
+fn expect_closed_by_server(stream: &mut TcpStream, what: &str) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    match stream.read(&mut [0u8; 16]) {
+        Ok(0) => {}
+        Err(error)
+            if matches!(
+                error.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            ) => {}
+        other => panic!("{what} was not closed: {other:?}"),
+    }
+}
+
+/// Every slot held by a connection that has sent valid frames: a new one is
+/// closed on accept, counted as refused.
 #[test]
 fn connections_over_the_limit_are_closed_on_accept() {
     let config = TcpConfig {
@@ -109,24 +129,15 @@ fn connections_over_the_limit_are_closed_on_accept() {
         config.clone(),
     )
     .expect("bind");
-    let first = TcpStream::connect(server.local_addr()).expect("connect");
-    wait_for("the first connection to register", || {
-        server.connection_count() == 1
-    });
+    let first = client(server.local_addr(), config.clone());
+    let request = sample_epoch_request(CLIENT, 1);
+    first
+        .call(SERVER, request, Instant::now() + Duration::from_secs(5))
+        .expect("the first connection is served");
     let mut second = TcpStream::connect(server.local_addr()).expect("connect");
-    second
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .expect("read timeout");
-    match second.read(&mut [0u8; 16]) {
-        Ok(0) => {}
-        Err(error)
-            if matches!(
-                error.kind(),
-                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
-            ) => {}
-        other => panic!("connection over the limit was not closed: {other:?}"),
-    }
-    drop(first);
+    expect_closed_by_server(&mut second, "a connection over the limit");
+    assert_eq!(server.stats().connections_refused, 1);
+    first.shutdown();
     wait_for("the first connection to go", || {
         server.connection_count() == 0
     });
@@ -140,6 +151,106 @@ fn connections_over_the_limit_are_closed_on_accept() {
         )
         .expect("served once below the limit");
     assert_eq!(got, echo_response(SERVER, CLIENT, &request));
+}
+
+/// All slots held by connections that never sent a frame: a new connection
+/// takes the slot of the oldest of them (idle connections cannot lock a
+/// replica out), and is served.
+#[test]
+fn a_connection_that_never_spoke_gives_its_slot_to_a_new_one() {
+    let config = TcpConfig {
+        server_connections_max: 3,
+        connections_per_peer: 1,
+        ..TcpTransportFactory::test_config()
+    };
+    let server = TcpServer::bind(
+        loopback_any_port(),
+        Arc::new(EchoHandler::new(SERVER)),
+        config.clone(),
+    )
+    .expect("bind");
+    let mut idle = Vec::new();
+    for count in 1..=3 {
+        idle.push(TcpStream::connect(server.local_addr()).expect("connect"));
+        wait_for("the idle connection to register", || {
+            server.connection_count() == count
+        });
+    }
+    let client = client(server.local_addr(), config);
+    for id in 0..3 {
+        let request = sample_epoch_request(CLIENT, id);
+        let got = client
+            .call(
+                SERVER,
+                request.clone(),
+                Instant::now() + Duration::from_secs(5),
+            )
+            .expect("served though idle connections held every slot");
+        assert_eq!(got, echo_response(SERVER, CLIENT, &request));
+    }
+    expect_closed_by_server(&mut idle[0], "the oldest idle connection");
+    let stats = server.stats();
+    assert_eq!(stats.connections_evicted, 1, "{stats:?}");
+    assert_eq!(stats.connections_refused, 0, "{stats:?}");
+    assert!(stats.connections <= 3, "{stats:?}");
+}
+
+/// One address holds at most `connections_per_address_max` connections;
+/// more are refused and counted.
+#[test]
+fn one_address_holds_at_most_its_share_of_connections() {
+    const PER_ADDRESS: usize = 4;
+    let config = TcpConfig {
+        connections_per_address_max: PER_ADDRESS,
+        ..TcpTransportFactory::test_config()
+    };
+    let server = TcpServer::bind(
+        loopback_any_port(),
+        Arc::new(EchoHandler::new(SERVER)),
+        config,
+    )
+    .expect("bind");
+    let mut held = Vec::new();
+    for count in 1..=PER_ADDRESS {
+        held.push(TcpStream::connect(server.local_addr()).expect("connect"));
+        wait_for("the connection to register", || {
+            server.connection_count() == count
+        });
+    }
+    for extra in 1..=3 {
+        let mut over = TcpStream::connect(server.local_addr()).expect("connect");
+        expect_closed_by_server(&mut over, "a connection over the per-address limit");
+        assert_eq!(server.stats().connections_refused, extra);
+    }
+    assert_eq!(server.connection_count(), PER_ADDRESS);
+}
+
+/// A connection that sends nothing is closed after `handshake_timeout`,
+/// long before `idle_timeout`.
+#[test]
+fn a_connection_that_never_sends_a_frame_is_closed_after_the_handshake_timeout() {
+    let config = TcpConfig {
+        handshake_timeout: Duration::from_millis(300),
+        ..TcpTransportFactory::test_config()
+    };
+    assert!(config.idle_timeout >= Duration::from_secs(60));
+    let server = TcpServer::bind(
+        loopback_any_port(),
+        Arc::new(EchoHandler::new(SERVER)),
+        config,
+    )
+    .expect("bind");
+    let started = Instant::now();
+    let mut silent = TcpStream::connect(server.local_addr()).expect("connect");
+    expect_closed_by_server(&mut silent, "a silent connection");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "closed before the handshake timeout: {:?}",
+        started.elapsed()
+    );
+    wait_for("the handshake timeout to be counted", || {
+        server.stats().handshake_timeouts == 1
+    });
 }
 
 #[test]
@@ -317,4 +428,78 @@ fn a_peer_that_stops_reading_costs_a_large_request_its_deadline() {
         elapsed < timeout + Duration::from_secs(1),
         "returned late, after {elapsed:?}"
     );
+}
+
+/// A large request keeps its frame budget bytes until it is answered, so
+/// requests decoded and waiting for a handler cannot escape the budget; a
+/// second large request is not read until the first is answered, while a
+/// small one on another connection is served at once.
+#[test]
+fn a_large_request_holds_the_frame_budget_until_it_is_answered() {
+    const BUDGET: usize = 256 * 1024;
+    let config = TcpConfig {
+        frame_bytes_max: BUDGET,
+        frame_buffer_bytes_max: BUDGET,
+        ..TcpTransportFactory::test_config()
+    };
+    let poller = Arc::new(LongPollHandler::new(SERVER));
+    let server =
+        TcpServer::bind(loopback_any_port(), poller.clone(), config.clone()).expect("bind");
+    let client_for_small = client(server.local_addr(), config.clone());
+    let client = client(server.local_addr(), config);
+    // About 150 KB encoded: over the 64 KiB of a small body, and two do not
+    // fit the budget together.
+    let large = |id| {
+        let mut request = sample_fetch_request(CLIENT, id);
+        if let Request::Fetch(fetch) = &mut request {
+            fetch.wait_max = Duration::from_secs(30);
+            fetch.logs = (0..5000)
+                .map(|index| FetchLog {
+                    log: LogId(index),
+                    current_leader_epoch: LeaderEpoch(1),
+                    fetch_offset: Offset(0),
+                    last_fetched_epoch: None,
+                    log_start_offset: Offset(0),
+                    bytes_max: 1,
+                })
+                .collect();
+        }
+        request
+    };
+    thread::scope(|scope| {
+        let client = &client;
+        let first = scope
+            .spawn(move || client.call(SERVER, large(1), Instant::now() + Duration::from_secs(30)));
+        assert!(poller.wait_until_holding(1, Instant::now() + Duration::from_secs(10)));
+        let held = server.stats().buffered_frame_bytes;
+        assert!(held > 64 * 1024, "the held request accounts {held} bytes");
+        let second = scope
+            .spawn(move || client.call(SERVER, large(2), Instant::now() + Duration::from_secs(30)));
+        wait_for("the second large request to wait for the budget", || {
+            server.stats().frames_waited_for_budget == 1
+        });
+        assert_eq!(poller.holding(), 1, "the second request was read");
+        let small = sample_epoch_request(CLIENT, 3);
+        // On connections of its own: a connection waiting for the budget
+        // is not read from, whatever follows on it.
+        let got = client_for_small
+            .call(
+                SERVER,
+                small.clone(),
+                Instant::now() + Duration::from_secs(10),
+            )
+            .expect("a small request is served meanwhile");
+        assert_eq!(got, echo_response(SERVER, CLIENT, &small));
+        poller.release();
+        for call in [first, second] {
+            // Answered. (The echo of 5000 logs is over `frame_bytes_max`, so
+            // what comes back is the error response that stands in for it.)
+            let answer = call.join().expect("caller thread");
+            assert!(answer.is_ok(), "{answer:?}");
+        }
+        wait_for("the budget to be given back", || {
+            server.stats().buffered_frame_bytes == 0
+        });
+        assert!(server.stats().buffered_frame_bytes_peak <= BUDGET);
+    });
 }

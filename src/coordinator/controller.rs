@@ -441,7 +441,7 @@ impl Controller {
     /// resignation is logged: the seat is then freed when the node's
     /// session ends, as before.
     pub fn stop(&mut self) {
-        self.halt_for_crash();
+        self.halt_thread();
         if self.shared.may_hold_seat.swap(false, Ordering::SeqCst) {
             let node = self.shared.node;
             match self.shared.coordinator.resign_controller(node) {
@@ -457,6 +457,18 @@ impl Controller {
     /// session ends. For crash simulations; idempotent.
     #[doc(hidden)]
     pub fn halt_for_crash(&mut self) {
+        self.halt_thread();
+        // A crashed process resigns nothing, not even when it is dropped
+        // later: `stop` (and so `Drop`) must not call the coordinator.
+        // (Before, dropping a crash-halted node resigned its seat, which
+        // made the simulated crash gentler than a real one and, with the
+        // node cut off from its coordinator, blocked the drop for a whole
+        // call timeout.)
+        self.shared.may_hold_seat.store(false, Ordering::SeqCst);
+    }
+
+    /// Stops the thread and waits for it; resigns nothing.
+    fn halt_thread(&mut self) {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {

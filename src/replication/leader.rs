@@ -564,6 +564,19 @@ impl LeaderState {
         self.epoch_start_offset
     }
 
+    /// The committed end of the log, once this leader knows it: `None`
+    /// while its high watermark is below the start offset of its own epoch
+    /// (SPEC §3.8). A new leader starts from the high watermark it had as
+    /// a follower, which can be below what the previous leader already
+    /// acknowledged; only when its high watermark reaches its epoch's start
+    /// offset has everything the previous leaders wrote been committed and
+    /// counted. Kafka's rule for `ListOffsets` "latest"
+    /// (`OFFSET_NOT_AVAILABLE` while the epoch start offset is above the
+    /// high watermark, `Partition.fetchOffsetForTimestamp`).
+    pub(crate) fn committed_end(&self) -> Option<Offset> {
+        (self.high_watermark >= self.epoch_start_offset).then_some(self.high_watermark)
+    }
+
     /// The leader's log end offset.
     pub(crate) fn log_end_offset(&self) -> Offset {
         self.log_end_offset
@@ -577,6 +590,12 @@ impl LeaderState {
     /// Every replica, in assignment order.
     pub(crate) fn replicas(&self) -> &[NodeId] {
         &self.replicas
+    }
+
+    /// The log end offset `node` last showed by fetching in this epoch;
+    /// `None` if it is not a follower or has not fetched yet.
+    pub(crate) fn follower_log_end_offset(&self, node: NodeId) -> Option<Offset> {
+        self.followers.get(&node)?.log_end_offset()
     }
 
     /// How far `node` is behind, as of `now`; `None` if it is not a
@@ -992,6 +1011,97 @@ mod tests {
             FetchDecision::Rejected(expected)
         );
         assert_eq!(state.validate_fetch(F1, Offset(8), EPOCH), Ok(()));
+    }
+
+    #[test]
+    fn committed_end_is_unknown_until_the_high_watermark_reaches_the_epoch_start() {
+        let now = Instant::now();
+        // (name, replicas, ISR, min ISR, (log start, HW, LEO) at election,
+        //  committed end at election, follower fetches after it, committed
+        //  end expected after each)
+        type Row = (
+            &'static str,
+            &'static [NodeId],
+            &'static [NodeId],
+            usize,
+            (u64, u64, u64),
+            Option<u64>,
+            &'static [(NodeId, u64)],
+            &'static [Option<u64>],
+        );
+        let rows: &[Row] = &[
+            (
+                "the HW it had as follower is already the epoch start",
+                &[L, F1],
+                &[L, F1],
+                1,
+                (0, 3, 3),
+                Some(3),
+                &[],
+                &[],
+            ),
+            (
+                "stale HW: unknown until the follower fetches up to the epoch start",
+                &[L, F1],
+                &[L, F1],
+                1,
+                (0, 2, 3),
+                None,
+                &[(F1, 2), (F1, 3), (F1, 3)],
+                &[None, Some(3), Some(3)],
+            ),
+            (
+                "a follower past the epoch start commits the new epoch's records too",
+                &[L, F1, F2],
+                &[L, F1, F2],
+                2,
+                (0, 0, 5),
+                None,
+                &[(F1, 5), (F2, 4), (F2, 5)],
+                &[None, None, Some(5)],
+            ),
+            (
+                "alone in the ISR with min ISR 1: the whole tail commits at once",
+                &[L, F1],
+                &[L],
+                1,
+                (0, 1, 4),
+                Some(4),
+                &[],
+                &[],
+            ),
+            (
+                "alone below min ISR: the HW is frozen, so the end stays unknown",
+                &[L, F1],
+                &[L],
+                2,
+                (0, 1, 4),
+                None,
+                &[(F1, 4)],
+                &[None],
+            ),
+        ];
+        for &(name, replicas, isr, min, (start, hw, leo), at_election, fetches, expected) in rows {
+            let mut state = leader(replicas, isr, min, offsets(start, hw, leo), now);
+            assert_eq!(state.epoch_start_offset(), Offset(leo), "{name}");
+            assert_eq!(
+                state.committed_end(),
+                at_election.map(Offset),
+                "{name}: at election"
+            );
+            for (step, (&(follower, offset), want)) in fetches.iter().zip(expected).enumerate() {
+                let _ = fetch(&mut state, follower, offset, now);
+                assert_eq!(
+                    state.committed_end(),
+                    want.map(Offset),
+                    "{name}: after fetch {step} ({follower} at {offset})"
+                );
+                // Whenever it is known, it is the high watermark.
+                if let Some(end) = state.committed_end() {
+                    assert_eq!(end, state.high_watermark(), "{name}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -175,6 +175,10 @@ pub(crate) struct Replica {
     /// Cleared by the next role change, or once the coordinator names
     /// another leader in that epoch or a later one.
     leadership_failed: Mutex<Option<LeaderEpoch>>,
+    /// Controlled shutdown: the leader epoch (plus one; 0 for none) in
+    /// which this replica stopped taking appends to hand its leadership
+    /// over. A later epoch is not affected.
+    appends_stopped_in: AtomicU64,
     pipeline: AppendPipeline,
 }
 
@@ -215,6 +219,7 @@ impl Replica {
             restarted,
             resign_attempted_at: Mutex::new(None),
             leadership_failed: Mutex::new(None),
+            appends_stopped_in: AtomicU64::new(0),
             pipeline: AppendPipeline {
                 combiner: Combiner::new(AppendQueue {
                     next_offset: Offset::ZERO,
@@ -307,6 +312,55 @@ impl Replica {
     pub(crate) fn role(&self) -> (Role, LeaderEpoch) {
         let state = self.role.read();
         (state.role, state.leader_epoch)
+    }
+
+    /// The committed end of the log on a leader that knows it (SPEC 3.8):
+    /// `NotLeader` on a follower, `CommittedEndNotYetKnown` on a new leader
+    /// whose high watermark is still below its epoch's start offset.
+    pub(crate) fn committed_end(&self) -> Result<Offset> {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return Err(self.not_leader(&role));
+        }
+        let leader = self.leader.lock();
+        let Some(leader) = leader.as_ref() else {
+            return Err(self.not_leader(&role));
+        };
+        leader
+            .committed_end()
+            .ok_or_else(|| Error::CommittedEndNotYetKnown {
+                log: self.log_id,
+                epoch: leader.leader_epoch(),
+                high_watermark: leader.high_watermark(),
+                epoch_start_offset: leader.epoch_start_offset(),
+            })
+    }
+
+    /// Controlled shutdown: if this replica leads, it takes no more
+    /// appends in its epoch and returns that epoch and its log end offset,
+    /// final once this returns (every append admitted before is in the
+    /// log: each holds `role` until its batch is written or queued, and the
+    /// queue's writer drains it before letting `role` go). `None` on a
+    /// follower.
+    pub(crate) fn stop_appends_for_hand_over(&self) -> Option<(LeaderEpoch, Offset)> {
+        let role = self.role.write();
+        if role.role != Role::Leader {
+            return None;
+        }
+        self.appends_stopped_in
+            .store(u64::from(role.leader_epoch.0) + 1, Ordering::SeqCst);
+        Some((role.leader_epoch, self.log.log_end_offset()))
+    }
+
+    /// Controlled shutdown: whether `follower` has fetched everything this
+    /// leader holds (it is caught up to the log end).
+    pub(crate) fn has_caught_up(&self, follower: NodeId) -> bool {
+        let end = self.log.log_end_offset();
+        self.leader
+            .lock()
+            .as_ref()
+            .and_then(|leader| leader.follower_log_end_offset(follower))
+            .is_some_and(|offset| offset >= end)
     }
 
     pub(crate) fn in_sync_replicas(&self) -> Vec<NodeId> {
@@ -536,6 +590,15 @@ impl Replica {
         let role = self.role.read();
         if role.role != Role::Leader {
             return Err(self.not_leader(&role));
+        }
+        if self.appends_stopped_in.load(Ordering::SeqCst) == u64::from(role.leader_epoch.0) + 1 {
+            // Handing leadership over (controlled shutdown): the successor
+            // is not named yet; the caller retries and finds it.
+            return Err(Error::NotLeader {
+                log: self.log_id,
+                epoch: role.leader_epoch,
+                leader: None,
+            });
         }
         if check_isr {
             match self.leader.lock().as_ref() {
@@ -827,11 +890,17 @@ impl Replica {
     /// `arrival` says when the fetch arrived and whether this is its first
     /// evaluation, for it vouches for its follower only as of then (SPEC
     /// 3.4, `LeaderState::on_fetch`).
+    ///
+    /// At most `bytes_max` bytes of records are returned, except that with
+    /// `min_one_batch` the first batch is returned whatever its size (Kafka's
+    /// `minOneMessage`: the first log of a fetch answer with data may exceed
+    /// the budget so that a large batch still moves).
     pub(crate) fn answer_fetch(
         &self,
         follower: NodeId,
         request: &FetchLog,
         bytes_max: usize,
+        min_one_batch: bool,
         arrival: FetchArrival,
     ) -> FetchedLog {
         let mut answer = FetchedLog {
@@ -931,8 +1000,18 @@ impl Replica {
         let limit = bytes_max
             .min(request.bytes_max as usize)
             .min(self.config.fetch_bytes_max as usize);
-        match self.log.read(request.fetch_offset, limit) {
-            Ok(read) => answer.records = read.records,
+        let read = if limit == 0 && !min_one_batch {
+            Ok(Bytes::new())
+        } else {
+            self.log
+                .read(request.fetch_offset, limit)
+                .map(|read| read.records)
+        };
+        match read {
+            // The log always reads at least one batch; over the limit it is
+            // dropped here unless this answer may carry one batch regardless.
+            Ok(records) if records.len() > limit && !min_one_batch => {}
+            Ok(records) => answer.records = records,
             Err(Error::OffsetOutOfRange { .. }) => answer.error = ErrorCode::OffsetOutOfRange,
             Err(e) => {
                 tracing::warn!(log = %self.log_id, error = %e, "read for a fetch failed");

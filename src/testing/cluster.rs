@@ -91,9 +91,18 @@ pub struct ClusterBuilder {
     manual_clock: Option<ManualClock>,
     controller: Option<ControllerConfig>,
     retention_check_interval: Duration,
+    controlled_shutdown_timeout: Duration,
 }
 
 impl ClusterBuilder {
+    /// How long each node's clean stop may spend handing its leadership
+    /// over ([`NodeConfig::controlled_shutdown_timeout`]; zero turns it
+    /// off).
+    pub fn controlled_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.controlled_shutdown_timeout = timeout;
+        self
+    }
+
     /// The controller every node runs (`None`: no controller, leaders
     /// change only when a test writes the coordinator itself).
     pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
@@ -205,6 +214,7 @@ impl Cluster {
             manual_clock: None,
             controller: Some(ControllerConfig::default()),
             retention_check_interval: Duration::from_secs(300),
+            controlled_shutdown_timeout: Duration::from_secs(5),
         }
     }
 
@@ -236,6 +246,7 @@ impl Cluster {
         config.session_timeout = self.builder.session_timeout;
         config.controller = self.builder.controller.clone();
         config.retention_check_interval = self.builder.retention_check_interval;
+        config.controlled_shutdown_timeout = self.builder.controlled_shutdown_timeout;
         let transport = Arc::new(self.network.transport(id));
         let node = Node::start(
             config,
@@ -297,13 +308,18 @@ impl Cluster {
 
     /// Stops node `id` cleanly: its logs are flushed and closed (a clean
     /// shutdown for the next open) and it leaves the coordinator.
+    ///
+    /// The node stays reachable while it shuts down, as a real process
+    /// does: its controlled shutdown lets followers catch up before it
+    /// hands its leadership over.
     pub fn stop_node(&self, id: NodeId) -> Result<()> {
-        self.network.node_down(id);
         let node = self.nodes.lock().remove(&id);
-        match node {
+        let outcome = match node {
             Some(node) => node.shutdown(),
             None => Ok(()),
-        }
+        };
+        self.network.node_down(id);
+        outcome
     }
 
     /// Restarts a crashed node from its directory.

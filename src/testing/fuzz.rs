@@ -194,7 +194,7 @@ fn read_one(
         Err(ReadError::Frame(error)) => return Err(error.into()),
         // A byte slice neither fails nor times out; were it to, say so
         // rather than panic.
-        Err(other @ (ReadError::Io(_) | ReadError::Idle)) => {
+        Err(other @ (ReadError::Io(_) | ReadError::Idle | ReadError::Late { .. })) => {
             return Err(FrameError::new("stream", other.to_string()).into())
         }
     };

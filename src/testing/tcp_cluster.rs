@@ -36,7 +36,7 @@ use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex};
-use crate::transport::{TcpConfig, TcpServer, TcpTransport};
+use crate::transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 use crate::types::{LeaderEpoch, LogId, NodeId};
 
 /// Builds a [`TcpCluster`].
@@ -183,6 +183,14 @@ impl TcpCluster {
             .lock()
             .get(&id)
             .map(|running| running.server.local_addr())
+    }
+
+    /// The limit counters of node `id`'s server, if it is running.
+    pub fn server_stats(&self, id: NodeId) -> Option<TcpServerStats> {
+        self.running
+            .lock()
+            .get(&id)
+            .map(|running| running.server.stats())
     }
 
     /// Starts (or restarts) node `id` from its directory, on a fresh port,

@@ -331,17 +331,22 @@ impl ZkCluster {
 
     /// Stops node `id` cleanly: its logs are flushed and closed, it leaves
     /// the coordinator, and its coordinator is dropped.
+    ///
+    /// The node stays reachable while it shuts down, as a real process
+    /// does: its controlled shutdown lets followers catch up before it
+    /// hands its leadership over.
     pub fn stop_node(&self, id: NodeId) -> Result<()> {
-        self.network.node_down(id);
         let running = self.nodes.lock().remove(&id);
-        match running {
+        let outcome = match running {
             Some(RunningNode { node, coordinator }) => {
                 let outcome = node.shutdown();
                 drop(coordinator);
                 outcome
             }
             None => Ok(()),
-        }
+        };
+        self.network.node_down(id);
+        outcome
     }
 
     /// Restarts a crashed or stopped node from its directory.

@@ -37,7 +37,8 @@ pub use memory::{MemoryNetwork, MemoryTransport};
 pub(crate) use tcp::{
     decode_body, encode_request, encode_response, read_frame, FrameError, Message, ReadError,
 };
-pub use tcp::{TcpConfig, TcpServer, TcpTransport};
+pub(crate) use tcp::{RateLimitedWarnings, Warning};
+pub use tcp::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 
 // ---- traits ----------------------------------------------------------------
 

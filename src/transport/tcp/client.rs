@@ -588,9 +588,10 @@ impl Connection {
                     reason: reason.clone(),
                 });
             }
-            // The client sets no read timeout, so `Idle` cannot happen here;
-            // were it to, the connection is treated as gone.
-            ReadError::Closed | ReadError::Io(_) | ReadError::Idle => {
+            // The client sets no read timeout and `read_frame` has no frame
+            // deadline, so `Idle` and `Late` cannot happen here; were they
+            // to, the connection is treated as gone.
+            ReadError::Closed | ReadError::Io(_) | ReadError::Idle | ReadError::Late { .. } => {
                 tracing::debug!(peer = %to, addr = %self.addr, %reason, "tcp: connection closed");
                 self.close(|| TransportError::Unreachable {
                     to,

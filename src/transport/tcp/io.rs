@@ -5,11 +5,14 @@
 //! (`frame.rs`) nor what to do about a bad one (the connection's owner).
 
 use std::fmt;
-use std::io::{self, Read};
+use std::io::{self, BufReader, Read};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use super::frame::{decode_header, FrameError, FrameHeader, HEADER_BYTES};
+use super::limits::{BudgetRefusal, FrameBudget, Reservation};
+use crate::sync::Arc;
 
 /// The body buffer starts at most this large and grows as bytes arrive, so a
 /// peer that announces a large frame and then sends nothing pins little
@@ -29,6 +32,18 @@ pub(crate) enum ReadError {
     /// The socket's read timeout passed between two frames: nothing is
     /// wrong, the peer is idle.
     Idle,
+    /// A frame was not whole by its deadline (`read_frame_within`).
+    Late {
+        /// The part that was still arriving: `header`, `body`, or `budget`
+        /// when the server's frame budget stayed spent.
+        part: &'static str,
+        /// Bytes of that part received.
+        received: usize,
+        /// Bytes of that part expected.
+        expected: usize,
+        /// The deadline, counted from the frame's first byte.
+        timeout: Duration,
+    },
 }
 
 fn is_timeout(error: &io::Error) -> bool {
@@ -45,6 +60,24 @@ impl fmt::Display for ReadError {
             ReadError::Io(error) => write!(f, "socket error: {error}"),
             ReadError::Frame(error) => write!(f, "{error}"),
             ReadError::Idle => write!(f, "no frame before the read timeout"),
+            ReadError::Late {
+                part: "budget",
+                expected,
+                timeout,
+                ..
+            } => write!(
+                f,
+                "frame of {expected} body bytes not read within {timeout:?}: the server's frame buffer budget stayed spent"
+            ),
+            ReadError::Late {
+                part,
+                received,
+                expected,
+                timeout,
+            } => write!(
+                f,
+                "frame not whole within {timeout:?} of its first byte: {received} of {expected} {part} bytes arrived"
+            ),
         }
     }
 }
@@ -107,6 +140,148 @@ pub(crate) fn read_frame<R: Read>(
         )));
     }
     Ok((header, Bytes::from(body)))
+}
+
+/// What [`read_frame_within`] holds a frame to.
+pub(crate) struct FrameLimits<'a> {
+    /// Largest frame, header included.
+    pub(crate) frame_bytes_max: usize,
+    /// Longest a frame may take to arrive, from its first byte to its last.
+    pub(crate) frame_timeout: Duration,
+    /// Where bodies larger than a small one reserve their bytes.
+    pub(crate) budget: &'a Arc<FrameBudget>,
+}
+
+/// Reads the next frame as [`read_frame`] does, but against deadlines for
+/// the whole frame rather than for each `read`: the first byte must come by
+/// `first_byte_by` (else [`ReadError::Idle`]), and the rest within
+/// `limits.frame_timeout` of it (else [`ReadError::Late`]), so a peer that
+/// trickles one byte at a time cannot hold the connection open. A large body
+/// is read only once its bytes are reserved from `limits.budget`; the
+/// returned reservation gives them back when dropped (once the request is
+/// answered).
+///
+/// `set_read_timeout` sets the underlying socket's read timeout; it is
+/// called before each read that will reach the socket. `give_up` is asked
+/// while waiting for the budget whether the connection was closed.
+pub(crate) fn read_frame_within<R: Read>(
+    reader: &mut BufReader<R>,
+    set_read_timeout: &mut dyn FnMut(Duration) -> io::Result<()>,
+    first_byte_by: Instant,
+    limits: &FrameLimits<'_>,
+    give_up: &dyn Fn() -> bool,
+) -> Result<(FrameHeader, Bytes, Reservation), ReadError> {
+    let mut header_bytes = [0u8; HEADER_BYTES];
+    match read_until(
+        reader,
+        &mut header_bytes[..1],
+        first_byte_by,
+        set_read_timeout,
+    ) {
+        Ok(0) => return Err(ReadError::Closed),
+        Ok(_) => {}
+        Err(error) if is_timeout(&error) => return Err(ReadError::Idle),
+        Err(error) => return Err(ReadError::Io(error)),
+    }
+    let frame_deadline = Instant::now() + limits.frame_timeout;
+    let late = |part, received, expected| ReadError::Late {
+        part,
+        received,
+        expected,
+        timeout: limits.frame_timeout,
+    };
+    let mut filled = 1;
+    while filled < HEADER_BYTES {
+        match read_until(
+            reader,
+            &mut header_bytes[filled..],
+            frame_deadline,
+            set_read_timeout,
+        ) {
+            Ok(0) => {
+                return Err(ReadError::Frame(FrameError::truncated(
+                    "header",
+                    HEADER_BYTES,
+                    filled,
+                )))
+            }
+            Ok(read) => filled += read,
+            Err(error) if is_timeout(&error) => return Err(late("header", filled, HEADER_BYTES)),
+            Err(error) => return Err(ReadError::Io(error)),
+        }
+    }
+    let header = decode_header(&header_bytes, limits.frame_bytes_max).map_err(ReadError::Frame)?;
+    let expected = header.body_bytes;
+    let reservation = match limits.budget.reserve(expected, frame_deadline, give_up) {
+        Ok(reservation) => reservation,
+        Err(BudgetRefusal::DeadlinePassed) => return Err(late("budget", 0, expected)),
+        Err(BudgetRefusal::GaveUp) => {
+            return Err(ReadError::Io(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "connection closed while waiting for the frame budget",
+            )))
+        }
+    };
+    // The buffer grows as bytes arrive (a peer that announces a large body
+    // and stalls pins little memory) but never past the body's length, the
+    // amount reserved.
+    let mut body = Vec::new();
+    let mut received = 0;
+    while received < expected {
+        if received == body.len() {
+            let grow = body
+                .len()
+                .max(BODY_BUFFER_BYTES_INITIAL)
+                .min(expected - body.len());
+            body.reserve_exact(grow);
+            body.resize(body.len() + grow, 0);
+        }
+        match read_until(
+            reader,
+            &mut body[received..],
+            frame_deadline,
+            set_read_timeout,
+        ) {
+            Ok(0) => {
+                return Err(ReadError::Frame(FrameError::truncated(
+                    "body", expected, received,
+                )))
+            }
+            Ok(read) => received += read,
+            Err(error) if is_timeout(&error) => return Err(late("body", received, expected)),
+            Err(error) => return Err(ReadError::Io(error)),
+        }
+    }
+    debug_assert_eq!(body.len(), expected);
+    Ok((header, Bytes::from(body), reservation))
+}
+
+/// Shortest socket read timeout set: zero would mean none at all.
+const READ_TIMEOUT_LEAST: Duration = Duration::from_millis(1);
+
+/// One `read` into `buf` that returns by `deadline`: the socket's timeout is
+/// set to the time left before each read that reaches it. A timed-out read
+/// before the deadline is retried; at the deadline the error is
+/// `io::ErrorKind::TimedOut`.
+fn read_until<R: Read>(
+    reader: &mut BufReader<R>,
+    buf: &mut [u8],
+    deadline: Instant,
+    set_read_timeout: &mut dyn FnMut(Duration) -> io::Result<()>,
+) -> io::Result<usize> {
+    loop {
+        if reader.buffer().is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            set_read_timeout((deadline - now).max(READ_TIMEOUT_LEAST))?;
+        }
+        match reader.read(buf) {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted || is_timeout(&error) => {}
+            other => return other,
+        }
+    }
 }
 
 #[cfg(test)]

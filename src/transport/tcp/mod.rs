@@ -24,11 +24,20 @@
 //! field at fault) and the socket is shut; every other connection is served
 //! as before.
 //!
+//! A hostile or broken peer cannot take more than its share (`limits.rs`):
+//! a frame must be whole within `frame_read_timeout` of its first byte;
+//! large frame bodies being received share one `frame_buffer_bytes_max`
+//! budget; one address holds at most `connections_per_address_max`
+//! connections, and a connection that sends no valid request frame is closed
+//! after `handshake_timeout` or when its slot is needed; the warnings a peer
+//! can provoke are rate-limited. [`TcpServer::stats`] counts each at work.
+//!
 //! [`RequestHandler`]: crate::transport::RequestHandler
 
 mod client;
 mod frame;
 mod io;
+mod limits;
 mod server;
 mod worker;
 
@@ -38,6 +47,8 @@ use crate::error::{Error, Result};
 use crate::record::BATCH_BYTES_MAX;
 
 pub use client::TcpTransport;
+pub use limits::TcpServerStats;
+pub(crate) use limits::{RateLimitedWarnings, Warning};
 // The wire codec, for `testing::fuzz`: fuzzers drive the same decoder the
 // connections run.
 #[cfg(any(test, feature = "testing"))]
@@ -82,15 +93,44 @@ pub struct TcpConfig {
     /// `Response::Error(ErrorCode::Unknown)` (and a warning is logged) rather
     /// than queued without bound. Default 256.
     pub handler_queue_len: usize,
-    /// Connections a server accepts at once (each has a reader thread);
-    /// further ones are closed on accept with a warning. Default 256.
+    /// Connections a server keeps open at once (each has a reader thread).
+    /// When all are taken, a new connection closes the oldest one that has
+    /// not yet sent a valid request frame (Kafka's KIP-402 does the like for
+    /// its inter-broker listener), so idle connections cannot keep a replica
+    /// out; if every connection has sent valid frames the new one is closed
+    /// on accept. Default 256.
     pub server_connections_max: usize,
+    /// Connections a server keeps open from one IP address; more are closed
+    /// on accept (Kafka's `max.connections.per.ip`, unlimited there by
+    /// default). Default 64, a quarter of `server_connections_max`: one
+    /// address cannot take every slot. A node needs `connections_per_peer`
+    /// from each peer.
+    pub connections_per_address_max: usize,
+    /// A server connection that has not sent a valid request frame this long
+    /// after it was accepted is closed. Replicas send their first request at
+    /// once; this bounds how long a connection that never speaks holds a
+    /// slot. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// Bytes a server may hold, across all its connections, in frame bodies
+    /// larger than 64 KiB that it is receiving, or in requests from them it
+    /// has not yet answered. The whole length
+    /// announced in a frame's header is reserved before its body is read; a
+    /// connection that finds the budget spent is not read from until bytes
+    /// are freed or its `frame_read_timeout` passes (as Kafka's
+    /// `queued.max.request.bytes` mutes sockets; unlimited there by
+    /// default). Smaller bodies are outside the budget: at most one per
+    /// connection, so `server_connections_max` × 64 KiB in all. Must be at
+    /// least `frame_bytes_max`. Default 130 MiB, two frames of the default
+    /// maximum.
+    pub frame_buffer_bytes_max: usize,
     /// Longest a server waits to write one response before it gives up on
     /// the connection (a peer that stopped reading). Default 10 s.
     pub write_timeout: Duration,
-    /// Longest a server waits for the next bytes of a frame it has started
-    /// to receive; a peer that stalls mid-frame (a truncated frame on an
-    /// open socket) is disconnected with a logged reason. Default 30 s.
+    /// Longest a server waits for a whole frame, from its first byte to its
+    /// last (not for each read: a peer trickling a byte at a time is cut off
+    /// too); a peer that has not finished its frame by then (a stalled or
+    /// truncated frame on an open socket) is disconnected with a logged
+    /// reason. Default 30 s; a replica's requests are a few KiB.
     pub frame_read_timeout: Duration,
     /// A server connection with no request for this long is closed (Kafka's
     /// `connections.max.idle.ms`; clients redial on their next call).
@@ -99,6 +139,11 @@ pub struct TcpConfig {
     /// Longest `shutdown` (or drop) waits for each group of threads to stop
     /// before it detaches them with a warning. Default 5 s.
     pub shutdown_timeout: Duration,
+    /// Warnings a peer can provoke at will (refused or evicted connections,
+    /// bad or late frames, a full handler queue) are logged at most once
+    /// per this interval for each kind; the next one logged says how many
+    /// were held back. Zero logs every one. Default 10 s.
+    pub warning_interval: Duration,
 }
 
 impl Default for TcpConfig {
@@ -112,10 +157,14 @@ impl Default for TcpConfig {
             handler_threads: 16,
             handler_queue_len: 256,
             server_connections_max: 256,
+            connections_per_address_max: 64,
+            handshake_timeout: Duration::from_secs(10),
+            frame_buffer_bytes_max: 2 * (BATCH_BYTES_MAX + (1 << 20)),
             write_timeout: Duration::from_secs(10),
             frame_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(5),
+            warning_interval: Duration::from_secs(10),
         }
     }
 }
@@ -139,9 +188,17 @@ impl TcpConfig {
                 "must be at least 1 KiB and leave a body length that fits a u32",
             );
         }
+        if self.frame_buffer_bytes_max < self.frame_bytes_max {
+            return invalid(
+                "frame_buffer_bytes_max",
+                self.frame_buffer_bytes_max.to_string(),
+                "must be at least frame_bytes_max, or a frame of the largest size could never be read",
+            );
+        }
         for (field, value) in [
             ("frame_read_timeout", self.frame_read_timeout),
             ("idle_timeout", self.idle_timeout),
+            ("handshake_timeout", self.handshake_timeout),
         ] {
             if value.is_zero() {
                 return invalid(field, format!("{value:?}"), "must be positive");
@@ -166,6 +223,10 @@ impl TcpConfig {
             ("handler_threads", self.handler_threads),
             ("handler_queue_len", self.handler_queue_len),
             ("server_connections_max", self.server_connections_max),
+            (
+                "connections_per_address_max",
+                self.connections_per_address_max,
+            ),
         ];
         for (field, value) in counts {
             if value == 0 {
@@ -195,7 +256,28 @@ mod tests {
     #[test]
     fn invalid_configs_name_the_field() {
         let base = TcpConfig::default();
-        let cases: [(TcpConfig, &str); 8] = [
+        let cases: [(TcpConfig, &str); 11] = [
+            (
+                TcpConfig {
+                    frame_buffer_bytes_max: base.frame_bytes_max - 1,
+                    ..base.clone()
+                },
+                "frame_buffer_bytes_max",
+            ),
+            (
+                TcpConfig {
+                    handshake_timeout: Duration::ZERO,
+                    ..base.clone()
+                },
+                "handshake_timeout",
+            ),
+            (
+                TcpConfig {
+                    connections_per_address_max: 0,
+                    ..base.clone()
+                },
+                "connections_per_address_max",
+            ),
             (
                 TcpConfig {
                     frame_bytes_max: frame::HEADER_BYTES,

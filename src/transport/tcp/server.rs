@@ -9,8 +9,11 @@
 //! Threads: one acceptor; one reader per connection (at most
 //! `server_connections_max`); `handler_threads` handlers fed by a queue of
 //! `handler_queue_len` requests. Nothing grows without bound: a connection
-//! over the limit is closed on accept, a request that finds the queue full is
-//! answered at once with `ErrorCode::Unknown`, both with a warning.
+//! over the limits is closed on accept (or makes room by closing one that
+//! never sent a valid frame, see `limits.rs`), large frame bodies share one
+//! byte budget, a frame has a deadline from its first byte to its last, and
+//! a request that finds the queue full is answered at once with
+//! `ErrorCode::Unknown`; each with a rate-limited warning.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,7 +26,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use super::frame::{decode_body, encode_response, Message};
-use super::io::{read_frame, ReadError};
+use super::io::{read_frame_within, FrameLimits, ReadError};
+use super::limits::{
+    decide_slot, FrameBudget, LimitCounters, RateLimitedWarnings, Reservation, SlotDecision,
+    SlotView, TcpServerStats, Warning,
+};
 use super::worker::Worker;
 use super::TcpConfig;
 use crate::error::{Error, Result};
@@ -68,6 +75,10 @@ struct ServerShared {
     /// Open connections and their reader threads. A reader removes its own
     /// entry when it ends.
     connections: Mutex<HashMap<u64, OpenConnection>>,
+    /// Bytes of large frame bodies being received, across all connections.
+    budget: Arc<FrameBudget>,
+    counters: LimitCounters,
+    warnings: RateLimitedWarnings,
 }
 
 /// An accepted connection and its reader thread (`None` only while the
@@ -82,6 +93,10 @@ struct ServerConnection {
     /// Shuts the socket without waiting for the writer lock.
     control: TcpStream,
     closed: AtomicBool,
+    accepted_at: Instant,
+    /// Set once the connection has sent a valid request frame; until then
+    /// its slot may be given to a newer connection.
+    proven: AtomicBool,
 }
 
 /// One decoded request waiting for a handler thread.
@@ -90,6 +105,9 @@ struct Job {
     request_id: u64,
     from: NodeId,
     request: Request,
+    /// The frame budget bytes of a large request, held until it is
+    /// answered (see `limits.rs`).
+    reservation: Reservation,
 }
 
 impl TcpServer {
@@ -116,6 +134,9 @@ impl TcpServer {
             stopping: AtomicBool::new(false),
             next_connection_id: AtomicU64::new(0),
             connections: Mutex::new(HashMap::new()),
+            budget: Arc::new(FrameBudget::new(config.frame_buffer_bytes_max)),
+            counters: LimitCounters::new(),
+            warnings: RateLimitedWarnings::new(config.warning_interval),
             config,
         });
         let mut handlers = Vec::with_capacity(shared.config.handler_threads);
@@ -174,6 +195,25 @@ impl TcpServer {
     /// Number of connections open right now.
     pub fn connection_count(&self) -> usize {
         self.shared.connections.lock().len()
+    }
+
+    /// What the server's limits against hostile or broken peers are doing:
+    /// bytes held for frames being received, connections refused, evicted
+    /// or timed out.
+    pub fn stats(&self) -> TcpServerStats {
+        let (buffered_frame_bytes, buffered_frame_bytes_peak, frames_waited_for_budget) =
+            self.shared.budget.usage();
+        let counters = &self.shared.counters;
+        TcpServerStats {
+            connections: self.connection_count(),
+            buffered_frame_bytes,
+            buffered_frame_bytes_peak,
+            frames_waited_for_budget,
+            connections_refused: counters.connections_refused.load(Ordering::Relaxed),
+            connections_evicted: counters.connections_evicted.load(Ordering::Relaxed),
+            handshake_timeouts: counters.handshake_timeouts.load(Ordering::Relaxed),
+            frame_timeouts: counters.frame_timeouts.load(Ordering::Relaxed),
+        }
     }
 
     /// Stops accepting, closes every connection and stops every thread,
@@ -258,20 +298,53 @@ impl ServerShared {
             }
         };
         let mut connections = self.connections.lock();
-        if connections.len() >= self.config.server_connections_max {
-            tracing::warn!(peer = %peer_addr, limit = self.config.server_connections_max, "tcp: too many connections; closing the new one");
-            return;
+        // Connections already closed (evicted, timed out) but whose reader
+        // has not yet removed them do not hold a slot: their readers were
+        // woken by the shutdown of their sockets and are ending.
+        let open: Vec<SlotView> = connections
+            .iter()
+            .filter(|(_, (connection, _))| !connection.closed.load(Ordering::SeqCst))
+            .map(|(id, (connection, _))| SlotView {
+                id: *id,
+                ip: connection.peer_addr.ip(),
+                accepted_at: connection.accepted_at,
+                proven: connection.proven.load(Ordering::SeqCst),
+            })
+            .collect();
+        let decision = decide_slot(
+            &open,
+            peer_addr.ip(),
+            self.config.server_connections_max,
+            self.config.connections_per_address_max,
+        );
+        match decision {
+            SlotDecision::Admit => {}
+            SlotDecision::Evict(victim) => {
+                if let Some((evicted, _)) = connections.get(&victim) {
+                    evicted.close();
+                    LimitCounters::bump(&self.counters.connections_evicted);
+                    if let Some(suppressed) = self.warnings.admit(Warning::ConnectionEvicted) {
+                        tracing::warn!(peer = %evicted.peer_addr, new_peer = %peer_addr, limit = self.config.server_connections_max, suppressed, "tcp: every connection slot taken; closing the oldest connection that has sent no valid frame to make room");
+                    }
+                }
+            }
+            SlotDecision::RefuseAddress | SlotDecision::RefuseFull => {
+                LimitCounters::bump(&self.counters.connections_refused);
+                if let Some(suppressed) = self.warnings.admit(Warning::ConnectionRefused) {
+                    if decision == SlotDecision::RefuseAddress {
+                        tracing::warn!(peer = %peer_addr, limit = self.config.connections_per_address_max, suppressed, "tcp: too many connections from this address (connections_per_address_max); closing the new one");
+                    } else {
+                        tracing::warn!(peer = %peer_addr, limit = self.config.server_connections_max, suppressed, "tcp: too many connections (server_connections_max), all sending valid frames; closing the new one");
+                    }
+                }
+                return;
+            }
         }
+        // The reader sets the read timeout before each read that waits (see
+        // `read_frame_within`).
         let prepared = stream
             .set_nodelay(true)
             .and_then(|()| stream.set_write_timeout(Some(self.config.write_timeout)))
-            // The reader wakes at least this often: to drop a peer stalled
-            // inside a frame, and to count idle time.
-            .and_then(|()| {
-                stream.set_read_timeout(Some(
-                    self.config.frame_read_timeout.min(self.config.idle_timeout),
-                ))
-            })
             .and_then(|()| Ok((stream.try_clone()?, stream.try_clone()?)));
         let (control, reading) = match prepared {
             Ok(handles) => handles,
@@ -285,6 +358,8 @@ impl ServerShared {
             writer: Mutex::new(stream),
             control,
             closed: AtomicBool::new(false),
+            accepted_at: Instant::now(),
+            proven: AtomicBool::new(false),
         });
         let id = self.next_connection_id.fetch_add(1, Ordering::Relaxed);
         // Registered before the reader starts, so the reader's removal of its
@@ -323,22 +398,51 @@ impl ServerShared {
     ) {
         let peer = connection.peer_addr;
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
-        let mut last_frame_at = std::time::Instant::now();
+        // `control` is the same socket: its read timeout is the reader's.
+        let mut set_read_timeout = |timeout| connection.control.set_read_timeout(Some(timeout));
+        let limits = FrameLimits {
+            frame_bytes_max: self.config.frame_bytes_max,
+            frame_timeout: self.config.frame_read_timeout,
+            budget: &self.budget,
+        };
+        let closed = || connection.closed.load(Ordering::SeqCst);
+        let mut last_frame_at = connection.accepted_at;
         loop {
-            let (header, body) = match read_frame(&mut reader, self.config.frame_bytes_max) {
-                Ok(frame) => {
-                    last_frame_at = std::time::Instant::now();
-                    frame
+            // Until its first valid request the connection has only the
+            // handshake deadline; after that it may idle for `idle_timeout`.
+            let proven = connection.proven.load(Ordering::SeqCst);
+            let first_byte_by = if proven {
+                last_frame_at + self.config.idle_timeout
+            } else {
+                connection.accepted_at + self.config.handshake_timeout
+            };
+            let read = read_frame_within(
+                &mut reader,
+                &mut set_read_timeout,
+                first_byte_by,
+                &limits,
+                &closed,
+            );
+            let (header, body, reservation) = match read {
+                Ok(frame) => frame,
+                Err(ReadError::Idle) if proven => {
+                    tracing::debug!(%peer, idle = ?last_frame_at.elapsed(), "tcp: closing idle connection");
+                    break;
                 }
                 Err(ReadError::Idle) => {
-                    if last_frame_at.elapsed() >= self.config.idle_timeout {
-                        tracing::debug!(%peer, idle = ?last_frame_at.elapsed(), "tcp: closing idle connection");
-                        break;
+                    LimitCounters::bump(&self.counters.handshake_timeouts);
+                    if let Some(suppressed) = self.warnings.admit(Warning::HandshakeTimeout) {
+                        tracing::warn!(%peer, timeout = ?self.config.handshake_timeout, suppressed, "tcp: closing connection: no valid request frame within handshake_timeout");
                     }
-                    continue;
+                    break;
+                }
+                Err(error @ ReadError::Late { .. }) => {
+                    LimitCounters::bump(&self.counters.frame_timeouts);
+                    self.warn_bad_frame(peer, &error);
+                    break;
                 }
                 Err(ReadError::Frame(error)) => {
-                    tracing::warn!(%peer, reason = %error, "tcp: closing connection: bad frame");
+                    self.warn_bad_frame(peer, &error);
                     break;
                 }
                 Err(error @ (ReadError::Closed | ReadError::Io(_))) => {
@@ -350,24 +454,32 @@ impl ServerShared {
             let (from, request) = match decode_body(&header, body) {
                 Ok(Message::Request { from, request }) => (from, request),
                 Ok(Message::Response(_)) => {
-                    tracing::warn!(%peer, message_type = ?header.message_type, "tcp: closing connection: bad frame: a response sent to a server");
+                    self.warn_bad_frame(
+                        peer,
+                        &format_args!("a response sent to a server ({:?})", header.message_type),
+                    );
                     break;
                 }
                 Err(error) => {
-                    tracing::warn!(%peer, reason = %error, "tcp: closing connection: bad frame");
+                    self.warn_bad_frame(peer, &error);
                     break;
                 }
             };
+            last_frame_at = Instant::now();
+            connection.proven.store(true, Ordering::SeqCst);
             let job = Job {
                 connection: Arc::clone(connection),
                 request_id,
                 from,
                 request,
+                reservation,
             };
             match queue.try_send(job) {
                 Ok(()) => {}
                 Err(TrySendError::Full(job)) => {
-                    tracing::warn!(%peer, %from, queue = self.config.handler_queue_len, "tcp: handler queue full; answering the request with an error");
+                    if let Some(suppressed) = self.warnings.admit(Warning::QueueFull) {
+                        tracing::warn!(%peer, %from, queue = self.config.handler_queue_len, suppressed, "tcp: handler queue full; answering the request with an error");
+                    }
                     self.respond(
                         &job.connection,
                         job.request_id,
@@ -378,6 +490,13 @@ impl ServerShared {
             }
         }
         connection.close();
+    }
+
+    /// Logs (rate-limited) that a connection is closed for a bad frame.
+    fn warn_bad_frame(&self, peer: SocketAddr, reason: &dyn fmt::Display) {
+        if let Some(suppressed) = self.warnings.admit(Warning::BadFrame) {
+            tracing::warn!(%peer, %reason, suppressed, "tcp: closing connection: bad frame");
+        }
     }
 
     /// A handler thread: runs queued requests until every sender is gone.
@@ -399,6 +518,8 @@ impl ServerShared {
                     Response::Error(ErrorCode::Unknown)
                 });
             self.respond(&job.connection, job.request_id, &response);
+            // Only now are the request's frame budget bytes free again.
+            drop(job.reservation);
         }
     }
 

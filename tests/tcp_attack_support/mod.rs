@@ -1,0 +1,171 @@
+//! Helpers shared by the tests that attack a live node's TCP server: a
+//! 3-node cluster with one log, a background writer that proves the
+//! legitimate followers keep replicating (acks=all appends need them), raw
+//! frame headers, and the process's anonymous memory.
+#![allow(dead_code)]
+
+use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use isrlog::testing::TcpCluster;
+use isrlog::{Acks, LogId, NodeId, Offset, TcpConfig};
+
+/// The log every attack test writes to.
+pub const LOG: LogId = LogId(0);
+
+/// A 3-node TCP cluster with min ISR 2 (an acks=all append needs a follower)
+/// and `tcp` on every node, with `LOG` created on all three.
+pub fn cluster_with(tcp: TcpConfig) -> TcpCluster {
+    let cluster = TcpCluster::builder()
+        .nodes(3)
+        .min_insync_replicas(2)
+        .tcp_config(tcp)
+        .build()
+        .expect("cluster starts");
+    cluster.create_log(LOG, 3).expect("log created");
+    wait_until(
+        "all three replicas in the ISR",
+        Duration::from_secs(30),
+        || cluster.in_sync_replicas(LOG).len() == 3,
+    );
+    cluster
+}
+
+/// The leader of `LOG` (waiting for one).
+pub fn leader(cluster: &TcpCluster) -> NodeId {
+    let mut found = None;
+    wait_until("a leader", Duration::from_secs(30), || {
+        found = cluster.leader_of(LOG);
+        found.is_some()
+    });
+    found.expect("checked above")
+}
+
+/// Polls `condition` every 10 ms until it holds; panics after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let give_up = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < give_up,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// acks=all appends to `LOG` on a thread of their own while an attack runs:
+/// each one commits only if a follower replicated it through the attacked
+/// leader's server.
+pub struct Writer {
+    stop: AtomicBool,
+    committed: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Writer {
+    /// A writer that has not started.
+    pub fn new() -> Writer {
+        Writer {
+            stop: AtomicBool::new(false),
+            committed: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Appends to `LOG` until [`Writer::stop`], counting commits and
+    /// failures.
+    pub fn run(&self, cluster: &TcpCluster) {
+        self.run_on(cluster, LOG);
+    }
+
+    /// Appends to `log` until [`Writer::stop`], counting commits and
+    /// failures.
+    pub fn run_on(&self, cluster: &TcpCluster, log: LogId) {
+        while !self.stop.load(Ordering::SeqCst) {
+            let appended = cluster
+                .leader_log(log)
+                .and_then(|log| log.append_values(&[b"legitimate"], Acks::All));
+            match appended {
+                Ok(_) => self.committed.fetch_add(1, Ordering::SeqCst),
+                Err(_) => self.failed.fetch_add(1, Ordering::SeqCst),
+            };
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Appends committed so far.
+    pub fn committed(&self) -> u64 {
+        self.committed.load(Ordering::SeqCst)
+    }
+
+    /// Appends that failed so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `more` further appends commit: replication goes on.
+    pub fn wait_for_more_commits(&self, more: u64, what: &str) {
+        let target = self.committed() + more;
+        wait_until(what, Duration::from_secs(60), || self.committed() >= target);
+    }
+
+    /// Ends `run`.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The high watermark of `LOG` on its leader.
+pub fn high_watermark(cluster: &TcpCluster) -> Offset {
+    cluster
+        .leader_log(LOG)
+        .map(|log| log.high_watermark())
+        .unwrap_or(Offset(0))
+}
+
+/// A frame header per the documented layout (magic, version 1, type, body
+/// length, request id).
+pub fn frame_header(message_type: u8, body_length: u32) -> Vec<u8> {
+    let mut out = b"ISRL".to_vec();
+    out.push(1);
+    out.push(message_type);
+    out.extend_from_slice(&body_length.to_le_bytes());
+    out.extend_from_slice(&7u64.to_le_bytes());
+    out
+}
+
+/// Message type of an epoch end offsets request.
+pub const EPOCH_REQUEST: u8 = 0x02;
+
+/// Whether the server has closed `stream`: a read sees the end of the
+/// stream or a reset within `wait`.
+pub fn closed_by_server(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).expect("read timeout");
+    match stream.read(&mut [0u8; 64]) {
+        Ok(0) => true,
+        Err(error) => matches!(
+            error.kind(),
+            ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+        ),
+        Ok(_) => false,
+    }
+}
+
+/// This process's anonymous resident memory (`RssAnon` of
+/// `/proc/self/status`): heap and stacks, not mapped files.
+pub fn rss_anon_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("RssAnon:"))
+        .expect("RssAnon in /proc/self/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|number| number.parse().ok())
+        .expect("RssAnon in kB");
+    kib * 1024
+}

@@ -52,7 +52,7 @@ fn timed_cas(coordinator: &dyn Coordinator, log: LogId) -> Duration {
     } else {
         vec![NodeId(0), NodeId(1), NodeId(2)]
     };
-    let update = LogUpdate::in_sync_replicas(&state, isr);
+    let update = LogUpdate::in_sync_replicas(&state, isr, 1);
     let started = Instant::now();
     let outcome = coordinator
         .compare_and_set(log, state.leader_epoch, state.version, update)

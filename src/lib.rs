@@ -25,7 +25,8 @@
 //!   committed records by default ([`Isolation::Committed`]).
 //! - Every batch carries the **leader epoch** of the leader that wrote it.
 //!   On a leader change (elected by the one [`Controller`] the coordinator
-//!   seats: the first live ISR member in assignment order) followers find
+//!   seats: the first live ISR member in assignment order, else the first
+//!   live eligible leader replica, KIP-966) followers find
 //!   where their log diverges from the new leader's with the epochs
 //!   (KIP-101/KIP-279) and truncate only what was never committed — never
 //!   to their HW, which loses data.
@@ -127,7 +128,8 @@ pub use record::{
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::Role;
 pub use storage::{
-    AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
+    AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
+    RecoveryReport, TruncatedTail,
 };
 #[cfg(feature = "tls")]
 pub use transport::TlsConfig;

@@ -16,12 +16,14 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
-    CasOutcome, Controller, Coordinator, CoordinatorEvent, LogState, LogUpdate,
+    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogState, LogUpdate,
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch};
-use crate::storage::{FlushPolicy, Log};
+use crate::storage::{
+    take_clean_shutdown_marker, write_clean_shutdown_marker, FlushPolicy, Log, PreviousShutdown,
+};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
@@ -57,6 +59,9 @@ pub(crate) struct NodeShared {
     /// Bumped after every leader append: parked long-poll fetches wait on it.
     pub(crate) data_arrived: Arc<Watch>,
     commands: Sender<Command>,
+    /// How this node's previous run ended, as its data directory told at
+    /// start.
+    previous_shutdown: PreviousShutdown,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -146,6 +151,13 @@ impl Node {
     /// Starts a node: registers it with the coordinator, opens (and
     /// recovers) the logs assigned to it, and starts its threads. Register
     /// [`Node::handler`] with the network so other nodes can reach it.
+    ///
+    /// A node whose data directory holds data but no clean-shutdown marker
+    /// (its last run crashed, SPEC 3.5) first tells the coordinator with
+    /// [`Coordinator::report_unclean_shutdown`], before it registers, so it
+    /// is never live while still counted as holding every committed record
+    /// of a log; if that call fails, so does the start (and the next start
+    /// reports again: the marker is gone).
     pub fn start(
         config: NodeConfig,
         transport: Arc<dyn Transport>,
@@ -155,7 +167,13 @@ impl Node {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| Error::io(&config.data_dir, "create directory", e))?;
+        let previous_shutdown = take_clean_shutdown_marker(&config.data_dir)?;
         let events = coordinator.subscribe(config.node_id)?;
+        if previous_shutdown == PreviousShutdown::Unclean {
+            let changed = coordinator.report_unclean_shutdown(config.node_id)?;
+            tracing::warn!(node = %config.node_id, logs_changed = changed.len(),
+                "no clean-shutdown marker: unflushed records may be lost, so this node left the ISR and ELR of its logs");
+        }
         coordinator.register_node(config.node_id, config.session_timeout)?;
         let (commands, command_rx) = bounded(1024);
         let shared = Arc::new(NodeShared {
@@ -168,6 +186,7 @@ impl Node {
             retired_fetchers: Mutex::new(Vec::new()),
             data_arrived: Arc::new(Watch::new(0)),
             commands,
+            previous_shutdown,
             stop: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
@@ -181,11 +200,19 @@ impl Node {
             .spawn(move || control_loop(&thread_shared, &events, &command_rx))
             .map_err(|e| Error::io(PathBuf::from("<thread>"), "spawn control thread", e))?;
         let controller = match &shared.config.controller {
-            Some(config) => Some(Controller::start(
-                shared.config.node_id,
-                Arc::clone(&shared.coordinator),
-                config.clone(),
-            )?),
+            Some(config) => {
+                // The controller decides the ELR with the same minimum as
+                // this node's leaders.
+                let config = ControllerConfig {
+                    min_insync_replicas: shared.config.replication.min_insync_replicas,
+                    ..config.clone()
+                };
+                Some(Controller::start(
+                    shared.config.node_id,
+                    Arc::clone(&shared.coordinator),
+                    config,
+                )?)
+            }
             None => None,
         };
         tracing::info!(node = %shared.config.node_id, "node started");
@@ -199,6 +226,13 @@ impl Node {
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.shared.config.node_id
+    }
+
+    /// How this node's previous run ended, as its data directory told at
+    /// start ([`PreviousShutdown::Unclean`]: it was reported to the
+    /// coordinator).
+    pub fn previous_shutdown(&self) -> PreviousShutdown {
+        self.shared.previous_shutdown
     }
 
     /// The handler to register with the network.
@@ -244,7 +278,9 @@ impl Node {
     /// every log it leads moves to another in-sync replica
     /// ([`NodeConfig::controlled_shutdown_timeout`] bounds that), then its
     /// threads stop, it leaves the in-sync replica sets it is in and the
-    /// coordinator's live set, and its logs are flushed and closed.
+    /// coordinator's live set, and its logs are flushed and closed. If every
+    /// log closed, it writes the clean-shutdown marker last, so the next
+    /// start trusts its data (SPEC 3.5).
     pub fn shutdown(mut self) -> Result<()> {
         let timeout = self.shared.config.controlled_shutdown_timeout;
         if !timeout.is_zero() {
@@ -272,7 +308,8 @@ impl Node {
                 result = Err(e);
             }
         }
-        result
+        result?;
+        write_clean_shutdown_marker(&self.shared.config.data_dir)
     }
 
     /// Stops the node's threads without closing anything: what a crash
@@ -368,10 +405,18 @@ impl Drop for Node {
                 .shared
                 .coordinator
                 .unregister_node(self.shared.config.node_id);
+            let mut closed = true;
             for replica in self.shared.replicas.read().values() {
                 replica.take_offline();
                 if let Err(error) = replica.log().close_in_place() {
                     tracing::warn!(log = %replica.log_id(), %error, "flush on drop failed");
+                    closed = false;
+                }
+            }
+            if closed {
+                if let Err(error) = write_clean_shutdown_marker(&self.shared.config.data_dir) {
+                    tracing::warn!(node = %self.shared.config.node_id, %error,
+                        "cannot write the clean-shutdown marker; the next start reports an unclean shutdown");
                 }
             }
         }
@@ -463,6 +508,7 @@ impl NodeShared {
                 leader: Some(me),
                 leader_epoch: state.leader_epoch.next(),
                 in_sync_replicas: state.in_sync_replicas.clone(),
+                eligible_leader_replicas: state.eligible_leader_replicas.clone(),
             };
             match self.coordinator.compare_and_set(
                 state.log,
@@ -622,11 +668,33 @@ impl NodeShared {
             }
         }
         let version = proposal.expected_version;
-        let update = LogUpdate {
-            leader: Some(self.local()),
-            leader_epoch: epoch,
-            in_sync_replicas: proposal.proposed.clone(),
+        // The ELR that goes with the new ISR depends on the stored ISR and
+        // ELR, which this replica does not track: read them. A state of
+        // another version would fail the compare-and-set below anyway.
+        let stored = match self.coordinator.log_state(log) {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                replica.isr_proposal_rejected();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error, "cannot read the log's state for an ISR change; will retry");
+                replica.isr_proposal_rejected();
+                return;
+            }
         };
+        if stored.leader_epoch != epoch || stored.version != version {
+            tracing::info!(%log, node = %self.local(), current_epoch = %stored.leader_epoch, "ISR change is stale; re-reading state");
+            replica.isr_proposal_rejected();
+            self.reconcile(&stored);
+            return;
+        }
+        let update = LogUpdate::in_sync_replicas(
+            &stored,
+            proposal.proposed.clone(),
+            self.config.replication.min_insync_replicas,
+        );
+        debug_assert_eq!(update.leader, Some(self.local()));
         match self
             .coordinator
             .compare_and_set(log, epoch, version, update)
@@ -688,10 +756,19 @@ impl NodeShared {
             }
             return;
         }
+        // The others that left a too-small ISR earlier stay eligible; this
+        // replica does not join them: its storage failed, so electing it
+        // again would only fail again.
+        let eligible_leader_replicas = state
+            .eligible_leader_replicas_after(&others, self.config.replication.min_insync_replicas)
+            .into_iter()
+            .filter(|node| *node != me)
+            .collect();
         let update = LogUpdate {
             leader: None,
             leader_epoch: state.leader_epoch.next(),
             in_sync_replicas: others,
+            eligible_leader_replicas,
         };
         match self
             .coordinator
@@ -781,15 +858,23 @@ impl NodeShared {
                     "controlled shutdown: no live in-sync follower caught up in time; leaving the log to the controller");
                 return;
             };
+            let in_sync_replicas: Vec<NodeId> = state
+                .in_sync_replicas
+                .iter()
+                .copied()
+                .filter(|&node| node != me)
+                .collect();
+            // Below `min_insync_replicas` this node joins the ELR (it holds
+            // everything, and its clean stop keeps it eligible), as Kafka's
+            // controller puts a broker in controlled shutdown there (KIP-966).
             let update = LogUpdate {
                 leader: Some(successor),
                 leader_epoch: state.leader_epoch.next(),
-                in_sync_replicas: state
-                    .in_sync_replicas
-                    .iter()
-                    .copied()
-                    .filter(|&node| node != me)
-                    .collect(),
+                eligible_leader_replicas: state.eligible_leader_replicas_after(
+                    &in_sync_replicas,
+                    self.config.replication.min_insync_replicas,
+                ),
+                in_sync_replicas,
             };
             match self
                 .coordinator
@@ -839,7 +924,11 @@ impl NodeShared {
                     .copied()
                     .filter(|&node| node != me)
                     .collect();
-                let update = LogUpdate::in_sync_replicas(&state, isr);
+                let update = LogUpdate::in_sync_replicas(
+                    &state,
+                    isr,
+                    self.config.replication.min_insync_replicas,
+                );
                 match self.coordinator.compare_and_set(
                     log,
                     state.leader_epoch,

@@ -75,7 +75,7 @@ fn wait_for_leader(coordinator: &MemoryCoordinator, leader: Option<NodeId>) -> L
 /// Sets the ISR as the leader would after shrinking or expanding it.
 fn set_isr(coordinator: &MemoryCoordinator, isr: &[NodeId]) -> LogState {
     let state = stored(coordinator);
-    let update = LogUpdate::in_sync_replicas(&state, isr.to_vec());
+    let update = LogUpdate::in_sync_replicas(&state, isr.to_vec(), 1);
     match coordinator
         .compare_and_set(LOG, state.leader_epoch, state.version, update)
         .unwrap()
@@ -347,6 +347,7 @@ fn preferred_leader_timer_moves_leadership_back() {
         leader: Some(N2),
         leader_epoch: state.leader_epoch.next(),
         in_sync_replicas: state.in_sync_replicas.clone(),
+        eligible_leader_replicas: Vec::new(),
     };
     assert!(coordinator
         .compare_and_set(LOG, state.leader_epoch, state.version, moved_away)

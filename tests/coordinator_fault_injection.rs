@@ -46,7 +46,7 @@ fn unavailable_coordinator_refuses_every_call_and_changes_nothing() {
         .register_node(n1, Duration::from_secs(10))
         .unwrap();
     let before = coordinator.create_log(LogId(1), vec![n1, n2]).unwrap();
-    let shrink = LogUpdate::in_sync_replicas(&before, vec![n1]);
+    let shrink = LogUpdate::in_sync_replicas(&before, vec![n1], 1);
 
     coordinator.set_unavailable(true);
     assert_unavailable(
@@ -185,7 +185,7 @@ fn resync_arrives_once_there_is_room_without_new_events() {
                 LogId(1),
                 state.leader_epoch,
                 state.version,
-                LogUpdate::in_sync_replicas(&state, vec![NodeId(1)]),
+                LogUpdate::in_sync_replicas(&state, vec![NodeId(1)], 1),
             )
             .unwrap()
         {
@@ -218,7 +218,7 @@ fn resync_arrives_once_there_is_room_without_new_events() {
             LogId(1),
             state.leader_epoch,
             state.version,
-            LogUpdate::in_sync_replicas(&state, vec![NodeId(1)]),
+            LogUpdate::in_sync_replicas(&state, vec![NodeId(1)], 1),
         )
         .unwrap();
     assert_eq!(
@@ -248,7 +248,7 @@ fn cut_off_leader_cannot_change_the_isr_while_the_others_elect_a_replacement() {
     queued(&events2);
 
     coordinator.set_node_unavailable(n1, true);
-    let shrink = LogUpdate::in_sync_replicas(&initial, vec![n1]);
+    let shrink = LogUpdate::in_sync_replicas(&initial, vec![n1], 1);
     assert_unavailable(
         "the cut-off leader's ISR shrink",
         view1.compare_and_set(LogId(1), LeaderEpoch(0), 0, shrink.clone()),
@@ -267,6 +267,7 @@ fn cut_off_leader_cannot_change_the_isr_while_the_others_elect_a_replacement() {
         leader: Some(n2),
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: vec![n2, n3],
+        eligible_leader_replicas: Vec::new(),
     };
     let elected = match view2
         .compare_and_set(LogId(1), LeaderEpoch(0), 0, replacement)

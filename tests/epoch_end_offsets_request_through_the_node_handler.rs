@@ -22,6 +22,7 @@ fn bump_epoch(cluster: &isrlog::testing::Cluster, log: LogId, epoch: u32) {
         leader: state.leader,
         leader_epoch: LeaderEpoch(epoch),
         in_sync_replicas: state.in_sync_replicas.clone(),
+        eligible_leader_replicas: Vec::new(),
     };
     let outcome = cluster
         .coordinator

@@ -74,6 +74,7 @@ fn a_held_fetch_does_not_readmit_a_follower_cut_off_after_sending_it() {
         leader: state.leader,
         leader_epoch: state.leader_epoch,
         in_sync_replicas: vec![leader.node_id(), kept],
+        eligible_leader_replicas: Vec::new(),
     };
     let applied = cluster
         .coordinator

@@ -8,6 +8,14 @@
 //! leader of an epoch it already wrote in first moves the log to a new
 //! epoch by compare-and-set (`Node::reconcile`), as Kafka's broker epochs
 //! (KIP-380) do.
+//!
+//! Since unclean-shutdown detection (SPEC 3.5, KIP-966) such a leader does
+//! not even lead again while another in-sync replica exists: it restarts
+//! without its clean-shutdown marker, reports it, and leaves the ISR, which
+//! makes the log leaderless in a new epoch; the controller elects a follower
+//! that kept the records the old leader lost. This test now checks that
+//! outcome: a new epoch, another leader, nothing acknowledged lost, and
+//! replicas that agree.
 
 use std::time::Duration;
 
@@ -85,16 +93,23 @@ fn restart_quickly_after_power_loss(seed: u64) {
     );
     cluster.restart(old_leader).unwrap();
 
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| c
+            .leader_of(LOG)
+            .is_some_and(|leader| leader != old_leader)),
+        "seed {seed}: no other replica was elected: {:?}",
+        cluster.coordinator.log_state(LOG).unwrap()
+    );
     let leader = cluster.leader_log(LOG).unwrap();
     let state = cluster.coordinator.log_state(LOG).unwrap().unwrap();
-    assert_eq!(
+    assert_ne!(
         state.leader,
         Some(old_leader),
-        "no controller election was needed"
+        "the leader that lost power leads again"
     );
     assert!(
         state.leader_epoch > epoch_before,
-        "restarted leader kept epoch {epoch_before}"
+        "the log stayed in epoch {epoch_before}"
     );
     for i in 0..20 {
         leader
@@ -121,5 +136,9 @@ fn restart_quickly_after_power_loss(seed: u64) {
         .into_iter()
         .map(|(_, _, v)| v)
         .collect();
-    assert!(values.contains(&b"after-19".to_vec()));
+    let expected: Vec<Vec<u8>> = (0..20)
+        .map(|i| format!("before-{i}").into_bytes())
+        .chain((0..20).map(|i| format!("after-{i}").into_bytes()))
+        .collect();
+    assert_eq!(values, expected, "seed {seed}: acknowledged records lost");
 }

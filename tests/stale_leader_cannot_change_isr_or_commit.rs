@@ -50,6 +50,7 @@ fn a_deposed_leader_cannot_change_the_isr_and_its_acks_all_never_succeed() {
         leader: Some(b),
         leader_epoch: state.leader_epoch.next(),
         in_sync_replicas: vec![b, c],
+        eligible_leader_replicas: Vec::new(),
     };
     let applied = cluster
         .coordinator

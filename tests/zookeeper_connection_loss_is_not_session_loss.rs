@@ -92,7 +92,7 @@ fn calls_wait_through_a_short_disconnection_and_sessions_survive_it() {
             LogId(1),
             created.leader_epoch,
             created.version,
-            LogUpdate::in_sync_replicas(&created, vec![node]),
+            LogUpdate::in_sync_replicas(&created, vec![node], 1),
         )
         .unwrap()
     {

@@ -7,8 +7,8 @@
 //! Request lines are `method arg ...`; a response line is `ok payload` or
 //! `err message`. A `subscribe node` (or `subscribe_all node`) line turns
 //! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
-//! absent values are `-`, and a log state is the six fields `log replicas
-//! leader epoch isr version`.
+//! absent values are `-`, and a log state is the seven fields `log replicas
+//! leader epoch isr elr version` (`elr`: the eligible leader replicas).
 //!
 //! The file is also compiled into `tests/coordinator_shim_conformance.rs`,
 //! which runs the coordinator conformance suite through it.
@@ -73,12 +73,13 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
 
 fn state_to_text(state: &LogState) -> String {
     format!(
-        "{} {} {} {} {} {}",
+        "{} {} {} {} {} {} {}",
         state.log.0,
         nodes_to_text(&state.replicas),
         state.leader.map_or("-".into(), |l| l.0.to_string()),
         state.leader_epoch.0,
         nodes_to_text(&state.in_sync_replicas),
+        nodes_to_text(&state.eligible_leader_replicas),
         state.version
     )
 }
@@ -90,6 +91,9 @@ fn state_from_text<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Result<Log
         leader: optional_node(fields.next())?,
         leader_epoch: LeaderEpoch(number(fields.next())?),
         in_sync_replicas: nodes_from_text(fields.next().ok_or_else(|| error("missing isr"))?)?,
+        eligible_leader_replicas: nodes_from_text(
+            fields.next().ok_or_else(|| error("missing elr"))?,
+        )?,
         version: number(fields.next())?,
     })
 }
@@ -151,7 +155,7 @@ fn error_from_text(answer: &str) -> Error {
 
 /// The fields of a compare-and-set request after its method (and, for
 /// `cas_controller`, the controller and its epoch): `log expected_epoch
-/// expected_version leader leader_epoch isr`.
+/// expected_version leader leader_epoch isr elr`.
 fn cas_to_text(
     log: LogId,
     expected_epoch: LeaderEpoch,
@@ -159,13 +163,14 @@ fn cas_to_text(
     update: &LogUpdate,
 ) -> String {
     format!(
-        "{} {} {} {} {} {}",
+        "{} {} {} {} {} {} {}",
         log.0,
         expected_epoch.0,
         expected_version,
         update.leader.map_or("-".into(), |l| l.0.to_string()),
         update.leader_epoch.0,
-        nodes_to_text(&update.in_sync_replicas)
+        nodes_to_text(&update.in_sync_replicas),
+        nodes_to_text(&update.eligible_leader_replicas)
     )
 }
 
@@ -179,6 +184,7 @@ fn cas_from_text<'a>(
         leader: optional_node(fields.next())?,
         leader_epoch: LeaderEpoch(number(fields.next())?),
         in_sync_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
+        eligible_leader_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
     };
     Ok((log, epoch, version, update))
 }

@@ -4,9 +4,11 @@
 //! the coordinator's controller seat, and only the holder acts. The holder
 //! watches node liveness and, for every log, writes the decision of
 //! [`elect_leader`] with compare-and-set: a new leader (the first live ISR
-//! member in assignment order, epoch + 1) when the leader's node is gone, "no
-//! leader" when no ISR member is live (unless unclean election is on), and
-//! the removal of dead followers from the ISR. On request, or on a timer, it
+//! member in assignment order, else the first live eligible leader replica,
+//! KIP-966; epoch + 1) when the leader's node is gone, "no leader" when no
+//! ISR or ELR member is live (unless unclean election is on), and the
+//! removal of dead followers from the ISR (into the ELR when the ISR falls
+//! below `min_insync_replicas`). On request, or on a timer, it
 //! moves leadership back to each log's preferred replica
 //! ([`elect_preferred_leader`]).
 //!
@@ -78,6 +80,13 @@ pub struct ControllerConfig {
     /// safety net for missed events; also how often a node without a
     /// controller seat looks for a free one when no event wakes it.
     pub poll_interval: Duration,
+    /// The logs' `min_insync_replicas` (SPEC 3.1), which decides who joins
+    /// the eligible leader replicas when the controller shrinks an ISR
+    /// ([`LogState::eligible_leader_replicas_after`]). A
+    /// [`Node`](crate::Node) sets it from its
+    /// [`ReplicationConfig`](crate::ReplicationConfig), so the two cannot
+    /// disagree; default 1, as there.
+    pub min_insync_replicas: usize,
 }
 
 impl Default for ControllerConfig {
@@ -86,12 +95,20 @@ impl Default for ControllerConfig {
             unclean_leader_election: false,
             preferred_leader_check_interval: None,
             poll_interval: POLL_INTERVAL_DEFAULT,
+            min_insync_replicas: 1,
         }
     }
 }
 
 impl ControllerConfig {
     fn validate(&self) -> Result<()> {
+        if self.min_insync_replicas == 0 {
+            return Err(Error::InvalidConfig {
+                field: "min_insync_replicas",
+                value: "0".to_owned(),
+                reason: "must be at least 1",
+            });
+        }
         if self.poll_interval.is_zero() {
             return Err(Error::InvalidConfig {
                 field: "poll_interval",
@@ -125,7 +142,8 @@ pub(crate) enum Election {
         leader: NodeId,
         /// The new ISR; contains `leader`.
         in_sync_replicas: Vec<NodeId>,
-        /// No ISR member was live: `leader` may lack committed records.
+        /// No ISR or ELR member was live: `leader` may lack committed
+        /// records.
         unclean: bool,
     },
     /// No replica may lead: leader `None` in the next leader epoch (which
@@ -140,24 +158,35 @@ pub(crate) enum Election {
 
 impl Election {
     /// The compare-and-set payload that carries out this decision on
-    /// `state`, or `None` for [`Election::Unchanged`].
-    fn update(&self, state: &LogState) -> Option<LogUpdate> {
+    /// `state` for logs with `min_insync_replicas`, or `None` for
+    /// [`Election::Unchanged`]. The ELR follows the new ISR
+    /// ([`LogState::eligible_leader_replicas_after`]), except after an
+    /// unclean election, which empties it as Kafka's
+    /// `PartitionChangeBuilder.maybeUpdateRecordElr` does: the new leader's
+    /// log is the truth from then on, and nobody is known to hold all of it.
+    fn update(&self, state: &LogState, min_insync_replicas: usize) -> Option<LogUpdate> {
         match self {
             Election::Unchanged => None,
             Election::Leader {
                 leader,
                 in_sync_replicas,
-                ..
+                unclean,
             } => {
                 debug_assert_ne!(
                     state.leader,
                     Some(*leader),
                     "an election must change the leader"
                 );
+                let eligible_leader_replicas = if *unclean {
+                    Vec::new()
+                } else {
+                    state.eligible_leader_replicas_after(in_sync_replicas, min_insync_replicas)
+                };
                 Some(LogUpdate {
                     leader: Some(*leader),
                     leader_epoch: state.leader_epoch.next(),
                     in_sync_replicas: in_sync_replicas.clone(),
+                    eligible_leader_replicas,
                 })
             }
             Election::NoLeader => {
@@ -166,11 +195,17 @@ impl Election {
                     leader: None,
                     leader_epoch: state.leader_epoch.next(),
                     in_sync_replicas: state.in_sync_replicas.clone(),
+                    eligible_leader_replicas: state.eligible_leader_replicas_after(
+                        &state.in_sync_replicas,
+                        min_insync_replicas,
+                    ),
                 })
             }
-            Election::ShrinkIsr { in_sync_replicas } => {
-                Some(LogUpdate::in_sync_replicas(state, in_sync_replicas.clone()))
-            }
+            Election::ShrinkIsr { in_sync_replicas } => Some(LogUpdate::in_sync_replicas(
+                state,
+                in_sync_replicas.clone(),
+                min_insync_replicas,
+            )),
         }
     }
 }
@@ -185,8 +220,14 @@ impl Election {
 ///   leader's followers).
 /// - Leader dead or `None`: the first replica in assignment order that is
 ///   live and in the ISR leads, with ISR = the old ISR minus the dead nodes.
-/// - No ISR member live, `unclean` on: the first live replica leads with
-///   ISR = {itself}.
+/// - No ISR member live: the first replica in assignment order that is live
+///   and in the ELR leads, with ISR = {itself} (KIP-966; Kafka's
+///   `PartitionChangeBuilder.isValidNewLeader` takes an ELR member only when
+///   the ISR, which holds no fenced broker in KRaft, is empty, and
+///   `tryElection` sets the ISR to the new leader alone). The dead ISR
+///   members then join the ELR, per [`Election::update`].
+/// - No ISR or ELR member live, `unclean` on: the first live replica leads
+///   with ISR = {itself}.
 /// - Otherwise: no leader, ISR kept as it was. Kafka keeps only the last
 ///   ISR member in that case; we keep all of them because every member of
 ///   the stored ISR holds every committed record (a leader's ISR shrink takes
@@ -221,6 +262,18 @@ pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> 
         return Election::Leader {
             leader,
             in_sync_replicas: live_in_sync,
+            unclean: false,
+        };
+    }
+    let eligible = state
+        .replicas
+        .iter()
+        .copied()
+        .find(|node| is_live(node) && state.is_eligible(*node));
+    if let Some(leader) = eligible {
+        return Election::Leader {
+            leader,
+            in_sync_replicas: vec![leader],
             unclean: false,
         };
     }
@@ -680,7 +733,7 @@ impl Shared {
         for _ in 0..CAS_ATTEMPTS_MAX {
             let live = self.coordinator.live_nodes()?;
             let election = decide(&state, &live);
-            let Some(update) = election.update(&state) else {
+            let Some(update) = election.update(&state, self.config.min_insync_replicas) else {
                 return Ok(false);
             };
             match self.coordinator.compare_and_set_as_controller(
@@ -717,16 +770,19 @@ impl Shared {
             Election::Leader { .. } => {
                 self.elections.fetch_add(1, Ordering::SeqCst);
                 tracing::info!(%log, old_leader = ?before.leader, leader = ?after.leader,
-                    epoch = %after.leader_epoch, isr = ?after.in_sync_replicas, "leader elected");
+                    epoch = %after.leader_epoch, isr = ?after.in_sync_replicas,
+                    elr = ?after.eligible_leader_replicas, "leader elected");
             }
             Election::NoLeader => {
                 tracing::warn!(%log, old_leader = ?before.leader, epoch = %after.leader_epoch,
                     isr = ?after.in_sync_replicas,
-                    "no in-sync replica is live: the log has no leader until one returns");
+                    elr = ?after.eligible_leader_replicas,
+                    "no in-sync or eligible replica is live: the log has no leader until one returns");
             }
             Election::ShrinkIsr { .. } => {
                 tracing::info!(%log, old_isr = ?before.in_sync_replicas,
-                    isr = ?after.in_sync_replicas, "dead followers removed from the ISR");
+                    isr = ?after.in_sync_replicas, elr = ?after.eligible_leader_replicas,
+                    "dead followers removed from the ISR");
             }
             Election::Unchanged => {}
         }
@@ -750,6 +806,7 @@ mod tests {
             leader: leader.map(NodeId),
             leader_epoch: LeaderEpoch(5),
             in_sync_replicas: nodes(isr),
+            eligible_leader_replicas: Vec::new(),
             version: 11,
         }
     }
@@ -895,7 +952,7 @@ mod tests {
             let live = nodes(case.live);
             let got = elect_leader(&case.state, &live, case.unclean);
             assert_eq!(got, case.expect, "{}", case.name);
-            if let Some(update) = got.update(&case.state) {
+            if let Some(update) = got.update(&case.state, 2) {
                 case.state
                     .validate_update(&update)
                     .unwrap_or_else(|error| panic!("{}: invalid update: {error}", case.name));
@@ -946,7 +1003,7 @@ mod tests {
         for (name, state, live, expect) in cases {
             let got = elect_preferred_leader(&state, &nodes(live));
             assert_eq!(got, expect, "{name}");
-            if let Some(update) = got.update(&state) {
+            if let Some(update) = got.update(&state, 2) {
                 state
                     .validate_update(&update)
                     .unwrap_or_else(|error| panic!("{name}: invalid update: {error}"));
@@ -957,28 +1014,169 @@ mod tests {
     #[test]
     fn updates_bump_the_epoch_only_when_the_leader_changes() {
         let before = state(Some(1), &[1, 2, 3]);
-        let elected = leader(2, &[2, 3], false).update(&before).unwrap();
+        let elected = leader(2, &[2, 3], false).update(&before, 2).unwrap();
         assert_eq!(
             elected,
             LogUpdate {
                 leader: Some(NodeId(2)),
                 leader_epoch: LeaderEpoch(6),
                 in_sync_replicas: nodes(&[2, 3]),
+                eligible_leader_replicas: Vec::new(),
             }
         );
-        let leaderless = Election::NoLeader.update(&before).unwrap();
+        let leaderless = Election::NoLeader.update(&before, 2).unwrap();
         assert_eq!(
             leaderless,
             LogUpdate {
                 leader: None,
                 leader_epoch: LeaderEpoch(6),
                 in_sync_replicas: nodes(&[1, 2, 3]),
+                eligible_leader_replicas: Vec::new(),
             }
         );
-        let shrunk = shrink(&[1, 3]).update(&before).unwrap();
+        let shrunk = shrink(&[1, 3]).update(&before, 2).unwrap();
         assert_eq!(shrunk.leader_epoch, LeaderEpoch(5));
         assert_eq!(shrunk.leader, Some(NodeId(1)));
-        assert_eq!(Election::Unchanged.update(&before), None);
+        assert_eq!(Election::Unchanged.update(&before, 2), None);
+    }
+
+    /// A log on replicas 1, 2, 3 in epoch 5 with an ELR.
+    fn state_with_elr(leader: Option<u32>, isr: &[u32], elr: &[u32]) -> LogState {
+        let state = LogState {
+            eligible_leader_replicas: nodes(elr),
+            ..state(leader, isr)
+        };
+        state.check_invariants();
+        state
+    }
+
+    /// KIP-966 elections: ISR first, then ELR, then the unclean switch; and
+    /// the ELR each decision writes, for `min_insync_replicas` 2 (and 3
+    /// where it matters).
+    #[test]
+    fn elect_leader_with_eligible_leader_replicas_table() {
+        struct Case {
+            name: &'static str,
+            state: LogState,
+            live: &'static [u32],
+            unclean: bool,
+            min_insync_replicas: usize,
+            expect: Election,
+            /// The ISR and ELR the update writes, if any.
+            written: Option<(&'static [u32], &'static [u32])>,
+        }
+        let cases = [
+            Case {
+                name: "dead follower leaves an ISR of 2: it joins the ELR",
+                state: state_with_elr(Some(1), &[1, 2], &[]),
+                live: &[1, 3],
+                unclean: false,
+                min_insync_replicas: 2,
+                expect: shrink(&[1]),
+                written: Some((&[1], &[2])),
+            },
+            Case {
+                name: "dead follower leaves, ISR still at the minimum: no ELR",
+                state: state_with_elr(Some(1), &[1, 2, 3], &[]),
+                live: &[1, 3],
+                unclean: false,
+                min_insync_replicas: 2,
+                expect: shrink(&[1, 3]),
+                written: Some((&[1, 3], &[])),
+            },
+            Case {
+                name: "min ISR 3: one removal below it puts the follower in the ELR",
+                state: state_with_elr(Some(1), &[1, 2, 3], &[]),
+                live: &[1, 3],
+                unclean: false,
+                min_insync_replicas: 3,
+                expect: shrink(&[1, 3]),
+                written: Some((&[1, 3], &[2])),
+            },
+            Case {
+                name: "the last ISR member dies: leaderless, ISR and ELR kept",
+                state: state_with_elr(Some(1), &[1], &[2]),
+                live: &[3],
+                unclean: false,
+                min_insync_replicas: 2,
+                expect: Election::NoLeader,
+                written: Some((&[1], &[2])),
+            },
+            Case {
+                name: "no live ISR member: the live ELR member leads alone, the dead ISR member becomes eligible",
+                state: state_with_elr(None, &[1], &[2, 3]),
+                live: &[3],
+                unclean: false,
+                min_insync_replicas: 2,
+                expect: leader(3, &[3], false),
+                written: Some((&[3], &[1, 2])),
+            },
+            Case {
+                name: "dead leader: a live ISR member wins over an ELR member earlier in assignment order",
+                state: state_with_elr(Some(2), &[2, 3], &[1]),
+                live: &[1, 3],
+                unclean: false,
+                min_insync_replicas: 3,
+                expect: leader(3, &[3], false),
+                written: Some((&[3], &[1, 2])),
+            },
+            Case {
+                name: "ELR members in assignment order",
+                state: state_with_elr(None, &[1], &[3, 2]),
+                live: &[2, 3],
+                unclean: false,
+                min_insync_replicas: 2,
+                expect: leader(2, &[2], false),
+                written: Some((&[2], &[1, 3])),
+            },
+            Case {
+                name: "unclean on but an ELR member is live: clean election from the ELR",
+                state: state_with_elr(None, &[1], &[2]),
+                live: &[2, 3],
+                unclean: true,
+                min_insync_replicas: 2,
+                expect: leader(2, &[2], false),
+                written: Some((&[2], &[1])),
+            },
+            Case {
+                name: "no ISR or ELR member live, unclean off: nothing to do",
+                state: state_with_elr(None, &[1], &[2]),
+                live: &[3],
+                unclean: false,
+                min_insync_replicas: 2,
+                expect: Election::Unchanged,
+                written: None,
+            },
+            Case {
+                name: "no ISR or ELR member live, unclean on: first live replica, ELR emptied",
+                state: state_with_elr(None, &[1], &[2]),
+                live: &[3],
+                unclean: true,
+                min_insync_replicas: 2,
+                expect: leader(3, &[3], true),
+                written: Some((&[3], &[])),
+            },
+        ];
+        for case in cases {
+            let live = nodes(case.live);
+            let got = elect_leader(&case.state, &live, case.unclean);
+            assert_eq!(got, case.expect, "{}", case.name);
+            let update = got.update(&case.state, case.min_insync_replicas);
+            let written = update.as_ref().map(|update| {
+                (
+                    update.in_sync_replicas.clone(),
+                    update.eligible_leader_replicas.clone(),
+                )
+            });
+            let expected = case.written.map(|(isr, elr)| (nodes(isr), nodes(elr)));
+            assert_eq!(written, expected, "{}: written ISR and ELR", case.name);
+            if let Some(update) = update {
+                case.state
+                    .validate_update(&update)
+                    .unwrap_or_else(|error| panic!("{}: invalid update: {error}", case.name));
+                case.state.with_update(update).check_invariants();
+            }
+        }
     }
 
     #[test]
@@ -1002,6 +1200,17 @@ mod tests {
             zero_preferred.validate(),
             Err(Error::InvalidConfig {
                 field: "preferred_leader_check_interval",
+                ..
+            })
+        ));
+        let zero_min_isr = ControllerConfig {
+            min_insync_replicas: 0,
+            ..ControllerConfig::default()
+        };
+        assert!(matches!(
+            zero_min_isr.validate(),
+            Err(Error::InvalidConfig {
+                field: "min_insync_replicas",
                 ..
             })
         ));

@@ -756,7 +756,7 @@ mod tests {
         let created = coordinator.create_log(LogId(1), vec![node]).unwrap();
         let epoch = coordinator.try_become_controller(node).unwrap().unwrap();
         coordinator.set_unavailable(true);
-        let update = LogUpdate::in_sync_replicas(&created, vec![node]);
+        let update = LogUpdate::in_sync_replicas(&created, vec![node], 1);
         let refused = [
             coordinator
                 .compare_and_set_as_controller(node, epoch, LogId(1), LeaderEpoch::ZERO, 0, update)

@@ -34,7 +34,9 @@ pub use zookeeper::{ZkCoordinator, ZkCoordinatorConfig};
 /// - `replicas` is non-empty and holds no node twice;
 /// - `leader`, if any, is one of `replicas` and is in `in_sync_replicas`;
 /// - `in_sync_replicas` is a subset of `replicas` with no node twice, and is
-///   non-empty while there is a leader.
+///   non-empty while there is a leader;
+/// - `eligible_leader_replicas` is a subset of `replicas` with no node twice
+///   and no node of `in_sync_replicas`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogState {
     /// The log.
@@ -49,6 +51,15 @@ pub struct LogState {
     pub leader_epoch: LeaderEpoch,
     /// The in-sync replicas (SPEC 3.4).
     pub in_sync_replicas: Vec<NodeId>,
+    /// The eligible leader replicas (ELR, SPEC 3.5, Kafka's KIP-966):
+    /// replicas that left the ISR while it was below `min_insync_replicas`,
+    /// in assignment order. The high watermark cannot advance while the ISR
+    /// is that small (SPEC 3.3), so each of them holds every committed
+    /// record and may lead cleanly when no ISR member is live. Empty once
+    /// the ISR is back at `min_insync_replicas`; a replica whose node
+    /// restarted after an unclean shutdown is removed
+    /// ([`LogState::unclean_shutdown_update`]).
+    pub eligible_leader_replicas: Vec<NodeId>,
     /// Bumped by the coordinator on every accepted update; the second half of
     /// the compare-and-set key.
     pub version: u64,
@@ -74,6 +85,7 @@ impl LogState {
             leader: Some(replicas[0]),
             leader_epoch: LeaderEpoch::ZERO,
             in_sync_replicas: replicas.clone(),
+            eligible_leader_replicas: Vec::new(),
             replicas,
             version: 0,
         };
@@ -84,6 +96,80 @@ impl LogState {
     /// Whether `node` is in the ISR.
     pub fn is_in_sync(&self, node: NodeId) -> bool {
         self.in_sync_replicas.contains(&node)
+    }
+
+    /// Whether `node` is in the ELR.
+    pub fn is_eligible(&self, node: NodeId) -> bool {
+        self.eligible_leader_replicas.contains(&node)
+    }
+
+    /// The ELR that goes with changing this state's ISR to
+    /// `in_sync_replicas` when the log's `min_insync_replicas` is
+    /// `min_insync_replicas` (SPEC 3.5). As Kafka's
+    /// `PartitionChangeBuilder.maybePopulateTargetElr`: if the new ISR has
+    /// at least `min_insync_replicas` members the ELR is empty; otherwise it
+    /// is the current ELR plus the current ISR, minus the new ISR. Every
+    /// replica leaving an ISR that ends up below the minimum therefore
+    /// joins: it was in the ISR, so it holds everything up to the high
+    /// watermark, which is frozen from then on (SPEC 3.3). The result is in
+    /// assignment order.
+    pub fn eligible_leader_replicas_after(
+        &self,
+        in_sync_replicas: &[NodeId],
+        min_insync_replicas: usize,
+    ) -> Vec<NodeId> {
+        if in_sync_replicas.len() >= min_insync_replicas {
+            return Vec::new();
+        }
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|node| self.is_in_sync(*node) || self.is_eligible(*node))
+            .filter(|node| !in_sync_replicas.contains(node))
+            .collect()
+    }
+
+    /// The update that takes `node`, restarted after an unclean shutdown
+    /// (it may have lost unflushed records, SPEC 3.5), out of this log's
+    /// ISR and ELR, or `None` if nothing changes. If `node` leads, the log
+    /// becomes leaderless in the next epoch, so the controller elects an
+    /// eligible replica.
+    ///
+    /// As Kafka's `ReplicationControlManager.handleBrokerUncleanShutdown`,
+    /// with one difference: when `node` is the only member left of the ISR
+    /// and the ELR, it stays. Kafka removes it and then, with ISR and ELR
+    /// empty, elects the last known leader anyway
+    /// (`PartitionChangeBuilder.canElectLastKnownLeader`, whatever
+    /// `unclean.leader.election.enable` says), rather than leaving the log
+    /// leaderless for good after, say, a whole-cluster power cut. Keeping
+    /// the last eligible replica instead of the last leader prefers the
+    /// replica that was eligible longest: in the KIP-966 scenario (the
+    /// leader loses power after the ISR shrank to it alone) that is the
+    /// follower that still holds the acknowledged records, where the last
+    /// leader is the very replica that lost them.
+    pub fn unclean_shutdown_update(&self, node: NodeId) -> Option<LogUpdate> {
+        if !self.is_in_sync(node) && !self.is_eligible(node) {
+            return None;
+        }
+        let without = |nodes: &[NodeId]| -> Vec<NodeId> {
+            nodes.iter().copied().filter(|n| *n != node).collect()
+        };
+        let in_sync_replicas = without(&self.in_sync_replicas);
+        let eligible_leader_replicas = without(&self.eligible_leader_replicas);
+        if in_sync_replicas.is_empty() && eligible_leader_replicas.is_empty() {
+            return None;
+        }
+        let (leader, leader_epoch) = if self.leader == Some(node) {
+            (None, self.leader_epoch.next())
+        } else {
+            (self.leader, self.leader_epoch)
+        };
+        Some(LogUpdate {
+            leader,
+            leader_epoch,
+            in_sync_replicas,
+            eligible_leader_replicas,
+        })
     }
 
     /// Checks `update` against this (current) state and returns a
@@ -128,6 +214,38 @@ impl LogState {
                 update.in_sync_replicas
             )));
         }
+        let elr = &update.eligible_leader_replicas;
+        if let Some(node) = elr.iter().find(|node| !self.replicas.contains(node)) {
+            return Err(coordinator_error(format!(
+                "invalid update of {log}: eligible_leader_replicas {elr:?} contains {node}, which is not one of the replicas {:?}",
+                self.replicas
+            )));
+        }
+        if let Some(node) = first_duplicate(elr) {
+            return Err(coordinator_error(format!(
+                "invalid update of {log}: eligible_leader_replicas {elr:?} names {node} twice"
+            )));
+        }
+        if let Some(node) = elr
+            .iter()
+            .find(|node| update.in_sync_replicas.contains(node))
+        {
+            return Err(coordinator_error(format!(
+                "invalid update of {log}: {node} is in both in_sync_replicas {:?} and eligible_leader_replicas {elr:?}",
+                update.in_sync_replicas
+            )));
+        }
+        // A replica becomes eligible only by leaving the ISR (or by staying
+        // eligible): only then is it known to hold every committed record.
+        if let Some(node) = elr
+            .iter()
+            .find(|node| !self.is_in_sync(**node) && !self.is_eligible(**node))
+        {
+            return Err(coordinator_error(format!(
+                "invalid update of {log}: eligible_leader_replicas {elr:?} adds {node}, which is in neither the current in_sync_replicas {:?} nor eligible_leader_replicas {:?}",
+                self.in_sync_replicas, self.eligible_leader_replicas
+            )));
+        }
         if update.leader_epoch < self.leader_epoch {
             return Err(coordinator_error(format!(
                 "invalid update of {log}: leader_epoch {} is older than the current {}",
@@ -152,6 +270,7 @@ impl LogState {
             leader: update.leader,
             leader_epoch: update.leader_epoch,
             in_sync_replicas: update.in_sync_replicas,
+            eligible_leader_replicas: update.eligible_leader_replicas,
             version: self.version + 1,
         };
         next.check_invariants();
@@ -191,6 +310,22 @@ impl LogState {
                 self.in_sync_replicas
             );
         }
+        assert!(
+            self.eligible_leader_replicas
+                .iter()
+                .all(|node| self.replicas.contains(node) && !self.in_sync_replicas.contains(node)),
+            "{}: ELR {:?} is not a subset of replicas {:?} outside ISR {:?}",
+            self.log,
+            self.eligible_leader_replicas,
+            self.replicas,
+            self.in_sync_replicas
+        );
+        assert!(
+            first_duplicate(&self.eligible_leader_replicas).is_none(),
+            "{}: repeated node in ELR {:?}",
+            self.log,
+            self.eligible_leader_replicas
+        );
     }
 }
 
@@ -205,15 +340,26 @@ pub struct LogUpdate {
     pub leader_epoch: LeaderEpoch,
     /// The new ISR.
     pub in_sync_replicas: Vec<NodeId>,
+    /// The new ELR: a subset of the current ISR and ELR, disjoint from the
+    /// new ISR (normally [`LogState::eligible_leader_replicas_after`]).
+    pub eligible_leader_replicas: Vec<NodeId>,
 }
 
 impl LogUpdate {
-    /// An update that keeps the leader and epoch of `state` and sets the ISR:
-    /// what a leader proposes when it shrinks or expands the ISR (SPEC 3.4).
-    pub fn in_sync_replicas(state: &LogState, in_sync_replicas: Vec<NodeId>) -> LogUpdate {
+    /// An update that keeps the leader and epoch of `state` and sets the ISR,
+    /// with the ELR that follows from it for `min_insync_replicas`
+    /// ([`LogState::eligible_leader_replicas_after`]): what a leader
+    /// proposes when it shrinks or expands the ISR (SPEC 3.4).
+    pub fn in_sync_replicas(
+        state: &LogState,
+        in_sync_replicas: Vec<NodeId>,
+        min_insync_replicas: usize,
+    ) -> LogUpdate {
         LogUpdate {
             leader: state.leader,
             leader_epoch: state.leader_epoch,
+            eligible_leader_replicas: state
+                .eligible_leader_replicas_after(&in_sync_replicas, min_insync_replicas),
             in_sync_replicas,
         }
     }
@@ -347,6 +493,59 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Registering a node that is already live refreshes its session.
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()>;
 
+    /// Called by a node that starts without proof that it last stopped
+    /// cleanly (SPEC 3.5, Kafka's broker registration without a clean
+    /// shutdown marker, KIP-966), before it registers: it may have lost
+    /// records it had acknowledged as an ISR or ELR member, so for every log
+    /// with a replica on `node` this applies
+    /// [`LogState::unclean_shutdown_update`] with compare-and-set: `node`
+    /// leaves the ISR and the ELR (unless it is the only one left), and a
+    /// log it leads becomes leaderless in a new epoch, so the controller
+    /// elects another eligible replica. Returns the logs it changed.
+    ///
+    /// Doing this before [`Coordinator::register_node`] means a node is
+    /// never live while the coordinator still counts it as eligible for a
+    /// log whose data it may have lost. Idempotent: a second call changes
+    /// nothing. The provided implementation needs nothing but
+    /// [`Coordinator::logs`] and [`Coordinator::compare_and_set`], so it is
+    /// the same rule for every coordinator and fails, as they do, with
+    /// [`Error::Coordinator`] when the service cannot be reached (the
+    /// caller retries; logs already changed stay changed).
+    fn report_unclean_shutdown(&self, node: NodeId) -> Result<Vec<LogState>> {
+        let mut changed = Vec::new();
+        for state in self.logs()? {
+            if !state.replicas.contains(&node) {
+                continue;
+            }
+            let mut current = state;
+            // A lost race means someone else wrote the log meanwhile:
+            // decide again from what they wrote. Bounded, as every loop.
+            let mut attempts = 0;
+            while let Some(update) = current.unclean_shutdown_update(node) {
+                attempts += 1;
+                if attempts > UNCLEAN_SHUTDOWN_ATTEMPTS_MAX {
+                    return Err(coordinator_error(format!(
+                        "cannot take {node} out of the ISR and ELR of {}: {UNCLEAN_SHUTDOWN_ATTEMPTS_MAX} compare-and-set attempts lost races",
+                        current.log
+                    )));
+                }
+                match self.compare_and_set(
+                    current.log,
+                    current.leader_epoch,
+                    current.version,
+                    update,
+                )? {
+                    CasOutcome::Applied(stored) => {
+                        changed.push(stored);
+                        break;
+                    }
+                    CasOutcome::Stale(stored) => current = stored,
+                }
+            }
+        }
+        Ok(changed)
+    }
+
     /// Keeps `node`'s session alive. Errs if the node has no session,
     /// including when it already expired: the node must register again, and
     /// should assume it lost any role (controller) it held.
@@ -392,6 +591,10 @@ pub trait Coordinator: Send + Sync + 'static {
     fn allocate_producer_id(&self) -> Result<ProducerId>;
 }
 
+/// Compare-and-set attempts per log in
+/// [`Coordinator::report_unclean_shutdown`] before giving up.
+const UNCLEAN_SHUTDOWN_ATTEMPTS_MAX: usize = 16;
+
 fn coordinator_error(reason: String) -> Error {
     Error::Coordinator { reason }
 }
@@ -419,6 +622,7 @@ mod tests {
             leader: leader.map(n),
             leader_epoch: LeaderEpoch(epoch),
             in_sync_replicas: isr.iter().copied().map(n).collect(),
+            eligible_leader_replicas: Vec::new(),
             version: 4,
         }
     }
@@ -428,6 +632,7 @@ mod tests {
             leader: leader.map(n),
             leader_epoch: LeaderEpoch(epoch),
             in_sync_replicas: isr.iter().copied().map(n).collect(),
+            eligible_leader_replicas: Vec::new(),
         }
     }
 
@@ -497,6 +702,258 @@ mod tests {
                     reason.contains(fragment),
                     "{name}: reason {reason:?} does not mention {fragment:?}"
                 ),
+                (expected, got) => panic!("{name}: expected {expected:?}, got {got:?}"),
+            }
+        }
+    }
+
+    fn with_elr(mut state: LogState, elr: &[u32]) -> LogState {
+        state.eligible_leader_replicas = elr.iter().copied().map(n).collect();
+        state.check_invariants();
+        state
+    }
+
+    fn nodes(ids: &[u32]) -> Vec<NodeId> {
+        ids.iter().copied().map(n).collect()
+    }
+
+    /// Kafka's `maybePopulateTargetElr` on the pure state: shrinking below
+    /// the minimum, re-expansion, and the minimum reached again.
+    #[test]
+    fn eligible_leader_replicas_after_table() {
+        // (name, current ISR, current ELR, new ISR, min ISR, expected ELR)
+        type Case = (
+            &'static str,
+            &'static [u32],
+            &'static [u32],
+            &'static [u32],
+            usize,
+            &'static [u32],
+        );
+        let cases: &[Case] = &[
+            (
+                "shrink, still at the minimum",
+                &[1, 2, 3],
+                &[],
+                &[1, 2],
+                2,
+                &[],
+            ),
+            ("shrink below the minimum", &[1, 2], &[], &[1], 2, &[2]),
+            (
+                "two leave at once, both join",
+                &[1, 2, 3],
+                &[],
+                &[1],
+                2,
+                &[2, 3],
+            ),
+            (
+                "one more leaves: joins the others",
+                &[1, 3],
+                &[2],
+                &[1],
+                3,
+                &[2, 3],
+            ),
+            ("min ISR 1: never an ELR", &[1, 2], &[], &[1], 1, &[]),
+            (
+                "re-expansion below the minimum: it leaves the ELR",
+                &[1],
+                &[2, 3],
+                &[1, 2],
+                3,
+                &[3],
+            ),
+            (
+                "back at the minimum: the ELR empties",
+                &[1],
+                &[2, 3],
+                &[1, 2],
+                2,
+                &[],
+            ),
+            ("ISR unchanged keeps the ELR", &[1], &[3], &[1], 2, &[3]),
+            (
+                "ELR member elected leads alone",
+                &[1],
+                &[2, 3],
+                &[3],
+                2,
+                &[1, 2],
+            ),
+            (
+                "assignment order, not ISR order",
+                &[3, 1, 2],
+                &[],
+                &[1],
+                3,
+                &[2, 3],
+            ),
+        ];
+        for (name, isr, elr, new_isr, min, expected) in cases {
+            let current = with_elr(state(None, 2, isr), elr);
+            let got = current.eligible_leader_replicas_after(&nodes(new_isr), *min);
+            assert_eq!(got, nodes(expected), "{name}");
+            let update = LogUpdate {
+                leader: None,
+                leader_epoch: LeaderEpoch(2),
+                in_sync_replicas: nodes(new_isr),
+                eligible_leader_replicas: got,
+            };
+            current
+                .validate_update(&update)
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
+        }
+    }
+
+    /// A node back from an unclean shutdown leaves the ISR and ELR of its
+    /// logs (a leader it was: leaderless in a new epoch), unless it is the
+    /// only eligible replica left.
+    #[test]
+    fn unclean_shutdown_update_table() {
+        // (name, leader, ISR, ELR, the unclean node, expected update as
+        //  (leader, epoch, ISR, ELR), or None)
+        type Expected = Option<(Option<u32>, u32, &'static [u32], &'static [u32])>;
+        type Case = (
+            &'static str,
+            Option<u32>,
+            &'static [u32],
+            &'static [u32],
+            u32,
+            Expected,
+        );
+        let cases: &[Case] = &[
+            (
+                "follower in the ISR",
+                Some(1),
+                &[1, 2, 3],
+                &[],
+                2,
+                Some((Some(1), 2, &[1, 3], &[])),
+            ),
+            (
+                "the leader: leaderless, new epoch",
+                Some(1),
+                &[1, 2],
+                &[],
+                1,
+                Some((None, 3, &[2], &[])),
+            ),
+            (
+                "an ELR member",
+                Some(1),
+                &[1],
+                &[2, 3],
+                3,
+                Some((Some(1), 2, &[1], &[2])),
+            ),
+            (
+                "leaderless, last ISR member, an ELR member left",
+                None,
+                &[1],
+                &[2],
+                1,
+                Some((None, 2, &[], &[2])),
+            ),
+            (
+                "the only eligible replica left stays",
+                None,
+                &[],
+                &[2],
+                2,
+                None,
+            ),
+            (
+                "the only ISR member, no ELR, stays",
+                None,
+                &[1],
+                &[],
+                1,
+                None,
+            ),
+            (
+                "the sole leader stays (its restart bumps the epoch)",
+                Some(1),
+                &[1],
+                &[],
+                1,
+                None,
+            ),
+            (
+                "not in the ISR or ELR: nothing to do",
+                Some(1),
+                &[1],
+                &[2],
+                3,
+                None,
+            ),
+        ];
+        for (name, leader, isr, elr, node, expected) in cases {
+            let current = with_elr(state(*leader, 2, isr), elr);
+            let got = current.unclean_shutdown_update(n(*node));
+            let expected = expected.map(|(leader, epoch, isr, elr)| LogUpdate {
+                leader: leader.map(n),
+                leader_epoch: LeaderEpoch(epoch),
+                in_sync_replicas: nodes(isr),
+                eligible_leader_replicas: nodes(elr),
+            });
+            assert_eq!(got, expected, "{name}");
+            if let Some(update) = got {
+                current
+                    .validate_update(&update)
+                    .unwrap_or_else(|error| panic!("{name}: {error}"));
+                let next = current.with_update(update);
+                assert!(
+                    !next.is_in_sync(n(*node)) && !next.is_eligible(n(*node)),
+                    "{name}: still eligible"
+                );
+                assert_eq!(
+                    next.unclean_shutdown_update(n(*node)),
+                    None,
+                    "{name}: idempotent"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn validate_update_checks_the_elr() {
+        let current = with_elr(state(Some(1), 2, &[1, 2]), &[]);
+        let with = |isr: &[u32], elr: &[u32]| LogUpdate {
+            leader: Some(n(1)),
+            leader_epoch: LeaderEpoch(2),
+            in_sync_replicas: nodes(isr),
+            eligible_leader_replicas: nodes(elr),
+        };
+        let cases: &[(&str, LogUpdate, std::result::Result<(), &str>)] = &[
+            ("a removed ISR member joins", with(&[1], &[2]), Ok(())),
+            (
+                "not a replica",
+                with(&[1], &[9]),
+                Err("contains node-9, which is not one of the replicas"),
+            ),
+            ("twice", with(&[1], &[2, 2]), Err("names node-2 twice")),
+            (
+                "in both sets",
+                with(&[1, 2], &[2]),
+                Err("node-2 is in both"),
+            ),
+            (
+                "from outside the ISR and ELR",
+                with(&[1], &[3]),
+                Err("adds node-3, which is in neither"),
+            ),
+        ];
+        for (name, update, expected) in cases {
+            match (expected, current.validate_update(update)) {
+                (Ok(()), Ok(())) => {}
+                (Err(fragment), Err(Error::Coordinator { reason })) => {
+                    assert!(
+                        reason.contains(fragment),
+                        "{name}: {reason:?} lacks {fragment:?}"
+                    )
+                }
                 (expected, got) => panic!("{name}: expected {expected:?}, got {got:?}"),
             }
         }

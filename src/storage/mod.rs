@@ -3,6 +3,7 @@
 //! replication decisions.
 
 mod checkpoint;
+mod clean_shutdown;
 mod config;
 mod flush;
 mod leader_epoch;
@@ -15,6 +16,8 @@ mod segment;
 
 #[allow(unused_imports)]
 pub(crate) use checkpoint::{load_pairs, store_pairs, sync_dir, write_atomically, LogCheckpoint};
+pub use clean_shutdown::PreviousShutdown;
+pub(crate) use clean_shutdown::{take_clean_shutdown_marker, write_clean_shutdown_marker};
 pub use config::LogConfig;
 pub use flush::FlushPolicy;
 #[allow(unused_imports)]

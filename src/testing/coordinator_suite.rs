@@ -137,6 +137,14 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             invalid_updates_are_rejected::<C>,
         ),
         (
+            "eligible_leader_replicas_are_stored_and_checked",
+            eligible_leader_replicas_are_stored_and_checked::<C>,
+        ),
+        (
+            "report_unclean_shutdown_takes_the_node_out_of_isr_and_elr",
+            report_unclean_shutdown_takes_the_node_out_of_isr_and_elr::<C>,
+        ),
+        (
             "concurrent_compare_and_set_has_one_winner_per_version",
             concurrent_compare_and_set_has_one_winner_per_version::<C>,
         ),
@@ -193,7 +201,7 @@ fn nodes(ids: &[u32]) -> Vec<NodeId> {
 }
 
 fn isr_update(state: &LogState, isr: &[u32]) -> LogUpdate {
-    LogUpdate::in_sync_replicas(state, nodes(isr))
+    LogUpdate::in_sync_replicas(state, nodes(isr), 1)
 }
 
 fn applied(outcome: CasOutcome) -> LogState {
@@ -257,6 +265,7 @@ fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
         leader: Some(NodeId(3)),
         leader_epoch: LeaderEpoch::ZERO,
         in_sync_replicas: nodes(&[3, 1, 2]),
+        eligible_leader_replicas: Vec::new(),
         version: 0,
     };
     assert_eq!(created, expected);
@@ -288,6 +297,133 @@ fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
     assert_eq!(c.log_state(LogId(3)).unwrap(), None);
 }
 
+/// The ELR is part of the stored state (SPEC 3.5): written with the ISR,
+/// read back by every read, and an ELR that adds a replica from outside the
+/// ISR and ELR is refused.
+fn eligible_leader_replicas_are_stored_and_checked<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    let initial = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    assert!(initial.eligible_leader_replicas.is_empty());
+    // min ISR 2: the shrink to {1} puts 2 and 3 in the ELR.
+    let shrink = LogUpdate::in_sync_replicas(&initial, nodes(&[1]), 2);
+    assert_eq!(shrink.eligible_leader_replicas, nodes(&[2, 3]));
+    let shrunk = applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 0, shrink)
+            .unwrap(),
+    );
+    assert_eq!(shrunk.eligible_leader_replicas, nodes(&[2, 3]));
+    assert_eq!(stored(c, LogId(1)), shrunk);
+    assert_eq!(c.logs().unwrap(), vec![shrunk.clone()]);
+
+    let smuggled = LogUpdate {
+        eligible_leader_replicas: nodes(&[2, 3]),
+        ..LogUpdate::in_sync_replicas(&shrunk, nodes(&[1, 2]), 3)
+    };
+    assert!(matches!(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 1, smuggled),
+        Err(Error::Coordinator { .. })
+    ));
+    assert_eq!(
+        stored(c, LogId(1)),
+        shrunk,
+        "a refused update changes nothing"
+    );
+
+    // 2 rejoins: the ISR is back at 2, the ELR empties.
+    let expanded = applied(
+        c.compare_and_set(
+            LogId(1),
+            LeaderEpoch(0),
+            1,
+            LogUpdate::in_sync_replicas(&shrunk, nodes(&[1, 2]), 2),
+        )
+        .unwrap(),
+    );
+    assert!(expanded.eligible_leader_replicas.is_empty());
+    assert_eq!(stored(c, LogId(1)), expanded);
+}
+
+/// `report_unclean_shutdown` applies `LogState::unclean_shutdown_update` to
+/// every log hosted by the node, notifies, and is idempotent.
+fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
+    c: &C,
+    _time: &SuiteTime,
+) {
+    let events = c.subscribe(NodeId(2)).unwrap();
+    // Log 1: node 1 leads with 2 and 3 in sync.
+    c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    // Log 2: node 1 hosts nothing.
+    let untouched = c.create_log(LogId(2), nodes(&[2, 3])).unwrap();
+    // Log 3: node 1 is in the ELR, node 2 leads alone.
+    let log_3 = c.create_log(LogId(3), nodes(&[1, 2])).unwrap();
+    let log_3 = applied(
+        c.compare_and_set(
+            LogId(3),
+            LeaderEpoch(0),
+            0,
+            LogUpdate {
+                leader: Some(NodeId(2)),
+                leader_epoch: LeaderEpoch(1),
+                in_sync_replicas: nodes(&[2]),
+                eligible_leader_replicas: log_3.eligible_leader_replicas_after(&nodes(&[2]), 2),
+            },
+        )
+        .unwrap(),
+    );
+    assert_eq!(log_3.eligible_leader_replicas, nodes(&[1]));
+    // Log 4: node 1 is the only eligible replica: it stays.
+    c.create_log(LogId(4), nodes(&[3, 1])).unwrap();
+    let log_4 = applied(
+        c.compare_and_set(
+            LogId(4),
+            LeaderEpoch(0),
+            0,
+            LogUpdate {
+                leader: None,
+                leader_epoch: LeaderEpoch(1),
+                in_sync_replicas: nodes(&[1]),
+                eligible_leader_replicas: Vec::new(),
+            },
+        )
+        .unwrap(),
+    );
+    drain(&events);
+
+    let changed = c.report_unclean_shutdown(NodeId(1)).unwrap();
+    let changed_logs: Vec<LogId> = changed.iter().map(|state| state.log).collect();
+    assert_eq!(changed_logs, vec![LogId(1), LogId(3)]);
+    let log_1 = stored(c, LogId(1));
+    assert_eq!(log_1.leader, None, "its leadership ends in a new epoch");
+    assert_eq!(log_1.leader_epoch, LeaderEpoch(1));
+    assert_eq!(log_1.in_sync_replicas, nodes(&[2, 3]));
+    assert_eq!(log_1, changed[0]);
+    let log_3_after = stored(c, LogId(3));
+    assert_eq!(log_3_after.leader, Some(NodeId(2)));
+    assert_eq!(log_3_after.leader_epoch, LeaderEpoch(1));
+    assert!(log_3_after.eligible_leader_replicas.is_empty());
+    assert_eq!(stored(c, LogId(2)), untouched);
+    assert_eq!(stored(c, LogId(4)), log_4);
+    let mut announced: Vec<LogId> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while announced.len() < 2 && Instant::now() < deadline {
+        if let Ok(CoordinatorEvent::LogChanged(state)) =
+            events.recv_timeout(Duration::from_millis(50))
+        {
+            // Earlier changes may still be on their way: count only the
+            // states the report wrote.
+            if !announced.contains(&state.log) && (state == log_1 || state == log_3_after) {
+                announced.push(state.log);
+            }
+        }
+    }
+    announced.sort();
+    assert_eq!(announced, vec![LogId(1), LogId(3)], "changes are announced");
+
+    assert!(
+        c.report_unclean_shutdown(NodeId(1)).unwrap().is_empty(),
+        "a second report changes nothing"
+    );
+}
+
 fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &SuiteTime) {
     let initial = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
 
@@ -304,6 +440,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         leader: Some(NodeId(3)),
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: nodes(&[3]),
+        eligible_leader_replicas: Vec::new(),
     };
     let elected = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(0), 1, new_leader)
@@ -317,6 +454,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
             leader: Some(NodeId(3)),
             leader_epoch: LeaderEpoch(1),
             in_sync_replicas: nodes(&[3]),
+            eligible_leader_replicas: Vec::new(),
             version: 2,
         }
     );
@@ -326,6 +464,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         leader: None,
         leader_epoch: LeaderEpoch(2),
         in_sync_replicas: nodes(&[3]),
+        eligible_leader_replicas: Vec::new(),
     };
     let leaderless = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(1), 2, leaderless)
@@ -385,6 +524,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
                 leader: Some(NodeId(2)),
                 leader_epoch: LeaderEpoch(1),
                 in_sync_replicas: nodes(&[2, 3]),
+                eligible_leader_replicas: Vec::new(),
             },
         )
         .unwrap(),
@@ -393,6 +533,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
         leader: leader.map(NodeId),
         leader_epoch: LeaderEpoch(epoch),
         in_sync_replicas: nodes(isr),
+        eligible_leader_replicas: Vec::new(),
     };
     // (what is wrong, the update, a word the error must name)
     let cases = [
@@ -769,6 +910,7 @@ fn controller_writes_are_fenced_by_controller_epoch<C: Coordinator>(c: &C, time:
         leader: Some(NodeId(2)),
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: nodes(&[2]),
+        eligible_leader_replicas: Vec::new(),
     };
     assert_fenced(
         "the deposed controller",
@@ -862,6 +1004,7 @@ fn subscribe_all_gets_every_log_changed<C: Coordinator>(c: &C, _time: &SuiteTime
     let created_2 = LogState {
         version: 0,
         in_sync_replicas: nodes(&[2, 3]),
+        eligible_leader_replicas: Vec::new(),
         ..second.clone()
     };
     let mut seen = Vec::new();

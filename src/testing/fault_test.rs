@@ -1081,6 +1081,7 @@ fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) ->
         leader: Some(next),
         leader_epoch: current.leader_epoch.next(),
         in_sync_replicas: current.in_sync_replicas.clone(),
+        eligible_leader_replicas: current.eligible_leader_replicas.clone(),
     };
     matches!(
         cluster

@@ -42,6 +42,7 @@ pub fn elect(cluster: &Cluster, log: LogId, leader: NodeId, isr: &[NodeId]) -> u
         leader: Some(leader),
         leader_epoch: epoch,
         in_sync_replicas: isr.to_vec(),
+        eligible_leader_replicas: Vec::new(),
     };
     let outcome = cluster
         .coordinator

@@ -116,6 +116,13 @@ struct LogDocument {
     leader: Option<u32>,
     leader_epoch: u32,
     in_sync_replicas: Vec<u32>,
+    /// Added with eligible leader replicas (KIP-966). Documents written
+    /// before it lack the field and read as an empty ELR; an empty ELR is
+    /// not written, so a document without one stays readable by a version
+    /// that predates the field (which denies unknown fields), as during a
+    /// rolling upgrade.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    eligible_leader_replicas: Vec<u32>,
 }
 
 impl Formatted for LogDocument {
@@ -131,6 +138,11 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
         leader: state.leader.map(|node| node.0),
         leader_epoch: state.leader_epoch.0,
         in_sync_replicas: state.in_sync_replicas.iter().map(|node| node.0).collect(),
+        eligible_leader_replicas: state
+            .eligible_leader_replicas
+            .iter()
+            .map(|node| node.0)
+            .collect(),
     })
 }
 
@@ -149,6 +161,7 @@ pub(super) fn decode_log(log: LogId, bytes: &[u8], version: i32) -> Result<LogSt
         leader: document.leader.map(NodeId),
         leader_epoch: LeaderEpoch(document.leader_epoch),
         in_sync_replicas: nodes(&document.in_sync_replicas),
+        eligible_leader_replicas: nodes(&document.eligible_leader_replicas),
         version,
     };
     check_log_state(&state).map_err(|reason| decode_error(&path, reason))?;
@@ -192,6 +205,19 @@ fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
                 state.in_sync_replicas
             ));
         }
+    }
+    let elr = &state.eligible_leader_replicas;
+    if repeats(elr) {
+        return Err(format!("eligible_leader_replicas {elr:?} repeat a node"));
+    }
+    if let Some(node) = elr
+        .iter()
+        .find(|node| !state.replicas.contains(node) || state.in_sync_replicas.contains(node))
+    {
+        return Err(format!(
+            "eligible_leader_replicas {elr:?} contain {node}, not one of the replicas {:?} outside in_sync_replicas {:?}",
+            state.replicas, state.in_sync_replicas
+        ));
     }
     Ok(())
 }
@@ -310,6 +336,7 @@ mod tests {
             leader: Some(NodeId(1)),
             leader_epoch: LeaderEpoch(4),
             in_sync_replicas: vec![NodeId(1), NodeId(3)],
+            eligible_leader_replicas: Vec::new(),
             version: 9,
         }
     }
@@ -328,6 +355,28 @@ mod tests {
         };
         let bytes = encode_log(&leaderless);
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), leaderless);
+        let with_elr = LogState {
+            leader: Some(NodeId(1)),
+            in_sync_replicas: vec![NodeId(1)],
+            eligible_leader_replicas: vec![NodeId(3), NodeId(2)],
+            ..state()
+        };
+        let bytes = encode_log(&with_elr);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#
+        );
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), with_elr);
+    }
+
+    /// Documents written before eligible leader replicas existed have no
+    /// such field: they read as an empty ELR, not as an error.
+    #[test]
+    fn a_log_document_without_the_elr_field_reads_as_an_empty_elr() {
+        let old = br#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1,3]}"#;
+        let decoded = decode_log(LogId(7), old, 9).unwrap();
+        assert_eq!(decoded, state());
+        assert!(decoded.eligible_leader_replicas.is_empty());
     }
 
     #[test]
@@ -360,6 +409,21 @@ mod tests {
                 br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1,5]}"#,
                 0,
                 "contain node-5",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"eligible_leader_replicas":[2,2]}"#,
+                0,
+                "eligible_leader_replicas [NodeId(2), NodeId(2)] repeat",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"eligible_leader_replicas":[1]}"#,
+                0,
+                "contain node-1, not one of the replicas",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"eligible_leader_replicas":[9]}"#,
+                0,
+                "contain node-9",
             ),
             (
                 br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"x":0}"#,

@@ -221,6 +221,7 @@ mod tests {
             leader: Some(replicas[0]),
             leader_epoch: LeaderEpoch(0),
             in_sync_replicas: replicas.clone(),
+            eligible_leader_replicas: Vec::new(),
             replicas,
             version,
         }

@@ -1,0 +1,123 @@
+//! The clean-shutdown marker of a node's data directory (SPEC 3.5; Kafka's
+//! `.kafka_cleanshutdown`): the last thing a clean shutdown writes, after
+//! every log is flushed and closed, and the first thing a start removes. A
+//! node that starts and finds its directory non-empty but the marker
+//! missing cannot prove it stopped cleanly: it may have lost bytes it never
+//! fsynced (a power loss), so it must not be trusted as a holder of every
+//! committed record.
+//!
+//! This module owns the marker file only; what a node does about an
+//! unclean shutdown (telling the coordinator) lives in the node.
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::storage::{sync_dir, write_atomically};
+
+/// The marker's file name inside the data directory.
+pub(crate) const CLEAN_SHUTDOWN_MARKER: &str = ".isrlog_clean_shutdown";
+
+/// How a node's previous run ended, as its data directory tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreviousShutdown {
+    /// The directory was empty: a new node, with nothing to lose.
+    Fresh,
+    /// The marker was there: the last run flushed and closed every log.
+    Clean,
+    /// Data but no marker: the last run crashed (or its shutdown failed),
+    /// and bytes it had not fsynced may be gone. Kafka treats every crash
+    /// this way, whatever the flush policy, and so does isrlog: a process
+    /// cannot tell a process crash from a power loss.
+    Unclean,
+}
+
+/// Reads and removes the marker of `data_dir` (an existing directory),
+/// making the removal durable before returning, so that a crash from here
+/// on is seen as unclean by the next start.
+pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> Result<PreviousShutdown> {
+    let marker = data_dir.join(CLEAN_SHUTDOWN_MARKER);
+    match fs::remove_file(&marker) {
+        Ok(()) => {
+            sync_dir(data_dir)?;
+            return Ok(PreviousShutdown::Clean);
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(&marker, "remove the clean-shutdown marker", e)),
+    }
+    let mut entries =
+        fs::read_dir(data_dir).map_err(|e| Error::io(data_dir, "list the data directory", e))?;
+    match entries.next() {
+        None => Ok(PreviousShutdown::Fresh),
+        Some(Ok(_)) => Ok(PreviousShutdown::Unclean),
+        Some(Err(e)) => Err(Error::io(data_dir, "list the data directory", e)),
+    }
+}
+
+/// Writes the marker into `data_dir` durably (temporary file, fsync,
+/// rename, fsync of the directory). Call it only after every log of the
+/// node is flushed and closed.
+pub(crate) fn write_clean_shutdown_marker(data_dir: &Path) -> Result<()> {
+    write_atomically(
+        &data_dir.join(CLEAN_SHUTDOWN_MARKER),
+        b"isrlog clean shutdown v1\n",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_lifecycle_table() {
+        // (name, set up the directory, expected verdict)
+        type Case = (&'static str, fn(&Path), PreviousShutdown);
+        let cases: [Case; 4] = [
+            (
+                "empty directory: a new node",
+                |_| {},
+                PreviousShutdown::Fresh,
+            ),
+            (
+                "marker written at the last shutdown",
+                |dir| {
+                    fs::create_dir(dir.join("log-1")).unwrap();
+                    write_clean_shutdown_marker(dir).unwrap();
+                },
+                PreviousShutdown::Clean,
+            ),
+            (
+                "data without the marker: a crash",
+                |dir| fs::create_dir(dir.join("log-1")).unwrap(),
+                PreviousShutdown::Unclean,
+            ),
+            (
+                "a leftover temporary file is data too",
+                |dir| fs::write(dir.join("something.tmp"), b"x").unwrap(),
+                PreviousShutdown::Unclean,
+            ),
+        ];
+        for (name, set_up, expected) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            set_up(dir.path());
+            assert_eq!(
+                take_clean_shutdown_marker(dir.path()).unwrap(),
+                expected,
+                "{name}"
+            );
+            assert!(
+                !dir.path().join(CLEAN_SHUTDOWN_MARKER).exists(),
+                "{name}: the marker is gone after a start"
+            );
+            if expected == PreviousShutdown::Clean {
+                // Taken once: a crash after this start is unclean.
+                assert_eq!(
+                    take_clean_shutdown_marker(dir.path()).unwrap(),
+                    PreviousShutdown::Unclean,
+                    "{name}: second start"
+                );
+            }
+        }
+    }
+}

@@ -1885,7 +1885,7 @@ mod tests {
             .expect("the seat is free");
         let write_as = |controller: NodeId, epoch: ControllerEpoch| {
             let current = created.clone();
-            let next = created.with_update(LogUpdate::in_sync_replicas(&created, vec![first]));
+            let next = created.with_update(LogUpdate::in_sync_replicas(&created, vec![first], 1));
             c.run(
                 "write as a controller".to_owned(),
                 move |shared, deadline, _| async move {

@@ -95,6 +95,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod builder;
+mod client;
 mod clock;
 mod config;
 mod coordinator;
@@ -111,6 +113,16 @@ pub mod testing;
 pub mod transport;
 mod types;
 
+// Every Rust block of README.md, compiled (and, unless marked `no_run`,
+// run) as a doctest so the README cannot rot. Its ZooKeeper and TLS blocks
+// need those features, so the README is checked with both on:
+// `cargo test --features zookeeper,tls --doc` (run by `.ci/run`).
+#[cfg(all(doctest, feature = "zookeeper", feature = "tls"))]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
+pub use builder::{NodeBuilder, TcpNode};
+pub use client::LogClient;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{NodeConfig, ReplicationConfig};
 pub use coordinator::{

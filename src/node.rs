@@ -228,6 +228,48 @@ impl Node {
         self.shared.config.node_id
     }
 
+    /// Creates `log` in the coordinator with `replicas` (the first is its
+    /// preferred leader), as any node or an admin tool may: the nodes
+    /// hosting it open their replicas when they hear of it. Fails with a
+    /// coordinator error if it exists already. No trait import needed.
+    pub fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState> {
+        self.shared.coordinator.create_log(log, replicas)
+    }
+
+    /// The coordinator's record of `log` (replicas, leader, epoch, ISR),
+    /// `None` if it does not exist.
+    pub fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
+        self.shared.coordinator.log_state(log)
+    }
+
+    /// Waits up to `timeout` until the coordinator names a leader of `log`
+    /// and returns it; if this node hosts a replica, also until that
+    /// replica knows of that leader's epoch (so an append here is answered
+    /// by the leader or with a `NotLeader` naming it).
+    pub fn wait_for_leader(&self, log: LogId, timeout: Duration) -> Result<NodeId> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(state) = self.shared.coordinator.log_state(log)? {
+                if let Some(leader) = state.leader {
+                    let known_here = match self.shared.replica(log) {
+                        Some(replica) => replica.role().1 >= state.leader_epoch,
+                        None => !state.replicas.contains(&self.id()),
+                    };
+                    if known_here {
+                        return Ok(leader);
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    waited: timeout,
+                    waiting_for: "the log to have a leader",
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// How this node's previous run ended, as its data directory told at
     /// start ([`PreviousShutdown::Unclean`]: it was reported to the
     /// coordinator).

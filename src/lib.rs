@@ -125,7 +125,7 @@ pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
-pub use replication::Role;
+pub use replication::{AppendHandle, Role};
 pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, ReadResult, RecoveryReport, TruncatedTail,
 };

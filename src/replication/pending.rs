@@ -42,6 +42,29 @@ pub(crate) struct PendingAppend {
     pub(crate) bytes: usize,
     /// Where the outcome goes.
     pub(crate) cell: Arc<Completion>,
+    /// Whether `resolve` ran (else dropping it resolves it with `Shutdown`).
+    pub(crate) resolved: bool,
+}
+
+impl PendingAppend {
+    /// Hands the append its outcome.
+    pub(crate) fn resolve(mut self, outcome: Result<AppendOutcome>) {
+        self.resolved = true;
+        self.cell.resolve(outcome);
+    }
+}
+
+impl Drop for PendingAppend {
+    /// A safety net: every path that ends a pending append resolves it,
+    /// but should one be dropped unresolved (its replica dropped without
+    /// the node's stop), its owner gets `Shutdown` rather than waiting
+    /// forever. Runs a registered callback on the dropping thread.
+    fn drop(&mut self) {
+        if !self.resolved {
+            self.resolved = true;
+            self.cell.resolve(Err(Error::Shutdown));
+        }
+    }
 }
 
 /// What the replica knows when it decides pending appends' outcomes.
@@ -636,6 +659,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(60),
             bytes,
             cell,
+            resolved: false,
         }
     }
 
@@ -665,6 +689,25 @@ mod tests {
         assert!(decided.iter().all(|(_, v)| *v == Verdict::RoleChanged));
         assert_eq!(queue.bytes_in_flight().0, 0);
         assert!(queue.is_idle());
+    }
+
+    #[test]
+    fn a_pending_append_dropped_unresolved_fails_with_shutdown() {
+        let (cell, handle) = Completion::new_pair();
+        let mut append = pending(0, true, 1);
+        append.cell = cell;
+        drop(append);
+        assert!(matches!(handle.wait(), Err(Error::Shutdown)));
+        let (cell, handle) = Completion::new_pair();
+        let mut append = pending(0, true, 1);
+        append.cell = cell;
+        let outcome = append.outcome;
+        append.resolve(Ok(outcome));
+        assert_eq!(
+            handle.wait().unwrap(),
+            outcome,
+            "resolved once, not again by the drop"
+        );
     }
 
     #[test]

@@ -1009,6 +1009,7 @@ impl Replica {
             deadline: Instant::now() + self.config.request_timeout,
             bytes,
             cell,
+            resolved: false,
         };
         let settled = self.pending.queue(append, |append, stopped| {
             super::pending::verdict(append, &self.pipelined_snapshot(stopped, None, None))
@@ -1111,7 +1112,7 @@ impl Replica {
                     },
                 }),
             };
-            append.cell.resolve(outcome);
+            append.resolve(outcome);
         }
     }
 

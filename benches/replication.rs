@@ -16,6 +16,9 @@
 //! 4. The idempotent producer (issue 5): the workload of (1) through 4
 //!    `IdempotentProducer`s next to plain `acks=all` appends in the same
 //!    run (target: at most 10% slower).
+//! 5. One thread pipelining single 1 KiB records with `acks=all` through
+//!    `append_pipelined`, 1024 in flight (issue 14, target >= 500,000/s),
+//!    next to the 64 blocking producers of (3).
 //!
 //! Criterion measures each workload (one iteration is one append call;
 //! multi-threaded workloads through `Bencher::iter_custom`), and after its
@@ -53,6 +56,9 @@ const SAMPLES: usize = 10;
 /// Single-record appends per latency measurement in test mode (as many as
 /// the custom main took there), and a quarter of that to warm up.
 const QUICK_LATENCY_SAMPLES: u64 = 200;
+/// Appends one pipelining thread keeps in flight (about 1 MiB of 1 KiB
+/// records, far below `pipelined_bytes_max`).
+const PIPELINED_WINDOW: usize = 1024;
 
 /// Criterion's measurement time for the latency benchmarks: about the
 /// 20,000 appends the custom main timed (33–60 µs each here).
@@ -248,6 +254,44 @@ fn appends(
         || (leader.clone(), batch.clone()),
         |(leader, batch)| {
             leader.append(batch, acks).expect("append");
+            u64::from(batch.record_count())
+        },
+    )
+}
+
+/// One thread pipelining `batch` with `acks` through `append_pipelined`,
+/// at most `window` appends in flight (it waits for the oldest when the
+/// window is full). Records count once their outcome is `Ok`, so the last
+/// window of a run is timed but not counted.
+fn pipelined_appends(
+    leader: &ReplicatedLog,
+    batch: &RecordBatch,
+    acks: Acks,
+    window: usize,
+    amount: Amount,
+) -> Run {
+    drive(
+        1,
+        amount,
+        || {
+            (
+                leader.clone(),
+                batch.clone(),
+                std::cell::RefCell::new(std::collections::VecDeque::with_capacity(window)),
+            )
+        },
+        |(leader, batch, in_flight)| {
+            let mut in_flight = in_flight.borrow_mut();
+            in_flight.push_back(
+                leader
+                    .append_pipelined(batch, acks)
+                    .expect("append_pipelined"),
+            );
+            if in_flight.len() < window {
+                return 0;
+            }
+            let oldest = in_flight.pop_front().expect("a handle in flight");
+            oldest.wait().expect("pipelined append");
             u64::from(batch.record_count())
         },
     )
@@ -549,6 +593,23 @@ fn replication(c: &mut Criterion) {
     );
     group.finish();
 
+    // 5. One thread pipelining single records (issue 14).
+    let mut group = c.benchmark_group("replication/pipelined/1_thread_1x1KiB");
+    configure(&mut group, phase);
+    group.throughput(Throughput::Elements(1));
+    let (replicated_cluster, leader) = cluster(3);
+    let pipelined = bench_rate(
+        &mut group,
+        "3_replicas_acks_all_1024_in_flight",
+        settings,
+        Some(phase / 4),
+        phase,
+        |amount| pipelined_appends(&leader, &single, Acks::All, PIPELINED_WINDOW, amount),
+    );
+    drop(leader);
+    replicated_cluster.shutdown().expect("shutdown");
+    group.finish();
+
     // The figures, each next to its same-run baseline.
     if let (Some(replicated), Some(baseline)) = (replicated, baseline) {
         println!(
@@ -587,6 +648,15 @@ fn replication(c: &mut Criterion) {
             many,
             many_baseline,
             many / many_baseline
+        );
+    }
+    if let (Some(pipelined), Some(many)) = (pipelined, many) {
+        println!(
+            "replication/pipelined/1_thread_1x1KiB: 3 replicas acks=all, {PIPELINED_WINDOW} in flight, {:.0} records/s \
+             (issue 14 target >= 500000); 64 threads of blocking acks=all appends {:.0} records/s; ratio {:.2}",
+            pipelined,
+            many,
+            pipelined / many
         );
     }
     if let (Some(many), Some(floor)) = (many, floor) {

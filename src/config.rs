@@ -102,6 +102,16 @@ pub struct ReplicationConfig {
     /// others are already parked on the same value (heavy load). Default
     /// 50 µs; zero disables spinning.
     pub spin_before_park: Duration,
+    /// Kafka's `buffer.memory`, per log: the most bytes of batches that
+    /// [`ReplicatedLog::append_pipelined`](crate::ReplicatedLog::append_pipelined)
+    /// may hold in flight (appended, outcome not yet known). Past it a
+    /// pipelined append blocks, up to `pipelined_block_max`. Default 32 MiB,
+    /// Kafka's default.
+    pub pipelined_bytes_max: usize,
+    /// Kafka's `max.block.ms`: how long a pipelined append may block for
+    /// room under `pipelined_bytes_max` before it fails with
+    /// [`Error::PipelineFull`]. Default 60 s, Kafka's default.
+    pub pipelined_block_max: Duration,
 }
 
 impl Default for ReplicationConfig {
@@ -115,6 +125,8 @@ impl Default for ReplicationConfig {
             request_timeout: Duration::from_secs(30),
             fetch_backoff: Duration::from_millis(100),
             spin_before_park: Duration::from_micros(50),
+            pipelined_bytes_max: 32 * 1024 * 1024,
+            pipelined_block_max: Duration::from_secs(60),
         }
     }
 }
@@ -150,6 +162,13 @@ impl ReplicationConfig {
                 field: "min_insync_replicas",
                 value: "0".into(),
                 reason: "must be at least 1",
+            });
+        }
+        if self.pipelined_bytes_max == 0 {
+            return Err(Error::InvalidConfig {
+                field: "pipelined_bytes_max",
+                value: "0".into(),
+                reason: "must be positive",
             });
         }
         if self.fetch_bytes_max == 0 || self.fetch_response_bytes_max == 0 {

@@ -150,6 +150,24 @@ pub enum Error {
         /// What it was waiting for.
         waiting_for: &'static str,
     },
+    /// A pipelined append found the log's bytes in flight (appended, outcome
+    /// not known yet) at `ReplicationConfig::pipelined_bytes_max` and the
+    /// bound did not free up within `pipelined_block_max` (Kafka's
+    /// `buffer.memory` and `max.block.ms`). Nothing was appended. A batch
+    /// larger than the bound fails at once, with `bytes_in_flight` 0.
+    #[error("pipelined appends to {log} hold {bytes_in_flight} bytes in flight; a batch of {batch_bytes} bytes does not fit under ReplicationConfig::pipelined_bytes_max = {bytes_max} (waited {waited:?}, pipelined_block_max)")]
+    PipelineFull {
+        /// The log.
+        log: LogId,
+        /// Size of the batch that did not fit.
+        batch_bytes: usize,
+        /// Bytes in flight when the call gave up.
+        bytes_in_flight: usize,
+        /// The bound (`pipelined_bytes_max`).
+        bytes_max: usize,
+        /// How long the call blocked.
+        waited: Duration,
+    },
     /// A request carried a leader epoch older than the receiver's.
     #[error("fenced leader epoch: request has {request}, current is {current}")]
     FencedLeaderEpoch {
@@ -265,6 +283,7 @@ impl Error {
                 | Error::NotEnoughReplicas { .. }
                 | Error::NotEnoughReplicasAfterAppend { .. }
                 | Error::Timeout { .. }
+                | Error::PipelineFull { .. }
                 | Error::FencedLeaderEpoch { .. }
                 | Error::UnknownLeaderEpoch { .. }
                 | Error::LeaderNotAvailable(_)

@@ -11,7 +11,10 @@
 //!   dense offsets. Each **node** ([`Node`]) hosts replicas of many logs; one
 //!   replica of each log is its **leader**, the others **followers**.
 //! - Producers append on the leader ([`ReplicatedLog::append`]) with
-//!   [`Acks::None`], [`Acks::Leader`] or [`Acks::All`]. Followers *pull*:
+//!   [`Acks::None`], [`Acks::Leader`] or [`Acks::All`], blocking until the
+//!   outcome is known, or without holding a thread
+//!   ([`ReplicatedLog::append_pipelined`]: an [`AppendHandle`] to wait on,
+//!   `.await` or give a callback). Followers *pull*:
 //!   one fetcher thread per (follower node, leader node) pair long-polls the
 //!   leader for every log it follows, and a fetch at offset `n` acknowledges
 //!   everything below `n`.
@@ -138,7 +141,7 @@ pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
-pub use replication::Role;
+pub use replication::{AppendHandle, Role};
 pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
     RecoveryReport, TruncatedTail,

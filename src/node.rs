@@ -412,6 +412,9 @@ impl Node {
             }
         }
         self.shared.stop.store(true, Ordering::SeqCst);
+        // Pipelined appends still waiting fail with `Shutdown`.
+        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        replicas.iter().for_each(|replica| replica.stop_pipelined());
         self.shared.data_arrived.close();
         if let Some(control) = self.control.take() {
             if control.join().is_err() {
@@ -1214,6 +1217,7 @@ fn control_loop(
             next_retention = now + shared.config.retention_check_interval;
         }
         for replica in replicas {
+            replica.tick_pipelined();
             let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
                 || replica.leadership_failed();
             if failed_leader {

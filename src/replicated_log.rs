@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::node::NodeShared;
 use crate::record::{BatchIter, Record, RecordBatch, RecordBatchBuilder};
-use crate::replication::{Replica, Role};
+use crate::replication::{AppendHandle, Completion, Replica, Role};
 use crate::sync::Arc;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
@@ -59,6 +59,7 @@ pub struct ReplicatedLog {
 
 impl ReplicatedLog {
     pub(crate) fn new(replica: Arc<Replica>, node: Arc<NodeShared>) -> ReplicatedLog {
+        replica.set_node(&node);
         ReplicatedLog { replica, node }
     }
 
@@ -102,6 +103,9 @@ impl ReplicatedLog {
                 }
                 Err(error) => return Err(error),
             };
+        // This append may have written (and, on a lone leader, committed)
+        // pipelined appends queued behind the same write.
+        self.replica.resolve_pipelined();
         let outcome = AppendOutcome {
             base_offset: appended.info.base_offset,
             last_offset: appended.info.last_offset,
@@ -118,6 +122,73 @@ impl ReplicatedLog {
             )?;
         }
         Ok(outcome)
+    }
+
+    /// Appends `batch` on this node, which must be the leader, without
+    /// waiting for the outcome: the batch gets its place in the log before
+    /// this returns (so batches appended one after another from one thread
+    /// get increasing offsets, in call order), and the returned
+    /// [`AppendHandle`] yields the outcome once it is known — exactly what
+    /// [`append`](Self::append) would have returned for the same batch and
+    /// `acks`: the [`AppendOutcome`], or `NotEnoughReplicasAfterAppend`,
+    /// `NotLeader` (the role changed first), `Shutdown` (the node stopped
+    /// first), `Timeout` (at `request_timeout`), `Poisoned` (the write
+    /// failed). Every handle is resolved, at the latest at its timeout or
+    /// when the node stops.
+    ///
+    /// Errors returned here mean nothing was appended: those of `append`
+    /// before the write (`NotLeader`, `NotEnoughReplicas`, `Shutdown`, an
+    /// invalid batch), and [`Error::PipelineFull`]: the log's pipelined
+    /// appends not resolved yet hold
+    /// [`ReplicationConfig::pipelined_bytes_max`](crate::ReplicationConfig::pipelined_bytes_max)
+    /// bytes, and none were freed within
+    /// [`pipelined_block_max`](crate::ReplicationConfig::pipelined_block_max),
+    /// for which this call blocks (Kafka's `buffer.memory` and
+    /// `max.block.ms`). With `Acks::None` the append is done before this
+    /// returns (as [`append`](Self::append)) and the handle is resolved.
+    pub fn append_pipelined(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendHandle> {
+        if acks == Acks::None {
+            return self
+                .append(batch, Acks::None)
+                .map(|outcome| AppendHandle::resolved(Ok(outcome)));
+        }
+        if self.node.is_stopped() {
+            return Err(Error::Shutdown);
+        }
+        let bytes = batch.size_bytes();
+        self.replica.reserve_pipelined(bytes)?;
+        let acks_all = acks == Acks::All;
+        let appended = match self.replica.append_as_leader(batch, acks_all, false) {
+            Ok(appended) => appended,
+            Err(error) => {
+                self.replica.release_pipelined(bytes);
+                self.replica.resolve_pipelined();
+                return Err(error);
+            }
+        };
+        let (cell, handle) = Completion::new_pair();
+        self.replica
+            .queue_pipelined(&appended, acks_all, bytes, cell);
+        // This append's write may have decided others' outcomes.
+        self.replica.resolve_pipelined();
+        Ok(handle)
+    }
+
+    /// Bytes of pipelined appends on this log whose outcome is not known
+    /// yet (bounded by `ReplicationConfig::pipelined_bytes_max`).
+    pub fn pipelined_bytes_in_flight(&self) -> usize {
+        self.replica.pipelined_bytes_in_flight().0
+    }
+
+    /// The most bytes pipelined appends on this log ever held in flight
+    /// (never above `ReplicationConfig::pipelined_bytes_max`).
+    pub fn pipelined_bytes_in_flight_peak(&self) -> usize {
+        self.replica.pipelined_bytes_in_flight().1
+    }
+
+    /// Pipelined appends on this log whose outcome is not known yet.
+    pub fn pipelined_appends_pending(&self) -> usize {
+        self.replica.pipelined_pending()
     }
 
     /// Builds a batch of `values` (one record each, no key, timestamped

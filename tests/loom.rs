@@ -229,3 +229,121 @@ fn combining_pipeline_never_strands_a_push() {
         assert_eq!(written, vec![0, 1, 9]);
     });
 }
+
+// ---- pipelined append completion (issue 14) -----------------------------
+
+mod completion {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use isrlog::testing::loom_models::Completion;
+    use isrlog::{AppendOutcome, LeaderEpoch, Offset};
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    use loom::thread;
+
+    fn outcome() -> AppendOutcome {
+        AppendOutcome {
+            base_offset: Offset(7),
+            last_offset: Offset(7),
+            leader_epoch: LeaderEpoch(1),
+            duplicate: false,
+        }
+    }
+
+    /// A waker that unparks the polling thread and counts its calls.
+    struct Unparker {
+        thread: thread::Thread,
+        wakes: AtomicUsize,
+    }
+
+    impl Wake for Unparker {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.wakes.fetch_add(1, Ordering::SeqCst);
+            self.thread.unpark();
+        }
+    }
+
+    /// A thread blocked in `wait` never misses the resolution.
+    #[test]
+    fn wait_racing_the_outcome_gets_it() {
+        loom::model(|| {
+            let (cell, handle) = Completion::new_pair();
+            let resolver = thread::spawn(move || cell.resolve(Ok(outcome())));
+            assert_eq!(handle.wait().unwrap(), outcome());
+            resolver.join().unwrap();
+        });
+    }
+
+    /// A future polled while the outcome is being decided is woken once it
+    /// is known (a lost wake-up would park the poller forever: loom reports
+    /// it as a deadlock), and never more than once.
+    #[test]
+    fn future_racing_the_outcome_is_woken_exactly_when_it_is_known() {
+        loom::model(|| {
+            let (cell, mut handle) = Completion::new_pair();
+            let resolver = thread::spawn(move || cell.resolve(Ok(outcome())));
+            let unparker = Arc::new(Unparker {
+                thread: thread::current(),
+                wakes: AtomicUsize::new(0),
+            });
+            let waker = Waker::from(Arc::clone(&unparker));
+            let mut pendings = 0;
+            let got = loop {
+                match Pin::new(&mut handle).poll(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(got) => break got,
+                    Poll::Pending => {
+                        pendings += 1;
+                        thread::park();
+                    }
+                }
+            };
+            assert_eq!(got.unwrap(), outcome());
+            resolver.join().unwrap();
+            let wakes = unparker.wakes.load(Ordering::SeqCst);
+            assert!(wakes <= 1, "woken {wakes} times");
+            if pendings > 0 {
+                assert_eq!(wakes, 1, "a pending poll must be woken");
+            }
+        });
+    }
+
+    /// A callback registered while the outcome is being decided runs
+    /// exactly once, on one of the two threads, with the outcome.
+    #[test]
+    fn callback_racing_the_outcome_runs_exactly_once() {
+        loom::model(|| {
+            let (cell, handle) = Completion::new_pair();
+            let runs = Arc::new(AtomicUsize::new(0));
+            let resolver = thread::spawn(move || cell.resolve(Ok(outcome())));
+            {
+                let runs = Arc::clone(&runs);
+                handle.on_complete(move |got| {
+                    assert_eq!(got.unwrap(), outcome());
+                    runs.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            resolver.join().unwrap();
+            assert_eq!(runs.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    /// A handle dropped while the outcome is being decided is harmless.
+    #[test]
+    fn dropping_the_handle_racing_the_outcome_is_harmless() {
+        loom::model(|| {
+            let (cell, handle) = Completion::new_pair();
+            let resolver = {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || cell.resolve(Ok(outcome())))
+            };
+            drop(handle);
+            resolver.join().unwrap();
+            assert!(cell.is_resolved());
+        });
+    }
+}

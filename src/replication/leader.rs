@@ -632,14 +632,22 @@ impl LeaderState {
         if self.is_committed(batch_last_offset) {
             return AcksAllProgress::Committed;
         }
-        let in_sync = self.in_sync_replicas.len();
-        if in_sync < self.config.min_insync_replicas {
+        if let Some((in_sync, min_insync_replicas)) = self.isr_below_min() {
             return AcksAllProgress::NotEnoughReplicasAfterAppend {
                 in_sync,
-                min_insync_replicas: self.config.min_insync_replicas,
+                min_insync_replicas,
             };
         }
         AcksAllProgress::Waiting
+    }
+
+    /// `Some((ISR size, min.insync.replicas))` when the accepted ISR is
+    /// below the minimum: every `acks=all` batch not committed yet fails
+    /// with `NotEnoughReplicasAfterAppend` (see `acks_all_progress`).
+    pub(crate) fn isr_below_min(&self) -> Option<(usize, usize)> {
+        let in_sync = self.in_sync_replicas.len();
+        (in_sync < self.config.min_insync_replicas)
+            .then_some((in_sync, self.config.min_insync_replicas))
     }
 
     /// The invariants of the leader state; `Err` names the first broken one.

@@ -15,11 +15,13 @@
 #![allow(dead_code, unused_imports)]
 
 mod combiner;
+mod completion;
 mod fetcher;
 mod follower;
 mod high_watermark;
 mod isr;
 mod leader;
+mod pending;
 mod replica;
 #[cfg(test)]
 mod tests;
@@ -39,6 +41,7 @@ pub(crate) use leader::{
 };
 
 pub use combiner::{Combine, Combiner};
+pub use completion::{AppendHandle, Completion};
 pub(crate) use fetcher::Fetcher;
 pub(crate) use replica::Replica;
 pub use replica::Role;

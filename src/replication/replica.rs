@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use super::combiner::{Combine, Combiner};
+use super::completion::Completion;
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::{FetchArrival, IsrProposal};
 use super::leader::{
     check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, LeaderAssignment,
     LeaderConfig, LeaderState,
 };
+use super::pending::{PendingAppend, PendingAppends, Snapshot, Verdict};
 use super::watch::{WaitOutcome, Watch};
 use super::LogOffsets;
 use crate::clock::Clock;
@@ -180,6 +182,32 @@ pub(crate) struct Replica {
     /// over. A later epoch is not affected.
     appends_stopped_in: AtomicU64,
     pipeline: AppendPipeline,
+    /// Pipelined appends waiting for their outcome
+    /// (`ReplicatedLog::append_pipelined`).
+    pending: PendingAppends,
+    /// The node hosting this replica, set by the first `ReplicatedLog`
+    /// handle: a pipelined append whose node stopped fails with `Shutdown`
+    /// (not `NotLeader`), as a blocking `append` does.
+    node: std::sync::OnceLock<std::sync::Weak<crate::node::NodeShared>>,
+}
+
+/// Resolves the pipelined appends a role change or a fetch decided, when
+/// dropped: declared first in a method, it runs after every lock the
+/// method took was released, so completion callbacks never run under a
+/// lock of the replica.
+struct ResolveOnDrop<'a> {
+    replica: &'a Replica,
+    check_isr: bool,
+}
+
+impl Drop for ResolveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.check_isr {
+            self.replica.resolve_pipelined_full(true);
+        } else {
+            self.replica.resolve_pipelined();
+        }
+    }
 }
 
 impl Replica {
@@ -229,6 +257,8 @@ impl Replica {
                 failure: Mutex::new(None),
                 pushes: AtomicU64::new(0),
             },
+            pending: PendingAppends::default(),
+            node: std::sync::OnceLock::new(),
         }
     }
 
@@ -404,6 +434,7 @@ impl Replica {
         in_sync_replicas: Vec<NodeId>,
         isr_version: u64,
     ) -> Result<()> {
+        let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
@@ -470,6 +501,7 @@ impl Replica {
         in_sync_replicas: Vec<NodeId>,
         isr_version: u64,
     ) {
+        let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
@@ -524,6 +556,7 @@ impl Replica {
     /// Takes the replica out of service before its log is closed: appends
     /// fail with `NotLeader`, waiters are released, follower I/O stops.
     pub(crate) fn take_offline(&self) {
+        let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
         self.flush_pipeline_for_role_change();
@@ -544,11 +577,17 @@ impl Replica {
         // NotLeader now rather than after `wait_max`.
         self.data_arrived.bump();
         self.log.set_high_watermark(hw);
+        // Pipelined appends of the old role fail (resolved by the role
+        // change's caller once its locks are released).
+        self.pending.request_full_scan();
     }
 
     /// The coordinator accepted an ISR (ours or the controller's) for the
     /// current epoch.
     pub(crate) fn update_isr(&self, in_sync_replicas: Vec<NodeId>, isr_version: u64) {
+        // A shrink below min.insync.replicas fails pipelined acks=all
+        // appends not committed yet (blocking ones see it in `wait_committed`).
+        let _resolve = self.resolve_on_drop(true);
         let mut role = self.role.write();
         if isr_version <= role.isr_version && !role.in_sync_replicas.is_empty() {
             return;
@@ -708,6 +747,7 @@ impl Replica {
                 // acks=all waiters fail now with the cause, not at their
                 // timeout.
                 self.high_watermark.close();
+                self.pending.request_full_scan();
             }
         }
     }
@@ -885,6 +925,214 @@ impl Replica {
         }
     }
 
+    // ---- pipelined appends ------------------------------------------------
+
+    fn resolve_on_drop(&self, check_isr: bool) -> ResolveOnDrop<'_> {
+        ResolveOnDrop {
+            replica: self,
+            check_isr,
+        }
+    }
+
+    /// Reserves `bytes` of the pipelined in-flight bound, blocking up to
+    /// `pipelined_block_max` for room.
+    pub(crate) fn reserve_pipelined(&self, bytes: usize) -> Result<()> {
+        self.pending.reserve(
+            self.log_id,
+            bytes,
+            self.config.pipelined_bytes_max,
+            self.config.pipelined_block_max,
+        )
+    }
+
+    /// Gives back a reservation whose append was not queued.
+    pub(crate) fn release_pipelined(&self, bytes: usize) {
+        self.pending.release(bytes);
+    }
+
+    /// Bytes held by pipelined appends whose outcome is not known yet, and
+    /// the most ever held.
+    pub(crate) fn pipelined_bytes_in_flight(&self) -> (usize, usize) {
+        self.pending.bytes_in_flight()
+    }
+
+    /// Pipelined appends whose outcome is not known yet.
+    pub(crate) fn pipelined_pending(&self) -> usize {
+        self.pending.queued()
+    }
+
+    /// What the pending appends' outcomes are decided from. The high
+    /// watermark and written mark are read before the generation: a role
+    /// change stores its generation before it resets them, so a value of a
+    /// later role always comes with that role's generation.
+    fn pipelined_snapshot(
+        &self,
+        stopped: bool,
+        isr_short: Option<(usize, usize)>,
+        now: Option<Instant>,
+    ) -> Snapshot {
+        let high_watermark = self.high_watermark.get();
+        let written = self.pipeline.written.get();
+        let generation = self.generation.load(Ordering::SeqCst);
+        let failed = self.pipeline.failure.lock().is_some();
+        Snapshot {
+            generation,
+            high_watermark,
+            written,
+            failed,
+            stopped: stopped || self.node_stopped(),
+            isr_short,
+            now,
+        }
+    }
+
+    /// Queues a pipelined append (its bytes reserved) made in
+    /// `appended.generation`; resolves it at once if its outcome is known
+    /// already. Call with no lock held (a callback may run here).
+    pub(crate) fn queue_pipelined(
+        &self,
+        appended: &LeaderAppend,
+        acks_all: bool,
+        bytes: usize,
+        cell: Arc<Completion>,
+    ) {
+        let append = PendingAppend {
+            outcome: crate::replicated_log::AppendOutcome {
+                base_offset: appended.info.base_offset,
+                last_offset: appended.info.last_offset,
+                leader_epoch: appended.info.leader_epoch,
+                duplicate: appended.info.duplicate,
+            },
+            end: appended.info.log_end_offset,
+            acks_all,
+            generation: appended.generation,
+            deadline: Instant::now() + self.config.request_timeout,
+            bytes,
+            cell,
+            resolved: false,
+        };
+        let settled = self.pending.queue(append, |append, stopped| {
+            super::pending::verdict(append, &self.pipelined_snapshot(stopped, None, None))
+        });
+        if let Some((append, verdict)) = settled {
+            self.resolve_decided(vec![(append, verdict)]);
+        }
+    }
+
+    /// Resolves the pipelined appends whose outcome became known: on the
+    /// hot paths (a fetch, an append) only those at the fronts of the
+    /// queues, unless a role change or failed write asked for a full scan.
+    /// Call with no lock of the replica held.
+    pub(crate) fn resolve_pipelined(&self) {
+        if self.pending.is_idle() {
+            return;
+        }
+        let full = self.pending.take_full_scan();
+        let now = full.then(Instant::now);
+        let decided = self
+            .pending
+            .scan(|stopped| self.pipelined_snapshot(stopped, None, now), full);
+        self.resolve_decided(decided);
+    }
+
+    /// Looks at every pending append: deadlines, and with `check_isr` an
+    /// ISR below `min.insync.replicas` (as `wait_committed` checks it).
+    fn resolve_pipelined_full(&self, check_isr: bool) {
+        if self.pending.is_idle() {
+            return;
+        }
+        let _ = self.pending.take_full_scan();
+        let isr_short = if check_isr {
+            self.leader
+                .lock()
+                .as_ref()
+                .and_then(LeaderState::isr_below_min)
+        } else {
+            None
+        };
+        let now = Some(Instant::now());
+        let decided = self.pending.scan(
+            |stopped| self.pipelined_snapshot(stopped, isr_short, now),
+            true,
+        );
+        self.resolve_decided(decided);
+    }
+
+    /// The node's periodic tick: deadlines and ISR shrinks of pipelined
+    /// appends (a few milliseconds late at most: the control loop's tick).
+    pub(crate) fn tick_pipelined(&self) {
+        self.resolve_pipelined_full(true);
+    }
+
+    /// The node stopped: every pending pipelined append fails with
+    /// `Shutdown` (unless already decided otherwise), and so does every
+    /// later one.
+    pub(crate) fn stop_pipelined(&self) {
+        self.pending.stop();
+        self.pending.request_full_scan();
+        self.resolve_pipelined_full(false);
+    }
+
+    /// Hands decided appends their outcomes (errors built as the blocking
+    /// waits build them).
+    fn resolve_decided(&self, decided: super::pending::Decided) {
+        if decided.is_empty() {
+            return;
+        }
+        for (append, verdict) in decided {
+            let outcome = match verdict {
+                Verdict::Ok => Ok(append.outcome),
+                Verdict::Wait => {
+                    debug_assert!(false, "an undecided append was resolved");
+                    continue;
+                }
+                Verdict::RoleChanged => Err(if self.pending_stopped() {
+                    Error::Shutdown
+                } else {
+                    let role = self.role.read();
+                    self.not_leader(&role)
+                }),
+                Verdict::Failed => Err(self
+                    .pipeline_failure()
+                    .unwrap_or_else(|| self.poisoned(String::new()))),
+                Verdict::Stopped => Err(Error::Shutdown),
+                Verdict::IsrShort {
+                    in_sync,
+                    min_insync_replicas,
+                } => Err(Error::NotEnoughReplicasAfterAppend {
+                    in_sync,
+                    min_insync_replicas,
+                }),
+                Verdict::TimedOut => Err(Error::Timeout {
+                    waited: self.config.request_timeout,
+                    waiting_for: if append.acks_all {
+                        "the high watermark to pass the appended batch"
+                    } else {
+                        "the leader to write the batch"
+                    },
+                }),
+            };
+            append.resolve(outcome);
+        }
+    }
+
+    fn pending_stopped(&self) -> bool {
+        self.pending.is_stopped() || self.node_stopped()
+    }
+
+    /// Records the node hosting this replica (the first call wins).
+    pub(crate) fn set_node(&self, node: &Arc<crate::node::NodeShared>) {
+        let _ = self.node.set(Arc::downgrade(node));
+    }
+
+    /// Whether the hosting node stopped (or is gone).
+    fn node_stopped(&self) -> bool {
+        self.node
+            .get()
+            .map(|node| node.upgrade().map_or(true, |node| node.is_stopped()))
+            .unwrap_or(false)
+    }
+
     /// Answers one log of a follower's fetch (SPEC 3.2). An empty answer may
     /// be held (long poll) and the fetch answered again when data arrives:
     /// `arrival` says when the fetch arrived and whether this is its first
@@ -903,6 +1151,8 @@ impl Replica {
         min_one_batch: bool,
         arrival: FetchArrival,
     ) -> FetchedLog {
+        // The fetch may move the high watermark past pipelined appends.
+        let _resolve = self.resolve_on_drop(false);
         let mut answer = FetchedLog {
             log: self.log_id,
             error: ErrorCode::None,

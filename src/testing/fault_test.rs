@@ -85,6 +85,12 @@ pub struct FaultTestConfig {
     pub converge_timeout: Duration,
     /// Number of logs (each with replication factor 3 and min ISR 2).
     pub logs: u32,
+    /// 0: each log's plain producer calls the blocking `append`. Above 0:
+    /// it calls `append_pipelined` and keeps up to this many appends in
+    /// flight, and the run also checks that every completed `Ok` came in
+    /// call order (offsets increase with the calls) and that every handle
+    /// was resolved within a bound.
+    pub pipelined: usize,
 }
 
 impl FaultTestConfig {
@@ -96,6 +102,7 @@ impl FaultTestConfig {
             fault_phase: Duration::from_millis(1200),
             converge_timeout: Duration::from_secs(20),
             logs: 3,
+            pipelined: 0,
         }
     }
 }
@@ -476,7 +483,12 @@ fn run_inner<C: FaultTarget>(
         for &log in &logs {
             let (cluster, state) = (&cluster, &state);
             let seed = config.seed;
-            scope.spawn(move || produce(cluster, state, log, seed));
+            let window = config.pipelined;
+            if window == 0 {
+                scope.spawn(move || produce(cluster, state, log, seed));
+            } else {
+                scope.spawn(move || produce_pipelined(cluster, state, log, seed, window));
+            }
             scope.spawn(move || produce_idempotent(cluster, state, log, seed));
         }
         {
@@ -550,6 +562,90 @@ fn produce<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId, seed: u64)
                 *state.unknown.lock() += 1;
                 std::thread::sleep(Duration::from_millis(2));
             }
+        }
+    }
+}
+
+/// How long a pipelined handle may stay unresolved: the run's
+/// `request_timeout` (800 ms) plus generous slack for a loaded machine.
+const PIPELINED_RESOLVE_MAX: Duration = Duration::from_secs(20);
+
+/// The plain producer in pipelined mode: appends unique values with
+/// `acks=all` through `append_pipelined`, up to `window` in flight, and
+/// takes outcomes in call order. Every completed `Ok` is acknowledged
+/// (checked like a blocking one's); it must also be at an offset above
+/// every earlier call's completed `Ok` (call order), and no handle may
+/// stay unresolved.
+fn produce_pipelined<C: FaultTarget>(
+    cluster: &C,
+    state: &RunState,
+    log: LogId,
+    seed: u64,
+    window: usize,
+) {
+    let mut attempt = 0u64;
+    let mut in_flight: std::collections::VecDeque<(u64, Vec<u8>, crate::AppendHandle)> =
+        std::collections::VecDeque::new();
+    let mut last_ok: Option<(u64, Offset)> = None;
+    loop {
+        let stopping = state.stop.load(Ordering::SeqCst);
+        if stopping && in_flight.is_empty() {
+            return;
+        }
+        if !stopping && in_flight.len() < window {
+            let leader = cluster
+                .leader_of(log)
+                .and_then(|leader| cluster.log(leader, log).ok())
+                .filter(ReplicatedLog::is_leader);
+            if let Some(handle) = leader {
+                let value = format!("seed{seed}/log{}/p{attempt}", log.0).into_bytes();
+                let call = attempt;
+                attempt += 1;
+                let mut builder = crate::record::RecordBatchBuilder::new(0);
+                builder.push(&value);
+                let appended = builder
+                    .build()
+                    .and_then(|batch| handle.append_pipelined(&batch, Acks::All));
+                match appended {
+                    Ok(pending) => {
+                        in_flight.push_back((call, value, pending));
+                        continue;
+                    }
+                    Err(_) => *state.unknown.lock() += 1,
+                }
+            }
+            if in_flight.is_empty() {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+        }
+        let Some((call, value, pending)) = in_flight.pop_front() else {
+            continue;
+        };
+        match pending.wait_timeout(PIPELINED_RESOLVE_MAX) {
+            Ok(Ok(outcome)) => {
+                // Under power loss without flushing a committed record may
+                // be lost and its offset reused (SPEC G1): order then holds
+                // only between records that survived, checked by G2 below.
+                if let (Some((earlier_call, earlier_offset)), true) = (last_ok, state.no_loss) {
+                    if outcome.base_offset <= earlier_offset {
+                        state.violations.lock().push(format!(
+                            "{log}: pipelined call {call} acknowledged at {} but earlier call {earlier_call} at {earlier_offset}: offsets do not follow call order",
+                            outcome.base_offset
+                        ));
+                    }
+                }
+                last_ok = Some((call, outcome.base_offset));
+                state.acknowledged.lock().push(Acknowledged {
+                    log,
+                    offset: outcome.base_offset,
+                    value,
+                });
+            }
+            Ok(Err(_)) => *state.unknown.lock() += 1,
+            Err(_unresolved) => state.violations.lock().push(format!(
+                "{log}: pipelined call {call} still unresolved after {PIPELINED_RESOLVE_MAX:?}"
+            )),
         }
     }
 }

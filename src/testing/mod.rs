@@ -40,7 +40,7 @@ pub use zookeeper_cluster::{ZkCluster, ZkClusterBuilder};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.
 pub mod loom_models {
-    pub use crate::replication::{Combine, Combiner, WaitOutcome, Watch};
+    pub use crate::replication::{AppendHandle, Combine, Combiner, Completion, WaitOutcome, Watch};
 }
 
 /// A handler made from a closure.

@@ -1,0 +1,743 @@
+//! The leader's queue of pipelined appends waiting for their outcome
+//! (`ReplicatedLog::append_pipelined`), and the rule that decides each
+//! one's outcome from what the replica knows.
+//!
+//! An append is in the queue from the moment its offsets are assigned
+//! until its outcome is decided: `acks=all` ones until the high watermark
+//! passes their last offset, `acks=1` ones until the pipeline wrote them;
+//! either fails earlier on a role change, a failed write, a node stop, an
+//! ISR below `min.insync.replicas`, or its deadline. The decision
+//! ([`verdict`]) is the one `Replica::wait_committed` and
+//! `Replica::wait_written` make for a blocked caller, so a pipelined
+//! append's outcome is exactly a blocking one's.
+//!
+//! The queue also bounds the bytes in flight (Kafka's `buffer.memory` /
+//! `max.block.ms`): [`PendingAppends::reserve`] blocks while the appends
+//! not resolved yet hold `ReplicationConfig::pipelined_bytes_max` bytes.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::completion::Completion;
+use crate::error::{Error, Result};
+use crate::replicated_log::AppendOutcome;
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::types::{LogId, Offset};
+
+/// One pipelined append waiting for its outcome.
+#[derive(Debug)]
+pub(crate) struct PendingAppend {
+    /// What a success returns.
+    pub(crate) outcome: AppendOutcome,
+    /// The log end offset once the batch is written (`acks=1` waits for
+    /// the pipeline's written mark to reach it).
+    pub(crate) end: Offset,
+    /// `acks=all` (waits for the high watermark) or `acks=1`.
+    pub(crate) acks_all: bool,
+    /// The replica's generation when the batch was appended.
+    pub(crate) generation: u64,
+    /// When it fails with `Timeout` (`request_timeout` after the append).
+    pub(crate) deadline: Instant,
+    /// Bytes it holds of the in-flight bound.
+    pub(crate) bytes: usize,
+    /// Where the outcome goes.
+    pub(crate) cell: Arc<Completion>,
+    /// Whether `resolve` ran (else dropping it resolves it with `Shutdown`).
+    pub(crate) resolved: bool,
+}
+
+impl PendingAppend {
+    /// Hands the append its outcome.
+    pub(crate) fn resolve(mut self, outcome: Result<AppendOutcome>) {
+        self.resolved = true;
+        self.cell.resolve(outcome);
+    }
+}
+
+impl Drop for PendingAppend {
+    /// A safety net: every path that ends a pending append resolves it,
+    /// but should one be dropped unresolved (its replica dropped without
+    /// the node's stop), its owner gets `Shutdown` rather than waiting
+    /// forever. Runs a registered callback on the dropping thread.
+    fn drop(&mut self) {
+        if !self.resolved {
+            self.resolved = true;
+            self.cell.resolve(Err(Error::Shutdown));
+        }
+    }
+}
+
+/// What the replica knows when it decides pending appends' outcomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// The replica's current generation.
+    pub(crate) generation: u64,
+    /// The published high watermark.
+    pub(crate) high_watermark: u64,
+    /// The pipeline's written mark.
+    pub(crate) written: u64,
+    /// Whether a pipeline write failed (the log is poisoned).
+    pub(crate) failed: bool,
+    /// Whether the node stopped.
+    pub(crate) stopped: bool,
+    /// `Some((in_sync, min))` when the leader's ISR is below
+    /// `min.insync.replicas` (checked only on full scans).
+    pub(crate) isr_short: Option<(usize, usize)>,
+    /// Now, for deadlines (`None` on fast paths: deadlines are checked on
+    /// full scans only).
+    pub(crate) now: Option<Instant>,
+}
+
+/// The decided outcome of one pending append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Not decided yet.
+    Wait,
+    /// Success.
+    Ok,
+    /// The role changed before the batch was committed (`NotLeader`, or
+    /// `Shutdown` if the node stopped).
+    RoleChanged,
+    /// The pipeline's write failed (`Poisoned`).
+    Failed,
+    /// The node stopped (`Shutdown`).
+    Stopped,
+    /// `NotEnoughReplicasAfterAppend`.
+    IsrShort {
+        /// ISR size.
+        in_sync: usize,
+        /// `min.insync.replicas`.
+        min_insync_replicas: usize,
+    },
+    /// `Timeout`.
+    TimedOut,
+}
+
+/// Decides one pending append, in the order `Replica::wait_committed`
+/// (`acks=all`) and `Replica::wait_written` (`acks=1`) check things.
+pub(crate) fn verdict(append: &PendingAppend, known: &Snapshot) -> Verdict {
+    verdict_of(
+        append.acks_all,
+        append.generation,
+        append.outcome.last_offset,
+        append.end,
+        append.deadline,
+        known,
+    )
+}
+
+fn verdict_of(
+    acks_all: bool,
+    generation: u64,
+    last_offset: Offset,
+    end: Offset,
+    deadline: Instant,
+    known: &Snapshot,
+) -> Verdict {
+    let timed_out = known.now.is_some_and(|now| now >= deadline);
+    if acks_all {
+        // A role change fails the wait even if the high watermark later
+        // passes the offset: the records there may not be ours any more.
+        if known.generation != generation {
+            return Verdict::RoleChanged;
+        }
+        if known.high_watermark > last_offset.0 {
+            return Verdict::Ok;
+        }
+        if known.failed {
+            return Verdict::Failed;
+        }
+        if known.stopped {
+            return Verdict::Stopped;
+        }
+        // SPEC 3.1: committed before the ISR shrank is a success (above);
+        // the error is for an ISR that shrank before the commit.
+        if let Some((in_sync, min_insync_replicas)) = known.isr_short {
+            return Verdict::IsrShort {
+                in_sync,
+                min_insync_replicas,
+            };
+        }
+        if timed_out {
+            return Verdict::TimedOut;
+        }
+        return Verdict::Wait;
+    }
+    // acks=1. A role change happens only once everything pending was
+    // written (the pipeline's invariant) or the write failed: without a
+    // failure, the batch is in the log.
+    if known.written >= end.0 || known.generation != generation {
+        return if known.failed && known.generation != generation {
+            Verdict::Failed
+        } else {
+            Verdict::Ok
+        };
+    }
+    if known.failed {
+        return Verdict::Failed;
+    }
+    if known.stopped {
+        return Verdict::Stopped;
+    }
+    if timed_out {
+        return Verdict::TimedOut;
+    }
+    Verdict::Wait
+}
+
+#[derive(Debug, Default)]
+struct PendingState {
+    /// `acks=all` appends, in increasing last offset.
+    all: VecDeque<PendingAppend>,
+    /// `acks=1` appends, in increasing end offset.
+    leader: VecDeque<PendingAppend>,
+    /// Bytes held by appends not resolved yet (including those reserved
+    /// but not appended yet).
+    bytes_in_flight: usize,
+    /// The most `bytes_in_flight` ever was.
+    bytes_in_flight_peak: usize,
+    /// Callers blocked in `reserve`.
+    blocked: usize,
+    /// The node stopped: every append fails with `Shutdown`.
+    stopped: bool,
+}
+
+/// The queue of pipelined appends of one replica; see the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct PendingAppends {
+    /// Appends queued (read without the lock, so the hot paths of
+    /// replication pay one atomic load when nothing is pipelined).
+    queued: AtomicUsize,
+    /// Set when a role change or a failed write needs every queued append
+    /// looked at, not only the fronts.
+    full_scan_due: AtomicBool,
+    state: Mutex<PendingState>,
+    /// Signalled when bytes are released and somebody is blocked.
+    space: Condvar,
+}
+
+/// Appends decided by one scan, to resolve once no lock is held.
+pub(crate) type Decided = Vec<(PendingAppend, Verdict)>;
+
+impl PendingAppends {
+    /// Whether nothing is queued (a hint: read without the lock).
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) == 0 && !self.full_scan_due.load(Ordering::SeqCst)
+    }
+
+    /// Asks the next scan to look at every queued append.
+    pub(crate) fn request_full_scan(&self) {
+        self.full_scan_due.store(true, Ordering::SeqCst);
+    }
+
+    /// Takes the full-scan request, if one was made.
+    pub(crate) fn take_full_scan(&self) -> bool {
+        self.full_scan_due.swap(false, Ordering::SeqCst)
+    }
+
+    /// Reserves `bytes` of the in-flight bound `bytes_max`, blocking up to
+    /// `block_max` while other appends hold it (Kafka's `max.block.ms`).
+    pub(crate) fn reserve(
+        &self,
+        log: LogId,
+        bytes: usize,
+        bytes_max: usize,
+        block_max: Duration,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let full = |bytes_in_flight: usize| Error::PipelineFull {
+            log,
+            batch_bytes: bytes,
+            bytes_in_flight,
+            bytes_max,
+            waited: started.elapsed(),
+        };
+        if bytes > bytes_max {
+            // It could never fit (Kafka: RecordTooLargeException).
+            return Err(full(0));
+        }
+        let deadline = started + block_max;
+        let mut state = self.state.lock();
+        while state.bytes_in_flight + bytes > bytes_max {
+            if state.stopped {
+                return Err(Error::Shutdown);
+            }
+            if Instant::now() >= deadline {
+                return Err(full(state.bytes_in_flight));
+            }
+            state.blocked += 1;
+            let _timed_out = self.space.wait_until(&mut state, deadline);
+            state.blocked -= 1;
+        }
+        if state.stopped {
+            return Err(Error::Shutdown);
+        }
+        state.bytes_in_flight += bytes;
+        state.bytes_in_flight_peak = state.bytes_in_flight_peak.max(state.bytes_in_flight);
+        debug_assert!(state.bytes_in_flight <= bytes_max);
+        Ok(())
+    }
+
+    /// Gives back bytes reserved for an append that was not queued.
+    pub(crate) fn release(&self, bytes: usize) {
+        let mut state = self.state.lock();
+        Self::release_locked(&mut state, &self.space, bytes);
+    }
+
+    fn release_locked(state: &mut PendingState, space: &Condvar, bytes: usize) {
+        debug_assert!(state.bytes_in_flight >= bytes);
+        state.bytes_in_flight = state.bytes_in_flight.saturating_sub(bytes);
+        if state.blocked > 0 {
+            space.notify_all();
+        }
+    }
+
+    /// Bytes held by appends not resolved yet, and the most ever held.
+    pub(crate) fn bytes_in_flight(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        (state.bytes_in_flight, state.bytes_in_flight_peak)
+    }
+
+    /// Appends queued and not resolved yet.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Queues `append` (its bytes are reserved already) unless `decide`,
+    /// called under the queue's lock with whether the node stopped,
+    /// settles it at once; returns it then, with its verdict, for the
+    /// caller to resolve. Deciding under the lock closes the race with a
+    /// role change or a stop that scanned the queue just before.
+    pub(crate) fn queue(
+        &self,
+        append: PendingAppend,
+        decide: impl FnOnce(&PendingAppend, bool) -> Verdict,
+    ) -> Option<(PendingAppend, Verdict)> {
+        let mut state = self.state.lock();
+        let stopped = state.stopped;
+        match decide(&append, stopped) {
+            Verdict::Wait => {}
+            verdict => {
+                Self::release_locked(&mut state, &self.space, append.bytes);
+                return Some((append, verdict));
+            }
+        }
+        let queue = if append.acks_all {
+            &mut state.all
+        } else {
+            &mut state.leader
+        };
+        let key = |a: &PendingAppend| {
+            if a.acks_all {
+                a.outcome.last_offset
+            } else {
+                a.end
+            }
+        };
+        let at = key(&append);
+        // Almost always the last: offsets are handed out in order, and
+        // appenders queue right after.
+        let index = queue.partition_point(|queued| key(queued) <= at);
+        queue.insert(index, append);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        None
+    }
+
+    /// Decides queued appends from `known`: with `full`, every one; else
+    /// only from the front of each queue while they succeed (the common
+    /// case: the high watermark or written mark moved). Returns what was
+    /// decided, out of the queue and its bytes released.
+    pub(crate) fn scan(&self, known: impl FnOnce(bool) -> Snapshot, full: bool) -> Decided {
+        let mut decided = Vec::new();
+        let mut guard = self.state.lock();
+        let known = known(guard.stopped);
+        let mut released = 0;
+        let state = &mut *guard;
+        for queue in [&mut state.all, &mut state.leader] {
+            if full {
+                let mut kept = VecDeque::with_capacity(queue.len());
+                for append in queue.drain(..) {
+                    match verdict(&append, &known) {
+                        Verdict::Wait => kept.push_back(append),
+                        verdict => {
+                            released += append.bytes;
+                            decided.push((append, verdict));
+                        }
+                    }
+                }
+                *queue = kept;
+            } else {
+                while let Some(front) = queue.front() {
+                    match verdict(front, &known) {
+                        Verdict::Wait => break,
+                        verdict => {
+                            if let Some(append) = queue.pop_front() {
+                                released += append.bytes;
+                                decided.push((append, verdict));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !decided.is_empty() {
+            self.queued.fetch_sub(decided.len(), Ordering::SeqCst);
+            Self::release_locked(&mut guard, &self.space, released);
+        }
+        debug_assert_eq!(
+            self.queued.load(Ordering::SeqCst),
+            guard.all.len() + guard.leader.len()
+        );
+        decided
+    }
+
+    /// Whether the node stopped.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.state.lock().stopped
+    }
+
+    /// The node stopped: every later `queue` and `reserve` fails, and
+    /// blocked reservers wake.
+    pub(crate) fn stop(&self) {
+        let mut state = self.state.lock();
+        state.stopped = true;
+        self.space.notify_all();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn known(generation: u64, hw: u64, written: u64) -> Snapshot {
+        Snapshot {
+            generation,
+            high_watermark: hw,
+            written,
+            failed: false,
+            stopped: false,
+            isr_short: None,
+            now: None,
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_the_blocking_waits() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(10);
+        // (acks_all, generation, last_offset, end, known, expected)
+        let base = known(1, 0, 0);
+        let cases: Vec<(&str, bool, u64, u64, Snapshot, Verdict)> = vec![
+            (
+                "all: hw not past",
+                true,
+                1,
+                5,
+                Snapshot {
+                    high_watermark: 5,
+                    ..base
+                },
+                Verdict::Wait,
+            ),
+            (
+                "all: hw past last",
+                true,
+                1,
+                5,
+                Snapshot {
+                    high_watermark: 6,
+                    ..base
+                },
+                Verdict::Ok,
+            ),
+            (
+                "all: role change beats a later hw",
+                true,
+                1,
+                5,
+                Snapshot {
+                    high_watermark: 9,
+                    generation: 2,
+                    ..base
+                },
+                Verdict::RoleChanged,
+            ),
+            (
+                "all: committed before the failure is a success",
+                true,
+                1,
+                5,
+                Snapshot {
+                    high_watermark: 6,
+                    failed: true,
+                    ..base
+                },
+                Verdict::Ok,
+            ),
+            (
+                "all: failed",
+                true,
+                1,
+                5,
+                Snapshot {
+                    failed: true,
+                    ..base
+                },
+                Verdict::Failed,
+            ),
+            (
+                "all: stopped",
+                true,
+                1,
+                5,
+                Snapshot {
+                    stopped: true,
+                    ..base
+                },
+                Verdict::Stopped,
+            ),
+            (
+                "all: committed before the ISR shrank",
+                true,
+                1,
+                5,
+                Snapshot {
+                    high_watermark: 6,
+                    isr_short: Some((1, 2)),
+                    ..base
+                },
+                Verdict::Ok,
+            ),
+            (
+                "all: ISR shrank first",
+                true,
+                1,
+                5,
+                Snapshot {
+                    isr_short: Some((1, 2)),
+                    ..base
+                },
+                Verdict::IsrShort {
+                    in_sync: 1,
+                    min_insync_replicas: 2,
+                },
+            ),
+            (
+                "all: deadline",
+                true,
+                1,
+                5,
+                Snapshot {
+                    now: Some(later),
+                    ..base
+                },
+                Verdict::TimedOut,
+            ),
+            (
+                "all: before deadline",
+                true,
+                1,
+                5,
+                Snapshot {
+                    now: Some(t0),
+                    ..base
+                },
+                Verdict::Wait,
+            ),
+            (
+                "one: not written",
+                false,
+                1,
+                6,
+                Snapshot { written: 5, ..base },
+                Verdict::Wait,
+            ),
+            (
+                "one: written",
+                false,
+                1,
+                6,
+                Snapshot { written: 6, ..base },
+                Verdict::Ok,
+            ),
+            (
+                "one: role change without failure means written",
+                false,
+                1,
+                6,
+                Snapshot {
+                    generation: 2,
+                    ..base
+                },
+                Verdict::Ok,
+            ),
+            (
+                "one: role change after a failure",
+                false,
+                1,
+                6,
+                Snapshot {
+                    generation: 2,
+                    failed: true,
+                    ..base
+                },
+                Verdict::Failed,
+            ),
+            (
+                "one: failed",
+                false,
+                1,
+                6,
+                Snapshot {
+                    failed: true,
+                    ..base
+                },
+                Verdict::Failed,
+            ),
+            (
+                "one: written before the failure",
+                false,
+                1,
+                6,
+                Snapshot {
+                    written: 6,
+                    failed: true,
+                    ..base
+                },
+                Verdict::Ok,
+            ),
+            (
+                "one: stopped",
+                false,
+                1,
+                6,
+                Snapshot {
+                    stopped: true,
+                    ..base
+                },
+                Verdict::Stopped,
+            ),
+            (
+                "one: deadline",
+                false,
+                1,
+                6,
+                Snapshot {
+                    now: Some(later),
+                    ..base
+                },
+                Verdict::TimedOut,
+            ),
+        ];
+        for (name, acks_all, generation, last, known, expected) in cases {
+            let end = Offset(6);
+            let got = verdict_of(
+                acks_all,
+                generation,
+                Offset(last),
+                end,
+                t0 + Duration::from_secs(1),
+                &known,
+            );
+            assert_eq!(got, expected, "{name}");
+        }
+    }
+
+    fn pending(last: u64, acks_all: bool, bytes: usize) -> PendingAppend {
+        let (cell, _handle) = Completion::new_pair();
+        PendingAppend {
+            outcome: AppendOutcome {
+                base_offset: Offset(last),
+                last_offset: Offset(last),
+                leader_epoch: crate::types::LeaderEpoch(1),
+                duplicate: false,
+            },
+            end: Offset(last + 1),
+            acks_all,
+            generation: 1,
+            deadline: Instant::now() + Duration::from_secs(60),
+            bytes,
+            cell,
+            resolved: false,
+        }
+    }
+
+    #[test]
+    fn a_fast_scan_takes_the_committed_front_and_releases_its_bytes() {
+        let queue = PendingAppends::default();
+        for offset in [0, 2, 1, 3] {
+            queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
+            assert!(queue
+                .queue(pending(offset, true, 10), |_, _| Verdict::Wait)
+                .is_none());
+        }
+        assert_eq!(queue.bytes_in_flight().0, 40);
+        let decided = queue.scan(|_| known(1, 2, 0), false);
+        let offsets: Vec<u64> = decided
+            .iter()
+            .map(|(a, _)| a.outcome.last_offset.0)
+            .collect();
+        assert_eq!(
+            offsets,
+            vec![0, 1],
+            "queued out of order, decided in offset order"
+        );
+        assert_eq!(queue.bytes_in_flight(), (20, 40));
+        assert_eq!(queue.queued(), 2);
+        let decided = queue.scan(|_| known(2, 2, 0), true);
+        assert!(decided.iter().all(|(_, v)| *v == Verdict::RoleChanged));
+        assert_eq!(queue.bytes_in_flight().0, 0);
+        assert!(queue.is_idle());
+    }
+
+    #[test]
+    fn a_pending_append_dropped_unresolved_fails_with_shutdown() {
+        let (cell, handle) = Completion::new_pair();
+        let mut append = pending(0, true, 1);
+        append.cell = cell;
+        drop(append);
+        assert!(matches!(handle.wait(), Err(Error::Shutdown)));
+        let (cell, handle) = Completion::new_pair();
+        let mut append = pending(0, true, 1);
+        append.cell = cell;
+        let outcome = append.outcome;
+        append.resolve(Ok(outcome));
+        assert_eq!(
+            handle.wait().unwrap(),
+            outcome,
+            "resolved once, not again by the drop"
+        );
+    }
+
+    #[test]
+    fn reserve_refuses_past_the_bound_naming_it() {
+        let queue = PendingAppends::default();
+        queue.reserve(LogId(3), 60, 100, Duration::ZERO).unwrap();
+        match queue.reserve(LogId(3), 60, 100, Duration::from_millis(1)) {
+            Err(Error::PipelineFull {
+                bytes_in_flight: 60,
+                bytes_max: 100,
+                batch_bytes: 60,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        match queue.reserve(LogId(3), 101, 100, Duration::ZERO) {
+            Err(Error::PipelineFull {
+                bytes_max: 100,
+                batch_bytes: 101,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        queue.release(60);
+        queue.reserve(LogId(3), 100, 100, Duration::ZERO).unwrap();
+        queue.stop();
+        queue.release(100);
+        assert!(matches!(
+            queue.reserve(LogId(3), 1, 100, Duration::ZERO),
+            Err(Error::Shutdown)
+        ));
+    }
+}

@@ -127,6 +127,9 @@ pub use record::{
 };
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::Role;
+/// A read-only inspector of a log directory (what the `isrlog-inspect` binary
+/// prints): see [`inspect::inspect_dir`].
+pub use storage::inspect;
 pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
     RecoveryReport, TruncatedTail,

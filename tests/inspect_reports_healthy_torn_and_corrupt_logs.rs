@@ -309,9 +309,7 @@ fn flipped_byte_below_the_recovery_point_is_named_and_never_cut() {
     ));
     let text = report.to_string();
     assert!(
-        text.contains(&format!(
-            "recovery would: refuse to open: corrupt batch below the recovery point 27"
-        )),
+        text.contains("recovery would: refuse to open: corrupt batch below the recovery point 27"),
         "{text}"
     );
     assert!(

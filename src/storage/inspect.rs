@@ -531,28 +531,30 @@ fn walk_segment(
             }
         };
         let h = *batch.header();
+        // The epoch the cache gives for this batch's offset, when the cache
+        // file is trusted and disagrees (recovery checks the same).
+        let cache_disagrees = epochs
+            .map(|e| expected_epoch(e, h.base_offset))
+            .filter(|expected| *expected != Some(h.leader_epoch));
         let problem = if h.base_offset != next {
             Some(format!(
                 "batch starts at offset {}, expected {next}",
                 h.base_offset
             ))
-        } else if last_epoch.is_some_and(|previous| h.leader_epoch < previous) {
+        } else if let Some(previous) = last_epoch.filter(|previous| h.leader_epoch < *previous) {
             Some(format!(
-                "leader epoch {} goes back from {}",
-                h.leader_epoch,
-                last_epoch.unwrap_or(h.leader_epoch)
-            ))
-        } else if let Some(expected) = epochs.and_then(|e| {
-            Some(expected_epoch(e, h.base_offset)).filter(|x| *x != Some(h.leader_epoch))
-        }) {
-            Some(format!(
-                "batch at offset {} has leader epoch {}, but the epoch cache says {}",
-                h.base_offset,
-                h.leader_epoch,
-                expected.map_or("none".to_string(), |e| e.to_string())
+                "leader epoch {} goes back from {previous}",
+                h.leader_epoch
             ))
         } else {
-            None
+            cache_disagrees.map(|expected| {
+                format!(
+                    "batch at offset {} has leader epoch {}, but the epoch cache says {}",
+                    h.base_offset,
+                    h.leader_epoch,
+                    expected.map_or("none".to_string(), |e| e.to_string())
+                )
+            })
         };
         if let Some(reason) = problem {
             invalid = Some((at, reason));

@@ -397,20 +397,25 @@ impl fmt::Display for Report {
             )?;
             if self.verbose {
                 for b in &segment.batches {
+                    let producer = if b.producer_id == ProducerId::NONE {
+                        "no producer id".to_string()
+                    } else {
+                        format!(
+                            "{} epoch {} sequence {}",
+                            b.producer_id, b.producer_epoch, b.base_sequence
+                        )
+                    };
                     writeln!(
                         f,
                         "  batch at byte {}: offsets {}..={}, epoch {}, {} records, {} bytes, \
-                         crc {:#010x} ok, {} epoch {} sequence {}",
+                         crc {:#010x} ok, {producer}",
                         b.position,
                         b.base_offset,
                         b.last_offset,
                         b.leader_epoch,
                         b.record_count,
                         b.size_bytes,
-                        b.crc,
-                        b.producer_id,
-                        b.producer_epoch,
-                        b.base_sequence
+                        b.crc
                     )?;
                 }
             }

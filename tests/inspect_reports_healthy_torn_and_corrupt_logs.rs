@@ -366,3 +366,47 @@ fn the_binary_exits_0_when_healthy_1_on_damage_2_on_usage() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-dir"));
 }
+
+#[test]
+fn garbage_index_and_missing_checkpoint_are_what_recovery_repairs() {
+    let dir = healthy_log();
+    let index = segment_files(dir.path())[1].with_extension("index");
+    std::fs::write(&index, [0xffu8; 12]).unwrap();
+    std::fs::remove_file(dir.path().join("log-state.checkpoint")).unwrap();
+
+    let report = inspect_unchanged(dir.path());
+    assert!(!report.is_healthy());
+    assert!(report.damage.is_empty(), "the data is intact: {report}");
+    assert_eq!(report.checkpoint, CheckpointState::Missing);
+    assert!(
+        matches!(&report.segments[1].index, IndexState::Problem(reason) if reason.contains("not a multiple of 8")),
+        "{:?}",
+        report.segments[1].index
+    );
+    assert!(matches!(
+        &report.recovery[..],
+        [RecoveryAction::RescanWholeLog { .. }, RecoveryAction::RebuildIndex { path, .. }]
+            if path == &index
+    ));
+    let text = report.to_string();
+    assert!(
+        text.contains(&format!(
+            "recovery would: rebuild index {}",
+            index.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("recovery would: validate the whole log from its start"),
+        "{text}"
+    );
+
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    let recovered = open(copy.path(), healthy_config())
+        .recovery_report()
+        .clone();
+    assert!(recovered.high_watermark_unknown);
+    let rebuilt: Vec<&PathBuf> = recovered.indexes_rebuilt.iter().map(|(p, _)| p).collect();
+    assert_eq!(rebuilt, vec![&copy.path().join(index.file_name().unwrap())]);
+}

@@ -469,15 +469,21 @@ fn read_at(file: &File, path: &Path, position: u64, len: usize) -> Result<Vec<u8
 /// what recovery checks: header, length, CRC, offsets contiguous from
 /// `start`, epochs never going back from `last_epoch` and, when `epochs`
 /// is given, each batch's epoch the one the cache gives for its offset.
+/// `None` when the file is gone (deleted since the directory was listed).
 fn walk_segment(
     dir: &Path,
     base: Offset,
     start: Offset,
     last_epoch: &mut Option<LeaderEpoch>,
-    epochs: Option<&[EpochEntry]>,
-) -> Result<Walked> {
+    epochs: &mut Option<Vec<EpochEntry>>,
+) -> Result<Option<Walked>> {
     let path = super::segment::log_path(dir, base);
-    let file = File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        // Deleted since the directory was listed (retention on a live node).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&path, "open", e)),
+    };
     // The length as of now: a live node may append while we read, and what
     // it appends later is not part of this report.
     let file_bytes = file
@@ -538,9 +544,22 @@ fn walk_segment(
         let h = *batch.header();
         // The epoch the cache gives for this batch's offset, when the cache
         // file is trusted and disagrees (recovery checks the same).
-        let cache_disagrees = epochs
-            .map(|e| expected_epoch(e, h.base_offset))
-            .filter(|expected| *expected != Some(h.leader_epoch));
+        let disagrees = |entries: &Option<Vec<EpochEntry>>| {
+            entries
+                .as_deref()
+                .map(|e| expected_epoch(e, h.base_offset))
+                .filter(|expected| *expected != Some(h.leader_epoch))
+        };
+        let mut cache_disagrees = disagrees(epochs);
+        if cache_disagrees.is_some() {
+            // On a live node a new epoch is written to the cache just before
+            // its first batch, maybe after the cache was read here: read it
+            // again before calling the batch damaged.
+            if let Ok(fresh) = LeaderEpochCache::open(dir) {
+                *epochs = Some(fresh.entries().to_vec());
+                cache_disagrees = disagrees(epochs);
+            }
+        }
         let problem = if h.base_offset != next {
             Some(format!(
                 "batch starts at offset {}, expected {next}",
@@ -583,7 +602,7 @@ fn walk_segment(
     }
     // Checked against the file's length, as recovery opens it.
     let index = check_index(&index_path(dir, base), base, file_bytes)?;
-    Ok(Walked {
+    Ok(Some(Walked {
         segment: SegmentReport {
             path,
             base_offset: base,
@@ -594,7 +613,7 @@ fn walk_segment(
             index,
         },
         invalid,
-    })
+    }))
 }
 
 /// Checks an index file read-only, with the index's own sanity check.
@@ -759,7 +778,7 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
     let committed_end = checkpoint.map(|c| c.high_watermark);
     let may_be_committed = |offset: Offset| committed_end.map_or(true, |hw| offset < hw);
     let hw_text = committed_end.map_or("unknown".to_string(), |hw| hw.to_string());
-    let entries = epochs.as_ref().map(|c| c.entries());
+    let mut entries = epochs.as_ref().map(|c| c.entries().to_vec());
     // Once recovery cuts a tail or meets a gap it deletes every later
     // segment; once it refuses, it does nothing more.
     let mut cut = false;
@@ -784,7 +803,9 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
             .map(|s: &SegmentReport| s.next_offset);
         // A segment that does not continue the one before it still gets
         // walked for the report, from its own name.
-        let walked = walk_segment(dir, base, base, &mut last_epoch, entries)?;
+        let Some(walked) = walk_segment(dir, base, base, &mut last_epoch, &mut entries)? else {
+            continue;
+        };
         let segment = walked.segment;
         previous_complete = walked.invalid.is_none();
         if let Some(expected) = expected.filter(|e| *e != base) {

@@ -666,6 +666,17 @@ fn valid_batch_in(path: &Path, from: u64, after: Offset) -> Result<bool> {
 ///
 /// Damage is reported in the [`Report`], not as an error; `Err` is for a
 /// directory that cannot be listed or a file that cannot be read.
+///
+/// ```no_run
+/// // A node keeps log N in `DATA_DIR/log-N`.
+/// let report = isrlog::inspect::inspect_dir(std::path::Path::new("/var/lib/app/log-0"))?;
+/// if !report.is_healthy() {
+///     // Names each damaged file and byte position, and what recovery
+///     // would do about it.
+///     eprintln!("{report}");
+/// }
+/// # Ok::<(), isrlog::Error>(())
+/// ```
 pub fn inspect_dir(dir: &Path) -> Result<Report> {
     let mut report = Report {
         dir: dir.to_path_buf(),

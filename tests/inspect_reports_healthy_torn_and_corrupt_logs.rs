@@ -410,3 +410,31 @@ fn garbage_index_and_missing_checkpoint_are_what_recovery_repairs() {
     let rebuilt: Vec<&PathBuf> = recovered.indexes_rebuilt.iter().map(|(p, _)| p).collect();
     assert_eq!(rebuilt, vec![&copy.path().join(index.file_name().unwrap())]);
 }
+
+#[test]
+fn a_missing_first_segment_is_a_refusal_naming_the_next() {
+    let dir = healthy_log();
+    let files = segment_files(dir.path());
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::remove_file(files[0].with_extension("index")).unwrap();
+
+    let report = inspect_unchanged(dir.path());
+    assert_eq!(report.segments.len(), 2);
+    assert!(
+        matches!(
+            &report.recovery[..],
+            [RecoveryAction::Refuse { path, position: 0, reason }]
+                if path == &files[1] && reason.contains("offsets 0..9 is")
+        ),
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains("recovery would: refuse to open: the log starts at offset 0"),
+        "{text}"
+    );
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    let err = open_with(copy.path(), healthy_config(), &clock()).unwrap_err();
+    assert!(matches!(err, isrlog::Error::Corrupt { .. }), "{err}");
+}

@@ -786,6 +786,29 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
     }
 
     let recovery_point = checkpoint.map_or(Offset::ZERO, |c| c.recovery_point);
+    if let (Some(c), Some(&first)) = (checkpoint, bases.first()) {
+        // As recovery: retention checkpoints the new log start before it
+        // deletes files, so a first segment after a durable log start is a
+        // lost segment.
+        if first > c.log_start_offset && c.recovery_point > c.log_start_offset {
+            report.recovery.push(RecoveryAction::Refuse {
+                path: super::segment::log_path(dir, first),
+                position: 0,
+                reason: format!(
+                    "the log starts at offset {} and was durable up to {}, but its first \
+                     segment starts at {first}: the segment holding offsets {}..{first} is \
+                     missing",
+                    c.log_start_offset, c.recovery_point, c.log_start_offset
+                ),
+            });
+            report.damage.push(Damage {
+                path: super::segment::log_path(dir, first),
+                position: 0,
+                offset: c.log_start_offset,
+                reason: format!("segments before offset {first} are missing"),
+            });
+        }
+    }
     let committed_end = checkpoint.map(|c| c.high_watermark);
     let may_be_committed = |offset: Offset| committed_end.map_or(true, |hw| offset < hw);
     let hw_text = committed_end.map_or("unknown".to_string(), |hw| hw.to_string());
@@ -793,7 +816,10 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
     // Once recovery cuts a tail or meets a gap it deletes every later
     // segment; once it refuses, it does nothing more.
     let mut cut = false;
-    let mut refused = false;
+    let mut refused = report
+        .recovery
+        .iter()
+        .any(|a| matches!(a, RecoveryAction::Refuse { .. }));
     let mut last_epoch = None;
     let mut previous_complete = true;
     let log_start = checkpoint.map_or(Offset::ZERO, |c| c.log_start_offset);

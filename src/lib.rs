@@ -127,13 +127,13 @@ pub use record::{
 };
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::Role;
-/// A read-only inspector of a log directory (what the `isrlog-inspect` binary
-/// prints): see [`inspect::inspect_dir`].
-pub use storage::inspect;
 pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
     RecoveryReport, TruncatedTail,
 };
+/// A read-only inspector of a log directory (what the `isrlog-inspect` binary
+/// prints): see [`inspect::inspect_dir`].
+pub use storage::inspect;
 #[cfg(feature = "tls")]
 pub use transport::TlsConfig;
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};

@@ -131,9 +131,6 @@ pub use storage::{
     AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
     RecoveryReport, TruncatedTail,
 };
-/// A read-only inspector of a log directory (what the `isrlog-inspect` binary
-/// prints): see [`inspect::inspect_dir`].
-pub use storage::inspect;
 #[cfg(feature = "tls")]
 pub use transport::TlsConfig;
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
@@ -141,3 +138,7 @@ pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };
+
+/// A read-only inspector of a log directory (what the `isrlog-inspect` binary
+/// prints): see [`inspect::inspect_dir`].
+pub use storage::inspect;

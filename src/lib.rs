@@ -153,3 +153,7 @@ pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{
     EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
 };
+
+/// A read-only inspector of a log directory (what the `isrlog-inspect` binary
+/// prints): see [`inspect::inspect_dir`].
+pub use storage::inspect;

@@ -6,6 +6,7 @@ mod checkpoint;
 mod clean_shutdown;
 mod config;
 mod flush;
+pub mod inspect;
 mod leader_epoch;
 mod log;
 mod offset_index;

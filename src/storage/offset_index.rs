@@ -76,6 +76,54 @@ fn decode_entry(bytes: &[u8], slot: usize) -> (u32, u32) {
     (relative, position)
 }
 
+/// Sanity-checks the bytes of an index file against its data file's length
+/// (entries strictly increasing, non-zero, inside the data, zero
+/// preallocation after them) and returns how many entries are in use. Reads
+/// only: shared by [`OffsetIndex::open_checked`] and the read-only inspector.
+pub(crate) fn check_entries(
+    bytes: &[u8],
+    base_offset: Offset,
+    data_bytes: u64,
+) -> std::result::Result<usize, IndexProblem> {
+    let slots = bytes.len() / INDEX_ENTRY_BYTES;
+    let mut used = 0;
+    let mut previous = (0u32, 0u32);
+    for slot in 0..slots {
+        let (relative, position) = decode_entry(bytes, slot);
+        if (relative, position) == (0, 0) {
+            break;
+        }
+        if relative <= previous.0 || position <= previous.1 {
+            return Err(IndexProblem(format!(
+                "entry {slot} ({relative}, {position}) does not follow ({}, {})",
+                previous.0, previous.1
+            )));
+        }
+        if u64::from(position) >= data_bytes {
+            return Err(IndexProblem(format!(
+                "entry {slot} points at byte {position}, past the {data_bytes} byte data file"
+            )));
+        }
+        // The base offset comes from the file name: an entry past
+        // u64::MAX from it is garbage, and reading it back would overflow.
+        if base_offset.0.checked_add(u64::from(relative)).is_none() {
+            return Err(IndexProblem(format!(
+                "entry {slot} (relative offset {relative}) overflows base offset {base_offset}"
+            )));
+        }
+        previous = (relative, position);
+        used += 1;
+    }
+    // Everything after the used entries must be zero preallocation, or
+    // the file is garbage that merely starts well.
+    if bytes[used * INDEX_ENTRY_BYTES..].iter().any(|&b| b != 0) {
+        return Err(IndexProblem(format!(
+            "non-zero bytes after the {used} used entries"
+        )));
+    }
+    Ok(used)
+}
+
 impl OffsetIndex {
     /// Creates (or empties) the index file at `path`, preallocated to
     /// `index_bytes_max`.
@@ -138,44 +186,10 @@ impl OffsetIndex {
             capacity: 0,
         };
         index.map(len)?;
-        let bytes = index.mapped();
-        let slots = bytes.len() / INDEX_ENTRY_BYTES;
-        let mut used = 0;
-        let mut previous = (0u32, 0u32);
-        for slot in 0..slots {
-            let (relative, position) = decode_entry(bytes, slot);
-            if (relative, position) == (0, 0) {
-                break;
-            }
-            if relative <= previous.0 || position <= previous.1 {
-                return Ok(Err(IndexProblem(format!(
-                    "entry {slot} ({relative}, {position}) does not follow ({}, {})",
-                    previous.0, previous.1
-                ))));
-            }
-            if u64::from(position) >= data_bytes {
-                return Ok(Err(IndexProblem(format!(
-                    "entry {slot} points at byte {position}, past the {data_bytes} byte data file"
-                ))));
-            }
-            // The base offset comes from the file name: an entry past
-            // u64::MAX from it is garbage, and reading it back would overflow.
-            if base_offset.0.checked_add(u64::from(relative)).is_none() {
-                return Ok(Err(IndexProblem(format!(
-                    "entry {slot} (relative offset {relative}) overflows base offset {base_offset}"
-                ))));
-            }
-            previous = (relative, position);
-            used += 1;
+        match check_entries(index.mapped(), base_offset, data_bytes) {
+            Ok(used) => index.entries = used,
+            Err(problem) => return Ok(Err(problem)),
         }
-        // Everything after the used entries must be zero preallocation, or
-        // the file is garbage that merely starts well.
-        if bytes[used * INDEX_ENTRY_BYTES..].iter().any(|&b| b != 0) {
-            return Ok(Err(IndexProblem(format!(
-                "non-zero bytes after the {used} used entries"
-            ))));
-        }
-        index.entries = used;
         Ok(Ok(index))
     }
 

@@ -276,8 +276,7 @@ impl ProducerStateManager {
 
     /// Every producer's id, epoch, last timestamp and remembered batches,
     /// sorted by id (for `testing::fuzz`, which shows what a decoded
-    /// snapshot holds).
-    #[cfg(any(test, feature = "testing"))]
+    /// snapshot holds, and the inspector).
     pub(crate) fn producers_by_id(
         &self,
     ) -> Vec<(ProducerId, ProducerEpoch, i64, Vec<BatchMetadata>)> {

@@ -4,12 +4,18 @@
 //! cargo run --release --example tcp_cluster              # one process, 3 nodes
 //! cargo run --release --example tcp_cluster -- --short   # the quick run CI does
 //!
-//! # or one process per node, each in its own terminal (node 0 first):
-//! cargo run --release --example tcp_cluster -- --node 0
-//! cargo run --release --example tcp_cluster -- --node 1
-//! cargo run --release --example tcp_cluster -- --node 2
-//! # then kill the leader's process (node 1 at first) with Ctrl-C and watch
-//! # another node take over.
+//! # or one process per node, plus the demo coordinator's own process. Run
+//! # the BUILT binary, not `cargo run ... &`, so that a kill hits the node:
+//! cargo build --release --example tcp_cluster
+//! bin=target/release/examples/tcp_cluster
+//! $bin --coordinator &                      # demo metadata service: never kill it
+//! $bin --node 0 --data-dir /tmp/isr > /tmp/isr-0.log &
+//! $bin --node 1 --data-dir /tmp/isr > /tmp/isr-1.log &   # the first leader
+//! $bin --node 2 --data-dir /tmp/isr > /tmp/isr-2.log &
+//! cat /tmp/isr/node-*.status                # role, epoch, LEO, HW, ISR, acks
+//! kill -9 $LEADER_PID; $bin --node 1 --data-dir /tmp/isr >> /tmp/isr-1.log &
+//! touch /tmp/isr/stop                       # the writers stop; wait for quiesced=1
+//! $bin verify --data-dir /tmp/isr           # every acknowledged write on every node?
 //!
 //! # on a real ZooKeeper instead of the demo coordinator (any node may die):
 //! cargo run --release --features zookeeper --example tcp_cluster -- --zookeeper 127.0.0.1:2181
@@ -17,19 +23,36 @@
 //! ```
 //!
 //! Each node has a [`TcpServer`] (127.0.0.1:7000+N in the multi-process mode,
-//! a free port otherwise) and a [`TcpTransport`] that knows the others'
-//! addresses. The nodes share one coordinator: node 0 hosts a
-//! [`MemoryCoordinator`] and serves it to the other nodes over a tiny
-//! line-based protocol (`coordinator_shim.rs`).
+//! `--port-base P` moves it to P+N; a free port otherwise) and a
+//! [`TcpTransport`] that knows the others' addresses. In the one-process
+//! mode node 0 hosts a [`MemoryCoordinator`] and serves it to the other
+//! nodes over a tiny line-based protocol (`coordinator_shim.rs`); in the
+//! multi-process mode a `--coordinator` process of its own does (on
+//! 127.0.0.1:7100, or P+100), so that every node process may be killed.
 //!
-//! **Demo only:** the coordinator shim is not fault tolerant — node 0's
-//! process *is* the metadata service, so the log is created with node 0 as
-//! its *last* replica (node 1 leads first) and you should not kill node 0. It
-//! stays only as the zero-dependency default: with `--zookeeper
-//! HOST:PORT[,HOST:PORT...]` (feature `zookeeper`) every node instead has its
-//! own `ZkCoordinator` on that ensemble, under the chroot
-//! `/isrlog-tcp-cluster` (one per run in the one-process mode), as a
-//! production deployment would.
+//! **Demo only:** the coordinator shim is not fault tolerant — its process
+//! *is* the metadata service, so do not kill it. It stays only as the
+//! zero-dependency default: with `--zookeeper HOST:PORT[,HOST:PORT...]`
+//! (feature `zookeeper`) every node instead has its own `ZkCoordinator` on
+//! that ensemble, under the chroot `/isrlog-tcp-cluster` (one per run in the
+//! one-process mode), as a production deployment would.
+//!
+//! Multi-process mode: each node keeps its log in `--data-dir DIR`
+//! (`DIR/node-N/`; several nodes may share DIR), so a node restarted on the
+//! same DIR comes back with its data (without `--data-dir`, a fresh
+//! temporary directory). There is no append request over the wire, so the
+//! writer is in the leader's process: while a node leads it appends batches
+//! of unique values (`n<node>-<process start ms>-<sequence>`) with
+//! `acks=all`, min ISR 2, and appends each acknowledged `offset value` to
+//! `DIR/acks-node-N.journal` before the next batch, in one unbuffered write:
+//! a `kill -9` loses nothing it journaled. Each node rewrites
+//! `DIR/node-N.status` ten times a second. `touch DIR/stop` stops the
+//! writers; the leader's status says `quiesced=1` once every replica holds
+//! its whole log. `verify --data-dir DIR [--nodes 0,1,2]` then reads the
+//! listed nodes' log directories read-only (it recovers a copy) and exits
+//! non-zero listing every journaled write missing from its offset on any of
+//! them. `.ci/tcp_cluster_kill_test` does all this with three `kill -9`s of
+//! the leader.
 //!
 //! The one-process mode runs producers with `acks=all`, kills the leader
 //! after a while (`--no-kill-leader` turns that off), watches another node

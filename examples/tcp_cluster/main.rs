@@ -13,7 +13,8 @@
 //! $bin --node 1 --data-dir /tmp/isr > /tmp/isr-1.log &   # the first leader
 //! $bin --node 2 --data-dir /tmp/isr > /tmp/isr-2.log &
 //! cat /tmp/isr/node-*.status                # role, epoch, LEO, HW, ISR, acks
-//! kill -9 $LEADER_PID; $bin --node 1 --data-dir /tmp/isr >> /tmp/isr-1.log &
+//! kill -9 $(pgrep -f -- '--node 1 ')     # the first leader; then restart it:
+//! $bin --node 1 --data-dir /tmp/isr >> /tmp/isr-1.log &
 //! touch /tmp/isr/stop                       # the writers stop; wait for quiesced=1
 //! $bin verify --data-dir /tmp/isr           # every acknowledged write on every node?
 //!
@@ -665,6 +666,9 @@ fn serve_one_node(
                 journal.record(outcome.base_offset, &values)?;
                 acknowledged += values.len() as u64;
             }
+            // At most ~10 000 records a second: at full speed a node left
+            // running fills its --data-dir by tens of MB a second.
+            std::thread::sleep(Duration::from_millis(1));
         } else {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -8,7 +8,7 @@
 //! acknowledged record is missing.
 
 use std::collections::BTreeSet;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
+        // Log lines go to stdout: colours only on a terminal, never in a pipe.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let short = std::env::args().any(|a| a == "--short");
     let run_for = if short {
@@ -109,19 +111,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         })
         .collect();
+    // On a terminal the progress line redraws in place (`\r`); in a pipe or
+    // a file it is a full line once a second instead of one endless line.
+    let terminal = std::io::stdout().is_terminal();
+    let mut last_line = Instant::now();
     while started.elapsed() < run_for {
         std::thread::sleep(Duration::from_millis(100));
-        print!(
-            "\r  appended {:>9} records with acks=all, HW {:>9}",
+        let progress = format!(
+            "  appended {:>9} records with acks=all, HW {:>9}",
             records.load(Ordering::Relaxed),
             leader.high_watermark()
         );
-        std::io::stdout().flush()?;
+        if terminal {
+            print!("\r{progress}");
+            std::io::stdout().flush()?;
+        } else if last_line.elapsed() >= Duration::from_secs(1) {
+            last_line = Instant::now();
+            println!("{progress}");
+        }
+    }
+    if terminal {
+        println!();
     }
     let elapsed = started.elapsed().as_secs_f64();
     let total = records.load(Ordering::Relaxed);
     println!(
-        "\n{total} records acknowledged in {elapsed:.1} s: {:.0} records/s ({:.1} MB/s of values)",
+        "{total} records acknowledged in {elapsed:.1} s: {:.0} records/s ({:.1} MB/s of values)",
         total as f64 / elapsed,
         acknowledged.lock().iter().map(String::len).sum::<usize>() as f64 / elapsed / 1e6
     );

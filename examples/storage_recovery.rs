@@ -5,6 +5,7 @@
 //!
 //! Run with `cargo run --release --example storage_recovery`.
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 
 use isrlog::{FlushPolicy, LeaderEpoch, Log, LogConfig, Offset, RecordBatchBuilder, SystemClock};
@@ -12,8 +13,16 @@ use isrlog::{FlushPolicy, LeaderEpoch, Log, LogConfig, Offset, RecordBatchBuilde
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                // The library reports recovery through tracing too (a WARN
+                // "log recovered" event carrying the whole report): by
+                // default only errors, so that the report below is printed
+                // once. RUST_LOG=info shows the library's own events.
+                "error".into()
+            }),
         )
+        // Log lines go to stdout: colours only on a terminal, never in a pipe.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let dir = tempfile::tempdir()?;
     let config = LogConfig {

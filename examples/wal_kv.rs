@@ -32,6 +32,7 @@
 //! Run with `cargo run --release --example wal_kv` (`-- --short` for CI).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -396,6 +397,8 @@ fn main() -> Result<(), BoxError> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
+        // Log lines go to stdout: colours only on a terminal, never in a pipe.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let short = std::env::args().any(|a| a == "--short");
     let write_for = Duration::from_millis(if short { 300 } else { 2000 });

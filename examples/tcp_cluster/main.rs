@@ -4,12 +4,19 @@
 //! cargo run --release --example tcp_cluster              # one process, 3 nodes
 //! cargo run --release --example tcp_cluster -- --short   # the quick run CI does
 //!
-//! # or one process per node, each in its own terminal (node 0 first):
-//! cargo run --release --example tcp_cluster -- --node 0
-//! cargo run --release --example tcp_cluster -- --node 1
-//! cargo run --release --example tcp_cluster -- --node 2
-//! # then kill the leader's process (node 1 at first) with Ctrl-C and watch
-//! # another node take over.
+//! # or one process per node, plus the demo coordinator's own process. Run
+//! # the BUILT binary, not `cargo run ... &`, so that a kill hits the node:
+//! cargo build --release --example tcp_cluster
+//! bin=target/release/examples/tcp_cluster
+//! $bin --coordinator &                      # demo metadata service: never kill it
+//! $bin --node 0 --data-dir /tmp/isr > /tmp/isr-0.log &
+//! $bin --node 1 --data-dir /tmp/isr > /tmp/isr-1.log &   # the first leader
+//! $bin --node 2 --data-dir /tmp/isr > /tmp/isr-2.log &
+//! cat /tmp/isr/node-*.status                # role, epoch, LEO, HW, ISR, acks
+//! kill -9 $(pgrep -f -- '--node 1 ')     # the first leader; then restart it:
+//! $bin --node 1 --data-dir /tmp/isr >> /tmp/isr-1.log &
+//! touch /tmp/isr/stop                       # the writers stop; wait for quiesced=1
+//! $bin verify --data-dir /tmp/isr           # every acknowledged write on every node?
 //!
 //! # on a real ZooKeeper instead of the demo coordinator (any node may die):
 //! cargo run --release --features zookeeper --example tcp_cluster -- --zookeeper 127.0.0.1:2181
@@ -17,19 +24,36 @@
 //! ```
 //!
 //! Each node has a [`TcpServer`] (127.0.0.1:7000+N in the multi-process mode,
-//! a free port otherwise) and a [`TcpTransport`] that knows the others'
-//! addresses. The nodes share one coordinator: node 0 hosts a
-//! [`MemoryCoordinator`] and serves it to the other nodes over a tiny
-//! line-based protocol (`coordinator_shim.rs`).
+//! `--port-base P` moves it to P+N; a free port otherwise) and a
+//! [`TcpTransport`] that knows the others' addresses. In the one-process
+//! mode node 0 hosts a [`MemoryCoordinator`] and serves it to the other
+//! nodes over a tiny line-based protocol (`coordinator_shim.rs`); in the
+//! multi-process mode a `--coordinator` process of its own does (on
+//! 127.0.0.1:7100, or P+100), so that every node process may be killed.
 //!
-//! **Demo only:** the coordinator shim is not fault tolerant — node 0's
-//! process *is* the metadata service, so the log is created with node 0 as
-//! its *last* replica (node 1 leads first) and you should not kill node 0. It
-//! stays only as the zero-dependency default: with `--zookeeper
-//! HOST:PORT[,HOST:PORT...]` (feature `zookeeper`) every node instead has its
-//! own `ZkCoordinator` on that ensemble, under the chroot
-//! `/isrlog-tcp-cluster` (one per run in the one-process mode), as a
-//! production deployment would.
+//! **Demo only:** the coordinator shim is not fault tolerant — its process
+//! *is* the metadata service, so do not kill it. It stays only as the
+//! zero-dependency default: with `--zookeeper HOST:PORT[,HOST:PORT...]`
+//! (feature `zookeeper`) every node instead has its own `ZkCoordinator` on
+//! that ensemble, under the chroot `/isrlog-tcp-cluster` (one per run in the
+//! one-process mode), as a production deployment would.
+//!
+//! Multi-process mode: each node keeps its log in `--data-dir DIR`
+//! (`DIR/node-N/`; several nodes may share DIR), so a node restarted on the
+//! same DIR comes back with its data (without `--data-dir`, a fresh
+//! temporary directory). There is no append request over the wire, so the
+//! writer is in the leader's process: while a node leads it appends batches
+//! of unique values (`n<node>-<process start ms>-<sequence>`) with
+//! `acks=all`, min ISR 2, and appends each acknowledged `offset value` to
+//! `DIR/acks-node-N.journal` before the next batch, in one unbuffered write:
+//! a `kill -9` loses nothing it journaled. Each node rewrites
+//! `DIR/node-N.status` ten times a second. `touch DIR/stop` stops the
+//! writers; the leader's status says `quiesced=1` once every replica holds
+//! its whole log. `verify --data-dir DIR [--nodes 0,1,2]` then reads the
+//! listed nodes' log directories read-only (it recovers a copy) and exits
+//! non-zero listing every journaled write missing from its offset on any of
+//! them. `.ci/tcp_cluster_kill_test` does all this with three `kill -9`s of
+//! the leader.
 //!
 //! The one-process mode runs producers with `acks=all`, kills the leader
 //! after a while (`--no-kill-leader` turns that off), watches another node
@@ -38,7 +62,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -60,35 +84,70 @@ const NODES: u32 = 3;
 /// the first live in-sync replica in this order, so node 1 leads first.
 const REPLICAS: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(0)];
 const NODE_PORT_BASE: u16 = 7000;
-const COORDINATOR_PORT: u16 = 7100;
+/// The coordinator of the multi-process mode listens this far above `--port-base`.
+const COORDINATOR_PORT_OFFSET: u16 = 100;
 const SESSION_TIMEOUT: Duration = Duration::from_millis(1000);
 
 fn main() -> Result<(), BoxError> {
+    use std::io::IsTerminal as _;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
+        // Log lines go to stdout: colours only on a terminal, never in a pipe.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let args: Vec<String> = std::env::args().collect();
+    let value_of = |flag: &str| -> Result<Option<&String>, BoxError> {
+        match args.iter().position(|a| a == flag) {
+            Some(i) => Ok(Some(
+                args.get(i + 1)
+                    .ok_or_else(|| format!("{flag} needs a value"))?,
+            )),
+            None => Ok(None),
+        }
+    };
     let short = args.iter().any(|a| a == "--short");
     let kill_leader = !args.iter().any(|a| a == "--no-kill-leader");
-    let zookeeper = match args.iter().position(|a| a == "--zookeeper") {
-        Some(i) => Some(
-            args.get(i + 1)
-                .ok_or("--zookeeper needs HOST:PORT[,HOST:PORT...]")?
-                .clone(),
-        ),
-        None => None,
+    let zookeeper = value_of("--zookeeper")?.cloned();
+    let processes = Processes {
+        port_base: match value_of("--port-base")? {
+            Some(p) => p.parse().map_err(|e| format!("--port-base {p}: {e}"))?,
+            None => NODE_PORT_BASE,
+        },
+        data_dir: value_of("--data-dir")?.map(std::path::PathBuf::from),
     };
-    match args.iter().position(|a| a == "--node") {
-        Some(i) => {
-            let id: u32 = args.get(i + 1).ok_or("--node needs a number")?.parse()?;
+    if processes.port_base > u16::MAX - COORDINATOR_PORT_OFFSET {
+        return Err("--port-base is too high: the coordinator listens 100 above it".into());
+    }
+    if args.get(1).is_some_and(|a| a == "verify") {
+        let data_dir = processes
+            .data_dir
+            .as_deref()
+            .ok_or("verify needs --data-dir DIR")?;
+        let nodes: Vec<u32> = match value_of("--nodes")? {
+            Some(list) => list
+                .split(',')
+                .map(|n| n.parse().map_err(|e| format!("--nodes {list}: {e}")))
+                .collect::<Result<_, _>>()?,
+            None => (0..NODES).collect(),
+        };
+        return run_verify(data_dir, &nodes);
+    }
+    if args.iter().any(|a| a == "--coordinator") {
+        return run_coordinator_process(&processes);
+    }
+    match value_of("--node")? {
+        Some(id) => {
+            let id: u32 = id.parse().map_err(|e| format!("--node {id}: {e}"))?;
             if id >= NODES {
                 return Err(format!("--node must be below {NODES}").into());
             }
             match zookeeper {
-                Some(connect) => run_one_node_per_process_on_zookeeper(NodeId(id), &connect),
-                None => run_one_node_per_process(NodeId(id)),
+                Some(connect) => {
+                    run_one_node_per_process_on_zookeeper(NodeId(id), &connect, &processes)
+                }
+                None => run_one_node_per_process(NodeId(id), &processes),
             }
         }
         None => run_all_in_one_process(short, kill_leader, zookeeper.as_deref()),
@@ -409,7 +468,11 @@ fn committed_values(log: &ReplicatedLog) -> Result<BTreeSet<String>, BoxError> {
 /// One node per process on ZooKeeper: every process has its own
 /// coordinator, and whichever sees all three nodes live first creates the
 /// log (the others find it created). Any process may be killed.
-fn run_one_node_per_process_on_zookeeper(id: NodeId, connect: &str) -> Result<(), BoxError> {
+fn run_one_node_per_process_on_zookeeper(
+    id: NodeId,
+    connect: &str,
+    processes: &Processes,
+) -> Result<(), BoxError> {
     let coordinator = zookeeper_coordinator(connect, ZOOKEEPER_CHROOT)?;
     println!("{id}: coordinator on ZooKeeper at {connect}, chroot {ZOOKEEPER_CHROOT}");
     let creator = Arc::clone(&coordinator);
@@ -427,67 +490,159 @@ fn run_one_node_per_process_on_zookeeper(id: NodeId, connect: &str) -> Result<()
         }
         std::thread::sleep(Duration::from_millis(100));
     });
-    serve_one_node(id, coordinator)
+    serve_one_node(id, coordinator, processes)
 }
 
-fn run_one_node_per_process(id: NodeId) -> Result<(), BoxError> {
-    let coordinator_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, COORDINATOR_PORT));
-    let coordinator: Arc<dyn Coordinator> = if id == NodeId(0) {
-        let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
-        coordinator_shim::serve(coordinator.clone(), coordinator_addr)?;
-        println!("{id} hosts the coordinator on {coordinator_addr} (demo only; do not kill it)");
-        // The log is created once all three nodes are live, so that node 1,
-        // its preferred leader, leads it first.
-        let creator = coordinator.clone();
-        std::thread::spawn(move || loop {
-            if creator
-                .live_nodes()
-                .is_ok_and(|live| live.len() == NODES as usize)
-            {
-                match creator.create_log(LOG, REPLICAS.to_vec()) {
-                    Ok(_) => println!("all {NODES} nodes live: {LOG} created"),
-                    Err(e) => eprintln!("cannot create {LOG}: {e}"),
-                }
-                return;
+/// Where the processes of the multi-process mode listen and keep their data.
+struct Processes {
+    /// Node N listens on `port_base + N`, the coordinator on `port_base + 100`.
+    port_base: u16,
+    /// The nodes' data (`node-N/`), the writers' acknowledgement journals
+    /// (`acks-node-N.journal`), the status files (`node-N.status`) and the
+    /// stop file (`stop`). `None`: a fresh temporary directory per process,
+    /// so a restarted node comes back empty.
+    data_dir: Option<std::path::PathBuf>,
+}
+
+impl Processes {
+    fn node_addr(&self, n: u32) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port_base + n as u16))
+    }
+
+    fn coordinator_addr(&self) -> SocketAddr {
+        SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            self.port_base + COORDINATOR_PORT_OFFSET,
+        ))
+    }
+}
+
+/// The demo coordinator in a process of its own (`--coordinator`), so that
+/// every node process may be killed: the log is created once all three
+/// nodes are live, so that node 1, its preferred leader, leads it first.
+/// Demo only: this process *is* the metadata service; do not kill it.
+fn run_coordinator_process(processes: &Processes) -> Result<(), BoxError> {
+    let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
+    let addr = coordinator_shim::serve(coordinator.clone(), processes.coordinator_addr())?;
+    println!("coordinator on {addr} (demo only; do not kill it)");
+    loop {
+        if coordinator
+            .live_nodes()
+            .is_ok_and(|live| live.len() == NODES as usize)
+        {
+            match coordinator.create_log(LOG, REPLICAS.to_vec()) {
+                Ok(_) => println!("all {NODES} nodes live: {LOG} created"),
+                Err(e) => eprintln!("cannot create {LOG}: {e}"),
             }
-            std::thread::sleep(Duration::from_millis(100));
-        });
-        Arc::new(coordinator)
-    } else {
-        let remote = coordinator_shim::RemoteCoordinator::new(coordinator_addr);
-        // Node 0's process may not be up yet.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while let Err(error) = remote.live_nodes() {
-            if Instant::now() >= deadline {
-                return Err(format!("no coordinator at {coordinator_addr}: {error}").into());
-            }
-            std::thread::sleep(Duration::from_millis(200));
+            break;
         }
-        Arc::new(remote)
-    };
-    serve_one_node(id, coordinator)
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The shim serves from its own threads; this process only has to live.
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn run_one_node_per_process(id: NodeId, processes: &Processes) -> Result<(), BoxError> {
+    let coordinator_addr = processes.coordinator_addr();
+    let remote = coordinator_shim::RemoteCoordinator::new(coordinator_addr);
+    // The coordinator's process may not be up yet.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(error) = remote.live_nodes() {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "no coordinator at {coordinator_addr} (start `tcp_cluster --coordinator` first): {error}"
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    serve_one_node(id, Arc::new(remote), processes)
+}
+
+/// Appends acknowledged `(offset, value)` pairs to a journal file, one
+/// `offset value` line each. Each batch's lines go out in one `write` on an
+/// unbuffered `O_APPEND` file, so once `record` returns they are in the
+/// kernel: a `kill -9` of this process cannot lose them (a power loss could;
+/// that would need an fsync per batch).
+struct AckJournal(std::fs::File);
+
+impl AckJournal {
+    fn open(path: &std::path::Path) -> Result<AckJournal, BoxError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot open the journal {}: {e}", path.display()))?;
+        Ok(AckJournal(file))
+    }
+
+    fn record(&mut self, first: Offset, values: &[String]) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut lines = String::new();
+        for (i, value) in values.iter().enumerate() {
+            lines.push_str(&format!("{} {value}\n", first.0 + i as u64));
+        }
+        self.0.write_all(lines.as_bytes())
+    }
 }
 
 /// Runs node `id` of the multi-process mode on `coordinator` until killed.
-fn serve_one_node(id: NodeId, coordinator: Arc<dyn Coordinator>) -> Result<(), BoxError> {
-    let addr_of = |n: u32| SocketAddr::from((Ipv4Addr::LOCALHOST, NODE_PORT_BASE + n as u16));
-    let dir = tempfile::tempdir()?;
-    let listener = bind(addr_of(id.0))?;
+/// While it leads (and `DATA_DIR/stop` does not exist) it is also the
+/// writer: it appends batches of 10 unique values (`n<id>-<start ms>-<seq>`)
+/// with `acks=all` and journals each acknowledged one.
+fn serve_one_node(
+    id: NodeId,
+    coordinator: Arc<dyn Coordinator>,
+    processes: &Processes,
+) -> Result<(), BoxError> {
+    let temp;
+    let dir = match &processes.data_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.clone()
+        }
+        None => {
+            temp = tempfile::tempdir()?;
+            println!(
+                "{id}: no --data-dir, so its data is in {} and lost when it stops",
+                temp.path().display()
+            );
+            temp.path().to_path_buf()
+        }
+    };
+    let listener = bind(processes.node_addr(id.0))?;
     let peers = (0..NODES)
         .filter(|n| *n != id.0)
-        .map(|n| (NodeId(n), addr_of(n)))
+        .map(|n| (NodeId(n), processes.node_addr(n)))
         .collect();
-    let node = start_node(id, listener, peers, coordinator, dir.path())?;
+    let node = start_node(id, listener, peers, coordinator, &dir)?;
     println!(
-        "{id} listening on {}; waiting for all {NODES} nodes",
-        addr_of(id.0)
+        "{id} listening on {}, data in {}; waiting for all {NODES} nodes",
+        processes.node_addr(id.0),
+        dir.join(format!("node-{}", id.0)).display()
     );
     let log = node.node.wait_for_log(LOG, Duration::from_secs(600))?;
-    println!("{id} hosts {LOG} (replicas {REPLICAS:?}); Ctrl-C to stop");
+    println!(
+        "{id} hosts {LOG} (replicas {REPLICAS:?}), LEO {} after restart",
+        log.log_end_offset()
+    );
 
-    // Produce while this node leads; report once a second.
-    let records = AtomicU64::new(0);
+    let mut journal = AckJournal::open(&dir.join(format!("acks-node-{}.journal", id.0)))?;
+    let status_path = dir.join(format!("node-{}.status", id.0));
+    let stop_path = dir.join("stop");
+    let writer = format!(
+        "n{}-{}",
+        id.0,
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis()
+    );
+    let mut seq = 0u64;
+    let mut acknowledged = 0u64;
     let mut last_report = Instant::now();
+    let mut last_status = Instant::now() - Duration::from_secs(1);
     let mut was_leader = false;
     loop {
         let leader = log.is_leader();
@@ -499,24 +654,197 @@ fn serve_one_node(id: NodeId, coordinator: Arc<dyn Coordinator>) -> Result<(), B
             );
             was_leader = leader;
         }
-        if leader {
-            let values: Vec<String> = (0..10).map(|i| format!("{id}-{i}")).collect();
-            if log.append_values(&values, Acks::All).is_ok() {
-                records.fetch_add(10, Ordering::Relaxed);
+        let stopped = stop_path.exists();
+        if leader && !stopped {
+            let values: Vec<String> = (0..10)
+                .map(|i| format!("{writer}-{:08}", seq * 10 + i))
+                .collect();
+            seq += 1;
+            // Only an `Ok` is an acknowledgement; a failed append has an
+            // unknown outcome and is not journaled.
+            if let Ok(outcome) = log.append_values(&values, Acks::All) {
+                journal.record(outcome.base_offset, &values)?;
+                acknowledged += values.len() as u64;
             }
+            // At most ~10 000 records a second: at full speed a node left
+            // running fills its --data-dir by tens of MB a second.
+            std::thread::sleep(Duration::from_millis(1));
         } else {
             std::thread::sleep(Duration::from_millis(20));
+        }
+        if last_status.elapsed() >= Duration::from_millis(100) {
+            last_status = Instant::now();
+            let isr = log.in_sync_replicas();
+            let (leo, hw) = (log.log_end_offset(), log.high_watermark());
+            // Quiesced: writes stopped, and every replica is in sync with the
+            // leader's whole log (HW = LEO = the smallest in-sync LEO).
+            let quiesced = leader && stopped && hw == leo && isr.len() == NODES as usize;
+            let status = format!(
+                "role={} epoch={} leo={} hw={} isr={} acked={} quiesced={}\n",
+                if leader { "leader" } else { "follower" },
+                log.leader_epoch(),
+                leo.0,
+                hw.0,
+                isr.iter()
+                    .map(|n| n.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                acknowledged,
+                u8::from(quiesced)
+            );
+            // Written whole then renamed, so a reader never sees half of it.
+            let partial = status_path.with_extension("status.tmp");
+            std::fs::write(&partial, status)?;
+            std::fs::rename(&partial, &status_path)?;
         }
         if last_report.elapsed() >= Duration::from_secs(1) {
             last_report = Instant::now();
             println!(
-                "  {id}: {:?}, LEO {}, HW {}, ISR {:?}, {} records acknowledged here",
+                "  {id}: {:?}, LEO {}, HW {}, ISR {:?}, {acknowledged} records acknowledged by this process",
                 log.role(),
                 log.log_end_offset(),
                 log.high_watermark(),
                 log.in_sync_replicas(),
-                records.load(Ordering::Relaxed)
             );
         }
     }
+}
+
+// ---- verify ---------------------------------------------------------------------------
+
+/// `verify --data-dir DIR [--nodes 0,1,2]`: checks that every value the
+/// writers journaled as acknowledged is at its offset in the log of every
+/// listed node. It reads the nodes' data directories without touching them:
+/// each log directory is copied and the copy opened (recovery then runs on
+/// the copy only), so it is safe on a live node's files. Run it once writes
+/// have stopped and the survivors have caught up (`touch DIR/stop`, wait for
+/// `quiesced=1` in the leader's `node-N.status`), or a lagging survivor is
+/// reported as missing the newest writes. Exits non-zero listing every
+/// missing value.
+fn run_verify(data_dir: &std::path::Path, nodes: &[u32]) -> Result<(), BoxError> {
+    // The acknowledged writes, from every writer's journal.
+    let mut acknowledged: Vec<(u64, String)> = Vec::new();
+    let mut journals = 0;
+    for entry in std::fs::read_dir(data_dir)
+        .map_err(|e| format!("cannot read --data-dir {}: {e}", data_dir.display()))?
+    {
+        let path = entry?.path();
+        let is_journal = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("acks-node-") && n.ends_with(".journal"));
+        if !is_journal {
+            continue;
+        }
+        journals += 1;
+        let text = std::fs::read_to_string(&path)?;
+        // A last line without its newline was being written when the writer
+        // died, so it was never reported as acknowledged; `lines()` on the
+        // complete part only.
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        for (n, line) in complete.lines().enumerate() {
+            let (offset, value) = line
+                .split_once(' ')
+                .ok_or_else(|| format!("{} line {}: not `offset value`", path.display(), n + 1))?;
+            acknowledged.push((offset.parse()?, value.to_owned()));
+        }
+    }
+    if journals == 0 {
+        return Err(format!("no acks-node-*.journal in {}", data_dir.display()).into());
+    }
+    let unique: BTreeSet<&str> = acknowledged.iter().map(|(_, v)| v.as_str()).collect();
+    if unique.len() != acknowledged.len() {
+        return Err("a value was journaled twice: values are not unique".into());
+    }
+
+    let mut missing: Vec<String> = Vec::new();
+    for &n in nodes {
+        let log_dir = data_dir
+            .join(format!("node-{n}"))
+            .join(format!("log-{}", LOG.0));
+        let records = read_log_copy(&log_dir)?;
+        let mut missing_here = 0;
+        for (offset, value) in &acknowledged {
+            let found = records.get(offset);
+            if found != Some(value) {
+                missing_here += 1;
+                missing.push(format!(
+                    "node {n}: offset {offset} value {value} (found {})",
+                    found.map_or("nothing", |f| f.as_str())
+                ));
+            }
+        }
+        println!(
+            "node {n}: {} records up to offset {}, {} of {} acknowledged writes present",
+            records.len(),
+            records.keys().next_back().map_or(0, |o| o + 1),
+            acknowledged.len() - missing_here,
+            acknowledged.len()
+        );
+    }
+    if missing.is_empty() {
+        println!(
+            "OK: all {} acknowledged writes ({journals} journals) are on nodes {nodes:?}",
+            acknowledged.len()
+        );
+        Ok(())
+    } else {
+        for line in &missing {
+            eprintln!("MISSING {line}");
+        }
+        eprintln!(
+            "LOST: {} acknowledged writes missing (of {} on each of {} nodes)",
+            missing.len(),
+            acknowledged.len(),
+            nodes.len()
+        );
+        std::process::exit(1);
+    }
+}
+
+/// Every record of the log in `log_dir`, by offset, read from a copy.
+fn read_log_copy(log_dir: &std::path::Path) -> Result<BTreeMap<u64, String>, BoxError> {
+    let copy = tempfile::tempdir()?;
+    copy_dir(log_dir, copy.path())
+        .map_err(|e| format!("cannot copy {}: {e}", log_dir.display()))?;
+    let log = isrlog::Log::open(
+        copy.path(),
+        isrlog::LogConfig::default(),
+        Arc::new(SystemClock),
+    )?;
+    let mut records = BTreeMap::new();
+    let mut next = log.log_start_offset();
+    while next < log.log_end_offset() {
+        let read = log.read(next, 4 << 20)?;
+        let Some(after) = read.next_offset() else {
+            break;
+        };
+        for batch in read.batches() {
+            for record in batch?.records() {
+                let record = record?;
+                if record.offset >= next {
+                    records.insert(
+                        record.offset.0,
+                        String::from_utf8_lossy(&record.value).into_owned(),
+                    );
+                }
+            }
+        }
+        next = after;
+    }
+    Ok(records)
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }

@@ -409,6 +409,13 @@ struct Shared {
     registering: Mutex<()>,
     dispatcher: Mutex<Dispatcher>,
     producer_ids: Mutex<ProducerIdBlock>,
+    /// Nodes whose session this coordinator ended itself (lapsed lease, or
+    /// cut off for a session timeout) and announced as gone, until
+    /// ZooKeeper stops listing them or they register again: reads of the
+    /// live set leave them out, so `live_nodes` agrees with the
+    /// `NodesChanged` already sent (ZooKeeper deletes the ephemeral znode
+    /// only once the close reaches it, or the session expires).
+    ended_locally: Mutex<BTreeSet<NodeId>>,
     /// Set when the coordinator is being dropped: calls still running on
     /// the executor give up instead of waiting for a session.
     stopping: AtomicBool,
@@ -448,6 +455,7 @@ impl ZkCoordinator {
             registering: Mutex::new(()),
             dispatcher: Mutex::new(Dispatcher::new(config.subscriber_events_max)),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
+            ended_locally: Mutex::new(BTreeSet::new()),
             stopping: AtomicBool::new(false),
             config,
         });
@@ -778,7 +786,11 @@ impl Shared {
             })
             .await?
             .map_err(|e| zk_error(&what, e))?;
-        Ok((parse_nodes(&names)?, stat.pzxid))
+        let mut live = parse_nodes(&names)?;
+        let mut ended = self.ended_locally.lock();
+        ended.retain(|node| live.contains(node));
+        live.retain(|node| !ended.contains(node));
+        Ok((live, stat.pzxid))
     }
 
     /// The controller record and seat, read atomically.
@@ -922,6 +934,7 @@ impl Shared {
         // by then), which deletes the node's ephemeral znode and any
         // controller seat it held.
         drop(session);
+        self.ended_locally.lock().insert(node);
         // The node's own process learns it from its heartbeat, and its
         // subscribers from this, even while ZooKeeper cannot be read.
         self.dispatcher.lock().node_left(node);
@@ -1516,6 +1529,7 @@ impl Coordinator for ZkCoordinator {
                 Ok(client)
             },
         )?;
+        shared.ended_locally.lock().remove(&node);
         tracing::info!(%node, session = %client.session_id(), timeout = ?session_timeout,
             "node registered with ZooKeeper");
         let link = Arc::new(Mutex::new(Link::default()));

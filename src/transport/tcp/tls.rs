@@ -288,7 +288,11 @@ impl TlsConfig {
     /// ([`TlsReader::handshake`]).
     pub(crate) fn accept(&self, socket: &TcpStream) -> io::Result<(TlsReader, TlsWriter)> {
         let session = ServerConnection::new(Arc::clone(&self.server)).map_err(io::Error::other)?;
-        TlsSession::halves(rustls::Connection::Server(session), socket)
+        let (mut reader, writer) = TlsSession::halves(rustls::Connection::Server(session), socket)?;
+        // The server reads frames against whole-frame deadlines
+        // (`read_frame_within`), which it can only check between reads.
+        reader.yield_without_plaintext = true;
+        Ok((reader, writer))
     }
 
     /// Runs the client side of a handshake with node `peer` on a connected
@@ -340,6 +344,7 @@ impl TlsSession {
             raw: vec![0; RAW_READ_BYTES].into_boxed_slice(),
             raw_start: 0,
             raw_end: 0,
+            yield_without_plaintext: false,
         };
         Ok((reader, TlsWriter { session: shared }))
     }
@@ -369,6 +374,14 @@ pub(crate) struct TlsReader {
     raw: Box<[u8]>,
     raw_start: usize,
     raw_end: usize,
+    /// Whether a `read` whose socket read brought no whole record (no
+    /// plaintext) returns `WouldBlock` instead of reading the socket again.
+    /// Set on the server, whose caller re-checks its frame deadline and
+    /// re-arms the socket timeout after every `read`: without it a peer
+    /// trickling ciphertext a byte at a time keeps one `read` (and so the
+    /// frame) going past any deadline. Clients set no read timeout and read
+    /// with plain `read_frame`, which must not see a spurious `WouldBlock`.
+    yield_without_plaintext: bool,
 }
 
 impl TlsReader {
@@ -486,6 +499,7 @@ impl Read for TlsReader {
         if buf.is_empty() {
             return Ok(0);
         }
+        let mut socket_read = false;
         loop {
             {
                 let mut session = self.session.session.lock();
@@ -495,10 +509,20 @@ impl Read for TlsReader {
                     Err(error) => return Err(error),
                 }
             }
-            if self.raw_start == self.raw_end && self.fill_raw()? == 0 {
-                // The peer closed the socket without a close_notify; a frame
-                // cut short by it is reported as truncated by the caller.
-                return Ok(0);
+            if self.raw_start == self.raw_end {
+                if socket_read && self.yield_without_plaintext {
+                    // A socket read brought no whole record: hand control
+                    // back so the caller's deadline is checked (it retries
+                    // `WouldBlock` as it does a timed-out read).
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                if self.fill_raw()? == 0 {
+                    // The peer closed the socket without a close_notify; a
+                    // frame cut short by it is reported as truncated by the
+                    // caller.
+                    return Ok(0);
+                }
+                socket_read = true;
             }
             self.feed_raw()?;
         }

@@ -548,6 +548,23 @@ impl Write for TlsWriter {
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all_within(buf, None)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl TlsWriter {
+    /// Seals `buf` and writes its records, all by `deadline` if there is
+    /// one (see `io::write_all_by`), else each socket write within the
+    /// socket's write timeout.
+    pub(crate) fn write_all_within(
+        &mut self,
+        buf: &[u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
         let mut socket = self.session.socket.lock();
         let mut records = Vec::with_capacity(WRITE_CHUNK_BYTES.min(buf.len()) + 256);
         for chunk in buf.chunks(WRITE_CHUNK_BYTES) {
@@ -569,12 +586,11 @@ impl Write for TlsWriter {
                     }
                 }
             }
-            socket.write_all(&records)?;
+            match deadline {
+                Some(deadline) => super::io::write_all_by(&mut socket, &records, deadline)?,
+                None => socket.write_all(&records)?,
+            }
         }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }

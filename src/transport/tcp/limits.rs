@@ -299,9 +299,18 @@ pub(crate) enum Warning {
     InvalidRequest,
     /// A response was not written within the write deadline.
     WriteTimeout,
+    /// `accept` on the listener failed (out of file descriptors, ...).
+    AcceptFailed,
+    /// An accepted connection could not be set up (socket options, TLS
+    /// session).
+    ConnectionSetup,
+    /// A response was over `frame_bytes_max` and replaced by an error.
+    ResponseTooLarge,
+    /// A client read a malformed response from a server.
+    MalformedResponse,
 }
 
-const WARNING_KINDS: usize = 7;
+const WARNING_KINDS: usize = 11;
 
 impl Warning {
     fn index(self) -> usize {
@@ -313,6 +322,10 @@ impl Warning {
             Warning::QueueFull => 4,
             Warning::InvalidRequest => 5,
             Warning::WriteTimeout => 6,
+            Warning::AcceptFailed => 7,
+            Warning::ConnectionSetup => 8,
+            Warning::ResponseTooLarge => 9,
+            Warning::MalformedResponse => 10,
         }
     }
 }

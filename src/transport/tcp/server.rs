@@ -162,7 +162,7 @@ impl TcpServer {
         config: TcpConfig,
         tls: crate::transport::TlsConfig,
     ) -> Result<TcpServer> {
-        let refusals = Arc::new(super::tls::RefusalLog::new());
+        let refusals = Arc::new(super::tls::RefusalLog::new(config.warning_interval));
         TcpServer::bind_secured(addr, handler, config, Security::Tls(tls, refusals))
     }
 
@@ -339,7 +339,9 @@ impl ServerShared {
             match stream {
                 Ok(stream) => self.start_connection(stream, queue),
                 Err(error) => {
-                    tracing::warn!(%error, "tcp: accept failed");
+                    if let Some(suppressed) = self.warnings.admit(Warning::AcceptFailed) {
+                        tracing::warn!(%error, suppressed, "tcp: accept failed");
+                    }
                     thread::sleep(ACCEPT_ERROR_PAUSE);
                 }
             }
@@ -409,7 +411,9 @@ impl ServerShared {
         let (control, reading, writing) = match prepared {
             Ok(handles) => handles,
             Err(error) => {
-                tracing::warn!(peer = %peer_addr, %error, "tcp: could not set up connection; closing it");
+                if let Some(suppressed) = self.warnings.admit(Warning::ConnectionSetup) {
+                    tracing::warn!(peer = %peer_addr, %error, suppressed, "tcp: could not set up connection; closing it");
+                }
                 return;
             }
         };
@@ -651,7 +655,9 @@ impl ServerShared {
         let frame = match encode_response(request_id, response, self.config.frame_bytes_max) {
             Ok(frame) => frame,
             Err(error) => {
-                tracing::warn!(%peer, %error, "tcp: response too large to send; answering with an error instead");
+                if let Some(suppressed) = self.warnings.admit(Warning::ResponseTooLarge) {
+                    tracing::warn!(%peer, %error, suppressed, "tcp: response too large to send; answering with an error instead");
+                }
                 let fallback = Response::Error(ErrorCode::Unknown);
                 match encode_response(request_id, &fallback, self.config.frame_bytes_max) {
                     Ok(frame) => frame,

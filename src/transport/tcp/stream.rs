@@ -92,7 +92,7 @@ impl Security {
     }
 
     /// Logs that a connection from `peer` was refused; with TLS, at most
-    /// one warning a second.
+    /// one warning per `TcpConfig::warning_interval`.
     pub(crate) fn log_refusal(&self, peer: SocketAddr, reason: &str) {
         match self {
             Security::Plain => {

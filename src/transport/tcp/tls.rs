@@ -64,10 +64,6 @@ const PLAINTEXT_READY_BYTES: usize = 16 * 1024;
 /// behind a 64 MiB response being encrypted.
 const WRITE_CHUNK_BYTES: usize = 64 * 1024;
 
-/// At most one refusal warning per this interval per server; the rest are
-/// counted and reported with the next one.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
-
 /// The DNS name suffix of node certificates.
 const NODE_NAME_SUFFIX: &str = ".isrlog";
 /// The DNS name prefix of node certificates.
@@ -596,10 +592,11 @@ impl TlsWriter {
 }
 
 /// Rate-limited warnings about refused connections and frames: at most one
-/// per [`REFUSAL_LOG_INTERVAL`], carrying the count of those suppressed
-/// since the last one.
+/// per `TcpConfig::warning_interval` (zero: every one), carrying the count
+/// of those suppressed since the last one.
 #[derive(Debug)]
 pub(crate) struct RefusalLog {
+    interval: Duration,
     state: Mutex<RefusalState>,
 }
 
@@ -610,9 +607,11 @@ struct RefusalState {
 }
 
 impl RefusalLog {
-    /// A log that has warned about nothing yet.
-    pub(crate) fn new() -> RefusalLog {
+    /// A log that has warned about nothing yet and lets one warning through
+    /// per `interval`.
+    pub(crate) fn new(interval: Duration) -> RefusalLog {
         RefusalLog {
+            interval,
             state: Mutex::new(RefusalState {
                 last_logged: None,
                 suppressed: 0,
@@ -630,7 +629,7 @@ impl RefusalLog {
     fn admit_at(&self, now: Instant) -> Option<u64> {
         let mut state = self.state.lock();
         let quiet = state.last_logged.map_or(true, |last| {
-            now.saturating_duration_since(last) >= REFUSAL_LOG_INTERVAL
+            now.saturating_duration_since(last) >= self.interval
         });
         if quiet {
             state.last_logged = Some(now);
@@ -696,10 +695,10 @@ mod tests {
 
     #[test]
     fn refusal_log_admits_one_warning_per_interval_and_counts_the_rest() {
-        let log = RefusalLog::new();
+        let log = RefusalLog::new(Duration::from_secs(1));
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
-        let interval = REFUSAL_LOG_INTERVAL.as_millis() as u64;
+        let interval = 1000;
         // (time in ms, expected outcome)
         let cases = [
             (0, Some(0)),

@@ -16,6 +16,7 @@ use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 
 use super::frame::{decode_body, encode_request, FrameError, Message};
 use super::io::{read_frame, ReadError};
+use super::limits::{RateLimitedWarnings, Warning};
 use super::stream::{ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
 use super::TcpConfig;
@@ -49,6 +50,9 @@ struct ClientShared {
     peers: RwLock<HashMap<NodeId, Arc<Peer>>>,
     next_request_id: AtomicU64,
     shutting_down: Arc<AtomicBool>,
+    /// Warnings a server can provoke (malformed responses), rate-limited
+    /// by `config.warning_interval`.
+    warnings: Arc<RateLimitedWarnings>,
     /// Reader threads of the connections opened so far; finished ones are
     /// pruned whenever a connection is opened.
     readers: Mutex<Vec<Worker>>,
@@ -93,6 +97,8 @@ struct Connection {
     /// connection is closed: no call may register any more, and every call
     /// that had was told why.
     pending: Mutex<Option<HashMap<u64, Waiter>>>,
+    /// The client's rate limiter for warnings a server can provoke.
+    warnings: Arc<RateLimitedWarnings>,
 }
 
 impl TcpTransport {
@@ -125,7 +131,7 @@ impl TcpTransport {
                 reason: "the client's certificate must name the node it calls from",
             });
         }
-        let refusals = Arc::new(super::tls::RefusalLog::new());
+        let refusals = Arc::new(super::tls::RefusalLog::new(config.warning_interval));
         TcpTransport::new_secured(local, peers, config, Security::Tls(tls, refusals))
     }
 
@@ -143,6 +149,7 @@ impl TcpTransport {
             next_request_id: AtomicU64::new(1),
             shutting_down: Arc::new(AtomicBool::new(false)),
             readers: Mutex::new(Vec::new()),
+            warnings: Arc::new(RateLimitedWarnings::new(config.warning_interval)),
             config,
         });
         let transport = TcpTransport { shared };
@@ -322,6 +329,7 @@ impl TcpTransport {
             writer: Mutex::new(writing),
             control: stream,
             pending: Mutex::new(Some(HashMap::new())),
+            warnings: Arc::clone(&self.shared.warnings),
         });
         let reader_connection = Arc::clone(&connection);
         let frame_bytes_max = self.shared.config.frame_bytes_max;
@@ -616,7 +624,9 @@ impl Connection {
         let reason = failure.to_string();
         match failure {
             ReadError::Frame(_) => {
-                tracing::warn!(peer = %to, addr = %self.addr, %reason, "tcp: malformed response; closing connection");
+                if let Some(suppressed) = self.warnings.admit(Warning::MalformedResponse) {
+                    tracing::warn!(peer = %to, addr = %self.addr, %reason, suppressed, "tcp: malformed response; closing connection");
+                }
                 self.close(|| TransportError::Malformed {
                     to,
                     reason: reason.clone(),

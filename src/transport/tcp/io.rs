@@ -5,7 +5,8 @@
 //! (`frame.rs`) nor what to do about a bad one (the connection's owner).
 
 use std::fmt;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -282,6 +283,41 @@ fn read_until<R: Read>(
             other => return other,
         }
     }
+}
+
+/// Writes all of `buf` to `socket` by `deadline`: the socket's write
+/// timeout is set to the time left before each `write` (a peer that reads a
+/// little at a time lets every `write` return with some progress, so a
+/// timeout per `write` alone bounds nothing). At the deadline the error is
+/// `io::ErrorKind::TimedOut`. The socket's previous write timeout is put
+/// back on the way out, whatever the outcome.
+pub(crate) fn write_all_by(
+    socket: &mut TcpStream,
+    buf: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
+    let restore = socket.write_timeout()?;
+    let outcome = write_all_by_inner(socket, buf, deadline);
+    // Fails only on a dead socket, which the next use reports.
+    let _ = socket.set_write_timeout(restore);
+    outcome
+}
+
+fn write_all_by_inner(socket: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        socket.set_write_timeout(Some((deadline - now).max(READ_TIMEOUT_LEAST)))?;
+        match socket.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => buf = &buf[written..],
+            Err(error) if error.kind() == io::ErrorKind::Interrupted || is_timeout(&error) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -72,6 +72,13 @@ pub struct TcpServerStats {
     /// Connections closed because a frame was not whole within
     /// `frame_read_timeout` of its first byte.
     pub frame_timeouts: u64,
+    /// Connections closed because a response was not written within
+    /// `write_timeout` (waiting for the connection's writer included): a
+    /// peer that stopped reading, or reads too slowly.
+    pub write_timeouts: u64,
+    /// Times a connection's reader stopped reading because
+    /// `requests_in_flight_max` of its requests were unanswered.
+    pub reads_paused_for_in_flight: u64,
 }
 
 /// The counters a server bumps as its limits act; see [`TcpServerStats`].
@@ -81,6 +88,8 @@ pub(crate) struct LimitCounters {
     pub(crate) connections_evicted: AtomicU64,
     pub(crate) handshake_timeouts: AtomicU64,
     pub(crate) frame_timeouts: AtomicU64,
+    pub(crate) write_timeouts: AtomicU64,
+    pub(crate) reads_paused_for_in_flight: AtomicU64,
 }
 
 impl LimitCounters {
@@ -91,6 +100,8 @@ impl LimitCounters {
             connections_evicted: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
             frame_timeouts: AtomicU64::new(0),
+            write_timeouts: AtomicU64::new(0),
+            reads_paused_for_in_flight: AtomicU64::new(0),
         }
     }
 
@@ -286,9 +297,20 @@ pub(crate) enum Warning {
     QueueFull,
     /// A node refused a request as invalid (see `node.rs`).
     InvalidRequest,
+    /// A response was not written within the write deadline.
+    WriteTimeout,
+    /// `accept` on the listener failed (out of file descriptors, ...).
+    AcceptFailed,
+    /// An accepted connection could not be set up (socket options, TLS
+    /// session).
+    ConnectionSetup,
+    /// A response was over `frame_bytes_max` and replaced by an error.
+    ResponseTooLarge,
+    /// A client read a malformed response from a server.
+    MalformedResponse,
 }
 
-const WARNING_KINDS: usize = 6;
+const WARNING_KINDS: usize = 11;
 
 impl Warning {
     fn index(self) -> usize {
@@ -299,6 +321,11 @@ impl Warning {
             Warning::BadFrame => 3,
             Warning::QueueFull => 4,
             Warning::InvalidRequest => 5,
+            Warning::WriteTimeout => 6,
+            Warning::AcceptFailed => 7,
+            Warning::ConnectionSetup => 8,
+            Warning::ResponseTooLarge => 9,
+            Warning::MalformedResponse => 10,
         }
     }
 }

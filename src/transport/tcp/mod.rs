@@ -137,9 +137,21 @@ pub struct TcpConfig {
     /// least `frame_bytes_max`. Default 130 MiB, two frames of the default
     /// maximum.
     pub frame_buffer_bytes_max: usize,
-    /// Longest a server waits to write one response before it gives up on
-    /// the connection (a peer that stopped reading). Default 10 s.
+    /// Longest a server takes to write one response, from when its handler
+    /// is done (waiting for the connection's writer included) to its last
+    /// byte; the socket's send timeout is re-armed to the time left before
+    /// each write. A connection whose response is not written by then (a
+    /// peer that stopped reading, or reads too slowly) is closed. Default
+    /// 10 s.
     pub write_timeout: Duration,
+    /// Requests a server reads from one connection before it has answered
+    /// them; at the limit it stops reading that connection until one is
+    /// answered. Kafka processes one request per connection at a time
+    /// (muting the socket until the response is sent); a few are allowed
+    /// here because one client connection carries calls from several
+    /// threads (long-poll fetches among them). Bounds the handler threads
+    /// and unsent responses one connection can hold. Default 4; at least 1.
+    pub requests_in_flight_max: usize,
     /// Longest a server waits for a whole frame, from its first byte to its
     /// last (not for each read: a peer trickling a byte at a time is cut off
     /// too); a peer that has not finished its frame by then (a stalled or
@@ -175,6 +187,7 @@ impl Default for TcpConfig {
             handshake_timeout: Duration::from_secs(10),
             frame_buffer_bytes_max: 2 * (BATCH_BYTES_MAX + (1 << 20)),
             write_timeout: Duration::from_secs(10),
+            requests_in_flight_max: 4,
             frame_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(5),
@@ -241,6 +254,7 @@ impl TcpConfig {
                 "connections_per_address_max",
                 self.connections_per_address_max,
             ),
+            ("requests_in_flight_max", self.requests_in_flight_max),
         ];
         for (field, value) in counts {
             if value == 0 {
@@ -270,7 +284,14 @@ mod tests {
     #[test]
     fn invalid_configs_name_the_field() {
         let base = TcpConfig::default();
-        let cases: [(TcpConfig, &str); 11] = [
+        let cases: [(TcpConfig, &str); 12] = [
+            (
+                TcpConfig {
+                    requests_in_flight_max: 0,
+                    ..base.clone()
+                },
+                "requests_in_flight_max",
+            ),
             (
                 TcpConfig {
                     frame_buffer_bytes_max: base.frame_bytes_max - 1,

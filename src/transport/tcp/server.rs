@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{BufReader, Write};
+use std::io::BufReader;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread;
@@ -35,7 +35,7 @@ use super::stream::{impersonation, ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
 use super::TcpConfig;
 use crate::error::{Error, Result};
-use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
 use crate::transport::{ErrorCode, Request, RequestHandler, Response};
 use crate::types::NodeId;
 
@@ -91,8 +91,15 @@ type OpenConnection = (Arc<ServerConnection>, Option<Worker>);
 /// One accepted connection.
 struct ServerConnection {
     peer_addr: SocketAddr,
-    /// Whole response frames are written under this lock.
+    /// Whole response frames are written under this lock. Waiting for it
+    /// counts against the response's write deadline, so a handler never
+    /// waits on it for longer than `write_timeout`.
     writer: Mutex<WriteHalf>,
+    /// Requests read from this connection and not yet answered (or dropped).
+    /// Invariant: at most `requests_in_flight_max`.
+    in_flight: Mutex<usize>,
+    /// Signalled when `in_flight` drops or the connection closes.
+    in_flight_freed: Condvar,
     /// Shuts the socket without waiting for the writer lock.
     control: TcpStream,
     closed: AtomicBool,
@@ -111,7 +118,26 @@ struct Job {
     /// The frame budget bytes of a large request, held until it is
     /// answered (see `limits.rs`).
     reservation: Reservation,
+    /// The request's place among its connection's requests in flight,
+    /// given back when the job is dropped (answered or not).
+    _in_flight: InFlight,
 }
+
+/// One of a connection's `requests_in_flight_max` places; frees it on drop.
+struct InFlight(Arc<ServerConnection>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self.0.in_flight.lock();
+        debug_assert!(*in_flight > 0, "in-flight count underflow");
+        *in_flight = in_flight.saturating_sub(1);
+        self.0.in_flight_freed.notify_all();
+    }
+}
+
+/// Longest a reader waiting for an in-flight place sleeps before it looks
+/// again at whether its connection was closed.
+const IN_FLIGHT_WAIT_SLICE: Duration = Duration::from_millis(100);
 
 impl TcpServer {
     /// Listens on `addr` (port 0 picks a free port; see
@@ -136,7 +162,7 @@ impl TcpServer {
         config: TcpConfig,
         tls: crate::transport::TlsConfig,
     ) -> Result<TcpServer> {
-        let refusals = Arc::new(super::tls::RefusalLog::new());
+        let refusals = Arc::new(super::tls::RefusalLog::new(config.warning_interval));
         TcpServer::bind_secured(addr, handler, config, Security::Tls(tls, refusals))
     }
 
@@ -242,6 +268,8 @@ impl TcpServer {
             connections_evicted: counters.connections_evicted.load(Ordering::Relaxed),
             handshake_timeouts: counters.handshake_timeouts.load(Ordering::Relaxed),
             frame_timeouts: counters.frame_timeouts.load(Ordering::Relaxed),
+            write_timeouts: counters.write_timeouts.load(Ordering::Relaxed),
+            reads_paused_for_in_flight: counters.reads_paused_for_in_flight.load(Ordering::Relaxed),
         }
     }
 
@@ -311,7 +339,9 @@ impl ServerShared {
             match stream {
                 Ok(stream) => self.start_connection(stream, queue),
                 Err(error) => {
-                    tracing::warn!(%error, "tcp: accept failed");
+                    if let Some(suppressed) = self.warnings.admit(Warning::AcceptFailed) {
+                        tracing::warn!(%error, suppressed, "tcp: accept failed");
+                    }
                     thread::sleep(ACCEPT_ERROR_PAUSE);
                 }
             }
@@ -381,13 +411,17 @@ impl ServerShared {
         let (control, reading, writing) = match prepared {
             Ok(handles) => handles,
             Err(error) => {
-                tracing::warn!(peer = %peer_addr, %error, "tcp: could not set up connection; closing it");
+                if let Some(suppressed) = self.warnings.admit(Warning::ConnectionSetup) {
+                    tracing::warn!(peer = %peer_addr, %error, suppressed, "tcp: could not set up connection; closing it");
+                }
                 return;
             }
         };
         let connection = Arc::new(ServerConnection {
             peer_addr,
             writer: Mutex::new(writing),
+            in_flight: Mutex::new(0),
+            in_flight_freed: Condvar::new(),
             control,
             closed: AtomicBool::new(false),
             accepted_at: Instant::now(),
@@ -456,6 +490,19 @@ impl ServerShared {
         let closed = || connection.closed.load(Ordering::SeqCst);
         let mut last_frame_at = connection.accepted_at;
         loop {
+            // Kafka reads one request per connection and mutes the socket
+            // until it is answered; here up to `requests_in_flight_max` are
+            // read, then reading stops until one is answered, so one
+            // connection holds at most that many handler threads (and
+            // responses waiting for its writer).
+            let Some(place) = self.in_flight_place(connection) else {
+                break;
+            };
+            if place.1 {
+                // Idle time counts from when reading resumed.
+                last_frame_at = last_frame_at.max(Instant::now());
+            }
+            let place = place.0;
             // Until its first valid request the connection has only the
             // handshake deadline; after that it may idle for `idle_timeout`.
             let proven = connection.proven.load(Ordering::SeqCst);
@@ -527,6 +574,7 @@ impl ServerShared {
                 from,
                 request,
                 reservation,
+                _in_flight: place,
             };
             match queue.try_send(job) {
                 Ok(()) => {}
@@ -544,6 +592,30 @@ impl ServerShared {
             }
         }
         connection.close();
+    }
+
+    /// Takes one of `connection`'s in-flight places, waiting while all are
+    /// taken; `None` once the connection is closed. The flag says whether
+    /// it had to wait.
+    fn in_flight_place(&self, connection: &Arc<ServerConnection>) -> Option<(InFlight, bool)> {
+        let max = self.config.requests_in_flight_max;
+        let mut in_flight = connection.in_flight.lock();
+        let mut waited = false;
+        while *in_flight >= max {
+            if !waited {
+                waited = true;
+                LimitCounters::bump(&self.counters.reads_paused_for_in_flight);
+            }
+            if connection.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            let _ = connection
+                .in_flight_freed
+                .wait_for(&mut in_flight, IN_FLIGHT_WAIT_SLICE);
+        }
+        *in_flight += 1;
+        debug_assert!(*in_flight <= max, "more requests in flight than allowed");
+        Some((InFlight(Arc::clone(connection)), waited))
     }
 
     /// Logs (rate-limited) that a connection is closed for a bad frame.
@@ -583,7 +655,9 @@ impl ServerShared {
         let frame = match encode_response(request_id, response, self.config.frame_bytes_max) {
             Ok(frame) => frame,
             Err(error) => {
-                tracing::warn!(%peer, %error, "tcp: response too large to send; answering with an error instead");
+                if let Some(suppressed) = self.warnings.admit(Warning::ResponseTooLarge) {
+                    tracing::warn!(%peer, %error, suppressed, "tcp: response too large to send; answering with an error instead");
+                }
                 let fallback = Response::Error(ErrorCode::Unknown);
                 match encode_response(request_id, &fallback, self.config.frame_bytes_max) {
                     Ok(frame) => frame,
@@ -595,10 +669,31 @@ impl ServerShared {
                 }
             }
         };
-        let written = connection.writer.lock().write_all(&frame);
-        if let Err(error) = written {
-            tracing::debug!(%peer, %error, "tcp: writing a response failed; closing connection");
-            connection.close();
+        // One deadline for the whole response, the wait for the writer
+        // included: a peer reading slowly cannot hold a handler thread
+        // longer than `write_timeout` (SO_SNDTIMEO alone bounds each write
+        // call, and every call that moves a byte starts it anew).
+        let deadline = Instant::now() + self.config.write_timeout;
+        let written = match connection.writer.try_lock_until(deadline) {
+            Some(mut writer) => writer.write_all_by(&frame, deadline),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the connection's writer stayed busy",
+            )),
+        };
+        match written {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                LimitCounters::bump(&self.counters.write_timeouts);
+                if let Some(suppressed) = self.warnings.admit(Warning::WriteTimeout) {
+                    tracing::warn!(%peer, timeout = ?self.config.write_timeout, bytes = frame.len(), %error, suppressed, "tcp: closing connection: response not written within write_timeout (the peer reads too slowly)");
+                }
+                connection.close();
+            }
+            Err(error) => {
+                tracing::debug!(%peer, %error, "tcp: writing a response failed; closing connection");
+                connection.close();
+            }
         }
     }
 }
@@ -609,5 +704,8 @@ impl ServerConnection {
         self.closed.store(true, Ordering::SeqCst);
         // Fails only if the socket is already shut, which is the goal.
         let _ = self.control.shutdown(Shutdown::Both);
+        // A reader waiting for an in-flight place sees the close at once.
+        let _guard = self.in_flight.lock();
+        self.in_flight_freed.notify_all();
     }
 }

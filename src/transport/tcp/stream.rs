@@ -8,7 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "tls")]
 use super::tls::{RefusalLog, TlsConfig, TlsReader, TlsWriter};
@@ -92,7 +92,7 @@ impl Security {
     }
 
     /// Logs that a connection from `peer` was refused; with TLS, at most
-    /// one warning a second.
+    /// one warning per `TcpConfig::warning_interval`.
     pub(crate) fn log_refusal(&self, peer: SocketAddr, reason: &str) {
         match self {
             Security::Plain => {
@@ -138,6 +138,17 @@ impl Read for ReadHalf {
 }
 
 impl WriteHalf {
+    /// Writes all of `buf` by `deadline`, re-arming the socket's write
+    /// timeout to the time left before each write; at the deadline the
+    /// error is `io::ErrorKind::TimedOut`.
+    pub(crate) fn write_all_by(&mut self, buf: &[u8], deadline: Instant) -> io::Result<()> {
+        match self {
+            WriteHalf::Plain(socket) => super::io::write_all_by(socket, buf, deadline),
+            #[cfg(feature = "tls")]
+            WriteHalf::Tls(writer) => writer.write_all_within(buf, Some(deadline)),
+        }
+    }
+
     /// Sets the socket's write timeout.
     pub(crate) fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {

@@ -64,10 +64,6 @@ const PLAINTEXT_READY_BYTES: usize = 16 * 1024;
 /// behind a 64 MiB response being encrypted.
 const WRITE_CHUNK_BYTES: usize = 64 * 1024;
 
-/// At most one refusal warning per this interval per server; the rest are
-/// counted and reported with the next one.
-const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
-
 /// The DNS name suffix of node certificates.
 const NODE_NAME_SUFFIX: &str = ".isrlog";
 /// The DNS name prefix of node certificates.
@@ -288,7 +284,11 @@ impl TlsConfig {
     /// ([`TlsReader::handshake`]).
     pub(crate) fn accept(&self, socket: &TcpStream) -> io::Result<(TlsReader, TlsWriter)> {
         let session = ServerConnection::new(Arc::clone(&self.server)).map_err(io::Error::other)?;
-        TlsSession::halves(rustls::Connection::Server(session), socket)
+        let (mut reader, writer) = TlsSession::halves(rustls::Connection::Server(session), socket)?;
+        // The server reads frames against whole-frame deadlines
+        // (`read_frame_within`), which it can only check between reads.
+        reader.yield_without_plaintext = true;
+        Ok((reader, writer))
     }
 
     /// Runs the client side of a handshake with node `peer` on a connected
@@ -340,6 +340,7 @@ impl TlsSession {
             raw: vec![0; RAW_READ_BYTES].into_boxed_slice(),
             raw_start: 0,
             raw_end: 0,
+            yield_without_plaintext: false,
         };
         Ok((reader, TlsWriter { session: shared }))
     }
@@ -369,6 +370,14 @@ pub(crate) struct TlsReader {
     raw: Box<[u8]>,
     raw_start: usize,
     raw_end: usize,
+    /// Whether a `read` whose socket read brought no whole record (no
+    /// plaintext) returns `WouldBlock` instead of reading the socket again.
+    /// Set on the server, whose caller re-checks its frame deadline and
+    /// re-arms the socket timeout after every `read`: without it a peer
+    /// trickling ciphertext a byte at a time keeps one `read` (and so the
+    /// frame) going past any deadline. Clients set no read timeout and read
+    /// with plain `read_frame`, which must not see a spurious `WouldBlock`.
+    yield_without_plaintext: bool,
 }
 
 impl TlsReader {
@@ -486,6 +495,7 @@ impl Read for TlsReader {
         if buf.is_empty() {
             return Ok(0);
         }
+        let mut socket_read = false;
         loop {
             {
                 let mut session = self.session.session.lock();
@@ -495,10 +505,20 @@ impl Read for TlsReader {
                     Err(error) => return Err(error),
                 }
             }
-            if self.raw_start == self.raw_end && self.fill_raw()? == 0 {
-                // The peer closed the socket without a close_notify; a frame
-                // cut short by it is reported as truncated by the caller.
-                return Ok(0);
+            if self.raw_start == self.raw_end {
+                if socket_read && self.yield_without_plaintext {
+                    // A socket read brought no whole record: hand control
+                    // back so the caller's deadline is checked (it retries
+                    // `WouldBlock` as it does a timed-out read).
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                if self.fill_raw()? == 0 {
+                    // The peer closed the socket without a close_notify; a
+                    // frame cut short by it is reported as truncated by the
+                    // caller.
+                    return Ok(0);
+                }
+                socket_read = true;
             }
             self.feed_raw()?;
         }
@@ -524,6 +544,23 @@ impl Write for TlsWriter {
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all_within(buf, None)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl TlsWriter {
+    /// Seals `buf` and writes its records, all by `deadline` if there is
+    /// one (see `io::write_all_by`), else each socket write within the
+    /// socket's write timeout.
+    pub(crate) fn write_all_within(
+        &mut self,
+        buf: &[u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
         let mut socket = self.session.socket.lock();
         let mut records = Vec::with_capacity(WRITE_CHUNK_BYTES.min(buf.len()) + 256);
         for chunk in buf.chunks(WRITE_CHUNK_BYTES) {
@@ -545,21 +582,21 @@ impl Write for TlsWriter {
                     }
                 }
             }
-            socket.write_all(&records)?;
+            match deadline {
+                Some(deadline) => super::io::write_all_by(&mut socket, &records, deadline)?,
+                None => socket.write_all(&records)?,
+            }
         }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }
 
 /// Rate-limited warnings about refused connections and frames: at most one
-/// per [`REFUSAL_LOG_INTERVAL`], carrying the count of those suppressed
-/// since the last one.
+/// per `TcpConfig::warning_interval` (zero: every one), carrying the count
+/// of those suppressed since the last one.
 #[derive(Debug)]
 pub(crate) struct RefusalLog {
+    interval: Duration,
     state: Mutex<RefusalState>,
 }
 
@@ -570,9 +607,11 @@ struct RefusalState {
 }
 
 impl RefusalLog {
-    /// A log that has warned about nothing yet.
-    pub(crate) fn new() -> RefusalLog {
+    /// A log that has warned about nothing yet and lets one warning through
+    /// per `interval`.
+    pub(crate) fn new(interval: Duration) -> RefusalLog {
         RefusalLog {
+            interval,
             state: Mutex::new(RefusalState {
                 last_logged: None,
                 suppressed: 0,
@@ -590,7 +629,7 @@ impl RefusalLog {
     fn admit_at(&self, now: Instant) -> Option<u64> {
         let mut state = self.state.lock();
         let quiet = state.last_logged.map_or(true, |last| {
-            now.saturating_duration_since(last) >= REFUSAL_LOG_INTERVAL
+            now.saturating_duration_since(last) >= self.interval
         });
         if quiet {
             state.last_logged = Some(now);
@@ -656,10 +695,10 @@ mod tests {
 
     #[test]
     fn refusal_log_admits_one_warning_per_interval_and_counts_the_rest() {
-        let log = RefusalLog::new();
+        let log = RefusalLog::new(Duration::from_secs(1));
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
-        let interval = REFUSAL_LOG_INTERVAL.as_millis() as u64;
+        let interval = 1000;
         // (time in ms, expected outcome)
         let cases = [
             (0, Some(0)),

@@ -26,7 +26,7 @@
 #[path = "support/page_cache.rs"]
 mod page_cache;
 #[cfg(feature = "tls")]
-#[path = "../tests/tls_support/mod.rs"]
+#[path = "../tests/support/tls_support.rs"]
 mod tls_support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -850,21 +850,18 @@ impl NodeShared {
             })
             .collect();
         for (replica, epoch, end) in leading {
-            // Usually one fetch round: followers park their fetches on the
-            // leader and are woken by every append.
-            if end > Offset::ZERO {
-                let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
-            }
-            self.hand_over(&replica, epoch, deadline);
+            self.hand_over(&replica, epoch, end, deadline);
         }
     }
 
     /// Names a successor for one log this node leads in `epoch`; see
     /// [`hand_over_leadership`](Self::hand_over_leadership).
-    fn hand_over(&self, replica: &Replica, epoch: LeaderEpoch, deadline: Instant) {
+    /// `end` is the log end at which appends stopped: the high watermark
+    /// must pass it before anyone can take over.
+    fn hand_over(&self, replica: &Replica, epoch: LeaderEpoch, end: Offset, deadline: Instant) {
         let me = self.local();
         let log = replica.log_id();
-        for _ in 0..HAND_OVER_ATTEMPTS_MAX {
+        for attempt in 0..HAND_OVER_ATTEMPTS_MAX {
             let state = match self.coordinator.log_state(log) {
                 Ok(Some(state)) => state,
                 Ok(None) => return,
@@ -883,6 +880,24 @@ impl NodeShared {
                     return;
                 }
             };
+            // Nobody to hand over to (the last live replica of the log
+            // stopping, as when a whole cluster stops): no wait, and not a
+            // failure. `live` is not read again below, so waiting could
+            // not find anyone.
+            if !state
+                .in_sync_replicas
+                .iter()
+                .any(|&node| node != me && live.contains(&node))
+            {
+                tracing::info!(%log, node = %me, isr = ?state.in_sync_replicas,
+                    "controlled shutdown: no other in-sync replica is live; leaving the log to the controller");
+                return;
+            }
+            // Usually one fetch round: followers park their fetches on the
+            // leader and are woken by every append.
+            if attempt == 0 && end > Offset::ZERO {
+                let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
+            }
             // The successor must hold everything this leader has: an
             // in-sync follower that fetched up to its log end. Waiting
             // for one stops at `deadline`.

@@ -10,7 +10,7 @@
 //! absent values are `-`, and a log state is the seven fields `log replicas
 //! leader epoch isr elr version` (`elr`: the eligible leader replicas).
 //!
-//! The file is also compiled into `tests/coordinator_shim_conformance.rs`,
+//! The file is also compiled into `tests/coordinator/coordinator_shim_conformance.rs`,
 //! which runs the coordinator conformance suite through it.
 
 use std::io::{BufRead, BufReader, Write};

@@ -93,6 +93,7 @@ impl Completion {
             run_callback(callback, outcome);
         }
         if let Some(waker) = waker {
+            let _application = ApplicationCode::enter();
             if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
                 tracing::error!("a waker of a pipelined append panicked; ignored");
             }
@@ -109,9 +110,45 @@ impl Completion {
 /// callback must not unwind into the thread that resolved the append (a
 /// replication or control thread of the node).
 fn run_callback(callback: Callback, outcome: Result<AppendOutcome>) {
+    let _application = ApplicationCode::enter();
     if catch_unwind(AssertUnwindSafe(move || callback(outcome))).is_err() {
         tracing::error!("a pipelined append's on_complete callback panicked; ignored");
     }
+}
+
+thread_local! {
+    /// Whether this thread is running the application's code (a callback or
+    /// a waker) on the library's behalf.
+    static IN_APPLICATION_CODE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current thread as running application code until dropped, so
+/// that a panic there is told apart from a panic of the library's own code
+/// ([`in_application_code`]).
+struct ApplicationCode {
+    was: bool,
+}
+
+impl ApplicationCode {
+    fn enter() -> ApplicationCode {
+        ApplicationCode {
+            was: IN_APPLICATION_CODE.with(|flag| flag.replace(true)),
+        }
+    }
+}
+
+impl Drop for ApplicationCode {
+    fn drop(&mut self) {
+        IN_APPLICATION_CODE.with(|flag| flag.set(self.was));
+    }
+}
+
+/// Whether the current thread is inside an application's completion
+/// callback or waker. The fault test's panic hook uses it: a panicking
+/// callback is the application's fault, caught and logged, not the node's.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub(crate) fn in_application_code() -> bool {
+    IN_APPLICATION_CODE.with(|flag| flag.get())
 }
 
 /// The outcome of a [`ReplicatedLog::append_pipelined`](crate::ReplicatedLog::append_pipelined),

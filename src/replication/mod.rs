@@ -15,7 +15,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod combiner;
-mod completion;
+pub(crate) mod completion;
 mod fetcher;
 mod follower;
 mod high_watermark;

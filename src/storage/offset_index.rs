@@ -461,7 +461,7 @@ mod tests {
         }
     }
 
-    /// Regression (found by `tests/decoders_never_panic_on_arbitrary_bytes`):
+    /// Regression (found by `tests/storage/decoders_never_panic_on_arbitrary_bytes.rs`):
     /// an index whose relative offsets, added to the base offset its segment's
     /// file name gives, pass `u64::MAX` was accepted, and reading an entry
     /// back overflowed (a panic in debug builds, a wrong offset in release).

@@ -70,6 +70,9 @@ struct Running {
 
 struct ServerShared {
     config: TcpConfig,
+    /// The listener's port: every thread of the server is named after it,
+    /// so that a log line says which server of a process wrote it.
+    port: u16,
     /// Plain TCP, or TLS with the node's certificate.
     security: Security,
     handler: Arc<dyn RequestHandler>,
@@ -184,6 +187,7 @@ impl TcpServer {
             .map_err(|source| network_error("read the address of", source))?;
         let (queue, jobs) = bounded::<Job>(config.handler_queue_len);
         let shared = Arc::new(ServerShared {
+            port: local_addr.port(),
             handler,
             security,
             stopping: AtomicBool::new(false),
@@ -434,10 +438,13 @@ impl ServerShared {
         let reader_shared = Arc::clone(self);
         let reader_connection = Arc::clone(&connection);
         let reader_queue = queue.clone();
-        let spawned = Worker::spawn(format!("isrlog-tcp-conn-{peer_addr}"), move || {
-            reader_shared.read_requests(&reader_connection, reading, &reader_queue);
-            reader_shared.connections.lock().remove(&id);
-        });
+        let spawned = Worker::spawn(
+            format!("isrlog-tcp-conn-{}-{peer_addr}", self.port),
+            move || {
+                reader_shared.read_requests(&reader_connection, reading, &reader_queue);
+                reader_shared.connections.lock().remove(&id);
+            },
+        );
         match spawned {
             Ok(worker) => {
                 if let Some(entry) = connections.get_mut(&id) {

@@ -1,0 +1,26 @@
+//! Failover: elections, leader epochs and truncation, controlled and unclean
+//! shutdowns, the ELR, stale leaders and the randomized fault test (G1-G5).
+//!
+//! One test binary per area (issue 22): each module is one rule's test file,
+//! so `cargo test NAME` still selects a test by its file's or its own name.
+
+#[path = "../support/failover_support.rs"]
+mod failover_support;
+
+mod all_isr_down_without_unclean_election_stays_leaderless;
+mod clean_shutdown_keeps_a_replica_eligible;
+mod committed_never_lost_under_random_faults;
+mod controlled_shutdown_moves_leadership_first;
+mod elr_keeps_acknowledged_writes_after_power_loss;
+mod failed_storage_hands_leadership_over;
+mod fast_leader_changes_a_b_a_end_with_identical_logs;
+mod log_client_follows_the_leader_across_failover;
+mod new_leader_committed_end_not_yet_known;
+mod partitioned_leader_never_acknowledges_and_rejoins_as_follower;
+mod quick_restart_of_a_leader_starts_a_new_epoch;
+mod replica_that_cannot_become_leader_hands_over;
+mod seed_000_new_leader_truncates_follower_to_its_log_end;
+mod seed_001_divergence_after_two_hard_failures_is_resolved_by_epochs;
+mod seed_001_hw_truncation_would_lose_data_epochs_do_not;
+mod stale_leader_cannot_change_isr_or_commit;
+mod unclean_election_lets_the_first_replica_back_lead;

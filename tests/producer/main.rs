@@ -1,0 +1,9 @@
+//! Producers: idempotent appends and pipelined appends.
+//!
+//! One test binary per area (issue 22): each module is one rule's test file,
+//! so `cargo test NAME` still selects a test by its file's or its own name.
+
+mod idempotent_producer;
+mod pipelined_appends_block_at_the_bytes_bound;
+mod pipelined_appends_committed_in_call_order_under_random_faults;
+mod pipelined_appends_resolve_like_blocking_appends;

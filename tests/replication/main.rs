@@ -1,0 +1,28 @@
+//! Replication on the memory cluster: acks, the ISR, the high watermark,
+//! fetches, retention across replicas and the node's builder.
+//!
+//! One test binary per area (issue 22): each module is one rule's test file,
+//! so `cargo test NAME` still selects a test by its file's or its own name.
+
+#[path = "../support/failover_support.rs"]
+mod failover_support;
+
+mod acks_all_replicates_to_every_in_sync_replica;
+mod acks_return_when_spec_3_1_says;
+mod append_on_halted_node_fails_at_once;
+mod committed_reads_never_pass_the_high_watermark;
+mod committed_records_end_at_shutdown;
+mod dead_replica_never_rejoins_the_isr;
+mod dropped_cluster_releases_its_files;
+mod epoch_end_offsets_request_through_the_node_handler;
+mod flush_every_interval_flushes_an_idle_log;
+mod follower_below_leader_log_start_restarts_at_it;
+mod follower_fetch_of_a_damaged_batch_gets_an_error;
+mod high_watermark_follows_seed_001_walk;
+mod isr_membership_follows_replica_lag_time_max;
+mod long_poll_fetch_vouches_only_as_of_arrival;
+mod many_logs_share_one_fetcher_per_node_pair;
+mod memory_transport_faults;
+mod node_builder_starts_over_memory_and_tcp;
+mod replica_assignment_follows_seeds_002_003;
+mod retention_moves_log_start_on_every_replica;

@@ -1,0 +1,18 @@
+//! `ZkCoordinator` against real ZooKeeper servers (feature `zookeeper`); each
+//! test starts its own server on a free loopback port.
+//!
+//! One test binary per area (issue 22): each module is one rule's test file,
+//! so `cargo test NAME` still selects a test by its file's or its own name.
+
+#[path = "../support/zookeeper_support.rs"]
+mod zookeeper_support;
+
+mod zookeeper_committed_never_lost_under_random_faults;
+mod zookeeper_connection_loss_is_not_session_loss;
+mod zookeeper_coordinator_conforms;
+mod zookeeper_ensemble_leader_kill_keeps_isrlog_serving;
+mod zookeeper_failover_loses_no_acknowledged_record;
+mod zookeeper_lease_lapses_under_steady_changes;
+mod zookeeper_server_restart_loses_no_acknowledged_record;
+mod zookeeper_session_expiry_fences_a_partitioned_leader;
+mod zookeeper_short_outage_keeps_a_busy_nodes_session;

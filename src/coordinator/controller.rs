@@ -187,6 +187,7 @@ impl Election {
                     leader_epoch: state.leader_epoch.next(),
                     in_sync_replicas: in_sync_replicas.clone(),
                     eligible_leader_replicas,
+                    unclean_report: None,
                 })
             }
             Election::NoLeader => {
@@ -199,6 +200,7 @@ impl Election {
                         &state.in_sync_replicas,
                         min_insync_replicas,
                     ),
+                    unclean_report: None,
                 })
             }
             Election::ShrinkIsr { in_sync_replicas } => Some(LogUpdate::in_sync_replicas(
@@ -226,6 +228,13 @@ impl Election {
 ///   the ISR, which holds no fenced broker in KRaft, is empty, and
 ///   `tryElection` sets the ISR to the new leader alone). The dead ISR
 ///   members then join the ELR, per [`Election::update`].
+/// - ISR and ELR both empty (every replica that held the committed records
+///   restarted after an unclean shutdown): the one of
+///   [`LogState::unclean_replicas`] with the greatest reported log end
+///   ([`LogState::recovery_leader`]) leads with ISR = {itself}, once it is
+///   live (KIP-966's unclean recovery, which also compares last epoch, then
+///   log end offset). Not counted as unclean: if any of them kept its disk,
+///   nothing committed is lost.
 /// - No ISR or ELR member live, `unclean` on: the first live replica leads
 ///   with ISR = {itself}.
 /// - Otherwise: no leader, ISR kept as it was. Kafka keeps only the last
@@ -276,6 +285,19 @@ pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> 
             in_sync_replicas: vec![leader],
             unclean: false,
         };
+    }
+    // Unclean recovery: no ISR or ELR member is left at all, every replica
+    // that held the committed records restarted after an unclean shutdown.
+    // The one with the greatest log end leads once it is live; until then
+    // the log waits for it (SPEC G1(c)), unless unclean election is on.
+    if let Some(best) = state.recovery_leader() {
+        if is_live(&best.node) {
+            return Election::Leader {
+                leader: best.node,
+                in_sync_replicas: vec![best.node],
+                unclean: false,
+            };
+        }
     }
     if unclean {
         if let Some(leader) = state.replicas.iter().copied().find(is_live) {
@@ -767,6 +789,16 @@ impl Shared {
                     "unclean leader election: no in-sync replica is live, so a replica outside the ISR \
                      leads and committed records it lacks may be lost");
             }
+            Election::Leader { .. }
+                if before.in_sync_replicas.is_empty()
+                    && before.eligible_leader_replicas.is_empty() =>
+            {
+                self.elections.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(%log, leader = ?after.leader, epoch = %after.leader_epoch,
+                    unclean_replicas = ?before.unclean_replicas,
+                    "unclean recovery: every replica that held the committed records restarted \
+                     after an unclean shutdown; the one with the greatest log end leads");
+            }
             Election::Leader { .. } => {
                 self.elections.fetch_add(1, Ordering::SeqCst);
                 tracing::info!(%log, old_leader = ?before.leader, leader = ?after.leader,
@@ -808,6 +840,7 @@ mod tests {
             in_sync_replicas: nodes(isr),
             eligible_leader_replicas: Vec::new(),
             version: 11,
+            unclean_replicas: Vec::new(),
         }
     }
 
@@ -1022,6 +1055,7 @@ mod tests {
                 leader_epoch: LeaderEpoch(6),
                 in_sync_replicas: nodes(&[2, 3]),
                 eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
             }
         );
         let leaderless = Election::NoLeader.update(&before, 2).unwrap();
@@ -1032,6 +1066,7 @@ mod tests {
                 leader_epoch: LeaderEpoch(6),
                 in_sync_replicas: nodes(&[1, 2, 3]),
                 eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
             }
         );
         let shrunk = shrink(&[1, 3]).update(&before, 2).unwrap();
@@ -1175,6 +1210,73 @@ mod tests {
                     .validate_update(&update)
                     .unwrap_or_else(|error| panic!("{}: invalid update: {error}", case.name));
                 case.state.with_update(update).check_invariants();
+            }
+        }
+    }
+
+    /// Unclean recovery (ISR and ELR empty, every former holder restarted
+    /// uncleanly): the greatest reported log end leads, once it is live.
+    #[test]
+    fn elect_leader_unclean_recovery_table() {
+        use crate::coordinator::{LogEnd, UncleanReplica};
+        use crate::types::Offset;
+        // (name, unclean list as (node, log end offset), live, unclean
+        //  switch, expected)
+        type Case = (&'static str, &'static [(u32, u64)], &'static [u32], bool, Election);
+        let cases: &[Case] = &[
+            (
+                "the longest log is live: it leads alone",
+                &[(1, 3), (2, 9), (3, 5)],
+                &[1, 2, 3],
+                false,
+                leader(2, &[2], false),
+            ),
+            (
+                "the longest log is not live: wait, though shorter ones are",
+                &[(1, 3), (2, 9), (3, 5)],
+                &[1, 3],
+                false,
+                Election::Unchanged,
+            ),
+            (
+                "the longest log is not live, unclean on: the switch decides",
+                &[(1, 3), (2, 9), (3, 5)],
+                &[3],
+                true,
+                leader(3, &[3], true),
+            ),
+            (
+                "only one unclean replica, live",
+                &[(3, 0)],
+                &[3],
+                false,
+                leader(3, &[3], false),
+            ),
+        ];
+        for (name, list, live, unclean, expected) in cases {
+            let mut state = state_with_elr(None, &[], &[]);
+            state.unclean_replicas = list
+                .iter()
+                .map(|&(node, offset)| UncleanReplica {
+                    node: NodeId(node),
+                    log_end: LogEnd {
+                        last_epoch: Some(LeaderEpoch(4)),
+                        log_end_offset: Offset(offset),
+                    },
+                })
+                .collect();
+            state.check_invariants();
+            let got = elect_leader(&state, &nodes(live), *unclean);
+            assert_eq!(&got, expected, "{name}");
+            if let Some(update) = got.update(&state, 2) {
+                state
+                    .validate_update(&update)
+                    .unwrap_or_else(|error| panic!("{name}: {error}"));
+                let next = state.with_update(update);
+                let Election::Leader { leader, .. } = got else {
+                    unreachable!()
+                };
+                assert!(!next.is_unclean(leader), "{name}: the leader left the unclean list");
             }
         }
     }

@@ -16,7 +16,8 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
-    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
+    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState,
+    LogUpdate,
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;

@@ -1222,7 +1222,13 @@ mod tests {
         use crate::types::Offset;
         // (name, unclean list as (node, log end offset), live, unclean
         //  switch, expected)
-        type Case = (&'static str, &'static [(u32, u64)], &'static [u32], bool, Election);
+        type Case = (
+            &'static str,
+            &'static [(u32, u64)],
+            &'static [u32],
+            bool,
+            Election,
+        );
         let cases: &[Case] = &[
             (
                 "the longest log is live: it leads alone",
@@ -1276,7 +1282,10 @@ mod tests {
                 let Election::Leader { leader, .. } = got else {
                     unreachable!()
                 };
-                assert!(!next.is_unclean(leader), "{name}: the leader left the unclean list");
+                assert!(
+                    !next.is_unclean(leader),
+                    "{name}: the leader left the unclean list"
+                );
             }
         }
     }

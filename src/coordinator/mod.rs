@@ -261,7 +261,11 @@ impl LogState {
             .filter(|node| !update.in_sync_replicas.contains(node))
             .filter_map(|node| match update.unclean_report {
                 Some(report) if report.node == *node => Some(report),
-                _ => self.unclean_replicas.iter().find(|r| r.node == *node).copied(),
+                _ => self
+                    .unclean_replicas
+                    .iter()
+                    .find(|r| r.node == *node)
+                    .copied(),
             })
             .collect()
     }

@@ -257,7 +257,9 @@ fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
         return Err(format!("unclean_replicas {unclean:?} repeat a node"));
     }
     if let Some(node) = unclean.iter().find(|node| {
-        !state.replicas.contains(node) || state.in_sync_replicas.contains(node) || elr.contains(node)
+        !state.replicas.contains(node)
+            || state.in_sync_replicas.contains(node)
+            || elr.contains(node)
     }) {
         return Err(format!(
             "unclean_replicas {unclean:?} contain {node}, not one of the replicas {:?} outside in_sync_replicas {:?} and eligible_leader_replicas {elr:?}",

@@ -87,6 +87,16 @@ pub struct LogEnd {
     pub log_end_offset: Offset,
 }
 
+impl LogEnd {
+    /// Whether the log holds no record: no batch, or nothing below its
+    /// end. Such a log is never "the longest" in unclean recovery
+    /// ([`LogState::recovery_leader`]): electing it would truncate every
+    /// other replica to nothing.
+    pub fn is_empty(&self) -> bool {
+        self.last_epoch.is_none() || self.log_end_offset == Offset::ZERO
+    }
+}
+
 /// A replica taken out of the ISR or ELR by its node's unclean restart,
 /// with the end of its log at that restart ([`LogState::unclean_replicas`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,11 +154,13 @@ impl LogState {
     /// The replica to elect when neither the ISR nor the ELR has a member
     /// left: the one of [`LogState::unclean_replicas`] with the greatest
     /// [`LogEnd`] (ties go to assignment order), or `None` if the ISR or
-    /// ELR is not empty or the list is. KIP-966's unclean recovery
-    /// compares the same way. Each of these replicas held every committed
-    /// record before its crash, and a log only loses a suffix in a crash,
-    /// so if any of them came back with its disk, the greatest log end
-    /// holds every committed record. The caller elects it only once it is
+    /// ELR is not empty or no listed replica reported a log that holds
+    /// records ([`LogEnd::is_empty`]: an empty log is never the longest;
+    /// the controller then waits for a replica that may hold more).
+    /// KIP-966's unclean recovery compares the same way. Each of these
+    /// replicas held every committed record before its crash, and a log
+    /// only loses a suffix in a crash, so if any of them came back with
+    /// its disk, the greatest log end holds every committed record. The caller elects it only once it is
     /// live: waiting for it, rather than taking whichever is live first,
     /// is what keeps the records a replica still holds from being
     /// truncated away by one that lost them (SPEC G1(c)).
@@ -162,6 +174,7 @@ impl LogState {
             .iter()
             .rev()
             .filter_map(|node| self.unclean_replicas.iter().find(|r| r.node == *node))
+            .filter(|r| !r.log_end.is_empty())
             .max_by_key(|r| r.log_end)
             .copied()
     }
@@ -1168,6 +1181,13 @@ mod tests {
             ("nobody unclean", &[], &[], &[], None),
             ("an ISR member is left", &[2], &[], &[(1, Some(1), 9)], None),
             ("an ELR member is left", &[], &[2], &[(1, Some(1), 9)], None),
+            (
+                "every reported log is empty: none is the longest",
+                &[],
+                &[],
+                &[(1, None, 0), (2, Some(1), 0)],
+                None,
+            ),
             (
                 "longest log",
                 &[],

@@ -415,6 +415,41 @@ mod tests {
             r#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), with_elr);
+        let recovering = LogState {
+            leader: None,
+            in_sync_replicas: Vec::new(),
+            unclean_replicas: vec![
+                UncleanReplica {
+                    node: NodeId(3),
+                    log_end: LogEnd {
+                        last_epoch: Some(LeaderEpoch(4)),
+                        log_end_offset: Offset(12),
+                    },
+                },
+                UncleanReplica {
+                    node: NodeId(1),
+                    log_end: LogEnd::default(),
+                },
+            ],
+            ..state()
+        };
+        let bytes = encode_log(&recovering);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0}]}"#
+        );
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), recovering);
+    }
+
+    /// Documents written before unclean recovery existed (with or without
+    /// an ELR) have no `unclean_replicas` field: they read as an empty
+    /// list, not as an error, so a cluster upgrades in place.
+    #[test]
+    fn a_log_document_without_the_unclean_field_reads_as_an_empty_list() {
+        let old = br#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#;
+        let decoded = decode_log(LogId(7), old, 9).unwrap();
+        assert!(decoded.unclean_replicas.is_empty());
+        assert_eq!(decoded.eligible_leader_replicas, vec![NodeId(3), NodeId(2)]);
     }
 
     /// Documents written before eligible leader replicas existed have no
@@ -472,6 +507,21 @@ mod tests {
                 br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"eligible_leader_replicas":[9]}"#,
                 0,
                 "contain node-9",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":2,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":0,"log_end_offset":3}]}"#,
+                0,
+                "unclean_replicas [NodeId(2), NodeId(2)] repeat",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":1,"last_epoch":null,"log_end_offset":0}]}"#,
+                0,
+                "unclean_replicas [NodeId(1)] contain node-1",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":2,"log_end_offset":0,"y":1}]}"#,
+                0,
+                "unknown field",
             ),
             (
                 br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"x":0}"#,

@@ -130,7 +130,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{NodeConfig, ReplicationConfig};
 pub use coordinator::{
     assign_replicas, CasOutcome, Controller, ControllerConfig, ControllerEpoch, Coordinator,
-    CoordinatorEvent, LogState, LogUpdate, MemoryCoordinator,
+    CoordinatorEvent, LogEnd, LogState, LogUpdate, MemoryCoordinator, UncleanReplica,
 };
 #[cfg(feature = "zookeeper")]
 pub use coordinator::{ZkCoordinator, ZkCoordinatorConfig};

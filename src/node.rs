@@ -16,7 +16,8 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
-    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogState, LogUpdate,
+    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState,
+    LogUpdate,
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
@@ -169,12 +170,6 @@ impl Node {
             .map_err(|e| Error::io(&config.data_dir, "create directory", e))?;
         let previous_shutdown = take_clean_shutdown_marker(&config.data_dir)?;
         let events = coordinator.subscribe(config.node_id)?;
-        if previous_shutdown == PreviousShutdown::Unclean {
-            let changed = coordinator.report_unclean_shutdown(config.node_id)?;
-            tracing::warn!(node = %config.node_id, logs_changed = changed.len(),
-                "no clean-shutdown marker: unflushed records may be lost, so this node left the ISR and ELR of its logs");
-        }
-        coordinator.register_node(config.node_id, config.session_timeout)?;
         let (commands, command_rx) = bounded(1024);
         let shared = Arc::new(NodeShared {
             config,
@@ -191,6 +186,17 @@ impl Node {
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
         });
+        if previous_shutdown == PreviousShutdown::Unclean {
+            let log_ends = shared.recovered_log_ends()?;
+            let changed = shared
+                .coordinator
+                .report_unclean_shutdown(shared.config.node_id, &log_ends)?;
+            tracing::warn!(node = %shared.config.node_id, logs_changed = changed.len(),
+                "no clean-shutdown marker: unflushed records may be lost, so this node left the ISR and ELR of its logs");
+        }
+        shared
+            .coordinator
+            .register_node(shared.config.node_id, shared.config.session_timeout)?;
         for state in shared.coordinator.logs()? {
             shared.reconcile(&state);
         }
@@ -482,6 +488,33 @@ impl NodeShared {
         self.config.node_id
     }
 
+    /// After an unclean shutdown: opens (and so recovers) the local replica
+    /// of every log the coordinator assigns to this node, and returns where
+    /// each log ends now, for [`Coordinator::report_unclean_shutdown`]. A
+    /// replica that cannot be opened reports an empty log: it cannot lead
+    /// anyway, and the report must not claim records it cannot serve.
+    fn recovered_log_ends(&self) -> Result<Vec<(LogId, LogEnd)>> {
+        let mut ends = Vec::new();
+        for state in self.coordinator.logs()? {
+            if !state.replicas.contains(&self.local()) {
+                continue;
+            }
+            let end = match self.host(state.log) {
+                Ok(replica) => LogEnd {
+                    last_epoch: replica.log().last_batch_epoch(),
+                    log_end_offset: replica.log().log_end_offset(),
+                },
+                Err(error) => {
+                    tracing::warn!(log = %state.log, node = %self.local(), %error,
+                        "cannot open the replica to report its log end after an unclean shutdown; reporting it empty");
+                    LogEnd::default()
+                }
+            };
+            ends.push((state.log, end));
+        }
+        Ok(ends)
+    }
+
     /// Opens the local replica of `log` if needed.
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
@@ -554,6 +587,7 @@ impl NodeShared {
                 leader_epoch: state.leader_epoch.next(),
                 in_sync_replicas: state.in_sync_replicas.clone(),
                 eligible_leader_replicas: state.eligible_leader_replicas.clone(),
+                unclean_report: None,
             };
             match self.coordinator.compare_and_set(
                 state.log,
@@ -814,6 +848,7 @@ impl NodeShared {
             leader_epoch: state.leader_epoch.next(),
             in_sync_replicas: others,
             eligible_leader_replicas,
+            unclean_report: None,
         };
         match self
             .coordinator
@@ -935,6 +970,7 @@ impl NodeShared {
                     self.config.replication.min_insync_replicas,
                 ),
                 in_sync_replicas,
+                unclean_report: None,
             };
             match self
                 .coordinator

@@ -7,8 +7,9 @@
 //! Request lines are `method arg ...`; a response line is `ok payload` or
 //! `err message`. A `subscribe node` (or `subscribe_all node`) line turns
 //! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
-//! absent values are `-`, and a log state is the seven fields `log replicas
-//! leader epoch isr elr version` (`elr`: the eligible leader replicas).
+//! absent values are `-`, and a log state is the eight fields `log replicas
+//! leader epoch isr elr version unclean` (`elr`: the eligible leader
+//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end`).
 //!
 //! The file is also compiled into `tests/coordinator/coordinator_shim_conformance.rs`,
 //! which runs the coordinator conformance suite through it.
@@ -21,8 +22,8 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, TrySendError};
 use parking_lot::Mutex;
 
 use isrlog::{
-    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, Error, LeaderEpoch, LogId,
-    LogState, LogUpdate, MemoryCoordinator, NodeId, ProducerId, Result,
+    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, Error, LeaderEpoch, LogEnd, LogId,
+    LogState, LogUpdate, MemoryCoordinator, NodeId, Offset, ProducerId, Result, UncleanReplica,
 };
 
 /// Longest a remote call waits for its connection or its answer.
@@ -71,16 +72,65 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
+/// `node:last_epoch:log_end`, with `-` for a log without batches.
+fn unclean_to_text(replica: &UncleanReplica) -> String {
+    format!(
+        "{}:{}:{}",
+        replica.node.0,
+        replica
+            .log_end
+            .last_epoch
+            .map_or("-".into(), |e| e.0.to_string()),
+        replica.log_end.log_end_offset.0
+    )
+}
+
+fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
+    let mut parts = text.split(':');
+    let node = NodeId(number(parts.next())?);
+    let last_epoch = match parts.next() {
+        Some("-") => None,
+        other => Some(LeaderEpoch(number(other)?)),
+    };
+    let log_end_offset = Offset(number(parts.next())?);
+    Ok(UncleanReplica {
+        node,
+        log_end: LogEnd {
+            last_epoch,
+            log_end_offset,
+        },
+    })
+}
+
+fn unclean_list_to_text(replicas: &[UncleanReplica]) -> String {
+    if replicas.is_empty() {
+        return "-".into();
+    }
+    replicas
+        .iter()
+        .map(unclean_to_text)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn unclean_list_from_text(text: &str) -> Result<Vec<UncleanReplica>> {
+    if text == "-" {
+        return Ok(Vec::new());
+    }
+    text.split(',').map(unclean_from_text).collect()
+}
+
 fn state_to_text(state: &LogState) -> String {
     format!(
-        "{} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {}",
         state.log.0,
         nodes_to_text(&state.replicas),
         state.leader.map_or("-".into(), |l| l.0.to_string()),
         state.leader_epoch.0,
         nodes_to_text(&state.in_sync_replicas),
         nodes_to_text(&state.eligible_leader_replicas),
-        state.version
+        state.version,
+        unclean_list_to_text(&state.unclean_replicas)
     )
 }
 
@@ -95,6 +145,7 @@ fn state_from_text<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Result<Log
             fields.next().ok_or_else(|| error("missing elr"))?,
         )?,
         version: number(fields.next())?,
+        unclean_replicas: unclean_list_from_text(fields.next().unwrap_or("-"))?,
     })
 }
 
@@ -155,7 +206,8 @@ fn error_from_text(answer: &str) -> Error {
 
 /// The fields of a compare-and-set request after its method (and, for
 /// `cas_controller`, the controller and its epoch): `log expected_epoch
-/// expected_version leader leader_epoch isr elr`.
+/// expected_version leader leader_epoch isr elr unclean_report` (the
+/// report `-` or `node:last_epoch:log_end`).
 fn cas_to_text(
     log: LogId,
     expected_epoch: LeaderEpoch,
@@ -163,14 +215,18 @@ fn cas_to_text(
     update: &LogUpdate,
 ) -> String {
     format!(
-        "{} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {}",
         log.0,
         expected_epoch.0,
         expected_version,
         update.leader.map_or("-".into(), |l| l.0.to_string()),
         update.leader_epoch.0,
         nodes_to_text(&update.in_sync_replicas),
-        nodes_to_text(&update.eligible_leader_replicas)
+        nodes_to_text(&update.eligible_leader_replicas),
+        update
+            .unclean_report
+            .as_ref()
+            .map_or("-".into(), unclean_to_text)
     )
 }
 
@@ -185,6 +241,10 @@ fn cas_from_text<'a>(
         leader_epoch: LeaderEpoch(number(fields.next())?),
         in_sync_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
         eligible_leader_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
+        unclean_report: match fields.next() {
+            None | Some("-") => None,
+            Some(text) => Some(unclean_from_text(text)?),
+        },
     };
     Ok((log, epoch, version, update))
 }

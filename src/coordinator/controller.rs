@@ -35,7 +35,7 @@
 //! including logs its own node does not host, rather than finding them at
 //! its next poll.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,11 +44,14 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate};
 use crate::error::{Error, Result};
-use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::types::{LogId, NodeId};
 
 /// Default for [`ControllerConfig::poll_interval`].
 const POLL_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+/// Default for [`ControllerConfig::unclean_recovery_wait_max`]: Kafka's
+/// `unclean.recovery.timeout.ms` (KIP-966), five minutes.
+const UNCLEAN_RECOVERY_WAIT_MAX_DEFAULT: Duration = Duration::from_secs(300);
 /// After a failed coordinator call, the controller tries again this soon
 /// (or at its poll interval, if that is shorter).
 const RETRY_INTERVAL: Duration = Duration::from_millis(50);
@@ -71,6 +74,21 @@ pub struct ControllerConfig {
     /// lost (SPEC 3.5; Kafka's `unclean.leader.election.enable`). Off by
     /// default: the log stays leaderless until an ISR member returns.
     pub unclean_leader_election: bool,
+    /// With [`ControllerConfig::unclean_leader_election`] on, how long a
+    /// log in unclean recovery waits for the rest of the replicas that held
+    /// its committed records before the unclean switch decides (SPEC 3.5;
+    /// Kafka's `unclean.recovery.timeout.ms`, KIP-966). A log is in
+    /// unclean recovery when no ISR or ELR member is live and some of them
+    /// came back after an unclean shutdown and reported their log ends
+    /// ([`LogState::unclean_replicas`]): until every one of them has
+    /// reported and the longest log is live, an unclean election could
+    /// pick a replica that lost records another still holds. The wait is
+    /// measured by the controller holding the seat and starts again when
+    /// the seat moves. A log with no unclean report waits for nothing: the
+    /// switch decides at once, as before unclean recovery existed. With
+    /// the switch off this does nothing: the log waits for as long as it
+    /// takes. Default five minutes.
+    pub unclean_recovery_wait_max: Duration,
     /// Run preferred-leader election this often while controller (Kafka's
     /// `auto.leader.rebalance.enable` with
     /// `leader.imbalance.check.interval.seconds`); `None` (the default) runs
@@ -93,6 +111,7 @@ impl Default for ControllerConfig {
     fn default() -> Self {
         ControllerConfig {
             unclean_leader_election: false,
+            unclean_recovery_wait_max: UNCLEAN_RECOVERY_WAIT_MAX_DEFAULT,
             preferred_leader_check_interval: None,
             poll_interval: POLL_INTERVAL_DEFAULT,
             min_insync_replicas: 1,
@@ -187,6 +206,7 @@ impl Election {
                     leader_epoch: state.leader_epoch.next(),
                     in_sync_replicas: in_sync_replicas.clone(),
                     eligible_leader_replicas,
+                    unclean_report: None,
                 })
             }
             Election::NoLeader => {
@@ -199,6 +219,7 @@ impl Election {
                         &state.in_sync_replicas,
                         min_insync_replicas,
                     ),
+                    unclean_report: None,
                 })
             }
             Election::ShrinkIsr { in_sync_replicas } => Some(LogUpdate::in_sync_replicas(
@@ -226,8 +247,21 @@ impl Election {
 ///   the ISR, which holds no fenced broker in KRaft, is empty, and
 ///   `tryElection` sets the ISR to the new leader alone). The dead ISR
 ///   members then join the ELR, per [`Election::update`].
-/// - No ISR or ELR member live, `unclean` on: the first live replica leads
-///   with ISR = {itself}.
+/// - ISR and ELR both empty (every replica that held the committed records
+///   restarted after an unclean shutdown): the one of
+///   [`LogState::unclean_replicas`] with the greatest reported log end
+///   ([`LogState::recovery_leader`]) leads with ISR = {itself}, once it is
+///   live (KIP-966's unclean recovery, which also compares last epoch, then
+///   log end offset). Not counted as unclean: if any of them kept its disk,
+///   nothing committed is lost. A log reported empty is never the longest
+///   ([`recovery_election`]).
+/// - No ISR or ELR member live, `unclean` on: a live replica leads with
+///   ISR = {itself}: the live one of [`LogState::unclean_replicas`] with
+///   the greatest non-empty reported log end, else the first live replica
+///   whose log end is not known, else the first live replica. The caller
+///   passes `unclean` on only once the log has waited
+///   [`ControllerConfig::unclean_recovery_wait_max`] if it is in unclean
+///   recovery ([`awaits_unclean_recovery`]).
 /// - Otherwise: no leader, ISR kept as it was. Kafka keeps only the last
 ///   ISR member in that case; we keep all of them because every member of
 ///   the stored ISR holds every committed record (a leader's ISR shrink takes
@@ -277,8 +311,38 @@ pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> 
             unclean: false,
         };
     }
+    // Unclean recovery: no ISR or ELR member is left at all, every replica
+    // that held the committed records restarted after an unclean shutdown.
+    // The one with the greatest log end leads once it is live; until then
+    // the log waits for it (SPEC G1(c)), unless unclean election decides.
+    if let Some(leader) = recovery_election(state, &is_live) {
+        return Election::Leader {
+            leader,
+            in_sync_replicas: vec![leader],
+            unclean: false,
+        };
+    }
     if unclean {
-        if let Some(leader) = state.replicas.iter().copied().find(is_live) {
+        // After the recovery wait, prefer what the reports say: a replica
+        // known to hold records, then one that may, then any.
+        let reported = state
+            .replicas
+            .iter()
+            .rev()
+            .filter(|node| is_live(node))
+            .filter_map(|node| state.unclean_replicas.iter().find(|r| r.node == *node))
+            .filter(|r| !r.log_end.is_empty())
+            .max_by_key(|r| r.log_end)
+            .map(|r| r.node);
+        let unknown = || {
+            state
+                .replicas
+                .iter()
+                .copied()
+                .find(|node| is_live(node) && !state.is_unclean(*node))
+        };
+        let any = || state.replicas.iter().copied().find(is_live);
+        if let Some(leader) = reported.or_else(unknown).or_else(any) {
             return Election::Leader {
                 leader,
                 in_sync_replicas: vec![leader],
@@ -291,6 +355,54 @@ pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> 
     } else {
         Election::NoLeader
     }
+}
+
+/// The replica unclean recovery elects now on `state`'s log (SPEC 3.5,
+/// KIP-966 balanced), or `None` to wait: only when the ISR and ELR are both
+/// empty and some replica reported an unclean restart. The longest reported
+/// log ([`LogState::recovery_leader`]) once it is live. If every reported
+/// log is empty, none of them is the longest: a replica outside the
+/// unclean list may still hold records (it left the ISR earlier, holding
+/// what was committed until then), so the log waits until every such
+/// replica is live and then the first of them leads (its log is no shorter
+/// than an empty one); with nobody outside the list, the log holds nothing
+/// anywhere and the first live replica leads, so an empty log is not left
+/// leaderless for ever after a whole-cluster power cut.
+fn recovery_election(state: &LogState, is_live: &impl Fn(&NodeId) -> bool) -> Option<NodeId> {
+    if !state.in_sync_replicas.is_empty()
+        || !state.eligible_leader_replicas.is_empty()
+        || state.unclean_replicas.is_empty()
+    {
+        return None;
+    }
+    if let Some(best) = state.recovery_leader() {
+        return is_live(&best.node).then_some(best.node);
+    }
+    let mut outside = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|node| !state.is_unclean(*node))
+        .peekable();
+    match outside.peek().copied() {
+        Some(first) => outside.all(|node| is_live(&node)).then_some(first),
+        None => state.replicas.iter().copied().find(|node| is_live(node)),
+    }
+}
+
+/// Whether `state`'s log is in unclean recovery and recovery cannot elect
+/// yet with `live` the live nodes: its leader is not live, no ISR or ELR
+/// member is, some replica that held its committed records came back
+/// uncleanly and reported ([`LogState::unclean_replicas`] not empty), and
+/// [`elect_leader`] without the unclean switch elects nobody (an ISR or
+/// ELR member is still away, or the longest reported log is). The unclean
+/// switch waits [`ControllerConfig::unclean_recovery_wait_max`] while this
+/// holds (SPEC 3.5: only if they do not all come back in that time does
+/// `unclean_leader_election` decide).
+pub(crate) fn awaits_unclean_recovery(state: &LogState, live: &[NodeId]) -> bool {
+    !state.unclean_replicas.is_empty()
+        && !state.leader.is_some_and(|leader| live.contains(&leader))
+        && !matches!(elect_leader(state, live, false), Election::Leader { .. })
 }
 
 /// Decides whether to move leadership of `state`'s log to its preferred
@@ -340,6 +452,12 @@ struct Shared {
     may_hold_seat: AtomicBool,
     elections: AtomicU64,
     unclean_elections: AtomicU64,
+    /// Logs in unclean recovery ([`awaits_unclean_recovery`]) with when
+    /// this controller first saw each one so, for
+    /// [`ControllerConfig::unclean_recovery_wait_max`]. Only kept while
+    /// unclean election is on; a log leaves it when it no longer waits.
+    /// Bounded by the number of logs.
+    recovery_waits: Mutex<HashMap<LogId, Instant>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -373,6 +491,7 @@ impl Controller {
             may_hold_seat: AtomicBool::new(false),
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
+            recovery_waits: Mutex::new(HashMap::new()),
         });
         let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
         let for_thread = Arc::clone(&shared);
@@ -625,12 +744,12 @@ impl Shared {
         }
         if pending.every_log {
             self.settle_logs(epoch, None, is_stopped, |state, live| {
-                elect_leader(state, live, self.config.unclean_leader_election)
+                elect_leader(state, live, self.unclean_switch_decides(state, live))
             })?;
         } else if !pending.logs.is_empty() {
             let logs: Vec<LogId> = pending.logs.iter().copied().collect();
             self.settle_logs(epoch, Some(&logs), is_stopped, |state, live| {
-                elect_leader(state, live, self.config.unclean_leader_election)
+                elect_leader(state, live, self.unclean_switch_decides(state, live))
             })?;
         }
         pending.clear();
@@ -638,6 +757,31 @@ impl Shared {
             self.settle_logs(epoch, None, is_stopped, elect_preferred_leader)?;
         }
         Ok(())
+    }
+
+    /// Whether the unclean switch may decide for `state`'s log now: it is
+    /// on and, if the log is in unclean recovery
+    /// ([`awaits_unclean_recovery`]), the log has waited
+    /// [`ControllerConfig::unclean_recovery_wait_max`] since this
+    /// controller first saw it so. The periodic pass over every log
+    /// ([`ControllerConfig::poll_interval`]) notices the end of a wait.
+    fn unclean_switch_decides(&self, state: &LogState, live: &[NodeId]) -> bool {
+        if !self.config.unclean_leader_election {
+            return false;
+        }
+        let mut waits = self.recovery_waits.lock();
+        if !awaits_unclean_recovery(state, live) {
+            waits.remove(&state.log);
+            return true;
+        }
+        let since = *waits.entry(state.log).or_insert_with(|| {
+            tracing::info!(log = %state.log, unclean_replicas = ?state.unclean_replicas,
+                wait_max = ?self.config.unclean_recovery_wait_max,
+                "unclean recovery: waiting for the replicas that held the committed records \
+                 before the unclean switch decides");
+            Instant::now()
+        });
+        since.elapsed() >= self.config.unclean_recovery_wait_max
     }
 
     fn set_inactive(&self) {
@@ -767,6 +911,16 @@ impl Shared {
                     "unclean leader election: no in-sync replica is live, so a replica outside the ISR \
                      leads and committed records it lacks may be lost");
             }
+            Election::Leader { .. }
+                if before.in_sync_replicas.is_empty()
+                    && before.eligible_leader_replicas.is_empty() =>
+            {
+                self.elections.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(%log, leader = ?after.leader, epoch = %after.leader_epoch,
+                    unclean_replicas = ?before.unclean_replicas,
+                    "unclean recovery: every replica that held the committed records restarted \
+                     after an unclean shutdown; the one with the greatest log end leads");
+            }
             Election::Leader { .. } => {
                 self.elections.fetch_add(1, Ordering::SeqCst);
                 tracing::info!(%log, old_leader = ?before.leader, leader = ?after.leader,
@@ -808,6 +962,7 @@ mod tests {
             in_sync_replicas: nodes(isr),
             eligible_leader_replicas: Vec::new(),
             version: 11,
+            unclean_replicas: Vec::new(),
         }
     }
 
@@ -1022,6 +1177,7 @@ mod tests {
                 leader_epoch: LeaderEpoch(6),
                 in_sync_replicas: nodes(&[2, 3]),
                 eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
             }
         );
         let leaderless = Election::NoLeader.update(&before, 2).unwrap();
@@ -1032,6 +1188,7 @@ mod tests {
                 leader_epoch: LeaderEpoch(6),
                 in_sync_replicas: nodes(&[1, 2, 3]),
                 eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
             }
         );
         let shrunk = shrink(&[1, 3]).update(&before, 2).unwrap();
@@ -1177,6 +1334,226 @@ mod tests {
                 case.state.with_update(update).check_invariants();
             }
         }
+    }
+
+    /// Unclean recovery (ISR and ELR empty, every former holder restarted
+    /// uncleanly): the greatest reported log end leads, once it is live; an
+    /// empty log is never the longest; an ELR member still away is waited
+    /// for; and once the recovery wait is over (the caller passes `unclean`
+    /// on), the unclean switch prefers what the reports say. The restart
+    /// orders of G1(c) on three replicas that all lost power: whichever
+    /// comes back first, the one that kept the records leads.
+    #[test]
+    fn elect_leader_unclean_recovery_table() {
+        use crate::coordinator::{LogEnd, UncleanReplica};
+        use crate::types::Offset;
+        // (name, ELR, unclean list as (node, log end offset; 0 is an empty
+        //  log), live, unclean switch, expected, whether the log awaits
+        //  unclean recovery)
+        type Case = (
+            &'static str,
+            &'static [u32],
+            &'static [(u32, u64)],
+            &'static [u32],
+            bool,
+            Election,
+            bool,
+        );
+        let cases: &[Case] = &[
+            (
+                "the longest log is live: it leads alone",
+                &[],
+                &[(1, 3), (2, 9), (3, 5)],
+                &[1, 2, 3],
+                false,
+                leader(2, &[2], false),
+                false,
+            ),
+            (
+                "the longest log is not live: wait, though shorter ones are",
+                &[],
+                &[(1, 3), (2, 9), (3, 5)],
+                &[1, 3],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "G1(c), the keeper restarts first: the others still in the ELR are waited for",
+                &[2, 3],
+                &[(1, 9)],
+                &[1],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "G1(c), the keeper restarts second: the last ELR member is waited for",
+                &[3],
+                &[(1, 9), (2, 4)],
+                &[1, 2],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "G1(c), the keeper restarts last: it leads",
+                &[],
+                &[(1, 0), (2, 4), (3, 9)],
+                &[1, 2, 3],
+                false,
+                leader(3, &[3], false),
+                false,
+            ),
+            (
+                "the longest log is not live, recovery wait over: the longest live report leads",
+                &[],
+                &[(1, 3), (2, 9), (3, 5)],
+                &[1, 3],
+                true,
+                leader(3, &[3], true),
+                true,
+            ),
+            (
+                "the longest log is not live, recovery wait over, only it reported records: \
+                 a replica not known empty is preferred",
+                &[],
+                &[(1, 0), (2, 9)],
+                &[1, 3],
+                true,
+                leader(3, &[3], true),
+                true,
+            ),
+            (
+                "only one unclean replica, live",
+                &[],
+                &[(3, 4)],
+                &[3],
+                false,
+                leader(3, &[3], false),
+                false,
+            ),
+            (
+                "every report empty, a replica outside the list is away: wait for it",
+                &[],
+                &[(1, 0), (2, 0)],
+                &[1, 2],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "every report empty, the replica outside the list is live: it leads, not an empty log",
+                &[],
+                &[(1, 0), (2, 0)],
+                &[1, 2, 3],
+                false,
+                leader(3, &[3], false),
+                false,
+            ),
+            (
+                "every replica reported an empty log: nothing anywhere, the first live leads",
+                &[],
+                &[(1, 0), (2, 0), (3, 0)],
+                &[2, 3],
+                false,
+                leader(2, &[2], false),
+                false,
+            ),
+        ];
+        for (name, elr, list, live, unclean, expected, awaits) in cases {
+            let mut state = state_with_elr(None, &[], elr);
+            state.unclean_replicas = list
+                .iter()
+                .map(|&(node, offset)| UncleanReplica {
+                    node: NodeId(node),
+                    log_end: LogEnd {
+                        last_epoch: (offset > 0).then_some(LeaderEpoch(4)),
+                        log_end_offset: Offset(offset),
+                    },
+                })
+                .collect();
+            state.check_invariants();
+            assert_eq!(
+                awaits_unclean_recovery(&state, &nodes(live)),
+                *awaits,
+                "{name}: awaits unclean recovery"
+            );
+            let got = elect_leader(&state, &nodes(live), *unclean);
+            assert_eq!(&got, expected, "{name}");
+            if let Some(update) = got.update(&state, 2) {
+                state
+                    .validate_update(&update)
+                    .unwrap_or_else(|error| panic!("{name}: {error}"));
+                let next = state.with_update(update);
+                let Election::Leader { leader, .. } = got else {
+                    unreachable!()
+                };
+                assert!(
+                    !next.is_unclean(leader),
+                    "{name}: the leader left the unclean list"
+                );
+            }
+        }
+    }
+
+    /// With the unclean switch on, a log in unclean recovery is elected
+    /// uncleanly only after `unclean_recovery_wait_max`; a log with no
+    /// unclean report at once, as before.
+    #[test]
+    fn unclean_switch_waits_for_unclean_recovery() {
+        use crate::coordinator::{LogEnd, MemoryCoordinator, UncleanReplica};
+        use crate::types::Offset;
+        let coordinator: Arc<dyn Coordinator> =
+            Arc::new(MemoryCoordinator::new(Arc::new(crate::clock::SystemClock)));
+        let shared = |unclean_leader_election, unclean_recovery_wait_max| Shared {
+            node: NodeId(1),
+            coordinator: Arc::clone(&coordinator),
+            config: ControllerConfig {
+                unclean_leader_election,
+                unclean_recovery_wait_max,
+                ..ControllerConfig::default()
+            },
+            active_epoch: AtomicU64::new(0),
+            may_hold_seat: AtomicBool::new(false),
+            elections: AtomicU64::new(0),
+            unclean_elections: AtomicU64::new(0),
+            recovery_waits: Mutex::new(HashMap::new()),
+        };
+        let mut recovering = state_with_elr(None, &[], &[3]);
+        recovering.unclean_replicas = vec![UncleanReplica {
+            node: NodeId(1),
+            log_end: LogEnd {
+                last_epoch: Some(LeaderEpoch(4)),
+                log_end_offset: Offset(9),
+            },
+        }];
+        recovering.check_invariants();
+        let classic = LogState {
+            log: LogId(8),
+            ..state(None, &[3])
+        };
+        let live = nodes(&[1, 2]);
+
+        let off = shared(false, Duration::ZERO);
+        assert!(!off.unclean_switch_decides(&recovering, &live));
+        assert!(!off.unclean_switch_decides(&classic, &live));
+
+        let waiting = shared(true, Duration::from_secs(3600));
+        assert!(!waiting.unclean_switch_decides(&recovering, &live));
+        assert!(waiting.unclean_switch_decides(&classic, &live));
+        assert_eq!(waiting.recovery_waits.lock().len(), 1);
+        // Node 3 came back cleanly: no longer waiting, and forgotten.
+        assert!(waiting.unclean_switch_decides(&recovering, &nodes(&[1, 2, 3])));
+        assert!(waiting.recovery_waits.lock().is_empty());
+
+        let over = shared(true, Duration::ZERO);
+        assert!(over.unclean_switch_decides(&recovering, &live));
+        assert_eq!(
+            elect_leader(&recovering, &live, true),
+            leader(1, &[1], true),
+            "after the wait the switch decides, for the longest report"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset, ProducerId};
 
 pub use assignment::assign_replicas;
 pub use controller::{Controller, ControllerConfig};
@@ -60,9 +60,51 @@ pub struct LogState {
     /// restarted after an unclean shutdown is removed
     /// ([`LogState::unclean_shutdown_update`]).
     pub eligible_leader_replicas: Vec<NodeId>,
+    /// Replicas that left the ISR or ELR because their node restarted
+    /// after an unclean shutdown, each with the end of its log as it
+    /// reported it, in assignment order (Kafka's `LastKnownElr` plus the
+    /// log ends its unclean recovery asks for, KIP-966). Each of them held
+    /// every committed record before it crashed and may or may not have
+    /// lost some since. When the ISR and ELR are both empty, the controller
+    /// elects the one with the greatest [`LogEnd`], once that one is live
+    /// ([`LogState::recovery_leader`]). A replica leaves this list when it
+    /// is back in the ISR.
+    pub unclean_replicas: Vec<UncleanReplica>,
     /// Bumped by the coordinator on every accepted update; the second half of
     /// the compare-and-set key.
     pub version: u64,
+}
+
+/// Where a replica's log ends, as a node reports it after an unclean
+/// shutdown ([`Coordinator::report_unclean_shutdown`]). Ordered as Kafka's
+/// unclean recovery compares replicas: by the epoch of the last batch
+/// first (`None`, an empty log, is lowest), then by log end offset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogEnd {
+    /// The leader epoch of the log's last batch; `None` if it has none.
+    pub last_epoch: Option<LeaderEpoch>,
+    /// The log end offset (the offset the next record would get).
+    pub log_end_offset: Offset,
+}
+
+impl LogEnd {
+    /// Whether the log holds no record: no batch, or nothing below its
+    /// end. Such a log is never "the longest" in unclean recovery
+    /// ([`LogState::recovery_leader`]): electing it would truncate every
+    /// other replica to nothing.
+    pub fn is_empty(&self) -> bool {
+        self.last_epoch.is_none() || self.log_end_offset == Offset::ZERO
+    }
+}
+
+/// A replica taken out of the ISR or ELR by its node's unclean restart,
+/// with the end of its log at that restart ([`LogState::unclean_replicas`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UncleanReplica {
+    /// The replica's node.
+    pub node: NodeId,
+    /// Where its log ended when it reported.
+    pub log_end: LogEnd,
 }
 
 impl LogState {
@@ -86,6 +128,7 @@ impl LogState {
             leader_epoch: LeaderEpoch::ZERO,
             in_sync_replicas: replicas.clone(),
             eligible_leader_replicas: Vec::new(),
+            unclean_replicas: Vec::new(),
             replicas,
             version: 0,
         };
@@ -101,6 +144,39 @@ impl LogState {
     /// Whether `node` is in the ELR.
     pub fn is_eligible(&self, node: NodeId) -> bool {
         self.eligible_leader_replicas.contains(&node)
+    }
+
+    /// Whether `node` is in [`LogState::unclean_replicas`].
+    pub fn is_unclean(&self, node: NodeId) -> bool {
+        self.unclean_replicas.iter().any(|r| r.node == node)
+    }
+
+    /// The replica to elect when neither the ISR nor the ELR has a member
+    /// left: the one of [`LogState::unclean_replicas`] with the greatest
+    /// [`LogEnd`] (ties go to assignment order), or `None` if the ISR or
+    /// ELR is not empty or no listed replica reported a log that holds
+    /// records ([`LogEnd::is_empty`]: an empty log is never the longest;
+    /// the controller then waits for a replica that may hold more).
+    /// KIP-966's unclean recovery compares the same way. Each of these
+    /// replicas held every committed record before its crash, and a log
+    /// only loses a suffix in a crash, so if any of them came back with
+    /// its disk, the greatest log end holds every committed record. The caller elects it only once it is
+    /// live: waiting for it, rather than taking whichever is live first,
+    /// is what keeps the records a replica still holds from being
+    /// truncated away by one that lost them (SPEC G1(c)).
+    pub fn recovery_leader(&self) -> Option<UncleanReplica> {
+        if !self.in_sync_replicas.is_empty() || !self.eligible_leader_replicas.is_empty() {
+            return None;
+        }
+        // `max_by_key` keeps the last of equal keys; iterate in reverse
+        // assignment order so ties go to the earliest replica.
+        self.replicas
+            .iter()
+            .rev()
+            .filter_map(|node| self.unclean_replicas.iter().find(|r| r.node == *node))
+            .filter(|r| !r.log_end.is_empty())
+            .max_by_key(|r| r.log_end)
+            .copied()
     }
 
     /// The ELR that goes with changing this state's ISR to
@@ -130,33 +206,47 @@ impl LogState {
     }
 
     /// The update that takes `node`, restarted after an unclean shutdown
-    /// (it may have lost unflushed records, SPEC 3.5), out of this log's
-    /// ISR and ELR, or `None` if nothing changes. If `node` leads, the log
-    /// becomes leaderless in the next epoch, so the controller elects an
-    /// eligible replica.
+    /// with its log ending at `log_end` (it may have lost unflushed
+    /// records, SPEC 3.5), out of this log's ISR and ELR and into
+    /// [`LogState::unclean_replicas`], or `None` if nothing changes. If
+    /// `node` leads, the log becomes leaderless in the next epoch, so the
+    /// controller elects an eligible replica. A node already in the
+    /// unclean list gets its log end replaced (its log may have shrunk
+    /// again).
     ///
     /// As Kafka's `ReplicationControlManager.handleBrokerUncleanShutdown`,
     /// with one difference: when `node` is the only member left of the ISR
-    /// and the ELR, it stays. Kafka removes it and then, with ISR and ELR
-    /// empty, elects the last known leader anyway
-    /// (`PartitionChangeBuilder.canElectLastKnownLeader`, whatever
-    /// `unclean.leader.election.enable` says), rather than leaving the log
-    /// leaderless for good after, say, a whole-cluster power cut. Keeping
-    /// the last eligible replica instead of the last leader prefers the
-    /// replica that was eligible longest: in the KIP-966 scenario (the
-    /// leader loses power after the ISR shrank to it alone) that is the
-    /// follower that still holds the acknowledged records, where the last
-    /// leader is the very replica that lost them.
-    pub fn unclean_shutdown_update(&self, node: NodeId) -> Option<LogUpdate> {
+    /// and the ELR and no other replica is in the unclean list, it stays.
+    /// Kafka removes it and then, with ISR and ELR empty, elects the last
+    /// known leader anyway (`PartitionChangeBuilder.canElectLastKnownLeader`,
+    /// whatever `unclean.leader.election.enable` says). With nobody else
+    /// known to have held the committed records, keeping it is the same
+    /// outcome without a leaderless window. When others are in the list,
+    /// `node` joins them and the controller elects the greatest log end
+    /// among them ([`LogState::recovery_leader`]): the replicas that
+    /// restarted first may be the ones that kept the records.
+    pub fn unclean_shutdown_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
+        let reported = UncleanReplica { node, log_end };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
-            return None;
+            let known = self.unclean_replicas.iter().find(|r| r.node == node)?;
+            if *known == reported {
+                return None;
+            }
+            return Some(LogUpdate {
+                leader: self.leader,
+                leader_epoch: self.leader_epoch,
+                in_sync_replicas: self.in_sync_replicas.clone(),
+                eligible_leader_replicas: self.eligible_leader_replicas.clone(),
+                unclean_report: Some(reported),
+            });
         }
         let without = |nodes: &[NodeId]| -> Vec<NodeId> {
             nodes.iter().copied().filter(|n| *n != node).collect()
         };
         let in_sync_replicas = without(&self.in_sync_replicas);
         let eligible_leader_replicas = without(&self.eligible_leader_replicas);
-        if in_sync_replicas.is_empty() && eligible_leader_replicas.is_empty() {
+        let others_unclean = self.unclean_replicas.iter().any(|r| r.node != node);
+        if in_sync_replicas.is_empty() && eligible_leader_replicas.is_empty() && !others_unclean {
             return None;
         }
         let (leader, leader_epoch) = if self.leader == Some(node) {
@@ -169,7 +259,28 @@ impl LogState {
             leader_epoch,
             in_sync_replicas,
             eligible_leader_replicas,
+            unclean_report: Some(reported),
         })
+    }
+
+    /// The unclean list that goes with storing `update` on this state:
+    /// the current list without the members of the new ISR (a replica back
+    /// in the ISR holds every committed record again), with
+    /// `update.unclean_report` added or replacing that node's entry, in
+    /// assignment order.
+    fn unclean_replicas_after(&self, update: &LogUpdate) -> Vec<UncleanReplica> {
+        self.replicas
+            .iter()
+            .filter(|node| !update.in_sync_replicas.contains(node))
+            .filter_map(|node| match update.unclean_report {
+                Some(report) if report.node == *node => Some(report),
+                _ => self
+                    .unclean_replicas
+                    .iter()
+                    .find(|r| r.node == *node)
+                    .copied(),
+            })
+            .collect()
     }
 
     /// Checks `update` against this (current) state and returns a
@@ -246,6 +357,21 @@ impl LogState {
                 self.in_sync_replicas, self.eligible_leader_replicas
             )));
         }
+        if let Some(report) = update.unclean_report {
+            let node = report.node;
+            if !self.is_in_sync(node) && !self.is_eligible(node) && !self.is_unclean(node) {
+                return Err(coordinator_error(format!(
+                    "invalid update of {log}: unclean_report names {node}, which is in none of in_sync_replicas {:?}, eligible_leader_replicas {:?} and the unclean replicas",
+                    self.in_sync_replicas, self.eligible_leader_replicas
+                )));
+            }
+            if update.in_sync_replicas.contains(&node) || elr.contains(&node) {
+                return Err(coordinator_error(format!(
+                    "invalid update of {log}: unclean_report names {node}, which the update keeps in in_sync_replicas {:?} or eligible_leader_replicas {elr:?}",
+                    update.in_sync_replicas
+                )));
+            }
+        }
         if update.leader_epoch < self.leader_epoch {
             return Err(coordinator_error(format!(
                 "invalid update of {log}: leader_epoch {} is older than the current {}",
@@ -264,6 +390,7 @@ impl LogState {
     /// This state with `update` applied and the version bumped. The caller
     /// has validated the update with [`LogState::validate_update`].
     pub fn with_update(&self, update: LogUpdate) -> LogState {
+        let unclean_replicas = self.unclean_replicas_after(&update);
         let next = LogState {
             log: self.log,
             replicas: self.replicas.clone(),
@@ -271,6 +398,7 @@ impl LogState {
             leader_epoch: update.leader_epoch,
             in_sync_replicas: update.in_sync_replicas,
             eligible_leader_replicas: update.eligible_leader_replicas,
+            unclean_replicas,
             version: self.version + 1,
         };
         next.check_invariants();
@@ -326,6 +454,24 @@ impl LogState {
             self.log,
             self.eligible_leader_replicas
         );
+        let unclean: Vec<NodeId> = self.unclean_replicas.iter().map(|r| r.node).collect();
+        assert!(
+            unclean.iter().all(|node| self.replicas.contains(node)
+                && !self.in_sync_replicas.contains(node)
+                && !self.eligible_leader_replicas.contains(node)),
+            "{}: unclean replicas {:?} are not a subset of replicas {:?} outside ISR {:?} and ELR {:?}",
+            self.log,
+            unclean,
+            self.replicas,
+            self.in_sync_replicas,
+            self.eligible_leader_replicas
+        );
+        assert!(
+            first_duplicate(&unclean).is_none(),
+            "{}: repeated node in the unclean replicas {:?}",
+            self.log,
+            unclean
+        );
     }
 }
 
@@ -343,6 +489,12 @@ pub struct LogUpdate {
     /// The new ELR: a subset of the current ISR and ELR, disjoint from the
     /// new ISR (normally [`LogState::eligible_leader_replicas_after`]).
     pub eligible_leader_replicas: Vec<NodeId>,
+    /// A replica whose node restarted after an unclean shutdown, with its
+    /// log end: it joins (or is updated in) [`LogState::unclean_replicas`].
+    /// Only [`LogState::unclean_shutdown_update`] sets it; every other
+    /// update leaves it `None`, and the stored list then only loses the
+    /// members of the new ISR.
+    pub unclean_report: Option<UncleanReplica>,
 }
 
 impl LogUpdate {
@@ -361,6 +513,7 @@ impl LogUpdate {
             eligible_leader_replicas: state
                 .eligible_leader_replicas_after(&in_sync_replicas, min_insync_replicas),
             in_sync_replicas,
+            unclean_report: None,
         }
     }
 }
@@ -499,29 +652,40 @@ pub trait Coordinator: Send + Sync + 'static {
     /// records it had acknowledged as an ISR or ELR member, so for every log
     /// with a replica on `node` this applies
     /// [`LogState::unclean_shutdown_update`] with compare-and-set: `node`
-    /// leaves the ISR and the ELR (unless it is the only one left), and a
-    /// log it leads becomes leaderless in a new epoch, so the controller
-    /// elects another eligible replica. Returns the logs it changed.
+    /// leaves the ISR and the ELR for the log's unclean list with the log
+    /// end it reports in `log_ends` (a log missing there counts as empty),
+    /// and a log it leads becomes leaderless in a new epoch, so the
+    /// controller elects another eligible replica. Returns the logs it
+    /// changed.
     ///
     /// Doing this before [`Coordinator::register_node`] means a node is
     /// never live while the coordinator still counts it as eligible for a
-    /// log whose data it may have lost. Idempotent: a second call changes
-    /// nothing. The provided implementation needs nothing but
-    /// [`Coordinator::logs`] and [`Coordinator::compare_and_set`], so it is
-    /// the same rule for every coordinator and fails, as they do, with
-    /// [`Error::Coordinator`] when the service cannot be reached (the
+    /// log whose data it may have lost. Idempotent: a second call with the
+    /// same log ends changes nothing. The provided implementation needs
+    /// nothing but [`Coordinator::logs`] and [`Coordinator::compare_and_set`],
+    /// so it is the same rule for every coordinator and fails, as they do,
+    /// with [`Error::Coordinator`] when the service cannot be reached (the
     /// caller retries; logs already changed stay changed).
-    fn report_unclean_shutdown(&self, node: NodeId) -> Result<Vec<LogState>> {
+    fn report_unclean_shutdown(
+        &self,
+        node: NodeId,
+        log_ends: &[(LogId, LogEnd)],
+    ) -> Result<Vec<LogState>> {
         let mut changed = Vec::new();
         for state in self.logs()? {
             if !state.replicas.contains(&node) {
                 continue;
             }
+            let log_end = log_ends
+                .iter()
+                .find(|(log, _)| *log == state.log)
+                .map(|(_, end)| *end)
+                .unwrap_or_default();
             let mut current = state;
             // A lost race means someone else wrote the log meanwhile:
             // decide again from what they wrote. Bounded, as every loop.
             let mut attempts = 0;
-            while let Some(update) = current.unclean_shutdown_update(node) {
+            while let Some(update) = current.unclean_shutdown_update(node, log_end) {
                 attempts += 1;
                 if attempts > UNCLEAN_SHUTDOWN_ATTEMPTS_MAX {
                     return Err(coordinator_error(format!(
@@ -624,6 +788,7 @@ mod tests {
             in_sync_replicas: isr.iter().copied().map(n).collect(),
             eligible_leader_replicas: Vec::new(),
             version: 4,
+            unclean_replicas: Vec::new(),
         }
     }
 
@@ -633,6 +798,7 @@ mod tests {
             leader_epoch: LeaderEpoch(epoch),
             in_sync_replicas: isr.iter().copied().map(n).collect(),
             eligible_leader_replicas: Vec::new(),
+            unclean_report: None,
         }
     }
 
@@ -800,6 +966,7 @@ mod tests {
                 leader_epoch: LeaderEpoch(2),
                 in_sync_replicas: nodes(new_isr),
                 eligible_leader_replicas: got,
+                unclean_report: None,
             };
             current
                 .validate_update(&update)
@@ -807,20 +974,46 @@ mod tests {
         }
     }
 
+    fn end(epoch: u32, offset: u64) -> LogEnd {
+        LogEnd {
+            last_epoch: Some(LeaderEpoch(epoch)),
+            log_end_offset: Offset(offset),
+        }
+    }
+
+    /// Unclean replicas `(node, log end offset)`, all ending in epoch 1.
+    fn unclean(list: &[(u32, u64)]) -> Vec<UncleanReplica> {
+        list.iter()
+            .map(|&(node, offset)| UncleanReplica {
+                node: n(node),
+                log_end: end(1, offset),
+            })
+            .collect()
+    }
+
     /// A node back from an unclean shutdown leaves the ISR and ELR of its
-    /// logs (a leader it was: leaderless in a new epoch), unless it is the
-    /// only eligible replica left.
+    /// logs for the unclean list with its log end (a leader it was:
+    /// leaderless in a new epoch), unless it is the only replica left that
+    /// ever held every committed record.
     #[test]
     fn unclean_shutdown_update_table() {
-        // (name, leader, ISR, ELR, the unclean node, expected update as
-        //  (leader, epoch, ISR, ELR), or None)
-        type Expected = Option<(Option<u32>, u32, &'static [u32], &'static [u32])>;
+        // (name, leader, ISR, ELR, unclean list before, the unclean node
+        //  and its log end offset, expected (leader, epoch, ISR, ELR,
+        //  unclean list after), or None)
+        type Expected = Option<(
+            Option<u32>,
+            u32,
+            &'static [u32],
+            &'static [u32],
+            &'static [(u32, u64)],
+        )>;
         type Case = (
             &'static str,
             Option<u32>,
             &'static [u32],
             &'static [u32],
-            u32,
+            &'static [(u32, u64)],
+            (u32, u64),
             Expected,
         );
         let cases: &[Case] = &[
@@ -829,92 +1022,253 @@ mod tests {
                 Some(1),
                 &[1, 2, 3],
                 &[],
-                2,
-                Some((Some(1), 2, &[1, 3], &[])),
+                &[],
+                (2, 10),
+                Some((Some(1), 2, &[1, 3], &[], &[(2, 10)])),
             ),
             (
                 "the leader: leaderless, new epoch",
                 Some(1),
                 &[1, 2],
                 &[],
-                1,
-                Some((None, 3, &[2], &[])),
+                &[],
+                (1, 4),
+                Some((None, 3, &[2], &[], &[(1, 4)])),
             ),
             (
                 "an ELR member",
                 Some(1),
                 &[1],
                 &[2, 3],
-                3,
-                Some((Some(1), 2, &[1], &[2])),
+                &[],
+                (3, 9),
+                Some((Some(1), 2, &[1], &[2], &[(3, 9)])),
             ),
             (
                 "leaderless, last ISR member, an ELR member left",
                 None,
                 &[1],
                 &[2],
-                1,
-                Some((None, 2, &[], &[2])),
+                &[],
+                (1, 7),
+                Some((None, 2, &[], &[2], &[(1, 7)])),
             ),
             (
-                "the only eligible replica left stays",
+                "the only eligible replica left, nobody unclean: it stays",
                 None,
                 &[],
                 &[2],
-                2,
+                &[],
+                (2, 5),
                 None,
             ),
             (
-                "the only ISR member, no ELR, stays",
+                "the only ISR member, no ELR, nobody unclean: it stays",
                 None,
                 &[1],
                 &[],
-                1,
+                &[],
+                (1, 5),
                 None,
             ),
             (
-                "the sole leader stays (its restart bumps the epoch)",
+                "the sole leader, nobody unclean: it stays (its restart bumps the epoch)",
                 Some(1),
                 &[1],
                 &[],
-                1,
+                &[],
+                (1, 5),
                 None,
             ),
             (
-                "not in the ISR or ELR: nothing to do",
+                "the last eligible replica joins the unclean ones: recovery decides",
+                None,
+                &[],
+                &[2],
+                &[(1, 10), (3, 8)],
+                (2, 3),
+                Some((None, 2, &[], &[], &[(1, 10), (2, 3), (3, 8)])),
+            ),
+            (
+                "the last ISR member and leader joins the unclean ones",
+                Some(3),
+                &[3],
+                &[],
+                &[(1, 10)],
+                (3, 2),
+                Some((None, 3, &[], &[], &[(1, 10), (3, 2)])),
+            ),
+            (
+                "already unclean, a new log end replaces the old",
+                Some(1),
+                &[1],
+                &[],
+                &[(2, 10)],
+                (2, 6),
+                Some((Some(1), 2, &[1], &[], &[(2, 6)])),
+            ),
+            (
+                "already unclean, same log end: nothing to do",
+                Some(1),
+                &[1],
+                &[],
+                &[(2, 10)],
+                (2, 10),
+                None,
+            ),
+            (
+                "not in the ISR, ELR or unclean list: nothing to do",
                 Some(1),
                 &[1],
                 &[2],
-                3,
+                &[],
+                (3, 1),
                 None,
             ),
         ];
-        for (name, leader, isr, elr, node, expected) in cases {
-            let current = with_elr(state(*leader, 2, isr), elr);
-            let got = current.unclean_shutdown_update(n(*node));
-            let expected = expected.map(|(leader, epoch, isr, elr)| LogUpdate {
-                leader: leader.map(n),
-                leader_epoch: LeaderEpoch(epoch),
-                in_sync_replicas: nodes(isr),
-                eligible_leader_replicas: nodes(elr),
-            });
-            assert_eq!(got, expected, "{name}");
-            if let Some(update) = got {
-                current
-                    .validate_update(&update)
-                    .unwrap_or_else(|error| panic!("{name}: {error}"));
-                let next = current.with_update(update);
-                assert!(
-                    !next.is_in_sync(n(*node)) && !next.is_eligible(n(*node)),
-                    "{name}: still eligible"
-                );
-                assert_eq!(
-                    next.unclean_shutdown_update(n(*node)),
-                    None,
-                    "{name}: idempotent"
-                );
-            }
+        for (name, leader, isr, elr, before, (node, offset), expected) in cases {
+            let mut current = with_elr(state(*leader, 2, isr), elr);
+            current.unclean_replicas = unclean(before);
+            current.check_invariants();
+            let got = current.unclean_shutdown_update(n(*node), end(1, *offset));
+            let Some((leader, epoch, isr, elr, after)) = expected else {
+                assert_eq!(got, None, "{name}");
+                continue;
+            };
+            let update = got.unwrap_or_else(|| panic!("{name}: no update"));
+            assert_eq!(
+                (
+                    update.leader,
+                    update.leader_epoch,
+                    update.in_sync_replicas.clone(),
+                    update.eligible_leader_replicas.clone()
+                ),
+                (leader.map(n), LeaderEpoch(*epoch), nodes(isr), nodes(elr)),
+                "{name}"
+            );
+            current
+                .validate_update(&update)
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
+            let next = current.with_update(update);
+            assert_eq!(next.unclean_replicas, unclean(after), "{name}");
+            assert!(
+                !next.is_in_sync(n(*node)) && !next.is_eligible(n(*node)),
+                "{name}: still eligible"
+            );
+            assert_eq!(
+                next.unclean_shutdown_update(n(*node), end(1, *offset)),
+                None,
+                "{name}: idempotent"
+            );
         }
+    }
+
+    /// The replica unclean recovery elects: only with the ISR and ELR
+    /// empty; the greatest (last epoch, log end offset), ties to the
+    /// earliest in assignment order.
+    #[test]
+    fn recovery_leader_table() {
+        // Unclean list entries: (node, last epoch, log end offset).
+        type Entry = (u32, Option<u32>, u64);
+        type Case = (
+            &'static str,
+            &'static [u32],
+            &'static [u32],
+            &'static [Entry],
+            Option<u32>,
+        );
+        let cases: &[Case] = &[
+            ("nobody unclean", &[], &[], &[], None),
+            ("an ISR member is left", &[2], &[], &[(1, Some(1), 9)], None),
+            ("an ELR member is left", &[], &[2], &[(1, Some(1), 9)], None),
+            (
+                "every reported log is empty: none is the longest",
+                &[],
+                &[],
+                &[(1, None, 0), (2, Some(1), 0)],
+                None,
+            ),
+            (
+                "longest log",
+                &[],
+                &[],
+                &[(1, Some(1), 4), (2, Some(1), 9), (3, Some(1), 7)],
+                Some(2),
+            ),
+            (
+                "newer last epoch beats a longer log",
+                &[],
+                &[],
+                &[(1, Some(2), 4), (2, Some(1), 9)],
+                Some(1),
+            ),
+            (
+                "an empty log is lowest",
+                &[],
+                &[],
+                &[(1, None, 0), (3, Some(0), 1)],
+                Some(3),
+            ),
+            (
+                "a tie goes to assignment order",
+                &[],
+                &[],
+                &[(3, Some(1), 9), (2, Some(1), 9)],
+                Some(2),
+            ),
+        ];
+        for (name, isr, elr, list, expected) in cases {
+            let mut current = with_elr(state(None, 2, isr), elr);
+            current.unclean_replicas = list
+                .iter()
+                .map(|&(node, epoch, offset)| UncleanReplica {
+                    node: n(node),
+                    log_end: LogEnd {
+                        last_epoch: epoch.map(LeaderEpoch),
+                        log_end_offset: Offset(offset),
+                    },
+                })
+                .collect();
+            current.check_invariants();
+            assert_eq!(
+                current.recovery_leader().map(|r| r.node),
+                expected.map(n),
+                "{name}"
+            );
+        }
+    }
+
+    /// Any update stores the unclean list without the members of its ISR:
+    /// a replica back in sync holds every committed record again.
+    #[test]
+    fn rejoining_the_isr_leaves_the_unclean_list() {
+        let mut current = state(Some(1), 2, &[1]);
+        current.unclean_replicas = unclean(&[(2, 5), (3, 6)]);
+        current.check_invariants();
+        let update = LogUpdate::in_sync_replicas(&current, nodes(&[1, 3]), 2);
+        current.validate_update(&update).unwrap();
+        let next = current.with_update(update);
+        assert_eq!(next.unclean_replicas, unclean(&[(2, 5)]));
+    }
+
+    #[test]
+    fn validate_update_checks_the_unclean_report() {
+        let current = state(Some(1), 2, &[1, 2]);
+        let report = |node: u32| LogUpdate {
+            leader: Some(n(1)),
+            leader_epoch: LeaderEpoch(2),
+            in_sync_replicas: nodes(&[1]),
+            eligible_leader_replicas: Vec::new(),
+            unclean_report: Some(UncleanReplica {
+                node: n(node),
+                log_end: end(1, 3),
+            }),
+        };
+        current.validate_update(&report(2)).unwrap();
+        let error = current.validate_update(&report(3)).unwrap_err().to_string();
+        assert!(error.contains("unclean_report names node-3"), "{error}");
+        let error = current.validate_update(&report(1)).unwrap_err().to_string();
+        assert!(error.contains("keeps in in_sync_replicas"), "{error}");
     }
 
     #[test]
@@ -925,6 +1279,7 @@ mod tests {
             leader_epoch: LeaderEpoch(2),
             in_sync_replicas: nodes(isr),
             eligible_leader_replicas: nodes(elr),
+            unclean_report: None,
         };
         let cases: &[(&str, LogUpdate, std::result::Result<(), &str>)] = &[
             ("a removed ISR member joins", with(&[1], &[2]), Ok(())),

@@ -35,10 +35,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::coordinator::{
-    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate,
+    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
+    UncleanReplica,
 };
 use crate::error::Error;
-use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset, ProducerId};
 
 /// How the suite makes time pass for the coordinator under test.
 pub enum SuiteTime {
@@ -267,6 +268,7 @@ fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
         in_sync_replicas: nodes(&[3, 1, 2]),
         eligible_leader_replicas: Vec::new(),
         version: 0,
+        unclean_replicas: Vec::new(),
     };
     assert_eq!(created, expected);
     assert_eq!(stored(c, LogId(2)), expected);
@@ -365,6 +367,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
                 leader_epoch: LeaderEpoch(1),
                 in_sync_replicas: nodes(&[2]),
                 eligible_leader_replicas: log_3.eligible_leader_replicas_after(&nodes(&[2]), 2),
+                unclean_report: None,
             },
         )
         .unwrap(),
@@ -382,24 +385,47 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
                 leader_epoch: LeaderEpoch(1),
                 in_sync_replicas: nodes(&[1]),
                 eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
             },
         )
         .unwrap(),
     );
     drain(&events);
 
-    let changed = c.report_unclean_shutdown(NodeId(1)).unwrap();
+    let end_1 = LogEnd {
+        last_epoch: Some(LeaderEpoch(0)),
+        log_end_offset: Offset(5),
+    };
+    // Log 3's end is not reported: it counts as empty.
+    let changed = c
+        .report_unclean_shutdown(NodeId(1), &[(LogId(1), end_1)])
+        .unwrap();
     let changed_logs: Vec<LogId> = changed.iter().map(|state| state.log).collect();
     assert_eq!(changed_logs, vec![LogId(1), LogId(3)]);
     let log_1 = stored(c, LogId(1));
     assert_eq!(log_1.leader, None, "its leadership ends in a new epoch");
     assert_eq!(log_1.leader_epoch, LeaderEpoch(1));
     assert_eq!(log_1.in_sync_replicas, nodes(&[2, 3]));
+    assert_eq!(
+        log_1.unclean_replicas,
+        vec![UncleanReplica {
+            node: NodeId(1),
+            log_end: end_1
+        }],
+        "the reported log end is stored"
+    );
     assert_eq!(log_1, changed[0]);
     let log_3_after = stored(c, LogId(3));
     assert_eq!(log_3_after.leader, Some(NodeId(2)));
     assert_eq!(log_3_after.leader_epoch, LeaderEpoch(1));
     assert!(log_3_after.eligible_leader_replicas.is_empty());
+    assert_eq!(
+        log_3_after.unclean_replicas,
+        vec![UncleanReplica {
+            node: NodeId(1),
+            log_end: LogEnd::default()
+        }]
+    );
     assert_eq!(stored(c, LogId(2)), untouched);
     assert_eq!(stored(c, LogId(4)), log_4);
     let mut announced: Vec<LogId> = Vec::new();
@@ -419,8 +445,26 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     assert_eq!(announced, vec![LogId(1), LogId(3)], "changes are announced");
 
     assert!(
-        c.report_unclean_shutdown(NodeId(1)).unwrap().is_empty(),
+        c.report_unclean_shutdown(NodeId(1), &[(LogId(1), end_1)])
+            .unwrap()
+            .is_empty(),
         "a second report changes nothing"
+    );
+    // A later unclean restart that lost more replaces the stored log end.
+    let shorter = LogEnd {
+        last_epoch: Some(LeaderEpoch(0)),
+        log_end_offset: Offset(2),
+    };
+    let changed = c
+        .report_unclean_shutdown(NodeId(1), &[(LogId(1), shorter)])
+        .unwrap();
+    assert_eq!(changed.len(), 1, "only log 1's end changed: {changed:?}");
+    assert_eq!(
+        stored(c, LogId(1)).unclean_replicas,
+        vec![UncleanReplica {
+            node: NodeId(1),
+            log_end: shorter
+        }]
     );
 }
 
@@ -441,6 +485,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: nodes(&[3]),
         eligible_leader_replicas: Vec::new(),
+        unclean_report: None,
     };
     let elected = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(0), 1, new_leader)
@@ -456,6 +501,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
             in_sync_replicas: nodes(&[3]),
             eligible_leader_replicas: Vec::new(),
             version: 2,
+            unclean_replicas: Vec::new(),
         }
     );
     assert_eq!(stored(c, LogId(1)), elected);
@@ -465,6 +511,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         leader_epoch: LeaderEpoch(2),
         in_sync_replicas: nodes(&[3]),
         eligible_leader_replicas: Vec::new(),
+        unclean_report: None,
     };
     let leaderless = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(1), 2, leaderless)
@@ -525,6 +572,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
                 leader_epoch: LeaderEpoch(1),
                 in_sync_replicas: nodes(&[2, 3]),
                 eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
             },
         )
         .unwrap(),
@@ -534,6 +582,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
         leader_epoch: LeaderEpoch(epoch),
         in_sync_replicas: nodes(isr),
         eligible_leader_replicas: Vec::new(),
+        unclean_report: None,
     };
     // (what is wrong, the update, a word the error must name)
     let cases = [
@@ -911,6 +960,7 @@ fn controller_writes_are_fenced_by_controller_epoch<C: Coordinator>(c: &C, time:
         leader_epoch: LeaderEpoch(1),
         in_sync_replicas: nodes(&[2]),
         eligible_leader_replicas: Vec::new(),
+        unclean_report: None,
     };
     assert_fenced(
         "the deposed controller",

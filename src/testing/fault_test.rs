@@ -67,8 +67,12 @@ pub enum CrashMode {
     /// G1b: process crashes and power-loss crashes, under
     /// `FlushPolicy::Always`.
     PowerLossFlushAlways,
-    /// Power loss under `FlushPolicy::Never`: acknowledged data may be lost
-    /// (SPEC G1 says so; Kafka's KIP-966 case), so only G2–G4 are checked.
+    /// G1c: process crashes and power-loss crashes under
+    /// `FlushPolicy::Never`. An acknowledged record may be lost only if
+    /// every replica that held it (in the ISR or ELR when it was
+    /// acknowledged) has lost power since: each acknowledgement records
+    /// those replicas with their power-loss counts, and G1 is checked for
+    /// every record one of them kept its disk for (SPEC G1(c)).
     PowerLossFlushNever,
 }
 
@@ -136,6 +140,10 @@ pub struct FaultTestReport {
     pub follower_read_batches_checked: usize,
     /// Pairs of replicas compared below their common high watermark.
     pub replica_comparisons: usize,
+    /// Acknowledged records G1 was checked for: all of them, except under
+    /// [`CrashMode::PowerLossFlushNever`], where only those a replica that
+    /// held them kept its disk for (G1c).
+    pub g1_checked: usize,
 }
 
 /// An append a producer was told succeeded.
@@ -144,6 +152,25 @@ struct Acknowledged {
     log: LogId,
     offset: Offset,
     value: Vec<u8>,
+    /// G1c bookkeeping: `None` when the record must survive whatever
+    /// happens (no power loss without flushing); otherwise the replicas
+    /// that held it when it was acknowledged, each with its power-loss
+    /// count from before the append. It must survive while one of them
+    /// has not lost power since.
+    holders: Option<Vec<(NodeId, u64)>>,
+}
+
+impl Acknowledged {
+    /// Whether G1 requires this record, given the power-loss counts at
+    /// the end of the run.
+    fn must_survive(&self, power_losses: &HashMap<NodeId, u64>) -> bool {
+        match &self.holders {
+            None => true,
+            Some(holders) => holders
+                .iter()
+                .any(|(node, before)| power_losses.get(node).copied().unwrap_or(0) == *before),
+        }
+    }
 }
 
 /// A batch a committed read on a follower returned: it must be committed,
@@ -174,6 +201,10 @@ struct RunState {
     follower_reads: Mutex<Vec<FollowerRead>>,
     acknowledged: Mutex<Vec<Acknowledged>>,
     unknown: Mutex<usize>,
+    /// Power-loss crashes so far, per node. A crash that loses unflushed
+    /// bytes happens while this lock is held, so a snapshot is taken
+    /// either before such a crash or after it has been counted.
+    power_losses: Mutex<HashMap<NodeId, u64>>,
     /// Crash and restart happen under this lock, with the incarnation of
     /// each node, so a high watermark sample names the process it came from.
     incarnations: Mutex<HashMap<NodeId, u64>>,
@@ -181,6 +212,66 @@ struct RunState {
     high_watermarks: Mutex<HashMap<(LogId, NodeId, u64, LeaderEpoch), Offset>>,
     violations: Mutex<Vec<String>>,
     samples: Mutex<usize>,
+}
+
+impl RunState {
+    /// Crashes `node`, counting a crash that loses unflushed bytes in
+    /// [`RunState::power_losses`] under its lock.
+    fn crash<C: FaultTarget>(&self, cluster: &C, node: NodeId, lose: Lose, session: SessionEnd) {
+        let mut power_losses = self.power_losses.lock();
+        if !matches!(lose, Lose::Nothing) {
+            *power_losses.entry(node).or_insert(0) += 1;
+        }
+        cluster.crash_with(node, lose, session);
+    }
+
+    /// The power-loss counts before an append: `None` when no record may
+    /// be lost (then G1 holds for every acknowledgement).
+    fn before_append(&self) -> Option<HashMap<NodeId, u64>> {
+        (!self.no_loss).then(|| self.power_losses.lock().clone())
+    }
+
+    /// Records an acknowledged append with the replicas that hold it (G1c):
+    /// the ISR and ELR the coordinator stores just after the
+    /// acknowledgement. Each of them holds the record: an ISR member
+    /// replicated it before the high watermark passed it (or joined later
+    /// with a log end at or above the high watermark), an ELR member held
+    /// everything up to the high watermark when it left the ISR. That holds
+    /// only if no power loss happened between the append and the read: if
+    /// one did, the record is recorded as held by nobody (not checked).
+    fn acknowledge<C: FaultTarget>(
+        &self,
+        cluster: &C,
+        log: LogId,
+        offset: Offset,
+        value: Vec<u8>,
+        before: Option<HashMap<NodeId, u64>>,
+    ) {
+        let holders = before.map(|before| {
+            let holding = match cluster.coordinator().log_state(log) {
+                Ok(Some(stored)) => stored
+                    .in_sync_replicas
+                    .iter()
+                    .chain(&stored.eligible_leader_replicas)
+                    .copied()
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if *self.power_losses.lock() != before {
+                return Vec::new();
+            }
+            holding
+                .into_iter()
+                .map(|node| (node, before.get(&node).copied().unwrap_or(0)))
+                .collect()
+        });
+        self.acknowledged.lock().push(Acknowledged {
+            log,
+            offset,
+            value,
+            holders,
+        });
+    }
 }
 
 /// Panics of the library's own threads (named `isrlog-*`) in this process.
@@ -471,6 +562,7 @@ fn run_inner<C: FaultTarget>(
         replica_comparisons: Mutex::new(0),
         follower_reads: Mutex::new(Vec::new()),
         acknowledged: Mutex::new(Vec::new()),
+        power_losses: Mutex::new(HashMap::new()),
         unknown: Mutex::new(0),
         incarnations: Mutex::new(cluster.node_ids().into_iter().map(|n| (n, 0)).collect()),
         high_watermarks: Mutex::new(HashMap::new()),
@@ -528,7 +620,8 @@ fn run_inner<C: FaultTarget>(
             &logs,
             &state.acknowledged.lock(),
             &follower_reads,
-            state.no_loss,
+            &state.power_losses.lock(),
+            &mut report.g1_checked,
         )),
         Err(reason) => violations.push(reason),
     }
@@ -555,12 +648,9 @@ fn produce<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId, seed: u64)
         };
         let value = format!("seed{seed}/log{}/{attempt}", log.0).into_bytes();
         attempt += 1;
+        let before = state.before_append();
         match handle.append_values(&[&value], Acks::All) {
-            Ok(outcome) => state.acknowledged.lock().push(Acknowledged {
-                log,
-                offset: outcome.base_offset,
-                value,
-            }),
+            Ok(outcome) => state.acknowledge(cluster, log, outcome.base_offset, value, before),
             Err(_) => {
                 *state.unknown.lock() += 1;
                 std::thread::sleep(Duration::from_millis(2));
@@ -587,8 +677,13 @@ fn produce_pipelined<C: FaultTarget>(
     window: usize,
 ) {
     let mut attempt = 0u64;
-    let mut in_flight: std::collections::VecDeque<(u64, Vec<u8>, crate::AppendHandle)> =
-        std::collections::VecDeque::new();
+    type InFlight = (
+        u64,
+        Vec<u8>,
+        crate::AppendHandle,
+        Option<HashMap<NodeId, u64>>,
+    );
+    let mut in_flight: std::collections::VecDeque<InFlight> = std::collections::VecDeque::new();
     let mut last_ok: Option<(u64, Offset)> = None;
     loop {
         let stopping = state.stop.load(Ordering::SeqCst);
@@ -606,12 +701,13 @@ fn produce_pipelined<C: FaultTarget>(
                 attempt += 1;
                 let mut builder = crate::record::RecordBatchBuilder::new(0);
                 builder.push(&value);
+                let before = state.before_append();
                 let appended = builder
                     .build()
                     .and_then(|batch| handle.append_pipelined(&batch, Acks::All));
                 match appended {
                     Ok(pending) => {
-                        in_flight.push_back((call, value, pending));
+                        in_flight.push_back((call, value, pending, before));
                         continue;
                     }
                     Err(_) => *state.unknown.lock() += 1,
@@ -622,7 +718,7 @@ fn produce_pipelined<C: FaultTarget>(
                 continue;
             }
         }
-        let Some((call, value, pending)) = in_flight.pop_front() else {
+        let Some((call, value, pending, before)) = in_flight.pop_front() else {
             continue;
         };
         match pending.wait_timeout(PIPELINED_RESOLVE_MAX) {
@@ -639,11 +735,7 @@ fn produce_pipelined<C: FaultTarget>(
                     }
                 }
                 last_ok = Some((call, outcome.base_offset));
-                state.acknowledged.lock().push(Acknowledged {
-                    log,
-                    offset: outcome.base_offset,
-                    value,
-                });
+                state.acknowledge(cluster, log, outcome.base_offset, value, before);
             }
             Ok(Err(_)) => *state.unknown.lock() += 1,
             Err(_unresolved) => state.violations.lock().push(format!(
@@ -715,17 +807,14 @@ fn produce_idempotent<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId,
         };
         let value = format!("seed{seed}/log{}/idempotent/{attempt}", log.0).into_bytes();
         attempt += 1;
+        let before = state.before_append();
         match current.send_values(log, &[&value]) {
             Ok(outcome) => {
                 *state.idempotent_acknowledged.lock() += 1;
                 if outcome.duplicate {
                     *state.idempotent_duplicates.lock() += 1;
                 }
-                state.acknowledged.lock().push(Acknowledged {
-                    log,
-                    offset: outcome.base_offset,
-                    value,
-                });
+                state.acknowledge(cluster, log, outcome.base_offset, value, before);
             }
             Err(error) => {
                 *state.unknown.lock() += 1;
@@ -1036,7 +1125,7 @@ fn inject_faults<C: FaultTarget>(
                     SessionEnd::OnExpiry
                 };
                 let _incarnations = state.incarnations.lock();
-                cluster.crash_with(node, lose, session);
+                state.crash(cluster, node, lose, session);
                 true
             }
             // A crash noticed only when the session expires, and a restart
@@ -1061,7 +1150,7 @@ fn inject_faults<C: FaultTarget>(
                 };
                 {
                     let _incarnations = state.incarnations.lock();
-                    cluster.crash_with(node, lose, SessionEnd::OnExpiry);
+                    state.crash(cluster, node, lose, SessionEnd::OnExpiry);
                 }
                 restart(cluster, state, node)
             }
@@ -1181,6 +1270,7 @@ fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) ->
         leader_epoch: current.leader_epoch.next(),
         in_sync_replicas: current.in_sync_replicas.clone(),
         eligible_leader_replicas: current.eligible_leader_replicas.clone(),
+        unclean_report: None,
     };
     matches!(
         cluster
@@ -1300,7 +1390,8 @@ fn check<C: FaultTarget>(
     logs: &[LogId],
     acknowledged: &[Acknowledged],
     follower_reads: &[FollowerRead],
-    check_no_loss: bool,
+    power_losses: &HashMap<NodeId, u64>,
+    g1_checked: &mut usize,
 ) -> Vec<String> {
     let mut violations = Vec::new();
     for &log in logs {
@@ -1391,20 +1482,24 @@ fn check<C: FaultTarget>(
                 }
             }
         }
-        // G1: every acknowledged record is at its offset on every replica.
-        if check_no_loss {
-            for ack in acknowledged.iter().filter(|a| a.log == log) {
-                for (node, records) in &contents {
-                    if records.get(&ack.offset) != Some(&ack.value) {
-                        violations.push(format!(
-                            "G1: {log} on {node}: acknowledged {:?} at offset {} but found {:?}",
-                            String::from_utf8_lossy(&ack.value),
-                            ack.offset,
-                            records
-                                .get(&ack.offset)
-                                .map(|v| String::from_utf8_lossy(v).into_owned())
-                        ));
-                    }
+        // G1: every acknowledged record is at its offset on every replica
+        // (under power loss without flushing: every record a replica that
+        // held it kept its disk for, G1c).
+        for ack in acknowledged
+            .iter()
+            .filter(|a| a.log == log && a.must_survive(power_losses))
+        {
+            *g1_checked += 1;
+            for (node, records) in &contents {
+                if records.get(&ack.offset) != Some(&ack.value) {
+                    violations.push(format!(
+                        "G1: {log} on {node}: acknowledged {:?} at offset {} but found {:?}",
+                        String::from_utf8_lossy(&ack.value),
+                        ack.offset,
+                        records
+                            .get(&ack.offset)
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                    ));
                 }
             }
         }

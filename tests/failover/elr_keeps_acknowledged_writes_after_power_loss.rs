@@ -13,7 +13,9 @@
 //! both. The fix: follower 2 is kept in the eligible leader replicas (ELR)
 //! when it leaves the ISR of one; the leader, restarting without its
 //! clean-shutdown marker, reports an unclean shutdown and leaves the ISR;
-//! the log stays leaderless until follower 2 is back, which then leads.
+//! the log stays leaderless until follower 2 is back; then the replica with
+//! the greatest log end among those that restarted uncleanly leads
+//! (`LogState::recovery_leader`): follower 2.
 //!
 //! Run three ways: controllers on the cluster's nodes (the seat moves as the
 //! nodes crash), one controller outside the cluster that runs throughout,
@@ -241,16 +243,24 @@ fn reproduction(controllers: Controllers, flush_policy: FlushPolicy) {
         previous_shutdown(&cluster, FOLLOWER_2),
         PreviousShutdown::Unclean
     );
-    // Follower 2 restarted uncleanly too, but it is the last eligible
-    // replica: it stays eligible and leads (see
-    // `LogState::unclean_shutdown_update`).
-    wait_for(&cluster, "follower 2 leads", |c| {
-        c.leader_of(LOG) == Some(FOLLOWER_2)
+    // Follower 2 restarted uncleanly too: the ISR and ELR are empty, and
+    // the controller elects the greatest log end among the replicas that
+    // restarted uncleanly (unclean recovery, `LogState::recovery_leader`):
+    // follower 2, which kept "a" and "b", where the old leader lost them
+    // under `FlushPolicy::Never`. Under `FlushPolicy::Always` the old leader
+    // kept them too; the tie goes to assignment order.
+    let expected_leader = if flush_policy == FlushPolicy::Always {
+        LEADER
+    } else {
+        FOLLOWER_2
+    };
+    wait_for(&cluster, "the longest log leads", |c| {
+        c.leader_of(LOG) == Some(expected_leader)
     });
     let new_leader = cluster.leader_log(LOG).unwrap();
-    assert_eq!(new_leader.node_id(), FOLLOWER_2);
+    assert_eq!(new_leader.node_id(), expected_leader);
 
-    // Everyone catches up from follower 2; the log takes writes again.
+    // Everyone catches up from the new leader; the log takes writes again.
     wait_for(&cluster, "the ISR is whole again", |c| {
         c.in_sync_replicas(LOG).len() == 3
     });

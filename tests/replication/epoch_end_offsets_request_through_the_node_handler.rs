@@ -21,6 +21,7 @@ fn bump_epoch(cluster: &isrlog::testing::Cluster, log: LogId, epoch: u32) {
         leader_epoch: LeaderEpoch(epoch),
         in_sync_replicas: state.in_sync_replicas.clone(),
         eligible_leader_replicas: Vec::new(),
+        unclean_report: None,
     };
     let outcome = cluster
         .coordinator

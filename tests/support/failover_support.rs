@@ -43,6 +43,7 @@ pub fn elect(cluster: &Cluster, log: LogId, leader: NodeId, isr: &[NodeId]) -> u
         leader_epoch: epoch,
         in_sync_replicas: isr.to_vec(),
         eligible_leader_replicas: Vec::new(),
+        unclean_report: None,
     };
     let outcome = cluster
         .coordinator

@@ -22,9 +22,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::coordinator::{ControllerEpoch, LogState};
+use crate::coordinator::{ControllerEpoch, LogEnd, LogState, UncleanReplica};
 use crate::error::{Error, Result};
-use crate::types::{LeaderEpoch, LogId, NodeId};
+use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 /// The parent of the live nodes' ephemeral znodes.
 pub(super) const NODES: &str = "/nodes";
@@ -123,6 +123,19 @@ struct LogDocument {
     /// rolling upgrade.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     eligible_leader_replicas: Vec<u32>,
+    /// Added with unclean recovery ([`LogState::unclean_replicas`]); absent
+    /// and empty read the same, as for the ELR.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unclean_replicas: Vec<UncleanReplicaDocument>,
+}
+
+/// One entry of [`LogState::unclean_replicas`] as stored.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct UncleanReplicaDocument {
+    node: u32,
+    last_epoch: Option<u32>,
+    log_end_offset: u64,
 }
 
 impl Formatted for LogDocument {
@@ -143,6 +156,15 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
             .iter()
             .map(|node| node.0)
             .collect(),
+        unclean_replicas: state
+            .unclean_replicas
+            .iter()
+            .map(|r| UncleanReplicaDocument {
+                node: r.node.0,
+                last_epoch: r.log_end.last_epoch.map(|epoch| epoch.0),
+                log_end_offset: r.log_end.log_end_offset.0,
+            })
+            .collect(),
     })
 }
 
@@ -162,6 +184,17 @@ pub(super) fn decode_log(log: LogId, bytes: &[u8], version: i32) -> Result<LogSt
         leader_epoch: LeaderEpoch(document.leader_epoch),
         in_sync_replicas: nodes(&document.in_sync_replicas),
         eligible_leader_replicas: nodes(&document.eligible_leader_replicas),
+        unclean_replicas: document
+            .unclean_replicas
+            .iter()
+            .map(|r| UncleanReplica {
+                node: NodeId(r.node),
+                log_end: LogEnd {
+                    last_epoch: r.last_epoch.map(LeaderEpoch),
+                    log_end_offset: Offset(r.log_end_offset),
+                },
+            })
+            .collect(),
         version,
     };
     check_log_state(&state).map_err(|reason| decode_error(&path, reason))?;
@@ -216,6 +249,20 @@ fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
     {
         return Err(format!(
             "eligible_leader_replicas {elr:?} contain {node}, not one of the replicas {:?} outside in_sync_replicas {:?}",
+            state.replicas, state.in_sync_replicas
+        ));
+    }
+    let unclean: Vec<NodeId> = state.unclean_replicas.iter().map(|r| r.node).collect();
+    if repeats(&unclean) {
+        return Err(format!("unclean_replicas {unclean:?} repeat a node"));
+    }
+    if let Some(node) = unclean.iter().find(|node| {
+        !state.replicas.contains(node)
+            || state.in_sync_replicas.contains(node)
+            || elr.contains(node)
+    }) {
+        return Err(format!(
+            "unclean_replicas {unclean:?} contain {node}, not one of the replicas {:?} outside in_sync_replicas {:?} and eligible_leader_replicas {elr:?}",
             state.replicas, state.in_sync_replicas
         ));
     }
@@ -338,6 +385,7 @@ mod tests {
             in_sync_replicas: vec![NodeId(1), NodeId(3)],
             eligible_leader_replicas: Vec::new(),
             version: 9,
+            unclean_replicas: Vec::new(),
         }
     }
 
@@ -367,6 +415,41 @@ mod tests {
             r#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), with_elr);
+        let recovering = LogState {
+            leader: None,
+            in_sync_replicas: Vec::new(),
+            unclean_replicas: vec![
+                UncleanReplica {
+                    node: NodeId(3),
+                    log_end: LogEnd {
+                        last_epoch: Some(LeaderEpoch(4)),
+                        log_end_offset: Offset(12),
+                    },
+                },
+                UncleanReplica {
+                    node: NodeId(1),
+                    log_end: LogEnd::default(),
+                },
+            ],
+            ..state()
+        };
+        let bytes = encode_log(&recovering);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0}]}"#
+        );
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), recovering);
+    }
+
+    /// Documents written before unclean recovery existed (with or without
+    /// an ELR) have no `unclean_replicas` field: they read as an empty
+    /// list, not as an error, so a cluster upgrades in place.
+    #[test]
+    fn a_log_document_without_the_unclean_field_reads_as_an_empty_list() {
+        let old = br#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#;
+        let decoded = decode_log(LogId(7), old, 9).unwrap();
+        assert!(decoded.unclean_replicas.is_empty());
+        assert_eq!(decoded.eligible_leader_replicas, vec![NodeId(3), NodeId(2)]);
     }
 
     /// Documents written before eligible leader replicas existed have no
@@ -424,6 +507,21 @@ mod tests {
                 br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"eligible_leader_replicas":[9]}"#,
                 0,
                 "contain node-9",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":2,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":0,"log_end_offset":3}]}"#,
+                0,
+                "unclean_replicas [NodeId(2), NodeId(2)] repeat",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":1,"last_epoch":null,"log_end_offset":0}]}"#,
+                0,
+                "unclean_replicas [NodeId(1)] contain node-1",
+            ),
+            (
+                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":2,"log_end_offset":0,"y":1}]}"#,
+                0,
+                "unknown field",
             ),
             (
                 br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"x":0}"#,

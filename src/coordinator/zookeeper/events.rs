@@ -224,6 +224,7 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             replicas,
             version,
+            unclean_replicas: Vec::new(),
         }
     }
 

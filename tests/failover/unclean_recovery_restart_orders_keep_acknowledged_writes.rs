@@ -18,12 +18,10 @@
 //! all three in the ISR (as when the sessions expire together); a
 //! controller outside the cluster runs from before the first restart.
 
-mod failover_support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use failover_support::*;
+use crate::failover_support::*;
 use isrlog::testing::Cluster;
 use isrlog::{
     Acks, Controller, ControllerConfig, Coordinator, LogConfig, LogId, MemoryCoordinator, NodeId,

@@ -72,6 +72,12 @@ impl TcpClusterBuilder {
         self
     }
 
+    /// The replication settings the nodes will get, to change one field
+    /// of the test defaults.
+    pub fn replication_config(&self) -> ReplicationConfig {
+        self.replication.clone()
+    }
+
     /// Storage settings of every log.
     pub fn log_config(mut self, log: LogConfig) -> Self {
         self.log = log;

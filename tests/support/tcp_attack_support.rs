@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use isrlog::testing::TcpCluster;
-use isrlog::{Acks, LogId, NodeId, Offset, TcpConfig};
+use isrlog::testing::{TcpCluster, TcpClusterBuilder};
+use isrlog::{Acks, LogId, NodeId, Offset, ReplicationConfig, TcpConfig};
 
 /// The log every attack test writes to.
 pub const LOG: LogId = LogId(0);
@@ -19,10 +19,26 @@ pub const LOG: LogId = LogId(0);
 /// A 3-node TCP cluster with min ISR 2 (an acks=all append needs a follower)
 /// and `tcp` on every node, with `LOG` created on all three.
 pub fn cluster_with(tcp: TcpConfig) -> TcpCluster {
-    let cluster = TcpCluster::builder()
+    cluster_with_builder(TcpCluster::builder().tcp_config(tcp))
+}
+
+/// [`cluster_with`], with followers leaving the ISR after `lag` without a
+/// fetch instead of the test cluster's 10 s: for tests that crash a
+/// follower and wait for the ISR to shrink (the rule checked is the same,
+/// the wait shorter).
+pub fn cluster_with_lag(tcp: TcpConfig, lag: Duration) -> TcpCluster {
+    let builder = TcpCluster::builder();
+    let replication = ReplicationConfig {
+        replica_lag_time_max: lag,
+        ..builder.replication_config()
+    };
+    cluster_with_builder(builder.tcp_config(tcp).replication(replication))
+}
+
+fn cluster_with_builder(builder: TcpClusterBuilder) -> TcpCluster {
+    let cluster = builder
         .nodes(3)
         .min_insync_replicas(2)
-        .tcp_config(tcp)
         .build()
         .expect("cluster starts");
     cluster.create_log(LOG, 3).expect("log created");

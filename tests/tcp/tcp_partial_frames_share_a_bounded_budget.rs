@@ -55,9 +55,11 @@ fn stalled_large_frames_hold_no_more_than_the_budget_while_replication_goes_on()
                         .write_all(&frame_header(EPOCH_REQUEST, ANNOUNCED_BYTES as u32))
                         .expect("header sent");
                     // The server stops reading a connection that waits for
-                    // the budget: the write then blocks until this timeout.
+                    // the budget: the write then blocks until this timeout
+                    // (which ends a write that makes no progress, so it is
+                    // spent a few times over while socket buffers fill).
                     stream
-                        .set_write_timeout(Some(Duration::from_secs(3)))
+                        .set_write_timeout(Some(Duration::from_secs(1)))
                         .expect("write timeout");
                     let _ = stream.write_all(&body);
                     stream

@@ -92,7 +92,7 @@ fn stalled_large_tls_frames_hold_no_more_than_the_budget_while_replication_goes_
                     // The server stops reading a connection that waits for
                     // the budget: the write then blocks until this timeout.
                     socket
-                        .set_write_timeout(Some(Duration::from_secs(3)))
+                        .set_write_timeout(Some(Duration::from_secs(1)))
                         .expect("write timeout");
                     let _ = socket.write_all(&records);
                     (session, socket)

@@ -86,6 +86,16 @@ pub enum Error {
         /// The log end offset.
         log_end: Offset,
     },
+    /// A new log start offset above the high watermark: only committed
+    /// records may be deleted (Kafka's `DeleteRecords` answers
+    /// `OFFSET_OUT_OF_RANGE`).
+    #[error("log start offset {requested} is above the high watermark {high_watermark}: only committed records below it can be deleted")]
+    LogStartAboveHighWatermark {
+        /// The log start offset asked for.
+        requested: Offset,
+        /// The log's high watermark.
+        high_watermark: Offset,
+    },
     /// An append as follower did not start at the log end offset, or its
     /// offsets did not increase.
     #[error("non-contiguous append: expected offset {expected}, got {got}")]

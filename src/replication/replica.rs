@@ -1455,9 +1455,6 @@ impl Replica {
                 high_watermark,
                 log_start_offset,
             } => {
-                if log_start_offset > self.log.log_start_offset() {
-                    self.log.set_log_start_offset(log_start_offset)?;
-                }
                 // HW = min(leader HW, own LEO) (SPEC 3.2): it may fall when
                 // a new leader's is lower.
                 match high_watermark.0.cmp(&self.high_watermark.get()) {
@@ -1477,6 +1474,13 @@ impl Replica {
                         self.log.set_high_watermark(high_watermark);
                     }
                     std::cmp::Ordering::Equal => {}
+                }
+                // After the high watermark: the log start never passes it.
+                // The leader's start is at most its high watermark and, on
+                // this branch, at most this log's end, so at most the new
+                // high watermark.
+                if log_start_offset > self.log.log_start_offset() {
+                    self.log.set_log_start_offset(log_start_offset)?;
                 }
             }
             FetchedUpdate::ResetTo { log_start_offset } => {

@@ -979,8 +979,13 @@ impl Log {
             return Ok(());
         }
         if offset < state.log_start_offset {
+            // The leader's log ends below this log's start (an unclean
+            // election of a shorter log after retention moved the start):
+            // nothing of this log is kept. With the locks already held:
+            // `checkpoint_lock` is not reentrant.
+            self.restart_at_locked(&serial, &mut state, offset)?;
             drop(state);
-            return self.truncate_fully_and_start_at(offset);
+            return self.store_checkpoint_serialized(&serial, false);
         }
         let Some(segment) = state.segment_for(offset) else {
             return Ok(());
@@ -1041,17 +1046,41 @@ impl Log {
     }
 
     /// Discards the whole log and restarts it, empty, at `offset` (a
-    /// follower whose log ends below the leader's log start).
+    /// follower whose log ends below the leader's log start, or whose
+    /// leader's log ends below this log's start). Crash safe: a crash at
+    /// any step reopens as a prefix of the old log or as the empty log at
+    /// `offset`.
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
+        self.restart_at_locked(&serial, &mut state, offset)?;
+        drop(state);
+        self.store_checkpoint_serialized(&serial, false)
+    }
+
+    /// [`truncate_fully_and_start_at`](Self::truncate_fully_and_start_at)
+    /// up to its last checkpoint, which the caller writes once it has
+    /// released the state lock. The caller holds both locks.
+    fn restart_at_locked(
+        &self,
+        serial: &MutexGuard<'_, ()>,
+        state: &mut LogState,
+        offset: Offset,
+    ) -> Result<()> {
+        // A crash from here on rescans whatever is left: the recovery
+        // point goes to the lower of the old start and the new offset, the
+        // checkpointed start stays the old one. The old segments, deleted
+        // newest first, leave a prefix of the old log from its start; once
+        // they are gone, the only segment (new and empty at `offset`, or
+        // none yet) is not below the recovery point (one above it would
+        // refuse to open), and the log reopens empty.
         let first = state.log_start_offset;
+        let low = first.min(offset);
         state.truncations += 1;
-        // A crash from here on rescans whatever is left from its start.
-        self.store_checkpoint_below(&serial, &state, first, first)?;
-        self.commit.truncated_to(first);
+        self.store_checkpoint_below(serial, state, low, first)?;
+        self.commit.truncated_to(low);
         let restarted = (|| {
             producer_state::delete_snapshots(&self.dir, |_| true)?;
             state.producers = ProducerStateManager::empty();
@@ -1079,9 +1108,8 @@ impl Log {
         state.last_batch_epoch = None;
         self.commit.restarted_at(offset);
         debug_assert!(state.check_invariants());
-        drop(state);
         tracing::info!(dir = %self.dir.display(), %offset, "log emptied and restarted");
-        self.store_checkpoint_serialized(&serial, false)
+        Ok(())
     }
 
     /// The first offset the log holds.

@@ -396,8 +396,16 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
             // not written as it reads now (an epoch flipped upward would
             // otherwise be adopted and served, and fence every later
             // append). Without a usable cache file it is rebuilt below.
-            if epochs_trusted {
-                let expected = expected_epoch(epochs.entries(), h.base_offset);
+            // Records below the log start are deleted, and the cache no
+            // longer describes them: its first entry was moved up to the
+            // log start (Kafka's `truncateFromStart`), so a batch wholly
+            // below it is not checked, and one that straddles it is checked
+            // at the log start. The recovery point may lie below the log
+            // start (it moves only when data is flushed).
+            let last_offset = Offset(h.base_offset.0 + u64::from(h.last_offset_delta));
+            if epochs_trusted && last_offset >= log_start_offset {
+                let expected =
+                    expected_epoch(epochs.entries(), h.base_offset.max(log_start_offset));
                 if expected != Some(h.leader_epoch) {
                     return Err(format!(
                         "batch at offset {} has leader epoch {}, but the epoch cache, written \

@@ -9,7 +9,7 @@
 
 use super::log::Log;
 use super::segment::Segment;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::types::Offset;
 
 impl Log {
@@ -54,28 +54,41 @@ impl Log {
             return Ok(0);
         };
         drop(state);
-        self.raise_log_start_offset(new_start)
+        self.raise_log_start_offset(new_start, false)
     }
 
     /// Raises the log start offset to `offset` (a follower learned a higher
-    /// one from its leader) and deletes the segments wholly below it. An
-    /// offset above the log end empties the log and restarts it there. A
-    /// lower or equal offset changes nothing.
+    /// one from its leader) and deletes the segments wholly below it. A
+    /// lower or equal offset changes nothing. Only committed records can
+    /// be deleted: an offset above the high watermark is
+    /// [`Error::LogStartAboveHighWatermark`] and changes nothing (as Kafka's `DeleteRecords` answers
+    /// `OFFSET_OUT_OF_RANGE`). Raising it past uncommitted records would
+    /// make them count as committed after a restart (G3); a log that must
+    /// restart above its end is [`truncate_fully_and_start_at`](Self::truncate_fully_and_start_at)'s.
     pub fn set_log_start_offset(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
-        if offset > self.log_end_offset() {
-            return self.truncate_fully_and_start_at(offset);
-        }
-        self.raise_log_start_offset(offset).map(|_| ())
+        self.raise_log_start_offset(offset, true).map(|_| ())
     }
 
-    fn raise_log_start_offset(&self, offset: Offset) -> Result<u64> {
+    /// Moves the log start up to `offset`, deleting the segments wholly
+    /// below it; with `within_high_watermark`, an offset above the log's
+    /// high watermark is refused (checked under the state lock, so that a
+    /// concurrent fall of the high watermark cannot slip between).
+    fn raise_log_start_offset(&self, offset: Offset, within_high_watermark: bool) -> Result<u64> {
         let serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
+        if within_high_watermark && offset > state.high_watermark {
+            return Err(Error::LogStartAboveHighWatermark {
+                requested: offset,
+                high_watermark: state.high_watermark,
+            });
+        }
         if offset <= state.log_start_offset || offset > state.log_end_offset() {
             return Ok(0);
         }
         state.log_start_offset = offset;
+        // Retention's caller passes the replica's high watermark as its
+        // limit, which the log's own copy may trail by a publish.
         state.high_watermark = state.high_watermark.max(offset);
         // The checkpoint first: a crash after it leaves segments below the
         // log start, which the next open deletes.

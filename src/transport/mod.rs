@@ -338,7 +338,9 @@ impl ErrorCode {
             Error::FencedLeaderEpoch { .. } => ErrorCode::FencedLeaderEpoch,
             Error::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
             Error::UnknownLog(_) => ErrorCode::UnknownLog,
-            Error::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            Error::OffsetOutOfRange { .. } | Error::LogStartAboveHighWatermark { .. } => {
+                ErrorCode::OffsetOutOfRange
+            }
             Error::NotEnoughReplicas { .. } => ErrorCode::NotEnoughReplicas,
             Error::NotEnoughReplicasAfterAppend { .. } => ErrorCode::NotEnoughReplicasAfterAppend,
             Error::Timeout { .. } => ErrorCode::Timeout,

@@ -15,6 +15,7 @@ mod follower_append_keeps_offsets_and_epochs;
 mod garbage_checkpoint_is_a_clear_error_or_rescan;
 mod group_commit_shares_fsyncs;
 mod index_is_rebuilt_when_missing_or_garbage;
+mod log_start_moves_never_hang_or_refuse_to_open;
 mod power_loss_keeps_only_fsynced_bytes;
 mod producer_state_survives_reopen_and_truncation;
 mod read_bounds;

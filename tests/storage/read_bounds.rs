@@ -34,6 +34,7 @@ fn out_of_range_reads_name_both_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let log = log_with_batches(dir.path());
     let end = log.log_end_offset();
+    log.set_high_watermark(end);
     log.set_log_start_offset(Offset(4)).unwrap();
     for requested in [Offset(0), Offset(3), end.next(), Offset(u64::MAX)] {
         match log.read(requested, 100) {

@@ -106,6 +106,8 @@ fn set_log_start_offset_deletes_segments_wholly_below_it() {
     }
     let all_bases = bases(dir.path());
     let start = Offset(all_bases[2] + 2);
+    // Only committed records can be deleted.
+    log.set_high_watermark(log.log_end_offset());
     log.set_log_start_offset(start).unwrap();
     assert_eq!(log.log_start_offset(), start);
     assert_eq!(bases(dir.path()), all_bases[2..]);
@@ -132,7 +134,50 @@ fn set_log_start_offset_deletes_segments_wholly_below_it() {
         first.base_offset(),
         first.last_offset()
     );
-    // A start above the end empties the log there.
-    log.set_log_start_offset(Offset(1000)).unwrap();
+    // A start above the high watermark (here: above the end) is refused
+    // and changes nothing; emptying a log is `truncate_fully_and_start_at`.
+    match log.set_log_start_offset(Offset(1000)) {
+        Err(Error::LogStartAboveHighWatermark {
+            requested,
+            high_watermark,
+        }) => assert_eq!((requested, high_watermark), (Offset(1000), end)),
+        other => panic!("a log start above the high watermark: {other:?}"),
+    }
+    assert_eq!(log.log_start_offset(), start);
+    assert_eq!(log.log_end_offset(), end);
+    log.truncate_fully_and_start_at(Offset(1000)).unwrap();
     assert_eq!(log.log_end_offset(), Offset(1000));
+}
+
+/// Issue 25: a log start between the high watermark and the log end would
+/// make uncommitted records count as committed after a restart (G3).
+#[test]
+fn set_log_start_offset_never_passes_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(dir.path(), config());
+    for i in 0..20 {
+        log.append_as_leader(&batch(&format!("v{i}"), 3), LeaderEpoch(0))
+            .unwrap();
+    }
+    let high_watermark = Offset(30);
+    log.set_high_watermark(high_watermark);
+    match log.set_log_start_offset(Offset(31)) {
+        Err(Error::LogStartAboveHighWatermark {
+            requested,
+            high_watermark: got,
+        }) => assert_eq!((requested, got), (Offset(31), high_watermark)),
+        other => panic!("a log start above the high watermark: {other:?}"),
+    }
+    assert_eq!(log.log_start_offset(), Offset(0));
+    assert_eq!(log.high_watermark(), high_watermark);
+    log.set_log_start_offset(high_watermark).unwrap();
+    assert_eq!(log.log_start_offset(), high_watermark);
+    assert_eq!(log.high_watermark(), high_watermark);
+    drop(log);
+    let log = open(dir.path(), config());
+    assert_eq!(
+        log.high_watermark(),
+        high_watermark,
+        "nothing uncommitted became committed"
+    );
 }

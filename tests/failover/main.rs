@@ -8,6 +8,7 @@
 mod failover_support;
 
 mod all_isr_down_without_unclean_election_stays_leaderless;
+mod an_emptied_data_directory_loses_nothing_acknowledged;
 mod clean_shutdown_keeps_a_replica_eligible;
 mod committed_never_lost_under_random_faults;
 mod controlled_shutdown_moves_leadership_first;

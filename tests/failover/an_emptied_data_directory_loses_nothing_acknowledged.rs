@@ -136,7 +136,11 @@ fn a_follower_back_with_an_empty_directory_after_its_session_expired_loses_nothi
 /// restart the node. The replica is reported lost, refetches, and rejoins.
 #[test]
 fn a_deleted_log_directory_is_refetched_and_rejoins() {
-    let cluster = Cluster::builder().nodes(3).min_insync_replicas(2).build().unwrap();
+    let cluster = Cluster::builder()
+        .nodes(3)
+        .min_insync_replicas(2)
+        .build()
+        .unwrap();
     cluster.create_log(LOG, 3).unwrap();
     let leader = cluster.leader_log(LOG).unwrap();
     let mut acknowledged = Vec::new();
@@ -155,7 +159,9 @@ fn a_deleted_log_directory_is_refetched_and_rejoins() {
     );
     assert!(cluster.wait_until(Duration::from_secs(20), |c| {
         c.in_sync_replicas(LOG).contains(&node)
-            && c.node_ids().into_iter().all(|n| values(c, n) == acknowledged)
+            && c.node_ids()
+                .into_iter()
+                .all(|n| values(c, n) == acknowledged)
     }));
     cluster.shutdown().unwrap();
 }

@@ -49,13 +49,28 @@ fn another_nodes_directory_is_refused_naming_both_ids_and_left_untouched() {
     let network = MemoryNetwork::new(0);
     let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
     let dir = root.path().join("node-1");
-    start(&network, &coordinator, 1, &dir).unwrap().shutdown().unwrap();
+    start(&network, &coordinator, 1, &dir)
+        .unwrap()
+        .shutdown()
+        .unwrap();
     let before = snapshot(&dir);
 
     let error = start(&network, &coordinator, 2, &dir).unwrap_err();
     let text = error.to_string();
-    assert!(matches!(error, Error::DirectoryIdentityMismatch { field: "node id", .. }), "{text}");
-    assert!(text.contains("node id 1") && text.contains("node id 2"), "{text}");
+    assert!(
+        matches!(
+            error,
+            Error::DirectoryIdentityMismatch {
+                field: "node id",
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("node id 1") && text.contains("node id 2"),
+        "{text}"
+    );
     assert!(text.contains(&dir.display().to_string()), "{text}");
     assert_eq!(snapshot(&dir), before, "nothing written");
     assert!(!coordinator.live_nodes().unwrap().contains(&NodeId(2)));
@@ -68,14 +83,32 @@ fn another_clusters_directory_is_refused_naming_both_ids_and_left_untouched() {
     let first = MemoryCoordinator::new(Arc::new(SystemClock));
     let second = MemoryCoordinator::new(Arc::new(SystemClock));
     let dir = root.path().join("node-1");
-    start(&network, &first, 1, &dir).unwrap().shutdown().unwrap();
+    start(&network, &first, 1, &dir)
+        .unwrap()
+        .shutdown()
+        .unwrap();
     let before = snapshot(&dir);
 
     let error = start(&network, &second, 1, &dir).unwrap_err();
     let text = error.to_string();
-    assert!(matches!(error, Error::DirectoryIdentityMismatch { field: "cluster id", .. }), "{text}");
-    assert!(text.contains(&first.cluster_id().unwrap().to_string()), "{text}");
-    assert!(text.contains(&second.cluster_id().unwrap().to_string()), "{text}");
+    assert!(
+        matches!(
+            error,
+            Error::DirectoryIdentityMismatch {
+                field: "cluster id",
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&first.cluster_id().unwrap().to_string()),
+        "{text}"
+    );
+    assert!(
+        text.contains(&second.cluster_id().unwrap().to_string()),
+        "{text}"
+    );
     assert_eq!(snapshot(&dir), before, "nothing written");
     assert!(second.live_nodes().unwrap().is_empty());
 }
@@ -97,7 +130,10 @@ fn a_second_node_on_a_directory_in_use_fails_naming_it() {
 
     // Once the first stops, the directory is free again.
     running.shutdown().unwrap();
-    start(&network, &coordinator, 1, &dir).unwrap().shutdown().unwrap();
+    start(&network, &coordinator, 1, &dir)
+        .unwrap()
+        .shutdown()
+        .unwrap();
 }
 
 #[test]
@@ -119,7 +155,13 @@ fn a_start_with_an_invalid_controller_config_fails_and_leaves_nothing_running() 
     )
     .unwrap_err();
     assert!(
-        matches!(error, Error::InvalidConfig { field: "poll_interval", .. }),
+        matches!(
+            error,
+            Error::InvalidConfig {
+                field: "poll_interval",
+                ..
+            }
+        ),
         "{error}"
     );
     // Nothing registers, heartbeats, subscribes or takes the controller

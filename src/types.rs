@@ -210,7 +210,7 @@ random_hex_id!(DirectoryId);
 /// time, the process id and a counter.
 fn random_u128() -> u128 {
     use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::hash::BuildHasher;
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
@@ -218,10 +218,6 @@ fn random_u128() -> u128 {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let half = || {
-        let mut hasher = RandomState::new().build_hasher();
-        (nanos, std::process::id(), count).hash(&mut hasher);
-        hasher.finish()
-    };
+    let half = || RandomState::new().hash_one((nanos, std::process::id(), count));
     (u128::from(half()) << 64) | u128::from(half())
 }

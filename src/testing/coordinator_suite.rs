@@ -685,7 +685,7 @@ fn concurrent_compare_and_set_has_one_winner_per_version<C: Coordinator>(c: &C, 
                     let mut won = Vec::new();
                     for attempt in 0..ATTEMPTS {
                         let seen = stored(c, LogId(1));
-                        let isr = if (thread as usize + attempt) % 2 == 0 {
+                        let isr = if (thread as usize + attempt).is_multiple_of(2) {
                             vec![1, 2]
                         } else {
                             vec![1, 3]

@@ -223,6 +223,30 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// The data directory belongs to another node or another cluster
+    /// (SPEC 2.8): its identity file names a different `field` than this
+    /// node has. Nothing was written to it.
+    #[error("data directory {path} belongs to {field} {found}, but this node is {field} {expected} (refusing to start: nothing was written)")]
+    DirectoryIdentityMismatch {
+        /// The identity file.
+        path: PathBuf,
+        /// Which id differs: "cluster id" or "node id".
+        field: &'static str,
+        /// The id this node has (from its configuration or the
+        /// coordinator).
+        expected: String,
+        /// The id the directory's identity file names.
+        found: String,
+    },
+    /// Another process (or another node of this process) holds the data
+    /// directory's lock (SPEC 2.8).
+    #[error("data directory {path} is locked by another running node ({lock_file}); two nodes must never share one directory")]
+    DirectoryLocked {
+        /// The data directory.
+        path: PathBuf,
+        /// Its lock file.
+        lock_file: PathBuf,
+    },
     /// The component was shut down.
     #[error("shut down")]
     Shutdown,

@@ -143,15 +143,16 @@ pub use record::{
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::{AppendHandle, Role};
 pub use storage::{
-    AppendInfo, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown, ReadResult,
-    RecoveryReport, TruncatedTail,
+    AppendInfo, DirectoryIdentity, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown,
+    ReadResult, RecoveryReport, TruncatedTail,
 };
 #[cfg(feature = "tls")]
 pub use transport::TlsConfig;
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{
-    EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch, ProducerId, Sequence,
+    ClusterId, DirectoryId, EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch,
+    ProducerId, Sequence,
 };
 
 /// A read-only inspector of a log directory (what the `isrlog-inspect` binary

@@ -6,7 +6,7 @@
 //! The node does no replication logic of its own; it routes events to
 //! [`Replica`] and the state machines behind it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,14 +23,15 @@ use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch};
 use crate::storage::{
-    take_clean_shutdown_marker, write_clean_shutdown_marker, FlushPolicy, Log, PreviousShutdown,
+    take_clean_shutdown_marker, write_clean_shutdown_marker, DirectoryIdentity, DirectoryLock,
+    FlushPolicy, Log, PreviousShutdown,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
     RateLimitedWarnings, Request, RequestHandler, Response, Transport, Warning,
 };
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
 
 /// Controlled shutdown: compare-and-set attempts per log before leaving it
 /// to the controller.
@@ -63,6 +64,16 @@ pub(crate) struct NodeShared {
     /// How this node's previous run ended, as its data directory told at
     /// start.
     previous_shutdown: PreviousShutdown,
+    /// The id of this node's data directory (SPEC 2.8).
+    directory_id: DirectoryId,
+    /// Logs whose replica here the coordinator knows is on this directory:
+    /// a replica serves (leads or fetches) only once it is in this set,
+    /// so that the coordinator can tell when its data is lost.
+    placed: Mutex<HashSet<LogId>>,
+    /// Replicas whose data this start found lost (SPEC 2.8): opened as
+    /// restarted replicas, so a leadership they still hold moves to a new
+    /// epoch before they lead.
+    lost_replicas: HashSet<LogId>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -140,6 +151,12 @@ pub struct Node {
     shared: Arc<NodeShared>,
     control: Option<JoinHandle<()>>,
     controller: Option<Controller>,
+    /// The data directory's exclusive lock (SPEC 2.8), held by the node,
+    /// not by [`NodeShared`]: a halted node's handler may outlive it in the
+    /// network, and must not keep the directory from its next start.
+    /// Released last, when the node is dropped.
+    #[allow(dead_code)]
+    directory_lock: Option<DirectoryLock>,
 }
 
 /// The [`RequestHandler`] of a node: register it with the network.
@@ -153,12 +170,31 @@ impl Node {
     /// recovers) the logs assigned to it, and starts its threads. Register
     /// [`Node::handler`] with the network so other nodes can reach it.
     ///
-    /// A node whose data directory holds data but no clean-shutdown marker
-    /// (its last run crashed, SPEC 3.5) first tells the coordinator with
-    /// [`Coordinator::report_unclean_shutdown`], before it registers, so it
-    /// is never live while still counted as holding every committed record
-    /// of a log; if that call fails, so does the start (and the next start
-    /// reports again: the marker is gone).
+    /// In this order (SPEC 2.8, 3.5):
+    /// 1. Every setting, the controller's included, is checked before
+    ///    anything starts or is written.
+    /// 2. The data directory's identity file, if there is one, must name
+    ///    the coordinator's cluster id and this node's id: otherwise the
+    ///    start fails with [`Error::DirectoryIdentityMismatch`] naming both
+    ///    ids, and nothing is written.
+    /// 3. The node takes the directory's exclusive lock for its life; a
+    ///    second node on the same directory fails here with
+    ///    [`Error::DirectoryLocked`].
+    /// 4. A node whose data directory holds data but no clean-shutdown
+    ///    marker (its last run crashed), or which lost the data of a
+    ///    replica the coordinator placed on it (an empty, missing or
+    ///    replaced directory, a deleted log: [`PreviousShutdown::LostData`])
+    ///    tells the coordinator with
+    ///    [`Coordinator::report_unclean_shutdown`] (a lost replica with an
+    ///    empty log end) before it registers, so it is never live while
+    ///    still counted as holding every committed record of a log; if that
+    ///    call fails, so does the start (and the next start reports again).
+    /// 5. It writes the identity file if there was none and records its
+    ///    directory id for its replicas in the coordinator, then registers
+    ///    and starts its threads.
+    ///
+    /// A start that fails after it registered or started a thread stops
+    /// and joins everything it started and ends its session.
     pub fn start(
         config: NodeConfig,
         transport: Arc<dyn Transport>,
@@ -166,10 +202,66 @@ impl Node {
         clock: Arc<dyn Clock>,
     ) -> Result<Node> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| Error::io(&config.data_dir, "create directory", e))?;
-        let previous_shutdown = take_clean_shutdown_marker(&config.data_dir)?;
-        let events = coordinator.subscribe(config.node_id)?;
+        // The controller decides the ELR with the same minimum as this
+        // node's leaders. Checked here, before anything starts: a start
+        // that failed on it used to leave the control thread running.
+        let controller_config = config.controller.as_ref().map(|c| ControllerConfig {
+            min_insync_replicas: config.replication.min_insync_replicas,
+            ..c.clone()
+        });
+        if let Some(controller_config) = &controller_config {
+            controller_config.validate()?;
+        }
+        let me = config.node_id;
+        let data_dir = config.data_dir.clone();
+        let cluster_id = coordinator.cluster_id()?;
+        // Checked before the directory is created or locked, so that a
+        // wrong directory is refused with nothing written to it; checked
+        // again under the lock, in case another process wrote it meanwhile.
+        if let Some(identity) = DirectoryIdentity::load(&data_dir)? {
+            identity.check(&data_dir, cluster_id, me)?;
+        }
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|e| Error::io(&data_dir, "create directory", e))?;
+        let directory_lock = DirectoryLock::acquire(&data_dir)?;
+        let identity = DirectoryIdentity::load(&data_dir)?;
+        if let Some(identity) = &identity {
+            identity.check(&data_dir, cluster_id, me)?;
+        }
+        let mut previous_shutdown = take_clean_shutdown_marker(&data_dir)?;
+        let directory_id = identity
+            .map(|identity| identity.directory_id)
+            .unwrap_or_else(DirectoryId::random);
+        let hosted: Vec<LogId> = coordinator
+            .logs()?
+            .into_iter()
+            .filter(|state| state.replicas.contains(&me))
+            .map(|state| state.log)
+            .collect();
+        let recorded: HashMap<LogId, DirectoryId> =
+            coordinator.replica_directories(me)?.into_iter().collect();
+        // A replica lost its data when the coordinator placed it on a
+        // directory (so it may have held records) and this directory is
+        // another one (a new, emptied or swapped disk has a new or another
+        // id) or no longer holds its log. A replica never placed on any
+        // directory never held a record (it is placed before it serves,
+        // see `record_directory`), so it has nothing to lose: counting it
+        // as lost would leave a log created before its nodes first
+        // started with every replica "unclean" and nobody to lead it.
+        // KIP-858 likewise leaves a new replica's directory unassigned
+        // until its broker places it.
+        let lost: HashSet<LogId> = hosted
+            .iter()
+            .copied()
+            .filter(|log| match recorded.get(log) {
+                Some(placed) => *placed != directory_id || !log_dir(&data_dir, *log).exists(),
+                None => false,
+            })
+            .collect();
+        if !lost.is_empty() {
+            previous_shutdown = PreviousShutdown::LostData;
+        }
+        let events = coordinator.subscribe(me)?;
         let (commands, command_rx) = bounded(1024);
         let shared = Arc::new(NodeShared {
             config,
@@ -182,51 +274,129 @@ impl Node {
             data_arrived: Arc::new(Watch::new(0)),
             commands,
             previous_shutdown,
+            directory_id,
+            placed: Mutex::new(HashSet::new()),
+            lost_replicas: lost.clone(),
             stop: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
         });
-        if previous_shutdown == PreviousShutdown::Unclean {
-            let log_ends = shared.recovered_log_ends()?;
-            let changed = shared
-                .coordinator
-                .report_unclean_shutdown(shared.config.node_id, &log_ends)?;
-            tracing::warn!(node = %shared.config.node_id, logs_changed = changed.len(),
-                "no clean-shutdown marker: unflushed records may be lost, so this node left the ISR and ELR of its logs");
+        if matches!(
+            previous_shutdown,
+            PreviousShutdown::Unclean | PreviousShutdown::LostData
+        ) {
+            let mut log_ends = shared.recovered_log_ends()?;
+            // A lost replica's log says nothing: whatever a foreign
+            // directory holds of it is not what this replica acknowledged.
+            for (log, end) in &mut log_ends {
+                if lost.contains(log) {
+                    *end = LogEnd::default();
+                }
+            }
+            let changed = shared.coordinator.report_unclean_shutdown(me, &log_ends)?;
+            if previous_shutdown == PreviousShutdown::LostData {
+                let mut lost: Vec<LogId> = lost.iter().copied().collect();
+                lost.sort();
+                tracing::warn!(node = %me, directory = %data_dir.display(), %directory_id, lost_logs = ?lost,
+                    logs_changed = changed.len(),
+                    "the data directory does not hold replicas the coordinator placed on it (empty, replaced or deleted): they left the ISR and ELR and fetch their logs again");
+            } else {
+                tracing::warn!(node = %me, logs_changed = changed.len(),
+                    "no clean-shutdown marker: unflushed records may be lost, so this node left the ISR and ELR of its logs");
+            }
         }
+        if identity.is_none() {
+            DirectoryIdentity {
+                cluster_id,
+                node_id: me,
+                directory_id,
+            }
+            .store(&data_dir)?;
+            tracing::info!(node = %me, directory = %data_dir.display(), %cluster_id, %directory_id, "wrote the data directory's identity");
+        }
+        let unplaced: Vec<LogId> = hosted
+            .iter()
+            .copied()
+            .filter(|log| recorded.get(log) != Some(&directory_id))
+            .collect();
+        if !unplaced.is_empty() {
+            shared
+                .coordinator
+                .record_replica_directories(me, directory_id, &unplaced)?;
+        }
+        shared.placed.lock().extend(hosted);
         shared
             .coordinator
-            .register_node(shared.config.node_id, shared.config.session_timeout)?;
-        for state in shared.coordinator.logs()? {
-            shared.reconcile(&state);
+            .register_node(me, shared.config.session_timeout)?;
+        // From here on a failure must undo what started: `abort_start`.
+        let mut node = Node {
+            shared,
+            control: None,
+            controller: None,
+            directory_lock: Some(directory_lock),
+        };
+        if let Err(error) = node.start_threads(events, command_rx, controller_config) {
+            node.abort_start(&error);
+            return Err(error);
         }
-        let thread_shared = Arc::clone(&shared);
+        tracing::info!(node = %me, "node started");
+        Ok(node)
+    }
+
+    /// The second half of [`Node::start`]: reconciles every log and starts
+    /// the control thread and the controller.
+    fn start_threads(
+        &mut self,
+        events: Receiver<CoordinatorEvent>,
+        command_rx: Receiver<Command>,
+        controller_config: Option<ControllerConfig>,
+    ) -> Result<()> {
+        for state in self.shared.coordinator.logs()? {
+            self.shared.reconcile(&state);
+        }
+        let thread_shared = Arc::clone(&self.shared);
         let control = std::thread::Builder::new()
-            .name(format!("isrlog-control-{}", shared.config.node_id.0))
+            .name(format!("isrlog-control-{}", self.shared.config.node_id.0))
             .spawn(move || control_loop(&thread_shared, &events, &command_rx))
             .map_err(|e| Error::io(PathBuf::from("<thread>"), "spawn control thread", e))?;
-        let controller = match &shared.config.controller {
-            Some(config) => {
-                // The controller decides the ELR with the same minimum as
-                // this node's leaders.
-                let config = ControllerConfig {
-                    min_insync_replicas: shared.config.replication.min_insync_replicas,
-                    ..config.clone()
-                };
-                Some(Controller::start(
-                    shared.config.node_id,
-                    Arc::clone(&shared.coordinator),
-                    config,
-                )?)
-            }
-            None => None,
-        };
-        tracing::info!(node = %shared.config.node_id, "node started");
-        Ok(Node {
-            shared,
-            control: Some(control),
-            controller,
-        })
+        self.control = Some(control);
+        if let Some(config) = controller_config {
+            self.controller = Some(Controller::start(
+                self.shared.config.node_id,
+                Arc::clone(&self.shared.coordinator),
+                config,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// A start failed after the node registered: stops and joins every
+    /// thread it started (fetchers, control thread, controller), ends its
+    /// session and lets go of its replicas. No clean-shutdown marker is
+    /// written, so the next start reports an unclean shutdown, which is
+    /// safe whatever this one did.
+    fn abort_start(&mut self, error: &Error) {
+        tracing::error!(node = %self.shared.config.node_id, %error, "node start failed; stopping what it started");
+        self.stop_threads(Stop::Clean);
+        // Without a control handle, dropping the node does nothing more.
+        self.control = None;
+        if let Err(error) = self
+            .shared
+            .coordinator
+            .unregister_node(self.shared.config.node_id)
+        {
+            tracing::warn!(node = %self.shared.config.node_id, %error, "cannot end the session of a node whose start failed; it expires");
+        }
+        let replicas: Vec<Arc<Replica>> = self
+            .shared
+            .replicas
+            .write()
+            .drain()
+            .map(|(_, r)| r)
+            .collect();
+        for replica in replicas {
+            replica.take_offline();
+        }
     }
 
     /// This node's id.
@@ -441,6 +611,11 @@ impl Node {
     }
 }
 
+/// The directory of `log`'s replica inside a node's data directory.
+fn log_dir(data_dir: &std::path::Path, log: LogId) -> PathBuf {
+    data_dir.join(format!("log-{}", log.0))
+}
+
 /// How a node's threads are stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {
@@ -515,13 +690,36 @@ impl NodeShared {
         Ok(ends)
     }
 
+    /// Makes sure the coordinator knows that this node's replica of `log`
+    /// lives on this data directory (SPEC 2.8) before the replica serves
+    /// anything; `false` if that cannot be recorded now (the next
+    /// notification or resync tries again).
+    fn record_directory(&self, log: LogId) -> bool {
+        if self.placed.lock().contains(&log) {
+            return true;
+        }
+        match self
+            .coordinator
+            .record_replica_directories(self.local(), self.directory_id, &[log])
+        {
+            Ok(()) => {
+                self.placed.lock().insert(log);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error, "cannot record the replica's data directory; it does not serve until it can");
+                false
+            }
+        }
+    }
+
     /// Opens the local replica of `log` if needed.
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
         }
-        let dir = self.config.data_dir.join(format!("log-{}", log.0));
-        let restarted = dir.exists();
+        let dir = log_dir(&self.config.data_dir, log);
+        let restarted = dir.exists() || self.lost_replicas.contains(&log);
         let storage = Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?;
         let report = storage.recovery_report();
         if !report.is_clean() {
@@ -561,6 +759,9 @@ impl NodeShared {
                 return;
             }
         };
+        if !self.record_directory(state.log) {
+            return;
+        }
         let (role, epoch) = replica.role();
         if state.leader_epoch < epoch {
             return; // Stale notification.

@@ -153,3 +153,71 @@ pub struct EpochEndOffset {
     /// The first offset after that epoch's records on this replica.
     pub end_offset: Offset,
 }
+
+/// The id of a cluster (SPEC 2.8): chosen at random by the coordinator the
+/// first time it is asked, and written into every node's data directory, so
+/// that a directory of another cluster is refused at start (Kafka's
+/// `cluster.id` in `meta.properties`). Printed as 32 hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterId(pub u128);
+
+/// The id of one data directory (SPEC 2.8, Kafka's KIP-858 directory id):
+/// chosen at random when a node first writes the directory's identity, and
+/// kept by the coordinator for every replica placed on it, so that a
+/// replaced, emptied or swapped directory is noticed. Printed as 32 hex
+/// digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DirectoryId(pub u128);
+
+macro_rules! random_hex_id {
+    ($name:ident) => {
+        impl $name {
+            /// A new random id (128 bits from the standard library's
+            /// randomly keyed hasher, the clock and the process id: ids
+            /// must differ, not be secret).
+            pub fn random() -> $name {
+                $name(random_u128())
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:032x}", self.0)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+
+            /// Parses 32 hex digits, as [`fmt::Display`] prints them.
+            fn from_str(text: &str) -> Result<$name, String> {
+                if text.len() != 32 {
+                    return Err(format!("{text:?} is not 32 hex digits"));
+                }
+                u128::from_str_radix(text, 16)
+                    .map($name)
+                    .map_err(|e| format!("{text:?} is not 32 hex digits: {e}"))
+            }
+        }
+    };
+}
+
+random_hex_id!(ClusterId);
+random_hex_id!(DirectoryId);
+
+/// 128 random bits without a random-number crate: two hashers with
+/// distinct random keys (std seeds them from the operating system), fed the
+/// time, the process id and a counter.
+fn random_u128() -> u128 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let half = || RandomState::new().hash_one((nanos, std::process::id(), count));
+    (u128::from(half()) << 64) | u128::from(half())
+}

@@ -10,6 +10,8 @@
 //! absent values are `-`, and a log state is the eight fields `log replicas
 //! leader epoch isr elr version unclean` (`elr`: the eligible leader
 //! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end`).
+//! Cluster and directory ids are 32 hex digits; a node's replica
+//! directories are `log:directory` pairs, comma-separated.
 //!
 //! The file is also compiled into `tests/coordinator/coordinator_shim_conformance.rs`,
 //! which runs the coordinator conformance suite through it.
@@ -22,8 +24,9 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, TrySendError};
 use parking_lot::Mutex;
 
 use isrlog::{
-    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, Error, LeaderEpoch, LogEnd, LogId,
-    LogState, LogUpdate, MemoryCoordinator, NodeId, Offset, ProducerId, Result, UncleanReplica,
+    CasOutcome, ClusterId, ControllerEpoch, Coordinator, CoordinatorEvent, DirectoryId, Error,
+    LeaderEpoch, LogEnd, LogId, LogState, LogUpdate, MemoryCoordinator, NodeId, Offset, ProducerId,
+    Result, UncleanReplica,
 };
 
 /// Longest a remote call waits for its connection or its answer.
@@ -63,6 +66,46 @@ where
     text.ok_or_else(|| error("missing field"))?
         .parse()
         .map_err(error)
+}
+
+fn logs_to_text(logs: &[LogId]) -> String {
+    if logs.is_empty() {
+        return "-".into();
+    }
+    let ids: Vec<String> = logs.iter().map(|l| l.0.to_string()).collect();
+    ids.join(",")
+}
+
+fn logs_from_text(text: &str) -> Result<Vec<LogId>> {
+    Ok(nodes_from_text(text)?
+        .into_iter()
+        .map(|n| LogId(n.0))
+        .collect())
+}
+
+fn directories_to_text(directories: &[(LogId, DirectoryId)]) -> String {
+    if directories.is_empty() {
+        return "-".into();
+    }
+    let pairs: Vec<String> = directories
+        .iter()
+        .map(|(log, dir)| format!("{}:{dir}", log.0))
+        .collect();
+    pairs.join(",")
+}
+
+fn directories_from_text(text: &str) -> Result<Vec<(LogId, DirectoryId)>> {
+    if text == "-" {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|pair| {
+            let (log, dir) = pair
+                .split_once(':')
+                .ok_or_else(|| error(format!("bad replica directory {pair:?}")))?;
+            Ok((LogId(number(Some(log))?), number(Some(dir))?))
+        })
+        .collect()
 }
 
 fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
@@ -403,6 +446,17 @@ fn answer(c: &MemoryCoordinator, line: &str) -> Result<String> {
             None => "-".into(),
         },
         Some("producer_id") => c.allocate_producer_id()?.0.to_string(),
+        Some("cluster_id") => c.cluster_id()?.to_string(),
+        Some("replica_directories") => {
+            directories_to_text(&c.replica_directories(node(f.next())?)?)
+        }
+        Some("record_directories") => {
+            let id = node(f.next())?;
+            let directory: DirectoryId = number(f.next())?;
+            let logs = logs_from_text(f.next().unwrap_or("-"))?;
+            c.record_replica_directories(id, directory, &logs)?;
+            String::new()
+        }
         _ => return Err(error(format!("unknown request {line:?}"))),
     })
 }
@@ -596,6 +650,28 @@ impl Coordinator for RemoteCoordinator {
 
     fn allocate_producer_id(&self) -> Result<ProducerId> {
         number(Some(&self.call("producer_id".into())?)).map(ProducerId)
+    }
+
+    fn cluster_id(&self) -> Result<ClusterId> {
+        number(Some(&self.call("cluster_id".into())?))
+    }
+
+    fn replica_directories(&self, node: NodeId) -> Result<Vec<(LogId, DirectoryId)>> {
+        directories_from_text(&self.call(format!("replica_directories {}", node.0))?)
+    }
+
+    fn record_replica_directories(
+        &self,
+        node: NodeId,
+        directory: DirectoryId,
+        logs: &[LogId],
+    ) -> Result<()> {
+        self.call(format!(
+            "record_directories {} {directory} {}",
+            node.0,
+            logs_to_text(logs)
+        ))?;
+        Ok(())
     }
 }
 

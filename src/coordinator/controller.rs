@@ -120,7 +120,9 @@ impl Default for ControllerConfig {
 }
 
 impl ControllerConfig {
-    fn validate(&self) -> Result<()> {
+    /// Checks every setting: [`Error::InvalidConfig`] naming the first bad
+    /// one.
+    pub(crate) fn validate(&self) -> Result<()> {
         if self.min_insync_replicas == 0 {
             return Err(Error::InvalidConfig {
                 field: "min_insync_replicas",

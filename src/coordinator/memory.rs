@@ -20,7 +20,7 @@ use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
-use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, ProducerId};
 
 /// Default capacity of each subscriber's event queue.
 const SUBSCRIBER_EVENTS_MAX: usize = 1024;
@@ -78,6 +78,10 @@ struct State {
     /// The epoch of the last controller elected (0 before the first).
     controller_epoch: ControllerEpoch,
     next_producer_id: i64,
+    /// Chosen at construction (SPEC 2.8).
+    cluster_id: ClusterId,
+    /// Per node, the directory each of its replicas was placed on.
+    replica_directories: BTreeMap<NodeId, BTreeMap<LogId, DirectoryId>>,
     subscribers: Vec<Subscriber>,
     /// Fault injection: every call fails while set.
     unavailable: bool,
@@ -131,6 +135,8 @@ impl MemoryCoordinator {
                 controller: None,
                 controller_epoch: ControllerEpoch::default(),
                 next_producer_id: 0,
+                cluster_id: ClusterId::random(),
+                replica_directories: BTreeMap::new(),
                 subscribers: Vec::new(),
                 unavailable: false,
                 unreachable_nodes: BTreeSet::new(),
@@ -664,6 +670,33 @@ impl Coordinator for MemoryCoordinator {
         Ok(state
             .controller
             .map(|controller| (controller, state.controller_epoch)))
+    }
+
+    fn cluster_id(&self) -> Result<ClusterId> {
+        Ok(self.lock()?.cluster_id)
+    }
+
+    fn replica_directories(&self, node: NodeId) -> Result<Vec<(LogId, DirectoryId)>> {
+        Ok(self
+            .lock()?
+            .replica_directories
+            .get(&node)
+            .map(|logs| logs.iter().map(|(log, dir)| (*log, *dir)).collect())
+            .unwrap_or_default())
+    }
+
+    fn record_replica_directories(
+        &self,
+        node: NodeId,
+        directory: DirectoryId,
+        logs: &[LogId],
+    ) -> Result<()> {
+        let mut state = self.lock()?;
+        let recorded = state.replica_directories.entry(node).or_default();
+        for log in logs {
+            recorded.insert(*log, directory);
+        }
+        Ok(())
     }
 
     fn allocate_producer_id(&self) -> Result<ProducerId> {

@@ -20,7 +20,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset, ProducerId};
+use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, Offset, ProducerId};
 
 pub use assignment::assign_replicas;
 pub use controller::{Controller, ControllerConfig};
@@ -753,6 +753,30 @@ pub trait Coordinator: Send + Sync + 'static {
 
     /// A producer id never handed out before (SPEC §4).
     fn allocate_producer_id(&self) -> Result<ProducerId>;
+
+    /// The cluster's id (SPEC 2.8): chosen at random when the coordinator's
+    /// store is first set up (Kafka's `/cluster/id` znode), the same for
+    /// every caller and every call from then on. A node refuses a data
+    /// directory whose identity names another.
+    fn cluster_id(&self) -> Result<ClusterId>;
+
+    /// The data directory each replica on `node` was placed on, by log
+    /// (SPEC 2.8, Kafka's KIP-858 `directories` of a partition), sorted by
+    /// log. A replica not listed was never placed on any directory, so it
+    /// never held a record. Entries of deleted logs may remain.
+    fn replica_directories(&self, node: NodeId) -> Result<Vec<(LogId, DirectoryId)>>;
+
+    /// Records that `node`'s replicas of `logs` live on `directory`,
+    /// replacing what was recorded for them. A node calls it before one
+    /// of those replicas serves anything, so that a replica which may hold
+    /// records always has a directory on record. Changes no [`LogState`]
+    /// and sends no event.
+    fn record_replica_directories(
+        &self,
+        node: NodeId,
+        directory: DirectoryId,
+        logs: &[LogId],
+    ) -> Result<()>;
 }
 
 /// Compare-and-set attempts per log in

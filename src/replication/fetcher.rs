@@ -113,7 +113,7 @@ impl Fetcher {
 
     /// Whether the thread has exited.
     pub(crate) fn is_finished(&self) -> bool {
-        self.thread.as_ref().map_or(true, |t| t.is_finished())
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stops the thread and waits for it.

@@ -1129,7 +1129,7 @@ impl Replica {
     fn node_stopped(&self) -> bool {
         self.node
             .get()
-            .map(|node| node.upgrade().map_or(true, |node| node.is_stopped()))
+            .map(|node| node.upgrade().is_none_or(|node| node.is_stopped()))
             .unwrap_or(false)
     }
 

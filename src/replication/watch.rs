@@ -367,7 +367,7 @@ impl Watch {
                 return Some(outcome);
             }
             rounds += 1;
-            if rounds % 16 == 0 && Instant::now() >= spin_until.min(deadline) {
+            if rounds.is_multiple_of(16) && Instant::now() >= spin_until.min(deadline) {
                 return None;
             }
         }

@@ -14,7 +14,7 @@ use std::io::ErrorKind;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::storage::{sync_dir, write_atomically};
+use crate::storage::{is_identity_or_lock_file, sync_dir, write_atomically};
 
 /// The marker's file name inside the data directory.
 pub(crate) const CLEAN_SHUTDOWN_MARKER: &str = ".isrlog_clean_shutdown";
@@ -22,7 +22,8 @@ pub(crate) const CLEAN_SHUTDOWN_MARKER: &str = ".isrlog_clean_shutdown";
 /// How a node's previous run ended, as its data directory tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PreviousShutdown {
-    /// The directory was empty: a new node, with nothing to lose.
+    /// The directory was empty and the coordinator places no replica that
+    /// ever held data on this node: a new node, with nothing to lose.
     Fresh,
     /// The marker was there: the last run flushed and closed every log.
     Clean,
@@ -31,6 +32,16 @@ pub enum PreviousShutdown {
     /// this way, whatever the flush policy, and so does isrlog: a process
     /// cannot tell a process crash from a power loss.
     Unclean,
+    /// The coordinator places replicas on this node that its directory
+    /// does not hold: the directory is empty, missing or another one
+    /// (another directory id, SPEC 2.8), or a replica's log is gone from
+    /// it. Reported to the coordinator exactly like [`Unclean`], with an
+    /// empty log end for each lost replica, and never taken for
+    /// [`Fresh`].
+    ///
+    /// [`Unclean`]: PreviousShutdown::Unclean
+    /// [`Fresh`]: PreviousShutdown::Fresh
+    LostData,
 }
 
 /// Reads and removes the marker of `data_dir` (an existing directory),
@@ -46,13 +57,17 @@ pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> Result<PreviousShut
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => return Err(Error::io(&marker, "remove the clean-shutdown marker", e)),
     }
-    let mut entries =
+    // The identity and lock files (SPEC 2.8) hold no data: a directory
+    // with nothing else is empty.
+    let entries =
         fs::read_dir(data_dir).map_err(|e| Error::io(data_dir, "list the data directory", e))?;
-    match entries.next() {
-        None => Ok(PreviousShutdown::Fresh),
-        Some(Ok(_)) => Ok(PreviousShutdown::Unclean),
-        Some(Err(e)) => Err(Error::io(data_dir, "list the data directory", e)),
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(data_dir, "list the data directory", e))?;
+        if !is_identity_or_lock_file(&entry.file_name()) {
+            return Ok(PreviousShutdown::Unclean);
+        }
     }
+    Ok(PreviousShutdown::Fresh)
 }
 
 /// Writes the marker into `data_dir` durably (temporary file, fsync,

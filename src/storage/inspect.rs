@@ -810,7 +810,7 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
         }
     }
     let committed_end = checkpoint.map(|c| c.high_watermark);
-    let may_be_committed = |offset: Offset| committed_end.map_or(true, |hw| offset < hw);
+    let may_be_committed = |offset: Offset| committed_end.is_none_or(|hw| offset < hw);
     let hw_text = committed_end.map_or("unknown".to_string(), |hw| hw.to_string());
     let mut entries = epochs.as_ref().map(|c| c.entries().to_vec());
     // Once recovery cuts a tail or meets a gap it deletes every later

@@ -6,6 +6,7 @@ mod checkpoint;
 mod clean_shutdown;
 mod config;
 mod flush;
+mod identity;
 pub mod inspect;
 mod leader_epoch;
 mod log;
@@ -21,6 +22,8 @@ pub use clean_shutdown::PreviousShutdown;
 pub(crate) use clean_shutdown::{take_clean_shutdown_marker, write_clean_shutdown_marker};
 pub use config::LogConfig;
 pub use flush::FlushPolicy;
+pub use identity::DirectoryIdentity;
+pub(crate) use identity::{is_identity_or_lock_file, DirectoryLock};
 #[allow(unused_imports)]
 pub(crate) use leader_epoch::{EpochEntry, LeaderEpochCache};
 pub use log::{AppendInfo, Log, LogStats, ReadResult};

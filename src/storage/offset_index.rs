@@ -292,8 +292,9 @@ impl OffsetIndex {
         let relative = offset.distance_from(self.base_offset);
         debug_assert!(relative > 0 && relative <= u64::from(u32::MAX));
         debug_assert!(position > 0 && position <= u64::from(u32::MAX));
-        debug_assert!(self.last_entry().map_or(true, |last| last.offset < offset
-            && last.position < position));
+        debug_assert!(self
+            .last_entry()
+            .is_none_or(|last| last.offset < offset && last.position < position));
         let slot = self.entries;
         let Some(mmap) = self.mmap.as_mut() else {
             return false;

@@ -989,7 +989,7 @@ impl Segment {
             && self
                 .index
                 .last_entry()
-                .map_or(true, |e| e.position < self.size_bytes.max(1))
+                .is_none_or(|e| e.position < self.size_bytes.max(1))
     }
 }
 

@@ -71,7 +71,7 @@ pub(crate) fn cut_to_durable(
         return Ok(());
     }
     let unsynced = length_bytes - durable_bytes;
-    let kept = if rng.next_u64() % 2 == 0 {
+    let kept = if rng.next_u64().is_multiple_of(2) {
         0
     } else {
         rng.next_u64() % (unsynced + 1)

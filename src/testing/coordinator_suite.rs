@@ -194,7 +194,50 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             "dropped_receiver_is_harmless",
             dropped_receiver_is_harmless::<C>,
         ),
+        (
+            "cluster_id_is_stable_and_replica_directories_are_recorded",
+            cluster_id_is_stable_and_replica_directories_are_recorded::<C>,
+        ),
     ]
+}
+
+/// SPEC 2.8: the cluster id is the same on every call, and each replica's
+/// directory is kept per node and log, replaced by a later record, and
+/// changes no log state.
+fn cluster_id_is_stable_and_replica_directories_are_recorded<C: Coordinator>(
+    c: &C,
+    _time: &SuiteTime,
+) {
+    use crate::types::DirectoryId;
+    let cluster_id = c.cluster_id().unwrap();
+    assert_eq!(c.cluster_id().unwrap(), cluster_id, "cluster id changed");
+    let (node, other) = (NodeId(40), NodeId(41));
+    let created = c.create_log(LogId(40), vec![node, other]).unwrap();
+    assert_eq!(c.replica_directories(node).unwrap(), vec![]);
+    let (first, second) = (DirectoryId(1), DirectoryId(u128::MAX));
+    c.record_replica_directories(node, first, &[LogId(41), LogId(40)])
+        .unwrap();
+    c.record_replica_directories(other, second, &[LogId(40)])
+        .unwrap();
+    assert_eq!(
+        c.replica_directories(node).unwrap(),
+        vec![(LogId(40), first), (LogId(41), first)]
+    );
+    c.record_replica_directories(node, second, &[LogId(41)])
+        .unwrap();
+    assert_eq!(
+        c.replica_directories(node).unwrap(),
+        vec![(LogId(40), first), (LogId(41), second)]
+    );
+    assert_eq!(
+        c.replica_directories(other).unwrap(),
+        vec![(LogId(40), second)]
+    );
+    assert_eq!(
+        stored(c, LogId(40)),
+        created,
+        "recording a directory changed the log"
+    );
 }
 
 fn nodes(ids: &[u32]) -> Vec<NodeId> {
@@ -642,7 +685,7 @@ fn concurrent_compare_and_set_has_one_winner_per_version<C: Coordinator>(c: &C, 
                     let mut won = Vec::new();
                     for attempt in 0..ATTEMPTS {
                         let seen = stored(c, LogId(1));
-                        let isr = if (thread as usize + attempt) % 2 == 0 {
+                        let isr = if (thread as usize + attempt).is_multiple_of(2) {
                             vec![1, 2]
                         } else {
                             vec![1, 3]

@@ -853,7 +853,7 @@ fn read_committed<C: FaultTarget>(cluster: &C, state: &RunState, logs: &[LogId],
             return;
         };
         check_committed_read(cluster, state, node, log, &mut rng);
-        if round % 8 == 0 && state.no_loss {
+        if round.is_multiple_of(8) && state.no_loss {
             if let Some(other) = pick(&mut rng, &nodes).filter(|&o| o != node) {
                 compare_replicas(cluster, state, log, node, other);
             }
@@ -1110,7 +1110,7 @@ fn inject_faults<C: FaultTarget>(
                 };
                 let power_loss = match config.crash_mode {
                     CrashMode::Process => false,
-                    _ => rng.next_u64() % 2 == 0,
+                    _ => rng.next_u64().is_multiple_of(2),
                 };
                 let lose = if power_loss {
                     Lose::UnflushedBytes {
@@ -1119,7 +1119,7 @@ fn inject_faults<C: FaultTarget>(
                 } else {
                     Lose::Nothing
                 };
-                let session = if rng.next_u64() % 2 == 0 {
+                let session = if rng.next_u64().is_multiple_of(2) {
                     SessionEnd::Immediately
                 } else {
                     SessionEnd::OnExpiry
@@ -1143,7 +1143,7 @@ fn inject_faults<C: FaultTarget>(
                 };
                 let lose = match config.crash_mode {
                     CrashMode::Process => Lose::Nothing,
-                    _ if rng.next_u64() % 2 == 0 => Lose::Nothing,
+                    _ if rng.next_u64().is_multiple_of(2) => Lose::Nothing,
                     _ => Lose::UnflushedBytes {
                         seed: rng.next_u64(),
                     },

@@ -575,6 +575,20 @@ impl Coordinator for BelievesItHoldsTheSeat {
     fn allocate_producer_id(&self) -> Result<ProducerId> {
         self.inner.allocate_producer_id()
     }
+    fn cluster_id(&self) -> Result<isrlog::ClusterId> {
+        self.inner.cluster_id()
+    }
+    fn replica_directories(&self, node: NodeId) -> Result<Vec<(LogId, isrlog::DirectoryId)>> {
+        self.inner.replica_directories(node)
+    }
+    fn record_replica_directories(
+        &self,
+        node: NodeId,
+        directory: isrlog::DirectoryId,
+        logs: &[LogId],
+    ) -> Result<()> {
+        self.inner.record_replica_directories(node, directory, logs)
+    }
 }
 
 /// Regression (review finding): a deposed controller could still write,

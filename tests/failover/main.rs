@@ -8,6 +8,7 @@
 mod failover_support;
 
 mod all_isr_down_without_unclean_election_stays_leaderless;
+mod an_emptied_data_directory_loses_nothing_acknowledged;
 mod clean_shutdown_keeps_a_replica_eligible;
 mod committed_never_lost_under_random_faults;
 mod controlled_shutdown_moves_leadership_first;
@@ -16,6 +17,7 @@ mod failed_storage_hands_leadership_over;
 mod fast_leader_changes_a_b_a_end_with_identical_logs;
 mod log_client_follows_the_leader_across_failover;
 mod new_leader_committed_end_not_yet_known;
+mod node_start_refuses_foreign_shared_or_misconfigured_directories;
 mod partitioned_leader_never_acknowledges_and_rejoins_as_follower;
 mod quick_restart_of_a_leader_starts_a_new_epoch;
 mod replica_that_cannot_become_leader_hands_over;

@@ -27,7 +27,11 @@ fn committed_reads_stay_below_the_high_watermark_on_every_replica() {
         std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let acks = if i % 3 == 0 { Acks::All } else { Acks::Leader };
+                let acks = if i.is_multiple_of(3) {
+                    Acks::All
+                } else {
+                    Acks::Leader
+                };
                 leader
                     .append_values(&[format!("{i}"), format!("{i}b")], acks)
                     .unwrap();

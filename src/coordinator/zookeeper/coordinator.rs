@@ -63,7 +63,9 @@ use futures::FutureExt;
 use zookeeper_client as zk;
 
 use super::config::ZkCoordinatorConfig;
-use super::document::{self, Subject, CONTROLLER, CONTROLLER_SEAT, LOGS, NODES, PRODUCER_IDS};
+use super::document::{
+    self, Subject, CLUSTER_ID, CONTROLLER, CONTROLLER_SEAT, DIRECTORIES, LOGS, NODES, PRODUCER_IDS,
+};
 use super::events::Dispatcher;
 use super::executor::Executor;
 use crate::coordinator::{
@@ -71,7 +73,7 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
-use crate::types::{LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, ProducerId};
 
 /// Pause between two attempts of a read whose connection dropped, and
 /// between polls for a condition that has no notification.
@@ -610,7 +612,10 @@ async fn open_main_session(
     let client = root
         .chroot(config.chroot.clone())
         .map_err(|_| coordinator_error(format!("{} is not a valid chroot", config.chroot)))?;
-    let layout: [(&str, Vec<u8>); 4] = [
+    // The first process to connect to an empty store chooses the cluster
+    // id; everyone after finds it (NodeExists), as Kafka brokers do with
+    // `/cluster/id`.
+    let layout: [(&str, Vec<u8>); 6] = [
         (NODES, Vec::new()),
         (LOGS, Vec::new()),
         (
@@ -618,6 +623,8 @@ async fn open_main_session(
             document::encode_controller(ControllerEpoch(0), None),
         ),
         (PRODUCER_IDS, document::encode_producer_ids(0)),
+        (CLUSTER_ID, document::encode_cluster_id(ClusterId::random())),
+        (DIRECTORIES, Vec::new()),
     ];
     for (path, data) in layout {
         match client.create(path, &data, &persistent()).await {
@@ -1771,6 +1778,99 @@ impl Coordinator for ZkCoordinator {
         block.next = start + 1;
         block.end = end;
         Ok(ProducerId(start))
+    }
+
+    fn cluster_id(&self) -> Result<ClusterId> {
+        self.run(
+            format!("read {CLUSTER_ID}"),
+            move |shared, deadline, what| async move {
+                let (data, _) = shared
+                    .read(deadline, &what, |client| async move {
+                        client.get_data(CLUSTER_ID).await
+                    })
+                    .await?
+                    .map_err(|e| zk_error(&what, e))?;
+                document::decode_cluster_id(&data)
+            },
+        )
+    }
+
+    fn replica_directories(&self, node: NodeId) -> Result<Vec<(LogId, DirectoryId)>> {
+        let path = document::directories_path(node);
+        self.run(
+            format!("read {path}"),
+            move |shared, deadline, what| async move {
+                let read = shared
+                    .read(deadline, &what, |client| {
+                        let path = path.clone();
+                        async move { client.get_data(&path).await }
+                    })
+                    .await?;
+                match read {
+                    Ok((data, _)) => document::decode_directories(node, &data),
+                    Err(zk::Error::NoNode) => Ok(Vec::new()),
+                    Err(error) => Err(zk_error(&what, error)),
+                }
+            },
+        )
+    }
+
+    /// Read-modify-write of the node's directories document, with the
+    /// znode version as compare-and-set key (only the node itself writes
+    /// it, so a lost race is rare: a retry after a call whose outcome was
+    /// unknown).
+    fn record_replica_directories(
+        &self,
+        node: NodeId,
+        directory: DirectoryId,
+        logs: &[LogId],
+    ) -> Result<()> {
+        let path = document::directories_path(node);
+        let logs = logs.to_vec();
+        self.run(
+            format!("write {path}"),
+            move |shared, deadline, what| async move {
+                loop {
+                    let read = shared
+                        .read(deadline, &what, |client| {
+                            let path = path.clone();
+                            async move { client.get_data(&path).await }
+                        })
+                        .await?;
+                    let (mut recorded, version) = match read {
+                        Ok((data, stat)) => (
+                            document::decode_directories(node, &data)?,
+                            Some(stat.version),
+                        ),
+                        Err(zk::Error::NoNode) => (Vec::new(), None),
+                        Err(error) => return Err(zk_error(&what, error)),
+                    };
+                    recorded.retain(|(log, _)| !logs.contains(log));
+                    recorded.extend(logs.iter().map(|log| (*log, directory)));
+                    recorded.sort();
+                    let data = document::encode_directories(&recorded);
+                    let client = shared.main_client(deadline, &what).await?;
+                    connected(&client, deadline, &what).await?;
+                    let written = match version {
+                        Some(version) => client
+                            .set_data(&path, &data, Some(version))
+                            .await
+                            .map(|_| ()),
+                        None => client.create(&path, &data, &persistent()).await.map(|_| ()),
+                    };
+                    match unknown_if_lost(written, &what)? {
+                        Ok(()) => return Ok(()),
+                        Err(zk::Error::BadVersion | zk::Error::NodeExists) => {}
+                        Err(error) => return Err(zk_error(&what, error)),
+                    }
+                    if Instant::now() + RETRY_PAUSE >= deadline {
+                        return Err(coordinator_error(format!(
+                            "cannot {what}: the document kept changing; retry later"
+                        )));
+                    }
+                }
+            },
+        )
     }
 }
 

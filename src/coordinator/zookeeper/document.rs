@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinator::{ControllerEpoch, LogEnd, LogState, UncleanReplica};
 use crate::error::{Error, Result};
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
 
 /// The parent of the live nodes' ephemeral znodes.
 pub(super) const NODES: &str = "/nodes";
@@ -36,6 +36,17 @@ pub(super) const CONTROLLER_SEAT: &str = "/controller/seat";
 pub(super) const LOGS: &str = "/logs";
 /// The producer id counter.
 pub(super) const PRODUCER_IDS: &str = "/producer_ids";
+/// The cluster id (SPEC 2.8; Kafka's `/cluster/id`), created with the
+/// layout. A store set up by a version without it gets one at the next
+/// connect.
+pub(super) const CLUSTER_ID: &str = "/cluster_id";
+/// The parent of the per-node replica directory documents (SPEC 2.8). A
+/// node without a document has no replica placed on a directory yet.
+pub(super) const DIRECTORIES: &str = "/directories";
+
+pub(super) fn directories_path(node: NodeId) -> String {
+    format!("{DIRECTORIES}/{}", node.0)
+}
 
 /// The only document format this version reads and writes.
 const FORMAT: u32 = 1;
@@ -357,6 +368,75 @@ pub(super) fn decode_producer_ids(bytes: &[u8]) -> Result<i64> {
     Ok(document.next_block_start)
 }
 
+/// The cluster id, as 32 hex digits.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct ClusterIdDocument {
+    format: u32,
+    cluster_id: String,
+}
+
+impl Formatted for ClusterIdDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+pub(super) fn encode_cluster_id(cluster_id: ClusterId) -> Vec<u8> {
+    encode(&ClusterIdDocument {
+        format: FORMAT,
+        cluster_id: cluster_id.to_string(),
+    })
+}
+
+pub(super) fn decode_cluster_id(bytes: &[u8]) -> Result<ClusterId> {
+    let document: ClusterIdDocument = decode(CLUSTER_ID, bytes)?;
+    document
+        .cluster_id
+        .parse()
+        .map_err(|reason| decode_error(CLUSTER_ID, format!("cluster_id: {reason}")))
+}
+
+/// The directory each replica of one node was placed on: log id to
+/// directory id (32 hex digits). Only that node writes it.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct DirectoriesDocument {
+    format: u32,
+    #[serde(default)]
+    replicas: std::collections::BTreeMap<u32, String>,
+}
+
+impl Formatted for DirectoriesDocument {
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+pub(super) fn encode_directories(directories: &[(LogId, DirectoryId)]) -> Vec<u8> {
+    encode(&DirectoriesDocument {
+        format: FORMAT,
+        replicas: directories
+            .iter()
+            .map(|(log, dir)| (log.0, dir.to_string()))
+            .collect(),
+    })
+}
+
+pub(super) fn decode_directories(node: NodeId, bytes: &[u8]) -> Result<Vec<(LogId, DirectoryId)>> {
+    let path = directories_path(node);
+    let document: DirectoriesDocument = decode(&path, bytes)?;
+    document
+        .replicas
+        .into_iter()
+        .map(|(log, dir)| {
+            dir.parse()
+                .map(|dir| (LogId(log), dir))
+                .map_err(|reason| decode_error(&path, format!("log {log}: {reason}")))
+        })
+        .collect()
+}
+
 /// What a live node's znode holds: nothing anyone relies on, but useful to
 /// an operator looking with zkCli.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -574,6 +654,28 @@ mod tests {
         let nameless = encode_controller(ControllerEpoch(2), None);
         let err = decode_controller(CONTROLLER, &nameless, 2).unwrap_err();
         assert!(err.to_string().contains("names no controller"), "{err}");
+    }
+
+    #[test]
+    fn cluster_id_and_directories_round_trip() {
+        let id = ClusterId(0x1234_5678);
+        assert_eq!(decode_cluster_id(&encode_cluster_id(id)).unwrap(), id);
+        let dirs = vec![
+            (LogId(1), DirectoryId(7)),
+            (LogId(9), DirectoryId(u128::MAX)),
+        ];
+        assert_eq!(
+            decode_directories(NodeId(2), &encode_directories(&dirs)).unwrap(),
+            dirs
+        );
+        let bad = br#"{"format":1,"replicas":{"3":"nope"}}"#;
+        let error = decode_directories(NodeId(2), bad).unwrap_err().to_string();
+        assert!(
+            error.contains("/directories/2") && error.contains("log 3"),
+            "{error}"
+        );
+        let empty = br#"{"format":1}"#;
+        assert_eq!(decode_directories(NodeId(2), empty).unwrap(), vec![]);
     }
 
     #[test]

@@ -365,9 +365,9 @@ impl RateLimitedWarnings {
     fn admit_at(&self, kind: Warning, now: Instant) -> Option<u64> {
         let mut windows = self.windows.lock();
         let window = &mut windows[kind.index()];
-        let due = window.logged_at.map_or(true, |at| {
-            now.saturating_duration_since(at) >= self.interval
-        });
+        let due = window
+            .logged_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.interval);
         if due {
             let suppressed = window.suppressed;
             *window = Window {

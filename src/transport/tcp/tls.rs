@@ -628,9 +628,9 @@ impl RefusalLog {
 
     fn admit_at(&self, now: Instant) -> Option<u64> {
         let mut state = self.state.lock();
-        let quiet = state.last_logged.map_or(true, |last| {
-            now.saturating_duration_since(last) >= self.interval
-        });
+        let quiet = state
+            .last_logged
+            .is_none_or(|last| now.saturating_duration_since(last) >= self.interval);
         if quiet {
             state.last_logged = Some(now);
             Some(std::mem::take(&mut state.suppressed))

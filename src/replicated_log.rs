@@ -166,7 +166,7 @@ impl ReplicatedLog {
                 return Err(error);
             }
         };
-        let (cell, handle) = Completion::new_pair();
+        let (cell, handle) = Completion::new_pair_on(&self.node.completions);
         self.replica
             .queue_pipelined(&appended, acks_all, bytes, cell);
         // This append's write may have decided others' outcomes.

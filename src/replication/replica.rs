@@ -200,8 +200,9 @@ pub(crate) struct Replica {
 
 /// Resolves the pipelined appends a role change or a fetch decided, when
 /// dropped: declared first in a method, it runs after every lock the
-/// method took was released, so completion callbacks never run under a
-/// lock of the replica.
+/// method took was released, so outcomes are handed out (and blocked
+/// owners woken) under no lock of the replica; callbacks and wakers go on
+/// to the node's completion thread.
 struct ResolveOnDrop<'a> {
     replica: &'a Replica,
     check_isr: bool,
@@ -996,7 +997,7 @@ impl Replica {
 
     /// Queues a pipelined append (its bytes reserved) made in
     /// `appended.generation`; resolves it at once if its outcome is known
-    /// already. Call with no lock held (a callback may run here).
+    /// already. Call with no lock of the replica held.
     pub(crate) fn queue_pipelined(
         &self,
         appended: &LeaderAppend,

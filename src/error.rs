@@ -307,6 +307,196 @@ impl Error {
         }
     }
 
+    /// A copy of this error, for an outcome handed out more than once (an
+    /// `AppendHandle` asked again after it completed as a future). An
+    /// operating-system error is copied as its kind and message.
+    pub(crate) fn duplicate(&self) -> Error {
+        fn copy_io(source: &io::Error) -> io::Error {
+            io::Error::new(source.kind(), source.to_string())
+        }
+        match self {
+            Error::Io {
+                path,
+                operation,
+                source,
+            } => Error::Io {
+                path: path.clone(),
+                operation,
+                source: copy_io(source),
+            },
+            Error::Corrupt {
+                path,
+                position,
+                reason,
+            } => Error::Corrupt {
+                path: path.clone(),
+                position: *position,
+                reason: reason.clone(),
+            },
+            Error::InvalidCheckpoint { path, reason } => Error::InvalidCheckpoint {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            Error::Poisoned { path, reason } => Error::Poisoned {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            Error::InvalidBatch { reason } => Error::InvalidBatch {
+                reason: reason.clone(),
+            },
+            Error::InvalidConfig {
+                field,
+                value,
+                reason,
+            } => Error::InvalidConfig {
+                field,
+                value: value.clone(),
+                reason,
+            },
+            Error::OffsetOutOfRange {
+                requested,
+                log_start,
+                log_end,
+            } => Error::OffsetOutOfRange {
+                requested: *requested,
+                log_start: *log_start,
+                log_end: *log_end,
+            },
+            Error::LogStartAboveHighWatermark {
+                requested,
+                high_watermark,
+            } => Error::LogStartAboveHighWatermark {
+                requested: *requested,
+                high_watermark: *high_watermark,
+            },
+            Error::DirectoryIdentityMismatch {
+                path,
+                field,
+                expected,
+                found,
+            } => Error::DirectoryIdentityMismatch {
+                path: path.clone(),
+                field,
+                expected: expected.clone(),
+                found: found.clone(),
+            },
+            Error::DirectoryLocked { path, lock_file } => Error::DirectoryLocked {
+                path: path.clone(),
+                lock_file: lock_file.clone(),
+            },
+            Error::NonContiguousAppend { expected, got } => Error::NonContiguousAppend {
+                expected: *expected,
+                got: *got,
+            },
+            Error::NotLeader { log, epoch, leader } => Error::NotLeader {
+                log: *log,
+                epoch: *epoch,
+                leader: *leader,
+            },
+            Error::CommittedEndNotYetKnown {
+                log,
+                epoch,
+                high_watermark,
+                epoch_start_offset,
+            } => Error::CommittedEndNotYetKnown {
+                log: *log,
+                epoch: *epoch,
+                high_watermark: *high_watermark,
+                epoch_start_offset: *epoch_start_offset,
+            },
+            Error::NotEnoughReplicas {
+                in_sync,
+                min_insync_replicas,
+            } => Error::NotEnoughReplicas {
+                in_sync: *in_sync,
+                min_insync_replicas: *min_insync_replicas,
+            },
+            Error::NotEnoughReplicasAfterAppend {
+                in_sync,
+                min_insync_replicas,
+            } => Error::NotEnoughReplicasAfterAppend {
+                in_sync: *in_sync,
+                min_insync_replicas: *min_insync_replicas,
+            },
+            Error::Timeout {
+                waited,
+                waiting_for,
+            } => Error::Timeout {
+                waited: *waited,
+                waiting_for,
+            },
+            Error::PipelineFull {
+                log,
+                batch_bytes,
+                bytes_in_flight,
+                bytes_max,
+                waited,
+            } => Error::PipelineFull {
+                log: *log,
+                batch_bytes: *batch_bytes,
+                bytes_in_flight: *bytes_in_flight,
+                bytes_max: *bytes_max,
+                waited: *waited,
+            },
+            Error::FencedLeaderEpoch { request, current } => Error::FencedLeaderEpoch {
+                request: *request,
+                current: *current,
+            },
+            Error::UnknownLeaderEpoch { request, current } => Error::UnknownLeaderEpoch {
+                request: *request,
+                current: *current,
+            },
+            Error::UnknownLog(log) => Error::UnknownLog(*log),
+            Error::LeaderNotAvailable(log) => Error::LeaderNotAvailable(*log),
+            Error::ReplicationFactorTooLarge {
+                replication_factor,
+                nodes,
+            } => Error::ReplicationFactorTooLarge {
+                replication_factor: *replication_factor,
+                nodes: *nodes,
+            },
+            Error::Transport { to, reason } => Error::Transport {
+                to: *to,
+                reason: reason.clone(),
+            },
+            Error::Coordinator { reason } => Error::Coordinator {
+                reason: reason.clone(),
+            },
+            Error::Shutdown => Error::Shutdown,
+            Error::Network {
+                addr,
+                operation,
+                source,
+            } => Error::Network {
+                addr: *addr,
+                operation,
+                source: copy_io(source),
+            },
+            Error::Tls { what, reason } => Error::Tls {
+                what: what.clone(),
+                reason: reason.clone(),
+            },
+            Error::OutOfOrderSequence {
+                producer,
+                expected,
+                received,
+            } => Error::OutOfOrderSequence {
+                producer: *producer,
+                expected: *expected,
+                received: *received,
+            },
+            Error::ProducerFenced {
+                producer,
+                current,
+                received,
+            } => Error::ProducerFenced {
+                producer: *producer,
+                current: *current,
+                received: *received,
+            },
+        }
+    }
+
     /// Whether a caller may retry the same request (perhaps against another
     /// node) and expect it to succeed eventually.
     pub fn is_retriable(&self) -> bool {

@@ -14,7 +14,8 @@
 //!   [`Acks::None`], [`Acks::Leader`] or [`Acks::All`], blocking until the
 //!   outcome is known, or without holding a thread
 //!   ([`ReplicatedLog::append_pipelined`]: an [`AppendHandle`] to wait on,
-//!   `.await` or give a callback). Followers *pull*:
+//!   `.await` or give a callback; callbacks and wakers run on the node's
+//!   completion thread, never on a replication thread). Followers *pull*:
 //!   one fetcher thread per (follower node, leader node) pair long-polls the
 //!   leader for every log it follows, and a fetch at offset `n` acknowledges
 //!   everything below `n`.

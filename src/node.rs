@@ -2,6 +2,12 @@
 //! assigned to it, answers other nodes' requests (fetch, epoch queries),
 //! runs one fetcher thread per leader it follows, and one control thread
 //! that follows the coordinator: role changes, ISR changes, heartbeats.
+//! Two more threads serve pipelined appends: a deadline timer
+//! (`isrlog-deadlines-<node>`) that fails them with `Timeout` on time
+//! whatever the coordinator is doing, and the completion thread
+//! (`isrlog-completions-<node>`) that runs their callbacks and wakers, so
+//! that the application's code never runs on a thread replication,
+//! heartbeats or timeouts depend on.
 //!
 //! The node does no replication logic of its own; it routes events to
 //! [`Replica`] and the state machines behind it.
@@ -21,6 +27,7 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
+use crate::replication::CompletionRunner;
 use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch};
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, DirectoryIdentity, DirectoryLock,
@@ -38,6 +45,14 @@ use crate::types::{DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
 const HAND_OVER_ATTEMPTS_MAX: usize = 5;
 /// Controlled shutdown: how often to look for a caught-up successor.
 const HAND_OVER_POLL: Duration = Duration::from_millis(1);
+/// How often the deadline timer looks for pipelined appends past their
+/// deadline: a `Timeout` arrives at most this late (plus scheduling), well
+/// within the 100 ms SPEC 3.1 allows.
+const DEADLINE_TICK: Duration = Duration::from_millis(10);
+/// How long a stopping node waits for its completion thread to run the
+/// callbacks still queued (the `Shutdown` outcomes of its pending appends)
+/// before it leaves the thread to finish on its own.
+const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
@@ -86,6 +101,9 @@ pub(crate) struct NodeShared {
     fetch_rotation: AtomicU64,
     /// Requests refused as invalid are logged at most once per interval.
     warnings: RateLimitedWarnings,
+    /// Runs pipelined appends' callbacks and wakers on the node's
+    /// completion thread.
+    pub(crate) completions: Arc<CompletionRunner>,
 }
 
 /// Interval of the node's rate-limited warnings about invalid requests.
@@ -150,6 +168,10 @@ impl std::fmt::Debug for NodeShared {
 pub struct Node {
     shared: Arc<NodeShared>,
     control: Option<JoinHandle<()>>,
+    /// The deadline timer of pipelined appends.
+    deadlines: Option<JoinHandle<()>>,
+    /// The thread running pipelined appends' callbacks and wakers.
+    completions: Option<JoinHandle<()>>,
     controller: Option<Controller>,
     /// The data directory's exclusive lock (SPEC 2.8), held by the node,
     /// not by [`NodeShared`]: a halted node's handler may outlive it in the
@@ -280,6 +302,7 @@ impl Node {
             stop: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
+            completions: CompletionRunner::new(),
         });
         if matches!(
             previous_shutdown,
@@ -332,6 +355,8 @@ impl Node {
         let mut node = Node {
             shared,
             control: None,
+            deadlines: None,
+            completions: None,
             controller: None,
             directory_lock: Some(directory_lock),
         };
@@ -360,6 +385,31 @@ impl Node {
             .spawn(move || control_loop(&thread_shared, &events, &command_rx))
             .map_err(|e| Error::io(PathBuf::from("<thread>"), "spawn control thread", e))?;
         self.control = Some(control);
+        let runner = Arc::clone(&self.shared.completions);
+        let completions = std::thread::Builder::new()
+            .name(format!(
+                "isrlog-completions-{}",
+                self.shared.config.node_id.0
+            ))
+            .spawn(move || runner.run());
+        match completions {
+            Ok(thread) => self.completions = Some(thread),
+            Err(e) => {
+                // Nothing runs the queue: whatever is queued runs here.
+                self.shared.completions.run_inline();
+                return Err(Error::io(
+                    PathBuf::from("<thread>"),
+                    "spawn completion thread",
+                    e,
+                ));
+            }
+        }
+        let thread_shared = Arc::clone(&self.shared);
+        let deadlines = std::thread::Builder::new()
+            .name(format!("isrlog-deadlines-{}", self.shared.config.node_id.0))
+            .spawn(move || deadline_loop(&thread_shared))
+            .map_err(|e| Error::io(PathBuf::from("<thread>"), "spawn deadline thread", e))?;
+        self.deadlines = Some(deadlines);
         if let Some(config) = controller_config {
             self.controller = Some(Controller::start(
                 self.shared.config.node_id,
@@ -607,6 +657,37 @@ impl Node {
         fetchers.append(&mut self.shared.retired_fetchers.lock());
         for fetcher in &mut fetchers {
             fetcher.stop();
+        }
+        if let Some(deadlines) = self.deadlines.take() {
+            if deadlines.join().is_err() {
+                tracing::error!(node = %self.shared.config.node_id, "deadline thread panicked");
+            }
+        }
+        self.stop_completions();
+    }
+
+    /// Lets the completion thread run what is queued (the `Shutdown`
+    /// outcomes of the pending appends), then exit. A callback that stops
+    /// its own node runs on that thread: it is not waited for then.
+    fn stop_completions(&mut self) {
+        self.shared.completions.stop();
+        let Some(completions) = self.completions.take() else {
+            return;
+        };
+        if completions.thread().id() == std::thread::current().id() {
+            return;
+        }
+        if self
+            .shared
+            .completions
+            .wait_stopped(Instant::now() + COMPLETION_DRAIN_MAX)
+        {
+            if completions.join().is_err() {
+                tracing::error!(node = %self.shared.config.node_id, "completion thread panicked");
+            }
+        } else {
+            tracing::warn!(node = %self.shared.config.node_id, waited = ?COMPLETION_DRAIN_MAX,
+                "a pipelined append's callback is still running; the completion thread finishes on its own");
         }
     }
 }
@@ -1373,6 +1454,19 @@ impl RequestHandler for NodeHandler {
                     .collect();
                 Response::EpochEndOffsets(EpochEndOffsetsResponse { logs })
             }
+        }
+    }
+}
+
+/// The deadline timer: every [`DEADLINE_TICK`], fails the pipelined
+/// appends past their deadline. It never calls the coordinator, so a
+/// coordinator that hangs does not make timeouts late (the control loop,
+/// which does, could not promise that).
+fn deadline_loop(shared: &NodeShared) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(DEADLINE_TICK);
+        for replica in shared.replicas.read().values() {
+            replica.expire_pipelined();
         }
     }
 }

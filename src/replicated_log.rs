@@ -132,7 +132,9 @@ impl ReplicatedLog {
     /// [`append`](Self::append) would have returned for the same batch and
     /// `acks`: the [`AppendOutcome`], or `NotEnoughReplicasAfterAppend`,
     /// `NotLeader` (the role changed first), `Shutdown` (the node stopped
-    /// first), `Timeout` (at `request_timeout`), `Poisoned` (the write
+    /// first), `Timeout` (at `request_timeout`, within 100 ms of it even
+    /// while the coordinator hangs: the node's deadline timer decides it),
+    /// `Poisoned` (the write
     /// failed). Every handle is resolved, at the latest at its timeout or
     /// when the node stops.
     ///
@@ -166,7 +168,7 @@ impl ReplicatedLog {
                 return Err(error);
             }
         };
-        let (cell, handle) = Completion::new_pair();
+        let (cell, handle) = Completion::new_pair_on(&self.node.completions);
         self.replica
             .queue_pipelined(&appended, acks_all, bytes, cell);
         // This append's write may have decided others' outcomes.

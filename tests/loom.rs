@@ -238,7 +238,7 @@ mod completion {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
 
-    use isrlog::testing::loom_models::Completion;
+    use isrlog::testing::loom_models::{Completion, CompletionRunner};
     use isrlog::{AppendOutcome, LeaderEpoch, Offset};
     use loom::sync::atomic::{AtomicUsize, Ordering};
     use loom::thread;
@@ -344,6 +344,107 @@ mod completion {
             drop(handle);
             resolver.join().unwrap();
             assert!(cell.is_resolved());
+        });
+    }
+
+    // ---- the node's completion thread (issue 23) ------------------------
+
+    /// Two outcomes decided in order on one thread, their callbacks
+    /// registered while they are being decided: each callback runs exactly
+    /// once — on the runner, or inline when registered after the outcome —
+    /// and those the runner runs keep the order of the decisions.
+    #[test]
+    fn runner_runs_each_callback_once_in_decision_order() {
+        loom::model(|| {
+            let runner = CompletionRunner::new();
+            let (first, first_handle) = Completion::new_pair_on(&runner);
+            let (second, second_handle) = Completion::new_pair_on(&runner);
+            let ran = Arc::new(loom::sync::Mutex::new(Vec::new()));
+            let worker = {
+                let runner = Arc::clone(&runner);
+                thread::spawn(move || runner.run())
+            };
+            let resolver = thread::spawn(move || {
+                first.resolve(Ok(outcome()));
+                second.resolve(Ok(outcome()));
+            });
+            for (id, handle) in [(1, first_handle), (2, second_handle)] {
+                let ran = Arc::clone(&ran);
+                let registering = thread::current().id();
+                handle.on_complete(move |got| {
+                    assert_eq!(got.unwrap(), outcome());
+                    let inline = thread::current().id() == registering;
+                    ran.lock().unwrap().push((id, inline));
+                });
+            }
+            resolver.join().unwrap();
+            runner.stop();
+            worker.join().unwrap();
+            let ran = ran.lock().unwrap();
+            let mut ids: Vec<u32> = ran.iter().map(|(id, _)| *id).collect();
+            ids.sort();
+            assert_eq!(ids, vec![1, 2], "each callback once: {ran:?}");
+            let on_runner: Vec<u32> = ran
+                .iter()
+                .filter(|(_, inline)| !inline)
+                .map(|(id, _)| *id)
+                .collect();
+            assert!(
+                on_runner.windows(2).all(|w| w[0] < w[1]),
+                "the runner keeps the decision order: {ran:?}"
+            );
+        });
+    }
+
+    /// An outcome decided while the runner stops: its callback runs
+    /// exactly once, on the runner if it was still accepting work, else on
+    /// the resolving thread; it is never lost.
+    #[test]
+    fn runner_stopping_racing_a_resolution_loses_no_callback() {
+        loom::model(|| {
+            let runner = CompletionRunner::new();
+            let (cell, handle) = Completion::new_pair_on(&runner);
+            let runs = Arc::new(AtomicUsize::new(0));
+            {
+                let runs = Arc::clone(&runs);
+                handle.on_complete(move |got| {
+                    assert_eq!(got.unwrap(), outcome());
+                    runs.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            let worker = {
+                let runner = Arc::clone(&runner);
+                thread::spawn(move || runner.run())
+            };
+            let resolver = thread::spawn(move || cell.resolve(Ok(outcome())));
+            runner.stop();
+            resolver.join().unwrap();
+            worker.join().unwrap();
+            assert_eq!(runs.load(Ordering::SeqCst), 1);
+        });
+    }
+
+    /// A future that completed racing the outcome gives the same outcome to
+    /// a later `wait` (before: `wait` blocked for ever).
+    #[test]
+    fn wait_after_the_future_completed_gets_the_outcome_again() {
+        loom::model(|| {
+            let (cell, mut handle) = Completion::new_pair();
+            let resolver = thread::spawn(move || cell.resolve(Ok(outcome())));
+            let unparker = Arc::new(Unparker {
+                thread: thread::current(),
+                wakes: AtomicUsize::new(0),
+            });
+            let waker = Waker::from(Arc::clone(&unparker));
+            let got = loop {
+                match Pin::new(&mut handle).poll(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(got) => break got,
+                    Poll::Pending => thread::park(),
+                }
+            };
+            assert_eq!(got.unwrap(), outcome());
+            assert_eq!(handle.wait().unwrap(), outcome());
+            resolver.join().unwrap();
         });
     }
 }

@@ -1,16 +1,22 @@
 //! The completion hand-off of a pipelined append: one cell per append,
 //! written once by whichever thread learns the outcome (the *resolver*) and
-//! read once by the append's owner — a thread blocked in
+//! read by the append's owner — a thread blocked in
 //! [`AppendHandle::wait`], an async task polling the handle as a
 //! [`Future`], or a callback registered with
 //! [`AppendHandle::on_complete`]. Modelled with loom in `tests/loom.rs`.
 //!
 //! The cell is a mutex over the outcome, the last waker and the callback,
 //! plus a condition variable for blocked threads. The resolver stores the
-//! outcome under the lock and takes the waker or callback out; it wakes
-//! and runs them only after letting the lock go, so a callback may append
-//! again, or wait on another handle, without deadlocking on this one.
+//! outcome under the lock and wakes blocked threads there (no application
+//! code runs for that); a waker or callback it takes out is handed to the
+//! node's [`CompletionRunner`], the one thread per node that runs the
+//! application's completion code, in the order the outcomes were decided.
+//! Replication's threads (fetch answers, the control loop, the deadline
+//! timer) therefore never run a callback or a waker: one that blocks —
+//! even one that appends and waits on another handle — stalls only the
+//! runner, never a fetch answer, a heartbeat or a timeout.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -26,7 +32,10 @@ type Callback = Box<dyn FnOnce(Result<AppendOutcome>) + Send + 'static>;
 
 #[derive(Default)]
 struct CellState {
-    /// The outcome, from resolution until the owner takes it.
+    /// The outcome, from resolution until an owner that consumes the
+    /// handle takes it (`wait`, `wait_timeout`, `on_complete`); polling as
+    /// a future hands out a copy and leaves it, so the handle can be asked
+    /// again.
     outcome: Option<Result<AppendOutcome>>,
     /// Whether the resolver has written the outcome (it stays true after
     /// the owner took it).
@@ -50,16 +59,42 @@ impl std::fmt::Debug for CellState {
 
 /// The shared cell between a pipelined append's resolver and its
 /// [`AppendHandle`]. Resolved exactly once.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Completion {
     state: Mutex<CellState>,
     ready: Condvar,
+    /// Where the callback or waker runs; `None` runs them on the resolving
+    /// thread (a handle resolved at creation, and the loom models).
+    runner: Option<Arc<CompletionRunner>>,
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("state", &*self.state.lock())
+            .field("runner", &self.runner.is_some())
+            .finish()
+    }
 }
 
 impl Completion {
-    /// A cell and the handle that reads it.
+    /// A cell and the handle that reads it; its callback or waker runs on
+    /// the resolving thread.
     pub fn new_pair() -> (Arc<Completion>, AppendHandle) {
-        let cell = Arc::new(Completion::default());
+        Self::pair(None)
+    }
+
+    /// A cell and the handle that reads it; its callback or waker runs on
+    /// `runner`'s thread.
+    pub fn new_pair_on(runner: &Arc<CompletionRunner>) -> (Arc<Completion>, AppendHandle) {
+        Self::pair(Some(Arc::clone(runner)))
+    }
+
+    fn pair(runner: Option<Arc<CompletionRunner>>) -> (Arc<Completion>, AppendHandle) {
+        let cell = Arc::new(Completion {
+            runner,
+            ..Completion::default()
+        });
         let handle = AppendHandle {
             cell: Arc::clone(&cell),
         };
@@ -67,12 +102,13 @@ impl Completion {
     }
 
     /// Writes the outcome and hands it to whoever waits: wakes blocked
-    /// threads and the last waker, or runs the registered callback — on
-    /// this thread, after the cell's lock is released. A panicking
-    /// callback or waker is caught and logged. A second resolution is a
-    /// bug; it is ignored (and asserted against in debug builds).
+    /// threads at once, and hands the last waker or the registered
+    /// callback to the runner (or, without one, runs it on this thread
+    /// after the cell's lock is released). A panicking callback or waker
+    /// is caught and logged. A second resolution is a bug; it is ignored
+    /// (and asserted against in debug builds).
     pub fn resolve(&self, outcome: Result<AppendOutcome>) {
-        let (callback, waker, outcome) = {
+        let job = {
             let mut state = self.state.lock();
             debug_assert!(!state.resolved, "a pipelined append resolved twice");
             if state.resolved {
@@ -81,21 +117,18 @@ impl Completion {
             state.resolved = true;
             match state.callback.take() {
                 // The callback is the one owner: the outcome goes to it.
-                Some(callback) => (Some(callback), None, Some(outcome)),
+                Some(callback) => Some(Job::Callback(callback, outcome)),
                 None => {
                     state.outcome = Some(outcome);
                     self.ready.notify_all();
-                    (None, state.waker.take(), None)
+                    state.waker.take().map(Job::Wake)
                 }
             }
         };
-        if let (Some(callback), Some(outcome)) = (callback, outcome) {
-            run_callback(callback, outcome);
-        }
-        if let Some(waker) = waker {
-            let _application = ApplicationCode::enter();
-            if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
-                tracing::error!("a waker of a pipelined append panicked; ignored");
+        if let Some(job) = job {
+            match &self.runner {
+                Some(runner) => runner.submit(job),
+                None => job.run(),
             }
         }
     }
@@ -106,13 +139,158 @@ impl Completion {
     }
 }
 
-/// Runs a completion callback, catching (and logging) a panic: a panicking
-/// callback must not unwind into the thread that resolved the append (a
-/// replication or control thread of the node).
-fn run_callback(callback: Callback, outcome: Result<AppendOutcome>) {
-    let _application = ApplicationCode::enter();
-    if catch_unwind(AssertUnwindSafe(move || callback(outcome))).is_err() {
-        tracing::error!("a pipelined append's on_complete callback panicked; ignored");
+/// Application code a resolution owes: a callback with its outcome, or a
+/// waker to wake.
+enum Job {
+    Callback(Callback, Result<AppendOutcome>),
+    Wake(Waker),
+}
+
+impl Job {
+    /// Runs the application's code, catching (and logging) a panic: it
+    /// must not unwind into the thread that runs it.
+    fn run(self) {
+        let _application = ApplicationCode::enter();
+        match self {
+            Job::Callback(callback, outcome) => {
+                if catch_unwind(AssertUnwindSafe(move || callback(outcome))).is_err() {
+                    tracing::error!("a pipelined append's on_complete callback panicked; ignored");
+                }
+            }
+            Job::Wake(waker) => {
+                if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
+                    tracing::error!("a waker of a pipelined append panicked; ignored");
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct RunnerState {
+    /// Callbacks and wakers to run, in the order their outcomes were
+    /// decided. Not bounded by a count of its own: every entry is a
+    /// resolved pipelined append, and those are bounded by each log's
+    /// `ReplicationConfig::pipelined_bytes_max` (a resolver must never
+    /// block on a full queue: it is a replication thread).
+    jobs: VecDeque<Job>,
+    /// Set by [`CompletionRunner::stop`]: the thread runs what is queued,
+    /// then exits.
+    stopping: bool,
+    /// Cleared when the thread exited (or never ran): later jobs run on the
+    /// resolving thread, since nothing would run them otherwise. By then
+    /// the node stopped, so no replication thread is held up.
+    accepting: bool,
+}
+
+/// The thread of a node that runs its pipelined appends' completion code:
+/// every `on_complete` callback and every waker of a handle polled as a
+/// future, one at a time, in the order the outcomes were decided (so a
+/// log's callbacks run in offset order). Started by the node as
+/// `isrlog-completions-<node>`; it stops once the node stopped and
+/// everything queued ran.
+///
+/// A callback that blocks holds up only the callbacks behind it: it may
+/// append (even with `acks=all`) and [`wait`](AppendHandle::wait) on
+/// another handle, which is resolved without this thread. It must not
+/// block waiting for *another callback* to run: that one is queued behind
+/// it.
+pub struct CompletionRunner {
+    state: Mutex<RunnerState>,
+    /// Signalled when a job is queued, when stopping, and when the thread
+    /// exits.
+    work: Condvar,
+}
+
+impl std::fmt::Debug for CompletionRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("CompletionRunner")
+            .field("jobs", &state.jobs.len())
+            .field("stopping", &state.stopping)
+            .field("accepting", &state.accepting)
+            .finish()
+    }
+}
+
+/// How long the runner's thread sleeps between checks when idle (a stop
+/// wakes it at once; this only bounds the wait).
+const RUNNER_IDLE_WAIT: Duration = Duration::from_secs(1);
+
+impl CompletionRunner {
+    /// A runner accepting jobs; [`run`](Self::run) them on a thread of
+    /// their own.
+    pub fn new() -> Arc<CompletionRunner> {
+        Arc::new(CompletionRunner {
+            state: Mutex::new(RunnerState {
+                accepting: true,
+                ..RunnerState::default()
+            }),
+            work: Condvar::new(),
+        })
+    }
+
+    fn submit(&self, job: Job) {
+        {
+            let mut state = self.state.lock();
+            if state.accepting {
+                state.jobs.push_back(job);
+                self.work.notify_all();
+                return;
+            }
+        }
+        job.run();
+    }
+
+    /// The runner thread's loop: runs queued jobs in order, with no lock
+    /// held, until [`stop`](Self::stop) was called and the queue is empty.
+    pub fn run(&self) {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(job) = state.jobs.pop_front() {
+                drop(state);
+                job.run();
+                state = self.state.lock();
+                continue;
+            }
+            if state.stopping {
+                state.accepting = false;
+                self.work.notify_all();
+                return;
+            }
+            let _timed_out = self.work.wait_for(&mut state, RUNNER_IDLE_WAIT);
+        }
+    }
+
+    /// Asks the thread to exit once everything queued ran.
+    pub fn stop(&self) {
+        let mut state = self.state.lock();
+        state.stopping = true;
+        self.work.notify_all();
+    }
+
+    /// The thread never started (or is gone): jobs run on the resolving
+    /// thread from now on.
+    pub(crate) fn run_inline(&self) {
+        let jobs = {
+            let mut state = self.state.lock();
+            state.accepting = false;
+            std::mem::take(&mut state.jobs)
+        };
+        jobs.into_iter().for_each(Job::run);
+    }
+
+    /// Waits up to `deadline` for the thread to exit after
+    /// [`stop`](Self::stop); whether it did.
+    pub fn wait_stopped(&self, deadline: Instant) -> bool {
+        let mut state = self.state.lock();
+        while state.accepting {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            let _timed_out = self.work.wait_until(&mut state, deadline);
+        }
+        true
     }
 }
 
@@ -155,12 +333,19 @@ pub(crate) fn in_application_code() -> bool {
 /// once it is known: exactly what [`ReplicatedLog::append`](crate::ReplicatedLog::append)
 /// would have returned for the same batch and `Acks`.
 ///
-/// Read it once, in one of three ways: block a thread
+/// Read it in one of three ways: block a thread
 /// ([`wait`](Self::wait), [`wait_timeout`](Self::wait_timeout)), `.await`
 /// it (it is a runtime-agnostic [`Future`], woken through the task's
 /// [`Waker`] exactly when the outcome is known), or hand it a callback
-/// ([`on_complete`](Self::on_complete)). Dropping the handle is harmless:
-/// the append goes on, and its outcome is discarded.
+/// ([`on_complete`](Self::on_complete)). A handle that completed as a
+/// future still answers: polled again, or asked with `wait`,
+/// `wait_timeout` or `on_complete`, it gives the same outcome again.
+/// Dropping the handle is harmless: the append goes on, and its outcome is
+/// discarded.
+///
+/// Callbacks and wakers run on the node's completion thread
+/// (`isrlog-completions-<node>`), never on a
+/// thread replication depends on.
 #[derive(Debug)]
 #[must_use = "an append's outcome is only known through its handle"]
 pub struct AppendHandle {
@@ -219,26 +404,26 @@ impl AppendHandle {
 
     /// Runs `callback` with the outcome once it is known.
     ///
-    /// It runs on the thread that learns the outcome: usually a thread of
-    /// the leader's node — the one answering the follower fetch that
-    /// committed the batch (`acks=all`), an appending thread that wrote
-    /// it (`acks=1`, or `acks=all` on a leader alone in its ISR), the
-    /// node's control thread (timeouts, an ISR shrink, a role change), or
-    /// the thread stopping the node — and on the calling thread, before
-    /// this returns, if the outcome is known already. It runs with no
-    /// lock of the library held, so it may append or wait on other
-    /// handles, but it holds up replication while it runs: keep it short
-    /// (hand the outcome to a channel, bump a counter), as Kafka's
-    /// producer asks of its callbacks. A panic in it is caught and logged
-    /// (`tracing` error) and goes no further: the node is not affected.
+    /// It runs on the node's completion thread (`isrlog-completions-<node>`,
+    /// one per node), after the callbacks of
+    /// outcomes decided before it (a log's callbacks run in offset order),
+    /// or on the calling thread, before this returns, if the outcome is
+    /// known already. Never on a thread that answers fetches, heartbeats
+    /// or enforces deadlines: a callback that blocks — that appends and
+    /// waits, even with `acks=all` — holds up only the callbacks queued
+    /// behind it, not replication. It must not wait for another
+    /// callback's effect, which is queued behind it. It runs with no lock
+    /// of the library held. A panic in it is caught and logged (`tracing`
+    /// error) and goes no further: the node is not affected.
     pub fn on_complete(self, callback: impl FnOnce(Result<AppendOutcome>) + Send + 'static) {
         let ready = {
             let mut state = self.cell.state.lock();
             match state.outcome.take() {
                 Some(outcome) => Some((outcome, callback)),
                 None => {
-                    // Not resolved yet (an owner that took the outcome
-                    // consumed the handle, so `resolved` means `outcome`).
+                    // Not resolved yet (only owners that consume the
+                    // handle take the outcome, so `resolved` means
+                    // `outcome`).
                     debug_assert!(!state.resolved);
                     state.callback = Some(Box::new(callback));
                     None
@@ -246,7 +431,7 @@ impl AppendHandle {
             }
         };
         if let Some((outcome, callback)) = ready {
-            run_callback(Box::new(callback), outcome);
+            Job::Callback(Box::new(callback), outcome).run();
         }
     }
 }
@@ -255,21 +440,29 @@ impl Future for AppendHandle {
     type Output = Result<AppendOutcome>;
 
     /// Ready with the outcome once it is known; until then the task's
-    /// latest waker is kept and woken (once) at resolution. Polling again
-    /// after `Ready` returns `Pending` forever (the outcome was handed out).
+    /// latest waker is kept and woken (once, on the node's completion
+    /// thread) at resolution. `Ready` hands out a copy of the outcome and
+    /// keeps it: polling again, `wait`, `wait_timeout` and `on_complete`
+    /// give the same outcome.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<AppendOutcome>> {
         let mut state = self.cell.state.lock();
-        if let Some(outcome) = state.outcome.take() {
-            return Poll::Ready(outcome);
+        if let Some(outcome) = &state.outcome {
+            return Poll::Ready(duplicate(outcome));
         }
-        if state.resolved {
-            tracing::warn!("an AppendHandle was polled after it returned its outcome");
-            return Poll::Pending;
-        }
+        debug_assert!(!state.resolved, "only consuming owners take the outcome");
         match &state.waker {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             _ => state.waker = Some(cx.waker().clone()),
         }
         Poll::Pending
+    }
+}
+
+/// A copy of an outcome (an `AppendOutcome` is `Copy`; an error is
+/// rebuilt field by field).
+fn duplicate(outcome: &Result<AppendOutcome>) -> Result<AppendOutcome> {
+    match outcome {
+        Ok(outcome) => Ok(*outcome),
+        Err(error) => Err(error.duplicate()),
     }
 }

@@ -41,7 +41,7 @@ pub(crate) use leader::{
 };
 
 pub use combiner::{Combine, Combiner};
-pub use completion::{AppendHandle, Completion};
+pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
 pub(crate) use replica::Replica;
 pub use replica::Role;

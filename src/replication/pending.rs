@@ -58,7 +58,8 @@ impl Drop for PendingAppend {
     /// A safety net: every path that ends a pending append resolves it,
     /// but should one be dropped unresolved (its replica dropped without
     /// the node's stop), its owner gets `Shutdown` rather than waiting
-    /// forever. Runs a registered callback on the dropping thread.
+    /// forever. A registered callback goes to the node's completion
+    /// thread (or runs on the dropping thread once that thread is gone).
     fn drop(&mut self) {
         if !self.resolved {
             self.resolved = true;

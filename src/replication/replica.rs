@@ -185,6 +185,13 @@ pub(crate) struct Replica {
     /// Pipelined appends waiting for their outcome
     /// (`ReplicatedLog::append_pipelined`).
     pending: PendingAppends,
+    /// Held from deciding pipelined appends to handing them their outcomes,
+    /// so that outcomes decided by two threads at once (a fetch answer and
+    /// the deadline timer, say) reach the node's completion thread in the
+    /// order they were decided: a log's callbacks run in offset order.
+    /// Taken with no other lock of the replica held, and held over no
+    /// application code (callbacks run on the completion thread).
+    resolving: Mutex<()>,
     /// The node hosting this replica, set by the first `ReplicatedLog`
     /// handle: a pipelined append whose node stopped fails with `Shutdown`
     /// (not `NotLeader`), as a blocking `append` does.
@@ -193,8 +200,9 @@ pub(crate) struct Replica {
 
 /// Resolves the pipelined appends a role change or a fetch decided, when
 /// dropped: declared first in a method, it runs after every lock the
-/// method took was released, so completion callbacks never run under a
-/// lock of the replica.
+/// method took was released, so outcomes are handed out (and blocked
+/// owners woken) under no lock of the replica; callbacks and wakers go on
+/// to the node's completion thread.
 struct ResolveOnDrop<'a> {
     replica: &'a Replica,
     check_isr: bool,
@@ -258,6 +266,7 @@ impl Replica {
                 pushes: AtomicU64::new(0),
             },
             pending: PendingAppends::default(),
+            resolving: Mutex::new(()),
             node: std::sync::OnceLock::new(),
         }
     }
@@ -988,7 +997,7 @@ impl Replica {
 
     /// Queues a pipelined append (its bytes reserved) made in
     /// `appended.generation`; resolves it at once if its outcome is known
-    /// already. Call with no lock held (a callback may run here).
+    /// already. Call with no lock of the replica held.
     pub(crate) fn queue_pipelined(
         &self,
         appended: &LeaderAppend,
@@ -1011,6 +1020,7 @@ impl Replica {
             cell,
             resolved: false,
         };
+        let _order = self.resolving.lock();
         let settled = self.pending.queue(append, |append, stopped| {
             super::pending::verdict(append, &self.pipelined_snapshot(stopped, None, None))
         });
@@ -1027,6 +1037,7 @@ impl Replica {
         if self.pending.is_idle() {
             return;
         }
+        let _order = self.resolving.lock();
         let full = self.pending.take_full_scan();
         let now = full.then(Instant::now);
         let decided = self
@@ -1041,7 +1052,6 @@ impl Replica {
         if self.pending.is_idle() {
             return;
         }
-        let _ = self.pending.take_full_scan();
         let isr_short = if check_isr {
             self.leader
                 .lock()
@@ -1050,6 +1060,8 @@ impl Replica {
         } else {
             None
         };
+        let _order = self.resolving.lock();
+        let _ = self.pending.take_full_scan();
         let now = Some(Instant::now());
         let decided = self.pending.scan(
             |stopped| self.pipelined_snapshot(stopped, isr_short, now),
@@ -1058,10 +1070,28 @@ impl Replica {
         self.resolve_decided(decided);
     }
 
-    /// The node's periodic tick: deadlines and ISR shrinks of pipelined
-    /// appends (a few milliseconds late at most: the control loop's tick).
+    /// The node's periodic tick: ISR shrinks (and deadlines) of pipelined
+    /// appends, on the control loop's tick.
     pub(crate) fn tick_pipelined(&self) {
         self.resolve_pipelined_full(true);
+    }
+
+    /// The node's deadline timer: fails with `Timeout` the pipelined
+    /// appends whose deadline passed. It looks at the fronts of the queues
+    /// only (appends are queued in offset order, and their deadlines
+    /// follow that order but for appenders racing by microseconds), takes
+    /// no lock a coordinator call can hold, and so is on time whatever the
+    /// control loop is doing.
+    pub(crate) fn expire_pipelined(&self) {
+        if self.pending.queued() == 0 {
+            return;
+        }
+        let _order = self.resolving.lock();
+        let now = Some(Instant::now());
+        let decided = self
+            .pending
+            .scan(|stopped| self.pipelined_snapshot(stopped, None, now), false);
+        self.resolve_decided(decided);
     }
 
     /// The node stopped: every pending pipelined append fails with

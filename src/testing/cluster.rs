@@ -28,6 +28,7 @@ use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex};
+use crate::testing::{CoordinatorDelay, SlowCoordinator};
 use crate::transport::MemoryNetwork;
 use crate::types::{LogId, NodeId};
 
@@ -173,6 +174,7 @@ impl ClusterBuilder {
             root: dir.path().to_path_buf(),
             _dir: dir,
             nodes: Mutex::new(BTreeMap::new()),
+            coordinator_delays: Mutex::new(BTreeMap::new()),
             builder: self.clone(),
         };
         for id in 0..self.nodes {
@@ -193,6 +195,10 @@ pub struct Cluster {
     root: PathBuf,
     _dir: tempfile::TempDir,
     nodes: Mutex<BTreeMap<NodeId, Node>>,
+    /// Each node's coordinator calls go through a [`SlowCoordinator`]
+    /// with this knob (no delay unless a test sets one); kept across
+    /// restarts.
+    coordinator_delays: Mutex<BTreeMap<NodeId, CoordinatorDelay>>,
     builder: ClusterBuilder,
 }
 
@@ -248,16 +254,30 @@ impl Cluster {
         config.retention_check_interval = self.builder.retention_check_interval;
         config.controlled_shutdown_timeout = self.builder.controlled_shutdown_timeout;
         let transport = Arc::new(self.network.transport(id));
+        let coordinator = SlowCoordinator::new(
+            Arc::new(self.coordinator.for_node(id)),
+            self.coordinator_delay(id),
+        );
         let node = Node::start(
             config,
             transport,
-            Arc::new(self.coordinator.for_node(id)),
+            Arc::new(coordinator),
             Arc::clone(&self.clock),
         )?;
         self.network.register(id, node.handler());
         self.network.node_up(id);
         self.nodes.lock().insert(id, node);
         Ok(())
+    }
+
+    /// The knob that slows node `id`'s coordinator calls down (or makes
+    /// them hang): a coordinator that is slow or stuck for that node only.
+    pub fn coordinator_delay(&self, id: NodeId) -> CoordinatorDelay {
+        self.coordinator_delays
+            .lock()
+            .entry(id)
+            .or_default()
+            .clone()
     }
 
     /// Crashes node `id`: its threads stop, nothing is flushed or closed,

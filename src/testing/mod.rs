@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod coordinator_suite;
 pub mod fault_test;
 pub mod fuzz;
+pub mod slow_coordinator;
 pub mod tcp_cluster;
 mod tcp_transport_factory;
 pub mod transport_suite;
@@ -32,6 +33,7 @@ use crate::transport::{
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
+pub use slow_coordinator::{CoordinatorDelay, SlowCoordinator};
 pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};
 pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
@@ -40,7 +42,9 @@ pub use zookeeper_cluster::{ZkCluster, ZkClusterBuilder};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.
 pub mod loom_models {
-    pub use crate::replication::{AppendHandle, Combine, Combiner, Completion, WaitOutcome, Watch};
+    pub use crate::replication::{
+        AppendHandle, Combine, Combiner, Completion, CompletionRunner, WaitOutcome, Watch,
+    };
 }
 
 /// A handler made from a closure.

@@ -3,6 +3,8 @@
 //! One test binary per area (issue 22): each module is one rule's test file,
 //! so `cargo test NAME` still selects a test by its file's or its own name.
 
+mod append_handles_answer_again_and_time_out_on_time;
+mod completion_callbacks_may_append_and_wait;
 mod idempotent_producer;
 mod pipelined_appends_block_at_the_bytes_bound;
 mod pipelined_appends_committed_in_call_order_under_random_faults;

@@ -1,0 +1,233 @@
+//! A [`Coordinator`] wrapper whose calls can be made slow, or hang, while
+//! a test watches what the node still does on time: timeouts of pending
+//! appends, a controlled shutdown's deadline. It owns no coordinator state
+//! of its own; every call goes to the wrapped coordinator once its delay
+//! has passed.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use crate::coordinator::{
+    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
+};
+use crate::error::Result;
+use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering};
+use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, ProducerId};
+
+/// How long a "hanging" call blocks at most: longer than any test runs,
+/// yet still a deadline.
+const HANG_MAX: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Default)]
+struct DelayState {
+    /// How long each call takes, at least.
+    delay: Mutex<Duration>,
+    /// Signalled when the delay changes, so a call blocked by an older,
+    /// longer delay re-checks (a release ends a hang at once).
+    changed: Condvar,
+    /// Calls that waited (their delay was not zero).
+    delayed_calls: AtomicU64,
+}
+
+/// The knob of a [`SlowCoordinator`], shared with the test: every call
+/// through the wrapper takes at least the current delay (measured from the
+/// call's start, re-read whenever it changes).
+#[derive(Clone, Debug, Default)]
+pub struct CoordinatorDelay {
+    state: Arc<DelayState>,
+}
+
+impl CoordinatorDelay {
+    /// A knob with no delay.
+    pub fn new() -> CoordinatorDelay {
+        CoordinatorDelay::default()
+    }
+
+    /// Every call from now on (and every call still waiting) takes at least
+    /// `delay`.
+    pub fn set(&self, delay: Duration) {
+        *self.state.delay.lock() = delay;
+        self.state.changed.notify_all();
+    }
+
+    /// Every call blocks until [`release`](Self::release) (or an hour).
+    pub fn hang(&self) {
+        self.set(HANG_MAX);
+    }
+
+    /// Calls go through at once again, and those blocked return now.
+    pub fn release(&self) {
+        self.set(Duration::ZERO);
+    }
+
+    /// Calls that were delayed so far.
+    pub fn delayed_calls(&self) -> u64 {
+        self.state.delayed_calls.load(Ordering::SeqCst)
+    }
+
+    fn before_call(&self) {
+        let started = Instant::now();
+        let mut delay = self.state.delay.lock();
+        if delay.is_zero() {
+            return;
+        }
+        self.state.delayed_calls.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let until = started + *delay;
+            if delay.is_zero() || Instant::now() >= until {
+                return;
+            }
+            let _timed_out = self.state.changed.wait_until(&mut delay, until);
+        }
+    }
+}
+
+/// A coordinator whose calls wait for a [`CoordinatorDelay`] first.
+pub struct SlowCoordinator {
+    inner: Arc<dyn Coordinator>,
+    delay: CoordinatorDelay,
+}
+
+impl std::fmt::Debug for SlowCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowCoordinator")
+            .field("delay", &*self.delay.state.delay.lock())
+            .finish()
+    }
+}
+
+impl SlowCoordinator {
+    /// Wraps `inner`; `delay` decides how slow each call is.
+    pub fn new(inner: Arc<dyn Coordinator>, delay: CoordinatorDelay) -> SlowCoordinator {
+        SlowCoordinator { inner, delay }
+    }
+}
+
+impl Coordinator for SlowCoordinator {
+    fn cluster_id(&self) -> Result<ClusterId> {
+        self.delay.before_call();
+        self.inner.cluster_id()
+    }
+
+    fn replica_directories(&self, node: NodeId) -> Result<Vec<(LogId, DirectoryId)>> {
+        self.delay.before_call();
+        self.inner.replica_directories(node)
+    }
+
+    fn record_replica_directories(
+        &self,
+        node: NodeId,
+        directory: DirectoryId,
+        logs: &[LogId],
+    ) -> Result<()> {
+        self.delay.before_call();
+        self.inner.record_replica_directories(node, directory, logs)
+    }
+
+    fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState> {
+        self.delay.before_call();
+        self.inner.create_log(log, replicas)
+    }
+
+    fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
+        self.delay.before_call();
+        self.inner.log_state(log)
+    }
+
+    fn logs(&self) -> Result<Vec<LogState>> {
+        self.delay.before_call();
+        self.inner.logs()
+    }
+
+    fn compare_and_set(
+        &self,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        self.delay.before_call();
+        self.inner
+            .compare_and_set(log, expected_epoch, expected_version, update)
+    }
+
+    fn compare_and_set_as_controller(
+        &self,
+        controller: NodeId,
+        controller_epoch: ControllerEpoch,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        self.delay.before_call();
+        self.inner.compare_and_set_as_controller(
+            controller,
+            controller_epoch,
+            log,
+            expected_epoch,
+            expected_version,
+            update,
+        )
+    }
+
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+        self.delay.before_call();
+        self.inner.register_node(node, session_timeout)
+    }
+
+    fn report_unclean_shutdown(
+        &self,
+        node: NodeId,
+        log_ends: &[(LogId, LogEnd)],
+    ) -> Result<Vec<LogState>> {
+        self.delay.before_call();
+        self.inner.report_unclean_shutdown(node, log_ends)
+    }
+
+    fn heartbeat(&self, node: NodeId) -> Result<()> {
+        self.delay.before_call();
+        self.inner.heartbeat(node)
+    }
+
+    fn unregister_node(&self, node: NodeId) -> Result<()> {
+        self.delay.before_call();
+        self.inner.unregister_node(node)
+    }
+
+    fn live_nodes(&self) -> Result<Vec<NodeId>> {
+        self.delay.before_call();
+        self.inner.live_nodes()
+    }
+
+    fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
+        self.delay.before_call();
+        self.inner.subscribe(node)
+    }
+
+    fn subscribe_all(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
+        self.delay.before_call();
+        self.inner.subscribe_all(node)
+    }
+
+    fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
+        self.delay.before_call();
+        self.inner.try_become_controller(node)
+    }
+
+    fn resign_controller(&self, node: NodeId) -> Result<()> {
+        self.delay.before_call();
+        self.inner.resign_controller(node)
+    }
+
+    fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>> {
+        self.delay.before_call();
+        self.inner.controller()
+    }
+
+    fn allocate_producer_id(&self) -> Result<ProducerId> {
+        self.delay.before_call();
+        self.inner.allocate_producer_id()
+    }
+}

@@ -1190,7 +1190,7 @@ impl NodeShared {
             if state.leader != Some(me) || state.leader_epoch != epoch {
                 return; // Someone else moved it already.
             }
-            let live = match self.coordinator.live_nodes() {
+            let mut live = match self.coordinator.live_nodes() {
                 Ok(live) => live,
                 Err(error) => {
                     tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
@@ -1214,6 +1214,15 @@ impl NodeShared {
             // leader and are woken by every append.
             if attempt == 0 && end > Offset::ZERO {
                 let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
+                // The wait may have taken seconds: a follower seen live
+                // before it may have died since. Read liveness again.
+                match self.coordinator.live_nodes() {
+                    Ok(now_live) => live = now_live,
+                    Err(error) => {
+                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
+                        return;
+                    }
+                }
             }
             // The successor must hold everything this leader has: an
             // in-sync follower that fetched up to its log end. Waiting

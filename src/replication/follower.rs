@@ -91,6 +91,15 @@ pub(crate) enum OutOfRangeAction {
         /// The leader's log start offset, the new start and end here.
         log_start_offset: Offset,
     },
+    /// The follower's log ends above the leader's (an unclean election of
+    /// a shorter log, or a log reopened empty at its old start after a
+    /// crash inside a restart, which names no last epoch to check): the
+    /// caller truncates the local log to `log_end_offset`, the leader's
+    /// end (Kafka's `handleOutOfRangeError`). The state already says so.
+    TruncateTo {
+        /// The leader's log end offset.
+        log_end_offset: Offset,
+    },
     /// Nothing this follower can repair: back off and ask again.
     BackOff,
 }
@@ -269,15 +278,32 @@ impl FollowerState {
         DivergenceAction::Truncate(truncation)
     }
 
-    /// The leader answered `OffsetOutOfRange` and reported its log start.
-    /// A follower whose log ends below it restarts there (SPEC §3.6;
-    /// Kafka's `AbstractFetcherThread.fetchOffsetAndTruncate` does
-    /// `truncateFullyAndStartAt(leaderStartOffset)`); any other cause is
-    /// not this follower's to repair.
+    /// The leader answered `OffsetOutOfRange` and reported its log start
+    /// and end. A follower whose log ends below the start restarts there
+    /// (SPEC §3.6; Kafka's `AbstractFetcherThread.fetchOffsetAndTruncate`
+    /// does `truncateFullyAndStartAt(leaderStartOffset)`); one whose log
+    /// ends above the leader's end truncates to it (Kafka's
+    /// `handleOutOfRangeError`: `leaderEndOffset < replicaEndOffset`); any
+    /// other cause is not this follower's to repair.
     pub(crate) fn on_offset_out_of_range(
         &mut self,
         leader_log_start_offset: Offset,
+        leader_log_end_offset: Offset,
     ) -> OutOfRangeAction {
+        if self.log_end_offset > leader_log_end_offset
+            && leader_log_end_offset >= leader_log_start_offset
+        {
+            tracing::warn!(
+                leader = %self.leader,
+                log_end_offset = %self.log_end_offset,
+                leader_log_end_offset = %leader_log_end_offset,
+                "follower log ends above the leader's log end; truncating to it"
+            );
+            self.on_truncated(leader_log_end_offset);
+            return OutOfRangeAction::TruncateTo {
+                log_end_offset: leader_log_end_offset,
+            };
+        }
         if self.log_end_offset >= leader_log_start_offset {
             return OutOfRangeAction::BackOff;
         }
@@ -765,6 +791,7 @@ mod tests {
             name: &'static str,
             before: (u64, u64, u64), // (start, HW, LEO)
             leader_log_start_offset: u64,
+            leader_log_end_offset: u64,
             expected: OutOfRangeAction,
         }
         let reset = |log_start_offset: u64| OutOfRangeAction::ResetTo {
@@ -775,32 +802,57 @@ mod tests {
                 name: "log ends below the leader's log start: reset there",
                 before: (0, 3, 5),
                 leader_log_start_offset: 8,
+                leader_log_end_offset: 20,
                 expected: reset(8),
             },
             Row {
                 name: "an empty log far behind: reset",
                 before: (0, 0, 0),
                 leader_log_start_offset: 100,
+                leader_log_end_offset: 120,
                 expected: reset(100),
             },
             Row {
                 name: "log ends exactly at the leader's log start: nothing to reset",
                 before: (0, 3, 8),
                 leader_log_start_offset: 8,
+                leader_log_end_offset: 20,
                 expected: OutOfRangeAction::BackOff,
             },
             Row {
                 name: "log reaches past the leader's log start: not ours to repair",
                 before: (0, 3, 10),
                 leader_log_start_offset: 8,
+                leader_log_end_offset: 20,
                 expected: OutOfRangeAction::BackOff,
+            },
+            Row {
+                name: "log ends above the leader's end: truncate to it",
+                before: (0, 9, 12),
+                leader_log_start_offset: 0,
+                leader_log_end_offset: 7,
+                expected: OutOfRangeAction::TruncateTo {
+                    log_end_offset: Offset(7),
+                },
+            },
+            Row {
+                name: "an empty log reopened above the leader's end: truncate, below its start",
+                before: (12, 12, 12),
+                leader_log_start_offset: 0,
+                leader_log_end_offset: 4,
+                expected: OutOfRangeAction::TruncateTo {
+                    log_end_offset: Offset(4),
+                },
             },
         ];
         for row in rows {
             let (start, high_watermark, end) = row.before;
             let mut state = follower(start, high_watermark, end);
             let before = state.clone();
-            let got = state.on_offset_out_of_range(Offset(row.leader_log_start_offset));
+            let got = state.on_offset_out_of_range(
+                Offset(row.leader_log_start_offset),
+                Offset(row.leader_log_end_offset),
+            );
             assert_eq!(got, row.expected, "{}", row.name);
             match got {
                 OutOfRangeAction::ResetTo { log_start_offset } => assert_eq!(
@@ -810,6 +862,12 @@ mod tests {
                         state.log_end_offset()
                     ),
                     (log_start_offset, log_start_offset, log_start_offset),
+                    "{}",
+                    row.name
+                ),
+                OutOfRangeAction::TruncateTo { log_end_offset } => assert_eq!(
+                    (state.high_watermark(), state.log_end_offset()),
+                    (before.high_watermark().min(log_end_offset), log_end_offset),
                     "{}",
                     row.name
                 ),

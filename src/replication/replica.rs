@@ -1226,6 +1226,16 @@ impl Replica {
                 return answer;
             }
         }
+        // A fetch past the log end (the follower's log is longer, and names
+        // no last epoch the check above could use: say, a log reopened
+        // empty at its old start) vouches for nothing: the follower
+        // truncates to the leader's end (Kafka: OFFSET_OUT_OF_RANGE, then
+        // `handleOutOfRangeError`). Counting it at the clamped offset would
+        // take it for caught up on records it does not hold.
+        if request.fetch_offset > self.log.log_end_offset() {
+            answer.error = ErrorCode::OffsetOutOfRange;
+            return answer;
+        }
         // 3. The fetch acknowledges everything below its offset — but under
         // `FlushPolicy::Always` no more than the leader itself has flushed,
         // so the high watermark never passes data that is not on the
@@ -1448,9 +1458,16 @@ impl Replica {
     fn apply_fetched_to(&self, state: &mut FollowerState, answer: FetchedLog) -> Result<ErrorCode> {
         if !answer.error.is_none() {
             if answer.error == ErrorCode::OffsetOutOfRange {
-                match state.on_offset_out_of_range(answer.log_start_offset) {
+                match state.on_offset_out_of_range(answer.log_start_offset, answer.log_end_offset) {
                     OutOfRangeAction::ResetTo { log_start_offset } => {
                         self.reset_follower_log(state, log_start_offset)?;
+                        return Ok(ErrorCode::None);
+                    }
+                    OutOfRangeAction::TruncateTo { log_end_offset } => {
+                        // Below this log's start it restarts the log there.
+                        self.log.truncate_to(log_end_offset)?;
+                        state.on_truncated(self.log.log_end_offset());
+                        self.lower_follower_high_watermark(state);
                         return Ok(ErrorCode::None);
                     }
                     OutOfRangeAction::BackOff => {}

@@ -1048,8 +1048,10 @@ impl Log {
     /// Discards the whole log and restarts it, empty, at `offset` (a
     /// follower whose log ends below the leader's log start, or whose
     /// leader's log ends below this log's start). Crash safe: a crash at
-    /// any step reopens as a prefix of the old log or as the empty log at
-    /// `offset`.
+    /// any step reopens as a prefix of the old log from its start, or as an
+    /// empty log, at `offset` or at the old start (a follower whose log then
+    /// ends above its leader's is told `OffsetOutOfRange` and truncates to
+    /// the leader's end).
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let serial = self.checkpoint_lock.lock();

@@ -403,6 +403,20 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
             // at the log start. The recovery point may lie below the log
             // start (it moves only when data is flushed).
             let last_offset = Offset(h.base_offset.0 + u64::from(h.last_offset_delta));
+            if epochs_trusted && last_offset < log_start_offset {
+                // Epochs never decrease, so a batch below the start carries
+                // at most the cache's first epoch: an epoch flipped upward
+                // there (the CRC does not cover it) is still caught.
+                if let Some(first) = epochs.entries().first() {
+                    if h.leader_epoch > first.epoch {
+                        return Err(format!(
+                            "batch at offset {} below the log start {log_start_offset} has leader \
+                             epoch {}, above the epoch cache's first epoch {}",
+                            h.base_offset, h.leader_epoch, first.epoch
+                        ));
+                    }
+                }
+            }
             if epochs_trusted && last_offset >= log_start_offset {
                 let expected =
                     expected_epoch(epochs.entries(), h.base_offset.max(log_start_offset));

@@ -627,7 +627,8 @@ async fn open_main_session(
     // `/cluster/id`.
     //
     // The two counters (controller epoch, producer ids) are different: they
-    // start at 0 only in a new store (this process created `/logs`); a
+    // start at 0 only in a new store (this process created the cluster id,
+    // and there is no log yet); a
     // missing one in a store that was in use is recovered above every value
     // handed out before, never reset (see `ensure_controller_record` and
     // `ensure_producer_ids`).
@@ -640,10 +641,17 @@ async fn open_main_session(
     let mut new_store = false;
     for (path, data) in layout {
         match client.create(path, &data, &persistent()).await {
-            Ok(_) => new_store |= path == LOGS,
+            Ok(_) => new_store |= path == CLUSTER_ID,
             Err(zk::Error::NodeExists) => {}
             Err(e) => return Err(zk_error(&format!("create {}{path}", config.chroot), e)),
         }
+    }
+    if new_store {
+        let logs = client
+            .list_children(LOGS)
+            .await
+            .map_err(|e| zk_error(&format!("list {}{LOGS}", config.chroot), e))?;
+        new_store = logs.is_empty();
     }
     ensure_controller_record(&client, new_store).await?;
     ensure_producer_ids(&client, new_store).await?;

@@ -1059,9 +1059,25 @@ impl Shared {
         Ok(())
     }
 
+    /// Re-reads one log and announces it. A document that does not decode
+    /// is skipped with a warning, as in [`Shared::read_logs`]: a full
+    /// resync of every subscriber would read the same thing.
     async fn refresh_log(&self, deadline: Instant, log: LogId) -> Result<()> {
-        if let Some((state, zxid)) = self.read_log(deadline, log).await? {
-            self.dispatcher.lock().log_changed(zxid, &state);
+        let path = document::log_path(log);
+        let what = format!("read {path}");
+        let outcome = self
+            .read(deadline, &what, |client| {
+                let path = path.clone();
+                async move { client.get_data(&path).await }
+            })
+            .await?;
+        match outcome {
+            Ok((data, stat)) => match document::decode_log(log, &data, stat.version) {
+                Ok((state, _)) => self.dispatcher.lock().log_changed(stat.mzxid, &state),
+                Err(error) => self.skip_unreadable(&path, &error.to_string()),
+            },
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(zk_error(&what, e)),
         }
         Ok(())
     }

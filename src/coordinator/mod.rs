@@ -14,7 +14,7 @@ mod assignment;
 mod controller;
 mod memory;
 #[cfg(feature = "zookeeper")]
-mod zookeeper;
+pub(crate) mod zookeeper;
 
 use std::fmt;
 use std::time::Duration;

@@ -724,3 +724,155 @@ impl Drop for ZkProxy {
         }
     }
 }
+
+/// What an operator (or another process) does to the store behind the
+/// coordinators' back, as with `zkCli.sh`: create, read, overwrite and
+/// delete znodes under one chroot. Runs a plain ZooKeeper client on a
+/// private executor thread, as [`crate::ZkCoordinator`] does.
+pub struct ZkShell {
+    executor: crate::coordinator::zookeeper::Executor,
+    client: zookeeper_client::Client,
+}
+
+impl fmt::Debug for ZkShell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkShell").finish_non_exhaustive()
+    }
+}
+
+/// How long one shell command may take.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl ZkShell {
+    /// Connects to `connect` under `chroot` (which must exist).
+    pub fn connect(connect: &str, chroot: &str) -> crate::Result<ZkShell> {
+        let executor = crate::coordinator::zookeeper::Executor::start("isrlog-zk-shell")?;
+        let (connect_owned, chroot_owned) = (connect.to_owned(), chroot.to_owned());
+        let client = executor.call(
+            &format!("connect to {connect}"),
+            Instant::now() + SHELL_TIMEOUT,
+            async move {
+                let client = zookeeper_client::Client::connect(&connect_owned)
+                    .await
+                    .map_err(|e| shell_error("connect", &connect_owned, e))?;
+                client
+                    .chroot(chroot_owned.clone())
+                    .map_err(|_| crate::Error::Coordinator {
+                        reason: format!("{chroot_owned} is not a valid chroot"),
+                    })
+            },
+        )?;
+        Ok(ZkShell { executor, client })
+    }
+
+    fn run<T: Send + 'static, F>(&self, what: &str, path: &str, op: F) -> crate::Result<T>
+    where
+        F: FnOnce(
+            zookeeper_client::Client,
+            String,
+        ) -> futures::future::BoxFuture<'static, crate::Result<T>>,
+    {
+        let job = op(self.client.clone(), path.to_owned());
+        self.executor.call(
+            &format!("{what} {path}"),
+            Instant::now() + SHELL_TIMEOUT,
+            job,
+        )
+    }
+
+    /// Creates a persistent znode holding `data` (`create path data`).
+    pub fn create(&self, path: &str, data: &[u8]) -> crate::Result<()> {
+        let data = data.to_vec();
+        self.run("create", path, move |client, path| {
+            Box::pin(async move {
+                let options = zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all());
+                client
+                    .create(&path, &data, &options)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| shell_error("create", &path, e))
+            })
+        })
+    }
+
+    /// The data and the version of `path` (`get -s path`).
+    pub fn get(&self, path: &str) -> crate::Result<(Vec<u8>, i32)> {
+        self.run("read", path, |client, path| {
+            Box::pin(async move {
+                client
+                    .get_data(&path)
+                    .await
+                    .map(|(data, stat)| (data, stat.version))
+                    .map_err(|e| shell_error("read", &path, e))
+            })
+        })
+    }
+
+    /// Whether `path` exists (`stat path`).
+    pub fn exists(&self, path: &str) -> crate::Result<bool> {
+        self.run("check", path, |client, path| {
+            Box::pin(async move {
+                client
+                    .check_stat(&path)
+                    .await
+                    .map(|stat| stat.is_some())
+                    .map_err(|e| shell_error("check", &path, e))
+            })
+        })
+    }
+
+    /// Overwrites `path` whatever its version (`set path data`) and answers
+    /// its new version.
+    pub fn set(&self, path: &str, data: &[u8]) -> crate::Result<i32> {
+        let data = data.to_vec();
+        self.run("write", path, move |client, path| {
+            Box::pin(async move {
+                client
+                    .set_data(&path, &data, None)
+                    .await
+                    .map(|stat| stat.version)
+                    .map_err(|e| shell_error("write", &path, e))
+            })
+        })
+    }
+
+    /// Deletes `path` and everything under it (`deleteall path`); a
+    /// missing `path` is not an error.
+    pub fn delete_all(&self, path: &str) -> crate::Result<()> {
+        self.run("delete", path, |client, path| {
+            Box::pin(async move {
+                let mut pending = vec![(path, false)];
+                while let Some((path, listed)) = pending.pop() {
+                    if !listed {
+                        match client.list_children(&path).await {
+                            Ok(children) => {
+                                pending.push((path.clone(), true));
+                                let parent = path.trim_end_matches('/').to_owned();
+                                pending.extend(
+                                    children
+                                        .into_iter()
+                                        .map(|child| (format!("{parent}/{child}"), false)),
+                                );
+                                continue;
+                            }
+                            Err(zookeeper_client::Error::NoNode) => continue,
+                            Err(e) => return Err(shell_error("list", &path, e)),
+                        }
+                    }
+                    match client.delete(&path, None).await {
+                        Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                        Err(e) => return Err(shell_error("delete", &path, e)),
+                    }
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
+fn shell_error(what: &str, path: &str, error: zookeeper_client::Error) -> crate::Error {
+    crate::Error::Coordinator {
+        reason: format!("cannot {what} {path}: {error}"),
+    }
+}

@@ -7,9 +7,11 @@
 #[path = "../support/zookeeper_support.rs"]
 mod zookeeper_support;
 
+mod zookeeper_an_unreadable_znode_stops_only_itself;
 mod zookeeper_committed_never_lost_under_random_faults;
 mod zookeeper_connection_loss_is_not_session_loss;
 mod zookeeper_coordinator_conforms;
+mod zookeeper_deleted_counters_do_not_restart;
 mod zookeeper_ensemble_leader_kill_keeps_isrlog_serving;
 mod zookeeper_failover_loses_no_acknowledged_record;
 mod zookeeper_lease_lapses_under_steady_changes;

@@ -65,6 +65,7 @@ use zookeeper_client as zk;
 use super::config::ZkCoordinatorConfig;
 use super::document::{
     self, Subject, CLUSTER_ID, CONTROLLER, CONTROLLER_SEAT, DIRECTORIES, LOGS, NODES, PRODUCER_IDS,
+    PRODUCER_IDS_HIGH_MARK,
 };
 use super::events::Dispatcher;
 use super::executor::Executor;
@@ -190,8 +191,12 @@ struct ControllerView {
     epoch: ControllerEpoch,
     /// The node that won `epoch`, if any election happened.
     winner: Option<NodeId>,
-    /// The record's ZooKeeper version (equal to `epoch`).
+    /// The record's ZooKeeper version (`epoch` minus `epoch_base`).
     record_version: i32,
+    /// The epoch at the record's version 0 (0 unless it was recreated).
+    epoch_base: u64,
+    /// Fields of the record this version does not know.
+    unknown: document::UnknownFields,
     /// The session owning the seat, if it is taken.
     seat_owner: Option<i64>,
     /// The zxid of the last change to the record or the seat.
@@ -418,6 +423,10 @@ struct Shared {
     /// `NodesChanged` already sent (ZooKeeper deletes the ephemeral znode
     /// only once the close reaches it, or the session expires).
     ended_locally: Mutex<BTreeSet<NodeId>>,
+    /// The znodes that bulk reads skipped, with the reason last logged: a
+    /// warning is logged once per znode and reason, not at every pass.
+    /// Bounded by the number of znodes in the layout.
+    unreadable: Mutex<HashMap<String, String>>,
     /// Set when the coordinator is being dropped: calls still running on
     /// the executor give up instead of waiting for a session.
     stopping: AtomicBool,
@@ -458,6 +467,7 @@ impl ZkCoordinator {
             dispatcher: Mutex::new(Dispatcher::new(config.subscriber_events_max)),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             ended_locally: Mutex::new(BTreeSet::new()),
+            unreadable: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             config,
         });
@@ -615,23 +625,36 @@ async fn open_main_session(
     // The first process to connect to an empty store chooses the cluster
     // id; everyone after finds it (NodeExists), as Kafka brokers do with
     // `/cluster/id`.
-    let layout: [(&str, Vec<u8>); 6] = [
+    //
+    // The two counters (controller epoch, producer ids) are different: they
+    // start at 0 only in a new store (this process created the cluster id,
+    // and there is no log yet); a
+    // missing one in a store that was in use is recovered above every value
+    // handed out before, never reset (see `ensure_controller_record` and
+    // `ensure_producer_ids`).
+    let layout: [(&str, Vec<u8>); 4] = [
         (NODES, Vec::new()),
         (LOGS, Vec::new()),
-        (
-            CONTROLLER,
-            document::encode_controller(ControllerEpoch(0), None),
-        ),
-        (PRODUCER_IDS, document::encode_producer_ids(0)),
         (CLUSTER_ID, document::encode_cluster_id(ClusterId::random())),
         (DIRECTORIES, Vec::new()),
     ];
+    let mut new_store = false;
     for (path, data) in layout {
         match client.create(path, &data, &persistent()).await {
-            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Ok(_) => new_store |= path == CLUSTER_ID,
+            Err(zk::Error::NodeExists) => {}
             Err(e) => return Err(zk_error(&format!("create {}{path}", config.chroot), e)),
         }
     }
+    if new_store {
+        let logs = client
+            .list_children(LOGS)
+            .await
+            .map_err(|e| zk_error(&format!("list {}{LOGS}", config.chroot), e))?;
+        new_store = logs.is_empty();
+    }
+    ensure_controller_record(&client, new_store).await?;
+    ensure_producer_ids(&client, new_store).await?;
     let watcher = client
         .watch("/", zk::AddWatchMode::PersistentRecursive)
         .await
@@ -642,6 +665,105 @@ async fn open_main_session(
             )
         })?;
     Ok((client, watcher))
+}
+
+/// Creates the controller record if it is missing: at epoch 0 in a new
+/// store, else (an operator deleted it, say with `deleteall /controller` to
+/// force a re-election) at an epoch base above every epoch handed out
+/// before, from the chroot's `pzxid`, which the deletion advanced
+/// ([`document::controller_epoch_floor`] says why that is a floor).
+///
+/// Kafka recreates a missing `/controller_epoch` at epoch 0, so there a
+/// deleted epoch record lets a deposed controller's epoch win again; here
+/// epochs only grow, which is what fences a deposed controller's writes.
+async fn ensure_controller_record(client: &zk::Client, new_store: bool) -> Result<()> {
+    let what = format!("recreate {CONTROLLER}");
+    match client.check_stat(CONTROLLER).await {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(e) => return Err(zk_error(&what, e)),
+    }
+    let base = if new_store {
+        0
+    } else {
+        let (_, stat) = client.get_data("/").await.map_err(|e| zk_error(&what, e))?;
+        document::controller_epoch_floor(stat.pzxid.max(stat.mzxid))
+    };
+    let record = document::encode_controller(ControllerEpoch(base), None, base);
+    match client.create(CONTROLLER, &record, &persistent()).await {
+        Ok(_) if !new_store => {
+            tracing::warn!(
+                znode = CONTROLLER,
+                epoch = base,
+                "the controller record was missing: recreated it above every earlier epoch"
+            );
+            Ok(())
+        }
+        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+        Err(e) => Err(zk_error(&what, e)),
+    }
+}
+
+/// Creates the producer id counter or its high mark if missing: both at 0
+/// in a new store; a missing counter from the high mark (and a missing
+/// high mark from the counter, as in a store of a version without it).
+/// With both gone from a store in use, nothing is created: handing out ids
+/// from 0 again would give two producers one id (idempotence relies on
+/// unique ids), so `allocate_producer_id` fails and says what to do.
+///
+/// Kafka keeps one `/latest_producer_id_block` and starts again at 0 when
+/// it is missing; the second record is what avoids that here.
+async fn ensure_producer_ids(client: &zk::Client, new_store: bool) -> Result<()> {
+    let what = format!("check {PRODUCER_IDS}");
+    let read = |path: &'static str| async move {
+        match client.get_data(path).await {
+            Ok((data, _)) => Ok(Some(document::decode_producer_ids(path, &data)?.0)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(zk_error(&format!("read {path}"), e)),
+        }
+    };
+    let create = |path: &'static str, start: i64| async move {
+        match client
+            .create(path, &document::encode_producer_ids(start), &persistent())
+            .await
+        {
+            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+            Err(e) => Err(zk_error(&format!("create {path}"), e)),
+        }
+    };
+    match (
+        read(PRODUCER_IDS).await?,
+        read(PRODUCER_IDS_HIGH_MARK).await?,
+    ) {
+        (Some(_), Some(_)) => Ok(()),
+        (Some(counter), None) => create(PRODUCER_IDS_HIGH_MARK, counter).await,
+        (None, Some(mark)) => {
+            tracing::warn!(
+                znode = PRODUCER_IDS,
+                next_block_start = mark,
+                "the producer id counter was missing: recreated it from {PRODUCER_IDS_HIGH_MARK}"
+            );
+            create(PRODUCER_IDS, mark).await
+        }
+        (None, None) if new_store => {
+            create(PRODUCER_IDS, 0).await?;
+            create(PRODUCER_IDS_HIGH_MARK, 0).await
+        }
+        (None, None) => {
+            tracing::error!(znode = PRODUCER_IDS, "{}", producer_ids_lost(&what));
+            Ok(())
+        }
+    }
+}
+
+/// What to do when both records of the producer id counter are gone.
+fn producer_ids_lost(what: &str) -> String {
+    format!(
+        "cannot {what}: {PRODUCER_IDS} and {PRODUCER_IDS_HIGH_MARK} are both missing from a store \
+         in use, and starting again at 0 would hand out producer ids twice; create {PRODUCER_IDS} \
+         with {{\"format\":1,\"next_block_start\":N}}, N above every producer id handed out \
+         (for instance the largest in any log plus a block), then reconnect"
+    )
 }
 
 impl Shared {
@@ -709,7 +831,21 @@ impl Shared {
     }
 
     /// The stored state of `log` and the zxid of its last change, or `None`.
+    /// A document it cannot read is an error naming the znode and why.
     async fn read_log(&self, deadline: Instant, log: LogId) -> Result<Option<(LogState, i64)>> {
+        Ok(self
+            .read_log_document(deadline, log)
+            .await?
+            .map(|(state, zxid, _)| (state, zxid)))
+    }
+
+    /// [`Shared::read_log`] with the fields of the document this version
+    /// does not know.
+    async fn read_log_document(
+        &self,
+        deadline: Instant,
+        log: LogId,
+    ) -> Result<Option<(LogState, i64, document::UnknownFields)>> {
         let path = document::log_path(log);
         let what = format!("read {path}");
         let outcome = self
@@ -719,16 +855,62 @@ impl Shared {
             })
             .await?;
         match outcome {
-            Ok((data, stat)) => Ok(Some((
-                document::decode_log(log, &data, stat.version)?,
-                stat.mzxid,
-            ))),
+            Ok((data, stat)) => {
+                let (state, unknown) = document::decode_log(log, &data, stat.version)?;
+                Ok(Some((state, stat.mzxid, unknown)))
+            }
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(zk_error(&what, e)),
         }
     }
 
-    /// Every log's state and last change, sorted by id.
+    /// Logs a warning that a bulk read skipped `path` because of `reason`,
+    /// once per znode and reason (a controller pass every tick must not
+    /// flood the log with the same complaint).
+    fn skip_unreadable(&self, path: &str, reason: &str) {
+        let mut unreadable = self.unreadable.lock();
+        if unreadable.get(path).map(String::as_str) != Some(reason) {
+            tracing::warn!(
+                znode = path,
+                reason,
+                "skipping a znode the coordinator cannot read; \
+                everything else goes on, operations on it fail until it is fixed"
+            );
+            unreadable.insert(path.to_owned(), reason.to_owned());
+        }
+    }
+
+    /// The ids among the child `names` of `parent`, sorted; a name that is
+    /// not an id (a znode someone else put there) is skipped with a warning.
+    fn parse_children(&self, parent: &str, names: &[String]) -> Vec<u32> {
+        let mut ids: Vec<u32> = names
+            .iter()
+            .filter_map(|name| match document::parse_id(parent, name) {
+                Ok(id) => Some(id),
+                Err(error) => {
+                    self.skip_unreadable(&format!("{parent}/{name}"), &error.to_string());
+                    None
+                }
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The sorted ids of the children of `/nodes` (see
+    /// [`Shared::parse_children`]).
+    fn parse_nodes(&self, names: &[String]) -> Vec<NodeId> {
+        self.parse_children(NODES, names)
+            .into_iter()
+            .map(NodeId)
+            .collect()
+    }
+
+    /// Every readable log's state and last change, sorted by id. One child
+    /// znode that is not a log id, or a document that cannot be decoded,
+    /// is skipped with a warning, not an error: it must not stop every
+    /// controller pass, unclean-shutdown report and node start of the
+    /// cluster. Reading or writing that one log fails with the reason.
     async fn read_logs(&self, deadline: Instant) -> Result<Vec<(LogState, i64)>> {
         let what = format!("list {LOGS}");
         let names = match self
@@ -740,11 +922,11 @@ impl Shared {
             Ok(names) => names,
             Err(e) => return Err(zk_error(&what, e)),
         };
-        let mut ids = names
-            .iter()
-            .map(|name| document::parse_id(LOGS, name).map(LogId))
-            .collect::<Result<Vec<LogId>>>()?;
-        ids.sort_unstable();
+        let ids: Vec<LogId> = self
+            .parse_children(LOGS, &names)
+            .into_iter()
+            .map(LogId)
+            .collect();
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -766,7 +948,12 @@ impl Shared {
         for (log, result) in ids.into_iter().zip(results) {
             match result {
                 zk::MultiReadResult::Data { data, stat } => {
-                    logs.push((document::decode_log(log, &data, stat.version)?, stat.mzxid));
+                    match document::decode_log(log, &data, stat.version) {
+                        Ok((state, _)) => logs.push((state, stat.mzxid)),
+                        Err(error) => {
+                            self.skip_unreadable(&document::log_path(log), &error.to_string())
+                        }
+                    }
                 }
                 // Deleted between the listing and the read: not ours to
                 // report (isrlog never deletes a log).
@@ -793,7 +980,7 @@ impl Shared {
             })
             .await?
             .map_err(|e| zk_error(&what, e))?;
-        let mut live = parse_nodes(&names)?;
+        let mut live = self.parse_nodes(&names);
         let mut ended = self.ended_locally.lock();
         ended.retain(|node| live.contains(node));
         live.retain(|node| !ended.contains(node));
@@ -838,7 +1025,7 @@ impl Shared {
             .map_err(|e| zk_error(&what, e))?;
         let mut results = results.into_iter();
         let live = match results.next() {
-            Some(zk::MultiReadResult::Children { children }) => parse_nodes(&children)?,
+            Some(zk::MultiReadResult::Children { children }) => self.parse_nodes(&children),
             other => return Err(unexpected(&what, &other)),
         };
         let zxid = match results.next() {
@@ -872,9 +1059,25 @@ impl Shared {
         Ok(())
     }
 
+    /// Re-reads one log and announces it. A document that does not decode
+    /// is skipped with a warning, as in [`Shared::read_logs`]: a full
+    /// resync of every subscriber would read the same thing.
     async fn refresh_log(&self, deadline: Instant, log: LogId) -> Result<()> {
-        if let Some((state, zxid)) = self.read_log(deadline, log).await? {
-            self.dispatcher.lock().log_changed(zxid, &state);
+        let path = document::log_path(log);
+        let what = format!("read {path}");
+        let outcome = self
+            .read(deadline, &what, |client| {
+                let path = path.clone();
+                async move { client.get_data(&path).await }
+            })
+            .await?;
+        match outcome {
+            Ok((data, stat)) => match document::decode_log(log, &data, stat.version) {
+                Ok((state, _)) => self.dispatcher.lock().log_changed(stat.mzxid, &state),
+                Err(error) => self.skip_unreadable(&path, &error.to_string()),
+            },
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(zk_error(&what, e)),
         }
         Ok(())
     }
@@ -997,19 +1200,32 @@ impl Shared {
         update: LogUpdate,
         fence: Option<(NodeId, ControllerEpoch)>,
     ) -> Result<CasOutcome> {
-        if let Some((controller, controller_epoch)) = fence {
-            let view = self.read_controller(deadline).await?;
-            if view.controller() != Some(controller) || view.epoch != controller_epoch {
-                return Err(fenced(log, controller, controller_epoch, &view));
+        let fence = match fence {
+            Some((controller, controller_epoch)) => {
+                let view = self.read_controller(deadline).await?;
+                if view.controller() != Some(controller) || view.epoch != controller_epoch {
+                    return Err(fenced(log, controller, controller_epoch, &view));
+                }
+                Some(Fence {
+                    controller,
+                    controller_epoch,
+                    record_version: view.record_version,
+                })
             }
-        }
-        let Some((current, _)) = self.read_log(deadline, log).await? else {
+            None => None,
+        };
+        let Some((current, _, unknown)) = self.read_log_document(deadline, log).await? else {
             return Err(Error::UnknownLog(log));
         };
         if current.leader_epoch != expected_epoch || current.version != expected_version {
             return Ok(CasOutcome::Stale(current));
         }
         current.validate_update(&update)?;
+        document::refuse_unknown_fields(
+            &document::log_path(log),
+            &unknown,
+            &format!("update {log}"),
+        )?;
         let next = current.with_update(update);
         self.write_log(deadline, &current, next, fence).await
     }
@@ -1023,7 +1239,7 @@ impl Shared {
         deadline: Instant,
         current: &LogState,
         next: LogState,
-        fence: Option<(NodeId, ControllerEpoch)>,
+        fence: Option<Fence>,
     ) -> Result<CasOutcome> {
         let log = current.log;
         let path = document::log_path(log);
@@ -1045,11 +1261,10 @@ impl Shared {
                     Err(error) => Err((2, error)),
                 }
             }
-            Some((_, controller_epoch)) => {
-                let epoch_version = i32::try_from(controller_epoch.0).unwrap_or(i32::MAX);
+            Some(fence) => {
                 let mut writer = client.new_multi_writer();
                 writer
-                    .add_check_version(CONTROLLER, epoch_version)
+                    .add_check_version(CONTROLLER, fence.record_version)
                     .map_err(|e| zk_error(&what, e))?;
                 writer
                     .add_check_version(CONTROLLER_SEAT, -1)
@@ -1100,9 +1315,9 @@ impl Shared {
             // The controller record or seat changed since the check above:
             // another controller was elected, or this one's session ended.
             Err((0 | 1, error)) => match fence {
-                Some((controller, controller_epoch)) => {
+                Some(fence) => {
                     let view = self.read_controller(deadline).await?;
-                    Err(fenced(log, controller, controller_epoch, &view))
+                    Err(fenced(log, fence.controller, fence.controller_epoch, &view))
                 }
                 None => Err(zk_error(&what, error)),
             },
@@ -1114,6 +1329,16 @@ impl Shared {
             Err((_, error)) => Err(zk_error(&what, error)),
         }
     }
+}
+
+/// What a controller's log write is conditional on: the controller record
+/// still at `record_version` (the version at which `controller` won
+/// `controller_epoch`, read and checked just before) and the seat taken.
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    controller: NodeId,
+    controller_epoch: ControllerEpoch,
+    record_version: i32,
 }
 
 /// The refusal of a write by a node that is not the controller it claims.
@@ -1129,25 +1354,15 @@ fn fenced(
     ))
 }
 
-/// The sorted ids of the children of `/nodes`.
-fn parse_nodes(names: &[String]) -> Result<Vec<NodeId>> {
-    let mut live = names
-        .iter()
-        .map(|name| document::parse_id(NODES, name).map(NodeId))
-        .collect::<Result<Vec<NodeId>>>()?;
-    live.sort_unstable();
-    Ok(live)
-}
-
 /// The controller view from a multi-read of the record and the seat.
 fn parse_controller(
     record: Option<zk::MultiReadResult>,
     seat: Option<zk::MultiReadResult>,
 ) -> Result<ControllerView> {
-    let (epoch, winner, record_version, zxid) = match record {
+    let (record, record_version, zxid) = match record {
         Some(zk::MultiReadResult::Data { data, stat }) => {
-            let (epoch, winner) = document::decode_controller(CONTROLLER, &data, stat.version)?;
-            (epoch, winner, stat.version, stat.mzxid.max(stat.pzxid))
+            let record = document::decode_controller(CONTROLLER, &data, stat.version)?;
+            (record, stat.version, stat.mzxid.max(stat.pzxid))
         }
         other => {
             return Err(coordinator_error(format!(
@@ -1163,9 +1378,11 @@ fn parse_controller(
         other => return Err(unexpected(&format!("read {CONTROLLER_SEAT}"), &other)),
     };
     Ok(ControllerView {
-        epoch,
-        winner,
+        epoch: record.epoch,
+        winner: record.controller,
         record_version,
+        epoch_base: record.epoch_base,
+        unknown: record.unknown,
         seat_owner,
         zxid,
     })
@@ -1626,14 +1843,31 @@ impl Coordinator for ZkCoordinator {
         self.run(
             format!("seat {node} as controller"),
             move |shared, deadline, what| async move {
+                let mut recovered = false;
                 loop {
-                    let view = shared.read_controller(deadline).await?;
+                    let view = match shared.read_controller(deadline).await {
+                        Ok(view) => view,
+                        // The record was deleted while the cluster runs
+                        // (`deleteall /controller` to force a re-election):
+                        // recreate it above every earlier epoch, once.
+                        Err(error) if !recovered => {
+                            recovered = true;
+                            connected(&client, deadline, &what).await?;
+                            match client.check_stat(CONTROLLER).await {
+                                Ok(None) => ensure_controller_record(&client, false).await?,
+                                _ => return Err(error),
+                            }
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    };
                     if let Some(holder) = view.controller() {
                         let ours = holder == node && view.seat_owner == Some(client.session_id().0);
                         return Ok(ours.then_some(view.epoch));
                     }
+                    document::refuse_unknown_fields(CONTROLLER, &view.unknown, &what)?;
                     let epoch = view.epoch.next();
-                    let record = document::encode_controller(epoch, Some(node));
+                    let record = document::encode_controller(epoch, Some(node), view.epoch_base);
                     connected(&client, deadline, &what).await?;
                     let mut writer = client.new_multi_writer();
                     writer
@@ -1741,30 +1975,70 @@ impl Coordinator for ZkCoordinator {
         let reserved = self.run(
             "reserve a block of producer ids".to_owned(),
             move |shared, deadline, what| async move {
+                let mut recovered = false;
                 loop {
-                    let (data, stat) = shared
+                    let read = shared
                         .read(deadline, &what, |client| async move {
                             client.get_data(PRODUCER_IDS).await
                         })
-                        .await?
-                        .map_err(|e| zk_error(&what, e))?;
-                    let start = document::decode_producer_ids(&data)?;
+                        .await?;
+                    let (data, stat) = match read {
+                        Ok(read) => read,
+                        // Deleted while the cluster runs: recover it from
+                        // the high mark once, as a reconnect would.
+                        Err(zk::Error::NoNode) if !recovered => {
+                            recovered = true;
+                            let client = shared.main_client(deadline, &what).await?;
+                            ensure_producer_ids(&client, false).await?;
+                            continue;
+                        }
+                        Err(zk::Error::NoNode) => {
+                            return Err(coordinator_error(producer_ids_lost(&what)))
+                        }
+                        Err(e) => return Err(zk_error(&what, e)),
+                    };
+                    let (start, unknown) = document::decode_producer_ids(PRODUCER_IDS, &data)?;
+                    document::refuse_unknown_fields(PRODUCER_IDS, &unknown, &what)?;
                     let end = start
                         .checked_add(size)
                         .ok_or_else(|| coordinator_error("producer ids exhausted".to_owned()))?;
                     let client = shared.main_client(deadline, &what).await?;
                     connected(&client, deadline, &what).await?;
-                    let written = client
-                        .set_data(
-                            PRODUCER_IDS,
-                            &document::encode_producer_ids(end),
-                            Some(stat.version),
-                        )
-                        .await;
-                    match unknown_if_lost(written, &what)? {
+                    // The counter and its high mark in one transaction, so
+                    // the high mark is never behind a reservation.
+                    let data = document::encode_producer_ids(end);
+                    let mut writer = client.new_multi_writer();
+                    writer
+                        .add_set_data(PRODUCER_IDS, &data, Some(stat.version))
+                        .map_err(|e| zk_error(&what, e))?;
+                    writer
+                        .add_set_data(PRODUCER_IDS_HIGH_MARK, &data, None)
+                        .map_err(|e| zk_error(&what, e))?;
+                    match writer.commit().await {
                         Ok(_) => return Ok((start, end)),
-                        Err(zk::Error::BadVersion) => {}
-                        Err(error) => return Err(zk_error(&what, error)),
+                        Err(zk::MultiWriteError::OperationFailed {
+                            source: zk::Error::BadVersion,
+                            ..
+                        }) => {}
+                        // The high mark was deleted: recreate it at the
+                        // counter's value, then reserve again.
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index: 1,
+                            source: zk::Error::NoNode,
+                        }) => ensure_producer_ids(&client, false).await?,
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index: 0,
+                            source: zk::Error::NoNode,
+                        }) if !recovered => {
+                            recovered = true;
+                            ensure_producer_ids(&client, false).await?;
+                        }
+                        Err(zk::MultiWriteError::RequestFailed { source })
+                            if is_connection_error(&source) =>
+                        {
+                            return Err(lost(&what))
+                        }
+                        Err(error) => return Err(zk_error(&what, error.into())),
                     }
                     if Instant::now() + RETRY_PAUSE >= deadline {
                         return Err(coordinator_error(format!(
@@ -2004,7 +2278,16 @@ mod tests {
                 "write as a controller".to_owned(),
                 move |shared, deadline, _| async move {
                     shared
-                        .write_log(deadline, &current, next, Some((controller, epoch)))
+                        .write_log(
+                            deadline,
+                            &current,
+                            next,
+                            Some(Fence {
+                                controller,
+                                controller_epoch: epoch,
+                                record_version: i32::try_from(epoch.0).unwrap(),
+                            }),
+                        )
                         .await
                 },
             )

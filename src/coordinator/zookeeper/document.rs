@@ -9,7 +9,15 @@
 //! /logs/<log id>         persistent: one log's state; its ZooKeeper version
 //!                        is the state's compare-and-set version
 //! /producer_ids          persistent: {"format":1,"next_block_start":P}
+//! /producer_ids_high_mark persistent: the same document, written in the
+//!                        same transaction as `/producer_ids`: the second
+//!                        record a deleted counter is recovered from
 //! ```
+//!
+//! The controller record may also hold `"epoch_base":B` (absent means 0):
+//! its epoch is then `B` plus its ZooKeeper version. A record recreated
+//! after an operator deleted it starts at a base above every epoch handed
+//! out before (see `controller_epoch_floor`), so epochs never go back.
 //!
 //! Kafka keeps `/controller` (ephemeral) and `/controller_epoch`
 //! (persistent) side by side; here the epoch record is the seat's parent, so
@@ -36,6 +44,10 @@ pub(super) const CONTROLLER_SEAT: &str = "/controller/seat";
 pub(super) const LOGS: &str = "/logs";
 /// The producer id counter.
 pub(super) const PRODUCER_IDS: &str = "/producer_ids";
+/// The second record of the producer id counter: every reservation writes
+/// it with `/producer_ids` in one transaction, so a deleted counter is
+/// recovered from it instead of restarting at zero.
+pub(super) const PRODUCER_IDS_HIGH_MARK: &str = "/producer_ids_high_mark";
 /// The cluster id (SPEC 2.8; Kafka's `/cluster/id`), created with the
 /// layout. A store set up by a version without it gets one at the next
 /// connect.
@@ -80,7 +92,9 @@ pub(super) fn subject_of(path: &str) -> Option<Subject> {
         .map(|id| Subject::Log(LogId(id)))
 }
 
-/// Parses a child name of `/nodes` or `/logs`: a decimal id.
+/// Parses a child name of `/nodes` or `/logs`: a decimal id. A name that is
+/// not one (a znode someone else put there) is an error naming it; bulk
+/// readers skip it rather than fail.
 pub(super) fn parse_id(parent: &str, name: &str) -> Result<u32> {
     name.parse::<u32>().map_err(|_| Error::Coordinator {
         reason: format!("unexpected znode {parent}/{name}: expected a decimal id"),
@@ -97,6 +111,45 @@ fn encode<T: Serialize>(document: &T) -> Vec<u8> {
     // Serialising a struct of integers, options and vectors to a Vec cannot
     // fail; the fallback only keeps the library free of panics.
     serde_json::to_vec(document).unwrap_or_default()
+}
+
+/// The fields of a document this version does not know, by name (nested
+/// ones as `outer[index].inner`); empty for a document it fully knows.
+///
+/// Documents are read forward-compatibly (Kafka also ignores the fields of
+/// its ZooKeeper JSON it does not know): a field added by a newer version
+/// must not make an older node, during a rolling upgrade, unable to read the
+/// document. Such a document is never written back by this version, though
+/// (see [`refuse_unknown_fields`]).
+pub(super) type UnknownFields = Vec<String>;
+
+/// Unknown fields of a document, collected by `#[serde(flatten)]`.
+type Extra = std::collections::BTreeMap<String, serde_json::Value>;
+
+/// The error for a write over a document holding fields this version does
+/// not know, or `Ok` if it holds none.
+///
+/// Why refuse rather than keep or drop them: dropping them would let a
+/// compare-and-set erase a newer node's data in silence. Keeping them (a
+/// flatten map written back verbatim) is no safer: a field this version
+/// does not know may depend on fields it changes, as the eligible leader
+/// replicas depend on the ISR (an older node that kept a newer node's ELR
+/// while changing the ISR would store an ELR overlapping the ISR, a state
+/// the newer node then rejects or, worse, trusts). Refusing costs only
+/// availability of that one document's changes until a node that knows the
+/// field (an upgraded one) makes them, and the error says so.
+pub(super) fn refuse_unknown_fields(path: &str, unknown: &[String], what: &str) -> Result<()> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Coordinator {
+        reason: format!(
+            "refusing to {what}: {path} holds fields this version does not know ({}), \
+             written by a newer isrlog; writing it back would drop or misread them. \
+             Let an upgraded node make the change, or finish the rolling upgrade",
+            unknown.join(", ")
+        ),
+    })
 }
 
 fn decode<'a, T: Deserialize<'a> + Formatted>(path: &str, bytes: &'a [u8]) -> Result<T> {
@@ -120,7 +173,6 @@ trait Formatted {
 /// A log's state as stored: everything of [`LogState`] but the id (the
 /// znode's name) and the version (the znode's version).
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct LogDocument {
     format: u32,
     replicas: Vec<u32>,
@@ -138,15 +190,20 @@ struct LogDocument {
     /// and empty read the same, as for the ELR.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     unclean_replicas: Vec<UncleanReplicaDocument>,
+    /// Fields of a newer version, only read to refuse writing over them.
+    #[serde(flatten, skip_serializing)]
+    unknown: Extra,
 }
 
 /// One entry of [`LogState::unclean_replicas`] as stored.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct UncleanReplicaDocument {
     node: u32,
     last_epoch: Option<u32>,
     log_end_offset: u64,
+    /// Fields of a newer version, only read to refuse writing over them.
+    #[serde(flatten, skip_serializing)]
+    unknown: Extra,
 }
 
 impl Formatted for LogDocument {
@@ -174,17 +231,33 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
                 node: r.node.0,
                 last_epoch: r.log_end.last_epoch.map(|epoch| epoch.0),
                 log_end_offset: r.log_end.log_end_offset.0,
+                unknown: Extra::new(),
             })
             .collect(),
+        unknown: Extra::new(),
     })
 }
 
 /// Decodes the state of `log` stored with ZooKeeper version `version`, and
 /// checks the invariants of [`LogState`] (a state that breaks them is an
-/// error naming the rule, not a panic: another process wrote it).
-pub(super) fn decode_log(log: LogId, bytes: &[u8], version: i32) -> Result<LogState> {
+/// error naming the rule, not a panic: another process wrote it). Also
+/// answers the fields it did not know.
+pub(super) fn decode_log(
+    log: LogId,
+    bytes: &[u8],
+    version: i32,
+) -> Result<(LogState, UnknownFields)> {
     let path = log_path(log);
     let document: LogDocument = decode(&path, bytes)?;
+    let mut unknown: UnknownFields = document.unknown.keys().cloned().collect();
+    for (i, replica) in document.unclean_replicas.iter().enumerate() {
+        unknown.extend(
+            replica
+                .unknown
+                .keys()
+                .map(|key| format!("unclean_replicas[{i}].{key}")),
+        );
+    }
     let version =
         u64::try_from(version).map_err(|_| decode_error(&path, format!("version {version}")))?;
     let nodes = |ids: &[u32]| ids.iter().copied().map(NodeId).collect::<Vec<_>>();
@@ -209,7 +282,7 @@ pub(super) fn decode_log(log: LogId, bytes: &[u8], version: i32) -> Result<LogSt
         version,
     };
     check_log_state(&state).map_err(|reason| decode_error(&path, reason))?;
-    Ok(state)
+    Ok((state, unknown))
 }
 
 /// The invariants of [`LogState`], as an error instead of an assertion.
@@ -282,11 +355,36 @@ fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
 
 /// The controller record: the last controller epoch and who won it.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct ControllerDocument {
     format: u32,
     epoch: u64,
     controller: Option<u32>,
+    /// The epoch at the record's version 0: 0 for the record created with
+    /// the cluster (and then not written, so older versions read it), a
+    /// floor above every earlier epoch for a record recreated after it was
+    /// deleted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    epoch_base: u64,
+    /// Fields of a newer version, only read to refuse writing over them.
+    #[serde(flatten, skip_serializing)]
+    unknown: Extra,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+/// What the controller record says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct ControllerRecord {
+    /// The last controller epoch.
+    pub(super) epoch: ControllerEpoch,
+    /// The node that won it, if any election happened on this record.
+    pub(super) controller: Option<NodeId>,
+    /// The epoch at version 0 (the record's epoch minus its version).
+    pub(super) epoch_base: u64,
+    /// Fields a newer version wrote.
+    pub(super) unknown: UnknownFields,
 }
 
 impl Formatted for ControllerDocument {
@@ -296,52 +394,82 @@ impl Formatted for ControllerDocument {
 }
 
 /// The controller record after `controller` won `epoch` (or, with `None`,
-/// the record before any election).
-pub(super) fn encode_controller(epoch: ControllerEpoch, controller: Option<NodeId>) -> Vec<u8> {
+/// the record before any election) on a record whose epoch at version 0 is
+/// `epoch_base`.
+pub(super) fn encode_controller(
+    epoch: ControllerEpoch,
+    controller: Option<NodeId>,
+    epoch_base: u64,
+) -> Vec<u8> {
     encode(&ControllerDocument {
         format: FORMAT,
         epoch: epoch.0,
         controller: controller.map(|node| node.0),
+        epoch_base,
+        unknown: Extra::new(),
     })
 }
 
-/// Decodes the controller record stored with ZooKeeper version `version`:
-/// the epoch and the node that won it. The epoch must equal the version
-/// (every election bumps both in one conditional write), which is what lets
-/// a controller's writes check its epoch by the record's version.
+/// The epoch base for a controller record recreated after it was deleted,
+/// given `zxid`, a zxid read after the deletion (the chroot's `pzxid`).
+///
+/// Every election sets the epoch to one more than the last in its own
+/// ZooKeeper transaction, and a recreated record starts at a zxid read
+/// before its creation; zxids grow by at least one per transaction, so by
+/// induction every epoch is at most the zxid of the transaction that set
+/// it, and a zxid read after the old record's deletion is above all of
+/// them. Kafka recreates a missing `/controller_epoch` at 0 (and a
+/// missing `/latest_producer_id_block` at 0), which lets epochs go back
+/// after an operator deletes it; here the record is persistent as in Kafka,
+/// but a missing one never restarts at 0.
+pub(super) fn controller_epoch_floor(zxid: i64) -> u64 {
+    u64::try_from(zxid).unwrap_or(0).saturating_add(1)
+}
+
+/// Decodes the controller record stored with ZooKeeper version `version`.
+/// The epoch must equal the base plus the version (every election bumps
+/// both in one conditional write), which is what lets a controller's
+/// writes check its epoch by the record's version.
 pub(super) fn decode_controller(
     path: &str,
     bytes: &[u8],
     version: i32,
-) -> Result<(ControllerEpoch, Option<NodeId>)> {
+) -> Result<ControllerRecord> {
     let document: ControllerDocument = decode(path, bytes)?;
-    if i64::from(version) != i64::try_from(document.epoch).unwrap_or(-1) {
+    let expected = u64::try_from(version)
+        .ok()
+        .and_then(|version| document.epoch_base.checked_add(version));
+    if expected != Some(document.epoch) {
         return Err(decode_error(
             path,
             format!(
-                "controller epoch {} differs from the znode's version {version}",
-                document.epoch
+                "controller epoch {} differs from the epoch base {} plus the znode's version {version}",
+                document.epoch, document.epoch_base
             ),
         ));
     }
-    if document.epoch > 0 && document.controller.is_none() {
+    if version > 0 && document.controller.is_none() {
         return Err(decode_error(
             path,
             format!("controller epoch {} names no controller", document.epoch),
         ));
     }
-    Ok((
-        ControllerEpoch(document.epoch),
-        document.controller.map(NodeId),
-    ))
+    Ok(ControllerRecord {
+        epoch: ControllerEpoch(document.epoch),
+        controller: document.controller.map(NodeId),
+        epoch_base: document.epoch_base,
+        unknown: document.unknown.keys().cloned().collect(),
+    })
 }
 
 /// The next block of producer ids to hand out.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct ProducerIdsDocument {
     format: u32,
     next_block_start: i64,
+    /// Fields of a newer version, only read to refuse writing over them.
+    #[serde(flatten, skip_serializing)]
+    unknown: Extra,
 }
 
 impl Formatted for ProducerIdsDocument {
@@ -354,23 +482,28 @@ pub(super) fn encode_producer_ids(next_block_start: i64) -> Vec<u8> {
     encode(&ProducerIdsDocument {
         format: FORMAT,
         next_block_start,
+        unknown: Extra::new(),
     })
 }
 
-pub(super) fn decode_producer_ids(bytes: &[u8]) -> Result<i64> {
-    let document: ProducerIdsDocument = decode(PRODUCER_IDS, bytes)?;
+/// Decodes the producer id counter (or its high mark, at `path`): the next
+/// block's start and the fields this version does not know.
+pub(super) fn decode_producer_ids(path: &str, bytes: &[u8]) -> Result<(i64, UnknownFields)> {
+    let document: ProducerIdsDocument = decode(path, bytes)?;
     if document.next_block_start < 0 {
         return Err(decode_error(
-            PRODUCER_IDS,
+            path,
             format!("negative next_block_start {}", document.next_block_start),
         ));
     }
-    Ok(document.next_block_start)
+    Ok((
+        document.next_block_start,
+        document.unknown.keys().cloned().collect(),
+    ))
 }
 
 /// The cluster id, as 32 hex digits.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct ClusterIdDocument {
     format: u32,
     cluster_id: String,
@@ -399,6 +532,8 @@ pub(super) fn decode_cluster_id(bytes: &[u8]) -> Result<ClusterId> {
 
 /// The directory each replica of one node was placed on: log id to
 /// directory id (32 hex digits). Only that node writes it.
+/// Only its node reads and rewrites it (no other version of isrlog shares
+/// it), so unknown fields stay an error here rather than be dropped.
 #[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 struct DirectoriesDocument {
@@ -476,13 +611,13 @@ mod tests {
             std::str::from_utf8(&bytes).unwrap(),
             r#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1,3]}"#
         );
-        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), state());
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, state());
         let leaderless = LogState {
             leader: None,
             ..state()
         };
         let bytes = encode_log(&leaderless);
-        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), leaderless);
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, leaderless);
         let with_elr = LogState {
             leader: Some(NodeId(1)),
             in_sync_replicas: vec![NodeId(1)],
@@ -494,7 +629,7 @@ mod tests {
             std::str::from_utf8(&bytes).unwrap(),
             r#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#
         );
-        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), with_elr);
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, with_elr);
         let recovering = LogState {
             leader: None,
             in_sync_replicas: Vec::new(),
@@ -518,7 +653,7 @@ mod tests {
             std::str::from_utf8(&bytes).unwrap(),
             r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0}]}"#
         );
-        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap(), recovering);
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
     }
 
     /// Documents written before unclean recovery existed (with or without
@@ -527,7 +662,7 @@ mod tests {
     #[test]
     fn a_log_document_without_the_unclean_field_reads_as_an_empty_list() {
         let old = br#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"eligible_leader_replicas":[3,2]}"#;
-        let decoded = decode_log(LogId(7), old, 9).unwrap();
+        let decoded = decode_log(LogId(7), old, 9).unwrap().0;
         assert!(decoded.unclean_replicas.is_empty());
         assert_eq!(decoded.eligible_leader_replicas, vec![NodeId(3), NodeId(2)]);
     }
@@ -537,7 +672,7 @@ mod tests {
     #[test]
     fn a_log_document_without_the_elr_field_reads_as_an_empty_elr() {
         let old = br#"{"format":1,"replicas":[3,1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1,3]}"#;
-        let decoded = decode_log(LogId(7), old, 9).unwrap();
+        let decoded = decode_log(LogId(7), old, 9).unwrap().0;
         assert_eq!(decoded, state());
         assert!(decoded.eligible_leader_replicas.is_empty());
     }
@@ -599,16 +734,6 @@ mod tests {
                 "unclean_replicas [NodeId(1)] contain node-1",
             ),
             (
-                br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":2,"log_end_offset":0,"y":1}]}"#,
-                0,
-                "unknown field",
-            ),
-            (
-                br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"x":0}"#,
-                0,
-                "unknown field",
-            ),
-            (
                 br#"{"format":1,"replicas":[1],"leader":1,"leader_epoch":-1,"in_sync_replicas":[1]}"#,
                 0,
                 "invalid value",
@@ -633,25 +758,73 @@ mod tests {
         }
     }
 
+    /// A newer version's fields (top-level and nested) are read, not an
+    /// error, and reported so that no write drops them.
     #[test]
-    fn controller_record_epoch_must_equal_its_version() {
-        let bytes = encode_controller(ControllerEpoch(3), Some(NodeId(2)));
+    fn a_log_document_with_unknown_fields_reads_and_names_them() {
+        let newer = br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":0,"in_sync_replicas":[1],"unclean_replicas":[{"node":2,"last_epoch":null,"log_end_offset":0,"y":1}],"x":{"a":[1]}}"#;
+        let (state, unknown) = decode_log(LogId(7), newer, 0).unwrap();
+        assert_eq!(state.in_sync_replicas, vec![NodeId(1)]);
+        assert_eq!(
+            unknown,
+            vec!["x".to_owned(), "unclean_replicas[0].y".to_owned()]
+        );
+        let error = refuse_unknown_fields("/logs/7", &unknown, "update log-7")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("/logs/7") && error.contains("x, unclean_replicas[0].y"),
+            "{error}"
+        );
+        assert!(refuse_unknown_fields("/logs/7", &[], "update log-7").is_ok());
+        // Encoding never writes what it did not know.
+        assert!(!String::from_utf8(encode_log(&state)).unwrap().contains('x'));
+    }
+
+    #[test]
+    fn controller_record_epoch_must_equal_its_base_plus_version() {
+        let record = |epoch, controller, epoch_base| ControllerRecord {
+            epoch: ControllerEpoch(epoch),
+            controller,
+            epoch_base,
+            unknown: Vec::new(),
+        };
+        let bytes = encode_controller(ControllerEpoch(3), Some(NodeId(2)), 0);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"format":1,"epoch":3,"controller":2}"#
+        );
         assert_eq!(
             decode_controller(CONTROLLER, &bytes, 3).unwrap(),
-            (ControllerEpoch(3), Some(NodeId(2)))
+            record(3, Some(NodeId(2)), 0)
         );
         let err = decode_controller(CONTROLLER, &bytes, 4).unwrap_err();
         assert!(
-            err.to_string()
-                .contains("differs from the znode's version 4"),
+            err.to_string().contains("plus the znode's version 4"),
             "{err}"
         );
-        let initial = encode_controller(ControllerEpoch(0), None);
+        let initial = encode_controller(ControllerEpoch(0), None, 0);
         assert_eq!(
             decode_controller(CONTROLLER, &initial, 0).unwrap(),
-            (ControllerEpoch(0), None)
+            record(0, None, 0)
         );
-        let nameless = encode_controller(ControllerEpoch(2), None);
+        let recovered = encode_controller(ControllerEpoch(500), None, 500);
+        assert_eq!(
+            decode_controller(CONTROLLER, &recovered, 0).unwrap(),
+            record(500, None, 500)
+        );
+        let elected = encode_controller(ControllerEpoch(502), Some(NodeId(1)), 500);
+        assert_eq!(
+            decode_controller(CONTROLLER, &elected, 2).unwrap(),
+            record(502, Some(NodeId(1)), 500)
+        );
+        assert!(controller_epoch_floor(41) > 41);
+        let newer = br#"{"format":1,"epoch":1,"controller":2,"term":9}"#;
+        assert_eq!(
+            decode_controller(CONTROLLER, newer, 1).unwrap().unknown,
+            vec!["term".to_owned()]
+        );
+        let nameless = encode_controller(ControllerEpoch(2), None, 0);
         let err = decode_controller(CONTROLLER, &nameless, 2).unwrap_err();
         assert!(err.to_string().contains("names no controller"), "{err}");
     }
@@ -681,10 +854,10 @@ mod tests {
     #[test]
     fn producer_ids_round_trip_and_refuse_negative_starts() {
         assert_eq!(
-            decode_producer_ids(&encode_producer_ids(4000)).unwrap(),
-            4000
+            decode_producer_ids(PRODUCER_IDS, &encode_producer_ids(4000)).unwrap(),
+            (4000, Vec::new())
         );
-        let err = decode_producer_ids(&encode_producer_ids(-5)).unwrap_err();
+        let err = decode_producer_ids(PRODUCER_IDS, &encode_producer_ids(-5)).unwrap_err();
         assert!(err.to_string().contains("negative"), "{err}");
     }
 

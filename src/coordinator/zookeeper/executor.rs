@@ -44,7 +44,7 @@ type Job = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// The executor thread and the queue into it. Stopping (or dropping) it
 /// drops every task still running on it.
 #[derive(Debug)]
-pub(super) struct Executor {
+pub(crate) struct Executor {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -75,7 +75,7 @@ impl spawns_core::Spawn for PoolSpawner {
 
 impl Executor {
     /// Starts the executor thread, named `name`.
-    pub(super) fn start(name: &str) -> Result<Executor> {
+    pub(crate) fn start(name: &str) -> Result<Executor> {
         let (sender, receiver) = mpsc::channel::<Job>(JOBS_MAX);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
@@ -88,7 +88,7 @@ impl Executor {
     }
 
     /// Runs `job` on the executor thread in the background.
-    pub(super) fn spawn(&self, job: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    pub(crate) fn spawn(&self, job: impl Future<Output = ()> + Send + 'static) -> Result<()> {
         let mut jobs = self.jobs.lock();
         let Some(sender) = jobs.as_mut() else {
             return Err(Error::Shutdown);
@@ -110,7 +110,7 @@ impl Executor {
     /// `deadline` (and a little more). A job still running then is dropped
     /// and the call fails with a retriable [`Error::Coordinator`] naming `what`
     /// and saying that its outcome is unknown.
-    pub(super) fn call<T: Send + 'static>(
+    pub(crate) fn call<T: Send + 'static>(
         &self,
         what: &str,
         deadline: Instant,

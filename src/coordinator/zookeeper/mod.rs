@@ -14,3 +14,5 @@ mod executor;
 
 pub use config::ZkCoordinatorConfig;
 pub use coordinator::ZkCoordinator;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use executor::Executor;

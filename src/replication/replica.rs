@@ -34,7 +34,7 @@ use super::LogOffsets;
 use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
-use crate::record::{set_base_offset, set_leader_epoch, RecordBatch};
+use crate::record::{parse_header, set_base_offset, set_leader_epoch, RecordBatch};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog};
@@ -1491,7 +1491,7 @@ impl Replica {
             }
         }
         if !answer.records.is_empty() {
-            self.log.append_as_follower(&answer.records)?;
+            self.append_fetched(&answer.records)?;
         }
         match state.on_fetched(
             answer.high_watermark,
@@ -1535,6 +1535,46 @@ impl Replica {
             }
         }
         Ok(ErrorCode::None)
+    }
+
+    /// Appends what the leader sent. A log start inside a batch (a
+    /// deletion at an exact offset) makes a leader answer a fetch at it
+    /// with the whole batch holding it, whose base is below. An empty log
+    /// (end == start, e.g. just restarted at the leader's log start) whose
+    /// end the first fetched batch spans restarts at the batch's base, so
+    /// that the batch appends; without this the follower would reject the
+    /// batch and ask again for ever. Its log start goes back up to the
+    /// leader's from the same answer. Kafka does the same in
+    /// `Partition.appendRecordsToFollowerOrFutureReplica` (on
+    /// `UnexpectedAppendOffsetException`). Malformed bytes are left to
+    /// `append_as_follower`, which names what is wrong.
+    fn append_fetched(&self, records: &Bytes) -> Result<()> {
+        let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
+        let spans_empty_end = |first: &crate::record::BatchHeader| {
+            end == start && first.base_offset < end && first.last_offset() >= end
+        };
+        let Some(first) = parse_header(records).ok().filter(spans_empty_end) else {
+            self.log.append_as_follower(records)?;
+            return Ok(());
+        };
+        tracing::info!(
+            log = %self.log_id,
+            log_end = %end,
+            batch_base = %first.base_offset,
+            batch_last = %first.last_offset(),
+            "the first fetched batch starts below this empty log's end; restarting the log at the batch's base"
+        );
+        self.log.truncate_fully_and_start_at(first.base_offset)?;
+        self.log.append_as_follower(records)?;
+        // The restart set the log's own high watermark to the batch's base;
+        // the published one (at most the old end) holds again now that the
+        // batch is written. The log's copy follows it there, or raising the
+        // log start back to the leader's would be refused as above it.
+        debug_assert!(self.log.log_end_offset() > end);
+        debug_assert!(self.high_watermark.get() <= end.0);
+        self.log
+            .raise_high_watermark(Offset(self.high_watermark.get()));
+        Ok(())
     }
 
     /// SPEC 3.6: the follower's log ends below the leader's log start; the

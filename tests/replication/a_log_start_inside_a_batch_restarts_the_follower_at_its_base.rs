@@ -37,7 +37,7 @@ fn a_log_start_inside_a_batch_restarts_the_follower_at_its_base() {
         .copied()
         .find(|&r| r != leader_id && r != lagging)
         .unwrap();
-    let value = vec![7u8; 100];
+    let value = [7u8; 100];
     let batch = vec![&value[..]; PER_BATCH];
     for _ in 0..5 {
         leader.append_values(&batch, Acks::All).unwrap();

@@ -354,6 +354,11 @@ impl ZkCluster {
         self.start_node(id)
     }
 
+    /// Runs `f` on node `id`, `None` when it is not running.
+    pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
+        self.nodes.lock().get(&id).map(|running| f(&running.node))
+    }
+
     /// Whether node `id` is running.
     pub fn is_running(&self, id: NodeId) -> bool {
         self.nodes.lock().contains_key(&id)

@@ -847,6 +847,9 @@ impl NodeShared {
         if state.leader_epoch < epoch {
             return; // Stale notification.
         }
+        if state.in_unclean_recovery() && !state.is_unclean(me) {
+            self.report_recovery_candidate(state, &replica);
+        }
         let must_bump = state.leader == Some(me)
             && epoch_bumps.is_some()
             && replica.is_fresh()
@@ -936,6 +939,37 @@ impl NodeShared {
         );
         if let Some(leader) = state.leader {
             self.start_fetching(leader, replica, state.leader_epoch);
+        }
+    }
+
+    /// SPEC G1(c): this replica is outside the ISR, the ELR and the
+    /// unclean list of a log in unclean recovery. It left the ISR earlier
+    /// with its disk, so it may hold records every later member lost: it
+    /// reports where its log ends, and the election compares it with the
+    /// others ([`LogState::recovery_candidate_update`]; the controller
+    /// waits for the report while this node is live). A lost race or an
+    /// error is retried by the next notification or resync.
+    fn report_recovery_candidate(&self, state: &LogState, replica: &Replica) {
+        let end = LogEnd {
+            last_epoch: replica.log().last_batch_epoch(),
+            log_end_offset: replica.log().log_end_offset(),
+        };
+        let Some(update) = state.recovery_candidate_update(self.local(), end) else {
+            return;
+        };
+        match self
+            .coordinator
+            .compare_and_set(state.log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(_)) => {
+                tracing::info!(log = %state.log, node = %self.local(), log_end = ?end,
+                    "reported this replica's log end to the log's unclean recovery")
+            }
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(log = %state.log, node = %self.local(), %error,
+                    "cannot report this replica's log end to the log's unclean recovery")
+            }
         }
     }
 

@@ -378,6 +378,20 @@ fn recovery_election(state: &LogState, is_live: &impl Fn(&NodeId) -> bool) -> Op
         return None;
     }
     if let Some(best) = state.recovery_leader() {
+        // A live replica outside the list left the ISR earlier with its
+        // disk and may hold records that every later member lost (SPEC
+        // G1(c)): it reports its log end as soon as it sees the log in
+        // recovery (`LogState::recovery_candidate_update`), and the
+        // election waits for that report. One that is not live is not
+        // waited for (the log would stay leaderless for as long as it is
+        // away), which the docs of `unclean_recovery_wait_max` say.
+        let unreported_live = state
+            .replicas
+            .iter()
+            .any(|node| !state.is_unclean(*node) && is_live(node));
+        if unreported_live {
+            return None;
+        }
         return is_live(&best.node).then_some(best.node);
     }
     let mut outside = state
@@ -1367,6 +1381,24 @@ mod tests {
                 &[],
                 &[(1, 3), (2, 9), (3, 5)],
                 &[1, 2, 3],
+                false,
+                leader(2, &[2], false),
+                false,
+            ),
+            (
+                "G1(c), a live replica outside the list has not reported its log end: wait for it",
+                &[],
+                &[(1, 3), (2, 9)],
+                &[1, 2, 3],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "a replica outside the list is not live: it is not waited for",
+                &[],
+                &[(1, 3), (2, 9)],
+                &[1, 2],
                 false,
                 leader(2, &[2], false),
                 false,

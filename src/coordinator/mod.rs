@@ -228,9 +228,13 @@ impl LogState {
     pub fn unclean_shutdown_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
         let reported = UncleanReplica { node, log_end };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
-            let known = self.unclean_replicas.iter().find(|r| r.node == node)?;
-            if *known == reported {
-                return None;
+            match self.unclean_replicas.iter().find(|r| r.node == node) {
+                Some(known) if *known == reported => return None,
+                Some(_) => {}
+                // Outside the list: it joins only as a candidate of an
+                // unclean recovery (see `recovery_candidate_update`).
+                None if self.in_unclean_recovery() && self.replicas.contains(&node) => {}
+                None => return None,
             }
             return Some(LogUpdate {
                 leader: self.leader,
@@ -261,6 +265,35 @@ impl LogState {
             eligible_leader_replicas,
             unclean_report: Some(reported),
         })
+    }
+
+    /// Whether this log is in unclean recovery (SPEC 3.5): no leader, the
+    /// ISR and the ELR empty, and some replica that held the committed
+    /// records reported an unclean restart.
+    pub fn in_unclean_recovery(&self) -> bool {
+        self.leader.is_none()
+            && self.in_sync_replicas.is_empty()
+            && self.eligible_leader_replicas.is_empty()
+            && !self.unclean_replicas.is_empty()
+    }
+
+    /// The update by which `node`, a replica outside the ISR, the ELR and
+    /// the unclean list, reports where its log ends while this log is in
+    /// unclean recovery, or `None` when it need not. It left the ISR
+    /// earlier without losing its disk (a session that expired, a lag) and
+    /// holds every record committed while it was a member, which every
+    /// later member may have lost since in power losses: SPEC G1(c) counts
+    /// it as a replica that came back with its disk, so unclean recovery
+    /// compares its log end with the others' (and waits for its report
+    /// while it is live). Kafka's
+    /// KIP-966 compares only the last ISR and ELR members; this is
+    /// stronger. The report joins the unclean list like an unclean
+    /// restart's would.
+    pub fn recovery_candidate_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
+        if !self.in_unclean_recovery() || !self.replicas.contains(&node) || self.is_unclean(node) {
+            return None;
+        }
+        self.unclean_shutdown_update(node, log_end)
     }
 
     /// The unclean list that goes with storing `update` on this state:
@@ -359,9 +392,15 @@ impl LogState {
         }
         if let Some(report) = update.unclean_report {
             let node = report.node;
-            if !self.is_in_sync(node) && !self.is_eligible(node) && !self.is_unclean(node) {
+            // Or a recovery candidate (`recovery_candidate_update`).
+            let candidate = self.in_unclean_recovery() && self.replicas.contains(&node);
+            if !self.is_in_sync(node)
+                && !self.is_eligible(node)
+                && !self.is_unclean(node)
+                && !candidate
+            {
                 return Err(coordinator_error(format!(
-                    "invalid update of {log}: unclean_report names {node}, which is in none of in_sync_replicas {:?}, eligible_leader_replicas {:?} and the unclean replicas",
+                    "invalid update of {log}: unclean_report names {node}, which is in none of in_sync_replicas {:?}, eligible_leader_replicas {:?} and the unclean replicas, and the log is not in unclean recovery",
                     self.in_sync_replicas, self.eligible_leader_replicas
                 )));
             }
@@ -1148,6 +1187,15 @@ mod tests {
                 &[],
                 (3, 1),
                 None,
+            ),
+            (
+                "outside every list while the log is in unclean recovery: joins as a candidate",
+                None,
+                &[],
+                &[],
+                &[(1, 10)],
+                (3, 12),
+                Some((None, 2, &[], &[], &[(1, 10), (3, 12)])),
             ),
         ];
         for (name, leader, isr, elr, before, (node, offset), expected) in cases {

@@ -241,8 +241,11 @@ impl MemoryCoordinator {
     /// take effect as usual — applied or stale — but their answer is lost:
     /// they fail with [`Error::CoordinatorOutcomeUnknown`], as a ZooKeeper
     /// write does when the connection drops after the server applied it
-    /// (SPEC 3.4). A call refused before it reached the log (a fenced
-    /// controller, an invalid update) still answers. `count` 0 ends it.
+    /// (SPEC 3.4). As with that connection, `node` is then cut off (see
+    /// [`MemoryCoordinator::set_node_unavailable`]; the event of the write
+    /// is withheld from it too) until the test reconnects it. A call
+    /// refused before it reached the log (a fenced controller, an invalid
+    /// update) still answers. `count` 0 ends it.
     pub fn lose_compare_and_set_replies(&self, node: NodeId, count: usize) {
         let shared = &self.handle.shared;
         let mut state = shared.state.lock();
@@ -394,30 +397,40 @@ impl State {
         Ok(CasOutcome::Applied(next))
     }
 
-    /// The answer to `caller`'s compare-and-set on `log`, or its loss
-    /// (see [`MemoryCoordinator::lose_compare_and_set_replies`]). Only an
-    /// answer from the log itself (applied or stale) can be lost.
-    fn maybe_lose_reply(
+    /// [`State::compare_and_set`] for `caller`, whose answer may be lost
+    /// (see [`MemoryCoordinator::lose_compare_and_set_replies`]): the
+    /// caller is then cut off before the write, so that it does not hear of
+    /// the write through an event either. Only an answer from the log
+    /// itself (applied or stale) can be lost; an error still answers.
+    fn compare_and_set_for(
         &mut self,
         caller: Option<NodeId>,
         log: LogId,
-        outcome: Result<CasOutcome>,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
     ) -> Result<CasOutcome> {
-        let Some(node) = caller else {
-            return outcome;
+        let losing = caller.filter(|node| self.lost_replies.contains_key(node));
+        let Some(node) = losing else {
+            return self.compare_and_set(log, expected_epoch, expected_version, update);
         };
+        let was_cut_off = !self.unreachable_nodes.insert(node);
+        let outcome = self.compare_and_set(log, expected_epoch, expected_version, update);
         if outcome.is_err() {
+            if !was_cut_off {
+                self.unreachable_nodes.remove(&node);
+            }
             return outcome;
         }
-        let Some(left) = self.lost_replies.get_mut(&node) else {
-            return outcome;
-        };
-        *left -= 1;
-        if *left == 0 {
-            self.lost_replies.remove(&node);
+        if let Some(left) = self.lost_replies.get_mut(&node) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.lost_replies.remove(&node);
+            }
         }
         let applied = matches!(outcome, Ok(CasOutcome::Applied(_)));
-        tracing::info!(%node, %log, applied, "fault injection: compare-and-set answer lost");
+        tracing::info!(%node, %log, applied, "fault injection: compare-and-set answer lost, node cut off");
+        self.reaper_wake_wanted = true;
         Err(Error::CoordinatorOutcomeUnknown {
             operation: format!("update {log}"),
             reason: "the answer was lost (fault injection)".to_owned(),
@@ -579,8 +592,8 @@ impl Coordinator for MemoryCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         let mut state = self.lock()?;
-        let outcome = state.compare_and_set(log, expected_epoch, expected_version, update);
-        let outcome = state.maybe_lose_reply(self.caller, log, outcome);
+        let outcome =
+            state.compare_and_set_for(self.caller, log, expected_epoch, expected_version, update);
         self.handle.shared.finish(state);
         outcome
     }
@@ -615,8 +628,8 @@ impl Coordinator for MemoryCoordinator {
                 ),
             });
         }
-        let outcome = state.compare_and_set(log, expected_epoch, expected_version, update);
-        let outcome = state.maybe_lose_reply(self.caller, log, outcome);
+        let outcome =
+            state.compare_and_set_for(self.caller, log, expected_epoch, expected_version, update);
         self.handle.shared.finish(state);
         outcome
     }

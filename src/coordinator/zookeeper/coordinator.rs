@@ -1630,7 +1630,8 @@ impl Coordinator for ZkCoordinator {
     fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
         self.run(
             format!("read {log}"),
-            move |shared, deadline, what| async move {
+            move |shared, deadline, _| async move {
+                let what = format!("read {}", document::log_path(log));
                 shared.sync_strictly(deadline, &what).await?;
                 Ok(shared
                     .read_log(deadline, log)

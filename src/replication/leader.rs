@@ -1267,7 +1267,10 @@ mod tests {
         // F1 catches up, the expansion is sent and its answer lost.
         let now = Instant::now();
         let mut state = leader(&[L, F1, F2], &[L, F2], 2, offsets(0, 5, 5), now);
-        assert_eq!(fetch(&mut state, F2, 5, now).0, HighWatermarkUpdate::Unchanged);
+        assert_eq!(
+            fetch(&mut state, F2, 5, now).0,
+            HighWatermarkUpdate::Unchanged
+        );
         let (_, proposal) = fetch(&mut state, F1, 5, now);
         let proposal = proposal.expect("F1 caught up");
         assert_eq!(proposal.kind, IsrChangeKind::Expand(F1));
@@ -1277,8 +1280,14 @@ mod tests {
         // It is neither accepted nor dropped: F1 still holds the HW while
         // F2 acknowledges more, no other change is proposed, and a
         // withdrawal (which only applies before sending) changes nothing.
-        assert_eq!(state.on_local_append(Offset(10)), HighWatermarkUpdate::Unchanged);
-        assert_eq!(fetch(&mut state, F2, 10, now).0, HighWatermarkUpdate::Unchanged);
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch(&mut state, F2, 10, now).0,
+            HighWatermarkUpdate::Unchanged
+        );
         assert_eq!(state.high_watermark(), Offset(5));
         assert_eq!(state.maximal_isr(), vec![L, F2, F1]);
         assert_eq!(state.tick(now + LAG_MAX * 3), None);
@@ -1287,7 +1296,9 @@ mod tests {
         assert_eq!(state.high_watermark(), Offset(5));
         // The read shows it stored at version 8: adopted, settled.
         assert_eq!(
-            state.on_isr_accepted(vec![L, F2, F1], 8).expect("valid ISR"),
+            state
+                .on_isr_accepted(vec![L, F2, F1], 8)
+                .expect("valid ISR"),
             HighWatermarkUpdate::Unchanged
         );
         assert_eq!(state.unsettled_isr_change(), None);
@@ -1302,8 +1313,14 @@ mod tests {
         let (_, proposal) = fetch(&mut state, F1, 5, now);
         assert!(proposal.is_some());
         state.on_isr_outcome_unknown();
-        assert_eq!(state.on_local_append(Offset(10)), HighWatermarkUpdate::Unchanged);
-        assert_eq!(fetch(&mut state, F2, 10, now).0, HighWatermarkUpdate::Unchanged);
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch(&mut state, F2, 10, now).0,
+            HighWatermarkUpdate::Unchanged
+        );
         // The read shows version 7 still: not applied. F1 stops counting.
         assert_eq!(state.on_isr_not_applied(), advanced(5, 10));
         assert_eq!(state.pending_isr_change(), None);
@@ -1317,13 +1334,25 @@ mod tests {
     fn a_shrink_whose_outcome_is_unknown_keeps_the_removed_replica_counting() {
         let base = Instant::now();
         let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 3, 3), base);
-        assert_eq!(fetch(&mut state, F2, 3, base).0, HighWatermarkUpdate::Unchanged);
-        assert_eq!(state.on_local_append(Offset(10)), HighWatermarkUpdate::Unchanged);
-        assert_eq!(fetch(&mut state, F1, 10, base + ms(150)).0, HighWatermarkUpdate::Unchanged);
+        assert_eq!(
+            fetch(&mut state, F2, 3, base).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch(&mut state, F1, 10, base + ms(150)).0,
+            HighWatermarkUpdate::Unchanged
+        );
         let proposal = state.tick(base + ms(150)).expect("F2 lags");
         assert_eq!(proposal.kind, IsrChangeKind::Shrink(vec![F2]));
         state.on_isr_outcome_unknown();
-        assert_eq!(fetch(&mut state, F1, 10, base + ms(160)).0, HighWatermarkUpdate::Unchanged);
+        assert_eq!(
+            fetch(&mut state, F1, 10, base + ms(160)).0,
+            HighWatermarkUpdate::Unchanged
+        );
         assert_eq!(state.high_watermark(), Offset(3), "F2 still counts");
         assert_eq!(state.unsettled_isr_change(), Some((EPOCH, 7)));
         // Settled as stored: the shrink took effect.

@@ -216,10 +216,7 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
 /// so a write is never applied twice; a write never sent leaves the version
 /// where it was, which is how a read says "not applied"; and writes the
 /// implementation refused are plain errors, never an unknown outcome.
-fn a_write_whose_answer_was_lost_is_settled_by_a_read<C: Coordinator>(
-    c: &C,
-    _time: &SuiteTime,
-) {
+fn a_write_whose_answer_was_lost_is_settled_by_a_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
     let log = LogId(50);
     let before = c.create_log(log, nodes(&[1, 2, 3])).unwrap();
     let shrink = isr_update(&before, &[1, 2]);

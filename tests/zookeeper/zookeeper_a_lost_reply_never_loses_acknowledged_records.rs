@@ -69,7 +69,11 @@ fn zookeeper_a_lost_isr_expansion_reply_never_loses_acknowledged_records() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert_eq!(proxy.replies_lost(), 1, "the expansion's reply was not lost");
+    assert_eq!(
+        proxy.replies_lost(),
+        1,
+        "the expansion's reply was not lost"
+    );
     // B stops fetching at once, holding everything up to here.
     cluster.network.partition(&[b], &[a, c]);
     let b_log_end = cluster.log(b, LOG).expect("B's handle").log_end_offset();
@@ -101,10 +105,7 @@ fn zookeeper_a_lost_isr_expansion_reply_never_loses_acknowledged_records() {
         acknowledged.is_ok(),
         "after the shrink the write commits: {acknowledged:?}"
     );
-    eprintln!(
-        "acknowledged {:?} after the lost reply",
-        lost_at.elapsed()
-    );
+    eprintln!("acknowledged {:?} after the lost reply", lost_at.elapsed());
     assert_eq!(cluster.in_sync_replicas(LOG), vec![a, c]);
 
     // A crashes: the controller elects C, not B, and C has every

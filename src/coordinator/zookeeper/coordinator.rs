@@ -606,9 +606,11 @@ impl Drop for Handle {
             states.push(main.state_watcher());
         }
         let deadline = Instant::now() + CLOSE_WAIT_MAX;
-        let closed = self
-            .executor
-            .call("close the ZooKeeper sessions", Effect::Read, deadline, async move {
+        let closed = self.executor.call(
+            "close the ZooKeeper sessions",
+            Effect::Read,
+            deadline,
+            async move {
                 for mut state in states {
                     while !state.peek_state().is_terminated() {
                         if before(deadline, state.changed()).await.is_none() {
@@ -617,7 +619,8 @@ impl Drop for Handle {
                     }
                 }
                 Ok(())
-            });
+            },
+        );
         if let Err(error) = closed {
             tracing::debug!(%error, "ZooKeeper sessions not confirmed closed");
         }

@@ -258,7 +258,8 @@ mod tests {
     fn a_panicking_job_fails_its_call_and_the_executor_survives() {
         let executor = Executor::start("test-executor").unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        let outcome = executor.call::<()>("explode", Effect::Read, deadline, async { panic!("boom") });
+        let outcome =
+            executor.call::<()>("explode", Effect::Read, deadline, async { panic!("boom") });
         assert!(
             matches!(&outcome, Err(Error::Coordinator { reason }) if reason.contains("explode")),
             "{outcome:?}"

@@ -223,6 +223,20 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A coordinator write was sent but no answer came back (the connection
+    /// dropped, or the call timed out, after the request left): the write
+    /// may or may not have been applied. The caller must treat it as neither
+    /// accepted nor refused and settle it by reading the stored state before
+    /// acting on it (SPEC 3.4; Kafka keeps such an ISR change pending,
+    /// `PendingExpandIsr`/`PendingShrinkIsr`). Never returned for a write
+    /// that certainly did not happen (refused, invalid, or not sent).
+    #[error("coordinator write outcome unknown: {operation}: {reason}")]
+    CoordinatorOutcomeUnknown {
+        /// The write, as in "update log 3" or "write /logs/3 at version 7".
+        operation: String,
+        /// Why no answer came.
+        reason: String,
+    },
     /// The data directory belongs to another node or another cluster
     /// (SPEC 2.8): its identity file names a different `field` than this
     /// node has. Nothing was written to it.
@@ -462,6 +476,12 @@ impl Error {
             Error::Coordinator { reason } => Error::Coordinator {
                 reason: reason.clone(),
             },
+            Error::CoordinatorOutcomeUnknown { operation, reason } => {
+                Error::CoordinatorOutcomeUnknown {
+                    operation: operation.clone(),
+                    reason: reason.clone(),
+                }
+            }
             Error::Shutdown => Error::Shutdown,
             Error::Network {
                 addr,
@@ -497,6 +517,12 @@ impl Error {
         }
     }
 
+    /// Whether this is [`Error::CoordinatorOutcomeUnknown`]: a write that
+    /// may or may not have been applied, to be settled by a read.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Error::CoordinatorOutcomeUnknown { .. })
+    }
+
     /// Whether a caller may retry the same request (perhaps against another
     /// node) and expect it to succeed eventually.
     pub fn is_retriable(&self) -> bool {
@@ -513,6 +539,7 @@ impl Error {
                 | Error::LeaderNotAvailable(_)
                 | Error::Transport { .. }
                 | Error::Coordinator { .. }
+                | Error::CoordinatorOutcomeUnknown { .. }
         )
     }
 }

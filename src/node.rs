@@ -1103,10 +1103,54 @@ impl NodeShared {
                 replica.isr_proposal_rejected();
                 self.reconcile(&current);
             }
+            Err(error) if error.is_outcome_unknown() => {
+                // Maybe stored, maybe not (SPEC 3.4): keep it pending, and
+                // counting for the high watermark, until `settle_isr`
+                // reads what is stored.
+                tracing::warn!(%log, node = %self.local(), %error, "ISR change outcome unknown; settling it by a read");
+                replica.isr_proposal_outcome_unknown();
+                self.settle_isr(replica);
+            }
             Err(error) => {
                 tracing::warn!(%log, node = %self.local(), %error, "ISR change failed; will retry");
                 replica.isr_proposal_rejected();
             }
+        }
+    }
+
+    /// Settles the leader's ISR change whose outcome is unknown by reading
+    /// the stored state (SPEC 3.4): a newer epoch or another leader means
+    /// this node was deposed (reconcile); a newer version in its epoch is
+    /// adopted as the accepted ISR, whoever wrote it (the change, or a
+    /// later one built on it, or the controller's); the same version means
+    /// it was not applied. A failed read leaves it pending for the next
+    /// tick. Kafka's leader likewise keeps `PendingExpandIsr` until an
+    /// answer or a new LeaderAndIsr from the controller settles it.
+    fn settle_isr(&self, replica: &Replica) {
+        let Some((epoch, expected_version)) = replica.unsettled_isr_change() else {
+            return;
+        };
+        let log = replica.log_id();
+        let stored = match self.coordinator.log_state(log) {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                replica.isr_proposal_rejected();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error, "cannot read the log's state to settle an ISR change; will retry");
+                return;
+            }
+        };
+        if stored.leader_epoch != epoch || stored.leader != Some(self.local()) {
+            tracing::info!(%log, node = %self.local(), current_epoch = %stored.leader_epoch, "ISR change settled: the log moved to another epoch");
+            replica.isr_proposal_rejected();
+            self.reconcile(&stored);
+        } else if stored.version > expected_version {
+            tracing::info!(%log, node = %self.local(), isr = ?stored.in_sync_replicas, version = stored.version, "ISR change settled: adopting the stored ISR");
+            replica.update_isr(stored.in_sync_replicas.clone(), stored.version);
+        } else {
+            replica.isr_proposal_not_applied();
         }
     }
 
@@ -1613,6 +1657,10 @@ fn control_loop(
                 if replica.resign_due() {
                     shared.resign_failed_leader(&replica);
                 }
+                continue;
+            }
+            if replica.unsettled_isr_change().is_some() {
+                shared.settle_isr(&replica);
                 continue;
             }
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());

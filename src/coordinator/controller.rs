@@ -896,19 +896,36 @@ impl Shared {
             let Some(update) = election.update(&state, self.config.min_insync_replicas) else {
                 return Ok(false);
             };
-            match self.coordinator.compare_and_set_as_controller(
+            let written = self.coordinator.compare_and_set_as_controller(
                 self.node,
                 epoch,
                 state.log,
                 state.leader_epoch,
                 state.version,
-                update,
-            )? {
-                CasOutcome::Applied(stored) => {
+                update.clone(),
+            );
+            match written {
+                Ok(CasOutcome::Applied(stored)) => {
                     self.record(&state, &stored, &election);
                     return Ok(true);
                 }
-                CasOutcome::Stale(current) => state = current,
+                Ok(CasOutcome::Stale(current)) => state = current,
+                // Maybe applied (SPEC 3.4): never taken as "not written".
+                // Read what is stored; if it is this decision, it was;
+                // otherwise decide again from what is there.
+                Err(error) if error.is_outcome_unknown() => {
+                    tracing::warn!(node = %self.node, log = %state.log, %error,
+                        "controller write outcome unknown; re-reading the log");
+                    let Some(stored) = self.coordinator.log_state(state.log)? else {
+                        return Ok(false);
+                    };
+                    if stored.is_result_of(&state, &update) {
+                        self.record(&state, &stored, &election);
+                        return Ok(true);
+                    }
+                    state = stored;
+                }
+                Err(error) => return Err(error),
             }
         }
         tracing::warn!(node = %self.node, log = %state.log, attempts = CAS_ATTEMPTS_MAX,

@@ -88,6 +88,9 @@ struct State {
     /// Fault injection: calls through these nodes' views fail, and events
     /// for their subscribers are withheld (to be replaced by a `Resync`).
     unreachable_nodes: BTreeSet<NodeId>,
+    /// Fault injection: per node, how many more compare-and-set answers to
+    /// its views are lost after the call took effect.
+    lost_replies: BTreeMap<NodeId, usize>,
     /// Set by whatever wants the expiry thread to re-plan before its next
     /// wake-up; cleared when the thread is woken.
     reaper_wake_wanted: bool,
@@ -139,6 +142,7 @@ impl MemoryCoordinator {
                 replica_directories: BTreeMap::new(),
                 subscribers: Vec::new(),
                 unavailable: false,
+                lost_replies: BTreeMap::new(),
                 unreachable_nodes: BTreeSet::new(),
                 reaper_wake_wanted: false,
                 stopped: false,
@@ -229,6 +233,27 @@ impl MemoryCoordinator {
             state.unreachable_nodes.remove(&node);
         }
         state.reaper_wake_wanted = true;
+        shared.finish(state);
+    }
+
+    /// Fault injection: the next `count` compare-and-set calls (plain or as
+    /// controller) through `node`'s [`MemoryCoordinator::for_node`] views
+    /// take effect as usual — applied or stale — but their answer is lost:
+    /// they fail with [`Error::CoordinatorOutcomeUnknown`], as a ZooKeeper
+    /// write does when the connection drops after the server applied it
+    /// (SPEC 3.4). As with that connection, `node` is then cut off (see
+    /// [`MemoryCoordinator::set_node_unavailable`]; the event of the write
+    /// is withheld from it too) until the test reconnects it. A call
+    /// refused before it reached the log (a fenced controller, an invalid
+    /// update) still answers. `count` 0 ends it.
+    pub fn lose_compare_and_set_replies(&self, node: NodeId, count: usize) {
+        let shared = &self.handle.shared;
+        let mut state = shared.state.lock();
+        if count == 0 {
+            state.lost_replies.remove(&node);
+        } else {
+            state.lost_replies.insert(node, count);
+        }
         shared.finish(state);
     }
 
@@ -370,6 +395,46 @@ impl State {
         self.logs.insert(log, next.clone());
         self.notify_log_changed(&next);
         Ok(CasOutcome::Applied(next))
+    }
+
+    /// [`State::compare_and_set`] for `caller`, whose answer may be lost
+    /// (see [`MemoryCoordinator::lose_compare_and_set_replies`]): the
+    /// caller is then cut off before the write, so that it does not hear of
+    /// the write through an event either. Only an answer from the log
+    /// itself (applied or stale) can be lost; an error still answers.
+    fn compare_and_set_for(
+        &mut self,
+        caller: Option<NodeId>,
+        log: LogId,
+        expected_epoch: LeaderEpoch,
+        expected_version: u64,
+        update: LogUpdate,
+    ) -> Result<CasOutcome> {
+        let losing = caller.filter(|node| self.lost_replies.contains_key(node));
+        let Some(node) = losing else {
+            return self.compare_and_set(log, expected_epoch, expected_version, update);
+        };
+        let was_cut_off = !self.unreachable_nodes.insert(node);
+        let outcome = self.compare_and_set(log, expected_epoch, expected_version, update);
+        if outcome.is_err() {
+            if !was_cut_off {
+                self.unreachable_nodes.remove(&node);
+            }
+            return outcome;
+        }
+        if let Some(left) = self.lost_replies.get_mut(&node) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.lost_replies.remove(&node);
+            }
+        }
+        let applied = matches!(outcome, Ok(CasOutcome::Applied(_)));
+        tracing::info!(%node, %log, applied, "fault injection: compare-and-set answer lost, node cut off");
+        self.reaper_wake_wanted = true;
+        Err(Error::CoordinatorOutcomeUnknown {
+            operation: format!("update {log}"),
+            reason: "the answer was lost (fault injection)".to_owned(),
+        })
     }
 
     /// Empties the controller seat and announces it.
@@ -527,7 +592,8 @@ impl Coordinator for MemoryCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         let mut state = self.lock()?;
-        let outcome = state.compare_and_set(log, expected_epoch, expected_version, update);
+        let outcome =
+            state.compare_and_set_for(self.caller, log, expected_epoch, expected_version, update);
         self.handle.shared.finish(state);
         outcome
     }
@@ -562,7 +628,8 @@ impl Coordinator for MemoryCoordinator {
                 ),
             });
         }
-        let outcome = state.compare_and_set(log, expected_epoch, expected_version, update);
+        let outcome =
+            state.compare_and_set_for(self.caller, log, expected_epoch, expected_version, update);
         self.handle.shared.finish(state);
         outcome
     }

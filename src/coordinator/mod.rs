@@ -444,6 +444,15 @@ impl LogState {
         next
     }
 
+    /// Whether this stored state is exactly what `update` over `before`
+    /// stores: how a caller whose compare-and-set ended with
+    /// [`Error::CoordinatorOutcomeUnknown`] tells, from a later read, that
+    /// its write was applied (SPEC 3.4). Another write reaching the same
+    /// state at the same version is indistinguishable, and as good.
+    pub fn is_result_of(&self, before: &LogState, update: &LogUpdate) -> bool {
+        before.validate_update(update).is_ok() && *self == before.with_update(update.clone())
+    }
+
     /// Asserts the invariants listed on [`LogState`]. A coordinator only
     /// stores states that pass, so a failure here is a bug, not bad input.
     pub fn check_invariants(&self) {
@@ -633,13 +642,30 @@ pub enum CoordinatorEvent {
 /// fail with [`Error::Coordinator`] when the service cannot be reached; the
 /// caller retries later and, meanwhile, must not act as if its proposal had
 /// been accepted (SPEC 3.7).
+///
+/// **Writes whose outcome is unknown** (SPEC 3.4). A method that writes
+/// (each says so) fails with [`Error::CoordinatorOutcomeUnknown`] when the
+/// request was sent but no answer came back — the connection dropped, or the
+/// call timed out, after the request left — because the store may or may
+/// not have applied it. The caller must treat such a write as neither
+/// accepted nor refused: whatever it would do on either outcome waits until
+/// a read ([`Coordinator::log_state`], which reflects every write applied
+/// before the read was made) shows which one happened. An implementation
+/// never returns it for a write that certainly did not happen (it was
+/// refused, invalid, or never sent): those are [`Error::Coordinator`] (or
+/// [`CasOutcome::Stale`]), so that callers are not made to wait for nothing.
 pub trait Coordinator: Send + Sync + 'static {
     /// Creates a log: leader = first replica, epoch 0, ISR = all replicas,
     /// version 0, and notifies the replicas. Errs if the log exists or
-    /// `replicas` is empty or repeats a node.
+    /// `replicas` is empty or repeats a node. A write: may fail with
+    /// [`Error::CoordinatorOutcomeUnknown`] (then the log may exist).
     fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState>;
 
-    /// The stored state of `log`, or `None` if there is no such log.
+    /// The stored state of `log`, or `None` if there is no such log. It
+    /// reflects every write the store applied before this call began,
+    /// including one whose caller got [`Error::CoordinatorOutcomeUnknown`]
+    /// (a ZooKeeper implementation syncs first, as a read from a lagging
+    /// server could miss it): this is the read that settles such a write.
     fn log_state(&self, log: LogId) -> Result<Option<LogState>>;
 
     /// Every log, sorted by id.
@@ -652,6 +678,11 @@ pub trait Coordinator: Send + Sync + 'static {
     /// [`CasOutcome::Stale`] with the current state. An update that breaks
     /// the rules of [`LogState::validate_update`] is an
     /// [`Error::Coordinator`]; an unknown log is [`Error::UnknownLog`].
+    ///
+    /// A write: when the request was sent but its answer lost, fails with
+    /// [`Error::CoordinatorOutcomeUnknown`]; the caller settles it with
+    /// [`Coordinator::log_state`] (stored version above `expected_version`:
+    /// something was written, possibly this update; equal: it was not).
     fn compare_and_set(
         &self,
         log: LogId,
@@ -669,7 +700,8 @@ pub trait Coordinator: Send + Sync + 'static {
     /// and the call fails with [`Error::Coordinator`] naming the refused
     /// controller epoch, whatever the log's state: a deposed controller's
     /// decisions were made from a view that is no longer authoritative.
-    /// Otherwise it behaves exactly as [`Coordinator::compare_and_set`].
+    /// Otherwise it behaves exactly as [`Coordinator::compare_and_set`],
+    /// including [`Error::CoordinatorOutcomeUnknown`] for a lost answer.
     fn compare_and_set_as_controller(
         &self,
         controller: NodeId,
@@ -683,6 +715,8 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Opens (or renews) `node`'s session: the node is live until
     /// `session_timeout` passes without a [`Coordinator::heartbeat`].
     /// Registering a node that is already live refreshes its session.
+    /// A write ([`Error::CoordinatorOutcomeUnknown`] possible); registering
+    /// again settles it.
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()>;
 
     /// Called by a node that starts without proof that it last stopped
@@ -704,7 +738,10 @@ pub trait Coordinator: Send + Sync + 'static {
     /// nothing but [`Coordinator::logs`] and [`Coordinator::compare_and_set`],
     /// so it is the same rule for every coordinator and fails, as they do,
     /// with [`Error::Coordinator`] when the service cannot be reached (the
-    /// caller retries; logs already changed stay changed).
+    /// caller retries; logs already changed stay changed), or with
+    /// [`Error::CoordinatorOutcomeUnknown`] when a compare-and-set's answer
+    /// was lost: retrying is then the settling read, since every call
+    /// starts by reading the stored state and decides from it.
     fn report_unclean_shutdown(
         &self,
         node: NodeId,
@@ -732,17 +769,33 @@ pub trait Coordinator: Send + Sync + 'static {
                         current.log
                     )));
                 }
-                match self.compare_and_set(
+                let written = self.compare_and_set(
                     current.log,
                     current.leader_epoch,
                     current.version,
-                    update,
-                )? {
-                    CasOutcome::Applied(stored) => {
+                    update.clone(),
+                );
+                match written {
+                    Ok(CasOutcome::Applied(stored)) => {
                         changed.push(stored);
                         break;
                     }
-                    CasOutcome::Stale(stored) => current = stored,
+                    Ok(CasOutcome::Stale(stored)) => current = stored,
+                    // Maybe applied (SPEC 3.4): read what is stored and
+                    // decide again from it, as after a lost race.
+                    Err(error) if error.is_outcome_unknown() => {
+                        tracing::warn!(%node, log = %current.log, %error,
+                            "unclean-shutdown report: outcome unknown, re-reading the log");
+                        let Some(stored) = self.log_state(current.log)? else {
+                            break;
+                        };
+                        if stored.is_result_of(&current, &update) {
+                            changed.push(stored);
+                            break;
+                        }
+                        current = stored;
+                    }
+                    Err(error) => return Err(error),
                 }
             }
         }
@@ -756,6 +809,8 @@ pub trait Coordinator: Send + Sync + 'static {
 
     /// Ends `node`'s session now (a clean shutdown). Releases the controller
     /// seat if the node held it. A node without a session is not an error.
+    /// A write ([`Error::CoordinatorOutcomeUnknown`] possible); calling it
+    /// again settles it.
     fn unregister_node(&self, node: NodeId) -> Result<()>;
 
     /// The nodes with a live session, sorted.
@@ -777,20 +832,27 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Takes the controller seat if no live node holds it and returns the new
     /// controller epoch; returns `None` if another live node holds it. A node
     /// that already holds the seat gets its current epoch back. Errs if
-    /// `node` has no live session.
+    /// `node` has no live session. A write: after
+    /// [`Error::CoordinatorOutcomeUnknown`] `node` may hold the seat; asking
+    /// again (which returns its epoch if it does) or
+    /// [`Coordinator::controller`] settles it.
     fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>>;
 
     /// Empties the controller seat if `node` holds it (a clean shutdown of
     /// the controller), announced with [`CoordinatorEvent::ControllerChanged`]
     /// so another node can take it at once instead of waiting for `node`'s
     /// session to end. `node` keeps its session. Not holding the seat is not
-    /// an error: nothing changes.
+    /// an error: nothing changes. A write
+    /// ([`Error::CoordinatorOutcomeUnknown`] possible); calling it again
+    /// settles it.
     fn resign_controller(&self, node: NodeId) -> Result<()>;
 
     /// The live controller and its epoch, if the seat is taken.
     fn controller(&self) -> Result<Option<(NodeId, ControllerEpoch)>>;
 
-    /// A producer id never handed out before (SPEC §4).
+    /// A producer id never handed out before (SPEC §4). A write: after
+    /// [`Error::CoordinatorOutcomeUnknown`] an id may have been used up
+    /// (never handed out twice); the caller just asks again.
     fn allocate_producer_id(&self) -> Result<ProducerId>;
 
     /// The cluster's id (SPEC 2.8): chosen at random when the coordinator's
@@ -809,7 +871,9 @@ pub trait Coordinator: Send + Sync + 'static {
     /// replacing what was recorded for them. A node calls it before one
     /// of those replicas serves anything, so that a replica which may hold
     /// records always has a directory on record. Changes no [`LogState`]
-    /// and sends no event.
+    /// and sends no event. A write ([`Error::CoordinatorOutcomeUnknown`]
+    /// possible): the caller must not let those replicas serve until a
+    /// call succeeds (it is idempotent, so calling again settles it).
     fn record_replica_directories(
         &self,
         node: NodeId,

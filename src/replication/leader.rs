@@ -210,6 +210,11 @@ pub(crate) struct LeaderState {
     /// Invariant: its `proposed` ISR contains `local` and is a subset of
     /// `replicas`.
     pending_isr_change: Option<PendingIsrChange>,
+    /// The pending change was sent but the coordinator's answer was lost
+    /// (SPEC §3.4: a write whose outcome is unknown): it stays pending, and
+    /// keeps counting for the high watermark, until a read of the stored
+    /// state settles it. Invariant: only with `pending_isr_change`.
+    pending_outcome_unknown: bool,
     /// After the node withdrew an expansion (the replica's node was not
     /// alive), no expansion is proposed before this time: a replica that
     /// keeps fetching without a live session would otherwise cost a
@@ -272,6 +277,7 @@ impl LeaderState {
             in_sync_replicas,
             isr_version,
             pending_isr_change: None,
+            pending_outcome_unknown: false,
             expand_paused_until: None,
             followers,
             high_watermark: log.high_watermark,
@@ -462,6 +468,7 @@ impl LeaderState {
         new_version: u64,
     ) -> Result<HighWatermarkUpdate> {
         self.pending_isr_change = None;
+        self.pending_outcome_unknown = false;
         if new_version < self.isr_version {
             return Err(coordinator_error(format!(
                 "ISR version {new_version} is older than the leader's {}",
@@ -482,6 +489,7 @@ impl LeaderState {
     /// before it re-reads the coordinator state (the next append or fetch
     /// re-evaluates it anyway).
     pub(crate) fn on_isr_rejected(&mut self) -> RereadCoordinatorState {
+        self.pending_outcome_unknown = false;
         if let Some(change) = self.pending_isr_change.take() {
             tracing::warn!(
                 epoch = %self.leader_epoch,
@@ -494,10 +502,61 @@ impl LeaderState {
         RereadCoordinatorState
     }
 
+    /// The pending change was sent but its answer was lost (the
+    /// coordinator failed with `Error::CoordinatorOutcomeUnknown`): it may
+    /// or may not be stored. It stays pending — neither taking effect nor
+    /// dropped, and still counting in the maximal ISR for the high
+    /// watermark (a pending expansion's replica, a pending shrink's removed
+    /// replicas) — until the caller reads the stored state and reports it
+    /// with `on_isr_accepted` (the version moved on: adopt what is stored)
+    /// or `on_isr_not_applied` (it did not). SPEC §3.4; Kafka's
+    /// `PendingExpandIsr`/`PendingShrinkIsr` stay until the controller's
+    /// answer or a new LeaderAndIsr settles them.
+    pub(crate) fn on_isr_outcome_unknown(&mut self) {
+        if let Some(change) = &self.pending_isr_change {
+            tracing::warn!(
+                epoch = %self.leader_epoch,
+                version = self.isr_version,
+                ?change,
+                "ISR change outcome unknown; keeping it pending until a read settles it"
+            );
+            self.pending_outcome_unknown = true;
+        }
+        self.debug_check_invariants();
+    }
+
+    /// The pending change whose outcome is unknown, as the
+    /// `(leader_epoch, expected_version)` it was sent with: the caller
+    /// reads the stored state and settles it. `None` when nothing waits.
+    pub(crate) fn unsettled_isr_change(&self) -> Option<(LeaderEpoch, u64)> {
+        (self.pending_outcome_unknown && self.pending_isr_change.is_some())
+            .then_some((self.leader_epoch, self.isr_version))
+    }
+
+    /// A read of the stored state shows the pending change, whose outcome
+    /// was unknown, was not applied (same epoch, same version): it is
+    /// dropped and may be proposed again by a later fetch or tick. The
+    /// high watermark is re-evaluated, since a dropped expansion no longer
+    /// holds it back.
+    pub(crate) fn on_isr_not_applied(&mut self) -> HighWatermarkUpdate {
+        self.pending_outcome_unknown = false;
+        if let Some(change) = self.pending_isr_change.take() {
+            tracing::info!(epoch = %self.leader_epoch, version = self.isr_version, ?change,
+                "ISR change whose outcome was unknown was not applied");
+        }
+        let update = self.advance_high_watermark();
+        self.debug_check_invariants();
+        update
+    }
+
     /// The node withdrew the pending ISR change without sending it (it
     /// would add a replica whose node is not alive, KIP-841): a fetch
     /// after `EXPAND_PAUSE_AFTER_WITHDRAWAL` may propose again.
     pub(crate) fn on_isr_withdrawn(&mut self, now: Instant) {
+        if self.pending_outcome_unknown {
+            // Sent already: only a read of the stored state may drop it.
+            return;
+        }
         if let Some(change) = self.pending_isr_change.take() {
             tracing::debug!(epoch = %self.leader_epoch, ?change, "ISR change withdrawn");
             self.expand_paused_until = Some(now + EXPAND_PAUSE_AFTER_WITHDRAWAL);
@@ -670,6 +729,9 @@ impl LeaderState {
         }
         if let Err(error) = validate_isr(self.local, &self.replicas, &self.in_sync_replicas) {
             return Err(format!("accepted ISR: {error}"));
+        }
+        if self.pending_outcome_unknown && self.pending_isr_change.is_none() {
+            return Err("an unknown outcome is recorded without a pending change".to_owned());
         }
         if let Some(pending) = &self.pending_isr_change {
             if let Err(error) = validate_isr(self.local, &self.replicas, &pending.proposed) {
@@ -1197,6 +1259,108 @@ mod tests {
         );
         assert_eq!(state.isr_version(), 8);
         assert_eq!(state.pending_isr_change(), None);
+    }
+
+    #[test]
+    fn an_expansion_whose_outcome_is_unknown_keeps_counting_until_settled() {
+        // Issue 24 item 1: replicas [L, F1, F2], min ISR 2, ISR {L, F2};
+        // F1 catches up, the expansion is sent and its answer lost.
+        let now = Instant::now();
+        let mut state = leader(&[L, F1, F2], &[L, F2], 2, offsets(0, 5, 5), now);
+        assert_eq!(
+            fetch(&mut state, F2, 5, now).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        let (_, proposal) = fetch(&mut state, F1, 5, now);
+        let proposal = proposal.expect("F1 caught up");
+        assert_eq!(proposal.kind, IsrChangeKind::Expand(F1));
+        assert_eq!(state.unsettled_isr_change(), None, "not sent yet");
+        state.on_isr_outcome_unknown();
+        assert_eq!(state.unsettled_isr_change(), Some((EPOCH, 7)));
+        // It is neither accepted nor dropped: F1 still holds the HW while
+        // F2 acknowledges more, no other change is proposed, and a
+        // withdrawal (which only applies before sending) changes nothing.
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch(&mut state, F2, 10, now).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(state.high_watermark(), Offset(5));
+        assert_eq!(state.maximal_isr(), vec![L, F2, F1]);
+        assert_eq!(state.tick(now + LAG_MAX * 3), None);
+        state.on_isr_withdrawn(now);
+        assert_eq!(state.unsettled_isr_change(), Some((EPOCH, 7)));
+        assert_eq!(state.high_watermark(), Offset(5));
+        // The read shows it stored at version 8: adopted, settled.
+        assert_eq!(
+            state
+                .on_isr_accepted(vec![L, F2, F1], 8)
+                .expect("valid ISR"),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(state.unsettled_isr_change(), None);
+        assert_eq!(state.in_sync_replicas(), &[L, F2, F1]);
+        assert_eq!(state.high_watermark(), Offset(5), "F1 is still at 5");
+    }
+
+    #[test]
+    fn an_unknown_outcome_shown_not_applied_is_dropped_and_proposed_again() {
+        let now = Instant::now();
+        let mut state = leader(&[L, F1, F2], &[L, F2], 2, offsets(0, 5, 5), now);
+        let (_, proposal) = fetch(&mut state, F1, 5, now);
+        assert!(proposal.is_some());
+        state.on_isr_outcome_unknown();
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch(&mut state, F2, 10, now).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        // The read shows version 7 still: not applied. F1 stops counting.
+        assert_eq!(state.on_isr_not_applied(), advanced(5, 10));
+        assert_eq!(state.pending_isr_change(), None);
+        assert_eq!(state.unsettled_isr_change(), None);
+        // A later fetch may propose it again, with no pause.
+        let (_, proposal) = fetch(&mut state, F1, 10, now);
+        assert_eq!(proposal.map(|p| p.kind), Some(IsrChangeKind::Expand(F1)));
+    }
+
+    #[test]
+    fn a_shrink_whose_outcome_is_unknown_keeps_the_removed_replica_counting() {
+        let base = Instant::now();
+        let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 3, 3), base);
+        assert_eq!(
+            fetch(&mut state, F2, 3, base).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            state.on_local_append(Offset(10)),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch(&mut state, F1, 10, base + ms(150)).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        let proposal = state.tick(base + ms(150)).expect("F2 lags");
+        assert_eq!(proposal.kind, IsrChangeKind::Shrink(vec![F2]));
+        state.on_isr_outcome_unknown();
+        assert_eq!(
+            fetch(&mut state, F1, 10, base + ms(160)).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(state.high_watermark(), Offset(3), "F2 still counts");
+        assert_eq!(state.unsettled_isr_change(), Some((EPOCH, 7)));
+        // Settled as stored: the shrink took effect.
+        assert_eq!(
+            state.on_isr_accepted(vec![L, F1], 8).expect("valid ISR"),
+            advanced(3, 10)
+        );
+        assert_eq!(state.unsettled_isr_change(), None);
     }
 
     #[test]

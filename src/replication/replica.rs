@@ -1367,6 +1367,46 @@ impl Replica {
         }
     }
 
+    /// The coordinator's answer to our ISR proposal was lost
+    /// (`Error::CoordinatorOutcomeUnknown`): the change stays pending, and
+    /// counting for the high watermark, until
+    /// [`Replica::unsettled_isr_change`] is settled by a read (SPEC 3.4).
+    pub(crate) fn isr_proposal_outcome_unknown(&self) {
+        if let Some(leader) = self.leader.lock().as_mut() {
+            leader.on_isr_outcome_unknown();
+        }
+    }
+
+    /// The leader's pending ISR change whose outcome is unknown, as the
+    /// `(leader_epoch, expected_version)` it was sent with; `None` if this
+    /// replica does not lead or nothing waits for a settling read.
+    pub(crate) fn unsettled_isr_change(&self) -> Option<(LeaderEpoch, u64)> {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return None;
+        }
+        self.leader
+            .lock()
+            .as_ref()
+            .and_then(|leader| leader.unsettled_isr_change())
+    }
+
+    /// A read of the stored state showed that our ISR change whose outcome
+    /// was unknown was not applied: drop it (a later fetch or tick may
+    /// propose it again) and let the high watermark move without it.
+    pub(crate) fn isr_proposal_not_applied(&self) {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return;
+        }
+        let mut leader = self.leader.lock();
+        if let Some(leader) = leader.as_mut() {
+            if let Some(hw) = leader.on_isr_not_applied().advanced_to() {
+                self.publish_high_watermark(hw);
+            }
+        }
+    }
+
     /// The coordinator answered our ISR proposal with "stale".
     pub(crate) fn isr_proposal_rejected(&self) {
         if let Some(leader) = self.leader.lock().as_mut() {

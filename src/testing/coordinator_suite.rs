@@ -198,7 +198,96 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             "cluster_id_is_stable_and_replica_directories_are_recorded",
             cluster_id_is_stable_and_replica_directories_are_recorded::<C>,
         ),
+        (
+            "a_write_whose_answer_was_lost_is_settled_by_a_read",
+            a_write_whose_answer_was_lost_is_settled_by_a_read::<C>,
+        ),
     ]
+}
+
+/// SPEC 3.4: what settling a write whose outcome is unknown
+/// ([`Error::CoordinatorOutcomeUnknown`]) relies on. The suite cannot make
+/// an implementation lose an answer — that takes fault injection below its
+/// API (the memory coordinator's `lose_compare_and_set_replies`, the
+/// ZooKeeper tests' `ZkProxy::lose_reply_to_next_write`) — so it models a
+/// lost answer by ignoring one and checks, for any implementation: a read
+/// then shows the write ([`LogState::is_result_of`]); the same
+/// compare-and-set sent again (a blind retry) is stale and changes nothing,
+/// so a write is never applied twice; a write never sent leaves the version
+/// where it was, which is how a read says "not applied"; and writes the
+/// implementation refused are plain errors, never an unknown outcome.
+fn a_write_whose_answer_was_lost_is_settled_by_a_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
+    let log = LogId(50);
+    let before = c.create_log(log, nodes(&[1, 2, 3])).unwrap();
+    let shrink = isr_update(&before, &[1, 2]);
+    // Applied; the answer is "lost".
+    let _ = c.compare_and_set(log, before.leader_epoch, before.version, shrink.clone());
+    let settled = stored(c, log);
+    assert!(
+        settled.is_result_of(&before, &shrink),
+        "the read does not show the write: {settled:?}"
+    );
+    assert_eq!(settled.version, before.version + 1);
+    // A blind retry of the same write cannot apply it twice.
+    match c.compare_and_set(log, before.leader_epoch, before.version, shrink.clone()) {
+        Ok(CasOutcome::Stale(current)) => assert_eq!(current, settled),
+        other => panic!("a retried compare-and-set must be stale, got {other:?}"),
+    }
+    assert_eq!(stored(c, log), settled, "a retry changed the log");
+    // A write never sent: the read shows the version where it was.
+    let expand = isr_update(&settled, &[1, 2, 3]);
+    let unsent = stored(c, log);
+    assert_eq!(unsent.version, settled.version);
+    assert!(!unsent.is_result_of(&settled, &expand));
+    // Refusals are answers, not unknown outcomes.
+    let refusals = [
+        (
+            "a stale compare-and-set",
+            c.compare_and_set(log, before.leader_epoch, before.version, expand.clone())
+                .map(|_| ()),
+        ),
+        (
+            "an invalid update",
+            c.compare_and_set(
+                log,
+                settled.leader_epoch,
+                settled.version,
+                LogUpdate {
+                    in_sync_replicas: nodes(&[2, 3]),
+                    ..expand.clone()
+                },
+            )
+            .map(|_| ()),
+        ),
+        (
+            "an unknown log",
+            c.compare_and_set(LogId(51), LeaderEpoch::ZERO, 0, expand.clone())
+                .map(|_| ()),
+        ),
+        (
+            "an existing log created again",
+            c.create_log(log, nodes(&[1])).map(|_| ()),
+        ),
+        (
+            "a controller write without the seat",
+            c.compare_and_set_as_controller(
+                NodeId(9),
+                ControllerEpoch(u64::MAX),
+                log,
+                settled.leader_epoch,
+                settled.version,
+                expand,
+            )
+            .map(|_| ()),
+        ),
+    ];
+    for (what, outcome) in refusals {
+        assert!(
+            !outcome.as_ref().is_err_and(Error::is_outcome_unknown),
+            "{what} must be refused, not left unknown: {outcome:?}"
+        );
+    }
+    assert_eq!(stored(c, log), settled, "a refused write changed the log");
 }
 
 /// SPEC 2.8: the cluster id is the same on every call, and each replica's

@@ -590,7 +590,23 @@ struct ProxyShared {
     stop: std::sync::atomic::AtomicBool,
     /// A handle of each side of every open connection, to close them.
     connections: std::sync::Mutex<Vec<TcpStream>>,
+    /// Armed by [`ZkProxy::lose_reply_to_next_write`]: the path fragment
+    /// to look for and how long to hold the connection silent.
+    lose_reply: std::sync::Mutex<Option<LoseReply>>,
+    /// How many replies were lost so far.
+    replies_lost: std::sync::atomic::AtomicUsize,
 }
+
+/// What [`ZkProxy::lose_reply_to_next_write`] armed.
+#[derive(Clone, Debug)]
+struct LoseReply {
+    path_fragment: Vec<u8>,
+    hold: Duration,
+}
+
+/// ZooKeeper's opcodes of the writes a [`ZkProxy`] can lose the reply of:
+/// `create`, `delete`, `setData`, `create2` and `multi`.
+const WRITE_OPCODES: [i32; 5] = [1, 2, 5, 15, 14];
 
 impl ProxyShared {
     fn close_all(&self) {
@@ -632,6 +648,8 @@ impl ZkProxy {
             cut: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             connections: std::sync::Mutex::new(Vec::new()),
+            lose_reply: std::sync::Mutex::new(None),
+            replies_lost: std::sync::atomic::AtomicUsize::new(0),
         });
         let for_thread = std::sync::Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
@@ -659,6 +677,33 @@ impl ZkProxy {
     /// The connect string of the proxy: `127.0.0.1:PORT`.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Arms the proxy to lose one reply (SPEC 3.4, a write whose outcome
+    /// is unknown): the next write request (`create`, `delete`, `setData`,
+    /// `create2` or `multi`) whose bytes contain `path_fragment` is
+    /// forwarded to the server, which applies it, but from then on nothing
+    /// the server sends on that connection reaches the client — as a
+    /// network that drops packets silently — and after `hold` the
+    /// connection is closed, so the client reconnects (to the same session)
+    /// through the proxy. Other connections are not affected.
+    pub fn lose_reply_to_next_write(&self, path_fragment: &str, hold: Duration) {
+        let armed = LoseReply {
+            path_fragment: path_fragment.as_bytes().to_vec(),
+            hold,
+        };
+        match self.shared.lose_reply.lock() {
+            Ok(mut slot) => *slot = Some(armed),
+            Err(poisoned) => *poisoned.into_inner() = Some(armed),
+        }
+    }
+
+    /// How many replies the proxy has lost (see
+    /// [`ZkProxy::lose_reply_to_next_write`]).
+    pub fn replies_lost(&self) -> usize {
+        self.shared
+            .replies_lost
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Cuts every connection and refuses new ones (`true`), or lets
@@ -695,22 +740,144 @@ fn forward(shared: &std::sync::Arc<ProxyShared>, client: TcpStream) {
         Ok(mut streams) => streams.extend([client_keep, server_keep]),
         Err(_) => return,
     }
-    let pump = |mut from: TcpStream, mut to: TcpStream| {
+    // Set once a reply on this connection is being lost: the server's
+    // bytes are dropped from then on.
+    let silenced = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let up = {
+        let shared = std::sync::Arc::clone(shared);
+        let silenced = std::sync::Arc::clone(&silenced);
         move || {
             // Either side closing ends the copy; then close both.
-            let _ = std::io::copy(&mut from, &mut to);
-            let _ = from.shutdown(std::net::Shutdown::Both);
-            let _ = to.shutdown(std::net::Shutdown::Both);
+            let _ = pump_requests(&shared, &silenced, &client_in, &server);
+            let _ = client_in.shutdown(std::net::Shutdown::Both);
+            let _ = server.shutdown(std::net::Shutdown::Both);
         }
+    };
+    let down = move || {
+        let _ = pump_replies(&silenced, &server_out, &client);
+        let _ = server_out.shutdown(std::net::Shutdown::Both);
+        let _ = client.shutdown(std::net::Shutdown::Both);
     };
     // A pump that cannot start leaves its connection to be closed by the
     // other pump or by the proxy.
     let _ = std::thread::Builder::new()
         .name("zk-proxy-up".to_owned())
-        .spawn(pump(client_in, server));
+        .spawn(up);
     let _ = std::thread::Builder::new()
         .name("zk-proxy-down".to_owned())
-        .spawn(pump(server_out, client));
+        .spawn(down);
+}
+
+/// Copies the client's frames (a 4-byte big-endian length, then the
+/// request) to the server, one whole frame at a time, so that it can see
+/// the write whose reply it must lose before sending it on. The first frame
+/// is the session handshake, which has no request header.
+fn pump_requests(
+    shared: &std::sync::Arc<ProxyShared>,
+    silenced: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mut from: &TcpStream,
+    mut to: &TcpStream,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    let mut handshake_done = false;
+    loop {
+        let read = from.read(&mut chunk)?;
+        if read == 0 {
+            return Ok(());
+        }
+        pending.extend_from_slice(&chunk[..read]);
+        loop {
+            if pending.len() < 4 {
+                break;
+            }
+            let length = u32::from_be_bytes([pending[0], pending[1], pending[2], pending[3]]);
+            let frame_end = 4 + length as usize;
+            if pending.len() < frame_end {
+                break;
+            }
+            let frame: Vec<u8> = pending.drain(..frame_end).collect();
+            if handshake_done {
+                maybe_lose_reply(shared, silenced, &frame, from, to);
+            }
+            handshake_done = true;
+            to.write_all(&frame)?;
+        }
+    }
+}
+
+/// If a lost reply is armed and `frame` is the write it names, silences the
+/// connection (before the write goes on to the server) and closes it after
+/// the hold.
+fn maybe_lose_reply(
+    shared: &std::sync::Arc<ProxyShared>,
+    silenced: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    frame: &[u8],
+    client: &TcpStream,
+    server: &TcpStream,
+) {
+    use std::sync::atomic::Ordering;
+
+    // Frame: length (4), xid (4), opcode (4), body.
+    if frame.len() < 12 {
+        return;
+    }
+    let opcode = i32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
+    if !WRITE_OPCODES.contains(&opcode) {
+        return;
+    }
+    let mut slot = match shared.lose_reply.lock() {
+        Ok(slot) => slot,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let matches = slot.as_ref().is_some_and(|armed| {
+        frame[12..]
+            .windows(armed.path_fragment.len().max(1))
+            .any(|window| window == armed.path_fragment.as_slice())
+    });
+    if !matches {
+        return;
+    }
+    let Some(armed) = slot.take() else {
+        return;
+    };
+    drop(slot);
+    silenced.store(true, Ordering::SeqCst);
+    shared.replies_lost.fetch_add(1, Ordering::SeqCst);
+    let handles = (client.try_clone(), server.try_clone());
+    if let (Ok(client), Ok(server)) = handles {
+        let _ = std::thread::Builder::new()
+            .name("zk-proxy-hold".to_owned())
+            .spawn(move || {
+                std::thread::sleep(armed.hold);
+                let _ = client.shutdown(std::net::Shutdown::Both);
+                let _ = server.shutdown(std::net::Shutdown::Both);
+            });
+    }
+}
+
+/// Copies the server's bytes to the client until either side closes,
+/// dropping them once the connection is `silenced`.
+fn pump_replies(
+    silenced: &std::sync::atomic::AtomicBool,
+    mut from: &TcpStream,
+    mut to: &TcpStream,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let read = from.read(&mut chunk)?;
+        if read == 0 {
+            return Ok(());
+        }
+        if !silenced.load(Ordering::SeqCst) {
+            to.write_all(&chunk[..read])?;
+        }
+    }
 }
 
 impl Drop for ZkProxy {
@@ -750,6 +917,7 @@ impl ZkShell {
         let (connect_owned, chroot_owned) = (connect.to_owned(), chroot.to_owned());
         let client = executor.call(
             &format!("connect to {connect}"),
+            crate::coordinator::zookeeper::Effect::Read,
             Instant::now() + SHELL_TIMEOUT,
             async move {
                 let client = zookeeper_client::Client::connect(&connect_owned)
@@ -775,6 +943,7 @@ impl ZkShell {
         let job = op(self.client.clone(), path.to_owned());
         self.executor.call(
             &format!("{what} {path}"),
+            crate::coordinator::zookeeper::Effect::Read,
             Instant::now() + SHELL_TIMEOUT,
             job,
         )

@@ -372,6 +372,13 @@ impl ZkCluster {
             .and_then(|running| running.coordinator.session_id(id))
     }
 
+    /// Node `id`'s proxy to ZooKeeper, if the cluster was built
+    /// [`proxied`](ZkClusterBuilder::proxied): to cut it off or to lose a
+    /// reply ([`ZkProxy::lose_reply_to_next_write`]).
+    pub fn proxy(&self, id: NodeId) -> Option<&ZkProxy> {
+        self.proxies.get(&id)
+    }
+
     /// Cuts node `id`'s connections to ZooKeeper (or restores them): every
     /// open connection through its proxy is closed and new ones are refused
     /// while cut. Errs unless the cluster was built [`proxied`](ZkClusterBuilder::proxied).

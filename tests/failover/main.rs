@@ -7,6 +7,7 @@
 #[path = "../support/failover_support.rs"]
 mod failover_support;
 
+mod a_lost_coordinator_reply_never_loses_acknowledged_records;
 mod all_isr_down_without_unclean_election_stays_leaderless;
 mod an_emptied_data_directory_loses_nothing_acknowledged;
 mod clean_shutdown_keeps_a_replica_eligible;

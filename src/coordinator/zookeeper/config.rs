@@ -20,7 +20,8 @@ pub struct ZkCoordinatorConfig {
     pub session_timeout: Duration,
     /// How long one call may take, including waiting through a lost
     /// connection for the client to reconnect. A call that runs out fails
-    /// with a retriable [`Error::Coordinator`] that says so.
+    /// with a retriable [`Error::Coordinator`] that says so — or, for a
+    /// write whose request was sent, [`Error::CoordinatorOutcomeUnknown`].
     pub call_timeout: Duration,
     /// Capacity of each subscriber's event queue; when full, further events
     /// are replaced by one `Resync`.

@@ -68,7 +68,7 @@ use super::document::{
     PRODUCER_IDS_HIGH_MARK,
 };
 use super::events::Dispatcher;
-use super::executor::Executor;
+use super::executor::{Effect, Executor};
 use crate::coordinator::{
     CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate,
 };
@@ -133,12 +133,15 @@ fn is_connection_error(error: &zk::Error) -> bool {
     )
 }
 
-/// The error of a write whose connection dropped before ZooKeeper answered.
+/// The error of a write whose connection dropped before ZooKeeper answered
+/// (SPEC 3.4: its outcome is unknown).
 fn lost(what: &str) -> Error {
-    coordinator_error(format!(
-        "the connection to ZooKeeper was lost while trying to {what}: it may or may not have been applied; \
-         re-read before retrying"
-    ))
+    Error::CoordinatorOutcomeUnknown {
+        operation: what.to_owned(),
+        reason: "the connection to ZooKeeper was lost before it answered: the write may or may \
+                 not have been applied; re-read before retrying"
+            .to_owned(),
+    }
 }
 
 /// The ZooKeeper version of a znode as a [`LogState`] version.
@@ -477,12 +480,12 @@ impl ZkCoordinator {
             shared.config.connect, shared.config.chroot
         );
         let config = shared.config.clone();
-        let (client, watcher) =
-            executor.call(
-                &what,
-                deadline,
-                async move { open_main_session(&config).await },
-            )?;
+        // Opening may create the store's znodes, each only if missing: a
+        // retry of a connection that timed out settles them, so a time-out
+        // here is a plain failure to connect.
+        let (client, watcher) = executor.call(&what, Effect::Read, deadline, async move {
+            open_main_session(&config).await
+        })?;
         *shared.main.lock() = Some(client.clone());
         let (stop_watcher, stopped) = oneshot::channel();
         executor.spawn(run_watcher(Arc::clone(&shared), client, watcher, stopped))?;
@@ -524,8 +527,30 @@ impl ZkCoordinator {
     }
 
     /// Runs `job` with the shared state on the executor, up to the call
-    /// timeout.
+    /// timeout. For jobs that write nothing, or whose every wait is bounded
+    /// by the deadline (a time-out is then a plain failure).
     fn run<T, F, Fut>(&self, what: String, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Shared>, Instant, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        self.run_as(Effect::Read, what, job)
+    }
+
+    /// [`ZkCoordinator::run`] for a job that sends a write and waits for
+    /// its answer: a time-out then leaves the outcome unknown
+    /// ([`Error::CoordinatorOutcomeUnknown`], SPEC 3.4).
+    fn run_write<T, F, Fut>(&self, what: String, job: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Shared>, Instant, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        self.run_as(Effect::Write, what, job)
+    }
+
+    fn run_as<T, F, Fut>(&self, effect: Effect, what: String, job: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(Arc<Shared>, Instant, String) -> Fut,
@@ -535,7 +560,7 @@ impl ZkCoordinator {
         let deadline = self.deadline();
         let shared = Arc::clone(&self.handle.shared);
         let future = job(shared, deadline, what.clone());
-        self.handle.executor.call(&what, deadline, future)
+        self.handle.executor.call(&what, effect, deadline, future)
     }
 
     /// The client of `node`'s live session, or an error naming `what` could
@@ -581,9 +606,11 @@ impl Drop for Handle {
             states.push(main.state_watcher());
         }
         let deadline = Instant::now() + CLOSE_WAIT_MAX;
-        let closed = self
-            .executor
-            .call("close the ZooKeeper sessions", deadline, async move {
+        let closed = self.executor.call(
+            "close the ZooKeeper sessions",
+            Effect::Read,
+            deadline,
+            async move {
                 for mut state in states {
                     while !state.peek_state().is_terminated() {
                         if before(deadline, state.changed()).await.is_none() {
@@ -592,7 +619,8 @@ impl Drop for Handle {
                     }
                 }
                 Ok(())
-            });
+            },
+        );
         if let Err(error) = closed {
             tracing::debug!(%error, "ZooKeeper sessions not confirmed closed");
         }
@@ -1045,6 +1073,22 @@ impl Shared {
             if let Some(Err(error)) = before(deadline, client.sync("/")).await {
                 tracing::debug!(%error, "ZooKeeper sync failed");
             }
+        }
+    }
+
+    /// [`Shared::sync`], but a failure is an error: for a read that must
+    /// see every write applied before it began (settling a write whose
+    /// outcome is unknown, SPEC 3.4).
+    async fn sync_strictly(&self, deadline: Instant, what: &str) -> Result<()> {
+        let sync_what = format!("sync before trying to {what}");
+        match self
+            .read(deadline, &sync_what, |client| async move {
+                client.sync("/").await
+            })
+            .await?
+        {
+            Ok(()) => Ok(()),
+            Err(error) => Err(zk_error(&sync_what, error)),
         }
     }
 
@@ -1560,7 +1604,7 @@ impl Coordinator for ZkCoordinator {
         let created = LogState::initial(log, replicas)?;
         let data = document::encode_log(&created);
         let path = document::log_path(log);
-        self.run(
+        self.run_write(
             format!("create {path}"),
             move |shared, deadline, what| async move {
                 let client = shared.main_client(deadline, &what).await?;
@@ -1583,10 +1627,15 @@ impl Coordinator for ZkCoordinator {
         )
     }
 
+    /// Syncs first (the trait's promise): a write whose answer was lost
+    /// may have been applied on the ensemble's leader while this session's
+    /// server has not seen it yet, and this read must settle it.
     fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
         self.run(
             format!("read {log}"),
             move |shared, deadline, _| async move {
+                let what = format!("read {}", document::log_path(log));
+                shared.sync_strictly(deadline, &what).await?;
                 Ok(shared
                     .read_log(deadline, log)
                     .await?
@@ -1616,7 +1665,7 @@ impl Coordinator for ZkCoordinator {
         expected_version: u64,
         update: LogUpdate,
     ) -> Result<CasOutcome> {
-        self.run(
+        self.run_write(
             format!("update {log}"),
             move |shared, deadline, _| async move {
                 shared
@@ -1649,7 +1698,7 @@ impl Coordinator for ZkCoordinator {
         let what = format!(
             "update {log} as controller {controller} (controller epoch {controller_epoch})"
         );
-        self.run(what, move |shared, deadline, _| async move {
+        self.run_write(what, move |shared, deadline, _| async move {
             shared
                 .compare_and_set(
                     deadline,
@@ -1840,7 +1889,7 @@ impl Coordinator for ZkCoordinator {
     /// when the session does.
     fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
         let client = self.node_client(node, "become controller")?;
-        self.run(
+        self.run_write(
             format!("seat {node} as controller"),
             move |shared, deadline, what| async move {
                 let mut recovered = false;
@@ -1915,7 +1964,7 @@ impl Coordinator for ZkCoordinator {
     /// Deletes the seat in one `multi` conditional on the record's version,
     /// so only the seat `node` won is deleted.
     fn resign_controller(&self, node: NodeId) -> Result<()> {
-        self.run(
+        self.run_write(
             format!("resign {node} as controller"),
             move |shared, deadline, what| async move {
                 let view = shared.read_controller(deadline).await?;
@@ -1972,7 +2021,7 @@ impl Coordinator for ZkCoordinator {
             return Ok(id);
         }
         let size = i64::from(shared.config.producer_id_block_size);
-        let reserved = self.run(
+        let reserved = self.run_write(
             "reserve a block of producer ids".to_owned(),
             move |shared, deadline, what| async move {
                 let mut recovered = false;
@@ -2101,7 +2150,7 @@ impl Coordinator for ZkCoordinator {
     ) -> Result<()> {
         let path = document::directories_path(node);
         let logs = logs.to_vec();
-        self.run(
+        self.run_write(
             format!("write {path}"),
             move |shared, deadline, what| async move {
                 loop {

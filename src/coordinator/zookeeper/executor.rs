@@ -41,6 +41,17 @@ const ANSWER_SLACK: Duration = Duration::from_secs(1);
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// What a call does to the store, which decides what its time-out means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// It only reads: a time-out is a plain retriable [`Error::Coordinator`].
+    Read,
+    /// It may write: a time-out means a request may have left without its
+    /// answer coming back, so the outcome is unknown
+    /// ([`Error::CoordinatorOutcomeUnknown`], SPEC 3.4).
+    Write,
+}
+
 /// The executor thread and the queue into it. Stopping (or dropping) it
 /// drops every task still running on it.
 #[derive(Debug)]
@@ -108,11 +119,14 @@ impl Executor {
 
     /// Runs `job` on the executor thread and waits for its answer until
     /// `deadline` (and a little more). A job still running then is dropped
-    /// and the call fails with a retriable [`Error::Coordinator`] naming `what`
-    /// and saying that its outcome is unknown.
+    /// and the call fails, naming `what`: for an [`Effect::Write`] with
+    /// [`Error::CoordinatorOutcomeUnknown`] (the job bounds every wait of its
+    /// own before sending, so what is still running is a sent request),
+    /// for an [`Effect::Read`] with a retriable [`Error::Coordinator`].
     pub(crate) fn call<T: Send + 'static>(
         &self,
         what: &str,
+        effect: Effect,
         deadline: Instant,
         job: impl Future<Output = Result<T>> + Send + 'static,
     ) -> Result<T> {
@@ -127,14 +141,14 @@ impl Executor {
                 Either::Left((Err(_), _)) => Err(Error::Coordinator {
                     reason: format!("the ZooKeeper call to {what_owned} panicked"),
                 }),
-                Either::Right(_) => Err(timed_out(&what_owned)),
+                Either::Right(_) => Err(timed_out(&what_owned, effect)),
             };
             // The caller may have given up; nobody is left to tell.
             let _ = answer.try_send(outcome);
         })?;
         match answered.recv_deadline(deadline + ANSWER_SLACK) {
             Ok(outcome) => outcome,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(timed_out(what)),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(timed_out(what, effect)),
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Error::Shutdown),
         }
     }
@@ -162,12 +176,20 @@ impl Drop for Executor {
     }
 }
 
-fn timed_out(what: &str) -> Error {
-    Error::Coordinator {
-        reason: format!(
-            "ZooKeeper did not answer in time to {what} (it may be unreachable or the session reconnecting); \
-             the outcome is unknown: re-read before retrying"
-        ),
+fn timed_out(what: &str, effect: Effect) -> Error {
+    match effect {
+        Effect::Write => Error::CoordinatorOutcomeUnknown {
+            operation: what.to_owned(),
+            reason: "ZooKeeper did not answer in time (it may be unreachable or the session \
+                     reconnecting); the write may or may not have been applied: re-read before retrying"
+                .to_owned(),
+        },
+        Effect::Read => Error::Coordinator {
+            reason: format!(
+                "ZooKeeper did not answer in time to {what} (it may be unreachable or the session \
+                 reconnecting); nothing was changed, retry later"
+            ),
+        },
     }
 }
 
@@ -201,33 +223,51 @@ mod tests {
         let executor = Executor::start("test-executor").unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         assert_eq!(
-            executor.call("add", deadline, async { Ok(2 + 2) }).unwrap(),
+            executor
+                .call("add", Effect::Read, deadline, async { Ok(2 + 2) })
+                .unwrap(),
             4
         );
         let deadline = Instant::now() + Duration::from_millis(50);
         let started = Instant::now();
-        let outcome: Result<()> = executor.call("wait forever", deadline, future::pending());
+        let outcome: Result<()> =
+            executor.call("wait forever", Effect::Read, deadline, future::pending());
         match outcome {
             Err(Error::Coordinator { reason }) => {
                 assert!(reason.contains("wait forever"), "{reason}");
-                assert!(reason.contains("outcome is unknown"), "{reason}");
+                assert!(reason.contains("nothing was changed"), "{reason}");
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
         assert!(started.elapsed() < Duration::from_secs(2));
+        // A write that times out may have been applied: its outcome is
+        // unknown, a distinct error naming the write.
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let outcome: Result<()> =
+            executor.call("write forever", Effect::Write, deadline, future::pending());
+        match outcome {
+            Err(Error::CoordinatorOutcomeUnknown { operation, reason }) => {
+                assert_eq!(operation, "write forever");
+                assert!(reason.contains("may or may not"), "{reason}");
+            }
+            other => panic!("expected an unknown outcome, got {other:?}"),
+        }
     }
 
     #[test]
     fn a_panicking_job_fails_its_call_and_the_executor_survives() {
         let executor = Executor::start("test-executor").unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        let outcome = executor.call::<()>("explode", deadline, async { panic!("boom") });
+        let outcome =
+            executor.call::<()>("explode", Effect::Read, deadline, async { panic!("boom") });
         assert!(
             matches!(&outcome, Err(Error::Coordinator { reason }) if reason.contains("explode")),
             "{outcome:?}"
         );
         assert_eq!(
-            executor.call("add", deadline, async { Ok(1 + 1) }).unwrap(),
+            executor
+                .call("add", Effect::Read, deadline, async { Ok(1 + 1) })
+                .unwrap(),
             2
         );
     }
@@ -240,7 +280,7 @@ mod tests {
         assert!(executor.thread.lock().is_none());
         let deadline = Instant::now() + Duration::from_secs(1);
         assert!(matches!(
-            executor.call("add", deadline, async { Ok(1) }),
+            executor.call("add", Effect::Read, deadline, async { Ok(1) }),
             Err(Error::Shutdown)
         ));
     }

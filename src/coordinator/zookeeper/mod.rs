@@ -15,4 +15,4 @@ mod executor;
 pub use config::ZkCoordinatorConfig;
 pub use coordinator::ZkCoordinator;
 #[cfg(any(test, feature = "testing"))]
-pub(crate) use executor::Executor;
+pub(crate) use executor::{Effect, Executor};

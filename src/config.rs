@@ -33,12 +33,23 @@ pub struct NodeConfig {
     /// above the high watermark. Kafka's `log.retention.check.interval.ms`,
     /// default 5 minutes.
     pub retention_check_interval: Duration,
-    /// How long [`Node::shutdown`](crate::Node::shutdown) may spend moving
-    /// the leadership of its logs to other in-sync replicas before it stops
-    /// anyway (Kafka's controlled shutdown). Usually it takes one fetch
-    /// round; this bounds it when followers lag. Zero turns controlled
-    /// shutdown off: the node just stops, and the controller moves
-    /// leadership once its session ends. Default 5 s.
+    /// How long [`Node::shutdown`](crate::Node::shutdown) may spend, in
+    /// all, moving the leadership of its logs to other in-sync replicas,
+    /// leaving the in-sync replica sets it is in and ending its session
+    /// before it stops anyway (Kafka's controlled shutdown). Usually it
+    /// takes one fetch round and a few coordinator calls; this bounds it
+    /// when followers lag or the coordinator is slow. Logs hand over
+    /// concurrently, and each coordinator call gets at most the time left
+    /// (ending the session gets at least 200 ms more): a call still running
+    /// at the deadline is not waited for. The logs not handed over by then
+    /// are left as after an uncontrolled stop: their followers elect a new
+    /// leader once the node's session ends (when ending it completes, or
+    /// when it expires). Their data is flushed and closed all the same, so
+    /// the node's next start is a clean one. Stopping the node's threads
+    /// afterwards waits at most for the one coordinator call its control
+    /// thread may be in. Zero turns controlled shutdown off: the node just
+    /// stops, and the controller moves leadership once its session ends.
+    /// Default 5 s.
     pub controlled_shutdown_timeout: Duration,
 }
 

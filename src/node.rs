@@ -45,6 +45,16 @@ use crate::types::{DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
 const HAND_OVER_ATTEMPTS_MAX: usize = 5;
 /// Controlled shutdown: how often to look for a caught-up successor.
 const HAND_OVER_POLL: Duration = Duration::from_millis(1);
+/// Controlled shutdown: the most threads handing logs over (or leaving
+/// in-sync replica sets) at once. Each log's coordinator calls run on one
+/// of them, so a slow coordinator costs the shutdown one call's time per
+/// step, not one per step and log.
+const SHUTDOWN_WORKERS_MAX: usize = 128;
+/// Controlled shutdown: how long ending the session may take once the
+/// deadline has passed. Ending it at once lets the controller elect new
+/// leaders of the logs not handed over now rather than at session expiry,
+/// and is usually one quick call; a slow one is not waited for.
+const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
 /// How often the deadline timer looks for pipelined appends past their
 /// deadline: a `Timeout` arrives at most this late (plus scheduling), well
 /// within the 100 ms SPEC 3.1 allows.
@@ -543,25 +553,69 @@ impl Node {
     }
 
     /// Stops the node cleanly, as Kafka's controlled shutdown does: first
-    /// every log it leads moves to another in-sync replica
-    /// ([`NodeConfig::controlled_shutdown_timeout`] bounds that), then its
+    /// every log it leads moves to another in-sync replica, then its
     /// threads stop, it leaves the in-sync replica sets it is in and the
     /// coordinator's live set, and its logs are flushed and closed. If every
     /// log closed, it writes the clean-shutdown marker last, so the next
     /// start trusts its data (SPEC 3.5).
+    ///
+    /// The steps that call the coordinator (handing over, leaving the
+    /// ISRs, ending the session) spend at most
+    /// [`NodeConfig::controlled_shutdown_timeout`] in all: logs hand over
+    /// concurrently, and a call still running at the deadline is not
+    /// waited for (see that setting for what happens to its log). Stopping
+    /// the threads waits at most for the coordinator call the control
+    /// thread is in.
     pub fn shutdown(mut self) -> Result<()> {
         let timeout = self.shared.config.controlled_shutdown_timeout;
+        let deadline = Instant::now() + timeout;
         if !timeout.is_zero() {
-            self.shared.hand_over_leadership(Instant::now() + timeout);
+            // A candidate not holding the controller seat is not needed any
+            // more: its thread ends meanwhile (a seated controller goes on
+            // electing while the logs hand over).
+            if let Some(controller) = self.controller.as_mut() {
+                if !controller.is_active() {
+                    controller.signal_stop();
+                }
+            }
+            NodeShared::hand_over_leadership(&self.shared, deadline);
         }
-        self.stop_threads(Stop::Clean);
-        if !timeout.is_zero() {
-            self.shared.leave_in_sync_replicas();
+        let me = self.shared.config.node_id;
+        if timeout.is_zero() {
+            self.stop_threads(Stop::Clean);
+            let _ = self.shared.coordinator.unregister_node(me);
+        } else {
+            // The session ends while the threads stop, so that waiting for
+            // the call the control thread is in does not add to it. Set
+            // first: a stopping node never registers again, so its control
+            // thread's next heartbeat failing revives nothing.
+            self.shared.stop.store(true, Ordering::SeqCst);
+            if let Some(controller) = self.controller.as_mut() {
+                controller.signal_stop();
+            }
+            let unregistering = NodeShared::spawn_bounded(
+                &self.shared,
+                "end the session",
+                vec![me],
+                |shared, node| {
+                    if let Err(error) = shared.coordinator.unregister_node(node) {
+                        tracing::warn!(%node, %error, "controlled shutdown: cannot end the session; it expires");
+                    }
+                },
+            );
+            let unregister_started = Instant::now();
+            self.stop_threads(Stop::Clean);
+            // Not live any more, this node cannot be added back to an ISR
+            // it leaves now (leaders check liveness before adding).
+            NodeShared::leave_in_sync_replicas(&self.shared, deadline);
+            // Past the deadline, ending the session still gets a moment:
+            // a session left to expire delays the election of every log
+            // not handed over by a whole session timeout.
+            let until = deadline.max(unregister_started + UNREGISTER_AFTER_DEADLINE);
+            if wait_finished(unregistering, until) < 1 {
+                tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
+            }
         }
-        let _ = self
-            .shared
-            .coordinator
-            .unregister_node(self.shared.config.node_id);
         let replicas: Vec<Arc<Replica>> = self
             .shared
             .replicas
@@ -569,14 +623,9 @@ impl Node {
             .drain()
             .map(|(_, r)| r)
             .collect();
-        let mut result = Ok(());
-        for replica in replicas {
-            replica.take_offline();
-            if let Err(e) = replica.log().close_in_place() {
-                result = Err(e);
-            }
+        if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
+            return Err(error);
         }
-        result?;
         write_clean_shutdown_marker(&self.shared.config.data_dir)
     }
 
@@ -638,7 +687,6 @@ impl Node {
             }
         }
         self.shared.stop.store(true, Ordering::SeqCst);
-        // Pipelined appends still waiting fail with `Shutdown`.
         let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
         replicas.iter().for_each(|replica| replica.stop_pipelined());
         self.shared.data_arrived.close();
@@ -692,9 +740,107 @@ impl Node {
     }
 }
 
+/// The work started by [`NodeShared::spawn_bounded`]: one message per
+/// item finished.
+struct Finished {
+    count: usize,
+    finished: Receiver<()>,
+}
+
+/// How many items of `work` finished by `deadline` (returning as soon as
+/// all have).
+fn wait_finished(work: Finished, deadline: Instant) -> usize {
+    let mut finished = 0;
+    while finished < work.count && work.finished.recv_deadline(deadline).is_ok() {
+        finished += 1;
+    }
+    finished
+}
+
+/// How many threads a stopping node closes its logs with. Closing a log
+/// takes several fsyncs; one after the other, a hundred logs took 3 s on a
+/// test machine, longer than the coordinator steps of a controlled
+/// shutdown. Kafka likewise closes logs on a pool of
+/// `num.recovery.threads.per.data.dir` threads at shutdown.
+const CLOSE_THREADS_MAX: usize = 8;
+
+/// Takes every replica offline and flushes and closes its log, on up to
+/// [`CLOSE_THREADS_MAX`] threads (here, if none can be started); returns
+/// the logs that failed to close, with their errors. The caller has
+/// stopped every thread that could still write them.
+fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
+    let count = replicas.len();
+    let queue = Mutex::new(replicas.into_iter());
+    let failed = Mutex::new(Vec::new());
+    let close_next = || {
+        while let Some(replica) = {
+            let next = queue.lock().next();
+            next
+        } {
+            replica.take_offline();
+            if let Err(error) = replica.log().close_in_place() {
+                failed.lock().push((replica.log_id(), error));
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for index in 0..count.min(CLOSE_THREADS_MAX) {
+            let spawned = std::thread::Builder::new()
+                .name(format!("isrlog-close-{index}"))
+                .spawn_scoped(scope, close_next);
+            if spawned.is_err() {
+                break;
+            }
+        }
+        // Whatever no thread took (or all of it, if none started).
+        close_next();
+    });
+    failed.into_inner()
+}
+
 /// The directory of `log`'s replica inside a node's data directory.
 fn log_dir(data_dir: &std::path::Path, log: LogId) -> PathBuf {
     data_dir.join(format!("log-{}", log.0))
+}
+
+/// Controlled shutdown: whether a hand-over may still change this node.
+/// Once the deadline passes, the node stops its threads and closes its
+/// logs; a hand-over thread whose coordinator call returns after that
+/// must not make the replica follow (start a fetcher, write its log).
+/// Closing waits for any such change under way, and refuses every later
+/// one.
+#[derive(Debug)]
+struct ShutdownGate {
+    open: RwLock<bool>,
+}
+
+impl Default for ShutdownGate {
+    fn default() -> ShutdownGate {
+        ShutdownGate {
+            open: RwLock::new(true),
+        }
+    }
+}
+
+impl ShutdownGate {
+    /// Runs `change` if the gate is still open, holding it open meanwhile.
+    fn act<R>(&self, change: impl FnOnce() -> R) -> Option<R> {
+        let open = self.open.read();
+        if !*open {
+            return None;
+        }
+        Some(change())
+    }
+
+    /// Whether changes are still allowed.
+    fn is_open(&self) -> bool {
+        *self.open.read()
+    }
+
+    /// Refuses every change from now on, once those under way finished.
+    fn close(&self) {
+        *self.open.write() = false;
+    }
 }
 
 /// How a node's threads are stopped.
@@ -712,15 +858,13 @@ impl Drop for Node {
                 .shared
                 .coordinator
                 .unregister_node(self.shared.config.node_id);
-            let mut closed = true;
-            for replica in self.shared.replicas.read().values() {
-                replica.take_offline();
-                if let Err(error) = replica.log().close_in_place() {
-                    tracing::warn!(log = %replica.log_id(), %error, "flush on drop failed");
-                    closed = false;
-                }
+            let replicas: Vec<Arc<Replica>> =
+                self.shared.replicas.read().values().cloned().collect();
+            let failed = close_replicas(replicas);
+            for (log, error) in &failed {
+                tracing::warn!(%log, %error, "flush on drop failed");
             }
-            if closed {
+            if failed.is_empty() {
                 if let Err(error) = write_clean_shutdown_marker(&self.shared.config.data_dir) {
                     tracing::warn!(node = %self.shared.config.node_id, %error,
                         "cannot write the clean-shutdown marker; the next start reports an unclean shutdown");
@@ -830,7 +974,9 @@ impl NodeShared {
     /// result of such a move, lead in it).
     fn reconcile_with(&self, state: &LogState, epoch_bumps: Option<u32>) {
         let me = self.local();
-        if !state.replicas.contains(&me) {
+        // A stopping node changes no role any more: its threads are being
+        // joined, and each coordinator call here may take the call timeout.
+        if !state.replicas.contains(&me) || self.is_stopped() {
             return;
         }
         let replica = match self.host(state.log) {
@@ -1044,6 +1190,10 @@ impl NodeShared {
             .filter(|node| !current.contains(node))
             .collect();
         if !joining.is_empty() {
+            if self.is_stopped() {
+                replica.isr_proposal_withdrawn();
+                return;
+            }
             let live = match self.coordinator.live_nodes() {
                 Ok(live) => live,
                 Err(error) => {
@@ -1063,6 +1213,11 @@ impl NodeShared {
             }
         }
         let version = proposal.expected_version;
+        // A stopping node's control thread is being joined: no more calls.
+        if self.is_stopped() {
+            replica.isr_proposal_withdrawn();
+            return;
+        }
         // The ELR that goes with the new ISR depends on the stored ISR and
         // ELR, which this replica does not track: read them. A state of
         // another version would fail the compare-and-set below anyway.
@@ -1233,10 +1388,19 @@ impl NodeShared {
     /// node in the ISR (Kafka's `ControlledShutdownLeaderSelector`). The
     /// write is a compare-and-set on the log's epoch and version, like any
     /// leader's, so it loses cleanly to a concurrent change. A log whose
-    /// followers are not caught up by `deadline`, or that has no live
-    /// in-sync follower, is left to the controller, as after a crash.
-    fn hand_over_leadership(&self, deadline: Instant) {
-        let replicas: Vec<Arc<Replica>> = self.replicas.read().values().cloned().collect();
+    /// followers are not caught up by `deadline`, that has no live in-sync
+    /// follower, or whose coordinator calls do not finish by then, is left
+    /// to the controller, as after a crash.
+    ///
+    /// The logs hand over concurrently (each on one of up to
+    /// [`SHUTDOWN_WORKERS_MAX`] threads), and this returns by `deadline`
+    /// whatever the coordinator does: a hand-over still in a coordinator
+    /// call then is abandoned. Its call may still take effect (a
+    /// compare-and-set naming a caught-up successor, which is as good as
+    /// one made in time), but from then on it changes nothing on this node:
+    /// the [`ShutdownGate`] is closed before this returns.
+    fn hand_over_leadership(shared: &Arc<NodeShared>, deadline: Instant) {
+        let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
         let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
             .into_iter()
             .filter_map(|replica| {
@@ -1244,19 +1408,52 @@ impl NodeShared {
                 Some((replica, epoch, end))
             })
             .collect();
-        for (replica, epoch, end) in leading {
-            self.hand_over(&replica, epoch, end, deadline);
+        let count = leading.len();
+        let gate = Arc::new(ShutdownGate::default());
+        let worker_gate = Arc::clone(&gate);
+        let finished = NodeShared::run_bounded(
+            shared,
+            "hand over",
+            leading,
+            deadline,
+            move |shared, (replica, epoch, end)| {
+                shared.hand_over(&replica, epoch, end, deadline, &worker_gate);
+            },
+        );
+        gate.close();
+        if finished < count {
+            tracing::warn!(node = %shared.local(), logs = count, finished, ?deadline,
+                "controlled shutdown: the deadline passed with hand-overs still waiting for the coordinator; their logs are left to the controller");
         }
     }
 
     /// Names a successor for one log this node leads in `epoch`; see
     /// [`hand_over_leadership`](Self::hand_over_leadership).
     /// `end` is the log end at which appends stopped: the high watermark
-    /// must pass it before anyone can take over.
-    fn hand_over(&self, replica: &Replica, epoch: LeaderEpoch, end: Offset, deadline: Instant) {
+    /// must pass it before anyone can take over. No coordinator call starts
+    /// at or after `deadline`, and what this node does with an answer goes
+    /// through `gate`.
+    fn hand_over(
+        &self,
+        replica: &Replica,
+        epoch: LeaderEpoch,
+        end: Offset,
+        deadline: Instant,
+        gate: &ShutdownGate,
+    ) {
         let me = self.local();
         let log = replica.log_id();
+        let out_of_time = || {
+            let late = Instant::now() >= deadline || !gate.is_open();
+            if late {
+                tracing::warn!(%log, node = %me, "controlled shutdown: out of time; leaving the log to the controller");
+            }
+            late
+        };
         for attempt in 0..HAND_OVER_ATTEMPTS_MAX {
+            if out_of_time() {
+                return;
+            }
             let state = match self.coordinator.log_state(log) {
                 Ok(Some(state)) => state,
                 Ok(None) => return,
@@ -1267,6 +1464,9 @@ impl NodeShared {
             };
             if state.leader != Some(me) || state.leader_epoch != epoch {
                 return; // Someone else moved it already.
+            }
+            if out_of_time() {
+                return;
             }
             let mut live = match self.coordinator.live_nodes() {
                 Ok(live) => live,
@@ -1294,6 +1494,9 @@ impl NodeShared {
                 let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
                 // The wait may have taken seconds: a follower seen live
                 // before it may have died since. Read liveness again.
+                if out_of_time() {
+                    return;
+                }
                 match self.coordinator.live_nodes() {
                     Ok(now_live) => live = now_live,
                     Err(error) => {
@@ -1341,14 +1544,17 @@ impl NodeShared {
                 in_sync_replicas,
                 unclean_report: None,
             };
+            if out_of_time() {
+                return;
+            }
             match self
                 .coordinator
                 .compare_and_set(log, state.leader_epoch, state.version, update)
             {
                 Ok(CasOutcome::Applied(new_state)) => {
+                    let followed = gate.act(|| self.reconcile(&new_state));
                     tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
-                        "controlled shutdown: leadership handed over");
-                    self.reconcile(&new_state);
+                        followed = followed.is_some(), "controlled shutdown: leadership handed over");
                     return;
                 }
                 Ok(CasOutcome::Stale(_)) => continue,
@@ -1366,49 +1572,151 @@ impl NodeShared {
     /// when the controller sees its session end (or, without a
     /// controller, after `replica_lag_time_max`). As Kafka's controller
     /// does for a broker in controlled shutdown. A compare-and-set on the
-    /// log's epoch and version; a failure is only logged.
-    fn leave_in_sync_replicas(&self) {
+    /// log's epoch and version; a failure is only logged. Concurrent over
+    /// the logs and bounded by `deadline` as
+    /// [`hand_over_leadership`](Self::hand_over_leadership) is; it changes
+    /// nothing on this node, so an abandoned call needs no gate.
+    fn leave_in_sync_replicas(shared: &Arc<NodeShared>, deadline: Instant) {
+        let logs: Vec<LogId> = shared.replicas.read().keys().copied().collect();
+        let count = logs.len();
+        let finished = NodeShared::run_bounded(
+            shared,
+            "leave the ISR",
+            logs,
+            deadline,
+            move |shared, log| shared.leave_in_sync_replica(log, deadline),
+        );
+        if finished < count {
+            tracing::warn!(node = %shared.local(), logs = count, finished,
+                "controlled shutdown: the deadline passed before this node left every ISR; the controller or the leaders remove it");
+        }
+    }
+
+    /// [`leave_in_sync_replicas`](Self::leave_in_sync_replicas) for one
+    /// log; no coordinator call starts at or after `deadline`.
+    fn leave_in_sync_replica(&self, log: LogId, deadline: Instant) {
         let me = self.local();
-        let logs: Vec<LogId> = self.replicas.read().keys().copied().collect();
-        for log in logs {
-            for _ in 0..HAND_OVER_ATTEMPTS_MAX {
-                let state = match self.coordinator.log_state(log) {
-                    Ok(Some(state)) => state,
-                    Ok(None) => break,
-                    Err(error) => {
-                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state to leave its ISR");
-                        break;
-                    }
-                };
-                if state.leader == Some(me) || !state.in_sync_replicas.contains(&me) {
-                    break;
+        for _ in 0..HAND_OVER_ATTEMPTS_MAX {
+            if Instant::now() >= deadline {
+                return;
+            }
+            let state = match self.coordinator.log_state(log) {
+                Ok(Some(state)) => state,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state to leave its ISR");
+                    return;
                 }
-                let isr: Vec<NodeId> = state
-                    .in_sync_replicas
-                    .iter()
-                    .copied()
-                    .filter(|&node| node != me)
-                    .collect();
-                let update = LogUpdate::in_sync_replicas(
-                    &state,
-                    isr,
-                    self.config.replication.min_insync_replicas,
-                );
-                match self.coordinator.compare_and_set(
-                    log,
-                    state.leader_epoch,
-                    state.version,
-                    update,
-                ) {
-                    Ok(CasOutcome::Applied(_)) => break,
-                    Ok(CasOutcome::Stale(_)) => continue,
-                    Err(error) => {
-                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot leave the ISR");
-                        break;
-                    }
+            };
+            if state.leader == Some(me) || !state.in_sync_replicas.contains(&me) {
+                return;
+            }
+            let isr: Vec<NodeId> = state
+                .in_sync_replicas
+                .iter()
+                .copied()
+                .filter(|&node| node != me)
+                .collect();
+            let update = LogUpdate::in_sync_replicas(
+                &state,
+                isr,
+                self.config.replication.min_insync_replicas,
+            );
+            if Instant::now() >= deadline {
+                return;
+            }
+            match self
+                .coordinator
+                .compare_and_set(log, state.leader_epoch, state.version, update)
+            {
+                Ok(CasOutcome::Applied(_)) => return,
+                Ok(CasOutcome::Stale(_)) => continue,
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot leave the ISR");
+                    return;
                 }
             }
         }
+    }
+
+    /// Runs `work` on every item, on up to [`SHUTDOWN_WORKERS_MAX`] threads
+    /// at once, and returns how many items finished, once all have or
+    /// `deadline` passed, whichever comes first. Work still running then
+    /// is not waited for: its thread ends on its own once its coordinator
+    /// call returns. `work` itself must not start a call past the deadline.
+    fn run_bounded<T, F>(
+        shared: &Arc<NodeShared>,
+        what: &'static str,
+        items: Vec<T>,
+        deadline: Instant,
+        work: F,
+    ) -> usize
+    where
+        T: Send + 'static,
+        F: Fn(&NodeShared, T) + Send + Sync + 'static,
+    {
+        wait_finished(
+            NodeShared::spawn_bounded(shared, what, items, work),
+            deadline,
+        )
+    }
+
+    /// The first half of [`run_bounded`](Self::run_bounded): starts the
+    /// work and returns what [`wait_finished`] waits on. If no thread can
+    /// be started, the items run here, one after the other.
+    fn spawn_bounded<T, F>(
+        shared: &Arc<NodeShared>,
+        what: &'static str,
+        items: Vec<T>,
+        work: F,
+    ) -> Finished
+    where
+        T: Send + 'static,
+        F: Fn(&NodeShared, T) + Send + Sync + 'static,
+    {
+        let count = items.len();
+        let (done, finished) = crossbeam_channel::unbounded::<()>();
+        if count == 0 {
+            return Finished { count, finished };
+        }
+        let (queue, jobs) = crossbeam_channel::unbounded();
+        for item in items {
+            // Cannot fail: `jobs` is alive.
+            let _ = queue.send(item);
+        }
+        drop(queue);
+        let work = Arc::new(work);
+        let mut started = 0;
+        for index in 0..count.min(SHUTDOWN_WORKERS_MAX) {
+            let jobs = jobs.clone();
+            let done = done.clone();
+            let work = Arc::clone(&work);
+            let worker_shared = Arc::clone(shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("isrlog-shutdown-{}-{index}", shared.local().0))
+                .spawn(move || {
+                    while let Ok(item) = jobs.recv() {
+                        work(&worker_shared, item);
+                        let _ = done.send(());
+                    }
+                });
+            match spawned {
+                // Detached: a worker still in a call at the deadline ends
+                // on its own.
+                Ok(_detached) => started += 1,
+                Err(error) => {
+                    tracing::warn!(node = %shared.local(), %error, what, "controlled shutdown: cannot start a worker thread");
+                    break;
+                }
+            }
+        }
+        if started == 0 {
+            while let Ok(item) = jobs.try_recv() {
+                work(shared, item);
+                let _ = done.send(());
+            }
+        }
+        Finished { count, finished }
     }
 
     fn resync(&self) {
@@ -1650,6 +1958,12 @@ fn control_loop(
             next_retention = now + shared.config.retention_check_interval;
         }
         for replica in replicas {
+            // Each step below may call the coordinator: a stopping node's
+            // control thread ends after the call it is in, not after one
+            // call per log.
+            if shared.is_stopped() {
+                break;
+            }
             replica.tick_pipelined();
             let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
                 || replica.leadership_failed();

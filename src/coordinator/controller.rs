@@ -587,6 +587,14 @@ impl Controller {
         }
     }
 
+    /// Tells the thread to stop, without waiting for it: it stops after
+    /// the coordinator call it is in. A node in controlled shutdown calls
+    /// this early, so that [`Controller::stop`] later has nothing, or less,
+    /// to wait for.
+    pub(crate) fn signal_stop(&mut self) {
+        drop(self.stop.take());
+    }
+
     /// Stops the thread and waits for it *without* resigning the seat, as a
     /// crashed process would: the seat then stays taken until the node's
     /// session ends. For crash simulations; idempotent.

@@ -13,6 +13,7 @@ mod an_emptied_data_directory_loses_nothing_acknowledged;
 mod clean_shutdown_keeps_a_replica_eligible;
 mod committed_never_lost_under_random_faults;
 mod controlled_shutdown_moves_leadership_first;
+mod controlled_shutdown_returns_within_its_deadline;
 mod elr_keeps_acknowledged_writes_after_power_loss;
 mod failed_storage_hands_leadership_over;
 mod fast_leader_changes_a_b_a_end_with_identical_logs;

@@ -7,8 +7,8 @@
 #[path = "../support/zookeeper_support.rs"]
 mod zookeeper_support;
 
-mod zookeeper_an_emptied_data_directory_loses_nothing_acknowledged;
 mod zookeeper_a_lost_reply_never_loses_acknowledged_records;
+mod zookeeper_an_emptied_data_directory_loses_nothing_acknowledged;
 mod zookeeper_an_unreadable_znode_stops_only_itself;
 mod zookeeper_committed_never_lost_under_random_faults;
 mod zookeeper_connection_loss_is_not_session_loss;

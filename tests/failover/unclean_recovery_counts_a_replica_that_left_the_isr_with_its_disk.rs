@@ -13,15 +13,11 @@
 //! (`LogState::recovery_candidate_update`), the election waits for that
 //! report, and the longest log leads.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::failover_support::*;
 use isrlog::testing::{Cluster, Lose, SessionEnd};
-use isrlog::{
-    Acks, Controller, ControllerConfig, Coordinator, Isolation, LogConfig, LogId,
-    MemoryCoordinator, NodeId, Offset,
-};
+use isrlog::{Acks, Controller, Isolation, LogConfig, LogId, MemoryCoordinator, NodeId, Offset};
 
 const LOG: LogId = LogId(0);
 const RECORDS: usize = 20;
@@ -32,33 +28,9 @@ const WAIT: Duration = Duration::from_secs(20);
 /// while every node of the cluster is down.
 const OUTSIDE: NodeId = NodeId(9);
 
-/// Starts a controller outside the cluster, with its own session, and
-/// waits until it holds the seat.
+/// The outside controller (`failover_support::outside_controller`).
 fn outside_controller(cluster: &Cluster) -> (MemoryCoordinator, Controller) {
-    let coordinator = cluster.coordinator.for_node(OUTSIDE);
-    coordinator
-        .register_node(OUTSIDE, Duration::from_secs(3600))
-        .unwrap();
-    let controller = Controller::start(
-        OUTSIDE,
-        Arc::new(coordinator.clone()),
-        ControllerConfig {
-            unclean_leader_election: false,
-            poll_interval: Duration::from_millis(50),
-            min_insync_replicas: 2,
-            ..ControllerConfig::default()
-        },
-    )
-    .unwrap();
-    let deadline = std::time::Instant::now() + WAIT;
-    while coordinator.controller().unwrap().map(|(node, _)| node) != Some(OUTSIDE) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the outside controller never took the seat"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (coordinator, controller)
+    crate::failover_support::outside_controller(cluster, OUTSIDE, Duration::from_millis(50), WAIT)
 }
 
 fn values(cluster: &Cluster, node: NodeId) -> Vec<Vec<u8>> {

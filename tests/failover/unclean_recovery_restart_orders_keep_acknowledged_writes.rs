@@ -18,14 +18,13 @@
 //! all three in the ISR (as when the sessions expire together); a
 //! controller outside the cluster runs from before the first restart.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::failover_support::*;
 use isrlog::testing::Cluster;
 use isrlog::{
-    Acks, Controller, ControllerConfig, Coordinator, LogConfig, LogId, MemoryCoordinator, NodeId,
-    Offset, PreviousShutdown,
+    Acks, Controller, Coordinator, LogConfig, LogId, MemoryCoordinator, NodeId, Offset,
+    PreviousShutdown,
 };
 
 const LOG: LogId = LogId(0);
@@ -46,33 +45,9 @@ fn cluster() -> Cluster {
         .unwrap()
 }
 
-/// Starts a controller outside the cluster, with its own session, and
-/// waits until it holds the seat.
+/// The outside controller (`failover_support::outside_controller`).
 fn outside_controller(cluster: &Cluster) -> (MemoryCoordinator, Controller) {
-    let coordinator = cluster.coordinator.for_node(OUTSIDE);
-    coordinator
-        .register_node(OUTSIDE, Duration::from_secs(3600))
-        .unwrap();
-    let controller = Controller::start(
-        OUTSIDE,
-        Arc::new(coordinator.clone()),
-        ControllerConfig {
-            unclean_leader_election: false,
-            poll_interval: Duration::from_millis(100),
-            min_insync_replicas: 2,
-            ..ControllerConfig::default()
-        },
-    )
-    .unwrap();
-    let deadline = std::time::Instant::now() + WAIT;
-    while coordinator.controller().unwrap().map(|(node, _)| node) != Some(OUTSIDE) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the outside controller never took the seat"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (coordinator, controller)
+    crate::failover_support::outside_controller(cluster, OUTSIDE, Duration::from_millis(100), WAIT)
 }
 
 fn wait_for(cluster: &Cluster, what: &str, condition: impl FnMut(&Cluster) -> bool) {

@@ -1,13 +1,50 @@
 //! Helpers shared by the failover scenario tests.
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use isrlog::testing::Cluster;
 use isrlog::{
-    CasOutcome, Coordinator, Isolation, LogId, LogUpdate, NodeId, Offset, ReplicatedLog,
-    ReplicationConfig,
+    CasOutcome, Controller, ControllerConfig, Coordinator, Isolation, LogId, LogUpdate,
+    MemoryCoordinator, NodeId, Offset, ReplicatedLog, ReplicationConfig,
 };
+
+/// Starts a controller as node `id`, outside the cluster (it keeps running
+/// while every node is down), with its own session, no unclean election,
+/// min ISR 2 and `poll_interval`, and waits up to `wait` until it holds the
+/// seat.
+pub fn outside_controller(
+    cluster: &Cluster,
+    id: NodeId,
+    poll_interval: Duration,
+    wait: Duration,
+) -> (MemoryCoordinator, Controller) {
+    let coordinator = cluster.coordinator.for_node(id);
+    coordinator
+        .register_node(id, Duration::from_secs(3600))
+        .unwrap();
+    let controller = Controller::start(
+        id,
+        Arc::new(coordinator.clone()),
+        ControllerConfig {
+            unclean_leader_election: false,
+            poll_interval,
+            min_insync_replicas: 2,
+            ..ControllerConfig::default()
+        },
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + wait;
+    while coordinator.controller().unwrap().map(|(node, _)| node) != Some(id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the outside controller never took the seat"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (coordinator, controller)
+}
 
 /// Real-time replication settings with short waits, and `min_isr`.
 pub fn replication(min_insync_replicas: usize) -> ReplicationConfig {

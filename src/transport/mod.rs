@@ -40,7 +40,7 @@ pub(crate) use tcp::{
 #[cfg(feature = "tls")]
 pub use tcp::{node_dns_name, TlsConfig};
 pub(crate) use tcp::{RateLimitedWarnings, Warning};
-pub use tcp::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
+pub use tcp::{TcpConfig, TcpServer, TcpServerStats, TcpTransport, TCP_FRAME_VERSION};
 
 // ---- traits ----------------------------------------------------------------
 

@@ -132,6 +132,23 @@ impl Writer {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
     }
+
+    /// A guard that ends `run` when dropped: held inside the
+    /// `thread::scope` that runs the writer, a failing assertion unwinds
+    /// through it and the scope can join the writer, so the test fails
+    /// instead of hanging.
+    pub fn stop_when_dropped(&self) -> StopWriterOnDrop<'_> {
+        StopWriterOnDrop(self)
+    }
+}
+
+/// Ends a [`Writer`]'s `run` when dropped (see [`Writer::stop_when_dropped`]).
+pub struct StopWriterOnDrop<'a>(&'a Writer);
+
+impl Drop for StopWriterOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// The high watermark of `LOG` on its leader.
@@ -146,7 +163,7 @@ pub fn high_watermark(cluster: &TcpCluster) -> Offset {
 /// length, request id).
 pub fn frame_header(message_type: u8, body_length: u32) -> Vec<u8> {
     let mut out = b"ISRL".to_vec();
-    out.push(1);
+    out.push(isrlog::transport::TCP_FRAME_VERSION);
     out.push(message_type);
     out.extend_from_slice(&body_length.to_le_bytes());
     out.extend_from_slice(&7u64.to_le_bytes());

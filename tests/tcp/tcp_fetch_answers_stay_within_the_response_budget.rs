@@ -124,6 +124,7 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
     let writer = Writer::new();
     thread::scope(|scope| {
         scope.spawn(|| writer.run_on(&cluster, led[0]));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the attack");
 
         // One log named 100,000 times: a 2.9 MB request, refused whole.

@@ -31,6 +31,7 @@ fn a_peer_trickling_a_frame_is_cut_off_at_the_frame_deadline() {
     let writer = Writer::new();
     thread::scope(|scope| {
         scope.spawn(|| writer.run(&cluster));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the attack");
         let mut frame = frame_header(EPOCH_REQUEST, BODY_BYTES as u32);
         frame.resize(frame.len() + BODY_BYTES, 1);

@@ -47,6 +47,7 @@ fn a_restarted_follower_rejoins_the_isr_through_a_flood_of_idle_connections() {
     let flooding = AtomicBool::new(true);
     thread::scope(|scope| {
         scope.spawn(|| writer.run(&cluster));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the attack");
         cluster.crash(follower);
         // Twice the slots in idle connections, held.

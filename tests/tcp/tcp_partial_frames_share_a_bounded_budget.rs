@@ -42,6 +42,7 @@ fn stalled_large_frames_hold_no_more_than_the_budget_while_replication_goes_on()
     let writer = Writer::new();
     thread::scope(|scope| {
         scope.spawn(|| writer.run(&cluster));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the attack");
         let rss_before = rss_anon_bytes();
 

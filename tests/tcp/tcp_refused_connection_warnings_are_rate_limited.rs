@@ -42,6 +42,7 @@ fn a_flood_of_refused_connections_logs_a_line_per_interval_with_a_count() {
     let started = Instant::now();
     thread::scope(|scope| {
         scope.spawn(|| writer.run(&cluster));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the flood");
         while started.elapsed() < FLOOD_FOR {
             let Ok(mut stream) = TcpStream::connect(addr) else {

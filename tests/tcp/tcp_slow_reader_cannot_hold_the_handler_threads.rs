@@ -78,6 +78,7 @@ fn a_slow_reader_is_cut_off_at_the_write_deadline_while_appends_commit() {
     let writer = Writer::new();
     thread::scope(|scope| {
         scope.spawn(|| writer.run(&cluster));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the attack");
         let before = cluster.server_stats(target).expect("running");
 

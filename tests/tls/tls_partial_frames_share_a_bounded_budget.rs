@@ -57,6 +57,7 @@ fn stalled_large_tls_frames_hold_no_more_than_the_budget_while_replication_goes_
     let writer = Writer::new();
     thread::scope(|scope| {
         scope.spawn(|| writer.run(&cluster));
+        let _stop_writer = writer.stop_when_dropped();
         writer.wait_for_more_commits(5, "commits before the attack");
 
         let body = Arc::new(vec![0x5a_u8; SENT_BYTES]);

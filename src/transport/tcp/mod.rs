@@ -73,6 +73,12 @@ pub(crate) use io::{read_frame, ReadError};
 const FRAME_BYTES_MAX_LEAST: usize = 1024;
 pub use server::TcpServer;
 
+/// The frame format version this build speaks (the fifth byte of every
+/// frame). A frame of another version is refused as malformed, so the nodes
+/// of one cluster must run builds that speak the same version. It changes
+/// whenever a message gains or loses a field.
+pub const TCP_FRAME_VERSION: u8 = frame::VERSION;
+
 /// Settings of the TCP transport, shared by [`TcpTransport`] and
 /// [`TcpServer`]. Build with `TcpConfig::default()` and change fields.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -123,6 +123,28 @@ pub struct ReplicationConfig {
     /// room under `pipelined_bytes_max` before it fails with
     /// [`Error::PipelineFull`]. Default 60 s, Kafka's default.
     pub pipelined_block_max: Duration,
+    /// Whether deletion waits for the applications (SPEC 3.9): with it,
+    /// retention and [`ReplicatedLog::delete_records_before`](crate::ReplicatedLog::delete_records_before)
+    /// delete only below `min(high watermark, lowest applied position over
+    /// the log's replicas)`, where each replica's application reports its
+    /// position with [`ReplicatedLog::set_applied`](crate::ReplicatedLog::set_applied).
+    /// A replica that never reported holds deletion at the log start; one
+    /// that is down keeps the position it last reported (PostgreSQL's
+    /// replication slots). The leader decides, so set it alike on every
+    /// node. Default `false`: deletion is bounded by the high watermark
+    /// only, as in Kafka.
+    pub retain_until_applied: bool,
+    /// With `retain_until_applied`: once the records kept only because a
+    /// replica has not applied them pass this many bytes, the leader
+    /// deletes up to the high watermark anyway, and that replica will need
+    /// a snapshot (PostgreSQL's `max_slot_wal_keep_size`). Default `None`:
+    /// no cap.
+    pub applied_hold_bytes_max: Option<u64>,
+    /// With `retain_until_applied`: once the oldest record kept only
+    /// because a replica has not applied it is older than this (by its
+    /// segment's newest timestamp), the leader deletes up to the high
+    /// watermark anyway. Default `None`: no cap.
+    pub applied_hold_age_max: Option<Duration>,
 }
 
 impl Default for ReplicationConfig {
@@ -138,6 +160,9 @@ impl Default for ReplicationConfig {
             spin_before_park: Duration::from_micros(50),
             pipelined_bytes_max: 32 * 1024 * 1024,
             pipelined_block_max: Duration::from_secs(60),
+            retain_until_applied: false,
+            applied_hold_bytes_max: None,
+            applied_hold_age_max: None,
         }
     }
 }

@@ -96,6 +96,22 @@ pub enum Error {
         /// The log's high watermark.
         high_watermark: Offset,
     },
+    /// [`ReplicatedLog::delete_records_before`](crate::ReplicatedLog::delete_records_before)
+    /// asked to delete records that a replica's application has not
+    /// applied yet (SPEC 3.9): nothing was deleted. Retriable: the bound
+    /// rises as the replica applies.
+    #[error("cannot delete records below {requested}: replica {held_by} has applied {}, so records can be deleted below {bound} at most", applied_phrase(.applied))]
+    DeletionHeldBack {
+        /// The new log start offset asked for.
+        requested: Offset,
+        /// The deletion bound: `min(high watermark, lowest applied
+        /// position)`.
+        bound: Offset,
+        /// The replica with the lowest applied position.
+        held_by: NodeId,
+        /// Its applied position; `None` when it never reported one.
+        applied: Option<Offset>,
+    },
     /// An append as follower did not start at the log end offset, or its
     /// offsets did not increase.
     #[error("non-contiguous append: expected offset {expected}, got {got}")]
@@ -383,6 +399,17 @@ impl Error {
                 requested: *requested,
                 high_watermark: *high_watermark,
             },
+            Error::DeletionHeldBack {
+                requested,
+                bound,
+                held_by,
+                applied,
+            } => Error::DeletionHeldBack {
+                requested: *requested,
+                bound: *bound,
+                held_by: *held_by,
+                applied: *applied,
+            },
             Error::DirectoryIdentityMismatch {
                 path,
                 field,
@@ -540,6 +567,15 @@ impl Error {
                 | Error::Transport { .. }
                 | Error::Coordinator { .. }
                 | Error::CoordinatorOutcomeUnknown { .. }
+                | Error::DeletionHeldBack { .. }
         )
+    }
+}
+
+/// How [`Error::DeletionHeldBack`] words an applied position.
+fn applied_phrase(applied: &Option<Offset>) -> String {
+    match applied {
+        Some(applied) => format!("the records below {applied}"),
+        None => "nothing (it has reported no applied position)".to_string(),
     }
 }

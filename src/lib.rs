@@ -142,7 +142,7 @@ pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
-pub use replication::{AppendHandle, Role};
+pub use replication::{AppendHandle, DeletionBound, Role};
 pub use storage::{
     AppendInfo, DirectoryIdentity, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown,
     ReadResult, RecoveryReport, TruncatedTail,

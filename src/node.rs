@@ -778,6 +778,7 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
             next
         } {
             replica.take_offline();
+            replica.store_applied_positions();
             if let Err(error) = replica.log().close_in_place() {
                 failed.lock().push((replica.log_id(), error));
             }
@@ -1775,6 +1776,7 @@ impl NodeShared {
                         log_end_offset: Offset::ZERO,
                         diverging: None,
                         records: bytes::Bytes::new(),
+                        applied_offsets: Vec::new(),
                     },
                 };
                 budget = budget.saturating_sub(answer.records.len());

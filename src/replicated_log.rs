@@ -344,6 +344,57 @@ impl ReplicatedLog {
         self.replica.log().log_start_offset()
     }
 
+    /// Tells the log how far this replica's application has applied it:
+    /// every record below `applied` is durable in the application's own
+    /// state (SPEC 3.9; a database stores it in the same write as the
+    /// applied state, SPEC 6). Followers carry it to the leader in their
+    /// fetches; with [`ReplicationConfig::retain_until_applied`](crate::ReplicationConfig::retain_until_applied)
+    /// no record at or above the lowest such position over the log's
+    /// replicas is deleted (unless the cap has passed). It may go down (an
+    /// application restored an older checkpoint). Kept in the log's
+    /// directory by the retention timer and at shutdown; call it again
+    /// after a restart.
+    ///
+    /// Errors: `OffsetOutOfRange` when `applied` is above this replica's
+    /// log end (nothing changes).
+    pub fn set_applied(&self, applied: Offset) -> Result<()> {
+        self.replica.set_applied(applied)
+    }
+
+    /// Every applied position this replica knows, by replica: on the
+    /// leader, as its followers last reported them; on a follower, as its
+    /// leader last told it (its own as it set it).
+    pub fn applied_positions(&self) -> std::collections::BTreeMap<NodeId, Offset> {
+        self.replica.applied_positions()
+    }
+
+    /// Where deletion stops on this replica, who holds it there and how
+    /// many bytes are kept for them (SPEC 3.9; meaningful on the leader,
+    /// which decides deletion).
+    pub fn deletion_bound(&self) -> Result<crate::DeletionBound> {
+        self.replica.deletion_bound()
+    }
+
+    /// Deletes every record below `offset` now (Kafka's `DeleteRecords`,
+    /// KIP-107): the log start offset moves exactly to `offset`, segments
+    /// wholly below it are deleted, followers follow it from their next
+    /// fetch answer, and it is checkpointed (it survives restarts and
+    /// failover). Reads below it are then `OffsetOutOfRange`. Returns the
+    /// log start offset after the call; an `offset` at or below the
+    /// current log start changes nothing.
+    ///
+    /// Errors, each deleting nothing: `NotLeader`; `DeletionHeldBack` when
+    /// `offset` is above a replica's applied position
+    /// (`retain_until_applied`, cap not passed); `LogStartAboveHighWatermark`
+    /// when it is above the high watermark (only committed records are
+    /// deleted, as Kafka answers `OFFSET_OUT_OF_RANGE`).
+    pub fn delete_records_before(&self, offset: Offset) -> Result<Offset> {
+        if self.node.is_stopped() {
+            return Err(Error::Shutdown);
+        }
+        self.replica.delete_records_before(offset)
+    }
+
     /// The in-sync replicas this replica knows of.
     pub fn in_sync_replicas(&self) -> Vec<NodeId> {
         self.replica.in_sync_replicas()

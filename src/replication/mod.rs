@@ -14,6 +14,7 @@
 // Some getters and table-test helpers are not used by the node yet.
 #![allow(dead_code, unused_imports)]
 
+mod applied;
 mod combiner;
 pub(crate) mod completion;
 mod fetcher;
@@ -44,7 +45,7 @@ pub use combiner::{Combine, Combiner};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
 pub(crate) use replica::Replica;
-pub use replica::Role;
+pub use replica::{DeletionBound, Role};
 pub use watch::{WaitOutcome, Watch};
 
 use crate::types::{LeaderEpoch, Offset};

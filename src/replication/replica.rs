@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use super::applied::{AppliedPositions, LowestApplied};
 use super::combiner::{Combine, Combiner};
 use super::completion::Completion;
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
@@ -196,6 +197,31 @@ pub(crate) struct Replica {
     /// handle: a pipelined append whose node stopped fails with `Shutdown`
     /// (not `NotLeader`), as a blocking `append` does.
     node: std::sync::OnceLock<std::sync::Weak<crate::node::NodeShared>>,
+    /// The applied positions of the log's replicas (SPEC 3.9).
+    applied: AppliedPositions,
+}
+
+/// Where deletion of a log's records must stop (SPEC 3.9), and why: what
+/// [`ReplicatedLog::deletion_bound`](crate::ReplicatedLog::deletion_bound)
+/// answers, for an application to export as metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeletionBound {
+    /// Records below it may be deleted (by retention or
+    /// `delete_records_before`).
+    pub bound: Offset,
+    /// The replica whose application holds deletion below the high
+    /// watermark, if one does (`retain_until_applied`).
+    pub held_by: Option<NodeId>,
+    /// That replica's applied position; `None` when it never reported one
+    /// (or when no replica holds deletion back).
+    pub held_by_applied: Option<Offset>,
+    /// Bytes of whole segments below the high watermark kept only because
+    /// of `held_by`.
+    pub held_bytes: u64,
+    /// Whether the cap (`applied_hold_bytes_max`, `applied_hold_age_max`)
+    /// has passed: `bound` is then the high watermark, and `held_by` will
+    /// need a snapshot once retention deletes what it has not applied.
+    pub capped: bool,
 }
 
 /// Resolves the pipelined appends a role change or a fetch decided, when
@@ -230,6 +256,7 @@ impl Replica {
     ) -> Replica {
         let hw = log.high_watermark().min(log.log_end_offset());
         let flush_always = matches!(log.config().flush_policy, FlushPolicy::Always);
+        let applied = AppliedPositions::open(log.dir());
         Replica {
             log_id,
             local,
@@ -268,6 +295,7 @@ impl Replica {
             pending: PendingAppends::default(),
             resolving: Mutex::new(()),
             node: std::sync::OnceLock::new(),
+            applied,
         }
     }
 
@@ -1191,6 +1219,7 @@ impl Replica {
             log_end_offset: self.log.log_end_offset(),
             diverging: None,
             records: Bytes::new(),
+            applied_offsets: Vec::new(),
         };
         let role = self.role.read();
         if role.role != Role::Leader {
@@ -1269,6 +1298,10 @@ impl Replica {
                 high_watermark,
                 isr_proposal,
             } => {
+                // Only a fetch the leader accepted reports a position.
+                if let Some(applied) = request.applied_offset {
+                    self.applied.set(follower, applied);
+                }
                 if let Some(hw) = high_watermark.advanced_to() {
                     self.publish_high_watermark(hw);
                 }
@@ -1309,6 +1342,7 @@ impl Replica {
             }
         }
         answer.log_end_offset = self.log.log_end_offset();
+        answer.applied_offsets = self.applied.to_vec();
         answer
     }
 
@@ -1342,11 +1376,20 @@ impl Replica {
     /// never one holding an offset at or above the high watermark (SPEC
     /// 2.6). Followers follow the leader's log start from fetch answers.
     pub(crate) fn apply_retention(&self) {
+        // Every replica keeps the positions, for when it leads.
+        self.store_applied_positions();
         let role = self.role.read();
         if role.role != Role::Leader {
             return;
         }
-        match self.log.delete_segments_by_retention(self.high_watermark()) {
+        let limit = match self.deletion_bound_in(&role) {
+            Ok(bound) => bound.bound,
+            Err(error) => {
+                tracing::warn!(log = %self.log_id, %error, "cannot compute the deletion bound; retention waits");
+                return;
+            }
+        };
+        match self.log.delete_segments_by_retention(limit) {
             Ok(0) => {}
             Ok(deleted) => {
                 let start = self.log.log_start_offset();
@@ -1357,6 +1400,125 @@ impl Replica {
             }
             Err(error) => tracing::warn!(log = %self.log_id, %error, "retention failed"),
         }
+    }
+
+    /// The application's applied position on this replica (SPEC 3.9):
+    /// everything below `applied` is durable in its own state. It may go
+    /// down (an application restored an older checkpoint); above the log
+    /// end it is `OffsetOutOfRange` and changes nothing.
+    pub(crate) fn set_applied(&self, applied: Offset) -> Result<()> {
+        let log_end = self.log.log_end_offset();
+        if applied > log_end {
+            return Err(Error::OffsetOutOfRange {
+                requested: applied,
+                log_start: self.log.log_start_offset(),
+                log_end,
+            });
+        }
+        self.applied.set(self.local, applied);
+        Ok(())
+    }
+
+    /// Every applied position this replica knows, by replica.
+    pub(crate) fn applied_positions(&self) -> std::collections::BTreeMap<NodeId, Offset> {
+        self.applied.all()
+    }
+
+    /// Writes the applied positions to the log's directory if they changed
+    /// (the retention timer and close call it).
+    pub(crate) fn store_applied_positions(&self) {
+        if let Err(error) = self.applied.store() {
+            tracing::warn!(log = %self.log_id, %error, "cannot store the applied positions; retried at the next retention check");
+        }
+    }
+
+    /// Where deletion must stop (SPEC 3.9): the high watermark, or, with
+    /// `retain_until_applied`, the lowest applied position over the log's
+    /// replicas if lower and the cap has not passed.
+    pub(crate) fn deletion_bound(&self) -> Result<DeletionBound> {
+        let role = self.role.read();
+        self.deletion_bound_in(&role)
+    }
+
+    fn deletion_bound_in(&self, role: &RoleState) -> Result<DeletionBound> {
+        let high_watermark = self.high_watermark();
+        let unheld = DeletionBound {
+            bound: high_watermark,
+            held_by: None,
+            held_by_applied: None,
+            held_bytes: 0,
+            capped: false,
+        };
+        if !self.config.retain_until_applied {
+            return Ok(unheld);
+        }
+        let Some(LowestApplied {
+            replica: held_by,
+            applied: held_by_applied,
+        }) = self.applied.lowest(&role.replicas)
+        else {
+            return Ok(unheld);
+        };
+        let applied = held_by_applied.unwrap_or(Offset::ZERO);
+        if applied >= high_watermark {
+            return Ok(unheld);
+        }
+        let (held_bytes, oldest_ms) = self.log.held_back(applied, high_watermark)?;
+        let over_bytes = self
+            .config
+            .applied_hold_bytes_max
+            .is_some_and(|max| held_bytes > max);
+        let now_ms = self.clock.wall_clock_ms();
+        let over_age = match (self.config.applied_hold_age_max, oldest_ms) {
+            (Some(age), Some(oldest)) => {
+                now_ms.saturating_sub(oldest) > i64::try_from(age.as_millis()).unwrap_or(i64::MAX)
+            }
+            _ => false,
+        };
+        let capped = over_bytes || over_age;
+        Ok(DeletionBound {
+            bound: if capped { high_watermark } else { applied },
+            held_by: Some(held_by),
+            held_by_applied,
+            held_bytes,
+            capped,
+        })
+    }
+
+    /// Leader only: deletes every record below `offset` at once (Kafka's
+    /// `DeleteRecords`, KIP-107), whole segments and the rest exactly (the
+    /// log start may fall inside a batch); followers follow from fetch
+    /// answers. Refused, deleting nothing, above the deletion bound
+    /// ([`Error::DeletionHeldBack`] when an application holds it, else
+    /// [`Error::LogStartAboveHighWatermark`]). Returns the log start
+    /// offset after it (unchanged when `offset` is not above it).
+    pub(crate) fn delete_records_before(&self, offset: Offset) -> Result<Offset> {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return Err(self.not_leader(&role));
+        }
+        let bound = self.deletion_bound_in(&role)?;
+        if offset > bound.bound {
+            return Err(match bound.held_by {
+                Some(held_by) if !bound.capped => Error::DeletionHeldBack {
+                    requested: offset,
+                    bound: bound.bound,
+                    held_by,
+                    applied: bound.held_by_applied,
+                },
+                _ => Error::LogStartAboveHighWatermark {
+                    requested: offset,
+                    high_watermark: bound.bound,
+                },
+            });
+        }
+        self.log.set_log_start_offset(offset)?;
+        let start = self.log.log_start_offset();
+        tracing::info!(log = %self.log_id, log_start_offset = %start, "records deleted on request");
+        if let Some(leader) = self.leader.lock().as_mut() {
+            leader.on_log_start_offset(start);
+        }
+        Ok(start)
     }
 
     /// The node did not send our ISR proposal (see
@@ -1459,6 +1621,7 @@ impl Replica {
             last_fetched_epoch: position.last_fetched_epoch,
             log_start_offset: state.log_start_offset(),
             bytes_max,
+            applied_offset: self.applied.get(self.local),
         })
     }
 
@@ -1569,6 +1732,8 @@ impl Replica {
                 if log_start_offset > self.log.log_start_offset() {
                     self.log.set_log_start_offset(log_start_offset)?;
                 }
+                self.applied
+                    .adopt_leader_view(self.local, &answer.applied_offsets);
             }
             FetchedUpdate::ResetTo { log_start_offset } => {
                 self.reset_follower_log(state, log_start_offset)?;

@@ -57,6 +57,32 @@ impl Log {
         self.raise_log_start_offset(new_start, false)
     }
 
+    /// What deletion bounded at `from` keeps that deletion bounded at `to`
+    /// (`from <= to`) would not: the bytes of the segments wholly below
+    /// `to` that hold an offset at or above `from` (never the active
+    /// segment), and the newest record's timestamp in the oldest of them
+    /// (ms, by the writer's clock; `None` when nothing is held). Retention
+    /// uses it for the cap on what applications hold back (SPEC 3.9).
+    pub(crate) fn held_back(&self, from: Offset, to: Offset) -> Result<(u64, Option<i64>)> {
+        let mut state = self.state.write();
+        let count = state.segments.len();
+        let mut bytes = 0;
+        let mut oldest = None;
+        for segment in state.segments.values_mut().take(count.saturating_sub(1)) {
+            if segment.next_offset() > to {
+                break;
+            }
+            if segment.next_offset() <= from {
+                continue;
+            }
+            bytes += segment.size_bytes();
+            if oldest.is_none() {
+                oldest = Some(segment.max_timestamp_ms()?);
+            }
+        }
+        Ok((bytes, oldest.flatten()))
+    }
+
     /// Raises the log start offset to `offset` (a follower learned a higher
     /// one from its leader) and deletes the segments wholly below it. A
     /// lower or equal offset changes nothing. Only committed records can

@@ -120,6 +120,10 @@ pub fn echo_response(me: NodeId, from: NodeId, request: &Request) -> Response {
                         )
                         .as_bytes(),
                     ),
+                    applied_offsets: log
+                        .applied_offset
+                        .map(|applied| vec![(from, applied)])
+                        .unwrap_or_default(),
                 })
                 .collect(),
         }),
@@ -167,6 +171,7 @@ pub fn sample_fetch_request(replica: NodeId, id: u64) -> Request {
             last_fetched_epoch: Some(LeaderEpoch(2)),
             log_start_offset: Offset(0),
             bytes_max: 1 << 16,
+            applied_offset: Some(Offset(id / 2)),
         }],
     })
 }

@@ -190,6 +190,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
                 last_fetched_epoch: Some(LeaderEpoch(6)),
                 log_start_offset: Offset(3),
                 bytes_max: 1 << 20,
+                applied_offset: Some(Offset(17)),
             },
             FetchLog {
                 log: LogId(u32::MAX),
@@ -198,6 +199,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
                 last_fetched_epoch: None,
                 log_start_offset: Offset(u64::MAX),
                 bytes_max: 0,
+                applied_offset: None,
             },
         ],
     });
@@ -211,6 +213,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
                 log_end_offset: Offset(46),
                 diverging: None,
                 records: sample_records(),
+                applied_offsets: vec![(NodeId(1), Offset(3)), (NodeId(u32::MAX), Offset(u64::MAX))],
             },
             FetchedLog {
                 log: LogId(u32::MAX),
@@ -223,6 +226,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
                     end_offset: Offset(u64::MAX),
                 }),
                 records: Bytes::new(),
+                applied_offsets: Vec::new(),
             },
         ],
     });
@@ -341,6 +345,7 @@ pub fn round_trip_every_error_code<F: TransportFactory>(factory: &mut F) {
                 log_end_offset: Offset(2 * index as u64),
                 diverging: None,
                 records: Bytes::new(),
+                applied_offsets: Vec::new(),
             })
             .collect(),
     });

@@ -179,6 +179,9 @@ pub struct FetchLog {
     pub log_start_offset: Offset,
     /// Byte budget for this log's records.
     pub bytes_max: u32,
+    /// The follower application's applied position (SPEC 3.9), `None`
+    /// while it has reported none.
+    pub applied_offset: Option<Offset>,
 }
 
 /// The answer to a [`FetchRequest`].
@@ -207,6 +210,9 @@ pub struct FetchedLog {
     pub diverging: Option<EpochEndOffset>,
     /// Whole record batches starting at the requested `fetch_offset`.
     pub records: Bytes,
+    /// Every applied position the leader knows, by replica (SPEC 3.9): the
+    /// follower keeps a copy, for when it leads.
+    pub applied_offsets: Vec<(NodeId, Offset)>,
 }
 
 /// Where a leader epoch ends on a replica (SPEC §3.6); defined in `types`

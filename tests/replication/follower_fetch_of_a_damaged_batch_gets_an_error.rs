@@ -67,6 +67,7 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
                 last_fetched_epoch: None,
                 log_start_offset: Offset::ZERO,
                 bytes_max: 1 << 20,
+                applied_offset: None,
             }],
         });
         match handler.handle(b, request) {

@@ -33,6 +33,7 @@ fn fetch(
             },
             log_start_offset: Offset(0),
             bytes_max: 1 << 20,
+            applied_offset: None,
         }],
     });
     match handler.handle(follower, request) {

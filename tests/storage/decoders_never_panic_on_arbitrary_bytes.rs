@@ -376,6 +376,7 @@ fn request() -> impl Strategy<Value = Request> {
             last_fetched_epoch: last.map(LeaderEpoch),
             log_start_offset: Offset(start),
             bytes_max,
+            applied_offset: (start % 2 == 0).then_some(Offset(offset)),
         });
     let fetch = (
         any::<u32>(),
@@ -428,6 +429,9 @@ fn response() -> impl Strategy<Value = Response> {
                 log_end_offset: Offset(end),
                 diverging,
                 records: records.into(),
+                applied_offsets: (0..hw % 3)
+                    .map(|i| (NodeId(log ^ i as u32), Offset(end)))
+                    .collect(),
             },
         );
     let fetch = proptest::collection::vec(fetched, 0..3)

@@ -36,6 +36,7 @@ fn fetch_log(log: LogId, epoch: LeaderEpoch, offset: Offset) -> FetchLog {
         last_fetched_epoch: None,
         log_start_offset: Offset(0),
         bytes_max: u32::MAX,
+        applied_offset: None,
     }
 }
 

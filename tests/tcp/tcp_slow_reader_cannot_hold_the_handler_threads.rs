@@ -65,6 +65,7 @@ fn a_slow_reader_is_cut_off_at_the_write_deadline_while_appends_commit() {
             last_fetched_epoch: None,
             log_start_offset: Offset(0),
             bytes_max: u32::MAX,
+            applied_offset: None,
         }],
     });
     let mut requests = Vec::new();

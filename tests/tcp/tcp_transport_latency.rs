@@ -88,6 +88,7 @@ fn fetch_response_throughput_over_loopback() {
                 log_end_offset: Offset(1),
                 diverging: None,
                 records: served.clone(),
+                applied_offsets: Vec::new(),
             }],
         }),
         _ => Response::Error(ErrorCode::InvalidRequest),

@@ -298,6 +298,7 @@ fn a_request_over_the_frame_limit_is_not_sent_and_the_connection_stays_usable() 
                 last_fetched_epoch: None,
                 log_start_offset: Offset(0),
                 bytes_max: 1,
+                applied_offset: None,
             })
             .collect();
     }
@@ -335,6 +336,7 @@ fn a_response_over_the_frame_limit_becomes_an_error_response() {
                 log_end_offset: Offset(0),
                 diverging: None,
                 records: Bytes::from(vec![7u8; 2000]),
+                applied_offsets: Vec::new(),
             }],
         }),
         other => echo_response(SERVER, from, &other),
@@ -416,6 +418,7 @@ fn a_peer_that_stops_reading_costs_a_large_request_its_deadline() {
                 last_fetched_epoch: None,
                 log_start_offset: Offset(0),
                 bytes_max: 1,
+                applied_offset: None,
             })
             .collect();
     }
@@ -461,6 +464,7 @@ fn a_large_request_holds_the_frame_budget_until_it_is_answered() {
                     last_fetched_epoch: None,
                     log_start_offset: Offset(0),
                     bytes_max: 1,
+                    applied_offset: None,
                 })
                 .collect();
         }

@@ -115,6 +115,7 @@ impl Scenario {
                 last_fetched_epoch: Some(epoch),
                 log_start_offset: Offset(0),
                 bytes_max: 1 << 20,
+                applied_offset: None,
             }],
         })
     }

@@ -12,7 +12,7 @@
 //! | at | field | type |
 //! |---:|---|---|
 //! | 0 | magic, the ASCII bytes `ISRL` | [u8; 4] |
-//! | 4 | version (= 1) | u8 |
+//! | 4 | version (= 2) | u8 |
 //! | 5 | message type (table below) | u8 |
 //! | 6 | body length: bytes after the header | u32 |
 //! | 10 | request id, chosen by the caller, echoed by the response | u64 |
@@ -52,6 +52,8 @@
 //! | per log: last fetched epoch, only if present | u32 |
 //! | per log: log start offset | u64 |
 //! | per log: bytes_max | u32 |
+//! | per log: applied offset present (0 or 1) | u8 |
+//! | per log: applied offset, only if present | u64 |
 //!
 //! Epoch end offsets request (`EpochEndOffsetsRequest`):
 //!
@@ -74,6 +76,8 @@
 //! | per log: diverging epoch, end offset, only if present | u32, u64 |
 //! | per log: records length | u32 |
 //! | per log: records (whole record batches, opaque here) | bytes |
+//! | per log: applied position count | u32 |
+//! | per log, per position: replica, applied offset | u32, u64 |
 //!
 //! Epoch end offsets response (`EpochEndOffsetsResponse`):
 //!
@@ -111,8 +115,9 @@ use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 /// The first four bytes of every frame.
 pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
-/// The only frame version this code speaks.
-pub(crate) const VERSION: u8 = 1;
+/// The only frame version this code speaks. Version 2 added applied
+/// positions (SPEC 3.9) to fetches and their answers.
+pub(crate) const VERSION: u8 = 2;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
 
@@ -128,10 +133,14 @@ const _: () = assert!(TYPE_AT + 1 == BODY_LENGTH_AT);
 const _: () = assert!(BODY_LENGTH_AT + 4 == REQUEST_ID_AT);
 const _: () = assert!(REQUEST_ID_AT + 8 == HEADER_BYTES);
 
-/// Smallest encoding of one `FetchLog` (last fetched epoch absent).
-const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 8 + 4;
-/// Smallest encoding of one `FetchedLog` (not diverging, no records).
-const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 4;
+/// Smallest encoding of one `FetchLog` (last fetched epoch and applied
+/// position absent).
+const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 8 + 4 + 1;
+/// Smallest encoding of one `FetchedLog` (not diverging, no records, no
+/// applied positions).
+const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 4 + 4;
+/// Encoding of one applied position in a `FetchedLog`.
+const APPLIED_POSITION_BYTES: usize = 4 + 8;
 /// Encoding of one `EpochQuery`.
 const EPOCH_QUERY_BYTES: usize = 4 * 3;
 /// Smallest encoding of one `EpochAnswer` (end absent).
@@ -302,6 +311,13 @@ pub(crate) fn encode_request(
                 }
                 out.put_u64_le(log.log_start_offset.0);
                 out.put_u32_le(log.bytes_max);
+                match log.applied_offset {
+                    Some(applied) => {
+                        out.put_u8(1);
+                        out.put_u64_le(applied.0);
+                    }
+                    None => out.put_u8(0),
+                }
             }
         }
         Request::EpochEndOffsets(query) => {
@@ -348,6 +364,11 @@ pub(crate) fn encode_response(
                 put_epoch_end(&mut out, log.diverging);
                 put_count(&mut out, log.records.len());
                 out.put_slice(&log.records);
+                put_count(&mut out, log.applied_offsets.len());
+                for (node, applied) in &log.applied_offsets {
+                    out.put_u32_le(node.0);
+                    out.put_u64_le(applied.0);
+                }
             }
         }
         Response::EpochEndOffsets(answers) => {
@@ -372,7 +393,11 @@ fn fetch_request_bytes(fetch: &FetchRequest) -> usize {
         + fetch
             .logs
             .iter()
-            .map(|log| FETCH_LOG_BYTES_MIN + log.last_fetched_epoch.map_or(0, |_| 4))
+            .map(|log| {
+                FETCH_LOG_BYTES_MIN
+                    + log.last_fetched_epoch.map_or(0, |_| 4)
+                    + log.applied_offset.map_or(0, |_| 8)
+            })
             .sum::<usize>()
 }
 
@@ -380,7 +405,12 @@ fn fetch_response_bytes(fetch: &FetchResponse) -> usize {
     4 + fetch
         .logs
         .iter()
-        .map(|log| FETCHED_LOG_BYTES_MIN + log.diverging.map_or(0, |_| 4 + 8) + log.records.len())
+        .map(|log| {
+            FETCHED_LOG_BYTES_MIN
+                + log.diverging.map_or(0, |_| 4 + 8)
+                + log.records.len()
+                + APPLIED_POSITION_BYTES * log.applied_offsets.len()
+        })
         .sum::<usize>()
 }
 
@@ -576,6 +606,11 @@ fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError>
         };
         let log_start_offset = Offset(reader.u64("fetch log start offset")?);
         let log_bytes_max = reader.u32("fetch log bytes_max")?;
+        let applied_offset = if reader.presence("fetch applied offset present")? {
+            Some(Offset(reader.u64("fetch applied offset")?))
+        } else {
+            None
+        };
         logs.push(FetchLog {
             log,
             current_leader_epoch,
@@ -583,6 +618,7 @@ fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError>
             last_fetched_epoch,
             log_start_offset,
             bytes_max: log_bytes_max,
+            applied_offset,
         });
     }
     Ok(FetchRequest {
@@ -621,6 +657,14 @@ fn decode_fetch_response(reader: &mut Reader) -> Result<FetchResponse, FrameErro
         let diverging = reader.epoch_end("fetched diverging")?;
         let records_bytes = reader.u32("fetched records length")? as usize;
         let records = reader.bytes("fetched records", records_bytes)?;
+        let applied_count =
+            reader.count("fetched applied position count", APPLIED_POSITION_BYTES)?;
+        let mut applied_offsets = Vec::with_capacity(applied_count);
+        for _ in 0..applied_count {
+            let node = NodeId(reader.u32("fetched applied position replica")?);
+            let applied = Offset(reader.u64("fetched applied position")?);
+            applied_offsets.push((node, applied));
+        }
         logs.push(FetchedLog {
             log,
             error,
@@ -629,6 +673,7 @@ fn decode_fetch_response(reader: &mut Reader) -> Result<FetchResponse, FrameErro
             log_end_offset,
             diverging,
             records,
+            applied_offsets,
         });
     }
     Ok(FetchResponse { logs })
@@ -759,6 +804,7 @@ mod tests {
                 last_fetched_epoch: None,
                 log_start_offset: Offset(u64::MAX),
                 bytes_max: u32::MAX,
+                applied_offset: Some(Offset(u64::MAX)),
             });
         }
         for (id, request) in requests.into_iter().enumerate() {
@@ -822,7 +868,7 @@ mod tests {
         let good = encode_response(1, &Response::Error(ErrorCode::Timeout), MAX).expect("fits");
         let cases: [(usize, u8, &str, &str); 4] = [
             (MAGIC_AT, b'X', "magic", "ISRL"),
-            (VERSION_AT, 2, "version", "unknown version 2"),
+            (VERSION_AT, 9, "version", "unknown version 9"),
             (TYPE_AT, 0x7f, "message type", "0x7f"),
             (
                 BODY_LENGTH_AT + 3,
@@ -932,15 +978,19 @@ mod tests {
             proptest::option::of(any::<u32>()),
             any::<u64>(),
             any::<u32>(),
+            proptest::option::of(any::<u64>()),
         )
-            .prop_map(|(log, epoch, offset, last, start, bytes_max)| FetchLog {
-                log: LogId(log),
-                current_leader_epoch: LeaderEpoch(epoch),
-                fetch_offset: Offset(offset),
-                last_fetched_epoch: last.map(LeaderEpoch),
-                log_start_offset: Offset(start),
-                bytes_max,
-            });
+            .prop_map(
+                |(log, epoch, offset, last, start, bytes_max, applied)| FetchLog {
+                    log: LogId(log),
+                    current_leader_epoch: LeaderEpoch(epoch),
+                    fetch_offset: Offset(offset),
+                    last_fetched_epoch: last.map(LeaderEpoch),
+                    log_start_offset: Offset(start),
+                    bytes_max,
+                    applied_offset: applied.map(Offset),
+                },
+            );
         let fetch = (
             any::<u32>(),
             any::<u64>(),
@@ -982,9 +1032,10 @@ mod tests {
             any::<u64>(),
             arb_epoch_end(),
             proptest::collection::vec(any::<u8>(), 0..64),
+            proptest::collection::vec((any::<u32>(), any::<u64>()), 0..4),
         )
             .prop_map(
-                |(log, error, hw, start, end, diverging, records)| FetchedLog {
+                |(log, error, hw, start, end, diverging, records, applied)| FetchedLog {
                     log: LogId(log),
                     error,
                     high_watermark: Offset(hw),
@@ -992,6 +1043,10 @@ mod tests {
                     log_end_offset: Offset(end),
                     diverging,
                     records: Bytes::from(records),
+                    applied_offsets: applied
+                        .into_iter()
+                        .map(|(node, offset)| (NodeId(node), Offset(offset)))
+                        .collect(),
                 },
             );
         let fetch = proptest::collection::vec(fetched, 0..4)

@@ -51,6 +51,11 @@ pub struct NodeConfig {
     /// stops, and the controller moves leadership once its session ends.
     /// Default 5 s.
     pub controlled_shutdown_timeout: Duration,
+    /// The application's snapshots (SPEC 3.9, [`crate::snapshot`]): with
+    /// them, a follower whose log ends below its leader's log start is
+    /// rebuilt from the leader application's latest snapshot, and this
+    /// node, as a leader, sends its own. Default `None`.
+    pub snapshots: Option<crate::snapshot::Snapshots>,
 }
 
 impl NodeConfig {
@@ -66,6 +71,7 @@ impl NodeConfig {
             controller: Some(ControllerConfig::default()),
             retention_check_interval: Duration::from_secs(300),
             controlled_shutdown_timeout: Duration::from_secs(5),
+            snapshots: None,
         }
     }
 

@@ -110,6 +110,7 @@ mod producer;
 mod record;
 mod replicated_log;
 mod replication;
+pub mod snapshot;
 mod storage;
 mod sync;
 #[cfg(any(test, feature = "testing"))]
@@ -143,6 +144,7 @@ pub use record::{
 };
 pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::{AppendHandle, DeletionBound, Role};
+pub use snapshot::{SnapshotInfo, SnapshotStore, Snapshots};
 pub use storage::{
     AppendInfo, DirectoryIdentity, FlushPolicy, Log, LogConfig, LogStats, PreviousShutdown,
     ReadResult, RecoveryReport, TruncatedTail,

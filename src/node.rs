@@ -28,7 +28,9 @@ use crate::coordinator::{
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::CompletionRunner;
-use crate::replication::{FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch};
+use crate::replication::{
+    BelowLeaderStart, FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch,
+};
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, DirectoryIdentity, DirectoryLock,
     FlushPolicy, Log, PreviousShutdown,
@@ -36,7 +38,7 @@ use crate::storage::{
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
-    RateLimitedWarnings, Request, RequestHandler, Response, Transport, Warning,
+    RateLimitedWarnings, Request, RequestHandler, Response, SnapshotResponse, Transport, Warning,
 };
 use crate::types::{DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
 
@@ -951,15 +953,29 @@ impl NodeShared {
         if !report.is_clean() {
             tracing::warn!(%log, node = %self.local(), report = ?report, "log recovered after an unclean stop");
         }
-        let replica = Arc::new(Replica::new(
-            log,
-            self.local(),
-            storage,
-            self.config.replication.clone(),
-            Arc::clone(&self.clock),
-            Arc::clone(&self.data_arrived),
-            restarted,
-        ));
+        // SPEC 3.9: a follower below its leader's log start installs a
+        // snapshot when the application keeps them; without, it restarts
+        // there (Kafka) unless the application needs every record.
+        let below_leader_start = match (
+            &self.config.snapshots,
+            self.config.replication.retain_until_applied,
+        ) {
+            (Some(_), _) => BelowLeaderStart::InstallSnapshot,
+            (None, true) => BelowLeaderStart::Report,
+            (None, false) => BelowLeaderStart::Restart,
+        };
+        let replica = Arc::new(
+            Replica::new(
+                log,
+                self.local(),
+                storage,
+                self.config.replication.clone(),
+                Arc::clone(&self.clock),
+                Arc::clone(&self.data_arrived),
+                restarted,
+            )
+            .with_below_leader_start(below_leader_start),
+        );
         let mut replicas = self.replicas.write();
         Ok(Arc::clone(replicas.entry(log).or_insert(replica)))
     }
@@ -1154,6 +1170,7 @@ impl NodeShared {
                 leader,
                 Arc::clone(&self.transport),
                 self.config.replication.clone(),
+                self.config.snapshots.clone(),
             ) {
                 Ok(fetcher) => entry.insert(fetcher),
                 Err(error) => {
@@ -1819,6 +1836,7 @@ impl RequestHandler for NodeHandler {
             Request::EpochEndOffsets(query) => {
                 check_log_list(query.logs.iter().map(|q| q.log), hosted)
             }
+            Request::Snapshot(_) => Ok(()),
         };
         if let Err(refusal) = checked {
             if let Some(suppressed) = shared.warnings.admit(Warning::InvalidRequest) {
@@ -1828,6 +1846,19 @@ impl RequestHandler for NodeHandler {
         }
         match request {
             Request::Fetch(fetch) => shared.handle_fetch(from, &fetch),
+            Request::Snapshot(snapshot) => Response::Snapshot(match shared.replica(snapshot.log) {
+                Some(replica) => replica
+                    .answer_snapshot(&snapshot, shared.config.snapshots.as_ref().map(|s| &*s.0)),
+                None => SnapshotResponse {
+                    log: snapshot.log,
+                    error: ErrorCode::UnknownLog,
+                    snapshot_offset: Offset::ZERO,
+                    snapshot_bytes: 0,
+                    position: snapshot.position,
+                    crc32: 0,
+                    data: bytes::Bytes::new(),
+                },
+            }),
             Request::EpochEndOffsets(query) => {
                 let logs = query
                     .logs

@@ -395,6 +395,15 @@ impl ReplicatedLog {
         self.replica.delete_records_before(offset)
     }
 
+    /// Whether this follower's log ends below its leader's log start and
+    /// it waits for a snapshot (SPEC 3.9, [`crate::snapshot`]): it fetches
+    /// nothing of this log until one is installed (with no
+    /// [`NodeConfig::snapshots`](crate::NodeConfig::snapshots) under
+    /// `retain_until_applied`, until an operator acts).
+    pub fn needs_snapshot(&self) -> bool {
+        self.replica.needs_snapshot()
+    }
+
     /// The in-sync replicas this replica knows of.
     pub fn in_sync_replicas(&self) -> Vec<NodeId> {
         self.replica.in_sync_replicas()

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::replica::Replica;
+use super::replica::{BelowLeaderStart, Replica};
+use super::snapshot_transfer::Transfer;
 use super::watch::Watch;
 use crate::config::ReplicationConfig;
+use crate::snapshot::Snapshots;
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport};
 use crate::types::{LeaderEpoch, LogId, NodeId};
@@ -23,6 +25,24 @@ struct Target {
     leader_epoch: LeaderEpoch,
     /// After an error, the log sits out until then (bounded backoff).
     paused_until: Option<Instant>,
+    /// A snapshot transfer running for this log (SPEC 3.9): the log is not
+    /// fetched meanwhile.
+    transfer: Option<RunningTransfer>,
+}
+
+#[derive(Debug)]
+struct RunningTransfer {
+    thread: JoinHandle<()>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl RunningTransfer {
+    fn cancel_and_join(self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        if self.thread.join().is_err() {
+            tracing::error!("snapshot transfer thread panicked");
+        }
+    }
 }
 
 struct Shared {
@@ -30,6 +50,7 @@ struct Shared {
     leader: NodeId,
     transport: Arc<dyn Transport>,
     config: ReplicationConfig,
+    snapshots: Option<Snapshots>,
     targets: Mutex<BTreeMap<LogId, Target>>,
     /// Bumped when targets change or on shutdown, to wake an idle loop.
     changed: Watch,
@@ -59,12 +80,14 @@ impl Fetcher {
         leader: NodeId,
         transport: Arc<dyn Transport>,
         config: ReplicationConfig,
+        snapshots: Option<Snapshots>,
     ) -> std::io::Result<Fetcher> {
         let shared = Arc::new(Shared {
             local,
             leader,
             transport,
             config,
+            snapshots,
             targets: Mutex::new(BTreeMap::new()),
             changed: Watch::new(0),
             stop: AtomicBool::new(false),
@@ -82,21 +105,32 @@ impl Fetcher {
     /// Starts (or updates) fetching `replica`'s log in `leader_epoch`.
     pub(crate) fn add(&self, replica: Arc<Replica>, leader_epoch: LeaderEpoch) {
         let log = replica.log_id();
-        self.shared.targets.lock().insert(
+        let replaced = self.shared.targets.lock().insert(
             log,
             Target {
                 replica,
                 leader_epoch,
                 paused_until: None,
+                transfer: None,
             },
         );
+        // A transfer of the old epoch cannot install (the replica checks),
+        // and is not waited for here: it ends at its next chunk.
+        if let Some(transfer) = replaced.and_then(|t| t.transfer) {
+            transfer.cancel.store(true, Ordering::SeqCst);
+        }
         self.shared.changed.publish(self.shared.changed.get() + 1);
     }
 
     /// Stops fetching `log`. A fetch in flight may still be applied; the
-    /// replica rejects it if its role changed meanwhile.
+    /// replica rejects it if its role changed meanwhile. A snapshot
+    /// transfer of the log is cancelled (it ends at its next chunk).
     pub(crate) fn remove(&self, log: LogId) -> bool {
-        self.shared.targets.lock().remove(&log).is_some()
+        let removed = self.shared.targets.lock().remove(&log);
+        if let Some(transfer) = removed.as_ref().and_then(|t| t.transfer.as_ref()) {
+            transfer.cancel.store(true, Ordering::SeqCst);
+        }
+        removed.is_some()
     }
 
     /// Number of logs fetched by this thread.
@@ -124,6 +158,16 @@ impl Fetcher {
                 tracing::error!(leader = %self.shared.leader, "fetcher thread panicked");
             }
         }
+        let transfers: Vec<RunningTransfer> = self
+            .shared
+            .targets
+            .lock()
+            .values_mut()
+            .filter_map(|t| t.transfer.take())
+            .collect();
+        for transfer in transfers {
+            transfer.cancel_and_join();
+        }
     }
 }
 
@@ -133,7 +177,7 @@ impl Drop for Fetcher {
     }
 }
 
-fn run(shared: &Shared) {
+fn run(shared: &Arc<Shared>) {
     let config = &shared.config;
     while !shared.stop.load(Ordering::SeqCst) {
         let seen = shared.changed.get();
@@ -142,8 +186,19 @@ fn run(shared: &Shared) {
         let mut epochs = Vec::new();
         let mut next_wake = now + config.fetch_wait_max;
         {
-            let targets = shared.targets.lock();
-            for target in targets.values() {
+            let mut targets = shared.targets.lock();
+            for target in targets.values_mut() {
+                if let Some(transfer) = &target.transfer {
+                    if !transfer.thread.is_finished() {
+                        continue;
+                    }
+                    if let Some(done) = target.transfer.take() {
+                        done.cancel_and_join();
+                    }
+                    // Failed or not, the log fetches again: after an
+                    // install from the snapshot's offset, otherwise to
+                    // learn again that it needs one.
+                }
                 if let Some(until) = target.paused_until {
                     if until > now {
                         next_wake = next_wake.min(until);
@@ -190,6 +245,9 @@ fn run(shared: &Shared) {
                             ErrorCode::Unknown
                         }
                     };
+                    if code == ErrorCode::OffsetOutOfRange && replica.needs_snapshot() {
+                        start_transfer(shared, replica, *epoch);
+                    }
                     if !code.is_none() {
                         // NotLeader / FencedLeaderEpoch: our metadata is old and
                         // the control loop will move us; UnknownLeaderEpoch:
@@ -211,6 +269,55 @@ fn run(shared: &Shared) {
                 backoff(shared, seen);
             }
         }
+    }
+}
+
+/// Starts the download of the leader's snapshot for `replica`, unless one
+/// runs or the node has no store (then the replica only reports that it
+/// needs one).
+fn start_transfer(shared: &Arc<Shared>, replica: &Arc<Replica>, epoch: LeaderEpoch) {
+    if replica.below_leader_start() != BelowLeaderStart::InstallSnapshot {
+        return;
+    }
+    let Some(snapshots) = shared.snapshots.clone() else {
+        return;
+    };
+    let log = replica.log_id();
+    let mut targets = shared.targets.lock();
+    let Some(target) = targets.get_mut(&log) else {
+        return;
+    };
+    if target.transfer.is_some() || target.leader_epoch != epoch {
+        return;
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    let thread_cancel = Arc::clone(&cancel);
+    let thread_shared = Arc::clone(shared);
+    let thread_replica = Arc::clone(replica);
+    let spawned = std::thread::Builder::new()
+        .name(format!("isrlog-snapshot-{}", log.0))
+        .spawn(move || {
+            let transfer = Transfer {
+                replica: &thread_replica,
+                store: &*snapshots.0,
+                transport: &*thread_shared.transport,
+                local: thread_shared.local,
+                leader: thread_shared.leader,
+                epoch,
+                config: &thread_shared.config,
+                cancel: &thread_cancel,
+            };
+            if let Err(error) = transfer.run() {
+                tracing::warn!(%log, leader = %thread_shared.leader, %error, "snapshot transfer failed; trying again later");
+            }
+            // Wake the fetch loop: the log fetches again.
+            thread_shared
+                .changed
+                .publish(thread_shared.changed.get() + 1);
+        });
+    match spawned {
+        Ok(thread) => target.transfer = Some(RunningTransfer { thread, cancel }),
+        Err(error) => tracing::error!(%log, %error, "cannot start a snapshot transfer thread"),
     }
 }
 

@@ -24,6 +24,7 @@ mod isr;
 mod leader;
 mod pending;
 mod replica;
+mod snapshot_transfer;
 #[cfg(test)]
 mod tests;
 mod watch;
@@ -44,7 +45,7 @@ pub(crate) use leader::{
 pub use combiner::{Combine, Combiner};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
-pub(crate) use replica::Replica;
+pub(crate) use replica::{BelowLeaderStart, Replica};
 pub use replica::{DeletionBound, Role};
 pub use watch::{WaitOutcome, Watch};
 

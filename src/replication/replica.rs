@@ -36,9 +36,10 @@ use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
 use crate::record::{parse_header, set_base_offset, set_leader_epoch, RecordBatch};
+use crate::snapshot::SnapshotStore;
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
-use crate::transport::{ErrorCode, FetchLog, FetchedLog};
+use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
 use crate::types::{EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset};
 
 /// The role of a replica, as this node knows it.
@@ -199,6 +200,25 @@ pub(crate) struct Replica {
     node: std::sync::OnceLock<std::sync::Weak<crate::node::NodeShared>>,
     /// The applied positions of the log's replicas (SPEC 3.9).
     applied: AppliedPositions,
+    /// What a follower whose log ends below its leader's log start does
+    /// (SPEC 3.9).
+    below_leader_start: BelowLeaderStart,
+    /// Set when this follower's log ends below its leader's log start and
+    /// it must not restart there: the leader's log start it is below.
+    /// Cleared when a snapshot is installed or the role changes.
+    needs_snapshot: Mutex<Option<Offset>>,
+}
+
+/// What a follower whose log ends below its leader's log start does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BelowLeaderStart {
+    /// Restart the log, empty, at the leader's log start (Kafka).
+    Restart,
+    /// Install the leader application's snapshot (the node has a store).
+    InstallSnapshot,
+    /// Stop fetching and report it: the application needs every record
+    /// (`retain_until_applied`) and no store is configured.
+    Report,
 }
 
 /// Where deletion of a log's records must stop (SPEC 3.9), and why: what
@@ -296,7 +316,16 @@ impl Replica {
             resolving: Mutex::new(()),
             node: std::sync::OnceLock::new(),
             applied,
+            below_leader_start: BelowLeaderStart::Restart,
+            needs_snapshot: Mutex::new(None),
         }
+    }
+
+    /// What this replica does as a follower below its leader's log start
+    /// (default: restart there, as Kafka).
+    pub(crate) fn with_below_leader_start(mut self, below: BelowLeaderStart) -> Replica {
+        self.below_leader_start = below;
+        self
     }
 
     /// Whether a leader whose storage failed should try (again) to resign
@@ -474,6 +503,7 @@ impl Replica {
         let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
+        *self.needs_snapshot.lock() = None;
         self.flush_pipeline_for_role_change();
         let log_end = self.log.log_end_offset();
         if let Err(error) = self.log.assign_epoch(epoch, log_end) {
@@ -541,6 +571,7 @@ impl Replica {
         let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
+        *self.needs_snapshot.lock() = None;
         self.flush_pipeline_for_role_change();
         *self.leadership_failed.lock() = None;
         *self.leader.lock() = None;
@@ -596,6 +627,7 @@ impl Replica {
         let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
+        *self.needs_snapshot.lock() = None;
         self.flush_pipeline_for_role_change();
         *self.leader.lock() = None;
         *self.follower.lock() = None;
@@ -1521,6 +1553,125 @@ impl Replica {
         Ok(start)
     }
 
+    /// Whether this follower waits for a snapshot (its log ends below its
+    /// leader's log start, SPEC 3.9).
+    pub(crate) fn needs_snapshot(&self) -> bool {
+        self.needs_snapshot.lock().is_some()
+    }
+
+    /// What a follower below its leader's log start does.
+    pub(crate) fn below_leader_start(&self) -> BelowLeaderStart {
+        self.below_leader_start
+    }
+
+    /// Leader only: one chunk of the application's latest snapshot for a
+    /// follower (SPEC 3.9). The snapshot must lie between the log start
+    /// and the high watermark: below the start the follower could not
+    /// fetch on from it, above the high watermark it would hold records
+    /// that are not committed.
+    pub(crate) fn answer_snapshot(
+        &self,
+        request: &SnapshotRequest,
+        store: Option<&dyn SnapshotStore>,
+    ) -> SnapshotResponse {
+        let mut answer = SnapshotResponse {
+            log: self.log_id,
+            error: ErrorCode::None,
+            snapshot_offset: Offset::ZERO,
+            snapshot_bytes: 0,
+            position: request.position,
+            crc32: 0,
+            data: Bytes::new(),
+        };
+        let role = self.role.read();
+        answer.error = if role.role != Role::Leader {
+            ErrorCode::NotLeader
+        } else if request.current_leader_epoch < role.leader_epoch {
+            ErrorCode::FencedLeaderEpoch
+        } else if request.current_leader_epoch > role.leader_epoch {
+            ErrorCode::UnknownLeaderEpoch
+        } else {
+            ErrorCode::None
+        };
+        drop(role);
+        if !answer.error.is_none() {
+            return answer;
+        }
+        let Some(store) = store else {
+            answer.error = ErrorCode::SnapshotUnavailable;
+            return answer;
+        };
+        let Some(info) = store.latest(self.log_id) else {
+            answer.error = ErrorCode::SnapshotUnavailable;
+            return answer;
+        };
+        let (start, hw) = (self.log.log_start_offset(), self.high_watermark());
+        if info.offset < start || info.offset > hw {
+            tracing::warn!(log = %self.log_id, snapshot_offset = %info.offset, log_start = %start, high_watermark = %hw, "the latest snapshot is outside [log start, high watermark]: not sent");
+            answer.error = ErrorCode::SnapshotUnavailable;
+            return answer;
+        }
+        answer.snapshot_offset = info.offset;
+        answer.snapshot_bytes = info.size_bytes;
+        if request.position > info.size_bytes {
+            answer.error = ErrorCode::OffsetOutOfRange;
+            return answer;
+        }
+        let len = (info.size_bytes - request.position)
+            .min(u64::from(request.bytes_max))
+            .min(u64::from(self.config.fetch_bytes_max)) as usize;
+        match store.read_chunk(self.log_id, info, request.position, len) {
+            Ok(data) if data.len() == len => {
+                answer.crc32 = crc32fast::hash(&data);
+                answer.data = data;
+            }
+            Ok(data) => {
+                tracing::warn!(log = %self.log_id, position = request.position, wanted = len, got = data.len(), "the snapshot store read a short chunk");
+                answer.error = ErrorCode::SnapshotUnavailable;
+            }
+            Err(error) => {
+                tracing::warn!(log = %self.log_id, position = request.position, %error, "cannot read a snapshot chunk");
+                answer.error = ErrorCode::SnapshotUnavailable;
+            }
+        }
+        answer
+    }
+
+    /// Follower only: the application installed the leader's snapshot
+    /// taken at `offset` (SPEC 3.9): the log restarts, empty, there, the
+    /// applied position is `offset`, and fetching goes on from it. Refused
+    /// (`NotLeader`) when the role changed since the transfer began.
+    pub(crate) fn snapshot_installed(
+        &self,
+        leader: NodeId,
+        epoch: LeaderEpoch,
+        offset: Offset,
+    ) -> Result<()> {
+        let _io = self.follower_io.lock();
+        {
+            let role = self.role.read();
+            if role.role != (Role::Follower { leader }) || role.leader_epoch != epoch {
+                return Err(self.not_leader(&role));
+            }
+        }
+        let mut follower = self.follower.lock();
+        let Some(state) = follower.as_mut() else {
+            return Err(Error::Shutdown);
+        };
+        self.log.truncate_fully_and_start_at(offset)?;
+        // Everything below the snapshot is committed (the leader sends
+        // none above its high watermark).
+        self.resync_follower(state);
+        if offset.0 > self.high_watermark.get() {
+            self.publish_high_watermark(offset);
+        }
+        self.applied.set(self.local, offset);
+        self.store_applied_positions();
+        *self.needs_snapshot.lock() = None;
+        tracing::info!(log = %self.log_id, node = %self.local, %leader, snapshot_offset = %offset, "installed the leader's snapshot; fetching from its offset");
+        Ok(())
+    }
+
     /// The node did not send our ISR proposal (see
     /// `LeaderState::on_isr_withdrawn`).
     pub(crate) fn isr_proposal_withdrawn(&self) {
@@ -1660,6 +1811,28 @@ impl Replica {
 
     fn apply_fetched_to(&self, state: &mut FollowerState, answer: FetchedLog) -> Result<ErrorCode> {
         if !answer.error.is_none() {
+            let below_start = answer.error == ErrorCode::OffsetOutOfRange
+                && state.log_end_offset() < answer.log_start_offset
+                && answer.log_start_offset <= answer.log_end_offset;
+            if below_start && self.below_leader_start != BelowLeaderStart::Restart {
+                // SPEC 3.9: restarting at the leader's log start would
+                // leave the application a gap; a snapshot fills it.
+                let mut needs = self.needs_snapshot.lock();
+                if needs.is_none() {
+                    let log_end = state.log_end_offset();
+                    let leader_start = answer.log_start_offset;
+                    match self.below_leader_start {
+                        BelowLeaderStart::Report => {
+                            tracing::error!(log = %self.log_id, node = %self.local, %log_end, %leader_start, "this replica's log ends below its leader's log start and no snapshot store is configured: it stops fetching this log (retain_until_applied)")
+                        }
+                        _ => {
+                            tracing::warn!(log = %self.log_id, node = %self.local, %log_end, %leader_start, "this replica's log ends below its leader's log start: installing the leader's snapshot")
+                        }
+                    }
+                }
+                *needs = Some(answer.log_start_offset);
+                return Ok(ErrorCode::OffsetOutOfRange);
+            }
             if answer.error == ErrorCode::OffsetOutOfRange {
                 match state.on_offset_out_of_range(answer.log_start_offset, answer.log_end_offset) {
                     OutOfRangeAction::ResetTo { log_start_offset } => {

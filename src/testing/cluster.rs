@@ -93,9 +93,17 @@ pub struct ClusterBuilder {
     controller: Option<ControllerConfig>,
     retention_check_interval: Duration,
     controlled_shutdown_timeout: Duration,
+    snapshots: BTreeMap<NodeId, crate::snapshot::Snapshots>,
 }
 
 impl ClusterBuilder {
+    /// Gives node `id` the application snapshot store `store`
+    /// ([`NodeConfig::snapshots`]), kept across its restarts.
+    pub fn snapshots(mut self, id: NodeId, store: Arc<dyn crate::snapshot::SnapshotStore>) -> Self {
+        self.snapshots.insert(id, crate::snapshot::Snapshots(store));
+        self
+    }
+
     /// How long each node's clean stop may spend handing its leadership
     /// over ([`NodeConfig::controlled_shutdown_timeout`]; zero turns it
     /// off).
@@ -221,6 +229,7 @@ impl Cluster {
             controller: Some(ControllerConfig::default()),
             retention_check_interval: Duration::from_secs(300),
             controlled_shutdown_timeout: Duration::from_secs(5),
+            snapshots: BTreeMap::new(),
         }
     }
 
@@ -253,6 +262,7 @@ impl Cluster {
         config.controller = self.builder.controller.clone();
         config.retention_check_interval = self.builder.retention_check_interval;
         config.controlled_shutdown_timeout = self.builder.controlled_shutdown_timeout;
+        config.snapshots = self.builder.snapshots.get(&id).cloned();
         let transport = Arc::new(self.network.transport(id));
         let coordinator = SlowCoordinator::new(
             Arc::new(self.coordinator.for_node(id)),

@@ -28,7 +28,7 @@ use crate::sync::{Arc, Condvar, Mutex};
 use crate::transport::{
     EpochAnswer, EpochEndOffset, EpochEndOffsetsRequest, EpochEndOffsetsResponse, EpochQuery,
     ErrorCode, FetchLog, FetchRequest, FetchResponse, FetchedLog, Request, RequestHandler,
-    Response,
+    Response, SnapshotResponse,
 };
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
@@ -145,6 +145,21 @@ pub fn echo_response(me: NodeId, from: NodeId, request: &Request) -> Response {
                 })
                 .collect(),
         }),
+        Request::Snapshot(snapshot) => {
+            let data = bytes::Bytes::from(format!(
+                "{me}<-{from} {} @{} x{}",
+                snapshot.log, snapshot.position, snapshot.bytes_max
+            ));
+            Response::Snapshot(SnapshotResponse {
+                log: snapshot.log,
+                error: ErrorCode::None,
+                snapshot_offset: Offset(u64::from(snapshot.current_leader_epoch.0)),
+                snapshot_bytes: snapshot.position + data.len() as u64,
+                position: snapshot.position,
+                crc32: crc32fast::hash(&data),
+                data,
+            })
+        }
     }
 }
 

@@ -133,6 +133,9 @@ pub enum Request {
     /// A replica asks where epochs end on the leader (SPEC §3.6, Kafka's
     /// `OffsetsForLeaderEpoch`).
     EpochEndOffsets(EpochEndOffsetsRequest),
+    /// A follower asks its leader for a chunk of the leader application's
+    /// latest snapshot (SPEC §3.9).
+    Snapshot(SnapshotRequest),
 }
 
 /// The answer to a [`Request`].
@@ -143,6 +146,8 @@ pub enum Response {
     Fetch(FetchResponse),
     /// Answer to [`Request::EpochEndOffsets`].
     EpochEndOffsets(EpochEndOffsetsResponse),
+    /// Answer to [`Request::Snapshot`].
+    Snapshot(SnapshotResponse),
     /// The whole request failed (for example the node is shutting down, or
     /// the request was invalid); per-log failures go in the per-log `error`.
     Error(ErrorCode),
@@ -246,6 +251,44 @@ pub struct EpochEndOffsetsResponse {
     pub logs: Vec<EpochAnswer>,
 }
 
+/// A follower asks for one chunk of the leader application's latest
+/// snapshot of a log (SPEC §3.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotRequest {
+    /// The follower asking.
+    pub replica: NodeId,
+    /// The log.
+    pub log: LogId,
+    /// The sender's view of the leader epoch, for fencing.
+    pub current_leader_epoch: LeaderEpoch,
+    /// Byte of the snapshot the chunk starts at.
+    pub position: u64,
+    /// Largest chunk wanted.
+    pub bytes_max: u32,
+}
+
+/// One chunk of a snapshot (SPEC §3.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotResponse {
+    /// The log.
+    pub log: LogId,
+    /// [`ErrorCode::None`] on success; otherwise the other fields are not
+    /// meaningful.
+    pub error: ErrorCode,
+    /// The offset the snapshot was taken at: every record below it is in
+    /// it. A change between chunks means the leader's latest snapshot
+    /// changed: the transfer starts again.
+    pub snapshot_offset: Offset,
+    /// The snapshot's whole length in bytes.
+    pub snapshot_bytes: u64,
+    /// Byte of the snapshot `data` starts at (the request's position).
+    pub position: u64,
+    /// CRC-32 (IEEE) of `data`.
+    pub crc32: u32,
+    /// The chunk.
+    pub data: Bytes,
+}
+
 /// One log's answer in an [`EpochEndOffsetsResponse`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpochAnswer {
@@ -295,11 +338,14 @@ pub enum ErrorCode {
     Shutdown = 12,
     /// Any other failure, and any number this version does not know.
     Unknown = 13,
+    /// The leader has no snapshot to send (SPEC 3.9): none is configured,
+    /// none was taken, or the latest is below its log start.
+    SnapshotUnavailable = 14,
 }
 
 impl ErrorCode {
     /// Every code, in wire order. Conformance tests send each one.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::None,
         ErrorCode::NotLeader,
         ErrorCode::FencedLeaderEpoch,
@@ -314,6 +360,7 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::Shutdown,
         ErrorCode::Unknown,
+        ErrorCode::SnapshotUnavailable,
     ];
 
     /// The wire number of this code.
@@ -369,6 +416,7 @@ impl fmt::Display for ErrorCode {
             ErrorCode::FencedLeaderEpoch => "fenced leader epoch",
             ErrorCode::UnknownLeaderEpoch => "unknown leader epoch",
             ErrorCode::UnknownLog => "unknown log",
+            ErrorCode::SnapshotUnavailable => "snapshot unavailable",
             ErrorCode::OffsetOutOfRange => "offset out of range",
             ErrorCode::NotEnoughReplicas => "not enough replicas",
             ErrorCode::NotEnoughReplicasAfterAppend => "not enough replicas after append",
@@ -401,7 +449,8 @@ mod tests {
 
     #[test]
     fn unknown_error_code_numbers_decode_as_unknown() {
-        for number in [14, 15, 1000, u16::MAX] {
+        let first_unknown = ErrorCode::ALL.len() as u16;
+        for number in [first_unknown, first_unknown + 1, 1000, u16::MAX] {
             assert_eq!(ErrorCode::from_u16(number), ErrorCode::Unknown, "{number}");
         }
     }

@@ -31,6 +31,8 @@
 //! | `0x80` | error response: error code u16 |
 //! | `0x81` | fetch response |
 //! | `0x82` | epoch end offsets response |
+//! | `0x03` | snapshot request: sender, replica, log id, current leader epoch (u32 ×4), position u64, bytes_max u32 |
+//! | `0x83` | snapshot response: log id u32, error code u16, snapshot offset, snapshot bytes, position (u64 ×3), CRC-32 of the data u32, data length u32, data |
 //!
 //! A request body starts with the **sender**: the caller's node id (u32), which
 //! the server hands to its handler as `from`. Then:
@@ -110,13 +112,15 @@ use bytes::{BufMut, Bytes};
 use crate::transport::{
     EpochAnswer, EpochEndOffset, EpochEndOffsetsRequest, EpochEndOffsetsResponse, EpochQuery,
     ErrorCode, FetchLog, FetchRequest, FetchResponse, FetchedLog, Request, Response,
+    SnapshotRequest, SnapshotResponse,
 };
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 /// The first four bytes of every frame.
 pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
 /// The only frame version this code speaks. Version 2 added applied
-/// positions (SPEC 3.9) to fetches and their answers.
+/// positions to fetches and their answers, and the snapshot messages
+/// (SPEC 3.9).
 pub(crate) const VERSION: u8 = 2;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
@@ -139,6 +143,10 @@ const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 8 + 4 + 1;
 /// Smallest encoding of one `FetchedLog` (not diverging, no records, no
 /// applied positions).
 const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 4 + 4;
+/// Encoding of a `SnapshotRequest` after the sender.
+const SNAPSHOT_REQUEST_BYTES: usize = 4 + 4 + 4 + 8 + 4;
+/// Smallest encoding of a `SnapshotResponse` (no data).
+const SNAPSHOT_RESPONSE_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 4 + 4;
 /// Encoding of one applied position in a `FetchedLog`.
 const APPLIED_POSITION_BYTES: usize = 4 + 8;
 /// Encoding of one `EpochQuery`.
@@ -161,6 +169,10 @@ pub(crate) enum MessageType {
     FetchResponse,
     /// [`Response::EpochEndOffsets`].
     EpochEndOffsetsResponse,
+    /// [`Request::Snapshot`].
+    SnapshotRequest,
+    /// [`Response::Snapshot`].
+    SnapshotResponse,
 }
 
 impl MessageType {
@@ -171,6 +183,8 @@ impl MessageType {
             MessageType::ErrorResponse => 0x80,
             MessageType::FetchResponse => 0x81,
             MessageType::EpochEndOffsetsResponse => 0x82,
+            MessageType::SnapshotRequest => 0x03,
+            MessageType::SnapshotResponse => 0x83,
         }
     }
 
@@ -181,6 +195,8 @@ impl MessageType {
             0x80 => MessageType::ErrorResponse,
             0x81 => MessageType::FetchResponse,
             0x82 => MessageType::EpochEndOffsetsResponse,
+            0x03 => MessageType::SnapshotRequest,
+            0x83 => MessageType::SnapshotResponse,
             _ => return None,
         })
     }
@@ -288,6 +304,7 @@ pub(crate) fn encode_request(
             MessageType::EpochEndOffsetsRequest,
             4 + 4 + 4 + EPOCH_QUERY_BYTES * query.logs.len(),
         ),
+        Request::Snapshot(_) => (MessageType::SnapshotRequest, 4 + SNAPSHOT_REQUEST_BYTES),
     };
     let mut out = start_frame(message_type, request_id, size, frame_bytes_max)?;
     out.put_u32_le(from.0);
@@ -329,6 +346,13 @@ pub(crate) fn encode_request(
                 out.put_u32_le(q.epoch.0);
             }
         }
+        Request::Snapshot(snapshot) => {
+            out.put_u32_le(snapshot.replica.0);
+            out.put_u32_le(snapshot.log.0);
+            out.put_u32_le(snapshot.current_leader_epoch.0);
+            out.put_u64_le(snapshot.position);
+            out.put_u32_le(snapshot.bytes_max);
+        }
     }
     finish_frame(out, size)
 }
@@ -350,6 +374,10 @@ pub(crate) fn encode_response(
                 .sum::<usize>(),
         ),
         Response::Error(_) => (MessageType::ErrorResponse, 2),
+        Response::Snapshot(chunk) => (
+            MessageType::SnapshotResponse,
+            SNAPSHOT_RESPONSE_BYTES_MIN + chunk.data.len(),
+        ),
     };
     let mut out = start_frame(message_type, request_id, size, frame_bytes_max)?;
     match response {
@@ -380,6 +408,16 @@ pub(crate) fn encode_response(
             }
         }
         Response::Error(code) => out.put_u16_le(code.as_u16()),
+        Response::Snapshot(chunk) => {
+            out.put_u32_le(chunk.log.0);
+            out.put_u16_le(chunk.error.as_u16());
+            out.put_u64_le(chunk.snapshot_offset.0);
+            out.put_u64_le(chunk.snapshot_bytes);
+            out.put_u64_le(chunk.position);
+            out.put_u32_le(chunk.crc32);
+            put_count(&mut out, chunk.data.len());
+            out.put_slice(&chunk.data);
+        }
     }
     finish_frame(out, size)
 }
@@ -552,6 +590,38 @@ pub(crate) fn decode_body(header: &FrameHeader, body: Bytes) -> Result<Message, 
         MessageType::EpochEndOffsetsResponse => Message::Response(Response::EpochEndOffsets(
             decode_epoch_response(&mut reader)?,
         )),
+        MessageType::SnapshotRequest => {
+            let from = NodeId(reader.u32("sender")?);
+            Message::Request {
+                from,
+                request: Request::Snapshot(SnapshotRequest {
+                    replica: NodeId(reader.u32("snapshot replica")?),
+                    log: LogId(reader.u32("snapshot log id")?),
+                    current_leader_epoch: LeaderEpoch(reader.u32("snapshot current leader epoch")?),
+                    position: reader.u64("snapshot position")?,
+                    bytes_max: reader.u32("snapshot bytes_max")?,
+                }),
+            }
+        }
+        MessageType::SnapshotResponse => {
+            let log = LogId(reader.u32("snapshot chunk log id")?);
+            let error = ErrorCode::from_u16(reader.u16("snapshot chunk error code")?);
+            let snapshot_offset = Offset(reader.u64("snapshot chunk snapshot offset")?);
+            let snapshot_bytes = reader.u64("snapshot chunk snapshot bytes")?;
+            let position = reader.u64("snapshot chunk position")?;
+            let crc32 = reader.u32("snapshot chunk crc32")?;
+            let length = reader.u32("snapshot chunk data length")? as usize;
+            let data = reader.bytes("snapshot chunk data", length)?;
+            Message::Response(Response::Snapshot(SnapshotResponse {
+                log,
+                error,
+                snapshot_offset,
+                snapshot_bytes,
+                position,
+                crc32,
+                data,
+            }))
+        }
     };
     let trailing = reader.remaining();
     if trailing != 0 {
@@ -1020,7 +1090,23 @@ mod tests {
                     logs,
                 })
             });
-        prop_oneof![fetch, epochs]
+        let snapshot = (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u32>(),
+        )
+            .prop_map(|(replica, log, epoch, position, bytes_max)| {
+                Request::Snapshot(SnapshotRequest {
+                    replica: NodeId(replica),
+                    log: LogId(log),
+                    current_leader_epoch: LeaderEpoch(epoch),
+                    position,
+                    bytes_max,
+                })
+            });
+        prop_oneof![fetch, epochs, snapshot]
     }
 
     fn arb_response() -> impl Strategy<Value = Response> {
@@ -1059,7 +1145,32 @@ mod tests {
             });
         let epochs = proptest::collection::vec(answer, 0..5)
             .prop_map(|logs| Response::EpochEndOffsets(EpochEndOffsetsResponse { logs }));
-        prop_oneof![fetch, epochs, arb_code().prop_map(Response::Error)]
+        let snapshot = (
+            any::<u32>(),
+            arb_code(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        )
+            .prop_map(|(log, error, offset, bytes, position, crc32, data)| {
+                Response::Snapshot(SnapshotResponse {
+                    log: LogId(log),
+                    error,
+                    snapshot_offset: Offset(offset),
+                    snapshot_bytes: bytes,
+                    position,
+                    crc32,
+                    data: Bytes::from(data),
+                })
+            });
+        prop_oneof![
+            fetch,
+            epochs,
+            snapshot,
+            arb_code().prop_map(Response::Error)
+        ]
     }
 
     fn arb_frame() -> impl Strategy<Value = Frame> {

@@ -202,6 +202,7 @@ pub(crate) fn impersonation(
     let replica = match request {
         Request::Fetch(fetch) => fetch.replica,
         Request::EpochEndOffsets(query) => query.replica,
+        Request::Snapshot(snapshot) => snapshot.replica,
     };
     (replica != identity).then(|| {
         format!("request for replica {replica} on a connection authenticated as {identity}")

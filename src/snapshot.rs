@@ -1,0 +1,95 @@
+//! Snapshots of an application's state (SPEC 3.9): how a replica whose log
+//! no longer reaches back far enough is rebuilt.
+//!
+//! Once records are deleted below a log's start (retention, or
+//! [`ReplicatedLog::delete_records_before`](crate::ReplicatedLog::delete_records_before)),
+//! a follower whose log ends below the leader's log start cannot fetch
+//! them: a new replica, or one that was down past the cap on what deletion
+//! keeps for it. An application that keeps snapshots of its state gives its
+//! node a [`SnapshotStore`] ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)).
+//! Such a follower then asks the leader for the leader application's
+//! latest snapshot, receives it in chunks of at most
+//! `ReplicationConfig::fetch_bytes_max` bytes over the node's
+//! [`Transport`](crate::Transport), each checked by a CRC-32, into a file of
+//! the log's directory; when all of it has arrived it hands it to
+//! [`SnapshotStore::install`], restarts its log empty at the snapshot's
+//! offset, records that offset as its applied position, and fetches from
+//! there. A transfer that the leader's snapshot or leadership changes under
+//! starts again from its beginning; nothing is installed before the whole
+//! snapshot arrived and checked. The transfer runs on a thread of its own,
+//! so the other logs fetched from the same leader go on meanwhile.
+//!
+//! Without a store, such a follower restarts its log at the leader's log
+//! start (Kafka's behaviour) unless
+//! [`ReplicationConfig::retain_until_applied`](crate::ReplicationConfig::retain_until_applied)
+//! is set: then the application relies on every record reaching it, so the
+//! follower stops fetching that log and says so
+//! ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot),
+//! and an error in the log), instead of starting silently past a gap.
+//!
+//! This is Raft's `InstallSnapshot` (openraft streams it in chunks too) on
+//! top of an ISR log; Kafka has no equivalent.
+
+use std::fmt;
+use std::io;
+
+use bytes::Bytes;
+
+use crate::types::{LogId, Offset};
+
+/// One snapshot of an application's state for one log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SnapshotInfo {
+    /// Every record below this offset is in the snapshot, none at or
+    /// above it: the offset the installing replica's log restarts at.
+    pub offset: Offset,
+    /// The snapshot's length in bytes.
+    pub size_bytes: u64,
+}
+
+/// Where a node's application keeps its snapshots, one series per log.
+///
+/// Implementations are called from the node's threads: `latest` and
+/// `read_chunk` on the thread that answers a follower's request (keep them
+/// quick: a read of at most `len` bytes), `install` on a transfer thread of
+/// the installing node. The bytes of a snapshot must not change while it
+/// is the latest (write a new one next to it, then make it the latest).
+pub trait SnapshotStore: Send + Sync {
+    /// The latest complete snapshot of `log`, if any.
+    fn latest(&self, log: LogId) -> Option<SnapshotInfo>;
+
+    /// Up to `len` bytes of `snapshot` from byte `position` (fewer only at
+    /// its end). An error, or a snapshot that is no longer there, is
+    /// answered to the follower as "no snapshot", and it asks again later.
+    fn read_chunk(
+        &self,
+        log: LogId,
+        snapshot: SnapshotInfo,
+        position: u64,
+        len: usize,
+    ) -> io::Result<Bytes>;
+
+    /// Replaces the application's state of `log` by `snapshot`, whose
+    /// bytes `data` yields (all of them have arrived and been checked).
+    /// Should be atomic: after an error, or a crash inside it, the old
+    /// state must still be whole (the node asks for the snapshot again).
+    /// After it returns, the log restarts at `snapshot.offset`, and the
+    /// application's apply loop continues from there.
+    fn install(
+        &self,
+        log: LogId,
+        snapshot: SnapshotInfo,
+        data: &mut dyn io::Read,
+    ) -> io::Result<()>;
+}
+
+/// A node's snapshot store, as [`NodeConfig::snapshots`](crate::NodeConfig::snapshots)
+/// holds it (a shared handle; `Debug` names no contents).
+#[derive(Clone)]
+pub struct Snapshots(pub std::sync::Arc<dyn SnapshotStore>);
+
+impl fmt::Debug for Snapshots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Snapshots(..)")
+    }
+}

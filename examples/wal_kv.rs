@@ -22,12 +22,24 @@
 //!    at the stored offset, and an entry below it is skipped rather than
 //!    applied twice.
 //!
+//! 4. **The WAL stays bounded** (SPEC §3.9): each replica checkpoints its
+//!    state ([`KvReplica::checkpoint`]) and then tells its log how far the
+//!    checkpoint reaches ([`ReplicatedLog::set_applied`]). With
+//!    `retain_until_applied`, retention deletes only what every replica's
+//!    checkpoint holds, so a replica whose apply loop lags loses nothing it
+//!    still needs; past a cap (`applied_hold_bytes_max`) the leader deletes
+//!    anyway, and a replica that was down that long is rebuilt from the
+//!    leader's checkpoint ([`KvSnapshots`], a [`SnapshotStore`]) plus the
+//!    WAL after it.
+//!
 //! The demo: three nodes in one process (memory network and coordinator),
 //! writers `put`/`delete` through the leader, the leader crashes mid-write,
 //! a new leader takes over, and the demo checks that the new leader's map
 //! holds every acknowledged write and that every replica, including the
-//! crashed node once restarted, ends with the same map. It prints each map's
-//! size and checksum and exits non-zero on any mismatch.
+//! crashed node once restarted, ends with the same map. Then the replicas
+//! checkpoint, one of them stops, writes go on until the WAL is deleted past
+//! its checkpoint, and it comes back through the leader's snapshot. It
+//! prints each map's size and checksum and exits non-zero on any mismatch.
 //!
 //! Run with `cargo run --release --example wal_kv` (`-- --short` for CI).
 
@@ -40,9 +52,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use bytes::Bytes;
 use isrlog::{
-    Acks, Coordinator, LogId, MemoryCoordinator, MemoryNetwork, Node, NodeConfig, NodeId, Offset,
-    ReplicatedLog, SystemClock,
+    Acks, Coordinator, Error, LogConfig, LogId, MemoryCoordinator, MemoryNetwork, Node, NodeConfig,
+    NodeId, Offset, ReplicatedLog, SnapshotInfo, SnapshotStore, Snapshots, SystemClock,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -147,6 +160,49 @@ impl KvState {
         self.next_offset = offset.next();
     }
 
+    /// The checkpoint's bytes: the applied offset, then each entry as two
+    /// length-prefixed strings (little-endian u32 lengths). A database
+    /// writes these to a file (temp file, fsync, rename) before it calls
+    /// `set_applied`.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = self.next_offset.0.to_le_bytes().to_vec();
+        for (key, value) in &self.map {
+            for part in [key, value] {
+                out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                out.extend_from_slice(part.as_bytes());
+            }
+        }
+        out
+    }
+
+    /// The inverse of [`KvState::encode`]; a damaged checkpoint is an error.
+    fn decode(bytes: &[u8]) -> Result<KvState, BoxError> {
+        let offset: [u8; 8] = bytes.get(..8).ok_or("checkpoint too short")?.try_into()?;
+        let mut state = KvState {
+            map: BTreeMap::new(),
+            next_offset: Offset(u64::from_le_bytes(offset)),
+        };
+        let mut at = 8;
+        let next_string = |at: &mut usize| -> Result<String, BoxError> {
+            let length: [u8; 4] = bytes
+                .get(*at..*at + 4)
+                .ok_or("truncated length")?
+                .try_into()?;
+            let length = u32::from_le_bytes(length) as usize;
+            let text = bytes
+                .get(*at + 4..*at + 4 + length)
+                .ok_or("truncated string")?;
+            *at += 4 + length;
+            Ok(String::from_utf8(text.to_vec())?)
+        };
+        while at < bytes.len() {
+            let key = next_string(&mut at)?;
+            let value = next_string(&mut at)?;
+            state.map.insert(key, value);
+        }
+        Ok(state)
+    }
+
     /// A CRC32 over the sorted entries, to compare replicas at a glance.
     fn checksum(&self) -> u32 {
         let mut hasher = crc32fast::Hasher::new();
@@ -162,23 +218,26 @@ impl KvState {
 
 // ---- One replica of the store ----------------------------------------------
 
+/// A replica's state and the condition its apply loop signals.
+type SharedState = Arc<(Mutex<KvState>, Condvar)>;
+
 /// The store on one node: its state and the apply loop that feeds it.
 struct KvReplica {
     log: ReplicatedLog,
-    state: Arc<(Mutex<KvState>, Condvar)>,
+    state: SharedState,
     stop: Arc<AtomicBool>,
     apply_loop: Option<JoinHandle<Result<(), BoxError>>>,
 }
 
 impl KvReplica {
     /// Starts the apply loop over `log` from `state`'s applied offset (a
-    /// fresh state here; a database would load its last snapshot).
-    fn start(log: ReplicatedLog, state: KvState) -> KvReplica {
-        let state = Arc::new((Mutex::new(state), Condvar::new()));
+    /// fresh state here; a database would load its last checkpoint). The
+    /// same `state` is the node's [`KvSnapshots`]' to install into.
+    fn start(log: ReplicatedLog, state: SharedState, snapshots: Arc<KvSnapshots>) -> KvReplica {
         let stop = Arc::new(AtomicBool::new(false));
         let apply_loop = {
             let (log, state, stop) = (log.clone(), Arc::clone(&state), Arc::clone(&stop));
-            std::thread::spawn(move || apply_loop(&log, &state, &stop))
+            std::thread::spawn(move || apply_loop(&log, &state, &snapshots, &stop))
         };
         KvReplica {
             log,
@@ -230,6 +289,14 @@ impl KvReplica {
         Ok(())
     }
 
+    /// Rule 4: checkpoints the state into `snapshots` (memory here; a
+    /// database writes a file durably), then tells the log that every
+    /// entry below the checkpoint's offset may be deleted as far as this
+    /// replica is concerned.
+    fn checkpoint(&self, snapshots: &KvSnapshots) -> Result<Offset, BoxError> {
+        checkpoint(&self.log, &self.state.0, snapshots)
+    }
+
     /// Map size, checksum and applied offset, read together.
     fn summary(&self) -> (usize, u32, Offset) {
         let state = self.state.0.lock();
@@ -255,29 +322,147 @@ impl KvReplica {
     }
 }
 
+/// Rule 4: the state's checkpoint, then its offset to the log (in that
+/// order: the log may delete below the offset as soon as it knows it).
+fn checkpoint(
+    log: &ReplicatedLog,
+    state: &Mutex<KvState>,
+    snapshots: &KvSnapshots,
+) -> Result<Offset, BoxError> {
+    let (bytes, offset) = {
+        let state = state.lock();
+        (state.encode(), state.next_offset)
+    };
+    snapshots.keep(offset, bytes);
+    log.set_applied(offset)?;
+    Ok(offset)
+}
+
+/// How often the apply loop checkpoints the state (rule 4).
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Rule 2 and 3: apply committed entries, in order, from the stored applied
 /// offset on. `committed_records` waits at the high watermark and keeps going
 /// across leader changes, on followers and leader alike; it never yields an
-/// uncommitted entry, so nothing applied here is ever truncated away.
+/// uncommitted entry, so nothing applied here is ever truncated away. Rule
+/// 4: every `CHECKPOINT_INTERVAL` it checkpoints the state.
 fn apply_loop(
     log: &ReplicatedLog,
     state: &(Mutex<KvState>, Condvar),
+    snapshots: &KvSnapshots,
     stop: &AtomicBool,
 ) -> Result<(), BoxError> {
     let (state, applied) = state;
     let from = state.lock().next_offset;
     let mut entries = log.committed_records(from);
+    let mut checkpointed = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if checkpointed.elapsed() >= CHECKPOINT_INTERVAL {
+            checkpoint(log, state, snapshots)?;
+            checkpointed = Instant::now();
+        }
         // A bounded wait, so that the loop notices `stop`.
         let Some(entry) = entries.next_timeout(Duration::from_millis(50)) else {
             continue;
         };
-        let entry = entry?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            // Rule 4: a snapshot was installed under the loop (the log now
+            // starts at its offset, above the loop's position): go on from
+            // the installed state's offset.
+            Err(Error::OffsetOutOfRange { .. })
+                if state.lock().next_offset > entries.position() =>
+            {
+                let from = state.lock().next_offset;
+                entries = log.committed_records(from);
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        };
         let command = Command::decode(&entry.value)?;
         state.lock().apply(entry.offset, command);
         applied.notify_all();
     }
     Ok(())
+}
+
+// ---- Checkpoints as snapshots ------------------------------------------------
+
+/// Rule 4: a node's checkpoints, offered to the log as snapshots. The
+/// leader's are sent to a follower whose log ends below the leader's log
+/// start; a follower installs one by replacing its state.
+struct KvSnapshots {
+    /// The replica's state, to install into.
+    state: SharedState,
+    /// The latest checkpoint: its offset and bytes.
+    latest: Mutex<Option<(SnapshotInfo, Bytes)>>,
+    /// The offset of the last snapshot installed from a leader, if any.
+    installed: Mutex<Option<Offset>>,
+}
+
+impl KvSnapshots {
+    fn new(state: SharedState) -> KvSnapshots {
+        KvSnapshots {
+            state,
+            latest: Mutex::new(None),
+            installed: Mutex::new(None),
+        }
+    }
+
+    /// Keeps a checkpoint taken at `offset` as the latest.
+    fn keep(&self, offset: Offset, bytes: Vec<u8>) {
+        let info = SnapshotInfo {
+            offset,
+            size_bytes: bytes.len() as u64,
+        };
+        *self.latest.lock() = Some((info, Bytes::from(bytes)));
+    }
+}
+
+impl SnapshotStore for KvSnapshots {
+    fn latest(&self, _log: LogId) -> Option<SnapshotInfo> {
+        self.latest.lock().as_ref().map(|(info, _)| *info)
+    }
+
+    fn read_chunk(
+        &self,
+        _log: LogId,
+        snapshot: SnapshotInfo,
+        position: u64,
+        len: usize,
+    ) -> std::io::Result<Bytes> {
+        let latest = self.latest.lock();
+        match latest.as_ref() {
+            Some((info, bytes)) if *info == snapshot => {
+                let start = usize::try_from(position).map_err(std::io::Error::other)?;
+                bytes
+                    .get(start..start + len)
+                    .map(Bytes::copy_from_slice)
+                    .ok_or_else(|| std::io::Error::other("chunk past the checkpoint's end"))
+            }
+            _ => Err(std::io::Error::other("that checkpoint is gone")),
+        }
+    }
+
+    fn install(
+        &self,
+        _log: LogId,
+        snapshot: SnapshotInfo,
+        data: &mut dyn std::io::Read,
+    ) -> std::io::Result<()> {
+        let mut bytes = Vec::new();
+        data.read_to_end(&mut bytes)?;
+        let state = KvState::decode(&bytes).map_err(std::io::Error::other)?;
+        if state.next_offset != snapshot.offset {
+            return Err(std::io::Error::other("checkpoint offset mismatch"));
+        }
+        // One step under the lock: map and offset change together.
+        *self.state.0.lock() = state;
+        self.state.1.notify_all();
+        self.keep(snapshot.offset, bytes);
+        *self.installed.lock() = Some(snapshot.offset);
+        Ok(())
+    }
 }
 
 // ---- The demo ----------------------------------------------------------------
@@ -362,6 +547,7 @@ fn start_node(
     dir: &std::path::Path,
     network: &MemoryNetwork,
     coordinator: &MemoryCoordinator,
+    snapshots: &Arc<KvSnapshots>,
 ) -> Result<Node, BoxError> {
     let mut config = NodeConfig::new(id, dir.join(format!("node-{}", id.0)));
     // G1 needs min ISR 2 with 3 replicas: an acknowledged write is on at
@@ -369,6 +555,18 @@ fn start_node(
     config.replication.min_insync_replicas = 2;
     config.replication.request_timeout = WRITE_TIMEOUT;
     config.session_timeout = Duration::from_millis(500);
+    // Rule 4: delete only what every replica's checkpoint holds, unless
+    // more than 256 KiB would be kept for one; small segments so that the
+    // demo deletes some.
+    config.replication.retain_until_applied = true;
+    config.replication.applied_hold_bytes_max = Some(256 * 1024);
+    config.log = LogConfig {
+        segment_bytes_max: 64 * 1024,
+        retention_bytes: Some(128 * 1024),
+        ..LogConfig::default()
+    };
+    config.retention_check_interval = Duration::from_millis(50);
+    config.snapshots = Some(Snapshots(Arc::clone(snapshots) as Arc<dyn SnapshotStore>));
     let node = Node::start(
         config,
         Arc::new(network.transport(id)),
@@ -382,6 +580,120 @@ fn start_node(
 
 fn leader_of(coordinator: &MemoryCoordinator) -> Option<NodeId> {
     coordinator.log_state(WAL).ok().flatten()?.leader
+}
+
+/// Writes `key = value` until it succeeds, for up to 10 s. Retrying is safe
+/// only because the put is idempotent (see the writes after the failover).
+fn put_retrying(store: &KvReplica, key: &str, value: &str) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(error) = store.put(key, value) {
+        if Instant::now() >= deadline {
+            return Err(format!("put keeps failing: {error}").into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// The second act (rule 4). Every replica checkpoints; one follower
+/// stops; writes go on, with checkpoints on the running replicas, until
+/// the WAL has been deleted past the stopped replica's checkpoint (the cap
+/// passed); the follower then restarts from its own last checkpoint, which
+/// the WAL no longer reaches, and catches up through the leader's. Returns
+/// whether its map then equals the leader's.
+#[allow(clippy::too_many_arguments)]
+fn bounded_wal_and_snapshot(
+    leader: NodeId,
+    ids: &[NodeId],
+    dir: &std::path::Path,
+    network: &MemoryNetwork,
+    coordinator: &MemoryCoordinator,
+    nodes: &mut [Option<Node>],
+    stores: &mut [Option<KvReplica>],
+    snapshots: &mut [Arc<KvSnapshots>],
+) -> Result<bool, BoxError> {
+    let at = |id: NodeId| id.0 as usize;
+    let victim = *ids.iter().find(|id| **id != leader).ok_or("no follower")?;
+    for (index, store) in stores.iter().enumerate() {
+        if let Some(store) = store {
+            store.checkpoint(&snapshots[index])?;
+        }
+    }
+    network.node_down(victim);
+    if let Some(node) = nodes[at(victim)].take() {
+        node.halt();
+    }
+    if let Some(store) = stores[at(victim)].take() {
+        let _ = store.stop();
+    }
+    let victim_checkpoint = snapshots[at(victim)]
+        .latest
+        .lock()
+        .clone()
+        .ok_or("the follower has no checkpoint")?;
+    let leader_store = stores[at(leader)].as_ref().ok_or("no leader store")?;
+    let started = Instant::now();
+    let mut writes = 0u64;
+    while leader_store.log.log_start_offset() <= victim_checkpoint.0.offset {
+        if writes >= 100_000 || started.elapsed() > Duration::from_secs(60) {
+            return Err("the WAL was never deleted past the stopped replica's checkpoint".into());
+        }
+        let key = format!("bounded/key-{}", writes % 500);
+        put_retrying(
+            leader_store,
+            &key,
+            &format!("value-{writes}-{}", "v".repeat(80)),
+        )?;
+        writes += 1;
+        if writes.is_multiple_of(100) {
+            for (index, store) in stores.iter().enumerate() {
+                if let Some(store) = store {
+                    store.checkpoint(&snapshots[index])?;
+                }
+            }
+        }
+    }
+    println!(
+        "{victim} stopped at checkpoint {}; after {writes} more writes the WAL starts at {} \
+         (retention deleted past it once more than the 256 KiB cap was held for it), \
+         so {victim} must come back through a snapshot",
+        victim_checkpoint.0.offset,
+        leader_store.log.log_start_offset(),
+    );
+    leader_store.checkpoint(&snapshots[at(leader)])?;
+    // Writes after the checkpoint: the follower gets them from the WAL.
+    for n in 0..50 {
+        put_retrying(leader_store, &format!("after-checkpoint/key-{n}"), "v")?;
+    }
+    // The follower restarts from its own last checkpoint (a database loads
+    // it from its disk), below the leader's log start.
+    let state = KvState::decode(&victim_checkpoint.1)?;
+    let state: SharedState = Arc::new((Mutex::new(state), Condvar::new()));
+    snapshots[at(victim)] = Arc::new(KvSnapshots::new(Arc::clone(&state)));
+    let node = start_node(victim, dir, network, coordinator, &snapshots[at(victim)])?;
+    let log = node.wait_for_log(WAL, Duration::from_secs(5))?;
+    stores[at(victim)] = Some(KvReplica::start(
+        log,
+        state,
+        Arc::clone(&snapshots[at(victim)]),
+    ));
+    nodes[at(victim)] = Some(node);
+    let leader_store = stores[at(leader)].as_ref().ok_or("no leader store")?;
+    let victim_store = stores[at(victim)].as_ref().ok_or("no follower store")?;
+    let end = leader_store.log.log_end_offset();
+    wait_caught_up(victim_store, end)?;
+    let (size, checksum, applied) = victim_store.summary();
+    let (leader_size, leader_checksum, leader_applied) = leader_store.summary();
+    println!(
+        "  {victim}: {size} keys, checksum {checksum:08x}, applied through offset {applied} \
+         (rebuilt from {leader}'s checkpoint at {}, WAL after it)",
+        snapshots[at(victim)]
+            .installed
+            .lock()
+            .ok_or("the follower installed no snapshot")?
+    );
+    println!("  {leader}: {leader_size} keys, checksum {leader_checksum:08x}, applied through offset {leader_applied} (leader)");
+    Ok(checksum == leader_checksum && size == leader_size)
 }
 
 /// Waits until `store` has applied everything below `end`.
@@ -411,11 +723,15 @@ fn main() -> Result<(), BoxError> {
     coordinator.create_log(WAL, ids.to_vec())?;
     let mut nodes: Vec<Option<Node>> = Vec::new();
     let mut stores: Vec<Option<KvReplica>> = Vec::new();
+    let mut snapshots: Vec<Arc<KvSnapshots>> = Vec::new();
     for id in ids {
-        let node = start_node(id, dir.path(), &network, &coordinator)?;
+        let state: SharedState = Arc::default();
+        let checkpoints = Arc::new(KvSnapshots::new(Arc::clone(&state)));
+        let node = start_node(id, dir.path(), &network, &coordinator, &checkpoints)?;
         let log = node.wait_for_log(WAL, Duration::from_secs(5))?;
-        stores.push(Some(KvReplica::start(log, KvState::default())));
+        stores.push(Some(KvReplica::start(log, state, Arc::clone(&checkpoints))));
         nodes.push(Some(node));
+        snapshots.push(checkpoints);
     }
     let old_leader = leader_of(&coordinator).ok_or("no leader")?;
     let leader_store = stores[old_leader.0 as usize]
@@ -504,10 +820,24 @@ fn main() -> Result<(), BoxError> {
         after.writes += 1;
     }
     println!("{new_leader} took 20 more writes");
-    // --- The crashed node returns and rebuilds its map from the WAL. ---------
-    let node = start_node(old_leader, dir.path(), &network, &coordinator)?;
+    // --- The crashed node returns and rebuilds its map from its last -------
+    // --- checkpoint (a database reads it from its disk) and the WAL. -------
+    let last_checkpoint = snapshots[old_leader.0 as usize].latest.lock().clone();
+    let state = match &last_checkpoint {
+        Some((_, bytes)) => KvState::decode(bytes)?,
+        None => KvState::default(),
+    };
+    let state: SharedState = Arc::new((Mutex::new(state), Condvar::new()));
+    snapshots[old_leader.0 as usize] = Arc::new(KvSnapshots::new(Arc::clone(&state)));
+    let node = start_node(
+        old_leader,
+        dir.path(),
+        &network,
+        &coordinator,
+        &snapshots[old_leader.0 as usize],
+    )?;
     let log = node.wait_for_log(WAL, Duration::from_secs(5))?;
-    let restarted = KvReplica::start(log, KvState::default());
+    let restarted = KvReplica::start(log, state, Arc::clone(&snapshots[old_leader.0 as usize]));
     nodes[old_leader.0 as usize] = Some(node);
 
     // --- Check every replica against what the clients were told. -----------
@@ -529,7 +859,7 @@ fn main() -> Result<(), BoxError> {
             "  {id}: {size} keys, checksum {checksum:08x}, applied through offset {applied}{}",
             match id {
                 _ if id == new_leader => " (leader)",
-                _ if id == old_leader => " (crashed, restarted, replayed)",
+                _ if id == old_leader => " (crashed, restarted from its checkpoint, replayed)",
                 _ => "",
             }
         );
@@ -538,7 +868,22 @@ fn main() -> Result<(), BoxError> {
         }
         failed |= !problems.is_empty() || checksum != leader_checksum;
     }
-    for replica in stores.into_iter().flatten().chain([restarted]) {
+    stores[old_leader.0 as usize] = Some(restarted);
+
+    // --- Rule 4: checkpoints bound the WAL; a replica that was down past --
+    // --- the cap comes back through the leader's checkpoint. ---------------
+    failed |= !bounded_wal_and_snapshot(
+        new_leader,
+        &ids,
+        dir.path(),
+        &network,
+        &coordinator,
+        &mut nodes,
+        &mut stores,
+        &mut snapshots,
+    )?;
+
+    for replica in stores.into_iter().flatten() {
         replica.stop()?;
     }
     for node in nodes.into_iter().flatten() {

@@ -1660,11 +1660,12 @@ impl Replica {
         };
         self.log.truncate_fully_and_start_at(offset)?;
         // Everything below the snapshot is committed (the leader sends
-        // none above its high watermark).
-        self.resync_follower(state);
+        // none above its high watermark): the high watermark rises to it
+        // before the machine restarts from the log.
         if offset.0 > self.high_watermark.get() {
             self.publish_high_watermark(offset);
         }
+        self.resync_follower(state);
         self.applied.set(self.local, offset);
         self.store_applied_positions();
         *self.needs_snapshot.lock() = None;

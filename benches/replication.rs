@@ -20,6 +20,13 @@
 //!    `append_pipelined`, 1024 in flight (issue 14, target >= 500,000/s),
 //!    next to the 64 blocking producers of (3).
 //!
+//! 6. Deletion (issue 25): the 64 producers of (3) on a 3-replica cluster
+//!    with `retain_until_applied` and 8 MiB segments, with and without a
+//!    deleting application beside them (every 10 ms each replica reports
+//!    its high watermark as applied and the leader deletes below the
+//!    lowest), alternating, best of two rounds each (target: no
+//!    measurable cost, ratio >= 0.95).
+//!
 //! Criterion measures each workload (one iteration is one append call;
 //! multi-threaded workloads through `Bencher::iter_custom`), and after its
 //! report the bench prints every figure next to its baseline as a ratio.
@@ -43,8 +50,8 @@ use criterion::{
 };
 use isrlog::testing::Cluster;
 use isrlog::{
-    Acks, IdempotentProducer, LeaderRouter, LogId, ProducerConfig, RecordBatch, RecordBatchBuilder,
-    ReplicatedLog, ReplicationConfig,
+    Acks, IdempotentProducer, LeaderRouter, LogConfig, LogId, NodeId, Offset, ProducerConfig,
+    RecordBatch, RecordBatchBuilder, ReplicatedLog, ReplicationConfig,
 };
 
 const LOG: LogId = LogId(0);
@@ -238,6 +245,66 @@ fn cluster(nodes: usize) -> (Cluster, ReplicatedLog) {
     cluster.create_log(LOG, nodes).expect("create log");
     let leader = cluster.leader_log(LOG).expect("leader");
     (cluster, leader)
+}
+
+/// A 3-replica cluster like [`cluster`] whose deletion waits for the
+/// applications (`retain_until_applied`), with 8 MiB segments so that
+/// deleting removes files while the producers run.
+fn deleting_cluster() -> (Cluster, ReplicatedLog) {
+    let cluster = Cluster::builder()
+        .nodes(3)
+        .min_insync_replicas(2)
+        .replication(ReplicationConfig {
+            min_insync_replicas: 2,
+            replica_lag_time_max: Duration::from_secs(30),
+            fetch_wait_max: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(30),
+            retain_until_applied: true,
+            ..ReplicationConfig::default()
+        })
+        .log_config(LogConfig {
+            segment_bytes_max: 8 * 1024 * 1024,
+            ..LogConfig::default()
+        })
+        .session_timeout(Duration::from_secs(60))
+        .build()
+        .expect("cluster");
+    cluster.create_log(LOG, 3).expect("create log");
+    let leader = cluster.leader_log(LOG).expect("leader");
+    (cluster, leader)
+}
+
+/// Runs `work` with, beside it when `delete`, an application that every
+/// 10 ms reports each replica's high watermark as applied and deletes on
+/// the leader up to its deletion bound. Returns `work`'s result and the log
+/// start offset at the end.
+fn with_deleter<T>(cluster: &Cluster, delete: bool, work: impl FnOnce() -> T) -> (T, Offset) {
+    let stop = AtomicBool::new(false);
+    let replicas: Vec<ReplicatedLog> = (0..3)
+        .map(|n| cluster.log(NodeId(n), LOG).expect("replica"))
+        .collect();
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let result = std::thread::scope(|scope| {
+        if delete {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    for replica in &replicas {
+                        let _ = replica.set_applied(replica.high_watermark());
+                    }
+                    // Up to where the leader knows every position (the
+                    // followers' arrive with their next fetches).
+                    if let Ok(bound) = leader.deletion_bound() {
+                        let _ = leader.delete_records_before(bound.bound);
+                    }
+                }
+            });
+        }
+        let result = work();
+        stop.store(true, Ordering::Relaxed);
+        result
+    });
+    (result, leader.log_start_offset())
 }
 
 /// `threads` producers appending `batch` with `acks`.
@@ -593,6 +660,50 @@ fn replication(c: &mut Criterion) {
     );
     group.finish();
 
+    // 6. Deletion beside 64 producers (issue 25), alternating.
+    let mut group = c.benchmark_group("replication/deletion/64_producers_1x1KiB");
+    configure(&mut group, phase / 2);
+    group.warm_up_time(phase / 40);
+    group.throughput(Throughput::Elements(1));
+    let (deleting, deleting_leader) = deleting_cluster();
+    let (mut kept, mut deleted) = (None::<f64>, None::<f64>);
+    let log_start = std::cell::Cell::new(Offset(0));
+    for round in 1..=2 {
+        let k = bench_rate(
+            &mut group,
+            &format!("no_deletion/round_{round}"),
+            settings,
+            None,
+            phase / 2,
+            |amount| {
+                with_deleter(&deleting, false, || {
+                    appends(&deleting_leader, &single, Acks::All, 64, amount)
+                })
+                .0
+            },
+        );
+        let d = bench_rate(
+            &mut group,
+            &format!("deleting_application/round_{round}"),
+            settings,
+            None,
+            phase / 2,
+            |amount| {
+                let (run, start) = with_deleter(&deleting, true, || {
+                    appends(&deleting_leader, &single, Acks::All, 64, amount)
+                });
+                log_start.set(start);
+                run
+            },
+        );
+        kept = best(kept, k);
+        deleted = best(deleted, d);
+    }
+    let (log_start, log_end) = (log_start.get(), deleting_leader.log_end_offset());
+    drop(deleting_leader);
+    deleting.shutdown().expect("shutdown");
+    group.finish();
+
     // 5. One thread pipelining single records (issue 14).
     let mut group = c.benchmark_group("replication/pipelined/1_thread_1x1KiB");
     configure(&mut group, phase);
@@ -657,6 +768,15 @@ fn replication(c: &mut Criterion) {
             pipelined,
             many,
             pipelined / many
+        );
+    }
+    if let (Some(deleted), Some(kept)) = (deleted, kept) {
+        println!(
+            "replication/deletion/64_producers_1x1KiB: 3 replicas acks=all with a deleting application {:.0} records/s \
+             (log start {log_start} of {log_end} at the end); without deletion {:.0} records/s; ratio {:.2} (target >= 0.95)",
+            deleted,
+            kept,
+            deleted / kept
         );
     }
     if let (Some(many), Some(floor)) = (many, floor) {

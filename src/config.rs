@@ -142,14 +142,18 @@ pub struct ReplicationConfig {
     pub retain_until_applied: bool,
     /// With `retain_until_applied`: once the records kept only because a
     /// replica has not applied them pass this many bytes, the leader
-    /// deletes up to the high watermark anyway, and that replica will need
-    /// a snapshot (PostgreSQL's `max_slot_wal_keep_size`). Default `None`:
-    /// no cap.
+    /// deletes past the lagging positions anyway, and those replicas will
+    /// need a snapshot (PostgreSQL's `max_slot_wal_keep_size`); but never
+    /// past what the leader's own application and `min_insync_replicas`
+    /// in-sync applications have applied, so that a deleted record lives
+    /// in as many applications' states as an acknowledged one lives in
+    /// logs. Default `None`: no cap.
     pub applied_hold_bytes_max: Option<u64>,
     /// With `retain_until_applied`: once the oldest record kept only
     /// because a replica has not applied it is older than this (by its
-    /// segment's newest timestamp), the leader deletes up to the high
-    /// watermark anyway. Default `None`: no cap.
+    /// segment's newest timestamp), the leader deletes past the lagging
+    /// positions anyway, within the same limits as with
+    /// `applied_hold_bytes_max`. Default `None`: no cap.
     pub applied_hold_age_max: Option<Duration>,
 }
 

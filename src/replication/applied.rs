@@ -142,6 +142,21 @@ impl AppliedPositions {
             .min_by_key(|lowest| lowest.applied)
     }
 
+    /// The highest offset that at least `count` of `replicas` have applied
+    /// (the `count`-th highest position; `None` when fewer than `count`
+    /// reported one).
+    pub(crate) fn highest_held_by(&self, replicas: &[NodeId], count: usize) -> Option<Offset> {
+        let inner = self.inner.lock();
+        let mut known: Vec<Offset> = replicas
+            .iter()
+            .filter_map(|replica| inner.positions.get(replica).copied())
+            .collect();
+        known.sort_unstable_by(|a, b| b.cmp(a));
+        count
+            .checked_sub(1)
+            .and_then(|index| known.get(index).copied())
+    }
+
     /// Writes the positions if they changed since the last write.
     pub(crate) fn store(&self) -> Result<()> {
         let pairs: Vec<(u64, u64)> = {
@@ -206,6 +221,25 @@ mod tests {
             })
         );
         assert_eq!(positions.lowest(&[]), None);
+    }
+
+    #[test]
+    fn highest_held_by_is_the_count_th_highest_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let positions = AppliedPositions::open(dir.path());
+        positions.set(NodeId(1), Offset(10));
+        positions.set(NodeId(2), Offset(7));
+        positions.set(NodeId(3), Offset(3));
+        let all = [NodeId(1), NodeId(2), NodeId(3), NodeId(4)];
+        assert_eq!(positions.highest_held_by(&all, 1), Some(Offset(10)));
+        assert_eq!(positions.highest_held_by(&all, 2), Some(Offset(7)));
+        assert_eq!(positions.highest_held_by(&all, 3), Some(Offset(3)));
+        assert_eq!(positions.highest_held_by(&all, 4), None);
+        assert_eq!(positions.highest_held_by(&all, 0), None);
+        assert_eq!(
+            positions.highest_held_by(&[NodeId(2), NodeId(3)], 2),
+            Some(Offset(3))
+        );
     }
 
     #[test]

@@ -229,18 +229,22 @@ pub struct DeletionBound {
     /// Records below it may be deleted (by retention or
     /// `delete_records_before`).
     pub bound: Offset,
-    /// The replica whose application holds deletion below the high
-    /// watermark, if one does (`retain_until_applied`).
+    /// The replica whose applied position is `bound`, when that is below
+    /// the high watermark (`retain_until_applied`); past the cap, `None`
+    /// when the bound is what the `min_insync_replicas`-th in-sync
+    /// application applied.
     pub held_by: Option<NodeId>,
     /// That replica's applied position; `None` when it never reported one
     /// (or when no replica holds deletion back).
     pub held_by_applied: Option<Offset>,
-    /// Bytes of whole segments below the high watermark kept only because
-    /// of `held_by`.
+    /// Bytes of whole segments below the high watermark kept for the
+    /// lowest applied position over all replicas (what the cap measures).
     pub held_bytes: u64,
     /// Whether the cap (`applied_hold_bytes_max`, `applied_hold_age_max`)
-    /// has passed: `bound` is then the high watermark, and `held_by` will
-    /// need a snapshot once retention deletes what it has not applied.
+    /// has passed for the lowest position: `bound` then passes the lagging
+    /// positions (their replicas will need a snapshot), up to what the
+    /// leader's application and `min_insync_replicas` in-sync applications
+    /// have applied.
     pub capped: bool,
 }
 
@@ -1508,9 +1512,33 @@ impl Replica {
             _ => false,
         };
         let capped = over_bytes || over_age;
+        // Past the cap, deletion passes the lagging positions, but only up
+        // to what the leader's own application and at least
+        // `min_insync_replicas` in-sync applications have applied: every
+        // deleted record then lives in as many applications' states as an
+        // acknowledged record lives in logs (SPEC G1 counts it as kept),
+        // and the leader, whose snapshots rebuild the others, has it.
+        let (bound, held_by, held_by_applied) = match capped {
+            false => (applied, Some(held_by), held_by_applied),
+            true => {
+                let own = self.applied.get(self.local).unwrap_or(Offset::ZERO);
+                let quorum = self
+                    .applied
+                    .highest_held_by(&role.in_sync_replicas, self.config.min_insync_replicas)
+                    .unwrap_or(Offset::ZERO);
+                let bound = own.min(quorum).clamp(applied, high_watermark);
+                if bound == high_watermark {
+                    (bound, None, None)
+                } else if bound == own {
+                    (bound, Some(self.local), Some(own))
+                } else {
+                    (bound, None, Some(bound))
+                }
+            }
+        };
         Ok(DeletionBound {
-            bound: if capped { high_watermark } else { applied },
-            held_by: Some(held_by),
+            bound,
+            held_by,
             held_by_applied,
             held_bytes,
             capped,

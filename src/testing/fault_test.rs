@@ -53,8 +53,9 @@ use crate::producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 use crate::record::RecordBatch;
 use crate::replicated_log::{Acks, AppendOutcome, Isolation, ReplicatedLog};
 use crate::storage::{FlushPolicy, LogConfig};
-use crate::sync::{AtomicBool, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::testing::cluster::{Cluster, Lose, SessionEnd};
+use crate::testing::fault_apps::FaultApps;
 use crate::transport::{MemoryNetwork, SplitMix64};
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
@@ -95,6 +96,17 @@ pub struct FaultTestConfig {
     /// call order (offsets increase with the calls) and that every handle
     /// was resolved within a bound.
     pub pipelined: usize,
+    /// SPEC 3.9: every node runs an application per log that applies its
+    /// replica's committed records, reports its applied position and takes
+    /// snapshots; deletion waits for the positions (`retain_until_applied`)
+    /// with a small cap, retention is small, and the leaders delete up to
+    /// the bound at random, so crashed replicas come back below their
+    /// leader's log start and are rebuilt from snapshots. G1 counts a
+    /// record below a log's start as kept when an application holds it.
+    /// Only with the memory coordinator, and not with
+    /// [`CrashMode::PowerLossFlushNever`] (where a committed record may be
+    /// lost, and an application may have applied it).
+    pub deletion: bool,
 }
 
 impl FaultTestConfig {
@@ -107,6 +119,7 @@ impl FaultTestConfig {
             converge_timeout: Duration::from_secs(20),
             logs: 3,
             pipelined: 0,
+            deletion: false,
         }
     }
 }
@@ -144,6 +157,13 @@ pub struct FaultTestReport {
     /// [`CrashMode::PowerLossFlushNever`], where only those a replica that
     /// held them kept its disk for (G1c).
     pub g1_checked: usize,
+    /// Deletion mode: `delete_records_before` calls that moved a log start.
+    pub deletions: usize,
+    /// Deletion mode: snapshots installed on followers.
+    pub snapshot_installs: usize,
+    /// Deletion mode: times an application found its position below its
+    /// replica's log start (the cap passed it).
+    pub applications_behind: usize,
 }
 
 /// An append a producer was told succeeded.
@@ -212,6 +232,8 @@ struct RunState {
     high_watermarks: Mutex<HashMap<(LogId, NodeId, u64, LeaderEpoch), Offset>>,
     violations: Mutex<Vec<String>>,
     samples: Mutex<usize>,
+    /// Deletion mode: `delete_records_before` calls that moved a log start.
+    deletions: Mutex<usize>,
 }
 
 impl RunState {
@@ -310,7 +332,7 @@ pub fn run(config: &FaultTestConfig) -> std::result::Result<FaultTestReport, Str
 /// [`run`] on the cluster `build` makes from the seed's generator.
 fn run_checked<C: FaultTarget>(
     config: &FaultTestConfig,
-    build: impl FnOnce(&FaultTestConfig, &mut SplitMix64) -> Result<(C, usize)>,
+    build: impl FnOnce(&FaultTestConfig, &mut SplitMix64) -> Result<Built<C>>,
 ) -> std::result::Result<FaultTestReport, String> {
     let seed = config.seed;
     count_node_thread_panics();
@@ -475,8 +497,19 @@ pub fn run_on_zookeeper(
             .controller(Some(shape.controller.clone()))
             .proxied(true)
             .build()?;
-        Ok((cluster, shape.nodes))
+        Ok(Built {
+            cluster,
+            nodes: shape.nodes,
+            apps: None,
+        })
     })
+}
+
+/// A cluster built for a run, with its applications in deletion mode.
+struct Built<C> {
+    cluster: C,
+    nodes: usize,
+    apps: Option<Arc<FaultApps>>,
 }
 
 /// The settings of a fault test's cluster, chosen by the seed.
@@ -512,6 +545,11 @@ impl ClusterShape {
                 fetch_wait_max: Duration::from_millis(50),
                 request_timeout: Duration::from_millis(800),
                 fetch_backoff: Duration::from_millis(10),
+                // Deletion mode: wait for the applications, but not past
+                // one segment for one (so that crashed replicas need
+                // snapshots).
+                retain_until_applied: config.deletion,
+                applied_hold_bytes_max: config.deletion.then_some(1024),
                 ..ReplicationConfig::default()
             },
             log: LogConfig {
@@ -519,6 +557,7 @@ impl ClusterShape {
                 segment_bytes_max: 4096,
                 index_interval_bytes: 256,
                 flush_policy,
+                retention_bytes: config.deletion.then_some(8 * 1024),
                 ..LogConfig::default()
             },
             controller: ControllerConfig {
@@ -529,25 +568,43 @@ impl ClusterShape {
     }
 }
 
-fn build_cluster(config: &FaultTestConfig, rng: &mut SplitMix64) -> Result<(Cluster, usize)> {
+fn build_cluster(config: &FaultTestConfig, rng: &mut SplitMix64) -> Result<Built<Cluster>> {
     let shape = ClusterShape::new(config, rng);
-    let cluster = Cluster::builder()
+    let mut builder = Cluster::builder()
         .nodes(shape.nodes)
         .seed(rng.next_u64())
         .session_timeout(shape.session_timeout)
         .replication(shape.replication)
         .log_config(shape.log)
-        .controller(Some(shape.controller))
-        .build()?;
-    Ok((cluster, shape.nodes))
+        .controller(Some(shape.controller));
+    let apps = config.deletion.then(|| Arc::new(FaultApps::default()));
+    if let Some(apps) = &apps {
+        builder = builder.retention_check_interval(Duration::from_millis(20));
+        for node in 0..shape.nodes {
+            let node = NodeId(node as u32);
+            builder = builder.snapshots(node, apps.store(node));
+        }
+    }
+    Ok(Built {
+        cluster: builder.build()?,
+        nodes: shape.nodes,
+        apps,
+    })
 }
 
 fn run_inner<C: FaultTarget>(
     config: &FaultTestConfig,
-    build: impl FnOnce(&FaultTestConfig, &mut SplitMix64) -> Result<(C, usize)>,
+    build: impl FnOnce(&FaultTestConfig, &mut SplitMix64) -> Result<Built<C>>,
 ) -> std::result::Result<FaultTestReport, String> {
+    if config.deletion && config.crash_mode == CrashMode::PowerLossFlushNever {
+        return Err("deletion mode does not run under PowerLossFlushNever".to_string());
+    }
     let mut rng = SplitMix64::new(config.seed);
-    let (cluster, nodes) = build(config, &mut rng).map_err(|e| e.to_string())?;
+    let Built {
+        cluster,
+        nodes,
+        apps,
+    } = build(config, &mut rng).map_err(|e| e.to_string())?;
     let logs: Vec<LogId> = (0..config.logs).map(LogId).collect();
     for &log in &logs {
         cluster.create_log(log, 3).map_err(|e| e.to_string())?;
@@ -568,6 +625,7 @@ fn run_inner<C: FaultTarget>(
         high_watermarks: Mutex::new(HashMap::new()),
         violations: Mutex::new(Vec::new()),
         samples: Mutex::new(0),
+        deletions: Mutex::new(0),
     };
     let mut report = FaultTestReport {
         nodes,
@@ -595,6 +653,11 @@ fn run_inner<C: FaultTarget>(
             let seed = config.seed ^ (0x5EAD_0000 + reader);
             scope.spawn(move || read_committed(cluster, state, logs, seed));
         }
+        if let Some(apps) = &apps {
+            let (cluster, state, logs) = (&cluster, &state, &logs);
+            let seed = config.seed ^ 0xDE1E_7E00;
+            scope.spawn(move || apply_and_delete(cluster, state, apps, logs, seed));
+        }
         inject_faults(&cluster, &state, config, &mut rng, &logs, &mut report);
         heal(&cluster, &state);
         // Producers keep going a little on the healed cluster, then stop.
@@ -612,8 +675,26 @@ fn run_inner<C: FaultTarget>(
     report.replica_comparisons = *state.replica_comparisons.lock();
     let follower_reads = std::mem::take(&mut *state.follower_reads.lock());
     report.follower_read_batches_checked = follower_reads.len();
+    if let Some(apps) = &apps {
+        // The applications stopped with the producers: one last round, and
+        // a snapshot at every position, so that a replica still below its
+        // leader's log start can be rebuilt while the cluster converges.
+        for node in cluster.node_ids() {
+            for &log in &logs {
+                if let Ok(replica) = cluster.log(node, log) {
+                    apps.apply(&replica, log);
+                }
+            }
+            apps.snapshot(node);
+        }
+    }
     let converged = converge(&cluster, &logs, config.converge_timeout);
     let mut violations = std::mem::take(&mut *state.violations.lock());
+
+    report.deletions = *state.deletions.lock();
+    if let Some(apps) = &apps {
+        (report.snapshot_installs, report.applications_behind) = apps.counts();
+    }
     match converged {
         Ok(()) => violations.extend(check(
             &cluster,
@@ -621,6 +702,7 @@ fn run_inner<C: FaultTarget>(
             &state.acknowledged.lock(),
             &follower_reads,
             &state.power_losses.lock(),
+            apps.as_deref(),
             &mut report.g1_checked,
         )),
         Err(reason) => violations.push(reason),
@@ -630,6 +712,55 @@ fn run_inner<C: FaultTarget>(
     } else {
         violations.truncate(20);
         Err(format!("{report:?}\n  {}", violations.join("\n  ")))
+    }
+}
+
+/// Deletion mode: every 5 ms each running node's applications apply and
+/// report their positions; now and then they take snapshots, and the
+/// leaders delete up to their deletion bound.
+fn apply_and_delete<C: FaultTarget>(
+    cluster: &C,
+    state: &RunState,
+    apps: &FaultApps,
+    logs: &[LogId],
+    seed: u64,
+) {
+    let mut rng = SplitMix64::new(seed);
+    while !state.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+        for node in cluster.node_ids() {
+            if !cluster.is_running(node) {
+                continue;
+            }
+            for &log in logs {
+                if let Ok(replica) = cluster.log(node, log) {
+                    apps.apply(&replica, log);
+                }
+            }
+            if rng.next_u64().is_multiple_of(8) {
+                apps.snapshot(node);
+            }
+        }
+        if !rng.next_u64().is_multiple_of(4) {
+            continue;
+        }
+        for &log in logs {
+            let Some(leader) = cluster.leader_of(log) else {
+                continue;
+            };
+            let Ok(handle) = cluster.log(leader, log) else {
+                continue;
+            };
+            let start = handle.log_start_offset();
+            if let Ok(bound) = handle.deletion_bound() {
+                if handle
+                    .delete_records_before(bound.bound)
+                    .is_ok_and(|after| after > start)
+                {
+                    *state.deletions.lock() += 1;
+                }
+            }
+        }
     }
 }
 
@@ -1391,6 +1522,7 @@ fn check<C: FaultTarget>(
     acknowledged: &[Acknowledged],
     follower_reads: &[FollowerRead],
     power_losses: &HashMap<NodeId, u64>,
+    apps: Option<&FaultApps>,
     g1_checked: &mut usize,
 ) -> Vec<String> {
     let mut violations = Vec::new();
@@ -1401,6 +1533,14 @@ fn check<C: FaultTarget>(
             .filter_map(|node| cluster.log(node, log).ok())
             .collect();
         let mut contents: Vec<(NodeId, BTreeMap<Offset, Vec<u8>>)> = Vec::new();
+        let mut log_starts: HashMap<NodeId, Offset> = HashMap::new();
+        // G2 compares the replicas from the highest log start: a follower
+        // learns its leader's from the next fetch answer.
+        let compare_from = replicas
+            .iter()
+            .map(ReplicatedLog::log_start_offset)
+            .max()
+            .unwrap_or(Offset::ZERO);
         let mut positions: Vec<(NodeId, HashMap<Vec<u8>, Offset>)> = Vec::new();
         let mut reference: Option<(NodeId, Vec<RecordBatch>)> = None;
         for replica in &replicas {
@@ -1414,7 +1554,9 @@ fn check<C: FaultTarget>(
             };
             // G4: offsets dense and increasing, each value once.
             let mut records = BTreeMap::new();
-            let mut expected = replica.log_start_offset();
+            let log_start = replica.log_start_offset();
+            log_starts.insert(node, log_start);
+            let mut expected = log_start;
             let mut where_is: HashMap<Vec<u8>, Offset> = HashMap::new();
             for batch in &batches {
                 for record in batch.records() {
@@ -1425,6 +1567,11 @@ fn check<C: FaultTarget>(
                             continue;
                         }
                     };
+                    // A log start inside a batch (an exact deletion): the
+                    // batch comes whole, its records below are deleted.
+                    if record.offset < log_start {
+                        continue;
+                    }
                     if record.offset != expected {
                         violations.push(format!(
                             "G4: {log} on {node}: record at offset {} where {expected} was expected",
@@ -1448,6 +1595,10 @@ fn check<C: FaultTarget>(
             // G2: every replica holds the same batches (same bytes, same
             // epochs) below the common high watermark, which after
             // convergence is the whole log.
+            let batches: Vec<RecordBatch> = batches
+                .into_iter()
+                .filter(|b| b.last_offset() >= compare_from)
+                .collect();
             match &reference {
                 None => reference = Some((node, batches)),
                 Some((first, theirs)) => {
@@ -1491,7 +1642,13 @@ fn check<C: FaultTarget>(
         {
             *g1_checked += 1;
             for (node, records) in &contents {
-                if records.get(&ack.offset) != Some(&ack.value) {
+                // SPEC G1: a record deleted below the log start counts as
+                // kept when an application's state holds it.
+                let deleted_but_applied = log_starts
+                    .get(node)
+                    .is_some_and(|start| ack.offset < *start)
+                    && apps.is_some_and(|apps| apps.holds(log, ack.offset, &ack.value));
+                if records.get(&ack.offset) != Some(&ack.value) && !deleted_but_applied {
                     violations.push(format!(
                         "G1: {log} on {node}: acknowledged {:?} at offset {} but found {:?}",
                         String::from_utf8_lossy(&ack.value),
@@ -1515,6 +1672,7 @@ fn check<C: FaultTarget>(
             for read in follower_reads
                 .iter()
                 .filter(|r| r.log == log && r.base_offset >= log_start)
+                .filter(|r| r.last_offset >= compare_from)
             {
                 let held = by_base.get(&read.base_offset).is_some_and(|batch| {
                     batch.last_offset() == read.last_offset

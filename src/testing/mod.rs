@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod coordinator_suite;
+mod fault_apps;
 pub mod fault_test;
 pub mod fuzz;
 pub mod slow_coordinator;

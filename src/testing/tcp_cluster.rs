@@ -51,9 +51,17 @@ pub struct TcpClusterBuilder {
     /// Each node's TLS settings; `None`: plain TCP.
     #[cfg(feature = "tls")]
     tls: Option<BTreeMap<NodeId, crate::transport::TlsConfig>>,
+    snapshots: BTreeMap<NodeId, crate::snapshot::Snapshots>,
 }
 
 impl TcpClusterBuilder {
+    /// Gives node `id` the application snapshot store `store`
+    /// ([`NodeConfig::snapshots`]), kept across its restarts.
+    pub fn snapshots(mut self, id: NodeId, store: Arc<dyn crate::snapshot::SnapshotStore>) -> Self {
+        self.snapshots.insert(id, crate::snapshot::Snapshots(store));
+        self
+    }
+
     /// Number of nodes (ids 0..n).
     pub fn nodes(mut self, nodes: usize) -> Self {
         self.nodes = nodes;
@@ -174,6 +182,7 @@ impl TcpCluster {
             tcp: super::TcpTransportFactory::test_config(),
             #[cfg(feature = "tls")]
             tls: None,
+            snapshots: BTreeMap::new(),
         }
     }
 
@@ -235,6 +244,7 @@ impl TcpCluster {
         config.log = self.builder.log.clone();
         config.session_timeout = self.builder.session_timeout;
         config.controller = self.builder.controller.clone();
+        config.snapshots = self.builder.snapshots.get(&id).cloned();
         let node = Node::start(
             config,
             Arc::clone(&transport) as Arc<dyn crate::transport::Transport>,

@@ -7,8 +7,8 @@
 //! dropped at random (G4 on every seed), committed readers and live replica
 //! comparisons, and fails if a node thread panicked.
 //!
-//! CI runs 8, 8 and 4 seeds of the three modes (about 22 s on 2 shared
-//! cores). `ISRLOG_FAULT_SEEDS=N` runs seeds
+//! CI runs 8, 8 and 4 seeds of the three modes, and 4 and 4 of the first
+//! two with deletion and snapshots (SPEC 3.9). `ISRLOG_FAULT_SEEDS=N` runs seeds
 //! `0..N` of each mode; `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
 
 use isrlog::testing::fault_test::{run, CrashMode, FaultTestConfig};
@@ -38,6 +38,10 @@ fn seeds(ci_default: u64) -> Vec<u64> {
 }
 
 fn run_seeds(mode: CrashMode, ci_default: u64) {
+    run_seeds_with(mode, ci_default, false);
+}
+
+fn run_seeds_with(mode: CrashMode, ci_default: u64, deletion: bool) {
     // `RUST_LOG=isrlog=info` shows what the cluster did on a replayed seed.
     if std::env::var("RUST_LOG").is_ok() {
         // Fails when another test of this binary installed it first: fine.
@@ -47,7 +51,11 @@ fn run_seeds(mode: CrashMode, ci_default: u64) {
             .try_init();
     }
     for seed in seeds(ci_default) {
-        match run(&FaultTestConfig::new(seed, mode)) {
+        let config = FaultTestConfig {
+            deletion,
+            ..FaultTestConfig::new(seed, mode)
+        };
+        match run(&config) {
             Ok(report) => eprintln!("seed {seed} {mode:?}: ok {report:?}"),
             Err(failure) => panic!("{failure}"),
         }
@@ -67,4 +75,17 @@ fn committed_never_lost_under_power_loss_with_flush_always() {
 #[test]
 fn replicas_agree_under_power_loss_without_flushing() {
     run_seeds(CrashMode::PowerLossFlushNever, 4);
+}
+
+/// SPEC 3.9 under faults: applications apply, report their positions and
+/// snapshot; leaders delete up to the bound and past the cap; crashed
+/// replicas come back below the log start and are rebuilt from snapshots.
+#[test]
+fn committed_never_lost_under_random_faults_with_deletion_and_snapshots() {
+    run_seeds_with(CrashMode::Process, 4, true);
+}
+
+#[test]
+fn committed_never_lost_under_power_loss_with_deletion_and_snapshots() {
+    run_seeds_with(CrashMode::PowerLossFlushAlways, 4, true);
 }

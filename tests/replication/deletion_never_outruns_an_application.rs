@@ -222,14 +222,17 @@ fn a_replica_that_never_reported_and_a_stopped_one_hold_deletion_until_the_cap()
         "the cap never let retention go on: {:?}",
         leader.deletion_bound()
     );
-    // Deleted past the silent replica's position (0), which still holds
-    // what is left below the high watermark.
+    // Deleted past the silent replica's position (none), up to what the
+    // leader's application and min_insync_replicas = 2 applications have
+    // applied.
     let bound = leader.deletion_bound().expect("bound");
     println!(
         "past the cap: log start {}, {bound:?}",
         leader.log_start_offset()
     );
-    assert_eq!(bound.held_by, Some(silent), "{bound:?}");
+    assert!(bound.capped, "{bound:?}");
+    assert_ne!(bound.held_by, Some(silent), "{bound:?}");
+    assert!(leader.log_start_offset() <= bound.bound, "{bound:?}");
     cluster.shutdown().expect("shutdown");
 }
 
@@ -460,6 +463,65 @@ fn under_retention_by_age_a_stopped_apply_loop_holds_deletion_until_the_age_cap(
         appended.elapsed() >= cap,
         "deleted past the position after {:?}",
         appended.elapsed()
+    );
+    cluster.shutdown().expect("shutdown");
+}
+
+/// Regression for a fault-test finding (deletion mode, seed 0 of
+/// PowerLossFlushAlways with a 1 KiB cap): past the cap, deletion went up
+/// to the high watermark and removed records that no application had
+/// applied. It now stops at what the leader's application and
+/// `min_insync_replicas` in-sync applications have applied.
+#[test]
+fn past_the_cap_deletion_stops_at_what_the_leader_and_min_insync_applications_applied() {
+    let cluster = cluster(
+        ReplicationConfig {
+            applied_hold_bytes_max: Some(1024),
+            ..held(true)
+        },
+        small_segments(),
+    );
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let (a, b) = (
+        NodeId((leader.node_id().0 + 1) % 3),
+        NodeId((leader.node_id().0 + 2) % 3),
+    );
+    append(&leader, 200);
+    wait_high_watermark_everywhere(&cluster, Offset(200));
+    let set = |node: NodeId, applied: u64| {
+        cluster
+            .log(node, LOG)
+            .expect("replica")
+            .set_applied(Offset(applied))
+            .expect("set_applied");
+    };
+    // The leader's own application is the furthest behind.
+    set(leader.node_id(), 20);
+    set(a, 120);
+    set(b, 150);
+    wait_leader_knows_all(&cluster, &leader);
+    std::thread::sleep(Duration::from_millis(200));
+    let bound = leader.deletion_bound().expect("bound");
+    assert!(bound.capped, "{bound:?}");
+    assert_eq!(bound.bound, Offset(20), "{bound:?}");
+    assert_eq!(bound.held_by, Some(leader.node_id()), "{bound:?}");
+    assert!(leader.log_start_offset() <= Offset(20));
+    // The leader applied the most (190); a and b hold 120 and 150: two
+    // in-sync applications (the leader and b) have applied up to 150.
+    set(leader.node_id(), 190);
+    wait_leader_knows_all(&cluster, &leader);
+    assert!(
+        cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)),
+        "retention never went on: {:?}",
+        leader.deletion_bound()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let bound = leader.deletion_bound().expect("bound");
+    assert_eq!(bound.bound, Offset(150), "{bound:?}");
+    assert!(
+        leader.log_start_offset() <= Offset(150),
+        "log start {} passed what two applications applied",
+        leader.log_start_offset()
     );
     cluster.shutdown().expect("shutdown");
 }

@@ -1,0 +1,214 @@
+//! Snapshot transfer over loopback TCP (issue 25, "Performance"): a
+//! follower whose log ends below its leader's log start receives the leader
+//! application's snapshot through the node's TCP transport, in chunks of
+//! `fetch_bytes_max` (1 MiB), each checked by its CRC-32 and written to a
+//! file before the whole is installed. Printed next to the throughput of
+//! one plain loopback TCP connection measured in the same run (one thread
+//! writing 1 MiB buffers, one reading them), as a ratio (target >= 0.5).
+//!
+//! The transfer is timed from the leader's first chunk read to the end of
+//! the follower application's install (which only counts the bytes), so
+//! the nodes' start and the election are not in it.
+//!
+//! `cargo bench --bench snapshot` runs it (a 256 MiB snapshot, best of 3
+//! rounds); without `--bench` (as under `cargo test --benches`) it runs a
+//! tiny version (8 MiB, one round) that checks the path works.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use isrlog::testing::TcpCluster;
+use isrlog::{Acks, LogId, NodeId, Offset, ReplicationConfig, SnapshotInfo, SnapshotStore};
+
+const LOG: LogId = LogId(0);
+const MIB: usize = 1 << 20;
+
+/// A snapshot store that serves one in-memory snapshot and, on install,
+/// only counts the bytes it reads.
+#[derive(Default)]
+struct Store {
+    snapshot: Mutex<Option<(SnapshotInfo, Bytes)>>,
+    first_chunk_at: Mutex<Option<Instant>>,
+    installed_at: Mutex<Option<Instant>>,
+    installed_bytes: AtomicU64,
+}
+
+impl SnapshotStore for Store {
+    fn latest(&self, _log: LogId) -> Option<SnapshotInfo> {
+        self.snapshot
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|(info, _)| *info)
+    }
+
+    fn read_chunk(
+        &self,
+        _log: LogId,
+        snapshot: SnapshotInfo,
+        position: u64,
+        len: usize,
+    ) -> std::io::Result<Bytes> {
+        if position == 0 {
+            self.first_chunk_at
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Instant::now);
+        }
+        let held = self.snapshot.lock().unwrap();
+        match held.as_ref() {
+            Some((info, bytes)) if *info == snapshot => {
+                let start = position as usize;
+                Ok(bytes.slice(start..start + len))
+            }
+            _ => Err(std::io::Error::other("no such snapshot")),
+        }
+    }
+
+    fn install(
+        &self,
+        _log: LogId,
+        _snapshot: SnapshotInfo,
+        data: &mut dyn Read,
+    ) -> std::io::Result<()> {
+        let mut buffer = vec![0u8; MIB];
+        let mut total = 0u64;
+        loop {
+            let n = data.read(&mut buffer)?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+        self.installed_bytes.store(total, Ordering::SeqCst);
+        *self.installed_at.lock().unwrap() = Some(Instant::now());
+        Ok(())
+    }
+}
+
+/// Bytes per second of one loopback TCP connection carrying `bytes` in
+/// 1 MiB writes.
+fn loopback_tcp(bytes: usize) -> f64 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let writer = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        let buffer = vec![0x5au8; MIB];
+        let mut sent = 0;
+        while sent < bytes {
+            let n = MIB.min(bytes - sent);
+            stream.write_all(&buffer[..n]).expect("write");
+            sent += n;
+        }
+    });
+    let (mut stream, _) = listener.accept().expect("accept");
+    let mut buffer = vec![0u8; MIB];
+    let start = Instant::now();
+    let mut received = 0;
+    while received < bytes {
+        let n = stream.read(&mut buffer).expect("read");
+        assert!(n > 0, "the writer stopped early");
+        received += n;
+    }
+    let elapsed = start.elapsed();
+    writer.join().expect("writer");
+    bytes as f64 / elapsed.as_secs_f64()
+}
+
+/// One transfer of a `bytes`-long snapshot to a follower that fell
+/// behind its leader's log start; bytes per second.
+fn snapshot_transfer(bytes: usize) -> f64 {
+    let stores: Vec<Arc<Store>> = (0..2).map(|_| Arc::new(Store::default())).collect();
+    let mut builder = TcpCluster::builder()
+        .nodes(2)
+        .min_insync_replicas(1)
+        .session_timeout(Duration::from_secs(1))
+        .replication(ReplicationConfig {
+            replica_lag_time_max: Duration::from_secs(1),
+            fetch_wait_max: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(10),
+            fetch_backoff: Duration::from_millis(10),
+            ..ReplicationConfig::default()
+        });
+    for (id, store) in stores.iter().enumerate() {
+        builder = builder.snapshots(
+            NodeId(id as u32),
+            Arc::clone(store) as Arc<dyn SnapshotStore>,
+        );
+    }
+    let cluster = builder.build().expect("cluster");
+    cluster.create_log(LOG, 2).expect("create log");
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let follower = NodeId(1 - leader.node_id().0);
+    for _ in 0..10 {
+        leader
+            .append_values(&[b"before"], Acks::All)
+            .expect("append");
+    }
+    cluster.crash(follower);
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(LOG)
+            == vec![leader.node_id()]),
+        "the ISR never shrank to the leader"
+    );
+    for _ in 0..10 {
+        leader
+            .append_values(&[b"after"], Acks::All)
+            .expect("append");
+    }
+    let hw = leader.high_watermark();
+    let data: Vec<u8> = (0..bytes).map(|i| (i * 31 % 251) as u8).collect();
+    *stores[leader.node_id().0 as usize].snapshot.lock().unwrap() = Some((
+        SnapshotInfo {
+            offset: hw,
+            size_bytes: bytes as u64,
+        },
+        Bytes::from(data),
+    ));
+    assert_eq!(leader.delete_records_before(hw).expect("delete"), hw);
+    assert!(hw > Offset(10));
+    cluster.restart(follower).expect("restart");
+    let installed = &stores[follower.0 as usize];
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while installed.installed_at.lock().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the snapshot never arrived");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        installed.installed_bytes.load(Ordering::SeqCst),
+        bytes as u64
+    );
+    let first = stores[leader.node_id().0 as usize]
+        .first_chunk_at
+        .lock()
+        .unwrap()
+        .expect("the leader served a chunk");
+    let end = installed.installed_at.lock().unwrap().expect("installed");
+    let rate = bytes as f64 / (end - first).as_secs_f64();
+    drop(leader);
+    cluster.shutdown().expect("shutdown");
+    rate
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (bytes, rounds) = if full { (256 * MIB, 3) } else { (8 * MIB, 1) };
+    let mut transfer = 0f64;
+    let mut tcp = 0f64;
+    for _ in 0..rounds {
+        transfer = transfer.max(snapshot_transfer(bytes));
+        tcp = tcp.max(loopback_tcp(bytes));
+    }
+    println!(
+        "snapshot/tcp/{} MiB: snapshot transfer {:.0} MB/s; one loopback TCP connection {:.0} MB/s; \
+         ratio {:.2} (target >= 0.5; best of {rounds})",
+        bytes / MIB,
+        transfer / 1e6,
+        tcp / 1e6,
+        transfer / tcp
+    );
+}

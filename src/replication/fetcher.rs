@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::replica::Replica;
 use super::watch::Watch;
 use crate::config::ReplicationConfig;
-use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport};
-use crate::types::{LeaderEpoch, LogId, NodeId};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
 
 #[derive(Debug)]
 struct Target {
@@ -27,6 +27,9 @@ struct Target {
 
 struct Shared {
     local: NodeId,
+    /// This node's current incarnation, set by the node at every
+    /// registration; every fetch carries it (SPEC 3.2).
+    incarnation: Arc<AtomicU64>,
     leader: NodeId,
     transport: Arc<dyn Transport>,
     config: ReplicationConfig,
@@ -56,12 +59,14 @@ impl Fetcher {
     /// Starts the fetcher thread of `local` for `leader`.
     pub(crate) fn start(
         local: NodeId,
+        incarnation: Arc<AtomicU64>,
         leader: NodeId,
         transport: Arc<dyn Transport>,
         config: ReplicationConfig,
     ) -> std::io::Result<Fetcher> {
         let shared = Arc::new(Shared {
             local,
+            incarnation,
             leader,
             transport,
             config,
@@ -169,6 +174,7 @@ fn run(shared: &Shared) {
         }
         let request = Request::Fetch(FetchRequest {
             replica: shared.local,
+            incarnation: Incarnation(shared.incarnation.load(Ordering::SeqCst)),
             wait_max: config.fetch_wait_max,
             bytes_max: config.fetch_response_bytes_max,
             logs,
@@ -201,6 +207,13 @@ fn run(shared: &Shared) {
                         }
                     }
                 }
+            }
+            Ok(Response::Error(ErrorCode::StaleIncarnation)) => {
+                // The leader has not read this node's newest registration
+                // yet (it will, the coordinator announces it), or this node
+                // registered again since the fetch left: ask again later.
+                tracing::debug!(leader = %shared.leader, "fetch refused: the leader does not know this node's current incarnation yet; backing off");
+                backoff(shared, seen);
             }
             Ok(other) => {
                 tracing::debug!(leader = %shared.leader, response = ?other, "unexpected fetch response; backing off");

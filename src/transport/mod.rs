@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 pub use memory::{MemoryNetwork, MemoryTransport};
 #[cfg(any(test, feature = "testing"))]
@@ -153,6 +153,11 @@ pub enum Response {
 pub struct FetchRequest {
     /// The follower sending it.
     pub replica: NodeId,
+    /// The follower's current incarnation, from its registration with the
+    /// coordinator (Kafka's broker epoch, KIP-903): the leader counts the
+    /// fetch only if it is the one the coordinator lists for `replica`
+    /// (SPEC 3.2), and answers [`ErrorCode::StaleIncarnation`] otherwise.
+    pub incarnation: Incarnation,
     /// Long-poll bound: how long the leader may hold the request while no
     /// log has new data.
     pub wait_max: Duration,
@@ -289,11 +294,17 @@ pub enum ErrorCode {
     Shutdown = 12,
     /// Any other failure, and any number this version does not know.
     Unknown = 13,
+    /// The fetch does not come from the sender's current incarnation (its
+    /// registration with the coordinator, Kafka's `STALE_BROKER_EPOCH`,
+    /// KIP-903): sent by an earlier process of the node, by a node the
+    /// leader does not know as live, or by someone posing as it. It counts
+    /// for nothing (SPEC 3.2).
+    StaleIncarnation = 14,
 }
 
 impl ErrorCode {
     /// Every code, in wire order. Conformance tests send each one.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::None,
         ErrorCode::NotLeader,
         ErrorCode::FencedLeaderEpoch,
@@ -308,6 +319,7 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::Shutdown,
         ErrorCode::Unknown,
+        ErrorCode::StaleIncarnation,
     ];
 
     /// The wire number of this code.
@@ -372,6 +384,7 @@ impl fmt::Display for ErrorCode {
             ErrorCode::InvalidRequest => "invalid request",
             ErrorCode::Shutdown => "shutdown",
             ErrorCode::Unknown => "unknown error",
+            ErrorCode::StaleIncarnation => "stale incarnation",
         };
         write!(f, "{name} ({})", self.as_u16())
     }
@@ -395,7 +408,7 @@ mod tests {
 
     #[test]
     fn unknown_error_code_numbers_decode_as_unknown() {
-        for number in [14, 15, 1000, u16::MAX] {
+        for number in [15, 16, 1000, u16::MAX] {
             assert_eq!(ErrorCode::from_u16(number), ErrorCode::Unknown, "{number}");
         }
     }

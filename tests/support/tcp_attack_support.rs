@@ -142,11 +142,15 @@ pub fn high_watermark(cluster: &TcpCluster) -> Offset {
         .unwrap_or(Offset(0))
 }
 
-/// A frame header per the documented layout (magic, version 1, type, body
+/// The frame version the TCP codec speaks (2 since fetches carry the
+/// follower's incarnation).
+pub const FRAME_VERSION: u8 = 2;
+
+/// A frame header per the documented layout (magic, version, type, body
 /// length, request id).
 pub fn frame_header(message_type: u8, body_length: u32) -> Vec<u8> {
     let mut out = b"ISRL".to_vec();
-    out.push(1);
+    out.push(FRAME_VERSION);
     out.push(message_type);
     out.extend_from_slice(&body_length.to_le_bytes());
     out.extend_from_slice(&7u64.to_le_bytes());

@@ -106,6 +106,8 @@ impl Scenario {
         let epoch = self.leader.leader_epoch();
         Request::Fetch(FetchRequest {
             replica,
+            // The replica's real incarnation: only TLS stands in the way.
+            incarnation: self.cluster.incarnation(replica).unwrap_or_default(),
             wait_max: Duration::ZERO,
             bytes_max: 1 << 20,
             logs: vec![FetchLog {

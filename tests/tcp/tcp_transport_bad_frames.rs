@@ -238,7 +238,7 @@ fn hand_built_frame_following_the_documented_layout_is_answered() {
     let mut head = [0u8; HEADER_BYTES];
     raw.read_exact(&mut head).expect("response header");
     assert_eq!(&head[..4], b"ISRL");
-    assert_eq!(head[4], 1, "version");
+    assert_eq!(head[4], FRAME_VERSION, "version");
     assert_eq!(head[5], 0x82, "epoch end offsets response");
     let body_length = u32::from_le_bytes(head[6..10].try_into().unwrap()) as usize;
     assert_eq!(

@@ -524,6 +524,13 @@ impl Node {
         }
     }
 
+    /// The incarnation of `peer` whose fetches this node counts, as it last
+    /// read them from the coordinator (SPEC 3.2); `None` if it knows no
+    /// live registration of `peer`.
+    pub fn peer_incarnation(&self, peer: NodeId) -> Option<Incarnation> {
+        self.shared.peer_incarnations.get(peer)
+    }
+
     /// This node's current incarnation: what its latest registration with
     /// the coordinator handed out, and what its fetches carry (SPEC 3.2).
     pub fn incarnation(&self) -> Incarnation {
@@ -1219,7 +1226,7 @@ impl NodeShared {
                 replica.isr_proposal_withdrawn();
                 return;
             }
-            let live = match self.coordinator.live_nodes() {
+            let live = match self.coordinator.live_node_incarnations() {
                 Ok(live) => live,
                 Err(error) => {
                     tracing::warn!(%log, node = %self.local(), %error, "cannot check liveness before an ISR expansion; will retry");
@@ -1231,10 +1238,35 @@ impl NodeShared {
             // controller checks both at once): a node that dies between the
             // two can still be added; the controller removes dead followers
             // and the leader's lag check does too.
-            if let Some(dead) = joining.iter().find(|node| !live.contains(node)) {
+            if let Some(dead) = joining
+                .iter()
+                .find(|node| !live.iter().any(|(live, _)| live == *node))
+            {
                 tracing::info!(%log, node = %self.local(), replica = %dead, "not adding a replica whose node is not alive to the ISR");
                 replica.isr_proposal_withdrawn();
                 return;
+            }
+            // KIP-903: the fetches that qualified a follower must come from
+            // its current registration. This node's view of incarnations may
+            // lag the coordinator (it has not read a restart yet), and a
+            // fetch delayed from the follower's previous life, counted in
+            // that window, would otherwise put a replica that may hold
+            // nothing into the ISR. Kafka's controller refuses such an
+            // `AlterPartition` (`INELIGIBLE_REPLICA`); here the leader checks
+            // the coordinator's current incarnation before it writes.
+            for node in &joining {
+                let current = live
+                    .iter()
+                    .find(|(live, _)| live == node)
+                    .map(|(_, incarnation)| *incarnation);
+                let counted = replica.follower_incarnation(*node);
+                if counted != current {
+                    tracing::info!(%log, node = %self.local(), replica = %node, ?counted, ?current,
+                        "not adding a replica to the ISR on fetches from an earlier incarnation");
+                    replica.isr_proposal_withdrawn();
+                    self.refresh_incarnations();
+                    return;
+                }
             }
         }
         let version = proposal.expected_version;

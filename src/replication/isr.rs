@@ -297,6 +297,12 @@ impl FollowerProgress {
         }
     }
 
+    /// The incarnation of the follower whose fetches this record counts,
+    /// if one was counted.
+    pub(crate) fn incarnation(&self) -> Option<Incarnation> {
+        self.incarnation
+    }
+
     /// The follower's log end offset, if it fetched in this epoch.
     pub(crate) fn log_end_offset(&self) -> Option<Offset> {
         self.log_end_offset

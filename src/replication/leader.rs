@@ -694,6 +694,12 @@ impl LeaderState {
         self.followers.get(&node)?.log_end_offset()
     }
 
+    /// The incarnation of `node` whose fetches the leader counted in this
+    /// epoch: what qualified it for the ISR, if anything did.
+    pub(crate) fn follower_incarnation(&self, node: NodeId) -> Option<Incarnation> {
+        self.followers.get(&node)?.incarnation()
+    }
+
     /// How far `node` is behind, as of `now`; `None` if it is not a
     /// follower of this log.
     pub(crate) fn follower_lag(&self, node: NodeId, now: Instant) -> Option<FollowerLag> {

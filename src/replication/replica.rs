@@ -1424,6 +1424,12 @@ impl Replica {
         }
     }
 
+    /// On a leader: the incarnation of `follower` whose fetches it counted
+    /// in this epoch (SPEC 3.2); `None` on a follower or before one.
+    pub(crate) fn follower_incarnation(&self, follower: NodeId) -> Option<Incarnation> {
+        self.leader.lock().as_ref()?.follower_incarnation(follower)
+    }
+
     /// Per-follower lag in records and time since caught up.
     pub(crate) fn follower_lag(&self, follower: NodeId) -> Option<(u64, Duration)> {
         let now = self.clock.now();

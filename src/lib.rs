@@ -154,8 +154,8 @@ pub use transport::TlsConfig;
 pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{
-    ClusterId, DirectoryId, EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch,
-    ProducerId, Sequence,
+    ClusterId, DirectoryId, EpochEndOffset, Incarnation, LeaderEpoch, LogId, NodeId, Offset,
+    ProducerEpoch, ProducerId, Sequence,
 };
 
 /// A read-only inspector of a log directory (what the `isrlog-inspect` binary

@@ -29,7 +29,8 @@ use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::CompletionRunner;
 use crate::replication::{
-    BelowLeaderStart, FetchArrival, Fetcher, IsrProposal, Replica, Role, Watch,
+    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, IsrProposal, PeerIncarnations,
+    Replica, Role, Watch,
 };
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, DirectoryIdentity, DirectoryLock,
@@ -40,7 +41,7 @@ use crate::transport::{
     EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
     RateLimitedWarnings, Request, RequestHandler, Response, SnapshotResponse, Transport, Warning,
 };
-use crate::types::{DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// Controlled shutdown: compare-and-set attempts per log before leaving it
 /// to the controller.
@@ -71,6 +72,9 @@ const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
 enum Command {
     /// A leader's fetch path produced an ISR proposal for this log.
     IsrProposal(LogId),
+    /// A fetch named an incarnation this node could not verify: read the
+    /// live nodes' incarnations again (rate-limited by the sender).
+    RefreshIncarnations,
 }
 
 /// State shared by a node's threads.
@@ -116,6 +120,12 @@ pub(crate) struct NodeShared {
     /// Runs pipelined appends' callbacks and wakers on the node's
     /// completion thread.
     pub(crate) completions: Arc<CompletionRunner>,
+    /// This node's own incarnation, from its latest registration (0 before
+    /// the first); its fetchers send it with every fetch (SPEC 3.2).
+    incarnation: Arc<AtomicU64>,
+    /// Every live node's current incarnation, as last read from the
+    /// coordinator: a fetch counts only from its sender's (SPEC 3.2).
+    peer_incarnations: PeerIncarnations,
 }
 
 /// Interval of the node's rate-limited warnings about invalid requests.
@@ -315,6 +325,8 @@ impl Node {
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
             completions: CompletionRunner::new(),
+            incarnation: Arc::new(AtomicU64::new(0)),
+            peer_incarnations: PeerIncarnations::new(),
         });
         if matches!(
             previous_shutdown,
@@ -360,9 +372,11 @@ impl Node {
                 .record_replica_directories(me, directory_id, &unplaced)?;
         }
         shared.placed.lock().extend(hosted);
-        shared
+        let incarnation = shared
             .coordinator
             .register_node(me, shared.config.session_timeout)?;
+        shared.incarnation.store(incarnation.0, Ordering::SeqCst);
+        tracing::info!(node = %me, %incarnation, "registered with the coordinator");
         // From here on a failure must undo what started: `abort_start`.
         let mut node = Node {
             shared,
@@ -388,6 +402,9 @@ impl Node {
         command_rx: Receiver<Command>,
         controller_config: Option<ControllerConfig>,
     ) -> Result<()> {
+        // Before this node leads anything: fetches count only from the
+        // incarnations it has read (SPEC 3.2).
+        self.shared.refresh_incarnations();
         for state in self.shared.coordinator.logs()? {
             self.shared.reconcile(&state);
         }
@@ -506,6 +523,19 @@ impl Node {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// The incarnation of `peer` whose fetches this node counts, as it last
+    /// read them from the coordinator (SPEC 3.2); `None` if it knows no
+    /// live registration of `peer`.
+    pub fn peer_incarnation(&self, peer: NodeId) -> Option<Incarnation> {
+        self.shared.peer_incarnations.get(peer)
+    }
+
+    /// This node's current incarnation: what its latest registration with
+    /// the coordinator handed out, and what its fetches carry (SPEC 3.2).
+    pub fn incarnation(&self) -> Incarnation {
+        Incarnation(self.shared.incarnation.load(Ordering::SeqCst))
     }
 
     /// How this node's previous run ended, as its data directory told at
@@ -1167,6 +1197,7 @@ impl NodeShared {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::hash_map::Entry::Vacant(entry) => match Fetcher::start(
                 self.local(),
+                Arc::clone(&self.incarnation),
                 leader,
                 Arc::clone(&self.transport),
                 self.config.replication.clone(),
@@ -1212,7 +1243,7 @@ impl NodeShared {
                 replica.isr_proposal_withdrawn();
                 return;
             }
-            let live = match self.coordinator.live_nodes() {
+            let live = match self.coordinator.live_node_incarnations() {
                 Ok(live) => live,
                 Err(error) => {
                     tracing::warn!(%log, node = %self.local(), %error, "cannot check liveness before an ISR expansion; will retry");
@@ -1224,10 +1255,35 @@ impl NodeShared {
             // controller checks both at once): a node that dies between the
             // two can still be added; the controller removes dead followers
             // and the leader's lag check does too.
-            if let Some(dead) = joining.iter().find(|node| !live.contains(node)) {
+            if let Some(dead) = joining
+                .iter()
+                .find(|node| !live.iter().any(|(live, _)| live == *node))
+            {
                 tracing::info!(%log, node = %self.local(), replica = %dead, "not adding a replica whose node is not alive to the ISR");
                 replica.isr_proposal_withdrawn();
                 return;
+            }
+            // KIP-903: the fetches that qualified a follower must come from
+            // its current registration. This node's view of incarnations may
+            // lag the coordinator (it has not read a restart yet), and a
+            // fetch delayed from the follower's previous life, counted in
+            // that window, would otherwise put a replica that may hold
+            // nothing into the ISR. Kafka's controller refuses such an
+            // `AlterPartition` (`INELIGIBLE_REPLICA`); here the leader checks
+            // the coordinator's current incarnation before it writes.
+            for node in &joining {
+                let current = live
+                    .iter()
+                    .find(|(live, _)| live == node)
+                    .map(|(_, incarnation)| *incarnation);
+                let counted = replica.follower_incarnation(*node);
+                if counted != current {
+                    tracing::info!(%log, node = %self.local(), replica = %node, ?counted, ?current,
+                        "not adding a replica to the ISR on fetches from an earlier incarnation");
+                    replica.isr_proposal_withdrawn();
+                    self.refresh_incarnations();
+                    return;
+                }
             }
         }
         let version = proposal.expected_version;
@@ -1737,6 +1793,19 @@ impl NodeShared {
         Finished { count, finished }
     }
 
+    /// Reads every live node's current incarnation from the coordinator
+    /// (SPEC 3.2). On failure the view stays as it was: fetches from the
+    /// incarnations it holds still count, and the next event or unverified
+    /// fetch asks again.
+    fn refresh_incarnations(&self) {
+        match self.coordinator.live_node_incarnations() {
+            Ok(live) => self.peer_incarnations.replace(&live),
+            Err(error) => {
+                tracing::warn!(node = %self.local(), %error, "cannot read the live nodes' incarnations; keeping the last view")
+            }
+        }
+    }
+
     fn resync(&self) {
         match self.coordinator.logs() {
             Ok(states) => {
@@ -1751,6 +1820,27 @@ impl NodeShared {
     }
 
     fn handle_fetch(&self, from: NodeId, request: &FetchRequest) -> Response {
+        // SPEC 3.2 (Kafka's broker epoch, KIP-903): only the sender's
+        // current incarnation counts. A fetch from an earlier process of
+        // the follower, or from someone who does not know its incarnation,
+        // is refused before it reaches any log, and changes nothing.
+        match self.peer_incarnations.check(from, request.incarnation) {
+            IncarnationCheck::Current => {}
+            check => {
+                if check == IncarnationCheck::Unverified
+                    && self.peer_incarnations.refresh_due(Instant::now())
+                {
+                    let _ = self.commands.try_send(Command::RefreshIncarnations);
+                }
+                if let Some(suppressed) = self.warnings.admit(Warning::StaleIncarnation) {
+                    tracing::warn!(node = %self.local(), %from, incarnation = %request.incarnation,
+                        current = ?self.peer_incarnations.get(from), ?check, suppressed,
+                        "refusing a fetch that is not from its sender's current incarnation");
+                }
+                return Response::Error(ErrorCode::StaleIncarnation);
+            }
+        }
+        let incarnation = request.incarnation;
         let wait_max = request
             .wait_max
             .min(self.config.replication.request_timeout);
@@ -1780,8 +1870,14 @@ impl NodeShared {
                 let fetch = &request.logs[index];
                 let answer = match self.replica(fetch.log) {
                     Some(replica) => {
-                        let answer =
-                            replica.answer_fetch(from, fetch, budget, min_one_batch, arrival);
+                        let answer = replica.answer_fetch(
+                            from,
+                            fetch,
+                            budget,
+                            min_one_batch,
+                            arrival,
+                            incarnation,
+                        );
                         proposals |= replica.has_isr_proposal();
                         answer
                     }
@@ -1920,7 +2016,13 @@ fn control_loop(
         select! {
             recv(events) -> event => match event {
                 Ok(CoordinatorEvent::LogChanged(state)) => shared.reconcile(&state),
-                Ok(CoordinatorEvent::Resync) => shared.resync(),
+                Ok(CoordinatorEvent::Resync) => {
+                    shared.refresh_incarnations();
+                    shared.resync();
+                }
+                // A node came, went, or registered again: its incarnation
+                // may have changed.
+                Ok(CoordinatorEvent::NodesChanged { .. }) => shared.refresh_incarnations(),
                 Ok(_) => {}
                 Err(_) => {
                     tracing::warn!(node = %shared.local(), "coordinator subscription closed");
@@ -1928,12 +2030,16 @@ fn control_loop(
                 }
             },
             recv(commands) -> command => {
-                if let Ok(Command::IsrProposal(log)) = command {
-                    if let Some(replica) = shared.replica(log) {
-                        if let Some(proposal) = replica.take_isr_proposal() {
-                            shared.submit_isr(&replica, proposal);
+                match command {
+                    Ok(Command::IsrProposal(log)) => {
+                        if let Some(replica) = shared.replica(log) {
+                            if let Some(proposal) = replica.take_isr_proposal() {
+                                shared.submit_isr(&replica, proposal);
+                            }
                         }
                     }
+                    Ok(Command::RefreshIncarnations) => shared.refresh_incarnations(),
+                    Err(_) => {}
                 }
             },
             default(tick) => {}
@@ -1956,9 +2062,20 @@ fn control_loop(
                 // gone. Running it elsewhere would race with `stop` (a late
                 // registration would revive a stopped node).
                 if !shared.stop.load(Ordering::SeqCst) {
-                    let _ = shared
+                    match shared
                         .coordinator
-                        .register_node(shared.local(), shared.config.session_timeout);
+                        .register_node(shared.local(), shared.config.session_timeout)
+                    {
+                        // A new registration, a new incarnation: the
+                        // fetchers send it from their next fetch on.
+                        Ok(incarnation) => {
+                            shared.incarnation.store(incarnation.0, Ordering::SeqCst);
+                            tracing::info!(node = %shared.local(), %incarnation, "registered again with the coordinator");
+                        }
+                        Err(error) => {
+                            tracing::warn!(node = %shared.local(), %error, "registering again failed; will retry");
+                        }
+                    }
                 }
             }
             next_heartbeat = now + heartbeat_every;

@@ -73,6 +73,23 @@ impl fmt::Display for NodeId {
     }
 }
 
+/// One registration of a node with the coordinator (Kafka's broker epoch,
+/// KIP-903): handed out by [`crate::Coordinator::register_node`], larger for
+/// every registration that opens a new session of the node, so a process
+/// that restarted has a larger one than every earlier process of the node.
+/// A follower's fetches carry it, and a leader counts them only when it is
+/// the follower's current one (SPEC §3.2). It is not a secret: it fences
+/// fetches from a follower's previous life and from senders that do not
+/// know it, not a peer that can read the coordinator (TLS authenticates).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Incarnation(pub u64);
+
+impl fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "incarnation-{}", self.0)
+    }
+}
+
 /// One replicated log (a Kafka partition).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LogId(pub u32);

@@ -25,8 +25,8 @@ use parking_lot::Mutex;
 
 use isrlog::{
     CasOutcome, ClusterId, ControllerEpoch, Coordinator, CoordinatorEvent, DirectoryId, Error,
-    LeaderEpoch, LogEnd, LogId, LogState, LogUpdate, MemoryCoordinator, NodeId, Offset, ProducerId,
-    Result, UncleanReplica,
+    Incarnation, LeaderEpoch, LogEnd, LogId, LogState, LogUpdate, MemoryCoordinator, NodeId,
+    Offset, ProducerId, Result, UncleanReplica,
 };
 
 /// Longest a remote call waits for its connection or its answer.
@@ -56,6 +56,35 @@ fn nodes_from_text(text: &str) -> Result<Vec<NodeId>> {
     }
     text.split(',')
         .map(|n| n.parse().map(NodeId).map_err(error))
+        .collect()
+}
+
+/// `node:incarnation` pairs, comma-separated; `-` for none.
+fn incarnations_to_text(live: &[(NodeId, Incarnation)]) -> String {
+    if live.is_empty() {
+        return "-".into();
+    }
+    let pairs: Vec<String> = live
+        .iter()
+        .map(|(node, incarnation)| format!("{}:{}", node.0, incarnation.0))
+        .collect();
+    pairs.join(",")
+}
+
+fn incarnations_from_text(text: &str) -> Result<Vec<(NodeId, Incarnation)>> {
+    if text == "-" {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|pair| {
+            let (node, incarnation) = pair
+                .split_once(':')
+                .ok_or_else(|| error(format!("not node:incarnation: {pair}")))?;
+            Ok((
+                NodeId(number(Some(node))?),
+                Incarnation(number(Some(incarnation))?),
+            ))
+        })
         .collect()
 }
 
@@ -421,8 +450,9 @@ fn answer(c: &MemoryCoordinator, line: &str) -> Result<String> {
         }
         Some("register") => {
             let id = node(f.next())?;
-            c.register_node(id, Duration::from_millis(number(f.next())?))?;
-            String::new()
+            c.register_node(id, Duration::from_millis(number(f.next())?))?
+                .0
+                .to_string()
         }
         Some("heartbeat") => {
             c.heartbeat(node(f.next())?)?;
@@ -433,6 +463,7 @@ fn answer(c: &MemoryCoordinator, line: &str) -> Result<String> {
             String::new()
         }
         Some("live") => nodes_to_text(&c.live_nodes()?),
+        Some("incarnations") => incarnations_to_text(&c.live_node_incarnations()?),
         Some("try_controller") => match c.try_become_controller(node(f.next())?)? {
             Some(epoch) => epoch.0.to_string(),
             None => "-".into(),
@@ -595,13 +626,13 @@ impl Coordinator for RemoteCoordinator {
         cas_outcome_from_text(&answer)
     }
 
-    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
-        self.call(format!(
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
+        let answer = self.call(format!(
             "register {} {}",
             node.0,
             session_timeout.as_millis()
-        ))
-        .map(drop)
+        ))?;
+        number(Some(&answer)).map(Incarnation)
     }
 
     fn heartbeat(&self, node: NodeId) -> Result<()> {
@@ -614,6 +645,10 @@ impl Coordinator for RemoteCoordinator {
 
     fn live_nodes(&self) -> Result<Vec<NodeId>> {
         nodes_from_text(&self.call("live".into())?)
+    }
+
+    fn live_node_incarnations(&self) -> Result<Vec<(NodeId, Incarnation)>> {
+        incarnations_from_text(&self.call("incarnations".into())?)
     }
 
     fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {

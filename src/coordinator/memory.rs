@@ -20,7 +20,7 @@ use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
-use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{ClusterId, DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, ProducerId};
 
 /// Default capacity of each subscriber's event queue.
 const SUBSCRIBER_EVENTS_MAX: usize = 1024;
@@ -78,6 +78,9 @@ struct State {
     /// The epoch of the last controller elected (0 before the first).
     controller_epoch: ControllerEpoch,
     next_producer_id: i64,
+    /// The incarnation the next registration gets: one counter for every
+    /// node, as ZooKeeper's zxid (whose czxid Kafka uses) is.
+    next_incarnation: u64,
     /// Chosen at construction (SPEC 2.8).
     cluster_id: ClusterId,
     /// Per node, the directory each of its replicas was placed on.
@@ -102,6 +105,8 @@ struct State {
 struct Session {
     session_timeout: Duration,
     last_heartbeat: Instant,
+    /// This registration's incarnation.
+    incarnation: Incarnation,
 }
 
 #[derive(Debug)]
@@ -138,6 +143,7 @@ impl MemoryCoordinator {
                 controller: None,
                 controller_epoch: ControllerEpoch::default(),
                 next_producer_id: 0,
+                next_incarnation: 1,
                 cluster_id: ClusterId::random(),
                 replica_directories: BTreeMap::new(),
                 subscribers: Vec::new(),
@@ -634,7 +640,12 @@ impl Coordinator for MemoryCoordinator {
         outcome
     }
 
-    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+    /// Every call is a new registration with a larger incarnation, also
+    /// for a node that is still live: this coordinator is shared by every
+    /// node of a test cluster and cannot tell a process renewing its session
+    /// from a restarted one taking over an unexpired session (the case that
+    /// must fence the old process's fetches).
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
         if session_timeout.is_zero() {
             return Err(Error::InvalidConfig {
                 field: "session_timeout",
@@ -644,24 +655,24 @@ impl Coordinator for MemoryCoordinator {
         }
         let mut state = self.lock()?;
         let now = self.handle.shared.clock.now();
-        let fresh = state
-            .sessions
-            .insert(
-                node,
-                Session {
-                    session_timeout,
-                    last_heartbeat: now,
-                },
-            )
-            .is_none();
-        if fresh {
-            let live = state.live_nodes();
-            state.notify_all(CoordinatorEvent::NodesChanged { live });
-        }
+        let incarnation = Incarnation(state.next_incarnation);
+        state.next_incarnation += 1;
+        state.sessions.insert(
+            node,
+            Session {
+                session_timeout,
+                last_heartbeat: now,
+                incarnation,
+            },
+        );
+        // Announced also when the set stays the same: the node's
+        // incarnation changed, and its leaders must learn it.
+        let live = state.live_nodes();
+        state.notify_all(CoordinatorEvent::NodesChanged { live });
         // The new timeout may be the shortest: let the thread re-plan.
         state.reaper_wake_wanted = true;
         self.handle.shared.finish(state);
-        Ok(())
+        Ok(incarnation)
     }
 
     fn heartbeat(&self, node: NodeId) -> Result<()> {
@@ -687,6 +698,15 @@ impl Coordinator for MemoryCoordinator {
 
     fn live_nodes(&self) -> Result<Vec<NodeId>> {
         Ok(self.lock()?.live_nodes())
+    }
+
+    fn live_node_incarnations(&self) -> Result<Vec<(NodeId, Incarnation)>> {
+        Ok(self
+            .lock()?
+            .sessions
+            .iter()
+            .map(|(node, session)| (*node, session.incarnation))
+            .collect())
     }
 
     fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {

@@ -20,7 +20,9 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, Offset, ProducerId};
+use crate::types::{
+    ClusterId, DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset, ProducerId,
+};
 
 pub use assignment::assign_replicas;
 pub use controller::{Controller, ControllerConfig};
@@ -621,7 +623,8 @@ pub enum CoordinatorEvent {
     /// A log was created or updated: one hosted by the receiving node, or
     /// any log for a receiver from [`Coordinator::subscribe_all`].
     LogChanged(LogState),
-    /// A node's session began or ended; `live` is the new set, sorted.
+    /// A node's session began or ended, or a node registered again (a new
+    /// incarnation, the set maybe unchanged); `live` is the new set, sorted.
     NodesChanged {
         /// The live nodes, sorted.
         live: Vec<NodeId>,
@@ -717,7 +720,19 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Registering a node that is already live refreshes its session.
     /// A write ([`Error::CoordinatorOutcomeUnknown`] possible); registering
     /// again settles it.
-    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()>;
+    ///
+    /// Returns the registration's [`Incarnation`] (Kafka's broker epoch,
+    /// KIP-903; over ZooKeeper, as in Kafka, the czxid of the node's
+    /// ephemeral registration znode). A registration that opens a new
+    /// session gets a larger incarnation than every earlier registration of
+    /// `node`, so a restarted process always has a larger one than the
+    /// process before it; renewing a live session may keep the incarnation
+    /// (ZooKeeper: the same session and znode) or hand out a larger one
+    /// (the memory coordinator, which cannot tell a renewal from a restart),
+    /// never a smaller one. Leaders count a follower's fetches only from its
+    /// current incarnation (SPEC 3.2), which they read with
+    /// [`Coordinator::live_node_incarnations`].
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation>;
 
     /// Called by a node that starts without proof that it last stopped
     /// cleanly (SPEC 3.5, Kafka's broker registration without a clean
@@ -815,6 +830,13 @@ pub trait Coordinator: Send + Sync + 'static {
 
     /// The nodes with a live session, sorted.
     fn live_nodes(&self) -> Result<Vec<NodeId>>;
+
+    /// The nodes with a live session, sorted, each with the incarnation its
+    /// current registration got from [`Coordinator::register_node`]. A
+    /// change of a node's incarnation is announced like a change of the
+    /// live set, with [`CoordinatorEvent::NodesChanged`] (the set in it may
+    /// be the same as before).
+    fn live_node_incarnations(&self) -> Result<Vec<(NodeId, Incarnation)>>;
 
     /// A bounded stream of events for `node`: changes of logs it hosts, of
     /// the live node set and of the controller. A node may subscribe more

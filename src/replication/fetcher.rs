@@ -15,9 +15,9 @@ use super::snapshot_transfer::Transfer;
 use super::watch::Watch;
 use crate::config::ReplicationConfig;
 use crate::snapshot::Snapshots;
-use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport};
-use crate::types::{LeaderEpoch, LogId, NodeId};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
 
 #[derive(Debug)]
 struct Target {
@@ -47,6 +47,9 @@ impl RunningTransfer {
 
 struct Shared {
     local: NodeId,
+    /// This node's current incarnation, set by the node at every
+    /// registration; every fetch carries it (SPEC 3.2).
+    incarnation: Arc<AtomicU64>,
     leader: NodeId,
     transport: Arc<dyn Transport>,
     config: ReplicationConfig,
@@ -77,6 +80,7 @@ impl Fetcher {
     /// Starts the fetcher thread of `local` for `leader`.
     pub(crate) fn start(
         local: NodeId,
+        incarnation: Arc<AtomicU64>,
         leader: NodeId,
         transport: Arc<dyn Transport>,
         config: ReplicationConfig,
@@ -84,6 +88,7 @@ impl Fetcher {
     ) -> std::io::Result<Fetcher> {
         let shared = Arc::new(Shared {
             local,
+            incarnation,
             leader,
             transport,
             config,
@@ -224,6 +229,7 @@ fn run(shared: &Arc<Shared>) {
         }
         let request = Request::Fetch(FetchRequest {
             replica: shared.local,
+            incarnation: Incarnation(shared.incarnation.load(Ordering::SeqCst)),
             wait_max: config.fetch_wait_max,
             bytes_max: config.fetch_response_bytes_max,
             logs,
@@ -259,6 +265,13 @@ fn run(shared: &Arc<Shared>) {
                         }
                     }
                 }
+            }
+            Ok(Response::Error(ErrorCode::StaleIncarnation)) => {
+                // The leader has not read this node's newest registration
+                // yet (it will, the coordinator announces it), or this node
+                // registered again since the fetch left: ask again later.
+                tracing::debug!(leader = %shared.leader, "fetch refused: the leader does not know this node's current incarnation yet; backing off");
+                backoff(shared, seen);
             }
             Ok(other) => {
                 tracing::debug!(leader = %shared.leader, response = ?other, "unexpected fetch response; backing off");

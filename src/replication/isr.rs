@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::types::{LeaderEpoch, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, NodeId, Offset};
 
 /// What an ISR change does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +86,15 @@ pub(crate) enum FetchCounted {
     /// Older than the last counted fetch, which already spoke for the
     /// follower more recently: ignored.
     Stale,
+    /// Below the follower's recorded log end in the same incarnation,
+    /// while the leader asked for no truncation: ignored. Within one
+    /// incarnation a follower's log end only moves back after a
+    /// `diverging` answer (SPEC 3.6).
+    Backwards,
+    /// From an incarnation of the follower older than one already counted
+    /// (a fetch from before it restarted): ignored, and answered with an
+    /// error.
+    OlderIncarnation,
 }
 
 /// A fetch the leader counted: when it arrived and how far the leader's
@@ -116,6 +125,14 @@ pub(crate) struct FollowerProgress {
     previous_fetch: Option<CountedFetch>,
     /// Whether it has fetched from this leader in this epoch.
     fetched_in_current_epoch: bool,
+    /// The incarnation of the follower (its registration with the
+    /// coordinator) whose fetches the fields above describe; `None` until
+    /// one was counted. A fetch from a newer one starts the record afresh.
+    incarnation: Option<Incarnation>,
+    /// The leader answered this incarnation `diverging` since the last
+    /// counted fetch: the next one may be below `log_end_offset` (the
+    /// follower truncated as asked).
+    truncation_asked: bool,
 }
 
 impl FollowerProgress {
@@ -130,7 +147,41 @@ impl FollowerProgress {
             last_fetch: None,
             previous_fetch: None,
             fetched_in_current_epoch: false,
+            incarnation: None,
+            truncation_asked: false,
         }
+    }
+
+    /// The leader answered a fetch of `incarnation` with `diverging`: the
+    /// follower will truncate, and its next fetch may be below its recorded
+    /// log end (SPEC 3.6). Ignored for an incarnation older than the one
+    /// recorded.
+    pub(crate) fn truncation_asked(&mut self, incarnation: Incarnation) {
+        match self.incarnation {
+            Some(current) if incarnation < current => return,
+            Some(current) if incarnation > current => self.start_incarnation(incarnation),
+            Some(_) => self.truncation_asked = true,
+            None => {
+                self.incarnation = Some(incarnation);
+                self.truncation_asked = true;
+            }
+        }
+        debug_assert_eq!(self.check_invariants(), Ok(()), "{self:?}");
+    }
+
+    /// A new incarnation of the follower (it restarted, maybe with an
+    /// empty or damaged disk): nothing its earlier fetches said holds for
+    /// it, so it is recorded as a follower that has not fetched yet. The
+    /// catch-up time stays (it never moves backwards): a restarted follower
+    /// still in the ISR must catch up within `replica_lag_time_max`, as
+    /// after a leader change.
+    fn start_incarnation(&mut self, incarnation: Incarnation) {
+        self.log_end_offset = None;
+        self.last_fetch = None;
+        self.previous_fetch = None;
+        self.fetched_in_current_epoch = false;
+        self.truncation_asked = false;
+        self.incarnation = Some(incarnation);
     }
 
     /// Records an accepted fetch at `fetch_offset`, which acknowledges every
@@ -151,12 +202,29 @@ impl FollowerProgress {
     /// (SPEC §3.4; the follower may have been cut off since). A held fetch
     /// at the leader's end now was at it when it arrived too (a leader's log
     /// only grows), so it is caught up as of then, not later.
+    ///
+    /// The fetch comes from the follower's `incarnation` (which the caller
+    /// checked is its current one with the coordinator, SPEC 3.2): one
+    /// older than a fetch already counted is ignored; a newer one starts
+    /// the record afresh (`start_incarnation`). Within one incarnation the
+    /// recorded log end never moves backwards, except once after the leader
+    /// answered `diverging` (`truncation_asked`): a lower fetch is ignored
+    /// (Kafka's `ReplicaState` has no such rule; it is what stops a fetch
+    /// reordered or replayed within one life from taking back what the
+    /// follower acknowledged).
     pub(crate) fn record_fetch(
         &mut self,
         fetch_offset: Offset,
         leader_log_end_offset: Offset,
         arrival: FetchArrival,
+        incarnation: Incarnation,
     ) -> FetchCounted {
+        match self.incarnation {
+            Some(current) if incarnation < current => return FetchCounted::OlderIncarnation,
+            Some(current) if incarnation > current => self.start_incarnation(incarnation),
+            Some(_) => {}
+            None => self.incarnation = Some(incarnation),
+        }
         let arrived_at = arrival.arrived_at();
         let (counted, previous) = match arrival {
             // One that arrived before the last counted fetch (two of a
@@ -182,6 +250,13 @@ impl FollowerProgress {
             // since (or this one was never counted).
             FetchArrival::Held(_) => return FetchCounted::Stale,
         };
+        if self
+            .log_end_offset
+            .is_some_and(|recorded| fetch_offset < recorded)
+            && !self.truncation_asked
+        {
+            return FetchCounted::Backwards;
+        }
         if fetch_offset >= leader_log_end_offset {
             self.last_caught_up_time = self.last_caught_up_time.max(arrived_at);
         } else if let Some(previous) = previous {
@@ -197,6 +272,7 @@ impl FollowerProgress {
                 leader_log_end_offset,
             });
             self.fetched_in_current_epoch = true;
+            self.truncation_asked = false;
         }
         debug_assert_eq!(self.check_invariants(), Ok(()), "{self:?}");
         counted
@@ -209,6 +285,9 @@ impl FollowerProgress {
         {
             return Err("a counted fetch, a log end offset and having fetched go together".into());
         }
+        if self.last_fetch.is_some() && self.incarnation.is_none() {
+            return Err("a counted fetch without the incarnation it came from".into());
+        }
         match (self.previous_fetch, self.last_fetch) {
             (Some(_), None) => Err("a previous fetch without a last one".into()),
             (Some(previous), Some(last)) if previous.arrived_at > last.arrived_at => {
@@ -216,6 +295,12 @@ impl FollowerProgress {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The incarnation of the follower whose fetches this record counts,
+    /// if one was counted.
+    pub(crate) fn incarnation(&self) -> Option<Incarnation> {
+        self.incarnation
     }
 
     /// The follower's log end offset, if it fetched in this epoch.
@@ -285,6 +370,9 @@ pub(crate) fn maximal_isr(accepted: &[NodeId], pending: Option<&PendingIsrChange
 mod tests {
     use super::*;
 
+    /// The follower's incarnation in the tests about one incarnation.
+    const INC: Incarnation = Incarnation(1);
+
     fn ms(value: u64) -> Duration {
         Duration::from_millis(value)
     }
@@ -351,6 +439,7 @@ mod tests {
                     Offset(offset),
                     Offset(leader),
                     FetchArrival::New(base + ms(at)),
+                    INC,
                 );
                 assert_eq!(counted, FetchCounted::New, "{}", row.name);
             }
@@ -358,6 +447,7 @@ mod tests {
                 Offset(row.fetch_offset),
                 Offset(row.leader_log_end_offset),
                 FetchArrival::New(base + ms(row.at_ms)),
+                INC,
             );
             assert_eq!(counted, FetchCounted::New, "{}", row.name);
             assert_eq!(
@@ -376,7 +466,8 @@ mod tests {
         let mut progress = FollowerProgress::new(base + ms(100));
         // A fetch stamped earlier than the start (a caller's clocks disagree)
         // must not pull the catch-up time back.
-        let counted = progress.record_fetch(Offset(5), Offset(5), FetchArrival::New(base + ms(50)));
+        let counted =
+            progress.record_fetch(Offset(5), Offset(5), FetchArrival::New(base + ms(50)), INC);
         assert_eq!(counted, FetchCounted::New);
         assert_eq!(progress.last_caught_up_time(), base + ms(100));
     }
@@ -461,6 +552,7 @@ mod tests {
                     Offset(offset),
                     Offset(leader),
                     arrival(base + ms(at)),
+                    INC,
                 ));
             }
             assert_eq!(counted, Some(row.expected_counted), "{}", row.name);
@@ -477,6 +569,189 @@ mod tests {
                 row.name
             );
         }
+    }
+
+    /// Within one incarnation a fetch never moves the follower's recorded
+    /// log end backwards, except once after a `diverging` answer (SPEC
+    /// 3.6); a fetch from an older incarnation counts for nothing, and a
+    /// newer one starts the record afresh (SPEC 3.2). Each row counts a
+    /// sequence of fetches, the last one under test, at 10 ms apart.
+    #[test]
+    fn log_end_moves_back_only_after_a_truncation_or_in_a_new_incarnation_table() {
+        use FetchCounted as C;
+        #[derive(Clone, Copy)]
+        enum Step {
+            /// A new fetch: (incarnation, fetch offset, leader LEO).
+            Fetch(u64, u64, u64),
+            /// The leader answered this incarnation `diverging`.
+            Diverging(u64),
+        }
+        use Step::{Diverging, Fetch};
+        struct Row {
+            name: &'static str,
+            steps: &'static [Step],
+            expected_counted: FetchCounted,
+            expected_log_end_offset: Option<u64>,
+            expected_fetched: bool,
+        }
+        let rows = [
+            Row {
+                name: "forward in one incarnation: counted",
+                steps: &[Fetch(1, 5, 9), Fetch(1, 7, 9)],
+                expected_counted: C::New,
+                expected_log_end_offset: Some(7),
+                expected_fetched: true,
+            },
+            Row {
+                name: "the same offset again: counted",
+                steps: &[Fetch(1, 5, 9), Fetch(1, 5, 9)],
+                expected_counted: C::New,
+                expected_log_end_offset: Some(5),
+                expected_fetched: true,
+            },
+            Row {
+                name: "back to 0 in one incarnation, nothing asked: ignored",
+                steps: &[Fetch(1, 9, 9), Fetch(1, 0, 9)],
+                expected_counted: C::Backwards,
+                expected_log_end_offset: Some(9),
+                expected_fetched: true,
+            },
+            Row {
+                name: "back after a diverging answer: counted",
+                steps: &[Fetch(1, 9, 9), Diverging(1), Fetch(1, 6, 9)],
+                expected_counted: C::New,
+                expected_log_end_offset: Some(6),
+                expected_fetched: true,
+            },
+            Row {
+                name: "one truncation per diverging answer: the next lower fetch is ignored",
+                steps: &[Fetch(1, 9, 9), Diverging(1), Fetch(1, 6, 9), Fetch(1, 2, 9)],
+                expected_counted: C::Backwards,
+                expected_log_end_offset: Some(6),
+                expected_fetched: true,
+            },
+            Row {
+                name: "a diverging answer to an older incarnation allows nothing",
+                steps: &[Fetch(2, 9, 9), Diverging(1), Fetch(2, 3, 9)],
+                expected_counted: C::Backwards,
+                expected_log_end_offset: Some(9),
+                expected_fetched: true,
+            },
+            Row {
+                name: "an older incarnation's fetch (delayed from before a restart): ignored",
+                steps: &[Fetch(2, 9, 9), Fetch(1, 0, 9)],
+                expected_counted: C::OlderIncarnation,
+                expected_log_end_offset: Some(9),
+                expected_fetched: true,
+            },
+            Row {
+                name: "an older incarnation's fetch ahead of the new one: ignored too",
+                steps: &[Fetch(2, 3, 9), Fetch(1, 9, 9)],
+                expected_counted: C::OlderIncarnation,
+                expected_log_end_offset: Some(3),
+                expected_fetched: true,
+            },
+            Row {
+                name: "a new incarnation (restarted empty) starts afresh, lower",
+                steps: &[Fetch(1, 9, 9), Fetch(2, 0, 9)],
+                expected_counted: C::New,
+                expected_log_end_offset: Some(0),
+                expected_fetched: true,
+            },
+            Row {
+                name: "a diverging answer to a new incarnation: not fetched yet",
+                steps: &[Fetch(1, 9, 9), Diverging(2)],
+                expected_counted: C::New,
+                expected_log_end_offset: None,
+                expected_fetched: false,
+            },
+        ];
+        let base = Instant::now();
+        for row in rows {
+            let mut progress = FollowerProgress::new(base);
+            let mut counted = None;
+            for (index, step) in row.steps.iter().enumerate() {
+                let at = base + ms(10 * (index as u64 + 1));
+                match *step {
+                    Fetch(incarnation, offset, leader) => {
+                        counted = Some(progress.record_fetch(
+                            Offset(offset),
+                            Offset(leader),
+                            FetchArrival::New(at),
+                            Incarnation(incarnation),
+                        ));
+                    }
+                    Diverging(incarnation) => progress.truncation_asked(Incarnation(incarnation)),
+                }
+            }
+            assert_eq!(counted, Some(row.expected_counted), "{}", row.name);
+            assert_eq!(
+                progress.log_end_offset(),
+                row.expected_log_end_offset.map(Offset),
+                "{}",
+                row.name
+            );
+            assert_eq!(
+                progress.is_eligible_for_isr(Offset(0), Offset(0)),
+                row.expected_fetched,
+                "{}",
+                row.name
+            );
+            assert_eq!(progress.check_invariants(), Ok(()), "{}", row.name);
+        }
+    }
+
+    /// An ignored fetch changes nothing, not even the catch-up time; a new
+    /// incarnation keeps it (it never moves backwards).
+    #[test]
+    fn ignored_fetches_leave_the_catch_up_time_and_a_new_incarnation_keeps_it() {
+        let base = Instant::now();
+        let mut progress = FollowerProgress::new(base);
+        let first = Incarnation(1);
+        assert_eq!(
+            progress.record_fetch(
+                Offset(9),
+                Offset(9),
+                FetchArrival::New(base + ms(10)),
+                first
+            ),
+            FetchCounted::New
+        );
+        assert_eq!(progress.last_caught_up_time(), base + ms(10));
+        // At the leader's end now, so it would be caught up now, were it
+        // counted.
+        assert_eq!(
+            progress.record_fetch(
+                Offset(0),
+                Offset(0),
+                FetchArrival::New(base + ms(20)),
+                first
+            ),
+            FetchCounted::Backwards
+        );
+        assert_eq!(
+            progress.record_fetch(
+                Offset(9),
+                Offset(9),
+                FetchArrival::New(base + ms(30)),
+                Incarnation(0)
+            ),
+            FetchCounted::OlderIncarnation
+        );
+        assert_eq!(progress.last_caught_up_time(), base + ms(10));
+        // A new incarnation behind the leader: not caught up, and the time
+        // stays where it was.
+        assert_eq!(
+            progress.record_fetch(
+                Offset(0),
+                Offset(9),
+                FetchArrival::New(base + ms(40)),
+                Incarnation(2)
+            ),
+            FetchCounted::New
+        );
+        assert_eq!(progress.last_caught_up_time(), base + ms(10));
+        assert_eq!(progress.log_end_offset(), Some(Offset(0)));
     }
 
     #[test]
@@ -542,7 +817,7 @@ mod tests {
             let mut progress = FollowerProgress::new(base);
             if let Some(offset) = row.fetched_at {
                 let counted =
-                    progress.record_fetch(Offset(offset), Offset(20), FetchArrival::New(base));
+                    progress.record_fetch(Offset(offset), Offset(20), FetchArrival::New(base), INC);
                 assert_eq!(counted, FetchCounted::New);
             }
             assert_eq!(

@@ -18,7 +18,7 @@ use super::isr::{
 };
 use super::{EpochEndOffset, LogOffsets};
 use crate::error::{Error, Result};
-use crate::types::{LeaderEpoch, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, NodeId, Offset};
 
 /// Per-log settings the leader's decisions depend on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +71,14 @@ pub(crate) enum FetchRejection {
     UnknownFollower {
         /// The sender.
         node: NodeId,
+    },
+    /// The fetch comes from an incarnation of the follower older than one
+    /// whose fetches were already counted (SPEC 3.2).
+    StaleIncarnation {
+        /// The sender.
+        node: NodeId,
+        /// The incarnation in the request.
+        incarnation: Incarnation,
     },
     /// The fetch offset is below the leader's log start or above its log
     /// end (Kafka: `OFFSET_OUT_OF_RANGE`). Below the start, the follower
@@ -373,6 +381,14 @@ impl LeaderState {
     /// next fetch. A fetch that arrived before the last one counted is
     /// ignored (the newer one spoke for a later state of the follower).
     ///
+    /// The fetch comes from the follower's `incarnation`, which the caller
+    /// checked is its current registration with the coordinator (SPEC 3.2,
+    /// Kafka's broker epoch, KIP-903). A fetch from an incarnation older
+    /// than one already counted is rejected (`StaleIncarnation`); one below
+    /// the follower's recorded log end in the same incarnation, while no
+    /// truncation was asked for, is served but counts for nothing
+    /// (`FollowerProgress::record_fetch`).
+    ///
     /// Kafka (`Partition.updateFollowerFetchState`) tries the expansion
     /// before the high watermark; the order makes no difference, since a
     /// follower may join only with a log end offset at or above the high
@@ -383,6 +399,7 @@ impl LeaderState {
         fetch_offset: Offset,
         request_epoch: LeaderEpoch,
         arrival: FetchArrival,
+        incarnation: Incarnation,
     ) -> FetchDecision {
         if let Err(rejection) = self.validate_fetch(follower, fetch_offset, request_epoch) {
             return FetchDecision::Rejected(rejection);
@@ -396,16 +413,36 @@ impl LeaderState {
         let Some(progress) = self.followers.get_mut(&follower) else {
             return FetchDecision::Rejected(FetchRejection::UnknownFollower { node: follower });
         };
-        let counted = progress.record_fetch(fetch_offset, leader_log_end_offset, arrival);
-        let high_watermark = self.advance_high_watermark();
-        let isr_proposal = match counted {
-            FetchCounted::New => self.maybe_propose_expand(follower, arrival.arrived_at()),
-            FetchCounted::Held | FetchCounted::Stale => None,
+        let counted =
+            progress.record_fetch(fetch_offset, leader_log_end_offset, arrival, incarnation);
+        let (high_watermark, isr_proposal) = match counted {
+            FetchCounted::OlderIncarnation => {
+                return FetchDecision::Rejected(FetchRejection::StaleIncarnation {
+                    node: follower,
+                    incarnation,
+                });
+            }
+            FetchCounted::New => (
+                self.advance_high_watermark(),
+                self.maybe_propose_expand(follower, arrival.arrived_at()),
+            ),
+            FetchCounted::Held | FetchCounted::Stale | FetchCounted::Backwards => {
+                (self.advance_high_watermark(), None)
+            }
         };
         self.debug_check_invariants();
         FetchDecision::Accepted {
             high_watermark,
             isr_proposal,
+        }
+    }
+
+    /// The caller answered a fetch of `follower`'s `incarnation` with
+    /// `diverging` (SPEC 3.2 step 2): the follower truncates, so its next
+    /// fetch may be below the log end recorded for it (SPEC 3.6).
+    pub(crate) fn on_diverging_answer(&mut self, follower: NodeId, incarnation: Incarnation) {
+        if let Some(progress) = self.followers.get_mut(&follower) {
+            progress.truncation_asked(incarnation);
         }
     }
 
@@ -657,6 +694,12 @@ impl LeaderState {
         self.followers.get(&node)?.log_end_offset()
     }
 
+    /// The incarnation of `node` whose fetches the leader counted in this
+    /// epoch: what qualified it for the ISR, if anything did.
+    pub(crate) fn follower_incarnation(&self, node: NodeId) -> Option<Incarnation> {
+        self.followers.get(&node)?.incarnation()
+    }
+
     /// How far `node` is behind, as of `now`; `None` if it is not a
     /// follower of this log.
     pub(crate) fn follower_lag(&self, node: NodeId, now: Instant) -> Option<FollowerLag> {
@@ -888,6 +931,8 @@ mod tests {
     const F2: NodeId = NodeId(2);
     const OUTSIDER: NodeId = NodeId(9);
     const EPOCH: LeaderEpoch = LeaderEpoch(5);
+    /// The followers' incarnation in every fetch of these tests.
+    const INC: Incarnation = Incarnation(1);
     const LAG_MAX: Duration = Duration::from_millis(100);
 
     fn ms(value: u64) -> Duration {
@@ -933,7 +978,7 @@ mod tests {
         offset: u64,
         now: Instant,
     ) -> (HighWatermarkUpdate, Option<IsrProposal>) {
-        match state.on_fetch(node, Offset(offset), EPOCH, FetchArrival::New(now)) {
+        match state.on_fetch(node, Offset(offset), EPOCH, FetchArrival::New(now), INC) {
             FetchDecision::Accepted {
                 high_watermark,
                 isr_proposal,
@@ -1059,7 +1104,13 @@ mod tests {
         for (name, node, offset, epoch, expected) in rows {
             let before = format!("{state:?}");
             assert_eq!(
-                state.on_fetch(node, Offset(offset), epoch, FetchArrival::New(now + ms(1))),
+                state.on_fetch(
+                    node,
+                    Offset(offset),
+                    epoch,
+                    FetchArrival::New(now + ms(1)),
+                    INC
+                ),
                 FetchDecision::Rejected(expected),
                 "{name}"
             );
@@ -1077,7 +1128,7 @@ mod tests {
         };
         assert_eq!(state.validate_fetch(F1, Offset(7), EPOCH), Err(expected));
         assert_eq!(
-            state.on_fetch(F1, Offset(7), EPOCH, FetchArrival::New(now)),
+            state.on_fetch(F1, Offset(7), EPOCH, FetchArrival::New(now), INC),
             FetchDecision::Rejected(expected)
         );
         assert_eq!(state.validate_fetch(F1, Offset(8), EPOCH), Ok(()));
@@ -1368,10 +1419,21 @@ mod tests {
         let now = Instant::now();
         let mut state = leader(&[L, F1], &[L, F1], 1, offsets(0, 0, 10), now);
         assert_eq!(fetch(&mut state, F1, 10, now).0, advanced(0, 10));
-        // A follower that re-fetches lower (it truncated) does not pull the
-        // leader's HW back.
+        // A lower fetch nobody asked for is ignored: the recorded log end
+        // stays.
         assert_eq!(
-            fetch(&mut state, F1, 4, now).0,
+            fetch(&mut state, F1, 4, now + ms(1)).0,
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            state.follower_lag(F1, now).map(|lag| lag.records),
+            Some(Some(0))
+        );
+        // A follower that re-fetches lower because it truncated as told
+        // does not pull the leader's HW back either.
+        state.on_diverging_answer(F1, INC);
+        assert_eq!(
+            fetch(&mut state, F1, 4, now + ms(2)).0,
             HighWatermarkUpdate::Unchanged
         );
         assert_eq!(state.high_watermark(), Offset(10));
@@ -1576,7 +1638,7 @@ mod tests {
         let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 4, 4), base);
         // F2's fetch at the leader's end arrives at 10 ms and is held.
         let arrived = base + ms(10);
-        let decision = state.on_fetch(F2, Offset(4), EPOCH, FetchArrival::New(arrived));
+        let decision = state.on_fetch(F2, Offset(4), EPOCH, FetchArrival::New(arrived), INC);
         assert!(matches!(
             decision,
             FetchDecision::Accepted {
@@ -1596,7 +1658,7 @@ mod tests {
             HighWatermarkUpdate::Unchanged
         );
         assert_eq!(
-            state.on_fetch(F2, Offset(4), EPOCH, FetchArrival::Held(arrived)),
+            state.on_fetch(F2, Offset(4), EPOCH, FetchArrival::Held(arrived), INC),
             FetchDecision::Accepted {
                 high_watermark: HighWatermarkUpdate::Unchanged,
                 isr_proposal: None,
@@ -1615,7 +1677,7 @@ mod tests {
         assert_eq!(fetch(&mut state, F1, 5, f1_arrived), (advanced(4, 5), None));
         let late = f1_arrived + LAG_MAX + Duration::from_nanos(1);
         assert_eq!(
-            state.on_fetch(F1, Offset(5), EPOCH, FetchArrival::Held(f1_arrived)),
+            state.on_fetch(F1, Offset(5), EPOCH, FetchArrival::Held(f1_arrived), INC),
             FetchDecision::Accepted {
                 high_watermark: HighWatermarkUpdate::Unchanged,
                 isr_proposal: None,

@@ -20,6 +20,7 @@ pub(crate) mod completion;
 mod fetcher;
 mod follower;
 mod high_watermark;
+mod incarnations;
 mod isr;
 mod leader;
 mod pending;
@@ -45,6 +46,7 @@ pub(crate) use leader::{
 pub use combiner::{Combine, Combiner};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
+pub(crate) use incarnations::{IncarnationCheck, PeerIncarnations};
 pub(crate) use replica::{BelowLeaderStart, Replica};
 pub use replica::{DeletionBound, Role};
 pub use watch::{WaitOutcome, Watch};

@@ -40,7 +40,7 @@ use crate::snapshot::SnapshotStore;
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
-use crate::types::{EpochEndOffset, LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{EpochEndOffset, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// The role of a replica, as this node knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1231,7 +1231,8 @@ impl Replica {
     /// be held (long poll) and the fetch answered again when data arrives:
     /// `arrival` says when the fetch arrived and whether this is its first
     /// evaluation, for it vouches for its follower only as of then (SPEC
-    /// 3.4, `LeaderState::on_fetch`).
+    /// 3.4, `LeaderState::on_fetch`). `incarnation` is the follower's, which
+    /// the node checked is its current one before calling (SPEC 3.2).
     ///
     /// At most `bytes_max` bytes of records are returned, except that with
     /// `min_one_batch` the first batch is returned whatever its size (Kafka's
@@ -1244,6 +1245,7 @@ impl Replica {
         bytes_max: usize,
         min_one_batch: bool,
         arrival: FetchArrival,
+        incarnation: Incarnation,
     ) -> FetchedLog {
         // The fetch may move the high watermark past pipelined appends.
         let _resolve = self.resolve_on_drop(false);
@@ -1282,6 +1284,11 @@ impl Replica {
         match check_divergence(request.fetch_offset, request.last_fetched_epoch, lookup) {
             Divergence::Consistent => {}
             Divergence::Diverging(end) => {
+                // The follower truncates as told: its next fetch may be
+                // below the log end recorded for it.
+                if let Some(leader) = self.leader.lock().as_mut() {
+                    leader.on_diverging_answer(follower, incarnation);
+                }
                 answer.diverging = Some(end);
                 return answer;
             }
@@ -1321,6 +1328,7 @@ impl Replica {
                         acknowledged,
                         request.current_leader_epoch,
                         arrival,
+                        incarnation,
                     )
                 }
                 None => {
@@ -1351,6 +1359,7 @@ impl Replica {
                     FetchRejection::UnknownLeaderEpoch { .. } => ErrorCode::UnknownLeaderEpoch,
                     FetchRejection::UnknownFollower { .. } => ErrorCode::InvalidRequest,
                     FetchRejection::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+                    FetchRejection::StaleIncarnation { .. } => ErrorCode::StaleIncarnation,
                 };
                 return answer;
             }
@@ -1755,6 +1764,12 @@ impl Replica {
             // The caller re-reads the coordinator state next.
             let _reread = leader.on_isr_rejected();
         }
+    }
+
+    /// On a leader: the incarnation of `follower` whose fetches it counted
+    /// in this epoch (SPEC 3.2); `None` on a follower or before one.
+    pub(crate) fn follower_incarnation(&self, follower: NodeId) -> Option<Incarnation> {
+        self.leader.lock().as_ref()?.follower_incarnation(follower)
     }
 
     /// Per-follower lag in records and time since caught up.

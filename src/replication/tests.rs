@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::types::{LeaderEpoch, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, NodeId, Offset};
 
 /// An in-test epoch cache: `(epoch, start_offset)` pairs, sorted, plus the
 /// log end offset. A stand-in for the storage layer's `LeaderEpochCache`,
@@ -322,6 +322,7 @@ fn seed_001_4_2_3_high_watermark_walk() {
         fetch.fetch_offset,
         fetch.current_leader_epoch,
         FetchArrival::New(now),
+        Incarnation(1),
     ));
     assert_eq!((update, proposal), (HighWatermarkUpdate::Unchanged, None));
     assert_eq!(leader.high_watermark(), Offset(0));
@@ -345,6 +346,7 @@ fn seed_001_4_2_3_high_watermark_walk() {
         fetch.fetch_offset,
         fetch.current_leader_epoch,
         FetchArrival::New(now),
+        Incarnation(1),
     ));
     assert_eq!(
         update,
@@ -466,6 +468,7 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
         fetch.fetch_offset,
         fetch.current_leader_epoch,
         FetchArrival::New(now),
+        Incarnation(1),
     ));
     assert_eq!(
         update,
@@ -484,14 +487,26 @@ fn seed_000_1_3_new_leader_truncates_follower_to_its_epoch_end() {
         HighWatermarkUpdate::Unchanged,
         "a has not fetched offset 9 yet"
     );
-    let (update, _) = accepted(leader_b.on_fetch(a, Offset(9), new_epoch, FetchArrival::New(now)));
+    let (update, _) = accepted(leader_b.on_fetch(
+        a,
+        Offset(9),
+        new_epoch,
+        FetchArrival::New(now),
+        Incarnation(1),
+    ));
     assert_eq!(update, HighWatermarkUpdate::Unchanged);
     assert_eq!(
         apply(follower_a.on_fetched(leader_b.high_watermark(), Offset(0), Offset(10))),
         Offset(9),
         "the leader's HW is still 9"
     );
-    let (update, _) = accepted(leader_b.on_fetch(a, Offset(10), new_epoch, FetchArrival::New(now)));
+    let (update, _) = accepted(leader_b.on_fetch(
+        a,
+        Offset(10),
+        new_epoch,
+        FetchArrival::New(now),
+        Incarnation(1),
+    ));
     assert_eq!(update.advanced_to(), Some(Offset(10)));
     assert_eq!(
         apply(follower_a.on_fetched(leader_b.high_watermark(), Offset(0), Offset(10))),

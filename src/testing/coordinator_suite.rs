@@ -158,6 +158,10 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             heartbeats_keep_a_session_alive::<C>,
         ),
         (
+            "a_registration_after_the_session_ended_gets_a_larger_incarnation",
+            a_registration_after_the_session_ended_gets_a_larger_incarnation::<C>,
+        ),
+        (
             "unregister_ends_the_session_and_frees_the_controller_seat",
             unregister_ends_the_session_and_frees_the_controller_seat::<C>,
         ),
@@ -850,6 +854,65 @@ fn session_expiry_removes_the_node_and_notifies<C: Coordinator>(c: &C, time: &Su
     // The expired node comes back by registering again.
     c.register_node(short, time.long_session()).unwrap();
     assert_eq!(c.live_nodes().unwrap(), vec![short, long]);
+}
+
+/// SPEC 3.2 (Kafka's broker epoch, KIP-903): every registration that opens
+/// a session gets a larger incarnation than the node's earlier ones (after
+/// an unregistration and after an expiry alike), a renewal of a live
+/// session never a smaller one, and `live_node_incarnations` lists each
+/// live node with its current one, announced with `NodesChanged`.
+fn a_registration_after_the_session_ended_gets_a_larger_incarnation<C: Coordinator>(
+    c: &C,
+    time: &SuiteTime,
+) {
+    let (a, b) = (NodeId(1), NodeId(2));
+    let events = c.subscribe(b).unwrap();
+    let b_first = c.register_node(b, time.long_session()).unwrap();
+    let first = c.register_node(a, time.long_session()).unwrap();
+    assert_eq!(
+        c.live_node_incarnations().unwrap(),
+        vec![(a, first), (b, b_first)]
+    );
+    let renewed = c.register_node(a, time.long_session()).unwrap();
+    assert!(
+        renewed >= first,
+        "renewing a live session went back from {first} to {renewed}"
+    );
+    c.unregister_node(a).unwrap();
+    assert_eq!(c.live_node_incarnations().unwrap(), vec![(b, b_first)]);
+    drain(&events);
+    let second = c.register_node(a, time.short_session()).unwrap();
+    assert!(
+        second > renewed,
+        "a registration after unregistering got {second}, not above {renewed}"
+    );
+    assert_eq!(
+        c.live_node_incarnations().unwrap(),
+        vec![(a, second), (b, b_first)]
+    );
+    wait_for_event(
+        &events,
+        "NodesChanged after the new registration",
+        |event| *event == CoordinatorEvent::NodesChanged { live: vec![a, b] },
+    );
+    time.expire_short_sessions();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while c.live_nodes().unwrap().contains(&a) {
+        assert!(
+            Instant::now() < give_up,
+            "{a}'s short session never expired"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let third = c.register_node(a, time.long_session()).unwrap();
+    assert!(
+        third > second,
+        "a registration after expiry got {third}, not above {second}"
+    );
+    assert_eq!(
+        c.live_node_incarnations().unwrap(),
+        vec![(a, third), (b, b_first)]
+    );
 }
 
 fn heartbeats_keep_a_session_alive<C: Coordinator>(c: &C, time: &SuiteTime) {

@@ -31,7 +31,7 @@ use crate::transport::{
     ErrorCode, FetchLog, FetchRequest, FetchResponse, FetchedLog, Request, RequestHandler,
     Response, SnapshotResponse,
 };
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use slow_coordinator::{CoordinatorDelay, SlowCoordinator};
@@ -178,6 +178,7 @@ pub fn single_record_batch(value: &[u8]) -> Bytes {
 pub fn sample_fetch_request(replica: NodeId, id: u64) -> Request {
     Request::Fetch(FetchRequest {
         replica,
+        incarnation: Incarnation(id * 3 + 1),
         wait_max: Duration::ZERO,
         bytes_max: 1 << 20,
         logs: vec![FetchLog {

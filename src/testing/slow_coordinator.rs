@@ -13,7 +13,7 @@ use crate::coordinator::{
 };
 use crate::error::Result;
 use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering};
-use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{ClusterId, DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, ProducerId};
 
 /// How long a "hanging" call blocks at most: longer than any test runs,
 /// yet still a deadline.
@@ -172,7 +172,7 @@ impl Coordinator for SlowCoordinator {
         )
     }
 
-    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
         self.delay.before_call();
         self.inner.register_node(node, session_timeout)
     }
@@ -199,6 +199,11 @@ impl Coordinator for SlowCoordinator {
     fn live_nodes(&self) -> Result<Vec<NodeId>> {
         self.delay.before_call();
         self.inner.live_nodes()
+    }
+
+    fn live_node_incarnations(&self) -> Result<Vec<(NodeId, Incarnation)>> {
+        self.delay.before_call();
+        self.inner.live_node_incarnations()
     }
 
     fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {

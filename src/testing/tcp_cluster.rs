@@ -419,6 +419,12 @@ impl TcpCluster {
             .unwrap_or_else(|error| panic!("cannot read {log} from the coordinator: {error}"))
     }
 
+    /// The current incarnation of node `id` (what its fetches carry), if
+    /// it runs.
+    pub fn incarnation(&self, id: NodeId) -> Option<crate::types::Incarnation> {
+        self.with_node(id, |node| node.incarnation())
+    }
+
     /// The in-sync replicas the coordinator holds for `log`.
     pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
         self.log_state(log)

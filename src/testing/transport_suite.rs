@@ -32,7 +32,7 @@ use crate::transport::{
     ErrorCode, FetchLog, FetchRequest, FetchResponse, FetchedLog, MemoryNetwork, Request,
     RequestHandler, Response, Transport, TransportError,
 };
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// Scheduling slack allowed on every timing bound. Generous on purpose: the
 /// suite runs on loaded CI machines, and what it must catch is a hang or a
@@ -180,6 +180,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
 
     let fetch = Request::Fetch(FetchRequest {
         replica: a,
+        incarnation: Incarnation(u64::MAX),
         wait_max: Duration::from_millis(1234),
         bytes_max: u32::MAX,
         logs: vec![
@@ -234,6 +235,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
 
     let empty_fetch = Request::Fetch(FetchRequest {
         replica: b,
+        incarnation: Incarnation(0),
         wait_max: Duration::ZERO,
         bytes_max: 0,
         logs: Vec::new(),

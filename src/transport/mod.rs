@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::Error;
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 pub use memory::{MemoryNetwork, MemoryTransport};
 #[cfg(any(test, feature = "testing"))]
@@ -158,6 +158,11 @@ pub enum Response {
 pub struct FetchRequest {
     /// The follower sending it.
     pub replica: NodeId,
+    /// The follower's current incarnation, from its registration with the
+    /// coordinator (Kafka's broker epoch, KIP-903): the leader counts the
+    /// fetch only if it is the one the coordinator lists for `replica`
+    /// (SPEC 3.2), and answers [`ErrorCode::StaleIncarnation`] otherwise.
+    pub incarnation: Incarnation,
     /// Long-poll bound: how long the leader may hold the request while no
     /// log has new data.
     pub wait_max: Duration,
@@ -338,14 +343,20 @@ pub enum ErrorCode {
     Shutdown = 12,
     /// Any other failure, and any number this version does not know.
     Unknown = 13,
+    /// The fetch does not come from the sender's current incarnation (its
+    /// registration with the coordinator, Kafka's `STALE_BROKER_EPOCH`,
+    /// KIP-903): sent by an earlier process of the node, by a node the
+    /// leader does not know as live, or by someone posing as it. It counts
+    /// for nothing (SPEC 3.2).
+    StaleIncarnation = 14,
     /// The leader has no snapshot to send (SPEC 3.9): none is configured,
     /// none was taken, or the latest is below its log start.
-    SnapshotUnavailable = 14,
+    SnapshotUnavailable = 15,
 }
 
 impl ErrorCode {
     /// Every code, in wire order. Conformance tests send each one.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::None,
         ErrorCode::NotLeader,
         ErrorCode::FencedLeaderEpoch,
@@ -360,6 +371,7 @@ impl ErrorCode {
         ErrorCode::InvalidRequest,
         ErrorCode::Shutdown,
         ErrorCode::Unknown,
+        ErrorCode::StaleIncarnation,
         ErrorCode::SnapshotUnavailable,
     ];
 
@@ -426,6 +438,7 @@ impl fmt::Display for ErrorCode {
             ErrorCode::InvalidRequest => "invalid request",
             ErrorCode::Shutdown => "shutdown",
             ErrorCode::Unknown => "unknown error",
+            ErrorCode::StaleIncarnation => "stale incarnation",
         };
         write!(f, "{name} ({})", self.as_u16())
     }

@@ -545,7 +545,11 @@ impl Coordinator for BelievesItHoldsTheSeat {
         }
         outcome
     }
-    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+    fn register_node(
+        &self,
+        node: NodeId,
+        session_timeout: Duration,
+    ) -> Result<isrlog::Incarnation> {
         self.inner.register_node(node, session_timeout)
     }
     fn heartbeat(&self, node: NodeId) -> Result<()> {
@@ -556,6 +560,9 @@ impl Coordinator for BelievesItHoldsTheSeat {
     }
     fn live_nodes(&self) -> Result<Vec<NodeId>> {
         self.inner.live_nodes()
+    }
+    fn live_node_incarnations(&self) -> Result<Vec<(NodeId, isrlog::Incarnation)>> {
+        self.inner.live_node_incarnations()
     }
     fn subscribe(&self, node: NodeId) -> Result<Receiver<CoordinatorEvent>> {
         self.inner.subscribe(node)

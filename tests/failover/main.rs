@@ -7,6 +7,7 @@
 #[path = "../support/failover_support.rs"]
 mod failover_support;
 
+mod a_fetch_from_a_followers_previous_incarnation_counts_for_nothing;
 mod a_lost_coordinator_reply_never_loses_acknowledged_records;
 mod all_isr_down_without_unclean_election_stays_leaderless;
 mod an_emptied_data_directory_loses_nothing_acknowledged;

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use isrlog::testing::Cluster;
-use isrlog::transport::{FetchLog, FetchRequest, Request, Response};
+use isrlog::transport::{ErrorCode, FetchLog, FetchRequest, Request, Response};
 use isrlog::{Acks, Coordinator, LogId, NodeId, ReplicationConfig};
 
 #[test]
@@ -34,6 +34,7 @@ fn a_late_fetch_from_a_crashed_follower_does_not_put_it_back_into_the_isr() {
     for i in 0..5 {
         leader.append_values(&[format!("m{i}")], Acks::All).unwrap();
     }
+    let b_incarnation = cluster.incarnation(b).expect("b runs");
     cluster.crash(b);
     assert!(
         cluster.wait_until(Duration::from_secs(10), |cl| cl.in_sync_replicas(log)
@@ -47,6 +48,7 @@ fn a_late_fetch_from_a_crashed_follower_does_not_put_it_back_into_the_isr() {
     let epoch = leader.leader_epoch();
     let late_fetch = Request::Fetch(FetchRequest {
         replica: b,
+        incarnation: b_incarnation,
         wait_max: Duration::ZERO,
         bytes_max: 1 << 20,
         logs: vec![FetchLog {
@@ -60,8 +62,17 @@ fn a_late_fetch_from_a_crashed_follower_does_not_put_it_back_into_the_isr() {
         }],
     });
     let handler = cluster.with_node(a, |node| node.handler()).unwrap();
+    // Refused as not from a live incarnation once the leader has read
+    // that b's session ended; before that, served, and then the liveness
+    // check before an ISR expansion keeps b out (KIP-841).
     let answer = handler.handle(b, late_fetch);
-    assert!(matches!(answer, Response::Fetch(_)), "{answer:?}");
+    assert!(
+        matches!(
+            answer,
+            Response::Fetch(_) | Response::Error(ErrorCode::StaleIncarnation)
+        ),
+        "{answer:?}"
+    );
 
     // The leader would act on what the fetch showed within milliseconds
     // (and shrink the ISR again only after `replica_lag_time_max`).

@@ -58,6 +58,7 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
     for fetch_offset in [0, 10, 15] {
         let request = Request::Fetch(FetchRequest {
             replica: b,
+            incarnation: cluster.incarnation(b).expect("b runs"),
             wait_max: Duration::ZERO,
             bytes_max: 1 << 20,
             logs: vec![FetchLog {

@@ -8,18 +8,19 @@ use std::time::Duration;
 
 use isrlog::transport::{ErrorCode, FetchLog, FetchRequest, FetchedLog, Request, Response};
 use isrlog::{
-    Acks, Coordinator, LeaderEpoch, LogId, ManualClock, MemoryCoordinator, MemoryNetwork, Node,
-    NodeConfig, NodeId, Offset,
+    Acks, Coordinator, Incarnation, LeaderEpoch, LogId, ManualClock, MemoryCoordinator,
+    MemoryNetwork, Node, NodeConfig, NodeId, Offset,
 };
 
 fn fetch(
     handler: &Arc<dyn isrlog::RequestHandler>,
-    follower: NodeId,
+    (follower, incarnation): (NodeId, Incarnation),
     log: LogId,
     offset: Offset,
 ) -> FetchedLog {
     let request = Request::Fetch(FetchRequest {
         replica: follower,
+        incarnation,
         wait_max: Duration::from_millis(5),
         bytes_max: 1 << 20,
         logs: vec![FetchLog {
@@ -52,8 +53,13 @@ fn high_watermark_reaches_the_follower_one_fetch_after_its_log_end_offset() {
     coordinator
         .create_log(log, vec![leader_id, follower_id])
         .unwrap();
-    // No controller: the hand-driven follower never registers with the
-    // coordinator, and a controller would drop it from the ISR as dead.
+    // The hand-driven follower registers (the leader counts fetches only
+    // from a registered incarnation) with a session the manual clock never
+    // ends. No controller: nothing here is about elections.
+    let follower_incarnation = coordinator
+        .register_node(follower_id, Duration::from_secs(1 << 30))
+        .unwrap();
+    let follower = (follower_id, follower_incarnation);
     let mut config = NodeConfig::new(leader_id, dir.path());
     config.controller = None;
     let node = Node::start(
@@ -74,7 +80,7 @@ fn high_watermark_reaches_the_follower_one_fetch_after_its_log_end_offset() {
     assert_eq!(leader.high_watermark(), Offset(0));
 
     // First fetch (offset 0): the follower gets the record; both HWs are 0.
-    let answer = fetch(&handler, follower_id, log, Offset(0));
+    let answer = fetch(&handler, follower, log, Offset(0));
     assert_eq!(answer.error, ErrorCode::None);
     assert!(!answer.records.is_empty());
     assert_eq!(answer.high_watermark, Offset(0));
@@ -90,7 +96,7 @@ fn high_watermark_reaches_the_follower_one_fetch_after_its_log_end_offset() {
     );
 
     // Second fetch (offset 1) acknowledges offset 0: both HWs become 1.
-    let answer = fetch(&handler, follower_id, log, follower_log_end);
+    let answer = fetch(&handler, follower, log, follower_log_end);
     assert_eq!(answer.error, ErrorCode::None);
     assert!(answer.records.is_empty());
     assert_eq!(leader.high_watermark(), Offset(1));

@@ -22,8 +22,8 @@ use isrlog::transport::{
     FetchRequest, FetchResponse, FetchedLog, Request, Response,
 };
 use isrlog::{
-    BatchHeader, EpochEndOffset, Error, LeaderEpoch, LogId, NodeId, Offset, ProducerEpoch,
-    ProducerId, RecordBatch, RecordBatchBuilder, RecordData, Sequence,
+    BatchHeader, EpochEndOffset, Error, Incarnation, LeaderEpoch, LogId, NodeId, Offset,
+    ProducerEpoch, ProducerId, RecordBatch, RecordBatchBuilder, RecordData, Sequence,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -381,13 +381,15 @@ fn request() -> impl Strategy<Value = Request> {
     let fetch = (
         any::<u32>(),
         any::<u64>(),
+        any::<u64>(),
         0u32..1_000_000_000,
         any::<u32>(),
         proptest::collection::vec(fetch_log, 0..4),
     )
-        .prop_map(|(replica, seconds, nanos, bytes_max, logs)| {
+        .prop_map(|(replica, incarnation, seconds, nanos, bytes_max, logs)| {
             Request::Fetch(FetchRequest {
                 replica: NodeId(replica),
+                incarnation: Incarnation(incarnation),
                 wait_max: Duration::new(seconds, nanos),
                 bytes_max,
                 logs,

@@ -159,7 +159,10 @@ pub fn high_watermark(cluster: &TcpCluster) -> Offset {
         .unwrap_or(Offset(0))
 }
 
-/// A frame header per the documented layout (magic, version 1, type, body
+/// The frame version the TCP codec speaks.
+pub const FRAME_VERSION: u8 = isrlog::transport::TCP_FRAME_VERSION;
+
+/// A frame header per the documented layout (magic, version, type, body
 /// length, request id).
 pub fn frame_header(message_type: u8, body_length: u32) -> Vec<u8> {
     let mut out = b"ISRL".to_vec();

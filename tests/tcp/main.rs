@@ -17,6 +17,7 @@ mod tcp_partial_frames_share_a_bounded_budget;
 mod tcp_refused_connection_warnings_are_rate_limited;
 mod tcp_replication_survives_leader_kill;
 mod tcp_slow_reader_cannot_hold_the_handler_threads;
+mod tcp_spoofed_fetches_do_not_count_or_slow_acks_all;
 mod tcp_transport_bad_frames;
 mod tcp_transport_conformance;
 mod tcp_transport_latency;

@@ -19,7 +19,8 @@ use isrlog::transport::{
     EpochEndOffsetsRequest, EpochQuery, ErrorCode, FetchLog, FetchRequest, Request, Response,
 };
 use isrlog::{
-    Acks, LeaderEpoch, LogId, NodeId, Offset, ReplicationConfig, TcpTransport, Transport,
+    Acks, Incarnation, LeaderEpoch, LogId, NodeId, Offset, ReplicationConfig, TcpTransport,
+    Transport,
 };
 
 const KIB: usize = 1024;
@@ -40,9 +41,10 @@ fn fetch_log(log: LogId, epoch: LeaderEpoch, offset: Offset) -> FetchLog {
     }
 }
 
-fn fetch(replica: NodeId, logs: Vec<FetchLog>) -> Request {
+fn fetch(replica: NodeId, incarnation: Incarnation, logs: Vec<FetchLog>) -> Request {
     Request::Fetch(FetchRequest {
         replica,
+        incarnation,
         wait_max: Duration::ZERO,
         bytes_max: u32::MAX,
         logs,
@@ -110,6 +112,9 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
             (*log, handle.leader_epoch())
         })
         .collect();
+    // The sender's own incarnation: these fetches pass the incarnation
+    // check and are refused or bounded only by the rules under test.
+    let incarnation = cluster.incarnation(posing_as).expect("runs");
     let attacker = TcpTransport::new(
         posing_as,
         HashMap::from([(target, cluster.addr(target).expect("listens"))]),
@@ -131,7 +136,7 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
         // One log named 100,000 times: a 2.9 MB request, refused whole.
         let same = fetch_log(led[0], epochs[&led[0]], Offset(0));
         let started = Instant::now();
-        let answer = call(fetch(posing_as, vec![same; 100_000]));
+        let answer = call(fetch(posing_as, incarnation, vec![same; 100_000]));
         println!(
             "100,000 copies of one log: {answer:?} in {:?}",
             started.elapsed()
@@ -143,7 +148,7 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
             .map(|id| fetch_log(LogId(1000 + id), LeaderEpoch(1), Offset(0)))
             .collect();
         assert_eq!(
-            call(fetch(posing_as, many)),
+            call(fetch(posing_as, incarnation, many)),
             Response::Error(ErrorCode::InvalidRequest)
         );
         // The same rule for epoch queries.
@@ -168,7 +173,7 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
                 .iter()
                 .map(|log| fetch_log(*log, epochs[log], Offset(0)))
                 .collect();
-            let Response::Fetch(answer) = call(fetch(posing_as, all)) else {
+            let Response::Fetch(answer) = call(fetch(posing_as, incarnation, all)) else {
                 panic!("a fetch of hosted logs is answered with records");
             };
             let sizes: Vec<usize> = answer.logs.iter().map(|l| l.records.len()).collect();
@@ -190,6 +195,7 @@ fn fetches_are_refused_or_answered_within_the_response_budget() {
         let big_at = appended.base_offset;
         let Response::Fetch(answer) = call(fetch(
             posing_as,
+            incarnation,
             vec![fetch_log(led[1], epochs[&led[1]], big_at)],
         )) else {
             panic!("a fetch of a hosted log is answered with records");

@@ -8,6 +8,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::Duration;
 
+use crate::tcp_attack_support::FRAME_VERSION;
 use isrlog::testing::TcpCluster;
 use isrlog::{Acks, LogId, NodeId, TcpConfig};
 
@@ -62,12 +63,18 @@ fn a_node_closes_bad_connections_and_keeps_replicating() {
         *b = (i as u8).wrapping_mul(37).wrapping_add(11);
     }
     let cases: Vec<(Vec<u8>, bool)> = vec![
-        (header(1, 0x02, u32::MAX), false),                   // oversized
-        ([header(9, 0x02, 4), vec![0; 4]].concat(), false),   // unknown version
-        ([header(1, 0x7f, 4), vec![0; 4]].concat(), false),   // unknown type
-        ([header(1, 0x02, 40), vec![1; 10]].concat(), false), // truncated, socket left open
-        ([header(1, 0x02, 40), vec![1; 10]].concat(), true),  // truncated, then closed
-        (garbage, false),                                     // garbage
+        (header(FRAME_VERSION, 0x02, u32::MAX), false), // oversized
+        ([header(9, 0x02, 4), vec![0; 4]].concat(), false), // unknown version
+        ([header(FRAME_VERSION, 0x7f, 4), vec![0; 4]].concat(), false), // unknown type
+        (
+            [header(FRAME_VERSION, 0x02, 40), vec![1; 10]].concat(),
+            false,
+        ), // truncated, socket left open
+        (
+            [header(FRAME_VERSION, 0x02, 40), vec![1; 10]].concat(),
+            true,
+        ), // truncated, then closed
+        (garbage, false),                               // garbage
     ];
     for (bytes, half_close) in &cases {
         expect_closed(addr, bytes, *half_close);

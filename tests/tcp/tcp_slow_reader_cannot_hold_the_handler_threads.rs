@@ -56,6 +56,7 @@ fn a_slow_reader_is_cut_off_at_the_write_deadline_while_appends_commit() {
     let epoch = handle.leader_epoch();
     let fetch = Request::Fetch(FetchRequest {
         replica: follower,
+        incarnation: cluster.incarnation(follower).expect("the follower runs"),
         wait_max: Duration::ZERO,
         bytes_max: u32::MAX,
         logs: vec![FetchLog {

@@ -12,8 +12,8 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::tcp_attack_support::FRAME_VERSION;
 use isrlog::testing::{echo_response, sample_epoch_request, EchoHandler, TcpTransportFactory};
-use isrlog::transport::TCP_FRAME_VERSION;
 use isrlog::{NodeId, TcpConfig, TcpServer, TcpTransport, Transport};
 
 use crate::log_capture::{captured_logs, log_lines_with};
@@ -82,7 +82,7 @@ fn epoch_request_frame(request_id: u64, sender: u32) -> Vec<u8> {
         // sender, replica, query count, log id, current leader epoch, epoch
         body.extend_from_slice(&field.to_le_bytes());
     }
-    let mut frame = header(TCP_FRAME_VERSION, 0x02, body.len() as u32, request_id);
+    let mut frame = header(FRAME_VERSION, 0x02, body.len() as u32, request_id);
     frame.extend_from_slice(&body);
     frame
 }
@@ -134,7 +134,7 @@ fn check_bad_frame(bytes: &[u8], half_close: bool, field: &str) {
 #[test]
 fn oversized_frame_closes_the_connection() {
     let body_length = (FRAME_BYTES_MAX - HEADER_BYTES + 1) as u32;
-    let mut bytes = header(TCP_FRAME_VERSION, 0x02, body_length, 9);
+    let mut bytes = header(FRAME_VERSION, 0x02, body_length, 9);
     bytes.extend_from_slice(&[0u8; 64]);
     check_bad_frame(&bytes, false, "`body length`");
 }
@@ -210,7 +210,7 @@ fn garbage_body_behind_a_valid_header_closes_the_connection() {
     for field in [CLIENT.0, CLIENT.0, u32::MAX] {
         body.extend_from_slice(&field.to_le_bytes());
     }
-    let mut bytes = header(TCP_FRAME_VERSION, 0x02, body.len() as u32, 9);
+    let mut bytes = header(FRAME_VERSION, 0x02, body.len() as u32, 9);
     bytes.extend_from_slice(&body);
     check_bad_frame(&bytes, false, "`epoch query count`");
 }
@@ -218,7 +218,7 @@ fn garbage_body_behind_a_valid_header_closes_the_connection() {
 #[test]
 fn response_frame_sent_to_a_server_closes_the_connection() {
     // An error response (0x80) with code 0.
-    let mut bytes = header(TCP_FRAME_VERSION, 0x80, 2, 9);
+    let mut bytes = header(FRAME_VERSION, 0x80, 2, 9);
     bytes.extend_from_slice(&0u16.to_le_bytes());
     check_bad_frame(&bytes, false, "a response sent to a server");
 }
@@ -238,7 +238,7 @@ fn hand_built_frame_following_the_documented_layout_is_answered() {
     let mut head = [0u8; HEADER_BYTES];
     raw.read_exact(&mut head).expect("response header");
     assert_eq!(&head[..4], b"ISRL");
-    assert_eq!(head[4], TCP_FRAME_VERSION, "version");
+    assert_eq!(head[4], FRAME_VERSION, "version");
     assert_eq!(head[5], 0x82, "epoch end offsets response");
     let body_length = u32::from_le_bytes(head[6..10].try_into().unwrap()) as usize;
     assert_eq!(

@@ -13,7 +13,11 @@
 //!   would bring `F` back into the ISR.
 //!
 //! The same fetch over plain TCP does both (the control tests below), so
-//! the TLS tests would fail if the refusal were missing.
+//! the TLS tests would fail if the refusal were missing. The fetch carries
+//! `F`'s incarnation, taken before the crash, and `F`'s session outlives
+//! the test (the leader still lists that incarnation as current): an
+//! impersonator who knows it gets past the incarnation check (SPEC 3.2),
+//! and only TLS stands in the way.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -23,7 +27,7 @@ use crate::tls_support::{raw_client_config, send_raw, NodeCert, Seen, TestCa};
 use isrlog::testing::fuzz::{decode_frames, encode_request_frame};
 use isrlog::testing::{sample_epoch_request, TcpCluster};
 use isrlog::transport::{EpochEndOffsetsRequest, EpochQuery, FetchLog, FetchRequest, Request};
-use isrlog::{Acks, LogId, NodeId, Offset, ReplicatedLog, ReplicationConfig};
+use isrlog::{Acks, Incarnation, LogId, NodeId, Offset, ReplicatedLog, ReplicationConfig};
 
 const LOG: LogId = LogId(0);
 
@@ -39,6 +43,9 @@ struct Scenario {
     leader_id: NodeId,
     crashed: NodeId,
     live: NodeId,
+    /// `F`'s incarnation, as it was before the crash (still current: its
+    /// session has not ended).
+    crashed_incarnation: Incarnation,
 }
 
 /// Starts a 3-node cluster (over TLS if `tls`), appends, crashes one
@@ -49,6 +56,7 @@ fn scenario(tls: bool, replica_lag_time_max: Duration) -> Scenario {
     let mut builder = TcpCluster::builder()
         .nodes(3)
         .min_insync_replicas(1)
+        .session_timeout(Duration::from_secs(600))
         .replication(ReplicationConfig {
             replica_lag_time_max,
             fetch_wait_max: Duration::from_millis(100),
@@ -70,6 +78,7 @@ fn scenario(tls: bool, replica_lag_time_max: Duration) -> Scenario {
             .append_values(&[format!("committed-{n}")], Acks::All)
             .expect("acks=all append");
     }
+    let crashed_incarnation = cluster.incarnation(crashed).expect("F runs");
     cluster.crash(crashed);
     for n in 0..10 {
         leader
@@ -91,6 +100,7 @@ fn scenario(tls: bool, replica_lag_time_max: Duration) -> Scenario {
         leader_id,
         crashed,
         live,
+        crashed_incarnation,
     }
 }
 
@@ -106,6 +116,12 @@ impl Scenario {
         let epoch = self.leader.leader_epoch();
         Request::Fetch(FetchRequest {
             replica,
+            // The replica's current incarnation: only TLS stands in the way.
+            incarnation: if replica == self.crashed {
+                self.crashed_incarnation
+            } else {
+                self.cluster.incarnation(replica).unwrap_or_default()
+            },
             wait_max: Duration::ZERO,
             bytes_max: 1 << 20,
             logs: vec![FetchLog {

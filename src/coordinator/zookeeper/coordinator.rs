@@ -74,7 +74,7 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
-use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, ProducerId};
+use crate::types::{ClusterId, DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, ProducerId};
 
 /// Pause between two attempts of a read whose connection dropped, and
 /// between polls for a condition that has no notification.
@@ -297,6 +297,8 @@ struct NodeSession {
     heartbeat_thread: Option<ThreadId>,
     /// Written by the session's [`track_link`] task.
     link: Arc<Mutex<Link>>,
+    /// The czxid of the node's ephemeral znode, made by this session.
+    incarnation: Incarnation,
     /// Dropped with the session, which stops its [`track_link`] task.
     _stop_tracking: oneshot::Sender<()>,
 }
@@ -1015,6 +1017,45 @@ impl Shared {
         Ok((live, stat.pzxid))
     }
 
+    /// The live nodes (sorted), each with the czxid of its ephemeral znode
+    /// as its incarnation. Two reads: the children, then their stats in one
+    /// multi-read; a node whose znode went in between is not live.
+    async fn read_node_incarnations(
+        &self,
+        deadline: Instant,
+    ) -> Result<Vec<(NodeId, Incarnation)>> {
+        let (live, _) = self.read_nodes(deadline).await?;
+        if live.is_empty() {
+            return Ok(Vec::new());
+        }
+        let what = format!("read the znodes under {NODES}");
+        let paths: Vec<String> = live.iter().map(|node| document::node_path(*node)).collect();
+        let paths = &paths;
+        let results = self
+            .read(deadline, &what, |client| async move {
+                let mut reader = client.new_multi_reader();
+                for path in paths {
+                    reader.add_get_data(path)?;
+                }
+                reader.commit().await
+            })
+            .await?
+            .map_err(|e| zk_error(&what, e))?;
+        let mut incarnations = Vec::with_capacity(live.len());
+        for (node, result) in live.into_iter().zip(results) {
+            match result {
+                zk::MultiReadResult::Data { stat, .. } => {
+                    incarnations.push((node, incarnation_of(stat.czxid)));
+                }
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => {}
+                other => return Err(unexpected(&what, &Some(other))),
+            }
+        }
+        Ok(incarnations)
+    }
+
     /// The controller record and seat, read atomically.
     async fn read_controller(&self, deadline: Instant) -> Result<ControllerView> {
         let what = format!("read {CONTROLLER}");
@@ -1432,6 +1473,12 @@ fn parse_controller(
     })
 }
 
+/// A znode's czxid as an incarnation: zxids are positive and grow with
+/// every write to the ensemble, so a later znode has a larger one.
+fn incarnation_of(czxid: i64) -> Incarnation {
+    Incarnation(u64::try_from(czxid).unwrap_or(0))
+}
+
 fn unexpected(what: &str, answer: &Option<zk::MultiReadResult>) -> Error {
     coordinator_error(format!("unexpected answer to {what}: {answer:?}"))
 }
@@ -1716,7 +1763,10 @@ impl Coordinator for ZkCoordinator {
     /// creates its ephemeral znode. If the znode still belongs to an earlier
     /// session (a previous incarnation not yet expired, or another process
     /// using the same id), waits for it to go, up to the call timeout.
-    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<()> {
+    /// The incarnation is the czxid of the node's ephemeral znode, as
+    /// Kafka's broker epoch is: a later znode, made by a later session, has
+    /// a larger one. Renewing a live session keeps it.
+    fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
         if session_timeout.is_zero() {
             return Err(Error::InvalidConfig {
                 field: "session_timeout",
@@ -1729,9 +1779,10 @@ impl Coordinator for ZkCoordinator {
         let renewed = shared.with_live_session(node, "register again", |session, now| {
             session.last_heartbeat = now;
             session.session_timeout = session_timeout;
+            session.incarnation
         });
-        if renewed.is_ok() {
-            return Ok(());
+        if let Ok(incarnation) = renewed {
+            return Ok(incarnation);
         }
         let connect = format!("{}{}", shared.config.connect, shared.config.chroot);
         let client = self.run(
@@ -1770,24 +1821,27 @@ impl Coordinator for ZkCoordinator {
                 }
                 let path = document::node_path(node);
                 let data = document::encode_node(session_timeout);
-                loop {
+                let created = loop {
                     connected(&client, deadline, &what).await?;
                     let owner = match client.create(&path, &data, &ephemeral()).await {
-                        Ok(_) => break,
+                        Ok((stat, _)) => break stat.czxid,
                         // Unknown whether it was created: the next attempt
                         // finds out.
                         Err(error) if is_connection_error(&error) => None,
                         Err(zk::Error::NodeExists) => match client.check_stat(&path).await {
-                            Ok(Some(stat)) => Some(stat.ephemeral_owner),
+                            Ok(Some(stat)) => Some((stat.ephemeral_owner, stat.czxid)),
                             Ok(None) => None,
                             Err(error) if is_connection_error(&error) => None,
                             Err(error) => return Err(zk_error(&what, error)),
                         },
                         Err(error) => return Err(zk_error(&what, error)),
                     };
-                    if owner == Some(client.session_id().0) {
-                        break;
+                    if let Some((owner, czxid)) = owner {
+                        if owner == client.session_id().0 {
+                            break czxid;
+                        }
                     }
+                    let owner = owner.map(|(owner, _)| owner);
                     if Instant::now() + RETRY_PAUSE >= deadline {
                         return Err(coordinator_error(format!(
                             "cannot {what}: {path} still belongs to ZooKeeper session {:#x} \
@@ -1797,14 +1851,16 @@ impl Coordinator for ZkCoordinator {
                         )));
                     }
                     async_io::Timer::after(RETRY_PAUSE).await;
-                }
+                };
                 shared.sync(deadline).await;
-                Ok(client)
+                Ok((client, created))
             },
         )?;
+        let (client, created) = client;
+        let incarnation = incarnation_of(created);
         shared.ended_locally.lock().remove(&node);
         tracing::info!(%node, session = %client.session_id(), timeout = ?session_timeout,
-            "node registered with ZooKeeper");
+            %incarnation, "node registered with ZooKeeper");
         let link = Arc::new(Mutex::new(Link::default()));
         let (stop_tracking, stop) = oneshot::channel();
         self.handle
@@ -1819,9 +1875,10 @@ impl Coordinator for ZkCoordinator {
                 heartbeat_thread: None,
                 link,
                 _stop_tracking: stop_tracking,
+                incarnation,
             },
         );
-        Ok(())
+        Ok(incarnation)
     }
 
     /// Renews `node`'s lease; no round trip to ZooKeeper (the client pings
@@ -1872,6 +1929,13 @@ impl Coordinator for ZkCoordinator {
         self.run(
             "list the live nodes".to_owned(),
             move |shared, deadline, _| async move { Ok(shared.read_nodes(deadline).await?.0) },
+        )
+    }
+
+    fn live_node_incarnations(&self) -> Result<Vec<(NodeId, Incarnation)>> {
+        self.run(
+            "read the live nodes' incarnations".to_owned(),
+            move |shared, deadline, _| async move { shared.read_node_incarnations(deadline).await },
         )
     }
 

@@ -43,6 +43,7 @@
 //! |---|---|
 //! | sender | u32 |
 //! | replica | u32 |
+//! | replica's incarnation | u64 |
 //! | wait_max, whole seconds | u64 |
 //! | wait_max, nanoseconds (< 10^9) | u32 |
 //! | bytes_max | u32 |
@@ -114,13 +115,13 @@ use crate::transport::{
     ErrorCode, FetchLog, FetchRequest, FetchResponse, FetchedLog, Request, Response,
     SnapshotRequest, SnapshotResponse,
 };
-use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// The first four bytes of every frame.
 pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
-/// The only frame version this code speaks. Version 2 added applied
-/// positions to fetches and their answers, and the snapshot messages
-/// (SPEC 3.9).
+/// The only frame version this code speaks. Version 2 added the
+/// follower's incarnation to the fetch request, applied positions to
+/// fetches and their answers, and the snapshot messages (SPEC 3.9).
 pub(crate) const VERSION: u8 = 2;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
@@ -311,6 +312,7 @@ pub(crate) fn encode_request(
     match request {
         Request::Fetch(fetch) => {
             out.put_u32_le(fetch.replica.0);
+            out.put_u64_le(fetch.incarnation.0);
             out.put_u64_le(fetch.wait_max.as_secs());
             out.put_u32_le(fetch.wait_max.subsec_nanos());
             out.put_u32_le(fetch.bytes_max);
@@ -424,6 +426,7 @@ pub(crate) fn encode_response(
 
 fn fetch_request_bytes(fetch: &FetchRequest) -> usize {
     4 + 4
+        + 8
         + 8
         + 4
         + 4
@@ -654,6 +657,7 @@ pub(crate) fn decode_frame(bytes: Bytes, frame_bytes_max: usize) -> Result<Frame
 
 fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError> {
     let replica = NodeId(reader.u32("fetch replica")?);
+    let incarnation = Incarnation(reader.u64("fetch incarnation")?);
     let seconds = reader.u64("fetch wait_max seconds")?;
     let nanos = reader.u32("fetch wait_max nanoseconds")?;
     if nanos >= NANOS_PER_SECOND {
@@ -693,6 +697,7 @@ fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError>
     }
     Ok(FetchRequest {
         replica,
+        incarnation,
         // Seconds up to u64::MAX with nanoseconds below one second never
         // overflow `Duration::new`.
         wait_max: Duration::new(seconds, nanos),
@@ -938,7 +943,7 @@ mod tests {
         let good = encode_response(1, &Response::Error(ErrorCode::Timeout), MAX).expect("fits");
         let cases: [(usize, u8, &str, &str); 4] = [
             (MAGIC_AT, b'X', "magic", "ISRL"),
-            (VERSION_AT, 9, "version", "unknown version 9"),
+            (VERSION_AT, 1, "version", "unknown version 1"),
             (TYPE_AT, 0x7f, "message type", "0x7f"),
             (
                 BODY_LENGTH_AT + 3,
@@ -968,6 +973,7 @@ mod tests {
         huge_count.extend_from_slice(&u32::MAX.to_le_bytes()); // query count
         let mut bad_nanos = Vec::new();
         bad_nanos.extend_from_slice(&[0; 8]); // sender, replica
+        bad_nanos.extend_from_slice(&[0; 8]); // incarnation
         bad_nanos.extend_from_slice(&[0; 8]); // seconds
         bad_nanos.extend_from_slice(&NANOS_PER_SECOND.to_le_bytes());
         bad_nanos.extend_from_slice(&[0; 8]); // bytes_max, count
@@ -1064,13 +1070,15 @@ mod tests {
         let fetch = (
             any::<u32>(),
             any::<u64>(),
+            any::<u64>(),
             0..NANOS_PER_SECOND,
             any::<u32>(),
             proptest::collection::vec(fetch_log, 0..5),
         )
-            .prop_map(|(replica, seconds, nanos, bytes_max, logs)| {
+            .prop_map(|(replica, incarnation, seconds, nanos, bytes_max, logs)| {
                 Request::Fetch(FetchRequest {
                     replica: NodeId(replica),
+                    incarnation: Incarnation(incarnation),
                     wait_max: Duration::new(seconds, nanos),
                     bytes_max,
                     logs,

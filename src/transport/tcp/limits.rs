@@ -308,9 +308,12 @@ pub(crate) enum Warning {
     ResponseTooLarge,
     /// A client read a malformed response from a server.
     MalformedResponse,
+    /// A node refused a fetch that was not from its sender's current
+    /// incarnation (see `node.rs`).
+    StaleIncarnation,
 }
 
-const WARNING_KINDS: usize = 11;
+const WARNING_KINDS: usize = 12;
 
 impl Warning {
     fn index(self) -> usize {
@@ -326,6 +329,7 @@ impl Warning {
             Warning::ConnectionSetup => 8,
             Warning::ResponseTooLarge => 9,
             Warning::MalformedResponse => 10,
+            Warning::StaleIncarnation => 11,
         }
     }
 }

@@ -424,7 +424,8 @@ struct Shared {
     /// ZooKeeper stops listing them or they register again: reads of the
     /// live set leave them out, so `live_nodes` agrees with the
     /// `NodesChanged` already sent (ZooKeeper deletes the ephemeral znode
-    /// only once the close reaches it, or the session expires).
+    /// only once the close reaches it, or the session expires). Lock
+    /// order: `dispatcher` before `ended_locally`.
     ended_locally: Mutex<BTreeSet<NodeId>>,
     /// The znodes that bulk reads skipped, with the reason last logged: a
     /// warning is logged once per znode and reason, not at every pass.
@@ -1008,11 +1009,20 @@ impl Shared {
             })
             .await?
             .map_err(|e| zk_error(&what, e))?;
-        let mut live = self.parse_nodes(&names);
-        let mut ended = self.ended_locally.lock();
-        ended.retain(|node| live.contains(node));
-        live.retain(|node| !ended.contains(node));
+        let live = self.visible_nodes(self.parse_nodes(&names));
         Ok((live, stat.pzxid))
+    }
+
+    /// `listed`, the nodes ZooKeeper lists, without those whose session
+    /// this coordinator ended itself (and announced gone) while ZooKeeper
+    /// may still list them: what `live_nodes` answers and `NodesChanged`
+    /// announces, so that the two agree (issue 24, item 5). A node
+    /// ZooKeeper no longer lists is forgotten here.
+    fn visible_nodes(&self, mut listed: Vec<NodeId>) -> Vec<NodeId> {
+        let mut ended = self.ended_locally.lock();
+        ended.retain(|node| listed.contains(node));
+        listed.retain(|node| !ended.contains(node));
+        listed
     }
 
     /// The controller record and seat, read atomically.
@@ -1096,9 +1106,12 @@ impl Shared {
     /// changed, the nodes first (as the memory coordinator does when a
     /// session ends).
     async fn refresh_membership(&self, deadline: Instant) -> Result<()> {
-        let (live, nodes_zxid, controller) = self.read_membership(deadline).await?;
+        let (listed, nodes_zxid, controller) = self.read_membership(deadline).await?;
+        // Filtered under the dispatcher's lock, which `end_session` holds
+        // while it marks a node ended and announces it gone: a read that
+        // began before then cannot announce the node live again after.
         let mut dispatcher = self.dispatcher.lock();
-        dispatcher.nodes_changed(nodes_zxid, live);
+        dispatcher.nodes_changed(nodes_zxid, self.visible_nodes(listed));
         dispatcher.controller_changed(controller.zxid, controller.controller(), controller.epoch);
         Ok(())
     }
@@ -1188,10 +1201,12 @@ impl Shared {
         // by then), which deletes the node's ephemeral znode and any
         // controller seat it held.
         drop(session);
-        self.ended_locally.lock().insert(node);
         // The node's own process learns it from its heartbeat, and its
-        // subscribers from this, even while ZooKeeper cannot be read.
-        self.dispatcher.lock().node_left(node);
+        // subscribers from this, even while ZooKeeper cannot be read. Both
+        // under the dispatcher's lock (see `refresh_membership`).
+        let mut dispatcher = self.dispatcher.lock();
+        self.ended_locally.lock().insert(node);
+        dispatcher.node_left(node);
     }
 
     /// Ends the sessions that no longer count as live, and hands out owed

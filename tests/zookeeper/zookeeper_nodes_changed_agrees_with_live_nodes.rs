@@ -9,6 +9,8 @@
 //! A's znode is still listed when the coordinator reconnects and re-reads
 //! the membership. Before the fix that re-read announced A live again
 //! while `live_nodes()` left it out, until ZooKeeper expired the session.
+//! (Since item 4, A's suspended session may resume instead: then both list
+//! A again, together.)
 
 use std::time::{Duration, Instant};
 

@@ -111,8 +111,8 @@ impl Dispatcher {
     }
 
     /// Announces that `node` left the live set because this coordinator
-    /// ended its session (a lapsed lease, or cut off from ZooKeeper for a
-    /// session timeout), before ZooKeeper can be read: the last announced
+    /// ended its session (a lapsed lease) or suspended it (cut off from
+    /// ZooKeeper for a session timeout), before ZooKeeper can be read: the last announced
     /// set without `node`, at the same zxid. The caller leaves `node` out
     /// of every later set it reads until ZooKeeper stops listing it, so a
     /// read at that zxid is the same set and is not announced again, and

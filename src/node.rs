@@ -2051,16 +2051,20 @@ fn control_loop(
                 // An expired session: register again, as a restarted
                 // ZooKeeper client re-creates its ephemeral node — unless
                 // this node is stopping: a node on its way down must not
-                // come back to life in the coordinator's eyes.
+                // come back to life in the coordinator's eyes. (A
+                // `ZkCoordinator` whose session is only suspended, cut off
+                // from ZooKeeper for a session timeout, keeps it: this
+                // call then waits for ZooKeeper to say whether it lives.)
                 //
                 // Known limitation: `Coordinator::register_node` takes no
                 // deadline, and may block this loop for the coordinator's
-                // own call timeout (a `ZkCoordinator` opening a session while
-                // ZooKeeper is unreachable: 5 s by default). Events, ISR
-                // proposals and failed-leader checks wait meanwhile; the
-                // node's leadership is already fenced, since its session is
-                // gone. Running it elsewhere would race with `stop` (a late
-                // registration would revive a stopped node).
+                // own call timeout (a `ZkCoordinator` opening a session, or
+                // waiting on a suspended one, while ZooKeeper is
+                // unreachable: 5 s by default). Events, ISR proposals and
+                // failed-leader checks wait meanwhile; the node's
+                // leadership is already fenced, since its session is gone
+                // or suspended. Running it elsewhere would race with `stop`
+                // (a late registration would revive a stopped node).
                 if !shared.stop.load(Ordering::SeqCst) {
                     match shared
                         .coordinator

@@ -387,6 +387,25 @@ pub trait FaultTarget: LeaderRouter + Sync {
     fn node_ids(&self) -> Vec<NodeId>;
     /// The leader the coordinator names for `log`.
     fn leader_of(&self, log: LogId) -> Option<NodeId>;
+    /// Whether [`FaultTarget::lose_coordinator_reply`] and
+    /// [`FaultTarget::set_coordinator_outage`] can do anything: only then
+    /// are they drawn, so that the memory cluster's seeds keep their fault
+    /// sequences.
+    fn has_coordinator_faults(&self) -> bool {
+        false
+    }
+    /// Arms the loss of the reply to `node`'s next write of a log's state:
+    /// the coordinator applies it, `node` never hears (SPEC 3.4). Returns
+    /// whether it was armed.
+    fn lose_coordinator_reply(&self, _node: NodeId) -> bool {
+        false
+    }
+    /// Takes the whole coordinator away from every node (`true`: as a
+    /// ZooKeeper ensemble that lost its quorum, which expires no session)
+    /// or brings it back. Returns whether it did.
+    fn set_coordinator_outage(&self, _down: bool) -> bool {
+        false
+    }
 
     /// Polls `condition` every millisecond until it holds or `timeout`
     /// passes.
@@ -473,22 +492,60 @@ impl FaultTarget for super::ZkCluster {
     fn node_ids(&self) -> Vec<NodeId> {
         super::ZkCluster::node_ids(self)
     }
+    /// `None` while ZooKeeper cannot be read (a "coordinator outage").
     fn leader_of(&self, log: LogId) -> Option<NodeId> {
-        super::ZkCluster::leader_of(self, log)
+        match super::ZkCluster::coordinator(self).log_state(log) {
+            Ok(state) => state.and_then(|state| state.leader),
+            Err(_) => None,
+        }
+    }
+    fn has_coordinator_faults(&self) -> bool {
+        true
+    }
+    /// At the node's proxy: its connection goes silent for a moment after
+    /// the write, then closes (the client reconnects, same session).
+    fn lose_coordinator_reply(&self, node: NodeId) -> bool {
+        match self.proxy(node) {
+            Some(proxy) => {
+                proxy.lose_reply_to_next_write("/logs/", Duration::from_millis(150));
+                true
+            }
+            None => false,
+        }
+    }
+    fn set_coordinator_outage(&self, down: bool) -> bool {
+        self.set_zookeeper_outage(down)
     }
 }
 
 /// Runs one seeded fault test on nodes with a `ZkCoordinator` each, on the
 /// ZooKeeper server at `connect` (one server: nodes are cut off from it
-/// through per-node proxies), and checks G1–G4 as [`run`] does.
+/// through per-node proxies, which also lose replies to log writes), and
+/// checks G1–G4 as [`run`] does.
 #[cfg(feature = "zookeeper")]
 pub fn run_on_zookeeper(
     config: &FaultTestConfig,
     connect: &str,
 ) -> std::result::Result<FaultTestReport, String> {
+    run_on_zookeeper_with_outages(config, connect, None)
+}
+
+/// [`run_on_zookeeper`], where `outage` (if any) also takes the whole
+/// ZooKeeper service away for a while ("coordinator outage": a lost
+/// quorum, which expires no session) and brings it back.
+#[cfg(feature = "zookeeper")]
+pub fn run_on_zookeeper_with_outages(
+    config: &FaultTestConfig,
+    connect: &str,
+    outage: Option<super::zookeeper_cluster::OutageHook>,
+) -> std::result::Result<FaultTestReport, String> {
     run_checked(config, |config, rng| {
         let shape = ClusterShape::new(config, rng);
-        let cluster = super::ZkCluster::builder(connect)
+        let mut builder = super::ZkCluster::builder(connect);
+        if let Some(outage) = outage {
+            builder = builder.outage_hook(outage);
+        }
+        let cluster = builder
             .nodes(shape.nodes)
             .seed(rng.next_u64())
             .session_timeout(shape.session_timeout)
@@ -1209,6 +1266,16 @@ fn inject_faults<C: FaultTarget>(
     let started = Instant::now();
     let all = cluster.node_ids();
     let mut cut_off_from_coordinator: Vec<NodeId> = Vec::new();
+    // The whole coordinator is away ("coordinator outage"): no node can
+    // register, so none is restarted until it is back.
+    let mut coordinator_down = false;
+    // Two more kinds where the target has them (ZooKeeper), drawn from a
+    // wider range so that the other kinds' draws are unchanged elsewhere.
+    let kinds = if cluster.has_coordinator_faults() {
+        15
+    } else {
+        13
+    };
     while started.elapsed() < config.fault_phase {
         std::thread::sleep(Duration::from_millis(20 + rng.next_u64() % 100));
         let running: Vec<NodeId> = all
@@ -1221,7 +1288,9 @@ fn inject_faults<C: FaultTarget>(
             .copied()
             .filter(|&n| !cluster.is_running(n))
             .collect();
-        let kind = match rng.next_u64() % 13 {
+        let kind = match rng.next_u64() % kinds {
+            13 => "lose coordinator reply",
+            14 => "coordinator outage",
             0..=1 => "crash",
             2 => "quick restart",
             3..=4 => "restart",
@@ -1263,7 +1332,7 @@ fn inject_faults<C: FaultTarget>(
             // before it does: the coordinator may still name the old
             // process as leader when the new one registers (SPEC 3.5; the
             // new process must not act on the old one's leadership).
-            "quick restart" => {
+            "quick restart" if !coordinator_down => {
                 let candidates: Vec<NodeId> = running
                     .iter()
                     .copied()
@@ -1287,7 +1356,7 @@ fn inject_faults<C: FaultTarget>(
             }
             // A process cut off from the coordinator cannot start (it must
             // register first): restart only the others.
-            "restart" => match pick(
+            "restart" if !coordinator_down => match pick(
                 rng,
                 &crashed
                     .iter()
@@ -1325,6 +1394,16 @@ fn inject_faults<C: FaultTarget>(
                 cluster.network().set_response_drop_probability(response);
                 true
             }
+            "lose coordinator reply" => match pick(rng, &running) {
+                Some(node) => cluster.lose_coordinator_reply(node),
+                None => false,
+            },
+            // Until the next "heal network" (or the end of the phase):
+            // often longer than twice the session timeout.
+            "coordinator outage" if !coordinator_down => {
+                coordinator_down = cluster.set_coordinator_outage(true);
+                coordinator_down
+            }
             "isolate from coordinator" => match pick(rng, &running) {
                 Some(node) => {
                     cluster.set_coordinator_unavailable(node, true);
@@ -1334,6 +1413,10 @@ fn inject_faults<C: FaultTarget>(
                 None => false,
             },
             "heal network" => {
+                if coordinator_down {
+                    cluster.set_coordinator_outage(false);
+                    coordinator_down = false;
+                }
                 cluster.network().heal();
                 for node in cut_off_from_coordinator.drain(..) {
                     cluster.set_coordinator_unavailable(node, false);
@@ -1358,6 +1441,9 @@ fn inject_faults<C: FaultTarget>(
         if done {
             *report.faults.entry(kind).or_insert(0) += 1;
         }
+    }
+    if coordinator_down {
+        cluster.set_coordinator_outage(false);
     }
     for node in cut_off_from_coordinator {
         cluster.set_coordinator_unavailable(node, false);

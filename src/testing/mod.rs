@@ -39,7 +39,7 @@ pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};
 pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};
 #[cfg(feature = "zookeeper")]
-pub use zookeeper_cluster::{ZkCluster, ZkClusterBuilder};
+pub use zookeeper_cluster::{OutageHook, ZkCluster, ZkClusterBuilder};
 
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.
 pub mod loom_models {

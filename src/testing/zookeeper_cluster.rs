@@ -59,9 +59,30 @@ pub struct ZkClusterBuilder {
     controller: Option<ControllerConfig>,
     proxied: bool,
     seed: u64,
+    outage: Option<OutageHook>,
+}
+
+/// Takes the whole ZooKeeper service away (`true`: as when the ensemble
+/// loses its quorum) or brings it back (`false`); returns whether it did.
+/// Given by a test that controls the servers, with
+/// [`ZkClusterBuilder::outage_hook`].
+#[derive(Clone)]
+pub struct OutageHook(pub std::sync::Arc<dyn Fn(bool) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for OutageHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutageHook")
+    }
 }
 
 impl ZkClusterBuilder {
+    /// How [`ZkCluster::set_zookeeper_outage`] takes ZooKeeper away and
+    /// brings it back (by default it cannot).
+    pub fn outage_hook(mut self, hook: OutageHook) -> Self {
+        self.outage = Some(hook);
+        self
+    }
+
     /// Seed of the memory network's fault injection.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
@@ -227,6 +248,7 @@ impl ZkCluster {
             }),
             proxied: false,
             seed: 0,
+            outage: None,
         }
     }
 
@@ -394,6 +416,16 @@ impl ZkCluster {
         }
     }
 
+    /// Takes the whole ZooKeeper service away (`true`) or brings it back,
+    /// through the builder's [`OutageHook`]; false without one, or if the
+    /// hook did nothing.
+    pub fn set_zookeeper_outage(&self, down: bool) -> bool {
+        self.builder
+            .outage
+            .as_ref()
+            .is_some_and(|hook| (hook.0)(down))
+    }
+
     /// Creates `log` with `replication_factor` replicas placed by
     /// [`assign_replicas`], and waits until its leader leads and every
     /// running replica hosts it.
@@ -522,8 +554,14 @@ impl ZkCluster {
 impl LeaderRouter for ZkCluster {
     /// ZooKeeper's leader, once it knows it leads; no waiting (the
     /// producer's backoff does that), as for [`super::Cluster`].
+    /// While ZooKeeper cannot be read (an outage), no leader is known:
+    /// the producer backs off, as with any retriable error.
     fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
-        harness_leader_log(log, self.leader_of(log), |node| self.log(node, log))
+        let leader = match self.admin.log_state(log) {
+            Ok(state) => state.and_then(|state| state.leader),
+            Err(_) => None,
+        };
+        harness_leader_log(log, leader, |node| self.log(node, log))
     }
 
     /// Appends on the leader; a leader that crashed during the call is a

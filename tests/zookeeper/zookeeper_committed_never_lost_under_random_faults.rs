@@ -2,15 +2,25 @@
 //! (issue 11): seeded runs of `isrlog::testing::fault_test` where every
 //! node has its own `ZkCoordinator` on one standalone server started here,
 //! and "isolate from coordinator" cuts a node's connections to ZooKeeper at
-//! a proxy (its sessions expire, as a partitioned process's would).
+//! a proxy (its sessions expire, as a partitioned process's would). Issue
+//! 24: "lose coordinator reply" has a node's proxy lose the reply to its
+//! next log write (applied by the server, never answered), and
+//! "coordinator outage" kills the server until the next "heal network"
+//! (often longer than twice the 300 ms session timeout) and restarts it on
+//! the same data: what the nodes see of an ensemble that lost its quorum
+//! (no session expires meanwhile; each gets a fresh timeout when it is
+//! back).
 //!
 //! CI runs 3 seeds of process crashes and 2 of power loss under
 //! `FlushPolicy::Always`. `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each
 //! (N must be at least 1: a run of no seed fails rather than passing
 //! vacuously); `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
 
-use isrlog::testing::fault_test::{run_on_zookeeper, CrashMode, FaultTestConfig};
+use std::sync::{Arc, Mutex};
+
+use isrlog::testing::fault_test::{run_on_zookeeper_with_outages, CrashMode, FaultTestConfig};
 use isrlog::testing::zookeeper::ZkServer;
+use isrlog::testing::OutageHook;
 
 fn env_number(name: &str) -> Option<u64> {
     let value = match std::env::var(name) {
@@ -50,8 +60,26 @@ fn run_seeds(mode: CrashMode, ci_default: u64) {
     }
     let seeds = seeds(ci_default);
     let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+    let connect = server.connect_string();
+    let server = Arc::new(Mutex::new(server));
+    let outage = {
+        let server = Arc::clone(&server);
+        OutageHook(Arc::new(move |down| {
+            let mut server = server.lock().unwrap_or_else(|e| e.into_inner());
+            if down {
+                server.kill();
+                true
+            } else {
+                server
+                    .resume()
+                    .unwrap_or_else(|e| panic!("cannot restart ZooKeeper after an outage: {e}"));
+                true
+            }
+        }))
+    };
     for seed in seeds {
-        match run_on_zookeeper(&FaultTestConfig::new(seed, mode), &server.connect_string()) {
+        let config = FaultTestConfig::new(seed, mode);
+        match run_on_zookeeper_with_outages(&config, &connect, Some(outage.clone())) {
             Ok(report) => eprintln!("seed {seed} {mode:?} on ZooKeeper: ok {report:?}"),
             Err(failure) => panic!("on ZooKeeper: {failure}"),
         }

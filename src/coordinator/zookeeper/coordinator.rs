@@ -89,6 +89,13 @@ const TICK_MAX: Duration = Duration::from_millis(100);
 /// How long the watcher waits between attempts to open a new session after
 /// its session expired.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// Pause between two attempts to resume a suspended node session.
+const RESUME_PAUSE: Duration = Duration::from_millis(50);
+
+/// The shortest an attempt to resume a suspended node session may take
+/// (each is bounded by half the session timeout, and at least this).
+const RESUME_ATTEMPT_MIN: Duration = Duration::from_millis(500);
 /// Notifications handled per wake-up of the watcher: the rest wait for the
 /// next round, so a flood cannot starve its tick.
 const EVENTS_PER_ROUND_MAX: usize = 256;
@@ -225,7 +232,7 @@ impl ControllerView {
 }
 
 /// What one node's session connection went through, kept up to date by a
-/// task watching the client's state ([`track_link`]).
+/// task watching the client's state ([`track_session`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Link {
     /// When the client lost its connection, if it has not got it back since.
@@ -235,16 +242,42 @@ struct Link {
 }
 
 /// Whether a node's session still counts as live, and if not, why.
+///
+/// Quorum loss is not session loss (issue 24, item 4). ZooKeeper expires a
+/// session only while it has a quorum, and gives every session a fresh
+/// timeout when a new ZooKeeper leader takes over, so a node that cannot
+/// reach ZooKeeper does not know whether its session is over. As Kafka's
+/// brokers (whose Java client reconnects with the same session for as long
+/// as it takes) and Curator do, a node session then goes through two
+/// states, after Curator's `SUSPENDED` and `LOST`:
+///
+/// - [`Verdict::Suspended`]: disconnected for a whole session timeout.
+///   ZooKeeper may have expired the session (if it had a quorum), so the
+///   node must stop acting on it as it did when this coordinator gave the
+///   session up: its heartbeats and the calls made for it fail, its
+///   subscribers are told it left, and `live_nodes` leaves it out. But the
+///   session is kept, and the client keeps reconnecting with the same
+///   session id (zookeeper-client 0.11 declares a session expired by
+///   itself 7/5 of a timeout after it last heard from the server; the
+///   coordinator then re-establishes it with the same id and password).
+///   If ZooKeeper still has it (it lost its quorum, and got it back), the
+///   session resumes: the node's znode and any controller seat it held
+///   were never released, no log changes leader, and the node is
+///   announced live again.
+/// - [`Verdict::Ended`]: ZooKeeper itself says the session is over
+///   (`SessionExpired` on reconnecting, or closed): the node registers
+///   again with a new session, at once, as before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
     Alive,
     /// No heartbeat, call or reconnection within the session timeout: the
     /// process is hung; the coordinator closes the session.
     LeaseLapsed,
-    /// Disconnected for a whole session timeout: ZooKeeper has expired the
-    /// session (or is about to); the coordinator gives it up.
-    CutOff,
-    /// The client library ended the session (expired, closed, auth failed).
+    /// Disconnected for a whole session timeout: ZooKeeper may have expired
+    /// the session, or may be without a quorum and keep it; the node is
+    /// fenced locally until one of the two is known.
+    Suspended,
+    /// ZooKeeper ended the session (expired, closed, auth failed).
     Ended,
 }
 
@@ -268,7 +301,7 @@ fn judge(
         // (the client pings by itself), so a disconnection says nothing of
         // the process, and a call waiting for the reconnection is no hang.
         return if now.saturating_duration_since(since) >= session_timeout {
-            Verdict::CutOff
+            Verdict::Suspended
         } else {
             Verdict::Alive
         };
@@ -286,71 +319,161 @@ fn judge(
     }
 }
 
+/// A node session's client and what its connection went through, shared
+/// with the session's [`track_session`] task.
+#[derive(Debug)]
+struct SessionLink {
+    /// The client of the session: replaced (same session id) when the
+    /// session is re-established after the client library gave it up.
+    client: zk::Client,
+    link: Link,
+    /// ZooKeeper ended the session: it said it expired, or it was closed.
+    /// The client library giving up on its own is not this.
+    ended: bool,
+}
+
 /// One node's session, opened by `register_node`.
 #[derive(Debug)]
 struct NodeSession {
-    client: zk::Client,
     session_timeout: Duration,
     last_heartbeat: Instant,
     /// The thread that last heartbeated the node (its control loop): while
     /// it is inside a coordinator call, the node is not hung.
     heartbeat_thread: Option<ThreadId>,
-    /// Written by the session's [`track_link`] task.
-    link: Arc<Mutex<Link>>,
+    /// Written by the session's [`track_session`] task.
+    link: Arc<Mutex<SessionLink>>,
     /// The czxid of the node's ephemeral znode, made by this session.
     incarnation: Incarnation,
-    /// Dropped with the session, which stops its [`track_link`] task.
+    /// Announced suspended ([`Verdict::Suspended`]), not yet resumed.
+    suspended: bool,
+    /// Suspended since the node last asked for the controller seat: a
+    /// controller pass that began before (whose view of the live nodes
+    /// may have left this node out, or be older than the outage) must not
+    /// write (see `compare_and_set_as_controller`).
+    suspended_since_seat_check: bool,
+    /// Dropped with the session, which stops its [`track_session`] task.
     _stop_tracking: oneshot::Sender<()>,
 }
 
 impl NodeSession {
+    /// The session's current client.
+    fn client(&self) -> zk::Client {
+        self.link.lock().client.clone()
+    }
+
     /// Whether the session still counts as live; `calls` are the calls in
     /// flight per thread.
     fn verdict(&self, now: Instant, calls: &HashMap<ThreadId, usize>) -> Verdict {
         let busy = self
             .heartbeat_thread
             .is_some_and(|thread| calls.get(&thread).is_some_and(|&n| n > 0));
+        let (link, ended) = {
+            let shared = self.link.lock();
+            (shared.link, shared.ended)
+        };
         judge(
             now,
             self.session_timeout,
             self.last_heartbeat,
-            *self.link.lock(),
+            link,
             busy,
-            self.client.state().is_terminated(),
+            ended,
         )
     }
 }
 
-/// Follows the connection state of a node's session into `link` until the
-/// session ends or `stop` fires (its sender is dropped with the session).
-async fn track_link(
-    mut states: zk::StateWatcher,
-    link: Arc<Mutex<Link>>,
+/// Follows the connection state of a node's session into `shared` until
+/// ZooKeeper ends the session or `stop` fires (its sender is dropped with
+/// the session). When the client library gives the session up by itself
+/// (it says `Expired` 7/5 of a timeout after it last heard from a server,
+/// whether or not ZooKeeper expired it), re-establishes the same session
+/// (id and password) until a server either takes it back or says it
+/// expired: see [`Verdict`].
+async fn track_session(
+    connect: String,
+    shared: Arc<Mutex<SessionLink>>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let mut state = states.state();
     loop {
-        {
-            let now = Instant::now();
-            let mut link = link.lock();
-            match state {
-                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
-                    if link.disconnected_since.take().is_some() =>
-                {
-                    link.reconnected_at = Some(now);
+        let client = shared.lock().client.clone();
+        let mut states = client.state_watcher();
+        let mut state = states.state();
+        loop {
+            {
+                let now = Instant::now();
+                let mut shared = shared.lock();
+                match state {
+                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+                        if shared.link.disconnected_since.take().is_some() =>
+                    {
+                        shared.link.reconnected_at = Some(now);
+                    }
+                    zk::SessionState::Disconnected => {
+                        shared.link.disconnected_since.get_or_insert(now);
+                    }
+                    _ => {}
                 }
-                zk::SessionState::Disconnected => {
-                    link.disconnected_since.get_or_insert(now);
-                }
-                _ => {}
+            }
+            if state.is_terminated() {
+                break;
+            }
+            match future::select(&mut stop, std::pin::pin!(states.changed())).await {
+                Either::Left(_) => return,
+                Either::Right((next, _)) => state = next,
             }
         }
-        if state.is_terminated() {
+        if state != zk::SessionState::Expired {
+            // Closed or refused: over for good.
+            shared.lock().ended = true;
             return;
         }
-        match future::select(&mut stop, std::pin::pin!(states.changed())).await {
-            Either::Left(_) => return,
-            Either::Right((next, _)) => state = next,
+        let info = client.session().clone();
+        let timeout = client.session_timeout();
+        drop(client);
+        let session = info.id();
+        let attempt_max = (timeout / 2).max(RESUME_ATTEMPT_MIN);
+        loop {
+            // Each attempt is bounded and the next starts afresh: within
+            // one, the library's back-off between passes over the servers
+            // doubles up to a whole timeout, which could outlast the fresh
+            // timeout a session gets when ZooKeeper gets its quorum back.
+            // (Not `with_fail_eagerly`: the resumed client keeps its
+            // options, and would take its next disconnection for the end.)
+            let attempt = before(
+                Instant::now() + attempt_max,
+                zk::Client::connector()
+                    .with_session(info.clone())
+                    .with_session_timeout(timeout)
+                    .connect(&connect),
+            );
+            let outcome = match future::select(&mut stop, std::pin::pin!(attempt)).await {
+                Either::Left(_) => return,
+                Either::Right((None, _)) => Err(zk::Error::Timeout),
+                Either::Right((Some(outcome), _)) => outcome,
+            };
+            match outcome {
+                Ok(resumed) => {
+                    debug_assert_eq!(resumed.session_id(), session, "resumed another session");
+                    tracing::info!(%session, "ZooKeeper session resumed after a suspension");
+                    let mut shared = shared.lock();
+                    shared.client = resumed;
+                    shared.link.disconnected_since = None;
+                    shared.link.reconnected_at = Some(Instant::now());
+                    break;
+                }
+                Err(zk::Error::SessionExpired | zk::Error::AuthFailed) => {
+                    tracing::info!(%session, "ZooKeeper says the suspended session is over");
+                    shared.lock().ended = true;
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%session, %error, "cannot resume the session yet");
+                }
+            }
+            let pause = async_io::Timer::after(RESUME_PAUSE);
+            if let Either::Left(_) = future::select(&mut stop, pause).await {
+                return;
+            }
         }
     }
 }
@@ -421,13 +544,19 @@ struct Shared {
     registering: Mutex<()>,
     dispatcher: Mutex<Dispatcher>,
     producer_ids: Mutex<ProducerIdBlock>,
-    /// Nodes whose session this coordinator ended itself (lapsed lease, or
-    /// cut off for a session timeout) and announced as gone, until
+    /// Nodes whose session this coordinator ended (lapsed lease, or
+    /// ZooKeeper said it ended) and announced as gone, until
     /// ZooKeeper stops listing them or they register again: reads of the
     /// live set leave them out, so `live_nodes` agrees with the
     /// `NodesChanged` already sent (ZooKeeper deletes the ephemeral znode
-    /// only once the close reaches it, or the session expires).
+    /// only once the close reaches it, or the session expires). Lock
+    /// order: `dispatcher` before `ended_locally`.
     ended_locally: Mutex<BTreeSet<NodeId>>,
+    /// Nodes whose sessions are suspended ([`Verdict::Suspended`]) and
+    /// were announced as gone: left out of the live set as `ended_locally`
+    /// ones are, until the session resumes or ends. Lock order:
+    /// `dispatcher` before `suspended`.
+    suspended: Mutex<BTreeSet<NodeId>>,
     /// The znodes that bulk reads skipped, with the reason last logged: a
     /// warning is logged once per znode and reason, not at every pass.
     /// Bounded by the number of znodes in the layout.
@@ -435,6 +564,9 @@ struct Shared {
     /// Set when the coordinator is being dropped: calls still running on
     /// the executor give up instead of waiting for a session.
     stopping: AtomicBool,
+    /// A suspended session was found resumed outside the tick: the watcher
+    /// re-reads the membership to announce the node live again.
+    membership_stale: AtomicBool,
 }
 
 /// Owns the executor; the watcher task holds only `Arc<Shared>`, so
@@ -472,8 +604,10 @@ impl ZkCoordinator {
             dispatcher: Mutex::new(Dispatcher::new(config.subscriber_events_max)),
             producer_ids: Mutex::new(ProducerIdBlock::default()),
             ended_locally: Mutex::new(BTreeSet::new()),
+            suspended: Mutex::new(BTreeSet::new()),
             unreadable: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            membership_stale: AtomicBool::new(false),
             config,
         });
         let deadline = Instant::now() + shared.config.call_timeout;
@@ -521,7 +655,7 @@ impl ZkCoordinator {
             .sessions
             .lock()
             .get(&node)
-            .map(|session| session.client.session_id().0)
+            .map(|session| session.client().session_id().0)
     }
 
     fn deadline(&self) -> Instant {
@@ -564,14 +698,6 @@ impl ZkCoordinator {
         let future = job(shared, deadline, what.clone());
         self.handle.executor.call(&what, effect, deadline, future)
     }
-
-    /// The client of `node`'s live session, or an error naming `what` could
-    /// not be done without one.
-    fn node_client(&self, node: NodeId, what: &str) -> Result<zk::Client> {
-        self.handle
-            .shared
-            .with_live_session(node, what, |session, _| session.client.clone())
-    }
 }
 
 fn no_session(node: NodeId, what: &str) -> Error {
@@ -583,10 +709,14 @@ fn no_session(node: NodeId, what: &str) -> Error {
 /// The error of a call for `node` whose session the coordinator just ended.
 fn session_ended(node: NodeId, what: &str, verdict: Verdict) -> Error {
     let why = match verdict {
-        Verdict::CutOff => {
-            "it was cut off from ZooKeeper for a whole session timeout, so ZooKeeper expired its session"
+        Verdict::Suspended => {
+            "it has been cut off from ZooKeeper for a whole session timeout, so its session is \
+             suspended (ZooKeeper may have expired it; it resumes if ZooKeeper still has it once \
+             reached again)"
         }
-        Verdict::LeaseLapsed => "no heartbeat within its session timeout, so its session was closed",
+        Verdict::LeaseLapsed => {
+            "no heartbeat within its session timeout, so its session was closed"
+        }
         Verdict::Ended | Verdict::Alive => "ZooKeeper ended its session",
     };
     coordinator_error(format!("{node} cannot {what}: {why}; register it again"))
@@ -602,7 +732,7 @@ impl Drop for Handle {
         let mut states: Vec<zk::StateWatcher> = Vec::new();
         let sessions = std::mem::take(&mut *self.shared.sessions.lock());
         for (_, session) in sessions {
-            states.push(session.client.state_watcher());
+            states.push(session.client().state_watcher());
         }
         if let Some(main) = self.shared.main.lock().take() {
             states.push(main.state_watcher());
@@ -1010,10 +1140,7 @@ impl Shared {
             })
             .await?
             .map_err(|e| zk_error(&what, e))?;
-        let mut live = self.parse_nodes(&names);
-        let mut ended = self.ended_locally.lock();
-        ended.retain(|node| live.contains(node));
-        live.retain(|node| !ended.contains(node));
+        let live = self.visible_nodes(self.parse_nodes(&names));
         Ok((live, stat.pzxid))
     }
 
@@ -1054,6 +1181,19 @@ impl Shared {
             }
         }
         Ok(incarnations)
+    }
+
+    /// `listed`, the nodes ZooKeeper lists, without those whose session
+    /// this coordinator ended itself (and announced gone) while ZooKeeper
+    /// may still list them: what `live_nodes` answers and `NodesChanged`
+    /// announces, so that the two agree (issue 24, item 5). A node
+    /// ZooKeeper no longer lists is forgotten here.
+    fn visible_nodes(&self, mut listed: Vec<NodeId>) -> Vec<NodeId> {
+        let mut ended = self.ended_locally.lock();
+        ended.retain(|node| listed.contains(node));
+        let suspended = self.suspended.lock();
+        listed.retain(|node| !ended.contains(node) && !suspended.contains(node));
+        listed
     }
 
     /// The controller record and seat, read atomically.
@@ -1137,9 +1277,12 @@ impl Shared {
     /// changed, the nodes first (as the memory coordinator does when a
     /// session ends).
     async fn refresh_membership(&self, deadline: Instant) -> Result<()> {
-        let (live, nodes_zxid, controller) = self.read_membership(deadline).await?;
+        let (listed, nodes_zxid, controller) = self.read_membership(deadline).await?;
+        // Filtered under the dispatcher's lock, which `end_session` holds
+        // while it marks a node ended and announces it gone: a read that
+        // began before then cannot announce the node live again after.
         let mut dispatcher = self.dispatcher.lock();
-        dispatcher.nodes_changed(nodes_zxid, live);
+        dispatcher.nodes_changed(nodes_zxid, self.visible_nodes(listed));
         dispatcher.controller_changed(controller.zxid, controller.controller(), controller.epoch);
         Ok(())
     }
@@ -1201,7 +1344,29 @@ impl Shared {
         };
         let verdict = session.verdict(now, &self.calls.lock());
         if verdict == Verdict::Alive {
-            return Ok(f(session, now));
+            // Resumed: visible again before the caller acts on it (a
+            // controller pass reads the live nodes next).
+            let resumed = std::mem::take(&mut session.suspended);
+            let result = f(session, now);
+            drop(sessions);
+            if resumed {
+                self.resume(node);
+                self.membership_stale.store(true, Ordering::SeqCst);
+            }
+            return Ok(result);
+        }
+        if verdict == Verdict::Suspended {
+            // Kept: it may resume (see `Verdict`). Announced here too, not
+            // only by the tick: the watcher does not tick while it opens a
+            // new session of its own.
+            let newly = !std::mem::replace(&mut session.suspended, true);
+            session.suspended_since_seat_check = true;
+            let timeout = session.session_timeout;
+            drop(sessions);
+            if newly {
+                self.suspend(node, timeout);
+            }
+            return Err(session_ended(node, what, verdict));
         }
         let ended = sessions.remove(&node);
         drop(sessions);
@@ -1216,37 +1381,98 @@ impl Shared {
     fn end_session(&self, node: NodeId, session: NodeSession, verdict: Verdict) {
         debug_assert_ne!(verdict, Verdict::Alive, "ending a live session");
         let timeout = session.session_timeout;
+        debug_assert_ne!(verdict, Verdict::Suspended, "ending a suspended session");
         match verdict {
-            Verdict::CutOff => tracing::warn!(%node, ?timeout,
-                "disconnected from ZooKeeper for a whole session timeout: the node's session is over"),
             Verdict::LeaseLapsed => tracing::info!(%node, ?timeout,
                 "no heartbeat within the session timeout: closing the node's ZooKeeper session"),
-            Verdict::Ended | Verdict::Alive => tracing::warn!(%node,
-                state = %session.client.state(), "ZooKeeper ended the node's session"),
+            Verdict::Ended | Verdict::Alive | Verdict::Suspended => tracing::warn!(%node,
+                state = %session.client().state(), "ZooKeeper ended the node's session"),
         }
         // Dropping the last handle closes the session (at once, or when the
         // client reaches ZooKeeper again, if ZooKeeper has not expired it
         // by then), which deletes the node's ephemeral znode and any
         // controller seat it held.
         drop(session);
-        self.ended_locally.lock().insert(node);
         // The node's own process learns it from its heartbeat, and its
-        // subscribers from this, even while ZooKeeper cannot be read.
-        self.dispatcher.lock().node_left(node);
+        // subscribers from this, even while ZooKeeper cannot be read. Both
+        // under the dispatcher's lock (see `refresh_membership`).
+        let mut dispatcher = self.dispatcher.lock();
+        self.ended_locally.lock().insert(node);
+        self.suspended.lock().remove(&node);
+        dispatcher.node_left(node);
     }
 
-    /// Ends the sessions that no longer count as live, and hands out owed
-    /// `Resync` events. Returns when to tick next.
-    fn tick(&self) -> Duration {
+    /// Errs if `node` has a session here that is suspended, or was since
+    /// it last asked for the controller seat.
+    fn refuse_if_suspended(&self, node: NodeId, what: &str) -> Result<()> {
         let now = Instant::now();
+        let sessions = self.sessions.lock();
+        let Some(session) = sessions.get(&node) else {
+            return Ok(());
+        };
+        let verdict = session.verdict(now, &self.calls.lock());
+        if verdict == Verdict::Suspended {
+            return Err(session_ended(node, what, Verdict::Suspended));
+        }
+        if session.suspended_since_seat_check {
+            return Err(coordinator_error(format!(
+                "{node} cannot {what}: its session was suspended (cut off from ZooKeeper for a \
+                 session timeout) since this controller pass began; the next pass decides again"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `node`'s session was disconnected for a whole session timeout: its
+    /// subscribers are told it left, and the live set leaves it out, until
+    /// it resumes or ends (see [`Verdict`]). Its session stays open.
+    fn suspend(&self, node: NodeId, timeout: Duration) {
+        tracing::warn!(%node, ?timeout,
+            "disconnected from ZooKeeper for a whole session timeout: the node is fenced until \
+             ZooKeeper says whether its session lives (it keeps it through a loss of quorum)");
+        let mut dispatcher = self.dispatcher.lock();
+        self.suspended.lock().insert(node);
+        dispatcher.node_left(node);
+    }
+
+    /// `node`'s suspended session resumed: it is live again (announced by
+    /// the next read of the membership, which the caller does).
+    fn resume(&self, node: NodeId) {
+        tracing::info!(%node, "the node's ZooKeeper session resumed: the node is live again");
+        let _dispatcher = self.dispatcher.lock();
+        self.suspended.lock().remove(&node);
+    }
+
+    /// Ends the sessions that no longer count as live, suspends and
+    /// resumes those whose connection says so (see [`Verdict`]), and hands
+    /// out owed `Resync` events. Returns when to tick next, and whether a
+    /// session resumed (the caller re-reads the membership to announce it).
+    fn tick(&self) -> (Duration, bool) {
+        let now = Instant::now();
+        let mut suspended = Vec::new();
+        let mut resumed = Vec::new();
         let ended: Vec<(NodeId, NodeSession, Verdict)> = {
             let mut sessions = self.sessions.lock();
             let calls = self.calls.lock();
-            let dead: Vec<(NodeId, Verdict)> = sessions
-                .iter()
-                .map(|(node, session)| (*node, session.verdict(now, &calls)))
-                .filter(|(_, verdict)| *verdict != Verdict::Alive)
-                .collect();
+            let mut dead: Vec<(NodeId, Verdict)> = Vec::new();
+            for (node, session) in sessions.iter_mut() {
+                match session.verdict(now, &calls) {
+                    Verdict::Alive => {
+                        if std::mem::take(&mut session.suspended) {
+                            resumed.push(*node);
+                        }
+                    }
+                    Verdict::Suspended => {
+                        session.suspended_since_seat_check = true;
+                        if !std::mem::replace(&mut session.suspended, true) {
+                            suspended.push((*node, session.session_timeout));
+                        }
+                    }
+                    verdict @ (Verdict::LeaseLapsed | Verdict::Ended) => {
+                        dead.push((*node, verdict));
+                    }
+                }
+            }
             drop(calls);
             dead.into_iter()
                 .filter_map(|(node, verdict)| {
@@ -1256,22 +1482,32 @@ impl Shared {
                 })
                 .collect()
         };
+        for (node, timeout) in suspended {
+            self.suspend(node, timeout);
+        }
+        for &node in &resumed {
+            self.resume(node);
+        }
         for (node, session, verdict) in ended {
             self.end_session(node, session, verdict);
         }
         let mut dispatcher = self.dispatcher.lock();
         dispatcher.flush_resyncs();
         if dispatcher.resync_owed() {
-            return TICK_MIN;
+            let stale = self.membership_stale.swap(false, Ordering::SeqCst);
+            return (TICK_MIN, stale || !resumed.is_empty());
         }
         drop(dispatcher);
-        self.sessions
+        let next = self
+            .sessions
             .lock()
             .values()
             .map(|session| session.session_timeout / 10)
             .min()
             .unwrap_or(TICK_MAX)
-            .clamp(TICK_MIN, TICK_MAX)
+            .clamp(TICK_MIN, TICK_MAX);
+        let stale = self.membership_stale.swap(false, Ordering::SeqCst);
+        (next, stale || !resumed.is_empty())
     }
 
     /// The compare-and-set behind both trait methods; with `fence`, the
@@ -1502,6 +1738,9 @@ async fn run_watcher(
         drop(watcher);
         drop(client);
         loop {
+            // Sessions go on lapsing, suspending and resuming meanwhile (a
+            // resumed one is announced by the resync below).
+            shared.tick();
             let deadline = Instant::now() + shared.config.call_timeout;
             let opened = before(deadline, open_main_session(&shared.config)).await;
             match opened {
@@ -1556,7 +1795,15 @@ async fn watch_session(
     loop {
         let now = Instant::now();
         if now >= next_tick_at {
-            next_tick_at = now + shared.tick();
+            let (next, resumed) = shared.tick();
+            next_tick_at = now + next;
+            if resumed {
+                let deadline = Instant::now() + shared.config.call_timeout;
+                if let Err(error) = shared.refresh_membership(deadline).await {
+                    tracing::warn!(%error, "re-reading the live nodes after a session resumed failed");
+                    shared.dispatcher.lock().resync_all();
+                }
+            }
         }
         let wake = {
             let notified = std::pin::pin!(watcher.changed().map(|event| vec![event]));
@@ -1745,6 +1992,13 @@ impl Coordinator for ZkCoordinator {
         let what = format!(
             "update {log} as controller {controller} (controller epoch {controller_epoch})"
         );
+        // Curator's SUSPENDED: a controller whose session is suspended, or
+        // was since its pass began, stops acting even though ZooKeeper may
+        // still seat it: its view of the live nodes left its own node out
+        // (or predates the outage), and acting on it would move leadership
+        // off a node whose session lives (see `Verdict`). A controller
+        // without a session here is fenced by ZooKeeper alone.
+        self.handle.shared.refuse_if_suspended(controller, &what)?;
         self.run_write(what, move |shared, deadline, _| async move {
             shared
                 .compare_and_set(
@@ -1762,7 +2016,11 @@ impl Coordinator for ZkCoordinator {
     /// Opens a ZooKeeper session with `session_timeout` for `node` and
     /// creates its ephemeral znode. If the znode still belongs to an earlier
     /// session (a previous incarnation not yet expired, or another process
-    /// using the same id), waits for it to go, up to the call timeout.
+    /// using the same id), waits for it to go, up to the call timeout. If
+    /// `node`'s session is suspended (cut off for a session timeout), waits
+    /// up to the call timeout for ZooKeeper to say whether it lives: a
+    /// resumed session is kept, an expired one replaced; no second session
+    /// is opened while the first may still hold the node's znode.
     /// The incarnation is the czxid of the node's ephemeral znode, as
     /// Kafka's broker epoch is: a later znode, made by a later session, has
     /// a larger one. Renewing a live session keeps it.
@@ -1784,7 +2042,38 @@ impl Coordinator for ZkCoordinator {
         if let Ok(incarnation) = renewed {
             return Ok(incarnation);
         }
+        let waited_until = Instant::now() + shared.config.call_timeout;
+        loop {
+            let now = Instant::now();
+            let suspended = {
+                let sessions = shared.sessions.lock();
+                let calls = shared.calls.lock();
+                sessions
+                    .get(&node)
+                    .is_some_and(|session| session.verdict(now, &calls) == Verdict::Suspended)
+            };
+            if !suspended {
+                break;
+            }
+            if now >= waited_until {
+                return Err(coordinator_error(format!(
+                    "cannot register {node} again: its session is suspended (cut off from \
+                     ZooKeeper for a session timeout) and ZooKeeper has not said yet whether it \
+                     still lives; retry once ZooKeeper is reachable"
+                )));
+            }
+            std::thread::sleep(RETRY_PAUSE);
+        }
+        let renewed = shared.with_live_session(node, "register again", |session, now| {
+            session.last_heartbeat = now;
+            session.session_timeout = session_timeout;
+            session.incarnation
+        });
+        if let Ok(incarnation) = renewed {
+            return Ok(incarnation);
+        }
         let connect = format!("{}{}", shared.config.connect, shared.config.chroot);
+        let resume_connect = connect.clone();
         let client = self.run(
             format!("register {node}"),
             move |shared, deadline, what| async move {
@@ -1861,19 +2150,24 @@ impl Coordinator for ZkCoordinator {
         shared.ended_locally.lock().remove(&node);
         tracing::info!(%node, session = %client.session_id(), timeout = ?session_timeout,
             %incarnation, "node registered with ZooKeeper");
-        let link = Arc::new(Mutex::new(Link::default()));
+        let link = Arc::new(Mutex::new(SessionLink {
+            client,
+            link: Link::default(),
+            ended: false,
+        }));
         let (stop_tracking, stop) = oneshot::channel();
         self.handle
             .executor
-            .spawn(track_link(client.state_watcher(), Arc::clone(&link), stop))?;
+            .spawn(track_session(resume_connect, Arc::clone(&link), stop))?;
         shared.sessions.lock().insert(
             node,
             NodeSession {
-                client,
                 session_timeout,
                 last_heartbeat: Instant::now(),
                 heartbeat_thread: None,
                 link,
+                suspended: false,
+                suspended_since_seat_check: false,
                 _stop_tracking: stop_tracking,
                 incarnation,
             },
@@ -1883,9 +2177,9 @@ impl Coordinator for ZkCoordinator {
 
     /// Renews `node`'s lease; no round trip to ZooKeeper (the client pings
     /// by itself). Fails once the lease ran out, ZooKeeper ended the
-    /// session, or the session has been disconnected for a whole session
-    /// timeout (ZooKeeper expires it then), but not while the client is
-    /// merely reconnecting. The calling thread becomes the node's heartbeat
+    /// session, or while the session is suspended (disconnected for a whole
+    /// session timeout: ZooKeeper may have expired it), but not while the
+    /// client is merely reconnecting. The calling thread becomes the node's heartbeat
     /// thread: while it is in a call through this coordinator, the lease
     /// does not lapse.
     fn heartbeat(&self, node: NodeId) -> Result<()> {
@@ -1906,7 +2200,7 @@ impl Coordinator for ZkCoordinator {
         let Some(session) = session else {
             return Ok(());
         };
-        let mut state = session.client.state_watcher();
+        let mut state = session.client().state_watcher();
         drop(session);
         self.run(
             format!("unregister {node}"),
@@ -1952,7 +2246,15 @@ impl Coordinator for ZkCoordinator {
     /// seat is created as an ephemeral znode of that session, so it goes
     /// when the session does.
     fn try_become_controller(&self, node: NodeId) -> Result<Option<ControllerEpoch>> {
-        let client = self.node_client(node, "become controller")?;
+        // A pass starts here: from now on its controller writes may go
+        // through, unless the session is suspended again.
+        let client =
+            self.handle
+                .shared
+                .with_live_session(node, "become controller", |session, _| {
+                    session.suspended_since_seat_check = false;
+                    session.client()
+                })?;
         self.run_write(
             format!("seat {node} as controller"),
             move |shared, deadline, what| async move {
@@ -2323,7 +2625,7 @@ mod tests {
                 cut_at(s(1)),
                 false,
                 false,
-                Verdict::CutOff,
+                Verdict::Suspended,
             ),
             (
                 "disconnected a timeout, in a call",
@@ -2331,7 +2633,7 @@ mod tests {
                 cut_at(s(1)),
                 true,
                 false,
-                Verdict::CutOff,
+                Verdict::Suspended,
             ),
             (
                 "the reconnection renews",

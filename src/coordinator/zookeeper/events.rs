@@ -97,9 +97,12 @@ impl Dispatcher {
     }
 
     /// Announces the live node set as of `zxid` (the `pzxid` of the
-    /// nodes' parent), unless a newer one was announced.
+    /// nodes' parent), unless a newer one was announced, or one of the same
+    /// zxid and the same set: a read at the announced zxid that differs
+    /// from the announced set differs only by the nodes whose sessions
+    /// ended (or came back) here, and is newer than that set.
     pub(super) fn nodes_changed(&mut self, zxid: i64, live: Vec<NodeId>) {
-        if zxid <= self.nodes {
+        if zxid < self.nodes || (zxid == self.nodes && live == self.live) {
             return;
         }
         self.nodes = zxid;
@@ -108,16 +111,18 @@ impl Dispatcher {
     }
 
     /// Announces that `node` left the live set because this coordinator
-    /// ended its session (a lapsed lease, or cut off from ZooKeeper for a
-    /// session timeout), before ZooKeeper can be read: the last announced
-    /// set without `node`. That view has no zxid, so the next set read from
-    /// ZooKeeper is announced whatever its zxid.
+    /// ended its session (a lapsed lease) or suspended it (cut off from
+    /// ZooKeeper for a session timeout), before ZooKeeper can be read: the last announced
+    /// set without `node`, at the same zxid. The caller leaves `node` out
+    /// of every later set it reads until ZooKeeper stops listing it, so a
+    /// read at that zxid is the same set and is not announced again, and
+    /// `NodesChanged` never says the node is live again while
+    /// `live_nodes` says it is not (issue 24, item 5).
     pub(super) fn node_left(&mut self, node: NodeId) {
         if !self.live.contains(&node) {
             return;
         }
         self.live.retain(|&live| live != node);
-        self.nodes = i64::MIN;
         let live = self.live.clone();
         self.notify(|_| true, CoordinatorEvent::NodesChanged { live });
     }
@@ -275,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_that_left_is_announced_at_once_and_the_next_read_whatever_its_zxid() {
+    fn a_node_that_left_is_announced_at_once_and_not_revived_by_a_read_at_the_same_zxid() {
         let mut dispatcher = Dispatcher::new(16);
         let events = dispatcher.subscribe(NodeId(1), false);
         // Not in the announced set: nothing to say.
@@ -291,13 +296,27 @@ mod tests {
                 live: vec![NodeId(2)]
             }]
         );
-        // ZooKeeper may not have seen the session end yet: the set it
-        // reports is announced even at the zxid already announced.
+        // ZooKeeper may not have seen the session end yet; the caller
+        // leaves the node out, and the same set at the same zxid is not
+        // announced again.
+        dispatcher.nodes_changed(7, vec![NodeId(2)]);
+        assert_eq!(drain(&events), vec![]);
+        // The node's session came back (the caller lists it again): a
+        // different set at the announced zxid is newer than the announced
+        // one.
         dispatcher.nodes_changed(7, vec![NodeId(1), NodeId(2)]);
         assert_eq!(
             drain(&events),
             vec![CoordinatorEvent::NodesChanged {
                 live: vec![NodeId(1), NodeId(2)]
+            }]
+        );
+        // ZooKeeper deleted the znode: a newer zxid is announced.
+        dispatcher.nodes_changed(9, vec![NodeId(2)]);
+        assert_eq!(
+            drain(&events),
+            vec![CoordinatorEvent::NodesChanged {
+                live: vec![NodeId(2)]
             }]
         );
     }

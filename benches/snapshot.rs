@@ -1,7 +1,7 @@
 //! Snapshot transfer over loopback TCP (issue 25, "Performance"): a
 //! follower whose log ends below its leader's log start receives the leader
 //! application's snapshot through the node's TCP transport, in chunks of
-//! `fetch_response_bytes_max` (10 MiB), each checked by its CRC-32 and written to a
+//! `fetch_bytes_max` (1 MiB), each checked by its CRC-32 and written to a
 //! file before the whole is installed. Printed next to the throughput of
 //! one plain loopback TCP connection measured in the same run (one thread
 //! writing 1 MiB buffers, one reading them), as a ratio (target >= 0.5).

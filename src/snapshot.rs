@@ -9,7 +9,7 @@
 //! node a [`SnapshotStore`] ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)).
 //! Such a follower then asks the leader for the leader application's
 //! latest snapshot, receives it in chunks of at most
-//! `ReplicationConfig::fetch_response_bytes_max` bytes over the node's
+//! `ReplicationConfig::fetch_bytes_max` bytes over the node's
 //! [`Transport`](crate::Transport), each checked by a CRC-32, into a file of
 //! the log's directory; when all of it has arrived it hands it to
 //! [`SnapshotStore::install`], restarts its log empty at the snapshot's

@@ -1656,7 +1656,7 @@ impl Replica {
         }
         let len = (info.size_bytes - request.position)
             .min(u64::from(request.bytes_max))
-            .min(u64::from(self.config.fetch_response_bytes_max)) as usize;
+            .min(u64::from(self.config.fetch_bytes_max)) as usize;
         match store.read_chunk(self.log_id, info, request.position, len) {
             Ok(data) if data.len() == len => {
                 answer.crc32 = crc32fast::hash(&data);

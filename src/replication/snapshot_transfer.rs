@@ -118,7 +118,7 @@ impl Transfer<'_> {
                 log: self.replica.log_id(),
                 current_leader_epoch: self.epoch,
                 position,
-                bytes_max: self.config.fetch_response_bytes_max,
+                bytes_max: self.config.fetch_bytes_max,
             });
             let deadline = Instant::now() + self.config.request_timeout;
             let chunk = match self.transport.call(self.leader, request, deadline) {

@@ -192,7 +192,7 @@ fn setup(with_snapshots: bool) -> Setup {
             retain_until_applied: true,
             applied_hold_bytes_max: Some(16 * 1024),
             // Small chunks: a snapshot of a few KiB takes many of them.
-            fetch_response_bytes_max: 1024,
+            fetch_bytes_max: 1024,
             replica_lag_time_max: Duration::from_secs(10),
             fetch_wait_max: Duration::from_millis(100),
             request_timeout: Duration::from_secs(5),

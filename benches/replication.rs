@@ -663,7 +663,6 @@ fn replication(c: &mut Criterion) {
     // 6. Deletion beside 64 producers (issue 25), alternating.
     let mut group = c.benchmark_group("replication/deletion/64_producers_1x1KiB");
     configure(&mut group, phase / 2);
-    group.warm_up_time(phase / 40);
     group.throughput(Throughput::Elements(1));
     let (deleting, deleting_leader) = deleting_cluster();
     let (mut kept, mut deleted) = (None::<f64>, None::<f64>);

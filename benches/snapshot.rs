@@ -6,6 +6,13 @@
 //! one plain loopback TCP connection measured in the same run (one thread
 //! writing 1 MiB buffers, one reading them), as a ratio (target >= 0.5).
 //!
+//! It also prints, as a floor, the throughput of writing and fsyncing a
+//! new file of the snapshot's size in the same run: the follower keeps a
+//! download in a file until all of it arrived and was checked (so that
+//! `install` never sees a torn snapshot), and on this machine new data
+//! reaches the page cache at about a third of one loopback connection's
+//! speed (issue 27).
+//!
 //! The transfer is timed from the leader's first chunk read to the end of
 //! the follower application's install (which only counts the bytes), so
 //! the nodes' start and the election are not in it.
@@ -119,6 +126,25 @@ fn loopback_tcp(bytes: usize) -> f64 {
     bytes as f64 / elapsed.as_secs_f64()
 }
 
+/// Bytes per second of writing `bytes` of new data to a new file in 1 MiB
+/// writes, then fsyncing it: what a follower's download costs at least
+/// (it keeps the snapshot in a file until all of it arrived).
+fn new_file(bytes: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("reference");
+    let buffer = vec![0x5au8; MIB];
+    let start = Instant::now();
+    let mut file = std::fs::File::create(&path).expect("create");
+    let mut written = 0;
+    while written < bytes {
+        let n = MIB.min(bytes - written);
+        file.write_all(&buffer[..n]).expect("write");
+        written += n;
+    }
+    file.sync_all().expect("sync");
+    bytes as f64 / start.elapsed().as_secs_f64()
+}
+
 /// One transfer of a `bytes`-long snapshot to a follower that fell
 /// behind its leader's log start; bytes per second.
 fn snapshot_transfer(bytes: usize) -> f64 {
@@ -199,16 +225,21 @@ fn main() {
     let (bytes, rounds) = if full { (256 * MIB, 3) } else { (8 * MIB, 1) };
     let mut transfer = 0f64;
     let mut tcp = 0f64;
+    let mut file = 0f64;
     for _ in 0..rounds {
         transfer = transfer.max(snapshot_transfer(bytes));
         tcp = tcp.max(loopback_tcp(bytes));
+        file = file.max(new_file(bytes));
     }
     println!(
         "snapshot/tcp/{} MiB: snapshot transfer {:.0} MB/s; one loopback TCP connection {:.0} MB/s; \
-         ratio {:.2} (target >= 0.5; best of {rounds})",
+         ratio {:.2} (target >= 0.5; best of {rounds}); writing and fsyncing a new file of that size {:.0} MB/s \
+         (the download's floor cost; ratio to TCP {:.2})",
         bytes / MIB,
         transfer / 1e6,
         tcp / 1e6,
-        transfer / tcp
+        transfer / tcp,
+        file / 1e6,
+        file / tcp
     );
 }

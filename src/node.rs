@@ -1943,6 +1943,17 @@ impl RequestHandler for NodeHandler {
         match request {
             Request::Fetch(fetch) => shared.handle_fetch(from, &fetch),
             Request::Snapshot(snapshot) => Response::Snapshot(match shared.replica(snapshot.log) {
+                // A request must come from the replica it names (a
+                // transport that knows its peer says so in `from`).
+                Some(_) if from != snapshot.replica => SnapshotResponse {
+                    log: snapshot.log,
+                    error: ErrorCode::InvalidRequest,
+                    snapshot_offset: Offset::ZERO,
+                    snapshot_bytes: 0,
+                    position: snapshot.position,
+                    crc32: 0,
+                    data: bytes::Bytes::new(),
+                },
                 Some(replica) => replica
                     .answer_snapshot(&snapshot, shared.config.snapshots.as_ref().map(|s| &*s.0)),
                 None => SnapshotResponse {

@@ -38,6 +38,9 @@ const KIND: &str = "applied-positions";
 pub(crate) struct AppliedPositions {
     path: PathBuf,
     inner: Mutex<Inner>,
+    /// Serialises [`store`](Self::store): its writers (the retention
+    /// timer, a snapshot install, close) share the file's temporary name.
+    storing: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +85,7 @@ impl AppliedPositions {
                 positions,
                 dirty: false,
             }),
+            storing: Mutex::new(()),
         }
     }
 
@@ -157,8 +161,18 @@ impl AppliedPositions {
             .and_then(|index| known.get(index).copied())
     }
 
+    /// The first of `replicas` whose position is `applied`.
+    pub(crate) fn holder_of(&self, replicas: &[NodeId], applied: Offset) -> Option<NodeId> {
+        let inner = self.inner.lock();
+        replicas
+            .iter()
+            .copied()
+            .find(|replica| inner.positions.get(replica) == Some(&applied))
+    }
+
     /// Writes the positions if they changed since the last write.
     pub(crate) fn store(&self) -> Result<()> {
+        let _storing = self.storing.lock();
         let pairs: Vec<(u64, u64)> = {
             let mut inner = self.inner.lock();
             if !inner.dirty {

@@ -1541,7 +1541,8 @@ impl Replica {
                 } else if bound == own {
                     (bound, Some(self.local), Some(own))
                 } else {
-                    (bound, None, Some(bound))
+                    let holder = self.applied.holder_of(&role.in_sync_replicas, bound);
+                    (bound, holder, Some(bound))
                 }
             }
         };
@@ -1568,8 +1569,9 @@ impl Replica {
         }
         let bound = self.deletion_bound_in(&role)?;
         if offset > bound.bound {
+            let high_watermark = self.high_watermark();
             return Err(match bound.held_by {
-                Some(held_by) if !bound.capped => Error::DeletionHeldBack {
+                Some(held_by) if bound.bound < high_watermark => Error::DeletionHeldBack {
                     requested: offset,
                     bound: bound.bound,
                     held_by,
@@ -1577,7 +1579,7 @@ impl Replica {
                 },
                 _ => Error::LogStartAboveHighWatermark {
                     requested: offset,
-                    high_watermark: bound.bound,
+                    high_watermark,
                 },
             });
         }
@@ -1623,6 +1625,9 @@ impl Replica {
         let role = self.role.read();
         answer.error = if role.role != Role::Leader {
             ErrorCode::NotLeader
+        } else if !role.replicas.contains(&request.replica) || request.replica == self.local {
+            // Only a follower of this log gets its application's state.
+            ErrorCode::InvalidRequest
         } else if request.current_leader_epoch < role.leader_epoch {
             ErrorCode::FencedLeaderEpoch
         } else if request.current_leader_epoch > role.leader_epoch {

@@ -6,7 +6,7 @@
 //! on meanwhile.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -17,8 +17,13 @@ use crate::sync::{AtomicBool, Ordering};
 use crate::transport::{ErrorCode, Request, Response, SnapshotRequest, Transport};
 use crate::types::{LeaderEpoch, NodeId, Offset};
 
-/// The file a download is written to, in the log's directory.
+/// The prefix of the file a download is written to, in the log's
+/// directory; each transfer has a file of its own (a cancelled transfer
+/// still finishing must not read or delete a later one's).
 pub(crate) const SNAPSHOT_DOWNLOAD_FILE: &str = "snapshot-download";
+
+/// Numbers the transfers of this process, for their file names.
+static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How often a transfer starts again because the leader's latest snapshot
 /// changed under it before it gives up (the fetcher tries again later).
@@ -44,7 +49,12 @@ impl Transfer<'_> {
     /// for the log: nothing was installed (or the application's install
     /// failed and kept its old state).
     pub(crate) fn run(&self) -> Result<Offset, String> {
-        let path = self.replica.log().dir().join(SNAPSHOT_DOWNLOAD_FILE);
+        let number = TRANSFERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self
+            .replica
+            .log()
+            .dir()
+            .join(format!("{SNAPSHOT_DOWNLOAD_FILE}-{number}"));
         let outcome = self.download_and_install(&path);
         // Whatever happened, the download is not kept: a later transfer
         // starts from the beginning (the leader's latest may differ).
@@ -72,7 +82,12 @@ impl Transfer<'_> {
             }
             file.seek(SeekFrom::Start(0))
                 .map_err(|e| format!("seek {}: {e}", path.display()))?;
-            let mut reader = BufReader::new(file);
+            // A transfer cancelled (the log's leader or epoch changed, the
+            // fetcher stopped) installs nothing, even when complete.
+            if self.cancel.load(Ordering::SeqCst) {
+                return Err("cancelled before install".to_string());
+            }
+            let mut reader = BufReader::new(file.take(info.size_bytes));
             self.store
                 .install(self.replica.log_id(), info, &mut reader)
                 .map_err(|e| {

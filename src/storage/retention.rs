@@ -101,34 +101,27 @@ impl Log {
     /// high watermark is refused (checked under the state lock, so that a
     /// concurrent fall of the high watermark cannot slip between).
     fn raise_log_start_offset(&self, offset: Offset, within_high_watermark: bool) -> Result<u64> {
-        let _serial = self.checkpoint_lock.lock();
-        // The checkpoint first: a crash after it leaves segments below the
-        // log start, which the next open deletes. It is written (and
-        // fsynced) under no state lock, so appends go on meanwhile; what it
-        // was decided on cannot change before the state is updated below:
-        // only this function raises the log start, and truncations (which
-        // could shorten the log) hold `checkpoint_lock` too.
-        {
-            let state = self.state.read();
-            if within_high_watermark && offset > state.high_watermark {
-                return Err(Error::LogStartAboveHighWatermark {
-                    requested: offset,
-                    high_watermark: state.high_watermark,
-                });
-            }
-            if offset <= state.log_start_offset || offset > state.log_end_offset() {
-                return Ok(0);
-            }
-            let checkpoint = self.checkpoint_below(&state, Offset(u64::MAX), offset);
-            drop(state);
-            checkpoint.store(&self.dir)?;
-        }
+        let serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
-        debug_assert!(offset > state.log_start_offset && offset <= state.log_end_offset());
+        if within_high_watermark && offset > state.high_watermark {
+            return Err(Error::LogStartAboveHighWatermark {
+                requested: offset,
+                high_watermark: state.high_watermark,
+            });
+        }
+        if offset <= state.log_start_offset || offset > state.log_end_offset() {
+            return Ok(0);
+        }
         state.log_start_offset = offset;
         // Retention's caller passes the replica's high watermark as its
         // limit, which the log's own copy may trail by a publish.
         state.high_watermark = state.high_watermark.max(offset);
+        // The checkpoint first: a crash after it leaves segments below the
+        // log start, which the next open deletes. Written under the state
+        // lock, so that the high watermark checked above cannot fall before
+        // it (`set_high_watermark` takes no `checkpoint_lock`); appends
+        // wait for its fsync (issue 25 measures what deletion costs them).
+        self.store_checkpoint_below(&serial, &state, Offset(u64::MAX), offset)?;
         let doomed: Vec<Offset> = state
             .segments
             .iter()

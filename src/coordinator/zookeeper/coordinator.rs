@@ -452,8 +452,15 @@ async fn track_session(
                 Either::Right((Some(outcome), _)) => outcome,
             };
             match outcome {
+                // A client with another id owns no znode of this node: its
+                // session is over as far as the node goes (checked in
+                // release builds too).
+                Ok(resumed) if resumed.session_id() != session => {
+                    tracing::warn!(%session, other = %resumed.session_id(), "resuming the suspended session gave another one; the node's session is over");
+                    shared.lock().ended = true;
+                    return;
+                }
                 Ok(resumed) => {
-                    debug_assert_eq!(resumed.session_id(), session, "resumed another session");
                     tracing::info!(%session, "ZooKeeper session resumed after a suspension");
                     let mut shared = shared.lock();
                     shared.client = resumed;
@@ -2148,6 +2155,9 @@ impl Coordinator for ZkCoordinator {
         let (client, created) = client;
         let incarnation = incarnation_of(created);
         shared.ended_locally.lock().remove(&node);
+        // A node unregistered while suspended and registered again is live
+        // again, not hidden (review of issue 24).
+        shared.suspended.lock().remove(&node);
         tracing::info!(%node, session = %client.session_id(), timeout = ?session_timeout,
             %incarnation, "node registered with ZooKeeper");
         let link = Arc::new(Mutex::new(SessionLink {
@@ -2197,6 +2207,7 @@ impl Coordinator for ZkCoordinator {
     /// controller seat it held in the same step.
     fn unregister_node(&self, node: NodeId) -> Result<()> {
         let session = self.handle.shared.sessions.lock().remove(&node);
+        self.handle.shared.suspended.lock().remove(&node);
         let Some(session) = session else {
             return Ok(());
         };

@@ -466,11 +466,12 @@ impl SnapshotStore for KvSnapshots {
         if state.next_offset != snapshot.offset {
             return Err(std::io::Error::other("checkpoint offset mismatch"));
         }
+        // Recorded first: a writer woken by the new state may look.
+        self.keep(snapshot.offset, bytes);
+        *self.installed.lock() = Some(snapshot.offset);
         // One step under the lock: map and offset change together.
         *self.state.0.lock() = state;
         self.state.1.notify_all();
-        self.keep(snapshot.offset, bytes);
-        *self.installed.lock() = Some(snapshot.offset);
         Ok(())
     }
 }

@@ -102,6 +102,21 @@ impl AppliedPositions {
     /// report stays as it is.
     pub(crate) fn adopt_leader_view(&self, local: NodeId, view: &[(NodeId, Offset)]) {
         let mut inner = self.inner.lock();
+        // Called for every fetch answer: most change nothing, and are
+        // checked without building a map.
+        let others = view.iter().filter(|(node, _)| *node != local);
+        let unchanged = others.clone().count()
+            == inner
+                .positions
+                .keys()
+                .filter(|node| **node != local)
+                .count()
+            && others
+                .clone()
+                .all(|(node, offset)| inner.positions.get(node) == Some(offset));
+        if unchanged {
+            return;
+        }
         let mut positions: BTreeMap<NodeId, Offset> = view
             .iter()
             .filter(|(node, _)| *node != local)

@@ -1508,7 +1508,11 @@ impl Replica {
         if applied >= high_watermark {
             return Ok(unheld);
         }
-        let (held_bytes, oldest_ms) = self.log.held_back(applied, high_watermark)?;
+        let (held_bytes, oldest_ms) = self.log.held_back(
+            applied,
+            high_watermark,
+            self.config.applied_hold_age_max.is_some(),
+        )?;
         let over_bytes = self
             .config
             .applied_hold_bytes_max
@@ -1546,6 +1550,10 @@ impl Replica {
                 }
             }
         };
+        // Deletion never passes the high watermark (SPEC 2.6), nor, below
+        // the cap, the lowest applied position.
+        debug_assert!(bound <= high_watermark);
+        debug_assert!(capped || bound == applied);
         Ok(DeletionBound {
             bound,
             held_by,

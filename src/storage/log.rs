@@ -770,26 +770,13 @@ impl Log {
         at_most: Offset,
         log_start_offset: Offset,
     ) -> Result<()> {
-        self.checkpoint_below(state, at_most, log_start_offset)
-            .store(&self.dir)
-    }
-
-    /// The checkpoint [`store_checkpoint_below`](Self::store_checkpoint_below)
-    /// writes, for a caller that stores it after releasing the state lock
-    /// (it must hold `checkpoint_lock` from before computing it until the
-    /// store).
-    pub(super) fn checkpoint_below(
-        &self,
-        state: &LogState,
-        at_most: Offset,
-        log_start_offset: Offset,
-    ) -> LogCheckpoint {
-        LogCheckpoint {
+        let checkpoint = LogCheckpoint {
             recovery_point: self.commit.flushed_offset().min(at_most),
             high_watermark: state.high_watermark.min(at_most).max(log_start_offset),
             log_start_offset,
             clean_shutdown: false,
-        }
+        };
+        checkpoint.store(&self.dir)
     }
 
     /// Reads whole batches from the one containing `from`, up to `bytes_max`

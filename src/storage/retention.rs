@@ -61,9 +61,31 @@ impl Log {
     /// (`from <= to`) would not: the bytes of the segments wholly below
     /// `to` that hold an offset at or above `from` (never the active
     /// segment), and the newest record's timestamp in the oldest of them
-    /// (ms, by the writer's clock; `None` when nothing is held). Retention
-    /// uses it for the cap on what applications hold back (SPEC 3.9).
-    pub(crate) fn held_back(&self, from: Offset, to: Offset) -> Result<(u64, Option<i64>)> {
+    /// (ms, by the writer's clock; `None` when nothing is held, or when
+    /// `with_age` is false). Retention uses it for the cap on what
+    /// applications hold back (SPEC 3.9). Without `with_age` it takes only
+    /// the read lock: the timestamp is read lazily from the segment, which
+    /// needs the write lock.
+    pub(crate) fn held_back(
+        &self,
+        from: Offset,
+        to: Offset,
+        with_age: bool,
+    ) -> Result<(u64, Option<i64>)> {
+        let held = |segment: &Segment| segment.next_offset() > from && segment.next_offset() <= to;
+        if !with_age {
+            let state = self.state.read();
+            let count = state.segments.len();
+            let bytes = state
+                .segments
+                .values()
+                .take(count.saturating_sub(1))
+                .take_while(|s| s.next_offset() <= to)
+                .filter(|s| held(s))
+                .map(Segment::size_bytes)
+                .sum();
+            return Ok((bytes, None));
+        }
         let mut state = self.state.write();
         let count = state.segments.len();
         let mut bytes = 0;
@@ -72,7 +94,7 @@ impl Log {
             if segment.next_offset() > to {
                 break;
             }
-            if segment.next_offset() <= from {
+            if !held(segment) {
                 continue;
             }
             bytes += segment.size_bytes();

@@ -253,6 +253,20 @@ pub enum Error {
         /// Why no answer came.
         reason: String,
     },
+    /// A coordinator document this version cannot use: it does not decode
+    /// (corrupt, or a znode that is not one of ours), it is in a newer
+    /// format, or it holds fields this version does not know, so that a
+    /// write over it would drop or misread them. Only operations on that one
+    /// document fail: bulk reads skip it with a warning, and a node starting
+    /// beside it still starts (issue 24). Not retriable: the document stays
+    /// as it is until an operator repairs it or an upgraded node changes it.
+    #[error("coordinator document {path}: {reason}")]
+    CoordinatorDocument {
+        /// The document, as its znode path (`/logs/3`, `/controller`).
+        path: String,
+        /// What this version cannot do with it, and why.
+        reason: String,
+    },
     /// The data directory belongs to another node or another cluster
     /// (SPEC 2.8): its identity file names a different `field` than this
     /// node has. Nothing was written to it.
@@ -509,6 +523,10 @@ impl Error {
                     reason: reason.clone(),
                 }
             }
+            Error::CoordinatorDocument { path, reason } => Error::CoordinatorDocument {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
             Error::Shutdown => Error::Shutdown,
             Error::Network {
                 addr,

@@ -105,6 +105,14 @@ pub(crate) struct NodeShared {
     /// restarted replicas, so a leadership they still hold moves to a new
     /// epoch before they lead.
     lost_replicas: HashSet<LogId>,
+    /// Logs whose replica here lost records in an unclean stop but whose
+    /// coordinator state still counts this node in its ISR or ELR, because
+    /// the report could not be written there (a document this version must
+    /// not change, [`Error::CoordinatorDocument`]), with the log end to
+    /// report. Such a replica takes no part in its log (neither leads nor
+    /// fetches) until the report is recorded (SPEC 3.5): leading it could
+    /// lose acknowledged records, exactly what the report prevents.
+    unreported: Mutex<HashMap<LogId, LogEnd>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -321,6 +329,7 @@ impl Node {
             directory_id,
             placed: Mutex::new(HashSet::new()),
             lost_replicas: lost.clone(),
+            unreported: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
@@ -341,6 +350,13 @@ impl Node {
                 }
             }
             let changed = shared.coordinator.report_unclean_shutdown(me, &log_ends)?;
+            let checked = recorded.keys().copied().chain(hosted.iter().copied());
+            let unreported = shared.unreported_logs(checked, &log_ends)?;
+            if !unreported.is_empty() {
+                tracing::warn!(node = %me, logs = ?unreported.keys().collect::<Vec<_>>(),
+                    "cannot record this node's unclean shutdown in these logs' coordinator documents (written by a newer version or unreadable): it takes no part in them until it can");
+            }
+            *shared.unreported.lock() = unreported;
             if previous_shutdown == PreviousShutdown::LostData {
                 let mut lost: Vec<LogId> = lost.iter().copied().collect();
                 lost.sort();
@@ -948,6 +964,80 @@ impl NodeShared {
         Ok(ends)
     }
 
+    /// The logs among `logs` whose stored state still counts this node as
+    /// eligible after its unclean-shutdown report (SPEC 3.5), with the log
+    /// end to report for each: those the report had to skip because their
+    /// document cannot be read or changed by this version. Errs only if the
+    /// coordinator cannot be asked (the start fails, as any start that
+    /// cannot reach it).
+    fn unreported_logs(
+        &self,
+        logs: impl Iterator<Item = LogId>,
+        log_ends: &[(LogId, LogEnd)],
+    ) -> Result<HashMap<LogId, LogEnd>> {
+        let me = self.local();
+        let mut unreported = HashMap::new();
+        for log in logs {
+            if unreported.contains_key(&log) {
+                continue;
+            }
+            // Reported with the end `report_unclean_shutdown` had, else as
+            // empty: a log it could not see is one it could not open here
+            // either, and empty is the pessimistic report.
+            let end = log_ends
+                .iter()
+                .find(|(reported, _)| *reported == log)
+                .map(|(_, end)| *end)
+                .unwrap_or_default();
+            let pending = match self.coordinator.log_state(log) {
+                Ok(Some(state)) => {
+                    state.replicas.contains(&me) && state.unclean_shutdown_update(me, end).is_some()
+                }
+                Ok(None) => false,
+                Err(Error::CoordinatorDocument { .. }) => true,
+                Err(error) => return Err(error),
+            };
+            if pending {
+                unreported.insert(log, end);
+            }
+        }
+        Ok(unreported)
+    }
+
+    /// The state to reconcile `state`'s log from, or `None` while this
+    /// node must stay out of it because its unclean-shutdown report is not
+    /// recorded there yet ([`NodeShared::unreported`]). Each call tries the
+    /// report once more; a log whose document an upgraded node rewrites
+    /// notifies, and so gets here again.
+    fn with_unclean_report(&self, state: &LogState) -> Option<LogState> {
+        let me = self.local();
+        let Some(end) = self.unreported.lock().get(&state.log).copied() else {
+            return Some(state.clone());
+        };
+        let Some(update) = state.unclean_shutdown_update(me, end) else {
+            self.unreported.lock().remove(&state.log);
+            return Some(state.clone());
+        };
+        match self
+            .coordinator
+            .compare_and_set(state.log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(stored)) => {
+                self.unreported.lock().remove(&state.log);
+                tracing::info!(log = %state.log, node = %me, "recorded this node's unclean shutdown; it takes part in the log again");
+                Some(stored)
+            }
+            // Someone wrote the log meanwhile, or the answer was lost: the
+            // stored state notifies, and the next call decides from it.
+            Ok(CasOutcome::Stale(_)) => None,
+            Err(error) => {
+                tracing::warn!(log = %state.log, node = %me, %error,
+                    "cannot record this node's unclean shutdown in the log; it stays out of the log");
+                None
+            }
+        }
+    }
+
     /// Makes sure the coordinator knows that this node's replica of `log`
     /// lives on this data directory (SPEC 2.8) before the replica serves
     /// anything; `false` if that cannot be recorded now (the next
@@ -1026,6 +1116,10 @@ impl NodeShared {
         if !state.replicas.contains(&me) || self.is_stopped() {
             return;
         }
+        let Some(state) = self.with_unclean_report(state) else {
+            return;
+        };
+        let state = &state;
         let replica = match self.host(state.log) {
             Ok(replica) => replica,
             Err(error) => {

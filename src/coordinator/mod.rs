@@ -757,6 +757,14 @@ pub trait Coordinator: Send + Sync + 'static {
     /// [`Error::CoordinatorOutcomeUnknown`] when a compare-and-set's answer
     /// was lost: retrying is then the settling read, since every call
     /// starts by reading the stored state and decides from it.
+    ///
+    /// A log whose document this version must not change
+    /// ([`Error::CoordinatorDocument`]: a newer node's fields in it) is
+    /// skipped with a warning rather than failing the whole report, so that
+    /// one such document cannot keep a node from starting (issue 24). The
+    /// caller must then keep `node` out of that log until the stored state
+    /// no longer counts it eligible ([`LogState::unclean_shutdown_update`]
+    /// returns `None`); [`Node`](crate::Node) does.
     fn report_unclean_shutdown(
         &self,
         node: NodeId,
@@ -801,14 +809,24 @@ pub trait Coordinator: Send + Sync + 'static {
                     Err(error) if error.is_outcome_unknown() => {
                         tracing::warn!(%node, log = %current.log, %error,
                             "unclean-shutdown report: outcome unknown, re-reading the log");
-                        let Some(stored) = self.log_state(current.log)? else {
-                            break;
+                        let stored = match self.log_state(current.log) {
+                            Ok(Some(stored)) => stored,
+                            Ok(None) => break,
+                            Err(error @ Error::CoordinatorDocument { .. }) => {
+                                skipped(node, current.log, &error);
+                                break;
+                            }
+                            Err(error) => return Err(error),
                         };
                         if stored.is_result_of(&current, &update) {
                             changed.push(stored);
                             break;
                         }
                         current = stored;
+                    }
+                    Err(error @ Error::CoordinatorDocument { .. }) => {
+                        skipped(node, current.log, &error);
+                        break;
                     }
                     Err(error) => return Err(error),
                 }
@@ -907,6 +925,12 @@ pub trait Coordinator: Send + Sync + 'static {
 /// Compare-and-set attempts per log in
 /// [`Coordinator::report_unclean_shutdown`] before giving up.
 const UNCLEAN_SHUTDOWN_ATTEMPTS_MAX: usize = 16;
+/// Logs that [`Coordinator::report_unclean_shutdown`] skipped `log`, whose
+/// document this version must not change.
+fn skipped(node: NodeId, log: LogId, error: &Error) {
+    tracing::warn!(%node, %log, %error,
+        "unclean-shutdown report: skipping a log whose document this version cannot change; the node stays out of it until the report is recorded");
+}
 
 fn coordinator_error(reason: String) -> Error {
     Error::Coordinator { reason }

@@ -13,7 +13,8 @@ use crate::zookeeper_support::server;
 use isrlog::testing::zookeeper::ZkShell;
 use isrlog::testing::ZkCluster;
 use isrlog::{
-    Coordinator, Error, LeaderEpoch, LogId, LogUpdate, NodeId, ZkCoordinator, ZkCoordinatorConfig,
+    Acks, Coordinator, Error, LeaderEpoch, LogId, LogUpdate, NodeId, ZkCoordinator,
+    ZkCoordinatorConfig,
 };
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(1);
@@ -51,11 +52,8 @@ fn a_foreign_znode_and_a_corrupt_document_do_not_stop_failover_or_node_start() {
         vec![NodeId(0), NodeId(1), NodeId(2)]
     );
     match coordinator.log_state(LogId(7)) {
-        Err(Error::Coordinator { reason }) => {
-            assert!(
-                reason.contains("/logs/7") && reason.contains("EOF"),
-                "{reason}"
-            )
+        Err(Error::CoordinatorDocument { path, reason }) => {
+            assert!(path == "/logs/7" && reason.contains("EOF"), "{reason}")
         }
         other => panic!("the corrupt log must be a clear error, got {other:?}"),
     }
@@ -115,8 +113,8 @@ fn a_newer_nodes_unknown_field_is_read_and_never_written_over() {
         read.version,
         update,
     ) {
-        Err(Error::Coordinator { reason }) => assert!(
-            reason.contains("/logs/1") && reason.contains("from_a_newer_node"),
+        Err(Error::CoordinatorDocument { path, reason }) => assert!(
+            path == "/logs/1" && reason.contains("from_a_newer_node"),
             "{reason}"
         ),
         other => panic!("a write over an unknown field must be refused, got {other:?}"),
@@ -137,12 +135,197 @@ fn a_newer_nodes_unknown_field_is_read_and_never_written_over() {
     .unwrap();
     assert_eq!(c.controller().unwrap(), None, "the record reads; no seat");
     match c.try_become_controller(a) {
-        Err(Error::Coordinator { reason }) => {
-            assert!(
-                reason.contains("/controller") && reason.contains("term"),
-                "{reason}"
-            )
+        Err(Error::CoordinatorDocument { path, reason }) => {
+            assert!(path == "/controller" && reason.contains("term"), "{reason}")
         }
         other => panic!("an election over an unknown field must be refused, got {other:?}"),
     }
+}
+
+/// The same two documents under a running cluster, the rolling-upgrade case:
+/// a newer node has written a field this version does not know into one
+/// log's document and a newer format version into another's. The log with
+/// the unknown field keeps serving `acks=all` appends (its data path needs
+/// no coordinator write while its ISR is stable), the log with the newer
+/// format is unavailable alone with an error that names its znode and the
+/// format, and every other log keeps failing over while nodes stop and
+/// start. Nothing writes over the newer node's field.
+#[test]
+fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
+    let server = server();
+    let cluster = ZkCluster::builder(server.connect_string())
+        .nodes(3)
+        .replication(crate::zookeeper_support::replication())
+        .session_timeout(SESSION_TIMEOUT)
+        .build()
+        .expect("cluster");
+    let (plain, unknown_field, newer_format) = (LogId(0), LogId(1), LogId(2));
+    for log in [plain, unknown_field, newer_format] {
+        cluster.create_log(log, 3).expect("create log");
+        let leader = cluster.leader_log(log).expect("a leader");
+        leader
+            .append_values(&[b"before the upgrade"], Acks::All)
+            .expect("append before the upgrade");
+    }
+
+    let raw = ZkShell::connect(&server.connect_string(), cluster.chroot()).expect("shell");
+    let (data, _) = raw.get("/logs/1").unwrap();
+    let newer = String::from_utf8(data)
+        .unwrap()
+        .replacen('{', "{\"from_a_newer_node\":[1,2],", 1);
+    raw.set("/logs/1", newer.as_bytes()).unwrap();
+    let (data, _) = raw.get("/logs/2").unwrap();
+    let text = String::from_utf8(data).unwrap();
+    assert!(text.contains("\"format\":1"), "{text}");
+    raw.set(
+        "/logs/2",
+        text.replacen("\"format\":1", "\"format\":2", 1).as_bytes(),
+    )
+    .unwrap();
+
+    let coordinator = cluster.coordinator();
+    let mut readable: Vec<LogId> = coordinator
+        .logs()
+        .expect("the other logs read")
+        .iter()
+        .map(|state| state.log)
+        .collect();
+    readable.sort_unstable();
+    assert_eq!(readable, vec![plain, unknown_field]);
+    match coordinator.log_state(newer_format) {
+        Err(Error::CoordinatorDocument { path, reason }) => {
+            assert!(path == "/logs/2" && reason.contains("format 2"), "{reason}")
+        }
+        other => panic!("a newer format must be a clear error, got {other:?}"),
+    }
+
+    // The log with the unknown field serves acks=all appends.
+    let serving = cluster.leader_log(unknown_field).expect("a leader");
+    for i in 0..20u32 {
+        serving
+            .append_values(&[format!("during the upgrade {i}")], Acks::All)
+            .expect("acks=all on a log whose document has an unknown field");
+    }
+
+    // A node stops and starts again; the plain log then fails over when
+    // its leader crashes.
+    // The node bounced first led the newer-format log, the one crashed next
+    // leads the plain log but not the one with the unknown field (whose
+    // leader no election of this version can replace).
+    let bounced = coordinator
+        .live_nodes()
+        .unwrap()
+        .into_iter()
+        .find(|node| {
+            Some(*node) != cluster.leader_of(plain)
+                && Some(*node) != cluster.leader_of(unknown_field)
+        })
+        .expect("a third node");
+    cluster.stop_node(bounced).expect("stop a node");
+    cluster
+        .restart(bounced)
+        .expect("a node starts beside newer documents");
+    // Back in the plain log's ISR first, so that a failover has a second
+    // in-sync replica to satisfy min.insync.replicas.
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(plain).len()
+            == 3),
+        "{bounced} did not rejoin the ISR of {plain}: {:?}",
+        cluster.in_sync_replicas(plain)
+    );
+    eprintln!(
+        "after {bounced} stopped and started: ISR of {plain} {:?}, of {unknown_field} {:?}",
+        cluster.in_sync_replicas(plain),
+        cluster.in_sync_replicas(unknown_field)
+    );
+    let old_leader = cluster.leader_of(plain).expect("a leader");
+    assert_ne!(Some(old_leader), cluster.leader_of(unknown_field));
+    cluster.crash(old_leader);
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| {
+            c.leader_of(plain)
+                .is_some_and(|leader| leader != old_leader)
+        }),
+        "{plain} did not fail over away from {old_leader}: {:?}",
+        cluster.leader_of(plain)
+    );
+    let after = cluster.leader_log(plain).expect("the new leader");
+    after
+        .append_values(&[b"after the failover"], Acks::All)
+        .expect("append after the failover");
+    assert_eq!(after.high_watermark(), isrlog::Offset(2));
+    // The crashed node starts, although its unclean-shutdown report cannot
+    // be written into log 1's document: it stays out of log 1 (neither
+    // leads nor fetches, SPEC 3.5) and takes part in the others.
+    cluster
+        .restart(old_leader)
+        .expect("a node that crashed starts beside a document it cannot change");
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(plain).len()
+            == 3),
+        "the restarted {old_leader} did not rejoin the ISR of {plain}: {:?}",
+        cluster.in_sync_replicas(plain)
+    );
+    let stored = coordinator
+        .log_state(unknown_field)
+        .unwrap()
+        .expect("log 1");
+    assert!(
+        stored.in_sync_replicas.contains(&old_leader) && stored.leader != Some(old_leader),
+        "the report could not be written, so the document is unchanged: {stored:?}"
+    );
+    let (kept, _) = raw.get("/logs/1").unwrap();
+    assert!(
+        String::from_utf8(kept)
+            .unwrap()
+            .contains("\"from_a_newer_node\":[1,2]"),
+        "the newer node's field was written over"
+    );
+    let stayed_out = cluster.log(old_leader, unknown_field).expect("hosted");
+    assert!(!stayed_out.is_leader());
+    let end_while_out = stayed_out.log_end_offset();
+    let log_one_leader = stored.leader.expect("log 1 keeps its leader");
+    let serving = cluster
+        .log(log_one_leader, unknown_field)
+        .expect("log 1's leader");
+    serving
+        .append_values(&[b"while the crashed node stays out"], Acks::Leader)
+        .expect("acks=1 on log 1");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        stayed_out.log_end_offset(),
+        end_while_out,
+        "a replica whose unclean shutdown is unreported must not fetch"
+    );
+
+    // An upgraded node finishes its change and drops the field: the
+    // document notifies, the report is recorded, and the replica fetches.
+    raw.set("/logs/1", text_without_field(&raw, "/logs/1").as_bytes())
+        .unwrap();
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |_| {
+            stayed_out.log_end_offset() == serving.log_end_offset()
+        }),
+        "the replica did not take part in log 1 once its report could be recorded: {} of {}",
+        stayed_out.log_end_offset(),
+        serving.log_end_offset()
+    );
+    let reported = coordinator
+        .log_state(unknown_field)
+        .unwrap()
+        .expect("log 1");
+    assert!(
+        reported.is_unclean(old_leader) || reported.in_sync_replicas.contains(&old_leader),
+        "{reported:?}"
+    );
+    cluster.shutdown().expect("shutdown");
+}
+
+/// The document at `path` with the newer node's field removed, as an
+/// upgraded node that finished its change would write it.
+fn text_without_field(raw: &ZkShell, path: &str) -> String {
+    let (data, _) = raw.get(path).unwrap();
+    String::from_utf8(data)
+        .unwrap()
+        .replacen("\"from_a_newer_node\":[1,2],", "", 1)
 }

@@ -96,14 +96,16 @@ pub(super) fn subject_of(path: &str) -> Option<Subject> {
 /// not one (a znode someone else put there) is an error naming it; bulk
 /// readers skip it rather than fail.
 pub(super) fn parse_id(parent: &str, name: &str) -> Result<u32> {
-    name.parse::<u32>().map_err(|_| Error::Coordinator {
-        reason: format!("unexpected znode {parent}/{name}: expected a decimal id"),
+    name.parse::<u32>().map_err(|_| Error::CoordinatorDocument {
+        path: format!("{parent}/{name}"),
+        reason: "unexpected znode: expected a decimal id".to_owned(),
     })
 }
 
 fn decode_error(path: &str, reason: impl std::fmt::Display) -> Error {
-    Error::Coordinator {
-        reason: format!("cannot read znode {path}: {reason}"),
+    Error::CoordinatorDocument {
+        path: path.to_owned(),
+        reason: format!("cannot read it: {reason}"),
     }
 }
 
@@ -142,9 +144,10 @@ pub(super) fn refuse_unknown_fields(path: &str, unknown: &[String], what: &str) 
     if unknown.is_empty() {
         return Ok(());
     }
-    Err(Error::Coordinator {
+    Err(Error::CoordinatorDocument {
+        path: path.to_owned(),
         reason: format!(
-            "refusing to {what}: {path} holds fields this version does not know ({}), \
+            "refusing to {what}: it holds fields this version does not know ({}), \
              written by a newer isrlog; writing it back would drop or misread them. \
              Let an upgraded node make the change, or finish the rolling upgrade",
             unknown.join(", ")
@@ -746,8 +749,8 @@ mod tests {
         ];
         for (bytes, version, fragment) in cases {
             match decode_log(LogId(7), bytes, *version) {
-                Err(Error::Coordinator { reason }) => {
-                    assert!(reason.contains("/logs/7"), "{reason}");
+                Err(Error::CoordinatorDocument { path, reason }) => {
+                    assert_eq!(path, "/logs/7");
                     assert!(reason.contains(fragment), "{reason:?} lacks {fragment:?}");
                 }
                 other => panic!(

@@ -7,6 +7,7 @@
 #[path = "../support/failover_support.rs"]
 mod failover_support;
 
+mod a_lagging_live_follower_is_rebuilt_from_a_snapshot;
 mod a_log_start_inside_a_batch_restarts_the_follower_at_its_base;
 mod acks_all_replicates_to_every_in_sync_replica;
 mod acks_return_when_spec_3_1_says;

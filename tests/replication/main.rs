@@ -30,3 +30,4 @@ mod node_builder_starts_over_memory_and_tcp;
 mod replica_assignment_follows_seeds_002_003;
 mod retention_moves_log_start_on_every_replica;
 mod snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start;
+mod snapshot_transfers_end_with_their_node;

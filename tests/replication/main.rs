@@ -6,6 +6,10 @@
 
 #[path = "../support/failover_support.rs"]
 mod failover_support;
+#[path = "../support/log_capture.rs"]
+mod log_capture;
+
+mod a_chunk_corrupted_in_transit_is_detected_and_fetched_again;
 
 mod a_lagging_live_follower_is_rebuilt_from_a_snapshot;
 mod a_log_start_inside_a_batch_restarts_the_follower_at_its_base;

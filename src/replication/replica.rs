@@ -207,6 +207,9 @@ pub(crate) struct Replica {
     /// it must not restart there: the leader's log start it is below.
     /// Cleared when a snapshot is installed or the role changes.
     needs_snapshot: Mutex<Option<Offset>>,
+    /// The application's snapshot store, if it keeps snapshots: as leader,
+    /// deletion never passes its latest snapshot (see `deletion_bound_in`).
+    snapshots: Option<crate::snapshot::Snapshots>,
 }
 
 /// What a follower whose log ends below its leader's log start does.
@@ -232,10 +235,14 @@ pub struct DeletionBound {
     /// The replica whose applied position is `bound`, when that is below
     /// the high watermark (`retain_until_applied`); past the cap, `None`
     /// when the bound is what the `min_insync_replicas`-th in-sync
-    /// application applied.
+    /// application applied. This replica itself when its application's
+    /// latest snapshot holds the bound (with a snapshot store the log
+    /// start never passes it, so that a follower can be rebuilt from the
+    /// snapshot plus the log after it).
     pub held_by: Option<NodeId>,
-    /// That replica's applied position; `None` when it never reported one
-    /// (or when no replica holds deletion back).
+    /// That replica's applied position (or that snapshot's offset); `None`
+    /// when it never reported one (or when no replica holds deletion
+    /// back).
     pub held_by_applied: Option<Offset>,
     /// Bytes of whole segments below the high watermark kept for the
     /// lowest applied position over all replicas (what the cap measures).
@@ -322,6 +329,7 @@ impl Replica {
             applied,
             below_leader_start: BelowLeaderStart::Restart,
             needs_snapshot: Mutex::new(None),
+            snapshots: None,
         }
     }
 
@@ -329,6 +337,16 @@ impl Replica {
     /// (default: restart there, as Kafka).
     pub(crate) fn with_below_leader_start(mut self, below: BelowLeaderStart) -> Replica {
         self.below_leader_start = below;
+        self
+    }
+
+    /// The application's snapshot store, which bounds deletion on the
+    /// leader (SPEC 3.9).
+    pub(crate) fn with_snapshots(
+        mut self,
+        snapshots: Option<crate::snapshot::Snapshots>,
+    ) -> Replica {
+        self.snapshots = snapshots;
         self
     }
 
@@ -1486,6 +1504,42 @@ impl Replica {
     }
 
     fn deletion_bound_in(&self, role: &RoleState) -> Result<DeletionBound> {
+        let by_applied = self.deletion_bound_by_applied(role)?;
+        // Rule (issue 25): with a snapshot store, the log start never
+        // passes the application's latest snapshot. A follower that needs
+        // a snapshot is rebuilt from that snapshot plus the log after it;
+        // a log start above the snapshot leaves a gap between them (and the
+        // leader refuses to send a snapshot below its log start), so such a
+        // follower could not be rebuilt until the application took a newer
+        // one. This is openraft's rule (logs are purged only up to the last
+        // snapshot); SPEC 3.9 is silent. With no snapshot yet there is
+        // nothing to keep the suffix of: the application's first snapshot
+        // is taken at its applied position, which (with
+        // `retain_until_applied`) the bound never passes on the leader.
+        // `latest` is the application's code, asked on the thread that
+        // deletes (the retention timer, a `delete_records_before` caller).
+        let Some(latest) = self
+            .snapshots
+            .as_ref()
+            .and_then(|store| store.0.latest(self.log_id))
+        else {
+            return Ok(by_applied);
+        };
+        let floor = latest.offset.max(self.log.log_start_offset());
+        if by_applied.bound <= floor {
+            return Ok(by_applied);
+        }
+        debug_assert!(floor < by_applied.bound);
+        Ok(DeletionBound {
+            bound: floor,
+            held_by: Some(self.local),
+            held_by_applied: Some(latest.offset),
+            ..by_applied
+        })
+    }
+
+    /// The deletion bound by the applied positions and the cap alone.
+    fn deletion_bound_by_applied(&self, role: &RoleState) -> Result<DeletionBound> {
         let high_watermark = self.high_watermark();
         let unheld = DeletionBound {
             bound: high_watermark,

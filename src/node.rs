@@ -1094,7 +1094,8 @@ impl NodeShared {
                 Arc::clone(&self.data_arrived),
                 restarted,
             )
-            .with_below_leader_start(below_leader_start),
+            .with_below_leader_start(below_leader_start)
+            .with_snapshots(self.config.snapshots.clone()),
         );
         let mut replicas = self.replicas.write();
         Ok(Arc::clone(replicas.entry(log).or_insert(replica)))

@@ -395,11 +395,14 @@ impl ReplicatedLog {
         self.replica.delete_records_before(offset)
     }
 
-    /// Whether this follower's log ends below its leader's log start and
-    /// it waits for a snapshot (SPEC 3.9, [`crate::snapshot`]): it fetches
-    /// nothing of this log until one is installed (with no
+    /// Whether this follower's log ends below its leader's log start, or
+    /// its application's applied position does (a live follower whose
+    /// apply loop stalled past the cap), and it waits for a snapshot (SPEC
+    /// 3.9, [`crate::snapshot`]): with a snapshot store it fetches nothing
+    /// of this log until one is installed; with no
     /// [`NodeConfig::snapshots`](crate::NodeConfig::snapshots) under
-    /// `retain_until_applied`, until an operator acts).
+    /// `retain_until_applied` it stays so until an operator acts (a
+    /// follower whose log still reaches goes on fetching meanwhile).
     pub fn needs_snapshot(&self) -> bool {
         self.replica.needs_snapshot()
     }

@@ -4,8 +4,11 @@
 //! Once records are deleted below a log's start (retention, or
 //! [`ReplicatedLog::delete_records_before`](crate::ReplicatedLog::delete_records_before)),
 //! a follower whose log ends below the leader's log start cannot fetch
-//! them: a new replica, or one that was down past the cap on what deletion
-//! keeps for it. An application that keeps snapshots of its state gives its
+//! them: a new replica, or one that was down or partitioned past the cap on
+//! what deletion keeps for it. A live follower whose application stalled
+//! past the cap fetches fine, but its application can never read what it
+//! still needs: it goes the same path (a log that still holds the
+//! snapshot's offset keeps what follows it; only its start moves up). An application that keeps snapshots of its state gives its
 //! node a [`SnapshotStore`] ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)).
 //! Such a follower then asks the leader for the leader application's
 //! latest snapshot, receives it in chunks of at most

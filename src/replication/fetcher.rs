@@ -55,9 +55,36 @@ struct Shared {
     config: ReplicationConfig,
     snapshots: Option<Snapshots>,
     targets: Mutex<BTreeMap<LogId, Target>>,
+    /// Transfers cancelled when their log was removed or replaced, still
+    /// ending (at their next chunk): joined by the fetch loop once
+    /// finished and by `stop`, so that no transfer thread outlives the
+    /// fetcher (and with it the node, whose logs it would still touch).
+    retired_transfers: Mutex<Vec<RunningTransfer>>,
     /// Bumped when targets change or on shutdown, to wake an idle loop.
     changed: Watch,
     stop: AtomicBool,
+}
+
+impl Shared {
+    /// Cancels `transfer` and keeps it to be joined once it has ended.
+    fn retire(&self, transfer: RunningTransfer) {
+        transfer.cancel.store(true, Ordering::SeqCst);
+        self.retired_transfers.lock().push(transfer);
+    }
+
+    /// Joins the retired transfers that have ended.
+    fn join_retired_transfers(&self) {
+        let ended: Vec<RunningTransfer> = {
+            let mut retired = self.retired_transfers.lock();
+            let (ended, running): (Vec<_>, Vec<_>) =
+                retired.drain(..).partition(|r| r.thread.is_finished());
+            *retired = running;
+            ended
+        };
+        for transfer in ended {
+            transfer.cancel_and_join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -94,6 +121,7 @@ impl Fetcher {
             config,
             snapshots,
             targets: Mutex::new(BTreeMap::new()),
+            retired_transfers: Mutex::new(Vec::new()),
             changed: Watch::new(0),
             stop: AtomicBool::new(false),
         });
@@ -120,22 +148,26 @@ impl Fetcher {
             },
         );
         // A transfer of the old epoch cannot install (the replica checks),
-        // and is not waited for here: it ends at its next chunk.
+        // and is not waited for here: it ends at its next chunk, and is
+        // joined later.
         if let Some(transfer) = replaced.and_then(|t| t.transfer) {
-            transfer.cancel.store(true, Ordering::SeqCst);
+            self.shared.retire(transfer);
         }
         self.shared.changed.publish(self.shared.changed.get() + 1);
     }
 
     /// Stops fetching `log`. A fetch in flight may still be applied; the
     /// replica rejects it if its role changed meanwhile. A snapshot
-    /// transfer of the log is cancelled (it ends at its next chunk).
+    /// transfer of the log is cancelled (it ends at its next chunk, and
+    /// is joined by the fetch loop or by `stop`).
     pub(crate) fn remove(&self, log: LogId) -> bool {
-        let removed = self.shared.targets.lock().remove(&log);
-        if let Some(transfer) = removed.as_ref().and_then(|t| t.transfer.as_ref()) {
-            transfer.cancel.store(true, Ordering::SeqCst);
+        let Some(mut removed) = self.shared.targets.lock().remove(&log) else {
+            return false;
+        };
+        if let Some(transfer) = removed.transfer.take() {
+            self.shared.retire(transfer);
         }
-        removed.is_some()
+        true
     }
 
     /// Number of logs fetched by this thread.
@@ -150,9 +182,22 @@ impl Fetcher {
         self.shared.changed.close();
     }
 
-    /// Whether the thread has exited.
+    /// Whether the thread and every snapshot transfer it started have
+    /// exited (dropping the fetcher then waits for nothing).
     pub(crate) fn is_finished(&self) -> bool {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
+            && self
+                .shared
+                .targets
+                .lock()
+                .values()
+                .all(|t| t.transfer.as_ref().is_none_or(|r| r.thread.is_finished()))
+            && self
+                .shared
+                .retired_transfers
+                .lock()
+                .iter()
+                .all(|r| r.thread.is_finished())
     }
 
     /// Stops the thread and waits for it.
@@ -163,13 +208,19 @@ impl Fetcher {
                 tracing::error!(leader = %self.shared.leader, "fetcher thread panicked");
             }
         }
-        let transfers: Vec<RunningTransfer> = self
+        let mut transfers: Vec<RunningTransfer> = self
             .shared
             .targets
             .lock()
             .values_mut()
             .filter_map(|t| t.transfer.take())
             .collect();
+        transfers.append(&mut self.shared.retired_transfers.lock());
+        // Cancel them all first, then wait: each ends at its next chunk
+        // (a call bounded by `request_timeout`), so they end together.
+        for transfer in &transfers {
+            transfer.cancel.store(true, Ordering::SeqCst);
+        }
         for transfer in transfers {
             transfer.cancel_and_join();
         }
@@ -185,6 +236,7 @@ impl Drop for Fetcher {
 fn run(shared: &Arc<Shared>) {
     let config = &shared.config;
     while !shared.stop.load(Ordering::SeqCst) {
+        shared.join_retired_transfers();
         let seen = shared.changed.get();
         let now = Instant::now();
         let mut logs = Vec::new();

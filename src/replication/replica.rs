@@ -207,6 +207,9 @@ pub(crate) struct Replica {
     /// it must not restart there: the leader's log start it is below.
     /// Cleared when a snapshot is installed or the role changes.
     needs_snapshot: Mutex<Option<Offset>>,
+    /// The application's snapshot store, if it keeps snapshots: as leader,
+    /// deletion never passes its latest snapshot (see `deletion_bound_in`).
+    snapshots: Option<crate::snapshot::Snapshots>,
 }
 
 /// What a follower whose log ends below its leader's log start does.
@@ -232,10 +235,14 @@ pub struct DeletionBound {
     /// The replica whose applied position is `bound`, when that is below
     /// the high watermark (`retain_until_applied`); past the cap, `None`
     /// when the bound is what the `min_insync_replicas`-th in-sync
-    /// application applied.
+    /// application applied. This replica itself when its application's
+    /// latest snapshot holds the bound (with a snapshot store the log
+    /// start never passes it, so that a follower can be rebuilt from the
+    /// snapshot plus the log after it).
     pub held_by: Option<NodeId>,
-    /// That replica's applied position; `None` when it never reported one
-    /// (or when no replica holds deletion back).
+    /// That replica's applied position (or that snapshot's offset); `None`
+    /// when it never reported one (or when no replica holds deletion
+    /// back).
     pub held_by_applied: Option<Offset>,
     /// Bytes of whole segments below the high watermark kept for the
     /// lowest applied position over all replicas (what the cap measures).
@@ -322,6 +329,7 @@ impl Replica {
             applied,
             below_leader_start: BelowLeaderStart::Restart,
             needs_snapshot: Mutex::new(None),
+            snapshots: None,
         }
     }
 
@@ -329,6 +337,16 @@ impl Replica {
     /// (default: restart there, as Kafka).
     pub(crate) fn with_below_leader_start(mut self, below: BelowLeaderStart) -> Replica {
         self.below_leader_start = below;
+        self
+    }
+
+    /// The application's snapshot store, which bounds deletion on the
+    /// leader (SPEC 3.9).
+    pub(crate) fn with_snapshots(
+        mut self,
+        snapshots: Option<crate::snapshot::Snapshots>,
+    ) -> Replica {
+        self.snapshots = snapshots;
         self
     }
 
@@ -1486,6 +1504,42 @@ impl Replica {
     }
 
     fn deletion_bound_in(&self, role: &RoleState) -> Result<DeletionBound> {
+        let by_applied = self.deletion_bound_by_applied(role)?;
+        // Rule (issue 25): with a snapshot store, the log start never
+        // passes the application's latest snapshot. A follower that needs
+        // a snapshot is rebuilt from that snapshot plus the log after it;
+        // a log start above the snapshot leaves a gap between them (and the
+        // leader refuses to send a snapshot below its log start), so such a
+        // follower could not be rebuilt until the application took a newer
+        // one. This is openraft's rule (logs are purged only up to the last
+        // snapshot); SPEC 3.9 is silent. With no snapshot yet there is
+        // nothing to keep the suffix of: the application's first snapshot
+        // is taken at its applied position, which (with
+        // `retain_until_applied`) the bound never passes on the leader.
+        // `latest` is the application's code, asked on the thread that
+        // deletes (the retention timer, a `delete_records_before` caller).
+        let Some(latest) = self
+            .snapshots
+            .as_ref()
+            .and_then(|store| store.0.latest(self.log_id))
+        else {
+            return Ok(by_applied);
+        };
+        let floor = latest.offset.max(self.log.log_start_offset());
+        if by_applied.bound <= floor {
+            return Ok(by_applied);
+        }
+        debug_assert!(floor < by_applied.bound);
+        Ok(DeletionBound {
+            bound: floor,
+            held_by: Some(self.local),
+            held_by_applied: Some(latest.offset),
+            ..by_applied
+        })
+    }
+
+    /// The deletion bound by the applied positions and the cap alone.
+    fn deletion_bound_by_applied(&self, role: &RoleState) -> Result<DeletionBound> {
         let high_watermark = self.high_watermark();
         let unheld = DeletionBound {
             bound: high_watermark,
@@ -1600,6 +1654,27 @@ impl Replica {
         Ok(start)
     }
 
+    /// Records that this follower needs a snapshot (SPEC 3.9): its log end,
+    /// or its application's applied position (`what`), is `behind`, below
+    /// its leader's log start `leader_start`. Says so once per condition:
+    /// an error without a store (nothing will fill the gap until an
+    /// operator acts), a warning with one (the transfer starts).
+    fn flag_needs_snapshot(&self, what: &str, behind: Offset, leader_start: Offset) {
+        debug_assert!(behind < leader_start);
+        let mut needs = self.needs_snapshot.lock();
+        if needs.is_none() {
+            match self.below_leader_start {
+                BelowLeaderStart::Report => {
+                    tracing::error!(log = %self.log_id, node = %self.local, %behind, %leader_start, "this replica's {what} below its leader's log start and no snapshot store is configured: the records in between are gone (retain_until_applied); it needs a snapshot")
+                }
+                _ => {
+                    tracing::warn!(log = %self.log_id, node = %self.local, %behind, %leader_start, "this replica's {what} below its leader's log start: installing the leader's snapshot")
+                }
+            }
+        }
+        *needs = Some(leader_start);
+    }
+
     /// Whether this follower waits for a snapshot (its log ends below its
     /// leader's log start, SPEC 3.9).
     pub(crate) fn needs_snapshot(&self) -> bool {
@@ -1708,12 +1783,25 @@ impl Replica {
         let Some(state) = follower.as_mut() else {
             return Err(Error::Shutdown);
         };
-        self.log.truncate_fully_and_start_at(offset)?;
+        let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
         // Everything below the snapshot is committed (the leader sends
         // none above its high watermark): the high watermark rises to it
         // before the machine restarts from the log.
-        if offset.0 > self.high_watermark.get() {
-            self.publish_high_watermark(offset);
+        if start <= offset && offset <= end {
+            // A live follower whose application lagged: its log holds the
+            // snapshot's offset and what follows, which it fetched from
+            // this leader in this epoch (the epoch checked above), so it
+            // keeps them and only its start moves up. Wiping them would
+            // take acknowledged records off an in-sync replica.
+            if offset.0 > self.high_watermark.get() {
+                self.publish_high_watermark(offset);
+            }
+            self.log.set_log_start_offset(offset)?;
+        } else {
+            self.log.truncate_fully_and_start_at(offset)?;
+            if offset.0 > self.high_watermark.get() {
+                self.publish_high_watermark(offset);
+            }
         }
         self.resync_follower(state);
         self.applied.set(self.local, offset);
@@ -1874,20 +1962,11 @@ impl Replica {
             if below_start && self.below_leader_start != BelowLeaderStart::Restart {
                 // SPEC 3.9: restarting at the leader's log start would
                 // leave the application a gap; a snapshot fills it.
-                let mut needs = self.needs_snapshot.lock();
-                if needs.is_none() {
-                    let log_end = state.log_end_offset();
-                    let leader_start = answer.log_start_offset;
-                    match self.below_leader_start {
-                        BelowLeaderStart::Report => {
-                            tracing::error!(log = %self.log_id, node = %self.local, %log_end, %leader_start, "this replica's log ends below its leader's log start and no snapshot store is configured: it stops fetching this log (retain_until_applied)")
-                        }
-                        _ => {
-                            tracing::warn!(log = %self.log_id, node = %self.local, %log_end, %leader_start, "this replica's log ends below its leader's log start: installing the leader's snapshot")
-                        }
-                    }
-                }
-                *needs = Some(answer.log_start_offset);
+                self.flag_needs_snapshot(
+                    "log ends",
+                    state.log_end_offset(),
+                    answer.log_start_offset,
+                );
                 return Ok(ErrorCode::OffsetOutOfRange);
             }
             if answer.error == ErrorCode::OffsetOutOfRange {
@@ -1964,6 +2043,33 @@ impl Replica {
                 }
                 self.applied
                     .adopt_leader_view(self.local, &answer.applied_offsets);
+                // SPEC 3.9: a live follower whose application lags (its
+                // apply loop stalled while the cap let the leader delete
+                // past its applied position) can fetch, but its
+                // application can never read the records it still needs:
+                // they are gone on the leader, and this log follows the
+                // leader's start. It goes the snapshot path exactly as a
+                // replica whose log ends below the leader's start. A
+                // replica whose application never reported a position has
+                // not said what it needs; the log-end rule above covers it.
+                if self.below_leader_start != BelowLeaderStart::Restart {
+                    if let Some(applied) = self.applied.get(self.local) {
+                        if applied < log_start_offset {
+                            self.flag_needs_snapshot(
+                                "application applied",
+                                applied,
+                                log_start_offset,
+                            );
+                            // With a store, the fetcher starts the transfer
+                            // on this code; without one the follower goes on
+                            // fetching (it stays a full replica of the log)
+                            // and has said, once, that it needs a snapshot.
+                            if self.below_leader_start == BelowLeaderStart::InstallSnapshot {
+                                return Ok(ErrorCode::OffsetOutOfRange);
+                            }
+                        }
+                    }
+                }
             }
             FetchedUpdate::ResetTo { log_start_offset } => {
                 self.reset_follower_log(state, log_start_offset)?;

@@ -144,6 +144,19 @@ impl FaultApps {
         })
     }
 
+    /// The applied position and state of `node`'s application of `log`
+    /// (`None` before it applied anything).
+    pub(crate) fn state_of(
+        &self,
+        node: NodeId,
+        log: LogId,
+    ) -> Option<(Offset, BTreeMap<u64, Vec<u8>>)> {
+        self.states
+            .lock()
+            .get(&(node, log))
+            .map(|s| (s.applied, s.records.clone()))
+    }
+
     /// Snapshots installed and positions found below a log start.
     pub(crate) fn counts(&self) -> (usize, usize) {
         (*self.installs.lock(), *self.behind.lock())

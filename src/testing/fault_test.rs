@@ -752,6 +752,14 @@ fn run_inner<C: FaultTarget>(
     if let Some(apps) = &apps {
         (report.snapshot_installs, report.applications_behind) = apps.counts();
     }
+    if let (Ok(()), Some(apps)) = (&converged, &apps) {
+        violations.extend(check_application_states(
+            &cluster,
+            &logs,
+            apps,
+            config.converge_timeout,
+        ));
+    }
     match converged {
         Ok(()) => violations.extend(check(
             &cluster,
@@ -769,6 +777,73 @@ fn run_inner<C: FaultTarget>(
     } else {
         violations.truncate(20);
         Err(format!("{report:?}\n  {}", violations.join("\n  ")))
+    }
+}
+
+/// Deletion mode, once the logs converged: every running replica's
+/// application, rebuilt from a snapshot or not, applies up to its leader's
+/// high watermark and then holds exactly the leader application's state
+/// (same applied position, same records). Logs that agree do not prove it:
+/// a replica rebuilt from a torn or stale snapshot, or whose application
+/// was left behind its log start, has the right log and the wrong state.
+/// Waits up to `timeout` (an install may still be running).
+fn check_application_states<C: FaultTarget>(
+    cluster: &C,
+    logs: &[LogId],
+    apps: &FaultApps,
+    timeout: Duration,
+) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut differences = Vec::new();
+        for &log in logs {
+            let Some(leader) = cluster.leader_of(log) else {
+                differences.push(format!("{log}: no leader to compare applications with"));
+                continue;
+            };
+            // The running nodes hosting a replica of the log.
+            let running: Vec<NodeId> = cluster
+                .node_ids()
+                .into_iter()
+                .filter(|n| cluster.is_running(*n) && cluster.log(*n, log).is_ok())
+                .collect();
+            for &node in &running {
+                if let Ok(replica) = cluster.log(node, log) {
+                    apps.apply(&replica, log);
+                }
+            }
+            let Ok(leader_log) = cluster.log(leader, log) else {
+                differences.push(format!("{log}: leader {leader} hosts no replica"));
+                continue;
+            };
+            let high_watermark = leader_log.high_watermark();
+            let want = apps.state_of(leader, log).unwrap_or_default();
+            if want.0 != high_watermark {
+                differences.push(format!(
+                    "{log}: the leader {leader}'s application applied up to {}, its high watermark is {high_watermark}",
+                    want.0
+                ));
+                continue;
+            }
+            for &node in running.iter().filter(|n| **n != leader) {
+                let got = apps.state_of(node, log).unwrap_or_default();
+                if got != want {
+                    let missing = want.1.keys().filter(|o| !got.1.contains_key(o)).count();
+                    let extra = got.1.keys().filter(|o| !want.1.contains_key(o)).count();
+                    differences.push(format!(
+                        "{log}: {node}'s application (applied {}, {} records) differs from the leader {leader}'s (applied {}, {} records): {missing} records missing, {extra} extra",
+                        got.0,
+                        got.1.len(),
+                        want.0,
+                        want.1.len()
+                    ));
+                }
+            }
+        }
+        if differences.is_empty() || Instant::now() >= deadline {
+            return differences;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -6,7 +6,12 @@
 
 #[path = "../support/failover_support.rs"]
 mod failover_support;
+#[path = "../support/log_capture.rs"]
+mod log_capture;
 
+mod a_chunk_corrupted_in_transit_is_detected_and_fetched_again;
+
+mod a_lagging_live_follower_is_rebuilt_from_a_snapshot;
 mod a_log_start_inside_a_batch_restarts_the_follower_at_its_base;
 mod acks_all_replicates_to_every_in_sync_replica;
 mod acks_return_when_spec_3_1_says;
@@ -15,6 +20,7 @@ mod committed_reads_never_pass_the_high_watermark;
 mod committed_records_end_at_shutdown;
 mod dead_replica_never_rejoins_the_isr;
 mod deletion_never_outruns_an_application;
+mod deletion_never_passes_the_leaders_latest_snapshot;
 mod dropped_cluster_releases_its_files;
 mod epoch_end_offsets_request_through_the_node_handler;
 mod flush_every_interval_flushes_an_idle_log;
@@ -29,3 +35,4 @@ mod node_builder_starts_over_memory_and_tcp;
 mod replica_assignment_follows_seeds_002_003;
 mod retention_moves_log_start_on_every_replica;
 mod snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start;
+mod snapshot_transfers_end_with_their_node;

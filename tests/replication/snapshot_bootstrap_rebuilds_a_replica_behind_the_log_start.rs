@@ -19,28 +19,30 @@ use isrlog::{
     SnapshotInfo, SnapshotStore,
 };
 
-const LOG: LogId = LogId(0);
-const WAIT: Duration = Duration::from_secs(20);
+pub(super) const LOG: LogId = LogId(0);
+pub(super) const WAIT: Duration = Duration::from_secs(20);
 
 /// A test application: its state is every applied record's offset and
 /// value, in order; a snapshot is that state's bytes.
 #[derive(Default)]
-struct App {
-    state: Mutex<State>,
+pub(super) struct App {
+    pub(super) state: Mutex<State>,
     snapshot: Mutex<Option<(SnapshotInfo, Bytes)>>,
-    installs: AtomicU64,
+    pub(super) installs: AtomicU64,
+    /// The apply loop is stopped: `Setup::apply_running` skips this app.
+    pub(super) stalled: AtomicBool,
     /// Flip one bit of every chunk this store serves.
     corrupt_chunks: AtomicBool,
     /// Sleep this many milliseconds before serving a chunk.
-    chunk_delay_ms: AtomicU64,
+    pub(super) chunk_delay_ms: AtomicU64,
     /// Chunks served.
-    chunks_served: AtomicU64,
+    pub(super) chunks_served: AtomicU64,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Debug)]
-struct State {
-    applied: Offset,
-    records: BTreeMap<u64, Vec<u8>>,
+pub(super) struct State {
+    pub(super) applied: Offset,
+    pub(super) records: BTreeMap<u64, Vec<u8>>,
 }
 
 impl State {
@@ -78,7 +80,7 @@ impl State {
 impl App {
     /// Applies every committed record from the applied position on and
     /// reports the new position.
-    fn apply(&self, log: &ReplicatedLog) {
+    pub(super) fn apply(&self, log: &ReplicatedLog) {
         let mut state = self.state.lock().unwrap();
         loop {
             let batches = match log.read(state.applied, 1 << 20, Isolation::Committed) {
@@ -102,7 +104,7 @@ impl App {
     }
 
     /// Takes a snapshot of the state as it is.
-    fn take_snapshot(&self) -> SnapshotInfo {
+    pub(super) fn take_snapshot(&self) -> SnapshotInfo {
         let state = self.state.lock().unwrap();
         let bytes = Bytes::from(state.encode());
         let info = SnapshotInfo {
@@ -113,7 +115,7 @@ impl App {
         info
     }
 
-    fn state(&self) -> State {
+    pub(super) fn state(&self) -> State {
         self.state.lock().unwrap().clone()
     }
 }
@@ -176,29 +178,40 @@ impl SnapshotStore for App {
     }
 }
 
-struct Setup {
-    cluster: Cluster,
-    apps: BTreeMap<NodeId, Arc<App>>,
+pub(super) struct Setup {
+    pub(super) cluster: Cluster,
+    pub(super) apps: BTreeMap<NodeId, Arc<App>>,
 }
 
 fn setup(with_snapshots: bool) -> Setup {
+    setup_with(with_snapshots, |_| {})
+}
+
+/// The cluster of these tests, its replication configuration changed by
+/// `tweak`.
+pub(super) fn setup_with(
+    with_snapshots: bool,
+    tweak: impl FnOnce(&mut ReplicationConfig),
+) -> Setup {
     let apps: BTreeMap<NodeId, Arc<App>> = (0..3)
         .map(|i| (NodeId(i), Arc::new(App::default())))
         .collect();
+    let mut replication = ReplicationConfig {
+        min_insync_replicas: 2,
+        retain_until_applied: true,
+        applied_hold_bytes_max: Some(16 * 1024),
+        // Small chunks: a snapshot of a few KiB takes many of them.
+        fetch_bytes_max: 1024,
+        replica_lag_time_max: Duration::from_secs(10),
+        fetch_wait_max: Duration::from_millis(100),
+        request_timeout: Duration::from_secs(5),
+        fetch_backoff: Duration::from_millis(10),
+        ..ReplicationConfig::default()
+    };
+    tweak(&mut replication);
     let mut builder = Cluster::builder()
         .nodes(3)
-        .replication(ReplicationConfig {
-            min_insync_replicas: 2,
-            retain_until_applied: true,
-            applied_hold_bytes_max: Some(16 * 1024),
-            // Small chunks: a snapshot of a few KiB takes many of them.
-            fetch_bytes_max: 1024,
-            replica_lag_time_max: Duration::from_secs(10),
-            fetch_wait_max: Duration::from_millis(100),
-            request_timeout: Duration::from_secs(5),
-            fetch_backoff: Duration::from_millis(10),
-            ..ReplicationConfig::default()
-        })
+        .replication(replication)
         .log_config(LogConfig {
             segment_bytes_max: 4 * 1024,
             retention_bytes: Some(8 * 1024),
@@ -216,8 +229,11 @@ fn setup(with_snapshots: bool) -> Setup {
 }
 
 impl Setup {
-    fn apply_running(&self) {
+    pub(super) fn apply_running(&self) {
         for (node, app) in &self.apps {
+            if app.stalled.load(Ordering::SeqCst) {
+                continue;
+            }
             if let Ok(log) = self.cluster.log(*node, LOG) {
                 if self.cluster.is_running(*node) {
                     app.apply(&log);
@@ -226,7 +242,7 @@ impl Setup {
         }
     }
 
-    fn append(&self, count: usize) {
+    pub(super) fn append(&self, count: usize) {
         let leader = self.cluster.leader_log(LOG).expect("leader");
         for i in 0..count {
             let value = format!("record {i} {}", "x".repeat(200));
@@ -242,7 +258,7 @@ impl Setup {
 
     /// Waits until every running application has applied up to the
     /// leader's high watermark and holds the same state.
-    fn wait_states_equal(&self) {
+    pub(super) fn wait_states_equal(&self) {
         let leader = self.cluster.leader_log(LOG).expect("leader");
         let leader_app = &self.apps[&leader.node_id()];
         let converged = self.cluster.wait_until(WAIT, |_| {

@@ -674,6 +674,9 @@ impl Node {
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
         }
+        if !self.shared.may_mark_clean_shutdown() {
+            return Ok(());
+        }
         write_clean_shutdown_marker(&self.shared.config.data_dir)
     }
 
@@ -913,7 +916,7 @@ impl Drop for Node {
             for (log, error) in &failed {
                 tracing::warn!(%log, %error, "flush on drop failed");
             }
-            if failed.is_empty() {
+            if failed.is_empty() && self.shared.may_mark_clean_shutdown() {
                 if let Err(error) = write_clean_shutdown_marker(&self.shared.config.data_dir) {
                     tracing::warn!(node = %self.shared.config.node_id, %error,
                         "cannot write the clean-shutdown marker; the next start reports an unclean shutdown");
@@ -1002,6 +1005,22 @@ impl NodeShared {
             }
         }
         Ok(unreported)
+    }
+
+    /// Whether this stop may write the clean-shutdown marker: `false`
+    /// (with a warning) while an unclean-shutdown report is still not
+    /// recorded in some log ([`NodeShared::unreported`]). The pending
+    /// reports live only in memory, so a marker would make the next start
+    /// `Clean` and let this replica take part in those logs as if it had
+    /// lost nothing; without it the next start reports again.
+    fn may_mark_clean_shutdown(&self) -> bool {
+        let unreported = self.unreported.lock();
+        if unreported.is_empty() {
+            return true;
+        }
+        tracing::warn!(node = %self.local(), logs = ?unreported.keys().collect::<Vec<_>>(),
+            "not writing the clean-shutdown marker: this node's unclean shutdown is still unrecorded in these logs, so the next start reports it again");
+        false
     }
 
     /// The state to reconcile `state`'s log from, or `None` while this
@@ -1765,6 +1784,12 @@ impl NodeShared {
     /// log; no coordinator call starts at or after `deadline`.
     fn leave_in_sync_replica(&self, log: LogId, deadline: Instant) {
         let me = self.local();
+        if self.unreported.lock().contains_key(&log) {
+            // Its unclean-shutdown report is still pending: leaving the ISR
+            // for the ELR would keep it eligible with records it lost. The
+            // next start reports again (no clean-shutdown marker).
+            return;
+        }
         for _ in 0..HAND_OVER_ATTEMPTS_MAX {
             if Instant::now() >= deadline {
                 return;

@@ -1784,6 +1784,20 @@ impl Replica {
             return Err(Error::Shutdown);
         };
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
+        if offset < start && start < end {
+            // A snapshot older than this replica's log start (a new leader
+            // whose log starts lower): installing it would wipe a log that
+            // may hold acknowledged records above the snapshot, on a
+            // replica that may be in the ISR. Refuse; the replica keeps its
+            // log until a snapshot at or above its log start comes.
+            tracing::warn!(log = %self.log_id, node = %self.local, %leader, snapshot_offset = %offset, log_start = %start, log_end = %end,
+                "refusing a snapshot below this replica's log start: installing it would wipe records it holds");
+            return Err(Error::OffsetOutOfRange {
+                requested: offset,
+                log_start: start,
+                log_end: end,
+            });
+        }
         // Everything below the snapshot is committed (the leader sends
         // none above its high watermark): the high watermark rises to it
         // before the machine restarts from the log.

@@ -1139,6 +1139,9 @@ impl NodeShared {
         let Some(state) = self.with_unclean_report(state) else {
             return;
         };
+        // SPEC 3.5: past here the log's stored state no longer counts this
+        // node eligible with records it lost in an unclean stop.
+        debug_assert!(!self.unreported.lock().contains_key(&state.log));
         let state = &state;
         let replica = match self.host(state.log) {
             Ok(replica) => replica,

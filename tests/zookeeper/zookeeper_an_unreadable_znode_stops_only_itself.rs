@@ -13,7 +13,7 @@ use crate::zookeeper_support::server;
 use isrlog::testing::zookeeper::ZkShell;
 use isrlog::testing::ZkCluster;
 use isrlog::{
-    Acks, Coordinator, Error, LeaderEpoch, LogId, LogUpdate, NodeId, ZkCoordinator,
+    Acks, Coordinator, Error, LeaderEpoch, LogId, LogUpdate, NodeId, ReplicatedLog, ZkCoordinator,
     ZkCoordinatorConfig,
 };
 
@@ -227,12 +227,7 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
         .expect("a node starts beside newer documents");
     // Back in the plain log's ISR first, so that a failover has a second
     // in-sync replica to satisfy min.insync.replicas.
-    assert!(
-        cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(plain).len()
-            == 3),
-        "{bounced} did not rejoin the ISR of {plain}: {:?}",
-        cluster.in_sync_replicas(plain)
-    );
+    wait_for_full_isr(&cluster, plain, bounced);
     eprintln!(
         "after {bounced} stopped and started: ISR of {plain} {:?}, of {unknown_field} {:?}",
         cluster.in_sync_replicas(plain),
@@ -260,12 +255,7 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
     cluster
         .restart(old_leader)
         .expect("a node that crashed starts beside a document it cannot change");
-    assert!(
-        cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(plain).len()
-            == 3),
-        "the restarted {old_leader} did not rejoin the ISR of {plain}: {:?}",
-        cluster.in_sync_replicas(plain)
-    );
+    wait_for_full_isr(&cluster, plain, old_leader);
     let stored = coordinator
         .log_state(unknown_field)
         .unwrap()
@@ -288,14 +278,11 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
     let serving = cluster
         .log(log_one_leader, unknown_field)
         .expect("log 1's leader");
-    serving
-        .append_values(&[b"while the crashed node stays out"], Acks::Leader)
-        .expect("acks=1 on log 1");
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        stayed_out.log_end_offset(),
+    assert_stays_out(
+        &serving,
+        &stayed_out,
         end_while_out,
-        "a replica whose unclean shutdown is unreported must not fetch"
+        "a replica whose unclean shutdown is unreported must not fetch",
     );
 
     // A clean stop while the report is pending writes no clean-shutdown
@@ -305,15 +292,11 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
         .restart(old_leader)
         .expect("a start after the clean stop");
     let stayed_out = cluster.log(old_leader, unknown_field).expect("hosted");
-    serving
-        .append_values(&[b"after the clean restart"], Acks::Leader)
-        .expect("acks=1 on log 1");
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(!stayed_out.is_leader());
-    assert_eq!(
-        stayed_out.log_end_offset(),
+    assert_stays_out(
+        &serving,
+        &stayed_out,
         end_while_out,
-        "a clean stop must not make the pending report forgotten"
+        "a clean stop must not make the pending report forgotten",
     );
 
     // An upgraded node finishes its change and drops the field: the
@@ -338,4 +321,27 @@ fn text_without_field(raw: &ZkShell, path: &str) -> String {
     String::from_utf8(data)
         .unwrap()
         .replacen("\"from_a_newer_node\":[1,2],", "", 1)
+}
+
+/// Waits until every replica of `log` is in its ISR again, after `rejoined`
+/// stopped and started.
+fn wait_for_full_isr(cluster: &ZkCluster, log: LogId, rejoined: NodeId) {
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(log).len()
+            == 3),
+        "{rejoined} did not rejoin the ISR of {log}: {:?}",
+        cluster.in_sync_replicas(log)
+    );
+}
+
+/// Appends to `serving` (acks=1) and checks, half a second later, that the
+/// kept-out replica `out` neither leads nor fetched: its log end is still
+/// `end`.
+fn assert_stays_out(serving: &ReplicatedLog, out: &ReplicatedLog, end: isrlog::Offset, why: &str) {
+    serving
+        .append_values(&[b"while a replica stays out"], Acks::Leader)
+        .expect("acks=1 on the log");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!out.is_leader(), "{why}");
+    assert_eq!(out.log_end_offset(), end, "{why}");
 }

@@ -137,7 +137,7 @@ pub use coordinator::{
 #[cfg(feature = "zookeeper")]
 pub use coordinator::{ZkCoordinator, ZkCoordinatorConfig};
 pub use error::{Error, Result};
-pub use node::{Node, NodeHandler};
+pub use node::{Node, NodeHandler, UNCLEAN_REPORT_RETRY_INTERVAL};
 pub use producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,

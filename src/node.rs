@@ -46,6 +46,12 @@ use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset}
 /// Controlled shutdown: compare-and-set attempts per log before leaving it
 /// to the controller.
 const HAND_OVER_ATTEMPTS_MAX: usize = 5;
+
+/// How often a node retries the unclean-shutdown reports it could not
+/// record yet ([`Node::pending_unclean_reports`]), besides on every change
+/// of those logs' documents: a retry that failed on a transient error
+/// would otherwise wait for a change that may never come.
+pub const UNCLEAN_REPORT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Controlled shutdown: how often to look for a caught-up successor.
 const HAND_OVER_POLL: Duration = Duration::from_millis(1);
 /// Controlled shutdown: the most threads handing logs over (or leaving
@@ -351,7 +357,7 @@ impl Node {
             }
             let changed = shared.coordinator.report_unclean_shutdown(me, &log_ends)?;
             let checked = recorded.keys().copied().chain(hosted.iter().copied());
-            let unreported = shared.unreported_logs(checked, &log_ends)?;
+            let unreported = shared.unreported_logs(checked, &log_ends, &recorded)?;
             if !unreported.is_empty() {
                 tracing::warn!(node = %me, logs = ?unreported.keys().collect::<Vec<_>>(),
                     "cannot record this node's unclean shutdown in these logs' coordinator documents (written by a newer version or unreadable): it takes no part in them until it can");
@@ -552,6 +558,26 @@ impl Node {
     /// the coordinator handed out, and what its fetches carry (SPEC 3.2).
     pub fn incarnation(&self) -> Incarnation {
         Incarnation(self.shared.incarnation.load(Ordering::SeqCst))
+    }
+
+    /// The logs in which this node's unclean shutdown (or lost data) is
+    /// not recorded yet, with the log end it will report, sorted by log: it
+    /// takes no part in them (neither leads nor fetches, SPEC 3.5) until the
+    /// report is written, retried on every change of the log's document and
+    /// every [`UNCLEAN_REPORT_RETRY_INTERVAL`]. Non-empty only while a
+    /// document cannot be read or changed by this version (a newer node
+    /// wrote it) or the coordinator cannot be reached; worth exporting as a
+    /// metric and alerting on.
+    pub fn pending_unclean_reports(&self) -> Vec<(LogId, LogEnd)> {
+        let mut pending: Vec<(LogId, LogEnd)> = self
+            .shared
+            .unreported
+            .lock()
+            .iter()
+            .map(|(log, end)| (*log, *end))
+            .collect();
+        pending.sort_by_key(|(log, _)| *log);
+        pending
     }
 
     /// How this node's previous run ended, as its data directory told at
@@ -977,6 +1003,7 @@ impl NodeShared {
         &self,
         logs: impl Iterator<Item = LogId>,
         log_ends: &[(LogId, LogEnd)],
+        recorded: &HashMap<LogId, DirectoryId>,
     ) -> Result<HashMap<LogId, LogEnd>> {
         let me = self.local();
         let mut unreported = HashMap::new();
@@ -984,16 +1011,13 @@ impl NodeShared {
             if unreported.contains_key(&log) {
                 continue;
             }
-            // Reported with the end `report_unclean_shutdown` had, else as
-            // empty: a log it could not see is one it could not open here
-            // either, and empty is the pessimistic report.
-            let end = log_ends
+            let reported = log_ends
                 .iter()
                 .find(|(reported, _)| *reported == log)
-                .map(|(_, end)| *end)
-                .unwrap_or_default();
+                .map(|(_, end)| *end);
             let pending = match self.coordinator.log_state(log) {
                 Ok(Some(state)) => {
+                    let end = reported.unwrap_or_default();
                     state.replicas.contains(&me) && state.unclean_shutdown_update(me, end).is_some()
                 }
                 Ok(None) => false,
@@ -1001,10 +1025,63 @@ impl NodeShared {
                 Err(error) => return Err(error),
             };
             if pending {
+                let end = match reported {
+                    Some(end) => end,
+                    None => self.unreadable_log_end(log, recorded),
+                };
                 unreported.insert(log, end);
             }
         }
         Ok(unreported)
+    }
+
+    /// The log end to report for `log`, whose document this version could
+    /// not read when the unclean-shutdown report was made (so
+    /// [`recovered_log_ends`](Self::recovered_log_ends) did not see it):
+    /// what its replica on this directory holds, so that unclean recovery
+    /// (SPEC 3.5) does not pass over the replica with the most records once
+    /// the document is readable again. Empty if the coordinator placed the
+    /// replica on another directory or its directory is gone (it lost its
+    /// data, as in `Node::start`), or if it cannot be opened.
+    fn unreadable_log_end(&self, log: LogId, recorded: &HashMap<LogId, DirectoryId>) -> LogEnd {
+        let placed_here = recorded.get(&log) == Some(&self.directory_id)
+            && log_dir(&self.config.data_dir, log).exists();
+        if !placed_here {
+            return LogEnd::default();
+        }
+        match self.host(log) {
+            Ok(replica) => LogEnd {
+                last_epoch: replica.log().last_batch_epoch(),
+                log_end_offset: replica.log().log_end_offset(),
+            },
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error,
+                    "cannot open the replica to report its log end after an unclean shutdown; reporting it empty");
+                LogEnd::default()
+            }
+        }
+    }
+
+    /// Asks the coordinator again for every log whose unclean-shutdown
+    /// report is still pending ([`NodeShared::unreported`]) and reconciles
+    /// it, which retries the report. Notifications alone are not enough: a
+    /// retry that failed on a transient error (a lost connection, a time-out)
+    /// waits for no further change of the document.
+    fn retry_unclean_reports(&self) {
+        let logs: Vec<LogId> = self.unreported.lock().keys().copied().collect();
+        for log in logs {
+            match self.coordinator.log_state(log) {
+                Ok(Some(state)) => self.reconcile(&state),
+                Ok(None) => {
+                    // Deleted: there is nothing left to report to.
+                    self.unreported.lock().remove(&log);
+                }
+                Err(error) => {
+                    tracing::debug!(%log, node = %self.local(), %error,
+                        "cannot read the log to retry this node's unclean-shutdown report");
+                }
+            }
+        }
     }
 
     /// Whether this stop may write the clean-shutdown marker: `false`
@@ -2146,6 +2223,7 @@ fn control_loop(
         _ => None,
     };
     let mut next_flush = flush_interval.map(|interval| Instant::now() + interval);
+    let mut next_report_retry = Instant::now() + UNCLEAN_REPORT_RETRY_INTERVAL;
     while !shared.stop.load(Ordering::SeqCst) {
         select! {
             recv(events) -> event => match event {
@@ -2179,6 +2257,10 @@ fn control_loop(
             default(tick) => {}
         }
         let now = Instant::now();
+        if now >= next_report_retry {
+            next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
+            shared.retry_unclean_reports();
+        }
         if now >= next_heartbeat {
             if let Err(error) = shared.coordinator.heartbeat(shared.local()) {
                 tracing::warn!(node = %shared.local(), %error, "heartbeat failed");

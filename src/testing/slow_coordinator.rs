@@ -4,14 +4,15 @@
 //! of its own; every call goes to the wrapped coordinator once its delay
 //! has passed.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
 use crate::coordinator::{
-    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
+    CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate,
 };
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicU64, Condvar, Mutex, Ordering};
 use crate::types::{ClusterId, DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, ProducerId};
 
@@ -28,6 +29,9 @@ struct DelayState {
     changed: Condvar,
     /// Calls that waited (their delay was not zero).
     delayed_calls: AtomicU64,
+    /// Logs whose documents this node's coordinator pretends it cannot
+    /// read or change, as one written by a newer version.
+    refused: Mutex<HashSet<LogId>>,
 }
 
 /// The knob of a [`SlowCoordinator`], shared with the test: every call
@@ -64,6 +68,36 @@ impl CoordinatorDelay {
     /// Calls that were delayed so far.
     pub fn delayed_calls(&self) -> u64 {
         self.state.delayed_calls.load(Ordering::SeqCst)
+    }
+
+    /// From now on this node's coordinator cannot read or change `log`'s
+    /// document, as if a newer version had written it: reading it is an
+    /// [`Error::CoordinatorDocument`], listing all logs leaves it out,
+    /// writing it is refused, and an unclean-shutdown report skips it. The
+    /// wrapped coordinator and the other nodes see it as it is.
+    pub fn refuse_document(&self, log: LogId) {
+        self.state.refused.lock().insert(log);
+    }
+
+    /// Undoes [`refuse_document`](Self::refuse_document), as an upgraded
+    /// node would (here without changing the document, so nothing
+    /// notifies).
+    pub fn accept_document(&self, log: LogId) {
+        self.state.refused.lock().remove(&log);
+    }
+
+    fn refusal(&self, log: LogId) -> Result<()> {
+        if self.state.refused.lock().contains(&log) {
+            return Err(Error::CoordinatorDocument {
+                path: format!("/logs/{}", log.0),
+                reason: "refused by the test (as a document with format 2)".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn is_refused(&self, log: LogId) -> bool {
+        self.state.refused.lock().contains(&log)
     }
 
     fn before_call(&self) {
@@ -132,12 +166,15 @@ impl Coordinator for SlowCoordinator {
 
     fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
         self.delay.before_call();
+        self.delay.refusal(log)?;
         self.inner.log_state(log)
     }
 
     fn logs(&self) -> Result<Vec<LogState>> {
         self.delay.before_call();
-        self.inner.logs()
+        let mut logs = self.inner.logs()?;
+        logs.retain(|state| !self.delay.is_refused(state.log));
+        Ok(logs)
     }
 
     fn compare_and_set(
@@ -148,6 +185,7 @@ impl Coordinator for SlowCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         self.delay.before_call();
+        self.delay.refusal(log)?;
         self.inner
             .compare_and_set(log, expected_epoch, expected_version, update)
     }
@@ -162,6 +200,7 @@ impl Coordinator for SlowCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         self.delay.before_call();
+        self.delay.refusal(log)?;
         self.inner.compare_and_set_as_controller(
             controller,
             controller_epoch,
@@ -177,14 +216,8 @@ impl Coordinator for SlowCoordinator {
         self.inner.register_node(node, session_timeout)
     }
 
-    fn report_unclean_shutdown(
-        &self,
-        node: NodeId,
-        log_ends: &[(LogId, LogEnd)],
-    ) -> Result<Vec<LogState>> {
-        self.delay.before_call();
-        self.inner.report_unclean_shutdown(node, log_ends)
-    }
+    // `report_unclean_shutdown` is the provided one, so that it goes
+    // through this wrapper's calls (and so skips refused documents).
 
     fn heartbeat(&self, node: NodeId) -> Result<()> {
         self.delay.before_call();

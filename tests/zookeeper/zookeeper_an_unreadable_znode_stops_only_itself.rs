@@ -256,6 +256,25 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
         .restart(old_leader)
         .expect("a node that crashed starts beside a document it cannot change");
     wait_for_full_isr(&cluster, plain, old_leader);
+    // Both reports are pending. Log 2's document could not be read at
+    // start, so the report at start never saw that log: the end pending
+    // for it is what the replica holds (one record), not "empty", which
+    // would let unclean recovery pass over it.
+    let pending = cluster
+        .with_node(old_leader, |node| node.pending_unclean_reports())
+        .expect("running");
+    let pending_logs: Vec<LogId> = pending.iter().map(|(log, _)| *log).collect();
+    assert_eq!(
+        pending_logs,
+        vec![unknown_field, newer_format],
+        "{pending:?}"
+    );
+    assert_eq!(
+        pending[1].1.log_end_offset,
+        isrlog::Offset(1),
+        "{pending:?}"
+    );
+    assert!(pending[1].1.last_epoch.is_some(), "{pending:?}");
     let stored = coordinator
         .log_state(unknown_field)
         .unwrap()
@@ -311,6 +330,31 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
         stayed_out.log_end_offset(),
         serving.log_end_offset()
     );
+
+    // Log 2 goes back to this version's format: the last pending report is
+    // recorded and the log takes acks=all appends again.
+    raw.set("/logs/2", text.as_bytes()).unwrap();
+    assert!(
+        cluster.wait_until(Duration::from_secs(20), |c| {
+            c.with_node(old_leader, |node| node.pending_unclean_reports().is_empty())
+                .unwrap_or(false)
+        }),
+        "the report for log 2 was not recorded once its document was readable"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let appended = cluster
+            .leader_log(newer_format)
+            .and_then(|leader| leader.append_values(&[b"after the downgrade"], Acks::All));
+        match appended {
+            Ok(_) => break,
+            Err(error) if std::time::Instant::now() < deadline => {
+                eprintln!("log 2 not writable yet: {error}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(error) => panic!("log 2 never took acks=all again: {error}"),
+        }
+    }
     cluster.shutdown().expect("shutdown");
 }
 

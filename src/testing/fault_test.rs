@@ -400,6 +400,12 @@ pub trait FaultTarget: LeaderRouter + Sync {
     fn lose_coordinator_reply(&self, _node: NodeId) -> bool {
         false
     }
+    /// How many replies to coordinator writes were lost so far (applied by
+    /// the coordinator, never answered): what an armed
+    /// `lose_coordinator_reply` actually did.
+    fn coordinator_replies_lost(&self) -> usize {
+        0
+    }
     /// Takes the whole coordinator away from every node (`true`: as a
     /// ZooKeeper ensemble that lost its quorum, which expires no session)
     /// or brings it back. Returns whether it did.
@@ -515,6 +521,13 @@ impl FaultTarget for super::ZkCluster {
     }
     fn set_coordinator_outage(&self, down: bool) -> bool {
         self.set_zookeeper_outage(down)
+    }
+    fn coordinator_replies_lost(&self) -> usize {
+        self.node_ids()
+            .into_iter()
+            .filter_map(|node| self.proxy(node))
+            .map(|proxy| proxy.replies_lost())
+            .sum()
     }
 }
 
@@ -1351,6 +1364,19 @@ fn inject_faults<C: FaultTarget>(
     } else {
         13
     };
+    // Which faults a seed draws also depends on timing (the phase is
+    // timed), so a few CI seeds could miss the rarest kinds. Where the
+    // target has coordinator faults, a seed's first fault is one of them,
+    // alternating by seed: any two consecutive seeds draw both (issue 24).
+    // The random draw is still made, so the rest of the schedule is as
+    // before.
+    let mut first = cluster
+        .has_coordinator_faults()
+        .then_some(if config.seed.is_multiple_of(2) {
+            "lose coordinator reply"
+        } else {
+            "coordinator outage"
+        });
     while started.elapsed() < config.fault_phase {
         std::thread::sleep(Duration::from_millis(20 + rng.next_u64() % 100));
         let running: Vec<NodeId> = all
@@ -1377,6 +1403,7 @@ fn inject_faults<C: FaultTarget>(
             10 => "message drops",
             _ => "leader change",
         };
+        let kind = first.take().unwrap_or(kind);
         let done = match kind {
             // Keep a majority of the nodes up so progress is possible at all.
             "crash" if running.len() > all.len().div_ceil(2) => {
@@ -1516,6 +1543,12 @@ fn inject_faults<C: FaultTarget>(
         if done {
             *report.faults.entry(kind).or_insert(0) += 1;
         }
+    }
+    let lost = cluster.coordinator_replies_lost();
+    if lost > 0 {
+        report
+            .faults
+            .insert("coordinator replies lost (applied, never answered)", lost);
     }
     if coordinator_down {
         cluster.set_coordinator_outage(false);

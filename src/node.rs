@@ -34,7 +34,7 @@ use crate::replication::{
 };
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, DirectoryIdentity, DirectoryLock,
-    FlushPolicy, Log, PreviousShutdown,
+    FlushPolicy, Log, PreviousShutdown, RollFlushThread, RollFlusher,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -97,6 +97,8 @@ pub(crate) struct NodeShared {
     retired_fetchers: Mutex<Vec<Fetcher>>,
     /// Bumped after every leader append: parked long-poll fetches wait on it.
     pub(crate) data_arrived: Arc<Watch>,
+    /// Runs the flush each roll needs, off the appending threads (issue 27).
+    roll_flusher: Arc<RollFlushThread>,
     commands: Sender<Command>,
     /// How this node's previous run ended, as its data directory told at
     /// start.
@@ -330,6 +332,7 @@ impl Node {
             fetchers: Mutex::new(HashMap::new()),
             retired_fetchers: Mutex::new(Vec::new()),
             data_arrived: Arc::new(Watch::new(0)),
+            roll_flusher: Arc::new(RollFlushThread::new(format!("isrlog-roll-flush-{}", me.0))),
             commands,
             previous_shutdown,
             directory_id,
@@ -788,6 +791,9 @@ impl Node {
                 tracing::error!(node = %self.shared.config.node_id, "deadline thread panicked");
             }
         }
+        // Before the logs close: a roll's flush finishing after a close
+        // would write its checkpoint over the clean one.
+        self.shared.roll_flusher.stop();
         self.stop_completions();
     }
 
@@ -1157,6 +1163,25 @@ impl NodeShared {
         }
     }
 
+    /// Sends the flush of each of `replica`'s rolls to the node's roll
+    /// flush thread instead of the appending thread (issue 27).
+    fn flush_rolls_in_background(&self, replica: &Arc<Replica>) {
+        let flusher = Arc::clone(&self.roll_flusher);
+        let weak = Arc::downgrade(replica);
+        replica
+            .log()
+            .set_roll_flusher(RollFlusher(Box::new(move || {
+                let weak = weak.clone();
+                flusher.submit(Box::new(move || {
+                    if let Some(replica) = weak.upgrade() {
+                        if let Err(error) = replica.log().flush() {
+                            tracing::error!(log = %replica.log_id(), %error, "flush after a segment roll failed");
+                        }
+                    }
+                }))
+            })));
+    }
+
     /// Opens the local replica of `log` if needed.
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
@@ -1193,6 +1218,7 @@ impl NodeShared {
             .with_below_leader_start(below_leader_start)
             .with_snapshots(self.config.snapshots.clone()),
         );
+        self.flush_rolls_in_background(&replica);
         let mut replicas = self.replicas.write();
         Ok(Arc::clone(replicas.entry(log).or_insert(replica)))
     }

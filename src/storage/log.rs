@@ -264,6 +264,20 @@ pub struct Log {
     pub(super) checkpoint_lock: Mutex<()>,
     counters: Counters,
     report: RecoveryReport,
+    /// Where the flush after a roll goes, when the owner gave one (a node
+    /// does); without, the appending thread flushes (issue 27).
+    roll_flusher: std::sync::OnceLock<RollFlusher>,
+}
+
+/// Queues the flush a roll needs on a thread other than the appender's;
+/// returns `false` when it cannot (the flushing thread is gone), and the
+/// appender then flushes itself.
+pub(crate) struct RollFlusher(pub(crate) Box<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for RollFlusher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RollFlusher")
+    }
 }
 
 impl Log {
@@ -311,6 +325,7 @@ impl Log {
             checkpoint_lock: Mutex::new(()),
             counters: Counters::default(),
             report,
+            roll_flusher: std::sync::OnceLock::new(),
         };
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
@@ -689,10 +704,26 @@ impl Log {
         if rolled {
             // As Kafka does after a roll: make the finished segment durable
             // and move the recovery point past it, so a crash only has the
-            // new segment to scan.
-            self.flush()?;
+            // new segment to scan. Kafka schedules that flush on a
+            // background thread (`UnifiedLog.roll`'s "flush-log" task); so
+            // does a log with a roll flusher: fsyncing a whole segment here
+            // held this appender (and a leader's pipeline behind it) for
+            // seconds per GiB (issue 27). The recovery point still moves
+            // only once the fsync is done: `flush` publishes it afterwards.
+            let queued = self.roll_flusher.get().is_some_and(|queue| (queue.0)());
+            if !queued {
+                self.flush()?;
+            }
         }
         Ok(())
+    }
+
+    /// Sends the flush each roll needs to `flusher` instead of doing it on
+    /// the appending thread. Set once; a second call is ignored.
+    pub(crate) fn set_roll_flusher(&self, flusher: RollFlusher) {
+        if self.roll_flusher.set(flusher).is_err() {
+            tracing::debug!(dir = %self.dir.display(), "roll flusher already set");
+        }
     }
 
     /// Returns once everything below `offset` is fsynced (group commit).

@@ -14,6 +14,7 @@ mod offset_index;
 mod producer_state;
 mod recovery;
 mod retention;
+mod roll_flush;
 mod segment;
 
 #[allow(unused_imports)]
@@ -26,7 +27,9 @@ pub use identity::DirectoryIdentity;
 pub(crate) use identity::{is_identity_or_lock_file, DirectoryLock};
 #[allow(unused_imports)]
 pub(crate) use leader_epoch::{EpochEntry, LeaderEpochCache};
+pub(crate) use log::RollFlusher;
 pub use log::{AppendInfo, Log, LogStats, ReadResult};
+pub(crate) use roll_flush::RollFlushThread;
 // The file decoders and encoders, for `testing::fuzz`.
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use offset_index::{OffsetIndex, INDEX_ENTRY_BYTES};

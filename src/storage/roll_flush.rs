@@ -1,0 +1,127 @@
+//! The thread that flushes rolled segments off the append path (issue 27).
+//!
+//! A roll makes the finished segment durable and moves the recovery point
+//! past it. Done on the appending thread, that fsync of a whole segment
+//! (seconds per GiB on this machine) held the appender, and on a leader
+//! every append queued behind it. Kafka runs it as a task on a background
+//! scheduler (`UnifiedLog.roll` schedules "flush-log"); a node runs it here,
+//! on one thread shared by its logs, started at the first roll.
+//!
+//! Nothing about durability changes: a job calls `Log::flush`, which fsyncs
+//! every file the roll queued and only then publishes the flushed offset and
+//! writes the checkpoint, so the recovery point moves only once the data is
+//! on disk. While a job waits, the recovery point is where it was before the
+//! roll, and a crash then rescans a little more.
+
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
+
+use crate::sync::Mutex;
+
+/// A flush to run on the flushing thread.
+pub(crate) type FlushJob = Box<dyn FnOnce() + Send>;
+
+/// One thread that runs the flush jobs of every log of a node, in order.
+#[derive(Debug)]
+pub(crate) struct RollFlushThread {
+    name: String,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// `None` before the first job and after `stop`.
+    sender: Option<Sender<FlushJob>>,
+    thread: Option<JoinHandle<()>>,
+    stopped: bool,
+}
+
+impl RollFlushThread {
+    /// A flushing thread named `name`, started when the first job comes.
+    pub(crate) fn new(name: String) -> RollFlushThread {
+        RollFlushThread {
+            name,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Queues `job`. `false` when it cannot run there (stopped, or the
+    /// thread could not be started): the caller then runs the flush itself.
+    pub(crate) fn submit(&self, job: FlushJob) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.stopped {
+            return false;
+        }
+        if inner.sender.is_none() {
+            let (sender, receiver) = mpsc::channel::<FlushJob>();
+            let spawned = std::thread::Builder::new()
+                .name(self.name.clone())
+                .spawn(move || {
+                    // Ends once `stop` dropped the sender and every job
+                    // queued before it ran.
+                    for job in receiver {
+                        job();
+                    }
+                });
+            match spawned {
+                Ok(thread) => {
+                    inner.sender = Some(sender);
+                    inner.thread = Some(thread);
+                }
+                Err(error) => {
+                    tracing::warn!(thread = %self.name, %error, "cannot start the roll flush thread; rolls flush on the appending thread");
+                    return false;
+                }
+            }
+        }
+        inner
+            .sender
+            .as_ref()
+            .is_some_and(|sender| sender.send(job).is_ok())
+    }
+
+    /// Runs every job queued so far, then ends the thread; later jobs are
+    /// refused (`submit` returns `false`). A node calls it before it closes
+    /// its logs, so no flush writes a checkpoint after the close wrote its
+    /// clean one.
+    pub(crate) fn stop(&self) {
+        let thread = {
+            let mut inner = self.inner.lock();
+            inner.stopped = true;
+            inner.sender = None;
+            inner.thread.take()
+        };
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                tracing::error!(thread = %self.name, "the roll flush thread panicked");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn stop_runs_every_queued_job_and_refuses_later_ones() {
+        let flusher = RollFlushThread::new("test-roll-flush".into());
+        let ran = Arc::new(AtomicUsize::new(0));
+        for _ in 0..10 {
+            let ran = Arc::clone(&ran);
+            assert!(flusher.submit(Box::new(move || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                ran.fetch_add(1, Ordering::SeqCst);
+            })));
+        }
+        flusher.stop();
+        assert_eq!(ran.load(Ordering::SeqCst), 10);
+        let late = Arc::clone(&ran);
+        assert!(!flusher.submit(Box::new(move || {
+            late.fetch_add(1, Ordering::SeqCst);
+        })));
+        assert_eq!(ran.load(Ordering::SeqCst), 10);
+    }
+}

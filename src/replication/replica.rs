@@ -1762,6 +1762,39 @@ impl Replica {
         answer
     }
 
+    /// Follower only: whether this replica may take `leader`'s snapshot
+    /// taken at `offset` (SPEC 2.6, 3.9). Refused (`OffsetOutOfRange`,
+    /// with a warning naming the log, the snapshot's offset and the log
+    /// start) when the snapshot is older than this replica's log start
+    /// while its log holds records: a new leader whose log starts lower
+    /// serves one. Installing it would wipe a log that may hold
+    /// acknowledged records above the snapshot, on a replica that may be
+    /// in the ISR, and the application's state would go back to a point
+    /// this log no longer reaches. The replica keeps its log until a
+    /// snapshot at or above its log start comes.
+    ///
+    /// The transfer asks before the application's
+    /// [`SnapshotStore::install`] touches its state, and
+    /// [`Replica::snapshot_installed`] asks again as the final guard. SPEC
+    /// 3.9 is silent on the order; Kafka's KRaft follower decides on the
+    /// log before its state machine sees a snapshot: the fetched snapshot
+    /// is frozen to a file, `KafkaMetadataLog.truncateToLatestSnapshot`
+    /// replaces the log only with a snapshot past its end, and only then is
+    /// the listener handed the snapshot to load.
+    pub(crate) fn check_snapshot_offset(&self, leader: NodeId, offset: Offset) -> Result<()> {
+        let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
+        if offset < start && start < end {
+            tracing::warn!(log = %self.log_id, node = %self.local, %leader, snapshot_offset = %offset, log_start = %start, log_end = %end,
+                "refusing a snapshot below this replica's log start: installing it would wipe records it holds");
+            return Err(Error::OffsetOutOfRange {
+                requested: offset,
+                log_start: start,
+                log_end: end,
+            });
+        }
+        Ok(())
+    }
+
     /// Follower only: the application installed the leader's snapshot
     /// taken at `offset` (SPEC 3.9): the log restarts, empty, there, the
     /// applied position is `offset`, and fetching goes on from it. Refused
@@ -1783,21 +1816,10 @@ impl Replica {
         let Some(state) = follower.as_mut() else {
             return Err(Error::Shutdown);
         };
+        // The final guard: the log start may have moved since the
+        // transfer's check before the application's install.
+        self.check_snapshot_offset(leader, offset)?;
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
-        if offset < start && start < end {
-            // A snapshot older than this replica's log start (a new leader
-            // whose log starts lower): installing it would wipe a log that
-            // may hold acknowledged records above the snapshot, on a
-            // replica that may be in the ISR. Refuse; the replica keeps its
-            // log until a snapshot at or above its log start comes.
-            tracing::warn!(log = %self.log_id, node = %self.local, %leader, snapshot_offset = %offset, log_start = %start, log_end = %end,
-                "refusing a snapshot below this replica's log start: installing it would wipe records it holds");
-            return Err(Error::OffsetOutOfRange {
-                requested: offset,
-                log_start: start,
-                log_end: end,
-            });
-        }
         // Everything below the snapshot is committed (the leader sends
         // none above its high watermark): the high watermark rises to it
         // before the machine restarts from the log.

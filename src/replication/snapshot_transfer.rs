@@ -87,6 +87,19 @@ impl Transfer<'_> {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err("cancelled before install".to_string());
             }
+            // SPEC 2.6, 3.9: a snapshot below this replica's log start,
+            // while its log holds records, is refused before the
+            // application's state is touched (`snapshot_installed` checks
+            // again: the log start can move meanwhile).
+            self.replica
+                .check_snapshot_offset(self.leader, info.offset)
+                .map_err(|e| {
+                    format!(
+                        "refused the snapshot at {} for {} before the application's install: {e}",
+                        info.offset,
+                        self.replica.log_id()
+                    )
+                })?;
             let mut reader = BufReader::new(file.take(info.size_bytes));
             self.store
                 .install(self.replica.log_id(), info, &mut reader)

@@ -10,6 +10,7 @@ mod failover_support;
 mod log_capture;
 
 mod a_chunk_corrupted_in_transit_is_detected_and_fetched_again;
+mod a_follower_refuses_a_snapshot_below_its_log_start_before_the_application_installs_it;
 
 mod a_lagging_live_follower_is_rebuilt_from_a_snapshot;
 mod a_log_start_inside_a_batch_restarts_the_follower_at_its_base;

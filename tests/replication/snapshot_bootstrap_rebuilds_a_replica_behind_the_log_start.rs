@@ -115,6 +115,28 @@ impl App {
         info
     }
 
+    /// Takes a snapshot of the state as it was at `offset`, at or below
+    /// the applied position: every record below `offset`.
+    pub(super) fn take_snapshot_at(&self, offset: Offset) -> SnapshotInfo {
+        let state = self.state.lock().unwrap();
+        assert!(offset <= state.applied, "{offset} is not applied yet");
+        let at = State {
+            applied: offset,
+            records: state
+                .records
+                .range(..offset.0)
+                .map(|(offset, value)| (*offset, value.clone()))
+                .collect(),
+        };
+        let bytes = Bytes::from(at.encode());
+        let info = SnapshotInfo {
+            offset,
+            size_bytes: bytes.len() as u64,
+        };
+        *self.snapshot.lock().unwrap() = Some((info, bytes));
+        info
+    }
+
     pub(super) fn state(&self) -> State {
         self.state.lock().unwrap().clone()
     }

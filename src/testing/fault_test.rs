@@ -1745,16 +1745,26 @@ fn describe<C: FaultTarget>(cluster: &C, log: LogId) -> String {
         cluster.coordinator().log_state(log)
     );
     for node in cluster.node_ids() {
-        if let Ok(handle) = cluster.log(node, log) {
-            let _ = write!(
-                out,
-                " [{node}: {:?} epoch {} leo {} hw {} isr {:?}]",
-                handle.role(),
-                handle.leader_epoch(),
-                handle.log_end_offset(),
-                handle.high_watermark(),
-                handle.in_sync_replicas()
-            );
+        match cluster.log(node, log) {
+            Ok(handle) => {
+                let _ = write!(
+                    out,
+                    " [{node}: {:?} epoch {} leo {} hw {} isr {:?}]",
+                    handle.role(),
+                    handle.leader_epoch(),
+                    handle.log_end_offset(),
+                    handle.high_watermark(),
+                    handle.in_sync_replicas()
+                );
+            }
+            // A running node without the log: it could not open it, or it
+            // stays out of it (a pending unclean-shutdown report).
+            Err(error) if cluster.is_running(node) => {
+                let _ = write!(out, " [{node}: running, no handle: {error}]");
+            }
+            Err(_) => {
+                let _ = write!(out, " [{node}: not running]");
+            }
         }
     }
     out

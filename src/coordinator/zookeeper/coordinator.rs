@@ -89,6 +89,9 @@ const TICK_MAX: Duration = Duration::from_millis(100);
 /// How long the watcher waits between attempts to open a new session after
 /// its session expired.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+/// How long opening a coordinator waits between attempts to connect and
+/// create the store's layout, until its call timeout.
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Pause between two attempts to resume a suspended node session.
 const RESUME_PAUSE: Duration = Duration::from_millis(50);
@@ -625,9 +628,24 @@ impl ZkCoordinator {
         let config = shared.config.clone();
         // Opening may create the store's znodes, each only if missing: a
         // retry of a connection that timed out settles them, so a time-out
-        // here is a plain failure to connect.
+        // here is a plain failure to connect. A failed attempt (a server
+        // that did not answer within the client's connection timeout, a
+        // fraction of the session timeout, is common on a loaded machine)
+        // is retried until the call's deadline, as ZooKeeper's own clients
+        // keep reconnecting until their connection timeout; the last error
+        // is the one returned.
         let (client, watcher) = executor.call(&what, Effect::Read, deadline, async move {
-            open_main_session(&config).await
+            loop {
+                let error = match open_main_session(&config).await {
+                    Ok(opened) => return Ok(opened),
+                    Err(error) => error,
+                };
+                if Instant::now() + OPEN_RETRY_PAUSE >= deadline {
+                    return Err(error);
+                }
+                tracing::warn!(%error, "cannot open the ZooKeeper session yet; retrying");
+                async_io::Timer::after(OPEN_RETRY_PAUSE).await;
+            }
         })?;
         *shared.main.lock() = Some(client.clone());
         let (stop_watcher, stopped) = oneshot::channel();

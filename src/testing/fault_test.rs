@@ -42,7 +42,7 @@
 //!   checks followers against their high watermark where it cannot fall
 //!   (no leader change).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -174,48 +174,22 @@ struct Acknowledged {
     value: Vec<u8>,
     /// G1c bookkeeping: `None` when the record must survive whatever
     /// happens (no power loss without flushing); otherwise the replicas
-    /// that held it when it was acknowledged and were present (running and
-    /// reaching the coordinator), each with its absence count from before
-    /// the append ([`Absences`]). It must survive while one of them has
-    /// not been away since.
+    /// that held it when it was acknowledged, each with its power-loss
+    /// count from before the append. It must survive while one of them
+    /// has not lost power since.
     holders: Option<Vec<(NodeId, u64)>>,
 }
 
 impl Acknowledged {
-    /// Whether G1 requires this record, given the absence counts at the
-    /// end of the run.
-    fn must_survive(&self, absences: &HashMap<NodeId, u64>) -> bool {
+    /// Whether G1 requires this record, given the power-loss counts at
+    /// the end of the run.
+    fn must_survive(&self, power_losses: &HashMap<NodeId, u64>) -> bool {
         match &self.holders {
             None => true,
             Some(holders) => holders
                 .iter()
-                .any(|(node, before)| absences.get(node).copied().unwrap_or(0) == *before),
+                .any(|(node, before)| power_losses.get(node).copied().unwrap_or(0) == *before),
         }
-    }
-}
-
-/// G1c bookkeeping under power loss without flushing: when each node was
-/// away. A replica protects a record only while it stays present from the
-/// acknowledgement on: SPEC 3.5's unclean recovery waits for the last ISR
-/// and ELR members and for the live replicas outside them, never for a
-/// replica that is down or cut off from the coordinator (found at seed 25
-/// under load: the leader, cut off from the coordinator, left the ISR when
-/// its session expired; both followers then lost power, and recovery
-/// elected the longer of their logs, as Kafka's balanced recovery would,
-/// without the records only the old leader still held).
-#[derive(Debug, Default)]
-struct Absences {
-    /// Per node, how often it went away: any crash (a power loss or not),
-    /// or being cut off from the coordinator.
-    count: HashMap<NodeId, u64>,
-    /// The nodes away now.
-    away: HashSet<NodeId>,
-}
-
-impl Absences {
-    fn leave(&mut self, node: NodeId) {
-        *self.count.entry(node).or_insert(0) += 1;
-        self.away.insert(node);
     }
 }
 
@@ -247,10 +221,10 @@ struct RunState {
     follower_reads: Mutex<Vec<FollowerRead>>,
     acknowledged: Mutex<Vec<Acknowledged>>,
     unknown: Mutex<usize>,
-    /// Absences so far, per node (G1c). A crash happens while this lock is
-    /// held, so a snapshot is taken either before a crash or after it has
-    /// been counted.
-    absences: Mutex<Absences>,
+    /// Power-loss crashes so far, per node. A crash that loses unflushed
+    /// bytes happens while this lock is held, so a snapshot is taken
+    /// either before such a crash or after it has been counted.
+    power_losses: Mutex<HashMap<NodeId, u64>>,
     /// Crash and restart happen under this lock, with the incarnation of
     /// each node, so a high watermark sample names the process it came from.
     incarnations: Mutex<HashMap<NodeId, u64>>,
@@ -263,66 +237,30 @@ struct RunState {
 }
 
 impl RunState {
-    /// Crashes `node`, counting the absence in [`RunState::absences`]
-    /// under its lock.
+    /// Crashes `node`, counting a crash that loses unflushed bytes in
+    /// [`RunState::power_losses`] under its lock.
     fn crash<C: FaultTarget>(&self, cluster: &C, node: NodeId, lose: Lose, session: SessionEnd) {
-        let mut absences = self.absences.lock();
-        absences.leave(node);
+        let mut power_losses = self.power_losses.lock();
+        if !matches!(lose, Lose::Nothing) {
+            *power_losses.entry(node).or_insert(0) += 1;
+        }
         cluster.crash_with(node, lose, session);
     }
 
-    /// Cuts `node` off from the coordinator (or reconnects it), counting
-    /// the absence in [`RunState::absences`].
-    fn set_cut_off<C: FaultTarget>(&self, cluster: &C, node: NodeId, cut_off: bool) {
-        let mut absences = self.absences.lock();
-        if cut_off {
-            absences.leave(node);
-        } else if cluster.is_running(node) {
-            absences.away.remove(&node);
-        }
-        cluster.set_coordinator_unavailable(node, cut_off);
-    }
-
-    /// Takes the whole coordinator away (or brings it back), counting an
-    /// absence of every node.
-    fn set_coordinator_outage<C: FaultTarget>(
-        &self,
-        cluster: &C,
-        all: &[NodeId],
-        down: bool,
-    ) -> bool {
-        let mut absences = self.absences.lock();
-        let done = cluster.set_coordinator_outage(down);
-        for &node in all {
-            if down && done {
-                absences.leave(node);
-            } else if !down && cluster.is_running(node) {
-                absences.away.remove(&node);
-            }
-        }
-        done
-    }
-
-    /// Marks `node` present again after a restart.
-    fn restarted(&self, node: NodeId) {
-        self.absences.lock().away.remove(&node);
-    }
-
-    /// The absence counts before an append: `None` when no record may be
-    /// lost (then G1 holds for every acknowledgement).
+    /// The power-loss counts before an append: `None` when no record may
+    /// be lost (then G1 holds for every acknowledgement).
     fn before_append(&self) -> Option<HashMap<NodeId, u64>> {
-        (!self.no_loss).then(|| self.absences.lock().count.clone())
+        (!self.no_loss).then(|| self.power_losses.lock().clone())
     }
 
     /// Records an acknowledged append with the replicas that hold it (G1c):
     /// the ISR and ELR the coordinator stores just after the
-    /// acknowledgement, less the nodes away at that time. Each of them
-    /// holds the record: an ISR member replicated it before the high
-    /// watermark passed it (or joined later with a log end at or above the
-    /// high watermark), an ELR member held everything up to the high
-    /// watermark when it left the ISR. That holds only if no node went away
-    /// between the append and the read: if one did, the record is recorded
-    /// as held by nobody (not checked).
+    /// acknowledgement. Each of them holds the record: an ISR member
+    /// replicated it before the high watermark passed it (or joined later
+    /// with a log end at or above the high watermark), an ELR member held
+    /// everything up to the high watermark when it left the ISR. That holds
+    /// only if no power loss happened between the append and the read: if
+    /// one did, the record is recorded as held by nobody (not checked).
     fn acknowledge<C: FaultTarget>(
         &self,
         cluster: &C,
@@ -341,13 +279,11 @@ impl RunState {
                     .collect(),
                 _ => Vec::new(),
             };
-            let absences = self.absences.lock();
-            if absences.count != before {
+            if *self.power_losses.lock() != before {
                 return Vec::new();
             }
             holding
                 .into_iter()
-                .filter(|node| !absences.away.contains(node))
                 .map(|node| (node, before.get(&node).copied().unwrap_or(0)))
                 .collect()
         });
@@ -753,7 +689,7 @@ fn run_inner<C: FaultTarget>(
         replica_comparisons: Mutex::new(0),
         follower_reads: Mutex::new(Vec::new()),
         acknowledged: Mutex::new(Vec::new()),
-        absences: Mutex::new(Absences::default()),
+        power_losses: Mutex::new(HashMap::new()),
         unknown: Mutex::new(0),
         incarnations: Mutex::new(cluster.node_ids().into_iter().map(|n| (n, 0)).collect()),
         high_watermarks: Mutex::new(HashMap::new()),
@@ -843,7 +779,7 @@ fn run_inner<C: FaultTarget>(
             &logs,
             &state.acknowledged.lock(),
             &follower_reads,
-            &state.absences.lock().count,
+            &state.power_losses.lock(),
             apps.as_deref(),
             &mut report.g1_checked,
         )),
@@ -1567,12 +1503,12 @@ fn inject_faults<C: FaultTarget>(
             // Until the next "heal network" (or the end of the phase):
             // often longer than twice the session timeout.
             "coordinator outage" if !coordinator_down => {
-                coordinator_down = state.set_coordinator_outage(cluster, &all, true);
+                coordinator_down = cluster.set_coordinator_outage(true);
                 coordinator_down
             }
             "isolate from coordinator" => match pick(rng, &running) {
                 Some(node) => {
-                    state.set_cut_off(cluster, node, true);
+                    cluster.set_coordinator_unavailable(node, true);
                     cut_off_from_coordinator.push(node);
                     true
                 }
@@ -1580,12 +1516,12 @@ fn inject_faults<C: FaultTarget>(
             },
             "heal network" => {
                 if coordinator_down {
-                    state.set_coordinator_outage(cluster, &all, false);
+                    cluster.set_coordinator_outage(false);
                     coordinator_down = false;
                 }
                 cluster.network().heal();
                 for node in cut_off_from_coordinator.drain(..) {
-                    state.set_cut_off(cluster, node, false);
+                    cluster.set_coordinator_unavailable(node, false);
                 }
                 cluster.network().set_latency(Duration::ZERO);
                 cluster.network().set_request_drop_probability(0.0);
@@ -1626,7 +1562,6 @@ fn restart<C: FaultTarget>(cluster: &C, state: &RunState, node: NodeId) -> bool 
     let mut incarnations = state.incarnations.lock();
     match cluster.restart(node) {
         Ok(()) => {
-            state.restarted(node);
             *incarnations.entry(node).or_insert(0) += 1;
             true
         }
@@ -1790,7 +1725,7 @@ fn check<C: FaultTarget>(
     logs: &[LogId],
     acknowledged: &[Acknowledged],
     follower_reads: &[FollowerRead],
-    absences: &HashMap<NodeId, u64>,
+    power_losses: &HashMap<NodeId, u64>,
     apps: Option<&FaultApps>,
     g1_checked: &mut usize,
 ) -> Vec<String> {
@@ -1904,10 +1839,10 @@ fn check<C: FaultTarget>(
         }
         // G1: every acknowledged record is at its offset on every replica
         // (under power loss without flushing: every record a replica that
-        // held it stayed present for, hence kept its disk for, G1c).
+        // held it kept its disk for, G1c).
         for ack in acknowledged
             .iter()
-            .filter(|a| a.log == log && a.must_survive(absences))
+            .filter(|a| a.log == log && a.must_survive(power_losses))
         {
             *g1_checked += 1;
             for (node, records) in &contents {

@@ -86,8 +86,16 @@ pub struct ControllerConfig {
     /// measured by the controller holding the seat and starts again when
     /// the seat moves. A log with no unclean report waits for nothing: the
     /// switch decides at once, as before unclean recovery existed. With
-    /// the switch off this does nothing: the log waits for as long as it
-    /// takes. Default five minutes.
+    /// the switch off, the log waits for those ISR and ELR members as long
+    /// as it takes.
+    ///
+    /// Whatever the switch, it also bounds how long unclean recovery waits
+    /// for a replica outside the ISR and ELR that is away (down, or cut off
+    /// from the coordinator) before electing the longest reported log
+    /// without it: such a replica may have left the ISR holding records that
+    /// every later member lost (SPEC G1(c)), and one back within the wait
+    /// reports its log end and is compared; one away longer is passed over,
+    /// and records only it held are lost. Default five minutes.
     pub unclean_recovery_wait_max: Duration,
     /// Run preferred-leader election this often while controller (Kafka's
     /// `auto.leader.rebalance.enable` with
@@ -256,7 +264,11 @@ impl Election {
 ///   live (KIP-966's unclean recovery, which also compares last epoch, then
 ///   log end offset). Not counted as unclean: if any of them kept its disk,
 ///   nothing committed is lost. A log reported empty is never the longest
-///   ([`recovery_election`]).
+///   ([`recovery_election`]). Every replica outside the list that is
+///   neither known empty nor reported yet is waited for, live or away,
+///   until `recovery_waited` (the log has waited
+///   [`ControllerConfig::unclean_recovery_wait_max`]); past that, only the
+///   live ones, which report at once.
 /// - No ISR or ELR member live, `unclean` on: a live replica leads with
 ///   ISR = {itself}: the live one of [`LogState::unclean_replicas`] with
 ///   the greatest non-empty reported log end, else the first live replica
@@ -270,7 +282,12 @@ impl Election {
 ///   effect only once stored, SPEC 3.3/3.4), so whichever of them returns
 ///   first may safely lead, which makes the log available sooner. The epoch
 ///   still grows so the old leader, should it still be running, is fenced.
-pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> Election {
+pub(crate) fn elect_leader(
+    state: &LogState,
+    live: &[NodeId],
+    unclean: bool,
+    recovery_waited: bool,
+) -> Election {
     let is_live = |node: &NodeId| live.contains(node);
     let live_in_sync: Vec<NodeId> = state
         .in_sync_replicas
@@ -317,7 +334,7 @@ pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> 
     // that held the committed records restarted after an unclean shutdown.
     // The one with the greatest log end leads once it is live; until then
     // the log waits for it (SPEC G1(c)), unless unclean election decides.
-    if let Some(leader) = recovery_election(state, &is_live) {
+    if let Some(leader) = recovery_election(state, &is_live, recovery_waited) {
         return Election::Leader {
             leader,
             in_sync_replicas: vec![leader],
@@ -370,7 +387,20 @@ pub(crate) fn elect_leader(state: &LogState, live: &[NodeId], unclean: bool) -> 
 /// than an empty one); with nobody outside the list, the log holds nothing
 /// anywhere and the first live replica leads, so an empty log is not left
 /// leaderless for ever after a whole-cluster power cut.
-fn recovery_election(state: &LogState, is_live: &impl Fn(&NodeId) -> bool) -> Option<NodeId> {
+///
+/// With a longest log known, a replica outside the list is waited for
+/// until it reports (SPEC G1(c): it may have left the ISR with its disk
+/// holding records every later member lost): a live one reports as soon as
+/// it sees the log in recovery; one that is away is waited for until
+/// `recovery_waited`, then passed over, so that a replica gone for good
+/// holds the log leaderless for [`ControllerConfig::unclean_recovery_wait_max`]
+/// at most (KIP-966's balanced strategy likewise elects from the replies
+/// it has once its timeout passes).
+fn recovery_election(
+    state: &LogState,
+    is_live: &impl Fn(&NodeId) -> bool,
+    recovery_waited: bool,
+) -> Option<NodeId> {
     if !state.in_sync_replicas.is_empty()
         || !state.eligible_leader_replicas.is_empty()
         || state.unclean_replicas.is_empty()
@@ -378,18 +408,22 @@ fn recovery_election(state: &LogState, is_live: &impl Fn(&NodeId) -> bool) -> Op
         return None;
     }
     if let Some(best) = state.recovery_leader() {
-        // A live replica outside the list left the ISR earlier with its
-        // disk and may hold records that every later member lost (SPEC
-        // G1(c)): it reports its log end as soon as it sees the log in
+        // A replica outside the list left the ISR earlier with its disk
+        // and may hold records that every later member lost (SPEC G1(c)):
+        // a live one reports its log end as soon as it sees the log in
         // recovery (`LogState::recovery_candidate_update`), and the
-        // election waits for that report. One that is not live is not
-        // waited for (the log would stay leaderless for as long as it is
-        // away), which the docs of `unclean_recovery_wait_max` say.
-        let unreported_live = state
+        // election waits for that report; one that is away (a process
+        // down, a node cut off from the coordinator) is waited for until
+        // the recovery wait is over (found by the power-loss fault test,
+        // seed 25: a leader cut off from the coordinator left the ISR when
+        // its session expired, both followers then lost power, and the
+        // longer of their logs was elected at once, without the records
+        // only the old leader held).
+        let unreported = state
             .replicas
             .iter()
-            .any(|node| !state.is_unclean(*node) && is_live(node));
-        if unreported_live {
+            .any(|node| !state.is_unclean(*node) && (is_live(node) || !recovery_waited));
+        if unreported {
             return None;
         }
         return is_live(&best.node).then_some(best.node);
@@ -418,7 +452,10 @@ fn recovery_election(state: &LogState, is_live: &impl Fn(&NodeId) -> bool) -> Op
 pub(crate) fn awaits_unclean_recovery(state: &LogState, live: &[NodeId]) -> bool {
     !state.unclean_replicas.is_empty()
         && !state.leader.is_some_and(|leader| live.contains(&leader))
-        && !matches!(elect_leader(state, live, false), Election::Leader { .. })
+        && !matches!(
+            elect_leader(state, live, false, false),
+            Election::Leader { .. }
+        )
 }
 
 /// Decides whether to move leadership of `state`'s log to its preferred
@@ -766,15 +803,15 @@ impl Shared {
             tracing::info!(node = %self.node, %epoch, "acting as controller");
             pending.every_log = true;
         }
+        let decide = |state: &LogState, live: &[NodeId]| {
+            let (unclean, recovery_waited) = self.recovery_decision(state, live);
+            elect_leader(state, live, unclean, recovery_waited)
+        };
         if pending.every_log {
-            self.settle_logs(epoch, None, is_stopped, |state, live| {
-                elect_leader(state, live, self.unclean_switch_decides(state, live))
-            })?;
+            self.settle_logs(epoch, None, is_stopped, decide)?;
         } else if !pending.logs.is_empty() {
             let logs: Vec<LogId> = pending.logs.iter().copied().collect();
-            self.settle_logs(epoch, Some(&logs), is_stopped, |state, live| {
-                elect_leader(state, live, self.unclean_switch_decides(state, live))
-            })?;
+            self.settle_logs(epoch, Some(&logs), is_stopped, decide)?;
         }
         pending.clear();
         if preferred_due {
@@ -783,29 +820,30 @@ impl Shared {
         Ok(())
     }
 
-    /// Whether the unclean switch may decide for `state`'s log now: it is
-    /// on and, if the log is in unclean recovery
-    /// ([`awaits_unclean_recovery`]), the log has waited
-    /// [`ControllerConfig::unclean_recovery_wait_max`] since this
-    /// controller first saw it so. The periodic pass over every log
+    /// For `state`'s log now: whether the unclean switch may decide, and
+    /// whether unclean recovery has waited long enough to pass over the
+    /// replicas still away ([`elect_leader`]'s `unclean` and
+    /// `recovery_waited`). A log in unclean recovery that cannot elect yet
+    /// ([`awaits_unclean_recovery`]) waits
+    /// [`ControllerConfig::unclean_recovery_wait_max`] from when this
+    /// controller first saw it so; the switch decides only after that (and
+    /// at once for a log not in recovery). The periodic pass over every log
     /// ([`ControllerConfig::poll_interval`]) notices the end of a wait.
-    fn unclean_switch_decides(&self, state: &LogState, live: &[NodeId]) -> bool {
-        if !self.config.unclean_leader_election {
-            return false;
-        }
+    fn recovery_decision(&self, state: &LogState, live: &[NodeId]) -> (bool, bool) {
+        let switch = self.config.unclean_leader_election;
         let mut waits = self.recovery_waits.lock();
         if !awaits_unclean_recovery(state, live) {
             waits.remove(&state.log);
-            return true;
+            return (switch, true);
         }
         let since = *waits.entry(state.log).or_insert_with(|| {
             tracing::info!(log = %state.log, unclean_replicas = ?state.unclean_replicas,
                 wait_max = ?self.config.unclean_recovery_wait_max,
-                "unclean recovery: waiting for the replicas that held the committed records \
-                 before the unclean switch decides");
+                "unclean recovery: waiting for the replicas that held the committed records");
             Instant::now()
         });
-        since.elapsed() >= self.config.unclean_recovery_wait_max
+        let waited = since.elapsed() >= self.config.unclean_recovery_wait_max;
+        (switch && waited, waited)
     }
 
     fn set_inactive(&self) {
@@ -1146,7 +1184,7 @@ mod tests {
         ];
         for case in cases {
             let live = nodes(case.live);
-            let got = elect_leader(&case.state, &live, case.unclean);
+            let got = elect_leader(&case.state, &live, case.unclean, case.unclean);
             assert_eq!(got, case.expect, "{}", case.name);
             if let Some(update) = got.update(&case.state, 2) {
                 case.state
@@ -1357,7 +1395,7 @@ mod tests {
         ];
         for case in cases {
             let live = nodes(case.live);
-            let got = elect_leader(&case.state, &live, case.unclean);
+            let got = elect_leader(&case.state, &live, case.unclean, case.unclean);
             assert_eq!(got, case.expect, "{}", case.name);
             let update = got.update(&case.state, case.min_insync_replicas);
             let written = update.as_ref().map(|update| {
@@ -1420,13 +1458,13 @@ mod tests {
                 true,
             ),
             (
-                "a replica outside the list is not live: it is not waited for",
+                "G1(c), a replica outside the list is away: wait for it",
                 &[],
                 &[(1, 3), (2, 9)],
                 &[1, 2],
                 false,
-                leader(2, &[2], false),
-                false,
+                Election::Unchanged,
+                true,
             ),
             (
                 "the longest log is not live: wait, though shorter ones are",
@@ -1484,13 +1522,22 @@ mod tests {
                 true,
             ),
             (
-                "only one unclean replica, live",
+                "only one unclean replica, live, the others away: wait for them",
                 &[],
                 &[(3, 4)],
                 &[3],
                 false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "only one unclean replica, live, the others away, recovery wait over: it leads",
+                &[],
+                &[(3, 4)],
+                &[3],
+                true,
                 leader(3, &[3], false),
-                false,
+                true,
             ),
             (
                 "every report empty, a replica outside the list is away: wait for it",
@@ -1538,7 +1585,8 @@ mod tests {
                 *awaits,
                 "{name}: awaits unclean recovery"
             );
-            let got = elect_leader(&state, &nodes(live), *unclean);
+            // The switch decides only once the recovery wait is over.
+            let got = elect_leader(&state, &nodes(live), *unclean, *unclean);
             assert_eq!(&got, expected, "{name}");
             if let Some(update) = got.update(&state, 2) {
                 state
@@ -1554,6 +1602,46 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// SPEC G1(c) and 3.5: a replica outside the unclean list that is away
+    /// holds a log in unclean recovery leaderless only until the recovery
+    /// wait is over; then the longest reported log leads, cleanly, whatever
+    /// the switch. Once it is back it reports and is compared instead.
+    #[test]
+    fn a_replica_away_outside_the_list_is_waited_for_until_the_recovery_wait_is_over() {
+        use crate::coordinator::{LogEnd, UncleanReplica};
+        use crate::types::Offset;
+        let mut state = state_with_elr(None, &[], &[]);
+        state.unclean_replicas = [(1, 3), (2, 9)]
+            .iter()
+            .map(|&(node, offset)| UncleanReplica {
+                node: NodeId(node),
+                log_end: LogEnd {
+                    last_epoch: Some(LeaderEpoch(4)),
+                    log_end_offset: Offset(offset),
+                },
+            })
+            .collect();
+        state.check_invariants();
+        let live = nodes(&[1, 2]);
+        assert!(awaits_unclean_recovery(&state, &live));
+        assert_eq!(
+            elect_leader(&state, &live, false, false),
+            Election::Unchanged,
+            "still waiting: node 3 may hold more"
+        );
+        assert_eq!(
+            elect_leader(&state, &live, false, true),
+            leader(2, &[2], false),
+            "wait over, switch off: the longest reported log leads"
+        );
+        // Back before the wait is over: it is live and not yet reported,
+        // so the election waits for its report.
+        assert_eq!(
+            elect_leader(&state, &nodes(&[1, 2, 3]), false, true),
+            Election::Unchanged
+        );
     }
 
     /// With the unclean switch on, a log in unclean recovery is elected
@@ -1595,21 +1683,28 @@ mod tests {
         let live = nodes(&[1, 2]);
 
         let off = shared(false, Duration::ZERO);
-        assert!(!off.unclean_switch_decides(&recovering, &live));
-        assert!(!off.unclean_switch_decides(&classic, &live));
+        assert!(!off.recovery_decision(&recovering, &live).0);
+        assert!(!off.recovery_decision(&classic, &live).0);
+        // The recovery wait runs whatever the switch.
+        assert!(off.recovery_decision(&recovering, &live).1);
+        assert!(
+            !shared(false, Duration::from_secs(3600))
+                .recovery_decision(&recovering, &live)
+                .1
+        );
 
         let waiting = shared(true, Duration::from_secs(3600));
-        assert!(!waiting.unclean_switch_decides(&recovering, &live));
-        assert!(waiting.unclean_switch_decides(&classic, &live));
+        assert!(!waiting.recovery_decision(&recovering, &live).0);
+        assert!(waiting.recovery_decision(&classic, &live).0);
         assert_eq!(waiting.recovery_waits.lock().len(), 1);
         // Node 3 came back cleanly: no longer waiting, and forgotten.
-        assert!(waiting.unclean_switch_decides(&recovering, &nodes(&[1, 2, 3])));
+        assert!(waiting.recovery_decision(&recovering, &nodes(&[1, 2, 3])).0);
         assert!(waiting.recovery_waits.lock().is_empty());
 
         let over = shared(true, Duration::ZERO);
-        assert!(over.unclean_switch_decides(&recovering, &live));
+        assert!(over.recovery_decision(&recovering, &live).0);
         assert_eq!(
-            elect_leader(&recovering, &live, true),
+            elect_leader(&recovering, &live, true, true),
             leader(1, &[1], true),
             "after the wait the switch decides, for the longest report"
         );

@@ -218,7 +218,8 @@ impl LogState {
     ///
     /// As Kafka's `ReplicationControlManager.handleBrokerUncleanShutdown`,
     /// with one difference: when `node` is the only member left of the ISR
-    /// and the ELR and no other replica is in the unclean list, it stays.
+    /// and the ELR, no other replica is in the unclean list and its log is
+    /// not empty, it stays.
     /// Kafka removes it and then, with ISR and ELR empty, elects the last
     /// known leader anyway (`PartitionChangeBuilder.canElectLastKnownLeader`,
     /// whatever `unclean.leader.election.enable` says). With nobody else
@@ -226,7 +227,10 @@ impl LogState {
     /// outcome without a leaderless window. When others are in the list,
     /// `node` joins them and the controller elects the greatest log end
     /// among them ([`LogState::recovery_leader`]): the replicas that
-    /// restarted first may be the ones that kept the records.
+    /// restarted first may be the ones that kept the records. A replica
+    /// that comes back empty (a lost or swapped disk, SPEC 2.8) always
+    /// leaves: a replica outside the ISR may still hold what it lost, and
+    /// unclean recovery waits for such replicas before an empty log leads.
     pub fn unclean_shutdown_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
         let reported = UncleanReplica { node, log_end };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
@@ -252,7 +256,11 @@ impl LogState {
         let in_sync_replicas = without(&self.in_sync_replicas);
         let eligible_leader_replicas = without(&self.eligible_leader_replicas);
         let others_unclean = self.unclean_replicas.iter().any(|r| r.node != node);
-        if in_sync_replicas.is_empty() && eligible_leader_replicas.is_empty() && !others_unclean {
+        if in_sync_replicas.is_empty()
+            && eligible_leader_replicas.is_empty()
+            && !others_unclean
+            && !log_end.is_empty()
+        {
             return None;
         }
         let (leader, leader_epoch) = if self.leader == Some(node) {
@@ -1252,6 +1260,15 @@ mod tests {
                 &[],
                 (1, 5),
                 None,
+            ),
+            (
+                "the sole leader came back empty (lost its disk): it leaves, recovery decides",
+                Some(1),
+                &[1],
+                &[],
+                &[],
+                (1, 0),
+                Some((None, 3, &[], &[], &[(1, 0)])),
             ),
             (
                 "the last eligible replica joins the unclean ones: recovery decides",

@@ -1,7 +1,8 @@
 //! SPEC §5 G1–G4 under random faults: seeded runs of
 //! `isrlog::testing::fault_test` with process crashes (G1a, any flush
-//! policy), power-loss crashes under `FlushPolicy::Always` (G1b), and power
-//! loss under `FlushPolicy::Never` (G2–G4 only).
+//! policy), power-loss crashes under `FlushPolicy::Always` (G1b), and every
+//! crash a power loss under `FlushPolicy::Never` (G1c: a record is checked
+//! while one replica that held it kept its disk; G2–G4 for all).
 //!
 //! Every run also has idempotent producers whose acknowledgements are
 //! dropped at random (G4 on every seed), committed readers and live replica

@@ -270,7 +270,7 @@ pub enum Error {
     /// The data directory belongs to another node or another cluster
     /// (SPEC 2.8): its identity file names a different `field` than this
     /// node has. Nothing was written to it.
-    #[error("data directory {path} belongs to {field} {found}, but this node is {field} {expected} (refusing to start: nothing was written)")]
+    #[error("the data directory's identity file {path} names {field} {found}, but this node is {field} {expected} (refusing to start: nothing was written)")]
     DirectoryIdentityMismatch {
         /// The identity file.
         path: PathBuf,

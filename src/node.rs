@@ -681,6 +681,12 @@ impl Node {
                 },
             );
             let unregister_started = Instant::now();
+            // Ending the session frees the controller seat: no resignation,
+            // and no waiting past the deadline for a controller thread in a
+            // slow coordinator call.
+            if let Some(controller) = self.controller.as_mut() {
+                controller.stop_by(deadline);
+            }
             self.stop_threads(Stop::Clean);
             // Not live any more, this node cannot be added back to an ISR
             // it leaves now (leaders check liveness before adding).

@@ -624,6 +624,31 @@ impl Controller {
         }
     }
 
+    /// Stops the thread for a controlled shutdown that ends the node's
+    /// session (which frees the seat): resigns nothing, and waits for the
+    /// thread only until `deadline`, then leaves it to end on its own after
+    /// the coordinator call it is in (SPEC 3.5: the shutdown is bounded by
+    /// its deadline). Idempotent; a later [`Controller::stop`] then does
+    /// nothing.
+    pub(crate) fn stop_by(&mut self, deadline: Instant) {
+        drop(self.stop.take());
+        self.shared.may_hold_seat.store(false, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                if thread.join().is_err() {
+                    tracing::warn!(node = %self.shared.node, "the controller thread panicked");
+                }
+            } else {
+                tracing::warn!(node = %self.shared.node,
+                    "controlled shutdown: the controller thread is still in a coordinator call at the deadline; not waiting for it");
+            }
+        }
+        self.shared.active_epoch.store(0, Ordering::SeqCst);
+    }
+
     /// Tells the thread to stop, without waiting for it: it stops after
     /// the coordinator call it is in. A node in controlled shutdown calls
     /// this early, so that [`Controller::stop`] later has nothing, or less,
@@ -886,6 +911,9 @@ impl Shared {
             Some(logs) => {
                 let mut states = Vec::with_capacity(logs.len());
                 for log in logs {
+                    if is_stopped() {
+                        return Err(Error::Shutdown);
+                    }
                     if let Some(state) = self.coordinator.log_state(*log)? {
                         states.push(state);
                     }
@@ -900,7 +928,7 @@ impl Shared {
                 return Err(Error::Shutdown);
             }
             let log = state.log;
-            match self.settle(epoch, state, &live, &decide) {
+            match self.settle(epoch, state, &live, &decide, is_stopped) {
                 Ok(true) => changed += 1,
                 Ok(false) => {}
                 Err(error) => {
@@ -930,6 +958,7 @@ impl Shared {
         mut state: LogState,
         pass_live: &[NodeId],
         decide: &impl Fn(&LogState, &[NodeId]) -> Election,
+        is_stopped: &dyn Fn() -> bool,
     ) -> Result<bool> {
         if decide(&state, pass_live) == Election::Unchanged {
             // A node that died since `pass_live` was read is announced by
@@ -937,6 +966,9 @@ impl Shared {
             return Ok(false);
         }
         for _ in 0..CAS_ATTEMPTS_MAX {
+            if is_stopped() {
+                return Err(Error::Shutdown);
+            }
             let live = self.coordinator.live_nodes()?;
             let election = decide(&state, &live);
             let Some(update) = election.update(&state, self.config.min_insync_replicas) else {

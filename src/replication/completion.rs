@@ -169,10 +169,14 @@ impl Job {
 #[derive(Default)]
 struct RunnerState {
     /// Callbacks and wakers to run, in the order their outcomes were
-    /// decided. Not bounded by a count of its own: every entry is a
-    /// resolved pipelined append, and those are bounded by each log's
-    /// `ReplicationConfig::pipelined_bytes_max` (a resolver must never
-    /// block on a full queue: it is a replication thread).
+    /// decided. Not bounded: a resolver must never block on a full queue
+    /// (it is a replication thread), and `pipelined_bytes_max` does not
+    /// bound it either, because an append's bytes are released when its
+    /// outcome is decided, before its callback runs. So while a callback
+    /// blocks, the queue grows by one small entry (a boxed callback or a
+    /// waker and the outcome) per pipelined append resolved meanwhile: the
+    /// application that keeps appending while its own callback blocks owns
+    /// that growth, as with any unbounded executor queue.
     jobs: VecDeque<Job>,
     /// Set by [`CompletionRunner::stop`]: the thread runs what is queued,
     /// then exits.

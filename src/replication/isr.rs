@@ -133,6 +133,12 @@ pub(crate) struct FollowerProgress {
     /// counted fetch: the next one may be below `log_end_offset` (the
     /// follower truncated as asked).
     truncation_asked: bool,
+    /// A newer incarnation replaced the one counted before, and has not
+    /// caught up since: it is out of sync whatever its catch-up time (issue
+    /// 23: a new incarnation starts outside the ISR, as a restarted replica
+    /// does), so a restarted follower still in the ISR is shrunk away
+    /// instead of holding the high watermark while it catches up.
+    restarted_behind: bool,
 }
 
 impl FollowerProgress {
@@ -149,6 +155,7 @@ impl FollowerProgress {
             fetched_in_current_epoch: false,
             incarnation: None,
             truncation_asked: false,
+            restarted_behind: false,
         }
     }
 
@@ -182,6 +189,7 @@ impl FollowerProgress {
         self.fetched_in_current_epoch = false;
         self.truncation_asked = false;
         self.incarnation = Some(incarnation);
+        self.restarted_behind = true;
     }
 
     /// Records an accepted fetch at `fetch_offset`, which acknowledges every
@@ -259,9 +267,11 @@ impl FollowerProgress {
         }
         if fetch_offset >= leader_log_end_offset {
             self.last_caught_up_time = self.last_caught_up_time.max(arrived_at);
+            self.restarted_behind = false;
         } else if let Some(previous) = previous {
             if fetch_offset >= previous.leader_log_end_offset {
                 self.last_caught_up_time = self.last_caught_up_time.max(previous.arrived_at);
+                self.restarted_behind = false;
             }
         }
         self.log_end_offset = Some(fetch_offset);
@@ -320,9 +330,10 @@ impl FollowerProgress {
     }
 
     /// Shrink rule, SPEC §3.4: strictly more than `replica_lag_time_max`
-    /// since it last caught up (at exactly the limit it stays).
+    /// since it last caught up (at exactly the limit it stays), or a new
+    /// incarnation of the follower that has not caught up yet.
     pub(crate) fn is_out_of_sync(&self, now: Instant, replica_lag_time_max: Duration) -> bool {
-        self.time_since_caught_up(now) > replica_lag_time_max
+        self.restarted_behind || self.time_since_caught_up(now) > replica_lag_time_max
     }
 
     /// Expand rule, SPEC §3.4 (Kafka's `Partition.isFollowerInSync`): it has
@@ -764,6 +775,30 @@ mod tests {
         assert!(progress.is_out_of_sync(base + ms(100) + Duration::from_nanos(1), limit));
         // A `now` before the catch-up time is not a lag.
         assert!(!FollowerProgress::new(base + ms(10)).is_out_of_sync(base, limit));
+    }
+
+    /// Issue 23: a new incarnation of a follower is out of sync at once,
+    /// whatever its catch-up time, until one of its fetches catches up.
+    #[test]
+    fn a_new_incarnation_is_out_of_sync_until_it_catches_up() {
+        let base = Instant::now();
+        let limit = ms(100);
+        let mut progress = FollowerProgress::new(base);
+        progress.record_fetch(Offset(5), Offset(5), FetchArrival::New(base + ms(1)), INC);
+        assert!(!progress.is_out_of_sync(base + ms(2), limit));
+        // It restarted (an emptied disk, say): its first fetch is behind.
+        let next = Incarnation(INC.0 + 1);
+        progress.record_fetch(Offset(0), Offset(5), FetchArrival::New(base + ms(3)), next);
+        assert!(progress.is_out_of_sync(base + ms(4), limit));
+        progress.record_fetch(Offset(3), Offset(5), FetchArrival::New(base + ms(5)), next);
+        assert!(progress.is_out_of_sync(base + ms(6), limit));
+        // Caught up with the leader's end as of that fetch: in sync again.
+        progress.record_fetch(Offset(5), Offset(5), FetchArrival::New(base + ms(7)), next);
+        assert!(!progress.is_out_of_sync(base + ms(8), limit));
+        // The first incarnation counted is no restart.
+        let mut first = FollowerProgress::new(base);
+        first.record_fetch(Offset(0), Offset(5), FetchArrival::New(base + ms(1)), INC);
+        assert!(!first.is_out_of_sync(base + ms(2), limit));
     }
 
     #[test]

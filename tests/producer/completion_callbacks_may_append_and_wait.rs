@@ -6,16 +6,16 @@
 //! the node's heartbeats. Callbacks and wakers now run on the node's
 //! completion thread (`isrlog-completions-<node>`), so a callback that
 //! appends and waits works on every kind of outcome: success, an error,
-//! a timeout, and the node's shutdown. A log's callbacks still run in
-//! offset order.
+//! a timeout, a leader change and the node's shutdown. A log's callbacks
+//! still run in offset order.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use isrlog::testing::Cluster;
 use isrlog::{
-    Acks, AppendOutcome, Error, LogId, NodeId, RecordBatch, RecordBatchBuilder, ReplicatedLog,
-    ReplicationConfig,
+    Acks, AppendOutcome, CasOutcome, Coordinator, Error, LogId, LogUpdate, NodeId, RecordBatch,
+    RecordBatchBuilder, ReplicatedLog, ReplicationConfig, Role,
 };
 
 const LOG: LogId = LogId(0);
@@ -201,6 +201,59 @@ fn a_callback_on_a_timeout_appends_and_waits() {
         report.outcome
     );
     assert_appended_and_waited(&report, &leader);
+}
+
+/// `NotLeader`: the leader is deposed with A pending (the coordinator moves
+/// the leadership to a follower, as a preferred-leader election would,
+/// while the old leader is cut off from its followers so that A cannot
+/// commit); A's callback heals the network, waits until the new leader
+/// leads, and appends to it and waits.
+#[test]
+fn a_callback_on_a_leader_change_appends_and_waits() {
+    let cluster = start_cluster(
+        3,
+        replication(Duration::from_secs(30), Duration::from_secs(60)),
+    );
+    cluster.create_log(LOG, 3).unwrap();
+    let leader = cluster.leader_log(LOG).unwrap();
+    let id = leader.node_id();
+    let next = followers(&cluster, id)[0];
+    let target = cluster.log(next, LOG).unwrap();
+    cluster.network.partition(&[id], &followers(&cluster, id));
+    let a = leader.append_pipelined(&batch(b"A"), Acks::All).unwrap();
+    let healer = Arc::clone(&cluster);
+    let new_leader = target.clone();
+    let rx = append_and_wait_in_callback(a, target.clone(), move || {
+        healer.network.heal();
+        let deadline = Instant::now() + SOON;
+        while new_leader.role() != Role::Leader && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let state = cluster.coordinator.log_state(LOG).unwrap().unwrap();
+    let moved = cluster
+        .coordinator
+        .compare_and_set(
+            LOG,
+            state.leader_epoch,
+            state.version,
+            LogUpdate {
+                leader: Some(next),
+                leader_epoch: state.leader_epoch.next(),
+                in_sync_replicas: state.in_sync_replicas.clone(),
+                eligible_leader_replicas: state.eligible_leader_replicas.clone(),
+                unclean_report: None,
+            },
+        )
+        .unwrap();
+    assert!(matches!(moved, CasOutcome::Applied(_)), "{moved:?}");
+    let report = rx.recv_timeout(SOON + SOON).expect("the callback ran");
+    assert!(
+        matches!(report.outcome, Err(Error::NotLeader { .. })),
+        "{:?}",
+        report.outcome
+    );
+    assert_appended_and_waited(&report, &target);
 }
 
 /// `Shutdown`: the leader stops with A pending; A's callback appends to a

@@ -11,7 +11,56 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use isrlog::testing::{TcpCluster, TcpClusterBuilder};
-use isrlog::{Acks, LogId, NodeId, Offset, ReplicationConfig, TcpConfig};
+use isrlog::{Acks, Incarnation, LeaderEpoch, LogId, NodeId, Offset, ReplicationConfig, TcpConfig};
+
+/// Message type of a fetch request, and of an error response.
+pub const FETCH_REQUEST: u8 = 0x01;
+pub const ERROR_RESPONSE: u8 = 0x80;
+/// `ErrorCode::StaleIncarnation` on the wire.
+pub const STALE_INCARNATION: u16 = 14;
+
+/// A fetch request frame, built by hand from the documented layout, in
+/// `victim`'s name, at offset 0 of `LOG`, naming `incarnation`: what a
+/// stranger on a plaintext port can send (issue 23, item 7).
+pub fn spoofed_fetch(victim: NodeId, incarnation: Incarnation, epoch: LeaderEpoch) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&victim.0.to_le_bytes()); // sender
+    body.extend_from_slice(&victim.0.to_le_bytes()); // replica
+    body.extend_from_slice(&incarnation.0.to_le_bytes());
+    body.extend_from_slice(&0u64.to_le_bytes()); // wait_max seconds
+    body.extend_from_slice(&0u32.to_le_bytes()); // wait_max nanoseconds
+    body.extend_from_slice(&(1u32 << 20).to_le_bytes()); // bytes_max
+    body.extend_from_slice(&1u32.to_le_bytes()); // one log
+    body.extend_from_slice(&LOG.0.to_le_bytes());
+    body.extend_from_slice(&epoch.0.to_le_bytes());
+    body.extend_from_slice(&0u64.to_le_bytes()); // fetch offset 0
+    body.push(0); // no last fetched epoch: an empty log
+    body.extend_from_slice(&0u64.to_le_bytes()); // log start offset
+    body.extend_from_slice(&(1u32 << 20).to_le_bytes()); // bytes_max
+    body.push(0); // no applied position
+    let mut frame = frame_header(FETCH_REQUEST, body.len() as u32);
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Reads one response frame: its message type and body.
+pub fn read_response(stream: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 18];
+    stream.read_exact(&mut head).expect("response header");
+    assert_eq!(&head[..4], b"ISRL");
+    let length = u32::from_le_bytes(head[6..10].try_into().expect("4 bytes")) as usize;
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).expect("response body");
+    (head[5], body)
+}
+
+/// Whether a response frame is the refusal of a fetch that is not from
+/// its sender's current incarnation.
+pub fn is_stale_incarnation(message_type: u8, body: &[u8]) -> bool {
+    message_type == ERROR_RESPONSE
+        && body.len() == 2
+        && u16::from_le_bytes([body[0], body[1]]) == STALE_INCARNATION
+}
 
 /// The log every attack test writes to.
 pub const LOG: LogId = LogId(0);

@@ -30,7 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::tcp_attack_support::*;
-use isrlog::{Incarnation, LeaderEpoch, NodeId, TcpConfig};
+use isrlog::{Incarnation, TcpConfig};
 
 /// How long each phase of the measurement lasts.
 const PHASE: Duration = Duration::from_secs(3);

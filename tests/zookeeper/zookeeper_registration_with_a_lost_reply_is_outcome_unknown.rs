@@ -29,7 +29,6 @@ fn a_registration_whose_reply_is_lost_is_outcome_unknown_and_settled_by_register
     let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
     let chroot = "/registration-lost-reply";
     let c = proxied(&server.connect_string(), &proxy, chroot);
-    let raw = ZkShell::connect(&server.connect_string(), chroot).expect("shell");
     let node = NodeId(1);
 
     proxy.lose_reply_to_next_write("/nodes/1", Duration::from_secs(3));
@@ -41,7 +40,9 @@ fn a_registration_whose_reply_is_lost_is_outcome_unknown_and_settled_by_register
         Ok(incarnation) => panic!("the reply was lost, yet registered as {incarnation:?}"),
     }
     assert_eq!(proxy.replies_lost(), 1, "the proxy lost no reply");
-    assert!(raw.exists("/nodes/1").unwrap(), "the create was applied");
+    // The create was applied; whether the znode is still there depends on
+    // when the abandoned session's close reaches ZooKeeper, which is why
+    // the answer is "unknown".
 
     // Registering again settles it.
     let deadline = Instant::now() + SESSION_TIMEOUT * 3;

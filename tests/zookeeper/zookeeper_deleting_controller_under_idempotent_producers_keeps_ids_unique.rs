@@ -1,9 +1,10 @@
 //! Issue 24, item 3, in a running cluster: an operator deletes `/controller`
-//! (its seat, then the whole record, as `zkCli deleteall /controller`
-//! does) while three nodes serve idempotent producers. Each deletion forces
-//! a re-election; after each one a leader is crashed, so the new
-//! controller has real work to do, and a new producer is initialised, so
-//! producer ids are handed out across the deletions.
+//! (the seat, as `zkCli deleteall /controller` does; the epoch lives in
+//! `/controller_epoch`, as in Kafka) three times while three nodes serve
+//! idempotent producers. Each deletion forces a re-election; after each
+//! one a leader is crashed, so the new controller has real work to do, and
+//! a new producer is initialised, so producer ids are handed out across
+//! the deletions.
 //!
 //! What must hold (Kafka's rules for `/controller_epoch` and the producer
 //! id block, which Kafka itself breaks by recreating them at 0): every
@@ -87,8 +88,8 @@ fn deleting_controller_under_idempotent_producers_keeps_ids_unique_and_epochs_gr
     cluster.create_log(LOG, 3).expect("create log");
     let raw = ZkShell::connect(&server.connect_string(), cluster.chroot()).expect("shell");
     let coordinator = cluster.coordinator();
-    // While the record is deleted and not yet recreated, reading it is an
-    // error: that counts as "no controller yet".
+    // While the seat is empty there is no controller; an error reading it
+    // counts as "no controller yet" too.
     let controller_epoch = || {
         coordinator
             .controller()
@@ -135,7 +136,7 @@ fn deleting_controller_under_idempotent_producers_keeps_ids_unique_and_epochs_gr
             "no traffic before the first deletion"
         );
 
-        for (round, path) in ["/controller/seat", "/controller", "/controller"]
+        for (round, path) in ["/controller", "/controller", "/controller"]
             .into_iter()
             .enumerate()
         {

@@ -64,8 +64,8 @@ use zookeeper_client as zk;
 
 use super::config::ZkCoordinatorConfig;
 use super::document::{
-    self, Subject, CLUSTER_ID, CONTROLLER, CONTROLLER_SEAT, DIRECTORIES, LOGS, NODES, PRODUCER_IDS,
-    PRODUCER_IDS_HIGH_MARK,
+    self, Subject, CLUSTER_ID, CONTROLLER, CONTROLLER_EPOCH, DIRECTORIES, LOGS, NODES,
+    OLD_CONTROLLER_SEAT, PRODUCER_IDS,
 };
 use super::events::Dispatcher;
 use super::executor::{Effect, Executor};
@@ -197,7 +197,8 @@ async fn connected(client: &zk::Client, deadline: Instant, what: &str) -> Result
     }
 }
 
-/// What the controller record and seat say, read in one multi-read.
+/// What the controller epoch record and the seat say, read in one
+/// multi-read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ControllerView {
     /// The last controller epoch.
@@ -206,12 +207,17 @@ struct ControllerView {
     winner: Option<NodeId>,
     /// The record's ZooKeeper version (`epoch` minus `epoch_base`).
     record_version: i32,
-    /// The epoch at the record's version 0 (0 unless it was recreated).
+    /// The epoch at the record's version 0.
     epoch_base: u64,
-    /// Fields of the record this version does not know.
-    unknown: document::UnknownFields,
-    /// The session owning the seat, if it is taken.
+    /// Fields of the record this version does not know, written back.
+    unknown: document::Extra,
+    /// The session owning the seat, if it is taken by the election that
+    /// wrote the record (a seat created in any other way, by hand, say, is
+    /// nobody's).
     seat_owner: Option<i64>,
+    /// An earlier version's persistent `/controller` record is where the
+    /// seat goes: it must be retired before anyone can be elected.
+    old_record: bool,
     /// The zxid of the last change to the record or the seat.
     zxid: i64,
 }
@@ -807,39 +813,29 @@ async fn open_main_session(
     let client = root
         .chroot(config.chroot.clone())
         .map_err(|_| coordinator_error(format!("{} is not a valid chroot", config.chroot)))?;
-    // The first process to connect to an empty store chooses the cluster
-    // id; everyone after finds it (NodeExists), as Kafka brokers do with
-    // `/cluster/id`.
-    //
-    // The two counters (controller epoch, producer ids) are different: they
-    // start at 0 only in a new store (this process created the cluster id,
-    // and there is no log yet); a
-    // missing one in a store that was in use is recovered above every value
-    // handed out before, never reset (see `ensure_controller_record` and
-    // `ensure_producer_ids`).
-    let layout: [(&str, Vec<u8>); 4] = [
-        (NODES, Vec::new()),
-        (LOGS, Vec::new()),
-        (CLUSTER_ID, document::encode_cluster_id(ClusterId::random())),
-        (DIRECTORIES, Vec::new()),
-    ];
-    let mut new_store = false;
-    for (path, data) in layout {
-        match client.create(path, &data, &persistent()).await {
-            Ok(_) => new_store |= path == CLUSTER_ID,
-            Err(zk::Error::NodeExists) => {}
+    for path in [NODES, LOGS, DIRECTORIES] {
+        match client.create(path, &[], &persistent()).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
             Err(e) => return Err(zk_error(&format!("create {}{path}", config.chroot), e)),
         }
     }
-    if new_store {
-        let logs = client
-            .list_children(LOGS)
-            .await
-            .map_err(|e| zk_error(&format!("list {}{LOGS}", config.chroot), e))?;
-        new_store = logs.is_empty();
+    create_cluster(&client, &config.chroot).await?;
+    retire_old_controller_record(&client).await?;
+    // A missing counter does not stop a node from opening (its logs go on
+    // being served); what needs it fails, saying what to do.
+    for (path, restore) in [
+        (
+            CONTROLLER_EPOCH,
+            controller_epoch_missing as fn(&str) -> String,
+        ),
+        (PRODUCER_IDS, producer_ids_missing),
+    ] {
+        match client.check_stat(path).await {
+            Ok(Some(_)) => {}
+            Ok(None) => tracing::error!(znode = path, "{}", restore("open the coordinator")),
+            Err(e) => return Err(zk_error(&format!("check {}{path}", config.chroot), e)),
+        }
     }
-    ensure_controller_record(&client, new_store).await?;
-    ensure_producer_ids(&client, new_store).await?;
     let watcher = client
         .watch("/", zk::AddWatchMode::PersistentRecursive)
         .await
@@ -852,102 +848,163 @@ async fn open_main_session(
     Ok((client, watcher))
 }
 
-/// Creates the controller record if it is missing: at epoch 0 in a new
-/// store, else (an operator deleted it, say with `deleteall /controller` to
-/// force a re-election) at an epoch base above every epoch handed out
-/// before, from the chroot's `pzxid`, which the deletion advanced
-/// ([`document::controller_epoch_floor`] says why that is a floor).
+/// Creates the cluster if the store has none: the cluster id and the two
+/// counters (controller epoch, producer ids) at 0, in one transaction, so
+/// that the counters exist exactly when the cluster does. The first
+/// process to connect to an empty store chooses the cluster id; everyone
+/// after finds it, as Kafka brokers do with `/cluster/id`.
 ///
-/// Kafka recreates a missing `/controller_epoch` at epoch 0, so there a
-/// deleted epoch record lets a deposed controller's epoch win again; here
-/// epochs only grow, which is what fences a deposed controller's writes.
-async fn ensure_controller_record(client: &zk::Client, new_store: bool) -> Result<()> {
-    let what = format!("recreate {CONTROLLER}");
-    match client.check_stat(CONTROLLER).await {
+/// The counters are never created anywhere else: recreating a deleted one
+/// would restart it (issue 24, item 3), handing out producer ids twice or
+/// letting a stale controller's version-conditional write pass. A store
+/// set up by a version without a cluster id (it has logs, or counters of
+/// its own) gets only the id.
+async fn create_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
+    let what = format!("create the cluster under {chroot}");
+    match client.check_stat(CLUSTER_ID).await {
         Ok(Some(_)) => return Ok(()),
         Ok(None) => {}
         Err(e) => return Err(zk_error(&what, e)),
     }
-    let base = if new_store {
-        0
-    } else {
-        let (_, stat) = client.get_data("/").await.map_err(|e| zk_error(&what, e))?;
-        document::controller_epoch_floor(stat.pzxid.max(stat.mzxid))
-    };
-    let record = document::encode_controller(ControllerEpoch(base), None, base);
-    match client.create(CONTROLLER, &record, &persistent()).await {
-        Ok(_) if !new_store => {
-            tracing::warn!(
-                znode = CONTROLLER,
-                epoch = base,
-                "the controller record was missing: recreated it above every earlier epoch"
-            );
-            Ok(())
+    let cluster_id = document::encode_cluster_id(ClusterId::random());
+    let logs = client
+        .list_children(LOGS)
+        .await
+        .map_err(|e| zk_error(&format!("list {chroot}{LOGS}"), e))?;
+    if logs.is_empty() {
+        let none = document::Extra::new();
+        let mut writer = client.new_multi_writer();
+        let ops = [
+            (CLUSTER_ID, cluster_id.clone()),
+            (
+                CONTROLLER_EPOCH,
+                document::encode_controller(ControllerEpoch(0), None, 0, &none),
+            ),
+            (PRODUCER_IDS, document::encode_producer_ids(0, &none)),
+        ];
+        for (path, data) in &ops {
+            writer
+                .add_create(path, data, &persistent())
+                .map_err(|e| zk_error(&what, e))?;
         }
+        match writer.commit().await {
+            Ok(_) => {
+                tracing::info!(chroot, "created a new cluster");
+                return Ok(());
+            }
+            // Another process created it meanwhile (index 0), or a counter
+            // of an earlier version's store is there: only the id is
+            // missing.
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NodeExists,
+                ..
+            }) => {}
+            Err(error) => return Err(zk_error(&what, error.into())),
+        }
+    }
+    match client.create(CLUSTER_ID, &cluster_id, &persistent()).await {
         Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-        Err(e) => Err(zk_error(&what, e)),
+        Err(e) => Err(zk_error(&format!("create {chroot}{CLUSTER_ID}"), e)),
     }
 }
 
-/// Creates the producer id counter or its high mark if missing: both at 0
-/// in a new store; a missing counter from the high mark (and a missing
-/// high mark from the counter, as in a store of a version without it).
-/// With both gone from a store in use, nothing is created: handing out ids
-/// from 0 again would give two producers one id (idempotence relies on
-/// unique ids), so `allocate_producer_id` fails and says what to do.
-///
-/// Kafka keeps one `/latest_producer_id_block` and starts again at 0 when
-/// it is missing; the second record is what avoids that here.
-async fn ensure_producer_ids(client: &zk::Client, new_store: bool) -> Result<()> {
-    let what = format!("check {PRODUCER_IDS}");
-    let read = |path: &'static str| async move {
-        match client.get_data(path).await {
-            Ok((data, _)) => Ok(Some(document::decode_producer_ids(path, &data)?.0)),
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(zk_error(&format!("read {path}"), e)),
+/// Moves the controller epoch out of an earlier version's persistent
+/// `/controller` record into `/controller_epoch`, once, in one transaction
+/// conditional on the old record's version: the old record and its seat
+/// are deleted (the sitting controller of the earlier version is deposed;
+/// the next election gets a larger epoch) and `/controller_epoch` is
+/// created at the old epoch — or, if it exists already (an earlier-version
+/// node recreated the old record), moved above both. Nothing to do when
+/// `/controller` is missing or is the ephemeral seat.
+async fn retire_old_controller_record(client: &zk::Client) -> Result<()> {
+    let what = format!("move the controller epoch from {CONTROLLER} to {CONTROLLER_EPOCH}");
+    let (data, stat) = match client.get_data(CONTROLLER).await {
+        Ok(read) => read,
+        Err(zk::Error::NoNode) => return Ok(()),
+        Err(e) => return Err(zk_error(&what, e)),
+    };
+    if stat.ephemeral_owner != 0 {
+        return Ok(());
+    }
+    let old = document::decode_controller(CONTROLLER, &data, stat.version)?;
+    let seat = client
+        .check_stat(OLD_CONTROLLER_SEAT)
+        .await
+        .map_err(|e| zk_error(&what, e))?;
+    let current = match client.get_data(CONTROLLER_EPOCH).await {
+        Ok((data, stat)) => Some((
+            document::decode_controller(CONTROLLER_EPOCH, &data, stat.version)?,
+            stat.version,
+        )),
+        Err(zk::Error::NoNode) => None,
+        Err(e) => return Err(zk_error(&what, e)),
+    };
+    let mut writer = client.new_multi_writer();
+    if seat.is_some() {
+        writer
+            .add_delete(OLD_CONTROLLER_SEAT, None)
+            .map_err(|e| zk_error(&what, e))?;
+    }
+    writer
+        .add_delete(CONTROLLER, Some(stat.version))
+        .map_err(|e| zk_error(&what, e))?;
+    let epoch = match &current {
+        None => {
+            let record = document::encode_controller(old.epoch, None, old.epoch.0, &old.unknown);
+            writer
+                .add_create(CONTROLLER_EPOCH, &record, &persistent())
+                .map_err(|e| zk_error(&what, e))?;
+            old.epoch
+        }
+        Some((record, version)) => {
+            let next_version = u64::try_from(*version).unwrap_or(0) + 1;
+            let epoch = ControllerEpoch(record.epoch.0.max(old.epoch.0) + 1);
+            let data =
+                document::encode_controller(epoch, None, epoch.0 - next_version, &record.unknown);
+            writer
+                .add_set_data(CONTROLLER_EPOCH, &data, Some(*version))
+                .map_err(|e| zk_error(&what, e))?;
+            epoch
         }
     };
-    let create = |path: &'static str, start: i64| async move {
-        match client
-            .create(path, &document::encode_producer_ids(start), &persistent())
-            .await
-        {
-            Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-            Err(e) => Err(zk_error(&format!("create {path}"), e)),
-        }
-    };
-    match (
-        read(PRODUCER_IDS).await?,
-        read(PRODUCER_IDS_HIGH_MARK).await?,
-    ) {
-        (Some(_), Some(_)) => Ok(()),
-        (Some(counter), None) => create(PRODUCER_IDS_HIGH_MARK, counter).await,
-        (None, Some(mark)) => {
-            tracing::warn!(
-                znode = PRODUCER_IDS,
-                next_block_start = mark,
-                "the producer id counter was missing: recreated it from {PRODUCER_IDS_HIGH_MARK}"
-            );
-            create(PRODUCER_IDS, mark).await
-        }
-        (None, None) if new_store => {
-            create(PRODUCER_IDS, 0).await?;
-            create(PRODUCER_IDS_HIGH_MARK, 0).await
-        }
-        (None, None) => {
-            tracing::error!(znode = PRODUCER_IDS, "{}", producer_ids_lost(&what));
+    match writer.commit().await {
+        Ok(_) => {
+            tracing::warn!(znode = CONTROLLER, %epoch,
+                "moved the controller epoch of an earlier version's {CONTROLLER} to {CONTROLLER_EPOCH}");
             Ok(())
         }
+        // Someone else moved it, or it changed meanwhile: the caller reads
+        // again.
+        Err(zk::MultiWriteError::OperationFailed { source, .. }) => {
+            tracing::debug!(%source, "{what}: changed meanwhile");
+            Ok(())
+        }
+        Err(zk::MultiWriteError::RequestFailed { source }) if is_connection_error(&source) => {
+            Err(lost(&what))
+        }
+        Err(zk::MultiWriteError::RequestFailed { source }) => Err(zk_error(&what, source)),
     }
 }
 
-/// What to do when both records of the producer id counter are gone.
-fn producer_ids_lost(what: &str) -> String {
+/// What to do when `/controller_epoch` is missing from a store in use.
+fn controller_epoch_missing(what: &str) -> String {
     format!(
-        "cannot {what}: {PRODUCER_IDS} and {PRODUCER_IDS_HIGH_MARK} are both missing from a store \
-         in use, and starting again at 0 would hand out producer ids twice; create {PRODUCER_IDS} \
-         with {{\"format\":1,\"next_block_start\":N}}, N above every producer id handed out \
-         (for instance the largest in any log plus a block), then reconnect"
+        "cannot {what}: {CONTROLLER_EPOCH} is missing: it is created once, with the cluster, \
+         and never recreated, since a recreated record would start its version again at 0 and \
+         could let a deposed controller's writes through or controller epochs go back; no \
+         controller is elected until an operator restores it: create {CONTROLLER_EPOCH} with \
+         {{\"format\":1,\"epoch\":E,\"controller\":null,\"epoch_base\":E}}, E above every \
+         controller epoch handed out (the ensemble's last zxid, as `srvr` shows it, is one)"
+    )
+}
+
+/// What to do when `/producer_ids` is missing from a store in use.
+fn producer_ids_missing(what: &str) -> String {
+    format!(
+        "cannot {what}: {PRODUCER_IDS} is missing: it is created once, with the cluster, and \
+         never recreated, since starting again at 0 would hand out producer ids twice; create \
+         {PRODUCER_IDS} with {{\"format\":1,\"next_block_start\":N}}, N above every producer \
+         id handed out (for instance the largest in any log plus a block)"
     )
 }
 
@@ -1221,38 +1278,37 @@ impl Shared {
         listed
     }
 
-    /// The controller record and seat, read atomically.
+    /// The controller epoch record and the seat, read atomically.
     async fn read_controller(&self, deadline: Instant) -> Result<ControllerView> {
-        let what = format!("read {CONTROLLER}");
+        let what = format!("read {CONTROLLER_EPOCH} and {CONTROLLER}");
         let results = self
             .read(deadline, &what, |client| async move {
                 let mut reader = client.new_multi_reader();
-                reader.add_get_data(CONTROLLER)?;
-                reader.add_get_data(CONTROLLER_SEAT)?;
+                add_controller_reads(&mut reader)?;
                 reader.commit().await
             })
             .await?
             .map_err(|e| zk_error(&what, e))?;
-        let mut results = results.into_iter();
-        parse_controller(results.next(), results.next())
+        parse_controller(&mut results.into_iter())
     }
 
     /// The live nodes (sorted) with the zxid of the last change to the set,
     /// and the controller, in one atomic multi-read: a session's end
     /// removes its node and the seat it held in one transaction, and one
-    /// snapshot shows both or neither.
+    /// snapshot shows both or neither. The live nodes do not depend on the
+    /// controller's znodes: one that cannot be read (a missing
+    /// `/controller_epoch`) is an error for the controller alone.
     async fn read_membership(
         &self,
         deadline: Instant,
-    ) -> Result<(Vec<NodeId>, i64, ControllerView)> {
-        let what = format!("read {NODES} and {CONTROLLER}");
+    ) -> Result<(Vec<NodeId>, i64, Result<ControllerView>)> {
+        let what = format!("read {NODES} and {CONTROLLER_EPOCH}");
         let results = self
             .read(deadline, &what, |client| async move {
                 let mut reader = client.new_multi_reader();
                 reader.add_get_children(NODES)?;
                 reader.add_get_data(NODES)?;
-                reader.add_get_data(CONTROLLER)?;
-                reader.add_get_data(CONTROLLER_SEAT)?;
+                add_controller_reads(&mut reader)?;
                 reader.commit().await
             })
             .await?
@@ -1266,7 +1322,7 @@ impl Shared {
             Some(zk::MultiReadResult::Data { stat, .. }) => stat.pzxid,
             other => return Err(unexpected(&what, &other)),
         };
-        let controller = parse_controller(results.next(), results.next())?;
+        let controller = parse_controller(&mut results);
         Ok((live, zxid, controller))
     }
 
@@ -1308,7 +1364,13 @@ impl Shared {
         // began before then cannot announce the node live again after.
         let mut dispatcher = self.dispatcher.lock();
         dispatcher.nodes_changed(nodes_zxid, self.visible_nodes(listed));
-        dispatcher.controller_changed(controller.zxid, controller.controller(), controller.epoch);
+        match controller {
+            Ok(view) => dispatcher.controller_changed(view.zxid, view.controller(), view.epoch),
+            Err(error) => {
+                drop(dispatcher);
+                self.skip_unreadable(CONTROLLER_EPOCH, &error.to_string());
+            }
+        }
         Ok(())
     }
 
@@ -1549,7 +1611,19 @@ impl Shared {
         let fence = match fence {
             Some((controller, controller_epoch)) => {
                 let view = self.read_controller(deadline).await?;
-                if view.controller() != Some(controller) || view.epoch != controller_epoch {
+                // The seat must be held by the winner of that epoch and,
+                // when this coordinator holds the controller's session, by
+                // that very session: a node that registered again since it
+                // won has a new session, and its old one's seat is not its.
+                let session = self
+                    .sessions
+                    .lock()
+                    .get(&controller)
+                    .map(|session| session.client().session_id().0);
+                if view.controller() != Some(controller)
+                    || view.epoch != controller_epoch
+                    || session.is_some_and(|session| view.seat_owner != Some(session))
+                {
                     return Err(fenced(log, controller, controller_epoch, &view));
                 }
                 Some(Fence {
@@ -1609,11 +1683,15 @@ impl Shared {
             }
             Some(fence) => {
                 let mut writer = client.new_multi_writer();
+                // The record at the version the controller won, and a
+                // seat: only an election creates the seat, in the
+                // transaction that moves the record's version on (and the
+                // record is never recreated, so no version comes back).
                 writer
-                    .add_check_version(CONTROLLER, fence.record_version)
+                    .add_check_version(CONTROLLER_EPOCH, fence.record_version)
                     .map_err(|e| zk_error(&what, e))?;
                 writer
-                    .add_check_version(CONTROLLER_SEAT, -1)
+                    .add_check_version(CONTROLLER, -1)
                     .map_err(|e| zk_error(&what, e))?;
                 writer
                     .add_set_data(&path, &data, Some(zk_version))
@@ -1658,7 +1736,7 @@ impl Shared {
                 self.dispatcher.lock().log_changed(stat.mzxid, &stored);
                 Ok(CasOutcome::Applied(stored))
             }
-            // The controller record or seat changed since the check above:
+            // The controller epoch record or seat changed since the check above:
             // another controller was elected, or this one's session ended.
             Err((0 | 1, error)) => match fence {
                 Some(fence) => {
@@ -1677,9 +1755,10 @@ impl Shared {
     }
 }
 
-/// What a controller's log write is conditional on: the controller record
-/// still at `record_version` (the version at which `controller` won
-/// `controller_epoch`, read and checked just before) and the seat taken.
+/// What a controller's log write is conditional on: the controller epoch
+/// record still at `record_version` (the version at which `controller` won
+/// `controller_epoch`, read and checked just before, with the seat's
+/// owner) and the seat taken.
 #[derive(Clone, Copy, Debug)]
 struct Fence {
     controller: NodeId,
@@ -1700,28 +1779,50 @@ fn fenced(
     ))
 }
 
-/// The controller view from a multi-read of the record and the seat.
+/// Adds the reads [`parse_controller`] takes, in its order: the epoch
+/// record, the seat and the chroot (whose `pzxid` tells when the seat was
+/// last created or deleted).
+fn add_controller_reads(reader: &mut zk::MultiReader<'_>) -> ZkResult<()> {
+    reader.add_get_data(CONTROLLER_EPOCH)?;
+    reader.add_get_data(CONTROLLER)?;
+    reader.add_get_data("/")
+}
+
+/// The controller view from the reads [`add_controller_reads`] added.
 fn parse_controller(
-    record: Option<zk::MultiReadResult>,
-    seat: Option<zk::MultiReadResult>,
+    results: &mut impl Iterator<Item = zk::MultiReadResult>,
 ) -> Result<ControllerView> {
-    let (record, record_version, zxid) = match record {
+    let (record, record_version, record_zxid) = match results.next() {
         Some(zk::MultiReadResult::Data { data, stat }) => {
-            let record = document::decode_controller(CONTROLLER, &data, stat.version)?;
-            (record, stat.version, stat.mzxid.max(stat.pzxid))
+            let record = document::decode_controller(CONTROLLER_EPOCH, &data, stat.version)?;
+            (record, stat.version, stat.mzxid)
         }
-        other => {
-            return Err(coordinator_error(format!(
-                "cannot read {CONTROLLER}: {other:?} (was the layout under the chroot removed?)"
-            )))
-        }
-    };
-    let seat_owner = match seat {
-        Some(zk::MultiReadResult::Data { stat, .. }) => Some(stat.ephemeral_owner),
         Some(zk::MultiReadResult::Error {
             err: zk::Error::NoNode,
-        }) => None,
-        other => return Err(unexpected(&format!("read {CONTROLLER_SEAT}"), &other)),
+        }) => {
+            return Err(Error::CoordinatorDocument {
+                path: CONTROLLER_EPOCH.to_owned(),
+                reason: controller_epoch_missing("read the controller epoch"),
+            })
+        }
+        other => return Err(unexpected(&format!("read {CONTROLLER_EPOCH}"), &other)),
+    };
+    let (seat_owner, old_record) = match results.next() {
+        // Created in the transaction that wrote the record: the winner's.
+        Some(zk::MultiReadResult::Data { stat, .. })
+            if stat.ephemeral_owner != 0 && stat.czxid == record_zxid =>
+        {
+            (Some(stat.ephemeral_owner), false)
+        }
+        Some(zk::MultiReadResult::Data { stat, .. }) => (None, stat.ephemeral_owner == 0),
+        Some(zk::MultiReadResult::Error {
+            err: zk::Error::NoNode,
+        }) => (None, false),
+        other => return Err(unexpected(&format!("read {CONTROLLER}"), &other)),
+    };
+    let seat_zxid = match results.next() {
+        Some(zk::MultiReadResult::Data { stat, .. }) => stat.pzxid,
+        other => return Err(unexpected("read the chroot", &other)),
     };
     Ok(ControllerView {
         epoch: record.epoch,
@@ -1730,7 +1831,8 @@ fn parse_controller(
         epoch_base: record.epoch_base,
         unknown: record.unknown,
         seat_owner,
-        zxid,
+        old_record,
+        zxid: record_zxid.max(seat_zxid),
     })
 }
 
@@ -2001,10 +2103,13 @@ impl Coordinator for ZkCoordinator {
         )
     }
 
-    /// One ZooKeeper `multi`: the controller record's version must still be
-    /// `controller_epoch` and the seat must exist (which together mean the
-    /// seat is held by the winner of that epoch), and the log's znode must
-    /// be at `expected_version` — or nothing is written.
+    /// One ZooKeeper `multi`: `/controller_epoch`'s version must still be
+    /// the one `controller_epoch` was won at and the seat must exist (only
+    /// an election creates it, in the transaction that moves the version
+    /// on, and the record is never recreated, so together they mean the
+    /// seat is held by the winner of that epoch; the pre-read also checks
+    /// the seat's owner session), and the log's znode must be at
+    /// `expected_version` — or nothing is written.
     fn compare_and_set_as_controller(
         &self,
         controller: NodeId,
@@ -2099,7 +2204,11 @@ impl Coordinator for ZkCoordinator {
         }
         let connect = format!("{}{}", shared.config.connect, shared.config.chroot);
         let resume_connect = connect.clone();
-        let client = self.run(
+        // A write: once the create of the node's znode was sent without an
+        // answer, the znode may exist (owned by the session opened here,
+        // which closes when this job is dropped, or expires), and a failure
+        // says its outcome is unknown, never that nothing changed.
+        let client = self.run_write(
             format!("register {node}"),
             move |shared, deadline, what| async move {
                 let client = before(
@@ -2135,20 +2244,35 @@ impl Coordinator for ZkCoordinator {
                 }
                 let path = document::node_path(node);
                 let data = document::encode_node(session_timeout);
+                // Whether a create went without an answer: from then on a
+                // failure leaves the outcome unknown.
+                let mut unanswered = false;
+                let settle = |unanswered: bool, error: Error| {
+                    if unanswered {
+                        lost(&what)
+                    } else {
+                        error
+                    }
+                };
                 let created = loop {
-                    connected(&client, deadline, &what).await?;
+                    connected(&client, deadline, &what)
+                        .await
+                        .map_err(|error| settle(unanswered, error))?;
                     let owner = match client.create(&path, &data, &ephemeral()).await {
                         Ok((stat, _)) => break stat.czxid,
                         // Unknown whether it was created: the next attempt
                         // finds out.
-                        Err(error) if is_connection_error(&error) => None,
+                        Err(error) if is_connection_error(&error) => {
+                            unanswered = true;
+                            None
+                        }
                         Err(zk::Error::NodeExists) => match client.check_stat(&path).await {
                             Ok(Some(stat)) => Some((stat.ephemeral_owner, stat.czxid)),
                             Ok(None) => None,
                             Err(error) if is_connection_error(&error) => None,
-                            Err(error) => return Err(zk_error(&what, error)),
+                            Err(error) => return Err(settle(unanswered, zk_error(&what, error))),
                         },
-                        Err(error) => return Err(zk_error(&what, error)),
+                        Err(error) => return Err(settle(unanswered, zk_error(&what, error))),
                     };
                     if let Some((owner, czxid)) = owner {
                         if owner == client.session_id().0 {
@@ -2157,6 +2281,9 @@ impl Coordinator for ZkCoordinator {
                     }
                     let owner = owner.map(|(owner, _)| owner);
                     if Instant::now() + RETRY_PAUSE >= deadline {
+                        if unanswered {
+                            return Err(lost(&what));
+                        }
                         return Err(coordinator_error(format!(
                             "cannot {what}: {path} still belongs to ZooKeeper session {:#x} \
                              (an earlier incarnation of the node whose session has not ended yet, \
@@ -2222,28 +2349,57 @@ impl Coordinator for ZkCoordinator {
 
     /// Closes `node`'s session and waits (up to the call timeout) for
     /// ZooKeeper to confirm, which deletes its ephemeral znode and any
-    /// controller seat it held in the same step.
+    /// controller seat it held in the same step. A write: the client may
+    /// give a session up without ZooKeeper having heard the close (the
+    /// connection was lost), so the call then checks that the node's znode
+    /// no longer belongs to that session; if it still does, or nothing can
+    /// be checked in time, the outcome is unknown (the znode goes when the
+    /// session expires).
     fn unregister_node(&self, node: NodeId) -> Result<()> {
         let session = self.handle.shared.sessions.lock().remove(&node);
         self.handle.shared.suspended.lock().remove(&node);
         let Some(session) = session else {
             return Ok(());
         };
-        let mut state = session.client().state_watcher();
+        let client = session.client();
+        let session_id = client.session_id().0;
+        let mut state = client.state_watcher();
+        drop(client);
         drop(session);
-        self.run(
+        self.run_write(
             format!("unregister {node}"),
             move |shared, deadline, what| async move {
                 while !state.peek_state().is_terminated() {
                     if before(deadline, state.changed()).await.is_none() {
-                        return Err(coordinator_error(format!(
-                            "cannot {what}: ZooKeeper did not confirm closing its session in time \
-                         (it will end when it expires)"
-                        )));
+                        return Err(lost(&what));
                     }
                 }
-                shared.sync(deadline).await;
-                Ok(())
+                let path = document::node_path(node);
+                shared
+                    .sync_strictly(deadline, &what)
+                    .await
+                    .map_err(|_| lost(&what))?;
+                let read = shared
+                    .read(deadline, &what, |client| {
+                        let path = path.clone();
+                        async move { client.check_stat(&path).await }
+                    })
+                    .await
+                    .map_err(|_| lost(&what))?;
+                match read {
+                    Ok(Some(stat)) if stat.ephemeral_owner == session_id => {
+                        Err(Error::CoordinatorOutcomeUnknown {
+                            operation: what,
+                            reason: format!(
+                                "the session was given up, but ZooKeeper still lists {path} \
+                                 under it (it did not hear the close): the node stays live \
+                                 until ZooKeeper expires the session"
+                            ),
+                        })
+                    }
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(lost(&what)),
+                }
             },
         )
     }
@@ -2287,38 +2443,39 @@ impl Coordinator for ZkCoordinator {
         self.run_write(
             format!("seat {node} as controller"),
             move |shared, deadline, what| async move {
-                let mut recovered = false;
                 loop {
-                    let view = match shared.read_controller(deadline).await {
-                        Ok(view) => view,
-                        // The record was deleted while the cluster runs
-                        // (`deleteall /controller` to force a re-election):
-                        // recreate it above every earlier epoch, once.
-                        Err(error) if !recovered => {
-                            recovered = true;
-                            connected(&client, deadline, &what).await?;
-                            match client.check_stat(CONTROLLER).await {
-                                Ok(None) => ensure_controller_record(&client, false).await?,
-                                _ => return Err(error),
-                            }
-                            continue;
-                        }
-                        Err(error) => return Err(error),
-                    };
+                    let view = shared.read_controller(deadline).await?;
+                    if view.old_record {
+                        // An earlier version's record holds the seat's
+                        // place: move its epoch over, then read again.
+                        connected(&client, deadline, &what).await?;
+                        retire_old_controller_record(&client).await?;
+                        continue;
+                    }
                     if let Some(holder) = view.controller() {
                         let ours = holder == node && view.seat_owner == Some(client.session_id().0);
                         return Ok(ours.then_some(view.epoch));
                     }
-                    document::refuse_unknown_fields(CONTROLLER, &view.unknown, &what)?;
                     let epoch = view.epoch.next();
-                    let record = document::encode_controller(epoch, Some(node), view.epoch_base);
+                    let record = document::encode_controller(
+                        epoch,
+                        Some(node),
+                        view.epoch_base,
+                        &view.unknown,
+                    );
+                    let seat = document::encode_controller(
+                        epoch,
+                        Some(node),
+                        view.epoch_base,
+                        &document::Extra::new(),
+                    );
                     connected(&client, deadline, &what).await?;
                     let mut writer = client.new_multi_writer();
                     writer
-                        .add_set_data(CONTROLLER, &record, Some(view.record_version))
+                        .add_set_data(CONTROLLER_EPOCH, &record, Some(view.record_version))
                         .map_err(|e| zk_error(&what, e))?;
                     writer
-                        .add_create(CONTROLLER_SEAT, &record, &ephemeral())
+                        .add_create(CONTROLLER, &seat, &ephemeral())
                         .map_err(|e| zk_error(&what, e))?;
                     match writer.commit().await {
                         Ok(results) => {
@@ -2370,10 +2527,10 @@ impl Coordinator for ZkCoordinator {
                 connected(&client, deadline, &what).await?;
                 let mut writer = client.new_multi_writer();
                 writer
-                    .add_check_version(CONTROLLER, view.record_version)
+                    .add_check_version(CONTROLLER_EPOCH, view.record_version)
                     .map_err(|e| zk_error(&what, e))?;
                 writer
-                    .add_delete(CONTROLLER_SEAT, None)
+                    .add_delete(CONTROLLER, None)
                     .map_err(|e| zk_error(&what, e))?;
                 match writer.commit().await {
                     Ok(_) => {
@@ -2419,7 +2576,6 @@ impl Coordinator for ZkCoordinator {
         let reserved = self.run_write(
             "reserve a block of producer ids".to_owned(),
             move |shared, deadline, what| async move {
-                let mut recovered = false;
                 loop {
                     let read = shared
                         .read(deadline, &what, |client| async move {
@@ -2428,61 +2584,34 @@ impl Coordinator for ZkCoordinator {
                         .await?;
                     let (data, stat) = match read {
                         Ok(read) => read,
-                        // Deleted while the cluster runs: recover it from
-                        // the high mark once, as a reconnect would.
-                        Err(zk::Error::NoNode) if !recovered => {
-                            recovered = true;
-                            let client = shared.main_client(deadline, &what).await?;
-                            ensure_producer_ids(&client, false).await?;
-                            continue;
-                        }
                         Err(zk::Error::NoNode) => {
-                            return Err(coordinator_error(producer_ids_lost(&what)))
+                            return Err(Error::CoordinatorDocument {
+                                path: PRODUCER_IDS.to_owned(),
+                                reason: producer_ids_missing(&what),
+                            })
                         }
                         Err(e) => return Err(zk_error(&what, e)),
                     };
-                    let (start, unknown) = document::decode_producer_ids(PRODUCER_IDS, &data)?;
-                    document::refuse_unknown_fields(PRODUCER_IDS, &unknown, &what)?;
+                    let (start, unknown) = document::decode_producer_ids(&data)?;
                     let end = start
                         .checked_add(size)
                         .ok_or_else(|| coordinator_error("producer ids exhausted".to_owned()))?;
                     let client = shared.main_client(deadline, &what).await?;
                     connected(&client, deadline, &what).await?;
-                    // The counter and its high mark in one transaction, so
-                    // the high mark is never behind a reservation.
-                    let data = document::encode_producer_ids(end);
-                    let mut writer = client.new_multi_writer();
-                    writer
-                        .add_set_data(PRODUCER_IDS, &data, Some(stat.version))
-                        .map_err(|e| zk_error(&what, e))?;
-                    writer
-                        .add_set_data(PRODUCER_IDS_HIGH_MARK, &data, None)
-                        .map_err(|e| zk_error(&what, e))?;
-                    match writer.commit().await {
+                    let data = document::encode_producer_ids(end, &unknown);
+                    let written = client
+                        .set_data(PRODUCER_IDS, &data, Some(stat.version))
+                        .await;
+                    match unknown_if_lost(written, &what)? {
                         Ok(_) => return Ok((start, end)),
-                        Err(zk::MultiWriteError::OperationFailed {
-                            source: zk::Error::BadVersion,
-                            ..
-                        }) => {}
-                        // The high mark was deleted: recreate it at the
-                        // counter's value, then reserve again.
-                        Err(zk::MultiWriteError::OperationFailed {
-                            index: 1,
-                            source: zk::Error::NoNode,
-                        }) => ensure_producer_ids(&client, false).await?,
-                        Err(zk::MultiWriteError::OperationFailed {
-                            index: 0,
-                            source: zk::Error::NoNode,
-                        }) if !recovered => {
-                            recovered = true;
-                            ensure_producer_ids(&client, false).await?;
+                        Err(zk::Error::BadVersion) => {}
+                        Err(zk::Error::NoNode) => {
+                            return Err(Error::CoordinatorDocument {
+                                path: PRODUCER_IDS.to_owned(),
+                                reason: producer_ids_missing(&what),
+                            })
                         }
-                        Err(zk::MultiWriteError::RequestFailed { source })
-                            if is_connection_error(&source) =>
-                        {
-                            return Err(lost(&what))
-                        }
-                        Err(error) => return Err(zk_error(&what, error.into())),
+                        Err(error) => return Err(zk_error(&what, error)),
                     }
                     if Instant::now() + RETRY_PAUSE >= deadline {
                         return Err(coordinator_error(format!(
@@ -2525,7 +2654,7 @@ impl Coordinator for ZkCoordinator {
                     })
                     .await?;
                 match read {
-                    Ok((data, _)) => document::decode_directories(node, &data),
+                    Ok((data, _)) => Ok(document::decode_directories(node, &data)?.0),
                     Err(zk::Error::NoNode) => Ok(Vec::new()),
                     Err(error) => Err(zk_error(&what, error)),
                 }
@@ -2556,10 +2685,11 @@ impl Coordinator for ZkCoordinator {
                         })
                         .await?;
                     let (mut recorded, version) = match read {
-                        Ok((data, stat)) => (
-                            document::decode_directories(node, &data)?,
-                            Some(stat.version),
-                        ),
+                        Ok((data, stat)) => {
+                            let (recorded, unknown) = document::decode_directories(node, &data)?;
+                            document::refuse_unknown_fields(&path, &unknown, &what)?;
+                            (recorded, Some(stat.version))
+                        }
                         Err(zk::Error::NoNode) => (Vec::new(), None),
                         Err(error) => return Err(zk_error(&what, error)),
                     };

@@ -1,28 +1,39 @@
 //! The znode layout under the chroot and the JSON documents stored in it.
 //!
 //! ```text
+//! /cluster_id            persistent: the cluster id (SPEC 2.8)
+//! /controller_epoch      persistent: {"format":1,"epoch":E,"controller":N}
+//!                        the last controller epoch and who won it;
+//!                        created with the cluster, never recreated
+//! /controller            ephemeral: the seat, owned by the sitting
+//!                        controller's session: {"format":1,"epoch":E,
+//!                        "controller":N}, created in the transaction that
+//!                        wrote `/controller_epoch`
 //! /nodes/<node id>       ephemeral, one per live node, owned by its session
-//! /controller            persistent: {"format":1,"epoch":E,"controller":N}
-//!                        the last controller epoch and who won it; its
-//!                        ZooKeeper version always equals E
-//! /controller/seat       ephemeral, owned by the sitting controller's session
 //! /logs/<log id>         persistent: one log's state; its ZooKeeper version
 //!                        is the state's compare-and-set version
-//! /producer_ids          persistent: {"format":1,"next_block_start":P}
-//! /producer_ids_high_mark persistent: the same document, written in the
-//!                        same transaction as `/producer_ids`: the second
-//!                        record a deleted counter is recovered from
+//! /producer_ids          persistent: {"format":1,"next_block_start":P};
+//!                        created with the cluster, never recreated
+//! /directories/<node id> persistent: where the node placed its replicas
 //! ```
 //!
-//! The controller record may also hold `"epoch_base":B` (absent means 0):
-//! its epoch is then `B` plus its ZooKeeper version. A record recreated
-//! after an operator deleted it starts at a base above every epoch handed
-//! out before (see `controller_epoch_floor`), so epochs never go back.
+//! Kafka's layout: the epoch lives in the persistent `/controller_epoch`,
+//! the seat is the ephemeral `/controller`, so deleting `/controller` (an
+//! operator's way to force a re-election) only empties the seat. The epoch
+//! record's epoch is `epoch_base` (absent means 0) plus its ZooKeeper
+//! version: every election bumps both in one conditional write, so a
+//! controller's writes check its epoch by the record's version. That check
+//! is sound only because the record is never recreated: a recreated znode
+//! starts again at version 0, and a node that read version `v` before would
+//! pass a conditional write once the new znode reached `v` again (issue 24,
+//! item 3). The two counters (`/controller_epoch`, `/producer_ids`) are
+//! therefore created once, with the cluster id, and a missing one is an
+//! error naming it, never a reset.
 //!
-//! Kafka keeps `/controller` (ephemeral) and `/controller_epoch`
-//! (persistent) side by side; here the epoch record is the seat's parent, so
-//! one read of it tells the epoch, the holder and (by its child count and
-//! `pzxid`) whether the seat is taken and when that last changed.
+//! A store written by an earlier version keeps the epoch in a persistent
+//! `/controller` (with the seat as its child `/controller/seat`): the
+//! coordinator moves it to `/controller_epoch` once, in one conditional
+//! transaction ([`OLD_CONTROLLER_SEAT`]).
 //!
 //! This module owns the names and the encoding; it does no I/O. Every
 //! decoder takes bytes another process wrote and answers a clear error,
@@ -36,18 +47,19 @@ use crate::types::{ClusterId, DirectoryId, LeaderEpoch, LogId, NodeId, Offset};
 
 /// The parent of the live nodes' ephemeral znodes.
 pub(super) const NODES: &str = "/nodes";
-/// The controller record (persistent), parent of the seat.
+/// The controller seat (ephemeral, owned by the sitting controller's
+/// session). In a store of an earlier version, the persistent epoch record.
 pub(super) const CONTROLLER: &str = "/controller";
-/// The controller seat (ephemeral).
-pub(super) const CONTROLLER_SEAT: &str = "/controller/seat";
+/// The controller epoch record (persistent, never recreated).
+pub(super) const CONTROLLER_EPOCH: &str = "/controller_epoch";
+/// The seat in a store of an earlier version, child of the persistent
+/// `/controller` record: deleted with that record when its epoch moves to
+/// [`CONTROLLER_EPOCH`].
+pub(super) const OLD_CONTROLLER_SEAT: &str = "/controller/seat";
 /// The parent of the logs' znodes.
 pub(super) const LOGS: &str = "/logs";
-/// The producer id counter.
+/// The producer id counter (persistent, never recreated).
 pub(super) const PRODUCER_IDS: &str = "/producer_ids";
-/// The second record of the producer id counter: every reservation writes
-/// it with `/producer_ids` in one transaction, so a deleted counter is
-/// recovered from it instead of restarting at zero.
-pub(super) const PRODUCER_IDS_HIGH_MARK: &str = "/producer_ids_high_mark";
 /// The cluster id (SPEC 2.8; Kafka's `/cluster/id`), created with the
 /// layout. A store set up by a version without it gets one at the next
 /// connect.
@@ -83,7 +95,11 @@ pub(super) enum Subject {
 
 /// The subject a changed path belongs to, if any.
 pub(super) fn subject_of(path: &str) -> Option<Subject> {
-    if path == NODES || path.starts_with("/nodes/") || path == CONTROLLER || path == CONTROLLER_SEAT
+    if path == NODES
+        || path.starts_with("/nodes/")
+        || path == CONTROLLER
+        || path == CONTROLLER_EPOCH
+        || path == OLD_CONTROLLER_SEAT
     {
         return Some(Subject::Membership);
     }
@@ -121,12 +137,14 @@ fn encode<T: Serialize>(document: &T) -> Vec<u8> {
 /// Documents are read forward-compatibly (Kafka also ignores the fields of
 /// its ZooKeeper JSON it does not know): a field added by a newer version
 /// must not make an older node, during a rolling upgrade, unable to read the
-/// document. Such a document is never written back by this version, though
-/// (see [`refuse_unknown_fields`]).
+/// document. A log or directories document holding one is never written
+/// back by this version, though (see [`refuse_unknown_fields`]); the two
+/// singleton counters write theirs back unchanged (see
+/// `ControllerDocument`).
 pub(super) type UnknownFields = Vec<String>;
 
 /// Unknown fields of a document, collected by `#[serde(flatten)]`.
-type Extra = std::collections::BTreeMap<String, serde_json::Value>;
+pub(super) type Extra = std::collections::BTreeMap<String, serde_json::Value>;
 
 /// The error for a write over a document holding fields this version does
 /// not know, or `Ok` if it holds none.
@@ -356,20 +374,23 @@ fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The controller record: the last controller epoch and who won it.
+/// The controller epoch record (and the seat's data, and the epoch record
+/// of an earlier version's `/controller`): the last controller epoch and
+/// who won it.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 struct ControllerDocument {
     format: u32,
     epoch: u64,
     controller: Option<u32>,
     /// The epoch at the record's version 0: 0 for the record created with
-    /// the cluster (and then not written, so older versions read it), a
-    /// floor above every earlier epoch for a record recreated after it was
-    /// deleted.
+    /// the cluster (and then not written), the epoch moved over from an
+    /// earlier version's record otherwise.
     #[serde(default, skip_serializing_if = "is_zero")]
     epoch_base: u64,
-    /// Fields of a newer version, only read to refuse writing over them.
-    #[serde(flatten, skip_serializing)]
+    /// Fields of a newer version, written back unchanged: the record is
+    /// one per cluster, and refusing to write over them would stop every
+    /// election until the whole cluster runs the newer version.
+    #[serde(flatten)]
     unknown: Extra,
 }
 
@@ -377,7 +398,7 @@ fn is_zero(value: &u64) -> bool {
     *value == 0
 }
 
-/// What the controller record says.
+/// What the controller epoch record says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct ControllerRecord {
     /// The last controller epoch.
@@ -386,8 +407,8 @@ pub(super) struct ControllerRecord {
     pub(super) controller: Option<NodeId>,
     /// The epoch at version 0 (the record's epoch minus its version).
     pub(super) epoch_base: u64,
-    /// Fields a newer version wrote.
-    pub(super) unknown: UnknownFields,
+    /// Fields a newer version wrote, to write back unchanged.
+    pub(super) unknown: Extra,
 }
 
 impl Formatted for ControllerDocument {
@@ -396,43 +417,29 @@ impl Formatted for ControllerDocument {
     }
 }
 
-/// The controller record after `controller` won `epoch` (or, with `None`,
-/// the record before any election) on a record whose epoch at version 0 is
-/// `epoch_base`.
+/// The controller epoch record after `controller` won `epoch` (or, with
+/// `None`, a record nobody won yet) on a record whose epoch at version 0
+/// is `epoch_base`, keeping the fields `unknown` a newer version wrote.
+/// Also the seat's data.
 pub(super) fn encode_controller(
     epoch: ControllerEpoch,
     controller: Option<NodeId>,
     epoch_base: u64,
+    unknown: &Extra,
 ) -> Vec<u8> {
     encode(&ControllerDocument {
         format: FORMAT,
         epoch: epoch.0,
         controller: controller.map(|node| node.0),
         epoch_base,
-        unknown: Extra::new(),
+        unknown: unknown.clone(),
     })
 }
 
-/// The epoch base for a controller record recreated after it was deleted,
-/// given `zxid`, a zxid read after the deletion (the chroot's `pzxid`).
-///
-/// Every election sets the epoch to one more than the last in its own
-/// ZooKeeper transaction, and a recreated record starts at a zxid read
-/// before its creation; zxids grow by at least one per transaction, so by
-/// induction every epoch is at most the zxid of the transaction that set
-/// it, and a zxid read after the old record's deletion is above all of
-/// them. Kafka recreates a missing `/controller_epoch` at 0 (and a
-/// missing `/latest_producer_id_block` at 0), which lets epochs go back
-/// after an operator deletes it; here the record is persistent as in Kafka,
-/// but a missing one never restarts at 0.
-pub(super) fn controller_epoch_floor(zxid: i64) -> u64 {
-    u64::try_from(zxid).unwrap_or(0).saturating_add(1)
-}
-
-/// Decodes the controller record stored with ZooKeeper version `version`.
-/// The epoch must equal the base plus the version (every election bumps
-/// both in one conditional write), which is what lets a controller's
-/// writes check its epoch by the record's version.
+/// Decodes the controller epoch record at `path` stored with ZooKeeper
+/// version `version`. The epoch must equal the base plus the version
+/// (every election bumps both in one conditional write), which is what
+/// lets a controller's writes check its epoch by the record's version.
 pub(super) fn decode_controller(
     path: &str,
     bytes: &[u8],
@@ -451,17 +458,11 @@ pub(super) fn decode_controller(
             ),
         ));
     }
-    if version > 0 && document.controller.is_none() {
-        return Err(decode_error(
-            path,
-            format!("controller epoch {} names no controller", document.epoch),
-        ));
-    }
     Ok(ControllerRecord {
         epoch: ControllerEpoch(document.epoch),
         controller: document.controller.map(NodeId),
         epoch_base: document.epoch_base,
-        unknown: document.unknown.keys().cloned().collect(),
+        unknown: document.unknown,
     })
 }
 
@@ -470,8 +471,10 @@ pub(super) fn decode_controller(
 struct ProducerIdsDocument {
     format: u32,
     next_block_start: i64,
-    /// Fields of a newer version, only read to refuse writing over them.
-    #[serde(flatten, skip_serializing)]
+    /// Fields of a newer version, written back unchanged: the counter is
+    /// one per cluster, and refusing to write over them would stop every
+    /// allocation until the whole cluster runs the newer version.
+    #[serde(flatten)]
     unknown: Extra,
 }
 
@@ -481,28 +484,27 @@ impl Formatted for ProducerIdsDocument {
     }
 }
 
-pub(super) fn encode_producer_ids(next_block_start: i64) -> Vec<u8> {
+/// The producer id counter at `next_block_start`, keeping the fields
+/// `unknown` a newer version wrote.
+pub(super) fn encode_producer_ids(next_block_start: i64, unknown: &Extra) -> Vec<u8> {
     encode(&ProducerIdsDocument {
         format: FORMAT,
         next_block_start,
-        unknown: Extra::new(),
+        unknown: unknown.clone(),
     })
 }
 
-/// Decodes the producer id counter (or its high mark, at `path`): the next
-/// block's start and the fields this version does not know.
-pub(super) fn decode_producer_ids(path: &str, bytes: &[u8]) -> Result<(i64, UnknownFields)> {
-    let document: ProducerIdsDocument = decode(path, bytes)?;
+/// Decodes the producer id counter: the next block's start and the fields
+/// this version does not know (to write back unchanged).
+pub(super) fn decode_producer_ids(bytes: &[u8]) -> Result<(i64, Extra)> {
+    let document: ProducerIdsDocument = decode(PRODUCER_IDS, bytes)?;
     if document.next_block_start < 0 {
         return Err(decode_error(
-            path,
+            PRODUCER_IDS,
             format!("negative next_block_start {}", document.next_block_start),
         ));
     }
-    Ok((
-        document.next_block_start,
-        document.unknown.keys().cloned().collect(),
-    ))
+    Ok((document.next_block_start, document.unknown))
 }
 
 /// The cluster id, as 32 hex digits.
@@ -535,14 +537,20 @@ pub(super) fn decode_cluster_id(bytes: &[u8]) -> Result<ClusterId> {
 
 /// The directory each replica of one node was placed on: log id to
 /// directory id (32 hex digits). Only that node writes it.
-/// Only its node reads and rewrites it (no other version of isrlog shares
-/// it), so unknown fields stay an error here rather than be dropped.
+///
+/// Read forward-compatibly, as the log documents are: a newer node that
+/// shares the store during a rolling upgrade may add a field, and a node
+/// that cannot read its own document cannot start. Writing over such a
+/// document is refused ([`refuse_unknown_fields`]): what the field says
+/// about the placements it does not know.
 #[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 struct DirectoriesDocument {
     format: u32,
     #[serde(default)]
     replicas: std::collections::BTreeMap<u32, String>,
+    /// Fields of a newer version, only read to refuse writing over them.
+    #[serde(flatten, skip_serializing)]
+    unknown: Extra,
 }
 
 impl Formatted for DirectoriesDocument {
@@ -558,13 +566,20 @@ pub(super) fn encode_directories(directories: &[(LogId, DirectoryId)]) -> Vec<u8
             .iter()
             .map(|(log, dir)| (log.0, dir.to_string()))
             .collect(),
+        unknown: Extra::new(),
     })
 }
 
-pub(super) fn decode_directories(node: NodeId, bytes: &[u8]) -> Result<Vec<(LogId, DirectoryId)>> {
+/// Decodes `node`'s directories document: the placements, and the fields
+/// this version does not know.
+pub(super) fn decode_directories(
+    node: NodeId,
+    bytes: &[u8],
+) -> Result<(Vec<(LogId, DirectoryId)>, UnknownFields)> {
     let path = directories_path(node);
     let document: DirectoriesDocument = decode(&path, bytes)?;
-    document
+    let unknown = document.unknown.keys().cloned().collect();
+    let placements = document
         .replicas
         .into_iter()
         .map(|(log, dir)| {
@@ -572,7 +587,8 @@ pub(super) fn decode_directories(node: NodeId, bytes: &[u8]) -> Result<Vec<(LogI
                 .map(|dir| (LogId(log), dir))
                 .map_err(|reason| decode_error(&path, format!("log {log}: {reason}")))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((placements, unknown))
 }
 
 /// What a live node's znode holds: nothing anyone relies on, but useful to
@@ -790,46 +806,61 @@ mod tests {
             epoch: ControllerEpoch(epoch),
             controller,
             epoch_base,
-            unknown: Vec::new(),
+            unknown: Extra::new(),
         };
-        let bytes = encode_controller(ControllerEpoch(3), Some(NodeId(2)), 0);
+        let none = Extra::new();
+        let bytes = encode_controller(ControllerEpoch(3), Some(NodeId(2)), 0, &none);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
             r#"{"format":1,"epoch":3,"controller":2}"#
         );
         assert_eq!(
-            decode_controller(CONTROLLER, &bytes, 3).unwrap(),
+            decode_controller(CONTROLLER_EPOCH, &bytes, 3).unwrap(),
             record(3, Some(NodeId(2)), 0)
         );
-        let err = decode_controller(CONTROLLER, &bytes, 4).unwrap_err();
+        let err = decode_controller(CONTROLLER_EPOCH, &bytes, 4).unwrap_err();
         assert!(
-            err.to_string().contains("plus the znode's version 4"),
+            err.to_string().contains("/controller_epoch")
+                && err.to_string().contains("plus the znode's version 4"),
             "{err}"
         );
-        let initial = encode_controller(ControllerEpoch(0), None, 0);
+        let initial = encode_controller(ControllerEpoch(0), None, 0, &none);
         assert_eq!(
-            decode_controller(CONTROLLER, &initial, 0).unwrap(),
+            decode_controller(CONTROLLER_EPOCH, &initial, 0).unwrap(),
             record(0, None, 0)
         );
-        let recovered = encode_controller(ControllerEpoch(500), None, 500);
+        let moved = encode_controller(ControllerEpoch(500), None, 500, &none);
         assert_eq!(
-            decode_controller(CONTROLLER, &recovered, 0).unwrap(),
+            decode_controller(CONTROLLER_EPOCH, &moved, 0).unwrap(),
             record(500, None, 500)
         );
-        let elected = encode_controller(ControllerEpoch(502), Some(NodeId(1)), 500);
+        let elected = encode_controller(ControllerEpoch(502), Some(NodeId(1)), 500, &none);
         assert_eq!(
-            decode_controller(CONTROLLER, &elected, 2).unwrap(),
+            decode_controller(CONTROLLER_EPOCH, &elected, 2).unwrap(),
             record(502, Some(NodeId(1)), 500)
         );
-        assert!(controller_epoch_floor(41) > 41);
-        let newer = br#"{"format":1,"epoch":1,"controller":2,"term":9}"#;
+    }
+
+    /// A newer version's fields in the two singleton counters are kept and
+    /// written back unchanged (issue 24 review): refusing to write over
+    /// them would stop every election or allocation of the cluster.
+    #[test]
+    fn singleton_documents_write_unknown_fields_back() {
+        let newer = br#"{"format":1,"epoch":1,"controller":2,"term":{"a":[9]}}"#;
+        let record = decode_controller(CONTROLLER_EPOCH, newer, 1).unwrap();
+        assert_eq!(record.unknown.keys().collect::<Vec<_>>(), vec!["term"]);
+        let next = encode_controller(ControllerEpoch(2), Some(NodeId(3)), 0, &record.unknown);
         assert_eq!(
-            decode_controller(CONTROLLER, newer, 1).unwrap().unknown,
-            vec!["term".to_owned()]
+            std::str::from_utf8(&next).unwrap(),
+            r#"{"format":1,"epoch":2,"controller":3,"term":{"a":[9]}}"#
         );
-        let nameless = encode_controller(ControllerEpoch(2), None, 0);
-        let err = decode_controller(CONTROLLER, &nameless, 2).unwrap_err();
-        assert!(err.to_string().contains("names no controller"), "{err}");
+        let newer = br#"{"format":1,"next_block_start":10,"owner":"x"}"#;
+        let (start, unknown) = decode_producer_ids(newer).unwrap();
+        assert_eq!(start, 10);
+        assert_eq!(
+            std::str::from_utf8(&encode_producer_ids(20, &unknown)).unwrap(),
+            r#"{"format":1,"next_block_start":20,"owner":"x"}"#
+        );
     }
 
     #[test]
@@ -842,7 +873,7 @@ mod tests {
         ];
         assert_eq!(
             decode_directories(NodeId(2), &encode_directories(&dirs)).unwrap(),
-            dirs
+            (dirs, Vec::new())
         );
         let bad = br#"{"format":1,"replicas":{"3":"nope"}}"#;
         let error = decode_directories(NodeId(2), bad).unwrap_err().to_string();
@@ -851,16 +882,25 @@ mod tests {
             "{error}"
         );
         let empty = br#"{"format":1}"#;
-        assert_eq!(decode_directories(NodeId(2), empty).unwrap(), vec![]);
+        assert_eq!(
+            decode_directories(NodeId(2), empty).unwrap(),
+            (vec![], Vec::new())
+        );
+        let newer =
+            br#"{"format":1,"replicas":{"3":"0000000000000000000000000000000a"},"tier":"ssd"}"#;
+        let (placements, unknown) = decode_directories(NodeId(2), newer).unwrap();
+        assert_eq!(placements, vec![(LogId(3), DirectoryId(10))]);
+        assert_eq!(unknown, vec!["tier".to_owned()]);
     }
 
     #[test]
     fn producer_ids_round_trip_and_refuse_negative_starts() {
+        let none = Extra::new();
         assert_eq!(
-            decode_producer_ids(PRODUCER_IDS, &encode_producer_ids(4000)).unwrap(),
-            (4000, Vec::new())
+            decode_producer_ids(&encode_producer_ids(4000, &none)).unwrap(),
+            (4000, Extra::new())
         );
-        let err = decode_producer_ids(PRODUCER_IDS, &encode_producer_ids(-5)).unwrap_err();
+        let err = decode_producer_ids(&encode_producer_ids(-5, &none)).unwrap_err();
         assert!(err.to_string().contains("negative"), "{err}");
     }
 
@@ -870,6 +910,7 @@ mod tests {
         assert_eq!(subject_of("/nodes/3"), Some(Subject::Membership));
         assert_eq!(subject_of("/controller"), Some(Subject::Membership));
         assert_eq!(subject_of("/controller/seat"), Some(Subject::Membership));
+        assert_eq!(subject_of("/controller_epoch"), Some(Subject::Membership));
         assert_eq!(subject_of("/logs/12"), Some(Subject::Log(LogId(12))));
         assert_eq!(subject_of("/logs/x"), None);
         assert_eq!(subject_of("/logs"), None);

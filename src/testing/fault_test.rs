@@ -1403,6 +1403,7 @@ fn inject_faults<C: FaultTarget>(
             10 => "message drops",
             _ => "leader change",
         };
+        let forced = first.is_some();
         let kind = first.take().unwrap_or(kind);
         let done = match kind {
             // Keep a majority of the nodes up so progress is possible at all.
@@ -1502,6 +1503,16 @@ fn inject_faults<C: FaultTarget>(
                 cluster.network().set_request_drop_probability(request);
                 cluster.network().set_response_drop_probability(response);
                 true
+            }
+            // The forced first one arms every running node: the next write
+            // of any of them (a leader's ISR change, the controller's
+            // election after the next crash) loses its reply, so that the
+            // few CI seeds really lose one rather than only arm it.
+            "lose coordinator reply" if forced => {
+                let _ = pick(rng, &running);
+                running.iter().fold(false, |armed, &node| {
+                    cluster.lose_coordinator_reply(node) | armed
+                })
             }
             "lose coordinator reply" => match pick(rng, &running) {
                 Some(node) => cluster.lose_coordinator_reply(node),

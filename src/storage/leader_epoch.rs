@@ -200,24 +200,34 @@ impl LeaderEpochCache {
     }
 
     /// The log now starts at `start_offset` (retention): entries wholly
-    /// before it are removed, and the one covering it starts there. Persists.
-    pub(crate) fn truncate_from_start(&mut self, start_offset: Offset) -> Result<()> {
-        // The last entry starting at or before the new start covers it.
+    /// before it are removed, and the one covering it starts there, in
+    /// memory only: the file keeps the older entries until the next
+    /// [`persist`](Self::persist) (they cover more than the log holds, which
+    /// recovery trims at open). Returns whether anything changed.
+    pub(crate) fn truncate_from_start_in_memory(&mut self, start_offset: Offset) -> bool {
         let covering = self
             .entries
             .partition_point(|e| e.start_offset <= start_offset);
         if covering == 0 {
-            return Ok(());
+            return false;
         }
         let keep_from = covering - 1;
-        let first = self.entries[keep_from];
-        if keep_from == 0 && first.start_offset == start_offset {
-            return Ok(());
+        if keep_from == 0 && self.entries[0].start_offset == start_offset {
+            return false;
         }
         self.entries.drain(..keep_from);
         self.entries[0].start_offset = start_offset;
         debug_assert!(self.check_invariants());
-        self.persist()
+        true
+    }
+
+    /// [`truncate_from_start_in_memory`](Self::truncate_from_start_in_memory),
+    /// then persists if anything changed.
+    pub(crate) fn truncate_from_start(&mut self, start_offset: Offset) -> Result<()> {
+        if self.truncate_from_start_in_memory(start_offset) {
+            self.persist()?;
+        }
+        Ok(())
     }
 
     /// Invariant: entries strictly increase in epoch and in start offset.

@@ -1265,7 +1265,23 @@ impl Log {
     /// (and the limit of committed reads through a replica); the
     /// replication layer owns its meaning. Clamped to the log's bounds; it
     /// may lower it.
+    ///
+    /// Lowering it takes `checkpoint_lock` first: a log start move checks
+    /// the high watermark and then writes its checkpoint without the state
+    /// lock, holding `checkpoint_lock` (`raise_log_start_offset`), and the
+    /// high watermark must not fall below that log start in between (G3).
     pub fn set_high_watermark(&self, high_watermark: Offset) {
+        {
+            let mut state = self.state.write();
+            let clamped = high_watermark
+                .min(state.log_end_offset())
+                .max(state.log_start_offset);
+            if clamped >= state.high_watermark {
+                state.high_watermark = clamped;
+                return;
+            }
+        }
+        let _serial = self.checkpoint_lock.lock();
         let mut state = self.state.write();
         state.high_watermark = high_watermark
             .min(state.log_end_offset())

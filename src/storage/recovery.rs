@@ -405,14 +405,17 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
             let last_offset = Offset(h.base_offset.0 + u64::from(h.last_offset_delta));
             if epochs_trusted && last_offset < log_start_offset {
                 // Epochs never decrease, so a batch below the start carries
-                // at most the cache's first epoch: an epoch flipped upward
-                // there (the CRC does not cover it) is still caught.
-                if let Some(first) = epochs.entries().first() {
-                    if h.leader_epoch > first.epoch {
+                // at most the epoch the cache gives the log start: an epoch
+                // flipped upward there (the CRC does not cover it) is still
+                // caught. The cache's file may still hold entries below the
+                // log start (a log start move trims it in memory only; this
+                // open trims the file), so not its first entry's epoch.
+                if let Some(ceiling) = expected_epoch(epochs.entries(), log_start_offset) {
+                    if h.leader_epoch > ceiling {
                         return Err(format!(
                             "batch at offset {} below the log start {log_start_offset} has leader \
-                             epoch {}, above the epoch cache's first epoch {}",
-                            h.base_offset, h.leader_epoch, first.epoch
+                             epoch {}, above the epoch {ceiling} the epoch cache gives the log start",
+                            h.base_offset, h.leader_epoch
                         ));
                     }
                 }

@@ -7,6 +7,7 @@
 //! deletes the active segment, nor a segment holding an offset at or above
 //! the caller's limit (the high watermark).
 
+use super::checkpoint::LogCheckpoint;
 use super::log::Log;
 use super::segment::Segment;
 use crate::error::{Error, Result};
@@ -120,53 +121,96 @@ impl Log {
 
     /// Moves the log start up to `offset`, deleting the segments wholly
     /// below it; with `within_high_watermark`, an offset above the log's
-    /// high watermark is refused (checked under the state lock, so that a
-    /// concurrent fall of the high watermark cannot slip between).
+    /// high watermark is refused.
+    ///
+    /// Appends and reads wait for none of its file work (issue 25 measured
+    /// what deletion cost them when the checkpoint's fsyncs ran under the
+    /// state lock). In order, holding `checkpoint_lock` throughout:
+    /// 1. check `offset` against the state (read lock);
+    /// 2. write the checkpoint with the new log start (no state lock): a
+    ///    crash from here on leaves segments below the log start, which the
+    ///    next open deletes. Nothing the check relied on can change
+    ///    meanwhile: the log end falls only by a truncation and the log
+    ///    start moves only here or by a truncation, all of which hold
+    ///    `checkpoint_lock`, and the high watermark falls only by those or
+    ///    by a lowering [`set_high_watermark`](Self::set_high_watermark),
+    ///    which takes it too. So the checkpoint never names a log start
+    ///    above the high watermark (G3);
+    /// 3. raise the log start and take the doomed segments out (write
+    ///    lock, no I/O);
+    /// 4. delete their files and the producer snapshots below the new
+    ///    first segment (no state lock).
+    ///
+    /// The epoch cache's first entry moves up to the log start in memory;
+    /// its file keeps the older entries until it is next written (every
+    /// open trims it to the checkpointed log start again), as Kafka's
+    /// `LeaderEpochFileCache.truncateFromStartAsyncFlush` defers that
+    /// write.
     fn raise_log_start_offset(&self, offset: Offset, within_high_watermark: bool) -> Result<u64> {
         let serial = self.checkpoint_lock.lock();
-        let mut state = self.state.write();
-        if within_high_watermark && offset > state.high_watermark {
-            return Err(Error::LogStartAboveHighWatermark {
-                requested: offset,
-                high_watermark: state.high_watermark,
-            });
-        }
-        if offset <= state.log_start_offset || offset > state.log_end_offset() {
-            return Ok(0);
-        }
-        state.log_start_offset = offset;
-        // Retention's caller passes the replica's high watermark as its
-        // limit, which the log's own copy may trail by a publish.
-        state.high_watermark = state.high_watermark.max(offset);
-        // The checkpoint first: a crash after it leaves segments below the
-        // log start, which the next open deletes. Written under the state
-        // lock, so that the high watermark checked above cannot fall before
-        // it (`set_high_watermark` takes no `checkpoint_lock`); appends
-        // wait for its fsync (issue 25 measures what deletion costs them).
-        self.store_checkpoint_below(&serial, &state, Offset(u64::MAX), offset)?;
-        let doomed: Vec<Offset> = state
-            .segments
-            .iter()
-            .take(state.segments.len().saturating_sub(1))
-            .take_while(|(_, s)| s.next_offset() <= offset)
-            .map(|(b, _)| *b)
-            .collect();
-        let deleted = (|| {
-            for base in &doomed {
-                if let Some(segment) = state.segments.remove(base) {
-                    tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
-                    segment.delete()?;
-                }
+        let high_watermark = {
+            let state = self.state.read();
+            if within_high_watermark && offset > state.high_watermark {
+                return Err(Error::LogStartAboveHighWatermark {
+                    requested: offset,
+                    high_watermark: state.high_watermark,
+                });
             }
-            state.epochs.truncate_from_start(offset)?;
+            if offset <= state.log_start_offset || offset > state.log_end_offset() {
+                return Ok(0);
+            }
+            // Retention's caller passes the replica's high watermark as
+            // its limit, which the log's own copy may trail by a publish.
+            state.high_watermark.max(offset)
+        };
+        let checkpoint = LogCheckpoint {
+            recovery_point: self.commit.flushed_offset(),
+            high_watermark,
+            log_start_offset: offset,
+            clean_shutdown: false,
+        };
+        self.poison_on_error(checkpoint.store(&self.dir))?;
+        let (doomed, first): (Vec<Segment>, Offset) = {
+            let mut state = self.state.write();
+            debug_assert!(
+                offset > state.log_start_offset && offset <= state.log_end_offset(),
+                "the log start or end moved while checkpoint_lock was held"
+            );
+            debug_assert!(
+                !within_high_watermark || offset <= state.high_watermark,
+                "the high watermark fell while checkpoint_lock was held"
+            );
+            state.log_start_offset = offset;
+            state.high_watermark = state.high_watermark.max(offset);
+            state.epochs.truncate_from_start_in_memory(offset);
+            let bases: Vec<Offset> = state
+                .segments
+                .iter()
+                .take(state.segments.len().saturating_sub(1))
+                .take_while(|(_, s)| s.next_offset() <= offset)
+                .map(|(b, _)| *b)
+                .collect();
+            let doomed = bases
+                .iter()
+                .filter_map(|base| state.segments.remove(base))
+                .collect();
+            debug_assert!(state.check_invariants());
+            let first = state.segments.keys().next().copied().unwrap_or(offset);
+            (doomed, first)
+        };
+        let count = doomed.len() as u64;
+        let deleted = (|| {
+            for segment in doomed {
+                tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
+                segment.delete()?;
+            }
             // Kafka deletes a segment's producer snapshot with the segment;
             // the in-memory state keeps the producers.
-            let first = state.segments.keys().next().copied().unwrap_or(offset);
             super::producer_state::delete_snapshots(&self.dir, |o| o < first)?;
             Ok(())
         })();
         self.poison_on_error(deleted)?;
-        debug_assert!(state.check_invariants());
-        Ok(doomed.len() as u64)
+        drop(serial);
+        Ok(count)
     }
 }

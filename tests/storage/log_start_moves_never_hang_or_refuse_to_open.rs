@@ -186,3 +186,54 @@ fn a_crash_after_the_log_start_passed_a_leader_change_reopens() {
     assert_eq!(read_all(&log), expected);
     assert_eq!(log.last_batch_epoch(), Some(LeaderEpoch(1)));
 }
+
+/// A log start move trims the epoch cache in memory only (issue 25: its
+/// fsync no longer runs under the log's lock); the file keeps the older
+/// entries until it is next written. Both states reopen after a crash:
+/// the file not yet written (older entries, a batch below the log start
+/// carrying a later epoch than the file's first entry), and written again
+/// by a later leader change (entries from the log start on).
+#[test]
+fn a_crash_after_a_log_start_move_reopens_whether_or_not_the_epoch_file_was_written_since() {
+    for leader_change_after in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let big_segments = LogConfig {
+            segment_bytes_max: 1 << 20,
+            ..LogConfig::default()
+        };
+        let expected = {
+            let log = open(dir.path(), big_segments.clone());
+            for (epoch, count) in [(0, 3), (2, 3), (5, 3)] {
+                for i in 0..count {
+                    log.append_as_leader(&batch(&format!("e{epoch}-{i}"), 2), LeaderEpoch(epoch))
+                        .unwrap();
+                }
+            }
+            log.set_high_watermark(log.log_end_offset());
+            // Inside epoch 2's batches: entries 0@0 and 2@6 become 2@8.
+            log.set_log_start_offset(Offset(8)).unwrap();
+            assert_eq!(
+                log.epoch_entries(),
+                vec![(LeaderEpoch(2), Offset(8)), (LeaderEpoch(5), Offset(12))]
+            );
+            if leader_change_after {
+                log.append_as_leader(&batch("e7", 2), LeaderEpoch(7))
+                    .unwrap();
+                log.set_high_watermark(log.log_end_offset());
+            }
+            let expected = read_all(&log);
+            drop(log); // a crash: no clean shutdown, nothing flushed
+            expected
+        };
+        let log = open_with(dir.path(), big_segments, &clock()).unwrap_or_else(|e| {
+            panic!("leader change after: {leader_change_after}: the log must reopen: {e}")
+        });
+        assert_eq!(log.log_start_offset(), Offset(8));
+        assert_eq!(read_all(&log), expected);
+        assert_eq!(
+            log.epoch_entries().first(),
+            Some(&(LeaderEpoch(2), Offset(8))),
+            "the open trims the cache to the log start"
+        );
+    }
+}

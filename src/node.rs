@@ -2288,6 +2288,12 @@ fn control_loop(
             },
             default(tick) => {}
         }
+        // A stop noticed here makes no further coordinator call: a
+        // controlled shutdown waits for this thread, and each call may take
+        // the coordinator's whole call timeout.
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
         let now = Instant::now();
         if now >= next_report_retry {
             next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;

@@ -17,7 +17,13 @@ use crate::failover_support::{committed_values, replication};
 const NODES: u32 = 3;
 const LOGS: u32 = 100;
 const CALL: Duration = Duration::from_secs(1);
-const SLACK: Duration = Duration::from_millis(1500);
+/// Past the deadline: the one coordinator call the control thread may be
+/// in (`CALL`, documented at `NodeConfig::controlled_shutdown_timeout`),
+/// and closing 100 logs on a loaded machine. The seated controller's
+/// control thread is busy with its own elections' notifications, so it is
+/// in a call at the deadline in most runs (measured over 20 runs at a
+/// 4.5 s deadline: 4.59 to 5.97 s, 12 of them above 5.6 s).
+const SLACK: Duration = Duration::from_millis(CALL.as_millis() as u64 + 1000);
 const WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// 4.5 s: enough for the four calls of a hand-over, made for every log

@@ -21,17 +21,12 @@
 #[path = "../tests/support/tcp_attack_support.rs"]
 mod tcp_attack_support;
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use isrlog::testing::TcpCluster;
-use isrlog::{Acks, Incarnation, NodeId, TcpConfig};
-use tcp_attack_support::{
-    cluster_with, is_stale_incarnation, leader, read_response, spoofed_fetch, LOG,
-};
+use isrlog::{Acks, TcpConfig};
+use tcp_attack_support::{cluster_with, leader, send_spoofed_fetches, victim_and_guesses, LOG};
 
 /// Spoofed fetches per second while spoofing.
 const SPOOF_RATE: u32 = 100;
@@ -45,18 +40,7 @@ fn main() {
     let rounds = env_or("ISRLOG_ROUNDS", if quick { 1.0 } else { 5.0 }) as usize;
     let cluster = cluster_with(TcpConfig::default());
     let target = leader(&cluster);
-    let victim = cluster
-        .in_sync_replicas(LOG)
-        .into_iter()
-        .find(|node| *node != target)
-        .expect("a follower");
-    let real = cluster.incarnation(victim).expect("the victim runs");
-    let guesses = [
-        Incarnation(0),
-        Incarnation(real.0.saturating_sub(1)),
-        Incarnation(real.0 + 1),
-        Incarnation(u64::MAX),
-    ];
+    let (victim, guesses) = victim_and_guesses(&cluster, target);
     println!(
         "spoofed_fetches: acks=all single records, one writer, 3 TCP nodes; {rounds} rounds of \
          {phase:?} without and with {SPOOF_RATE} spoofed fetches/s in {victim}'s name at offset 0"
@@ -84,7 +68,12 @@ fn main() {
         for _ in 0..rounds {
             without.push(rate(&committed, || thread::sleep(phase)));
             with.push(rate(&committed, || {
-                let (s, r) = spoof(&cluster, target, victim, &guesses, phase);
+                let addr = cluster.addr(target).expect("leader listens");
+                let epoch = cluster
+                    .leader_log(LOG)
+                    .expect("leader handle")
+                    .leader_epoch();
+                let (s, r) = send_spoofed_fetches(addr, victim, &guesses, epoch, SPOOF_RATE, phase);
                 sent += s;
                 refused += r;
             }));
@@ -110,46 +99,6 @@ fn rate(committed: &AtomicU64, during: impl FnOnce()) -> f64 {
     let (start, started) = (committed.load(Ordering::SeqCst), Instant::now());
     during();
     (committed.load(Ordering::SeqCst) - start) as f64 / started.elapsed().as_secs_f64()
-}
-
-/// Sends spoofed fetches to `target` at `SPOOF_RATE` for `phase`; returns
-/// how many were sent and how many were refused as not from the victim's
-/// current incarnation.
-fn spoof(
-    cluster: &TcpCluster,
-    target: NodeId,
-    victim: NodeId,
-    guesses: &[Incarnation],
-    phase: Duration,
-) -> (u64, u64) {
-    let addr = cluster.addr(target).expect("leader listens");
-    let epoch = cluster
-        .leader_log(LOG)
-        .expect("leader handle")
-        .leader_epoch();
-    let mut stream = TcpStream::connect(addr).expect("connect to the leader");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("read timeout");
-    let (mut sent, mut refused) = (0u64, 0u64);
-    let started = Instant::now();
-    let gap = Duration::from_secs(1) / SPOOF_RATE;
-    while started.elapsed() < phase {
-        let next = started + gap * sent as u32;
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            thread::sleep(wait);
-        }
-        let guess = guesses[sent as usize % guesses.len()];
-        stream
-            .write_all(&spoofed_fetch(victim, guess, epoch))
-            .expect("send a spoofed fetch");
-        sent += 1;
-        let (message_type, body) = read_response(&mut stream);
-        if is_stale_incarnation(message_type, &body) {
-            refused += 1;
-        }
-    }
-    (sent, refused)
 }
 
 fn median(values: &mut [f64]) -> f64 {

@@ -54,6 +54,62 @@ pub fn read_response(stream: &mut TcpStream) -> (u8, Vec<u8>) {
     (head[5], body)
 }
 
+/// A follower of `LOG` that `target` leads, and every guess of its
+/// incarnation but the one that counts: what a stranger may send.
+pub fn victim_and_guesses(cluster: &TcpCluster, target: NodeId) -> (NodeId, [Incarnation; 4]) {
+    let victim = cluster
+        .in_sync_replicas(LOG)
+        .into_iter()
+        .find(|node| *node != target)
+        .expect("a follower");
+    let real = cluster.incarnation(victim).expect("the victim runs");
+    let guesses = [
+        Incarnation(0),
+        Incarnation(real.0.saturating_sub(1)),
+        Incarnation(real.0 + 1),
+        Incarnation(u64::MAX),
+    ];
+    (victim, guesses)
+}
+
+/// Sends spoofed fetches ([`spoofed_fetch`]) in `victim`'s name to the
+/// node at `addr`, `rate` per second for `phase`, cycling through
+/// `guesses` of its incarnation; returns how many were sent and how many
+/// were refused as not from the victim's current incarnation.
+pub fn send_spoofed_fetches(
+    addr: std::net::SocketAddr,
+    victim: NodeId,
+    guesses: &[Incarnation],
+    epoch: LeaderEpoch,
+    rate: u32,
+    phase: Duration,
+) -> (u64, u64) {
+    use std::io::Write;
+    let mut stream = TcpStream::connect(addr).expect("connect to the leader");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let (mut sent, mut refused) = (0u64, 0u64);
+    let started = Instant::now();
+    let gap = Duration::from_secs(1) / rate;
+    while started.elapsed() < phase {
+        let next = started + gap * sent as u32;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+        let guess = guesses[sent as usize % guesses.len()];
+        stream
+            .write_all(&spoofed_fetch(victim, guess, epoch))
+            .expect("send a spoofed fetch");
+        sent += 1;
+        let (message_type, body) = read_response(&mut stream);
+        if is_stale_incarnation(message_type, &body) {
+            refused += 1;
+        }
+    }
+    (sent, refused)
+}
+
 /// Whether a response frame is the refusal of a fetch that is not from
 /// its sender's current incarnation.
 pub fn is_stale_incarnation(message_type: u8, body: &[u8]) -> bool {

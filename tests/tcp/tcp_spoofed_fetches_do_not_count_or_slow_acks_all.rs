@@ -23,14 +23,12 @@
 //! `cargo bench --bench spoofed_fetches` measures it properly: alternating
 //! phases with and without the spoofer, a same-run ratio of medians.
 
-use std::io::Write;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::tcp_attack_support::*;
-use isrlog::{Incarnation, TcpConfig};
+use isrlog::TcpConfig;
 
 /// How long each phase of the measurement lasts.
 const PHASE: Duration = Duration::from_secs(3);
@@ -47,21 +45,9 @@ fn commit_rate(writer: &Writer, phase: Duration) -> f64 {
 fn spoofed_fetches_at_offset_zero_are_refused_and_do_not_slow_acks_all() {
     let cluster = cluster_with(TcpConfig::default());
     let target = leader(&cluster);
-    let victim = cluster
-        .in_sync_replicas(LOG)
-        .into_iter()
-        .find(|node| *node != target)
-        .expect("a follower");
+    let (victim, guesses) = victim_and_guesses(&cluster, target);
     let handle = cluster.leader_log(LOG).expect("leader handle");
     let epoch = handle.leader_epoch();
-    let real = cluster.incarnation(victim).expect("the victim runs");
-    // Every guess but the one that counts: what a stranger may send.
-    let guesses = [
-        Incarnation(0),
-        Incarnation(real.0.saturating_sub(1)),
-        Incarnation(real.0 + 1),
-        Incarnation(u64::MAX),
-    ];
     let addr = cluster.addr(target).expect("leader listens");
 
     let writer = Writer::new();
@@ -95,32 +81,12 @@ fn spoofed_fetches_at_offset_zero_are_refused_and_do_not_slow_acks_all() {
         writer.wait_for_more_commits(20, "commits before measuring");
         let before = commit_rate(&writer, PHASE);
 
-        let mut stream = TcpStream::connect(addr).expect("connect to the leader");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("read timeout");
         spoof_started_at_end.store(handle.log_end_offset().0, Ordering::SeqCst);
         spoofing.store(true, Ordering::SeqCst);
         let (start, started) = (writer.committed(), Instant::now());
-        let gap = Duration::from_secs(1) / SPOOF_RATE;
-        while started.elapsed() < PHASE {
-            let next = started + gap * sent as u32;
-            if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                thread::sleep(wait);
-            }
-            let guess = guesses[sent as usize % guesses.len()];
-            stream
-                .write_all(&spoofed_fetch(victim, guess, epoch))
-                .expect("send a spoofed fetch");
-            sent += 1;
-            let (message_type, body) = read_response(&mut stream);
-            if is_stale_incarnation(message_type, &body) {
-                refused += 1;
-            }
-        }
+        (sent, refused) = send_spoofed_fetches(addr, victim, &guesses, epoch, SPOOF_RATE, PHASE);
         let during = (writer.committed() - start) as f64 / started.elapsed().as_secs_f64();
         spoofing.store(false, Ordering::SeqCst);
-        drop(stream);
 
         let after = commit_rate(&writer, PHASE);
         writer.stop();

@@ -20,6 +20,14 @@ fn config() -> LogConfig {
     }
 }
 
+/// Segments large enough that these tests' logs stay in one.
+fn one_segment() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 1 << 20,
+        ..LogConfig::default()
+    }
+}
+
 /// 60 records in batches of 3, epoch 0, all committed; the log start then
 /// moved to the second segment's base plus one batch.
 fn log_with_a_raised_start(dir: &Path) -> (Log, Offset) {
@@ -157,10 +165,7 @@ fn a_crash_at_any_step_of_a_restart_reopens() {
 #[test]
 fn a_crash_after_the_log_start_passed_a_leader_change_reopens() {
     let dir = tempfile::tempdir().unwrap();
-    let big_segments = LogConfig {
-        segment_bytes_max: 1 << 20,
-        ..LogConfig::default()
-    };
+    let big_segments = one_segment();
     let expected = {
         let log = open(dir.path(), big_segments.clone());
         for i in 0..5 {
@@ -197,10 +202,7 @@ fn a_crash_after_the_log_start_passed_a_leader_change_reopens() {
 fn a_crash_after_a_log_start_move_reopens_whether_or_not_the_epoch_file_was_written_since() {
     for leader_change_after in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let big_segments = LogConfig {
-            segment_bytes_max: 1 << 20,
-            ..LogConfig::default()
-        };
+        let big_segments = one_segment();
         let expected = {
             let log = open(dir.path(), big_segments.clone());
             for (epoch, count) in [(0, 3), (2, 3), (5, 3)] {

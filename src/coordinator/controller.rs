@@ -92,7 +92,9 @@ pub struct ControllerConfig {
     /// Whatever the switch, it also bounds how long unclean recovery waits
     /// for a replica outside the ISR and ELR that is away (down, or cut off
     /// from the coordinator) before electing the longest reported log
-    /// without it: such a replica may have left the ISR holding records that
+    /// without it, when some report holds records (if every report is
+    /// empty, the log waits for those replicas as long as it takes: one of
+    /// them may hold everything): such a replica may have left the ISR holding records that
     /// every later member lost (SPEC G1(c)), and one back within the wait
     /// reports its log end and is compared; one away longer is passed over,
     /// and records only it held are lost. Default five minutes.
@@ -426,6 +428,16 @@ fn recovery_election(
         if unreported {
             return None;
         }
+        let passed_over: Vec<NodeId> = state
+            .replicas
+            .iter()
+            .copied()
+            .filter(|node| !state.is_unclean(*node))
+            .collect();
+        if !passed_over.is_empty() && is_live(&best.node) {
+            tracing::warn!(log = %state.log, leader = %best.node, ?passed_over,
+                "unclean recovery: the recovery wait is over and these replicas outside the ISR and ELR are still away; the longest reported log leads without them, and records only they held are lost if they held any");
+        }
         return is_live(&best.node).then_some(best.node);
     }
     let mut outside = state
@@ -489,6 +501,10 @@ pub struct Controller {
     /// Dropping it tells the thread to stop; nothing is ever sent.
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// Cleared by [`Controller::stop_by`]: the node's session ends, which
+    /// frees the seat, so no later stop (or drop) resigns it past the
+    /// deadline (the detached thread may still set `may_hold_seat`).
+    resign_on_stop: bool,
 }
 
 struct Shared {
@@ -562,6 +578,7 @@ impl Controller {
             shared,
             stop: Some(stop),
             thread: Some(thread),
+            resign_on_stop: true,
         })
     }
 
@@ -614,7 +631,7 @@ impl Controller {
     /// session ends, as before.
     pub fn stop(&mut self) {
         self.halt_thread();
-        if self.shared.may_hold_seat.swap(false, Ordering::SeqCst) {
+        if self.shared.may_hold_seat.swap(false, Ordering::SeqCst) && self.resign_on_stop {
             let node = self.shared.node;
             match self.shared.coordinator.resign_controller(node) {
                 Ok(()) => tracing::info!(%node, "controller resigned"),
@@ -631,6 +648,7 @@ impl Controller {
     /// its deadline). Idempotent; a later [`Controller::stop`] then does
     /// nothing.
     pub(crate) fn stop_by(&mut self, deadline: Instant) {
+        self.resign_on_stop = false;
         drop(self.stop.take());
         self.shared.may_hold_seat.store(false, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {

@@ -228,8 +228,8 @@ impl LogState {
     /// `node` joins them and the controller elects the greatest log end
     /// among them ([`LogState::recovery_leader`]): the replicas that
     /// restarted first may be the ones that kept the records. A replica
-    /// that comes back empty (a lost or swapped disk, SPEC 2.8) always
-    /// leaves: a replica outside the ISR may still hold what it lost, and
+    /// that comes back with its log ending at offset 0 (a lost or swapped
+    /// disk, SPEC 2.8) always leaves: a replica outside the ISR may still hold what it lost, and
     /// unclean recovery waits for such replicas before an empty log leads.
     pub fn unclean_shutdown_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
         let reported = UncleanReplica { node, log_end };
@@ -256,10 +256,13 @@ impl LogState {
         let in_sync_replicas = without(&self.in_sync_replicas);
         let eligible_leader_replicas = without(&self.eligible_leader_replicas);
         let others_unclean = self.unclean_replicas.iter().any(|r| r.node != node);
+        // A log that restarted at an offset with no batch since (after a
+        // snapshot install, say) holds what it must: only one that ends at
+        // offset 0 lost everything.
         if in_sync_replicas.is_empty()
             && eligible_leader_replicas.is_empty()
             && !others_unclean
-            && !log_end.is_empty()
+            && log_end.log_end_offset != Offset::ZERO
         {
             return None;
         }

@@ -347,9 +347,13 @@ impl FollowerProgress {
         high_watermark: Offset,
         epoch_start_offset: Offset,
     ) -> bool {
+        // A restarted follower not caught up yet is out of sync
+        // (`is_out_of_sync`): taking it back now would shrink it away at
+        // the next check, and flap the ISR while it catches up.
         match self.log_end_offset {
             Some(log_end_offset) => {
                 self.fetched_in_current_epoch
+                    && !self.restarted_behind
                     && log_end_offset >= high_watermark
                     && log_end_offset >= epoch_start_offset
             }
@@ -703,8 +707,7 @@ mod tests {
                 row.name
             );
             assert_eq!(
-                progress.is_eligible_for_isr(Offset(0), Offset(0)),
-                row.expected_fetched,
+                progress.fetched_in_current_epoch, row.expected_fetched,
                 "{}",
                 row.name
             );
@@ -792,9 +795,13 @@ mod tests {
         assert!(progress.is_out_of_sync(base + ms(4), limit));
         progress.record_fetch(Offset(3), Offset(5), FetchArrival::New(base + ms(5)), next);
         assert!(progress.is_out_of_sync(base + ms(6), limit));
+        // At the high watermark but not at the leader's end: not taken
+        // back into the ISR either (it would be shrunk at once).
+        assert!(!progress.is_eligible_for_isr(Offset(3), Offset(0)));
         // Caught up with the leader's end as of that fetch: in sync again.
         progress.record_fetch(Offset(5), Offset(5), FetchArrival::New(base + ms(7)), next);
         assert!(!progress.is_out_of_sync(base + ms(8), limit));
+        assert!(progress.is_eligible_for_isr(Offset(3), Offset(0)));
         // The first incarnation counted is no restart.
         let mut first = FollowerProgress::new(base);
         first.record_fetch(Offset(0), Offset(5), FetchArrival::New(base + ms(1)), INC);

@@ -468,12 +468,16 @@ fn read_at(file: &File, path: &Path, position: u64, len: usize) -> Result<Vec<u8
 /// Walks the data file of the segment at `base` batch by batch, checking
 /// what recovery checks: header, length, CRC, offsets contiguous from
 /// `start`, epochs never going back from `last_epoch` and, when `epochs`
-/// is given, each batch's epoch the one the cache gives for its offset.
-/// `None` when the file is gone (deleted since the directory was listed).
+/// is given, each batch's epoch the one the cache gives for its offset
+/// (for a batch wholly below `log_start`, at most the one it gives the log
+/// start, as recovery checks it: the cache no longer describes deleted
+/// records). `None` when the file is gone (deleted since the directory was
+/// listed).
 fn walk_segment(
     dir: &Path,
     base: Offset,
     start: Offset,
+    log_start: Offset,
     last_epoch: &mut Option<LeaderEpoch>,
     epochs: &mut Option<Vec<EpochEntry>>,
 ) -> Result<Option<Walked>> {
@@ -544,11 +548,18 @@ fn walk_segment(
         let h = *batch.header();
         // The epoch the cache gives for this batch's offset, when the cache
         // file is trusted and disagrees (recovery checks the same).
+        let last_offset = Offset(h.base_offset.0 + u64::from(h.last_offset_delta));
         let disagrees = |entries: &Option<Vec<EpochEntry>>| {
-            entries
-                .as_deref()
-                .map(|e| expected_epoch(e, h.base_offset))
-                .filter(|expected| *expected != Some(h.leader_epoch))
+            entries.as_deref().and_then(|e| {
+                if last_offset < log_start {
+                    expected_epoch(e, log_start)
+                        .filter(|ceiling| h.leader_epoch > *ceiling)
+                        .map(Some)
+                } else {
+                    Some(expected_epoch(e, h.base_offset.max(log_start)))
+                        .filter(|expected| *expected != Some(h.leader_epoch))
+                }
+            })
         };
         let mut cache_disagrees = disagrees(epochs);
         if cache_disagrees.is_some() {
@@ -840,7 +851,8 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
             .map(|s: &SegmentReport| s.next_offset);
         // A segment that does not continue the one before it still gets
         // walked for the report, from its own name.
-        let Some(walked) = walk_segment(dir, base, base, &mut last_epoch, &mut entries)? else {
+        let Some(walked) = walk_segment(dir, base, base, log_start, &mut last_epoch, &mut entries)?
+        else {
             continue;
         };
         let segment = walked.segment;

@@ -1208,6 +1208,11 @@ impl Log {
     pub fn halt_for_crash(&self) -> Vec<(PathBuf, u64)> {
         self.commit
             .poison("the process was halted (simulated crash)".to_string());
+        // A log start move writes its checkpoint and deletes files holding
+        // only `checkpoint_lock`: wait for it, so that no file of this
+        // "dead" process changes after the halt (a restart may reopen the
+        // directory at once).
+        let _serial = self.checkpoint_lock.lock();
         let state = self.state.write();
         state
             .segments

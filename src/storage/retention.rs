@@ -148,6 +148,8 @@ impl Log {
     /// write.
     fn raise_log_start_offset(&self, offset: Offset, within_high_watermark: bool) -> Result<u64> {
         let serial = self.checkpoint_lock.lock();
+        // A halt (a simulated crash) may have come while this waited.
+        self.commit.check_not_poisoned(&self.dir)?;
         let high_watermark = {
             let state = self.state.read();
             if within_high_watermark && offset > state.high_watermark {

@@ -1412,8 +1412,9 @@ fn inject_faults<C: FaultTarget>(
                     continue;
                 };
                 // Under power loss without flushing every crash is a power
-                // loss (issue 23); the number is drawn all the same, so the
-                // seeds' fault sequences stay as they were.
+                // loss (issue 23); the coin is drawn all the same. (That
+                // mode's seeds no longer replay their schedules from before
+                // this rule: each crash now draws a power loss's seed too.)
                 let coin = rng.next_u64().is_multiple_of(2);
                 let power_loss = match config.crash_mode {
                     CrashMode::Process => false,

@@ -436,3 +436,33 @@ fn a_missing_first_segment_is_a_refusal_naming_the_next() {
     let err = open_with(copy.path(), healthy_config(), &clock()).unwrap_err();
     assert!(matches!(err, isrlog::Error::Corrupt { .. }), "{err}");
 }
+
+/// Issue 25: a log whose start moved past a leader change, inside a
+/// segment, then closed cleanly and reopened (which trims the epoch file to
+/// the log start): the batches below the log start carry an earlier epoch
+/// than the file's first entry, which is no damage (recovery checks them
+/// against the epoch the cache gives the log start, and so does inspect).
+#[test]
+fn a_log_start_past_a_leader_change_is_reported_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes_max: 1 << 20,
+        ..LogConfig::default()
+    };
+    {
+        let log = open(dir.path(), config.clone());
+        for (epoch, count) in [(0, 3), (2, 3)] {
+            for i in 0..count {
+                log.append_as_leader(&batch(&format!("e{epoch}-{i}"), 2), LeaderEpoch(epoch))
+                    .unwrap();
+            }
+        }
+        log.set_high_watermark(log.log_end_offset());
+        log.set_log_start_offset(Offset(8)).unwrap();
+        log.close().unwrap();
+    }
+    // The reopen trims the epoch file: its first entry is now (2, 8).
+    open(dir.path(), config).close().unwrap();
+    let report = inspect_unchanged(dir.path());
+    assert!(report.is_healthy(), "{report}");
+}

@@ -45,9 +45,12 @@ pub struct NodeConfig {
     /// are left as after an uncontrolled stop: their followers elect a new
     /// leader once the node's session ends (when ending it completes, or
     /// when it expires). Their data is flushed and closed all the same, so
-    /// the node's next start is a clean one. Stopping the node's threads
-    /// afterwards waits at most for the one coordinator call its control
-    /// thread may be in. Zero turns controlled shutdown off: the node just
+    /// the node's next start is a clean one. From the shutdown's start the
+    /// node's control thread makes no coordinator call of its own
+    /// (heartbeats, ISR changes), so stopping the threads afterwards waits
+    /// for none; a coordinator call of the controller thread still running
+    /// at the deadline is not waited for either. Zero turns controlled
+    /// shutdown off: the node just
     /// stops, and the controller moves leadership once its session ends.
     /// Default 5 s.
     pub controlled_shutdown_timeout: Duration,

@@ -126,6 +126,14 @@ pub(crate) struct NodeShared {
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
     /// waiting (nothing can replicate a stopped node's log any more).
     stop: AtomicBool,
+    /// Set when a controlled shutdown begins: the control thread then makes
+    /// no coordinator call of its own (heartbeats, ISR proposals, the
+    /// incarnation view, resyncs, report retries), so that none is still
+    /// running when the shutdown's deadline passes and the thread is
+    /// joined. It still follows the coordinator's notifications (a log
+    /// handed over makes this node a follower). Its session ends with the
+    /// shutdown anyway.
+    winding_down: AtomicBool,
     /// Where the next fetch answer starts among the logs it names, so that
     /// when the response budget runs out it is not always the same logs that
     /// go without data (Kafka's fetcher moves each fetched partition to the
@@ -340,6 +348,7 @@ impl Node {
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
             completions: CompletionRunner::new(),
@@ -647,6 +656,7 @@ impl Node {
         let timeout = self.shared.config.controlled_shutdown_timeout;
         let deadline = Instant::now() + timeout;
         if !timeout.is_zero() {
+            self.shared.winding_down.store(true, Ordering::SeqCst);
             // A candidate not holding the controller seat is not needed any
             // more: its thread ends meanwhile (a seated controller goes on
             // electing while the logs hand over).
@@ -2257,16 +2267,19 @@ fn control_loop(
     let mut next_flush = flush_interval.map(|interval| Instant::now() + interval);
     let mut next_report_retry = Instant::now() + UNCLEAN_REPORT_RETRY_INTERVAL;
     while !shared.stop.load(Ordering::SeqCst) {
+        let winding_down = shared.winding_down.load(Ordering::SeqCst);
         select! {
             recv(events) -> event => match event {
                 Ok(CoordinatorEvent::LogChanged(state)) => shared.reconcile(&state),
-                Ok(CoordinatorEvent::Resync) => {
+                Ok(CoordinatorEvent::Resync) if !winding_down => {
                     shared.refresh_incarnations();
                     shared.resync();
                 }
                 // A node came, went, or registered again: its incarnation
                 // may have changed.
-                Ok(CoordinatorEvent::NodesChanged { .. }) => shared.refresh_incarnations(),
+                Ok(CoordinatorEvent::NodesChanged { .. }) if !winding_down => {
+                    shared.refresh_incarnations()
+                }
                 Ok(_) => {}
                 Err(_) => {
                     tracing::warn!(node = %shared.local(), "coordinator subscription closed");
@@ -2275,6 +2288,7 @@ fn control_loop(
             },
             recv(commands) -> command => {
                 match command {
+                    Ok(Command::IsrProposal(_)) if winding_down => {}
                     Ok(Command::IsrProposal(log)) => {
                         if let Some(replica) = shared.replica(log) {
                             if let Some(proposal) = replica.take_isr_proposal() {
@@ -2282,7 +2296,10 @@ fn control_loop(
                             }
                         }
                     }
-                    Ok(Command::RefreshIncarnations) => shared.refresh_incarnations(),
+                    Ok(Command::RefreshIncarnations) if !winding_down => {
+                        shared.refresh_incarnations()
+                    }
+                    Ok(Command::RefreshIncarnations) => {}
                     Err(_) => {}
                 }
             },
@@ -2293,6 +2310,9 @@ fn control_loop(
         // the coordinator's whole call timeout.
         if shared.stop.load(Ordering::SeqCst) {
             break;
+        }
+        if winding_down {
+            continue;
         }
         let now = Instant::now();
         if now >= next_report_retry {

@@ -17,13 +17,14 @@ use crate::failover_support::{committed_values, replication};
 const NODES: u32 = 3;
 const LOGS: u32 = 100;
 const CALL: Duration = Duration::from_secs(1);
-/// Past the deadline: the one coordinator call the control thread may be
-/// in (`CALL`, documented at `NodeConfig::controlled_shutdown_timeout`),
-/// and closing 100 logs on a loaded machine. The seated controller's
-/// control thread is busy with its own elections' notifications, so it is
-/// in a call at the deadline in most runs (measured over 20 runs at a
-/// 4.5 s deadline: 4.59 to 5.97 s, 12 of them above 5.6 s).
-const SLACK: Duration = Duration::from_millis(CALL.as_millis() as u64 + 1000);
+/// Past the deadline: ending the session gets 200 ms more (documented at
+/// `NodeConfig::controlled_shutdown_timeout`), then the logs close (local
+/// I/O, 100 logs on a loaded machine). No coordinator call is waited for:
+/// the control thread makes none of its own once the shutdown begins
+/// (before that change the seated controller returned after up to 5.97 s
+/// at a 4.5 s deadline, its control thread inside a 1 s call; after it,
+/// 4.75 to 5.19 s in 4 runs beside a 200-seed fault test).
+const SLACK: Duration = Duration::from_millis(1500);
 const WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// 4.5 s: enough for the four calls of a hand-over, made for every log

@@ -65,7 +65,7 @@ use zookeeper_client as zk;
 use super::config::ZkCoordinatorConfig;
 use super::document::{
     self, Subject, CLUSTER_ID, CONTROLLER, CONTROLLER_EPOCH, DIRECTORIES, LOGS, NODES,
-    OLD_CONTROLLER_SEAT, PRODUCER_IDS,
+    OLD_CONTROLLER_SEAT, PRODUCER_IDS, PRODUCER_IDS_HIGH_MARK,
 };
 use super::events::Dispatcher;
 use super::executor::{Effect, Executor};
@@ -1004,7 +1004,9 @@ fn producer_ids_missing(what: &str) -> String {
         "cannot {what}: {PRODUCER_IDS} is missing: it is created once, with the cluster, and \
          never recreated, since starting again at 0 would hand out producer ids twice; create \
          {PRODUCER_IDS} with {{\"format\":1,\"next_block_start\":N}}, N above every producer \
-         id handed out (for instance the largest in any log plus a block)"
+         id handed out (for instance the largest in any log plus a block, and at least the \
+         next_block_start of {PRODUCER_IDS_HIGH_MARK} if an earlier version left one: it is \
+         kept equal to the counter while it exists)"
     )
 }
 
@@ -2563,7 +2565,13 @@ impl Coordinator for ZkCoordinator {
     }
 
     /// Hands out ids from a block reserved by compare-and-set on the shared
-    /// counter, reserving the next block when this one is used up.
+    /// counter, reserving the next block when this one is used up. An
+    /// earlier version's `/producer_ids_high_mark`, while it exists, moves
+    /// with the counter in the same transaction (conditional on its
+    /// version), so that an earlier-version node of a rolling upgrade that
+    /// recreates a missing counter from it never goes below an id handed
+    /// out. (Deleting it instead would not last: such a node recreates it
+    /// from the counter whenever it opens, and would again find it stale.)
     fn allocate_producer_id(&self) -> Result<ProducerId> {
         let shared = Arc::clone(&self.handle.shared);
         let mut block = shared.producer_ids.lock();
@@ -2576,21 +2584,41 @@ impl Coordinator for ZkCoordinator {
         let reserved = self.run_write(
             "reserve a block of producer ids".to_owned(),
             move |shared, deadline, what| async move {
+                let missing = |what: &str| Error::CoordinatorDocument {
+                    path: PRODUCER_IDS.to_owned(),
+                    reason: producer_ids_missing(what),
+                };
                 loop {
                     let read = shared
                         .read(deadline, &what, |client| async move {
-                            client.get_data(PRODUCER_IDS).await
+                            let mut reader = client.new_multi_reader();
+                            reader.add_get_data(PRODUCER_IDS)?;
+                            reader.add_get_data(PRODUCER_IDS_HIGH_MARK)?;
+                            reader.commit().await
                         })
-                        .await?;
-                    let (data, stat) = match read {
-                        Ok(read) => read,
-                        Err(zk::Error::NoNode) => {
-                            return Err(Error::CoordinatorDocument {
-                                path: PRODUCER_IDS.to_owned(),
-                                reason: producer_ids_missing(&what),
-                            })
+                        .await?
+                        .map_err(|e| zk_error(&what, e))?;
+                    let mut read = read.into_iter();
+                    let (data, stat) = match read.next() {
+                        Some(zk::MultiReadResult::Data { data, stat }) => (data, stat),
+                        Some(zk::MultiReadResult::Error {
+                            err: zk::Error::NoNode,
+                        }) => return Err(missing(&what)),
+                        other => return Err(unexpected(&what, &other)),
+                    };
+                    let mark = match read.next() {
+                        Some(zk::MultiReadResult::Data { data, stat }) => {
+                            // Only ever raised: an unreadable mark is
+                            // overwritten with the counter.
+                            let value = document::decode_producer_ids(&data)
+                                .map(|(value, _)| value)
+                                .unwrap_or(0);
+                            Some((value, stat.version))
                         }
-                        Err(e) => return Err(zk_error(&what, e)),
+                        Some(zk::MultiReadResult::Error {
+                            err: zk::Error::NoNode,
+                        }) => None,
+                        other => return Err(unexpected(&what, &other)),
                     };
                     let (start, unknown) = document::decode_producer_ids(&data)?;
                     let end = start
@@ -2598,20 +2626,37 @@ impl Coordinator for ZkCoordinator {
                         .ok_or_else(|| coordinator_error("producer ids exhausted".to_owned()))?;
                     let client = shared.main_client(deadline, &what).await?;
                     connected(&client, deadline, &what).await?;
-                    let data = document::encode_producer_ids(end, &unknown);
-                    let written = client
-                        .set_data(PRODUCER_IDS, &data, Some(stat.version))
-                        .await;
-                    match unknown_if_lost(written, &what)? {
+                    let counter = document::encode_producer_ids(end, &unknown);
+                    let mut writer = client.new_multi_writer();
+                    writer
+                        .add_set_data(PRODUCER_IDS, &counter, Some(stat.version))
+                        .map_err(|e| zk_error(&what, e))?;
+                    let raised;
+                    if let Some((value, version)) = mark {
+                        raised =
+                            document::encode_producer_ids(value.max(end), &document::Extra::new());
+                        writer
+                            .add_set_data(PRODUCER_IDS_HIGH_MARK, &raised, Some(version))
+                            .map_err(|e| zk_error(&what, e))?;
+                    }
+                    match writer.commit().await {
                         Ok(_) => return Ok((start, end)),
-                        Err(zk::Error::BadVersion) => {}
-                        Err(zk::Error::NoNode) => {
-                            return Err(Error::CoordinatorDocument {
-                                path: PRODUCER_IDS.to_owned(),
-                                reason: producer_ids_missing(&what),
-                            })
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index: 0,
+                            source: zk::Error::NoNode,
+                        }) => return Err(missing(&what)),
+                        // The counter, or the mark, changed (or the mark
+                        // went) meanwhile: read both again.
+                        Err(zk::MultiWriteError::OperationFailed {
+                            source: zk::Error::BadVersion | zk::Error::NoNode,
+                            ..
+                        }) => {}
+                        Err(zk::MultiWriteError::RequestFailed { source })
+                            if is_connection_error(&source) =>
+                        {
+                            return Err(lost(&what))
                         }
-                        Err(error) => return Err(zk_error(&what, error)),
+                        Err(error) => return Err(zk_error(&what, error.into())),
                     }
                     if Instant::now() + RETRY_PAUSE >= deadline {
                         return Err(coordinator_error(format!(

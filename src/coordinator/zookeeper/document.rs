@@ -14,6 +14,8 @@
 //!                        is the state's compare-and-set version
 //! /producer_ids          persistent: {"format":1,"next_block_start":P};
 //!                        created with the cluster, never recreated
+//! /producer_ids_high_mark  an earlier version's copy of /producer_ids,
+//!                        never created, kept equal to it while it exists
 //! /directories/<node id> persistent: where the node placed its replicas
 //! ```
 //!
@@ -60,6 +62,12 @@ pub(super) const OLD_CONTROLLER_SEAT: &str = "/controller/seat";
 pub(super) const LOGS: &str = "/logs";
 /// The producer id counter (persistent, never recreated).
 pub(super) const PRODUCER_IDS: &str = "/producer_ids";
+/// An earlier version's second copy of [`PRODUCER_IDS`], from which that
+/// version recreates a missing counter. This version never creates it, but
+/// while it exists every reservation moves it with the counter, in the same
+/// transaction: a mark left behind would let an earlier-version node in a
+/// rolling upgrade recreate the counter below ids already handed out.
+pub(super) const PRODUCER_IDS_HIGH_MARK: &str = "/producer_ids_high_mark";
 /// The cluster id (SPEC 2.8; Kafka's `/cluster/id`), created with the
 /// layout. A store set up by a version without it gets one at the next
 /// connect.

@@ -444,6 +444,20 @@ pub(super) fn encode_controller(
     })
 }
 
+/// The epoch of a controller epoch record created in a store that may
+/// have handed out controller epochs before (a store half-created by an
+/// earlier version), given `zxid`, a zxid read before the creation (the
+/// chroot's `pzxid`).
+///
+/// Every election sets the epoch to one more than the last in its own
+/// ZooKeeper transaction, and a record starts at a zxid read before its
+/// creation; zxids grow by at least one per transaction, so by induction
+/// every epoch is at most the zxid of the transaction that set it, and one
+/// more than a zxid read after every such transaction is above all of them.
+pub(super) fn controller_epoch_floor(zxid: i64) -> u64 {
+    u64::try_from(zxid).unwrap_or(0).saturating_add(1)
+}
+
 /// Decodes the controller epoch record at `path` stored with ZooKeeper
 /// version `version`. The epoch must equal the base plus the version
 /// (every election bumps both in one conditional write), which is what
@@ -847,6 +861,8 @@ mod tests {
             decode_controller(CONTROLLER_EPOCH, &elected, 2).unwrap(),
             record(502, Some(NodeId(1)), 500)
         );
+        assert!(controller_epoch_floor(41) > 41);
+        assert_eq!(controller_epoch_floor(-1), 1);
     }
 
     /// A newer version's fields in the two singleton counters are kept and

@@ -589,6 +589,11 @@ struct Shared {
     /// warning is logged once per znode and reason, not at every pass.
     /// Bounded by the number of znodes in the layout.
     unreadable: Mutex<HashMap<String, String>>,
+    /// Nodes unregistered through this coordinator whose given-up session
+    /// (its id) may still own the node's znode: an unregistration whose
+    /// outcome was unknown, until a later call settles it or the node
+    /// registers again. Bounded by the number of nodes.
+    unregistering: Mutex<BTreeMap<NodeId, i64>>,
     /// Set when the coordinator is being dropped: calls still running on
     /// the executor give up instead of waiting for a session.
     stopping: AtomicBool,
@@ -634,6 +639,7 @@ impl ZkCoordinator {
             ended_locally: Mutex::new(BTreeSet::new()),
             suspended: Mutex::new(BTreeSet::new()),
             unreadable: Mutex::new(HashMap::new()),
+            unregistering: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
             membership_stale: AtomicBool::new(false),
             config,
@@ -740,6 +746,83 @@ impl ZkCoordinator {
         let shared = Arc::clone(&self.handle.shared);
         let future = job(shared, deadline, what.clone());
         self.handle.executor.call(&what, effect, deadline, future)
+    }
+
+    /// Settles a registration of `node` whose outcome is unknown (`error`)
+    /// before it is answered (issue 24 review): a node whose start fails
+    /// does not register again, so nobody else would. The create of the
+    /// node's znode may have been applied, owned by `abandoned`, the
+    /// session opened for it (given up with the job: it closes, or
+    /// expires). Syncs, reads `/nodes/<node>` and, if that session owns it,
+    /// deletes it at the version read; the answer is then a plain failure
+    /// (not registered, nothing left behind). It stays outcome-unknown only
+    /// when that cannot be read or done.
+    ///
+    /// A create that was delayed rather than lost can still land after the
+    /// read; its znode belongs to a session nobody uses and goes when that
+    /// session expires, as a crashed node's does.
+    fn settle_lost_registration(
+        &self,
+        node: NodeId,
+        abandoned: Option<i64>,
+        error: Error,
+    ) -> Error {
+        let Some(session) = abandoned else {
+            // No session was opened, so no create was sent.
+            return coordinator_error(format!(
+                "cannot register {node}: {error}; no ZooKeeper session was opened for it, so \
+                 nothing was created: register again"
+            ));
+        };
+        let settled = self.run_write(
+            format!("settle the registration of {node}"),
+            move |shared, deadline, what| async move {
+                let path = document::node_path(node);
+                shared.sync_strictly(deadline, &what).await?;
+                let read = shared
+                    .read(deadline, &what, |client| {
+                        let path = path.clone();
+                        async move { client.check_stat(&path).await }
+                    })
+                    .await?
+                    .map_err(|e| zk_error(&format!("read {path}"), e))?;
+                let stat = match read {
+                    Some(stat) if stat.ephemeral_owner == session => stat,
+                    _ => return Ok(format!("ZooKeeper does not list {path} under that session")),
+                };
+                let client = shared.main_client(deadline, &what).await?;
+                connected(&client, deadline, &what).await?;
+                let deleted = client.delete(&path, Some(stat.version)).await;
+                match unknown_if_lost(deleted, &what)? {
+                    Ok(()) => Ok(format!(
+                        "{path}, which its create left under that session, was deleted"
+                    )),
+                    Err(zk::Error::NoNode | zk::Error::BadVersion) => {
+                        Ok(format!("{path} went with that session meanwhile"))
+                    }
+                    Err(error) => Err(zk_error(&format!("delete {path}"), error)),
+                }
+            },
+        );
+        match settled {
+            Ok(how) => {
+                tracing::warn!(%node, session = format_args!("{session:#x}"), %error,
+                    "a registration's answer was lost; settled: {how}");
+                coordinator_error(format!(
+                    "cannot register {node}: {error}; settled since: {how}, so {node} is not \
+                     registered; register again"
+                ))
+            }
+            Err(settle_error) => Error::CoordinatorOutcomeUnknown {
+                operation: format!("register {node}"),
+                reason: format!(
+                    "{error}; settling it (whether ZooKeeper session {session:#x} owns \
+                     {}) failed too: {settle_error}; the znode, if there, goes when that \
+                     session expires",
+                    document::node_path(node)
+                ),
+            },
+        }
     }
 }
 
@@ -2470,7 +2553,11 @@ impl Coordinator for ZkCoordinator {
     /// is opened while the first may still hold the node's znode.
     /// The incarnation is the czxid of the node's ephemeral znode, as
     /// Kafka's broker epoch is: a later znode, made by a later session, has
-    /// a larger one. Renewing a live session keeps it.
+    /// a larger one. Renewing a live session keeps it. A registration whose
+    /// answer was lost is settled before this returns (the znode the
+    /// abandoned session may own is deleted, and the answer is a plain
+    /// failure); it is outcome-unknown only if ZooKeeper cannot be read or
+    /// written to settle it.
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
         if session_timeout.is_zero() {
             return Err(Error::InvalidConfig {
@@ -2523,9 +2610,12 @@ impl Coordinator for ZkCoordinator {
         let resume_connect = connect.clone();
         // A write: once the create of the node's znode was sent without an
         // answer, the znode may exist (owned by the session opened here,
-        // which closes when this job is dropped, or expires), and a failure
-        // says its outcome is unknown, never that nothing changed.
-        let client = self.run_write(
+        // which closes when this job is dropped, or expires). Such a
+        // failure is settled below, before returning: a node whose start
+        // fails gets no second chance to settle it (issue 24 review).
+        let opened: Arc<Mutex<Option<i64>>> = Arc::new(Mutex::new(None));
+        let opened_by_job = Arc::clone(&opened);
+        let registered = self.run_write(
             format!("register {node}"),
             move |shared, deadline, what| async move {
                 let client = before(
@@ -2541,6 +2631,9 @@ impl Coordinator for ZkCoordinator {
                     ))
                 })?
                 .map_err(|e| zk_error(&format!("open a session to {what}"), e))?;
+                // Known before any create is sent: what a failure leaves
+                // behind can only be this session's.
+                *opened_by_job.lock() = Some(client.session_id().0);
                 // ZooKeeper clamps a session's timeout to its
                 // [minSessionTimeout, maxSessionTimeout]; a node whose
                 // session outlives (or undercuts) its configured timeout
@@ -2613,10 +2706,20 @@ impl Coordinator for ZkCoordinator {
                 shared.sync(deadline).await;
                 Ok((client, created))
             },
-        )?;
-        let (client, created) = client;
+        );
+        let (client, created) = match registered {
+            Ok(registered) => registered,
+            Err(error) if error.is_outcome_unknown() => {
+                let abandoned = *opened.lock();
+                return Err(self.settle_lost_registration(node, abandoned, error));
+            }
+            Err(error) => return Err(error),
+        };
         let incarnation = incarnation_of(created);
         shared.ended_locally.lock().remove(&node);
+        // The node's znode belongs to the new session: an unregistration
+        // left unsettled has nothing left to settle.
+        shared.unregistering.lock().remove(&node);
         // A node unregistered while suspended and registered again is live
         // again, not hidden (review of issue 24).
         shared.suspended.lock().remove(&node);
@@ -2671,24 +2774,39 @@ impl Coordinator for ZkCoordinator {
     /// connection was lost), so the call then checks that the node's znode
     /// no longer belongs to that session; if it still does, or nothing can
     /// be checked in time, the outcome is unknown (the znode goes when the
-    /// session expires).
+    /// session expires). The given-up session is remembered until a check
+    /// settles it: calling again re-runs the check (the promise of
+    /// [`Coordinator::unregister_node`]) rather than answer that a node
+    /// without a session here is not registered.
     fn unregister_node(&self, node: NodeId) -> Result<()> {
-        let session = self.handle.shared.sessions.lock().remove(&node);
-        self.handle.shared.suspended.lock().remove(&node);
-        let Some(session) = session else {
-            return Ok(());
+        let shared = &self.handle.shared;
+        let session = shared.sessions.lock().remove(&node);
+        shared.suspended.lock().remove(&node);
+        let (session_id, state) = match session {
+            Some(session) => {
+                let client = session.client();
+                let session_id = client.session_id().0;
+                let state = client.state_watcher();
+                // Before the close: a call that fails from here on leaves
+                // something to settle.
+                shared.unregistering.lock().insert(node, session_id);
+                drop(client);
+                drop(session);
+                (session_id, Some(state))
+            }
+            None => match shared.unregistering.lock().get(&node) {
+                Some(&session_id) => (session_id, None),
+                None => return Ok(()),
+            },
         };
-        let client = session.client();
-        let session_id = client.session_id().0;
-        let mut state = client.state_watcher();
-        drop(client);
-        drop(session);
-        self.run_write(
+        let outcome = self.run_write(
             format!("unregister {node}"),
             move |shared, deadline, what| async move {
-                while !state.peek_state().is_terminated() {
-                    if before(deadline, state.changed()).await.is_none() {
-                        return Err(lost(&what));
+                if let Some(mut state) = state {
+                    while !state.peek_state().is_terminated() {
+                        if before(deadline, state.changed()).await.is_none() {
+                            return Err(lost(&what));
+                        }
                     }
                 }
                 let path = document::node_path(node);
@@ -2708,9 +2826,10 @@ impl Coordinator for ZkCoordinator {
                         Err(Error::CoordinatorOutcomeUnknown {
                             operation: what,
                             reason: format!(
-                                "the session was given up, but ZooKeeper still lists {path} \
-                                 under it (it did not hear the close): the node stays live \
-                                 until ZooKeeper expires the session"
+                                "the session {session_id:#x} was given up, but ZooKeeper still \
+                                 lists {path} under it (it did not hear the close): the node \
+                                 stays live until ZooKeeper expires the session; call again to \
+                                 settle it"
                             ),
                         })
                     }
@@ -2718,7 +2837,14 @@ impl Coordinator for ZkCoordinator {
                     Err(_) => Err(lost(&what)),
                 }
             },
-        )
+        );
+        if outcome.is_ok() {
+            let mut unregistering = shared.unregistering.lock();
+            if unregistering.get(&node) == Some(&session_id) {
+                unregistering.remove(&node);
+            }
+        }
+        outcome
     }
 
     fn live_nodes(&self) -> Result<Vec<NodeId>> {

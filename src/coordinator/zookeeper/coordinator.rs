@@ -65,7 +65,7 @@ use zookeeper_client as zk;
 use super::config::ZkCoordinatorConfig;
 use super::document::{
     self, Subject, CLUSTER_ID, CONTROLLER, CONTROLLER_EPOCH, DIRECTORIES, LOGS, NODES,
-    OLD_CONTROLLER_SEAT, PRODUCER_IDS,
+    OLD_CONTROLLER_SEAT, PRODUCER_IDS, PRODUCER_IDS_HIGH_MARK,
 };
 use super::events::Dispatcher;
 use super::executor::{Effect, Executor};
@@ -92,6 +92,12 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 /// How long opening a coordinator waits between attempts to connect and
 /// create the store's layout, until its call timeout.
 const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// How many times moving an earlier version's controller record is tried
+/// when the store changes under the transaction (another node moving it,
+/// an earlier-version node electing meanwhile) before the call gives up
+/// for now; every election tries again.
+const MOVE_ATTEMPTS_MAX: u32 = 8;
 
 /// Pause between two attempts to resume a suspended node session.
 const RESUME_PAUSE: Duration = Duration::from_millis(50);
@@ -216,8 +222,14 @@ struct ControllerView {
     /// nobody's).
     seat_owner: Option<i64>,
     /// An earlier version's persistent `/controller` record is where the
-    /// seat goes: it must be retired before anyone can be elected.
+    /// seat goes: it must be retired before anyone can be elected. (With
+    /// `/controller_epoch` missing, the view's epoch is that record's.)
     old_record: bool,
+    /// An ephemeral `/controller` that the election which last wrote the
+    /// record did not create (`/controller_epoch` restored, or the seat
+    /// created, by hand): nobody's seat, yet no election can take its
+    /// place until it goes.
+    stray_seat: bool,
     /// The zxid of the last change to the record or the seat.
     zxid: i64,
 }
@@ -577,6 +589,11 @@ struct Shared {
     /// warning is logged once per znode and reason, not at every pass.
     /// Bounded by the number of znodes in the layout.
     unreadable: Mutex<HashMap<String, String>>,
+    /// Nodes unregistered through this coordinator whose given-up session
+    /// (its id) may still own the node's znode: an unregistration whose
+    /// outcome was unknown, until a later call settles it or the node
+    /// registers again. Bounded by the number of nodes.
+    unregistering: Mutex<BTreeMap<NodeId, i64>>,
     /// Set when the coordinator is being dropped: calls still running on
     /// the executor give up instead of waiting for a session.
     stopping: AtomicBool,
@@ -622,6 +639,7 @@ impl ZkCoordinator {
             ended_locally: Mutex::new(BTreeSet::new()),
             suspended: Mutex::new(BTreeSet::new()),
             unreadable: Mutex::new(HashMap::new()),
+            unregistering: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
             membership_stale: AtomicBool::new(false),
             config,
@@ -729,6 +747,83 @@ impl ZkCoordinator {
         let future = job(shared, deadline, what.clone());
         self.handle.executor.call(&what, effect, deadline, future)
     }
+
+    /// Settles a registration of `node` whose outcome is unknown (`error`)
+    /// before it is answered (issue 24 review): a node whose start fails
+    /// does not register again, so nobody else would. The create of the
+    /// node's znode may have been applied, owned by `abandoned`, the
+    /// session opened for it (given up with the job: it closes, or
+    /// expires). Syncs, reads `/nodes/<node>` and, if that session owns it,
+    /// deletes it at the version read; the answer is then a plain failure
+    /// (not registered, nothing left behind). It stays outcome-unknown only
+    /// when that cannot be read or done.
+    ///
+    /// A create that was delayed rather than lost can still land after the
+    /// read; its znode belongs to a session nobody uses and goes when that
+    /// session expires, as a crashed node's does.
+    fn settle_lost_registration(
+        &self,
+        node: NodeId,
+        abandoned: Option<i64>,
+        error: Error,
+    ) -> Error {
+        let Some(session) = abandoned else {
+            // No session was opened, so no create was sent.
+            return coordinator_error(format!(
+                "cannot register {node}: {error}; no ZooKeeper session was opened for it, so \
+                 nothing was created: register again"
+            ));
+        };
+        let settled = self.run_write(
+            format!("settle the registration of {node}"),
+            move |shared, deadline, what| async move {
+                let path = document::node_path(node);
+                shared.sync_strictly(deadline, &what).await?;
+                let read = shared
+                    .read(deadline, &what, |client| {
+                        let path = path.clone();
+                        async move { client.check_stat(&path).await }
+                    })
+                    .await?
+                    .map_err(|e| zk_error(&format!("read {path}"), e))?;
+                let stat = match read {
+                    Some(stat) if stat.ephemeral_owner == session => stat,
+                    _ => return Ok(format!("ZooKeeper does not list {path} under that session")),
+                };
+                let client = shared.main_client(deadline, &what).await?;
+                connected(&client, deadline, &what).await?;
+                let deleted = client.delete(&path, Some(stat.version)).await;
+                match unknown_if_lost(deleted, &what)? {
+                    Ok(()) => Ok(format!(
+                        "{path}, which its create left under that session, was deleted"
+                    )),
+                    Err(zk::Error::NoNode | zk::Error::BadVersion) => {
+                        Ok(format!("{path} went with that session meanwhile"))
+                    }
+                    Err(error) => Err(zk_error(&format!("delete {path}"), error)),
+                }
+            },
+        );
+        match settled {
+            Ok(how) => {
+                tracing::warn!(%node, session = format_args!("{session:#x}"), %error,
+                    "a registration's answer was lost; settled: {how}");
+                coordinator_error(format!(
+                    "cannot register {node}: {error}; settled since: {how}, so {node} is not \
+                     registered; register again"
+                ))
+            }
+            Err(settle_error) => Error::CoordinatorOutcomeUnknown {
+                operation: format!("register {node}"),
+                reason: format!(
+                    "{error}; settling it (whether ZooKeeper session {session:#x} owns \
+                     {}) failed too: {settle_error}; the znode, if there, goes when that \
+                     session expires",
+                    document::node_path(node)
+                ),
+            },
+        }
+    }
 }
 
 fn no_session(node: NodeId, what: &str) -> Error {
@@ -820,21 +915,44 @@ async fn open_main_session(
         }
     }
     create_cluster(&client, &config.chroot).await?;
-    retire_old_controller_record(&client).await?;
-    // A missing counter does not stop a node from opening (its logs go on
-    // being served); what needs it fails, saying what to do.
-    for (path, restore) in [
-        (
-            CONTROLLER_EPOCH,
-            controller_epoch_missing as fn(&str) -> String,
-        ),
-        (PRODUCER_IDS, producer_ids_missing),
-    ] {
-        match client.check_stat(path).await {
-            Ok(Some(_)) => {}
-            Ok(None) => tracing::error!(znode = path, "{}", restore("open the coordinator")),
-            Err(e) => return Err(zk_error(&format!("check {}{path}", config.chroot), e)),
+    // An earlier version's record that cannot be moved now (unreadable, or
+    // changing under every attempt) must not stop this node from opening
+    // (its logs go on being served): every election tries the move again
+    // and says what is wrong.
+    if let Err(error) = retire_old_controller_record(&client, &mut || {}).await {
+        tracing::error!(znode = CONTROLLER, %error,
+            "cannot move an earlier version's controller record now; every election tries again");
+    }
+    // A missing counter does not stop a node from opening either; what
+    // needs it fails, saying what to do.
+    if stat_of(&client, &config.chroot, CONTROLLER_EPOCH)
+        .await?
+        .is_none()
+    {
+        let old = stat_of(&client, &config.chroot, CONTROLLER).await?;
+        if old.is_some_and(|stat| stat.ephemeral_owner == 0) {
+            tracing::warn!(
+                znode = CONTROLLER_EPOCH,
+                "{CONTROLLER_EPOCH} is missing and an earlier version's {CONTROLLER} record is \
+                 still there: the next election moves its epoch over"
+            );
+        } else {
+            tracing::error!(
+                znode = CONTROLLER_EPOCH,
+                "{}",
+                controller_epoch_missing("open the coordinator")
+            );
         }
+    }
+    if stat_of(&client, &config.chroot, PRODUCER_IDS)
+        .await?
+        .is_none()
+    {
+        tracing::error!(
+            znode = PRODUCER_IDS,
+            "{}",
+            producer_ids_missing("open the coordinator")
+        );
     }
     let watcher = client
         .watch("/", zk::AddWatchMode::PersistentRecursive)
@@ -848,21 +966,30 @@ async fn open_main_session(
     Ok((client, watcher))
 }
 
+/// The stat of `path`, or `None` if it is missing.
+async fn stat_of(client: &zk::Client, chroot: &str, path: &str) -> Result<Option<zk::Stat>> {
+    client
+        .check_stat(path)
+        .await
+        .map_err(|e| zk_error(&format!("check {chroot}{path}"), e))
+}
+
 /// Creates the cluster if the store has none: the cluster id and the two
 /// counters (controller epoch, producer ids) at 0, in one transaction, so
 /// that the counters exist exactly when the cluster does. The first
 /// process to connect to an empty store chooses the cluster id; everyone
 /// after finds it, as Kafka brokers do with `/cluster/id`.
 ///
-/// The counters are never created anywhere else: recreating a deleted one
-/// would restart it (issue 24, item 3), handing out producer ids twice or
+/// The counters are never created anywhere else (but see
+/// [`complete_half_created_cluster`]): recreating a deleted one would
+/// restart it (issue 24, item 3), handing out producer ids twice or
 /// letting a stale controller's version-conditional write pass. A store
 /// set up by a version without a cluster id (it has logs, or counters of
 /// its own) gets only the id.
 async fn create_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
     let what = format!("create the cluster under {chroot}");
     match client.check_stat(CLUSTER_ID).await {
-        Ok(Some(_)) => return Ok(()),
+        Ok(Some(_)) => return complete_half_created_cluster(client, chroot).await,
         Ok(None) => {}
         Err(e) => return Err(zk_error(&what, e)),
     }
@@ -908,6 +1035,80 @@ async fn create_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
     }
 }
 
+/// Completes a cluster an earlier version began and never finished (issue
+/// 24 review): that version created `/cluster_id` and the counters in
+/// separate steps, so a process that stopped in between left an id and no
+/// counters, which [`create_cluster`] would never complete (no election,
+/// no producer id, for good). Only a store that provably handed nothing out
+/// is completed: no child was ever created under `/logs` (its `cversion`
+/// is 0), and no counter, earlier-version `/controller` record or producer
+/// id high mark exists or ever existed. The chroot's `cversion` counts
+/// every creation and deletion of a child, so a chroot whose `cversion` is
+/// at most its number of children never lost one: had a counter existed,
+/// it would still be there. (Without that, a store whose counters an
+/// operator deleted before any log was created would get its producer
+/// ids from 0 again, handing out ids its producers still hold.) Both
+/// counters are created in one transaction (one process wins; the others
+/// find them). The controller epoch starts at
+/// [`document::controller_epoch_floor`] of the chroot's `pzxid` rather
+/// than 0, which is sound even if the rule above were ever too lenient;
+/// producer ids start at 0.
+async fn complete_half_created_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
+    let what = format!("complete the half-created cluster under {chroot}");
+    let (_, logs) = client
+        .get_data(LOGS)
+        .await
+        .map_err(|e| zk_error(&what, e))?;
+    if logs.cversion != 0 {
+        return Ok(());
+    }
+    let (children, root) = client
+        .get_children("/")
+        .await
+        .map_err(|e| zk_error(&what, e))?;
+    let counters = [
+        CONTROLLER,
+        CONTROLLER_EPOCH,
+        PRODUCER_IDS,
+        PRODUCER_IDS_HIGH_MARK,
+    ];
+    let never_lost_a_child = usize::try_from(root.cversion).is_ok_and(|n| n <= children.len());
+    let has_a_counter = children
+        .iter()
+        .any(|child| counters.iter().any(|path| path[1..] == **child));
+    if has_a_counter || !never_lost_a_child {
+        return Ok(());
+    }
+    let floor = document::controller_epoch_floor(root.pzxid.max(root.mzxid));
+    let none = document::Extra::new();
+    let ops = [
+        (
+            CONTROLLER_EPOCH,
+            document::encode_controller(ControllerEpoch(floor), None, floor, &none),
+        ),
+        (PRODUCER_IDS, document::encode_producer_ids(0, &none)),
+    ];
+    let mut writer = client.new_multi_writer();
+    for (path, data) in &ops {
+        writer
+            .add_create(path, data, &persistent())
+            .map_err(|e| zk_error(&what, e))?;
+    }
+    match writer.commit().await {
+        Ok(_) => {
+            tracing::warn!(chroot, controller_epoch = floor,
+                "completed a cluster an earlier version created without its counters: created {CONTROLLER_EPOCH} and {PRODUCER_IDS}");
+            Ok(())
+        }
+        // Another process completed it meanwhile.
+        Err(zk::MultiWriteError::OperationFailed {
+            source: zk::Error::NodeExists,
+            ..
+        }) => Ok(()),
+        Err(error) => Err(zk_error(&what, error.into())),
+    }
+}
+
 /// Moves the controller epoch out of an earlier version's persistent
 /// `/controller` record into `/controller_epoch`, once, in one transaction
 /// conditional on the old record's version: the old record and its seat
@@ -916,73 +1117,133 @@ async fn create_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
 /// created at the old epoch — or, if it exists already (an earlier-version
 /// node recreated the old record), moved above both. Nothing to do when
 /// `/controller` is missing or is the ephemeral seat.
-async fn retire_old_controller_record(client: &zk::Client) -> Result<()> {
+///
+/// A transaction that fails because the store changed meanwhile (another
+/// node moved it, an earlier-version node elected a controller) is read
+/// and tried again, up to [`MOVE_ATTEMPTS_MAX`] times: taking it for
+/// success left the old record in place, and with `/controller_epoch`
+/// missing no election could ever run (issue 24 review). `before_commit`
+/// runs just before each commit (tests change the store there).
+async fn retire_old_controller_record(
+    client: &zk::Client,
+    before_commit: &mut (dyn FnMut() + Send),
+) -> Result<()> {
     let what = format!("move the controller epoch from {CONTROLLER} to {CONTROLLER_EPOCH}");
-    let (data, stat) = match client.get_data(CONTROLLER).await {
-        Ok(read) => read,
-        Err(zk::Error::NoNode) => return Ok(()),
-        Err(e) => return Err(zk_error(&what, e)),
-    };
-    if stat.ephemeral_owner != 0 {
-        return Ok(());
-    }
-    let old = document::decode_controller(CONTROLLER, &data, stat.version)?;
-    let seat = client
-        .check_stat(OLD_CONTROLLER_SEAT)
-        .await
-        .map_err(|e| zk_error(&what, e))?;
-    let current = match client.get_data(CONTROLLER_EPOCH).await {
-        Ok((data, stat)) => Some((
-            document::decode_controller(CONTROLLER_EPOCH, &data, stat.version)?,
-            stat.version,
-        )),
-        Err(zk::Error::NoNode) => None,
-        Err(e) => return Err(zk_error(&what, e)),
-    };
-    let mut writer = client.new_multi_writer();
-    if seat.is_some() {
-        writer
-            .add_delete(OLD_CONTROLLER_SEAT, None)
+    for attempt in 1..=MOVE_ATTEMPTS_MAX {
+        let (data, stat) = match client.get_data(CONTROLLER).await {
+            Ok(read) => read,
+            Err(zk::Error::NoNode) => return Ok(()),
+            Err(e) => return Err(zk_error(&what, e)),
+        };
+        if stat.ephemeral_owner != 0 {
+            return Ok(());
+        }
+        let current = match client.get_data(CONTROLLER_EPOCH).await {
+            Ok((data, stat)) => Some((data, stat.version)),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(zk_error(&what, e)),
+        };
+        let old = document::decode_controller(CONTROLLER, &data, stat.version)
+            .map_err(|error| not_an_old_record(&error, current.is_some()))?;
+        let current = match current {
+            Some((data, version)) => Some((
+                document::decode_controller(CONTROLLER_EPOCH, &data, version)?,
+                version,
+            )),
+            None => None,
+        };
+        let seat = client
+            .check_stat(OLD_CONTROLLER_SEAT)
+            .await
             .map_err(|e| zk_error(&what, e))?;
+        let mut writer = client.new_multi_writer();
+        if seat.is_some() {
+            writer
+                .add_delete(OLD_CONTROLLER_SEAT, None)
+                .map_err(|e| zk_error(&what, e))?;
+        }
+        writer
+            .add_delete(CONTROLLER, Some(stat.version))
+            .map_err(|e| zk_error(&what, e))?;
+        let epoch = match &current {
+            None => {
+                let record =
+                    document::encode_controller(old.epoch, None, old.epoch.0, &old.unknown);
+                writer
+                    .add_create(CONTROLLER_EPOCH, &record, &persistent())
+                    .map_err(|e| zk_error(&what, e))?;
+                old.epoch
+            }
+            Some((record, version)) => {
+                let next_version = u64::try_from(*version).unwrap_or(0) + 1;
+                let epoch = ControllerEpoch(record.epoch.0.max(old.epoch.0) + 1);
+                let data = document::encode_controller(
+                    epoch,
+                    None,
+                    epoch.0 - next_version,
+                    &record.unknown,
+                );
+                writer
+                    .add_set_data(CONTROLLER_EPOCH, &data, Some(*version))
+                    .map_err(|e| zk_error(&what, e))?;
+                epoch
+            }
+        };
+        before_commit();
+        match writer.commit().await {
+            Ok(_) => {
+                tracing::warn!(znode = CONTROLLER, %epoch,
+                    "moved the controller epoch of an earlier version's {CONTROLLER} to {CONTROLLER_EPOCH}");
+                return Ok(());
+            }
+            // Someone else moved it, or it changed meanwhile: read again.
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) => {
+                tracing::debug!(%source, attempt, "{what}: the store changed meanwhile; reading again");
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) if is_connection_error(&source) => {
+                return Err(lost(&what))
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                return Err(zk_error(&what, source))
+            }
+        }
+        async_io::Timer::after(RETRY_PAUSE).await;
     }
-    writer
-        .add_delete(CONTROLLER, Some(stat.version))
-        .map_err(|e| zk_error(&what, e))?;
-    let epoch = match &current {
-        None => {
-            let record = document::encode_controller(old.epoch, None, old.epoch.0, &old.unknown);
-            writer
-                .add_create(CONTROLLER_EPOCH, &record, &persistent())
-                .map_err(|e| zk_error(&what, e))?;
-            old.epoch
-        }
-        Some((record, version)) => {
-            let next_version = u64::try_from(*version).unwrap_or(0) + 1;
-            let epoch = ControllerEpoch(record.epoch.0.max(old.epoch.0) + 1);
-            let data =
-                document::encode_controller(epoch, None, epoch.0 - next_version, &record.unknown);
-            writer
-                .add_set_data(CONTROLLER_EPOCH, &data, Some(*version))
-                .map_err(|e| zk_error(&what, e))?;
-            epoch
-        }
+    Err(coordinator_error(format!(
+        "cannot {what}: {CONTROLLER} or {CONTROLLER_EPOCH} changed under each of \
+         {MOVE_ATTEMPTS_MAX} attempts (are nodes of an earlier version still electing \
+         controllers?); the next election tries again"
+    )))
+}
+
+/// The error for a persistent `/controller` that does not decode as an
+/// earlier version's controller record (an operator's `create /controller
+/// ""`, say), given `error`, the decoder's, and whether `/controller_epoch`
+/// exists.
+fn not_an_old_record(error: &Error, epoch_exists: bool) -> Error {
+    let reason = match error {
+        Error::CoordinatorDocument { reason, .. } => reason.clone(),
+        other => other.to_string(),
     };
-    match writer.commit().await {
-        Ok(_) => {
-            tracing::warn!(znode = CONTROLLER, %epoch,
-                "moved the controller epoch of an earlier version's {CONTROLLER} to {CONTROLLER_EPOCH}");
-            Ok(())
-        }
-        // Someone else moved it, or it changed meanwhile: the caller reads
-        // again.
-        Err(zk::MultiWriteError::OperationFailed { source, .. }) => {
-            tracing::debug!(%source, "{what}: changed meanwhile");
-            Ok(())
-        }
-        Err(zk::MultiWriteError::RequestFailed { source }) if is_connection_error(&source) => {
-            Err(lost(&what))
-        }
-        Err(zk::MultiWriteError::RequestFailed { source }) => Err(zk_error(&what, source)),
+    let remedy = if epoch_exists {
+        format!(
+            "an operator deletes it (`deleteall {CONTROLLER}`; the controller epoch lives in \
+             {CONTROLLER_EPOCH}, which that leaves alone)"
+        )
+    } else {
+        format!(
+            "an operator restores the epoch, since {CONTROLLER_EPOCH} is missing too and there \
+             is no record to move it from: {}",
+            restore_controller_epoch()
+        )
+    };
+    Error::CoordinatorDocument {
+        path: CONTROLLER.to_owned(),
+        reason: format!(
+            "{reason}; it is persistent, so it is not the controller seat (ephemeral), and it is \
+             not an earlier version's controller record either: it holds the seat's place, and \
+             no controller is elected until {remedy}"
+        ),
     }
 }
 
@@ -992,10 +1253,37 @@ fn controller_epoch_missing(what: &str) -> String {
         "cannot {what}: {CONTROLLER_EPOCH} is missing: it is created once, with the cluster, \
          and never recreated, since a recreated record would start its version again at 0 and \
          could let a deposed controller's writes through or controller epochs go back; no \
-         controller is elected until an operator restores it: create {CONTROLLER_EPOCH} with \
-         {{\"format\":1,\"epoch\":E,\"controller\":null,\"epoch_base\":E}}, E above every \
-         controller epoch handed out (the ensemble's last zxid, as `srvr` shows it, is one)"
+         controller is elected until an operator restores it: {}",
+        restore_controller_epoch()
     )
+}
+
+/// How an operator restores `/controller_epoch`.
+fn restore_controller_epoch() -> String {
+    format!(
+        "create {CONTROLLER_EPOCH} with \
+         {{\"format\":1,\"epoch\":E,\"controller\":null,\"epoch_base\":E}}, E above every \
+         controller epoch handed out (the ensemble's last zxid, as `srvr` shows it, is one), \
+         then delete {CONTROLLER} if it exists (`deleteall {CONTROLLER}`): a seat taken before \
+         the restore was not won at the restored record, so nobody holds it, and no election \
+         can take its place while it is there"
+    )
+}
+
+/// The error of an election that finds the seat taken, but not by the
+/// election that last wrote the record (see [`ControllerView::stray_seat`]).
+fn stray_seat(what: &str, view: &ControllerView) -> Error {
+    Error::CoordinatorDocument {
+        path: CONTROLLER.to_owned(),
+        reason: format!(
+            "cannot {what}: the seat {CONTROLLER} is taken, but not by the election that wrote \
+             {CONTROLLER_EPOCH} (last controller epoch {}): {CONTROLLER_EPOCH} was restored, or \
+             {CONTROLLER} created, by hand; nobody is controller, and no election can take the \
+             seat until an operator deletes {CONTROLLER} (`deleteall {CONTROLLER}`; the epoch in \
+             {CONTROLLER_EPOCH} is kept) or the session holding it ends",
+            view.epoch
+        ),
+    }
 }
 
 /// What to do when `/producer_ids` is missing from a store in use.
@@ -1004,7 +1292,9 @@ fn producer_ids_missing(what: &str) -> String {
         "cannot {what}: {PRODUCER_IDS} is missing: it is created once, with the cluster, and \
          never recreated, since starting again at 0 would hand out producer ids twice; create \
          {PRODUCER_IDS} with {{\"format\":1,\"next_block_start\":N}}, N above every producer \
-         id handed out (for instance the largest in any log plus a block)"
+         id handed out (for instance the largest in any log plus a block, and at least the \
+         next_block_start of {PRODUCER_IDS_HIGH_MARK} if an earlier version left one: it is \
+         kept equal to the counter while it exists)"
     )
 }
 
@@ -1753,6 +2043,88 @@ impl Shared {
             Err((_, error)) => Err(zk_error(&what, error)),
         }
     }
+
+    /// One attempt of `node` (whose session's client is `client`) to take
+    /// the controller seat: reads the record and the seat, moves an
+    /// earlier version's record out of the way, and if the seat is free
+    /// writes the next epoch and creates the seat in one `multi`.
+    async fn try_seat(
+        &self,
+        client: &zk::Client,
+        node: NodeId,
+        deadline: Instant,
+        what: &str,
+    ) -> Result<SeatAttempt> {
+        let view = self.read_controller(deadline).await?;
+        if view.old_record {
+            // An earlier version's record holds the seat's place: move
+            // its epoch over, then read again.
+            connected(client, deadline, what).await?;
+            retire_old_controller_record(client, &mut || {}).await?;
+            return Ok(SeatAttempt::Raced);
+        }
+        if let Some(holder) = view.controller() {
+            let ours = holder == node && view.seat_owner == Some(client.session_id().0);
+            return Ok(SeatAttempt::Decided(ours.then_some(view.epoch)));
+        }
+        if view.stray_seat {
+            return Err(stray_seat(what, &view));
+        }
+        let epoch = view.epoch.next();
+        let record = document::encode_controller(epoch, Some(node), view.epoch_base, &view.unknown);
+        let seat = document::encode_controller(
+            epoch,
+            Some(node),
+            view.epoch_base,
+            &document::Extra::new(),
+        );
+        connected(client, deadline, what).await?;
+        let mut writer = client.new_multi_writer();
+        writer
+            .add_set_data(CONTROLLER_EPOCH, &record, Some(view.record_version))
+            .map_err(|e| zk_error(what, e))?;
+        writer
+            .add_create(CONTROLLER, &seat, &ephemeral())
+            .map_err(|e| zk_error(what, e))?;
+        match writer.commit().await {
+            Ok(results) => {
+                let zxid = match results.first() {
+                    Some(zk::MultiWriteResult::SetData { stat }) => stat.mzxid,
+                    _ => i64::MIN,
+                };
+                tracing::info!(controller = %node, %epoch, "controller elected");
+                self.dispatcher
+                    .lock()
+                    .controller_changed(zxid, Some(node), epoch);
+                self.sync(deadline).await;
+                Ok(SeatAttempt::Decided(Some(epoch)))
+            }
+            // Someone else changed the record or took the seat: read again
+            // and see who.
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::BadVersion | zk::Error::NodeExists,
+                ..
+            }) => Ok(SeatAttempt::Raced),
+            // Unknown whether the seat is ours: the next read's seat owner
+            // tells.
+            Err(zk::MultiWriteError::RequestFailed { source }) if is_connection_error(&source) => {
+                Ok(SeatAttempt::Unanswered)
+            }
+            Err(error) => Err(zk_error(what, error.into())),
+        }
+    }
+}
+
+/// What one attempt to take the controller seat found.
+#[derive(Clone, Copy, Debug)]
+enum SeatAttempt {
+    /// The seat's holder is known: this node with that epoch, or another.
+    Decided(Option<ControllerEpoch>),
+    /// The record or the seat changed meanwhile: read again.
+    Raced,
+    /// The write went without an answer: read again, and the seat's owner
+    /// tells whether it was applied.
+    Unanswered,
 }
 
 /// What a controller's log write is conditional on: the controller epoch
@@ -1789,10 +2161,22 @@ fn add_controller_reads(reader: &mut zk::MultiReader<'_>) -> ZkResult<()> {
 }
 
 /// The controller view from the reads [`add_controller_reads`] added.
+///
+/// With `/controller_epoch` missing, a persistent `/controller` is an
+/// earlier version's record whose move did not happen yet (it failed at
+/// open, say): the view then carries that record's epoch with
+/// `old_record` set, so that the next election moves it (issue 24
+/// review). Only without such a record is the missing `/controller_epoch`
+/// an error, saying how to restore it.
 fn parse_controller(
     results: &mut impl Iterator<Item = zk::MultiReadResult>,
 ) -> Result<ControllerView> {
-    let (record, record_version, record_zxid) = match results.next() {
+    let (record, seat, root) = (results.next(), results.next(), results.next());
+    let seat_zxid = match root {
+        Some(zk::MultiReadResult::Data { stat, .. }) => stat.pzxid,
+        other => return Err(unexpected("read the chroot", &other)),
+    };
+    let (record, record_version, record_zxid) = match record {
         Some(zk::MultiReadResult::Data { data, stat }) => {
             let record = document::decode_controller(CONTROLLER_EPOCH, &data, stat.version)?;
             (record, stat.version, stat.mzxid)
@@ -1800,29 +2184,44 @@ fn parse_controller(
         Some(zk::MultiReadResult::Error {
             err: zk::Error::NoNode,
         }) => {
-            return Err(Error::CoordinatorDocument {
-                path: CONTROLLER_EPOCH.to_owned(),
-                reason: controller_epoch_missing("read the controller epoch"),
-            })
+            return match seat {
+                Some(zk::MultiReadResult::Data { data, stat }) if stat.ephemeral_owner == 0 => {
+                    let old = document::decode_controller(CONTROLLER, &data, stat.version)
+                        .map_err(|error| not_an_old_record(&error, false))?;
+                    Ok(ControllerView {
+                        epoch: old.epoch,
+                        winner: old.controller,
+                        record_version: stat.version,
+                        epoch_base: old.epoch_base,
+                        unknown: old.unknown,
+                        seat_owner: None,
+                        old_record: true,
+                        stray_seat: false,
+                        zxid: stat.mzxid.max(seat_zxid),
+                    })
+                }
+                _ => Err(Error::CoordinatorDocument {
+                    path: CONTROLLER_EPOCH.to_owned(),
+                    reason: controller_epoch_missing("read the controller epoch"),
+                }),
+            };
         }
         other => return Err(unexpected(&format!("read {CONTROLLER_EPOCH}"), &other)),
     };
-    let (seat_owner, old_record) = match results.next() {
+    let (seat_owner, old_record, stray_seat) = match seat {
         // Created in the transaction that wrote the record: the winner's.
         Some(zk::MultiReadResult::Data { stat, .. })
             if stat.ephemeral_owner != 0 && stat.czxid == record_zxid =>
         {
-            (Some(stat.ephemeral_owner), false)
+            (Some(stat.ephemeral_owner), false, false)
         }
-        Some(zk::MultiReadResult::Data { stat, .. }) => (None, stat.ephemeral_owner == 0),
+        Some(zk::MultiReadResult::Data { stat, .. }) => {
+            (None, stat.ephemeral_owner == 0, stat.ephemeral_owner != 0)
+        }
         Some(zk::MultiReadResult::Error {
             err: zk::Error::NoNode,
-        }) => (None, false),
+        }) => (None, false, false),
         other => return Err(unexpected(&format!("read {CONTROLLER}"), &other)),
-    };
-    let seat_zxid = match results.next() {
-        Some(zk::MultiReadResult::Data { stat, .. }) => stat.pzxid,
-        other => return Err(unexpected("read the chroot", &other)),
     };
     Ok(ControllerView {
         epoch: record.epoch,
@@ -1832,6 +2231,7 @@ fn parse_controller(
         unknown: record.unknown,
         seat_owner,
         old_record,
+        stray_seat,
         zxid: record_zxid.max(seat_zxid),
     })
 }
@@ -2153,7 +2553,11 @@ impl Coordinator for ZkCoordinator {
     /// is opened while the first may still hold the node's znode.
     /// The incarnation is the czxid of the node's ephemeral znode, as
     /// Kafka's broker epoch is: a later znode, made by a later session, has
-    /// a larger one. Renewing a live session keeps it.
+    /// a larger one. Renewing a live session keeps it. A registration whose
+    /// answer was lost is settled before this returns (the znode the
+    /// abandoned session may own is deleted, and the answer is a plain
+    /// failure); it is outcome-unknown only if ZooKeeper cannot be read or
+    /// written to settle it.
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
         if session_timeout.is_zero() {
             return Err(Error::InvalidConfig {
@@ -2206,9 +2610,12 @@ impl Coordinator for ZkCoordinator {
         let resume_connect = connect.clone();
         // A write: once the create of the node's znode was sent without an
         // answer, the znode may exist (owned by the session opened here,
-        // which closes when this job is dropped, or expires), and a failure
-        // says its outcome is unknown, never that nothing changed.
-        let client = self.run_write(
+        // which closes when this job is dropped, or expires). Such a
+        // failure is settled below, before returning: a node whose start
+        // fails gets no second chance to settle it (issue 24 review).
+        let opened: Arc<Mutex<Option<i64>>> = Arc::new(Mutex::new(None));
+        let opened_by_job = Arc::clone(&opened);
+        let registered = self.run_write(
             format!("register {node}"),
             move |shared, deadline, what| async move {
                 let client = before(
@@ -2224,6 +2631,9 @@ impl Coordinator for ZkCoordinator {
                     ))
                 })?
                 .map_err(|e| zk_error(&format!("open a session to {what}"), e))?;
+                // Known before any create is sent: what a failure leaves
+                // behind can only be this session's.
+                *opened_by_job.lock() = Some(client.session_id().0);
                 // ZooKeeper clamps a session's timeout to its
                 // [minSessionTimeout, maxSessionTimeout]; a node whose
                 // session outlives (or undercuts) its configured timeout
@@ -2296,10 +2706,20 @@ impl Coordinator for ZkCoordinator {
                 shared.sync(deadline).await;
                 Ok((client, created))
             },
-        )?;
-        let (client, created) = client;
+        );
+        let (client, created) = match registered {
+            Ok(registered) => registered,
+            Err(error) if error.is_outcome_unknown() => {
+                let abandoned = *opened.lock();
+                return Err(self.settle_lost_registration(node, abandoned, error));
+            }
+            Err(error) => return Err(error),
+        };
         let incarnation = incarnation_of(created);
         shared.ended_locally.lock().remove(&node);
+        // The node's znode belongs to the new session: an unregistration
+        // left unsettled has nothing left to settle.
+        shared.unregistering.lock().remove(&node);
         // A node unregistered while suspended and registered again is live
         // again, not hidden (review of issue 24).
         shared.suspended.lock().remove(&node);
@@ -2354,24 +2774,39 @@ impl Coordinator for ZkCoordinator {
     /// connection was lost), so the call then checks that the node's znode
     /// no longer belongs to that session; if it still does, or nothing can
     /// be checked in time, the outcome is unknown (the znode goes when the
-    /// session expires).
+    /// session expires). The given-up session is remembered until a check
+    /// settles it: calling again re-runs the check (the promise of
+    /// [`Coordinator::unregister_node`]) rather than answer that a node
+    /// without a session here is not registered.
     fn unregister_node(&self, node: NodeId) -> Result<()> {
-        let session = self.handle.shared.sessions.lock().remove(&node);
-        self.handle.shared.suspended.lock().remove(&node);
-        let Some(session) = session else {
-            return Ok(());
+        let shared = &self.handle.shared;
+        let session = shared.sessions.lock().remove(&node);
+        shared.suspended.lock().remove(&node);
+        let (session_id, state) = match session {
+            Some(session) => {
+                let client = session.client();
+                let session_id = client.session_id().0;
+                let state = client.state_watcher();
+                // Before the close: a call that fails from here on leaves
+                // something to settle.
+                shared.unregistering.lock().insert(node, session_id);
+                drop(client);
+                drop(session);
+                (session_id, Some(state))
+            }
+            None => match shared.unregistering.lock().get(&node) {
+                Some(&session_id) => (session_id, None),
+                None => return Ok(()),
+            },
         };
-        let client = session.client();
-        let session_id = client.session_id().0;
-        let mut state = client.state_watcher();
-        drop(client);
-        drop(session);
-        self.run_write(
+        let outcome = self.run_write(
             format!("unregister {node}"),
             move |shared, deadline, what| async move {
-                while !state.peek_state().is_terminated() {
-                    if before(deadline, state.changed()).await.is_none() {
-                        return Err(lost(&what));
+                if let Some(mut state) = state {
+                    while !state.peek_state().is_terminated() {
+                        if before(deadline, state.changed()).await.is_none() {
+                            return Err(lost(&what));
+                        }
                     }
                 }
                 let path = document::node_path(node);
@@ -2391,9 +2826,10 @@ impl Coordinator for ZkCoordinator {
                         Err(Error::CoordinatorOutcomeUnknown {
                             operation: what,
                             reason: format!(
-                                "the session was given up, but ZooKeeper still lists {path} \
-                                 under it (it did not hear the close): the node stays live \
-                                 until ZooKeeper expires the session"
+                                "the session {session_id:#x} was given up, but ZooKeeper still \
+                                 lists {path} under it (it did not hear the close): the node \
+                                 stays live until ZooKeeper expires the session; call again to \
+                                 settle it"
                             ),
                         })
                     }
@@ -2401,7 +2837,14 @@ impl Coordinator for ZkCoordinator {
                     Err(_) => Err(lost(&what)),
                 }
             },
-        )
+        );
+        if outcome.is_ok() {
+            let mut unregistering = shared.unregistering.lock();
+            if unregistering.get(&node) == Some(&session_id) {
+                unregistering.remove(&node);
+            }
+        }
+        outcome
     }
 
     fn live_nodes(&self) -> Result<Vec<NodeId>> {
@@ -2443,71 +2886,39 @@ impl Coordinator for ZkCoordinator {
         self.run_write(
             format!("seat {node} as controller"),
             move |shared, deadline, what| async move {
+                // Whether an attempt went without an answer: from then on
+                // a failure leaves the outcome unknown (SPEC 3.4), since
+                // the seat may be ours.
+                let mut unanswered = false;
                 loop {
-                    let view = shared.read_controller(deadline).await?;
-                    if view.old_record {
-                        // An earlier version's record holds the seat's
-                        // place: move its epoch over, then read again.
-                        connected(&client, deadline, &what).await?;
-                        retire_old_controller_record(&client).await?;
-                        continue;
-                    }
-                    if let Some(holder) = view.controller() {
-                        let ours = holder == node && view.seat_owner == Some(client.session_id().0);
-                        return Ok(ours.then_some(view.epoch));
-                    }
-                    let epoch = view.epoch.next();
-                    let record = document::encode_controller(
-                        epoch,
-                        Some(node),
-                        view.epoch_base,
-                        &view.unknown,
-                    );
-                    let seat = document::encode_controller(
-                        epoch,
-                        Some(node),
-                        view.epoch_base,
-                        &document::Extra::new(),
-                    );
-                    connected(&client, deadline, &what).await?;
-                    let mut writer = client.new_multi_writer();
-                    writer
-                        .add_set_data(CONTROLLER_EPOCH, &record, Some(view.record_version))
-                        .map_err(|e| zk_error(&what, e))?;
-                    writer
-                        .add_create(CONTROLLER, &seat, &ephemeral())
-                        .map_err(|e| zk_error(&what, e))?;
-                    match writer.commit().await {
-                        Ok(results) => {
-                            let zxid = match results.first() {
-                                Some(zk::MultiWriteResult::SetData { stat }) => stat.mzxid,
-                                _ => i64::MIN,
-                            };
-                            tracing::info!(controller = %node, %epoch, "controller elected");
-                            shared
-                                .dispatcher
-                                .lock()
-                                .controller_changed(zxid, Some(node), epoch);
-                            shared.sync(deadline).await;
-                            return Ok(Some(epoch));
+                    match shared.try_seat(&client, node, deadline, &what).await {
+                        Ok(SeatAttempt::Decided(epoch)) => return Ok(epoch),
+                        Ok(SeatAttempt::Raced) => {}
+                        Ok(SeatAttempt::Unanswered) => unanswered = true,
+                        Err(error) if unanswered => {
+                            return Err(Error::CoordinatorOutcomeUnknown {
+                                operation: what,
+                                reason: format!(
+                                    "an attempt went unanswered (the seat may be this node's), \
+                                     then: {error}; ask again or read the controller to settle it"
+                                ),
+                            })
                         }
-                        // Someone else changed the record or took the seat:
-                        // read again and see who.
-                        Err(zk::MultiWriteError::OperationFailed {
-                            source: zk::Error::BadVersion | zk::Error::NodeExists,
-                            ..
-                        }) => {}
-                        // Unknown whether the seat is ours: the next read's
-                        // seat owner tells.
-                        Err(zk::MultiWriteError::RequestFailed { source })
-                            if is_connection_error(&source) => {}
-                        Err(error) => return Err(zk_error(&what, error.into())),
+                        Err(error) => return Err(error),
                     }
                     if Instant::now() + RETRY_PAUSE >= deadline {
+                        if unanswered {
+                            return Err(lost(&what));
+                        }
                         return Err(coordinator_error(format!(
                             "cannot {what}: the seat kept changing; retry later"
                         )));
                     }
+                    // Someone else changed the record or took the seat (or
+                    // the answer was lost): the next read tells who, once
+                    // the winner's transaction is visible; without a pause
+                    // the candidates would spin on ZooKeeper.
+                    async_io::Timer::after(RETRY_PAUSE).await;
                 }
             },
         )
@@ -2563,7 +2974,13 @@ impl Coordinator for ZkCoordinator {
     }
 
     /// Hands out ids from a block reserved by compare-and-set on the shared
-    /// counter, reserving the next block when this one is used up.
+    /// counter, reserving the next block when this one is used up. An
+    /// earlier version's `/producer_ids_high_mark`, while it exists, moves
+    /// with the counter in the same transaction (conditional on its
+    /// version), so that an earlier-version node of a rolling upgrade that
+    /// recreates a missing counter from it never goes below an id handed
+    /// out. (Deleting it instead would not last: such a node recreates it
+    /// from the counter whenever it opens, and would again find it stale.)
     fn allocate_producer_id(&self) -> Result<ProducerId> {
         let shared = Arc::clone(&self.handle.shared);
         let mut block = shared.producer_ids.lock();
@@ -2576,21 +2993,41 @@ impl Coordinator for ZkCoordinator {
         let reserved = self.run_write(
             "reserve a block of producer ids".to_owned(),
             move |shared, deadline, what| async move {
+                let missing = |what: &str| Error::CoordinatorDocument {
+                    path: PRODUCER_IDS.to_owned(),
+                    reason: producer_ids_missing(what),
+                };
                 loop {
                     let read = shared
                         .read(deadline, &what, |client| async move {
-                            client.get_data(PRODUCER_IDS).await
+                            let mut reader = client.new_multi_reader();
+                            reader.add_get_data(PRODUCER_IDS)?;
+                            reader.add_get_data(PRODUCER_IDS_HIGH_MARK)?;
+                            reader.commit().await
                         })
-                        .await?;
-                    let (data, stat) = match read {
-                        Ok(read) => read,
-                        Err(zk::Error::NoNode) => {
-                            return Err(Error::CoordinatorDocument {
-                                path: PRODUCER_IDS.to_owned(),
-                                reason: producer_ids_missing(&what),
-                            })
+                        .await?
+                        .map_err(|e| zk_error(&what, e))?;
+                    let mut read = read.into_iter();
+                    let (data, stat) = match read.next() {
+                        Some(zk::MultiReadResult::Data { data, stat }) => (data, stat),
+                        Some(zk::MultiReadResult::Error {
+                            err: zk::Error::NoNode,
+                        }) => return Err(missing(&what)),
+                        other => return Err(unexpected(&what, &other)),
+                    };
+                    let mark = match read.next() {
+                        Some(zk::MultiReadResult::Data { data, stat }) => {
+                            // Only ever raised: an unreadable mark is
+                            // overwritten with the counter.
+                            let value = document::decode_producer_ids(&data)
+                                .map(|(value, _)| value)
+                                .unwrap_or(0);
+                            Some((value, stat.version))
                         }
-                        Err(e) => return Err(zk_error(&what, e)),
+                        Some(zk::MultiReadResult::Error {
+                            err: zk::Error::NoNode,
+                        }) => None,
+                        other => return Err(unexpected(&what, &other)),
                     };
                     let (start, unknown) = document::decode_producer_ids(&data)?;
                     let end = start
@@ -2598,20 +3035,37 @@ impl Coordinator for ZkCoordinator {
                         .ok_or_else(|| coordinator_error("producer ids exhausted".to_owned()))?;
                     let client = shared.main_client(deadline, &what).await?;
                     connected(&client, deadline, &what).await?;
-                    let data = document::encode_producer_ids(end, &unknown);
-                    let written = client
-                        .set_data(PRODUCER_IDS, &data, Some(stat.version))
-                        .await;
-                    match unknown_if_lost(written, &what)? {
+                    let counter = document::encode_producer_ids(end, &unknown);
+                    let mut writer = client.new_multi_writer();
+                    writer
+                        .add_set_data(PRODUCER_IDS, &counter, Some(stat.version))
+                        .map_err(|e| zk_error(&what, e))?;
+                    let raised;
+                    if let Some((value, version)) = mark {
+                        raised =
+                            document::encode_producer_ids(value.max(end), &document::Extra::new());
+                        writer
+                            .add_set_data(PRODUCER_IDS_HIGH_MARK, &raised, Some(version))
+                            .map_err(|e| zk_error(&what, e))?;
+                    }
+                    match writer.commit().await {
                         Ok(_) => return Ok((start, end)),
-                        Err(zk::Error::BadVersion) => {}
-                        Err(zk::Error::NoNode) => {
-                            return Err(Error::CoordinatorDocument {
-                                path: PRODUCER_IDS.to_owned(),
-                                reason: producer_ids_missing(&what),
-                            })
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index: 0,
+                            source: zk::Error::NoNode,
+                        }) => return Err(missing(&what)),
+                        // The counter, or the mark, changed (or the mark
+                        // went) meanwhile: read both again.
+                        Err(zk::MultiWriteError::OperationFailed {
+                            source: zk::Error::BadVersion | zk::Error::NoNode,
+                            ..
+                        }) => {}
+                        Err(zk::MultiWriteError::RequestFailed { source })
+                            if is_connection_error(&source) =>
+                        {
+                            return Err(lost(&what))
                         }
-                        Err(error) => return Err(zk_error(&what, error)),
+                        Err(error) => return Err(zk_error(&what, error.into())),
                     }
                     if Instant::now() + RETRY_PAUSE >= deadline {
                         return Err(coordinator_error(format!(
@@ -2725,7 +3179,7 @@ impl Coordinator for ZkCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::zookeeper::ZkServer;
+    use crate::testing::zookeeper::{ZkServer, ZkShell};
 
     #[test]
     fn liveness_of_a_node_session() {
@@ -2900,5 +3354,61 @@ mod tests {
             }
             other => panic!("the sitting controller's write failed: {other:?}"),
         }
+    }
+
+    /// Issue 24 review: moving an earlier version's controller record took
+    /// a transaction that failed because the store changed meanwhile for
+    /// success ("the caller reads again", and nothing did), leaving the old
+    /// record in place and, with `/controller_epoch` missing, no controller
+    /// ever. Here an earlier-version node elects (epoch 8) between the
+    /// move's reads and its commit: the move must read again and move the
+    /// new epoch.
+    #[test]
+    fn a_layout_move_that_loses_a_race_reads_again_and_moves() {
+        let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+        let chroot = "/move-race";
+        let mut config = ZkCoordinatorConfig::new(server.connect_string());
+        config.chroot = chroot.to_owned();
+        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let raw = Arc::new(ZkShell::connect(&server.connect_string(), chroot).unwrap());
+        // The earlier layout: epoch 7 (base 5, version 2) in a persistent
+        // /controller, its seat as a child, no /controller_epoch.
+        raw.delete_all(CONTROLLER_EPOCH).unwrap();
+        let record = |epoch: u64, controller: &str| {
+            format!(r#"{{"format":1,"epoch":{epoch},"controller":{controller},"epoch_base":5}}"#)
+        };
+        raw.create(CONTROLLER, record(5, "null").as_bytes())
+            .unwrap();
+        raw.set(CONTROLLER, record(6, "1").as_bytes()).unwrap();
+        raw.set(CONTROLLER, record(7, "2").as_bytes()).unwrap();
+        raw.create(OLD_CONTROLLER_SEAT, b"").unwrap();
+
+        let shell = Arc::clone(&raw);
+        let elected_meanwhile = record(8, "1");
+        let moved = c.run(
+            "move the earlier layout".to_owned(),
+            move |shared, deadline, what| async move {
+                let client = shared.main_client(deadline, &what).await?;
+                let mut raced = false;
+                let mut hook = move || {
+                    if !std::mem::replace(&mut raced, true) {
+                        shell
+                            .set(CONTROLLER, elected_meanwhile.as_bytes())
+                            .unwrap_or_else(|e| panic!("the earlier-version election: {e}"));
+                    }
+                };
+                retire_old_controller_record(&client, &mut hook).await
+            },
+        );
+        moved.unwrap_or_else(|e| panic!("the move failed: {e}"));
+        let (data, version) = raw
+            .get(CONTROLLER_EPOCH)
+            .unwrap_or_else(|e| panic!("the race left the epoch unmoved: {e}"));
+        let moved = document::decode_controller(CONTROLLER_EPOCH, &data, version).unwrap();
+        assert_eq!(moved.epoch, ControllerEpoch(8), "the epoch won meanwhile");
+        assert!(!raw.exists(CONTROLLER).unwrap(), "the old record stayed");
+        c.register_node(NodeId(1), Duration::from_secs(20)).unwrap();
+        let epoch = c.try_become_controller(NodeId(1)).unwrap();
+        assert_eq!(epoch, Some(ControllerEpoch(9)));
     }
 }

@@ -14,6 +14,8 @@
 //!                        is the state's compare-and-set version
 //! /producer_ids          persistent: {"format":1,"next_block_start":P};
 //!                        created with the cluster, never recreated
+//! /producer_ids_high_mark  an earlier version's copy of /producer_ids,
+//!                        never created, kept equal to it while it exists
 //! /directories/<node id> persistent: where the node placed its replicas
 //! ```
 //!
@@ -60,6 +62,12 @@ pub(super) const OLD_CONTROLLER_SEAT: &str = "/controller/seat";
 pub(super) const LOGS: &str = "/logs";
 /// The producer id counter (persistent, never recreated).
 pub(super) const PRODUCER_IDS: &str = "/producer_ids";
+/// An earlier version's second copy of [`PRODUCER_IDS`], from which that
+/// version recreates a missing counter. This version never creates it, but
+/// while it exists every reservation moves it with the counter, in the same
+/// transaction: a mark left behind would let an earlier-version node in a
+/// rolling upgrade recreate the counter below ids already handed out.
+pub(super) const PRODUCER_IDS_HIGH_MARK: &str = "/producer_ids_high_mark";
 /// The cluster id (SPEC 2.8; Kafka's `/cluster/id`), created with the
 /// layout. A store set up by a version without it gets one at the next
 /// connect.
@@ -434,6 +442,20 @@ pub(super) fn encode_controller(
         epoch_base,
         unknown: unknown.clone(),
     })
+}
+
+/// The epoch of a controller epoch record created in a store that may
+/// have handed out controller epochs before (a store half-created by an
+/// earlier version), given `zxid`, a zxid read before the creation (the
+/// chroot's `pzxid`).
+///
+/// Every election sets the epoch to one more than the last in its own
+/// ZooKeeper transaction, and a record starts at a zxid read before its
+/// creation; zxids grow by at least one per transaction, so by induction
+/// every epoch is at most the zxid of the transaction that set it, and one
+/// more than a zxid read after every such transaction is above all of them.
+pub(super) fn controller_epoch_floor(zxid: i64) -> u64 {
+    u64::try_from(zxid).unwrap_or(0).saturating_add(1)
 }
 
 /// Decodes the controller epoch record at `path` stored with ZooKeeper
@@ -839,6 +861,8 @@ mod tests {
             decode_controller(CONTROLLER_EPOCH, &elected, 2).unwrap(),
             record(502, Some(NodeId(1)), 500)
         );
+        assert!(controller_epoch_floor(41) > 41);
+        assert_eq!(controller_epoch_floor(-1), 1);
     }
 
     /// A newer version's fields in the two singleton counters are kept and

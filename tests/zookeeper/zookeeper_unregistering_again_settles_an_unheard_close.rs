@@ -1,0 +1,69 @@
+//! Issue 24 review, finding 4: `unregister_node` removed the node's session
+//! from its map before closing it, so when ZooKeeper did not hear the close
+//! (outcome unknown) a second call found no session and returned `Ok`
+//! while ZooKeeper still listed the node under that session, contrary to
+//! the trait's "calling it again settles it". The given-up session is now
+//! kept until a check settles it: each call checks again whether the
+//! node's znode still belongs to it, and says `Ok` only once it does not.
+
+use std::time::{Duration, Instant};
+
+use crate::zookeeper_support::server;
+use isrlog::testing::zookeeper::{ZkProxy, ZkShell};
+use isrlog::{Coordinator, NodeId, ZkCoordinator, ZkCoordinatorConfig};
+
+const SESSION_TIMEOUT: Duration = Duration::from_secs(8);
+
+#[test]
+fn unregistering_again_after_an_unheard_close_settles_it() {
+    let server = server();
+    let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
+    let chroot = "/unregistration-unheard";
+    let mut config = ZkCoordinatorConfig::new(server.connect_string());
+    config.chroot = chroot.to_owned();
+    drop(ZkCoordinator::connect(config.clone()).expect("connect"));
+    config.connect = proxy.connect_string();
+    config.call_timeout = Duration::from_secs(1);
+    let c = ZkCoordinator::connect(config).expect("connect through the proxy");
+    let raw = ZkShell::connect(&server.connect_string(), chroot).expect("shell");
+    let node = NodeId(1);
+    c.register_node(node, SESSION_TIMEOUT).unwrap();
+
+    proxy.set_cut(true);
+    for call in ["first", "second"] {
+        match c.unregister_node(node) {
+            Err(error) => assert!(
+                error.is_outcome_unknown(),
+                "{call} call: an unregistration ZooKeeper did not hear must say its outcome is \
+                 unknown: {error}"
+            ),
+            Ok(()) => panic!(
+                "{call} call: unregistered, yet ZooKeeper never heard the close (lists the node: \
+                 {})",
+                raw.exists("/nodes/1").unwrap()
+            ),
+        }
+    }
+    proxy.set_cut(false);
+
+    // Each later call checks again: unknown while ZooKeeper lists the node
+    // under the given-up session, `Ok` once it does not.
+    let deadline = Instant::now() + SESSION_TIMEOUT * 3;
+    loop {
+        match c.unregister_node(node) {
+            Ok(()) => {
+                assert!(
+                    !raw.exists("/nodes/1").unwrap(),
+                    "settled, yet ZooKeeper still lists the node"
+                );
+                break;
+            }
+            Err(error) if error.is_outcome_unknown() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(error) => panic!("unregistering again never settled it: {error}"),
+        }
+    }
+    assert_eq!(c.live_nodes().unwrap(), Vec::<NodeId>::new());
+    c.unregister_node(node).expect("nothing left to settle");
+}

@@ -121,6 +121,11 @@ pub(crate) struct NodeShared {
     /// fetches) until the report is recorded (SPEC 3.5): leading it could
     /// lose acknowledged records, exactly what the report prevents.
     unreported: Mutex<HashMap<LogId, LogEnd>>,
+    /// Logs this node is a replica of whose local replica could not be
+    /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
+    /// retried on a timer: a failure needs no further change of the log's
+    /// state to be tried again.
+    unopened: Mutex<HashMap<LogId, String>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -347,6 +352,7 @@ impl Node {
             placed: Mutex::new(HashSet::new()),
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
+            unopened: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
@@ -612,6 +618,23 @@ impl Node {
     pub fn log(&self, log: LogId) -> Result<ReplicatedLog> {
         let replica = self.shared.replica(log).ok_or(Error::UnknownLog(log))?;
         Ok(ReplicatedLog::new(replica, Arc::clone(&self.shared)))
+    }
+
+    /// The logs this node is a replica of but could not open, with the
+    /// last error (a damaged log that refuses to open, a full disk): they
+    /// take no part in replication until they open. Retried every
+    /// [`UNCLEAN_REPORT_RETRY_INTERVAL`]; an application can export the
+    /// count as a metric and alert on it.
+    pub fn logs_not_opened(&self) -> Vec<(LogId, String)> {
+        let mut logs: Vec<(LogId, String)> = self
+            .shared
+            .unopened
+            .lock()
+            .iter()
+            .map(|(log, error)| (*log, error.clone()))
+            .collect();
+        logs.sort();
+        logs
     }
 
     /// Like [`Node::log`], waiting up to `timeout` for the node to host it.
@@ -1106,6 +1129,24 @@ impl NodeShared {
         }
     }
 
+    /// Reconciles again every log whose replica could not be opened
+    /// ([`NodeShared::unopened`]), which tries to open it again.
+    fn retry_unopened(&self) {
+        let logs: Vec<LogId> = self.unopened.lock().keys().copied().collect();
+        for log in logs {
+            match self.coordinator.log_state(log) {
+                Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
+                Ok(_) => {
+                    self.unopened.lock().remove(&log);
+                }
+                Err(error) => {
+                    tracing::debug!(%log, node = %self.local(), %error,
+                        "cannot read the log to open its replica again");
+                }
+            }
+        }
+    }
+
     /// Whether this stop may write the clean-shutdown marker: `false`
     /// (with a warning) while an unclean-shutdown report is still not
     /// recorded in some log ([`NodeShared::unreported`]). The pending
@@ -1203,6 +1244,21 @@ impl NodeShared {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
         }
+        let hosted = self.open_replica(log);
+        let mut unopened = self.unopened.lock();
+        match &hosted {
+            Ok(_) => {
+                unopened.remove(&log);
+            }
+            Err(error) => {
+                unopened.insert(log, error.to_string());
+            }
+        }
+        hosted
+    }
+
+    /// Opens the local replica of `log` ([`host`](Self::host)'s work).
+    fn open_replica(&self, log: LogId) -> Result<Arc<Replica>> {
         let dir = log_dir(&self.config.data_dir, log);
         let restarted = dir.exists() || self.lost_replicas.contains(&log);
         let storage = Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?;
@@ -2318,6 +2374,7 @@ fn control_loop(
         if now >= next_report_retry {
             next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
             shared.retry_unclean_reports();
+            shared.retry_unopened();
         }
         if now >= next_heartbeat {
             if let Err(error) = shared.coordinator.heartbeat(shared.local()) {

@@ -381,6 +381,9 @@ pub trait FaultTarget: LeaderRouter + Sync {
     fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>>;
     /// Whether `node` runs.
     fn is_running(&self, node: NodeId) -> bool;
+    /// [`Node::logs_not_opened`](crate::Node::logs_not_opened) of `node`,
+    /// if it runs.
+    fn logs_not_opened(&self, node: NodeId) -> Vec<(LogId, String)>;
     /// The handle of `log` on `node`.
     fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog>;
     /// Every node, running or not.
@@ -433,6 +436,10 @@ pub trait FaultTarget: LeaderRouter + Sync {
 }
 
 impl FaultTarget for Cluster {
+    fn logs_not_opened(&self, node: NodeId) -> Vec<(LogId, String)> {
+        self.with_node(node, |n| n.logs_not_opened())
+            .unwrap_or_default()
+    }
     fn network(&self) -> &MemoryNetwork {
         &self.network
     }
@@ -467,6 +474,10 @@ impl FaultTarget for Cluster {
 
 #[cfg(feature = "zookeeper")]
 impl FaultTarget for super::ZkCluster {
+    fn logs_not_opened(&self, node: NodeId) -> Vec<(LogId, String)> {
+        self.with_node(node, |n| n.logs_not_opened())
+            .unwrap_or_default()
+    }
     fn network(&self) -> &MemoryNetwork {
         &self.network
     }
@@ -1714,7 +1725,11 @@ fn describe<C: FaultTarget>(cluster: &C, log: LogId) -> String {
             // A running node without the log: it could not open it, or it
             // stays out of it (a pending unclean-shutdown report).
             Err(error) if cluster.is_running(node) => {
-                let _ = write!(out, " [{node}: running, no handle: {error}]");
+                let _ = write!(
+                    out,
+                    " [{node}: running, no handle: {error}; logs it could not open: {:?}]",
+                    cluster.logs_not_opened(node)
+                );
             }
             Err(_) => {
                 let _ = write!(out, " [{node}: not running]");

@@ -760,7 +760,9 @@ impl ZkCoordinator {
     ///
     /// A create that was delayed rather than lost can still land after the
     /// read; its znode belongs to a session nobody uses and goes when that
-    /// session expires, as a crashed node's does.
+    /// session expires, as a crashed node's does. Settling is a call of its
+    /// own, with its own call timeout: a registration whose reply was lost
+    /// answers within twice the call timeout.
     fn settle_lost_registration(
         &self,
         node: NodeId,
@@ -2068,7 +2070,14 @@ impl Shared {
             return Ok(SeatAttempt::Decided(ours.then_some(view.epoch)));
         }
         if view.stray_seat {
-            return Err(stray_seat(what, &view));
+            // Warned (once per reason), not only returned: the controller
+            // thread logs a failed election at debug level, and with no
+            // controller at all the operator must hear what to do.
+            let error = stray_seat(what, &view);
+            if let Error::CoordinatorDocument { reason, .. } = &error {
+                self.skip_unreadable(CONTROLLER, reason);
+            }
+            return Err(error);
         }
         let epoch = view.epoch.next();
         let record = document::encode_controller(epoch, Some(node), view.epoch_base, &view.unknown);
@@ -3029,7 +3038,10 @@ impl Coordinator for ZkCoordinator {
                         }) => None,
                         other => return Err(unexpected(&what, &other)),
                     };
-                    let (start, unknown) = document::decode_producer_ids(&data)?;
+                    let (counter_start, unknown) = document::decode_producer_ids(&data)?;
+                    // Never below the mark: a counter restored by hand
+                    // below it would otherwise hand out ids again.
+                    let start = mark.map_or(counter_start, |(value, _)| counter_start.max(value));
                     let end = start
                         .checked_add(size)
                         .ok_or_else(|| coordinator_error("producer ids exhausted".to_owned()))?;

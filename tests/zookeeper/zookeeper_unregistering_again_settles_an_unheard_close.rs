@@ -4,7 +4,10 @@
 //! while ZooKeeper still listed the node under that session, contrary to
 //! the trait's "calling it again settles it". The given-up session is now
 //! kept until a check settles it: each call checks again whether the
-//! node's znode still belongs to it, and says `Ok` only once it does not.
+//! node's znode still belongs to it, deletes it at the version read if it
+//! does (second review: waiting for the session to expire kept the node
+//! live, and its controller seat taken, a session timeout longer), and
+//! says `Ok` only once it is gone.
 
 use std::time::{Duration, Instant};
 
@@ -46,15 +49,22 @@ fn unregistering_again_after_an_unheard_close_settles_it() {
     }
     proxy.set_cut(false);
 
-    // Each later call checks again: unknown while ZooKeeper lists the node
-    // under the given-up session, `Ok` once it does not.
-    let deadline = Instant::now() + SESSION_TIMEOUT * 3;
+    // The next call, with ZooKeeper reachable again, deletes the znode the
+    // given-up session still owns: settled long before that session could
+    // expire.
+    let healed = Instant::now();
+    let deadline = healed + SESSION_TIMEOUT * 3;
     loop {
         match c.unregister_node(node) {
             Ok(()) => {
                 assert!(
                     !raw.exists("/nodes/1").unwrap(),
                     "settled, yet ZooKeeper still lists the node"
+                );
+                assert!(
+                    healed.elapsed() < SESSION_TIMEOUT,
+                    "settled only after {:?}: it waited for the session to expire",
+                    healed.elapsed()
                 );
                 break;
             }

@@ -2831,16 +2831,18 @@ impl Coordinator for ZkCoordinator {
                     .await
                     .map_err(|_| lost(&what))?;
                 match read {
+                    // ZooKeeper did not hear the close: delete the znode the
+                    // given-up session still owns, at the version read, so
+                    // that the node is not live until that session expires
+                    // (as `settle_lost_registration` does for a start).
                     Ok(Some(stat)) if stat.ephemeral_owner == session_id => {
-                        Err(Error::CoordinatorOutcomeUnknown {
-                            operation: what,
-                            reason: format!(
-                                "the session {session_id:#x} was given up, but ZooKeeper still \
-                                 lists {path} under it (it did not hear the close): the node \
-                                 stays live until ZooKeeper expires the session; call again to \
-                                 settle it"
-                            ),
-                        })
+                        let client = shared.main_client(deadline, &what).await?;
+                        connected(&client, deadline, &what).await?;
+                        let deleted = client.delete(&path, Some(stat.version)).await;
+                        match unknown_if_lost(deleted, &what)? {
+                            Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
+                            Err(error) => Err(zk_error(&format!("delete {path}"), error)),
+                        }
                     }
                     Ok(_) => Ok(()),
                     Err(_) => Err(lost(&what)),

@@ -1069,7 +1069,20 @@ impl Log {
             Ok(())
         })();
         self.poison_on_error(cut)?;
-        state.unsynced.clear();
+        // Rolled segments below the cut that still wait for their fsync
+        // (a roll's flush runs in the background) keep waiting: clearing
+        // them let the next flush move the recovery point past data never
+        // fsynced, and after a power loss recovery refused the log as a
+        // gap below the recovery point (the power-loss fault test, seeds 1,
+        // 161 and 164). The segments the cut deleted go.
+        let live: Vec<Arc<SegmentFile>> = state
+            .segments
+            .values()
+            .map(|segment| Arc::clone(segment.file()))
+            .collect();
+        state
+            .unsynced
+            .retain(|file| live.iter().any(|segment| Arc::ptr_eq(segment, file)));
         state.high_watermark = state.high_watermark.min(new_end);
         debug_assert!(state.check_invariants());
         tracing::info!(dir = %self.dir.display(), %offset, %new_end, "truncated log");

@@ -105,6 +105,58 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    use crate::clock::SystemClock;
+    use crate::record::RecordBatchBuilder;
+    use crate::storage::{Log, LogConfig, RollFlusher};
+    use crate::types::{LeaderEpoch, Offset};
+
+    /// A truncation while rolled segments still waited for their
+    /// background flush dropped them from the files to fsync: the next
+    /// flush moved the recovery point past their unsynced data, and after
+    /// a power loss recovery refused the log ("segment ends at offset 115
+    /// but the next one starts at 151": the power-loss fault test, seeds
+    /// 1, 161, 164). Here the background flushes never run, a truncation
+    /// lands in the last segment, a flush and a power loss follow, and
+    /// the log must reopen with everything below the truncation.
+    #[test]
+    fn a_truncation_keeps_rolled_segments_waiting_for_their_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes_max: 600,
+            batch_bytes_max: 600,
+            ..LogConfig::default()
+        };
+        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        // A background thread that takes every roll's flush and never runs it.
+        log.set_roll_flusher(RollFlusher(Box::new(|| true)));
+        for i in 0..30 {
+            let mut builder = RecordBatchBuilder::new(0);
+            builder.push(format!("record {i:03}").as_bytes());
+            builder.push(format!("record {i:03}b").as_bytes());
+            log.append_as_leader(&builder.build().unwrap(), LeaderEpoch(0))
+                .unwrap();
+        }
+        assert!(log.stats().rolls >= 3, "rolls: {}", log.stats().rolls);
+        let end = log.log_end_offset();
+        let cut = Offset(end.0 - 2);
+        log.truncate_to(cut).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.recovery_point(), cut);
+        // Power loss: every data file keeps only what an fsync covered.
+        for (path, durable) in log.halt_for_crash() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(durable)
+                .unwrap();
+        }
+        drop(log);
+        let log = Log::open(dir.path(), config, Arc::new(SystemClock))
+            .unwrap_or_else(|e| panic!("the log must reopen after the power loss: {e}"));
+        assert_eq!(log.log_end_offset(), cut);
+    }
+
     #[test]
     fn stop_runs_every_queued_job_and_refuses_later_ones() {
         let flusher = RollFlushThread::new("test-roll-flush".into());

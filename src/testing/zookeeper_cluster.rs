@@ -431,9 +431,30 @@ impl ZkCluster {
     /// running replica hosts it.
     pub fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
         let replicas = assign_replicas(log.0, &self.node_ids(), replication_factor)?;
-        self.admin.create_log(log, replicas.clone())?;
-        let leader = replicas[0];
         let deadline = Instant::now() + Duration::from_secs(10);
+        // A create whose reply was lost (a loaded machine's ZooKeeper
+        // connection dropping, SPEC 3.4) is settled by reading the log: it
+        // was created if it is there, and is tried again if not.
+        let mut unknown = false;
+        loop {
+            match self.admin.create_log(log, replicas.clone()) {
+                Ok(_) => break,
+                // After an unknown outcome, "already exists" may be the
+                // earlier create, applied late: the read decides.
+                Err(error) if error.is_outcome_unknown() || unknown => {
+                    unknown = true;
+                    if matches!(self.admin.log_state(log), Ok(Some(_))) {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(error);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let leader = replicas[0];
         for &node in &replicas {
             if !self.is_running(node) {
                 continue;

@@ -6,9 +6,31 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use isrlog::testing::zookeeper::ZkServer;
+use isrlog::testing::zookeeper::{ZkProxy, ZkServer, ZkShell};
 use isrlog::testing::ZkCluster;
-use isrlog::{Acks, Isolation, LogId, NodeId, Offset, ReplicatedLog, ReplicationConfig};
+use isrlog::{
+    Acks, Isolation, LogId, NodeId, Offset, ReplicatedLog, ReplicationConfig, ZkCoordinator,
+    ZkCoordinatorConfig,
+};
+
+/// A coordinator under `chroot` that reaches `server` through a fresh
+/// proxy (which can lose replies or cut the connection), with 1 s calls;
+/// the chroot's layout is created directly first. Also a shell on the
+/// chroot that bypasses the proxy, to see what ZooKeeper really holds.
+pub fn coordinator_through_a_proxy(
+    server: &ZkServer,
+    chroot: &str,
+) -> (ZkProxy, ZkCoordinator, ZkShell) {
+    let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
+    let mut config = ZkCoordinatorConfig::new(server.connect_string());
+    config.chroot = chroot.to_owned();
+    drop(ZkCoordinator::connect(config.clone()).expect("connect"));
+    config.connect = proxy.connect_string();
+    config.call_timeout = Duration::from_secs(1);
+    let coordinator = ZkCoordinator::connect(config).expect("connect through the proxy");
+    let shell = ZkShell::connect(&server.connect_string(), chroot).expect("shell");
+    (proxy, coordinator, shell)
+}
 
 /// Starts a standalone server, or fails saying what is missing.
 pub fn server() -> ZkServer {

@@ -9,25 +9,15 @@
 
 use std::time::Duration;
 
-use crate::zookeeper_support::server;
-use isrlog::testing::zookeeper::{ZkProxy, ZkShell};
-use isrlog::{Coordinator, NodeId, ZkCoordinator, ZkCoordinatorConfig};
+use crate::zookeeper_support::{coordinator_through_a_proxy, server};
+use isrlog::{Coordinator, NodeId};
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
 #[test]
 fn a_registration_whose_reply_is_lost_is_settled_before_it_returns() {
     let server = server();
-    let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
-    let chroot = "/registration-lost-reply";
-    // Create the chroot's layout directly, then go through the proxy.
-    let mut config = ZkCoordinatorConfig::new(server.connect_string());
-    config.chroot = chroot.to_owned();
-    drop(ZkCoordinator::connect(config.clone()).expect("connect"));
-    config.connect = proxy.connect_string();
-    config.call_timeout = Duration::from_secs(1);
-    let c = ZkCoordinator::connect(config).expect("connect through the proxy");
-    let raw = ZkShell::connect(&server.connect_string(), chroot).expect("shell");
+    let (proxy, c, raw) = coordinator_through_a_proxy(&server, "/registration-lost-reply");
     let node = NodeId(1);
 
     proxy.lose_reply_to_next_write("/nodes/1", Duration::from_secs(3));

@@ -11,24 +11,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::zookeeper_support::server;
-use isrlog::testing::zookeeper::{ZkProxy, ZkShell};
-use isrlog::{Coordinator, NodeId, ZkCoordinator, ZkCoordinatorConfig};
+use crate::zookeeper_support::{coordinator_through_a_proxy, server};
+use isrlog::{Coordinator, NodeId};
 
 const SESSION_TIMEOUT: Duration = Duration::from_secs(8);
 
 #[test]
 fn unregistering_again_after_an_unheard_close_settles_it() {
     let server = server();
-    let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
-    let chroot = "/unregistration-unheard";
-    let mut config = ZkCoordinatorConfig::new(server.connect_string());
-    config.chroot = chroot.to_owned();
-    drop(ZkCoordinator::connect(config.clone()).expect("connect"));
-    config.connect = proxy.connect_string();
-    config.call_timeout = Duration::from_secs(1);
-    let c = ZkCoordinator::connect(config).expect("connect through the proxy");
-    let raw = ZkShell::connect(&server.connect_string(), chroot).expect("shell");
+    let (proxy, c, raw) = coordinator_through_a_proxy(&server, "/unregistration-unheard");
     let node = NodeId(1);
     c.register_node(node, SESSION_TIMEOUT).unwrap();
 

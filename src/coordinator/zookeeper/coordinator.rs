@@ -1002,7 +1002,6 @@ async fn create_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
         .map_err(|e| zk_error(&format!("list {chroot}{LOGS}"), e))?;
     if logs.is_empty() {
         let none = document::Extra::new();
-        let mut writer = client.new_multi_writer();
         let ops = [
             (CLUSTER_ID, cluster_id.clone()),
             (
@@ -1011,12 +1010,7 @@ async fn create_cluster(client: &zk::Client, chroot: &str) -> Result<()> {
             ),
             (PRODUCER_IDS, document::encode_producer_ids(0, &none)),
         ];
-        for (path, data) in &ops {
-            writer
-                .add_create(path, data, &persistent())
-                .map_err(|e| zk_error(&what, e))?;
-        }
-        match writer.commit().await {
+        match creating_all(client, &ops, &what)?.commit().await {
             Ok(_) => {
                 tracing::info!(chroot, "created a new cluster");
                 return Ok(());
@@ -1090,13 +1084,7 @@ async fn complete_half_created_cluster(client: &zk::Client, chroot: &str) -> Res
         ),
         (PRODUCER_IDS, document::encode_producer_ids(0, &none)),
     ];
-    let mut writer = client.new_multi_writer();
-    for (path, data) in &ops {
-        writer
-            .add_create(path, data, &persistent())
-            .map_err(|e| zk_error(&what, e))?;
-    }
-    match writer.commit().await {
+    match creating_all(client, &ops, &what)?.commit().await {
         Ok(_) => {
             tracing::warn!(chroot, controller_epoch = floor,
                 "completed a cluster an earlier version created without its counters: created {CONTROLLER_EPOCH} and {PRODUCER_IDS}");
@@ -1286,6 +1274,22 @@ fn stray_seat(what: &str, view: &ControllerView) -> Error {
             view.epoch
         ),
     }
+}
+
+/// A transaction that creates every `(path, data)` of `ops` as a persistent
+/// znode, all or none, ready to commit.
+fn creating_all<'a>(
+    client: &'a zk::Client,
+    ops: &[(&str, Vec<u8>)],
+    what: &str,
+) -> Result<zk::MultiWriter<'a>> {
+    let mut writer = client.new_multi_writer();
+    for (path, data) in ops {
+        writer
+            .add_create(path, data, &persistent())
+            .map_err(|e| zk_error(what, e))?;
+    }
+    Ok(writer)
 }
 
 /// What to do when `/producer_ids` is missing from a store in use.

@@ -298,6 +298,9 @@ impl FollowerProgress {
         if self.last_fetch.is_some() && self.incarnation.is_none() {
             return Err("a counted fetch without the incarnation it came from".into());
         }
+        if self.restarted_behind && self.incarnation.is_none() {
+            return Err("a restart without the incarnation that replaced the counted one".into());
+        }
         match (self.previous_fetch, self.last_fetch) {
             (Some(_), None) => Err("a previous fetch without a last one".into()),
             (Some(previous), Some(last)) if previous.arrived_at > last.arrived_at => {

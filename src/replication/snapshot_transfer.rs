@@ -5,22 +5,24 @@
 //! (started by the fetcher), so the other logs fetched from that leader go
 //! on meanwhile.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::time::Instant;
+
+use bytes::Bytes;
 
 use super::replica::Replica;
 use crate::config::ReplicationConfig;
 use crate::snapshot::{SnapshotInfo, SnapshotStore};
+use crate::storage::SNAPSHOT_DOWNLOAD_PREFIX;
 use crate::sync::{AtomicBool, Ordering};
-use crate::transport::{ErrorCode, Request, Response, SnapshotRequest, Transport};
+use crate::transport::{
+    ErrorCode, Request, Response, SnapshotRequest, SnapshotResponse, Transport,
+};
 use crate::types::{LeaderEpoch, NodeId, Offset};
-
-/// The prefix of the file a download is written to, in the log's
-/// directory; each transfer has a file of its own (a cancelled transfer
-/// still finishing must not read or delete a later one's).
-pub(crate) const SNAPSHOT_DOWNLOAD_FILE: &str = "snapshot-download";
 
 /// Numbers the transfers of this process, for their file names.
 static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -54,7 +56,7 @@ impl Transfer<'_> {
             .replica
             .log()
             .dir()
-            .join(format!("{SNAPSHOT_DOWNLOAD_FILE}-{number}"));
+            .join(format!("{SNAPSHOT_DOWNLOAD_PREFIX}-{number}"));
         let outcome = self.download_and_install(&path);
         // Whatever happened, the download is not kept: a later transfer
         // starts from the beginning (the leader's latest may differ).
@@ -128,78 +130,175 @@ impl Transfer<'_> {
 
     /// Downloads the whole snapshot into `path`. `Ok(None)`: the leader's
     /// latest snapshot changed under the transfer, start again.
+    ///
+    /// The file is written by a thread of its own while the next chunk is
+    /// asked for and checked, so the network and the disk overlap. It is
+    /// not fsynced: it is read back at once by the install, and a crash
+    /// before the install ends discards it (recovery deletes a log
+    /// directory's downloads), so only the application's install makes
+    /// anything durable.
     fn download(&self, path: &PathBuf) -> Result<Option<SnapshotInfo>, String> {
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(path)
             .map_err(|e| format!("create {}: {e}", path.display()))?;
-        let mut info: Option<SnapshotInfo> = None;
-        let mut position = 0u64;
-        loop {
-            if self.cancel.load(Ordering::SeqCst) {
-                return Err("cancelled".to_string());
+        std::thread::scope(|scope| {
+            let (chunks, written) = std::sync::mpsc::sync_channel::<Bytes>(WRITES_QUEUED_MAX);
+            let writer = scope.spawn(move || write_chunks(file, written, path));
+            let received = self.receive(chunks);
+            // The channel's sender is dropped by now: the writer ends once
+            // it wrote what was sent (or at its first error).
+            let wrote = writer
+                .join()
+                .unwrap_or_else(|_| Err(format!("the writer of {} panicked", path.display())));
+            match (received, wrote) {
+                (Err(error), _) => Err(error),
+                (Ok(_), Err(error)) => Err(error),
+                (Ok(outcome), Ok(())) => Ok(outcome),
             }
-            let request = Request::Snapshot(SnapshotRequest {
-                replica: self.local,
-                log: self.replica.log_id(),
-                current_leader_epoch: self.epoch,
-                position,
-                bytes_max: self.config.fetch_bytes_max,
-            });
-            let deadline = Instant::now() + self.config.request_timeout;
-            let chunk = match self.transport.call(self.leader, request, deadline) {
-                Ok(Response::Snapshot(chunk)) => chunk,
-                Ok(Response::Error(code)) => return Err(format!("the leader answered {code}")),
-                Ok(other) => return Err(format!("unexpected answer {other:?}")),
-                Err(error) => return Err(format!("snapshot request failed: {error}")),
-            };
-            if chunk.log != self.replica.log_id() || chunk.position != position {
-                return Err(format!(
-                    "the leader answered for log {} at byte {}, asked for log {} at byte {position}",
-                    chunk.log,
-                    chunk.position,
-                    self.replica.log_id()
-                ));
-            }
-            if chunk.error != ErrorCode::None {
-                return Err(format!("the leader answered {}", chunk.error));
-            }
-            let now = SnapshotInfo {
-                offset: chunk.snapshot_offset,
-                size_bytes: chunk.snapshot_bytes,
-            };
-            match info {
-                None => info = Some(now),
-                Some(known) if known != now => {
-                    tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
-                    return Ok(None);
+        })
+    }
+
+    /// Asks for the snapshot chunk after chunk, checks each and sends its
+    /// bytes to `chunks`, in order. `Ok(None)`: the leader's latest
+    /// snapshot changed under the transfer.
+    ///
+    /// Once the first chunk told the chunk size the leader serves (every
+    /// chunk but the last has it: `answer_snapshot`), up to
+    /// [`REQUESTS_IN_FLIGHT_MAX`] requests are out at once, so that the
+    /// leader reads and sends the next chunk while this one is checked.
+    fn receive(&self, chunks: SyncSender<Bytes>) -> Result<Option<SnapshotInfo>, String> {
+        std::thread::scope(|scope| {
+            let mut in_flight = VecDeque::new();
+            let mut info: Option<SnapshotInfo> = None;
+            let mut position = 0u64;
+            // The next position to ask for, once the chunk size is known.
+            let mut asked_to = 0u64;
+            let mut chunk_bytes: Option<u64> = None;
+            loop {
+                if self.cancel.load(Ordering::SeqCst) {
+                    return Err("cancelled".to_string());
                 }
-                Some(_) => {}
+                match (chunk_bytes, info) {
+                    (Some(size), Some(known)) => {
+                        while in_flight.len() < REQUESTS_IN_FLIGHT_MAX
+                            && asked_to < known.size_bytes
+                        {
+                            let at = asked_to;
+                            in_flight.push_back((at, scope.spawn(move || self.ask(at))));
+                            asked_to += size;
+                        }
+                    }
+                    _ if in_flight.is_empty() => {
+                        in_flight.push_back((position, scope.spawn(move || self.ask(position))));
+                    }
+                    _ => {}
+                }
+                let Some((at, asked)) = in_flight.pop_front() else {
+                    return Err(format!("nothing asked for at byte {position}"));
+                };
+                debug_assert_eq!(at, position, "chunks are asked for and taken in order");
+                let chunk = asked
+                    .join()
+                    .unwrap_or_else(|_| Err("a snapshot request panicked".to_string()))?;
+                if chunk.log != self.replica.log_id() || chunk.position != position {
+                    return Err(format!(
+                        "the leader answered for log {} at byte {}, asked for log {} at byte {position}",
+                        chunk.log,
+                        chunk.position,
+                        self.replica.log_id()
+                    ));
+                }
+                if chunk.error != ErrorCode::None {
+                    return Err(format!("the leader answered {}", chunk.error));
+                }
+                let now = SnapshotInfo {
+                    offset: chunk.snapshot_offset,
+                    size_bytes: chunk.snapshot_bytes,
+                };
+                match info {
+                    None => info = Some(now),
+                    Some(known) if known != now => {
+                        tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
+                        return Ok(None);
+                    }
+                    Some(_) => {}
+                }
+                let crc = crc32fast::hash(&chunk.data);
+                if crc != chunk.crc32 {
+                    return Err(format!(
+                        "chunk at byte {position} of the snapshot at {} is corrupt: CRC-32 {crc:#010x}, the leader sent {:#010x}",
+                        now.offset, chunk.crc32
+                    ));
+                }
+                let remaining = now.size_bytes.saturating_sub(position);
+                let len = chunk.data.len() as u64;
+                if len > remaining || (len == 0 && remaining > 0) {
+                    return Err(format!(
+                        "chunk at byte {position} has {len} bytes, {remaining} remain"
+                    ));
+                }
+                match chunk_bytes {
+                    None => {
+                        chunk_bytes = Some(len);
+                        asked_to = position + len;
+                    }
+                    // Only the last chunk may be shorter: the requests
+                    // already out asked for positions a chunk apart.
+                    Some(size) if len != size && len != remaining => {
+                        return Err(format!(
+                            "chunk at byte {position} has {len} bytes, the leader's earlier chunks {size}"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                position += len;
+                if len > 0 && chunks.send(chunk.data).is_err() {
+                    // The writer stopped at an error, which `download` reports.
+                    return Err("the download's writer stopped".to_string());
+                }
+                if position == now.size_bytes {
+                    return Ok(Some(now));
+                }
             }
-            let crc = crc32fast::hash(&chunk.data);
-            if crc != chunk.crc32 {
-                return Err(format!(
-                    "chunk at byte {position} of the snapshot at {} is corrupt: CRC-32 {crc:#010x}, the leader sent {:#010x}",
-                    now.offset, chunk.crc32
-                ));
-            }
-            let remaining = now.size_bytes.saturating_sub(position);
-            if chunk.data.len() as u64 > remaining || (chunk.data.is_empty() && remaining > 0) {
-                return Err(format!(
-                    "chunk at byte {position} has {} bytes, {remaining} remain",
-                    chunk.data.len()
-                ));
-            }
-            file.write_all(&chunk.data)
-                .map_err(|e| format!("write {}: {e}", path.display()))?;
-            position += chunk.data.len() as u64;
-            if position == now.size_bytes {
-                file.sync_all()
-                    .map_err(|e| format!("sync {}: {e}", path.display()))?;
-                return Ok(Some(now));
-            }
+        })
+    }
+
+    /// One request for the chunk at byte `position`.
+    fn ask(&self, position: u64) -> Result<SnapshotResponse, String> {
+        let request = Request::Snapshot(SnapshotRequest {
+            replica: self.local,
+            log: self.replica.log_id(),
+            current_leader_epoch: self.epoch,
+            position,
+            bytes_max: self.config.fetch_bytes_max,
+        });
+        let deadline = Instant::now() + self.config.request_timeout;
+        match self.transport.call(self.leader, request, deadline) {
+            Ok(Response::Snapshot(chunk)) => Ok(chunk),
+            Ok(Response::Error(code)) => Err(format!("the leader answered {code}")),
+            Ok(other) => Err(format!("unexpected answer {other:?}")),
+            Err(error) => Err(format!("snapshot request failed: {error}")),
         }
     }
+}
+
+/// How many chunk requests a transfer has out at once.
+const REQUESTS_IN_FLIGHT_MAX: usize = 2;
+
+/// How many checked chunks may wait for the download's writer: enough to
+/// keep it busy while the next chunk crosses the network, few enough to
+/// bound the memory (each is at most `fetch_bytes_max`).
+const WRITES_QUEUED_MAX: usize = 2;
+
+/// The download's writer: writes every chunk it receives to `file`, in
+/// order, until the sender is dropped.
+fn write_chunks(mut file: File, chunks: Receiver<Bytes>, path: &Path) -> Result<(), String> {
+    for chunk in chunks {
+        file.write_all(&chunk)
+            .map_err(|e| format!("write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }

@@ -36,3 +36,8 @@ pub(crate) use offset_index::{OffsetIndex, INDEX_ENTRY_BYTES};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use producer_state::{snapshot_path, ProducerStateManager};
 pub use recovery::{RecoveryReport, TruncatedTail};
+
+/// The name prefix of a snapshot download's scratch file in a log's
+/// directory (SPEC 3.9). Nothing durable: recovery deletes any it finds
+/// (a crash ended the download; the next one starts from the beginning).
+pub(crate) const SNAPSHOT_DOWNLOAD_PREFIX: &str = "snapshot-download";

@@ -115,6 +115,9 @@ fn list_segments(dir: &Path) -> Result<Vec<Offset>> {
         let Some(name) = name.to_str() else { continue };
         if let Some(base) = segment::parse_log_file_name(name) {
             bases.push(base);
+        } else if name.starts_with(super::SNAPSHOT_DOWNLOAD_PREFIX) {
+            // A snapshot download a crash ended; never installed.
+            segment::remove_if_exists(&entry.path())?;
         } else if let Some(stem) = name.strip_suffix(segment::INDEX_SUFFIX) {
             // An index whose data file is gone (a crash during a deletion,
             // which removes the index first) is useless.

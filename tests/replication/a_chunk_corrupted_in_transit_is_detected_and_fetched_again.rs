@@ -18,9 +18,12 @@ use super::log_capture::log_lines_with;
 use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
 
 /// The leader's request handler, flipping one byte of the data of the
-/// first `corrupt_left` snapshot chunks it answers past the first (so the
-/// error must name a position other than 0): what a bad
-/// link or a broken proxy does to the bytes in transit.
+/// first `corrupt_left` snapshot chunks it answers at one position past the
+/// first chunk (so the error must name a position other than 0): what a
+/// bad link or a broken proxy does to the bytes in transit. Always the same
+/// position: a follower has more than one chunk asked for at once, and
+/// stops at the first bad one, so a corrupted chunk behind it would never
+/// be looked at.
 struct CorruptingLink {
     inner: Arc<dyn RequestHandler>,
     corrupt_left: AtomicU64,
@@ -32,13 +35,15 @@ impl RequestHandler for CorruptingLink {
         match self.inner.handle(from, request) {
             Response::Snapshot(mut chunk) if !chunk.data.is_empty() && chunk.position > 0 => {
                 let left = self.corrupt_left.load(Ordering::SeqCst);
-                if left > 0 {
+                let mut corrupted_at = self.corrupted_at.lock().unwrap();
+                let here = corrupted_at.first().is_none_or(|&at| at == chunk.position);
+                if left > 0 && here {
                     self.corrupt_left.store(left - 1, Ordering::SeqCst);
                     let mut data = chunk.data.to_vec();
                     let middle = data.len() / 2;
                     data[middle] ^= 0x40;
                     chunk.data = data.into();
-                    self.corrupted_at.lock().unwrap().push(chunk.position);
+                    corrupted_at.push(chunk.position);
                 }
                 Response::Snapshot(chunk)
             }

@@ -7,6 +7,7 @@
 #[path = "../support/storage_support.rs"]
 mod storage_support;
 
+mod a_snapshot_download_left_by_a_crash_is_deleted_at_open;
 mod checkpoint_and_truncation_never_deadlock;
 mod corruption_below_recovery_point_is_an_error;
 mod decoders_never_panic_on_arbitrary_bytes;

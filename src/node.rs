@@ -33,8 +33,8 @@ use crate::replication::{
     Replica, Role, Watch,
 };
 use crate::storage::{
-    take_clean_shutdown_marker, write_clean_shutdown_marker, DirectoryIdentity, DirectoryLock,
-    FlushPolicy, Log, PreviousShutdown, RollFlushThread, RollFlusher,
+    take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork, DirectoryIdentity,
+    DirectoryLock, FlushPolicy, Log, PreviousShutdown, RollFlushThread, RollFlusher,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -1220,19 +1220,26 @@ impl NodeShared {
         }
     }
 
-    /// Sends the flush of each of `replica`'s rolls to the node's roll
-    /// flush thread instead of the appending thread (issue 27).
+    /// Sends the flush of each of `replica`'s rolls (issue 27), and the file
+    /// work of its follower's log start moves (issue 25), to the node's
+    /// roll flush thread instead of the appending or fetching thread.
     fn flush_rolls_in_background(&self, replica: &Arc<Replica>) {
         let flusher = Arc::clone(&self.roll_flusher);
         let weak = Arc::downgrade(replica);
         replica
             .log()
-            .set_roll_flusher(RollFlusher(Box::new(move || {
+            .set_roll_flusher(RollFlusher(Box::new(move |work| {
                 let weak = weak.clone();
                 flusher.submit(Box::new(move || {
                     if let Some(replica) = weak.upgrade() {
-                        if let Err(error) = replica.log().flush() {
-                            tracing::error!(log = %replica.log_id(), %error, "flush after a segment roll failed");
+                        let done = match work {
+                            BackgroundWork::FlushRoll => replica.log().flush(),
+                            BackgroundWork::FinishLogStartMoves => {
+                                replica.log().finish_log_start_moves()
+                            }
+                        };
+                        if let Err(error) = done {
+                            tracing::error!(log = %replica.log_id(), ?work, %error, "background log work failed");
                         }
                     }
                 }))

@@ -2075,7 +2075,9 @@ impl Replica {
                 // this branch, at most this log's end, so at most the new
                 // high watermark.
                 if log_start_offset > self.log.log_start_offset() {
-                    self.log.set_log_start_offset(log_start_offset)?;
+                    // Its checkpoint and file deletions run on the roll
+                    // flush thread: this fetcher waits for no fsync.
+                    self.log.raise_log_start_offset_deferred(log_start_offset)?;
                 }
                 self.applied
                     .adopt_leader_view(self.local, &answer.applied_offsets);

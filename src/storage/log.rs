@@ -266,13 +266,37 @@ pub struct Log {
     report: RecoveryReport,
     /// Where the flush after a roll goes, when the owner gave one (a node
     /// does); without, the appending thread flushes (issue 27).
-    roll_flusher: std::sync::OnceLock<RollFlusher>,
+    pub(super) roll_flusher: std::sync::OnceLock<RollFlusher>,
+    /// Deferred log start moves. Lock order: `checkpoint_lock`, then
+    /// `state`, then this.
+    pub(super) start_moves: Mutex<StartMoves>,
 }
 
-/// Queues the flush a roll needs on a thread other than the appender's;
-/// returns `false` when it cannot (the flushing thread is gone), and the
-/// appender then flushes itself.
-pub(crate) struct RollFlusher(pub(crate) Box<dyn Fn() -> bool + Send + Sync>);
+/// Queues work a log hands off its caller's thread (the flush a roll
+/// needs, the file work of a follower's log start move) on a thread of the
+/// owner's; returns `false` when it cannot (the thread is gone), and the
+/// caller then does the work itself.
+pub(crate) struct RollFlusher(pub(crate) Box<dyn Fn(BackgroundWork) -> bool + Send + Sync>);
+
+/// What a [`RollFlusher`] is asked to run for a log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BackgroundWork {
+    /// [`Log::flush`], after a roll.
+    FlushRoll,
+    /// [`Log::finish_log_start_moves`], after
+    /// [`Log::raise_log_start_offset_deferred`].
+    FinishLogStartMoves,
+}
+
+/// A follower's log start moves whose file work is still to do
+/// ([`Log::raise_log_start_offset_deferred`]).
+#[derive(Debug, Default)]
+pub(super) struct StartMoves {
+    /// Segments taken out of the log whose files are still on disk.
+    pub(super) doomed: Vec<Segment>,
+    /// The log start moved since the last checkpoint written for a move.
+    pub(super) unpersisted: bool,
+}
 
 impl std::fmt::Debug for RollFlusher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -326,6 +350,7 @@ impl Log {
             counters: Counters::default(),
             report,
             roll_flusher: std::sync::OnceLock::new(),
+            start_moves: Mutex::new(StartMoves::default()),
         };
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
@@ -710,16 +735,22 @@ impl Log {
             // held this appender (and a leader's pipeline behind it) for
             // seconds per GiB (issue 27). The recovery point still moves
             // only once the fsync is done: `flush` publishes it afterwards.
-            let queued = self.roll_flusher.get().is_some_and(|queue| (queue.0)());
-            if !queued {
+            if !self.hand_off(BackgroundWork::FlushRoll) {
                 self.flush()?;
             }
         }
         Ok(())
     }
 
-    /// Sends the flush each roll needs to `flusher` instead of doing it on
-    /// the appending thread. Set once; a second call is ignored.
+    /// Queues `work` on the roll flusher; `false` without one, or when it
+    /// cannot take it.
+    pub(super) fn hand_off(&self, work: BackgroundWork) -> bool {
+        self.roll_flusher.get().is_some_and(|queue| (queue.0)(work))
+    }
+
+    /// Sends the flush each roll needs, and the file work of a follower's
+    /// log start moves, to `flusher` instead of doing them on the calling
+    /// thread. Set once; a second call is ignored.
     pub(crate) fn set_roll_flusher(&self, flusher: RollFlusher) {
         if self.roll_flusher.set(flusher).is_err() {
             tracing::debug!(dir = %self.dir.display(), "roll flusher already set");
@@ -773,7 +804,7 @@ impl Log {
 
     /// [`store_checkpoint`](Self::store_checkpoint) for a caller that holds
     /// the checkpoint lock (and not the state lock: see `checkpoint_lock`).
-    fn store_checkpoint_serialized(
+    pub(super) fn store_checkpoint_serialized(
         &self,
         _serial: &MutexGuard<'_, ()>,
         clean_shutdown: bool,
@@ -1128,6 +1159,12 @@ impl Log {
         self.store_checkpoint_below(serial, state, low, first)?;
         self.commit.truncated_to(low);
         let restarted = (|| {
+            // Segments a deferred log start move took out go too, before a
+            // new segment may cover their offsets.
+            let doomed = std::mem::take(&mut self.start_moves.lock().doomed);
+            for segment in doomed {
+                segment.delete()?;
+            }
             producer_state::delete_snapshots(&self.dir, |_| true)?;
             state.producers = ProducerStateManager::empty();
             let bases: Vec<Offset> = state.segments.keys().copied().collect();
@@ -1394,6 +1431,7 @@ impl Log {
     /// guarantees nothing appends to it afterwards (a node closes its logs
     /// only after stopping every thread that could).
     pub(crate) fn close_in_place(&self) -> Result<()> {
+        self.finish_log_start_moves()?;
         self.flush()?;
         {
             let mut state = self.state.write();

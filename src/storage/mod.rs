@@ -27,8 +27,8 @@ pub use identity::DirectoryIdentity;
 pub(crate) use identity::{is_identity_or_lock_file, DirectoryLock};
 #[allow(unused_imports)]
 pub(crate) use leader_epoch::{EpochEntry, LeaderEpochCache};
-pub(crate) use log::RollFlusher;
 pub use log::{AppendInfo, Log, LogStats, ReadResult};
+pub(crate) use log::{BackgroundWork, RollFlusher};
 pub(crate) use roll_flush::RollFlushThread;
 // The file decoders and encoders, for `testing::fuzz`.
 #[cfg(any(test, feature = "testing"))]

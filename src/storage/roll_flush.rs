@@ -107,7 +107,7 @@ mod tests {
 
     use crate::clock::SystemClock;
     use crate::record::RecordBatchBuilder;
-    use crate::storage::{Log, LogConfig, RollFlusher};
+    use crate::storage::{BackgroundWork, Log, LogConfig, RollFlusher};
     use crate::types::{LeaderEpoch, Offset};
 
     /// A truncation while rolled segments still waited for their
@@ -128,7 +128,7 @@ mod tests {
         };
         let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
         // A background thread that takes every roll's flush and never runs it.
-        log.set_roll_flusher(RollFlusher(Box::new(|| true)));
+        log.set_roll_flusher(RollFlusher(Box::new(|_| true)));
         for i in 0..30 {
             let mut builder = RecordBatchBuilder::new(0);
             builder.push(format!("record {i:03}").as_bytes());
@@ -155,6 +155,144 @@ mod tests {
         let log = Log::open(dir.path(), config, Arc::new(SystemClock))
             .unwrap_or_else(|e| panic!("the log must reopen after the power loss: {e}"));
         assert_eq!(log.log_end_offset(), cut);
+    }
+
+    /// A log of 30 two-record batches in segments of a few batches, the
+    /// first 16 batches in epoch 0 and the rest in epoch 1, committed to
+    /// its end, whose roll flusher records the work it is given and never
+    /// runs it.
+    fn log_with_idle_flusher(
+        dir: &std::path::Path,
+        config: &LogConfig,
+    ) -> (Log, Arc<std::sync::Mutex<Vec<BackgroundWork>>>) {
+        let log = Log::open(dir, config.clone(), Arc::new(SystemClock)).unwrap();
+        let given = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&given);
+        log.set_roll_flusher(RollFlusher(Box::new(move |work| {
+            record.lock().unwrap().push(work);
+            true
+        })));
+        for i in 0..30 {
+            let epoch = LeaderEpoch(u32::from(i >= 16));
+            if i == 16 {
+                log.assign_epoch(epoch, log.log_end_offset()).unwrap();
+            }
+            let mut builder = RecordBatchBuilder::new(0);
+            builder.push(format!("record {i:03}").as_bytes());
+            builder.push(format!("record {i:03}b").as_bytes());
+            log.append_as_leader(&builder.build().unwrap(), epoch)
+                .unwrap();
+        }
+        log.set_high_watermark(log.log_end_offset());
+        (log, given)
+    }
+
+    fn segment_count(dir: &std::path::Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "log")
+            })
+            .count()
+    }
+
+    /// Issue 25: a follower's log start move leaves its checkpoint, the
+    /// epoch cache trim and the file deletions to the background thread,
+    /// and a crash before that work ran reopens the log with its older
+    /// start and every record, even when a new epoch was written to the
+    /// epoch file meanwhile (had the cache been trimmed with the move, its
+    /// file would start above the checkpointed log start and recovery
+    /// would refuse the batches in between).
+    #[test]
+    fn a_deferred_log_start_move_survives_a_crash_before_its_file_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes_max: 600,
+            batch_bytes_max: 600,
+            ..LogConfig::default()
+        };
+        let (log, given) = log_with_idle_flusher(dir.path(), &config);
+        let (end, files) = (log.log_end_offset(), segment_count(dir.path()));
+        // Inside epoch 1, past several whole segments.
+        let start = Offset(40);
+        log.raise_log_start_offset_deferred(start).unwrap();
+        assert_eq!(log.log_start_offset(), start);
+        assert!(
+            log.read(Offset(0), 1 << 20).is_err(),
+            "read below the log start"
+        );
+        assert!(given
+            .lock()
+            .unwrap()
+            .contains(&BackgroundWork::FinishLogStartMoves));
+        assert_eq!(
+            segment_count(dir.path()),
+            files,
+            "files deleted before the checkpoint"
+        );
+        log.assign_epoch(LeaderEpoch(2), end).unwrap();
+        drop(log.halt_for_crash());
+        drop(log);
+        let log = Log::open(dir.path(), config, Arc::new(SystemClock))
+            .unwrap_or_else(|e| panic!("the log must reopen after the crash: {e}"));
+        assert_eq!(log.log_start_offset(), Offset(0));
+        assert_eq!(log.log_end_offset(), end);
+        assert!(log.read(Offset(0), 1 << 20).is_ok());
+    }
+
+    /// The background work of a deferred move checkpoints the log start,
+    /// deletes the files wholly below it, and a crash after it reopens at
+    /// the new start.
+    #[test]
+    fn a_deferred_log_start_move_is_checkpointed_and_its_files_deleted_by_its_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes_max: 600,
+            batch_bytes_max: 600,
+            ..LogConfig::default()
+        };
+        let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+        let (end, files) = (log.log_end_offset(), segment_count(dir.path()));
+        let start = Offset(40);
+        log.raise_log_start_offset_deferred(start).unwrap();
+        log.finish_log_start_moves().unwrap();
+        assert!(segment_count(dir.path()) < files, "no file deleted");
+        assert_eq!(log.epoch_entries()[0], (LeaderEpoch(1), start));
+        // Nothing left: a second call does nothing.
+        log.finish_log_start_moves().unwrap();
+        drop(log.halt_for_crash());
+        drop(log);
+        let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap();
+        assert_eq!(log.log_start_offset(), start);
+        assert_eq!(log.log_end_offset(), end);
+    }
+
+    /// A follower told to restart below its log start while a deferred
+    /// move's files are still on disk deletes them before the new segment
+    /// may cover their offsets; the log reopens empty at the new offset.
+    #[test]
+    fn a_restart_below_a_deferred_log_start_deletes_its_files_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            segment_bytes_max: 600,
+            batch_bytes_max: 600,
+            ..LogConfig::default()
+        };
+        let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+        log.raise_log_start_offset_deferred(Offset(40)).unwrap();
+        log.truncate_to(Offset(10)).unwrap();
+        assert_eq!(log.log_start_offset(), Offset(10));
+        assert_eq!(log.log_end_offset(), Offset(10));
+        assert_eq!(segment_count(dir.path()), 1);
+        drop(log.halt_for_crash());
+        drop(log);
+        let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap();
+        assert_eq!(log.log_start_offset(), Offset(10));
+        assert_eq!(log.log_end_offset(), Offset(10));
     }
 
     #[test]

@@ -1489,10 +1489,23 @@ pub(super) fn rebuild_producer_state(
     if deleted {
         sync_dir(dir)?;
     }
-    let from = rebuild
-        .snapshot
-        .unwrap_or(state.log_start_offset)
-        .max(state.log_start_offset);
+    // From the snapshot, or from the first batch the log still holds, even
+    // below the log start: an exact log start (DeleteRecords, a snapshot's
+    // offset) leaves batches of the first segment below it, and the
+    // producers' sequences they carry are no less true for being deleted.
+    // Starting at the log start instead forgot them, and a new leader
+    // answered a producer whose last batches lay there with
+    // `OutOfOrderSequence` (the fault test with deletion, seed 7: "expected
+    // 27, got 29"). Kafka starts at the log start and evicts producers
+    // whose batches are all below it; keeping them is what lets the
+    // producer go on.
+    let first_held = state
+        .segments
+        .keys()
+        .next()
+        .copied()
+        .unwrap_or(state.log_start_offset);
+    let from = rebuild.snapshot.unwrap_or(first_held).max(first_held);
     for segment in state.segments.values() {
         if segment.next_offset() <= from {
             continue;

@@ -222,3 +222,48 @@ fn idle_producer_expires_by_the_log_clock() {
             .duplicate
     );
 }
+
+/// The fault test with deletion, seed 7 ("expected 27, got 29"): a log
+/// start inside a segment, above that segment's producer snapshot, and a
+/// crash. The reopened log must know the sequences of the batches between
+/// the snapshot and the log start: they were appended, and a producer whose
+/// last batches lie there goes on from them.
+#[test]
+fn reopen_keeps_the_sequences_of_batches_below_an_exact_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    let log = open_with(dir.path(), small_segments(), &clock).unwrap();
+    append_n(&log, 12);
+    let end = log.log_end_offset();
+    let snapshot = snapshots(dir.path())
+        .iter()
+        .map(|name| name.trim_end_matches(".snapshot").parse::<u64>().unwrap())
+        .max()
+        .expect("a snapshot from the last roll");
+    // The last roll's snapshot lies below the last batches (seq 22 and 23
+    // and the ones before them in the active segment).
+    assert!(end.0 >= snapshot + 4, "end {end}, snapshot at {snapshot}");
+    // Every record deleted, exactly: the active segment still holds them.
+    log.set_high_watermark(end);
+    log.set_log_start_offset(end).unwrap();
+    drop(log); // crash
+
+    let log = open_with(dir.path(), small_segments(), &clock).unwrap();
+    assert_eq!(log.log_start_offset(), end);
+    assert_eq!(
+        log.producer_last_sequence(P),
+        Some((ProducerEpoch(0), Sequence(23)))
+    );
+    // A retry of the last batch, below the log start, is still a
+    // duplicate, and the next sequence is accepted.
+    assert!(
+        log.append_as_leader(&idempotent(22, 2), EPOCH)
+            .unwrap()
+            .duplicate
+    );
+    assert!(
+        !log.append_as_leader(&idempotent(24, 2), EPOCH)
+            .unwrap()
+            .duplicate
+    );
+}

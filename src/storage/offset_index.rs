@@ -230,10 +230,28 @@ impl OffsetIndex {
         self.map(len)
     }
 
-    /// Trims the file to the entries in use (on roll and close).
+    /// Trims the file to the entries in use, its mapped pages written
+    /// back first (on close: the next open trusts a clean close's index).
     pub(crate) fn trim_to_used(&mut self) -> Result<()> {
         self.flush()?;
+        self.trim_to_used_unsynced()
+    }
+
+    /// Trims the file to the entries in use without waiting for its pages
+    /// to reach the disk (on roll, issue 27: an msync there held the
+    /// appender for up to 220 ms while the disk wrote the previous
+    /// segment back). The pages stay in the page cache, where reads see
+    /// them; whoever moves the recovery point past this segment fsyncs the
+    /// file first ([`sync_handle`](Self::sync_handle)).
+    pub(crate) fn trim_to_used_unsynced(&mut self) -> Result<()> {
         self.resize((self.entries * INDEX_ENTRY_BYTES) as u64)
+    }
+
+    /// A second handle on the index file, to fsync it later.
+    pub(crate) fn sync_handle(&self) -> Result<File> {
+        self.file
+            .try_clone()
+            .map_err(|e| Error::io(&self.path, "open the index again", e))
     }
 
     /// Writes the mapped pages back to the file.

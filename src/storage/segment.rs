@@ -967,6 +967,14 @@ impl Segment {
         self.index.trim_to_used()
     }
 
+    /// [`seal`](Self::seal) at a roll: the index is trimmed but not synced;
+    /// returns a handle on it for the flush that moves the recovery point
+    /// past this segment.
+    pub(crate) fn seal_for_roll(&mut self) -> Result<std::fs::File> {
+        self.index.trim_to_used_unsynced()?;
+        self.index.sync_handle()
+    }
+
     /// Grows the index back to `index_bytes_max` (the segment becomes the
     /// active one again, after a reopen).
     pub(crate) fn unseal(&mut self, index_bytes_max: u64) -> Result<()> {

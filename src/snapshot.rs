@@ -55,7 +55,11 @@ pub struct SnapshotInfo {
 /// Implementations are called from the node's threads: `latest` and
 /// `read_chunk` on the thread that answers a follower's request (keep them
 /// quick: a read of at most `len` bytes), `install` on a transfer thread of
-/// the installing node. The bytes of a snapshot must not change while it
+/// the installing node. `latest` is also asked by whoever deletes (the
+/// retention timer, a `delete_records_before` caller) before the log takes
+/// any lock of its own: waiting there for a lock of the application's
+/// cannot close a cycle with the log's locks (as long as the calling
+/// thread does not hold it itself). The bytes of a snapshot must not change while it
 /// is the latest (write a new one next to it, then make it the latest).
 pub trait SnapshotStore: Send + Sync {
     /// The latest complete snapshot of `log`, if any.

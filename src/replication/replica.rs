@@ -36,7 +36,7 @@ use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
 use crate::record::{parse_header, set_base_offset, set_leader_epoch, RecordBatch};
-use crate::snapshot::SnapshotStore;
+use crate::snapshot::{SnapshotInfo, SnapshotStore};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
@@ -1441,11 +1441,12 @@ impl Replica {
     pub(crate) fn apply_retention(&self) {
         // Every replica keeps the positions, for when it leads.
         self.store_applied_positions();
+        let latest = self.latest_snapshot();
         let role = self.role.read();
         if role.role != Role::Leader {
             return;
         }
-        let limit = match self.deletion_bound_in(&role) {
+        let limit = match self.deletion_bound_in(&role, latest) {
             Ok(bound) => bound.bound,
             Err(error) => {
                 tracing::warn!(log = %self.log_id, %error, "cannot compute the deletion bound; retention waits");
@@ -1499,11 +1500,30 @@ impl Replica {
     /// `retain_until_applied`, the lowest applied position over the log's
     /// replicas if lower and the cap has not passed.
     pub(crate) fn deletion_bound(&self) -> Result<DeletionBound> {
+        let latest = self.latest_snapshot();
         let role = self.role.read();
-        self.deletion_bound_in(&role)
+        self.deletion_bound_in(&role, latest)
     }
 
-    fn deletion_bound_in(&self, role: &RoleState) -> Result<DeletionBound> {
+    /// The application's latest snapshot of this log, if it has a store.
+    /// Asked before any lock of this replica is taken: it is the
+    /// application's code, and may wait for a lock the application holds
+    /// while it calls into this log (a `delete_records_before` caller);
+    /// asked under the role lock, that wait could close a cycle with a
+    /// role change queued for the write lock.
+    fn latest_snapshot(&self) -> Option<SnapshotInfo> {
+        self.snapshots
+            .as_ref()
+            .and_then(|store| store.0.latest(self.log_id))
+    }
+
+    /// `latest`: [`latest_snapshot`](Self::latest_snapshot), asked before
+    /// `role` was taken.
+    fn deletion_bound_in(
+        &self,
+        role: &RoleState,
+        latest: Option<SnapshotInfo>,
+    ) -> Result<DeletionBound> {
         let by_applied = self.deletion_bound_by_applied(role)?;
         // Rule (issue 25): with a snapshot store, the log start never
         // passes the application's latest snapshot. A follower that needs
@@ -1517,12 +1537,10 @@ impl Replica {
         // is taken at its applied position, which (with
         // `retain_until_applied`) the bound never passes on the leader.
         // `latest` is the application's code, asked on the thread that
-        // deletes (the retention timer, a `delete_records_before` caller).
-        let Some(latest) = self
-            .snapshots
-            .as_ref()
-            .and_then(|store| store.0.latest(self.log_id))
-        else {
+        // deletes (the retention timer, a `delete_records_before` caller)
+        // before the role lock. A snapshot taken in between is newer and
+        // only raises the floor: using the older one keeps more.
+        let Some(latest) = latest else {
             return Ok(by_applied);
         };
         let floor = latest.offset.max(self.log.log_start_offset());
@@ -1625,11 +1643,12 @@ impl Replica {
     /// [`Error::LogStartAboveHighWatermark`]). Returns the log start
     /// offset after it (unchanged when `offset` is not above it).
     pub(crate) fn delete_records_before(&self, offset: Offset) -> Result<Offset> {
+        let latest = self.latest_snapshot();
         let role = self.role.read();
         if role.role != Role::Leader {
             return Err(self.not_leader(&role));
         }
-        let bound = self.deletion_bound_in(&role)?;
+        let bound = self.deletion_bound_in(&role, latest)?;
         if offset > bound.bound {
             let high_watermark = self.high_watermark();
             return Err(match bound.held_by {

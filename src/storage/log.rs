@@ -856,7 +856,7 @@ impl Log {
             (state.log_start_offset, state.high_watermark)
         };
         let checkpoint = LogCheckpoint {
-            recovery_point: self.commit.flushed_offset().max(log_start_offset),
+            recovery_point: self.commit.flushed_offset(),
             high_watermark,
             log_start_offset,
             clean_shutdown,

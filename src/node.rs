@@ -22,8 +22,9 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
-    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState,
-    LogUpdate,
+    cancel_reassignment, reassign_log, replace_node, AddingReplica, CasOutcome, Controller,
+    ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
+    ReassignmentProgress,
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
@@ -305,12 +306,27 @@ impl Node {
         let directory_id = identity
             .map(|identity| identity.directory_id)
             .unwrap_or_else(DirectoryId::random);
-        let hosted: Vec<LogId> = coordinator
-            .logs()?
-            .into_iter()
+        let states = coordinator.logs()?;
+        let hosted: Vec<LogId> = states
+            .iter()
             .filter(|state| state.replicas.contains(&me))
             .map(|state| state.log)
             .collect();
+        // SPEC 3.10: a replica that a reassignment removed while this node
+        // was down (or before it got to delete it) is a stray: the
+        // coordinator knows the log and no longer lists this node. Its copy
+        // is deleted before anything opens or reports it, as Kafka deletes
+        // stray replicas at startup (KAFKA-14616). A directory of a log the
+        // coordinator does not know is left alone.
+        for state in states.iter().filter(|state| !state.replicas.contains(&me)) {
+            let dir = log_dir(&data_dir, state.log);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
+                tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
+                    "deleted the copy of a replica that a reassignment removed");
+            }
+        }
         let recorded: HashMap<LogId, DirectoryId> =
             coordinator.replica_directories(me)?.into_iter().collect();
         // A replica lost its data when the coordinator placed it on a
@@ -529,6 +545,92 @@ impl Node {
     /// coordinator error if it exists already. No trait import needed.
     pub fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState> {
         self.shared.coordinator.create_log(log, replicas)
+    }
+
+    /// Reassigns `log` to the replicas `target`, in assignment order (SPEC
+    /// 3.10, Kafka's KIP-455), as any node or an admin tool may, and
+    /// returns the stored state. It returns once the move is recorded; the
+    /// added replicas then fetch from the leader, join the ISR by rule 3.4,
+    /// and the controller completes the move (replicas = `target`, the
+    /// others removed, the leadership handed to a target replica if its
+    /// leader is removed) once every target replica is in the ISR. A second
+    /// call for the same log replaces the first; a `target` equal to the
+    /// current replicas changes nothing.
+    ///
+    /// Errs, naming the field and value, if `target` is empty, names a
+    /// node twice, has fewer replicas than this node's
+    /// `min_insync_replicas`, or adds a node without a live session; with
+    /// [`Error::UnknownLog`] for a log that does not exist.
+    pub fn reassign_log(&self, log: LogId, target: Vec<NodeId>) -> Result<LogState> {
+        reassign_log(
+            &*self.shared.coordinator,
+            log,
+            &target,
+            self.shared.config.replication.min_insync_replicas,
+        )
+    }
+
+    /// Cancels `log`'s reassignment, if one runs, and returns the stored
+    /// state: back to the original replicas, whose data the move never
+    /// touched (the added replicas leave and delete their copies). As
+    /// Kafka's KRaft controller reverts a move, they keep the order they had
+    /// during it (the move's target first), so the preferred leader may
+    /// differ from the one before the move.
+    pub fn cancel_reassignment(&self, log: LogId) -> Result<LogState> {
+        cancel_reassignment(
+            &*self.shared.coordinator,
+            log,
+            self.shared.config.replication.min_insync_replicas,
+        )
+    }
+
+    /// Replaces a node that is gone for good: every log with `dead` among
+    /// its (target) replicas is reassigned to the same replicas with
+    /// `replacement` in `dead`'s place ([`Node::reassign_log`]). Returns
+    /// the stored states of the logs reassigned. `replacement` must be
+    /// live. Calling it again after a failure finishes the rest.
+    pub fn replace_node(&self, dead: NodeId, replacement: NodeId) -> Result<Vec<LogState>> {
+        replace_node(
+            &*self.shared.coordinator,
+            dead,
+            replacement,
+            self.shared.config.replication.min_insync_replicas,
+        )
+    }
+
+    /// The reassignments in progress of the logs this node leads, each
+    /// with its added replicas' lag as the leader sees it: what an
+    /// application exports as metrics. Logs led elsewhere are reported by
+    /// their leaders.
+    pub fn reassignments(&self) -> Result<Vec<ReassignmentProgress>> {
+        let me = self.id();
+        let mut progress = Vec::new();
+        for state in self.shared.coordinator.logs()? {
+            if !state.is_reassigning() || state.leader != Some(me) {
+                continue;
+            }
+            let replica = self.shared.replica(state.log);
+            let adding_replicas = state
+                .adding_replicas
+                .iter()
+                .map(|node| AddingReplica {
+                    node: *node,
+                    in_sync: state.is_in_sync(*node),
+                    lag_records: replica
+                        .as_ref()
+                        .and_then(|replica| replica.follower_lag(*node))
+                        .map(|(records, _)| records)
+                        .filter(|records| *records != u64::MAX),
+                })
+                .collect();
+            progress.push(ReassignmentProgress {
+                log: state.log,
+                target_replicas: state.target_replicas(),
+                adding_replicas,
+                removing_replicas: state.removing_replicas.clone(),
+            });
+        }
+        Ok(progress)
     }
 
     /// The coordinator's record of `log` (replicas, leader, epoch, ISR),
@@ -1315,7 +1417,15 @@ impl NodeShared {
         let me = self.local();
         // A stopping node changes no role any more: its threads are being
         // joined, and each coordinator call here may take the call timeout.
-        if !state.replicas.contains(&me) || self.is_stopped() {
+        if self.is_stopped() {
+            return;
+        }
+        if !state.replicas.contains(&me) {
+            // SPEC 3.10: a reassignment removed this replica, and the
+            // coordinator stored it: only now may its copy go.
+            if self.replica(state.log).is_some() {
+                self.remove_replica(state.log);
+            }
             return;
         }
         let Some(state) = self.with_unclean_report(state) else {
@@ -1365,6 +1475,7 @@ impl NodeShared {
                 in_sync_replicas: state.in_sync_replicas.clone(),
                 eligible_leader_replicas: state.eligible_leader_replicas.clone(),
                 unclean_report: None,
+                assignment: None,
             };
             match self.coordinator.compare_and_set(
                 state.log,
@@ -1431,6 +1542,37 @@ impl NodeShared {
         );
         if let Some(leader) = state.leader {
             self.start_fetching(leader, replica, state.leader_epoch);
+        }
+    }
+
+    /// Stops and deletes this node's replica of `log`, which the stored
+    /// state no longer lists (SPEC 3.10: a reassignment completed or was
+    /// cancelled without it). Its fetcher stops, the replica goes offline
+    /// (appends and waiters fail with `NotLeader`, follower I/O ends) and
+    /// leaves the node's map, then its directory is deleted. Kafka's
+    /// `StopReplica(delete = true)`.
+    fn remove_replica(&self, log: LogId) {
+        let me = self.local();
+        self.stop_fetching(log);
+        let Some(replica) = self.replicas.write().remove(&log) else {
+            return;
+        };
+        replica.take_offline();
+        if let Err(error) = replica.log().close_in_place() {
+            tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
+        }
+        self.placed.lock().remove(&log);
+        self.unopened.lock().remove(&log);
+        self.unreported.lock().remove(&log);
+        let dir = log_dir(&self.config.data_dir, log);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                tracing::info!(%log, node = %me, dir = %dir.display(), "replica removed by a reassignment: stopped and deleted")
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::error!(%log, node = %me, dir = %dir.display(), %error, "cannot delete a removed replica's directory")
+            }
         }
     }
 
@@ -1737,6 +1879,7 @@ impl NodeShared {
             in_sync_replicas: others,
             eligible_leader_replicas,
             unclean_report: None,
+            assignment: None,
         };
         match self
             .coordinator
@@ -1916,6 +2059,7 @@ impl NodeShared {
                 ),
                 in_sync_replicas,
                 unclean_report: None,
+                assignment: None,
             };
             if out_of_time() {
                 return;

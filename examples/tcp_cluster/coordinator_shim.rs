@@ -218,6 +218,8 @@ fn state_from_text<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Result<Log
         )?,
         version: number(fields.next())?,
         unclean_replicas: unclean_list_from_text(fields.next().unwrap_or("-"))?,
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     })
 }
 
@@ -280,6 +282,18 @@ fn error_from_text(answer: &str) -> Error {
 /// `cas_controller`, the controller and its epoch): `log expected_epoch
 /// expected_version leader leader_epoch isr elr unclean_report` (the
 /// report `-` or `node:last_epoch:log_end`).
+/// The shim's text protocol does not carry a reassignment (SPEC 3.10): an
+/// update that changes the replicas is refused before it is sent, rather
+/// than sent without its replicas.
+fn refuse_reassignment(update: &LogUpdate) -> Result<()> {
+    match update.assignment {
+        None => Ok(()),
+        Some(_) => Err(Error::Coordinator {
+            reason: "the example's coordinator shim cannot carry a reassignment".into(),
+        }),
+    }
+}
+
 fn cas_to_text(
     log: LogId,
     expected_epoch: LeaderEpoch,
@@ -317,6 +331,7 @@ fn cas_from_text<'a>(
             None | Some("-") => None,
             Some(text) => Some(unclean_from_text(text)?),
         },
+        assignment: None,
     };
     Ok((log, epoch, version, update))
 }
@@ -601,6 +616,7 @@ impl Coordinator for RemoteCoordinator {
         expected_version: u64,
         update: LogUpdate,
     ) -> Result<CasOutcome> {
+        refuse_reassignment(&update)?;
         let answer = self.call(format!(
             "cas {}",
             cas_to_text(log, expected_epoch, expected_version, &update)
@@ -617,6 +633,7 @@ impl Coordinator for RemoteCoordinator {
         expected_version: u64,
         update: LogUpdate,
     ) -> Result<CasOutcome> {
+        refuse_reassignment(&update)?;
         let answer = self.call(format!(
             "cas_controller {} {} {}",
             controller.0,

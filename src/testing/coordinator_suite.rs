@@ -405,6 +405,8 @@ fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
         eligible_leader_replicas: Vec::new(),
         version: 0,
         unclean_replicas: Vec::new(),
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     };
     assert_eq!(created, expected);
     assert_eq!(stored(c, LogId(2)), expected);
@@ -504,6 +506,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
                 in_sync_replicas: nodes(&[2]),
                 eligible_leader_replicas: log_3.eligible_leader_replicas_after(&nodes(&[2]), 2),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap(),
@@ -523,6 +526,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
                 in_sync_replicas: nodes(&[1]),
                 eligible_leader_replicas: Vec::new(),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap(),
@@ -623,6 +627,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         in_sync_replicas: nodes(&[3]),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let elected = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(0), 1, new_leader)
@@ -639,6 +644,8 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
             eligible_leader_replicas: Vec::new(),
             version: 2,
             unclean_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     );
     assert_eq!(stored(c, LogId(1)), elected);
@@ -649,6 +656,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         in_sync_replicas: nodes(&[3]),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let leaderless = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(1), 2, leaderless)
@@ -710,6 +718,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
                 in_sync_replicas: nodes(&[2, 3]),
                 eligible_leader_replicas: Vec::new(),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap(),
@@ -720,6 +729,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
         in_sync_replicas: nodes(isr),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     // (what is wrong, the update, a word the error must name)
     let cases = [
@@ -1157,6 +1167,7 @@ fn controller_writes_are_fenced_by_controller_epoch<C: Coordinator>(c: &C, time:
         in_sync_replicas: nodes(&[2]),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     assert_fenced(
         "the deposed controller",

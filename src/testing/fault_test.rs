@@ -1626,6 +1626,7 @@ fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) ->
         in_sync_replicas: current.in_sync_replicas.clone(),
         eligible_leader_replicas: current.eligible_leader_replicas.clone(),
         unclean_report: None,
+        assignment: None,
     };
     matches!(
         cluster

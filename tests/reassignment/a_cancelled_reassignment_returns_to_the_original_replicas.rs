@@ -26,6 +26,20 @@ fn a_cancelled_reassignment_returns_to_the_original_replicas() {
     let half_way = state(&cluster);
     assert!(half_way.is_reassigning(), "{half_way:?}");
     assert!(!half_way.is_in_sync(NodeId(3)));
+    // Progress, as the leader reports it for metrics: the added replica,
+    // out of the ISR, and the one to be removed.
+    let leader = half_way.leader.unwrap();
+    let progress = cluster
+        .with_node(leader, |n| n.reassignments())
+        .unwrap()
+        .unwrap();
+    assert_eq!(progress.len(), 1, "{progress:?}");
+    assert_eq!(progress[0].log, LOG);
+    assert_eq!(progress[0].target_replicas, nodes(&[3, 1, 2]));
+    assert_eq!(progress[0].removing_replicas, nodes(&[0]));
+    assert_eq!(progress[0].adding_replicas.len(), 1);
+    assert_eq!(progress[0].adding_replicas[0].node, NodeId(3));
+    assert!(!progress[0].adding_replicas[0].in_sync);
 
     let cancelled = admin(&cluster, |n| n.cancel_reassignment(LOG)).unwrap();
     assert!(!cancelled.is_reassigning(), "{cancelled:?}");

@@ -71,7 +71,27 @@ fn a_reassignment_survives_a_crash_of_the_added_replica_half_way() {
     assert!(!half_way.is_in_sync(added));
 
     cluster.restart(added).unwrap();
+    // While it catches up, its leader reports how far behind it is.
+    let leader = half_way.leader.unwrap();
+    let lag_seen = cluster.wait_until(WAIT_MAX, |c| {
+        let progress = c.with_node(leader, |n| n.reassignments());
+        match progress {
+            Some(Ok(progress)) => progress.iter().any(|p| {
+                p.adding_replicas
+                    .iter()
+                    .any(|a| a.node == added && a.lag_records.is_some())
+            }),
+            // The move completed first: nothing left to report.
+            _ => !state(c).is_reassigning(),
+        }
+    });
+    assert!(lag_seen, "the added replica's lag was never reported");
     wait_completed(&cluster, &target);
+    let progress = cluster
+        .with_node(leader, |n| n.reassignments())
+        .unwrap()
+        .unwrap();
+    assert!(progress.is_empty(), "{progress:?}");
     let writes = writer.stop();
     check_nothing_lost(&cluster, &writes);
 }

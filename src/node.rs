@@ -69,10 +69,39 @@ const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
 /// deadline: a `Timeout` arrives at most this late (plus scheduling), well
 /// within the 100 ms SPEC 3.1 allows.
 const DEADLINE_TICK: Duration = Duration::from_millis(10);
+/// Reassignment (SPEC 3.10): how long a leader that a move removes waits,
+/// with its appends stopped, for a target replica to catch up before it
+/// gives appends back and tries again after
+/// [`REASSIGNMENT_HAND_OVER_RETRY`]. The controller completes the move
+/// without it after its own, longer, wait (`REASSIGNMENT_HAND_OVER_WAIT_MAX`
+/// in the controller).
+const REASSIGNMENT_HAND_OVER_WAIT: Duration = Duration::from_secs(2);
+/// Reassignment: the pause between two hand-over attempts of one log.
+const REASSIGNMENT_HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for its completion thread to run the
 /// callbacks still queued (the `Shutdown` outcomes of its pending appends)
 /// before it leaves the thread to finish on its own.
 const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
+
+/// A leader's hand-over of a log that a reassignment removes it from
+/// (SPEC 3.10), driven by the control thread without blocking it.
+#[derive(Clone, Copy, Debug)]
+enum ReassignmentHandOver {
+    /// Appends stopped in `epoch` at log end `end`: once the high watermark
+    /// reaches it, a caught-up live target replica in the ISR is named
+    /// leader. Until `deadline`.
+    Waiting {
+        epoch: LeaderEpoch,
+        end: Offset,
+        deadline: Instant,
+    },
+    /// The last attempt in `epoch` found nobody in time; appends run again
+    /// and the next attempt waits until `retry_at`.
+    Failed {
+        epoch: LeaderEpoch,
+        retry_at: Instant,
+    },
+}
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
@@ -127,6 +156,9 @@ pub(crate) struct NodeShared {
     /// retried on a timer: a failure needs no further change of the log's
     /// state to be tried again.
     unopened: Mutex<HashMap<LogId, String>>,
+    /// Logs this node leads and a reassignment removes it from, whose
+    /// leadership it is handing to a target replica (SPEC 3.10).
+    reassignment_hand_overs: Mutex<HashMap<LogId, ReassignmentHandOver>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -369,6 +401,7 @@ impl Node {
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
             unopened: Mutex::new(HashMap::new()),
+            reassignment_hand_overs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
@@ -1504,6 +1537,7 @@ impl NodeShared {
         if state.leader == Some(me) {
             if role == Role::Leader && epoch == state.leader_epoch {
                 replica.update_isr(state.in_sync_replicas.clone(), state.version);
+                self.begin_reassignment_hand_over(&replica, state);
                 return;
             }
             self.stop_fetching(state.log);
@@ -1521,7 +1555,9 @@ impl NodeShared {
                 if replica.resign_due() {
                     self.resign_failed_leader(&replica);
                 }
+                return;
             }
+            self.begin_reassignment_hand_over(&replica, state);
             return;
         }
         let wanted = match state.leader {
@@ -1545,6 +1581,173 @@ impl NodeShared {
         }
     }
 
+    /// SPEC 3.10: if `state` says this node leads a log that its
+    /// reassignment removes it from, and every target replica is in the
+    /// ISR, starts handing the leadership to a target replica as a
+    /// controlled shutdown does (KIP-455 leaves the new leader to the
+    /// controller; here the leader, which alone knows which follower has
+    /// fetched everything, names it, so that a target replica cut off from
+    /// it, still in the ISR until `replica_lag_time_max` passes, is not
+    /// chosen). Appends stop now; the control thread finishes the
+    /// hand-over ([`progress_reassignment_hand_over`](Self::progress_reassignment_hand_over)).
+    fn begin_reassignment_hand_over(&self, replica: &Replica, state: &LogState) {
+        let me = self.local();
+        let log = state.log;
+        if state.leader != Some(me)
+            || !state.removing_replicas.contains(&me)
+            || !state
+                .target_replicas()
+                .iter()
+                .all(|node| state.is_in_sync(*node))
+        {
+            return;
+        }
+        let now = Instant::now();
+        let mut hand_overs = self.reassignment_hand_overs.lock();
+        match hand_overs.get(&log) {
+            Some(ReassignmentHandOver::Waiting { epoch, .. }) if *epoch == state.leader_epoch => {
+                return
+            }
+            Some(ReassignmentHandOver::Failed { epoch, retry_at })
+                if *epoch == state.leader_epoch && now < *retry_at =>
+            {
+                return
+            }
+            _ => {}
+        }
+        let Some((epoch, end)) = replica.stop_appends_for_hand_over() else {
+            return;
+        };
+        if epoch != state.leader_epoch {
+            replica.resume_appends_after_hand_over(epoch);
+            return;
+        }
+        tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
+            "reassignment removes this leader: appends stopped to hand the log to a target replica");
+        hand_overs.insert(
+            log,
+            ReassignmentHandOver::Waiting {
+                epoch,
+                end,
+                deadline: now + REASSIGNMENT_HAND_OVER_WAIT,
+            },
+        );
+    }
+
+    /// One step of `replica`'s reassignment hand-over, if one runs (see
+    /// [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over)):
+    /// once the high watermark reached the log end at which appends
+    /// stopped, names the first target replica (assignment order) that is
+    /// in the ISR, live and has fetched everything, by compare-and-set;
+    /// past the deadline, gives appends back and tries again later. Never
+    /// waits: the control thread calls it on every tick.
+    fn progress_reassignment_hand_over(&self, replica: &Replica) {
+        let me = self.local();
+        let log = replica.log_id();
+        let Some(hand_over) = self.reassignment_hand_overs.lock().get(&log).copied() else {
+            return;
+        };
+        let now = Instant::now();
+        let (epoch, end, deadline) = match hand_over {
+            ReassignmentHandOver::Failed { retry_at, .. } => {
+                if now >= retry_at {
+                    if let Ok(Some(state)) = self.coordinator.log_state(log) {
+                        self.begin_reassignment_hand_over(replica, &state);
+                    }
+                }
+                return;
+            }
+            ReassignmentHandOver::Waiting {
+                epoch,
+                end,
+                deadline,
+            } => (epoch, end, deadline),
+        };
+        let forget = || {
+            self.reassignment_hand_overs.lock().remove(&log);
+        };
+        if replica.role() != (Role::Leader, epoch) {
+            return forget(); // Someone else moved the leadership.
+        }
+        if now >= deadline {
+            replica.resume_appends_after_hand_over(epoch);
+            tracing::warn!(%log, node = %me, %epoch,
+                "reassignment hand-over: no target replica caught up in time; appends resume, trying again later");
+            self.reassignment_hand_overs.lock().insert(
+                log,
+                ReassignmentHandOver::Failed {
+                    epoch,
+                    retry_at: now + REASSIGNMENT_HAND_OVER_RETRY,
+                },
+            );
+            return;
+        }
+        if replica.high_watermark() < end {
+            return;
+        }
+        let state = match self.coordinator.log_state(log) {
+            Ok(Some(state)) => state,
+            Ok(None) => return forget(),
+            Err(error) => {
+                tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read the log; retrying");
+                return;
+            }
+        };
+        if state.leader != Some(me) || state.leader_epoch != epoch {
+            return forget();
+        }
+        let live = match self.coordinator.live_nodes() {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read live nodes; retrying");
+                return;
+            }
+        };
+        let successor = state.target_replicas().into_iter().find(|node| {
+            *node != me
+                && state.is_in_sync(*node)
+                && live.contains(node)
+                && replica.has_caught_up(*node)
+        });
+        let Some(successor) = successor else {
+            return;
+        };
+        let in_sync_replicas: Vec<NodeId> = state
+            .in_sync_replicas
+            .iter()
+            .copied()
+            .filter(|node| *node != me)
+            .collect();
+        let update = LogUpdate {
+            leader: Some(successor),
+            leader_epoch: state.leader_epoch.next(),
+            eligible_leader_replicas: state.eligible_leader_replicas_after(
+                &in_sync_replicas,
+                self.config.replication.min_insync_replicas,
+            ),
+            in_sync_replicas,
+            unclean_report: None,
+            assignment: None,
+        };
+        match self
+            .coordinator
+            .compare_and_set(log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(new_state)) => {
+                forget();
+                tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                    "reassignment: leadership handed to a target replica");
+                self.reconcile(&new_state);
+            }
+            // Lost a race, or the answer was lost: the next tick reads the
+            // stored state again and decides from it.
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "reassignment hand-over: compare-and-set failed; retrying");
+            }
+        }
+    }
+
     /// Stops and deletes this node's replica of `log`, which the stored
     /// state no longer lists (SPEC 3.10: a reassignment completed or was
     /// cancelled without it). Its fetcher stops, the replica goes offline
@@ -1557,6 +1760,7 @@ impl NodeShared {
         let Some(replica) = self.replicas.write().remove(&log) else {
             return;
         };
+        self.reassignment_hand_overs.lock().remove(&log);
         replica.take_offline();
         if let Err(error) = replica.log().close_in_place() {
             tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
@@ -2613,6 +2817,7 @@ fn control_loop(
                 shared.settle_isr(&replica);
                 continue;
             }
+            shared.progress_reassignment_hand_over(&replica);
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);

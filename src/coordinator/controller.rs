@@ -69,6 +69,16 @@ const EVENTS_PER_WAKE_MAX: usize = 1024;
 /// pass simply covers every log.
 const PENDING_LOGS_MAX: usize = 1024;
 
+/// Reassignment (SPEC 3.10): how long the controller leaves a live leader
+/// that a move removes to hand its leadership to a caught-up target
+/// replica itself (the node's hand-over, as in a controlled shutdown)
+/// before it completes the move without it, naming the first live target
+/// replica leader in the completing write. Measured by the controller
+/// holding the seat, from when it first saw every target replica in the
+/// ISR; the periodic pass ([`ControllerConfig::poll_interval`]) notices
+/// its end.
+pub(crate) const REASSIGNMENT_HAND_OVER_WAIT_MAX: Duration = Duration::from_secs(10);
+
 /// How a [`Controller`] behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControllerConfig {
@@ -533,6 +543,10 @@ struct Shared {
     unclean_elections: AtomicU64,
     /// Reassignments this controller completed (SPEC 3.10).
     reassignments_completed: AtomicU64,
+    /// Logs whose live leader a reassignment removes, with when this
+    /// controller first saw every target replica in the ISR, for
+    /// [`REASSIGNMENT_HAND_OVER_WAIT_MAX`]. Bounded by the number of logs.
+    hand_over_waits: Mutex<HashMap<LogId, Instant>>,
     /// Logs in unclean recovery ([`awaits_unclean_recovery`]) with when
     /// this controller first saw each one so, for
     /// [`ControllerConfig::unclean_recovery_wait_max`]. Only kept while
@@ -573,6 +587,7 @@ impl Controller {
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
             reassignments_completed: AtomicU64::new(0),
+            hand_over_waits: Mutex::new(HashMap::new()),
             recovery_waits: Mutex::new(HashMap::new()),
         });
         let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
@@ -871,7 +886,8 @@ impl Shared {
                 // Elections and dead followers first: a reassignment
                 // completes on a log whose leader and ISR are settled.
                 Election::Unchanged => {
-                    completion_update(state, live, self.config.min_insync_replicas)
+                    let waited = self.hand_over_waited(state, live);
+                    completion_update(state, live, self.config.min_insync_replicas, waited)
                         .map_or(Election::Unchanged, Election::CompleteReassignment)
                 }
                 election => election,
@@ -914,6 +930,28 @@ impl Shared {
         });
         let waited = since.elapsed() >= self.config.unclean_recovery_wait_max;
         (switch && waited, waited)
+    }
+
+    /// For `state`'s log now: whether the controller may complete its
+    /// reassignment without waiting for its leader's own hand-over
+    /// ([`completion_update`]'s `hand_over_waited`): yes unless its leader
+    /// is live, being removed, every target replica is in the ISR, and
+    /// [`REASSIGNMENT_HAND_OVER_WAIT_MAX`] has not passed since this
+    /// controller first saw it so.
+    fn hand_over_waited(&self, state: &LogState, live: &[NodeId]) -> bool {
+        let mut waits = self.hand_over_waits.lock();
+        let waiting = state.leader.is_some_and(|leader| {
+            state.removing_replicas.contains(&leader) && live.contains(&leader)
+        }) && state
+            .target_replicas()
+            .iter()
+            .all(|node| state.is_in_sync(*node));
+        if !waiting {
+            waits.remove(&state.log);
+            return true;
+        }
+        let since = *waits.entry(state.log).or_insert_with(Instant::now);
+        since.elapsed() >= REASSIGNMENT_HAND_OVER_WAIT_MAX
     }
 
     fn set_inactive(&self) {
@@ -1753,6 +1791,7 @@ mod tests {
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
             reassignments_completed: AtomicU64::new(0),
+            hand_over_waits: Mutex::new(HashMap::new()),
             recovery_waits: Mutex::new(HashMap::new()),
         };
         let mut recovering = state_with_elr(None, &[], &[3]);

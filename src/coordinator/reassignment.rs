@@ -175,15 +175,20 @@ pub(crate) fn start_update(
 /// in the ISR yet, or the log has no leader (an election comes first).
 ///
 /// It writes replicas = target and removes the others from the ISR and the
-/// ELR (SPEC 3.10). A leader being removed hands over in the same write to
-/// the first target replica in assignment order that is `live` (every
-/// target replica is in the ISR, so each holds every committed record):
-/// the log is never without a leader. With none live it waits. The ELR
-/// follows the new ISR ([`LogState::eligible_leader_replicas_after`]).
+/// ELR (SPEC 3.10). A leader being removed first hands its leadership to a
+/// caught-up target replica itself, as in a controlled shutdown (the
+/// node's reassignment hand-over): until `hand_over_waited`, a live leader
+/// being removed makes this wait. After that (or with the leader dead),
+/// the same write names the first target replica in assignment order that
+/// is `live` (every target replica is in the ISR, so each holds every
+/// committed record), as Kafka's controller does: the log is never without
+/// a leader. With none live it waits. The ELR follows the new ISR
+/// ([`LogState::eligible_leader_replicas_after`]).
 pub(crate) fn completion_update(
     state: &LogState,
     live: &[NodeId],
     min_insync_replicas: usize,
+    hand_over_waited: bool,
 ) -> Option<LogUpdate> {
     if !state.is_reassigning() {
         return None;
@@ -195,6 +200,8 @@ pub(crate) fn completion_update(
     let current = state.leader?;
     let leader = if target.contains(&current) {
         current
+    } else if !hand_over_waited && live.contains(&current) {
+        return None;
     } else {
         target.iter().copied().find(|node| live.contains(node))?
     };
@@ -436,10 +443,18 @@ mod tests {
     fn completion_waits_for_every_target_replica_in_the_isr() {
         let s = state(&[1, 2, 3], &[1, 2, 3], 1);
         let moving = started(&s, &[4, 2, 3], &[1, 2, 3, 4]);
-        assert_eq!(completion_update(&moving, &nodes(&[1, 2, 3, 4]), 2), None);
+        assert_eq!(
+            completion_update(&moving, &nodes(&[1, 2, 3, 4]), 2, true),
+            None
+        );
         let mut caught_up = moving.clone();
         caught_up.in_sync_replicas = nodes(&[1, 2, 3, 4]);
-        let update = completion_update(&caught_up, &nodes(&[1, 2, 3, 4]), 2).unwrap();
+        // A live leader being removed hands over itself first.
+        assert_eq!(
+            completion_update(&caught_up, &nodes(&[1, 2, 3, 4]), 2, false),
+            None
+        );
+        let update = completion_update(&caught_up, &nodes(&[1, 2, 3, 4]), 2, true).unwrap();
         let done = caught_up.with_update(update);
         assert_eq!(done.replicas, nodes(&[4, 2, 3]));
         assert_eq!(done.in_sync_replicas, nodes(&[2, 3, 4]));
@@ -449,7 +464,7 @@ mod tests {
         assert_eq!(done.leader_epoch, caught_up.leader_epoch.next());
         assert!(!done.is_reassigning());
         // With no target replica live, it waits.
-        assert_eq!(completion_update(&caught_up, &nodes(&[1]), 2), None);
+        assert_eq!(completion_update(&caught_up, &nodes(&[1]), 2, true), None);
     }
 
     #[test]
@@ -457,7 +472,7 @@ mod tests {
         let s = state(&[1, 2, 3], &[1, 2, 3], 1);
         let mut growing = started(&s, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]);
         growing.in_sync_replicas = nodes(&[1, 2, 3, 4, 5]);
-        let update = completion_update(&growing, &nodes(&[1, 2, 3, 4, 5]), 2).unwrap();
+        let update = completion_update(&growing, &nodes(&[1, 2, 3, 4, 5]), 2, false).unwrap();
         assert_eq!(update.leader_epoch, growing.leader_epoch);
         let done = growing.with_update(update);
         assert_eq!(done.replicas, nodes(&[1, 2, 3, 4, 5]));

@@ -10,3 +10,4 @@ mod reassignment_support;
 mod a_cancelled_reassignment_returns_to_the_original_replicas;
 mod a_reassignment_survives_crashes_half_way;
 mod reassignment_under_acks_all_appends_loses_nothing;
+mod removing_the_leader_never_hands_over_to_a_cut_off_follower;

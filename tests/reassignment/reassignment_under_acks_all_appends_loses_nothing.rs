@@ -6,6 +6,8 @@
 //! replicas end with the same committed records. The writer's longest
 //! stall is printed.
 
+use std::time::{Duration, Instant};
+
 use isrlog::NodeId;
 
 use crate::reassignment_support::*;
@@ -51,8 +53,16 @@ fn moving_the_leaders_replica_away() {
         .filter(|n| *n != leader)
         .collect();
     let writer = Writer::start(&cluster);
+    let started = Instant::now();
     admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
     wait_completed(&cluster, &target);
+    // The leader handed over itself, as in a controlled shutdown: the
+    // controller completes a move without that only after waiting 10 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the move took {:?}: the leader did not hand over",
+        started.elapsed()
+    );
     let new_leader = cluster.leader_of(LOG).unwrap();
     assert!(target.contains(&new_leader), "{new_leader} leads");
     wait_deleted(&cluster, leader);

@@ -25,12 +25,17 @@ pub fn nodes(ids: &[u32]) -> Vec<NodeId> {
 /// A cluster of `count` nodes, min ISR 2, a 3-replica log 0 on nodes 0, 1
 /// and 2 with its ISR full.
 pub fn cluster(count: usize) -> Arc<Cluster> {
+    cluster_with_lag(count, Duration::from_secs(10))
+}
+
+/// [`cluster`] with this `replica_lag_time_max`.
+pub fn cluster_with_lag(count: usize, replica_lag_time_max: Duration) -> Arc<Cluster> {
     let cluster = Cluster::builder()
         .nodes(count)
         .replication(ReplicationConfig {
             min_insync_replicas: 2,
             fetch_wait_max: Duration::from_millis(50),
-            replica_lag_time_max: Duration::from_secs(10),
+            replica_lag_time_max,
             request_timeout: Duration::from_secs(5),
             fetch_backoff: Duration::from_millis(5),
             ..ReplicationConfig::default()

@@ -84,23 +84,44 @@ const REASSIGNMENT_HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// A leader's hand-over of a log that a reassignment removes it from
-/// (SPEC 3.10), driven by the control thread without blocking it.
-#[derive(Clone, Copy, Debug)]
+/// (SPEC 3.10), driven by the control thread without blocking it. Every
+/// state is for one leader `epoch`; the target replicas are the move's.
+#[derive(Clone, Debug)]
 enum ReassignmentHandOver {
-    /// Appends stopped in `epoch` at log end `end`: once the high watermark
-    /// reaches it, a caught-up live target replica in the ISR is named
-    /// leader. Until `deadline`.
+    /// The stored state asks for the hand-over (this leader is removed and
+    /// every target replica is in the ISR): appends stop as soon as a
+    /// target replica has fetched everything, so that they stop for about
+    /// one fetch round rather than for a slow follower's whole catch-up.
+    Ready {
+        epoch: LeaderEpoch,
+        target: Vec<NodeId>,
+    },
+    /// Appends stopped at log end `end`: once the high watermark reaches
+    /// it, a caught-up live target replica in the ISR is named leader.
+    /// Until `deadline`.
     Waiting {
         epoch: LeaderEpoch,
+        target: Vec<NodeId>,
         end: Offset,
         deadline: Instant,
     },
-    /// The last attempt in `epoch` found nobody in time; appends run again
-    /// and the next attempt waits until `retry_at`.
+    /// The last attempt found nobody in time; appends run again and the
+    /// hand-over is ready again at `retry_at`.
     Failed {
         epoch: LeaderEpoch,
+        target: Vec<NodeId>,
         retry_at: Instant,
     },
+}
+
+impl ReassignmentHandOver {
+    fn epoch(&self) -> LeaderEpoch {
+        match self {
+            ReassignmentHandOver::Ready { epoch, .. }
+            | ReassignmentHandOver::Waiting { epoch, .. }
+            | ReassignmentHandOver::Failed { epoch, .. } => *epoch,
+        }
+    }
 }
 
 /// Work for the control thread from other threads.
@@ -1455,10 +1476,12 @@ impl NodeShared {
         }
         if !state.replicas.contains(&me) {
             // SPEC 3.10: a reassignment removed this replica, and the
-            // coordinator stored it: only now may its copy go.
+            // coordinator stored it: only now may its copy go. One that
+            // never opened is no longer owed an open either.
             if self.replica(state.log).is_some() {
                 self.remove_replica(state.log);
             }
+            self.unopened.lock().remove(&state.log);
             return;
         }
         let Some(state) = self.with_unclean_report(state) else {
@@ -1581,120 +1604,143 @@ impl NodeShared {
         }
     }
 
-    /// SPEC 3.10: if `state` says this node leads a log that its
+    /// SPEC 3.10: keeps `replica`'s reassignment hand-over in line with
+    /// the stored `state`. If `state` says this node leads a log that its
     /// reassignment removes it from, and every target replica is in the
-    /// ISR, starts handing the leadership to a target replica as a
-    /// controlled shutdown does (KIP-455 leaves the new leader to the
+    /// ISR, the leadership is to go to a target replica as a controlled
+    /// shutdown hands it over (KIP-455 leaves the new leader to the
     /// controller; here the leader, which alone knows which follower has
     /// fetched everything, names it, so that a target replica cut off from
     /// it, still in the ISR until `replica_lag_time_max` passes, is not
-    /// chosen). Appends stop now; the control thread finishes the
-    /// hand-over ([`progress_reassignment_hand_over`](Self::progress_reassignment_hand_over)).
+    /// chosen). The control thread carries it out
+    /// ([`progress_reassignment_hand_over`](Self::progress_reassignment_hand_over)).
+    /// Otherwise (a cancelled move, another epoch) any hand-over under way
+    /// ends and appends run again.
     fn begin_reassignment_hand_over(&self, replica: &Replica, state: &LogState) {
         let me = self.local();
         let log = state.log;
-        if state.leader != Some(me)
-            || !state.removing_replicas.contains(&me)
-            || !state
-                .target_replicas()
-                .iter()
-                .all(|node| state.is_in_sync(*node))
-        {
-            return;
-        }
-        let now = Instant::now();
+        let target = state.target_replicas();
+        let due = state.leader == Some(me)
+            && state.removing_replicas.contains(&me)
+            && target.iter().all(|node| state.is_in_sync(*node));
         let mut hand_overs = self.reassignment_hand_overs.lock();
-        match hand_overs.get(&log) {
-            Some(ReassignmentHandOver::Waiting { epoch, .. }) if *epoch == state.leader_epoch => {
-                return
+        let current = hand_overs.get(&log).cloned();
+        if !due {
+            if let Some(hand_over) = current {
+                hand_overs.remove(&log);
+                replica.resume_appends_after_hand_over(hand_over.epoch());
+                tracing::info!(%log, node = %me, "reassignment hand-over no longer due; appends resume");
             }
-            Some(ReassignmentHandOver::Failed { epoch, retry_at })
-                if *epoch == state.leader_epoch && now < *retry_at =>
-            {
-                return
-            }
-            _ => {}
-        }
-        let Some((epoch, end)) = replica.stop_appends_for_hand_over() else {
-            return;
-        };
-        if epoch != state.leader_epoch {
-            replica.resume_appends_after_hand_over(epoch);
             return;
         }
-        tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
-            "reassignment removes this leader: appends stopped to hand the log to a target replica");
+        if current.is_some_and(|hand_over| hand_over.epoch() == state.leader_epoch) {
+            return;
+        }
+        tracing::info!(%log, node = %me, epoch = %state.leader_epoch, ?target,
+            "reassignment removes this leader: handing the log to a target replica once one has caught up");
         hand_overs.insert(
             log,
-            ReassignmentHandOver::Waiting {
-                epoch,
-                end,
-                deadline: now + REASSIGNMENT_HAND_OVER_WAIT,
+            ReassignmentHandOver::Ready {
+                epoch: state.leader_epoch,
+                target,
             },
         );
     }
 
-    /// One step of `replica`'s reassignment hand-over, if one runs (see
+    /// One step of `replica`'s reassignment hand-over, if one is due (see
     /// [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over)):
-    /// once the high watermark reached the log end at which appends
-    /// stopped, names the first target replica (assignment order) that is
-    /// in the ISR, live and has fetched everything, by compare-and-set;
-    /// past the deadline, gives appends back and tries again later. Never
-    /// waits: the control thread calls it on every tick.
+    /// stops appends once a target replica has fetched everything; once
+    /// the high watermark reached the log end at which they stopped, names
+    /// the first target replica (assignment order) that is in the ISR, live
+    /// and has fetched everything, by compare-and-set; past the deadline,
+    /// gives appends back and is ready again later. Never waits: the
+    /// control thread calls it on every tick.
     fn progress_reassignment_hand_over(&self, replica: &Replica) {
         let me = self.local();
         let log = replica.log_id();
-        let Some(hand_over) = self.reassignment_hand_overs.lock().get(&log).copied() else {
+        let Some(hand_over) = self.reassignment_hand_overs.lock().get(&log).cloned() else {
             return;
         };
+        let set = |next: Option<ReassignmentHandOver>| {
+            let mut hand_overs = self.reassignment_hand_overs.lock();
+            match next {
+                Some(next) => hand_overs.insert(log, next),
+                None => hand_overs.remove(&log),
+            };
+        };
+        if replica.role() != (Role::Leader, hand_over.epoch()) {
+            // Someone else moved the leadership: appends in that epoch are
+            // over anyway.
+            return set(None);
+        }
         let now = Instant::now();
-        let (epoch, end, deadline) = match hand_over {
-            ReassignmentHandOver::Failed { retry_at, .. } => {
+        let caught_up = |target: &[NodeId]| {
+            target
+                .iter()
+                .any(|node| *node != me && replica.has_caught_up(*node))
+        };
+        let (epoch, target, end, deadline) = match hand_over {
+            ReassignmentHandOver::Failed {
+                epoch,
+                target,
+                retry_at,
+            } => {
                 if now >= retry_at {
-                    if let Ok(Some(state)) = self.coordinator.log_state(log) {
-                        self.begin_reassignment_hand_over(replica, &state);
-                    }
+                    set(Some(ReassignmentHandOver::Ready { epoch, target }));
                 }
+                return;
+            }
+            ReassignmentHandOver::Ready { epoch, target } => {
+                if !caught_up(&target) {
+                    return;
+                }
+                let Some((stopped, end)) = replica.stop_appends_for_hand_over() else {
+                    return set(None);
+                };
+                if stopped != epoch {
+                    replica.resume_appends_after_hand_over(stopped);
+                    return set(None);
+                }
+                tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
+                    "reassignment hand-over: appends stopped");
+                set(Some(ReassignmentHandOver::Waiting {
+                    epoch,
+                    target,
+                    end,
+                    deadline: now + REASSIGNMENT_HAND_OVER_WAIT,
+                }));
                 return;
             }
             ReassignmentHandOver::Waiting {
                 epoch,
+                target,
                 end,
                 deadline,
-            } => (epoch, end, deadline),
+            } => (epoch, target, end, deadline),
         };
-        let forget = || {
-            self.reassignment_hand_overs.lock().remove(&log);
-        };
-        if replica.role() != (Role::Leader, epoch) {
-            return forget(); // Someone else moved the leadership.
-        }
         if now >= deadline {
             replica.resume_appends_after_hand_over(epoch);
             tracing::warn!(%log, node = %me, %epoch,
                 "reassignment hand-over: no target replica caught up in time; appends resume, trying again later");
-            self.reassignment_hand_overs.lock().insert(
-                log,
-                ReassignmentHandOver::Failed {
-                    epoch,
-                    retry_at: now + REASSIGNMENT_HAND_OVER_RETRY,
-                },
-            );
-            return;
+            return set(Some(ReassignmentHandOver::Failed {
+                epoch,
+                target,
+                retry_at: now + REASSIGNMENT_HAND_OVER_RETRY,
+            }));
         }
-        if replica.high_watermark() < end {
+        if replica.high_watermark() < end || !caught_up(&target) {
             return;
         }
         let state = match self.coordinator.log_state(log) {
             Ok(Some(state)) => state,
-            Ok(None) => return forget(),
+            Ok(None) => return,
             Err(error) => {
                 tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read the log; retrying");
                 return;
             }
         };
         if state.leader != Some(me) || state.leader_epoch != epoch {
-            return forget();
+            return; // The event that says so brings the role change.
         }
         let live = match self.coordinator.live_nodes() {
             Ok(live) => live,
@@ -1734,7 +1780,7 @@ impl NodeShared {
             .compare_and_set(log, state.leader_epoch, state.version, update)
         {
             Ok(CasOutcome::Applied(new_state)) => {
-                forget();
+                set(None);
                 tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
                     "reassignment: leadership handed to a target replica");
                 self.reconcile(&new_state);

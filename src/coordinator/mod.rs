@@ -4,9 +4,11 @@
 //! This module owns the contract — the [`Coordinator`] trait, the per-log
 //! record it stores ([`LogState`]), the rules an update must obey
 //! ([`LogState::validate_update`]) and the events it sends — plus an
-//! in-process implementation ([`MemoryCoordinator`]) and replica assignment
-//! ([`assign_replicas`]). It does not decide anything about replication: the
-//! controller that elects leaders and the leaders that shrink or expand the
+//! in-process implementation ([`MemoryCoordinator`]), replica assignment
+//! ([`assign_replicas`]) and the decisions of online reassignment (SPEC
+//! 3.10: the updates that start, replace, cancel and complete a move). It
+//! does not decide anything about replication: the controller that elects
+//! leaders and the leaders that shrink or expand the
 //! ISR live in the replication layer and only *propose* updates here, as
 //! compare-and-set writes that fence whoever raced and lost.
 
@@ -847,7 +849,8 @@ pub trait Coordinator: Send + Sync + 'static {
 
     /// Compare-and-set: succeeds only if the stored leader epoch and version
     /// equal `expected_epoch` and `expected_version`; then stores `update`
-    /// with version + 1, notifies every node hosting the log and returns
+    /// with version + 1, notifies every node hosting the log (and every
+    /// replica the update's [`Assignment`] removed, SPEC 3.10) and returns
     /// [`CasOutcome::Applied`]. On a mismatch it changes nothing and returns
     /// [`CasOutcome::Stale`] with the current state. An update that breaks
     /// the rules of [`LogState::validate_update`] is an

@@ -61,10 +61,9 @@ fn a_reassignment_survives_a_crash_of_the_added_replica_half_way() {
         cluster.wait_until(WAIT_MAX, |c| c.log(added, LOG).is_ok()),
         "the added replica was not opened"
     );
-    // Let it fetch a little, then crash it.
-    cluster.network.heal();
-    std::thread::sleep(Duration::from_millis(20));
+    // It opened its copy and cannot catch up: crash it half-way.
     cluster.crash(added);
+    cluster.network.heal();
     std::thread::sleep(Duration::from_millis(200));
     let half_way = state(&cluster);
     assert!(half_way.is_reassigning(), "{half_way:?}");
@@ -92,6 +91,39 @@ fn a_reassignment_survives_a_crash_of_the_added_replica_half_way() {
         .unwrap()
         .unwrap();
     assert!(progress.is_empty(), "{progress:?}");
+    let writes = writer.stop();
+    check_nothing_lost(&cluster, &writes);
+}
+
+#[test]
+fn a_reassignment_survives_a_crash_of_the_leader_half_way() {
+    let cluster = cluster(4);
+    let writer = Writer::start(&cluster);
+    let added = NodeId(3);
+    let leader = cluster.leader_of(LOG).unwrap();
+    cluster.network.partition(&[added], &nodes(&[0, 1, 2]));
+    // The leader stays a replica; another original one is removed.
+    let removed = nodes(&[0, 1, 2])
+        .into_iter()
+        .find(|n| *n != leader)
+        .unwrap();
+    let target: Vec<NodeId> = nodes(&[0, 1, 2, 3])
+        .into_iter()
+        .filter(|n| *n != removed)
+        .collect();
+    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    cluster.crash(leader);
+    assert!(
+        cluster.wait_until(WAIT_MAX, |c| c.leader_of(LOG).is_some_and(|l| l != leader)),
+        "no new leader after the crash"
+    );
+    let half_way = state(&cluster);
+    assert!(half_way.is_reassigning(), "{half_way:?}");
+    cluster.network.heal();
+    cluster.restart(leader).unwrap();
+    wait_completed(&cluster, &target);
+    wait_deleted(&cluster, removed);
     let writes = writer.stop();
     check_nothing_lost(&cluster, &writes);
 }

@@ -744,7 +744,7 @@ mod tests {
         let bad = br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"adding_replicas":[5]}"#;
         let error = decode_log(LogId(7), bad, 9).unwrap_err().to_string();
         assert!(
-            error.contains("adding_replicas [NodeId(5)]") || error.contains("adding_replicas"),
+            error.contains("adding_replicas [NodeId(5)] contains node-5"),
             "{error}"
         );
     }

@@ -7,6 +7,7 @@
 #[path = "../support/reassignment_support.rs"]
 mod reassignment_support;
 
+mod a_cancel_during_the_leaders_hand_over_gives_appends_back;
 mod a_cancelled_reassignment_returns_to_the_original_replicas;
 mod a_reassignment_survives_crashes_half_way;
 mod reassignment_under_acks_all_appends_loses_nothing;

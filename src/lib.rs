@@ -131,8 +131,9 @@ pub use client::LogClient;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{NodeConfig, ReplicationConfig};
 pub use coordinator::{
-    assign_replicas, CasOutcome, Controller, ControllerConfig, ControllerEpoch, Coordinator,
-    CoordinatorEvent, LogEnd, LogState, LogUpdate, MemoryCoordinator, UncleanReplica,
+    assign_replicas, AddingReplica, Assignment, CasOutcome, Controller, ControllerConfig,
+    ControllerEpoch, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate, MemoryCoordinator,
+    ReassignmentProgress, UncleanReplica,
 };
 #[cfg(feature = "zookeeper")]
 pub use coordinator::{ZkCoordinator, ZkCoordinatorConfig};

@@ -22,8 +22,9 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
-    CasOutcome, Controller, ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState,
-    LogUpdate,
+    cancel_reassignment, reassign_log, replace_node, AddingReplica, CasOutcome, Controller,
+    ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
+    ReassignmentProgress,
 };
 use crate::error::{Error, Result};
 use crate::replicated_log::ReplicatedLog;
@@ -68,10 +69,60 @@ const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
 /// deadline: a `Timeout` arrives at most this late (plus scheduling), well
 /// within the 100 ms SPEC 3.1 allows.
 const DEADLINE_TICK: Duration = Duration::from_millis(10);
+/// Reassignment (SPEC 3.10): how long a leader that a move removes waits,
+/// with its appends stopped, for a target replica to catch up before it
+/// gives appends back and tries again after
+/// [`REASSIGNMENT_HAND_OVER_RETRY`]. The controller completes the move
+/// without it after its own, longer, wait (`REASSIGNMENT_HAND_OVER_WAIT_MAX`
+/// in the controller).
+const REASSIGNMENT_HAND_OVER_WAIT: Duration = Duration::from_secs(2);
+/// Reassignment: the pause between two hand-over attempts of one log.
+const REASSIGNMENT_HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for its completion thread to run the
 /// callbacks still queued (the `Shutdown` outcomes of its pending appends)
 /// before it leaves the thread to finish on its own.
 const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
+
+/// A leader's hand-over of a log that a reassignment removes it from
+/// (SPEC 3.10), driven by the control thread without blocking it. Every
+/// state is for one leader `epoch`; the target replicas are the move's.
+#[derive(Clone, Debug)]
+enum ReassignmentHandOver {
+    /// The stored state asks for the hand-over (this leader is removed and
+    /// every target replica is in the ISR): appends stop as soon as a
+    /// target replica has fetched everything, so that they stop for about
+    /// one fetch round rather than for a slow follower's whole catch-up.
+    Ready {
+        epoch: LeaderEpoch,
+        target: Vec<NodeId>,
+    },
+    /// Appends stopped at log end `end`: once the high watermark reaches
+    /// it, a caught-up live target replica in the ISR is named leader.
+    /// Until `deadline`.
+    Waiting {
+        epoch: LeaderEpoch,
+        target: Vec<NodeId>,
+        end: Offset,
+        deadline: Instant,
+    },
+    /// The last attempt found nobody in time; appends run again and the
+    /// hand-over is ready again at `retry_at`.
+    Failed {
+        epoch: LeaderEpoch,
+        target: Vec<NodeId>,
+        retry_at: Instant,
+    },
+}
+
+impl ReassignmentHandOver {
+    fn epoch(&self) -> LeaderEpoch {
+        match self {
+            ReassignmentHandOver::Ready { epoch, .. }
+            | ReassignmentHandOver::Waiting { epoch, .. }
+            | ReassignmentHandOver::Failed { epoch, .. } => *epoch,
+        }
+    }
+}
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
@@ -126,6 +177,9 @@ pub(crate) struct NodeShared {
     /// retried on a timer: a failure needs no further change of the log's
     /// state to be tried again.
     unopened: Mutex<HashMap<LogId, String>>,
+    /// Logs this node leads and a reassignment removes it from, whose
+    /// leadership it is handing to a target replica (SPEC 3.10).
+    reassignment_hand_overs: Mutex<HashMap<LogId, ReassignmentHandOver>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -305,12 +359,27 @@ impl Node {
         let directory_id = identity
             .map(|identity| identity.directory_id)
             .unwrap_or_else(DirectoryId::random);
-        let hosted: Vec<LogId> = coordinator
-            .logs()?
-            .into_iter()
+        let states = coordinator.logs()?;
+        let hosted: Vec<LogId> = states
+            .iter()
             .filter(|state| state.replicas.contains(&me))
             .map(|state| state.log)
             .collect();
+        // SPEC 3.10: a replica that a reassignment removed while this node
+        // was down (or before it got to delete it) is a stray: the
+        // coordinator knows the log and no longer lists this node. Its copy
+        // is deleted before anything opens or reports it, as Kafka deletes
+        // stray replicas at startup (KAFKA-14616). A directory of a log the
+        // coordinator does not know is left alone.
+        for state in states.iter().filter(|state| !state.replicas.contains(&me)) {
+            let dir = log_dir(&data_dir, state.log);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
+                tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
+                    "deleted the copy of a replica that a reassignment removed");
+            }
+        }
         let recorded: HashMap<LogId, DirectoryId> =
             coordinator.replica_directories(me)?.into_iter().collect();
         // A replica lost its data when the coordinator placed it on a
@@ -353,6 +422,7 @@ impl Node {
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
             unopened: Mutex::new(HashMap::new()),
+            reassignment_hand_overs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
@@ -529,6 +599,92 @@ impl Node {
     /// coordinator error if it exists already. No trait import needed.
     pub fn create_log(&self, log: LogId, replicas: Vec<NodeId>) -> Result<LogState> {
         self.shared.coordinator.create_log(log, replicas)
+    }
+
+    /// Reassigns `log` to the replicas `target`, in assignment order (SPEC
+    /// 3.10, Kafka's KIP-455), as any node or an admin tool may, and
+    /// returns the stored state. It returns once the move is recorded; the
+    /// added replicas then fetch from the leader, join the ISR by rule 3.4,
+    /// and the controller completes the move (replicas = `target`, the
+    /// others removed, the leadership handed to a target replica if its
+    /// leader is removed) once every target replica is in the ISR. A second
+    /// call for the same log replaces the first; a `target` equal to the
+    /// current replicas changes nothing.
+    ///
+    /// Errs, naming the field and value, if `target` is empty, names a
+    /// node twice, has fewer replicas than this node's
+    /// `min_insync_replicas`, or adds a node without a live session; with
+    /// [`Error::UnknownLog`] for a log that does not exist.
+    pub fn reassign_log(&self, log: LogId, target: Vec<NodeId>) -> Result<LogState> {
+        reassign_log(
+            &*self.shared.coordinator,
+            log,
+            &target,
+            self.shared.config.replication.min_insync_replicas,
+        )
+    }
+
+    /// Cancels `log`'s reassignment, if one runs, and returns the stored
+    /// state: back to the original replicas, whose data the move never
+    /// touched (the added replicas leave and delete their copies). As
+    /// Kafka's KRaft controller reverts a move, they keep the order they had
+    /// during it (the move's target first), so the preferred leader may
+    /// differ from the one before the move.
+    pub fn cancel_reassignment(&self, log: LogId) -> Result<LogState> {
+        cancel_reassignment(
+            &*self.shared.coordinator,
+            log,
+            self.shared.config.replication.min_insync_replicas,
+        )
+    }
+
+    /// Replaces a node that is gone for good: every log with `dead` among
+    /// its (target) replicas is reassigned to the same replicas with
+    /// `replacement` in `dead`'s place ([`Node::reassign_log`]). Returns
+    /// the stored states of the logs reassigned. `replacement` must be
+    /// live. Calling it again after a failure finishes the rest.
+    pub fn replace_node(&self, dead: NodeId, replacement: NodeId) -> Result<Vec<LogState>> {
+        replace_node(
+            &*self.shared.coordinator,
+            dead,
+            replacement,
+            self.shared.config.replication.min_insync_replicas,
+        )
+    }
+
+    /// The reassignments in progress of the logs this node leads, each
+    /// with its added replicas' lag as the leader sees it: what an
+    /// application exports as metrics. Logs led elsewhere are reported by
+    /// their leaders.
+    pub fn reassignments(&self) -> Result<Vec<ReassignmentProgress>> {
+        let me = self.id();
+        let mut progress = Vec::new();
+        for state in self.shared.coordinator.logs()? {
+            if !state.is_reassigning() || state.leader != Some(me) {
+                continue;
+            }
+            let replica = self.shared.replica(state.log);
+            let adding_replicas = state
+                .adding_replicas
+                .iter()
+                .map(|node| AddingReplica {
+                    node: *node,
+                    in_sync: state.is_in_sync(*node),
+                    lag_records: replica
+                        .as_ref()
+                        .and_then(|replica| replica.follower_lag(*node))
+                        .map(|(records, _)| records)
+                        .filter(|records| *records != u64::MAX),
+                })
+                .collect();
+            progress.push(ReassignmentProgress {
+                log: state.log,
+                target_replicas: state.target_replicas(),
+                adding_replicas,
+                removing_replicas: state.removing_replicas.clone(),
+            });
+        }
+        Ok(progress)
     }
 
     /// The coordinator's record of `log` (replicas, leader, epoch, ISR),
@@ -1315,7 +1471,17 @@ impl NodeShared {
         let me = self.local();
         // A stopping node changes no role any more: its threads are being
         // joined, and each coordinator call here may take the call timeout.
-        if !state.replicas.contains(&me) || self.is_stopped() {
+        if self.is_stopped() {
+            return;
+        }
+        if !state.replicas.contains(&me) {
+            // SPEC 3.10: a reassignment removed this replica, and the
+            // coordinator stored it: only now may its copy go. One that
+            // never opened is no longer owed an open either.
+            if self.replica(state.log).is_some() {
+                self.remove_replica(state.log);
+            }
+            self.unopened.lock().remove(&state.log);
             return;
         }
         let Some(state) = self.with_unclean_report(state) else {
@@ -1365,6 +1531,7 @@ impl NodeShared {
                 in_sync_replicas: state.in_sync_replicas.clone(),
                 eligible_leader_replicas: state.eligible_leader_replicas.clone(),
                 unclean_report: None,
+                assignment: None,
             };
             match self.coordinator.compare_and_set(
                 state.log,
@@ -1393,6 +1560,7 @@ impl NodeShared {
         if state.leader == Some(me) {
             if role == Role::Leader && epoch == state.leader_epoch {
                 replica.update_isr(state.in_sync_replicas.clone(), state.version);
+                self.begin_reassignment_hand_over(&replica, state);
                 return;
             }
             self.stop_fetching(state.log);
@@ -1410,7 +1578,9 @@ impl NodeShared {
                 if replica.resign_due() {
                     self.resign_failed_leader(&replica);
                 }
+                return;
             }
+            self.begin_reassignment_hand_over(&replica, state);
             return;
         }
         let wanted = match state.leader {
@@ -1431,6 +1601,228 @@ impl NodeShared {
         );
         if let Some(leader) = state.leader {
             self.start_fetching(leader, replica, state.leader_epoch);
+        }
+    }
+
+    /// SPEC 3.10: keeps `replica`'s reassignment hand-over in line with
+    /// the stored `state`. If `state` says this node leads a log that its
+    /// reassignment removes it from, and every target replica is in the
+    /// ISR, the leadership is to go to a target replica as a controlled
+    /// shutdown hands it over (KIP-455 leaves the new leader to the
+    /// controller; here the leader, which alone knows which follower has
+    /// fetched everything, names it, so that a target replica cut off from
+    /// it, still in the ISR until `replica_lag_time_max` passes, is not
+    /// chosen). The control thread carries it out
+    /// ([`progress_reassignment_hand_over`](Self::progress_reassignment_hand_over)).
+    /// Otherwise (a cancelled move, another epoch) any hand-over under way
+    /// ends and appends run again.
+    fn begin_reassignment_hand_over(&self, replica: &Replica, state: &LogState) {
+        let me = self.local();
+        let log = state.log;
+        let target = state.target_replicas();
+        let due = state.leader == Some(me)
+            && state.removing_replicas.contains(&me)
+            && target.iter().all(|node| state.is_in_sync(*node));
+        let mut hand_overs = self.reassignment_hand_overs.lock();
+        let current = hand_overs.get(&log).cloned();
+        if !due {
+            if let Some(hand_over) = current {
+                hand_overs.remove(&log);
+                replica.resume_appends_after_hand_over(hand_over.epoch());
+                tracing::info!(%log, node = %me, "reassignment hand-over no longer due; appends resume");
+            }
+            return;
+        }
+        if current.is_some_and(|hand_over| hand_over.epoch() == state.leader_epoch) {
+            return;
+        }
+        tracing::info!(%log, node = %me, epoch = %state.leader_epoch, ?target,
+            "reassignment removes this leader: handing the log to a target replica once one has caught up");
+        hand_overs.insert(
+            log,
+            ReassignmentHandOver::Ready {
+                epoch: state.leader_epoch,
+                target,
+            },
+        );
+    }
+
+    /// One step of `replica`'s reassignment hand-over, if one is due (see
+    /// [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over)):
+    /// stops appends once a target replica has fetched everything; once
+    /// the high watermark reached the log end at which they stopped, names
+    /// the first target replica (assignment order) that is in the ISR, live
+    /// and has fetched everything, by compare-and-set; past the deadline,
+    /// gives appends back and is ready again later. Never waits: the
+    /// control thread calls it on every tick.
+    fn progress_reassignment_hand_over(&self, replica: &Replica) {
+        let me = self.local();
+        let log = replica.log_id();
+        let Some(hand_over) = self.reassignment_hand_overs.lock().get(&log).cloned() else {
+            return;
+        };
+        let set = |next: Option<ReassignmentHandOver>| {
+            let mut hand_overs = self.reassignment_hand_overs.lock();
+            match next {
+                Some(next) => hand_overs.insert(log, next),
+                None => hand_overs.remove(&log),
+            };
+        };
+        if replica.role() != (Role::Leader, hand_over.epoch()) {
+            // Someone else moved the leadership: appends in that epoch are
+            // over anyway.
+            return set(None);
+        }
+        let now = Instant::now();
+        let caught_up = |target: &[NodeId]| {
+            target
+                .iter()
+                .any(|node| *node != me && replica.has_caught_up(*node))
+        };
+        let (epoch, target, end, deadline) = match hand_over {
+            ReassignmentHandOver::Failed {
+                epoch,
+                target,
+                retry_at,
+            } => {
+                if now >= retry_at {
+                    set(Some(ReassignmentHandOver::Ready { epoch, target }));
+                }
+                return;
+            }
+            ReassignmentHandOver::Ready { epoch, target } => {
+                if !caught_up(&target) {
+                    return;
+                }
+                let Some((stopped, end)) = replica.stop_appends_for_hand_over() else {
+                    return set(None);
+                };
+                if stopped != epoch {
+                    replica.resume_appends_after_hand_over(stopped);
+                    return set(None);
+                }
+                tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
+                    "reassignment hand-over: appends stopped");
+                set(Some(ReassignmentHandOver::Waiting {
+                    epoch,
+                    target,
+                    end,
+                    deadline: now + REASSIGNMENT_HAND_OVER_WAIT,
+                }));
+                return;
+            }
+            ReassignmentHandOver::Waiting {
+                epoch,
+                target,
+                end,
+                deadline,
+            } => (epoch, target, end, deadline),
+        };
+        if now >= deadline {
+            replica.resume_appends_after_hand_over(epoch);
+            tracing::warn!(%log, node = %me, %epoch,
+                "reassignment hand-over: no target replica caught up in time; appends resume, trying again later");
+            return set(Some(ReassignmentHandOver::Failed {
+                epoch,
+                target,
+                retry_at: now + REASSIGNMENT_HAND_OVER_RETRY,
+            }));
+        }
+        if replica.high_watermark() < end || !caught_up(&target) {
+            return;
+        }
+        let state = match self.coordinator.log_state(log) {
+            Ok(Some(state)) => state,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read the log; retrying");
+                return;
+            }
+        };
+        if state.leader != Some(me) || state.leader_epoch != epoch {
+            return; // The event that says so brings the role change.
+        }
+        let live = match self.coordinator.live_nodes() {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read live nodes; retrying");
+                return;
+            }
+        };
+        let successor = state.target_replicas().into_iter().find(|node| {
+            *node != me
+                && state.is_in_sync(*node)
+                && live.contains(node)
+                && replica.has_caught_up(*node)
+        });
+        let Some(successor) = successor else {
+            return;
+        };
+        let in_sync_replicas: Vec<NodeId> = state
+            .in_sync_replicas
+            .iter()
+            .copied()
+            .filter(|node| *node != me)
+            .collect();
+        let update = LogUpdate {
+            leader: Some(successor),
+            leader_epoch: state.leader_epoch.next(),
+            eligible_leader_replicas: state.eligible_leader_replicas_after(
+                &in_sync_replicas,
+                self.config.replication.min_insync_replicas,
+            ),
+            in_sync_replicas,
+            unclean_report: None,
+            assignment: None,
+        };
+        match self
+            .coordinator
+            .compare_and_set(log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(new_state)) => {
+                set(None);
+                tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                    "reassignment: leadership handed to a target replica");
+                self.reconcile(&new_state);
+            }
+            // Lost a race, or the answer was lost: the next tick reads the
+            // stored state again and decides from it.
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "reassignment hand-over: compare-and-set failed; retrying");
+            }
+        }
+    }
+
+    /// Stops and deletes this node's replica of `log`, which the stored
+    /// state no longer lists (SPEC 3.10: a reassignment completed or was
+    /// cancelled without it). Its fetcher stops, the replica goes offline
+    /// (appends and waiters fail with `NotLeader`, follower I/O ends) and
+    /// leaves the node's map, then its directory is deleted. Kafka's
+    /// `StopReplica(delete = true)`.
+    fn remove_replica(&self, log: LogId) {
+        let me = self.local();
+        self.stop_fetching(log);
+        let Some(replica) = self.replicas.write().remove(&log) else {
+            return;
+        };
+        self.reassignment_hand_overs.lock().remove(&log);
+        replica.take_offline();
+        if let Err(error) = replica.log().close_in_place() {
+            tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
+        }
+        self.placed.lock().remove(&log);
+        self.unopened.lock().remove(&log);
+        self.unreported.lock().remove(&log);
+        let dir = log_dir(&self.config.data_dir, log);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                tracing::info!(%log, node = %me, dir = %dir.display(), "replica removed by a reassignment: stopped and deleted")
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::error!(%log, node = %me, dir = %dir.display(), %error, "cannot delete a removed replica's directory")
+            }
         }
     }
 
@@ -1737,6 +2129,7 @@ impl NodeShared {
             in_sync_replicas: others,
             eligible_leader_replicas,
             unclean_report: None,
+            assignment: None,
         };
         match self
             .coordinator
@@ -1916,6 +2309,7 @@ impl NodeShared {
                 ),
                 in_sync_replicas,
                 unclean_report: None,
+                assignment: None,
             };
             if out_of_time() {
                 return;
@@ -2469,6 +2863,7 @@ fn control_loop(
                 shared.settle_isr(&replica);
                 continue;
             }
+            shared.progress_reassignment_hand_over(&replica);
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);

@@ -24,8 +24,8 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, TrySendError};
 use parking_lot::Mutex;
 
 use isrlog::{
-    CasOutcome, ClusterId, ControllerEpoch, Coordinator, CoordinatorEvent, DirectoryId, Error,
-    Incarnation, LeaderEpoch, LogEnd, LogId, LogState, LogUpdate, MemoryCoordinator, NodeId,
+    Assignment, CasOutcome, ClusterId, ControllerEpoch, Coordinator, CoordinatorEvent, DirectoryId,
+    Error, Incarnation, LeaderEpoch, LogEnd, LogId, LogState, LogUpdate, MemoryCoordinator, NodeId,
     Offset, ProducerId, Result, UncleanReplica,
 };
 
@@ -194,7 +194,7 @@ fn unclean_list_from_text(text: &str) -> Result<Vec<UncleanReplica>> {
 
 fn state_to_text(state: &LogState) -> String {
     format!(
-        "{} {} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {} {} {}",
         state.log.0,
         nodes_to_text(&state.replicas),
         state.leader.map_or("-".into(), |l| l.0.to_string()),
@@ -202,8 +202,42 @@ fn state_to_text(state: &LogState) -> String {
         nodes_to_text(&state.in_sync_replicas),
         nodes_to_text(&state.eligible_leader_replicas),
         state.version,
-        unclean_list_to_text(&state.unclean_replicas)
+        unclean_list_to_text(&state.unclean_replicas),
+        nodes_to_text(&state.adding_replicas),
+        nodes_to_text(&state.removing_replicas)
     )
+}
+
+/// A reassignment's replicas as `replicas;adding;removing`, or `-` for an
+/// update that keeps the replicas.
+fn assignment_to_text(assignment: Option<&Assignment>) -> String {
+    assignment.map_or("-".into(), |a| {
+        format!(
+            "{};{};{}",
+            nodes_to_text(&a.replicas),
+            nodes_to_text(&a.adding_replicas),
+            nodes_to_text(&a.removing_replicas)
+        )
+    })
+}
+
+fn assignment_from_text(text: Option<&str>) -> Result<Option<Assignment>> {
+    let Some(text) = text.filter(|text| *text != "-") else {
+        return Ok(None);
+    };
+    let mut lists = text.split(';');
+    let mut next = |what: &str| -> Result<Vec<NodeId>> {
+        nodes_from_text(
+            lists
+                .next()
+                .ok_or_else(|| error(format!("missing {what}")))?,
+        )
+    };
+    Ok(Some(Assignment {
+        replicas: next("replicas")?,
+        adding_replicas: next("adding replicas")?,
+        removing_replicas: next("removing replicas")?,
+    }))
 }
 
 fn state_from_text<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Result<LogState> {
@@ -218,6 +252,8 @@ fn state_from_text<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Result<Log
         )?,
         version: number(fields.next())?,
         unclean_replicas: unclean_list_from_text(fields.next().unwrap_or("-"))?,
+        adding_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
+        removing_replicas: nodes_from_text(fields.next().unwrap_or("-"))?,
     })
 }
 
@@ -278,8 +314,9 @@ fn error_from_text(answer: &str) -> Error {
 
 /// The fields of a compare-and-set request after its method (and, for
 /// `cas_controller`, the controller and its epoch): `log expected_epoch
-/// expected_version leader leader_epoch isr elr unclean_report` (the
-/// report `-` or `node:last_epoch:log_end`).
+/// expected_version leader leader_epoch isr elr unclean_report assignment`
+/// (the report `-` or `node:last_epoch:log_end`, the assignment `-` or
+/// `replicas;adding;removing`).
 fn cas_to_text(
     log: LogId,
     expected_epoch: LeaderEpoch,
@@ -287,7 +324,7 @@ fn cas_to_text(
     update: &LogUpdate,
 ) -> String {
     format!(
-        "{} {} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {} {}",
         log.0,
         expected_epoch.0,
         expected_version,
@@ -298,7 +335,8 @@ fn cas_to_text(
         update
             .unclean_report
             .as_ref()
-            .map_or("-".into(), unclean_to_text)
+            .map_or("-".into(), unclean_to_text),
+        assignment_to_text(update.assignment.as_ref())
     )
 }
 
@@ -317,6 +355,7 @@ fn cas_from_text<'a>(
             None | Some("-") => None,
             Some(text) => Some(unclean_from_text(text)?),
         },
+        assignment: assignment_from_text(fields.next())?,
     };
     Ok((log, epoch, version, update))
 }

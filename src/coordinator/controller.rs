@@ -42,7 +42,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use super::{CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState, LogUpdate};
+use super::{
+    completion_update, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
+    LogUpdate,
+};
 use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::types::{LogId, NodeId};
@@ -65,6 +68,16 @@ const EVENTS_PER_WAKE_MAX: usize = 1024;
 /// Logs remembered individually for the next pass; beyond this the next
 /// pass simply covers every log.
 const PENDING_LOGS_MAX: usize = 1024;
+
+/// Reassignment (SPEC 3.10): how long the controller leaves a live leader
+/// that a move removes to hand its leadership to a caught-up target
+/// replica itself (the node's hand-over, as in a controlled shutdown)
+/// before it completes the move without it, naming the first live target
+/// replica leader in the completing write. Measured by the controller
+/// holding the seat, from when it first saw every target replica in the
+/// ISR; the periodic pass ([`ControllerConfig::poll_interval`]) notices
+/// its end.
+pub(crate) const REASSIGNMENT_HAND_OVER_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// How a [`Controller`] behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,6 +198,10 @@ pub(crate) enum Election {
         /// The new ISR: the old one without the dead followers.
         in_sync_replicas: Vec<NodeId>,
     },
+    /// Every target replica of the log's reassignment is in the ISR:
+    /// store this update, which sets replicas = target (SPEC 3.10,
+    /// [`completion_update`]).
+    CompleteReassignment(LogUpdate),
 }
 
 impl Election {
@@ -219,6 +236,7 @@ impl Election {
                     in_sync_replicas: in_sync_replicas.clone(),
                     eligible_leader_replicas,
                     unclean_report: None,
+                    assignment: None,
                 })
             }
             Election::NoLeader => {
@@ -232,6 +250,7 @@ impl Election {
                         min_insync_replicas,
                     ),
                     unclean_report: None,
+                    assignment: None,
                 })
             }
             Election::ShrinkIsr { in_sync_replicas } => Some(LogUpdate::in_sync_replicas(
@@ -239,6 +258,7 @@ impl Election {
                 in_sync_replicas.clone(),
                 min_insync_replicas,
             )),
+            Election::CompleteReassignment(update) => Some(update.clone()),
         }
     }
 }
@@ -521,6 +541,12 @@ struct Shared {
     may_hold_seat: AtomicBool,
     elections: AtomicU64,
     unclean_elections: AtomicU64,
+    /// Reassignments this controller completed (SPEC 3.10).
+    reassignments_completed: AtomicU64,
+    /// Logs whose live leader a reassignment removes, with when this
+    /// controller first saw every target replica in the ISR, for
+    /// [`REASSIGNMENT_HAND_OVER_WAIT_MAX`]. Bounded by the number of logs.
+    hand_over_waits: Mutex<HashMap<LogId, Instant>>,
     /// Logs in unclean recovery ([`awaits_unclean_recovery`]) with when
     /// this controller first saw each one so, for
     /// [`ControllerConfig::unclean_recovery_wait_max`]. Only kept while
@@ -560,6 +586,8 @@ impl Controller {
             may_hold_seat: AtomicBool::new(false),
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
+            reassignments_completed: AtomicU64::new(0),
+            hand_over_waits: Mutex::new(HashMap::new()),
             recovery_waits: Mutex::new(HashMap::new()),
         });
         let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
@@ -612,6 +640,12 @@ impl Controller {
     /// outside the ISR made leader).
     pub fn unclean_elections(&self) -> u64 {
         self.shared.unclean_elections.load(Ordering::SeqCst)
+    }
+
+    /// Reassignments this controller completed (SPEC 3.10): writes of
+    /// replicas = target once every target replica was in the ISR.
+    pub fn reassignments_completed(&self) -> u64 {
+        self.shared.reassignments_completed.load(Ordering::SeqCst)
     }
 
     /// Moves the leadership of every log whose preferred replica
@@ -848,7 +882,16 @@ impl Shared {
         }
         let decide = |state: &LogState, live: &[NodeId]| {
             let (unclean, recovery_waited) = self.recovery_decision(state, live);
-            elect_leader(state, live, unclean, recovery_waited)
+            match elect_leader(state, live, unclean, recovery_waited) {
+                // Elections and dead followers first: a reassignment
+                // completes on a log whose leader and ISR are settled.
+                Election::Unchanged => {
+                    let waited = self.hand_over_waited(state, live);
+                    completion_update(state, live, self.config.min_insync_replicas, waited)
+                        .map_or(Election::Unchanged, Election::CompleteReassignment)
+                }
+                election => election,
+            }
         };
         if pending.every_log {
             self.settle_logs(epoch, None, is_stopped, decide)?;
@@ -887,6 +930,28 @@ impl Shared {
         });
         let waited = since.elapsed() >= self.config.unclean_recovery_wait_max;
         (switch && waited, waited)
+    }
+
+    /// For `state`'s log now: whether the controller may complete its
+    /// reassignment without waiting for its leader's own hand-over
+    /// ([`completion_update`]'s `hand_over_waited`): yes unless its leader
+    /// is live, being removed, every target replica is in the ISR, and
+    /// [`REASSIGNMENT_HAND_OVER_WAIT_MAX`] has not passed since this
+    /// controller first saw it so.
+    fn hand_over_waited(&self, state: &LogState, live: &[NodeId]) -> bool {
+        let mut waits = self.hand_over_waits.lock();
+        let waiting = state.leader.is_some_and(|leader| {
+            state.removing_replicas.contains(&leader) && live.contains(&leader)
+        }) && state
+            .target_replicas()
+            .iter()
+            .all(|node| state.is_in_sync(*node));
+        if !waiting {
+            waits.remove(&state.log);
+            return true;
+        }
+        let since = *waits.entry(state.log).or_insert_with(Instant::now);
+        since.elapsed() >= REASSIGNMENT_HAND_OVER_WAIT_MAX
     }
 
     fn set_inactive(&self) {
@@ -1067,6 +1132,12 @@ impl Shared {
                     isr = ?after.in_sync_replicas, elr = ?after.eligible_leader_replicas,
                     "dead followers removed from the ISR");
             }
+            Election::CompleteReassignment(_) => {
+                self.reassignments_completed.fetch_add(1, Ordering::SeqCst);
+                tracing::info!(%log, old_replicas = ?before.replicas, replicas = ?after.replicas,
+                    old_leader = ?before.leader, leader = ?after.leader, epoch = %after.leader_epoch,
+                    isr = ?after.in_sync_replicas, "reassignment completed");
+            }
             Election::Unchanged => {}
         }
     }
@@ -1092,6 +1163,8 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             version: 11,
             unclean_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 
@@ -1307,6 +1380,7 @@ mod tests {
                 in_sync_replicas: nodes(&[2, 3]),
                 eligible_leader_replicas: Vec::new(),
                 unclean_report: None,
+                assignment: None,
             }
         );
         let leaderless = Election::NoLeader.update(&before, 2).unwrap();
@@ -1318,6 +1392,7 @@ mod tests {
                 in_sync_replicas: nodes(&[1, 2, 3]),
                 eligible_leader_replicas: Vec::new(),
                 unclean_report: None,
+                assignment: None,
             }
         );
         let shrunk = shrink(&[1, 3]).update(&before, 2).unwrap();
@@ -1715,6 +1790,8 @@ mod tests {
             may_hold_seat: AtomicBool::new(false),
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
+            reassignments_completed: AtomicU64::new(0),
+            hand_over_waits: Mutex::new(HashMap::new()),
             recovery_waits: Mutex::new(HashMap::new()),
         };
         let mut recovering = state_with_elr(None, &[], &[3]);

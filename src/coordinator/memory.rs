@@ -396,10 +396,18 @@ impl State {
         }
         current.validate_update(&update)?;
         let next = current.with_update(update);
+        // A replica a reassignment removed hears of it too (SPEC 3.10): it
+        // stops, and deletes its copy, on this state.
+        let removed: Vec<NodeId> = current
+            .replicas
+            .iter()
+            .copied()
+            .filter(|node| !next.replicas.contains(node))
+            .collect();
         tracing::debug!(%log, leader = ?next.leader, epoch = %next.leader_epoch,
             isr = ?next.in_sync_replicas, version = next.version, "coordinator log state updated");
         self.logs.insert(log, next.clone());
-        self.notify_log_changed(&next);
+        self.notify_log_changed(&next, &removed);
         Ok(CasOutcome::Applied(next))
     }
 
@@ -458,10 +466,11 @@ impl State {
         self.notify(|_| true, event);
     }
 
-    /// Announces `state` to the subscribers of the nodes hosting it and to
-    /// every subscriber of all logs.
-    fn notify_log_changed(&mut self, state: &LogState) {
-        let hosts = state.replicas.clone();
+    /// Announces `state` to the subscribers of the nodes hosting it, of the
+    /// nodes in `removed` (replicas the change took away) and to every
+    /// subscriber of all logs.
+    fn notify_log_changed(&mut self, state: &LogState, removed: &[NodeId]) {
+        let hosts: Vec<NodeId> = state.replicas.iter().chain(removed).copied().collect();
         self.notify(
             |subscriber| subscriber.every_log || hosts.contains(&subscriber.node),
             CoordinatorEvent::LogChanged(state.clone()),
@@ -577,7 +586,7 @@ impl Coordinator for MemoryCoordinator {
         }
         let created = LogState::initial(log, replicas)?;
         state.logs.insert(log, created.clone());
-        state.notify_log_changed(&created);
+        state.notify_log_changed(&created, &[]);
         self.handle.shared.finish(state);
         Ok(created)
     }

@@ -4,15 +4,18 @@
 //! This module owns the contract — the [`Coordinator`] trait, the per-log
 //! record it stores ([`LogState`]), the rules an update must obey
 //! ([`LogState::validate_update`]) and the events it sends — plus an
-//! in-process implementation ([`MemoryCoordinator`]) and replica assignment
-//! ([`assign_replicas`]). It does not decide anything about replication: the
-//! controller that elects leaders and the leaders that shrink or expand the
+//! in-process implementation ([`MemoryCoordinator`]), replica assignment
+//! ([`assign_replicas`]) and the decisions of online reassignment (SPEC
+//! 3.10: the updates that start, replace, cancel and complete a move). It
+//! does not decide anything about replication: the controller that elects
+//! leaders and the leaders that shrink or expand the
 //! ISR live in the replication layer and only *propose* updates here, as
 //! compare-and-set writes that fence whoever raced and lost.
 
 mod assignment;
 mod controller;
 mod memory;
+mod reassignment;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
@@ -27,6 +30,9 @@ use crate::types::{
 pub use assignment::assign_replicas;
 pub use controller::{Controller, ControllerConfig};
 pub use memory::MemoryCoordinator;
+pub(crate) use reassignment::completion_update;
+pub(crate) use reassignment::{cancel_reassignment, reassign_log, replace_node};
+pub use reassignment::{AddingReplica, ReassignmentProgress};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZkCoordinator, ZkCoordinatorConfig};
 
@@ -38,14 +44,28 @@ pub use zookeeper::{ZkCoordinator, ZkCoordinatorConfig};
 /// - `in_sync_replicas` is a subset of `replicas` with no node twice, and is
 ///   non-empty while there is a leader;
 /// - `eligible_leader_replicas` is a subset of `replicas` with no node twice
-///   and no node of `in_sync_replicas`.
+///   and no node of `in_sync_replicas`;
+/// - `adding_replicas` and `removing_replicas` are disjoint subsets of
+///   `replicas` without repeats, and `removing_replicas` leaves at least one
+///   replica (the reassignment's target is never empty).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogState {
     /// The log.
     pub log: LogId,
     /// Nodes hosting a replica, in assignment order; `replicas[0]` is the
-    /// preferred leader. Fixed at creation.
+    /// preferred leader. Set at creation; changed only by a reassignment
+    /// (SPEC 3.10), during which it is the target followed by the original
+    /// replicas that are not in the target (Kafka's KIP-455 order).
     pub replicas: Vec<NodeId>,
+    /// Replicas a reassignment in progress adds: in `replicas` and in the
+    /// target, not in the original replicas (KIP-455's `adding_replicas`).
+    /// Empty when no reassignment runs.
+    pub adding_replicas: Vec<NodeId>,
+    /// Replicas a reassignment in progress removes: in `replicas` and in the
+    /// original replicas, not in the target (KIP-455's `removing_replicas`).
+    /// They stay replicas, and may stay in the ISR and lead, until the
+    /// controller completes the move.
+    pub removing_replicas: Vec<NodeId>,
     /// The current leader; `None` when no replica may lead (SPEC 3.5, seed
     /// 003: every ISR member is down and unclean election is off).
     pub leader: Option<NodeId>,
@@ -132,10 +152,39 @@ impl LogState {
             eligible_leader_replicas: Vec::new(),
             unclean_replicas: Vec::new(),
             replicas,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
             version: 0,
         };
         state.check_invariants();
         Ok(state)
+    }
+
+    /// Whether a reassignment runs: some replica is being added or removed.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas the log will have once its reassignment completes
+    /// (`replicas` without `removing_replicas`, in order); `replicas` when
+    /// none runs.
+    pub fn target_replicas(&self) -> Vec<NodeId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|node| !self.removing_replicas.contains(node))
+            .collect()
+    }
+
+    /// The replicas the log had before its reassignment began (`replicas`
+    /// without `adding_replicas`, in order): where a cancellation returns
+    /// it. `replicas` when none runs.
+    pub fn original_replicas(&self) -> Vec<NodeId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|node| !self.adding_replicas.contains(node))
+            .collect()
     }
 
     /// Whether `node` is in the ISR.
@@ -248,6 +297,7 @@ impl LogState {
                 in_sync_replicas: self.in_sync_replicas.clone(),
                 eligible_leader_replicas: self.eligible_leader_replicas.clone(),
                 unclean_report: Some(reported),
+                assignment: None,
             });
         }
         let without = |nodes: &[NodeId]| -> Vec<NodeId> {
@@ -277,6 +327,7 @@ impl LogState {
             in_sync_replicas,
             eligible_leader_replicas,
             unclean_report: Some(reported),
+            assignment: None,
         })
     }
 
@@ -315,7 +366,11 @@ impl LogState {
     /// `update.unclean_report` added or replacing that node's entry, in
     /// assignment order.
     fn unclean_replicas_after(&self, update: &LogUpdate) -> Vec<UncleanReplica> {
-        self.replicas
+        let replicas = match &update.assignment {
+            Some(assignment) => &assignment.replicas,
+            None => &self.replicas,
+        };
+        replicas
             .iter()
             .filter(|node| !update.in_sync_replicas.contains(node))
             .filter_map(|node| match update.unclean_report {
@@ -339,13 +394,36 @@ impl LogState {
     /// (including to or from "no leader") raises it, as Kafka's controller
     /// does in both ZooKeeper and KRaft mode, so that a replica can tell two
     /// leaderships apart by epoch alone.
+    ///
+    /// An update with an [`Assignment`] is checked against its replicas
+    /// (every other field must fit the new set), and must raise the leader
+    /// epoch when the set of replicas changes: the leader learns of its new
+    /// followers, and stops counting removed ones, by leading in a new
+    /// epoch, and the epoch fences a removed replica's fetches (as Kafka's
+    /// ZooKeeper controller bumped the leader epoch at each step of a
+    /// reassignment).
     pub fn validate_update(&self, update: &LogUpdate) -> Result<()> {
         let log = self.log;
+        let replicas = match &update.assignment {
+            Some(assignment) => {
+                assignment.validate(log)?;
+                if !same_set(&assignment.replicas, &self.replicas)
+                    && update.leader_epoch <= self.leader_epoch
+                {
+                    return Err(coordinator_error(format!(
+                        "invalid update of {log}: replicas change from {:?} to {:?} but leader_epoch stays {}",
+                        self.replicas, assignment.replicas, update.leader_epoch
+                    )));
+                }
+                &assignment.replicas
+            }
+            None => &self.replicas,
+        };
         if let Some(leader) = update.leader {
-            if !self.replicas.contains(&leader) {
+            if !replicas.contains(&leader) {
                 return Err(coordinator_error(format!(
                     "invalid update of {log}: leader {leader} is not one of the replicas {:?}",
-                    self.replicas
+                    replicas
                 )));
             }
             if !update.in_sync_replicas.contains(&leader) {
@@ -358,11 +436,11 @@ impl LogState {
         if let Some(node) = update
             .in_sync_replicas
             .iter()
-            .find(|node| !self.replicas.contains(node))
+            .find(|node| !replicas.contains(node))
         {
             return Err(coordinator_error(format!(
                 "invalid update of {log}: in_sync_replicas {:?} contains {node}, which is not one of the replicas {:?}",
-                update.in_sync_replicas, self.replicas
+                update.in_sync_replicas, replicas
             )));
         }
         if let Some(node) = first_duplicate(&update.in_sync_replicas) {
@@ -372,10 +450,10 @@ impl LogState {
             )));
         }
         let elr = &update.eligible_leader_replicas;
-        if let Some(node) = elr.iter().find(|node| !self.replicas.contains(node)) {
+        if let Some(node) = elr.iter().find(|node| !replicas.contains(node)) {
             return Err(coordinator_error(format!(
                 "invalid update of {log}: eligible_leader_replicas {elr:?} contains {node}, which is not one of the replicas {:?}",
-                self.replicas
+                replicas
             )));
         }
         if let Some(node) = first_duplicate(elr) {
@@ -406,7 +484,7 @@ impl LogState {
         if let Some(report) = update.unclean_report {
             let node = report.node;
             // Or a recovery candidate (`recovery_candidate_update`).
-            let candidate = self.in_unclean_recovery() && self.replicas.contains(&node);
+            let candidate = self.in_unclean_recovery() && replicas.contains(&node);
             if !self.is_in_sync(node)
                 && !self.is_eligible(node)
                 && !self.is_unclean(node)
@@ -443,9 +521,16 @@ impl LogState {
     /// has validated the update with [`LogState::validate_update`].
     pub fn with_update(&self, update: LogUpdate) -> LogState {
         let unclean_replicas = self.unclean_replicas_after(&update);
+        let assignment = update.assignment.unwrap_or_else(|| Assignment {
+            replicas: self.replicas.clone(),
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
+        });
         let next = LogState {
             log: self.log,
-            replicas: self.replicas.clone(),
+            replicas: assignment.replicas,
+            adding_replicas: assignment.adding_replicas,
+            removing_replicas: assignment.removing_replicas,
             leader: update.leader,
             leader_epoch: update.leader_epoch,
             in_sync_replicas: update.in_sync_replicas,
@@ -533,11 +618,83 @@ impl LogState {
             self.log,
             unclean
         );
+        let assignment = Assignment {
+            replicas: self.replicas.clone(),
+            adding_replicas: self.adding_replicas.clone(),
+            removing_replicas: self.removing_replicas.clone(),
+        };
+        if let Err(error) = assignment.validate(self.log) {
+            panic!("{error}");
+        }
     }
 }
 
-/// The part of a [`LogState`] a compare-and-set may change. Replicas are
-/// fixed at creation (reassignment is out of scope).
+/// A log's replicas with the ones a reassignment adds and removes (SPEC
+/// 3.10, KIP-455): what a [`LogUpdate`] stores when it changes them.
+///
+/// Invariants ([`Assignment::validate`]): `replicas` is non-empty without
+/// repeats; `adding_replicas` and `removing_replicas` are disjoint subsets
+/// of it without repeats; `removing_replicas` is not all of `replicas`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The replicas during (or, with nothing added or removed, after) the
+    /// move: target ∪ original.
+    pub replicas: Vec<NodeId>,
+    /// Target replicas that were not original replicas.
+    pub adding_replicas: Vec<NodeId>,
+    /// Original replicas that are not target replicas.
+    pub removing_replicas: Vec<NodeId>,
+}
+
+impl Assignment {
+    /// An error naming the field and value that break the invariants
+    /// listed on [`Assignment`], or `Ok`.
+    pub fn validate(&self, log: LogId) -> Result<()> {
+        let Assignment {
+            replicas,
+            adding_replicas,
+            removing_replicas,
+        } = self;
+        if replicas.is_empty() {
+            return Err(coordinator_error(format!(
+                "invalid assignment of {log}: replicas is empty"
+            )));
+        }
+        for (field, nodes) in [
+            ("replicas", replicas),
+            ("adding_replicas", adding_replicas),
+            ("removing_replicas", removing_replicas),
+        ] {
+            if let Some(node) = first_duplicate(nodes) {
+                return Err(coordinator_error(format!(
+                    "invalid assignment of {log}: {field} {nodes:?} names {node} twice"
+                )));
+            }
+            if let Some(node) = nodes.iter().find(|node| !replicas.contains(node)) {
+                return Err(coordinator_error(format!(
+                    "invalid assignment of {log}: {field} {nodes:?} contains {node}, which is not one of the replicas {replicas:?}"
+                )));
+            }
+        }
+        if let Some(node) = adding_replicas
+            .iter()
+            .find(|node| removing_replicas.contains(node))
+        {
+            return Err(coordinator_error(format!(
+                "invalid assignment of {log}: {node} is in both adding_replicas {adding_replicas:?} and removing_replicas {removing_replicas:?}"
+            )));
+        }
+        if removing_replicas.len() >= replicas.len() {
+            return Err(coordinator_error(format!(
+                "invalid assignment of {log}: removing_replicas {removing_replicas:?} removes every replica of {replicas:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The part of a [`LogState`] a compare-and-set may change. The replicas
+/// change only with an [`Assignment`] (a reassignment, SPEC 3.10).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogUpdate {
     /// The new leader, or `None` for "no leader".
@@ -556,6 +713,10 @@ pub struct LogUpdate {
     /// update leaves it `None`, and the stored list then only loses the
     /// members of the new ISR.
     pub unclean_report: Option<UncleanReplica>,
+    /// New replicas, with the ones being added and removed (SPEC 3.10), or
+    /// `None` to keep the stored ones: only a reassignment, its
+    /// cancellation and its completion set it.
+    pub assignment: Option<Assignment>,
 }
 
 impl LogUpdate {
@@ -575,6 +736,7 @@ impl LogUpdate {
                 .eligible_leader_replicas_after(&in_sync_replicas, min_insync_replicas),
             in_sync_replicas,
             unclean_report: None,
+            assignment: None,
         }
     }
 }
@@ -687,7 +849,8 @@ pub trait Coordinator: Send + Sync + 'static {
 
     /// Compare-and-set: succeeds only if the stored leader epoch and version
     /// equal `expected_epoch` and `expected_version`; then stores `update`
-    /// with version + 1, notifies every node hosting the log and returns
+    /// with version + 1, notifies every node hosting the log (and every
+    /// replica the update's [`Assignment`] removed, SPEC 3.10) and returns
     /// [`CasOutcome::Applied`]. On a mismatch it changes nothing and returns
     /// [`CasOutcome::Stale`] with the current state. An update that breaks
     /// the rules of [`LogState::validate_update`] is an
@@ -947,6 +1110,12 @@ fn coordinator_error(reason: String) -> Error {
     Error::Coordinator { reason }
 }
 
+/// Whether `a` and `b` hold the same nodes, in any order (neither repeats
+/// a node).
+fn same_set(a: &[NodeId], b: &[NodeId]) -> bool {
+    a.len() == b.len() && a.iter().all(|node| b.contains(node))
+}
+
 fn first_duplicate(nodes: &[NodeId]) -> Option<NodeId> {
     nodes
         .iter()
@@ -973,6 +1142,8 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             version: 4,
             unclean_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 
@@ -983,6 +1154,7 @@ mod tests {
             in_sync_replicas: isr.iter().copied().map(n).collect(),
             eligible_leader_replicas: Vec::new(),
             unclean_report: None,
+            assignment: None,
         }
     }
 
@@ -1151,6 +1323,7 @@ mod tests {
                 in_sync_replicas: nodes(new_isr),
                 eligible_leader_replicas: got,
                 unclean_report: None,
+                assignment: None,
             };
             current
                 .validate_update(&update)
@@ -1465,6 +1638,7 @@ mod tests {
                 node: n(node),
                 log_end: end(1, 3),
             }),
+            assignment: None,
         };
         current.validate_update(&report(2)).unwrap();
         let error = current.validate_update(&report(3)).unwrap_err().to_string();
@@ -1482,6 +1656,7 @@ mod tests {
             in_sync_replicas: nodes(isr),
             eligible_leader_replicas: nodes(elr),
             unclean_report: None,
+            assignment: None,
         };
         let cases: &[(&str, LogUpdate, std::result::Result<(), &str>)] = &[
             ("a removed ISR member joins", with(&[1], &[2]), Ok(())),

@@ -470,6 +470,19 @@ impl Replica {
         Some((role.leader_epoch, self.log.log_end_offset()))
     }
 
+    /// Reassignment (SPEC 3.10): a hand-over begun with
+    /// [`stop_appends_for_hand_over`](Self::stop_appends_for_hand_over)
+    /// that found no successor in time gives appends back, if this replica
+    /// still leads in `epoch` with appends stopped there.
+    pub(crate) fn resume_appends_after_hand_over(&self, epoch: LeaderEpoch) {
+        let _ = self.appends_stopped_in.compare_exchange(
+            u64::from(epoch.0) + 1,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
     /// Controlled shutdown: whether `follower` has fetched everything this
     /// leader holds (it is caught up to the log end).
     pub(crate) fn has_caught_up(&self, follower: NodeId) -> bool {

@@ -206,7 +206,98 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             "a_write_whose_answer_was_lost_is_settled_by_a_read",
             a_write_whose_answer_was_lost_is_settled_by_a_read::<C>,
         ),
+        (
+            "a_reassignment_is_stored_and_a_removed_replica_hears_of_it",
+            a_reassignment_is_stored_and_a_removed_replica_hears_of_it::<C>,
+        ),
     ]
+}
+
+/// SPEC 3.10: an update with an [`Assignment`](crate::coordinator::Assignment)
+/// stores the new replicas with KIP-455's adding and removing lists, the
+/// replicas it adds hear of the log, and so does a replica it removes (it
+/// must stop and delete its copy, and no later change of the log would
+/// reach it); a change of the replica set that keeps the leader epoch, or
+/// an assignment that breaks its rules, is refused.
+fn a_reassignment_is_stored_and_a_removed_replica_hears_of_it<C: Coordinator>(
+    c: &C,
+    _time: &SuiteTime,
+) {
+    use crate::coordinator::Assignment;
+    let added = c.subscribe(NodeId(4)).unwrap();
+    let removed = c.subscribe(NodeId(3)).unwrap();
+    let created = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    let moving = LogUpdate {
+        leader_epoch: created.leader_epoch.next(),
+        assignment: Some(Assignment {
+            replicas: nodes(&[4, 1, 2, 3]),
+            adding_replicas: nodes(&[4]),
+            removing_replicas: nodes(&[3]),
+        }),
+        ..isr_update(&created, &[1, 2, 3])
+    };
+    let kept_epoch = LogUpdate {
+        leader_epoch: created.leader_epoch,
+        ..moving.clone()
+    };
+    assert!(matches!(
+        c.compare_and_set(LogId(1), created.leader_epoch, created.version, kept_epoch),
+        Err(Error::Coordinator { .. })
+    ));
+    let empty_target = LogUpdate {
+        assignment: Some(Assignment {
+            replicas: nodes(&[1, 2, 3]),
+            adding_replicas: Vec::new(),
+            removing_replicas: nodes(&[1, 2, 3]),
+        }),
+        ..moving.clone()
+    };
+    assert!(matches!(
+        c.compare_and_set(
+            LogId(1),
+            created.leader_epoch,
+            created.version,
+            empty_target
+        ),
+        Err(Error::Coordinator { .. })
+    ));
+    let started = applied(
+        c.compare_and_set(LogId(1), created.leader_epoch, created.version, moving)
+            .unwrap(),
+    );
+    assert_eq!(stored(c, LogId(1)), started);
+    assert_eq!(started.replicas, nodes(&[4, 1, 2, 3]));
+    assert_eq!(started.adding_replicas, nodes(&[4]));
+    assert_eq!(started.removing_replicas, nodes(&[3]));
+    wait_for_event(
+        &added,
+        "LogChanged for an added replica",
+        |event| matches!(event, CoordinatorEvent::LogChanged(state) if *state == started),
+    );
+    let completed = applied(
+        c.compare_and_set(
+            LogId(1),
+            started.leader_epoch,
+            started.version,
+            LogUpdate {
+                leader_epoch: started.leader_epoch.next(),
+                assignment: Some(Assignment {
+                    replicas: nodes(&[4, 1, 2]),
+                    adding_replicas: Vec::new(),
+                    removing_replicas: Vec::new(),
+                }),
+                ..isr_update(&started, &[1, 2, 4])
+            },
+        )
+        .unwrap(),
+    );
+    assert_eq!(stored(c, LogId(1)), completed);
+    assert!(!completed.is_reassigning());
+    wait_for_event(
+        &removed,
+        "LogChanged for a removed replica",
+        |event| matches!(event, CoordinatorEvent::LogChanged(state) if *state == completed),
+    );
 }
 
 /// SPEC 3.4: what settling a write whose outcome is unknown
@@ -405,6 +496,8 @@ fn create_and_read<C: Coordinator>(c: &C, _time: &SuiteTime) {
         eligible_leader_replicas: Vec::new(),
         version: 0,
         unclean_replicas: Vec::new(),
+        adding_replicas: Vec::new(),
+        removing_replicas: Vec::new(),
     };
     assert_eq!(created, expected);
     assert_eq!(stored(c, LogId(2)), expected);
@@ -504,6 +597,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
                 in_sync_replicas: nodes(&[2]),
                 eligible_leader_replicas: log_3.eligible_leader_replicas_after(&nodes(&[2]), 2),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap(),
@@ -523,6 +617,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
                 in_sync_replicas: nodes(&[1]),
                 eligible_leader_replicas: Vec::new(),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap(),
@@ -623,6 +718,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         in_sync_replicas: nodes(&[3]),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let elected = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(0), 1, new_leader)
@@ -639,6 +735,8 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
             eligible_leader_replicas: Vec::new(),
             version: 2,
             unclean_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     );
     assert_eq!(stored(c, LogId(1)), elected);
@@ -649,6 +747,7 @@ fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &Suit
         in_sync_replicas: nodes(&[3]),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let leaderless = applied(
         c.compare_and_set(LogId(1), LeaderEpoch(1), 2, leaderless)
@@ -710,6 +809,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
                 in_sync_replicas: nodes(&[2, 3]),
                 eligible_leader_replicas: Vec::new(),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap(),
@@ -720,6 +820,7 @@ fn invalid_updates_are_rejected<C: Coordinator>(c: &C, _time: &SuiteTime) {
         in_sync_replicas: nodes(isr),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     // (what is wrong, the update, a word the error must name)
     let cases = [
@@ -1157,6 +1258,7 @@ fn controller_writes_are_fenced_by_controller_epoch<C: Coordinator>(c: &C, time:
         in_sync_replicas: nodes(&[2]),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     assert_fenced(
         "the deposed controller",

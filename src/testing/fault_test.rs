@@ -107,6 +107,15 @@ pub struct FaultTestConfig {
     /// [`CrashMode::PowerLossFlushNever`] (where a committed record may be
     /// lost, and an application may have applied it).
     pub deletion: bool,
+    /// SPEC 3.10: reassignments are among the faults (a log moved to three
+    /// nodes drawn at random, or its move cancelled), written through the
+    /// coordinator as an operator's call would be, and a log may end the
+    /// run in the middle of a move. Only with the memory coordinator,
+    /// without `deletion` and not with [`CrashMode::PowerLossFlushNever`]
+    /// (whose G1(c) check counts a replica that held a record as keeping it
+    /// while its disk survives, which a removed replica's deleted copy does
+    /// not).
+    pub reassignments: bool,
 }
 
 impl FaultTestConfig {
@@ -120,6 +129,7 @@ impl FaultTestConfig {
             logs: 3,
             pipelined: 0,
             deletion: false,
+            reassignments: false,
         }
     }
 }
@@ -679,6 +689,13 @@ fn run_inner<C: FaultTarget>(
 ) -> std::result::Result<FaultTestReport, String> {
     if config.deletion && config.crash_mode == CrashMode::PowerLossFlushNever {
         return Err("deletion mode does not run under PowerLossFlushNever".to_string());
+    }
+    if config.reassignments
+        && (config.deletion || config.crash_mode == CrashMode::PowerLossFlushNever)
+    {
+        return Err(
+            "reassignments run neither with deletion nor under PowerLossFlushNever".to_string(),
+        );
     }
     let mut rng = SplitMix64::new(config.seed);
     let Built {
@@ -1416,6 +1433,13 @@ fn inject_faults<C: FaultTarget>(
         };
         let forced = first.is_some();
         let kind = first.take().unwrap_or(kind);
+        // Drawn only when asked for, so that the other runs' schedules are
+        // unchanged.
+        let kind = if config.reassignments && rng.next_u64().is_multiple_of(4) {
+            "reassign"
+        } else {
+            kind
+        };
         let done = match kind {
             // Keep a majority of the nodes up so progress is possible at all.
             "crash" if running.len() > all.len().div_ceil(2) => {
@@ -1568,6 +1592,10 @@ fn inject_faults<C: FaultTarget>(
                 Some(log) => move_leader(cluster, log, rng),
                 None => false,
             },
+            "reassign" => match pick(rng, logs) {
+                Some(log) => reassign(cluster, log, rng, &all),
+                None => false,
+            },
             _ => false,
         };
         if done {
@@ -1586,6 +1614,30 @@ fn inject_faults<C: FaultTarget>(
     for node in cut_off_from_coordinator {
         cluster.set_coordinator_unavailable(node, false);
     }
+}
+
+/// SPEC 3.10 as a fault: one time in four cancels `log`'s move, otherwise
+/// moves it to three of `all` drawn at random, replacing a move under way.
+/// A refusal (a drawn node without a session) or a failed write is no
+/// fault done. `min_insync_replicas` is the runs' 2.
+fn reassign<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64, all: &[NodeId]) -> bool {
+    const MIN_INSYNC_REPLICAS: usize = 2;
+    if rng.next_u64().is_multiple_of(4) {
+        return crate::coordinator::cancel_reassignment(
+            cluster.coordinator(),
+            log,
+            MIN_INSYNC_REPLICAS,
+        )
+        .is_ok();
+    }
+    let mut pool = all.to_vec();
+    let mut target = Vec::new();
+    while target.len() < 3 && !pool.is_empty() {
+        let index = (rng.next_u64() % pool.len() as u64) as usize;
+        target.push(pool.swap_remove(index));
+    }
+    crate::coordinator::reassign_log(cluster.coordinator(), log, &target, MIN_INSYNC_REPLICAS)
+        .is_ok()
 }
 
 fn restart<C: FaultTarget>(cluster: &C, state: &RunState, node: NodeId) -> bool {
@@ -1626,6 +1678,7 @@ fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) ->
         in_sync_replicas: current.in_sync_replicas.clone(),
         eligible_leader_replicas: current.eligible_leader_replicas.clone(),
         unclean_report: None,
+        assignment: None,
     };
     matches!(
         cluster

@@ -349,6 +349,7 @@ fn preferred_leader_timer_moves_leadership_back() {
         in_sync_replicas: state.in_sync_replicas.clone(),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     assert!(coordinator
         .compare_and_set(LOG, state.leader_epoch, state.version, moved_away)

@@ -269,6 +269,7 @@ fn cut_off_leader_cannot_change_the_isr_while_the_others_elect_a_replacement() {
         in_sync_replicas: vec![n2, n3],
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let elected = match view2
         .compare_and_set(LogId(1), LeaderEpoch(0), 0, replacement)

@@ -8,8 +8,9 @@
 //! dropped at random (G4 on every seed), committed readers and live replica
 //! comparisons, and fails if a node thread panicked.
 //!
-//! CI runs 8, 8 and 4 seeds of the three modes, and 4 and 4 of the first
-//! two with deletion and snapshots (SPEC 3.9). `ISRLOG_FAULT_SEEDS=N` runs seeds
+//! CI runs 8, 8 and 4 seeds of the three modes, 4 and 4 of the first
+//! two with deletion and snapshots (SPEC 3.9), and 4 and 4 of the first two
+//! with reassignments (SPEC 3.10). `ISRLOG_FAULT_SEEDS=N` runs seeds
 //! `0..N` of each mode; `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
 
 use isrlog::testing::fault_test::{run, CrashMode, FaultTestConfig};
@@ -43,6 +44,17 @@ fn run_seeds(mode: CrashMode, ci_default: u64) {
 }
 
 fn run_seeds_with(mode: CrashMode, ci_default: u64, deletion: bool) {
+    run_configs(mode, ci_default, |config| FaultTestConfig {
+        deletion,
+        ..config
+    });
+}
+
+fn run_configs(
+    mode: CrashMode,
+    ci_default: u64,
+    shape: impl Fn(FaultTestConfig) -> FaultTestConfig,
+) {
     // `RUST_LOG=isrlog=info` shows what the cluster did on a replayed seed.
     if std::env::var("RUST_LOG").is_ok() {
         // Fails when another test of this binary installed it first: fine.
@@ -52,10 +64,7 @@ fn run_seeds_with(mode: CrashMode, ci_default: u64, deletion: bool) {
             .try_init();
     }
     for seed in seeds(ci_default) {
-        let config = FaultTestConfig {
-            deletion,
-            ..FaultTestConfig::new(seed, mode)
-        };
+        let config = shape(FaultTestConfig::new(seed, mode));
         match run(&config) {
             Ok(report) => eprintln!("seed {seed} {mode:?}: ok {report:?}"),
             Err(failure) => panic!("{failure}"),
@@ -89,4 +98,25 @@ fn committed_never_lost_under_random_faults_with_deletion_and_snapshots() {
 #[test]
 fn committed_never_lost_under_power_loss_with_deletion_and_snapshots() {
     run_seeds_with(CrashMode::PowerLossFlushAlways, 4, true);
+}
+
+/// SPEC 3.10 under faults (issue 26): reassignments and their
+/// cancellations among the crashes, partitions and leader changes; G1–G4
+/// hold and the cluster converges with logs in the middle of a move.
+#[test]
+fn committed_never_lost_under_random_faults_with_reassignments() {
+    run_configs(CrashMode::Process, 4, |config| FaultTestConfig {
+        reassignments: true,
+        ..config
+    });
+}
+
+#[test]
+fn committed_never_lost_under_power_loss_with_reassignments() {
+    run_configs(CrashMode::PowerLossFlushAlways, 4, |config| {
+        FaultTestConfig {
+            reassignments: true,
+            ..config
+        }
+    });
 }

@@ -52,6 +52,7 @@ fn a_deposed_leader_cannot_change_the_isr_and_its_acks_all_never_succeed() {
         in_sync_replicas: vec![b, c],
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let applied = cluster
         .coordinator

@@ -243,6 +243,7 @@ fn a_callback_on_a_leader_change_appends_and_waits() {
                 in_sync_replicas: state.in_sync_replicas.clone(),
                 eligible_leader_replicas: state.eligible_leader_replicas.clone(),
                 unclean_report: None,
+                assignment: None,
             },
         )
         .unwrap();

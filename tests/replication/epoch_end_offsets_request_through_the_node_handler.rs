@@ -22,6 +22,7 @@ fn bump_epoch(cluster: &isrlog::testing::Cluster, log: LogId, epoch: u32) {
         in_sync_replicas: state.in_sync_replicas.clone(),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let outcome = cluster
         .coordinator

@@ -76,6 +76,7 @@ fn a_held_fetch_does_not_readmit_a_follower_cut_off_after_sending_it() {
         in_sync_replicas: vec![leader.node_id(), kept],
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let applied = cluster
         .coordinator

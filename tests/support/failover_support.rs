@@ -81,6 +81,7 @@ pub fn elect(cluster: &Cluster, log: LogId, leader: NodeId, isr: &[NodeId]) -> u
         in_sync_replicas: isr.to_vec(),
         eligible_leader_replicas: Vec::new(),
         unclean_report: None,
+        assignment: None,
     };
     let outcome = cluster
         .coordinator

@@ -219,6 +219,17 @@ struct LogDocument {
     /// and empty read the same, as for the ELR.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     unclean_replicas: Vec<UncleanReplicaDocument>,
+    /// Added with reassignment ([`LogState::adding_replicas`], SPEC 3.10,
+    /// KIP-455's field of the same name); absent and empty read the same,
+    /// and an empty list is not written, as for the ELR. A version that
+    /// predates the field refuses to write over a document that has it:
+    /// it would end the move in silence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    adding_replicas: Vec<u32>,
+    /// Added with reassignment ([`LogState::removing_replicas`]), as
+    /// `adding_replicas`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    removing_replicas: Vec<u32>,
     /// Fields of a newer version, only read to refuse writing over them.
     #[serde(flatten, skip_serializing)]
     unknown: Extra,
@@ -263,6 +274,8 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
                 unknown: Extra::new(),
             })
             .collect(),
+        adding_replicas: state.adding_replicas.iter().map(|node| node.0).collect(),
+        removing_replicas: state.removing_replicas.iter().map(|node| node.0).collect(),
         unknown: Extra::new(),
     })
 }
@@ -309,6 +322,8 @@ pub(super) fn decode_log(
             })
             .collect(),
         version,
+        adding_replicas: nodes(&document.adding_replicas),
+        removing_replicas: nodes(&document.removing_replicas),
     };
     check_log_state(&state).map_err(|reason| decode_error(&path, reason))?;
     Ok((state, unknown))
@@ -378,6 +393,14 @@ fn check_log_state(state: &LogState) -> std::result::Result<(), String> {
             "unclean_replicas {unclean:?} contain {node}, not one of the replicas {:?} outside in_sync_replicas {:?} and eligible_leader_replicas {elr:?}",
             state.replicas, state.in_sync_replicas
         ));
+    }
+    let assignment = crate::coordinator::Assignment {
+        replicas: state.replicas.clone(),
+        adding_replicas: state.adding_replicas.clone(),
+        removing_replicas: state.removing_replicas.clone(),
+    };
+    if let Err(error) = assignment.validate(state.log) {
+        return Err(error.to_string());
     }
     Ok(())
 }
@@ -642,6 +665,8 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             version: 9,
             unclean_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 
@@ -695,6 +720,33 @@ mod tests {
             r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
+    }
+
+    /// A log in the middle of a reassignment (SPEC 3.10) stores KIP-455's
+    /// `adding_replicas` and `removing_replicas`; a document without them
+    /// (every one written before reassignment existed) reads as no move,
+    /// as the round trip above shows; one whose lists break the rules is
+    /// an error naming the field.
+    #[test]
+    fn a_reassigning_log_document_round_trips_and_a_bad_one_is_named() {
+        let moving = LogState {
+            replicas: vec![NodeId(4), NodeId(1), NodeId(2), NodeId(3)],
+            adding_replicas: vec![NodeId(4)],
+            removing_replicas: vec![NodeId(3)],
+            ..state()
+        };
+        let bytes = encode_log(&moving);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"format":1,"replicas":[4,1,2,3],"leader":1,"leader_epoch":4,"in_sync_replicas":[1,3],"adding_replicas":[4],"removing_replicas":[3]}"#
+        );
+        assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, moving);
+        let bad = br#"{"format":1,"replicas":[1,2],"leader":1,"leader_epoch":4,"in_sync_replicas":[1],"adding_replicas":[5]}"#;
+        let error = decode_log(LogId(7), bad, 9).unwrap_err().to_string();
+        assert!(
+            error.contains("adding_replicas [NodeId(5)] contains node-5"),
+            "{error}"
+        );
     }
 
     /// Documents written before unclean recovery existed (with or without

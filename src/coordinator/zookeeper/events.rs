@@ -28,8 +28,9 @@ use crate::types::{LogId, NodeId};
 pub(super) struct Dispatcher {
     subscribers: Vec<Subscriber>,
     events_max: usize,
-    /// Zxid of the last announced change of each log.
-    logs: BTreeMap<LogId, i64>,
+    /// Zxid and replicas of the last announced change of each log: a
+    /// replica a reassignment removes hears of the change that removed it.
+    logs: BTreeMap<LogId, (i64, Vec<NodeId>)>,
     /// Zxid of the last announced change of the live node set.
     nodes: i64,
     /// The last announced live node set.
@@ -83,12 +84,14 @@ impl Dispatcher {
     /// Announces `state`, changed by the transaction `zxid`, unless a change
     /// at least as new was announced already.
     pub(super) fn log_changed(&mut self, zxid: i64, state: &LogState) {
-        let last = self.logs.entry(state.log).or_insert(i64::MIN);
-        if zxid <= *last {
+        let last = self.logs.entry(state.log).or_insert((i64::MIN, Vec::new()));
+        if zxid <= last.0 {
             return;
         }
-        *last = zxid;
-        let hosts = &state.replicas;
+        // SPEC 3.10: the replicas of the last announced state that this one
+        // removed hear of it too, to stop and delete their copies.
+        let previous = std::mem::replace(last, (zxid, state.replicas.clone())).1;
+        let hosts: Vec<NodeId> = state.replicas.iter().chain(&previous).copied().collect();
         let event = CoordinatorEvent::LogChanged(state.clone());
         self.notify(
             |subscriber| subscriber.every_log || hosts.contains(&subscriber.node),
@@ -230,6 +233,8 @@ mod tests {
             replicas,
             version,
             unclean_replicas: Vec::new(),
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
     }
 

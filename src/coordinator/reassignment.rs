@@ -1,0 +1,492 @@
+//! Online reassignment of a log's replicas (SPEC 3.10, Kafka's KIP-455).
+//!
+//! This module owns the decisions: the update that starts (or replaces, or
+//! cancels) a reassignment, the controller's update that completes one, and
+//! the compare-and-set loops an admin call runs over any [`Coordinator`].
+//! It does not move data: added replicas fetch as every follower does, and
+//! join the ISR by rule 3.4; the node deletes a removed replica's copy once
+//! the stored state no longer names it (see `Node`).
+//!
+//! The stored state is the whole truth of a move: `replicas` is target ∪
+//! original, `adding_replicas` = target − original and `removing_replicas`
+//! = original − target, so the target is `replicas − removing_replicas`
+//! and the original `replicas − adding_replicas`. A controller that takes
+//! over, or a node that restarts, reads the move from the state alone.
+
+use super::{coordinator_error, first_duplicate, same_set, Assignment, CasOutcome, Coordinator};
+use super::{LogState, LogUpdate};
+use crate::error::{Error, Result};
+use crate::types::{LogId, NodeId};
+
+/// Compare-and-set attempts per log before an admin call gives up.
+const ATTEMPTS_MAX: usize = 16;
+
+/// A reassignment in progress, as the leader of its log sees it
+/// ([`Node::reassignments`](crate::Node::reassignments)): what an
+/// application exports as metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReassignmentProgress {
+    /// The log.
+    pub log: LogId,
+    /// The replicas once the move completes.
+    pub target_replicas: Vec<NodeId>,
+    /// The replicas being added, each with how far it is behind.
+    pub adding_replicas: Vec<AddingReplica>,
+    /// The replicas being removed once every target replica is in sync.
+    pub removing_replicas: Vec<NodeId>,
+}
+
+/// One replica a reassignment adds, as its log's leader sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddingReplica {
+    /// The replica's node.
+    pub node: NodeId,
+    /// Whether it is in the ISR (then it waits only for the others).
+    pub in_sync: bool,
+    /// Records between its log end and the leader's, or `None` while it has
+    /// not fetched in the leader's current epoch.
+    pub lag_records: Option<u64>,
+}
+
+/// The update that moves `state` towards `target` (starting, replacing or,
+/// with `target` = the original replicas, cancelling a reassignment), or
+/// `None` when the state already has that target and nothing else to undo.
+///
+/// KIP-455 semantics: the original replicas stay those before the first
+/// reassignment (a second one replaces the first rather than stacking on
+/// it), replicas an earlier reassignment was adding and the new target
+/// drops leave at once (with their ISR and ELR places), and the replicas
+/// are written target first, then the original ones not in the target.
+/// If the leader is among the ones leaving at once, the first replica of
+/// the new list that is in the ISR and `live` leads, as Kafka's controller
+/// elects on a cancellation. The leader epoch grows when the set of
+/// replicas or the leader changes ([`LogState::validate_update`]).
+///
+/// Errs, naming the field and value, when `target` is empty, names a node
+/// twice, has fewer than `min_insync_replicas` replicas (it could never
+/// take an `acks=all` write), or adds a node that is not `live` (the
+/// coordinator knows nodes only by their sessions: a node never started
+/// cannot be told from a typo).
+pub(crate) fn start_update(
+    state: &LogState,
+    target: &[NodeId],
+    live: &[NodeId],
+    min_insync_replicas: usize,
+) -> Result<Option<LogUpdate>> {
+    let log = state.log;
+    if target.is_empty() {
+        return Err(coordinator_error(format!(
+            "cannot reassign {log}: target replicas is empty"
+        )));
+    }
+    if let Some(node) = first_duplicate(target) {
+        return Err(coordinator_error(format!(
+            "cannot reassign {log}: target replicas {target:?} name {node} twice"
+        )));
+    }
+    if target.len() < min_insync_replicas {
+        return Err(coordinator_error(format!(
+            "cannot reassign {log}: target replicas {target:?} are {} replicas, fewer than min_insync_replicas {min_insync_replicas}",
+            target.len()
+        )));
+    }
+    if let Some(node) = target
+        .iter()
+        .find(|node| !state.replicas.contains(node) && !live.contains(node))
+    {
+        return Err(coordinator_error(format!(
+            "cannot reassign {log}: target replica {node} is not a live node (live: {live:?})"
+        )));
+    }
+    let original = state.original_replicas();
+    let replicas: Vec<NodeId> = target
+        .iter()
+        .copied()
+        .chain(
+            original
+                .iter()
+                .copied()
+                .filter(|node| !target.contains(node)),
+        )
+        .collect();
+    let adding_replicas: Vec<NodeId> = target
+        .iter()
+        .copied()
+        .filter(|node| !original.contains(node))
+        .collect();
+    let removing_replicas: Vec<NodeId> = original
+        .iter()
+        .copied()
+        .filter(|node| !target.contains(node))
+        .collect();
+    if replicas == state.replicas
+        && adding_replicas == state.adding_replicas
+        && removing_replicas == state.removing_replicas
+    {
+        return Ok(None);
+    }
+    let kept = |nodes: &[NodeId]| -> Vec<NodeId> {
+        nodes
+            .iter()
+            .copied()
+            .filter(|node| replicas.contains(node))
+            .collect()
+    };
+    let in_sync_replicas = kept(&state.in_sync_replicas);
+    let leader = match state.leader {
+        Some(leader) if replicas.contains(&leader) => Some(leader),
+        None => None,
+        Some(leader) => {
+            let successor = replicas
+                .iter()
+                .copied()
+                .find(|node| in_sync_replicas.contains(node) && live.contains(node));
+            if successor.is_none() {
+                return Err(coordinator_error(format!(
+                    "cannot reassign {log}: its leader {leader} would leave, and no replica of {replicas:?} is in in_sync_replicas {in_sync_replicas:?} and live"
+                )));
+            }
+            successor
+        }
+    };
+    let leader_epoch = if leader != state.leader || !same_set(&replicas, &state.replicas) {
+        state.leader_epoch.next()
+    } else {
+        state.leader_epoch
+    };
+    let update = LogUpdate {
+        leader,
+        leader_epoch,
+        eligible_leader_replicas: kept(&state.eligible_leader_replicas),
+        in_sync_replicas,
+        unclean_report: None,
+        assignment: Some(Assignment {
+            replicas,
+            adding_replicas,
+            removing_replicas,
+        }),
+    };
+    debug_assert!(state.validate_update(&update).is_ok(), "{update:?}");
+    Ok(Some(update))
+}
+
+/// The controller's update that completes `state`'s reassignment, or
+/// `None` while it cannot: no reassignment runs, some target replica is not
+/// in the ISR yet, or the log has no leader (an election comes first).
+///
+/// It writes replicas = target and removes the others from the ISR and the
+/// ELR (SPEC 3.10). A leader being removed first hands its leadership to a
+/// caught-up target replica itself, as in a controlled shutdown (the
+/// node's reassignment hand-over): until `hand_over_waited`, a live leader
+/// being removed makes this wait. After that (or with the leader dead),
+/// the same write names the first target replica in assignment order that
+/// is `live` (every target replica is in the ISR, so each holds every
+/// committed record), as Kafka's controller does: the log is never without
+/// a leader. With none live it waits. The ELR follows the new ISR
+/// ([`LogState::eligible_leader_replicas_after`]).
+pub(crate) fn completion_update(
+    state: &LogState,
+    live: &[NodeId],
+    min_insync_replicas: usize,
+    hand_over_waited: bool,
+) -> Option<LogUpdate> {
+    if !state.is_reassigning() {
+        return None;
+    }
+    let target = state.target_replicas();
+    if !target.iter().all(|node| state.is_in_sync(*node)) {
+        return None;
+    }
+    let current = state.leader?;
+    let leader = if target.contains(&current) {
+        current
+    } else if !hand_over_waited && live.contains(&current) {
+        return None;
+    } else {
+        target.iter().copied().find(|node| live.contains(node))?
+    };
+    let in_sync_replicas: Vec<NodeId> = state
+        .in_sync_replicas
+        .iter()
+        .copied()
+        .filter(|node| target.contains(node))
+        .collect();
+    let eligible_leader_replicas = state
+        .eligible_leader_replicas_after(&in_sync_replicas, min_insync_replicas)
+        .into_iter()
+        .filter(|node| target.contains(node))
+        .collect();
+    let leader_epoch = if leader != current || !same_set(&target, &state.replicas) {
+        state.leader_epoch.next()
+    } else {
+        state.leader_epoch
+    };
+    let update = LogUpdate {
+        leader: Some(leader),
+        leader_epoch,
+        in_sync_replicas,
+        eligible_leader_replicas,
+        unclean_report: None,
+        assignment: Some(Assignment {
+            replicas: target,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        }),
+    };
+    debug_assert!(state.validate_update(&update).is_ok(), "{update:?}");
+    Some(update)
+}
+
+/// Starts (or replaces) the reassignment of `log` to `target` and returns
+/// the stored state; see [`start_update`] for the rules. A compare-and-set
+/// loop: a lost race decides again from what the winner stored; a write
+/// whose answer was lost is settled by a read (SPEC 3.4).
+pub(crate) fn reassign_log(
+    coordinator: &dyn Coordinator,
+    log: LogId,
+    target: &[NodeId],
+    min_insync_replicas: usize,
+) -> Result<LogState> {
+    write_with(coordinator, log, |state, live| {
+        start_update(state, target, live, min_insync_replicas)
+    })
+}
+
+/// Cancels `log`'s reassignment, if one runs: back to the original
+/// replicas (the added ones leave, nothing of the original set was removed
+/// yet) and returns the stored state.
+pub(crate) fn cancel_reassignment(
+    coordinator: &dyn Coordinator,
+    log: LogId,
+    min_insync_replicas: usize,
+) -> Result<LogState> {
+    write_with(coordinator, log, |state, live| {
+        if !state.is_reassigning() {
+            return Ok(None);
+        }
+        // The original replicas met the minimum when they were the log's.
+        let original = state.original_replicas();
+        start_update(
+            state,
+            &original,
+            live,
+            min_insync_replicas.min(original.len()),
+        )
+    })
+}
+
+/// Reassigns every log that has `dead` as a replica (in its target, when
+/// one runs) to the same replicas with `replacement` in `dead`'s place, and
+/// returns the stored states. Errs if `replacement` is not live; stops at
+/// the first log that cannot be reassigned (the ones before stay
+/// reassigned: calling again finishes the rest, as it skips nothing twice).
+pub(crate) fn replace_node(
+    coordinator: &dyn Coordinator,
+    dead: NodeId,
+    replacement: NodeId,
+    min_insync_replicas: usize,
+) -> Result<Vec<LogState>> {
+    if dead == replacement {
+        return Err(coordinator_error(format!(
+            "cannot replace node {dead} with itself"
+        )));
+    }
+    let mut reassigned = Vec::new();
+    for state in coordinator.logs()? {
+        let target = state.target_replicas();
+        if !target.contains(&dead) {
+            continue;
+        }
+        if target.contains(&replacement) {
+            return Err(coordinator_error(format!(
+                "cannot replace node {dead} with {replacement} in {}: {replacement} is already one of its target replicas {target:?}",
+                state.log
+            )));
+        }
+        let target: Vec<NodeId> = target
+            .iter()
+            .map(|node| if *node == dead { replacement } else { *node })
+            .collect();
+        reassigned.push(reassign_log(
+            coordinator,
+            state.log,
+            &target,
+            min_insync_replicas,
+        )?);
+    }
+    tracing::info!(%dead, %replacement, logs = reassigned.len(), "replacing a node in every log it held");
+    Ok(reassigned)
+}
+
+/// Writes `decide`'s update of `log` by compare-and-set until it is stored
+/// or `decide` has nothing to write; returns the stored state.
+fn write_with(
+    coordinator: &dyn Coordinator,
+    log: LogId,
+    decide: impl Fn(&LogState, &[NodeId]) -> Result<Option<LogUpdate>>,
+) -> Result<LogState> {
+    let mut state = coordinator.log_state(log)?.ok_or(Error::UnknownLog(log))?;
+    for _ in 0..ATTEMPTS_MAX {
+        let live = coordinator.live_nodes()?;
+        let Some(update) = decide(&state, &live)? else {
+            return Ok(state);
+        };
+        match coordinator.compare_and_set(log, state.leader_epoch, state.version, update.clone()) {
+            Ok(CasOutcome::Applied(stored)) => {
+                tracing::info!(%log, replicas = ?stored.replicas, adding = ?stored.adding_replicas,
+                    removing = ?stored.removing_replicas, epoch = %stored.leader_epoch,
+                    "reassignment written");
+                return Ok(stored);
+            }
+            Ok(CasOutcome::Stale(current)) => state = current,
+            Err(error) if error.is_outcome_unknown() => {
+                tracing::warn!(%log, %error, "reassignment write outcome unknown; re-reading the log");
+                let stored = coordinator.log_state(log)?.ok_or(Error::UnknownLog(log))?;
+                if stored.is_result_of(&state, &update) {
+                    return Ok(stored);
+                }
+                state = stored;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Err(coordinator_error(format!(
+        "cannot reassign {log}: {ATTEMPTS_MAX} compare-and-set attempts lost races"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::LeaderEpoch;
+
+    fn nodes(ids: &[u32]) -> Vec<NodeId> {
+        ids.iter().copied().map(NodeId).collect()
+    }
+
+    fn state(replicas: &[u32], isr: &[u32], leader: u32) -> LogState {
+        let mut state = LogState::initial(LogId(1), nodes(replicas)).unwrap();
+        state.in_sync_replicas = nodes(isr);
+        state.leader = Some(NodeId(leader));
+        state.leader_epoch = LeaderEpoch(3);
+        state
+    }
+
+    fn started(state: &LogState, target: &[u32], live: &[u32]) -> LogState {
+        let update = start_update(state, &nodes(target), &nodes(live), 2)
+            .unwrap()
+            .unwrap();
+        state.validate_update(&update).unwrap();
+        state.with_update(update)
+    }
+
+    #[test]
+    fn start_writes_target_then_original_and_bumps_the_epoch_on_a_new_set() {
+        let s = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let moved = started(&s, &[4, 2, 3], &[1, 2, 3, 4]);
+        assert_eq!(moved.replicas, nodes(&[4, 2, 3, 1]));
+        assert_eq!(moved.adding_replicas, nodes(&[4]));
+        assert_eq!(moved.removing_replicas, nodes(&[1]));
+        assert_eq!(moved.target_replicas(), nodes(&[4, 2, 3]));
+        assert_eq!(moved.original_replicas(), nodes(&[2, 3, 1]));
+        assert_eq!(moved.leader, Some(NodeId(1)));
+        assert_eq!(moved.leader_epoch, LeaderEpoch(4));
+        // A shrink only marks the removed replica: same set, same epoch.
+        let shrunk = started(&s, &[1, 2], &[1, 2, 3]);
+        assert_eq!(shrunk.replicas, nodes(&[1, 2, 3]));
+        assert_eq!(shrunk.removing_replicas, nodes(&[3]));
+        assert_eq!(shrunk.leader_epoch, LeaderEpoch(3));
+    }
+
+    #[test]
+    fn a_second_reassignment_replaces_the_first_and_cancel_restores_the_original() {
+        let s = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let first = started(&s, &[1, 2, 4], &[1, 2, 3, 4, 5]);
+        let mut first = first;
+        first.in_sync_replicas = nodes(&[1, 2, 3, 4]);
+        let second = started(&first, &[1, 2, 5], &[1, 2, 3, 4, 5]);
+        assert_eq!(second.replicas, nodes(&[1, 2, 5, 3]));
+        assert_eq!(second.adding_replicas, nodes(&[5]));
+        assert_eq!(second.removing_replicas, nodes(&[3]));
+        assert_eq!(second.in_sync_replicas, nodes(&[1, 2, 3]));
+        let original: Vec<u32> = second.original_replicas().iter().map(|n| n.0).collect();
+        assert_eq!(original, vec![1, 2, 3]);
+        let cancelled = started(&second, &original, &[1, 2, 3]);
+        assert_eq!(cancelled.replicas, nodes(&[1, 2, 3]));
+        assert!(!cancelled.is_reassigning());
+        // Nothing left to undo: no write.
+        assert_eq!(
+            start_update(&cancelled, &nodes(&[1, 2, 3]), &nodes(&[1]), 2).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn start_refuses_bad_targets_naming_the_field_and_value() {
+        let s = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let cases: &[(&[u32], &str)] = &[
+            (&[], "target replicas is empty"),
+            (&[1, 2, 2], "name node-2 twice"),
+            (&[1], "fewer than min_insync_replicas 2"),
+            (&[1, 2, 9], "target replica node-9 is not a live node"),
+        ];
+        for (target, fragment) in cases {
+            let error = start_update(&s, &nodes(target), &nodes(&[1, 2, 3]), 2).unwrap_err();
+            assert!(
+                error.to_string().contains(fragment),
+                "{target:?}: {error} lacks {fragment:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn completion_waits_for_every_target_replica_in_the_isr() {
+        let s = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let moving = started(&s, &[4, 2, 3], &[1, 2, 3, 4]);
+        assert_eq!(
+            completion_update(&moving, &nodes(&[1, 2, 3, 4]), 2, true),
+            None
+        );
+        let mut caught_up = moving.clone();
+        caught_up.in_sync_replicas = nodes(&[1, 2, 3, 4]);
+        // A live leader being removed hands over itself first.
+        assert_eq!(
+            completion_update(&caught_up, &nodes(&[1, 2, 3, 4]), 2, false),
+            None
+        );
+        let update = completion_update(&caught_up, &nodes(&[1, 2, 3, 4]), 2, true).unwrap();
+        let done = caught_up.with_update(update);
+        assert_eq!(done.replicas, nodes(&[4, 2, 3]));
+        assert_eq!(done.in_sync_replicas, nodes(&[2, 3, 4]));
+        // The leader was being removed: the first live target replica leads,
+        // in the same write, in a new epoch.
+        assert_eq!(done.leader, Some(NodeId(4)));
+        assert_eq!(done.leader_epoch, caught_up.leader_epoch.next());
+        assert!(!done.is_reassigning());
+        // With no target replica live, it waits.
+        assert_eq!(completion_update(&caught_up, &nodes(&[1]), 2, true), None);
+    }
+
+    #[test]
+    fn a_growth_completes_without_a_new_epoch() {
+        let s = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let mut growing = started(&s, &[1, 2, 3, 4, 5], &[1, 2, 3, 4, 5]);
+        growing.in_sync_replicas = nodes(&[1, 2, 3, 4, 5]);
+        let update = completion_update(&growing, &nodes(&[1, 2, 3, 4, 5]), 2, false).unwrap();
+        assert_eq!(update.leader_epoch, growing.leader_epoch);
+        let done = growing.with_update(update);
+        assert_eq!(done.replicas, nodes(&[1, 2, 3, 4, 5]));
+        assert!(!done.is_reassigning());
+    }
+
+    #[test]
+    fn an_assignment_change_of_the_replica_set_must_raise_the_epoch() {
+        let s = state(&[1, 2, 3], &[1, 2, 3], 1);
+        let mut update = start_update(&s, &nodes(&[1, 2, 4]), &nodes(&[1, 2, 3, 4]), 2)
+            .unwrap()
+            .unwrap();
+        update.leader_epoch = s.leader_epoch;
+        let error = s.validate_update(&update).unwrap_err();
+        assert!(error.to_string().contains("leader_epoch stays"), "{error}");
+    }
+}

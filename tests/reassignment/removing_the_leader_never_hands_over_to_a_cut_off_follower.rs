@@ -1,0 +1,77 @@
+//! SPEC 3.10 with 3.4: a reassignment removes the leader while a target
+//! replica is cut off from everyone. The cut-off replica is still in the
+//! ISR (until `replica_lag_time_max` passes) and first in the target, so a
+//! controller naming "the first live target replica in the ISR" would make
+//! it leader, and the log would be unavailable until the partition heals.
+//! The leader hands over as in a controlled shutdown instead, to a target
+//! replica that has fetched everything; the move completes once the
+//! cut-off replica is back in the ISR, and nothing acknowledged is lost.
+
+use std::time::{Duration, Instant};
+
+use isrlog::NodeId;
+
+use crate::reassignment_support::*;
+
+#[test]
+fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
+    let cluster = cluster_with_lag(4, Duration::from_secs(3));
+    let old_leader = cluster.leader_of(LOG).unwrap();
+    let cut_off = nodes(&[0, 1, 2])
+        .into_iter()
+        .find(|n| *n != old_leader)
+        .unwrap();
+    let others: Vec<NodeId> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|n| *n != cut_off)
+        .collect();
+    let target: Vec<NodeId> = std::iter::once(cut_off)
+        .chain(
+            nodes(&[0, 1, 2, 3])
+                .into_iter()
+                .filter(|n| *n != cut_off && *n != old_leader),
+        )
+        .collect();
+    let writer = Writer::start(&cluster);
+    cluster.network.partition(&[cut_off], &others);
+    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    // While the cut-off replica is in the ISR (and a while after), every
+    // target replica may be in the ISR: the leadership may move, never to
+    // the replica that cannot be reached.
+    let mut leaders = Vec::new();
+    let mut left_isr_at = None;
+    let deadline = Instant::now() + WAIT_MAX;
+    while Instant::now() < deadline {
+        let s = state(&cluster);
+        if let Some(leader) = s.leader {
+            if leaders.last() != Some(&leader) {
+                leaders.push(leader);
+            }
+        }
+        if !s.is_in_sync(cut_off) && left_isr_at.is_none() {
+            left_isr_at = Some(Instant::now());
+        }
+        if left_isr_at.is_some_and(|at| at.elapsed() > Duration::from_millis(500)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        !leaders.contains(&cut_off),
+        "the cut-off replica {cut_off} was made leader: leaders {leaders:?}"
+    );
+    assert!(
+        left_isr_at.is_some(),
+        "the cut-off replica stayed in the ISR"
+    );
+    // The move waits for it to be back in the ISR.
+    let held = state(&cluster);
+    assert!(held.is_reassigning(), "{held:?}");
+    cluster.network.heal();
+    wait_completed(&cluster, &target);
+    wait_deleted(&cluster, old_leader);
+    assert!(target.contains(&cluster.leader_of(LOG).unwrap()));
+    let writes = writer.stop();
+    check_nothing_lost(&cluster, &writes);
+}

@@ -157,6 +157,15 @@ mod tests {
         assert_eq!(log.log_end_offset(), cut);
     }
 
+    /// Segments of a few batches.
+    fn small_segments() -> LogConfig {
+        LogConfig {
+            segment_bytes_max: 600,
+            batch_bytes_max: 600,
+            ..LogConfig::default()
+        }
+    }
+
     /// A log of 30 two-record batches in segments of a few batches, the
     /// first 16 batches in epoch 0 and the rest in epoch 1, committed to
     /// its end, whose roll flusher records the work it is given and never
@@ -185,6 +194,42 @@ mod tests {
         }
         log.set_high_watermark(log.log_end_offset());
         (log, given)
+    }
+
+    /// Appends `count` two-record batches in `epoch`.
+    fn append_batches(log: &Log, count: usize, epoch: LeaderEpoch) {
+        for i in 0..count {
+            let mut builder = RecordBatchBuilder::new(0);
+            builder.push(format!("more {i:03}").as_bytes());
+            builder.push(format!("more {i:03}b").as_bytes());
+            log.append_as_leader(&builder.build().unwrap(), epoch)
+                .unwrap();
+        }
+    }
+
+    /// The batches from the log start to the log end, as stored.
+    fn stored_bytes(log: &Log) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut next = log.log_start_offset();
+        while next < log.log_end_offset() {
+            let read = log.read(next, 1 << 20).unwrap();
+            next = read.next_offset().unwrap();
+            bytes.extend_from_slice(&read.records);
+        }
+        bytes
+    }
+
+    /// A power loss: the log's process stops, and every data file keeps
+    /// only what an fsync covered.
+    fn lose_power(log: Log) {
+        for (path, durable) in log.halt_for_crash() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(durable)
+                .unwrap();
+        }
     }
 
     fn segment_count(dir: &std::path::Path) -> usize {
@@ -269,6 +314,47 @@ mod tests {
         let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap();
         assert_eq!(log.log_start_offset(), start);
         assert_eq!(log.log_end_offset(), end);
+    }
+
+    /// Review of 085699d (fixed by 7a871fe): a deferred log start move
+    /// above the flushed offset wrote a checkpoint whose recovery point was
+    /// the log start, so it called bytes durable that no fsync had covered;
+    /// after a power loss the log refused to open ("data ends at offset
+    /// 60, below the recovery point 62"). The recovery point is the flushed
+    /// offset. A power loss before the move's file work reopens with the
+    /// older start and every flushed record; one after it reopens at the
+    /// new start, with every flushed record below it (deleted by the move)
+    /// and the unflushed ones above it lost: empty at the new start, where
+    /// the follower fetches again.
+    #[test]
+    fn a_deferred_log_start_move_above_the_flushed_offset_survives_a_power_loss() {
+        for finished in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+            log.flush().unwrap();
+            let flushed = log.flushed_offset();
+            let durable = stored_bytes(&log);
+            append_batches(&log, 10, LeaderEpoch(1));
+            log.set_high_watermark(log.log_end_offset());
+            let start = Offset(flushed.0 + 2);
+            log.raise_log_start_offset_deferred(start).unwrap();
+            if finished {
+                log.finish_log_start_moves().unwrap();
+            }
+            lose_power(log);
+            let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap_or_else(|e| {
+                panic!("finished: {finished}: the log must reopen after the power loss: {e}")
+            });
+            if finished {
+                assert_eq!(log.log_start_offset(), start);
+                assert_eq!(log.log_end_offset(), start);
+            } else {
+                assert_eq!(log.log_start_offset(), Offset(0));
+                assert_eq!(log.log_end_offset(), flushed);
+                assert_eq!(stored_bytes(&log), durable);
+            }
+        }
     }
 
     /// A follower told to restart below its log start while a deferred

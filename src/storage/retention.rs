@@ -7,8 +7,9 @@
 //! deletes the active segment, nor a segment holding an offset at or above
 //! the caller's limit (the high watermark).
 
-use super::checkpoint::LogCheckpoint;
+use super::checkpoint::{write_atomically, LogCheckpoint};
 use super::log::{BackgroundWork, Log};
+use super::producer_state;
 use super::segment::Segment;
 use crate::error::{Error, Result};
 use crate::sync::MutexGuard;
@@ -204,17 +205,7 @@ impl Log {
             (doomed, first)
         };
         let count = doomed.len() as u64;
-        let deleted = (|| {
-            for segment in doomed {
-                tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
-                segment.delete()?;
-            }
-            // Kafka deletes a segment's producer snapshot with the segment;
-            // the in-memory state keeps the producers.
-            super::producer_state::delete_snapshots(&self.dir, |o| o < first)?;
-            Ok(())
-        })();
-        self.poison_on_error(deleted)?;
+        self.delete_below_first_segment(&serial, doomed, first)?;
         drop(serial);
         Ok(count)
     }
@@ -315,12 +306,53 @@ impl Log {
             debug_assert!(state.check_invariants());
             state.segments.keys().next().copied().unwrap_or(start)
         };
+        self.delete_below_first_segment(serial, doomed, first)
+    }
+
+    /// The file work of a log start move, once its checkpoint is written:
+    /// deletes the `doomed` segments (taken out of the log, wholly below
+    /// the log start) and the producer snapshots older than the newest one
+    /// at or below `first`, the log's first segment's base. The caller
+    /// holds `checkpoint_lock` (not the state lock).
+    ///
+    /// A snapshot covering `first` reaches the disk before any older one
+    /// goes (G4): the one the roll that created the first segment took is
+    /// written now if it still waits for that roll's flush (issue 27), and
+    /// pending ones below it, which describe deleted segments, are dropped.
+    /// Deleting the older snapshots first left, after a crash before the
+    /// roll's flush, no snapshot holding the producers of the deleted
+    /// segments: the reopened log forgot them and appended a retry of
+    /// their last batch again. The newest snapshot at or below `first`
+    /// stays even when it is older than `first` (a first segment no roll of
+    /// this process made): it still holds the producers of the batches
+    /// before it. As Kafka, a segment's snapshot is otherwise deleted with
+    /// the segments below it; the in-memory state keeps the producers.
+    fn delete_below_first_segment(
+        &self,
+        _serial: &MutexGuard<'_, ()>,
+        doomed: Vec<Segment>,
+        first: Offset,
+    ) -> Result<()> {
+        let covering = {
+            let mut state = self.state.write();
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending_snapshots)
+                .into_iter()
+                .partition(|(offset, _)| *offset <= first);
+            state.pending_snapshots = later;
+            due.into_iter().max_by_key(|(offset, _)| *offset)
+        };
         let deleted = (|| {
+            if let Some((offset, bytes)) = covering {
+                write_atomically(&producer_state::snapshot_path(&self.dir, offset), &bytes)?;
+            }
             for segment in doomed {
                 tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
                 segment.delete()?;
             }
-            super::producer_state::delete_snapshots(&self.dir, |o| o < first)?;
+            let snapshots = producer_state::list_snapshots(&self.dir)?;
+            if let Some(&keep) = snapshots.iter().rev().find(|&&o| o <= first) {
+                producer_state::delete_snapshots(&self.dir, |o| o < keep)?;
+            }
             Ok(())
         })();
         self.poison_on_error(deleted)

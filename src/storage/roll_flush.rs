@@ -357,6 +357,72 @@ mod tests {
         }
     }
 
+    /// G4: a log start move deleted the producer snapshots below the new
+    /// first segment while the one its roll took for that segment's base
+    /// still waited for the roll's flush. A crash then left no snapshot
+    /// covering the deleted segments' batches: the reopened log forgot
+    /// their producer, and a retry of its last batch was appended a second
+    /// time. The move writes that snapshot before it deletes older ones;
+    /// for the synchronous move as for a follower's deferred one.
+    #[test]
+    fn a_log_start_move_keeps_the_producers_of_the_segments_it_deletes() {
+        use crate::clock::ManualClock;
+        use crate::types::{ProducerEpoch, ProducerId, Sequence};
+        const START_MS: i64 = 1_700_000_000_000;
+        let producer = ProducerId(7);
+        let idempotent = |sequence: i32| {
+            let mut builder = RecordBatchBuilder::new(START_MS);
+            builder.producer(producer, ProducerEpoch(0), Sequence(sequence));
+            builder.push(format!("p {sequence:03}").as_bytes());
+            builder.push(format!("p {sequence:03}b").as_bytes());
+            builder.build().unwrap()
+        };
+        for deferred in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let clock = Arc::new(ManualClock::new(START_MS));
+            let log = Log::open(dir.path(), config.clone(), clock.clone()).unwrap();
+            log.set_roll_flusher(RollFlusher(Box::new(|_| true)));
+            for i in 0..10 {
+                log.append_as_leader(&idempotent(2 * i), LeaderEpoch(0))
+                    .unwrap();
+            }
+            // The snapshots of the rolls so far reach the disk; the later
+            // rolls' wait.
+            log.flush().unwrap();
+            let producer_end = log.log_end_offset();
+            append_batches(&log, 20, LeaderEpoch(0));
+            let end = log.log_end_offset();
+            log.set_high_watermark(end);
+            let start = Offset(end.0 - 4);
+            if deferred {
+                log.raise_log_start_offset_deferred(start).unwrap();
+                log.finish_log_start_moves().unwrap();
+            } else {
+                log.set_log_start_offset(start).unwrap();
+            }
+            let first = log.state.read().segments.keys().next().copied().unwrap();
+            assert!(
+                first > producer_end,
+                "the producer's batches are all in deleted segments"
+            );
+            // A process crash: the files stay as written.
+            drop(log.halt_for_crash());
+            drop(log);
+            let log = Log::open(dir.path(), config, clock).unwrap();
+            assert_eq!(
+                log.producer_last_sequence(producer),
+                Some((ProducerEpoch(0), Sequence(19))),
+                "deferred: {deferred}: the reopened log forgot the producer"
+            );
+            let retry = log
+                .append_as_leader(&idempotent(18), LeaderEpoch(0))
+                .unwrap();
+            assert!(retry.duplicate, "deferred: {deferred}: written twice");
+            assert_eq!(log.log_end_offset(), end);
+        }
+    }
+
     /// A follower told to restart below its log start while a deferred
     /// move's files are still on disk deletes them before the new segment
     /// may cover their offsets; the log reopens empty at the new offset.

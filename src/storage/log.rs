@@ -1339,8 +1339,14 @@ impl Log {
     /// Writes the producer state snapshots rolls took (each atomically).
     /// Holds `checkpoint_lock` throughout, as a truncation does: one cannot
     /// run between taking a snapshot off the list and writing it.
+    ///
+    /// The poison flag is checked again once the lock is held: a halt (a
+    /// simulated crash) or a failed fsync may have poisoned the log while
+    /// this waited, and a poisoned log writes nothing more (a halt takes
+    /// the lock after poisoning, so nothing is written after it returns).
     fn write_pending_snapshots(&self) -> Result<()> {
         let _serial = self.checkpoint_lock.lock();
+        self.commit.check_not_poisoned(&self.dir)?;
         let pending = std::mem::take(&mut self.state.write().pending_snapshots);
         for (offset, bytes) in pending {
             let written =

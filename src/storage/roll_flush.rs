@@ -497,6 +497,35 @@ mod tests {
         assert!(log.state.read().pending_snapshots.is_empty());
     }
 
+    /// A flush that waited for `checkpoint_lock` while the log was
+    /// poisoned (a halt, a failed fsync) wrote the rolls' producer
+    /// snapshots anyway: a "dead" process changed files after its crash.
+    /// It checks the poison flag again under the lock. (When the flushing
+    /// thread is slow to reach the lock, it fails its first check and the
+    /// test passes without exercising the race; it never fails wrongly.)
+    #[test]
+    fn a_flush_waiting_for_the_checkpoint_lock_writes_no_snapshot_once_poisoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _given) = log_with_idle_flusher(dir.path(), &small_segments());
+        assert!(!log.state.read().pending_snapshots.is_empty());
+        let log = Arc::new(log);
+        let serial = log.checkpoint_lock.lock();
+        let flushing = Arc::clone(&log);
+        let flush = std::thread::spawn(move || flushing.flush());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        log.poison_for_test("simulated failure while the flush waited");
+        drop(serial);
+        let flushed = flush.join().unwrap();
+        assert!(
+            matches!(flushed, Err(crate::Error::Poisoned { .. })),
+            "{flushed:?}"
+        );
+        assert!(
+            snapshot_files(dir.path()).is_empty(),
+            "a poisoned log wrote a snapshot"
+        );
+    }
+
     /// A roll's directory fsync and index sync move to the flush that
     /// moves the recovery point past the segment: after that flush and a
     /// power loss, the log reopens whole.

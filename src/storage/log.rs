@@ -302,12 +302,34 @@ pub(crate) enum BackgroundWork {
 
 /// A follower's log start moves whose file work is still to do
 /// ([`Log::raise_log_start_offset_deferred`]).
+///
+/// Invariant: every doomed segment lies wholly below the log start and
+/// below the log's first segment (it ends at or before both). Its records
+/// are unreadable and no live segment covers its offsets, so deleting its
+/// files loses nothing the log serves, and a truncation or restart never
+/// has to bring one back: the log start only falls by a restart, which
+/// deletes the doomed files first.
 #[derive(Debug, Default)]
 pub(super) struct StartMoves {
     /// Segments taken out of the log whose files are still on disk.
     pub(super) doomed: Vec<Segment>,
     /// The log start moved since the last checkpoint written for a move.
     pub(super) unpersisted: bool,
+}
+
+impl StartMoves {
+    /// Checks the invariant against the log's state.
+    pub(super) fn check_invariants(&self, state: &LogState) -> bool {
+        let first = state
+            .segments
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(state.log_start_offset);
+        self.doomed.iter().all(|segment| {
+            segment.next_offset() <= state.log_start_offset && segment.next_offset() <= first
+        })
+    }
 }
 
 impl std::fmt::Debug for RollFlusher {
@@ -1159,6 +1181,7 @@ impl Log {
             .retain(|file| live.iter().any(|segment| Arc::ptr_eq(segment, file)));
         state.high_watermark = state.high_watermark.min(new_end);
         debug_assert!(state.check_invariants());
+        debug_assert!(self.start_moves.lock().check_invariants(&state));
         tracing::info!(dir = %self.dir.display(), %offset, %new_end, "truncated log");
         Ok(())
     }
@@ -1235,6 +1258,7 @@ impl Log {
         state.last_batch_epoch = None;
         self.commit.restarted_at(offset);
         debug_assert!(state.check_invariants());
+        debug_assert!(self.start_moves.lock().check_invariants(state));
         tracing::info!(dir = %self.dir.display(), %offset, "log emptied and restarted");
         Ok(())
     }

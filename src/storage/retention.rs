@@ -201,6 +201,7 @@ impl Log {
                 .filter_map(|base| state.segments.remove(base))
                 .collect();
             debug_assert!(state.check_invariants());
+            debug_assert!(self.start_moves.lock().check_invariants(&state));
             let first = state.segments.keys().next().copied().unwrap_or(offset);
             (doomed, first)
         };
@@ -264,6 +265,7 @@ impl Log {
             let mut moves = self.start_moves.lock();
             moves.doomed.extend(doomed);
             moves.unpersisted = true;
+            debug_assert!(moves.check_invariants(&state));
         }
         drop(serial);
         if !self.hand_off(BackgroundWork::FinishLogStartMoves) {

@@ -423,6 +423,28 @@ mod tests {
         }
     }
 
+    /// The invariant of a deferred move's doomed segments: each lies wholly
+    /// below the log start (and the first live segment), through the move
+    /// and a truncation above the start; a doomed segment that still holds
+    /// offsets from the log start on fails the check.
+    #[test]
+    fn doomed_segments_lie_wholly_below_the_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _given) = log_with_idle_flusher(dir.path(), &small_segments());
+        log.raise_log_start_offset_deferred(Offset(40)).unwrap();
+        assert!(!log.start_moves.lock().doomed.is_empty());
+        assert!(log.start_moves.lock().check_invariants(&log.state.read()));
+        log.truncate_to(Offset(50)).unwrap();
+        assert!(log.start_moves.lock().check_invariants(&log.state.read()));
+        let mut state = log.state.write();
+        let first = *state.segments.keys().next().unwrap();
+        let live = state.segments.remove(&first).unwrap();
+        assert!(live.next_offset() > state.log_start_offset);
+        let mut moves = log.start_moves.lock();
+        moves.doomed.push(live);
+        assert!(!moves.check_invariants(&state));
+    }
+
     /// A follower told to restart below its log start while a deferred
     /// move's files are still on disk deletes them before the new segment
     /// may cover their offsets; the log reopens empty at the new offset.

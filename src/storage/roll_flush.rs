@@ -469,6 +469,66 @@ mod tests {
         assert_eq!(log.log_end_offset(), Offset(10));
     }
 
+    /// A truncation above the log start while a deferred log start move's
+    /// file work waits: the doomed files stay until that work runs, the
+    /// truncation's checkpoint keeps the moved log start, the epoch cache
+    /// (file and memory) never starts above the checkpointed log start, and
+    /// a power loss before or after the move's work reopens the truncated
+    /// log from the moved start, its doomed files gone.
+    #[test]
+    fn a_truncation_while_a_deferred_log_start_move_waits_keeps_the_move() {
+        use crate::storage::{LeaderEpochCache, LogCheckpoint};
+        for (cut, finished) in [(50, false), (50, true), (42, false), (42, true)] {
+            let what = format!("cut at {cut}, move finished: {finished}");
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+            log.flush().unwrap();
+            let files = segment_count(dir.path());
+            let start = Offset(40);
+            log.raise_log_start_offset_deferred(start).unwrap();
+            let doomed = log.start_moves.lock().doomed.len();
+            assert!(doomed > 0);
+            let cut = Offset(cut);
+            log.truncate_to(cut).unwrap();
+            assert_eq!(log.log_start_offset(), start, "{what}");
+            assert_eq!(log.log_end_offset(), cut, "{what}");
+            assert_eq!(log.high_watermark(), cut, "{what}");
+            assert_eq!(log.start_moves.lock().doomed.len(), doomed, "{what}");
+            let live = log.state.read().segments.len();
+            assert_eq!(segment_count(dir.path()), live + doomed, "{what}");
+            assert!(
+                live + doomed < files,
+                "{what}: the cut deleted later segments"
+            );
+            let checkpoint = LogCheckpoint::load(dir.path()).unwrap().unwrap();
+            assert_eq!(checkpoint.log_start_offset, start, "{what}");
+            assert!(checkpoint.recovery_point <= cut, "{what}");
+            let expected = stored_bytes(&log);
+            if finished {
+                log.finish_log_start_moves().unwrap();
+                assert_eq!(segment_count(dir.path()), live, "{what}");
+                assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), start)], "{what}");
+            }
+            let file = LeaderEpochCache::open(dir.path()).unwrap();
+            assert!(
+                file.entries()
+                    .first()
+                    .is_some_and(|e| e.start_offset <= start),
+                "{what}: the epoch file starts above the checkpointed log start: {:?}",
+                file.entries()
+            );
+            lose_power(log);
+            let log = Log::open(dir.path(), config, Arc::new(SystemClock))
+                .unwrap_or_else(|e| panic!("{what}: the log must reopen: {e}"));
+            assert_eq!(log.log_start_offset(), start, "{what}");
+            assert_eq!(log.log_end_offset(), cut, "{what}");
+            assert_eq!(stored_bytes(&log), expected, "{what}");
+            assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), start)], "{what}");
+            assert_eq!(segment_count(dir.path()), live, "{what}");
+        }
+    }
+
     fn snapshot_files(dir: &std::path::Path) -> Vec<u64> {
         let mut offsets: Vec<u64> = std::fs::read_dir(dir)
             .unwrap()

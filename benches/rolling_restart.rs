@@ -16,32 +16,33 @@
 //! `cargo bench --bench rolling_restart`; `-- --test` runs 2 restarts each
 //! (CI).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use isrlog::testing::Cluster;
-use isrlog::{Acks, LogId, NodeId, ReplicationConfig};
+use isrlog::{LogId, NodeId, ReplicationConfig};
+
+#[path = "support/append_stall.rs"]
+mod append_stall;
+use append_stall::{print_stalls, StallWriter};
 
 const LOG: LogId = LogId(0);
 const RESTARTS: usize = 10;
 const QUICK_RESTARTS: u64 = 2;
 const SAMPLES: usize = 10;
 const TARGET: Duration = Duration::from_millis(100);
+const WAIT_MAX: Duration = Duration::from_secs(20);
 
 fn quick() -> bool {
     let args: Vec<String> = std::env::args().collect();
     args.iter().any(|a| a == "--test") || !args.iter().any(|a| a == "--bench")
 }
 
-/// A cluster, the writer appending to it and the instants it was
-/// acknowledged at.
+/// A cluster and the writer appending to it.
 struct Rig {
     cluster: Arc<Cluster>,
-    acknowledged: Arc<Mutex<Vec<Instant>>>,
-    stop: Arc<AtomicBool>,
-    writer: Option<std::thread::JoinHandle<()>>,
+    writer: StallWriter,
     next_node: u32,
 }
 
@@ -63,43 +64,11 @@ impl Rig {
                 .expect("cluster starts"),
         );
         cluster.create_log(LOG, 3).expect("log created");
-        assert!(
-            cluster.wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(LOG).len()
-                == 3)
-        );
-        let acknowledged = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let (cluster, acknowledged, stop) = (
-                Arc::clone(&cluster),
-                Arc::clone(&acknowledged),
-                Arc::clone(&stop),
-            );
-            std::thread::spawn(move || {
-                let mut i = 0u64;
-                while !stop.load(Ordering::SeqCst) {
-                    let appended = cluster
-                        .leader_of(LOG)
-                        .and_then(|node| cluster.log(node, LOG).ok())
-                        .map(|handle| handle.append_values(&[format!("v{i}")], Acks::All));
-                    match appended {
-                        Some(Ok(_)) => {
-                            i += 1;
-                            acknowledged
-                                .lock()
-                                .expect("writer lock")
-                                .push(Instant::now());
-                        }
-                        _ => std::thread::yield_now(),
-                    }
-                }
-            })
-        };
+        assert!(cluster.wait_until(WAIT_MAX, |c| c.in_sync_replicas(LOG).len() == 3));
+        let writer = StallWriter::start(&cluster, LOG);
         Rig {
             cluster,
-            acknowledged,
-            stop,
-            writer: Some(writer),
+            writer,
             next_node: 0,
         }
     }
@@ -115,48 +84,8 @@ impl Rig {
         self.cluster.restart(node).expect("restart");
         assert!(self
             .cluster
-            .wait_until(Duration::from_secs(20), |c| c.in_sync_replicas(LOG).len()
-                == 3));
-        let back = Instant::now();
-        let deadline = back + Duration::from_secs(20);
-        loop {
-            let last = self
-                .acknowledged
-                .lock()
-                .expect("writer lock")
-                .last()
-                .copied();
-            if last.is_some_and(|at| at > back) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the writer stalled for good");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let mut acknowledged = self.acknowledged.lock().expect("writer lock");
-        let mut stall = Duration::ZERO;
-        let mut previous: Option<Instant> = None;
-        for &at in acknowledged.iter() {
-            if let Some(before) = previous {
-                if at >= started && before <= back {
-                    stall = stall.max(at.duration_since(before.max(started)));
-                }
-            }
-            previous = Some(at);
-        }
-        // Keep the last acknowledgement as the start of the next gap.
-        let last = acknowledged.last().copied();
-        acknowledged.clear();
-        acknowledged.extend(last);
-        stall
-    }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
+            .wait_until(WAIT_MAX, |c| c.in_sync_replicas(LOG).len() == 3));
+        self.writer.longest_gap(started, Instant::now(), WAIT_MAX)
     }
 }
 
@@ -196,17 +125,12 @@ fn rolling_restart(c: &mut Criterion) {
     }
     group.finish();
     for (name, stalls) in figures {
-        let mut last: Vec<Duration> = stalls[stalls.len().saturating_sub(RESTARTS)..].to_vec();
-        last.sort();
-        let Some(&max) = last.last() else { continue };
-        let median = last[last.len() / 2];
-        println!(
-            "rolling restart, {name} ({} restarts): longest append stall median {:.1} ms, max {:.1} ms; target max <= {} ms: {}",
-            last.len(),
-            median.as_secs_f64() * 1e3,
-            max.as_secs_f64() * 1e3,
-            TARGET.as_millis(),
-            if max <= TARGET { "met" } else { "MISSED" }
+        print_stalls(
+            &format!("rolling restart, {name}"),
+            "restarts",
+            &stalls,
+            RESTARTS,
+            TARGET,
         );
     }
 }

@@ -76,6 +76,11 @@ const DEADLINE_TICK: Duration = Duration::from_millis(10);
 /// without it after its own, longer, wait (`REASSIGNMENT_HAND_OVER_WAIT_MAX`
 /// in the controller).
 const REASSIGNMENT_HAND_OVER_WAIT: Duration = Duration::from_secs(2);
+/// Reassignment hand-over: how long the control thread waits, right after
+/// stopping appends, for the high watermark to reach their end (usually one
+/// fetch round) before it goes on with its other work and looks again on
+/// its next tick.
+const REASSIGNMENT_HAND_OVER_HW_WAIT: Duration = Duration::from_millis(20);
 /// Reassignment: the pause between two hand-over attempts of one log.
 const REASSIGNMENT_HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for its completion thread to run the
@@ -334,6 +339,7 @@ impl Node {
         // that failed on it used to leave the control thread running.
         let controller_config = config.controller.as_ref().map(|c| ControllerConfig {
             min_insync_replicas: config.replication.min_insync_replicas,
+            replica_lag_time_max: config.replication.replica_lag_time_max,
             ..c.clone()
         });
         if let Some(controller_config) = &controller_config {
@@ -359,27 +365,45 @@ impl Node {
         let directory_id = identity
             .map(|identity| identity.directory_id)
             .unwrap_or_else(DirectoryId::random);
-        let states = coordinator.logs()?;
-        let hosted: Vec<LogId> = states
-            .iter()
-            .filter(|state| state.replicas.contains(&me))
-            .map(|state| state.log)
-            .collect();
+        let mut states = coordinator.logs()?;
         // SPEC 3.10: a replica that a reassignment removed while this node
         // was down (or before it got to delete it) is a stray: the
         // coordinator knows the log and no longer lists this node. Its copy
         // is deleted before anything opens or reports it, as Kafka deletes
         // stray replicas at startup (KAFKA-14616). A directory of a log the
         // coordinator does not know is left alone.
-        for state in states.iter().filter(|state| !state.replicas.contains(&me)) {
+        //
+        // `logs()` may be served stale (a ZooKeeper server behind the
+        // leader): before a copy goes, its log is read again with
+        // `log_state`, which is up to date, and a replica that read lists
+        // is kept and hosted.
+        for state in states
+            .iter_mut()
+            .filter(|state| !state.replicas.contains(&me))
+        {
             let dir = log_dir(&data_dir, state.log);
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
-                tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
-                    "deleted the copy of a replica that a reassignment removed");
+            if !dir.exists() {
+                continue;
+            }
+            match coordinator.log_state(state.log)? {
+                Some(fresh) if fresh.replicas.contains(&me) => {
+                    tracing::info!(log = %state.log, node = %me,
+                        "the log list was stale: this replica is listed again; keeping its copy");
+                    *state = fresh;
+                }
+                Some(_) | None => {
+                    std::fs::remove_dir_all(&dir)
+                        .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
+                    tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
+                        "deleted the copy of a replica that a reassignment removed");
+                }
             }
         }
+        let hosted: Vec<LogId> = states
+            .iter()
+            .filter(|state| state.replicas.contains(&me))
+            .map(|state| state.log)
+            .collect();
         let recorded: HashMap<LogId, DirectoryId> =
             coordinator.replica_directories(me)?.into_iter().collect();
         // A replica lost its data when the coordinator placed it on a
@@ -642,7 +666,9 @@ impl Node {
     /// its (target) replicas is reassigned to the same replicas with
     /// `replacement` in `dead`'s place ([`Node::reassign_log`]). Returns
     /// the stored states of the logs reassigned. `replacement` must be
-    /// live. Calling it again after a failure finishes the rest.
+    /// live. A log that cannot be reassigned does not stop the others: the
+    /// call moves them, then errs naming each log it could not move and
+    /// why.
     pub fn replace_node(&self, dead: NodeId, replacement: NodeId) -> Result<Vec<LogState>> {
         replace_node(
             &*self.shared.coordinator,
@@ -1477,8 +1503,14 @@ impl NodeShared {
         if !state.replicas.contains(&me) {
             // SPEC 3.10: a reassignment removed this replica, and the
             // coordinator stored it: only now may its copy go. One that
-            // never opened is no longer owed an open either.
-            if self.replica(state.log).is_some() {
+            // never opened is no longer owed an open either. A state older
+            // than the replica's role (a stale notification from before a
+            // move added it back) removes nothing: every change of the
+            // replica set raises the epoch.
+            if let Some(replica) = self.replica(state.log) {
+                if state.leader_epoch < replica.role().1 {
+                    return;
+                }
                 self.remove_replica(state.log);
             }
             self.unopened.lock().remove(&state.log);
@@ -1628,8 +1660,13 @@ impl NodeShared {
         if !due {
             if let Some(hand_over) = current {
                 hand_overs.remove(&log);
-                replica.resume_appends_after_hand_over(hand_over.epoch());
-                tracing::info!(%log, node = %me, "reassignment hand-over no longer due; appends resume");
+                // Only a hand-over that stopped appends gives them back:
+                // appends stopped otherwise (a controlled shutdown under
+                // way) stay stopped.
+                if let ReassignmentHandOver::Waiting { epoch, .. } = hand_over {
+                    replica.resume_appends_after_hand_over(epoch);
+                    tracing::info!(%log, node = %me, "reassignment hand-over no longer due; appends resume");
+                }
             }
             return;
         }
@@ -1703,13 +1740,24 @@ impl NodeShared {
                 }
                 tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
                     "reassignment hand-over: appends stopped");
+                let deadline = now + REASSIGNMENT_HAND_OVER_WAIT;
                 set(Some(ReassignmentHandOver::Waiting {
                     epoch,
-                    target,
+                    target: target.clone(),
                     end,
-                    deadline: now + REASSIGNMENT_HAND_OVER_WAIT,
+                    deadline,
                 }));
-                return;
+                // The caught-up target replica has its fetch parked here and
+                // brings the high watermark to `end` in about one fetch
+                // round: wait for that now, briefly, rather than a whole
+                // control tick (up to 50 ms) with appends stopped.
+                if end > Offset::ZERO {
+                    let _ = replica.wait_for_high_watermark_above(
+                        Offset(end.0 - 1),
+                        now + REASSIGNMENT_HAND_OVER_HW_WAIT,
+                    );
+                }
+                (epoch, target, end, deadline)
             }
             ReassignmentHandOver::Waiting {
                 epoch,

@@ -79,6 +79,16 @@ const PENDING_LOGS_MAX: usize = 1024;
 /// its end.
 pub(crate) const REASSIGNMENT_HAND_OVER_WAIT_MAX: Duration = Duration::from_secs(10);
 
+/// How long the controller waits for a live leader that a reassignment
+/// removes to hand over itself: [`REASSIGNMENT_HAND_OVER_WAIT_MAX`], or
+/// longer than a cut-off target replica can stay in the ISR (its
+/// `replica_lag_time_max`, plus the leader's own hand-over wait and retry)
+/// if that is longer. Until then the leader, which alone knows which
+/// target replica fetched everything, names its successor.
+fn reassignment_hand_over_wait_max(config: &ControllerConfig) -> Duration {
+    REASSIGNMENT_HAND_OVER_WAIT_MAX.max(config.replica_lag_time_max + Duration::from_secs(5))
+}
+
 /// How a [`Controller`] behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControllerConfig {
@@ -128,6 +138,15 @@ pub struct ControllerConfig {
     /// [`ReplicationConfig`](crate::ReplicationConfig), so the two cannot
     /// disagree; default 1, as there.
     pub min_insync_replicas: usize,
+    /// The logs' `replica_lag_time_max` (SPEC 3.4), which bounds how long
+    /// the controller waits for a live leader that a reassignment removes
+    /// to hand its leadership over itself before it names a successor
+    /// without it: longer than a cut-off replica may stay in the ISR, so
+    /// the controller never names one the leader could not reach. A
+    /// [`Node`](crate::Node) sets it from its
+    /// [`ReplicationConfig`](crate::ReplicationConfig); default 30 s, as
+    /// there.
+    pub replica_lag_time_max: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -138,6 +157,7 @@ impl Default for ControllerConfig {
             preferred_leader_check_interval: None,
             poll_interval: POLL_INTERVAL_DEFAULT,
             min_insync_replicas: 1,
+            replica_lag_time_max: Duration::from_secs(30),
         }
     }
 }
@@ -951,7 +971,7 @@ impl Shared {
             return true;
         }
         let since = *waits.entry(state.log).or_insert_with(Instant::now);
-        since.elapsed() >= REASSIGNMENT_HAND_OVER_WAIT_MAX
+        since.elapsed() >= reassignment_hand_over_wait_max(&self.config)
     }
 
     fn set_inactive(&self) {

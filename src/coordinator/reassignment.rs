@@ -133,6 +133,26 @@ pub(crate) fn start_update(
             .collect()
     };
     let in_sync_replicas = kept(&state.in_sync_replicas);
+    let eligible_leader_replicas = kept(&state.eligible_leader_replicas);
+    // A leaderless log's committed records may be held only by replicas
+    // this update drops (the ones a move was adding, in its ISR, ELR or
+    // unclean list when the others crashed): dropping them all would leave
+    // nobody to elect but a replica without those records, and their
+    // copies would be deleted. Kafka's controller refuses a revert that
+    // would need an unclean election; so does this.
+    let held_by: Vec<NodeId> = state
+        .in_sync_replicas
+        .iter()
+        .chain(&state.eligible_leader_replicas)
+        .chain(state.unclean_replicas.iter().map(|r| &r.node))
+        .copied()
+        .collect();
+    if !held_by.is_empty() && !held_by.iter().any(|node| replicas.contains(node)) {
+        return Err(coordinator_error(format!(
+            "cannot reassign {log} to {target:?}: its committed records are held only by {held_by:?} (in_sync_replicas {:?}, eligible_leader_replicas {:?}, unclean replicas), which the new replicas {replicas:?} drop; it would need an unclean election",
+            state.in_sync_replicas, state.eligible_leader_replicas
+        )));
+    }
     let leader = match state.leader {
         Some(leader) if replicas.contains(&leader) => Some(leader),
         None => None,
@@ -157,7 +177,7 @@ pub(crate) fn start_update(
     let update = LogUpdate {
         leader,
         leader_epoch,
-        eligible_leader_replicas: kept(&state.eligible_leader_replicas),
+        eligible_leader_replicas,
         in_sync_replicas,
         unclean_report: None,
         assignment: Some(Assignment {
@@ -277,9 +297,12 @@ pub(crate) fn cancel_reassignment(
 
 /// Reassigns every log that has `dead` as a replica (in its target, when
 /// one runs) to the same replicas with `replacement` in `dead`'s place, and
-/// returns the stored states. Errs if `replacement` is not live; stops at
-/// the first log that cannot be reassigned (the ones before stay
-/// reassigned: calling again finishes the rest, as it skips nothing twice).
+/// returns the stored states. Errs if `replacement` is not live. A log that
+/// cannot be reassigned (`replacement` is already one of its replicas, a
+/// refused or failed write) does not stop the others: each of those is
+/// moved, then the call errs naming every log it could not move and why.
+/// Calling it again retries just those (the moved ones already have
+/// `replacement` in their target).
 pub(crate) fn replace_node(
     coordinator: &dyn Coordinator,
     dead: NodeId,
@@ -292,29 +315,38 @@ pub(crate) fn replace_node(
         )));
     }
     let mut reassigned = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
     for state in coordinator.logs()? {
         let target = state.target_replicas();
         if !target.contains(&dead) {
             continue;
         }
         if target.contains(&replacement) {
-            return Err(coordinator_error(format!(
-                "cannot replace node {dead} with {replacement} in {}: {replacement} is already one of its target replicas {target:?}",
+            refused.push(format!(
+                "{}: {replacement} is already one of its target replicas {target:?}",
                 state.log
-            )));
+            ));
+            continue;
         }
         let target: Vec<NodeId> = target
             .iter()
             .map(|node| if *node == dead { replacement } else { *node })
             .collect();
-        reassigned.push(reassign_log(
-            coordinator,
-            state.log,
-            &target,
-            min_insync_replicas,
-        )?);
+        match reassign_log(coordinator, state.log, &target, min_insync_replicas) {
+            Ok(stored) => reassigned.push(stored),
+            Err(error) => refused.push(format!("{}: {error}", state.log)),
+        }
     }
-    tracing::info!(%dead, %replacement, logs = reassigned.len(), "replacing a node in every log it held");
+    tracing::info!(%dead, %replacement, logs = reassigned.len(), refused = refused.len(),
+        "replacing a node in every log it held");
+    if !refused.is_empty() {
+        let moved: Vec<LogId> = reassigned.iter().map(|state| state.log).collect();
+        return Err(coordinator_error(format!(
+            "replaced node {dead} with {replacement} in {moved:?}, but not in {} log(s): {}",
+            refused.len(),
+            refused.join("; ")
+        )));
+    }
     Ok(reassigned)
 }
 
@@ -359,6 +391,7 @@ fn write_with(
 mod tests {
     use super::*;
     use crate::types::LeaderEpoch;
+    use std::sync::Arc;
 
     fn nodes(ids: &[u32]) -> Vec<NodeId> {
         ids.iter().copied().map(NodeId).collect()
@@ -378,6 +411,72 @@ mod tests {
             .unwrap();
         state.validate_update(&update).unwrap();
         state.with_update(update)
+    }
+
+    /// Review of 714b35d: a move {0,1,2} -> {3,4,5} whose old replicas
+    /// crashed left the committed records on 3 and 4 only, then the log
+    /// lost its leader. Cancelling (or replacing the move by one without
+    /// 3 and 4) would drop every replica holding them.
+    #[test]
+    fn a_change_that_drops_every_holder_of_a_leaderless_log_is_refused() {
+        let s = state(&[0, 1, 2], &[0, 1, 2], 0);
+        let mut moving = started(&s, &[3, 4, 5], &[0, 1, 2, 3, 4, 5]);
+        moving.leader = None;
+        moving.in_sync_replicas = nodes(&[4]);
+        moving.eligible_leader_replicas = nodes(&[3]);
+        let live = nodes(&[0, 1, 2, 3, 4, 5]);
+        for target in [&[0, 1, 2][..], &[0, 1, 5][..]] {
+            let error = start_update(&moving, &nodes(target), &live, 2).unwrap_err();
+            assert!(
+                error.to_string().contains("held only by")
+                    && error.to_string().contains("unclean election"),
+                "{target:?}: {error}"
+            );
+        }
+        // Keeping one holder is allowed: it can be elected.
+        let kept = start_update(&moving, &nodes(&[0, 1, 4]), &live, 2)
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.in_sync_replicas, nodes(&[4]));
+        // Held only by an unclean replica: the same.
+        let mut unclean = moving.clone();
+        unclean.in_sync_replicas.clear();
+        unclean.eligible_leader_replicas.clear();
+        unclean.unclean_replicas = vec![crate::coordinator::UncleanReplica {
+            node: NodeId(3),
+            log_end: crate::coordinator::LogEnd {
+                last_epoch: None,
+                log_end_offset: crate::types::Offset(7),
+            },
+        }];
+        assert!(start_update(&unclean, &nodes(&[0, 1, 2]), &live, 2).is_err());
+    }
+
+    /// Review of 714b35d: `replace_node` stopped at the first log it could
+    /// not move, and the same log came first on every retry, so the others
+    /// were never moved.
+    #[test]
+    fn replace_node_moves_every_log_it_can_and_names_the_others() {
+        use crate::coordinator::MemoryCoordinator;
+        use std::time::Duration;
+        let coordinator = MemoryCoordinator::new(Arc::new(crate::clock::SystemClock));
+        for node in 0..4 {
+            coordinator
+                .register_node(NodeId(node), Duration::from_secs(60))
+                .unwrap();
+        }
+        coordinator.create_log(LogId(1), nodes(&[0, 1, 3])).unwrap();
+        coordinator.create_log(LogId(2), nodes(&[0, 1, 2])).unwrap();
+        let error = replace_node(&coordinator, NodeId(0), NodeId(3), 2).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains("log-1") && message.contains("already one of its target replicas"),
+            "{message}"
+        );
+        let moved = coordinator.log_state(LogId(2)).unwrap().unwrap();
+        assert_eq!(moved.target_replicas(), nodes(&[3, 1, 2]));
+        let kept = coordinator.log_state(LogId(1)).unwrap().unwrap();
+        assert!(!kept.is_reassigning());
     }
 
     #[test]

@@ -29,6 +29,12 @@ fn a_cancel_during_the_leaders_hand_over_gives_appends_back() {
         .filter(|n| *n != cut_off)
         .collect();
     cluster.network.partition(&[cut_off], &others);
+    // A record the cut-off replica cannot fetch: the high watermark stays
+    // below the log end while it is in the ISR. (Without it, the leader's
+    // hand-over could finish at once, everyone having fetched everything.)
+    handle
+        .append_values(&["after the cut"], Acks::Leader)
+        .unwrap();
     // A shrink that removes the leader: every target replica is in the
     // ISR at once, and the replica set (so the leader epoch) stays.
     let moving = admin(&cluster, |n| n.reassign_log(LOG, followers.clone())).unwrap();

@@ -75,3 +75,66 @@ fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
     let writes = writer.stop();
     check_nothing_lost(&cluster, &writes);
 }
+
+/// Review of 714b35d: with the default `replica_lag_time_max` (30 s) the
+/// cut-off replica stays in the ISR longer than the controller's fallback
+/// used to wait (10 s) before naming the first live target replica leader
+/// itself: it named the cut-off one, and the log could take no write until
+/// the partition healed. The controller now waits longer than a replica
+/// can stay in the ISR cut off.
+#[test]
+fn the_controller_never_names_a_cut_off_follower_under_the_default_lag() {
+    let cluster = cluster_with_lag(4, Duration::from_secs(30));
+    let old_leader = cluster.leader_of(LOG).unwrap();
+    let cut_off = nodes(&[0, 1, 2])
+        .into_iter()
+        .find(|n| *n != old_leader)
+        .unwrap();
+    let others: Vec<NodeId> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|n| *n != cut_off)
+        .collect();
+    // The cut-off replica first in the target, the added node 3 in the
+    // leader's place.
+    let target: Vec<NodeId> = std::iter::once(cut_off)
+        .chain(
+            nodes(&[0, 1, 2, 3])
+                .into_iter()
+                .filter(|n| *n != cut_off && *n != old_leader),
+        )
+        .collect();
+    // Appends go on after the cut: the cut-off replica stays behind the
+    // leader's log end, so the leader's own hand-over cannot finish (its
+    // high watermark waits for every ISR member) while the added node 3
+    // catches up and joins the ISR. Every target replica is then in the
+    // ISR, and the controller's wait runs.
+    let writer = Writer::start(&cluster);
+    cluster.network.partition(&[cut_off], &others);
+    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    assert!(
+        cluster.wait_until(WAIT_MAX, |c| state(c).is_in_sync(NodeId(3))),
+        "the added replica did not join the ISR: {:?}",
+        state(&cluster)
+    );
+    assert!(state(&cluster).is_reassigning(), "{:?}", state(&cluster));
+    let partitioned_until = Instant::now() + Duration::from_secs(11);
+    let mut leaders = Vec::new();
+    while Instant::now() < partitioned_until {
+        if let Some(leader) = state(&cluster).leader {
+            if leaders.last() != Some(&leader) {
+                leaders.push(leader);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        !leaders.contains(&cut_off),
+        "the cut-off replica {cut_off} was made leader while partitioned: leaders {leaders:?}"
+    );
+    cluster.network.heal();
+    wait_completed(&cluster, &target);
+    wait_deleted(&cluster, old_leader);
+    let writes = writer.stop();
+    check_nothing_lost(&cluster, &writes);
+}

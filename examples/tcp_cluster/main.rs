@@ -15,6 +15,8 @@
 //! cat /tmp/isr/node-*.status                # role, epoch, LEO, HW, ISR, acks
 //! kill -9 $(pgrep -f -- '--node 1 ')     # the first leader; then restart it:
 //! $bin --node 1 --data-dir /tmp/isr >> /tmp/isr-1.log &
+//! kill -9 $(pgrep -f -- '--node 2 ')     # or lose node 2 for good, and
+//! $bin --node 3 --replace 2 --data-dir /tmp/isr > /tmp/isr-3.log &  # replace it
 //! touch /tmp/isr/stop                       # the writers stop; wait for quiesced=1
 //! $bin verify --data-dir /tmp/isr           # every acknowledged write on every node?
 //!
@@ -52,8 +54,11 @@
 //! its whole log. `verify --data-dir DIR [--nodes 0,1,2]` then reads the
 //! listed nodes' log directories read-only (it recovers a copy) and exits
 //! non-zero listing every journaled write missing from its offset on any of
-//! them. `.ci/tcp_cluster_kill_test` does all this with three `kill -9`s of
-//! the leader.
+//! them. A node lost for good is replaced by the spare node 3: `--node 3
+//! --replace N` reassigns the log to 3 in N's place (SPEC 3.10); once node
+//! 3 is in sync and N is gone from `replicas=` in the status files, `verify
+//! --nodes` the new set. `.ci/tcp_cluster_kill_test` does all this with
+//! three `kill -9`s of the leader and one of a follower, replaced.
 //!
 //! The one-process mode runs producers with `acks=all`, kills the leader
 //! after a while (`--no-kill-leader` turns that off), watches another node
@@ -80,6 +85,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const LOG: LogId = LogId(0);
 const NODES: u32 = 3;
+/// Node ids the multi-process mode accepts: the log's three and one spare
+/// (node 3) to replace a dead one with (`--node 3 --replace N`). Every node
+/// knows all their addresses; a node not running is simply unreachable.
+const NODES_MAX: u32 = 4;
 /// Node 0 hosts the coordinator, so it is the last replica: the leader is
 /// the first live in-sync replica in this order, so node 1 leads first.
 const REPLICAS: [NodeId; 3] = [NodeId(1), NodeId(2), NodeId(0)];
@@ -116,6 +125,7 @@ fn main() -> Result<(), BoxError> {
             None => NODE_PORT_BASE,
         },
         data_dir: value_of("--data-dir")?.map(std::path::PathBuf::from),
+        replace: None,
     };
     if processes.port_base > u16::MAX - COORDINATOR_PORT_OFFSET {
         return Err("--port-base is too high: the coordinator listens 100 above it".into());
@@ -140,9 +150,22 @@ fn main() -> Result<(), BoxError> {
     match value_of("--node")? {
         Some(id) => {
             let id: u32 = id.parse().map_err(|e| format!("--node {id}: {e}"))?;
-            if id >= NODES {
-                return Err(format!("--node must be below {NODES}").into());
+            if id >= NODES_MAX {
+                return Err(format!("--node must be below {NODES_MAX}").into());
             }
+            let replace = match value_of("--replace")? {
+                Some(dead) => Some(NodeId(
+                    dead.parse().map_err(|e| format!("--replace {dead}: {e}"))?,
+                )),
+                None => None,
+            };
+            if replace == Some(NodeId(id)) {
+                return Err(format!("--replace {id}: a node cannot replace itself").into());
+            }
+            let processes = Processes {
+                replace,
+                ..processes
+            };
             match zookeeper {
                 Some(connect) => {
                     run_one_node_per_process_on_zookeeper(NodeId(id), &connect, &processes)
@@ -502,6 +525,9 @@ struct Processes {
     /// stop file (`stop`). `None`: a fresh temporary directory per process,
     /// so a restarted node comes back empty.
     data_dir: Option<std::path::PathBuf>,
+    /// `--node N --replace DEAD`: once started, node N takes the place of
+    /// node DEAD, gone for good, in every log ([`Node::replace_node`]).
+    replace: Option<NodeId>,
 }
 
 impl Processes {
@@ -613,7 +639,7 @@ fn serve_one_node(
         }
     };
     let listener = bind(processes.node_addr(id.0))?;
-    let peers = (0..NODES)
+    let peers = (0..NODES_MAX)
         .filter(|n| *n != id.0)
         .map(|n| (NodeId(n), processes.node_addr(n)))
         .collect();
@@ -623,6 +649,27 @@ fn serve_one_node(
         processes.node_addr(id.0),
         dir.join(format!("node-{}", id.0)).display()
     );
+    if let Some(dead) = processes.replace {
+        // SPEC 3.10: every log with the dead node among its replicas moves
+        // to this node in its place. This node fetches the log from the
+        // leader, joins the ISR, and the controller then drops the dead
+        // node from the log. Retried while the coordinator refuses (this
+        // node's session may not be visible yet).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match node.node.replace_node(dead, id) {
+                Ok(states) => {
+                    println!("{id} replaces {dead} in {} log(s)", states.len());
+                    break;
+                }
+                Err(error) if Instant::now() < deadline => {
+                    println!("{id} cannot replace {dead} yet ({error}); retrying");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => return Err(format!("{id} cannot replace {dead}: {error}").into()),
+            }
+        }
+    }
     let log = node.node.wait_for_log(LOG, Duration::from_secs(600))?;
     println!(
         "{id} hosts {LOG} (replicas {REPLICAS:?}), LEO {} after restart",
@@ -678,17 +725,23 @@ fn serve_one_node(
             let (leo, hw) = (log.log_end_offset(), log.high_watermark());
             // Quiesced: writes stopped, and every replica is in sync with the
             // leader's whole log (HW = LEO = the smallest in-sync LEO).
-            let quiesced = leader && stopped && hw == leo && isr.len() == NODES as usize;
+            let replicas = log.replicas();
+            let quiesced = leader && stopped && hw == leo && isr.len() == replicas.len();
+            let list = |nodes: &[NodeId]| {
+                nodes
+                    .iter()
+                    .map(|n| n.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
             let status = format!(
-                "role={} epoch={} leo={} hw={} isr={} acked={} quiesced={}\n",
+                "role={} epoch={} leo={} hw={} replicas={} isr={} acked={} quiesced={}\n",
                 if leader { "leader" } else { "follower" },
                 log.leader_epoch(),
                 leo.0,
                 hw.0,
-                isr.iter()
-                    .map(|n| n.0.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                list(&replicas),
+                list(&isr),
                 acknowledged,
                 u8::from(quiesced)
             );

@@ -32,6 +32,10 @@ struct DelayState {
     /// Logs whose documents this node's coordinator pretends it cannot
     /// read or change, as one written by a newer version.
     refused: Mutex<HashSet<LogId>>,
+    /// The answer of the next `logs()` call, once, instead of the wrapped
+    /// coordinator's: a list served by a ZooKeeper server behind the
+    /// ensemble's leader.
+    stale_logs: Mutex<Option<Vec<LogState>>>,
 }
 
 /// The knob of a [`SlowCoordinator`], shared with the test: every call
@@ -84,6 +88,14 @@ impl CoordinatorDelay {
     /// notifies).
     pub fn accept_document(&self, log: LogId) {
         self.state.refused.lock().remove(&log);
+    }
+
+    /// The next call listing all logs (`logs()`) answers `states`, an
+    /// older view, once, as a lagging ZooKeeper server may: `logs()` does
+    /// not sync. Every other call, and the ones after, see the wrapped
+    /// coordinator as it is.
+    pub fn serve_stale_log_list(&self, states: Vec<LogState>) {
+        *self.state.stale_logs.lock() = Some(states);
     }
 
     fn refusal(&self, log: LogId) -> Result<()> {
@@ -172,6 +184,9 @@ impl Coordinator for SlowCoordinator {
 
     fn logs(&self) -> Result<Vec<LogState>> {
         self.delay.before_call();
+        if let Some(stale) = self.delay.state.stale_logs.lock().take() {
+            return Ok(stale);
+        }
         let mut logs = self.inner.logs()?;
         logs.retain(|state| !self.delay.is_refused(state.log));
         Ok(logs)

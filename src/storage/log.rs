@@ -22,6 +22,7 @@ use super::checkpoint::{sync_dir, write_atomically, LogCheckpoint};
 use super::config::LogConfig;
 use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
 use super::leader_epoch::{expected_epoch, EpochEntry, LeaderEpochCache};
+use super::offset_index::IndexSyncHandle;
 use super::producer_state::{self, LeaderCheck, ProducerStateManager};
 use super::recovery::{self, RecoveryReport};
 use super::segment::{Found, Segment, SegmentFile};
@@ -184,7 +185,7 @@ pub(super) struct LogState {
     pub(super) unsynced: Vec<Arc<SegmentFile>>,
     /// Index files of rolled segments that still need an fsync (the same
     /// fsync round as `unsynced` does them).
-    pub(super) unsynced_indexes: Vec<std::fs::File>,
+    pub(super) unsynced_indexes: Vec<IndexSyncHandle>,
     /// A segment file was created since the directory's last fsync: the
     /// next fsync round syncs the directory too, so that no fsynced record
     /// lives in a file whose name a power loss could take away.
@@ -847,9 +848,7 @@ impl Log {
             self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
         }
         for index in &indexes {
-            index
-                .sync_data()
-                .map_err(|e| Error::io(&self.dir, "fsync a rolled segment's index", e))?;
+            index.sync_data()?;
         }
         if dir {
             sync_dir(&self.dir)?;
@@ -1143,6 +1142,17 @@ impl Log {
             if let Some(segment) = state.segments.get_mut(&base) {
                 segment.truncate_to_position(position, new_end, last_epoch)?;
                 segment.sync_data()?;
+                // The zeroed index entries reach the disk before other
+                // batches may take the place of those they named. Left to
+                // a later sync, a power loss could bring them back under
+                // data they do not describe, trusted below the recovery
+                // point: since a roll no longer syncs the old segment's
+                // index (issue 27), a segment flushed to its end whose roll
+                // then left the next segment's name on disk came back
+                // wholly trusted with them, and a truncation into it then
+                // failed as `Corrupt` (the review of 8256f67). With this,
+                // every index on disk holds correct entries or none.
+                segment.sync_index()?;
             }
             let later: Vec<Offset> = state
                 .segments
@@ -1337,6 +1347,28 @@ impl Log {
             .values()
             .map(|segment| (segment.log_path().to_path_buf(), segment.file().halt()))
             .collect()
+    }
+
+    /// Test harness only: after [`halt_for_crash`](Self::halt_for_crash),
+    /// simulates a power loss for the offset indexes (the data files are
+    /// the caller's, cut to the lengths the halt returned): each index file
+    /// goes back to what its last sync left on disk, its writes since then
+    /// lost. (The kernel may have written some of them back; losing them
+    /// all is one outcome a power loss can have.)
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn lose_unsynced_index_writes(&self) -> std::io::Result<()> {
+        let state = self.state.read();
+        for segment in state.segments.values() {
+            let image = segment.index_durable_image();
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(segment.index_path())?;
+            file.set_len(0)?;
+            std::io::Write::write_all(&mut file, &image.prefix)?;
+            file.set_len(image.len)?;
+        }
+        Ok(())
     }
 
     /// The epoch cache: `(epoch, start offset)` pairs, oldest first.

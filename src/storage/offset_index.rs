@@ -59,6 +59,96 @@ pub(crate) struct OffsetIndex {
     entries: usize,
     /// Number of entries the current mapping can hold.
     capacity: usize,
+    /// Test harness only: the file as written and as the last sync left it.
+    #[cfg(any(test, feature = "testing"))]
+    images: SharedImages,
+}
+
+/// Test harness only: an index file as this process wrote it (through the
+/// mapping, and its length) and as its last sync left it on disk, so that
+/// a simulated power loss can drop what no sync covered
+/// (`Log::lose_unsynced_index_writes`). A file this process found on disk
+/// counts as durable as found.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug, Default)]
+pub(crate) struct IndexImages {
+    written: FileImage,
+    durable: FileImage,
+}
+
+/// Test harness only: a file's length and bytes, every byte after
+/// `prefix` zero (an index is written from the front, and preallocated
+/// with zeros: this keeps the image as small as the entries in use).
+#[cfg(any(test, feature = "testing"))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FileImage {
+    pub(crate) len: u64,
+    pub(crate) prefix: Vec<u8>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl FileImage {
+    fn of(bytes: &[u8]) -> FileImage {
+        let used = bytes.iter().rposition(|&b| b != 0).map_or(0, |at| at + 1);
+        FileImage {
+            len: bytes.len() as u64,
+            prefix: bytes[..used].to_vec(),
+        }
+    }
+
+    fn resize(&mut self, len: u64) {
+        self.len = len;
+        self.prefix.truncate(len as usize);
+    }
+
+    fn write(&mut self, at: usize, bytes: &[u8]) {
+        if self.prefix.len() < at + bytes.len() {
+            self.prefix.resize(at + bytes.len(), 0);
+        }
+        self.prefix[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn zero(&mut self, from: usize, to: usize) {
+        let to = to.min(self.prefix.len());
+        if from < to {
+            self.prefix[from..to].fill(0);
+        }
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+type SharedImages = std::sync::Arc<std::sync::Mutex<IndexImages>>;
+
+#[cfg(any(test, feature = "testing"))]
+fn lock_images(images: &SharedImages) -> std::sync::MutexGuard<'_, IndexImages> {
+    images
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A second handle on a rolled segment's index file, to fsync it later
+/// (issue 27: not on the appending thread).
+#[derive(Debug)]
+pub(crate) struct IndexSyncHandle {
+    file: File,
+    path: PathBuf,
+    #[cfg(any(test, feature = "testing"))]
+    images: SharedImages,
+}
+
+impl IndexSyncHandle {
+    /// Makes the index file durable as it is now.
+    pub(crate) fn sync_data(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io(&self.path, "fsync a rolled segment's index", e))?;
+        #[cfg(any(test, feature = "testing"))]
+        {
+            let mut images = lock_images(&self.images);
+            images.durable = images.written.clone();
+        }
+        Ok(())
+    }
 }
 
 /// Why an existing index file was not accepted.
@@ -132,6 +222,12 @@ impl OffsetIndex {
         base_offset: Offset,
         index_bytes_max: u64,
     ) -> Result<OffsetIndex> {
+        // What a power loss would bring back of a file this replaces.
+        #[cfg(any(test, feature = "testing"))]
+        let images = SharedImages::new(std::sync::Mutex::new(IndexImages {
+            written: FileImage::default(),
+            durable: FileImage::of(&std::fs::read(path).unwrap_or_default()),
+        }));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -146,6 +242,8 @@ impl OffsetIndex {
             mmap: None,
             entries: 0,
             capacity: 0,
+            #[cfg(any(test, feature = "testing"))]
+            images,
         };
         index.resize(index_bytes_max)?;
         Ok(index)
@@ -184,11 +282,25 @@ impl OffsetIndex {
             mmap: None,
             entries: 0,
             capacity: 0,
+            #[cfg(any(test, feature = "testing"))]
+            images: SharedImages::default(),
         };
         index.map(len)?;
         match check_entries(index.mapped(), base_offset, data_bytes) {
             Ok(used) => index.entries = used,
             Err(problem) => return Ok(Err(problem)),
+        }
+        #[cfg(any(test, feature = "testing"))]
+        {
+            // Zeros after the used entries (the check saw to it).
+            let found = FileImage {
+                len,
+                prefix: index.mapped()[..index.entries * INDEX_ENTRY_BYTES].to_vec(),
+            };
+            *lock_images(&index.images) = IndexImages {
+                written: found.clone(),
+                durable: found,
+            };
         }
         Ok(Ok(index))
     }
@@ -227,6 +339,8 @@ impl OffsetIndex {
         self.file
             .set_len(len)
             .map_err(|e| Error::io(&self.path, "resize index", e))?;
+        #[cfg(any(test, feature = "testing"))]
+        lock_images(&self.images).written.resize(len);
         self.map(len)
     }
 
@@ -248,10 +362,17 @@ impl OffsetIndex {
     }
 
     /// A second handle on the index file, to fsync it later.
-    pub(crate) fn sync_handle(&self) -> Result<File> {
-        self.file
+    pub(crate) fn sync_handle(&self) -> Result<IndexSyncHandle> {
+        let file = self
+            .file
             .try_clone()
-            .map_err(|e| Error::io(&self.path, "open the index again", e))
+            .map_err(|e| Error::io(&self.path, "open the index again", e))?;
+        Ok(IndexSyncHandle {
+            file,
+            path: self.path.clone(),
+            #[cfg(any(test, feature = "testing"))]
+            images: self.images.clone(),
+        })
     }
 
     /// Writes the mapped pages back to the file.
@@ -260,7 +381,28 @@ impl OffsetIndex {
             mmap.flush()
                 .map_err(|e| Error::io(&self.path, "flush index", e))?;
         }
+        #[cfg(any(test, feature = "testing"))]
+        {
+            let mut images = lock_images(&self.images);
+            images.durable = images.written.clone();
+        }
         Ok(())
+    }
+
+    /// Makes the file durable as it is now: its mapped pages and its
+    /// length.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.flush()?;
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io(&self.path, "fsync index", e))
+    }
+
+    /// Test harness only: what a power loss now would leave of the file
+    /// (see [`IndexImages`]).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn durable_image(&self) -> FileImage {
+        lock_images(&self.images).durable.clone()
     }
 
     /// Whether no further entry fits.
@@ -320,6 +462,10 @@ impl OffsetIndex {
         let at = slot * INDEX_ENTRY_BYTES;
         mmap[at..at + 4].copy_from_slice(&(relative as u32).to_le_bytes());
         mmap[at + 4..at + 8].copy_from_slice(&(position as u32).to_le_bytes());
+        #[cfg(any(test, feature = "testing"))]
+        lock_images(&self.images)
+            .written
+            .write(at, &mmap[at..at + INDEX_ENTRY_BYTES]);
         self.entries += 1;
         true
     }
@@ -348,6 +494,10 @@ impl OffsetIndex {
         if let Some(mmap) = self.mmap.as_mut() {
             mmap[keep * INDEX_ENTRY_BYTES..self.entries * INDEX_ENTRY_BYTES].fill(0);
         }
+        #[cfg(any(test, feature = "testing"))]
+        lock_images(&self.images)
+            .written
+            .zero(keep * INDEX_ENTRY_BYTES, self.entries * INDEX_ENTRY_BYTES);
         self.entries = keep;
     }
 

@@ -511,6 +511,12 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
         } else {
             seg.sync_data()?;
         }
+        // The index as validated (entries rebuilt, or zeroed past a cut
+        // tail) is durable before the open's checkpoint moves the recovery
+        // point past this segment: otherwise a power loss could bring back
+        // entries that name batches the cut removed, under data appended
+        // later, in a segment recovery then trusts (see `Log::truncate_to`).
+        seg.sync_index()?;
         segments.insert(base, seg);
     }
 

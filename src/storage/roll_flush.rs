@@ -219,8 +219,9 @@ mod tests {
         bytes
     }
 
-    /// A power loss: the log's process stops, and every data file keeps
-    /// only what an fsync covered.
+    /// A power loss: the log's process stops, every data file keeps only
+    /// what an fsync covered, and every index file goes back to what its
+    /// last sync left on disk.
     fn lose_power(log: Log) {
         for (path, durable) in log.halt_for_crash() {
             std::fs::OpenOptions::new()
@@ -230,6 +231,7 @@ mod tests {
                 .set_len(durable)
                 .unwrap();
         }
+        log.lose_unsynced_index_writes().unwrap();
     }
 
     fn segment_count(dir: &std::path::Path) -> usize {
@@ -527,6 +529,76 @@ mod tests {
             assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), start)], "{what}");
             assert_eq!(segment_count(dir.path()), live, "{what}");
         }
+    }
+
+    /// Review of 8256f67: a roll no longer syncs the old segment's index
+    /// before the next segment exists, and a truncation zeroed the entries
+    /// it cut without syncing them either. Here a segment's index is made
+    /// durable (a roll's flush), a truncation cuts the segment's last
+    /// three batches, and batches of other sizes take their place (3
+    /// records then 2 where there were 2 then 3): one stale entry on disk
+    /// now points into the middle of a batch, and the last one still
+    /// names the batch at its position. The log is flushed to the end of
+    /// the segment, which rolls; a power loss follows before the roll's
+    /// flush, with the new segment's name on disk (as another file's
+    /// directory fsync can make it). Recovery trusted the old index whole,
+    /// below the recovery point, and a truncation into the segment then
+    /// failed as `Corrupt` ("batch starts at offset ..., the offset index
+    /// gives this position"). A truncation now syncs the index it cut, so
+    /// an index on disk holds correct entries or none.
+    #[test]
+    fn a_stale_index_left_by_a_truncation_and_a_roll_is_never_trusted_after_a_power_loss() {
+        let value = |tag: &str, i: usize| format!("{tag} {i:06}");
+        let batch = |tag: &str, records: usize| {
+            let mut builder = RecordBatchBuilder::new(0);
+            for i in 0..records {
+                builder.push(value(tag, i).as_bytes());
+            }
+            builder.build().unwrap()
+        };
+        let (two, three) = (batch("old", 2).size_bytes(), batch("old", 3).size_bytes());
+        // Two batches of 2 records, then the cut: 2, 3 and 2 records.
+        let first_segment = (4 * two + three) as u64;
+        let config = LogConfig {
+            segment_bytes_max: first_segment,
+            batch_bytes_max: first_segment as usize,
+            // An entry for every batch but a segment's first.
+            index_interval_bytes: 0,
+            ..LogConfig::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        log.set_roll_flusher(RollFlusher(Box::new(|_| true)));
+        let epoch = LeaderEpoch(0);
+        for records in [2, 2, 2, 3, 2, 2] {
+            log.append_as_leader(&batch("old", records), epoch).unwrap();
+        }
+        assert_eq!(log.stats().rolls, 1);
+        log.flush().unwrap();
+        // Cut the first segment's last three batches (offsets 4..11).
+        let cut = Offset(4);
+        log.truncate_to(cut).unwrap();
+        for records in [3, 2, 2] {
+            log.append_as_leader(&batch("new", records), epoch).unwrap();
+        }
+        let segment_end = log.log_end_offset();
+        assert_eq!(segment_end, Offset(11));
+        log.flush().unwrap();
+        assert_eq!(log.recovery_point(), segment_end);
+        log.append_as_leader(&batch("nxt", 2), epoch).unwrap();
+        assert_eq!(log.stats().rolls, 2);
+        let expected = stored_bytes(&log);
+        lose_power(log);
+        let log = Log::open(dir.path(), config, Arc::new(SystemClock))
+            .unwrap_or_else(|e| panic!("the log must reopen after the power loss: {e}"));
+        assert_eq!(log.log_end_offset(), segment_end);
+        assert_eq!(stored_bytes(&log), expected[..first_segment as usize]);
+        // The cut batches started at 4, 6 and 9, the new ones at 4, 7 and
+        // 9: a stale entry for offset 6 points into the middle of the new
+        // 3-record batch, and the one for 9 still matches.
+        log.truncate_to(Offset(7))
+            .unwrap_or_else(|e| panic!("a truncation into the recovered segment: {e}"));
+        assert_eq!(log.log_end_offset(), Offset(7));
     }
 
     fn snapshot_files(dir: &std::path::Path) -> Vec<u64> {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::offset_index::{IndexProblem, OffsetIndex};
+use super::offset_index::{IndexProblem, IndexSyncHandle, OffsetIndex};
 use crate::error::{Error, Result};
 use crate::record::{
     decode_header_fields, parse_header, BatchHeader, HeaderError, RecordBatch, BATCH_HEADER_BYTES,
@@ -961,6 +961,14 @@ impl Segment {
         self.file.sync_data()
     }
 
+    /// Makes the index durable as it is now. Whoever zeroes entries (a
+    /// truncation, recovery) calls it before data other than what those
+    /// entries named may take their place: an index on disk must hold
+    /// correct entries or none (see `Log::truncate_to`).
+    pub(crate) fn sync_index(&self) -> Result<()> {
+        self.index.sync()
+    }
+
     /// Flushes the index and trims it to the entries in use (the segment
     /// stops being the active one, or the log closes).
     pub(crate) fn seal(&mut self) -> Result<()> {
@@ -970,7 +978,7 @@ impl Segment {
     /// [`seal`](Self::seal) at a roll: the index is trimmed but not synced;
     /// returns a handle on it for the flush that moves the recovery point
     /// past this segment.
-    pub(crate) fn seal_for_roll(&mut self) -> Result<std::fs::File> {
+    pub(crate) fn seal_for_roll(&mut self) -> Result<IndexSyncHandle> {
         self.index.trim_to_used_unsynced()?;
         self.index.sync_handle()
     }
@@ -979,6 +987,13 @@ impl Segment {
     /// active one again, after a reopen).
     pub(crate) fn unseal(&mut self, index_bytes_max: u64) -> Result<()> {
         self.index.resize(index_bytes_max)
+    }
+
+    /// Test harness only: what a power loss now would leave of the index
+    /// file.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn index_durable_image(&self) -> super::offset_index::FileImage {
+        self.index.durable_image()
     }
 
     /// Removes both files.

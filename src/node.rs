@@ -654,6 +654,17 @@ impl Node {
     /// Kafka's KRaft controller reverts a move, they keep the order they had
     /// during it (the move's target first), so the preferred leader may
     /// differ from the one before the move.
+    ///
+    /// A move that completed before the cancel arrived (or none at all)
+    /// is not an error: nothing changes and the stored state is returned,
+    /// with the target's replicas if the move won. Unlike Kafka's
+    /// `NO_REASSIGNMENT_IN_PROGRESS`, this keeps a retried cancel whose
+    /// first answer was lost (SPEC 3.4) from reporting a failure; compare
+    /// the returned replicas with the target to tell the two apart. Errs,
+    /// changing nothing, when going back would drop every replica that
+    /// holds the log's committed records (a leaderless log whose original
+    /// replicas are gone), as Kafka refuses a revert that needs an unclean
+    /// election.
     pub fn cancel_reassignment(&self, log: LogId) -> Result<LogState> {
         cancel_reassignment(
             &*self.shared.coordinator,
@@ -1797,32 +1808,12 @@ impl NodeShared {
                 return;
             }
         };
-        let successor = state.target_replicas().into_iter().find(|node| {
-            *node != me
-                && state.is_in_sync(*node)
-                && live.contains(node)
-                && replica.has_caught_up(*node)
-        });
-        let Some(successor) = successor else {
+        let Some(successor) =
+            self.caught_up_successor(replica, &state, &state.target_replicas(), &live)
+        else {
             return;
         };
-        let in_sync_replicas: Vec<NodeId> = state
-            .in_sync_replicas
-            .iter()
-            .copied()
-            .filter(|node| *node != me)
-            .collect();
-        let update = LogUpdate {
-            leader: Some(successor),
-            leader_epoch: state.leader_epoch.next(),
-            eligible_leader_replicas: state.eligible_leader_replicas_after(
-                &in_sync_replicas,
-                self.config.replication.min_insync_replicas,
-            ),
-            in_sync_replicas,
-            unclean_report: None,
-            assignment: None,
-        };
+        let update = self.hand_over_update(&state, successor);
         match self
             .coordinator
             .compare_and_set(log, state.leader_epoch, state.version, update)
@@ -2323,12 +2314,7 @@ impl NodeShared {
             // in-sync follower that fetched up to its log end. Waiting
             // for one stops at `deadline`.
             let successor = loop {
-                let candidate = state.replicas.iter().copied().find(|&node| {
-                    node != me
-                        && state.in_sync_replicas.contains(&node)
-                        && live.contains(&node)
-                        && replica.has_caught_up(node)
-                });
+                let candidate = self.caught_up_successor(replica, &state, &state.replicas, &live);
                 if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
                     break candidate;
                 }
@@ -2339,26 +2325,7 @@ impl NodeShared {
                     "controlled shutdown: no live in-sync follower caught up in time; leaving the log to the controller");
                 return;
             };
-            let in_sync_replicas: Vec<NodeId> = state
-                .in_sync_replicas
-                .iter()
-                .copied()
-                .filter(|&node| node != me)
-                .collect();
-            // Below `min_insync_replicas` this node joins the ELR (it holds
-            // everything, and its clean stop keeps it eligible), as Kafka's
-            // controller puts a broker in controlled shutdown there (KIP-966).
-            let update = LogUpdate {
-                leader: Some(successor),
-                leader_epoch: state.leader_epoch.next(),
-                eligible_leader_replicas: state.eligible_leader_replicas_after(
-                    &in_sync_replicas,
-                    self.config.replication.min_insync_replicas,
-                ),
-                in_sync_replicas,
-                unclean_report: None,
-                assignment: None,
-            };
+            let update = self.hand_over_update(&state, successor);
             if out_of_time() {
                 return;
             }
@@ -2378,6 +2345,52 @@ impl NodeShared {
                     return;
                 }
             }
+        }
+    }
+
+    /// Who a leader hands `state`'s leadership to (controlled shutdown,
+    /// reassignment): the first of `candidates` other than this node that
+    /// is in the ISR, live and has fetched everything `replica` holds, so
+    /// that nothing this leader acknowledged is missing on it.
+    fn caught_up_successor(
+        &self,
+        replica: &Replica,
+        state: &LogState,
+        candidates: &[NodeId],
+        live: &[NodeId],
+    ) -> Option<NodeId> {
+        let me = self.local();
+        candidates.iter().copied().find(|&node| {
+            node != me
+                && state.is_in_sync(node)
+                && live.contains(&node)
+                && replica.has_caught_up(node)
+        })
+    }
+
+    /// The update that hands `state`'s leadership from this node to
+    /// `successor` in the next epoch: this node leaves the ISR, and below
+    /// `min_insync_replicas` joins the ELR (it holds everything, and its
+    /// clean stop keeps it eligible), as Kafka's controller puts a broker in
+    /// controlled shutdown there (KIP-966).
+    fn hand_over_update(&self, state: &LogState, successor: NodeId) -> LogUpdate {
+        let me = self.local();
+        let in_sync_replicas: Vec<NodeId> = state
+            .in_sync_replicas
+            .iter()
+            .copied()
+            .filter(|&node| node != me)
+            .collect();
+        LogUpdate {
+            leader: Some(successor),
+            leader_epoch: state.leader_epoch.next(),
+            eligible_leader_replicas: state.eligible_leader_replicas_after(
+                &in_sync_replicas,
+                self.config.replication.min_insync_replicas,
+            ),
+            in_sync_replicas,
+            unclean_report: None,
+            assignment: None,
         }
     }
 

@@ -7,15 +7,28 @@
 //! replica that has fetched everything; the move completes once the
 //! cut-off replica is back in the ISR, and nothing acknowledged is lost.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use isrlog::testing::Cluster;
 use isrlog::NodeId;
 
 use crate::reassignment_support::*;
 
-#[test]
-fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
-    let cluster = cluster_with_lag(4, Duration::from_secs(3));
+/// A 4-node cluster with this `replica_lag_time_max`, a follower of the
+/// log to cut off, the nodes it will be cut from, and a target that
+/// removes the leader: the cut-off replica first, then the other
+/// follower, then the added node 3.
+struct CutOff {
+    cluster: Arc<Cluster>,
+    old_leader: NodeId,
+    cut_off: NodeId,
+    others: Vec<NodeId>,
+    target: Vec<NodeId>,
+}
+
+fn cut_off_move(replica_lag_time_max: Duration) -> CutOff {
+    let cluster = cluster_with_lag(4, replica_lag_time_max);
     let old_leader = cluster.leader_of(LOG).unwrap();
     let cut_off = nodes(&[0, 1, 2])
         .into_iter()
@@ -33,6 +46,24 @@ fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
                 .filter(|n| *n != cut_off && *n != old_leader),
         )
         .collect();
+    CutOff {
+        cluster,
+        old_leader,
+        cut_off,
+        others,
+        target,
+    }
+}
+
+#[test]
+fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
+    let CutOff {
+        cluster,
+        old_leader,
+        cut_off,
+        others,
+        target,
+    } = cut_off_move(Duration::from_secs(3));
     let writer = Writer::start(&cluster);
     cluster.network.partition(&[cut_off], &others);
     admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
@@ -84,26 +115,13 @@ fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
 /// can stay in the ISR cut off.
 #[test]
 fn the_controller_never_names_a_cut_off_follower_under_the_default_lag() {
-    let cluster = cluster_with_lag(4, Duration::from_secs(30));
-    let old_leader = cluster.leader_of(LOG).unwrap();
-    let cut_off = nodes(&[0, 1, 2])
-        .into_iter()
-        .find(|n| *n != old_leader)
-        .unwrap();
-    let others: Vec<NodeId> = cluster
-        .node_ids()
-        .into_iter()
-        .filter(|n| *n != cut_off)
-        .collect();
-    // The cut-off replica first in the target, the added node 3 in the
-    // leader's place.
-    let target: Vec<NodeId> = std::iter::once(cut_off)
-        .chain(
-            nodes(&[0, 1, 2, 3])
-                .into_iter()
-                .filter(|n| *n != cut_off && *n != old_leader),
-        )
-        .collect();
+    let CutOff {
+        cluster,
+        old_leader,
+        cut_off,
+        others,
+        target,
+    } = cut_off_move(Duration::from_secs(30));
     // Appends go on after the cut: the cut-off replica stays behind the
     // leader's log end, so the leader's own hand-over cannot finish (its
     // high watermark waits for every ISR member) while the added node 3

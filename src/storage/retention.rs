@@ -8,7 +8,7 @@
 //! the caller's limit (the high watermark).
 
 use super::checkpoint::{write_atomically, LogCheckpoint};
-use super::log::{BackgroundWork, Log};
+use super::log::{BackgroundWork, Log, LogState};
 use super::producer_state;
 use super::segment::Segment;
 use crate::error::{Error, Result};
@@ -189,17 +189,7 @@ impl Log {
             state.log_start_offset = offset;
             state.high_watermark = state.high_watermark.max(offset);
             state.epochs.truncate_from_start_in_memory(offset);
-            let bases: Vec<Offset> = state
-                .segments
-                .iter()
-                .take(state.segments.len().saturating_sub(1))
-                .take_while(|(_, s)| s.next_offset() <= offset)
-                .map(|(b, _)| *b)
-                .collect();
-            let doomed = bases
-                .iter()
-                .filter_map(|base| state.segments.remove(base))
-                .collect();
+            let doomed = take_segments_wholly_below(&mut state, offset);
             debug_assert!(state.check_invariants());
             debug_assert!(self.start_moves.lock().check_invariants(&state));
             let first = state.segments.keys().next().copied().unwrap_or(offset);
@@ -250,17 +240,7 @@ impl Log {
                 return Ok(());
             }
             state.log_start_offset = offset;
-            let bases: Vec<Offset> = state
-                .segments
-                .iter()
-                .take(state.segments.len().saturating_sub(1))
-                .take_while(|(_, s)| s.next_offset() <= offset)
-                .map(|(b, _)| *b)
-                .collect();
-            let doomed: Vec<Segment> = bases
-                .iter()
-                .filter_map(|base| state.segments.remove(base))
-                .collect();
+            let doomed = take_segments_wholly_below(&mut state, offset);
             debug_assert!(state.check_invariants());
             let mut moves = self.start_moves.lock();
             moves.doomed.extend(doomed);
@@ -359,4 +339,24 @@ impl Log {
         })();
         self.poison_on_error(deleted)
     }
+}
+
+/// Takes out of `state` the segments a log start at `offset` leaves with
+/// nothing to serve: those that end at or before it, oldest first, never
+/// the active segment (a log start at the log end keeps it, empty of
+/// readable records, to append to). Both log start moves choose their
+/// doomed segments here.
+fn take_segments_wholly_below(state: &mut LogState, offset: Offset) -> Vec<Segment> {
+    let count = state.segments.len();
+    let bases: Vec<Offset> = state
+        .segments
+        .iter()
+        .take(count.saturating_sub(1))
+        .take_while(|(_, segment)| segment.next_offset() <= offset)
+        .map(|(base, _)| *base)
+        .collect();
+    bases
+        .iter()
+        .filter_map(|base| state.segments.remove(base))
+        .collect()
 }

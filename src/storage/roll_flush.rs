@@ -102,60 +102,17 @@ impl RollFlushThread {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    use crate::clock::SystemClock;
-    use crate::record::RecordBatchBuilder;
+    use crate::clock::{Clock, SystemClock};
+    use crate::record::{RecordBatch, RecordBatchBuilder};
     use crate::storage::{BackgroundWork, Log, LogConfig, RollFlusher};
     use crate::types::{LeaderEpoch, Offset};
 
-    /// A truncation while rolled segments still waited for their
-    /// background flush dropped them from the files to fsync: the next
-    /// flush moved the recovery point past their unsynced data, and after
-    /// a power loss recovery refused the log ("segment ends at offset 115
-    /// but the next one starts at 151": the power-loss fault test, seeds
-    /// 1, 161, 164). Here the background flushes never run, a truncation
-    /// lands in the last segment, a flush and a power loss follow, and
-    /// the log must reopen with everything below the truncation.
-    #[test]
-    fn a_truncation_keeps_rolled_segments_waiting_for_their_flush() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes_max: 600,
-            batch_bytes_max: 600,
-            ..LogConfig::default()
-        };
-        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
-        // A background thread that takes every roll's flush and never runs it.
-        log.set_roll_flusher(RollFlusher(Box::new(|_| true)));
-        for i in 0..30 {
-            let mut builder = RecordBatchBuilder::new(0);
-            builder.push(format!("record {i:03}").as_bytes());
-            builder.push(format!("record {i:03}b").as_bytes());
-            log.append_as_leader(&builder.build().unwrap(), LeaderEpoch(0))
-                .unwrap();
-        }
-        assert!(log.stats().rolls >= 3, "rolls: {}", log.stats().rolls);
-        let end = log.log_end_offset();
-        let cut = Offset(end.0 - 2);
-        log.truncate_to(cut).unwrap();
-        log.flush().unwrap();
-        assert_eq!(log.recovery_point(), cut);
-        // Power loss: every data file keeps only what an fsync covered.
-        for (path, durable) in log.halt_for_crash() {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .unwrap()
-                .set_len(durable)
-                .unwrap();
-        }
-        drop(log);
-        let log = Log::open(dir.path(), config, Arc::new(SystemClock))
-            .unwrap_or_else(|e| panic!("the log must reopen after the power loss: {e}"));
-        assert_eq!(log.log_end_offset(), cut);
-    }
+    /// The work a log handed its roll flusher, in order.
+    type GivenWork = Arc<std::sync::Mutex<Vec<BackgroundWork>>>;
 
     /// Segments of a few batches.
     fn small_segments() -> LogConfig {
@@ -166,57 +123,63 @@ mod tests {
         }
     }
 
-    /// A log of 30 two-record batches in segments of a few batches, the
-    /// first 16 batches in epoch 0 and the rest in epoch 1, committed to
-    /// its end, whose roll flusher records the work it is given and never
-    /// runs it.
-    fn log_with_idle_flusher(
-        dir: &std::path::Path,
+    /// Opens the log in `dir` with a roll flusher that records the work it
+    /// is given and never runs it (a background thread that never gets to
+    /// it).
+    fn open_with_idle_flusher(
+        dir: &Path,
         config: &LogConfig,
-    ) -> (Log, Arc<std::sync::Mutex<Vec<BackgroundWork>>>) {
-        let log = Log::open(dir, config.clone(), Arc::new(SystemClock)).unwrap();
-        let given = Arc::new(std::sync::Mutex::new(Vec::new()));
+        clock: Arc<dyn Clock>,
+    ) -> (Log, GivenWork) {
+        let log = Log::open(dir, config.clone(), clock).unwrap();
+        let given = GivenWork::default();
         let record = Arc::clone(&given);
         log.set_roll_flusher(RollFlusher(Box::new(move |work| {
             record.lock().unwrap().push(work);
             true
         })));
-        for i in 0..30 {
-            let epoch = LeaderEpoch(u32::from(i >= 16));
-            if i == 16 {
-                log.assign_epoch(epoch, log.log_end_offset()).unwrap();
-            }
-            let mut builder = RecordBatchBuilder::new(0);
-            builder.push(format!("record {i:03}").as_bytes());
-            builder.push(format!("record {i:03}b").as_bytes());
-            log.append_as_leader(&builder.build().unwrap(), epoch)
-                .unwrap();
-        }
+        (log, given)
+    }
+
+    /// A log of 30 two-record batches in segments of a few batches, the
+    /// first 16 batches in epoch 0 and the rest in epoch 1, committed to
+    /// its end, whose roll flusher records the work it is given and never
+    /// runs it.
+    fn log_with_idle_flusher(dir: &Path, config: &LogConfig) -> (Log, GivenWork) {
+        let (log, given) = open_with_idle_flusher(dir, config, Arc::new(SystemClock));
+        append_batches(&log, "record", 16, LeaderEpoch(0));
+        log.assign_epoch(LeaderEpoch(1), log.log_end_offset())
+            .unwrap();
+        append_batches(&log, "record", 14, LeaderEpoch(1));
         log.set_high_watermark(log.log_end_offset());
         (log, given)
     }
 
+    /// A batch of two records whose values name `tag` and `i`.
+    fn two_records(tag: &str, i: usize) -> RecordBatch {
+        let mut builder = RecordBatchBuilder::new(0);
+        builder.push(format!("{tag} {i:03}").as_bytes());
+        builder.push(format!("{tag} {i:03}b").as_bytes());
+        builder.build().unwrap()
+    }
+
     /// Appends `count` two-record batches in `epoch`.
-    fn append_batches(log: &Log, count: usize, epoch: LeaderEpoch) {
+    fn append_batches(log: &Log, tag: &str, count: usize, epoch: LeaderEpoch) {
         for i in 0..count {
-            let mut builder = RecordBatchBuilder::new(0);
-            builder.push(format!("more {i:03}").as_bytes());
-            builder.push(format!("more {i:03}b").as_bytes());
-            log.append_as_leader(&builder.build().unwrap(), epoch)
-                .unwrap();
+            log.append_as_leader(&two_records(tag, i), epoch).unwrap();
         }
     }
 
-    /// The batches from the log start to the log end, as stored.
-    fn stored_bytes(log: &Log) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        let mut next = log.log_start_offset();
-        while next < log.log_end_offset() {
-            let read = log.read(next, 1 << 20).unwrap();
-            next = read.next_offset().unwrap();
-            bytes.extend_from_slice(&read.records);
-        }
-        bytes
+    /// Opens the log in `dir` again, which must succeed.
+    fn reopen(dir: &Path, config: LogConfig) -> Log {
+        Log::open(dir, config, Arc::new(SystemClock))
+            .unwrap_or_else(|e| panic!("the log must reopen: {e}"))
+    }
+
+    /// A process crash: the log's process stops, its files stay as
+    /// written.
+    fn crash(log: Log) {
+        drop(log.halt_for_crash());
     }
 
     /// A power loss: the log's process stops, every data file keeps only
@@ -234,7 +197,19 @@ mod tests {
         log.lose_unsynced_index_writes().unwrap();
     }
 
-    fn segment_count(dir: &std::path::Path) -> usize {
+    /// The batches from the log start to the log end, as stored.
+    fn stored_bytes(log: &Log) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut next = log.log_start_offset();
+        while next < log.log_end_offset() {
+            let read = log.read(next, 1 << 20).unwrap();
+            next = read.next_offset().unwrap();
+            bytes.extend_from_slice(&read.records);
+        }
+        bytes
+    }
+
+    fn segment_count(dir: &Path) -> usize {
         std::fs::read_dir(dir)
             .unwrap()
             .filter(|e| {
@@ -247,6 +222,43 @@ mod tests {
             .count()
     }
 
+    fn snapshot_files(dir: &Path) -> Vec<u64> {
+        let mut offsets: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".snapshot").map(|o| o.parse().unwrap())
+            })
+            .collect();
+        offsets.sort_unstable();
+        offsets
+    }
+
+    /// A truncation while rolled segments still waited for their
+    /// background flush dropped them from the files to fsync: the next
+    /// flush moved the recovery point past their unsynced data, and after
+    /// a power loss recovery refused the log ("segment ends at offset 115
+    /// but the next one starts at 151": the power-loss fault test, seeds
+    /// 1, 161, 164). Here the background flushes never run, a truncation
+    /// lands in the last segment, a flush and a power loss follow, and
+    /// the log must reopen with everything below the truncation.
+    #[test]
+    fn a_truncation_keeps_rolled_segments_waiting_for_their_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
+        append_batches(&log, "record", 30, LeaderEpoch(0));
+        assert!(log.stats().rolls >= 3, "rolls: {}", log.stats().rolls);
+        let end = log.log_end_offset();
+        let cut = Offset(end.0 - 2);
+        log.truncate_to(cut).unwrap();
+        log.flush().unwrap();
+        assert_eq!(log.recovery_point(), cut);
+        lose_power(log);
+        let log = reopen(dir.path(), config);
+        assert_eq!(log.log_end_offset(), cut);
+    }
+
     /// Issue 25: a follower's log start move leaves its checkpoint, the
     /// epoch cache trim and the file deletions to the background thread,
     /// and a crash before that work ran reopens the log with its older
@@ -257,11 +269,7 @@ mod tests {
     #[test]
     fn a_deferred_log_start_move_survives_a_crash_before_its_file_work() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes_max: 600,
-            batch_bytes_max: 600,
-            ..LogConfig::default()
-        };
+        let config = small_segments();
         let (log, given) = log_with_idle_flusher(dir.path(), &config);
         let (end, files) = (log.log_end_offset(), segment_count(dir.path()));
         // Inside epoch 1, past several whole segments.
@@ -282,10 +290,8 @@ mod tests {
             "files deleted before the checkpoint"
         );
         log.assign_epoch(LeaderEpoch(2), end).unwrap();
-        drop(log.halt_for_crash());
-        drop(log);
-        let log = Log::open(dir.path(), config, Arc::new(SystemClock))
-            .unwrap_or_else(|e| panic!("the log must reopen after the crash: {e}"));
+        crash(log);
+        let log = reopen(dir.path(), config);
         assert_eq!(log.log_start_offset(), Offset(0));
         assert_eq!(log.log_end_offset(), end);
         assert!(log.read(Offset(0), 1 << 20).is_ok());
@@ -297,11 +303,7 @@ mod tests {
     #[test]
     fn a_deferred_log_start_move_is_checkpointed_and_its_files_deleted_by_its_work() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes_max: 600,
-            batch_bytes_max: 600,
-            ..LogConfig::default()
-        };
+        let config = small_segments();
         let (log, _given) = log_with_idle_flusher(dir.path(), &config);
         let (end, files) = (log.log_end_offset(), segment_count(dir.path()));
         let start = Offset(40);
@@ -311,9 +313,8 @@ mod tests {
         assert_eq!(log.epoch_entries()[0], (LeaderEpoch(1), start));
         // Nothing left: a second call does nothing.
         log.finish_log_start_moves().unwrap();
-        drop(log.halt_for_crash());
-        drop(log);
-        let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap();
+        crash(log);
+        let log = reopen(dir.path(), config);
         assert_eq!(log.log_start_offset(), start);
         assert_eq!(log.log_end_offset(), end);
     }
@@ -337,7 +338,7 @@ mod tests {
             log.flush().unwrap();
             let flushed = log.flushed_offset();
             let durable = stored_bytes(&log);
-            append_batches(&log, 10, LeaderEpoch(1));
+            append_batches(&log, "more", 10, LeaderEpoch(1));
             log.set_high_watermark(log.log_end_offset());
             let start = Offset(flushed.0 + 2);
             log.raise_log_start_offset_deferred(start).unwrap();
@@ -345,9 +346,7 @@ mod tests {
                 log.finish_log_start_moves().unwrap();
             }
             lose_power(log);
-            let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap_or_else(|e| {
-                panic!("finished: {finished}: the log must reopen after the power loss: {e}")
-            });
+            let log = reopen(dir.path(), config);
             if finished {
                 assert_eq!(log.log_start_offset(), start);
                 assert_eq!(log.log_end_offset(), start);
@@ -383,8 +382,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let config = small_segments();
             let clock = Arc::new(ManualClock::new(START_MS));
-            let log = Log::open(dir.path(), config.clone(), clock.clone()).unwrap();
-            log.set_roll_flusher(RollFlusher(Box::new(|_| true)));
+            let (log, _given) = open_with_idle_flusher(dir.path(), &config, clock.clone());
             for i in 0..10 {
                 log.append_as_leader(&idempotent(2 * i), LeaderEpoch(0))
                     .unwrap();
@@ -393,7 +391,7 @@ mod tests {
             // rolls' wait.
             log.flush().unwrap();
             let producer_end = log.log_end_offset();
-            append_batches(&log, 20, LeaderEpoch(0));
+            append_batches(&log, "more", 20, LeaderEpoch(0));
             let end = log.log_end_offset();
             log.set_high_watermark(end);
             let start = Offset(end.0 - 4);
@@ -408,9 +406,7 @@ mod tests {
                 first > producer_end,
                 "the producer's batches are all in deleted segments"
             );
-            // A process crash: the files stay as written.
-            drop(log.halt_for_crash());
-            drop(log);
+            crash(log);
             let log = Log::open(dir.path(), config, clock).unwrap();
             assert_eq!(
                 log.producer_last_sequence(producer),
@@ -453,20 +449,15 @@ mod tests {
     #[test]
     fn a_restart_below_a_deferred_log_start_deletes_its_files_first() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes_max: 600,
-            batch_bytes_max: 600,
-            ..LogConfig::default()
-        };
+        let config = small_segments();
         let (log, _given) = log_with_idle_flusher(dir.path(), &config);
         log.raise_log_start_offset_deferred(Offset(40)).unwrap();
         log.truncate_to(Offset(10)).unwrap();
         assert_eq!(log.log_start_offset(), Offset(10));
         assert_eq!(log.log_end_offset(), Offset(10));
         assert_eq!(segment_count(dir.path()), 1);
-        drop(log.halt_for_crash());
-        drop(log);
-        let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap();
+        crash(log);
+        let log = reopen(dir.path(), config);
         assert_eq!(log.log_start_offset(), Offset(10));
         assert_eq!(log.log_end_offset(), Offset(10));
     }
@@ -521,8 +512,7 @@ mod tests {
                 file.entries()
             );
             lose_power(log);
-            let log = Log::open(dir.path(), config, Arc::new(SystemClock))
-                .unwrap_or_else(|e| panic!("{what}: the log must reopen: {e}"));
+            let log = reopen(dir.path(), config);
             assert_eq!(log.log_start_offset(), start, "{what}");
             assert_eq!(log.log_end_offset(), cut, "{what}");
             assert_eq!(stored_bytes(&log), expected, "{what}");
@@ -567,8 +557,7 @@ mod tests {
             ..LogConfig::default()
         };
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
-        log.set_roll_flusher(RollFlusher(Box::new(|_| true)));
+        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
         let epoch = LeaderEpoch(0);
         for records in [2, 2, 2, 3, 2, 2] {
             log.append_as_leader(&batch("old", records), epoch).unwrap();
@@ -589,8 +578,7 @@ mod tests {
         assert_eq!(log.stats().rolls, 2);
         let expected = stored_bytes(&log);
         lose_power(log);
-        let log = Log::open(dir.path(), config, Arc::new(SystemClock))
-            .unwrap_or_else(|e| panic!("the log must reopen after the power loss: {e}"));
+        let log = reopen(dir.path(), config);
         assert_eq!(log.log_end_offset(), segment_end);
         assert_eq!(stored_bytes(&log), expected[..first_segment as usize]);
         // The cut batches started at 4, 6 and 9, the new ones at 4, 7 and
@@ -601,18 +589,6 @@ mod tests {
         assert_eq!(log.log_end_offset(), Offset(7));
     }
 
-    fn snapshot_files(dir: &std::path::Path) -> Vec<u64> {
-        let mut offsets: Vec<u64> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| {
-                let name = e.unwrap().file_name().into_string().unwrap();
-                name.strip_suffix(".snapshot").map(|o| o.parse().unwrap())
-            })
-            .collect();
-        offsets.sort_unstable();
-        offsets
-    }
-
     /// Issue 27: a roll writes nothing durable on the appending thread. Its
     /// producer snapshot waits for the roll's flush; a truncation below it
     /// first drops it (written later, it would describe batches the log no
@@ -620,11 +596,7 @@ mod tests {
     #[test]
     fn a_roll_leaves_its_producer_snapshot_to_the_flush_and_a_truncation_drops_it() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes_max: 600,
-            batch_bytes_max: 600,
-            ..LogConfig::default()
-        };
+        let config = small_segments();
         let (log, given) = log_with_idle_flusher(dir.path(), &config);
         assert!(log.stats().rolls >= 3, "rolls: {}", log.stats().rolls);
         assert!(
@@ -686,11 +658,7 @@ mod tests {
     #[test]
     fn the_flush_after_a_roll_makes_the_new_segment_and_the_index_durable() {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes_max: 600,
-            batch_bytes_max: 600,
-            ..LogConfig::default()
-        };
+        let config = small_segments();
         let (log, _given) = log_with_idle_flusher(dir.path(), &config);
         assert!(log.state.read().dir_unsynced);
         assert!(!log.state.read().unsynced_indexes.is_empty());
@@ -699,16 +667,8 @@ mod tests {
         assert!(log.state.read().unsynced_indexes.is_empty());
         let end = log.log_end_offset();
         assert_eq!(log.recovery_point(), end);
-        for (path, durable) in log.halt_for_crash() {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .unwrap()
-                .set_len(durable)
-                .unwrap();
-        }
-        drop(log);
-        let log = Log::open(dir.path(), config, Arc::new(SystemClock)).unwrap();
+        lose_power(log);
+        let log = reopen(dir.path(), config);
         assert_eq!(log.log_end_offset(), end);
         assert!(log.recovery_report().indexes_rebuilt.is_empty());
     }

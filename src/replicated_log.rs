@@ -91,18 +91,19 @@ impl ReplicatedLog {
         if self.node.is_stopped() {
             return Err(Error::Shutdown);
         }
-        let appended =
-            match self
-                .replica
-                .append_as_leader(batch, acks == Acks::All, acks == Acks::Leader)
-            {
-                Ok(appended) => appended,
-                Err(error) if acks == Acks::None => {
-                    tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
-                    return Err(error);
-                }
-                Err(error) => return Err(error),
-            };
+        let appended = match self.replica.append_as_leader(
+            batch,
+            acks == Acks::All,
+            acks == Acks::Leader,
+            false,
+        ) {
+            Ok(appended) => appended,
+            Err(error) if acks == Acks::None => {
+                tracing::debug!(log = %self.id(), %error, "acks=0 append failed");
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
         // This append may have written (and, on a lone leader, committed)
         // pipelined appends queued behind the same write.
         self.replica.resolve_pipelined();
@@ -160,7 +161,10 @@ impl ReplicatedLog {
         let bytes = batch.size_bytes();
         self.replica.reserve_pipelined(bytes)?;
         let acks_all = acks == Acks::All;
-        let appended = match self.replica.append_as_leader(batch, acks_all, false) {
+        let appended = match self
+            .replica
+            .append_as_leader(batch, acks_all, false, acks_all)
+        {
             Ok(appended) => appended,
             Err(error) => {
                 self.replica.release_pipelined(bytes);
@@ -308,8 +312,10 @@ impl ReplicatedLog {
         self.replica.committed_end()
     }
 
-    /// The log end offset: the offset the next record will get.
+    /// The log end offset: the offset the next record will get (on a
+    /// leader, past every append that returned).
     pub fn log_end_offset(&self) -> Offset {
+        self.replica.write_deferred(true);
         self.replica.log().log_end_offset()
     }
 

@@ -172,5 +172,8 @@ mod loom_shim {
         pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
             self.0.write().unwrap_or_else(|e| e.into_inner())
         }
+        pub(crate) fn try_read(&self) -> Option<loom::sync::RwLockReadGuard<'_, T>> {
+            self.0.try_read().ok()
+        }
     }
 }

@@ -230,6 +230,81 @@ fn combining_pipeline_never_strands_a_push() {
     });
 }
 
+/// The deferred push hand-off (issue 27): an appender pushes without
+/// writing and bumps the "data arrived" watch; a fetcher that checks for
+/// deferred pushes, then parks until the next bump, always writes it (the
+/// appender's bump cannot fall between the fetcher's check and its park),
+/// and a second appender's immediate drain racing it writes nothing twice
+/// (a fetcher that finds that drain writing waits for its announcement).
+#[test]
+fn a_deferred_push_is_written_by_the_fetch_it_wakes() {
+    use isrlog::testing::loom_models::{Combine, Combiner};
+
+    #[derive(Debug, Default)]
+    struct Queue {
+        pending: Vec<u32>,
+    }
+    impl Combine for Queue {
+        type Taken = Vec<u32>;
+        fn take(&mut self) -> Option<Vec<u32>> {
+            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+        }
+        fn is_pending(&self) -> bool {
+            !self.pending.is_empty()
+        }
+    }
+
+    loom::model(|| {
+        let combiner = Arc::new(Combiner::new(Queue::default()));
+        let data_arrived = Arc::new(Watch::new(0));
+        let written = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let deferring = {
+            let combiner = Arc::clone(&combiner);
+            let data_arrived = Arc::clone(&data_arrived);
+            thread::spawn(move || {
+                let ((), deferred) = combiner.push_deferred(|q| (q.pending.push(0), true));
+                assert!(deferred);
+                data_arrived.bump();
+            })
+        };
+        // A write announces itself, as `after_leader_write` does: a fetcher
+        // that found the seat taken waits for that.
+        let immediate = {
+            let combiner = Arc::clone(&combiner);
+            let written = Arc::clone(&written);
+            let data_arrived = Arc::clone(&data_arrived);
+            thread::spawn(move || {
+                combiner.push(|q| q.pending.push(1));
+                combiner.drain(&mut |taken| {
+                    written.lock().unwrap().extend(taken);
+                    data_arrived.bump();
+                });
+            })
+        };
+        // The fetcher: write what was left for it, park until data arrives,
+        // until the deferred push is in.
+        loop {
+            let seen = data_arrived.get();
+            if combiner.has_deferred() {
+                combiner.drain(&mut |taken| written.lock().unwrap().extend(taken));
+            }
+            if written.lock().unwrap().contains(&0) {
+                break;
+            }
+            assert_ne!(
+                data_arrived.wait_at_least(seen + 1, far(), Duration::ZERO),
+                WaitOutcome::Closed
+            );
+        }
+        deferring.join().unwrap();
+        immediate.join().unwrap();
+        assert!(!combiner.has_deferred());
+        let mut written = written.lock().unwrap().clone();
+        written.sort_unstable();
+        assert_eq!(written, vec![0, 1], "written twice or never");
+    });
+}
+
 // ---- pipelined append completion (issue 14) -----------------------------
 
 mod completion {

@@ -5,11 +5,19 @@
 //! taken leaves: the seat holder re-checks for pending work after giving
 //! the seat up, so nothing pushed is ever stranded.
 //!
+//! A push may also be *deferred* ([`Combiner::push_deferred`]): the pusher
+//! leaves without writing, and a thread that will need the data soon anyway
+//! (on a leader, the next follower fetch) drains it, seeing it through
+//! [`Combiner::has_deferred`]. Many deferred pushes then share one write
+//! even when they come one after another from one thread (an async
+//! executor's worker running many appending tasks), which the seat alone
+//! never combines.
+//!
 //! It owns only the protocol (who writes, and that every push is written
 //! exactly once, in push order); what is pushed and how it is written is
 //! the caller's. Modelled with loom in `tests/loom.rs`.
 
-use crate::sync::Mutex;
+use crate::sync::{AtomicUsize, Mutex, Ordering};
 
 /// The shared state of a [`Combiner`]: a queue that pushes fill and the
 /// seat holder empties.
@@ -27,6 +35,10 @@ pub trait Combine {
 pub struct Combiner<S> {
     state: Mutex<S>,
     seat: Mutex<()>,
+    /// Deferred pushes not taken yet. Changed only under `state`'s lock
+    /// (raised by `push_deferred`, zeroed by every take, which takes
+    /// everything), read without it.
+    deferred: AtomicUsize,
 }
 
 impl<S: Combine> Combiner<S> {
@@ -35,7 +47,39 @@ impl<S: Combine> Combiner<S> {
         Combiner {
             state: Mutex::new(state),
             seat: Mutex::new(()),
+            deferred: AtomicUsize::new(0),
         }
+    }
+
+    /// Runs `push` with the state locked, as [`push`](Self::push); when it
+    /// answers `true` (it defers), counts it as deferred: the caller will
+    /// not drain, and must make sure a thread that drains learns of it
+    /// (through [`has_deferred`](Self::has_deferred)) after this returns.
+    /// When it answers `false` the caller drains as after `push`.
+    pub fn push_deferred<R>(&self, push: impl FnOnce(&mut S) -> (R, bool)) -> (R, bool) {
+        let mut state = self.state.lock();
+        let (result, deferred) = push(&mut state);
+        if deferred {
+            self.deferred.fetch_add(1, Ordering::SeqCst);
+        }
+        (result, deferred)
+    }
+
+    /// Whether a deferred push waits for a drain (read without the lock: a
+    /// push deferred before this call, by this thread or by one whose
+    /// signal this thread received, is seen).
+    pub fn has_deferred(&self) -> bool {
+        self.deferred.load(Ordering::SeqCst) > 0
+    }
+
+    /// Takes what is pending, under the state's lock.
+    fn take_locked(&self, state: &mut S) -> Option<S::Taken> {
+        let taken = state.take();
+        if taken.is_some() {
+            // A take takes everything: no deferred push is left behind.
+            self.deferred.store(0, Ordering::SeqCst);
+        }
+        taken
     }
 
     /// Runs `push` with the state locked (keep it short: reserve, copy).
@@ -66,7 +110,7 @@ impl<S: Combine> Combiner<S> {
                 return;
             };
             gather();
-            let taken = self.state.lock().take();
+            let taken = self.take_locked(&mut self.state.lock());
             if let Some(taken) = taken {
                 write(taken);
             }
@@ -90,7 +134,7 @@ impl<S: Combine> Combiner<S> {
     ) -> R {
         let result = {
             let _seat = self.seat.lock();
-            let taken = self.state.lock().take();
+            let taken = self.take_locked(&mut self.state.lock());
             if let Some(taken) = taken {
                 write(taken);
             }
@@ -98,7 +142,7 @@ impl<S: Combine> Combiner<S> {
             // held, so nothing queued can be left between it and
             // `exclusive`.
             let mut state = self.state.lock();
-            if let Some(taken) = state.take() {
+            if let Some(taken) = self.take_locked(&mut state) {
                 write(taken);
             }
             exclusive(&mut state)
@@ -137,6 +181,39 @@ mod tests {
         /// Reservation numbers in the order they were written.
         reservations: Vec<u32>,
         writes: u32,
+    }
+
+    /// Deferred pushes are counted until a take, by any drain, takes them:
+    /// a drainer that checks `has_deferred` writes them all with one
+    /// write, and a push that does not defer is not counted.
+    #[test]
+    fn deferred_pushes_wait_for_a_drain_and_share_its_write() {
+        let combiner = Combiner::new(Queue::default());
+        let mut writes = Vec::new();
+        for value in 0..3u32 {
+            let ((), deferred) = combiner.push_deferred(|queue| {
+                queue.pending.push((value, value));
+                ((), true)
+            });
+            assert!(deferred);
+        }
+        assert!(combiner.has_deferred());
+        let ((), deferred) = combiner.push_deferred(|queue| {
+            queue.pending.push((3, 3));
+            ((), false)
+        });
+        assert!(!deferred);
+        combiner.drain(&mut |taken| writes.push(taken));
+        assert!(!combiner.has_deferred());
+        assert_eq!(writes, vec![vec![(0, 0), (1, 1), (2, 2), (3, 3)]]);
+        // An exclusive section's take counts too.
+        let _ = combiner.push_deferred(|queue| {
+            queue.pending.push((4, 4));
+            ((), true)
+        });
+        combiner.exclusive(&mut |taken| writes.push(taken), |_| ());
+        assert!(!combiner.has_deferred());
+        assert_eq!(writes.len(), 2);
     }
 
     #[test]

@@ -83,6 +83,10 @@ const GATHER_YIELDS_MAX: u32 = 8;
 /// Batches at least this large skip the combining pipeline.
 const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
 
+/// A pipelined append is left to the next fetch only while less than this
+/// is queued: past it the appender writes, so one write stays moderate.
+const DEFERRED_BYTES_MAX: usize = 512 * 1024;
+
 /// The leader's append pipeline for plain (non-idempotent) batches: flat
 /// combining. An appender reserves its offsets and copies its batch,
 /// stamped with those offsets and the leader epoch, into `pending` under a
@@ -91,9 +95,16 @@ const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
 /// many appenders share one write and one lock hand-off instead of queueing
 /// on the log's lock one by one.
 ///
-/// Invariant: `pending` is empty whenever `Replica::role` is held for
-/// writing (every writer holds it for reading, and a writer drains what
-/// was pushed before it let go of the seat), so a role change never leaves
+/// A pipelined `acks=all` append may leave its batch queued (deferred, see
+/// `Replica::append_as_leader`): the next follower fetch writes it
+/// (`Replica::write_deferred`), with whatever else was queued meanwhile;
+/// so does a leader read past the committed end, a log end query, the
+/// node's deadline timer (every 10 ms, should no fetch come) and every role
+/// change.
+///
+/// Invariant: `pending` is empty once a role change holds `Replica::role`
+/// for writing and wrote what was queued (`flush_pipeline_for_role_change`;
+/// every writer holds `role` for reading), so a role change never leaves
 /// batches of the old role behind.
 #[derive(Debug)]
 struct AppendPipeline {
@@ -465,6 +476,7 @@ impl Replica {
         if role.role != Role::Leader {
             return None;
         }
+        self.flush_pipeline_for_role_change();
         self.appends_stopped_in
             .store(u64::from(role.leader_epoch.0) + 1, Ordering::SeqCst);
         Some((role.leader_epoch, self.log.log_end_offset()))
@@ -642,17 +654,42 @@ impl Replica {
         tracing::info!(log = %self.log_id, node = %self.local, %epoch, ?leader, "became follower");
     }
 
-    /// The pipeline's invariant says nothing is pending when the role
-    /// changes; should that ever be broken, the batches (stamped by the old
-    /// leader) are written rather than left to a later role.
+    /// Writes what the old role queued (deferred pipelined appends, stamped
+    /// by the old leader with their offsets handed out) before the role
+    /// changes: they are the old leader's, and a later role must find the
+    /// log as the old one left it. Called with `role` held for writing, so
+    /// no appender or drainer is in the pipeline.
     fn flush_pipeline_for_role_change(&self) {
-        let pending = self.pipeline.combiner.with_state(AppendQueue::is_pending);
-        debug_assert!(!pending, "pending appends across a role change");
-        if pending {
-            tracing::error!(log = %self.log_id, "pending appends found at a role change; writing them");
+        if self.pipeline.combiner.with_state(AppendQueue::is_pending) {
             self.pipeline
                 .combiner
                 .exclusive(&mut |taken| self.write_taken(taken), |_| ());
+        }
+    }
+
+    /// Writes the pipelined appends left queued for a fetch (deferred, see
+    /// `append_as_leader`); nothing when none is. Holds `role` for reading
+    /// (as every appender does), so a role change cannot pass the write.
+    /// Call with no lock of the replica held. With `wait_for_role` false
+    /// it does nothing while a role change holds (or waits for) `role`:
+    /// the node's deadline timer must not wait for a role change, which
+    /// writes the queue itself.
+    pub(crate) fn write_deferred(&self, wait_for_role: bool) {
+        if !self.pipeline.combiner.has_deferred() {
+            return;
+        }
+        let role = if wait_for_role {
+            self.role.read()
+        } else {
+            match self.role.try_read() {
+                Some(role) => role,
+                None => return,
+            }
+        };
+        if role.role == Role::Leader {
+            self.pipeline
+                .combiner
+                .drain(&mut |taken| self.write_taken(taken));
         }
     }
 
@@ -724,11 +761,19 @@ impl Replica {
     /// (SPEC 3.1, `acks=all`). With `wait_written`, returns only once the
     /// batch is in the log (`acks=1`); otherwise once it is queued for the
     /// log (`acks=0`, or `acks=all`, which waits for the high watermark).
+    ///
+    /// With `defer` (a pipelined `acks=all` append, whose caller needs its
+    /// offsets now and its outcome later) the write may be left to the next
+    /// follower fetch (see `write_deferred`), when other pipelined appends
+    /// are in flight and followers must fetch before anything commits:
+    /// those fetches then write many appends with one write, and a lone
+    /// appender, which finds nothing in flight, still writes at once.
     pub(crate) fn append_as_leader(
         &self,
         batch: &RecordBatch,
         check_isr: bool,
         wait_written: bool,
+        defer: bool,
     ) -> Result<LeaderAppend> {
         let role = self.role.read();
         if role.role != Role::Leader {
@@ -775,7 +820,14 @@ impl Replica {
         }
         self.log.check_batch_size(batch.size_bytes())?;
         self.pipeline.pushes.fetch_add(1, Ordering::Relaxed);
-        let info = self.pipeline.combiner.push(|queue| {
+        // Deferring needs a fetch that will come: a follower in the ISR
+        // (without one, a lone leader commits on its own write), and no
+        // fsync left to a fetch answer (`FlushPolicy::Always`).
+        let defer = defer
+            && !self.flush_always
+            && role.in_sync_replicas.len() > 1
+            && self.pending.queued() > 0;
+        let stamp = |queue: &mut AppendQueue| {
             let base_offset = queue.next_offset;
             let at = queue.pending.len();
             queue.pending.extend_from_slice(batch.as_bytes());
@@ -789,7 +841,25 @@ impl Replica {
                 leader_epoch,
                 duplicate: false,
             }
-        });
+        };
+        let (info, deferred) = if defer {
+            self.pipeline.combiner.push_deferred(|queue| {
+                let deferred = queue.pending.len() < DEFERRED_BYTES_MAX;
+                (stamp(queue), deferred)
+            })
+        } else {
+            (self.pipeline.combiner.push(stamp), false)
+        };
+        if deferred {
+            drop(role);
+            // Parked fetches wake and write it (`answer_fetch`).
+            self.data_arrived.bump();
+            return Ok(LeaderAppend {
+                info,
+                generation,
+                leader_epoch,
+            });
+        }
         self.pipeline
             .combiner
             .drain_gathering(|| self.gather(), &mut |taken| self.write_taken(taken));
@@ -1178,6 +1248,9 @@ impl Replica {
     /// no lock a coordinator call can hold, and so is on time whatever the
     /// control loop is doing.
     pub(crate) fn expire_pipelined(&self) {
+        // Should no fetch come to write appends left for one, write them
+        // here (at most a tick late).
+        self.write_deferred(false);
         if self.pending.queued() == 0 {
             return;
         }
@@ -1280,6 +1353,9 @@ impl Replica {
     ) -> FetchedLog {
         // The fetch may move the high watermark past pipelined appends.
         let _resolve = self.resolve_on_drop(false);
+        // Pipelined appends left for this fetch go into the log first, so
+        // that it reads them.
+        self.write_deferred(true);
         let mut answer = FetchedLog {
             log: self.log_id,
             error: ErrorCode::None,
@@ -2273,6 +2349,7 @@ impl Replica {
             let read = self.log.read_committed(from, bytes_max, hw)?;
             Ok(read.records)
         } else {
+            self.write_deferred(true);
             let role = self.role.read();
             if role.role != Role::Leader {
                 return Err(self.not_leader(&role));
@@ -2368,7 +2445,7 @@ mod tests {
             let mut builder = RecordBatchBuilder::new(1);
             builder.push(b"v");
             replica
-                .append_as_leader(&builder.build().unwrap(), false, true)
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
                 .unwrap();
         }
         replica.publish_high_watermark(Offset(10));

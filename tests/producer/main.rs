@@ -8,4 +8,5 @@ mod completion_callbacks_may_append_and_wait;
 mod idempotent_producer;
 mod pipelined_appends_block_at_the_bytes_bound;
 mod pipelined_appends_committed_in_call_order_under_random_faults;
+mod pipelined_appends_in_flight_share_writes;
 mod pipelined_appends_resolve_like_blocking_appends;

@@ -677,9 +677,10 @@ impl Node {
     /// its (target) replicas is reassigned to the same replicas with
     /// `replacement` in `dead`'s place ([`Node::reassign_log`]). Returns
     /// the stored states of the logs reassigned. `replacement` must be
-    /// live. A log that cannot be reassigned does not stop the others: the
-    /// call moves them, then errs naming each log it could not move and
-    /// why.
+    /// live. A log that already has `replacement` among its replicas is
+    /// skipped with a warning; one whose reassignment fails does not stop
+    /// the others: the call moves them, then errs naming each log it could
+    /// not move and why.
     pub fn replace_node(&self, dead: NodeId, replacement: NodeId) -> Result<Vec<LogState>> {
         replace_node(
             &*self.shared.coordinator,
@@ -1660,6 +1661,11 @@ impl NodeShared {
     /// Otherwise (a cancelled move, another epoch) any hand-over under way
     /// ends and appends run again.
     fn begin_reassignment_hand_over(&self, replica: &Replica, state: &LogState) {
+        // A stopping node's controlled shutdown owns the appends' stop:
+        // nothing here may give them back (or start another hand-over).
+        if self.winding_down.load(Ordering::SeqCst) {
+            return;
+        }
         let me = self.local();
         let log = state.log;
         let target = state.target_replicas();
@@ -1761,8 +1767,19 @@ impl NodeShared {
                 // The caught-up target replica has its fetch parked here and
                 // brings the high watermark to `end` in about one fetch
                 // round: wait for that now, briefly, rather than a whole
-                // control tick (up to 50 ms) with appends stopped.
-                if end > Offset::ZERO {
+                // control tick (up to 50 ms) with appends stopped. Only
+                // when every other ISR member fetched lately: one that is
+                // cut off holds the high watermark for longer, and this
+                // thread serves every log (a retired leader of hundreds of
+                // logs would spend its heartbeats here).
+                let fresh = self.config.replication.fetch_wait_max * 2;
+                let isr_fetching = replica.in_sync_replicas().iter().all(|node| {
+                    *node == me
+                        || replica
+                            .follower_lag(*node)
+                            .is_some_and(|(_, since_caught_up)| since_caught_up <= fresh)
+                });
+                if end > Offset::ZERO && isr_fetching {
                     let _ = replica.wait_for_high_watermark_above(
                         Offset(end.0 - 1),
                         now + REASSIGNMENT_HAND_OVER_HW_WAIT,

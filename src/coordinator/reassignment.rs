@@ -136,22 +136,32 @@ pub(crate) fn start_update(
     let eligible_leader_replicas = kept(&state.eligible_leader_replicas);
     // A leaderless log's committed records may be held only by replicas
     // this update drops (the ones a move was adding, in its ISR, ELR or
-    // unclean list when the others crashed): dropping them all would leave
+    // unclean list when the others crashed): dropping them would leave
     // nobody to elect but a replica without those records, and their
-    // copies would be deleted. Kafka's controller refuses a revert that
-    // would need an unclean election; so does this.
-    let held_by: Vec<NodeId> = state
+    // copies would be deleted. Every ISR and ELR member holds them, so one
+    // of those must stay; with both empty, the unclean replica with the
+    // longest log (the one unclean recovery would elect, which holds them
+    // all) must stay. Kafka's controller refuses a revert that would need
+    // an unclean election; so does this.
+    let isr_and_elr: Vec<NodeId> = state
         .in_sync_replicas
         .iter()
         .chain(&state.eligible_leader_replicas)
-        .chain(state.unclean_replicas.iter().map(|r| &r.node))
         .copied()
         .collect();
-    if !held_by.is_empty() && !held_by.iter().any(|node| replicas.contains(node)) {
+    if !isr_and_elr.is_empty() && !isr_and_elr.iter().any(|node| replicas.contains(node)) {
         return Err(coordinator_error(format!(
-            "cannot reassign {log} to {target:?}: its committed records are held only by {held_by:?} (in_sync_replicas {:?}, eligible_leader_replicas {:?}, unclean replicas), which the new replicas {replicas:?} drop; it would need an unclean election",
+            "cannot reassign {log} to {target:?}: its committed records are held only by {isr_and_elr:?} (in_sync_replicas {:?}, eligible_leader_replicas {:?}), which the new replicas {replicas:?} drop; it would need an unclean election",
             state.in_sync_replicas, state.eligible_leader_replicas
         )));
+    }
+    if let Some(longest) = state.recovery_leader() {
+        if !replicas.contains(&longest.node) {
+            return Err(coordinator_error(format!(
+                "cannot reassign {log} to {target:?}: it waits for unclean recovery, and {} holds the longest log (end {:?}), which the new replicas {replicas:?} drop; it would need an unclean election",
+                longest.node, longest.log_end
+            )));
+        }
     }
     let leader = match state.leader {
         Some(leader) if replicas.contains(&leader) => Some(leader),
@@ -297,12 +307,13 @@ pub(crate) fn cancel_reassignment(
 
 /// Reassigns every log that has `dead` as a replica (in its target, when
 /// one runs) to the same replicas with `replacement` in `dead`'s place, and
-/// returns the stored states. Errs if `replacement` is not live. A log that
-/// cannot be reassigned (`replacement` is already one of its replicas, a
-/// refused or failed write) does not stop the others: each of those is
-/// moved, then the call errs naming every log it could not move and why.
-/// Calling it again retries just those (the moved ones already have
-/// `replacement` in their target).
+/// returns the stored states. A log that already has `replacement` among
+/// its target replicas cannot take it twice: it is skipped with a warning
+/// (reassign it by hand). A log whose reassignment is refused or fails
+/// (`replacement` not live, a coordinator error) does not stop the others:
+/// each of those is moved, then the call errs naming every log it could
+/// not move and why. Calling it again retries just those (the moved ones
+/// have `replacement` in their target by then, and are skipped).
 pub(crate) fn replace_node(
     coordinator: &dyn Coordinator,
     dead: NodeId,
@@ -322,10 +333,8 @@ pub(crate) fn replace_node(
             continue;
         }
         if target.contains(&replacement) {
-            refused.push(format!(
-                "{}: {replacement} is already one of its target replicas {target:?}",
-                state.log
-            ));
+            tracing::warn!(log = %state.log, %dead, %replacement, ?target,
+                "cannot replace a node by one of the log's own replicas; skipped (reassign it by hand)");
             continue;
         }
         let target: Vec<NodeId> = target
@@ -438,25 +447,38 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(kept.in_sync_replicas, nodes(&[4]));
-        // Held only by an unclean replica: the same.
+        // ISR and ELR empty, in unclean recovery: the replica with the
+        // longest log must stay, even when a shorter one does (review of
+        // 5683f2c: keeping 0, with 5 records, lost 3's 100).
+        let unclean_at = |node: u32, end: u64| crate::coordinator::UncleanReplica {
+            node: NodeId(node),
+            log_end: crate::coordinator::LogEnd {
+                last_epoch: Some(LeaderEpoch(3)),
+                log_end_offset: crate::types::Offset(end),
+            },
+        };
         let mut unclean = moving.clone();
         unclean.in_sync_replicas.clear();
         unclean.eligible_leader_replicas.clear();
-        unclean.unclean_replicas = vec![crate::coordinator::UncleanReplica {
-            node: NodeId(3),
-            log_end: crate::coordinator::LogEnd {
-                last_epoch: None,
-                log_end_offset: crate::types::Offset(7),
-            },
-        }];
-        assert!(start_update(&unclean, &nodes(&[0, 1, 2]), &live, 2).is_err());
+        unclean.unclean_replicas = vec![unclean_at(3, 100), unclean_at(0, 5)];
+        assert_eq!(unclean.recovery_leader().map(|r| r.node), Some(NodeId(3)));
+        let error = start_update(&unclean, &nodes(&[0, 1, 2]), &live, 2).unwrap_err();
+        assert!(error.to_string().contains("longest log"), "{error}");
+        assert!(start_update(&unclean, &nodes(&[0, 1, 3]), &live, 2).is_ok());
+        // With the ELR holding 3 and an unclean 0, keeping only 0 is
+        // refused too: the ELR member holds what 0 may have lost.
+        let mut elr = moving.clone();
+        elr.in_sync_replicas.clear();
+        elr.eligible_leader_replicas = nodes(&[3]);
+        elr.unclean_replicas = vec![unclean_at(0, 5)];
+        assert!(start_update(&elr, &nodes(&[0, 1, 2]), &live, 2).is_err());
     }
 
     /// Review of 714b35d: `replace_node` stopped at the first log it could
     /// not move, and the same log came first on every retry, so the others
     /// were never moved.
     #[test]
-    fn replace_node_moves_every_log_it_can_and_names_the_others() {
+    fn replace_node_skips_a_log_that_holds_the_replacement_and_moves_the_rest() {
         use crate::coordinator::MemoryCoordinator;
         use std::time::Duration;
         let coordinator = MemoryCoordinator::new(Arc::new(crate::clock::SystemClock));
@@ -467,11 +489,10 @@ mod tests {
         }
         coordinator.create_log(LogId(1), nodes(&[0, 1, 3])).unwrap();
         coordinator.create_log(LogId(2), nodes(&[0, 1, 2])).unwrap();
-        let error = replace_node(&coordinator, NodeId(0), NodeId(3), 2).unwrap_err();
-        let message = error.to_string();
-        assert!(
-            message.contains("log-1") && message.contains("already one of its target replicas"),
-            "{message}"
+        let moved = replace_node(&coordinator, NodeId(0), NodeId(3), 2).unwrap();
+        assert_eq!(
+            moved.iter().map(|s| s.log).collect::<Vec<_>>(),
+            vec![LogId(2)]
         );
         let moved = coordinator.log_state(LogId(2)).unwrap().unwrap();
         assert_eq!(moved.target_replicas(), nodes(&[3, 1, 2]));

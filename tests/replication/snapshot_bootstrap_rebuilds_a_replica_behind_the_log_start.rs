@@ -15,8 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use isrlog::testing::{Cluster, Lose, SessionEnd};
 use isrlog::{
-    Acks, Isolation, LogConfig, LogId, NodeId, Offset, ReplicatedLog, ReplicationConfig,
-    SnapshotInfo, SnapshotStore,
+    Acks, Coordinator, Isolation, LogConfig, LogId, NodeId, Offset, ReplicatedLog,
+    ReplicationConfig, SnapshotInfo, SnapshotStore,
 };
 
 pub(super) const LOG: LogId = LogId(0);
@@ -215,7 +215,16 @@ pub(super) fn setup_with(
     with_snapshots: bool,
     tweak: impl FnOnce(&mut ReplicationConfig),
 ) -> Setup {
-    let apps: BTreeMap<NodeId, Arc<App>> = (0..3)
+    setup_nodes(3, with_snapshots, tweak)
+}
+
+/// [`setup_with`] on `nodes` nodes (the log on three of them).
+fn setup_nodes(
+    nodes: u32,
+    with_snapshots: bool,
+    tweak: impl FnOnce(&mut ReplicationConfig),
+) -> Setup {
+    let apps: BTreeMap<NodeId, Arc<App>> = (0..nodes)
         .map(|i| (NodeId(i), Arc::new(App::default())))
         .collect();
     let mut replication = ReplicationConfig {
@@ -232,7 +241,7 @@ pub(super) fn setup_with(
     };
     tweak(&mut replication);
     let mut builder = Cluster::builder()
-        .nodes(3)
+        .nodes(nodes as usize)
         .replication(replication)
         .log_config(LogConfig {
             segment_bytes_max: 4 * 1024,
@@ -353,6 +362,59 @@ fn down_past_the_cap_then_back(victim_is_empty: bool) {
         on_victim.log_start_offset(),
         leader.high_watermark()
     );
+    setup.cluster.shutdown().expect("shutdown");
+}
+
+/// SPEC 3.10 with 3.9: a replica that a reassignment adds after the log
+/// was deleted below what it could fetch (it has nothing) bootstraps from
+/// the leader application's snapshot, fetches the suffix, joins the ISR,
+/// and the move completes with its application's state equal to the
+/// leader's.
+#[test]
+fn a_replica_added_by_a_reassignment_is_bootstrapped_from_a_snapshot() {
+    let setup = setup_nodes(4, true, |_| {});
+    let cluster = &setup.cluster;
+    setup.append(150);
+    let leader = cluster.leader_log(LOG).expect("leader");
+    assert!(
+        cluster.wait_until(WAIT, |_| {
+            setup.apply_running();
+            leader.log_start_offset() > Offset(20)
+        }),
+        "retention never moved the log start: {:?}",
+        leader.deletion_bound()
+    );
+    let snapshot = setup.apps[&leader.node_id()].take_snapshot();
+    assert!(snapshot.offset >= leader.log_start_offset(), "{snapshot:?}");
+    setup.append(20);
+    let added = NodeId(3);
+    let mut target = cluster
+        .coordinator
+        .log_state(LOG)
+        .expect("coordinator")
+        .expect("the log")
+        .replicas;
+    assert!(!target.contains(&added));
+    target.push(added);
+    cluster
+        .with_node(added, |node| node.reassign_log(LOG, target.clone()))
+        .expect("node 3 runs")
+        .expect("the move is stored");
+    let completed = cluster.wait_until(WAIT, |c| {
+        setup.apply_running();
+        let state = c
+            .coordinator
+            .log_state(LOG)
+            .expect("coordinator")
+            .expect("the log");
+        !state.is_reassigning() && state.replicas.len() == 4 && state.in_sync_replicas.len() == 4
+    });
+    assert!(completed, "the move never completed");
+    setup.wait_states_equal();
+    assert_eq!(setup.apps[&added].installs.load(Ordering::SeqCst), 1);
+    let on_added = cluster.log(added, LOG).expect("the added replica");
+    assert!(!on_added.needs_snapshot());
+    assert!(on_added.log_start_offset() >= snapshot.offset.min(leader.log_start_offset()));
     setup.cluster.shutdown().expect("shutdown");
 }
 

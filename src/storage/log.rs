@@ -869,9 +869,25 @@ impl Log {
     /// the checkpoint lock (and not the state lock: see `checkpoint_lock`).
     pub(super) fn store_checkpoint_serialized(
         &self,
-        _serial: &MutexGuard<'_, ()>,
+        serial: &MutexGuard<'_, ()>,
         clean_shutdown: bool,
     ) -> Result<()> {
+        // A halt (a simulated crash) that came while the caller waited for
+        // `checkpoint_lock` ends what this process may write.
+        self.commit.check_not_poisoned(&self.dir)?;
+        // G4: a deferred log start move already moved the segment map; the
+        // snapshot covering its first segment goes before the checkpoint
+        // that names the start (see `write_covering_snapshot`).
+        let first = {
+            let state = self.state.read();
+            state
+                .segments
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or(state.log_start_offset)
+        };
+        self.write_covering_snapshot(serial, first)?;
         let (log_start_offset, high_watermark) = {
             let state = self.state.read();
             (state.log_start_offset, state.high_watermark)
@@ -1098,6 +1114,11 @@ impl Log {
     pub fn truncate_to(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let serial = self.checkpoint_lock.lock();
+        // A deferred log start move finishes first (its checkpoint, with
+        // the snapshot covering its first segment before it): the
+        // truncation's checkpoint below names the moved start, and the
+        // producer state it rebuilds reads that snapshot (G4).
+        self.finish_log_start_moves_locked(&serial)?;
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
         if offset >= state.log_end_offset() {
@@ -1342,9 +1363,13 @@ impl Log {
         // directory at once).
         let _serial = self.checkpoint_lock.lock();
         let state = self.state.write();
+        // The files of a deferred log start move not yet deleted are on
+        // disk too, with what their last sync left.
+        let moves = self.start_moves.lock();
         state
             .segments
             .values()
+            .chain(moves.doomed.iter())
             .map(|segment| (segment.log_path().to_path_buf(), segment.file().halt()))
             .collect()
     }
@@ -1359,7 +1384,8 @@ impl Log {
     #[doc(hidden)]
     pub fn lose_unsynced_index_writes(&self) -> std::io::Result<()> {
         let state = self.state.read();
-        for segment in state.segments.values() {
+        let moves = self.start_moves.lock();
+        for segment in state.segments.values().chain(moves.doomed.iter()) {
             let image = segment.index_durable_image();
             let mut file = std::fs::OpenOptions::new()
                 .write(true)

@@ -167,8 +167,16 @@ impl Log {
             }
             // Retention's caller passes the replica's high watermark as
             // its limit, which the log's own copy may trail by a publish.
-            state.high_watermark.max(offset)
+            (
+                state.high_watermark.max(offset),
+                first_segment_after(&state, offset),
+            )
         };
+        let (high_watermark, first_after) = high_watermark;
+        // G4: the snapshot covering the segment that will be first is on
+        // disk before the checkpoint says the log starts there (recovery
+        // deletes what lies below a checkpointed start by itself).
+        self.write_covering_snapshot(&serial, first_after)?;
         let checkpoint = LogCheckpoint {
             recovery_point: self.commit.flushed_offset(),
             high_watermark,
@@ -193,6 +201,10 @@ impl Log {
             debug_assert!(state.check_invariants());
             debug_assert!(self.start_moves.lock().check_invariants(&state));
             let first = state.segments.keys().next().copied().unwrap_or(offset);
+            debug_assert_eq!(
+                first, first_after,
+                "the segment map moved under checkpoint_lock"
+            );
             (doomed, first)
         };
         let count = doomed.len() as u64;
@@ -291,42 +303,73 @@ impl Log {
         self.delete_below_first_segment(serial, doomed, first)
     }
 
-    /// The file work of a log start move, once its checkpoint is written:
-    /// deletes the `doomed` segments (taken out of the log, wholly below
-    /// the log start) and the producer snapshots older than the newest one
-    /// at or below `first`, the log's first segment's base. The caller
-    /// holds `checkpoint_lock` (not the state lock).
-    ///
-    /// A snapshot covering `first` reaches the disk before any older one
-    /// goes (G4): the one the roll that created the first segment took is
-    /// written now if it still waits for that roll's flush (issue 27), and
-    /// pending ones below it, which describe deleted segments, are dropped.
-    /// Deleting the older snapshots first left, after a crash before the
-    /// roll's flush, no snapshot holding the producers of the deleted
-    /// segments: the reopened log forgot them and appended a retry of
-    /// their last batch again. The newest snapshot at or below `first`
-    /// stays even when it is older than `first` (a first segment no roll of
-    /// this process made): it still holds the producers of the batches
-    /// before it. As Kafka, a segment's snapshot is otherwise deleted with
-    /// the segments below it; the in-memory state keeps the producers.
-    fn delete_below_first_segment(
+    /// Writes the producer snapshot covering `first`, the base of the
+    /// segment a log start move leaves first, if it still waits for its
+    /// roll's flush (issue 27), and drops the pending ones below it, which
+    /// describe segments the move deletes. The caller holds
+    /// `checkpoint_lock` and calls this before any checkpoint names a log
+    /// start at or above `first` (G4): recovery deletes the segments below
+    /// a checkpointed start by itself, so a crash between that checkpoint
+    /// and this write reopened a log whose snapshots all lay below the
+    /// deleted segments' batches; it forgot their producers and appended a
+    /// retry of their last batch again. Nothing pending at or below
+    /// `first` is a no-op.
+    pub(super) fn write_covering_snapshot(
         &self,
         _serial: &MutexGuard<'_, ()>,
-        doomed: Vec<Segment>,
         first: Offset,
     ) -> Result<()> {
         let covering = {
             let mut state = self.state.write();
+            if !state
+                .pending_snapshots
+                .iter()
+                .any(|(offset, _)| *offset <= first)
+            {
+                return Ok(());
+            }
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending_snapshots)
                 .into_iter()
                 .partition(|(offset, _)| *offset <= first);
             state.pending_snapshots = later;
             due.into_iter().max_by_key(|(offset, _)| *offset)
         };
+        let Some((offset, bytes)) = covering else {
+            return Ok(());
+        };
+        let written = write_atomically(&producer_state::snapshot_path(&self.dir, offset), &bytes);
+        self.poison_on_error(written)
+    }
+
+    /// The file work of a log start move, once its checkpoint is written
+    /// (and, before it, the snapshot covering `first`:
+    /// [`write_covering_snapshot`](Self::write_covering_snapshot)):
+    /// deletes the `doomed` segments (taken out of the log, wholly below
+    /// the log start) and the producer snapshots older than the newest one
+    /// at or below `first`, the log's first segment's base. The caller
+    /// holds `checkpoint_lock` (not the state lock).
+    ///
+    /// The newest snapshot at or below `first` stays even when it is older
+    /// than `first` (a first segment no roll of this process made): it
+    /// still holds the producers of the batches before it. As Kafka, a
+    /// segment's snapshot is otherwise deleted with the segments below it;
+    /// the in-memory state keeps the producers.
+    fn delete_below_first_segment(
+        &self,
+        _serial: &MutexGuard<'_, ()>,
+        doomed: Vec<Segment>,
+        first: Offset,
+    ) -> Result<()> {
+        debug_assert!(
+            !self
+                .state
+                .read()
+                .pending_snapshots
+                .iter()
+                .any(|(offset, _)| *offset <= first),
+            "the snapshot covering the first segment is written before the checkpoint"
+        );
         let deleted = (|| {
-            if let Some((offset, bytes)) = covering {
-                write_atomically(&producer_state::snapshot_path(&self.dir, offset), &bytes)?;
-            }
             for segment in doomed {
                 tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
                 segment.delete()?;
@@ -347,16 +390,28 @@ impl Log {
 /// readable records, to append to). Both log start moves choose their
 /// doomed segments here.
 fn take_segments_wholly_below(state: &mut LogState, offset: Offset) -> Vec<Segment> {
+    let bases = bases_wholly_below(state, offset);
+    bases
+        .iter()
+        .filter_map(|base| state.segments.remove(base))
+        .collect()
+}
+
+/// The bases of the segments [`take_segments_wholly_below`] takes.
+fn bases_wholly_below(state: &LogState, offset: Offset) -> Vec<Offset> {
     let count = state.segments.len();
-    let bases: Vec<Offset> = state
+    state
         .segments
         .iter()
         .take(count.saturating_sub(1))
         .take_while(|(_, segment)| segment.next_offset() <= offset)
         .map(|(base, _)| *base)
-        .collect();
-    bases
-        .iter()
-        .filter_map(|base| state.segments.remove(base))
         .collect()
+}
+
+/// The base of the segment a log start at `offset` leaves first (`offset`
+/// itself for a log without segments).
+pub(super) fn first_segment_after(state: &LogState, offset: Offset) -> Offset {
+    let below = bases_wholly_below(state, offset).len();
+    state.segments.keys().nth(below).copied().unwrap_or(offset)
 }

@@ -421,6 +421,123 @@ mod tests {
         }
     }
 
+    /// Producer batches in segments a log start move deletes, with every
+    /// roll's snapshot still waiting for its flush.
+    fn producer_batches_then_more(
+        log: &Log,
+    ) -> (
+        crate::types::ProducerId,
+        impl Fn(i32) -> crate::record::RecordBatch,
+        Offset,
+    ) {
+        use crate::types::{ProducerEpoch, ProducerId, Sequence};
+        const START_MS: i64 = 1_700_000_000_000;
+        let producer = ProducerId(7);
+        let idempotent = move |sequence: i32| {
+            let mut builder = RecordBatchBuilder::new(START_MS);
+            builder.producer(producer, ProducerEpoch(0), Sequence(sequence));
+            builder.push(format!("p {sequence:03}").as_bytes());
+            builder.push(format!("p {sequence:03}b").as_bytes());
+            builder.build().unwrap()
+        };
+        for i in 0..10 {
+            log.append_as_leader(&idempotent(2 * i), LeaderEpoch(0))
+                .unwrap();
+        }
+        append_batches(log, "more", 20, LeaderEpoch(0));
+        let end = log.log_end_offset();
+        log.set_high_watermark(end);
+        (producer, idempotent, end)
+    }
+
+    /// Review of da0b297 (G4): both log start moves wrote the checkpoint
+    /// naming the new start before the snapshot covering the new first
+    /// segment, which was still waiting for its roll's flush; recovery
+    /// deletes the segments below a checkpointed start by itself, so a
+    /// crash in between reopened a log without any snapshot of the deleted
+    /// segments' producers. Here the snapshot's write fails (a directory
+    /// in the way of its temporary file, which poisons the log) and the
+    /// process crashes: the reopened log must still know the producer.
+    #[test]
+    fn a_crash_before_the_covering_snapshot_is_written_keeps_the_producers() {
+        use crate::clock::ManualClock;
+        use crate::types::{ProducerEpoch, Sequence};
+        for deferred in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+            let (log, _given) = open_with_idle_flusher(dir.path(), &config, clock.clone());
+            let (producer, idempotent, end) = producer_batches_then_more(&log);
+            let start = Offset(end.0 - 4);
+            let first = super::super::retention::first_segment_after(&log.state.read(), start);
+            assert!(log
+                .state
+                .read()
+                .pending_snapshots
+                .iter()
+                .any(|(offset, _)| *offset == first));
+            let in_the_way = dir.path().join(format!("{:020}.snapshot.tmp", first.0));
+            std::fs::create_dir(&in_the_way).unwrap();
+            let moved = if deferred {
+                log.raise_log_start_offset_deferred(start).unwrap();
+                log.finish_log_start_moves()
+            } else {
+                log.set_log_start_offset(start).map(|_| ())
+            };
+            assert!(
+                moved.is_err(),
+                "deferred: {deferred}: the snapshot write cannot succeed"
+            );
+            std::fs::remove_dir(&in_the_way).unwrap();
+            crash(log);
+            let log = Log::open(dir.path(), config, clock).unwrap();
+            assert_eq!(
+                log.producer_last_sequence(producer),
+                Some((ProducerEpoch(0), Sequence(19))),
+                "deferred: {deferred}: the reopened log forgot the producer"
+            );
+            let retry = log
+                .append_as_leader(&idempotent(18), LeaderEpoch(0))
+                .unwrap();
+            assert!(retry.duplicate, "deferred: {deferred}: written twice");
+        }
+    }
+
+    /// Review of 075daca (G4): a truncation while a deferred move waited
+    /// wrote a checkpoint naming the moved start without the snapshot
+    /// covering the new first segment, and rebuilt the producers in memory
+    /// from the snapshots on disk and the live segments only: the live log
+    /// forgot the producer at once. It finishes the move first.
+    #[test]
+    fn a_truncation_while_a_deferred_move_waits_keeps_the_producers() {
+        use crate::clock::ManualClock;
+        use crate::types::{ProducerEpoch, Sequence};
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let (log, _given) = open_with_idle_flusher(dir.path(), &config, clock.clone());
+        let (producer, idempotent, end) = producer_batches_then_more(&log);
+        log.raise_log_start_offset_deferred(Offset(end.0 - 4))
+            .unwrap();
+        log.truncate_to(Offset(end.0 - 2)).unwrap();
+        assert_eq!(
+            log.producer_last_sequence(producer),
+            Some((ProducerEpoch(0), Sequence(19))),
+            "the live log forgot the producer"
+        );
+        crash(log);
+        let log = Log::open(dir.path(), config, clock).unwrap();
+        assert_eq!(
+            log.producer_last_sequence(producer),
+            Some((ProducerEpoch(0), Sequence(19))),
+            "the reopened log forgot the producer"
+        );
+        let retry = log
+            .append_as_leader(&idempotent(18), LeaderEpoch(0))
+            .unwrap();
+        assert!(retry.duplicate, "written twice");
+    }
+
     /// The invariant of a deferred move's doomed segments: each lies wholly
     /// below the log start (and the first live segment), through the move
     /// and a truncation above the start; a doomed segment that still holds
@@ -463,16 +580,18 @@ mod tests {
     }
 
     /// A truncation above the log start while a deferred log start move's
-    /// file work waits: the doomed files stay until that work runs, the
-    /// truncation's checkpoint keeps the moved log start, the epoch cache
-    /// (file and memory) never starts above the checkpointed log start, and
-    /// a power loss before or after the move's work reopens the truncated
-    /// log from the moved start, its doomed files gone.
+    /// file work waits finishes that work first (its checkpoint, the epoch
+    /// cache's trim, the doomed files' deletion; review of 075daca: the
+    /// producer state the truncation rebuilds needs the move's covering
+    /// snapshot on disk): the truncation's checkpoint keeps the moved log
+    /// start, the epoch cache (file and memory) starts at it, and a power
+    /// loss reopens the truncated log from the moved start, its doomed
+    /// files gone.
     #[test]
     fn a_truncation_while_a_deferred_log_start_move_waits_keeps_the_move() {
         use crate::storage::{LeaderEpochCache, LogCheckpoint};
-        for (cut, finished) in [(50, false), (50, true), (42, false), (42, true)] {
-            let what = format!("cut at {cut}, move finished: {finished}");
+        for cut in [50, 42] {
+            let what = format!("cut at {cut}");
             let dir = tempfile::tempdir().unwrap();
             let config = small_segments();
             let (log, _given) = log_with_idle_flusher(dir.path(), &config);
@@ -480,29 +599,20 @@ mod tests {
             let files = segment_count(dir.path());
             let start = Offset(40);
             log.raise_log_start_offset_deferred(start).unwrap();
-            let doomed = log.start_moves.lock().doomed.len();
-            assert!(doomed > 0);
+            assert!(!log.start_moves.lock().doomed.is_empty());
             let cut = Offset(cut);
             log.truncate_to(cut).unwrap();
             assert_eq!(log.log_start_offset(), start, "{what}");
             assert_eq!(log.log_end_offset(), cut, "{what}");
             assert_eq!(log.high_watermark(), cut, "{what}");
-            assert_eq!(log.start_moves.lock().doomed.len(), doomed, "{what}");
+            assert!(log.start_moves.lock().doomed.is_empty(), "{what}");
             let live = log.state.read().segments.len();
-            assert_eq!(segment_count(dir.path()), live + doomed, "{what}");
-            assert!(
-                live + doomed < files,
-                "{what}: the cut deleted later segments"
-            );
+            assert_eq!(segment_count(dir.path()), live, "{what}");
+            assert!(live < files, "{what}: nothing was deleted");
             let checkpoint = LogCheckpoint::load(dir.path()).unwrap().unwrap();
             assert_eq!(checkpoint.log_start_offset, start, "{what}");
             assert!(checkpoint.recovery_point <= cut, "{what}");
-            let expected = stored_bytes(&log);
-            if finished {
-                log.finish_log_start_moves().unwrap();
-                assert_eq!(segment_count(dir.path()), live, "{what}");
-                assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), start)], "{what}");
-            }
+            assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), start)], "{what}");
             let file = LeaderEpochCache::open(dir.path()).unwrap();
             assert!(
                 file.entries()
@@ -511,6 +621,7 @@ mod tests {
                 "{what}: the epoch file starts above the checkpointed log start: {:?}",
                 file.entries()
             );
+            let expected = stored_bytes(&log);
             lose_power(log);
             let log = reopen(dir.path(), config);
             assert_eq!(log.log_start_offset(), start, "{what}");

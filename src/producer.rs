@@ -1,22 +1,69 @@
 //! [`IdempotentProducer`]: appends batches with `acks=all` so that retries
 //! never duplicate (SPEC 4). It owns a `(producer_id, producer_epoch)`, the
-//! next sequence per log, and the retry loop; it does not own deduplication
-//! (each replica's log does, under the lock that assigns offsets) nor where
-//! the leader is (a [`LeaderRouter`] answers that).
+//! sequences per log, the batches in flight and the retry rules; it does
+//! not own deduplication (each replica's log does, under the lock that
+//! assigns offsets) nor where the leader is (a [`LeaderRouter`] answers
+//! that).
 //!
-//! One batch is in flight per producer and log: a send holds that log's
-//! sequence until it returns, so sequences reach the leader in order.
-//! (Kafka allows 5 in flight with ordering kept by the broker; one keeps
-//! this simple and is what a write-ahead log appending synchronously needs.)
+//! # Batches in flight
 //!
-//! A send that runs out of retries with an unknown outcome (`Timeout`, a
-//! leader change after the append) leaves its batch *in doubt*: the batch may
-//! be in the log or not. The producer keeps it, and the next send to that
-//! log first re-sends it (same sequence, so it is stored at most once) —
-//! so do not re-send the same values yourself; call
-//! [`IdempotentProducer::resolve_in_doubt`] to learn where it landed.
+//! Per log, up to [`IN_FLIGHT_MAX`] (5) batches are in flight, stamped with
+//! consecutive sequences in call order: [`IdempotentProducer::send_pipelined`]
+//! returns once its batch is appended (a [`ProducerSend`] to `wait` on or
+//! `.await`), and a sixth waits for the oldest. The blocking
+//! [`IdempotentProducer::send`] is the same with one batch, sent through
+//! [`LeaderRouter::append`]. This is Kafka's idempotent producer
+//! (`enable.idempotence` with `max.in.flight.requests.per.connection`
+//! <= 5): the leader remembers each producer's last 5 batches, so any
+//! batch in flight can be recognised when it is retried.
+//!
+//! Nothing runs in the background: whoever waits (a blocking `send`, a
+//! `wait`, a poll of the future, a send waiting for room) drives the log's
+//! pipeline, one caller at a time; attempts are answered through their
+//! `AppendHandle`s, which wake the waiters.
+//!
+//! # Rules (where they follow Kafka, it says so)
+//!
+//! - **Order.** Batches are resolved oldest first: a caller learns its
+//!   outcome only after every earlier batch's (Kafka's per-partition
+//!   callback order).
+//! - **Retries go in sequence order.** When the oldest unresolved batch
+//!   fails retriably (`NotLeader`, no leader, a timeout or lost connection
+//!   = unknown outcome, ...), it and every later batch not acknowledged are
+//!   re-sent in order to the current leader after `retry_backoff` (Kafka
+//!   re-enqueues a failed batch ahead of the later ones). A retry of a
+//!   batch the log already holds is answered as a duplicate with its
+//!   original offsets.
+//! - **`OutOfOrderSequence` behind an unresolved batch is retriable.** A
+//!   later batch may be refused only because an earlier one was not
+//!   written (yet): sent while an earlier batch was unresolved, it is
+//!   retried, not failed (as Kafka's producer does). For the oldest batch,
+//!   sent with nothing unresolved before it, it is final.
+//! - **Release.** A batch is failed and its sequence released only on an
+//!   error that proves the log does not hold it (`OutOfOrderSequence` as
+//!   above, `InvalidBatch`), or on any non-retriable error if no attempt
+//!   could have written it. The later batches then cannot be in the log
+//!   either (a leader takes sequence s + 1 only after s), so they are
+//!   renumbered down to follow what the log holds and re-sent (Kafka's
+//!   `adjustSequencesDueToFailedBatch`). `ProducerFenced` fails every
+//!   batch in flight: the producer is finished.
+//! - **Doubt.** A batch whose retry budget (`retries_max`,
+//!   `delivery_timeout`) is spent, or that fails non-retriably after an
+//!   attempt with an unknown outcome, is *in doubt*: it may be in the log
+//!   or not. Every later batch goes in doubt with it: their sequences
+//!   follow its, so none can be released or skipped. Their callers get the
+//!   error (or, if their own attempt was acknowledged, that
+//!   acknowledgement); the producer keeps the batches, and the next send
+//!   to that log first re-sends them in order (same sequences, so each is
+//!   stored at most once) — so do not re-send the same values yourself;
+//!   call [`IdempotentProducer::resolve_in_doubt`] to learn where they
+//!   landed. (Kafka's producer instead bumps its epoch and resets the
+//!   sequences, KIP-360; keeping the batches keeps the answer knowable.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
@@ -24,7 +71,8 @@ use crate::coordinator::Coordinator;
 use crate::error::{Error, Result};
 use crate::record::{RecordBatch, RecordBatchBuilder};
 use crate::replicated_log::{Acks, AppendOutcome, ReplicatedLog};
-use crate::sync::{Arc, Mutex};
+use crate::replication::AppendHandle;
+use crate::sync::{Arc, Condvar, Mutex};
 use crate::types::{LogId, ProducerEpoch, ProducerId, Sequence};
 
 /// Finds the replica that leads a log now. Implemented for the test
@@ -42,6 +90,19 @@ pub trait LeaderRouter: Send + Sync {
     fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         self.leader_log(log)?.append(batch, acks)
     }
+
+    /// Appends `batch` pipelined on the current leader (what
+    /// [`IdempotentProducer::send_pipelined`] uses). The default asks
+    /// [`leader_log`](Self::leader_log) and calls
+    /// [`ReplicatedLog::append_pipelined`] there.
+    fn append_pipelined(
+        &self,
+        log: LogId,
+        batch: &RecordBatch,
+        acks: Acks,
+    ) -> Result<AppendHandle> {
+        self.leader_log(log)?.append_pipelined(batch, acks)
+    }
 }
 
 impl<R: LeaderRouter + ?Sized> LeaderRouter for &R {
@@ -52,6 +113,15 @@ impl<R: LeaderRouter + ?Sized> LeaderRouter for &R {
     fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         (**self).append(log, batch, acks)
     }
+
+    fn append_pipelined(
+        &self,
+        log: LogId,
+        batch: &RecordBatch,
+        acks: Acks,
+    ) -> Result<AppendHandle> {
+        (**self).append_pipelined(log, batch, acks)
+    }
 }
 
 impl<R: LeaderRouter + ?Sized> LeaderRouter for Arc<R> {
@@ -61,6 +131,15 @@ impl<R: LeaderRouter + ?Sized> LeaderRouter for Arc<R> {
 
     fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         (**self).append(log, batch, acks)
+    }
+
+    fn append_pipelined(
+        &self,
+        log: LogId,
+        batch: &RecordBatch,
+        acks: Acks,
+    ) -> Result<AppendHandle> {
+        (**self).append_pipelined(log, batch, acks)
     }
 }
 
@@ -165,15 +244,197 @@ impl Default for ProducerConfig {
     }
 }
 
-/// Per log: the next sequence and the batch in doubt, if any.
+/// Batches one producer keeps in flight per log: Kafka's limit with
+/// idempotence (`max.in.flight.requests.per.connection` <= 5), which is
+/// what the leader's memory of each producer's last batches can
+/// deduplicate. A sixth send waits for the oldest.
+pub const IN_FLIGHT_MAX: usize = 5;
+
+// A retried batch is recognised only while the leader still remembers it:
+// every batch in flight must fit in what the leader keeps per producer.
+const _: () = assert!(IN_FLIGHT_MAX <= crate::storage::BATCHES_PER_PRODUCER_MAX);
+
+/// The longest a waiting caller sleeps between looks at its log's
+/// pipeline. Progress wakes it sooner; this only bounds every wait.
+const WAIT_SLICE: Duration = Duration::from_millis(200);
+
+/// Where a send's outcome is left for its caller.
+#[derive(Debug, Default)]
+struct SendCell {
+    outcome: Mutex<Option<Result<AppendOutcome>>>,
+}
+
+impl SendCell {
+    fn resolve(&self, outcome: Result<AppendOutcome>) {
+        let mut slot = self.outcome.lock();
+        if slot.is_none() {
+            *slot = Some(outcome);
+        }
+    }
+
+    /// A copy of the outcome, if known.
+    fn outcome(&self) -> Option<Result<AppendOutcome>> {
+        self.outcome.lock().as_ref().map(copy_outcome)
+    }
+}
+
+/// The answer to one pipelined attempt, left by the `AppendHandle`'s
+/// callback on the node's completion thread.
+#[derive(Debug, Default)]
+struct AttemptCell {
+    outcome: Mutex<Option<Result<AppendOutcome>>>,
+}
+
+/// Where one batch's current attempt stands.
+#[derive(Debug)]
+enum Attempt {
+    /// To be sent (first time, or again in a retry round).
+    Unsent,
+    /// Appended pipelined; its answer will arrive in the cell.
+    Sent(Arc<AttemptCell>),
+    /// Answered. `from_handle`: by an `AppendHandle` after the append was
+    /// placed, not by the call itself.
+    Answered {
+        outcome: Result<AppendOutcome>,
+        from_handle: bool,
+    },
+}
+
+/// One stamped batch not yet resolved for good.
+#[derive(Debug)]
+struct Entry {
+    batch: RecordBatch,
+    /// The caller's cell; `None` once the caller was answered while the
+    /// batch stays (in doubt).
+    send: Option<Arc<SendCell>>,
+    /// Sent with the blocking [`LeaderRouter::append`] (a blocking
+    /// `send`), not `append_pipelined`.
+    blocking: bool,
+    attempt: Attempt,
+    /// The current attempt left while an earlier batch was unresolved: an
+    /// `OutOfOrderSequence` answer may only mean that batch had not
+    /// arrived, so it is retriable.
+    sent_behind_unresolved: bool,
+    /// Some attempt may have appended the batch (see `handle_front_error`).
+    maybe_written: bool,
+    retries: u32,
+    deadline: Instant,
+}
+
+impl Entry {
+    fn is_acknowledged(&self) -> bool {
+        matches!(self.attempt, Attempt::Answered { outcome: Ok(_), .. })
+    }
+}
+
+/// Per log: the sequence the next new batch gets and the batches stamped
+/// before it that are not resolved for good.
+///
+/// Invariant: `queue` holds at most [`IN_FLIGHT_MAX`] batches with
+/// consecutive sequences, oldest first, the last one's followed by `next`.
 #[derive(Debug)]
 struct LogSequence {
     next: Sequence,
-    in_doubt: Option<RecordBatch>,
+    queue: VecDeque<Entry>,
+    /// `Some`: every batch in `queue` is in doubt (this error put them
+    /// there) and nothing is sent until a send or `resolve_in_doubt`
+    /// re-sends them.
+    in_doubt: Option<Error>,
+    /// A retry round is due then; nothing is sent before it.
+    retry_at: Option<Instant>,
+    /// A thread sleeps until then to wake awaiting futures (see
+    /// `arm_retry_timer`).
+    timer_at: Option<Instant>,
+}
+
+impl LogSequence {
+    fn check_invariants(&self) {
+        assert!(self.queue.len() <= IN_FLIGHT_MAX);
+        let mut expected = self.queue.front().map(|e| e.batch.header().base_sequence);
+        for entry in &self.queue {
+            assert_eq!(Some(entry.batch.header().base_sequence), expected);
+            expected = Some(next_after(entry.batch.header().last_sequence()));
+        }
+        if let Some(expected) = expected {
+            assert_eq!(expected, self.next);
+        }
+    }
+}
+
+/// Wakes whoever waits for a log's pipeline to move: threads (the
+/// condition variable) and tasks (their wakers).
+#[derive(Debug, Default)]
+struct Progress {
+    state: Mutex<ProgressState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct ProgressState {
+    generation: u64,
+    wakers: Vec<Waker>,
+}
+
+impl Progress {
+    fn generation(&self) -> u64 {
+        self.state.lock().generation
+    }
+
+    fn bump(&self) {
+        let wakers = {
+            let mut state = self.state.lock();
+            state.generation += 1;
+            std::mem::take(&mut state.wakers)
+        };
+        self.changed.notify_all();
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Blocks until the generation moves past `seen` or `deadline`.
+    fn wait(&self, seen: u64, deadline: Instant) {
+        let mut state = self.state.lock();
+        while state.generation == seen && Instant::now() < deadline {
+            let _timed_out = self.changed.wait_until(&mut state, deadline);
+        }
+    }
+
+    /// Keeps `waker` for the next bump; `false` (nothing kept) if the
+    /// generation already moved past `seen`.
+    fn register(&self, seen: u64, waker: &Waker) -> bool {
+        let mut state = self.state.lock();
+        if state.generation != seen {
+            return false;
+        }
+        if !state.wakers.iter().any(|kept| kept.will_wake(waker)) {
+            state.wakers.push(waker.clone());
+        }
+        true
+    }
+}
+
+/// One log's pipeline and what wakes its waiters.
+#[derive(Debug)]
+struct LogShared {
+    sequence: Mutex<LogSequence>,
+    progress: Arc<Progress>,
+}
+
+/// What a driving pass leaves to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Nothing in flight (or all in doubt).
+    Idle,
+    /// An attempt's answer (its callback bumps the progress).
+    Answer,
+    /// A retry round due at this time.
+    RetryAt(Instant),
 }
 
 /// A producer whose retries never duplicate a batch (SPEC 4). Callable from
-/// many threads; sends to one log are serialised.
+/// many threads; up to [`IN_FLIGHT_MAX`] batches per log are in flight,
+/// and they keep their order.
 #[derive(Debug)]
 pub struct IdempotentProducer<R> {
     producer_id: ProducerId,
@@ -181,7 +442,111 @@ pub struct IdempotentProducer<R> {
     router: R,
     config: ProducerConfig,
     clock: Arc<dyn Clock>,
-    logs: Mutex<HashMap<LogId, Arc<Mutex<LogSequence>>>>,
+    logs: Mutex<HashMap<LogId, Arc<LogShared>>>,
+}
+
+/// A pipelined send's outcome to come (from
+/// [`IdempotentProducer::send_pipelined`]): [`wait`](Self::wait) for it, or
+/// `.await` it. Either drives the log's pipeline (its retries and
+/// re-sends), so a send completes without a thread of the producer's own.
+/// Dropping it is harmless: the batch stays in flight and later sends or
+/// waits drive it.
+#[must_use = "a send's outcome is only known through its handle"]
+pub struct ProducerSend<'p, R> {
+    producer: &'p IdempotentProducer<R>,
+    log: LogId,
+    shared: Arc<LogShared>,
+    cell: Arc<SendCell>,
+}
+
+impl<R> std::fmt::Debug for ProducerSend<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProducerSend")
+            .field("log", &self.log)
+            .field("outcome", &self.cell.outcome())
+            .finish()
+    }
+}
+
+impl<R: LeaderRouter> ProducerSend<'_, R> {
+    /// Whether the outcome is known.
+    pub fn is_done(&self) -> bool {
+        self.cell.outcome().is_some()
+    }
+
+    /// Blocks until the outcome is known, driving the log's pipeline
+    /// meanwhile, and returns it: what [`IdempotentProducer::send`] would
+    /// have returned. Bounded by the delivery timeouts of this batch and
+    /// the ones before it (plus one `request_timeout`).
+    pub fn wait(self) -> Result<AppendOutcome> {
+        let cells = [Arc::clone(&self.cell)];
+        match self.producer.wait_for(self.log, &self.shared, &cells) {
+            Ok(Some(outcome)) => Ok(outcome),
+            Ok(None) => unreachable!("one cell waited for"),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+impl<R: LeaderRouter> Future for ProducerSend<'_, R> {
+    type Output = Result<AppendOutcome>;
+
+    /// Ready once the outcome is known. A poll drives the pipeline without
+    /// blocking on it (it skips the pass when another caller is driving);
+    /// the task is woken when an attempt is answered, a batch is resolved,
+    /// or a retry falls due (a short-lived thread sleeps until then).
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<AppendOutcome>> {
+        let this = self.get_mut();
+        if let Some(outcome) = this.cell.outcome() {
+            return Poll::Ready(outcome);
+        }
+        let seen = this.shared.progress.generation();
+        if let Some(mut sequence) = this.shared.sequence.try_lock() {
+            let (next, changed) = this.producer.drive(this.log, &this.shared, &mut sequence);
+            if let Next::RetryAt(at) = next {
+                arm_retry_timer(&mut sequence, &this.shared.progress, at);
+            }
+            drop(sequence);
+            if changed {
+                this.shared.progress.bump();
+            }
+        }
+        if let Some(outcome) = this.cell.outcome() {
+            return Poll::Ready(outcome);
+        }
+        if !this.shared.progress.register(seen, cx.waker()) {
+            // Something moved since `seen`: look again.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+/// Makes sure awaiting tasks are woken at `at`, when a retry round falls
+/// due: no answer or resolution would wake them then. One sleeping thread
+/// per log and due time; if none can be started, the tasks are woken at
+/// once and poll again (busy, but never stuck).
+fn arm_retry_timer(sequence: &mut LogSequence, progress: &Arc<Progress>, at: Instant) {
+    // A timer for an earlier round may have fired already: one per due time.
+    if sequence.timer_at == Some(at) {
+        return;
+    }
+    sequence.timer_at = Some(at);
+    let progress_for_timer = Arc::clone(progress);
+    let spawned = std::thread::Builder::new()
+        .name("isrlog-producer-retry".into())
+        .spawn(move || {
+            let now = Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            progress_for_timer.bump();
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "could not start a retry timer: waking at once");
+        sequence.timer_at = None;
+        progress.bump();
+    }
 }
 
 impl<R: LeaderRouter> IdempotentProducer<R> {
@@ -242,131 +607,547 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         &self.router
     }
 
-    /// The sequence the next new batch to `log` will carry.
+    /// The lowest sequence on `log` not acknowledged yet: the oldest batch
+    /// in flight or in doubt, else the one the next new batch will carry.
     pub fn next_sequence(&self, log: LogId) -> Sequence {
-        self.log_sequence(log).lock().next
+        let shared = self.log_shared(log);
+        let sequence = shared.sequence.lock();
+        sequence
+            .queue
+            .front()
+            .map_or(sequence.next, |entry| entry.batch.header().base_sequence)
     }
 
-    /// Whether a batch to `log` is in doubt (see the module docs).
+    /// Whether batches to `log` are in doubt (see the module docs).
     pub fn has_in_doubt(&self, log: LogId) -> bool {
-        self.log_sequence(log).lock().in_doubt.is_some()
+        self.log_shared(log).sequence.lock().in_doubt.is_some()
+    }
+
+    /// Batches to `log` stamped and not resolved for good: in flight or in
+    /// doubt (at most [`IN_FLIGHT_MAX`]).
+    pub fn batches_unresolved(&self, log: LogId) -> usize {
+        self.log_shared(log).sequence.lock().queue.len()
     }
 
     /// Builds a batch of `values` (one record each, timestamped by the
     /// producer's clock) and sends it; see [`send`](Self::send).
     pub fn send_values<V: AsRef<[u8]>>(&self, log: LogId, values: &[V]) -> Result<AppendOutcome> {
+        self.send(log, self.builder_of(values))
+    }
+
+    /// Builds a batch of `values` as [`send_values`](Self::send_values)
+    /// does and sends it pipelined; see [`send_pipelined`](Self::send_pipelined).
+    pub fn send_values_pipelined<V: AsRef<[u8]>>(
+        &self,
+        log: LogId,
+        values: &[V],
+    ) -> Result<ProducerSend<'_, R>> {
+        self.send_pipelined(log, self.builder_of(values))
+    }
+
+    fn builder_of<V: AsRef<[u8]>>(&self, values: &[V]) -> RecordBatchBuilder {
         let bytes: usize = values.iter().map(|v| v.as_ref().len() + 32).sum();
         let mut builder = RecordBatchBuilder::with_capacity(self.clock.wall_clock_ms(), bytes);
         for value in values {
             builder.push(value.as_ref());
         }
-        self.send(log, builder)
+        builder
     }
 
     /// Stamps the batch with this producer's id, epoch and the log's next
-    /// sequence, and appends it with `acks=all`, retrying retriable errors
-    /// against whichever node leads until the retry budget is spent. A
-    /// retry of a batch the log already holds returns the original offsets
-    /// (`duplicate: true`). A batch in doubt on this log is re-sent first;
+    /// sequence, and appends it with `acks=all` through
+    /// [`LeaderRouter::append`], retrying retriable errors against
+    /// whichever node leads until the retry budget is spent. A retry of a
+    /// batch the log already holds returns the original offsets
+    /// (`duplicate: true`). Batches in doubt on this log are re-sent first;
     /// if that fails, its error is returned and `builder` is not sent.
-    pub fn send(&self, log: LogId, mut builder: RecordBatchBuilder) -> Result<AppendOutcome> {
-        let sequence = self.log_sequence(log);
-        // Bounded: another send to this log holds it for at most its own
-        // delivery timeout (plus one attempt).
-        let mut sequence = sequence.lock();
-        self.resolve_locked(log, &mut sequence)?;
-        builder.producer(self.producer_id, self.producer_epoch, sequence.next);
-        let batch = builder.build()?;
-        self.send_locked(log, &mut sequence, batch, false)
+    /// Batches sent pipelined before it go first (it may wait for room
+    /// among them).
+    pub fn send(&self, log: LogId, builder: RecordBatchBuilder) -> Result<AppendOutcome> {
+        let (shared, cell) = self.enqueue(log, builder, true)?;
+        match self.wait_for(log, &shared, &[cell])? {
+            Some(outcome) => Ok(outcome),
+            None => unreachable!("one cell waited for"),
+        }
     }
 
-    /// Re-sends the batch in doubt on `log`, if any, and returns where it
-    /// landed (`None` when nothing was in doubt).
+    /// Stamps the batch as [`send`](Self::send) does and appends it with
+    /// [`LeaderRouter::append_pipelined`], returning once it is in flight
+    /// (its place in the log taken, unless it must wait for a retry round
+    /// of the batches before it). Up to [`IN_FLIGHT_MAX`] batches per log
+    /// are in flight; this call waits (driving the pipeline) for the oldest
+    /// to resolve when there is no room, at most `delivery_timeout`, then
+    /// fails with `Timeout` and sends nothing. Batches in doubt are re-sent
+    /// first, as by `send`: if that fails, its error is returned and
+    /// `builder` is not sent. The rules of retries and doubt are in the
+    /// module docs.
+    pub fn send_pipelined(
+        &self,
+        log: LogId,
+        builder: RecordBatchBuilder,
+    ) -> Result<ProducerSend<'_, R>> {
+        let (shared, cell) = self.enqueue(log, builder, false)?;
+        Ok(ProducerSend {
+            producer: self,
+            log,
+            shared,
+            cell,
+        })
+    }
+
+    /// Re-sends the batches in doubt on `log`, if any, in order, and
+    /// returns where the last of them landed (`None` when nothing was in
+    /// doubt). If one fails, its error is returned (and the ones after it
+    /// stay in doubt if it does).
     pub fn resolve_in_doubt(&self, log: LogId) -> Result<Option<AppendOutcome>> {
-        let sequence = self.log_sequence(log);
-        // Bounded: another send to this log holds it for at most its own
-        // delivery timeout (plus one attempt).
-        let mut sequence = sequence.lock();
-        self.resolve_locked(log, &mut sequence)
+        let shared = self.log_shared(log);
+        let cells = {
+            let mut sequence = shared.sequence.lock();
+            self.resume_in_doubt(&mut sequence, true)
+        };
+        if cells.is_empty() {
+            return Ok(None);
+        }
+        self.wait_for(log, &shared, &cells)
     }
 
-    fn log_sequence(&self, log: LogId) -> Arc<Mutex<LogSequence>> {
+    fn log_shared(&self, log: LogId) -> Arc<LogShared> {
         Arc::clone(self.logs.lock().entry(log).or_insert_with(|| {
-            Arc::new(Mutex::new(LogSequence {
-                next: Sequence(0),
-                in_doubt: None,
-            }))
+            Arc::new(LogShared {
+                sequence: Mutex::new(LogSequence {
+                    next: Sequence(0),
+                    queue: VecDeque::new(),
+                    in_doubt: None,
+                    retry_at: None,
+                    timer_at: None,
+                }),
+                progress: Arc::new(Progress::default()),
+            })
         }))
     }
 
-    fn resolve_locked(
+    /// Stamps `builder` and queues it (sending it unless a retry round is
+    /// pending): first re-sends batches in doubt, then waits for room.
+    fn enqueue(
         &self,
         log: LogId,
-        sequence: &mut LogSequence,
-    ) -> Result<Option<AppendOutcome>> {
-        match sequence.in_doubt.take() {
-            // A batch in doubt may be in the log: re-sending it starts with
-            // `maybe_written` set.
-            Some(batch) => self.send_locked(log, sequence, batch, true).map(Some),
-            None => Ok(None),
+        mut builder: RecordBatchBuilder,
+        blocking: bool,
+    ) -> Result<(Arc<LogShared>, Arc<SendCell>)> {
+        let shared = self.log_shared(log);
+        let room_deadline = Instant::now() + self.config.delivery_timeout;
+        loop {
+            let seen = shared.progress.generation();
+            let mut sequence = shared.sequence.lock();
+            if sequence.in_doubt.is_some() {
+                let cells = self.resume_in_doubt(&mut sequence, blocking);
+                drop(sequence);
+                self.wait_for(log, &shared, &cells)?;
+                continue;
+            }
+            let (next, mut changed) = self.drive(log, &shared, &mut sequence);
+            if sequence.in_doubt.is_some() {
+                drop(sequence);
+                shared.progress.bump();
+                continue;
+            }
+            if sequence.queue.len() < IN_FLIGHT_MAX {
+                builder.producer(self.producer_id, self.producer_epoch, sequence.next);
+                let batch = builder.build()?;
+                sequence.next = next_after(batch.header().last_sequence());
+                let cell = Arc::new(SendCell::default());
+                sequence.queue.push_back(Entry {
+                    batch,
+                    send: Some(Arc::clone(&cell)),
+                    blocking,
+                    attempt: Attempt::Unsent,
+                    sent_behind_unresolved: false,
+                    maybe_written: false,
+                    retries: 0,
+                    deadline: Instant::now() + self.config.delivery_timeout,
+                });
+                let (_, sent) = self.drive(log, &shared, &mut sequence);
+                changed |= sent;
+                debug_assert!({
+                    sequence.check_invariants();
+                    true
+                });
+                drop(sequence);
+                if changed {
+                    shared.progress.bump();
+                }
+                return Ok((shared, cell));
+            }
+            drop(sequence);
+            if changed {
+                shared.progress.bump();
+                continue;
+            }
+            let now = Instant::now();
+            if now >= room_deadline {
+                return Err(Error::Timeout {
+                    waited: self.config.delivery_timeout,
+                    waiting_for: "room among the producer's batches in flight",
+                });
+            }
+            shared
+                .progress
+                .wait(seen, wake_time(next, now).min(room_deadline));
         }
     }
 
-    /// Sends `batch` (already stamped with `sequence.next`) until it lands,
-    /// fails for good, or the budget runs out.
+    /// Takes the batches in doubt back into flight (fresh budgets, sent the
+    /// caller's way) and returns the cells their outcomes will be left in.
+    fn resume_in_doubt(&self, sequence: &mut LogSequence, blocking: bool) -> Vec<Arc<SendCell>> {
+        let Some(error) = sequence.in_doubt.take() else {
+            return Vec::new();
+        };
+        tracing::debug!(producer = %self.producer_id, batches = sequence.queue.len(), %error, "re-sending batches in doubt");
+        let deadline = Instant::now() + self.config.delivery_timeout;
+        sequence.retry_at = None;
+        sequence
+            .queue
+            .iter_mut()
+            .map(|entry| {
+                let cell = Arc::new(SendCell::default());
+                entry.send = Some(Arc::clone(&cell));
+                entry.blocking = blocking;
+                entry.attempt = Attempt::Unsent;
+                entry.retries = 0;
+                entry.deadline = deadline;
+                cell
+            })
+            .collect()
+    }
+
+    /// Drives `log`'s pipeline until every cell has an outcome, and returns
+    /// the first error among them, else the last outcome (`None` for no
+    /// cells).
+    fn wait_for(
+        &self,
+        log: LogId,
+        shared: &LogShared,
+        cells: &[Arc<SendCell>],
+    ) -> Result<Option<AppendOutcome>> {
+        loop {
+            if cells.iter().all(|cell| cell.outcome().is_some()) {
+                let mut last = None;
+                for cell in cells {
+                    match cell.outcome() {
+                        Some(Ok(outcome)) => last = Some(outcome),
+                        Some(Err(error)) => return Err(error),
+                        None => unreachable!("checked above"),
+                    }
+                }
+                return Ok(last);
+            }
+            let seen = shared.progress.generation();
+            let (next, changed) = {
+                let mut sequence = shared.sequence.lock();
+                self.drive(log, shared, &mut sequence)
+            };
+            if changed {
+                shared.progress.bump();
+                continue;
+            }
+            let now = Instant::now();
+            shared.progress.wait(seen, wake_time(next, now));
+        }
+    }
+
+    /// One driving pass over `log`'s pipeline: takes in answers, resolves
+    /// the oldest batches in order, decides retries and doubt, and sends
+    /// what is due. Returns what to wait for next and whether anything
+    /// changed (the caller then bumps the progress, after unlocking).
+    fn drive(&self, log: LogId, shared: &LogShared, sequence: &mut LogSequence) -> (Next, bool) {
+        let mut changed = false;
+        let next = loop {
+            if sequence.in_doubt.is_some() || sequence.queue.is_empty() {
+                break Next::Idle;
+            }
+            let now = Instant::now();
+            for entry in sequence.queue.iter_mut() {
+                let answer = match &entry.attempt {
+                    Attempt::Sent(cell) => cell.outcome.lock().take(),
+                    _ => None,
+                };
+                if let Some(outcome) = answer {
+                    entry.attempt = Attempt::Answered {
+                        outcome,
+                        from_handle: true,
+                    };
+                    changed = true;
+                }
+            }
+            let Some(front) = sequence.queue.front() else {
+                break Next::Idle;
+            };
+            match &front.attempt {
+                Attempt::Answered { outcome: Ok(_), .. } => {
+                    self.pop_acknowledged(log, sequence);
+                    changed = true;
+                    continue;
+                }
+                Attempt::Answered {
+                    outcome: Err(_), ..
+                } => {
+                    if self.handle_front_error(log, sequence, now) {
+                        changed = true;
+                        continue;
+                    }
+                    break Next::Answer;
+                }
+                Attempt::Unsent | Attempt::Sent(_) => {}
+            }
+            let due = sequence.retry_at.is_none_or(|at| now >= at);
+            let unsent = sequence
+                .queue
+                .iter()
+                .any(|entry| matches!(entry.attempt, Attempt::Unsent));
+            if due && unsent {
+                sequence.retry_at = None;
+                self.send_unsent(log, shared, sequence);
+                changed = true;
+                continue;
+            }
+            match (&front.attempt, sequence.retry_at) {
+                (Attempt::Unsent, Some(at)) => break Next::RetryAt(at),
+                _ => break Next::Answer,
+            }
+        };
+        if sequence.queue.is_empty() || sequence.in_doubt.is_some() {
+            sequence.timer_at = None;
+        }
+        debug_assert!({
+            sequence.check_invariants();
+            true
+        });
+        (next, changed)
+    }
+
+    /// Sends every batch not yet sent in this round, in sequence order.
+    fn send_unsent(&self, log: LogId, shared: &LogShared, sequence: &mut LogSequence) {
+        let mut earlier_unresolved = false;
+        for entry in sequence.queue.iter_mut() {
+            if matches!(entry.attempt, Attempt::Unsent) {
+                entry.sent_behind_unresolved = earlier_unresolved;
+                entry.attempt = self.attempt(log, shared, entry);
+            }
+            earlier_unresolved |= !entry.is_acknowledged();
+        }
+    }
+
+    /// One attempt to append `entry`'s batch.
+    fn attempt(&self, log: LogId, shared: &LogShared, entry: &Entry) -> Attempt {
+        if entry.blocking {
+            return Attempt::Answered {
+                outcome: self.router.append(log, &entry.batch, Acks::All),
+                from_handle: false,
+            };
+        }
+        match self.router.append_pipelined(log, &entry.batch, Acks::All) {
+            Ok(handle) => {
+                let cell = Arc::new(AttemptCell::default());
+                let (answer, progress) = (Arc::clone(&cell), Arc::clone(&shared.progress));
+                // Runs on the node's completion thread (or here, if the
+                // outcome is known already): two short locks, no lock of
+                // the pipeline, so it never waits for a driver.
+                handle.on_complete(move |outcome| {
+                    *answer.outcome.lock() = Some(outcome);
+                    progress.bump();
+                });
+                Attempt::Sent(cell)
+            }
+            Err(error) => Attempt::Answered {
+                outcome: Err(error),
+                from_handle: false,
+            },
+        }
+    }
+
+    fn pop_acknowledged(&self, log: LogId, sequence: &mut LogSequence) {
+        let Some(entry) = sequence.queue.pop_front() else {
+            return;
+        };
+        if let Attempt::Answered {
+            outcome: Ok(outcome),
+            ..
+        } = entry.attempt
+        {
+            if outcome.duplicate {
+                tracing::debug!(%log, producer = %self.producer_id, base_offset = %outcome.base_offset, "retry was a duplicate: original offsets returned");
+            }
+            if let Some(send) = entry.send {
+                send.resolve(Ok(outcome));
+            }
+        }
+    }
+
+    /// The oldest batch's attempt failed: retry the round, put the batches
+    /// in doubt, or release the batch. Returns `false` when the decision
+    /// must wait for answers to later batches' attempts.
     ///
     /// `maybe_written` is what keeps an acknowledged batch from being
     /// dropped: once any attempt ended with an unknown outcome (a timeout, a
-    /// leader lost mid-append, ...), or the batch was already in doubt, the
-    /// batch may be in the log, so its sequence may only be released by an
-    /// error that proves the log does not hold it (see
-    /// [`proves_not_in_log`]). Releasing it on any other error would let the
-    /// next batch reuse the sequence, and deduplication would answer that
-    /// batch with the old one's offsets (`duplicate: true`) while dropping
-    /// its records.
-    fn send_locked(
-        &self,
-        log: LogId,
-        sequence: &mut LogSequence,
-        batch: RecordBatch,
-        mut maybe_written: bool,
-    ) -> Result<AppendOutcome> {
-        debug_assert_eq!(batch.header().base_sequence, sequence.next);
-        let deadline = Instant::now() + self.config.delivery_timeout;
-        let mut retries = 0u32;
-        loop {
-            let error = match self.router.append(log, &batch, Acks::All) {
-                Ok(outcome) => {
-                    sequence.next = next_after(batch.header().last_sequence());
-                    if outcome.duplicate {
-                        tracing::debug!(%log, producer = %self.producer_id, base_offset = %outcome.base_offset, "retry was a duplicate: original offsets returned");
-                    }
-                    return Ok(outcome);
-                }
-                Err(error) => error,
-            };
-            if !attempt_appended_nothing(&error) {
-                maybe_written = true;
-            }
-            if !error.is_retriable() {
-                if maybe_written && !proves_not_in_log(&error) {
-                    tracing::warn!(%log, producer = %self.producer_id, %error, "failed after an attempt with unknown outcome: batch in doubt");
-                    sequence.in_doubt = Some(batch);
-                } else {
-                    tracing::debug!(%log, producer = %self.producer_id, %error, "batch not written: sequence released");
-                }
-                return Err(error);
-            }
-            let now = Instant::now();
-            if retries >= self.config.retries_max || now + self.config.retry_backoff >= deadline {
-                tracing::warn!(%log, producer = %self.producer_id, %error, retries, "retry budget spent: batch in doubt");
-                sequence.in_doubt = Some(batch);
-                return Err(error);
-            }
-            retries += 1;
-            tracing::debug!(%log, producer = %self.producer_id, %error, retries, "retrying batch");
-            std::thread::sleep(self.config.retry_backoff);
+    /// leader lost mid-append, an attempt abandoned for a retry round,
+    /// ...), or the batch was in doubt, it may be in the log, so its
+    /// sequence may only be released by an error that proves the log does
+    /// not hold it (see [`proves_not_in_log`]). Releasing it on any other
+    /// error would let the next batch reuse the sequence, and deduplication
+    /// would answer that batch with the old one's offsets (`duplicate:
+    /// true`) while dropping its records.
+    fn handle_front_error(&self, log: LogId, sequence: &mut LogSequence, now: Instant) -> bool {
+        let Some(front) = sequence.queue.front_mut() else {
+            return true;
+        };
+        let (error, from_handle) = match &front.attempt {
+            Attempt::Answered {
+                outcome: Err(error),
+                from_handle,
+            } => (error.duplicate(), *from_handle),
+            _ => return true,
+        };
+        if !attempt_appended_nothing(&error) {
+            front.maybe_written = true;
         }
+        if is_retriable_in_flight(&error, from_handle, front.sent_behind_unresolved) {
+            if front.retries >= self.config.retries_max
+                || now + self.config.retry_backoff >= front.deadline
+            {
+                tracing::warn!(%log, producer = %self.producer_id, %error, retries = front.retries, "retry budget spent: batches in doubt");
+                self.put_in_doubt(sequence, error);
+                return true;
+            }
+            front.retries += 1;
+            let retries = front.retries;
+            tracing::debug!(%log, producer = %self.producer_id, %error, retries, batches = sequence.queue.len(), "retrying batches in order");
+            for entry in sequence.queue.iter_mut() {
+                match &entry.attempt {
+                    Attempt::Answered { outcome: Ok(_), .. } | Attempt::Unsent => {}
+                    Attempt::Answered {
+                        outcome: Err(error),
+                        ..
+                    } => {
+                        if !attempt_appended_nothing(error) {
+                            entry.maybe_written = true;
+                        }
+                        entry.attempt = Attempt::Unsent;
+                    }
+                    // Abandoned: whatever it did is unknown.
+                    Attempt::Sent(_) => {
+                        entry.maybe_written = true;
+                        entry.attempt = Attempt::Unsent;
+                    }
+                }
+            }
+            sequence.retry_at = Some(now + self.config.retry_backoff);
+            return true;
+        }
+        if matches!(error, Error::ProducerFenced { .. }) {
+            tracing::warn!(%log, producer = %self.producer_id, %error, "producer fenced: every batch in flight fails");
+            for entry in sequence.queue.drain(..) {
+                if let Some(send) = entry.send {
+                    send.resolve(Err(error.duplicate()));
+                }
+            }
+            return true;
+        }
+        if front.maybe_written && !proves_not_in_log(&error) {
+            tracing::warn!(%log, producer = %self.producer_id, %error, "failed after an attempt with unknown outcome: batches in doubt");
+            self.put_in_doubt(sequence, error);
+            return true;
+        }
+        // The log does not hold the oldest batch, so it holds none of the
+        // later ones (a leader takes sequence s + 1 only after s). Later
+        // attempts still pending are appended somewhere, though: decide
+        // once they are answered. One acknowledged would contradict the
+        // proof; then nothing is released.
+        let later = sequence.queue.iter().skip(1);
+        if later
+            .clone()
+            .any(|entry| matches!(entry.attempt, Attempt::Sent(_)))
+        {
+            return false;
+        }
+        if later.clone().any(Entry::is_acknowledged) {
+            tracing::warn!(%log, producer = %self.producer_id, %error, "a later batch was acknowledged: batches in doubt");
+            self.put_in_doubt(sequence, error);
+            return true;
+        }
+        let Some(released) = sequence.queue.pop_front() else {
+            return true;
+        };
+        tracing::debug!(%log, producer = %self.producer_id, %error, later = sequence.queue.len(), "batch not written: sequence released, later batches renumbered");
+        if let Some(send) = released.send {
+            send.resolve(Err(error));
+        }
+        // As Kafka's producer does after a batch fails for good: the later
+        // batches take the released sequences, so they follow what the log
+        // holds.
+        let mut base = released.batch.header().base_sequence;
+        for entry in sequence.queue.iter_mut() {
+            entry.batch = entry.batch.with_base_sequence(base);
+            entry.attempt = Attempt::Unsent;
+            base = next_after(entry.batch.header().last_sequence());
+        }
+        sequence.next = base;
+        sequence.retry_at = None;
+        true
+    }
+
+    /// Every batch in the queue goes in doubt behind the oldest one: their
+    /// sequences follow its, so none can be released or skipped. Each
+    /// caller is answered now: with `error`, or with its acknowledgement
+    /// when its own attempt was acknowledged (re-sending it later is
+    /// answered as a duplicate).
+    fn put_in_doubt(&self, sequence: &mut LogSequence, error: Error) {
+        for entry in sequence.queue.iter_mut() {
+            if let Some(send) = entry.send.take() {
+                match &entry.attempt {
+                    Attempt::Answered {
+                        outcome: Ok(outcome),
+                        ..
+                    } => send.resolve(Ok(*outcome)),
+                    _ => send.resolve(Err(error.duplicate())),
+                }
+            }
+            entry.maybe_written = true;
+            entry.attempt = Attempt::Unsent;
+            entry.sent_behind_unresolved = false;
+        }
+        sequence.retry_at = None;
+        sequence.in_doubt = Some(error);
+    }
+}
+
+/// When a waiter should look again, at the latest.
+fn wake_time(next: Next, now: Instant) -> Instant {
+    match next {
+        Next::RetryAt(at) => at.min(now + WAIT_SLICE),
+        Next::Idle | Next::Answer => now + WAIT_SLICE,
+    }
+}
+
+/// Whether an attempt's error lets the producer retry the round.
+///
+/// Beyond [`Error::is_retriable`]: `Shutdown` or `Poisoned` answered by an
+/// `AppendHandle` (not the call) says the replica the batch was appended
+/// to stopped or failed before it was committed: the outcome is unknown
+/// and another replica will lead, as when a Kafka client's connection
+/// drops. And `OutOfOrderSequence` for an attempt sent while an earlier
+/// batch was unresolved may only mean that batch had not arrived (Kafka's
+/// producer retries it too).
+fn is_retriable_in_flight(error: &Error, from_handle: bool, sent_behind_unresolved: bool) -> bool {
+    error.is_retriable()
+        || (from_handle && matches!(error, Error::Shutdown | Error::Poisoned { .. }))
+        || (sent_behind_unresolved && matches!(error, Error::OutOfOrderSequence { .. }))
+}
+
+/// A copy of an outcome (errors are rebuilt field by field).
+fn copy_outcome(outcome: &Result<AppendOutcome>) -> Result<AppendOutcome> {
+    match outcome {
+        Ok(outcome) => Ok(*outcome),
+        Err(error) => Err(error.duplicate()),
     }
 }
 
@@ -424,7 +1205,374 @@ fn next_after(last: Sequence) -> Sequence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{LeaderEpoch, NodeId};
+    use crate::replication::Completion;
+    use crate::types::{LeaderEpoch, NodeId, Offset};
+
+    /// An attempt the router saw: base sequence, first value, completion.
+    type RecordedAttempt = (i32, Vec<u8>, Arc<Completion>);
+
+    /// A router whose pipelined appends the test answers by hand: every
+    /// attempt is recorded (base sequence, first value, its completion);
+    /// `refuse` answers the call itself instead.
+    #[derive(Default)]
+    struct ScriptedRouter {
+        attempts: Mutex<Vec<RecordedAttempt>>,
+        refuse: Mutex<Option<Error>>,
+    }
+
+    impl ScriptedRouter {
+        fn sent(&self) -> Vec<(i32, Vec<u8>)> {
+            self.attempts
+                .lock()
+                .iter()
+                .map(|(sequence, value, _)| (*sequence, value.clone()))
+                .collect()
+        }
+
+        /// Resolves attempt `index` (in send order).
+        fn answer(&self, index: usize, outcome: Result<AppendOutcome>) {
+            let completion = Arc::clone(&self.attempts.lock()[index].2);
+            completion.resolve(outcome);
+        }
+    }
+
+    impl LeaderRouter for ScriptedRouter {
+        fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+            Err(Error::LeaderNotAvailable(log))
+        }
+
+        fn append(&self, log: LogId, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+            self.append_pipelined(log, batch, acks)?.wait()
+        }
+
+        fn append_pipelined(&self, _: LogId, batch: &RecordBatch, _: Acks) -> Result<AppendHandle> {
+            if let Some(error) = self.refuse.lock().as_ref() {
+                return Err(error.duplicate());
+            }
+            let value = batch
+                .records()
+                .next()
+                .and_then(|record| record.ok())
+                .map(|record| record.value.to_vec())
+                .unwrap_or_default();
+            let (completion, handle) = Completion::new_pair();
+            self.attempts
+                .lock()
+                .push((batch.header().base_sequence.0, value, completion));
+            Ok(handle)
+        }
+    }
+
+    const LOG: LogId = LogId(0);
+
+    fn producer(
+        router: &ScriptedRouter,
+        config: ProducerConfig,
+    ) -> IdempotentProducer<&ScriptedRouter> {
+        IdempotentProducer::with_identity(ProducerId(7), ProducerEpoch(0), router, config)
+    }
+
+    fn quick() -> ProducerConfig {
+        ProducerConfig {
+            retries_max: 100,
+            delivery_timeout: Duration::from_secs(10),
+            retry_backoff: Duration::from_millis(1),
+        }
+    }
+
+    fn written(offset: u64) -> Result<AppendOutcome> {
+        Ok(AppendOutcome {
+            base_offset: Offset(offset),
+            last_offset: Offset(offset),
+            leader_epoch: LeaderEpoch(1),
+            duplicate: false,
+        })
+    }
+
+    fn not_leader() -> Error {
+        Error::NotLeader {
+            log: LOG,
+            epoch: LeaderEpoch(1),
+            leader: None,
+        }
+    }
+
+    fn out_of_order(expected: i32, received: i32) -> Error {
+        Error::OutOfOrderSequence {
+            producer: ProducerId(7),
+            expected: Sequence(expected),
+            received: Sequence(received),
+        }
+    }
+
+    fn timeout() -> Error {
+        Error::Timeout {
+            waited: Duration::ZERO,
+            waiting_for: "test",
+        }
+    }
+
+    /// Waits (bounded) until the router has seen `count` attempts.
+    fn until_attempts(producer: &IdempotentProducer<&ScriptedRouter>, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while producer.router().attempts.lock().len() < count {
+            assert!(Instant::now() < deadline, "{:?}", producer.router().sent());
+            // A pass drives retries that fell due.
+            let _ = producer.next_sequence(LOG);
+            let shared = producer.log_shared(LOG);
+            let (_, changed) = producer.drive(LOG, &shared, &mut shared.sequence.lock());
+            if changed {
+                shared.progress.bump();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Five sends are in flight at once with consecutive sequences; a
+    /// sixth waits until the oldest is resolved.
+    #[test]
+    fn five_in_flight_and_the_sixth_waits_for_the_oldest() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let sends: Vec<_> = (0..5)
+            .map(|i| {
+                producer
+                    .send_values_pipelined(LOG, &[format!("v{i}")])
+                    .unwrap()
+            })
+            .collect();
+        let sequences: Vec<i32> = router.sent().iter().map(|(s, _)| *s).collect();
+        assert_eq!(sequences, vec![0, 1, 2, 3, 4]);
+        std::thread::scope(|scope| {
+            let sixth = scope.spawn(|| {
+                producer
+                    .send_values_pipelined(LOG, &[b"v5"])
+                    .map(|send| send.wait())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!sixth.is_finished(), "a sixth send must wait for room");
+            assert_eq!(router.sent().len(), 5);
+            router.answer(0, written(0));
+            router.answer(1, written(1));
+            until_attempts(&producer, 6);
+            assert_eq!(router.sent()[5].0, 5);
+            for index in 2..6 {
+                router.answer(index, written(index as u64));
+            }
+            assert_eq!(
+                sixth.join().unwrap().unwrap().unwrap().base_offset,
+                Offset(5)
+            );
+        });
+        let offsets: Vec<Offset> = sends
+            .into_iter()
+            .map(|send| send.wait().unwrap().base_offset)
+            .collect();
+        assert_eq!(offsets, (0..5).map(Offset).collect::<Vec<_>>());
+        assert_eq!(producer.next_sequence(LOG), Sequence(6));
+    }
+
+    /// The oldest batch fails retriably; the later ones are refused out of
+    /// order only because it was not written. All are re-sent in sequence
+    /// order and succeed; outcomes arrive oldest first.
+    #[test]
+    fn retries_resend_the_oldest_and_every_later_batch_in_order() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let sends: Vec<_> = (0..3)
+            .map(|i| {
+                producer
+                    .send_values_pipelined(LOG, &[format!("v{i}")])
+                    .unwrap()
+            })
+            .collect();
+        router.answer(2, Err(out_of_order(0, 2)));
+        router.answer(1, Err(out_of_order(0, 1)));
+        router.answer(0, Err(not_leader()));
+        until_attempts(&producer, 6);
+        let sent: Vec<i32> = router.sent().iter().map(|(s, _)| *s).collect();
+        assert_eq!(sent, vec![0, 1, 2, 0, 1, 2]);
+        for (index, offset) in [(3, 10), (4, 11), (5, 12)] {
+            router.answer(index, written(offset));
+        }
+        let offsets: Vec<Offset> = sends
+            .into_iter()
+            .map(|send| send.wait().unwrap().base_offset)
+            .collect();
+        assert_eq!(offsets, vec![Offset(10), Offset(11), Offset(12)]);
+        assert!(!producer.has_in_doubt(LOG));
+    }
+
+    /// `OutOfOrderSequence` for a batch sent while an earlier one was
+    /// unresolved may only mean the earlier one had not arrived: it is
+    /// retried once the earlier one is acknowledged, not failed (which
+    /// would release its sequence and lose it).
+    #[test]
+    fn an_out_of_order_answer_behind_an_unresolved_batch_is_retried() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let first = producer.send_values_pipelined(LOG, &[b"a"]).unwrap();
+        let second = producer.send_values_pipelined(LOG, &[b"b"]).unwrap();
+        router.answer(1, Err(out_of_order(0, 1)));
+        router.answer(0, written(0));
+        assert_eq!(first.wait().unwrap().base_offset, Offset(0));
+        until_attempts(&producer, 3);
+        assert_eq!(router.sent()[2], (1, b"b".to_vec()));
+        router.answer(2, written(1));
+        assert_eq!(second.wait().unwrap().base_offset, Offset(1));
+    }
+
+    /// A later batch acknowledged while the oldest is retried keeps its
+    /// acknowledgement and is not re-sent.
+    #[test]
+    fn an_acknowledged_later_batch_is_not_resent() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let first = producer.send_values_pipelined(LOG, &[b"a"]).unwrap();
+        let second = producer.send_values_pipelined(LOG, &[b"b"]).unwrap();
+        router.answer(1, written(1));
+        router.answer(0, Err(timeout()));
+        until_attempts(&producer, 3);
+        assert_eq!(router.sent()[2], (0, b"a".to_vec()));
+        router.answer(
+            2,
+            Ok(AppendOutcome {
+                duplicate: true,
+                ..written(0).unwrap()
+            }),
+        );
+        assert!(first.wait().unwrap().duplicate);
+        assert_eq!(second.wait().unwrap().base_offset, Offset(1));
+        assert_eq!(router.sent().len(), 3);
+    }
+
+    /// The oldest batch's budget is spent with an unknown outcome: it and
+    /// the later batches are in doubt, and the next send re-sends them in
+    /// order before its own batch.
+    #[test]
+    fn a_batch_in_doubt_puts_the_later_ones_in_doubt_and_they_are_resent_first() {
+        let router = ScriptedRouter::default();
+        let config = ProducerConfig {
+            retries_max: 0,
+            ..quick()
+        };
+        let producer = producer(&router, config);
+        let sends: Vec<_> = (0..3)
+            .map(|i| {
+                producer
+                    .send_values_pipelined(LOG, &[format!("v{i}")])
+                    .unwrap()
+            })
+            .collect();
+        router.answer(0, Err(timeout()));
+        for send in sends {
+            assert!(matches!(send.wait(), Err(Error::Timeout { .. })));
+        }
+        assert!(producer.has_in_doubt(LOG));
+        assert_eq!(producer.next_sequence(LOG), Sequence(0));
+        assert_eq!(producer.batches_unresolved(LOG), 3);
+        std::thread::scope(|scope| {
+            let next = scope.spawn(|| {
+                producer
+                    .send_values_pipelined(LOG, &[b"v3"])
+                    .map(|send| send.wait())
+            });
+            until_attempts(&producer, 6);
+            let resent: Vec<(i32, Vec<u8>)> = router.sent()[3..].to_vec();
+            assert_eq!(
+                resent,
+                vec![
+                    (0, b"v0".to_vec()),
+                    (1, b"v1".to_vec()),
+                    (2, b"v2".to_vec())
+                ]
+            );
+            for index in 3..6 {
+                router.answer(
+                    index,
+                    Ok(AppendOutcome {
+                        duplicate: true,
+                        ..written(index as u64 - 3).unwrap()
+                    }),
+                );
+            }
+            until_attempts(&producer, 7);
+            assert_eq!(router.sent()[6], (3, b"v3".to_vec()));
+            router.answer(6, written(3));
+            assert_eq!(
+                next.join().unwrap().unwrap().unwrap().base_offset,
+                Offset(3)
+            );
+        });
+        assert!(!producer.has_in_doubt(LOG));
+        assert_eq!(producer.next_sequence(LOG), Sequence(4));
+    }
+
+    /// A batch refused before any attempt could write it is released; the
+    /// later ones take its sequence and the ones after.
+    #[test]
+    fn a_released_batch_renumbers_the_later_ones() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let first = producer.send_values_pipelined(LOG, &[b"a"]).unwrap();
+        let second = producer.send_values_pipelined(LOG, &[b"b"]).unwrap();
+        router.answer(1, Err(out_of_order(0, 1)));
+        router.answer(
+            0,
+            Err(Error::InvalidBatch {
+                reason: "test".into(),
+            }),
+        );
+        assert!(matches!(first.wait(), Err(Error::InvalidBatch { .. })));
+        until_attempts(&producer, 3);
+        assert_eq!(router.sent()[2], (0, b"b".to_vec()));
+        router.answer(2, written(0));
+        assert_eq!(second.wait().unwrap().base_offset, Offset(0));
+        assert_eq!(producer.next_sequence(LOG), Sequence(1));
+    }
+
+    /// The future resolves through its waker, retries included (the retry
+    /// timer wakes the task when the round falls due).
+    #[test]
+    fn a_pipelined_send_is_a_future() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let send = producer.send_values_pipelined(LOG, &[b"a"]).unwrap();
+        router.answer(0, Err(not_leader()));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while router.attempts.lock().len() < 2 {
+                    assert!(Instant::now() < deadline);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                router.answer(1, written(4));
+            });
+            let outcome = futures_lite_block_on(send);
+            assert_eq!(outcome.unwrap().base_offset, Offset(4));
+        });
+    }
+
+    /// A minimal executor: polls on this thread, parks between wake-ups.
+    fn futures_lite_block_on<F: Future>(future: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut context = Context::from_waker(&waker);
+        let mut future = std::pin::pin!(future);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+                return output;
+            }
+            assert!(Instant::now() < deadline, "future not woken");
+            std::thread::park_timeout(Duration::from_secs(1));
+        }
+    }
 
     /// Which errors release a sequence that may be in the log, and which
     /// mark an attempt's outcome unknown.

@@ -333,6 +333,21 @@ impl RecordBatch {
         &self.bytes
     }
 
+    /// A copy of this batch numbered from `base_sequence` instead (CRC
+    /// recomputed): an idempotent producer renumbers the batches it had in
+    /// flight behind one that failed for good, as Kafka's producer does
+    /// (`adjustSequencesDueToFailedBatch`), so they follow the last batch
+    /// the log holds.
+    pub(crate) fn with_base_sequence(&self, base_sequence: Sequence) -> RecordBatch {
+        let mut bytes = self.bytes.to_vec();
+        bytes[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4]
+            .copy_from_slice(&(base_sequence.0 as u32).to_le_bytes());
+        let crc = compute_crc(&bytes);
+        bytes[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        let header = decode_header_fields(&bytes);
+        RecordBatch::from_parts(header, Bytes::from(bytes))
+    }
+
     /// Consumes the batch, returning its bytes.
     pub fn into_bytes(self) -> Bytes {
         self.bytes

@@ -29,6 +29,7 @@ pub(crate) use identity::{is_identity_or_lock_file, DirectoryLock};
 pub(crate) use leader_epoch::{EpochEntry, LeaderEpochCache};
 pub use log::{AppendInfo, Log, LogStats, ReadResult};
 pub(crate) use log::{BackgroundWork, RollFlusher};
+pub(crate) use producer_state::BATCHES_PER_PRODUCER_MAX;
 pub(crate) use roll_flush::RollFlushThread;
 // The file decoders and encoders, for `testing::fuzz`.
 #[cfg(any(test, feature = "testing"))]

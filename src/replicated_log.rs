@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::node::NodeShared;
 use crate::record::{BatchIter, Record, RecordBatch, RecordBatchBuilder};
-use crate::replication::{AppendHandle, Completion, Replica, Role};
+use crate::replication::{AppendHandle, Completion, DeferredWriter, Replica, Role};
 use crate::sync::Arc;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
@@ -315,7 +315,7 @@ impl ReplicatedLog {
     /// The log end offset: the offset the next record will get (on a
     /// leader, past every append that returned).
     pub fn log_end_offset(&self) -> Offset {
-        self.replica.write_deferred(true);
+        self.replica.write_deferred(DeferredWriter::Reader);
         self.replica.log().log_end_offset()
     }
 

@@ -223,6 +223,23 @@ pub(crate) struct Replica {
     snapshots: Option<crate::snapshot::Snapshots>,
 }
 
+/// Who writes pipelined appends left queued for a fetch
+/// (`Replica::write_deferred`), which decides how long it may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeferredWriter {
+    /// A follower's fetch: writes unless another thread holds the writer
+    /// seat, whose write then bumps "data arrived" once it is done, and
+    /// the fetch, held in its long poll, reads again.
+    Fetch,
+    /// A reader that must see every append that returned (a log end query,
+    /// a leader read past the committed end): waits for the seat while
+    /// offsets handed out are not in the log yet.
+    Reader,
+    /// The node's deadline timer: waits for nothing (no role change, no
+    /// seat), as it must stay on time; it comes again a tick later.
+    Timer,
+}
+
 /// What a follower whose log ends below its leader's log start does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BelowLeaderStart {
@@ -670,26 +687,43 @@ impl Replica {
     /// Writes the pipelined appends left queued for a fetch (deferred, see
     /// `append_as_leader`); nothing when none is. Holds `role` for reading
     /// (as every appender does), so a role change cannot pass the write.
-    /// Call with no lock of the replica held. With `wait_for_role` false
-    /// it does nothing while a role change holds (or waits for) `role`:
-    /// the node's deadline timer must not wait for a role change, which
-    /// writes the queue itself.
-    pub(crate) fn write_deferred(&self, wait_for_role: bool) {
+    /// Call with no lock of the replica held.
+    pub(crate) fn write_deferred(&self, by: DeferredWriter) {
+        if by == DeferredWriter::Reader {
+            return self.write_handed_out();
+        }
         if !self.pipeline.combiner.has_deferred() {
             return;
         }
-        let role = if wait_for_role {
-            self.role.read()
-        } else {
-            match self.role.try_read() {
+        let role = match by {
+            DeferredWriter::Timer => match self.role.try_read() {
                 Some(role) => role,
                 None => return,
-            }
+            },
+            _ => self.role.read(),
         };
         if role.role == Role::Leader {
             self.pipeline
                 .combiner
                 .drain(&mut |taken| self.write_taken(taken));
+        }
+    }
+
+    /// On a leader, returns once every offset handed out is in the log:
+    /// writes what is queued, or waits for the seat holder writing it. (A
+    /// drain that finds the seat taken returns at once, and the queue's
+    /// deferred count falls when the holder takes it, before it writes:
+    /// neither says that the log holds everything that returned.)
+    fn write_handed_out(&self) {
+        let role = self.role.read();
+        if role.role != Role::Leader {
+            return;
+        }
+        let handed_out = self.pipeline.combiner.with_state(|queue| queue.next_offset);
+        if handed_out > self.log.log_end_offset() {
+            self.pipeline
+                .combiner
+                .exclusive(&mut |taken| self.write_taken(taken), |_| ());
         }
     }
 
@@ -1250,7 +1284,7 @@ impl Replica {
     pub(crate) fn expire_pipelined(&self) {
         // Should no fetch come to write appends left for one, write them
         // here (at most a tick late).
-        self.write_deferred(false);
+        self.write_deferred(DeferredWriter::Timer);
         if self.pending.queued() == 0 {
             return;
         }
@@ -1355,7 +1389,7 @@ impl Replica {
         let _resolve = self.resolve_on_drop(false);
         // Pipelined appends left for this fetch go into the log first, so
         // that it reads them.
-        self.write_deferred(true);
+        self.write_deferred(DeferredWriter::Fetch);
         let mut answer = FetchedLog {
             log: self.log_id,
             error: ErrorCode::None,
@@ -2349,7 +2383,7 @@ impl Replica {
             let read = self.log.read_committed(from, bytes_max, hw)?;
             Ok(read.records)
         } else {
-            self.write_deferred(true);
+            self.write_deferred(DeferredWriter::Reader);
             let role = self.role.read();
             if role.role != Role::Leader {
                 return Err(self.not_leader(&role));

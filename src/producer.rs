@@ -173,6 +173,18 @@ impl LeaderRouter for crate::testing::Cluster {
         let handle = LeaderRouter::leader_log(self, log)?;
         harness_append(&handle, batch, acks, |node| self.is_running(node))
     }
+
+    /// Appends pipelined on the leader; a leader that crashed during the
+    /// call is a retriable `Transport` error, as for [`append`](Self::append).
+    fn append_pipelined(
+        &self,
+        log: LogId,
+        batch: &RecordBatch,
+        acks: Acks,
+    ) -> Result<AppendHandle> {
+        let handle = LeaderRouter::leader_log(self, log)?;
+        harness_append_pipelined(&handle, batch, acks, |node| self.is_running(node))
+    }
 }
 
 /// How the in-process test clusters route to a leader (shared by
@@ -210,6 +222,28 @@ pub(crate) fn harness_append(
 ) -> Result<AppendOutcome> {
     let leader = handle.node_id();
     match handle.append(batch, acks) {
+        Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !is_running(leader) => {
+            Err(Error::Transport {
+                to: leader,
+                reason: format!("leader crashed during the append: {error}"),
+            })
+        }
+        result => result,
+    }
+}
+
+/// [`harness_append`] for a pipelined append: a crash during the call is a
+/// retriable `Transport` error. (A crash after it resolves the handle with
+/// `Shutdown`, which the producer retries as an unknown outcome.)
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn harness_append_pipelined(
+    handle: &ReplicatedLog,
+    batch: &RecordBatch,
+    acks: Acks,
+    is_running: impl Fn(crate::types::NodeId) -> bool,
+) -> Result<AppendHandle> {
+    let leader = handle.node_id();
+    match handle.append_pipelined(batch, acks) {
         Err(error @ (Error::Shutdown | Error::Poisoned { .. })) if !is_running(leader) => {
             Err(Error::Transport {
                 to: leader,

@@ -96,6 +96,12 @@ pub struct FaultTestConfig {
     /// call order (offsets increase with the calls) and that every handle
     /// was resolved within a bound.
     pub pipelined: usize,
+    /// Each log's idempotent producer keeps up to
+    /// [`IN_FLIGHT_MAX`](crate::IN_FLIGHT_MAX) batches in flight with
+    /// `send_pipelined` (its router drops acknowledgements of pipelined
+    /// appends too), instead of one blocking `send` at a time. The run also
+    /// checks that its completed `Ok`s follow call order.
+    pub idempotent_pipelined: bool,
     /// SPEC 3.9: every node runs an application per log that applies its
     /// replica's committed records, reports its applied position and takes
     /// snapshots; deletion waits for the positions (`retain_until_applied`)
@@ -128,6 +134,7 @@ impl FaultTestConfig {
             converge_timeout: Duration::from_secs(20),
             logs: 3,
             pipelined: 0,
+            idempotent_pipelined: false,
             deletion: false,
             reassignments: false,
         }
@@ -740,7 +747,9 @@ fn run_inner<C: FaultTarget>(
             } else {
                 scope.spawn(move || produce_pipelined(cluster, state, log, seed, window));
             }
-            scope.spawn(move || produce_idempotent(cluster, state, log, seed));
+            let idempotent_pipelined = config.idempotent_pipelined;
+            scope
+                .spawn(move || produce_idempotent(cluster, state, log, seed, idempotent_pipelined));
         }
         {
             let (cluster, state, logs) = (&cluster, &state, &logs);
@@ -1076,12 +1085,44 @@ impl<C: FaultTarget> LeaderRouter for LossyRouter<'_, C> {
         }
         Ok(outcome)
     }
+
+    /// Appends pipelined; a dropped acknowledgement turns the handle's
+    /// `Ok` into `Timeout` when it arrives.
+    fn append_pipelined(
+        &self,
+        log: LogId,
+        batch: &RecordBatch,
+        acks: Acks,
+    ) -> Result<crate::AppendHandle> {
+        let handle = LeaderRouter::append_pipelined(self.cluster, log, batch, acks)?;
+        if self.rng.lock().next_u64() % 100 >= self.drop_ack_percent {
+            return Ok(handle);
+        }
+        *self.state.acks_dropped.lock() += 1;
+        let (cell, lossy) = crate::replication::Completion::new_pair();
+        handle.on_complete(move |outcome| {
+            cell.resolve(outcome.and(Err(Error::Timeout {
+                waited: Duration::ZERO,
+                waiting_for: "an acknowledgement the fault test dropped",
+            })))
+        });
+        Ok(lossy)
+    }
 }
 
 /// One idempotent producer per log, sending one unique value per batch
-/// through a [`LossyRouter`] until told to stop. A send that fails leaves
-/// its batch in doubt, re-sent (same sequence) before the next one.
-fn produce_idempotent<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId, seed: u64) {
+/// through a [`LossyRouter`] until told to stop: one blocking `send` at a
+/// time, or (`pipelined`) up to `IN_FLIGHT_MAX` with `send_pipelined`. A
+/// send that fails leaves its batch in doubt, re-sent (same sequence)
+/// before the next one. A producer that must start over (see
+/// [`IdempotentSends::fails_for_good`]) is replaced by a new one.
+fn produce_idempotent<C: FaultTarget>(
+    cluster: &C,
+    state: &RunState,
+    log: LogId,
+    seed: u64,
+    pipelined: bool,
+) {
     let router = LossyRouter {
         cluster,
         state,
@@ -1094,53 +1135,148 @@ fn produce_idempotent<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId,
         delivery_timeout: Duration::from_millis(800),
         retry_backoff: Duration::from_millis(5),
     };
-    let mut producer = None;
-    let mut attempt = 0u64;
+    let mut sends = IdempotentSends {
+        cluster,
+        state,
+        log,
+        seed,
+        attempt: 0,
+        last_ok: None,
+    };
     while !state.stop.load(Ordering::SeqCst) {
-        let current = match &producer {
-            Some(producer) => producer,
-            None => {
-                match IdempotentProducer::init(cluster.coordinator(), &router, config.clone()) {
-                    Ok(fresh) => producer.insert(fresh),
-                    Err(_) => {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
+        let producer =
+            match IdempotentProducer::init(cluster.coordinator(), &router, config.clone()) {
+                Ok(producer) => producer,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
                 }
+            };
+        if pipelined {
+            sends.run_pipelined(&producer);
+        } else {
+            sends.run_blocking(&producer);
+        }
+    }
+}
+
+/// What one log's idempotent producers were told, across producers.
+struct IdempotentSends<'a, C> {
+    cluster: &'a C,
+    state: &'a RunState,
+    log: LogId,
+    seed: u64,
+    attempt: u64,
+    /// The call and offset of the latest completed `Ok`.
+    last_ok: Option<(u64, Offset)>,
+}
+
+impl<C: FaultTarget> IdempotentSends<'_, C> {
+    fn next_value(&mut self) -> (u64, Vec<u8>) {
+        let call = self.attempt;
+        self.attempt += 1;
+        let value = format!("seed{}/log{}/idempotent/{call}", self.seed, self.log.0).into_bytes();
+        (call, value)
+    }
+
+    /// Blocking sends until told to stop or the producer must be replaced.
+    fn run_blocking<R: LeaderRouter>(&mut self, producer: &IdempotentProducer<R>) {
+        while !self.state.stop.load(Ordering::SeqCst) {
+            let (call, value) = self.next_value();
+            let before = self.state.before_append();
+            let outcome = producer.send_values(self.log, &[&value]);
+            if self.told(call, value, outcome, before) {
+                return;
             }
-        };
-        let value = format!("seed{seed}/log{}/idempotent/{attempt}", log.0).into_bytes();
-        attempt += 1;
-        let before = state.before_append();
-        match current.send_values(log, &[&value]) {
+        }
+    }
+
+    /// Pipelined sends, up to `IN_FLIGHT_MAX` in flight, outcomes taken in
+    /// call order, until told to stop (and every send is answered) or the
+    /// producer must be replaced.
+    fn run_pipelined<R: LeaderRouter>(&mut self, producer: &IdempotentProducer<R>) {
+        type InFlight<'p, R> = (
+            u64,
+            Vec<u8>,
+            crate::ProducerSend<'p, R>,
+            Option<HashMap<NodeId, u64>>,
+        );
+        let mut in_flight: std::collections::VecDeque<InFlight<'_, R>> =
+            std::collections::VecDeque::new();
+        let mut replace = false;
+        loop {
+            let stopping = self.state.stop.load(Ordering::SeqCst) || replace;
+            if !stopping && in_flight.len() < crate::IN_FLIGHT_MAX {
+                let (call, value) = self.next_value();
+                let before = self.state.before_append();
+                match producer.send_values_pipelined(self.log, &[&value]) {
+                    Ok(send) => in_flight.push_back((call, value, send, before)),
+                    Err(error) => replace |= self.told(call, value, Err(error), before),
+                }
+                continue;
+            }
+            let Some((call, value, send, before)) = in_flight.pop_front() else {
+                return;
+            };
+            replace |= self.told(call, value, send.wait(), before);
+        }
+    }
+
+    /// Records what send `call` was told; `true` if the producer must be
+    /// replaced.
+    fn told(
+        &mut self,
+        call: u64,
+        value: Vec<u8>,
+        outcome: Result<AppendOutcome>,
+        before: Option<HashMap<NodeId, u64>>,
+    ) -> bool {
+        let (state, log) = (self.state, self.log);
+        match outcome {
             Ok(outcome) => {
                 *state.idempotent_acknowledged.lock() += 1;
                 if outcome.duplicate {
                     *state.idempotent_duplicates.lock() += 1;
                 }
-                state.acknowledge(cluster, log, outcome.base_offset, value, before);
+                // Completed Oks follow call order (under power loss without
+                // flushing a committed record may be lost and its offset
+                // reused: then G2 checks what survived).
+                if let (Some((earlier_call, earlier_offset)), true) = (self.last_ok, state.no_loss)
+                {
+                    if outcome.base_offset <= earlier_offset {
+                        state.violations.lock().push(format!(
+                            "{log}: idempotent send {call} acknowledged at {} but earlier send {earlier_call} at {earlier_offset}: offsets do not follow call order",
+                            outcome.base_offset
+                        ));
+                    }
+                }
+                self.last_ok = Some((call, outcome.base_offset));
+                state.acknowledge(self.cluster, log, outcome.base_offset, value, before);
+                false
             }
             Err(error) => {
                 *state.unknown.lock() += 1;
-                if matches!(
-                    error,
-                    Error::OutOfOrderSequence { .. } | Error::ProducerFenced { .. }
-                ) {
-                    // With one batch in flight and no acknowledged data
-                    // lost, the leader always knows this producer's last
-                    // sequence. Power loss without flushing may lose it;
-                    // then, as Kafka's producer does, start over with a
-                    // new id.
-                    if state.no_loss {
-                        state.violations.lock().push(format!(
-                            "G4: idempotent producer on {log} got {error} without any data loss"
-                        ));
-                    }
-                    producer = None;
+                let for_good = Self::fails_for_good(&error);
+                if for_good && state.no_loss {
+                    state.violations.lock().push(format!(
+                        "G4: idempotent producer on {log} got {error} without any data loss"
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(2));
+                for_good
             }
         }
+    }
+
+    /// With no acknowledged data lost, the leader always knows this
+    /// producer's last sequence, so neither error can happen. Power loss
+    /// without flushing may lose it; then, as Kafka's producer does, start
+    /// over with a new id.
+    fn fails_for_good(error: &Error) -> bool {
+        matches!(
+            error,
+            Error::OutOfOrderSequence { .. } | Error::ProducerFenced { .. }
+        )
     }
 }
 

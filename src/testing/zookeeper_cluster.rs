@@ -592,6 +592,20 @@ impl LeaderRouter for ZkCluster {
         let handle = LeaderRouter::leader_log(self, log)?;
         harness_append(&handle, batch, acks, |node| self.is_running(node))
     }
+
+    /// Appends pipelined on the leader; a leader that crashed during the
+    /// call is a retriable `Transport` error, as for [`append`](Self::append).
+    fn append_pipelined(
+        &self,
+        log: LogId,
+        batch: &RecordBatch,
+        acks: Acks,
+    ) -> Result<crate::AppendHandle> {
+        let handle = LeaderRouter::leader_log(self, log)?;
+        crate::producer::harness_append_pipelined(&handle, batch, acks, |node| {
+            self.is_running(node)
+        })
+    }
 }
 
 impl Drop for ZkCluster {

@@ -6,6 +6,7 @@
 mod append_handles_answer_again_and_time_out_on_time;
 mod completion_callbacks_may_append_and_wait;
 mod idempotent_batch_in_doubt_puts_later_ones_in_doubt;
+mod idempotent_pipelined_sends_hold_under_random_faults;
 mod idempotent_pipelined_sends_keep_order_through_leader_failover;
 mod idempotent_producer;
 mod idempotent_sixth_pipelined_send_waits_for_the_oldest;

@@ -108,6 +108,15 @@ impl Completion {
     /// is caught and logged. A second resolution is a bug; it is ignored
     /// (and asserted against in debug builds).
     pub fn resolve(&self, outcome: Result<AppendOutcome>) {
+        let mut wakeups = Wakeups::default();
+        self.resolve_into(outcome, &mut wakeups);
+        wakeups.hand_over();
+    }
+
+    /// [`resolve`](Self::resolve), but the waker or callback it owes is
+    /// added to `wakeups`, to go to the runner with the others of the same
+    /// pass in one step ([`Wakeups::hand_over`]).
+    pub(crate) fn resolve_into(&self, outcome: Result<AppendOutcome>, wakeups: &mut Wakeups) {
         let job = {
             let mut state = self.state.lock();
             debug_assert!(!state.resolved, "a pipelined append resolved twice");
@@ -126,10 +135,7 @@ impl Completion {
             }
         };
         if let Some(job) = job {
-            match &self.runner {
-                Some(runner) => runner.submit(job),
-                None => job.run(),
-            }
+            wakeups.push(self.runner.as_ref(), job);
         }
     }
 
@@ -163,6 +169,54 @@ impl Job {
                 }
             }
         }
+    }
+}
+
+/// The wakers and callbacks that one pass of resolutions owes (say, every
+/// append a high watermark move decided), handed to the completion runner
+/// in one step: one lock and at most one wake-up of its thread for the
+/// whole pass, instead of one per append. Keeps the order of the pushes.
+/// Dropping it hands over what it holds.
+#[derive(Default)]
+pub(crate) struct Wakeups {
+    /// The runner of `jobs` (`None`: run on the handing thread).
+    runner: Option<Arc<CompletionRunner>>,
+    jobs: Vec<Job>,
+}
+
+impl Wakeups {
+    /// Adds the job of a cell whose runner is `runner`. A job for another
+    /// runner than the ones held hands those over first, so order holds.
+    fn push(&mut self, runner: Option<&Arc<CompletionRunner>>, job: Job) {
+        let same = match (&self.runner, runner) {
+            (Some(held), Some(runner)) => Arc::ptr_eq(held, runner),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.hand_over();
+            self.runner = runner.cloned();
+        }
+        self.jobs.push(job);
+    }
+
+    /// Hands every job held to its runner (or runs them here, with no
+    /// runner), in the order they were pushed.
+    pub(crate) fn hand_over(&mut self) {
+        if self.jobs.is_empty() {
+            return;
+        }
+        let jobs = std::mem::take(&mut self.jobs);
+        match &self.runner {
+            Some(runner) => runner.submit_all(jobs),
+            None => jobs.into_iter().for_each(Job::run),
+        }
+    }
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        self.hand_over();
     }
 }
 
@@ -234,26 +288,31 @@ impl CompletionRunner {
         })
     }
 
-    fn submit(&self, job: Job) {
+    /// Queues `jobs`, in order, with one lock and one wake-up of the
+    /// thread (or runs them here once the thread is gone).
+    fn submit_all(&self, jobs: Vec<Job>) {
         {
             let mut state = self.state.lock();
             if state.accepting {
-                state.jobs.push_back(job);
+                state.jobs.extend(jobs);
                 self.work.notify_all();
                 return;
             }
         }
-        job.run();
+        jobs.into_iter().for_each(Job::run);
     }
 
     /// The runner thread's loop: runs queued jobs in order, with no lock
     /// held, until [`stop`](Self::stop) was called and the queue is empty.
+    /// It takes everything queued at once, so a pass of resolutions costs
+    /// it one lock, not one per job.
     pub fn run(&self) {
         let mut state = self.state.lock();
         loop {
-            if let Some(job) = state.jobs.pop_front() {
+            if !state.jobs.is_empty() {
+                let jobs = std::mem::take(&mut state.jobs);
                 drop(state);
-                job.run();
+                jobs.into_iter().for_each(Job::run);
                 state = self.state.lock();
                 continue;
             }
@@ -468,5 +527,84 @@ fn duplicate(outcome: &Result<AppendOutcome>) -> Result<AppendOutcome> {
     match outcome {
         Ok(outcome) => Ok(*outcome),
         Err(error) => Err(error.duplicate()),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::types::{LeaderEpoch, Offset};
+
+    fn outcome(offset: u64) -> AppendOutcome {
+        AppendOutcome {
+            base_offset: Offset(offset),
+            last_offset: Offset(offset),
+            leader_epoch: LeaderEpoch(1),
+            duplicate: false,
+        }
+    }
+
+    /// One pass of resolutions reaches the runner as one submission (the
+    /// runner's queue holds all of them before any runs), and the runner's
+    /// thread runs them in the order they were decided.
+    #[test]
+    fn a_pass_of_resolutions_reaches_the_runner_in_one_step_in_order() {
+        let runner = CompletionRunner::new();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let cells: Vec<_> = (0..5u64)
+            .map(|_| {
+                let (cell, handle) = Completion::new_pair_on(&runner);
+                let ran = Arc::clone(&ran);
+                handle.on_complete(move |result| {
+                    if let Ok(outcome) = result {
+                        ran.lock().push(outcome.base_offset.0);
+                    }
+                });
+                cell
+            })
+            .collect();
+        let mut wakeups = Wakeups::default();
+        for (i, cell) in cells.iter().enumerate() {
+            cell.resolve_into(Ok(outcome(i as u64)), &mut wakeups);
+            assert!(cell.is_resolved(), "the cell is written at once");
+        }
+        assert_eq!(runner.state.lock().jobs.len(), 0, "nothing handed over yet");
+        wakeups.hand_over();
+        assert_eq!(runner.state.lock().jobs.len(), 5);
+        assert!(
+            ran.lock().is_empty(),
+            "nothing runs on the resolving thread"
+        );
+        runner.stop();
+        runner.run();
+        assert_eq!(*ran.lock(), vec![0, 1, 2, 3, 4]);
+    }
+
+    /// Jobs of cells with different runners (or none) keep their order:
+    /// handing over a job of another runner hands the held ones first.
+    #[test]
+    fn wakeups_of_different_runners_keep_their_order() {
+        let runner = CompletionRunner::new();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let mut wakeups = Wakeups::default();
+        for (i, on_runner) in [true, false, true].into_iter().enumerate() {
+            let (cell, handle) = if on_runner {
+                Completion::new_pair_on(&runner)
+            } else {
+                Completion::new_pair()
+            };
+            let ran = Arc::clone(&ran);
+            handle.on_complete(move |_| ran.lock().push(i));
+            cell.resolve_into(Ok(outcome(i as u64)), &mut wakeups);
+        }
+        // The runner's first job was handed over when the inline one came;
+        // the inline one ran when the runner's second came.
+        assert_eq!(runner.state.lock().jobs.len(), 1);
+        assert_eq!(*ran.lock(), vec![1]);
+        drop(wakeups);
+        assert_eq!(runner.state.lock().jobs.len(), 2);
+        runner.stop();
+        runner.run();
+        assert_eq!(*ran.lock(), vec![1, 0, 2]);
     }
 }

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::completion::Completion;
+use super::completion::{Completion, Wakeups};
 use crate::error::{Error, Result};
 use crate::replicated_log::AppendOutcome;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
@@ -51,6 +51,14 @@ impl PendingAppend {
     pub(crate) fn resolve(mut self, outcome: Result<AppendOutcome>) {
         self.resolved = true;
         self.cell.resolve(outcome);
+    }
+
+    /// Hands the append its outcome, leaving the waker or callback it owes
+    /// in `wakeups` (handed to the completion thread with the others of
+    /// the same pass).
+    pub(crate) fn resolve_into(mut self, outcome: Result<AppendOutcome>, wakeups: &mut Wakeups) {
+        self.resolved = true;
+        self.cell.resolve_into(outcome, wakeups);
     }
 }
 

@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::applied::{AppliedPositions, LowestApplied};
 use super::combiner::{Combine, Combiner};
-use super::completion::Completion;
+use super::completion::{Completion, Wakeups};
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::{FetchArrival, IsrProposal};
 use super::leader::{
@@ -1306,11 +1306,14 @@ impl Replica {
     }
 
     /// Hands decided appends their outcomes (errors built as the blocking
-    /// waits build them).
+    /// waits build them), in one pass: blocked owners wake as their cells
+    /// are written, and the wakers and callbacks of the whole pass go to
+    /// the node's completion thread in one step, in order.
     fn resolve_decided(&self, decided: super::pending::Decided) {
         if decided.is_empty() {
             return;
         }
+        let mut wakeups = Wakeups::default();
         for (append, verdict) in decided {
             let outcome = match verdict {
                 Verdict::Ok => Ok(append.outcome),
@@ -1344,8 +1347,9 @@ impl Replica {
                     },
                 }),
             };
-            append.resolve(outcome);
+            append.resolve_into(outcome, &mut wakeups);
         }
+        wakeups.hand_over();
     }
 
     fn pending_stopped(&self) -> bool {

@@ -1733,6 +1733,20 @@ impl NodeShared {
                 .iter()
                 .any(|node| *node != me && replica.has_caught_up(*node))
         };
+        // Every other ISR member fetched lately. One that did not (cut off,
+        // stuck) holds the high watermark until `replica_lag_time_max`
+        // drops it from the ISR: stopping appends for the hand-over then
+        // would refuse `acks=1` and `acks=0` appends for nothing, and this
+        // thread, which serves every log, must not wait for it either.
+        let fresh = self.config.replication.fetch_wait_max * 2;
+        let isr_fetching = || {
+            replica.in_sync_replicas().iter().all(|node| {
+                *node == me
+                    || replica
+                        .follower_lag(*node)
+                        .is_some_and(|(_, since_caught_up)| since_caught_up <= fresh)
+            })
+        };
         let (epoch, target, end, deadline) = match hand_over {
             ReassignmentHandOver::Failed {
                 epoch,
@@ -1745,7 +1759,7 @@ impl NodeShared {
                 return;
             }
             ReassignmentHandOver::Ready { epoch, target } => {
-                if !caught_up(&target) {
+                if !caught_up(&target) || !isr_fetching() {
                     return;
                 }
                 let Some((stopped, end)) = replica.stop_appends_for_hand_over() else {
@@ -1767,19 +1781,8 @@ impl NodeShared {
                 // The caught-up target replica has its fetch parked here and
                 // brings the high watermark to `end` in about one fetch
                 // round: wait for that now, briefly, rather than a whole
-                // control tick (up to 50 ms) with appends stopped. Only
-                // when every other ISR member fetched lately: one that is
-                // cut off holds the high watermark for longer, and this
-                // thread serves every log (a retired leader of hundreds of
-                // logs would spend its heartbeats here).
-                let fresh = self.config.replication.fetch_wait_max * 2;
-                let isr_fetching = replica.in_sync_replicas().iter().all(|node| {
-                    *node == me
-                        || replica
-                            .follower_lag(*node)
-                            .is_some_and(|(_, since_caught_up)| since_caught_up <= fresh)
-                });
-                if end > Offset::ZERO && isr_fetching {
+                // control tick (up to 50 ms) with appends stopped.
+                if end > Offset::ZERO {
                     let _ = replica.wait_for_high_watermark_above(
                         Offset(end.0 - 1),
                         now + REASSIGNMENT_HAND_OVER_HW_WAIT,
@@ -1794,10 +1797,11 @@ impl NodeShared {
                 deadline,
             } => (epoch, target, end, deadline),
         };
-        if now >= deadline {
+        let stalled = replica.high_watermark() < end && !isr_fetching();
+        if now >= deadline || stalled {
             replica.resume_appends_after_hand_over(epoch);
-            tracing::warn!(%log, node = %me, %epoch,
-                "reassignment hand-over: no target replica caught up in time; appends resume, trying again later");
+            tracing::warn!(%log, node = %me, %epoch, stalled,
+                "reassignment hand-over: the high watermark did not reach the stopped appends' end in time; appends resume, trying again later");
             return set(Some(ReassignmentHandOver::Failed {
                 epoch,
                 target,

@@ -7,9 +7,9 @@
 #[path = "../support/reassignment_support.rs"]
 mod reassignment_support;
 
-mod a_cancel_during_the_leaders_hand_over_gives_appends_back;
 mod a_cancelled_reassignment_returns_to_the_original_replicas;
 mod a_reassignment_survives_crashes_half_way;
+mod a_removed_leader_keeps_taking_appends_while_a_cut_off_replica_holds_the_high_watermark;
 mod a_stale_log_list_at_start_deletes_no_replica;
 mod an_added_replica_catches_up_a_backlog;
 mod reassignment_under_acks_all_appends_loses_nothing;

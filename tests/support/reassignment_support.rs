@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -108,28 +108,48 @@ pub struct Writes {
 /// A thread appending `acks=all` to whoever leads, until stopped.
 pub struct Writer {
     stop: Arc<AtomicBool>,
+    acknowledged: Arc<AtomicUsize>,
     thread: JoinHandle<Writes>,
 }
+
+/// Acknowledged appends a writer must have made before it is stopped.
+const WRITES_MIN: usize = 21;
 
 impl Writer {
     pub fn start(cluster: &Arc<Cluster>) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
+        let acknowledged = Arc::new(AtomicUsize::new(0));
         let thread = {
-            let (cluster, stop) = (Arc::clone(cluster), Arc::clone(&stop));
-            std::thread::spawn(move || write_until(&cluster, &stop))
+            let (cluster, stop, count) = (
+                Arc::clone(cluster),
+                Arc::clone(&stop),
+                Arc::clone(&acknowledged),
+            );
+            std::thread::spawn(move || write_until(&cluster, &stop, &count))
         };
         // Some records before the move starts.
         std::thread::sleep(Duration::from_millis(100));
-        Writer { stop, thread }
+        Writer {
+            stop,
+            acknowledged,
+            thread,
+        }
     }
 
+    /// Stops the writer once it made some appends after the move (at least
+    /// [`WRITES_MIN`] in all; waits for them up to [`WAIT_MAX`], so that a
+    /// slow, loaded machine does not fail a writer that is progressing).
     pub fn stop(self) -> Writes {
         std::thread::sleep(Duration::from_millis(100));
+        let deadline = Instant::now() + WAIT_MAX;
+        while self.acknowledged.load(Ordering::SeqCst) < WRITES_MIN && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         self.stop.store(true, Ordering::SeqCst);
         let writes = self.thread.join().unwrap();
         assert!(
-            writes.acknowledged.len() > 20,
-            "the writer made no progress: {writes:?}"
+            writes.acknowledged.len() >= WRITES_MIN,
+            "the writer made no progress in {WAIT_MAX:?}: {writes:?}"
         );
         eprintln!(
             "{} acknowledged appends, {} of unknown outcome, longest stall {:?}",
@@ -141,7 +161,7 @@ impl Writer {
     }
 }
 
-fn write_until(cluster: &Cluster, stop: &AtomicBool) -> Writes {
+fn write_until(cluster: &Cluster, stop: &AtomicBool, count: &AtomicUsize) -> Writes {
     let mut writes = Writes::default();
     let mut last_ok = Instant::now();
     let mut next = 0u64;
@@ -157,6 +177,7 @@ fn write_until(cluster: &Cluster, stop: &AtomicBool) -> Writes {
         match handle.append_values(&[&value], Acks::All) {
             Ok(outcome) => {
                 writes.acknowledged.insert(outcome.base_offset, value);
+                count.fetch_add(1, Ordering::SeqCst);
                 writes.longest_stall = writes.longest_stall.max(last_ok.elapsed());
                 last_ok = Instant::now();
             }

@@ -99,7 +99,7 @@ const DEFERRED_BYTES_MAX: usize = 512 * 1024;
 /// `Replica::append_as_leader`): the next follower fetch writes it
 /// (`Replica::write_deferred`), with whatever else was queued meanwhile;
 /// so does a leader read past the committed end, a log end query, the
-/// node's deadline timer (every 10 ms, should no fetch come) and every role
+/// node's control loop on its tick (should no fetch come) and every role
 /// change.
 ///
 /// Invariant: `pending` is empty once a role change holds `Replica::role`
@@ -227,17 +227,15 @@ pub(crate) struct Replica {
 /// (`Replica::write_deferred`), which decides how long it may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum DeferredWriter {
-    /// A follower's fetch: writes unless another thread holds the writer
-    /// seat, whose write then bumps "data arrived" once it is done, and
-    /// the fetch, held in its long poll, reads again.
-    Fetch,
+    /// A follower's fetch, or the control loop's tick (should no fetch
+    /// come): writes unless another thread holds the writer seat, whose
+    /// write then bumps "data arrived" once it is done (a fetch held in
+    /// its long poll reads again).
+    Drainer,
     /// A reader that must see every append that returned (a log end query,
     /// a leader read past the committed end): waits for the seat while
     /// offsets handed out are not in the log yet.
     Reader,
-    /// The node's deadline timer: waits for nothing (no role change, no
-    /// seat), as it must stay on time; it comes again a tick later.
-    Timer,
 }
 
 /// What a follower whose log ends below its leader's log start does.
@@ -695,13 +693,7 @@ impl Replica {
         if !self.pipeline.combiner.has_deferred() {
             return;
         }
-        let role = match by {
-            DeferredWriter::Timer => match self.role.try_read() {
-                Some(role) => role,
-                None => return,
-            },
-            _ => self.role.read(),
-        };
+        let role = self.role.read();
         if role.role == Role::Leader {
             self.pipeline
                 .combiner
@@ -1272,6 +1264,12 @@ impl Replica {
     /// The node's periodic tick: ISR shrinks (and deadlines) of pipelined
     /// appends, on the control loop's tick.
     pub(crate) fn tick_pipelined(&self) {
+        // Should no fetch come to write appends left for one (followers cut
+        // off, or an ISR that shrank to this leader, which then commits on
+        // its own write), they are written here, a tick late. Not on the
+        // deadline timer: a write may wait for the disk (dirty page
+        // throttling), and the timer must stay on time.
+        self.write_deferred(DeferredWriter::Drainer);
         self.resolve_pipelined_full(true);
     }
 
@@ -1282,9 +1280,6 @@ impl Replica {
     /// no lock a coordinator call can hold, and so is on time whatever the
     /// control loop is doing.
     pub(crate) fn expire_pipelined(&self) {
-        // Should no fetch come to write appends left for one, write them
-        // here (at most a tick late).
-        self.write_deferred(DeferredWriter::Timer);
         if self.pending.queued() == 0 {
             return;
         }
@@ -1393,7 +1388,7 @@ impl Replica {
         let _resolve = self.resolve_on_drop(false);
         // Pipelined appends left for this fetch go into the log first, so
         // that it reads them.
-        self.write_deferred(DeferredWriter::Fetch);
+        self.write_deferred(DeferredWriter::Drainer);
         let mut answer = FetchedLog {
             log: self.log_id,
             error: ErrorCode::None,

@@ -2,7 +2,7 @@
 //! flight are written together, by the next follower fetch, with one write
 //! for many (each keeping its own offsets and outcome); a lone append is
 //! written before its call returns, and appends left for a fetch that does
-//! not come are written within a tick of the node's deadline timer.
+//! not come are written within a tick of the node's control loop.
 
 use std::time::{Duration, Instant};
 
@@ -123,8 +123,8 @@ fn a_lone_pipelined_append_is_written_before_the_call_returns() {
 }
 
 /// Appends left for a fetch that never comes (the followers are cut off)
-/// are written anyway within a few deadline-timer ticks, and a read of the
-/// leader's uncommitted log sees them at once.
+/// are written anyway within a few ticks of the control loop, and a read
+/// of the leader's uncommitted log sees them at once.
 #[test]
 fn appends_left_for_a_fetch_that_never_comes_are_written_anyway() {
     let cluster = cluster();
@@ -142,8 +142,8 @@ fn appends_left_for_a_fetch_that_never_comes_are_written_anyway() {
     let handles: Vec<_> = (1..10u64)
         .map(|i| leader.append_pipelined(&batch(i), Acks::All).unwrap())
         .collect();
-    // Written by the deadline timer (or an untimely fetch): never left
-    // queued.
+    // Written by the control loop's tick (or an untimely fetch): never
+    // left queued.
     let started = Instant::now();
     while leader.log_stats().appends == written {
         assert!(
@@ -167,7 +167,7 @@ fn appends_left_for_a_fetch_that_never_comes_are_written_anyway() {
 /// The log end offset counts every pipelined append that returned, even
 /// while another thread is writing the queue. Before the fix, a query that
 /// found the writer seat taken (by another query, a fetch or the deadline
-/// timer) returned at once with the end before the appends left queued for
+/// timer, then) returned at once with the end before the appends left queued for
 /// a fetch: 1 in about 40 runs of `callbacks_of_a_log_run_in_offset_order`
 /// saw offsets repeat. Queries now wait for the seat.
 #[test]

@@ -351,6 +351,10 @@ struct Entry {
     sent_behind_unresolved: bool,
     /// Some attempt may have appended the batch (see `handle_front_error`).
     maybe_written: bool,
+    /// Some attempt was acknowledged: the batch is in the log, whatever
+    /// later attempts say (kept when the batch goes in doubt behind an
+    /// earlier one and its attempt is forgotten).
+    acknowledged_once: bool,
     retries: u32,
     deadline: Instant,
 }
@@ -797,6 +801,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     attempt: Attempt::Unsent,
                     sent_behind_unresolved: false,
                     maybe_written: false,
+                    acknowledged_once: false,
                     retries: 0,
                     deadline: Instant::now() + self.config.delivery_timeout,
                 });
@@ -1103,7 +1108,10 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         {
             return false;
         }
-        if later.clone().any(Entry::is_acknowledged) {
+        if later
+            .clone()
+            .any(|entry| entry.is_acknowledged() || entry.acknowledged_once)
+        {
             tracing::warn!(%log, producer = %self.producer_id, %error, "a later batch was acknowledged: batches in doubt");
             self.put_in_doubt(sequence, error);
             return true;
@@ -1145,6 +1153,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     _ => send.resolve(Err(error.duplicate())),
                 }
             }
+            entry.acknowledged_once |= entry.is_acknowledged();
             entry.maybe_written = true;
             entry.attempt = Attempt::Unsent;
             entry.sent_behind_unresolved = false;
@@ -1540,6 +1549,62 @@ mod tests {
         });
         assert!(!producer.has_in_doubt(LOG));
         assert_eq!(producer.next_sequence(LOG), Sequence(4));
+    }
+
+    /// Bug (found in review before landing): a batch acknowledged while an
+    /// earlier one went in doubt forgot its acknowledgement with its
+    /// attempt; if the earlier one's re-send was then refused as out of
+    /// order, the acknowledged batch was renumbered into the released
+    /// sequence and written a second time. Fix: an acknowledgement is kept
+    /// (`acknowledged_once`), and a batch behind one that is acknowledged
+    /// is never released (it must be in the log): it stays in doubt.
+    #[test]
+    fn an_acknowledged_batch_in_doubt_is_never_renumbered() {
+        let router = ScriptedRouter::default();
+        let config = ProducerConfig {
+            retries_max: 0,
+            ..quick()
+        };
+        let producer = producer(&router, config);
+        let first = producer.send_values_pipelined(LOG, &[b"a"]).unwrap();
+        let second = producer.send_values_pipelined(LOG, &[b"b"]).unwrap();
+        router.answer(1, written(1));
+        router.answer(0, Err(timeout()));
+        assert!(matches!(first.wait(), Err(Error::Timeout { .. })));
+        assert_eq!(second.wait().unwrap().base_offset, Offset(1));
+        assert!(producer.has_in_doubt(LOG));
+        std::thread::scope(|scope| {
+            let resolved = scope.spawn(|| producer.send_values_pipelined(LOG, &[b"c"]).map(drop));
+            until_attempts(&producer, 4);
+            router.answer(2, Err(out_of_order(2, 0)));
+            router.answer(3, Err(out_of_order(2, 1)));
+            // Without the fix the acknowledged batch is re-sent renumbered:
+            // refuse such attempts so that the send ends and the check
+            // below names the bug.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut answered = 4;
+            while !resolved.is_finished() {
+                let sent = router.sent().len();
+                for index in answered..sent {
+                    router.answer(
+                        index,
+                        Err(Error::InvalidBatch {
+                            reason: "test".into(),
+                        }),
+                    );
+                }
+                answered = answered.max(sent);
+                assert!(Instant::now() < deadline, "{:?}", router.sent());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(resolved.join().unwrap().is_err());
+        });
+        assert!(
+            !router.sent()[2..].contains(&(0, b"b".to_vec())),
+            "the acknowledged batch was renumbered: {:?}",
+            router.sent()
+        );
+        assert!(producer.has_in_doubt(LOG));
     }
 
     /// A batch refused before any attempt could write it is released; the

@@ -677,10 +677,10 @@ impl Node {
     /// its (target) replicas is reassigned to the same replicas with
     /// `replacement` in `dead`'s place ([`Node::reassign_log`]). Returns
     /// the stored states of the logs reassigned. `replacement` must be
-    /// live. A log that already has `replacement` among its replicas is
-    /// skipped with a warning; one whose reassignment fails does not stop
-    /// the others: the call moves them, then errs naming each log it could
-    /// not move and why.
+    /// live. A log that already has `replacement` among its replicas just
+    /// loses `dead` (one replica fewer); one whose reassignment fails does
+    /// not stop the others: the call moves them, then errs naming each log
+    /// it could not move and why.
     pub fn replace_node(&self, dead: NodeId, replacement: NodeId) -> Result<Vec<LogState>> {
         replace_node(
             &*self.shared.coordinator,
@@ -1710,6 +1710,11 @@ impl NodeShared {
     /// gives appends back and is ready again later. Never waits: the
     /// control thread calls it on every tick.
     fn progress_reassignment_hand_over(&self, replica: &Replica) {
+        // A stopping node's controlled shutdown owns the appends' stop
+        // (review of fa7cb9a: the pass began before it wound down).
+        if self.winding_down.load(Ordering::SeqCst) {
+            return;
+        }
         let me = self.local();
         let log = replica.log_id();
         let Some(hand_over) = self.reassignment_hand_overs.lock().get(&log).cloned() else {

@@ -1140,6 +1140,7 @@ fn produce_idempotent<C: FaultTarget>(
         state,
         log,
         seed,
+        pipelined,
         attempt: 0,
         last_ok: None,
     };
@@ -1166,6 +1167,8 @@ struct IdempotentSends<'a, C> {
     state: &'a RunState,
     log: LogId,
     seed: u64,
+    /// Whether sends are pipelined (see [`Self::fails_for_good`]).
+    pipelined: bool,
     attempt: u64,
     /// The call and offset of the latest completed `Ok`.
     last_ok: Option<(u64, Offset)>,
@@ -1256,7 +1259,7 @@ impl<C: FaultTarget> IdempotentSends<'_, C> {
             }
             Err(error) => {
                 *state.unknown.lock() += 1;
-                let for_good = Self::fails_for_good(&error);
+                let for_good = self.fails_for_good(&error);
                 if for_good && state.no_loss {
                     state.violations.lock().push(format!(
                         "G4: idempotent producer on {log} got {error} without any data loss"
@@ -1268,15 +1271,22 @@ impl<C: FaultTarget> IdempotentSends<'_, C> {
         }
     }
 
-    /// With no acknowledged data lost, the leader always knows this
-    /// producer's last sequence, so neither error can happen. Power loss
-    /// without flushing may lose it; then, as Kafka's producer does, start
-    /// over with a new id.
-    fn fails_for_good(error: &Error) -> bool {
-        matches!(
-            error,
-            Error::OutOfOrderSequence { .. } | Error::ProducerFenced { .. }
-        )
+    /// With no acknowledged data lost and one batch in flight, the leader
+    /// always knows this producer's last sequence, so neither error can
+    /// happen. Power loss without flushing may lose it; then, as Kafka's
+    /// producer does, start over with a new id.
+    ///
+    /// With batches in flight, `OutOfOrderSequence` is an honest answer
+    /// for a batch that is not in the log: a new leader that knew nothing
+    /// of the producer may have taken a later batch first (SPEC 4 lets an
+    /// unknown producer start at any sequence), and the producer goes on
+    /// after it. It counts as unknown, like any error.
+    fn fails_for_good(&self, error: &Error) -> bool {
+        match error {
+            Error::ProducerFenced { .. } => true,
+            Error::OutOfOrderSequence { .. } => !self.pipelined,
+            _ => false,
+        }
     }
 }
 

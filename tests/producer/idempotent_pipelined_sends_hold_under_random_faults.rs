@@ -7,8 +7,10 @@
 //! acknowledged value is committed at its offset on every replica, no
 //! value is written twice, replicas agree below their high watermarks,
 //! reads stay below them; and that the idempotent producer's completed
-//! `Ok`s follow call order and it never sees `OutOfOrderSequence` or
-//! `ProducerFenced` while no acknowledged data is lost.
+//! `Ok`s follow call order and it never sees `ProducerFenced` while no
+//! acknowledged data is lost. (`OutOfOrderSequence` may come, honestly, for
+//! a batch that is not in the log: a new leader that did not know the
+//! producer took a later batch first; see `IdempotentSends::fails_for_good`.)
 //!
 //! `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each mode;
 //! `ISRLOG_FAULT_SEED=S` runs seed `S` alone.

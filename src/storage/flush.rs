@@ -163,6 +163,17 @@ impl GroupCommit {
     /// Returns once every offset below `offset` is durable, running the sync
     /// itself if no other thread is. `sync` snapshots what to sync under the
     /// log's lock (with the generation), syncs, and says what it covered.
+    ///
+    /// A log truncated below `offset` since the caller read it (a follower
+    /// cutting its divergent tail while the roll flusher or the periodic
+    /// flush runs `Log::flush` to the end it read before) no longer holds
+    /// the offsets above its new end: once a sync of this generation
+    /// covered everything the log held, the wait is over. Before, the
+    /// waiter synced again and again for offsets that were gone, for ever
+    /// if the log did not grow back past them: a crashing node's stop
+    /// joined its roll flusher spinning there, after stopping the fetchers
+    /// that could have grown the log (the hang of
+    /// `pipelined_appends_resolved_under_power_loss_flush_never`).
     pub(crate) fn wait_flushed(
         &self,
         offset: Offset,
@@ -192,8 +203,16 @@ impl GroupCommit {
             state.sync_in_flight = false;
             match outcome {
                 Ok(done) => {
-                    if done.generation == state.generation && done.covered > state.flushed_offset {
+                    let current = done.generation == state.generation;
+                    if current && done.covered > state.flushed_offset {
                         state.flushed_offset = done.covered;
+                    }
+                    if current && done.covered < offset {
+                        // The log ended below `offset` when this sync
+                        // snapshotted it, and all of it is durable.
+                        drop(state);
+                        self.synced.notify_all();
+                        return Ok(());
                     }
                 }
                 Err(e) => {
@@ -252,6 +271,60 @@ mod tests {
             .unwrap();
         assert_eq!(calls, 2);
         assert_eq!(commit.flushed_offset(), Offset(6));
+    }
+
+    /// Regression (the hang of `pipelined_appends_resolved_under_power_loss_flush_never`):
+    /// a log truncated below the offset a flush waits for, and not growing
+    /// back, made the waiter sync for ever (a crashing node's stop then
+    /// waited for its roll flusher for ever). The wait ends once a sync of
+    /// the current generation covered everything the log holds.
+    #[test]
+    fn a_wait_for_offsets_truncated_away_ends_once_what_remains_is_durable() {
+        let commit = GroupCommit::new(Offset(0));
+        let dir = std::path::Path::new("/x");
+        let mut calls = 0;
+        commit
+            .wait_flushed(Offset(10), dir, || {
+                calls += 1;
+                assert!(
+                    calls <= 2,
+                    "synced {calls} times for offsets the log no longer has"
+                );
+                if calls == 1 {
+                    // A follower cuts its tail to 4 while this sync runs.
+                    commit.truncated_to(Offset(4));
+                    Ok(SyncOutcome {
+                        covered: Offset(10),
+                        generation: 0,
+                    })
+                } else {
+                    Ok(SyncOutcome {
+                        covered: Offset(4),
+                        generation: commit.generation(),
+                    })
+                }
+            })
+            .unwrap();
+        assert_eq!(calls, 2);
+        assert_eq!(commit.flushed_offset(), Offset(4));
+        // A truncation before the call (the flush read the end, then the
+        // log was cut): one sync of what remains.
+        commit.truncated_to(Offset(2));
+        let mut calls = 0;
+        commit
+            .wait_flushed(Offset(4), dir, || {
+                calls += 1;
+                assert!(
+                    calls <= 1,
+                    "synced {calls} times for offsets the log no longer has"
+                );
+                Ok(SyncOutcome {
+                    covered: Offset(2),
+                    generation: commit.generation(),
+                })
+            })
+            .unwrap();
+        assert_eq!(commit.flushed_offset(), Offset(2));
     }
 
     #[test]

@@ -589,3 +589,169 @@ pub(crate) fn set_base_offset(batch: &mut [u8], offset: Offset) {
 pub(crate) fn set_leader_epoch(batch: &mut [u8], epoch: LeaderEpoch) {
     batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&epoch.0.to_le_bytes());
 }
+
+/// Appends the records of `batch` to the batch that starts at `open_at` in
+/// `buffer` and ends it (the leader's pipeline merging appends that arrive
+/// together, issue 27): each record's offset delta continues the open
+/// batch's, its timestamp delta is taken from the open batch's first
+/// timestamp (so every record keeps its own timestamp), and the open
+/// batch's length, last offset delta, max timestamp and record count grow.
+/// Its CRC is left stale: [`seal_crc`] it before the batch leaves the
+/// buffer.
+///
+/// Only plain batches merge (no producer id, no attribute bit, on either
+/// side), and only while the merged batch stays within `bytes_max`.
+/// Returns `false`, with `buffer` unchanged, when they do not, or when the
+/// records of `batch` do not walk as its header announces.
+pub(crate) fn merge_records(
+    buffer: &mut bytes::BytesMut,
+    open_at: usize,
+    batch: &RecordBatch,
+    bytes_max: usize,
+) -> bool {
+    let header = batch.header();
+    let records = &batch.as_bytes()[BATCH_HEADER_BYTES..];
+    let open = &buffer[open_at..];
+    let plain = |attributes: u16, producer_id: u64| {
+        attributes == 0 && producer_id as i64 == ProducerId::NONE.0
+    };
+    if !plain(header.attributes, header.producer_id.0 as u64)
+        || !plain(
+            read_u16(open, ATTRIBUTES_AT),
+            read_u64(open, PRODUCER_ID_AT),
+        )
+        || open.len() + records.len() > bytes_max
+        || header.record_count == 0
+    {
+        return false;
+    }
+    let open_count = read_u32(open, RECORD_COUNT_AT);
+    let open_first_timestamp = read_u64(open, FIRST_TIMESTAMP_AT) as i64;
+    let open_max_timestamp = read_u64(open, MAX_TIMESTAMP_AT) as i64;
+    let Some(count) = open_count.checked_add(header.record_count) else {
+        return false;
+    };
+    let shift = header.first_timestamp.wrapping_sub(open_first_timestamp);
+    let at = buffer.len();
+    buffer.extend_from_slice(records);
+    // Each record: length u32, attributes u8, timestamp delta i64 (at +5),
+    // offset delta u32 (at +13), then key, value and headers, untouched.
+    const TIMESTAMP_DELTA_AT: usize = 5;
+    const OFFSET_DELTA_AT: usize = 13;
+    let mut position = at;
+    let mut index = 0u32;
+    let walked = loop {
+        if position == buffer.len() {
+            break index == header.record_count;
+        }
+        if position + OFFSET_DELTA_AT + 4 > buffer.len() {
+            break false;
+        }
+        let length = read_u32(buffer, position) as usize;
+        let end = position + 4 + length;
+        if length < OFFSET_DELTA_AT || end > buffer.len() {
+            break false;
+        }
+        if read_u32(buffer, position + OFFSET_DELTA_AT) != index {
+            break false;
+        }
+        let delta = (read_u64(buffer, position + TIMESTAMP_DELTA_AT) as i64).wrapping_add(shift);
+        buffer[position + TIMESTAMP_DELTA_AT..position + TIMESTAMP_DELTA_AT + 8]
+            .copy_from_slice(&delta.to_le_bytes());
+        buffer[position + OFFSET_DELTA_AT..position + OFFSET_DELTA_AT + 4]
+            .copy_from_slice(&(open_count + index).to_le_bytes());
+        index += 1;
+        position = end;
+    };
+    if !walked {
+        buffer.truncate(at);
+        return false;
+    }
+    let merged = &mut buffer[open_at..];
+    let length = (merged.len() - BATCH_OVERHEAD_BYTES) as u32;
+    merged[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&length.to_le_bytes());
+    merged[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
+        .copy_from_slice(&(count - 1).to_le_bytes());
+    let max_timestamp = open_max_timestamp.max(header.max_timestamp);
+    merged[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_le_bytes());
+    merged[RECORD_COUNT_AT..RECORD_COUNT_AT + 4].copy_from_slice(&count.to_le_bytes());
+    true
+}
+
+/// Computes the CRC of the batch that starts at `at` in `buffer` and writes
+/// it into its CRC field (after [`merge_records`] changed what it covers).
+pub(crate) fn seal_crc(buffer: &mut [u8], at: usize) {
+    let end = at + BATCH_OVERHEAD_BYTES + read_u32(buffer, at + LENGTH_AT) as usize;
+    let batch = &mut buffer[at..end];
+    let crc = compute_crc(batch);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+    use crate::record::RecordBatchBuilder;
+    use bytes::BytesMut;
+
+    fn batch_of(timestamp: i64, values: &[&[u8]]) -> RecordBatch {
+        let mut builder = RecordBatchBuilder::new(timestamp);
+        for value in values {
+            builder.push(value);
+        }
+        builder.build().unwrap()
+    }
+
+    /// Merged batches decode (CRC included, once sealed) to every record of
+    /// each, in order, with dense offsets and each record's own timestamp,
+    /// even one earlier than the open batch's first.
+    #[test]
+    fn merged_batches_decode_to_every_record_with_its_own_timestamp() {
+        let first = batch_of(1_000, &[b"a", b"bb"]);
+        let second = batch_of(900, &[b"ccc"]);
+        let third = batch_of(2_000, &[b"dddd", b"", b"e"]);
+        let mut buffer = BytesMut::from(first.as_bytes().as_ref());
+        set_base_offset(&mut buffer, Offset(40));
+        assert!(merge_records(&mut buffer, 0, &second, 1 << 20));
+        assert!(merge_records(&mut buffer, 0, &third, 1 << 20));
+        seal_crc(&mut buffer, 0);
+        let merged = RecordBatch::from_bytes(buffer.freeze()).unwrap();
+        let header = merged.header();
+        assert_eq!(header.record_count, 6);
+        assert_eq!(header.last_offset_delta, 5);
+        assert_eq!(header.first_timestamp, 1_000);
+        assert_eq!(header.max_timestamp, 2_000);
+        let records: Vec<Record> = merged.records().map(|r| r.unwrap()).collect();
+        let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_ref()).collect();
+        assert_eq!(values, vec![&b"a"[..], b"bb", b"ccc", b"dddd", b"", b"e"]);
+        let offsets: Vec<u64> = records.iter().map(|r| r.offset.0).collect();
+        assert_eq!(offsets, (40..46).collect::<Vec<_>>());
+        let timestamps: Vec<i64> = records.iter().map(|r| r.timestamp).collect();
+        assert_eq!(timestamps, vec![1_000, 1_000, 900, 2_000, 2_000, 2_000]);
+    }
+
+    /// A batch carrying a producer id keeps its identity (SPEC 4), and a
+    /// merge past the size bound is refused; either leaves the buffer as
+    /// it was.
+    #[test]
+    fn idempotent_batches_and_oversized_merges_are_refused() {
+        let plain = batch_of(1_000, &[b"a"]);
+        let mut builder = RecordBatchBuilder::new(1_000);
+        builder
+            .push(b"x")
+            .producer(ProducerId(7), ProducerEpoch(0), Sequence(0));
+        let idempotent = builder.build().unwrap();
+        let mut buffer = BytesMut::from(plain.as_bytes().as_ref());
+        let before = buffer.clone();
+        assert!(!merge_records(&mut buffer, 0, &idempotent, 1 << 20));
+        assert_eq!(buffer, before);
+        assert!(!merge_records(
+            &mut buffer,
+            0,
+            &plain,
+            plain.size_bytes() + 10
+        ));
+        assert_eq!(buffer, before);
+        let mut open = BytesMut::from(idempotent.as_bytes().as_ref());
+        assert!(!merge_records(&mut open, 0, &plain, 1 << 20));
+    }
+}

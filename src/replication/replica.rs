@@ -35,7 +35,9 @@ use super::LogOffsets;
 use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
-use crate::record::{parse_header, set_base_offset, set_leader_epoch, RecordBatch};
+use crate::record::{
+    merge_records, parse_header, seal_crc, set_base_offset, set_leader_epoch, RecordBatch,
+};
 use crate::snapshot::{SnapshotInfo, SnapshotStore};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
@@ -83,6 +85,9 @@ const GATHER_YIELDS_MAX: u32 = 8;
 /// Batches at least this large skip the combining pipeline.
 const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
 
+/// The largest batch the pipeline makes by merging appends pushed together.
+const MERGED_BATCH_BYTES_MAX: usize = 64 * 1024;
+
 /// A pipelined append is left to the next fetch only while less than this
 /// is queued: past it the appender writes, so one write stays moderate.
 const DEFERRED_BYTES_MAX: usize = 512 * 1024;
@@ -125,8 +130,10 @@ impl Combine for AppendQueue {
         if self.pending.is_empty() {
             return None;
         }
+        self.close_open_batch();
         Some(Taken {
-            bytes: self.pending.split().freeze(),
+            bytes: self.pending.split(),
+            crc_due: std::mem::take(&mut self.crc_due),
             log_end_offset: self.next_offset,
         })
     }
@@ -139,11 +146,21 @@ impl Combine for AppendQueue {
 /// Stamped batches taken out of the pipeline's queue for one write.
 #[derive(Debug)]
 struct Taken {
-    bytes: Bytes,
+    bytes: BytesMut,
+    /// Where the batches that took merges start in `bytes`: their CRC is
+    /// computed by the writer, outside the queue's lock.
+    crc_due: Vec<usize>,
     /// The log end offset once they are written.
     log_end_offset: Offset,
 }
 
+/// The pipeline's queue. Appends pushed together are merged into few
+/// batches (as Kafka's producer accumulates records into a batch): a
+/// plain batch's records join the last batch queued while that one is
+/// plain and stays within `MERGED_BATCH_BYTES_MAX`; each append keeps its
+/// own offsets (handed out as before) and outcome. Batches with a producer
+/// id never merge (their sequences are their identity, SPEC 4; they do not
+/// come through here anyway).
 #[derive(Debug)]
 struct AppendQueue {
     /// The offset the next reserved batch gets.
@@ -151,6 +168,58 @@ struct AppendQueue {
     /// seat holder and not yet written + records in `pending`.
     next_offset: Offset,
     pending: BytesMut,
+    /// Where the last batch in `pending` starts, which later pushes may
+    /// merge into; `None` when `pending` is empty.
+    open: Option<usize>,
+    /// Whether the open batch took a merge (its CRC is stale).
+    open_merged: bool,
+    /// Starts in `pending` of closed batches that took merges.
+    crc_due: Vec<usize>,
+    /// The largest batch a merge may make (and never above the log's
+    /// `batch_bytes_max`).
+    merged_bytes_max: usize,
+}
+
+impl AppendQueue {
+    fn new(merged_bytes_max: usize) -> AppendQueue {
+        AppendQueue {
+            next_offset: Offset::ZERO,
+            pending: BytesMut::new(),
+            open: None,
+            open_merged: false,
+            crc_due: Vec::new(),
+            merged_bytes_max,
+        }
+    }
+
+    /// No later push merges into the open batch; its CRC is due if it
+    /// took merges.
+    fn close_open_batch(&mut self) {
+        if let Some(at) = self.open.take() {
+            if self.open_merged {
+                self.crc_due.push(at);
+            }
+        }
+        self.open_merged = false;
+    }
+
+    /// Queues `batch` stamped with `base_offset` and `leader_epoch`: merged
+    /// into the open batch if it can be, else as a batch of its own (then
+    /// the open one).
+    fn push_batch(&mut self, batch: &RecordBatch, base_offset: Offset, leader_epoch: LeaderEpoch) {
+        if let Some(open) = self.open {
+            if merge_records(&mut self.pending, open, batch, self.merged_bytes_max) {
+                self.open_merged = true;
+                return;
+            }
+        }
+        self.close_open_batch();
+        let at = self.pending.len();
+        self.pending.extend_from_slice(batch.as_bytes());
+        set_base_offset(&mut self.pending[at..], base_offset);
+        set_leader_epoch(&mut self.pending[at..], leader_epoch);
+        self.open = Some(at);
+    }
 }
 
 /// One log on one node.
@@ -314,6 +383,7 @@ impl Replica {
         let hw = log.high_watermark().min(log.log_end_offset());
         let flush_always = matches!(log.config().flush_policy, FlushPolicy::Always);
         let applied = AppliedPositions::open(log.dir());
+        let merged_bytes_max = MERGED_BATCH_BYTES_MAX.min(log.config().batch_bytes_max);
         Replica {
             log_id,
             local,
@@ -341,10 +411,7 @@ impl Replica {
             leadership_failed: Mutex::new(None),
             appends_stopped_in: AtomicU64::new(0),
             pipeline: AppendPipeline {
-                combiner: Combiner::new(AppendQueue {
-                    next_offset: Offset::ZERO,
-                    pending: BytesMut::new(),
-                }),
+                combiner: Combiner::new(AppendQueue::new(merged_bytes_max)),
                 written: Watch::new(0),
                 failure: Mutex::new(None),
                 pushes: AtomicU64::new(0),
@@ -855,10 +922,7 @@ impl Replica {
             && self.pending.queued() > 0;
         let stamp = |queue: &mut AppendQueue| {
             let base_offset = queue.next_offset;
-            let at = queue.pending.len();
-            queue.pending.extend_from_slice(batch.as_bytes());
-            set_base_offset(&mut queue.pending[at..], base_offset);
-            set_leader_epoch(&mut queue.pending[at..], leader_epoch);
+            queue.push_batch(batch, base_offset, leader_epoch);
             queue.next_offset = base_offset.plus(u64::from(batch.record_count()));
             AppendInfo {
                 base_offset,
@@ -927,8 +991,12 @@ impl Replica {
     /// the order they were taken), not the queue's lock: appenders keep
     /// queueing meanwhile. A failure poisons the log and is recorded for
     /// the waiters.
-    fn write_taken(&self, taken: Taken) {
-        match self.log.append_as_follower(&taken.bytes) {
+    fn write_taken(&self, mut taken: Taken) {
+        for &at in &taken.crc_due {
+            seal_crc(&mut taken.bytes, at);
+        }
+        let bytes = taken.bytes.freeze();
+        match self.log.append_as_follower(&bytes) {
             Ok(info) => {
                 debug_assert_eq!(info.log_end_offset, taken.log_end_offset);
                 self.after_leader_write(info.log_end_offset);

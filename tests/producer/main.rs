@@ -5,6 +5,7 @@
 
 mod append_handles_answer_again_and_time_out_on_time;
 mod completion_callbacks_may_append_and_wait;
+mod concurrent_appends_each_get_their_own_offsets_and_outcomes;
 mod idempotent_batch_in_doubt_puts_later_ones_in_doubt;
 mod idempotent_pipelined_sends_hold_under_random_faults;
 mod idempotent_pipelined_sends_keep_order_through_leader_failover;

@@ -1859,6 +1859,106 @@ impl NodeShared {
         }
     }
 
+    /// SPEC 3.9, issue 25: a leader whose application has applied less
+    /// than its log start (`Replica::leader_application_behind`: it was
+    /// elected while its application lagged past the cap) names, by
+    /// compare-and-set, the first replica (target replicas of a
+    /// reassignment first, then assignment order) that is in the ISR,
+    /// live, has fetched everything this leader holds, and whose
+    /// application has applied at least this log start; as a follower it
+    /// then installs that replica's snapshot (the follower path of SPEC
+    /// 3.9). With no such replica it leads on, appends included, says so
+    /// once per epoch (and through `ReplicatedLog::needs_snapshot`), and
+    /// looks again on every control tick (without a coordinator call
+    /// until its own view shows a candidate).
+    ///
+    /// SPEC 3.9 is silent; Kafka has no applied positions. Of the ways
+    /// out, this one keeps the rest as it is: appends never stop (unlike a
+    /// controlled shutdown's hand-over, which would stop them while nobody
+    /// may be able to take over), the successor is an ISR member, so it
+    /// holds every acknowledged record (as after any clean election; a
+    /// record appended between the check and the write is not committed,
+    /// and its `acks=all` caller gets `NotLeader`), and only a follower ever
+    /// receives a snapshot, so the transfer and install paths stay the
+    /// ones tested. Fetching a snapshot as leader from a follower would
+    /// keep the leadership but need a second transfer path; a controller
+    /// that preferred replicas not needing one would need the applied
+    /// positions in the coordinator. This leader leaves the ISR, as in
+    /// `hand_over_update` (below `min_insync_replicas` it joins the ELR:
+    /// it holds everything), where Kafka's preferred-leader election keeps
+    /// the old leader in: here it stops fetching while its snapshot
+    /// downloads and would hold the new leader's high watermark until
+    /// `replica_lag_time_max`; it rejoins by rule 3.4 once rebuilt.
+    fn hand_over_from_a_stuck_application(&self, replica: &Replica) {
+        // A stopping node's controlled shutdown hands the leadership over.
+        if self.winding_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some((applied, log_start)) = replica.leader_application_behind() else {
+            return;
+        };
+        let me = self.local();
+        let log = replica.log_id();
+        let (_, epoch) = replica.role();
+        let fit = |node: NodeId| {
+            node != me && replica.has_caught_up(node) && replica.application_reaches_log_start(node)
+        };
+        let candidate_seen = replica.in_sync_replicas().into_iter().any(fit);
+        if replica.stuck_application_warning_due(epoch) {
+            tracing::warn!(%log, node = %me, %epoch, %applied, %log_start, candidate_seen,
+                "leading with this replica's application behind its log start: it needs a snapshot, which only a follower receives; handing the leadership to a caught-up in-sync replica whose application reaches the log start once there is one, leading on meanwhile");
+        }
+        // A reassignment's hand-over moves the leadership anyway.
+        if !candidate_seen || self.reassignment_hand_overs.lock().contains_key(&log) {
+            return;
+        }
+        let state = match self.coordinator.log_state(log) {
+            Ok(Some(state)) => state,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%log, node = %me, %error, "stuck application's hand-over: cannot read the log; retrying");
+                return;
+            }
+        };
+        if state.leader != Some(me) || state.leader_epoch != epoch {
+            return; // The event that says so brings the role change.
+        }
+        let live = match self.coordinator.live_nodes() {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::debug!(%log, node = %me, %error, "stuck application's hand-over: cannot read live nodes; retrying");
+                return;
+            }
+        };
+        let candidates: Vec<NodeId> = state
+            .target_replicas()
+            .into_iter()
+            .chain(state.replicas.iter().copied())
+            .filter(|node| replica.application_reaches_log_start(*node))
+            .collect();
+        let Some(successor) = self.caught_up_successor(replica, &state, &candidates, &live) else {
+            return;
+        };
+        debug_assert!(successor != me && state.is_in_sync(successor));
+        let update = self.hand_over_update(&state, successor);
+        match self
+            .coordinator
+            .compare_and_set(log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(new_state)) => {
+                tracing::warn!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch, %applied, %log_start,
+                    "handed the leadership over: this replica's application needs a snapshot, which it installs as a follower");
+                self.reconcile(&new_state);
+            }
+            // Lost a race, or the answer was lost: the next tick reads the
+            // stored state again and decides from it.
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "stuck application's hand-over: compare-and-set failed; retrying");
+            }
+        }
+    }
+
     /// Stops and deletes this node's replica of `log`, which the stored
     /// state no longer lists (SPEC 3.10: a reassignment completed or was
     /// cancelled without it). Its fetcher stops, the replica goes offline
@@ -2951,6 +3051,7 @@ fn control_loop(
                 continue;
             }
             shared.progress_reassignment_hand_over(&replica);
+            shared.hand_over_from_a_stuck_application(&replica);
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);

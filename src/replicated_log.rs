@@ -409,8 +409,17 @@ impl ReplicatedLog {
     /// [`NodeConfig::snapshots`](crate::NodeConfig::snapshots) under
     /// `retain_until_applied` it stays so until an operator acts (a
     /// follower whose log still reaches goes on fetching meanwhile).
+    ///
+    /// On a leader: whether its application's applied position is below
+    /// its log start (it was elected while its application lagged past the
+    /// cap). Its application is stuck until it is rebuilt from a snapshot,
+    /// which only a follower receives: the node hands the leadership to an
+    /// in-sync replica that has fetched everything and whose application
+    /// reaches the log start as soon as there is one, and until then leads
+    /// on (appends and fetches are served; the application and the
+    /// replicas that need a snapshot wait).
     pub fn needs_snapshot(&self) -> bool {
-        self.replica.needs_snapshot()
+        self.replica.application_needs_snapshot()
     }
 
     /// The in-sync replicas this replica knows of.

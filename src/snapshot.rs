@@ -30,6 +30,14 @@
 //! ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot),
 //! and an error in the log), instead of starting silently past a gap.
 //!
+//! Only a follower receives a snapshot. A replica elected while its
+//! application was behind its log start (a live follower in the ISR whose
+//! apply loop stalled past the cap) leads on, appends included, says so
+//! ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot)
+//! and a warning), and hands the leadership to a caught-up in-sync replica
+//! whose application reaches the log start as soon as there is one; as a
+//! follower it is then rebuilt from that replica's snapshot.
+//!
 //! This is Raft's `InstallSnapshot` (openraft streams it in chunks too) on
 //! top of an ISR log; Kafka has no equivalent.
 

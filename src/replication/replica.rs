@@ -290,6 +290,10 @@ pub(crate) struct Replica {
     /// The application's snapshot store, if it keeps snapshots: as leader,
     /// deletion never passes its latest snapshot (see `deletion_bound_in`).
     snapshots: Option<crate::snapshot::Snapshots>,
+    /// The leader epoch in which this replica last warned that it leads
+    /// with its application behind its log start (see
+    /// `leader_application_behind`).
+    stuck_application_warned: Mutex<Option<LeaderEpoch>>,
 }
 
 /// Who writes pipelined appends left queued for a fetch
@@ -423,6 +427,7 @@ impl Replica {
             below_leader_start: BelowLeaderStart::Restart,
             needs_snapshot: Mutex::new(None),
             snapshots: None,
+            stuck_application_warned: Mutex::new(None),
         }
     }
 
@@ -1888,6 +1893,58 @@ impl Replica {
     /// leader's log start, SPEC 3.9).
     pub(crate) fn needs_snapshot(&self) -> bool {
         self.needs_snapshot.lock().is_some()
+    }
+
+    /// Whether this replica's application waits for a snapshot, whatever
+    /// the role: a follower's (see [`needs_snapshot`](Self::needs_snapshot))
+    /// or a leader's ([`leader_application_behind`](Self::leader_application_behind)).
+    pub(crate) fn application_needs_snapshot(&self) -> bool {
+        self.needs_snapshot() || self.leader_application_behind().is_some()
+    }
+
+    /// Leader only (SPEC 3.9, issue 25): `(applied, log start)` when this
+    /// replica's application has applied less than its log start, so that
+    /// it can never read what it still needs. A follower in that state
+    /// installs its leader's snapshot; a leader has nobody to get one from
+    /// (and its own snapshots are older than its log start, so no follower
+    /// can be rebuilt from them either). It gets there by being elected
+    /// while its application lagged past the cap (it was a live follower
+    /// in the ISR), or when its application goes back to an older
+    /// checkpoint. The node hands such a leadership over
+    /// (`NodeShared::hand_over_from_a_stuck_application`). `None` without
+    /// a store and without `retain_until_applied` (`BelowLeaderStart::Restart`:
+    /// the application does not rely on every record, as a follower there
+    /// does not), or when the application never reported a position.
+    pub(crate) fn leader_application_behind(&self) -> Option<(Offset, Offset)> {
+        if self.below_leader_start == BelowLeaderStart::Restart
+            || self.role.read().role != Role::Leader
+        {
+            return None;
+        }
+        let applied = self.applied.get(self.local)?;
+        let start = self.log.log_start_offset();
+        (applied < start).then_some((applied, start))
+    }
+
+    /// Leader only: whether `node`'s application, as its last fetch (or
+    /// the stored positions) said, has applied at least this log's start:
+    /// it can lead without needing a snapshot itself, and its snapshots
+    /// can rebuild this replica. A position not known counts as behind.
+    pub(crate) fn application_reaches_log_start(&self, node: NodeId) -> bool {
+        self.applied
+            .get(node)
+            .is_some_and(|applied| applied >= self.log.log_start_offset())
+    }
+
+    /// Whether the stuck-application warning (see
+    /// [`leader_application_behind`](Self::leader_application_behind))
+    /// is due in `epoch`: once per leadership, so a leader with nobody to
+    /// hand over to does not repeat it on every control tick.
+    pub(crate) fn stuck_application_warning_due(&self, epoch: LeaderEpoch) -> bool {
+        let mut warned = self.stuck_application_warned.lock();
+        let due = *warned != Some(epoch);
+        *warned = Some(epoch);
+        due
     }
 
     /// What a follower below its leader's log start does.

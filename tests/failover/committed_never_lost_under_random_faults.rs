@@ -9,9 +9,10 @@
 //! comparisons, and fails if a node thread panicked.
 //!
 //! CI runs 8, 8 and 4 seeds of the three modes, 4 and 4 of the first
-//! two with deletion and snapshots (SPEC 3.9), and 4 and 4 of the first two
-//! with reassignments (SPEC 3.10). `ISRLOG_FAULT_SEEDS=N` runs seeds
-//! `0..N` of each mode; `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
+//! two with deletion and snapshots (SPEC 3.9), 4 and 4 of the first two
+//! with reassignments (SPEC 3.10), and 4 and 4 of the first two with
+//! both. `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each mode;
+//! `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
 
 use isrlog::testing::fault_test::{run, CrashMode, FaultTestConfig};
 
@@ -108,6 +109,28 @@ fn committed_never_lost_under_random_faults_with_reassignments() {
     run_configs(CrashMode::Process, 4, |config| FaultTestConfig {
         reassignments: true,
         ..config
+    });
+}
+
+/// SPEC 3.10 with 3.9 under faults: replicas a move adds after the log
+/// was deleted below their reach bootstrap from snapshots.
+#[test]
+fn committed_never_lost_under_random_faults_with_reassignments_and_deletion() {
+    run_configs(CrashMode::Process, 4, |config| FaultTestConfig {
+        reassignments: true,
+        deletion: true,
+        ..config
+    });
+}
+
+#[test]
+fn committed_never_lost_under_power_loss_with_reassignments_and_deletion() {
+    run_configs(CrashMode::PowerLossFlushAlways, 4, |config| {
+        FaultTestConfig {
+            reassignments: true,
+            deletion: true,
+            ..config
+        }
     });
 }
 

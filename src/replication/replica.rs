@@ -1914,16 +1914,32 @@ impl Replica {
     /// (`NodeShared::hand_over_from_a_stuck_application`). `None` without
     /// a store and without `retain_until_applied` (`BelowLeaderStart::Restart`:
     /// the application does not rely on every record, as a follower there
-    /// does not), or when the application never reported a position.
+    /// does not), or when [`own_applied`](Self::own_applied) is `None`.
     pub(crate) fn leader_application_behind(&self) -> Option<(Offset, Offset)> {
         if self.below_leader_start == BelowLeaderStart::Restart
             || self.role.read().role != Role::Leader
         {
             return None;
         }
-        let applied = self.applied.get(self.local)?;
+        let applied = self.own_applied()?;
         let start = self.log.log_start_offset();
         (applied < start).then_some((applied, start))
+    }
+
+    /// This replica's application's applied position, as the snapshot
+    /// rules read it: its last report; with none, under
+    /// `retain_until_applied`, zero: such an application relies on every
+    /// record and has applied none yet (deletion counts it so too). The
+    /// bug this prevents (found by the reassignment and deletion fault
+    /// mode): a follower whose application had not reported when the cap
+    /// let the leader delete past offset 0 fetched on, its log reaching the
+    /// leader's start, and its application read below the log start for
+    /// ever. Without `retain_until_applied` an application that never
+    /// reports has opted out of positions: `None`.
+    fn own_applied(&self) -> Option<Offset> {
+        self.applied
+            .get(self.local)
+            .or(self.config.retain_until_applied.then_some(Offset::ZERO))
     }
 
     /// Leader only: whether `node`'s application, as its last fetch (or
@@ -2353,11 +2369,11 @@ impl Replica {
                 // application can never read the records it still needs:
                 // they are gone on the leader, and this log follows the
                 // leader's start. It goes the snapshot path exactly as a
-                // replica whose log ends below the leader's start. A
-                // replica whose application never reported a position has
-                // not said what it needs; the log-end rule above covers it.
+                // replica whose log ends below the leader's start. Under
+                // `retain_until_applied` an application that never
+                // reported has applied nothing (see `own_applied`).
                 if self.below_leader_start != BelowLeaderStart::Restart {
-                    if let Some(applied) = self.applied.get(self.local) {
+                    if let Some(applied) = self.own_applied() {
                         if applied < log_start_offset {
                             self.flag_needs_snapshot(
                                 "application applied",

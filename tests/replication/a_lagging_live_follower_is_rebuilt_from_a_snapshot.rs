@@ -126,3 +126,45 @@ fn without_a_store_a_follower_whose_application_stalled_past_the_cap_says_it_nee
     );
     setup.cluster.shutdown().expect("shutdown");
 }
+
+/// SPEC 3.9: an application that never reported a position has applied
+/// nothing. The bug (found by the reassignment and deletion fault mode,
+/// "node-1's application (applied 0, 0 records) differs from the
+/// leader's"): a follower whose application had not reported yet when the
+/// cap let the leader delete past offset 0 fetched on (its log reaches the
+/// leader's start), but only a reported position below the log start sent
+/// it the snapshot way, so its application read below the log start for
+/// ever. Now a position never reported counts as zero there.
+#[test]
+fn a_follower_whose_application_never_reported_is_rebuilt_from_a_snapshot() {
+    let setup = setup_with(true, |_| {});
+    let cluster = &setup.cluster;
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let victim = NodeId((leader.node_id().0 + 1) % 3);
+    // The victim's application applies (and reports) nothing from the
+    // start; its replica fetches everything.
+    setup.apps[&victim].stalled.store(true, Ordering::SeqCst);
+    setup.append(150);
+    let on_victim = cluster.log(victim, LOG).expect("victim");
+    assert!(
+        cluster.wait_until(WAIT, |_| on_victim.log_start_offset() > Offset::ZERO),
+        "deletion never passed the silent application: {:?}",
+        leader.deletion_bound()
+    );
+    assert!(!on_victim.applied_positions().contains_key(&victim));
+    let snapshot = setup.apps[&leader.node_id()].take_snapshot();
+    setup.append(20);
+    setup.apps[&victim].stalled.store(false, Ordering::SeqCst);
+    setup.wait_states_equal();
+    assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
+        "the rebuilt follower still says it needs a snapshot"
+    );
+    println!(
+        "{victim}'s silent application rebuilt from the snapshot at {}; leader log start {}",
+        snapshot.offset,
+        leader.log_start_offset()
+    );
+    setup.cluster.shutdown().expect("shutdown");
+}

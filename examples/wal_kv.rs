@@ -341,6 +341,10 @@ fn checkpoint(
 /// How often the apply loop checkpoints the state (rule 4).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long the apply loop waits for a snapshot once the log starts above
+/// its position before it gives up (rule 4).
+const SNAPSHOT_WAIT_MAX: Duration = Duration::from_secs(30);
+
 /// Rule 2 and 3: apply committed entries, in order, from the stored applied
 /// offset on. `committed_records` waits at the high watermark and keeps going
 /// across leader changes, on followers and leader alike; it never yields an
@@ -356,6 +360,8 @@ fn apply_loop(
     let from = state.lock().next_offset;
     let mut entries = log.committed_records(from);
     let mut checkpointed = Instant::now();
+    // Since when the log has started above the loop's position.
+    let mut behind_since: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         if checkpointed.elapsed() >= CHECKPOINT_INTERVAL {
             match checkpoint(log, state, snapshots) {
@@ -387,8 +393,26 @@ fn apply_loop(
                 entries = log.committed_records(from);
                 continue;
             }
+            // Rule 4: the log start passed this replica's position before
+            // the snapshot that replaces its state arrived (its application
+            // was behind past the cap, and the log follows the leader's
+            // start at once). The log fetches that snapshot
+            // (`needs_snapshot`); wait for its install (the arm above),
+            // for a bounded time.
+            Err(Error::OffsetOutOfRange {
+                requested,
+                log_start,
+                ..
+            }) if requested < log_start
+                && behind_since.get_or_insert_with(Instant::now).elapsed() < SNAPSHOT_WAIT_MAX =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+                entries = log.committed_records(entries.position());
+                continue;
+            }
             Err(error) => return Err(error.into()),
         };
+        behind_since = None;
         let command = Command::decode(&entry.value)?;
         state.lock().apply(entry.offset, command);
         applied.notify_all();
@@ -469,8 +493,16 @@ impl SnapshotStore for KvSnapshots {
         // Recorded first: a writer woken by the new state may look.
         self.keep(snapshot.offset, bytes);
         *self.installed.lock() = Some(snapshot.offset);
-        // One step under the lock: map and offset change together.
-        *self.state.0.lock() = state;
+        // One step under the lock: map and offset change together. A state
+        // that already applied past the snapshot (from this replica's own
+        // log, while the transfer ran) is newer and is kept: going back
+        // would lose the entries between, which the apply loop does not
+        // read again.
+        let mut current = self.state.0.lock();
+        if current.next_offset < state.next_offset {
+            *current = state;
+        }
+        drop(current);
         self.state.1.notify_all();
         Ok(())
     }

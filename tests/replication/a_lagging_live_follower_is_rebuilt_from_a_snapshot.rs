@@ -39,8 +39,15 @@ fn a_follower_whose_application_stalled_past_the_cap_is_rebuilt_from_a_snapshot(
     setup.wait_states_equal();
     let on_victim = cluster.log(victim, LOG).expect("victim");
     assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
-    assert!(!on_victim.needs_snapshot());
-    assert!(cluster.in_sync_replicas(LOG).contains(&victim));
+    // The flag clears once the install returned, just after the state changed.
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
+        "the rebuilt replica still waits for a snapshot"
+    );
+    assert!(
+        cluster.wait_until(WAIT, |c| c.in_sync_replicas(LOG).contains(&victim)),
+        "the rebuilt replica never rejoined the ISR"
+    );
     println!(
         "{victim} stalled at {stalled_at}, rebuilt from the snapshot at {} ({} bytes); leader log start {}, HW {}",
         snapshot.offset,
@@ -80,7 +87,10 @@ fn a_partitioned_follower_behind_the_log_start_is_rebuilt_from_a_snapshot() {
     cluster.network.heal();
     setup.wait_states_equal();
     assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
-    assert!(!on_victim.needs_snapshot());
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
+        "the rebuilt replica still waits for a snapshot"
+    );
     assert!(
         cluster.wait_until(WAIT, |c| c.in_sync_replicas(LOG).contains(&victim)),
         "the rebuilt replica never rejoined the ISR"

@@ -194,8 +194,10 @@ impl SnapshotStore for App {
         );
         let state = State::decode(&bytes)?;
         assert_eq!(state.applied, snapshot.offset);
-        *self.state.lock().unwrap() = state;
+        // Counted before the state changes: a test that sees the new state
+        // sees the install counted.
         self.installs.fetch_add(1, Ordering::SeqCst);
+        *self.state.lock().unwrap() = state;
         Ok(())
     }
 }
@@ -344,7 +346,11 @@ fn down_past_the_cap_then_back(victim_is_empty: bool) {
     setup.wait_states_equal();
     let on_victim = cluster.log(victim, LOG).expect("victim");
     assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
-    assert!(!on_victim.needs_snapshot());
+    // The flag clears once the install returned, just after the state changed.
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
+        "the rebuilt replica still waits for a snapshot"
+    );
     assert!(
         on_victim.log_start_offset() >= start_before.min(snapshot.offset),
         "victim log start {}",
@@ -413,7 +419,11 @@ fn a_replica_added_by_a_reassignment_is_bootstrapped_from_a_snapshot() {
     setup.wait_states_equal();
     assert_eq!(setup.apps[&added].installs.load(Ordering::SeqCst), 1);
     let on_added = cluster.log(added, LOG).expect("the added replica");
-    assert!(!on_added.needs_snapshot());
+    // The flag clears once the install returned, just after the state changed.
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_added.needs_snapshot()),
+        "the rebuilt replica still waits for a snapshot"
+    );
     assert!(on_added.log_start_offset() >= snapshot.offset.min(leader.log_start_offset()));
     setup.cluster.shutdown().expect("shutdown");
 }

@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use crate::clock::{Clock, SystemClock};
 
+use crate::append::{Acks, AppendOutcome};
 use crate::coordinator::Coordinator;
 use crate::error::{Error, Result};
 use crate::producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 use crate::record::{RecordBatch, RecordBatchBuilder};
-use crate::replicated_log::{Acks, AppendOutcome};
 use crate::types::LogId;
 
 /// Appends to the current leader of one log, following leader changes.

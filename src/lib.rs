@@ -95,10 +95,33 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## Layers
+//!
+//! The modules form layers; each row may import the rows below it and never
+//! one above (nor has a cycle of its own):
+//!
+//! ```text
+//! public face   replicated_log.rs (ReplicatedLog, and Node::log that hands it out),
+//!               client.rs, producer.rs, builder.rs
+//! node runtime  node.rs: a node's threads, request handler and coordinator protocol;
+//!               it hands the face a log's parts and never names the face
+//! replication/  the replica, fetcher threads, pipelined appends; its pure machines
+//!               (leader, follower, isr, high_watermark) reach no thread, clock or I/O
+//! config.rs     the node's and replication's settings
+//! storage/  transport/  coordinator/    (none imports another)
+//! base          record/, append.rs (Acks, AppendOutcome), snapshot.rs, types.rs,
+//!               error.rs, clock.rs, sync.rs
+//! ```
+//!
+//! `testing/` sits above them all. A type that a lower layer and the face
+//! both need lives in the base (as [`AppendOutcome`] does), so that the
+//! runtime resolves an append without reaching up into the face.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod append;
 mod builder;
 mod client;
 mod clock;
@@ -126,6 +149,7 @@ mod types;
 #[doc = include_str!("../README.md")]
 mod readme {}
 
+pub use append::{Acks, AppendOutcome};
 pub use builder::{NodeBuilder, TcpNode};
 pub use client::LogClient;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -143,7 +167,7 @@ pub use producer::{IdempotentProducer, LeaderRouter, ProducerConfig, ProducerSen
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,
 };
-pub use replicated_log::{Acks, AppendOutcome, CommittedRecords, Isolation, ReplicatedLog};
+pub use replicated_log::{CommittedRecords, Isolation, ReplicatedLog};
 pub use replication::{AppendHandle, DeletionBound, Role};
 pub use snapshot::{SnapshotInfo, SnapshotStore, Snapshots};
 pub use storage::{

@@ -27,11 +27,10 @@ use crate::coordinator::{
     ReassignmentProgress,
 };
 use crate::error::{Error, Result};
-use crate::replicated_log::ReplicatedLog;
 use crate::replication::CompletionRunner;
 use crate::replication::{
-    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, IsrProposal, PeerIncarnations,
-    Replica, Role, Watch,
+    BelowLeaderStart, FetchArrival, Fetcher, HostingNode, IncarnationCheck, IsrProposal,
+    PeerIncarnations, Replica, Role, Watch,
 };
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork, DirectoryIdentity,
@@ -289,6 +288,16 @@ pub struct Node {
     /// Released last, when the node is dropped.
     #[allow(dead_code)]
     directory_lock: Option<DirectoryLock>,
+}
+
+/// One log's replica on this node and the node's runtime hosting it: all
+/// that the public per-log handle is built from ([`Node::log_parts`]). The
+/// runtime hands these out and never names the handle, so that the public
+/// face sits above the runtime and not beside it.
+#[derive(Debug)]
+pub(crate) struct LogParts {
+    pub(crate) replica: Arc<Replica>,
+    pub(crate) node: Arc<NodeShared>,
 }
 
 /// The [`RequestHandler`] of a node: register it with the network.
@@ -806,12 +815,19 @@ impl Node {
         })
     }
 
-    /// The replica of `log` on this node, or `Error::UnknownLog` if this node
-    /// does not host it (yet: the coordinator's notification may still be on
-    /// its way).
-    pub fn log(&self, log: LogId) -> Result<ReplicatedLog> {
+    /// What the public face needs to serve `log` on this node (its
+    /// `Node::log` builds the log's handle from it), or
+    /// `Error::UnknownLog` if this node does not host it (yet: the
+    /// coordinator's notification may still be on its way). The replica
+    /// learns here which node hosts it, so that its pipelined appends fail
+    /// with `Shutdown` once the node stops.
+    pub(crate) fn log_parts(&self, log: LogId) -> Result<LogParts> {
         let replica = self.shared.replica(log).ok_or(Error::UnknownLog(log))?;
-        Ok(ReplicatedLog::new(replica, Arc::clone(&self.shared)))
+        replica.set_node(&self.shared);
+        Ok(LogParts {
+            replica,
+            node: Arc::clone(&self.shared),
+        })
     }
 
     /// The logs this node is a replica of but could not open, with the
@@ -829,18 +845,6 @@ impl Node {
             .collect();
         logs.sort();
         logs
-    }
-
-    /// Like [`Node::log`], waiting up to `timeout` for the node to host it.
-    pub fn wait_for_log(&self, log: LogId, timeout: Duration) -> Result<ReplicatedLog> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.log(log) {
-                Ok(handle) => return Ok(handle),
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
     }
 
     /// The logs this node hosts.
@@ -1196,7 +1200,15 @@ impl NodeShared {
     pub(crate) fn is_stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
+}
 
+impl HostingNode for NodeShared {
+    fn is_stopped(&self) -> bool {
+        NodeShared::is_stopped(self)
+    }
+}
+
+impl NodeShared {
     pub(crate) fn replica(&self, log: LogId) -> Option<Arc<Replica>> {
         self.replicas.read().get(&log).cloned()
     }

@@ -66,11 +66,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::append::{Acks, AppendOutcome};
 use crate::clock::{Clock, SystemClock};
 use crate::coordinator::Coordinator;
 use crate::error::{Error, Result};
 use crate::record::{RecordBatch, RecordBatchBuilder};
-use crate::replicated_log::{Acks, AppendOutcome, ReplicatedLog};
+use crate::replicated_log::ReplicatedLog;
 use crate::replication::AppendHandle;
 use crate::sync::{Arc, Condvar, Mutex};
 use crate::types::{LogId, ProducerEpoch, ProducerId, Sequence};

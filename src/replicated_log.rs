@@ -4,26 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::append::{Acks, AppendOutcome};
 use crate::error::{Error, Result};
-use crate::node::NodeShared;
+use crate::node::{LogParts, Node, NodeShared};
 use crate::record::{BatchIter, Record, RecordBatch, RecordBatchBuilder};
 use crate::replication::{AppendHandle, Completion, DeferredWriter, Replica, Role};
 use crate::sync::Arc;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
-
-/// How many replicas must have a batch before an append returns (SPEC 3.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Acks {
-    /// `acks=0`: return once the batch is handed to the log; errors of the
-    /// write itself are not reported.
-    None,
-    /// `acks=1`: return once the leader appended it (and flushed it under
-    /// `FlushPolicy::Always`).
-    Leader,
-    /// `acks=all`: return once the batch is committed: below the high
-    /// watermark, so on every in-sync replica.
-    All,
-}
 
 /// Which records a read may return (SPEC 3.8).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -35,21 +22,6 @@ pub enum Isolation {
     Uncommitted,
 }
 
-/// Where an appended batch landed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AppendOutcome {
-    /// Offset of the batch's first record.
-    pub base_offset: Offset,
-    /// Offset of the batch's last record.
-    pub last_offset: Offset,
-    /// The leader epoch the batch was written in.
-    pub leader_epoch: LeaderEpoch,
-    /// Whether the batch was an idempotent producer's retry of a batch the
-    /// log already held (SPEC 4): nothing was appended, the offsets and
-    /// epoch are the original's, and `acks=all` waited for them.
-    pub duplicate: bool,
-}
-
 /// One log on one node. Cheap to clone; callable from many threads.
 #[derive(Clone, Debug)]
 pub struct ReplicatedLog {
@@ -57,9 +29,33 @@ pub struct ReplicatedLog {
     node: Arc<NodeShared>,
 }
 
+// `Node`'s methods that hand out this handle live here, in the public face,
+// and not in `node.rs`: the runtime hands out the parts
+// (`Node::log_parts`) and never names the face above it.
+impl Node {
+    /// The replica of `log` on this node, or `Error::UnknownLog` if this node
+    /// does not host it (yet: the coordinator's notification may still be on
+    /// its way).
+    pub fn log(&self, log: LogId) -> Result<ReplicatedLog> {
+        self.log_parts(log).map(ReplicatedLog::new)
+    }
+
+    /// Like [`Node::log`], waiting up to `timeout` for the node to host it.
+    pub fn wait_for_log(&self, log: LogId, timeout: Duration) -> Result<ReplicatedLog> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.log(log) {
+                Ok(handle) => return Ok(handle),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+}
+
 impl ReplicatedLog {
-    pub(crate) fn new(replica: Arc<Replica>, node: Arc<NodeShared>) -> ReplicatedLog {
-        replica.set_node(&node);
+    fn new(parts: LogParts) -> ReplicatedLog {
+        let LogParts { replica, node } = parts;
         ReplicatedLog { replica, node }
     }
 

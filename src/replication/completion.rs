@@ -23,8 +23,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::append::AppendOutcome;
 use crate::error::Result;
-use crate::replicated_log::AppendOutcome;
 use crate::sync::{Arc, Condvar, Mutex};
 
 /// A callback registered with [`AppendHandle::on_complete`].

@@ -47,7 +47,7 @@ pub use combiner::{Combine, Combiner};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
 pub(crate) use incarnations::{IncarnationCheck, PeerIncarnations};
-pub(crate) use replica::{BelowLeaderStart, DeferredWriter, Replica};
+pub(crate) use replica::{BelowLeaderStart, DeferredWriter, HostingNode, Replica};
 pub use replica::{DeletionBound, Role};
 pub use watch::{WaitOutcome, Watch};
 

@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::completion::{Completion, Wakeups};
+use crate::append::AppendOutcome;
 use crate::error::{Error, Result};
-use crate::replicated_log::AppendOutcome;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::types::{LogId, Offset};
 

@@ -32,6 +32,7 @@ use super::leader::{
 use super::pending::{PendingAppend, PendingAppends, Snapshot, Verdict};
 use super::watch::{WaitOutcome, Watch};
 use super::LogOffsets;
+use crate::append::AppendOutcome;
 use crate::clock::Clock;
 use crate::config::ReplicationConfig;
 use crate::error::{Error, Result};
@@ -43,6 +44,14 @@ use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
 use crate::types::{EpochEndOffset, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
+
+/// What a replica asks of the node hosting it: whether it stopped. The
+/// node implements it; the replica holds it weakly and names no node type,
+/// so that replication stays below the node's runtime.
+pub(crate) trait HostingNode: Send + Sync {
+    /// Whether the node has stopped (shut down, halted or crashed).
+    fn is_stopped(&self) -> bool;
+}
 
 /// The role of a replica, as this node knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,10 +283,10 @@ pub(crate) struct Replica {
     /// Taken with no other lock of the replica held, and held over no
     /// application code (callbacks run on the completion thread).
     resolving: Mutex<()>,
-    /// The node hosting this replica, set by the first `ReplicatedLog`
-    /// handle: a pipelined append whose node stopped fails with `Shutdown`
-    /// (not `NotLeader`), as a blocking `append` does.
-    node: std::sync::OnceLock<std::sync::Weak<crate::node::NodeShared>>,
+    /// The node hosting this replica, set when the node first hands out
+    /// the log's handle: a pipelined append whose node stopped fails with
+    /// `Shutdown` (not `NotLeader`), as a blocking `append` does.
+    node: std::sync::OnceLock<std::sync::Weak<dyn HostingNode>>,
     /// The applied positions of the log's replicas (SPEC 3.9).
     applied: AppliedPositions,
     /// What a follower whose log ends below its leader's log start does
@@ -1270,7 +1279,7 @@ impl Replica {
         cell: Arc<Completion>,
     ) {
         let append = PendingAppend {
-            outcome: crate::replicated_log::AppendOutcome {
+            outcome: AppendOutcome {
                 base_offset: appended.info.base_offset,
                 last_offset: appended.info.last_offset,
                 leader_epoch: appended.info.leader_epoch,
@@ -1425,8 +1434,9 @@ impl Replica {
     }
 
     /// Records the node hosting this replica (the first call wins).
-    pub(crate) fn set_node(&self, node: &Arc<crate::node::NodeShared>) {
-        let _ = self.node.set(Arc::downgrade(node));
+    pub(crate) fn set_node<N: HostingNode + 'static>(&self, node: &Arc<N>) {
+        let node: std::sync::Weak<N> = Arc::downgrade(node);
+        let _ = self.node.set(node);
     }
 
     /// Whether the hosting node stopped (or is gone).

@@ -46,12 +46,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use crate::append::{Acks, AppendOutcome};
 use crate::config::ReplicationConfig;
 use crate::coordinator::{CasOutcome, ControllerConfig, Coordinator, LogUpdate};
 use crate::error::{Error, Result};
 use crate::producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 use crate::record::RecordBatch;
-use crate::replicated_log::{Acks, AppendOutcome, Isolation, ReplicatedLog};
+use crate::replicated_log::{Isolation, ReplicatedLog};
 use crate::storage::{FlushPolicy, LogConfig};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::testing::cluster::{Cluster, Lose, SessionEnd};

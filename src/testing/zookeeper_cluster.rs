@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::cluster::{cut_to_durable, Lose, SessionEnd};
 use super::zookeeper::{ZkProxy, ZkServerError};
+use crate::append::{Acks, AppendOutcome};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{NodeConfig, ReplicationConfig};
 use crate::coordinator::{
@@ -37,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::producer::{harness_append, harness_leader_log, LeaderRouter};
 use crate::record::RecordBatch;
-use crate::replicated_log::{Acks, AppendOutcome, ReplicatedLog};
+use crate::replicated_log::ReplicatedLog;
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex};
 use crate::transport::MemoryNetwork;

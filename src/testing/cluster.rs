@@ -18,12 +18,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::harness::{self, NodeSettings, Nodes};
 use crate::clock::{Clock, ManualClock, SystemClock};
-use crate::config::{NodeConfig, ReplicationConfig};
+use crate::config::ReplicationConfig;
 use crate::coordinator::{
     assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
 use crate::storage::LogConfig;
@@ -84,28 +85,25 @@ pub(crate) fn cut_to_durable(
 /// Builds a [`Cluster`].
 #[derive(Debug, Clone)]
 pub struct ClusterBuilder {
-    nodes: usize,
+    settings: NodeSettings,
     seed: u64,
-    replication: ReplicationConfig,
-    log: LogConfig,
-    session_timeout: Duration,
     manual_clock: Option<ManualClock>,
-    controller: Option<ControllerConfig>,
     retention_check_interval: Duration,
     controlled_shutdown_timeout: Duration,
-    snapshots: BTreeMap<NodeId, crate::snapshot::Snapshots>,
 }
 
 impl ClusterBuilder {
     /// Gives node `id` the application snapshot store `store`
-    /// ([`NodeConfig::snapshots`]), kept across its restarts.
+    /// ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)), kept across its restarts.
     pub fn snapshots(mut self, id: NodeId, store: Arc<dyn crate::snapshot::SnapshotStore>) -> Self {
-        self.snapshots.insert(id, crate::snapshot::Snapshots(store));
+        self.settings
+            .snapshots
+            .insert(id, crate::snapshot::Snapshots(store));
         self
     }
 
     /// How long each node's clean stop may spend handing its leadership
-    /// over ([`NodeConfig::controlled_shutdown_timeout`]; zero turns it
+    /// over ([`NodeConfig::controlled_shutdown_timeout`](crate::NodeConfig::controlled_shutdown_timeout); zero turns it
     /// off).
     pub fn controlled_shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.controlled_shutdown_timeout = timeout;
@@ -115,7 +113,7 @@ impl ClusterBuilder {
     /// The controller every node runs (`None`: no controller, leaders
     /// change only when a test writes the coordinator itself).
     pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
-        self.controller = controller;
+        self.settings.controller = controller;
         self
     }
 
@@ -127,7 +125,7 @@ impl ClusterBuilder {
 
     /// Number of nodes (ids 0..n).
     pub fn nodes(mut self, nodes: usize) -> Self {
-        self.nodes = nodes;
+        self.settings.nodes = nodes;
         self
     }
 
@@ -139,25 +137,25 @@ impl ClusterBuilder {
 
     /// `min_insync_replicas` of every log.
     pub fn min_insync_replicas(mut self, min: usize) -> Self {
-        self.replication.min_insync_replicas = min;
+        self.settings.replication.min_insync_replicas = min;
         self
     }
 
     /// Replication settings of every node.
     pub fn replication(mut self, replication: ReplicationConfig) -> Self {
-        self.replication = replication;
+        self.settings.replication = replication;
         self
     }
 
     /// Storage settings of every log.
     pub fn log_config(mut self, log: LogConfig) -> Self {
-        self.log = log;
+        self.settings.log = log;
         self
     }
 
     /// Coordinator session timeout of every node.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.settings.session_timeout = timeout;
         self
     }
 
@@ -169,8 +167,6 @@ impl ClusterBuilder {
 
     /// Starts the cluster.
     pub fn build(self) -> Result<Cluster> {
-        let dir = tempfile::tempdir()
-            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
         let clock: Arc<dyn Clock> = match &self.manual_clock {
             Some(clock) => Arc::new(clock.clone()),
             None => Arc::new(SystemClock),
@@ -179,14 +175,12 @@ impl ClusterBuilder {
             network: MemoryNetwork::new(self.seed),
             coordinator: MemoryCoordinator::new(Arc::clone(&clock)),
             clock,
-            root: dir.path().to_path_buf(),
-            _dir: dir,
-            nodes: Mutex::new(BTreeMap::new()),
+            nodes: Nodes::new(self.settings.nodes)?,
             coordinator_delays: Mutex::new(BTreeMap::new()),
-            builder: self.clone(),
+            builder: self,
         };
-        for id in 0..self.nodes {
-            cluster.start_node(NodeId(id as u32))?;
+        for id in cluster.node_ids() {
+            cluster.start_node(id)?;
         }
         Ok(cluster)
     }
@@ -200,9 +194,7 @@ pub struct Cluster {
     /// The coordinator all nodes share.
     pub coordinator: MemoryCoordinator,
     clock: Arc<dyn Clock>,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
-    nodes: Mutex<BTreeMap<NodeId, Node>>,
+    nodes: Nodes<Node>,
     /// Each node's coordinator calls go through a [`SlowCoordinator`]
     /// with this knob (no delay unless a test sets one); kept across
     /// restarts.
@@ -214,33 +206,25 @@ impl Cluster {
     /// A builder with 3 nodes, min ISR 1, quick timeouts for tests.
     pub fn builder() -> ClusterBuilder {
         ClusterBuilder {
-            nodes: 3,
+            settings: NodeSettings::for_tests(
+                Duration::from_secs(10),
+                Some(ControllerConfig::default()),
+            ),
             seed: 0,
-            replication: ReplicationConfig {
-                replica_lag_time_max: Duration::from_secs(10),
-                fetch_wait_max: Duration::from_millis(100),
-                request_timeout: Duration::from_secs(5),
-                fetch_backoff: Duration::from_millis(10),
-                ..ReplicationConfig::default()
-            },
-            log: LogConfig::default(),
-            session_timeout: Duration::from_secs(10),
             manual_clock: None,
-            controller: Some(ControllerConfig::default()),
             retention_check_interval: Duration::from_secs(300),
             controlled_shutdown_timeout: Duration::from_secs(5),
-            snapshots: BTreeMap::new(),
         }
     }
 
     /// The directory of node `id`.
     pub fn node_dir(&self, id: NodeId) -> PathBuf {
-        self.root.join(format!("node-{}", id.0))
+        self.nodes.node_dir(id)
     }
 
     /// The root directory of all nodes.
     pub fn root(&self) -> &Path {
-        &self.root
+        self.nodes.root()
     }
 
     /// The clock every node uses.
@@ -250,19 +234,14 @@ impl Cluster {
 
     /// Ids of all nodes, running or not.
     pub fn node_ids(&self) -> Vec<NodeId> {
-        (0..self.builder.nodes).map(|i| NodeId(i as u32)).collect()
+        self.nodes.ids()
     }
 
     /// Starts (or restarts) node `id` from its directory.
     pub fn start_node(&self, id: NodeId) -> Result<()> {
-        let mut config = NodeConfig::new(id, self.node_dir(id));
-        config.replication = self.builder.replication.clone();
-        config.log = self.builder.log.clone();
-        config.session_timeout = self.builder.session_timeout;
-        config.controller = self.builder.controller.clone();
+        let mut config = self.builder.settings.node_config(id, self.node_dir(id));
         config.retention_check_interval = self.builder.retention_check_interval;
         config.controlled_shutdown_timeout = self.builder.controlled_shutdown_timeout;
-        config.snapshots = self.builder.snapshots.get(&id).cloned();
         let transport = Arc::new(self.network.transport(id));
         let coordinator = SlowCoordinator::new(
             Arc::new(self.coordinator.for_node(id)),
@@ -276,7 +255,7 @@ impl Cluster {
         )?;
         self.network.register(id, node.handler());
         self.network.node_up(id);
-        self.nodes.lock().insert(id, node);
+        self.nodes.insert(id, node);
         Ok(())
     }
 
@@ -312,7 +291,7 @@ impl Cluster {
     /// poisoned), as a dead process answers nobody.
     pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
         self.network.node_down(id);
-        let node = self.nodes.lock().remove(&id);
+        let node = self.nodes.remove(id);
         // The crash happens before the coordinator hears of it: a node
         // still winding down must not see its session end and open a new
         // one (found as a flaky unclean-election test: the crashed node
@@ -323,16 +302,8 @@ impl Cluster {
         if session == SessionEnd::Immediately {
             self.coordinator.fail_node(id);
         }
-        let Some(node) = node else { return };
-        // Threads first, then the lengths: they only grow while it runs.
-        let durable = node.halt_for_crash();
-        if let Lose::UnflushedBytes { seed } = lose {
-            let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
-            for (path, durable_bytes) in durable {
-                if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
-                    tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
-                }
-            }
+        if let Some(node) = node {
+            harness::halt_losing(node, id, lose);
         }
     }
 
@@ -343,7 +314,7 @@ impl Cluster {
     /// does: its controlled shutdown lets followers catch up before it
     /// hands its leadership over.
     pub fn stop_node(&self, id: NodeId) -> Result<()> {
-        let node = self.nodes.lock().remove(&id);
+        let node = self.nodes.remove(id);
         let outcome = match node {
             Some(node) => node.shutdown(),
             None => Ok(()),
@@ -359,7 +330,7 @@ impl Cluster {
 
     /// Whether node `id` is running.
     pub fn is_running(&self, id: NodeId) -> bool {
-        self.nodes.lock().contains_key(&id)
+        self.nodes.is_running(id)
     }
 
     /// Creates `log` with `replication_factor` replicas placed by
@@ -378,38 +349,21 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(10);
         for &node in &replicas {
             if self.is_running(node) {
-                self.wait_for_handle(node, log, deadline)?;
+                self.nodes.wait_for_handle(node, log, deadline)?;
             }
         }
         self.leader_log_by(log, deadline)?;
         Ok(replicas)
     }
 
-    fn wait_for_handle(
-        &self,
-        node: NodeId,
-        log: LogId,
-        deadline: Instant,
-    ) -> Result<ReplicatedLog> {
-        loop {
-            match self.log(node, log) {
-                Ok(handle) => return Ok(handle),
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
-    }
-
     /// The handle of `log` on `node`.
     pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
-        let nodes = self.nodes.lock();
-        let node = nodes.get(&node).ok_or(Error::Shutdown)?;
-        node.log(log)
+        self.nodes.log(node, log)
     }
 
     /// Runs `f` on node `id`, if it is running.
     pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
-        self.nodes.lock().get(&id).map(f)
+        self.nodes.with_node(id, f)
     }
 
     /// The coordinator's record of `log`; `None` before the log is created.
@@ -446,51 +400,20 @@ impl Cluster {
     }
 
     fn leader_log_by(&self, log: LogId, deadline: Instant) -> Result<ReplicatedLog> {
-        loop {
-            if let Some(leader) = self.leader_of(log) {
-                if let Ok(handle) = self.log(leader, log) {
-                    if handle.is_leader() && handle.leader_epoch() == self.leader_epoch_of(log) {
-                        return Ok(handle);
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::LeaderNotAvailable(log));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn leader_epoch_of(&self, log: LogId) -> crate::types::LeaderEpoch {
-        self.log_state(log)
-            .map(|s| s.leader_epoch)
-            .unwrap_or_default()
+        self.nodes
+            .leader_log_by(log, deadline, Duration::from_millis(1), || {
+                self.log_state(log)
+            })
     }
 
     /// Polls `condition` every millisecond until it holds or `timeout` passes.
-    pub fn wait_until(
-        &self,
-        timeout: Duration,
-        mut condition: impl FnMut(&Cluster) -> bool,
-    ) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if condition(self) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+    pub fn wait_until(&self, timeout: Duration, condition: impl FnMut(&Cluster) -> bool) -> bool {
+        harness::wait_until(self, timeout, Duration::from_millis(1), condition)
     }
 
     /// Stops every node cleanly.
     pub fn shutdown(self) -> Result<()> {
-        let nodes: Vec<Node> = std::mem::take(&mut *self.nodes.lock())
-            .into_values()
-            .collect();
-        for node in nodes {
+        for node in self.nodes.take_all() {
             node.shutdown()?;
         }
         Ok(())
@@ -505,10 +428,7 @@ impl Drop for Cluster {
     /// log files — alive in a reference cycle (a long fault test then runs
     /// out of file descriptors).
     fn drop(&mut self) {
-        let nodes: Vec<Node> = std::mem::take(&mut *self.nodes.lock())
-            .into_values()
-            .collect();
-        for node in nodes {
+        for node in self.nodes.take_all() {
             node.halt();
         }
         for id in self.node_ids() {

@@ -436,20 +436,11 @@ pub trait FaultTarget: LeaderRouter + Sync {
 
     /// Polls `condition` every millisecond until it holds or `timeout`
     /// passes.
-    fn wait_until(&self, timeout: Duration, mut condition: impl FnMut(&Self) -> bool) -> bool
+    fn wait_until(&self, timeout: Duration, condition: impl FnMut(&Self) -> bool) -> bool
     where
         Self: Sized,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if condition(self) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        super::harness::wait_until(self, timeout, Duration::from_millis(1), condition)
     }
 }
 

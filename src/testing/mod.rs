@@ -11,6 +11,7 @@ pub mod coordinator_suite;
 mod fault_apps;
 pub mod fault_test;
 pub mod fuzz;
+mod harness;
 pub mod slow_coordinator;
 pub mod tcp_cluster;
 mod tcp_transport_factory;

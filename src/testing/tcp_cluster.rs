@@ -26,82 +26,82 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::harness::{self, Hosted, NodeSettings, Nodes};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{NodeConfig, ReplicationConfig};
+use crate::config::ReplicationConfig;
 use crate::coordinator::{
     assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator,
 };
-use crate::error::{Error, Result};
+#[cfg(feature = "tls")]
+use crate::error::Error;
+use crate::error::Result;
 use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex};
 use crate::transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
-use crate::types::{LeaderEpoch, LogId, NodeId};
+use crate::types::{LogId, NodeId};
 
 /// Builds a [`TcpCluster`].
 #[derive(Debug, Clone)]
 pub struct TcpClusterBuilder {
-    nodes: usize,
-    replication: ReplicationConfig,
-    log: LogConfig,
-    session_timeout: Duration,
-    controller: Option<ControllerConfig>,
+    settings: NodeSettings,
     tcp: TcpConfig,
     /// Each node's TLS settings; `None`: plain TCP.
     #[cfg(feature = "tls")]
     tls: Option<BTreeMap<NodeId, crate::transport::TlsConfig>>,
-    snapshots: BTreeMap<NodeId, crate::snapshot::Snapshots>,
 }
 
 impl TcpClusterBuilder {
     /// Gives node `id` the application snapshot store `store`
-    /// ([`NodeConfig::snapshots`]), kept across its restarts.
+    /// ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)), kept across its restarts.
     pub fn snapshots(mut self, id: NodeId, store: Arc<dyn crate::snapshot::SnapshotStore>) -> Self {
-        self.snapshots.insert(id, crate::snapshot::Snapshots(store));
+        self.settings
+            .snapshots
+            .insert(id, crate::snapshot::Snapshots(store));
         self
     }
 
     /// Number of nodes (ids 0..n).
     pub fn nodes(mut self, nodes: usize) -> Self {
-        self.nodes = nodes;
+        self.settings.nodes = nodes;
         self
     }
 
     /// `min_insync_replicas` of every log.
     pub fn min_insync_replicas(mut self, min: usize) -> Self {
-        self.replication.min_insync_replicas = min;
+        self.settings.replication.min_insync_replicas = min;
         self
     }
 
     /// Replication settings of every node.
     pub fn replication(mut self, replication: ReplicationConfig) -> Self {
-        self.replication = replication;
+        self.settings.replication = replication;
         self
     }
 
     /// The replication settings the nodes will get, to change one field
     /// of the test defaults.
     pub fn replication_config(&self) -> ReplicationConfig {
-        self.replication.clone()
+        self.settings.replication.clone()
     }
 
     /// Storage settings of every log.
     pub fn log_config(mut self, log: LogConfig) -> Self {
-        self.log = log;
+        self.settings.log = log;
         self
     }
 
     /// Coordinator session timeout of every node: how long after a crash the
     /// controller notices it.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.settings.session_timeout = timeout;
         self
     }
 
     /// The controller every node runs (`None`: no controller).
     pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
-        self.controller = controller;
+        self.settings.controller = controller;
         self
     }
 
@@ -122,20 +122,16 @@ impl TcpClusterBuilder {
 
     /// Starts the cluster.
     pub fn build(self) -> Result<TcpCluster> {
-        let dir = tempfile::tempdir()
-            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let cluster = TcpCluster {
             coordinator: MemoryCoordinator::new(Arc::clone(&clock)),
             clock,
-            root: dir.path().to_path_buf(),
-            _dir: dir,
-            running: Mutex::new(BTreeMap::new()),
+            nodes: Nodes::new(self.settings.nodes)?,
             addrs: Mutex::new(BTreeMap::new()),
-            builder: self.clone(),
+            builder: self,
         };
-        for id in 0..self.nodes {
-            cluster.start_node(NodeId(id as u32))?;
+        for id in cluster.node_ids() {
+            cluster.start_node(id)?;
         }
         Ok(cluster)
     }
@@ -149,15 +145,19 @@ struct RunningNode {
     transport: Arc<TcpTransport>,
 }
 
+impl Hosted for RunningNode {
+    fn node(&self) -> &Node {
+        &self.node
+    }
+}
+
 /// N nodes in one process on loopback TCP. Dropping it stops every node.
 #[derive(Debug)]
 pub struct TcpCluster {
     /// The coordinator all nodes share.
     pub coordinator: MemoryCoordinator,
     clock: Arc<dyn Clock>,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
-    running: Mutex<BTreeMap<NodeId, RunningNode>>,
+    nodes: Nodes<RunningNode>,
     /// The last address each node listened on, running or not.
     addrs: Mutex<BTreeMap<NodeId, SocketAddr>>,
     builder: TcpClusterBuilder,
@@ -168,32 +168,24 @@ impl TcpCluster {
     /// TCP settings of [`super::TcpTransportFactory::test_config`].
     pub fn builder() -> TcpClusterBuilder {
         TcpClusterBuilder {
-            nodes: 3,
-            replication: ReplicationConfig {
-                replica_lag_time_max: Duration::from_secs(10),
-                fetch_wait_max: Duration::from_millis(100),
-                request_timeout: Duration::from_secs(5),
-                fetch_backoff: Duration::from_millis(10),
-                ..ReplicationConfig::default()
-            },
-            log: LogConfig::default(),
-            session_timeout: Duration::from_secs(10),
-            controller: Some(ControllerConfig::default()),
+            settings: NodeSettings::for_tests(
+                Duration::from_secs(10),
+                Some(ControllerConfig::default()),
+            ),
             tcp: super::TcpTransportFactory::test_config(),
             #[cfg(feature = "tls")]
             tls: None,
-            snapshots: BTreeMap::new(),
         }
     }
 
     /// The directory of node `id`.
     pub fn node_dir(&self, id: NodeId) -> PathBuf {
-        self.root.join(format!("node-{}", id.0))
+        self.nodes.node_dir(id)
     }
 
     /// The root directory of all nodes.
     pub fn root(&self) -> &Path {
-        &self.root
+        self.nodes.root()
     }
 
     /// The clock every node uses.
@@ -203,23 +195,19 @@ impl TcpCluster {
 
     /// Ids of all nodes, running or not.
     pub fn node_ids(&self) -> Vec<NodeId> {
-        (0..self.builder.nodes).map(|i| NodeId(i as u32)).collect()
+        self.nodes.ids()
     }
 
     /// The address node `id` listens on, if it is running.
     pub fn addr(&self, id: NodeId) -> Option<SocketAddr> {
-        self.running
-            .lock()
-            .get(&id)
-            .map(|running| running.server.local_addr())
+        self.nodes
+            .with_running(id, |running| running.server.local_addr())
     }
 
     /// The limit counters of node `id`'s server, if it is running.
     pub fn server_stats(&self, id: NodeId) -> Option<TcpServerStats> {
-        self.running
-            .lock()
-            .get(&id)
-            .map(|running| running.server.stats())
+        self.nodes
+            .with_running(id, |running| running.server.stats())
     }
 
     /// Starts (or restarts) node `id` from its directory, on a fresh port,
@@ -239,12 +227,7 @@ impl TcpCluster {
             .map(|(node, addr)| (*node, *addr))
             .collect();
         let transport = Arc::new(self.transport(id, peers, tcp.clone())?);
-        let mut config = NodeConfig::new(id, self.node_dir(id));
-        config.replication = self.builder.replication.clone();
-        config.log = self.builder.log.clone();
-        config.session_timeout = self.builder.session_timeout;
-        config.controller = self.builder.controller.clone();
-        config.snapshots = self.builder.snapshots.get(&id).cloned();
+        let config = self.builder.settings.node_config(id, self.node_dir(id));
         let node = Node::start(
             config,
             Arc::clone(&transport) as Arc<dyn crate::transport::Transport>,
@@ -261,7 +244,7 @@ impl TcpCluster {
             }
         };
         let addr = server.local_addr();
-        let mut running = self.running.lock();
+        let mut running = self.nodes.lock();
         for (other, peer) in running.iter() {
             if *other != id {
                 peer.transport.set_peer(id, addr);
@@ -350,7 +333,7 @@ impl TcpCluster {
     /// expires after the session timeout, and only then does the controller
     /// elect a new leader. Does nothing if the node is not running.
     pub fn crash(&self, id: NodeId) {
-        let Some(running) = self.running.lock().remove(&id) else {
+        let Some(running) = self.nodes.remove(id) else {
             return;
         };
         // Halting first wakes the node's parked long-poll fetches (they then
@@ -368,7 +351,7 @@ impl TcpCluster {
 
     /// Whether node `id` is running.
     pub fn is_running(&self, id: NodeId) -> bool {
-        self.running.lock().contains_key(&id)
+        self.nodes.is_running(id)
     }
 
     /// Creates `log` with `replication_factor` replicas placed by
@@ -383,13 +366,7 @@ impl TcpCluster {
             if !self.is_running(node) {
                 continue;
             }
-            let handle = loop {
-                match self.log(node, log) {
-                    Ok(handle) => break handle,
-                    Err(e) if Instant::now() >= deadline => return Err(e),
-                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
-                }
-            };
+            let handle = self.nodes.wait_for_handle(node, log, deadline)?;
             if node == leader {
                 handle.wait_until_leader(deadline.saturating_duration_since(Instant::now()))?;
             }
@@ -399,14 +376,12 @@ impl TcpCluster {
 
     /// The handle of `log` on `node`.
     pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
-        let running = self.running.lock();
-        let running = running.get(&node).ok_or(Error::Shutdown)?;
-        running.node.log(log)
+        self.nodes.log(node, log)
     }
 
     /// Runs `f` on node `id`, if it is running.
     pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
-        self.running.lock().get(&id).map(|running| f(&running.node))
+        self.nodes.with_node(id, f)
     }
 
     /// The coordinator's record of `log`; `None` before the log is created.
@@ -437,54 +412,28 @@ impl TcpCluster {
         self.log_state(log).and_then(|s| s.leader)
     }
 
-    fn leader_epoch_of(&self, log: LogId) -> LeaderEpoch {
-        self.log_state(log)
-            .map(|s| s.leader_epoch)
-            .unwrap_or_default()
-    }
-
     /// The leader's handle of `log`, once that node knows it leads in the
     /// coordinator's current epoch (up to 10 s).
     pub fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(leader) = self.leader_of(log) {
-                if let Ok(handle) = self.log(leader, log) {
-                    if handle.is_leader() && handle.leader_epoch() == self.leader_epoch_of(log) {
-                        return Ok(handle);
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::LeaderNotAvailable(log));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        self.nodes
+            .leader_log_by(log, deadline, Duration::from_millis(1), || {
+                self.log_state(log)
+            })
     }
 
     /// Polls `condition` every millisecond until it holds or `timeout` passes.
     pub fn wait_until(
         &self,
         timeout: Duration,
-        mut condition: impl FnMut(&TcpCluster) -> bool,
+        condition: impl FnMut(&TcpCluster) -> bool,
     ) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if condition(self) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        harness::wait_until(self, timeout, Duration::from_millis(1), condition)
     }
 
     /// Stops every node cleanly, then its server and client.
     pub fn shutdown(self) -> Result<()> {
-        let running: Vec<RunningNode> = std::mem::take(&mut *self.running.lock())
-            .into_values()
-            .collect();
+        let running = self.nodes.take_all();
         let mut result = Ok(());
         for RunningNode {
             node,
@@ -506,8 +455,7 @@ impl Drop for TcpCluster {
     fn drop(&mut self) {
         // Nodes first: a node being dropped stops its fetchers, which may be
         // waiting on a peer's server.
-        let running = std::mem::take(&mut *self.running.lock());
-        for (_, running) in running {
+        for running in self.nodes.take_all() {
             drop(running.node);
             running.server.shutdown();
             running.transport.shutdown();

@@ -26,11 +26,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::cluster::{cut_to_durable, Lose, SessionEnd};
+use super::cluster::{Lose, SessionEnd};
+use super::harness::{self, Hosted, NodeSettings, Nodes};
 use super::zookeeper::{ZkProxy, ZkServerError};
 use crate::append::{Acks, AppendOutcome};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{NodeConfig, ReplicationConfig};
+use crate::config::ReplicationConfig;
 use crate::coordinator::{
     assign_replicas, ControllerConfig, Coordinator, LogState, ZkCoordinator, ZkCoordinatorConfig,
 };
@@ -52,12 +53,8 @@ static CLUSTERS: AtomicU64 = AtomicU64::new(0);
 pub struct ZkClusterBuilder {
     connect: String,
     chroot: Option<String>,
-    nodes: usize,
-    replication: ReplicationConfig,
-    log: LogConfig,
-    session_timeout: Duration,
+    settings: NodeSettings,
     call_timeout: Duration,
-    controller: Option<ControllerConfig>,
     proxied: bool,
     seed: u64,
     outage: Option<OutageHook>,
@@ -92,31 +89,31 @@ impl ZkClusterBuilder {
 
     /// Number of nodes (ids 0..n).
     pub fn nodes(mut self, nodes: usize) -> Self {
-        self.nodes = nodes;
+        self.settings.nodes = nodes;
         self
     }
 
     /// `min_insync_replicas` of every log.
     pub fn min_insync_replicas(mut self, min: usize) -> Self {
-        self.replication.min_insync_replicas = min;
+        self.settings.replication.min_insync_replicas = min;
         self
     }
 
     /// Replication settings of every node.
     pub fn replication(mut self, replication: ReplicationConfig) -> Self {
-        self.replication = replication;
+        self.settings.replication = replication;
         self
     }
 
     /// Storage settings of every log.
     pub fn log_config(mut self, log: LogConfig) -> Self {
-        self.log = log;
+        self.settings.log = log;
         self
     }
 
     /// The ZooKeeper session timeout of every node.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.settings.session_timeout = timeout;
         self
     }
 
@@ -128,7 +125,7 @@ impl ZkClusterBuilder {
 
     /// The controller every node runs.
     pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
-        self.controller = controller;
+        self.settings.controller = controller;
         self
     }
 
@@ -148,8 +145,6 @@ impl ZkClusterBuilder {
 
     /// Starts the cluster.
     pub fn build(self) -> Result<ZkCluster> {
-        let dir = tempfile::tempdir()
-            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
         let chroot = self.chroot.clone().unwrap_or_else(|| {
             format!(
                 "/isrlog-test-{}-{}",
@@ -159,7 +154,7 @@ impl ZkClusterBuilder {
         });
         let mut proxies = BTreeMap::new();
         if self.proxied {
-            for id in 0..self.nodes {
+            for id in 0..self.settings.nodes {
                 let proxy = ZkProxy::start(&self.connect).map_err(proxy_error)?;
                 proxies.insert(NodeId(id as u32), proxy);
             }
@@ -170,14 +165,12 @@ impl ZkClusterBuilder {
             admin,
             chroot,
             proxies,
-            root: dir.path().to_path_buf(),
-            _dir: dir,
-            nodes: Mutex::new(BTreeMap::new()),
+            nodes: Nodes::new(self.settings.nodes)?,
             halted: Mutex::new(BTreeMap::new()),
-            builder: self.clone(),
+            builder: self,
         };
-        for id in 0..self.nodes {
-            cluster.start_node(NodeId(id as u32))?;
+        for id in cluster.node_ids() {
+            cluster.start_node(id)?;
         }
         Ok(cluster)
     }
@@ -185,7 +178,7 @@ impl ZkClusterBuilder {
     fn coordinator_config(&self, connect: &str, chroot: &str) -> ZkCoordinatorConfig {
         let mut config = ZkCoordinatorConfig::new(connect);
         config.chroot = chroot.to_owned();
-        config.session_timeout = self.session_timeout;
+        config.session_timeout = self.settings.session_timeout;
         config.call_timeout = self.call_timeout;
         config
     }
@@ -204,6 +197,12 @@ struct RunningNode {
     coordinator: ZkCoordinator,
 }
 
+impl Hosted for RunningNode {
+    fn node(&self) -> &Node {
+        &self.node
+    }
+}
+
 /// N nodes in one process, each with its own ZooKeeper coordinator.
 /// Dropping it halts every node and closes every session.
 #[derive(Debug)]
@@ -214,9 +213,7 @@ pub struct ZkCluster {
     admin: ZkCoordinator,
     chroot: String,
     proxies: BTreeMap<NodeId, ZkProxy>,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
-    nodes: Mutex<BTreeMap<NodeId, RunningNode>>,
+    nodes: Nodes<RunningNode>,
     /// Coordinators of crashed nodes: kept open, unheartbeated, until the
     /// node restarts (a new process) or the cluster is dropped.
     halted: Mutex<BTreeMap<NodeId, ZkCoordinator>>,
@@ -231,22 +228,15 @@ impl ZkCluster {
         ZkClusterBuilder {
             connect: connect.into(),
             chroot: None,
-            nodes: 3,
-            replication: ReplicationConfig {
-                replica_lag_time_max: Duration::from_secs(10),
-                fetch_wait_max: Duration::from_millis(100),
-                request_timeout: Duration::from_secs(5),
-                fetch_backoff: Duration::from_millis(10),
-                ..ReplicationConfig::default()
-            },
-            log: LogConfig::default(),
-            session_timeout: Duration::from_secs(2),
+            settings: NodeSettings::for_tests(
+                Duration::from_secs(2),
+                Some(ControllerConfig {
+                    poll_interval: Duration::from_millis(200),
+                    ..ControllerConfig::default()
+                }),
+            ),
             // Generous: a test machine under load can stall the JVM.
             call_timeout: Duration::from_secs(10),
-            controller: Some(ControllerConfig {
-                poll_interval: Duration::from_millis(200),
-                ..ControllerConfig::default()
-            }),
             proxied: false,
             seed: 0,
             outage: None,
@@ -265,17 +255,17 @@ impl ZkCluster {
 
     /// The directory of node `id`.
     pub fn node_dir(&self, id: NodeId) -> PathBuf {
-        self.root.join(format!("node-{}", id.0))
+        self.nodes.node_dir(id)
     }
 
     /// The root directory of all nodes.
     pub fn root(&self) -> &Path {
-        &self.root
+        self.nodes.root()
     }
 
     /// Ids of all nodes, running or not.
     pub fn node_ids(&self) -> Vec<NodeId> {
-        (0..self.builder.nodes).map(|i| NodeId(i as u32)).collect()
+        self.nodes.ids()
     }
 
     /// Starts (or restarts) node `id` from its directory, with a new
@@ -290,11 +280,7 @@ impl ZkCluster {
         };
         let coordinator =
             ZkCoordinator::connect(self.builder.coordinator_config(&connect, &self.chroot))?;
-        let mut config = NodeConfig::new(id, self.node_dir(id));
-        config.replication = self.builder.replication.clone();
-        config.log = self.builder.log.clone();
-        config.session_timeout = self.builder.session_timeout;
-        config.controller = self.builder.controller.clone();
+        let config = self.builder.settings.node_config(id, self.node_dir(id));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let node = Node::start(
             config,
@@ -304,9 +290,7 @@ impl ZkCluster {
         )?;
         self.network.register(id, node.handler());
         self.network.node_up(id);
-        self.nodes
-            .lock()
-            .insert(id, RunningNode { node, coordinator });
+        self.nodes.insert(id, RunningNode { node, coordinator });
         Ok(())
     }
 
@@ -318,7 +302,7 @@ impl ZkCluster {
     /// nothing renews the node's lease, as in a hung process).
     pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
         self.network.node_down(id);
-        let running = self.nodes.lock().remove(&id);
+        let running = self.nodes.remove(id);
         let Some(RunningNode { node, coordinator }) = running else {
             return;
         };
@@ -335,16 +319,7 @@ impl ZkCluster {
             SessionEnd::OnExpiry => {}
         }
         self.halted.lock().insert(id, coordinator);
-        // Threads first, then the lengths: they only grow while it runs.
-        let durable = node.halt_for_crash();
-        if let Lose::UnflushedBytes { seed } = lose {
-            let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
-            for (path, durable_bytes) in durable {
-                if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
-                    tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
-                }
-            }
-        }
+        harness::halt_losing(node, id, lose);
     }
 
     /// Crashes node `id` (a process crash), its sessions closing at once.
@@ -359,7 +334,7 @@ impl ZkCluster {
     /// does: its controlled shutdown lets followers catch up before it
     /// hands its leadership over.
     pub fn stop_node(&self, id: NodeId) -> Result<()> {
-        let running = self.nodes.lock().remove(&id);
+        let running = self.nodes.remove(id);
         let outcome = match running {
             Some(RunningNode { node, coordinator }) => {
                 let outcome = node.shutdown();
@@ -379,20 +354,19 @@ impl ZkCluster {
 
     /// Runs `f` on node `id`, `None` when it is not running.
     pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
-        self.nodes.lock().get(&id).map(|running| f(&running.node))
+        self.nodes.with_node(id, f)
     }
 
     /// Whether node `id` is running.
     pub fn is_running(&self, id: NodeId) -> bool {
-        self.nodes.lock().contains_key(&id)
+        self.nodes.is_running(id)
     }
 
     /// The ZooKeeper session id of running node `id`, if it has a session.
     pub fn session_id(&self, id: NodeId) -> Option<i64> {
         self.nodes
-            .lock()
-            .get(&id)
-            .and_then(|running| running.coordinator.session_id(id))
+            .with_running(id, |running| running.coordinator.session_id(id))
+            .flatten()
     }
 
     /// Node `id`'s proxy to ZooKeeper, if the cluster was built
@@ -460,13 +434,7 @@ impl ZkCluster {
             if !self.is_running(node) {
                 continue;
             }
-            let handle = loop {
-                match self.log(node, log) {
-                    Ok(handle) => break handle,
-                    Err(e) if Instant::now() >= deadline => return Err(e),
-                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
-                }
-            };
+            let handle = self.nodes.wait_for_handle(node, log, deadline)?;
             if node == leader {
                 handle.wait_until_leader(deadline.saturating_duration_since(Instant::now()))?;
             }
@@ -476,9 +444,7 @@ impl ZkCluster {
 
     /// The handle of `log` on `node`.
     pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
-        let nodes = self.nodes.lock();
-        let running = nodes.get(&node).ok_or(Error::Shutdown)?;
-        running.node.log(log)
+        self.nodes.log(node, log)
     }
 
     /// The coordinator's record of `log`; `None` before it is created.
@@ -513,21 +479,10 @@ impl ZkCluster {
     /// epoch ZooKeeper holds (up to 10 s).
     pub fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(state) = self.log_state(log) {
-                if let Some(leader) = state.leader {
-                    if let Ok(handle) = self.log(leader, log) {
-                        if handle.is_leader() && handle.leader_epoch() == state.leader_epoch {
-                            return Ok(handle);
-                        }
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::LeaderNotAvailable(log));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        self.nodes
+            .leader_log_by(log, deadline, Duration::from_millis(2), || {
+                self.log_state(log)
+            })
     }
 
     /// The handle of `log` on the running node that believes it leads in
@@ -543,28 +498,13 @@ impl ZkCluster {
     }
 
     /// Polls `condition` every 2 ms until it holds or `timeout` passes.
-    pub fn wait_until(
-        &self,
-        timeout: Duration,
-        mut condition: impl FnMut(&ZkCluster) -> bool,
-    ) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if condition(self) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+    pub fn wait_until(&self, timeout: Duration, condition: impl FnMut(&ZkCluster) -> bool) -> bool {
+        harness::wait_until(self, timeout, Duration::from_millis(2), condition)
     }
 
     /// Stops every node cleanly.
     pub fn shutdown(self) -> Result<()> {
-        let nodes: Vec<RunningNode> = std::mem::take(&mut *self.nodes.lock())
-            .into_values()
-            .collect();
+        let nodes = self.nodes.take_all();
         for RunningNode { node, coordinator } in nodes {
             node.shutdown()?;
             drop(coordinator);
@@ -613,9 +553,7 @@ impl Drop for ZkCluster {
     /// Halts every node still running and unregisters it from the network
     /// (breaking the cycle between the network and the nodes' handlers).
     fn drop(&mut self) {
-        let nodes: Vec<RunningNode> = std::mem::take(&mut *self.nodes.lock())
-            .into_values()
-            .collect();
+        let nodes = self.nodes.take_all();
         for RunningNode { node, coordinator } in nodes {
             node.halt();
             drop(coordinator);

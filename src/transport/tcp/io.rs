@@ -5,7 +5,7 @@
 //! (`frame.rs`) nor what to do about a bad one (the connection's owner).
 
 use std::fmt;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -116,30 +116,36 @@ pub(crate) fn read_frame<R: Read>(
         }
     }
     let header = decode_header(&header_bytes, frame_bytes_max).map_err(ReadError::Frame)?;
-    let mut body = Vec::with_capacity(header.body_bytes.min(BODY_BUFFER_BYTES_INITIAL));
-    match reader
-        .by_ref()
-        .take(header.body_bytes as u64)
-        .read_to_end(&mut body)
-    {
-        Ok(_) => {}
-        // The peer stalled inside the body: a truncated frame.
-        Err(error) if is_timeout(&error) => {
-            return Err(ReadError::Frame(FrameError::truncated(
-                "body",
-                header.body_bytes,
-                body.len(),
-            )))
+    // The buffer grows as bytes arrive, as in `read_frame_within`, and
+    // each read goes straight into it: a large body does not pass through
+    // the caller's read buffer in small reads.
+    let expected = header.body_bytes;
+    let mut body = Vec::new();
+    let mut received = 0;
+    while received < expected {
+        if received == body.len() {
+            let grow = body
+                .len()
+                .max(BODY_BUFFER_BYTES_INITIAL)
+                .min(expected - body.len());
+            body.reserve_exact(grow);
+            body.resize(body.len() + grow, 0);
         }
-        Err(error) => return Err(ReadError::Io(error)),
+        match reader.read(&mut body[received..]) {
+            Ok(0) => break,
+            Ok(read) => received += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            // The peer stalled inside the body: a truncated frame.
+            Err(error) if is_timeout(&error) => break,
+            Err(error) => return Err(ReadError::Io(error)),
+        }
     }
-    if body.len() < header.body_bytes {
+    if received < expected {
         return Err(ReadError::Frame(FrameError::truncated(
-            "body",
-            header.body_bytes,
-            body.len(),
+            "body", expected, received,
         )));
     }
+    debug_assert_eq!(body.len(), expected);
     Ok((header, Bytes::from(body)))
 }
 
@@ -291,28 +297,47 @@ fn read_until<R: Read>(
 /// timeout per `write` alone bounds nothing). At the deadline the error is
 /// `io::ErrorKind::TimedOut`. The socket's previous write timeout is put
 /// back on the way out, whatever the outcome.
+#[cfg(feature = "tls")]
 pub(crate) fn write_all_by(
     socket: &mut TcpStream,
     buf: &[u8],
     deadline: Instant,
 ) -> io::Result<()> {
+    write_all_vectored_by(socket, &mut [IoSlice::new(buf)], deadline)
+}
+
+/// As `write_all_by`, for the buffers of `bufs` one after the other,
+/// with vectored writes: a frame whose payload is a buffer of its own
+/// (`EncodedFrame`) goes out without being copied into one first.
+pub(crate) fn write_all_vectored_by(
+    socket: &mut TcpStream,
+    bufs: &mut [IoSlice<'_>],
+    deadline: Instant,
+) -> io::Result<()> {
     let restore = socket.write_timeout()?;
-    let outcome = write_all_by_inner(socket, buf, deadline);
+    let outcome = write_all_vectored_by_inner(socket, bufs, deadline);
     // Fails only on a dead socket, which the next use reports.
     let _ = socket.set_write_timeout(restore);
     outcome
 }
 
-fn write_all_by_inner(socket: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
+fn write_all_vectored_by_inner(
+    socket: &mut TcpStream,
+    mut bufs: &mut [IoSlice<'_>],
+    deadline: Instant,
+) -> io::Result<()> {
+    // Empty buffers at the front would make a write of zero bytes look
+    // like a peer that accepts nothing.
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
         let now = Instant::now();
         if now >= deadline {
             return Err(io::ErrorKind::TimedOut.into());
         }
         socket.set_write_timeout(Some((deadline - now).max(READ_TIMEOUT_LEAST)))?;
-        match socket.write(buf) {
+        match socket.write_vectored(bufs) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => buf = &buf[written..],
+            Ok(written) => IoSlice::advance_slices(&mut bufs, written),
             Err(error) if error.kind() == io::ErrorKind::Interrupted || is_timeout(&error) => {}
             Err(error) => return Err(error),
         }
@@ -373,5 +398,28 @@ mod tests {
             other => panic!("expected an oversized frame error, got {other:?}"),
         }
         assert_eq!(reader.len(), frame.len() - HEADER_BYTES, "body was read");
+    }
+
+    /// A frame sent in pieces (its payload shared, not copied) arrives
+    /// whole and in order, empty pieces included, even when the socket
+    /// takes it in several writes.
+    #[test]
+    fn vectored_writes_send_every_piece_in_order() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut sender = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut receiver, _) = listener.accept().expect("accept");
+        let big: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let pieces: [&[u8]; 4] = [b"", b"head", &big, b"tail"];
+        let expected: Vec<u8> = pieces.concat();
+        let reading = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            receiver.read_to_end(&mut all).expect("read");
+            all
+        });
+        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        write_all_vectored_by(&mut sender, &mut slices, deadline).expect("written");
+        drop(sender);
+        assert!(reading.join().expect("reader") == expected, "bytes differ");
     }
 }

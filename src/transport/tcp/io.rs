@@ -5,7 +5,7 @@
 //! (`frame.rs`) nor what to do about a bad one (the connection's owner).
 
 use std::fmt;
-use std::io::{self, BufReader, IoSlice, Read, Write};
+use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use super::frame::{decode_header, FrameError, FrameHeader, HEADER_BYTES};
 use super::limits::{BudgetRefusal, FrameBudget, Reservation};
+use super::stream::ReadHalf;
 use crate::sync::Arc;
 
 /// The body buffer starts at most this large and grows as bytes arrive, so a
@@ -83,10 +84,40 @@ impl fmt::Display for ReadError {
     }
 }
 
+/// A stream a frame body is read from.
+pub(crate) trait ReadBody: Read {
+    /// Appends up to `len` bytes to `body`, fewer only if the stream ends
+    /// first; returns how many. `body` grows as bytes arrive.
+    fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> io::Result<usize>
+    where
+        Self: Sized,
+    {
+        self.by_ref().take(len as u64).read_to_end(body)
+    }
+}
+
+impl ReadBody for &[u8] {}
+
+/// A client connection's reader: the bytes its buffer holds, then the rest
+/// straight from the connection (see [`ReadHalf::read_body`]), not through
+/// the buffer.
+impl ReadBody for BufReader<ReadHalf> {
+    fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> io::Result<usize> {
+        let buffered = self.buffer();
+        let taken = buffered.len().min(len);
+        body.extend_from_slice(&buffered[..taken]);
+        self.consume(taken);
+        if taken == len {
+            return Ok(taken);
+        }
+        Ok(taken + self.get_mut().read_body(body, len - taken)?)
+    }
+}
+
 /// Reads the next frame: its checked header and its body, exactly
 /// `header.body_bytes` long. The header is checked (magic, version, type,
 /// size against `frame_bytes_max`) before any of the body is read.
-pub(crate) fn read_frame<R: Read>(
+pub(crate) fn read_frame<R: ReadBody>(
     reader: &mut R,
     frame_bytes_max: usize,
 ) -> Result<(FrameHeader, Bytes), ReadError> {
@@ -116,33 +147,27 @@ pub(crate) fn read_frame<R: Read>(
         }
     }
     let header = decode_header(&header_bytes, frame_bytes_max).map_err(ReadError::Frame)?;
-    // The buffer grows as bytes arrive, as in `read_frame_within`, and
-    // each read goes straight into it: a large body does not pass through
-    // the caller's read buffer in small reads.
+    // The buffer grows as bytes arrive (a peer that announces a large
+    // body and stalls pins little memory).
     let expected = header.body_bytes;
-    let mut body = Vec::new();
-    let mut received = 0;
-    while received < expected {
-        if received == body.len() {
-            let grow = body
-                .len()
-                .max(BODY_BUFFER_BYTES_INITIAL)
-                .min(expected - body.len());
-            body.reserve_exact(grow);
-            body.resize(body.len() + grow, 0);
+    let mut body = Vec::with_capacity(expected.min(BODY_BUFFER_BYTES_INITIAL));
+    match reader.read_body(&mut body, expected) {
+        Ok(_) => {}
+        // The peer stalled inside the body: a truncated frame.
+        Err(error) if is_timeout(&error) => {
+            return Err(ReadError::Frame(FrameError::truncated(
+                "body",
+                expected,
+                body.len(),
+            )))
         }
-        match reader.read(&mut body[received..]) {
-            Ok(0) => break,
-            Ok(read) => received += read,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            // The peer stalled inside the body: a truncated frame.
-            Err(error) if is_timeout(&error) => break,
-            Err(error) => return Err(ReadError::Io(error)),
-        }
+        Err(error) => return Err(ReadError::Io(error)),
     }
-    if received < expected {
+    if body.len() < expected {
         return Err(ReadError::Frame(FrameError::truncated(
-            "body", expected, received,
+            "body",
+            expected,
+            body.len(),
         )));
     }
     debug_assert_eq!(body.len(), expected);

@@ -128,6 +128,21 @@ impl ReadHalf {
     }
 }
 
+impl ReadHalf {
+    /// Appends up to `len` bytes to `body`, fewer only if the stream ends
+    /// first; returns how many. On plain TCP the socket receives straight
+    /// into `body`'s spare capacity (`TcpStream` reads into memory not yet
+    /// written; through `Read::read` each buffer would be zeroed first, a
+    /// pass over every byte of a 1 MiB snapshot chunk).
+    pub(crate) fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> io::Result<usize> {
+        match self {
+            ReadHalf::Plain(socket) => socket.take(len as u64).read_to_end(body),
+            #[cfg(feature = "tls")]
+            ReadHalf::Tls(reader) => reader.take(len as u64).read_to_end(body),
+        }
+    }
+}
+
 impl Read for ReadHalf {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {

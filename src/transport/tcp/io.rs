@@ -114,12 +114,101 @@ impl ReadBody for BufReader<ReadHalf> {
     }
 }
 
+/// Bodies at least this long are read into a [`BodyPool`]'s buffers.
+/// Shorter ones are cheap to allocate, and may be held for long (a fetch
+/// response's records) where a pooled buffer would be held with them.
+const POOLED_BODY_BYTES_MIN: usize = 64 * 1024;
+
+/// Bodies at most this long are read into a [`BodyPool`]'s buffers, and
+/// buffers at most this large are kept: a snapshot chunk of the default
+/// `fetch_bytes_max` (1 MiB) and its fields fit.
+const POOLED_BODY_BYTES_MAX: usize = 2 << 20;
+
+/// Buffers a [`BodyPool`] keeps for reuse.
+const POOLED_BODIES_MAX: usize = 4;
+
+/// Buffers for one client connection's large response bodies, handed back
+/// when the last slice of a body is dropped (wherever that is: a snapshot
+/// chunk is dropped by the download's writer) and reused for the next
+/// ones. A buffer freshly allocated for each 1 MiB snapshot chunk had its
+/// pages faulted in (and zeroed by the kernel) for every chunk, and given
+/// back to the system after it; a reused one is already there.
+///
+/// Memory: a pool keeps at most `POOLED_BODIES_MAX` (4) buffers of at most
+/// `POOLED_BODY_BYTES_MAX` (2 MiB) each, 8 MiB per connection, besides the
+/// bodies in use. A body read into a pooled buffer gets its whole length
+/// reserved when its header arrives (at most 2 MiB); longer bodies grow as
+/// bytes arrive, as without a pool.
+pub(crate) struct BodyPool {
+    free: crossbeam_channel::Receiver<Vec<u8>>,
+    give_back: crossbeam_channel::Sender<Vec<u8>>,
+}
+
+impl BodyPool {
+    /// An empty pool.
+    pub(crate) fn new() -> BodyPool {
+        let (give_back, free) = crossbeam_channel::bounded(POOLED_BODIES_MAX);
+        BodyPool { free, give_back }
+    }
+
+    /// A buffer for a body of `len` bytes, empty, with room for all of it.
+    fn take(&self, len: usize) -> Vec<u8> {
+        debug_assert!((POOLED_BODY_BYTES_MIN..=POOLED_BODY_BYTES_MAX).contains(&len));
+        let mut buffer = self.free.try_recv().unwrap_or_default();
+        buffer.clear();
+        buffer.reserve_exact(len);
+        buffer
+    }
+
+    /// `body` as `Bytes` whose buffer comes back to this pool once the
+    /// last slice of it is dropped.
+    fn wrap(&self, body: Vec<u8>) -> Bytes {
+        Bytes::from_owner(PooledBody {
+            body,
+            give_back: self.give_back.clone(),
+        })
+    }
+}
+
+/// A body read into a pooled buffer; gives the buffer back when dropped.
+struct PooledBody {
+    body: Vec<u8>,
+    give_back: crossbeam_channel::Sender<Vec<u8>>,
+}
+
+impl AsRef<[u8]> for PooledBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.body
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        let body = std::mem::take(&mut self.body);
+        if body.capacity() <= POOLED_BODY_BYTES_MAX {
+            // A full pool, or one whose connection is gone, frees it.
+            let _ = self.give_back.try_send(body);
+        }
+    }
+}
+
 /// Reads the next frame: its checked header and its body, exactly
 /// `header.body_bytes` long. The header is checked (magic, version, type,
 /// size against `frame_bytes_max`) before any of the body is read.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn read_frame<R: ReadBody>(
     reader: &mut R,
     frame_bytes_max: usize,
+) -> Result<(FrameHeader, Bytes), ReadError> {
+    read_frame_pooled(reader, frame_bytes_max, None)
+}
+
+/// As [`read_frame`]; a body of `POOLED_BODY_BYTES_MIN` to
+/// `POOLED_BODY_BYTES_MAX` bytes is read into a buffer of `pool`, if any.
+pub(crate) fn read_frame_pooled<R: ReadBody>(
+    reader: &mut R,
+    frame_bytes_max: usize,
+    pool: Option<&BodyPool>,
 ) -> Result<(FrameHeader, Bytes), ReadError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
     let mut filled = 0;
@@ -147,10 +236,14 @@ pub(crate) fn read_frame<R: ReadBody>(
         }
     }
     let header = decode_header(&header_bytes, frame_bytes_max).map_err(ReadError::Frame)?;
-    // The buffer grows as bytes arrive (a peer that announces a large
-    // body and stalls pins little memory).
+    // Outside a pool the buffer grows as bytes arrive (a peer that
+    // announces a large body and stalls pins little memory).
     let expected = header.body_bytes;
-    let mut body = Vec::with_capacity(expected.min(BODY_BUFFER_BYTES_INITIAL));
+    let pool = pool.filter(|_| (POOLED_BODY_BYTES_MIN..=POOLED_BODY_BYTES_MAX).contains(&expected));
+    let mut body = match pool {
+        Some(pool) => pool.take(expected),
+        None => Vec::with_capacity(expected.min(BODY_BUFFER_BYTES_INITIAL)),
+    };
     match reader.read_body(&mut body, expected) {
         Ok(_) => {}
         // The peer stalled inside the body: a truncated frame.
@@ -171,7 +264,11 @@ pub(crate) fn read_frame<R: ReadBody>(
         )));
     }
     debug_assert_eq!(body.len(), expected);
-    Ok((header, Bytes::from(body)))
+    let body = match pool {
+        Some(pool) => pool.wrap(body),
+        None => Bytes::from(body),
+    };
+    Ok((header, body))
 }
 
 /// What [`read_frame_within`] holds a frame to.
@@ -446,5 +543,68 @@ mod tests {
         write_all_vectored_by(&mut sender, &mut slices, deadline).expect("written");
         drop(sender);
         assert!(reading.join().expect("reader") == expected, "bytes differ");
+    }
+
+    /// A large body's buffer comes back to its connection's pool when the
+    /// last slice of it is dropped, and the next large body is read into
+    /// it: a fresh buffer per 1 MiB snapshot chunk had its pages faulted
+    /// in for every chunk.
+    #[test]
+    fn large_bodies_reuse_pooled_buffers() {
+        use crate::transport::SnapshotResponse;
+        use crate::types::{LogId, Offset};
+        let chunk = |position: u64| {
+            let data = Bytes::from(vec![position as u8; POOLED_BODY_BYTES_MIN]);
+            Response::Snapshot(SnapshotResponse {
+                log: LogId(1),
+                error: ErrorCode::None,
+                snapshot_offset: Offset(5),
+                snapshot_bytes: 1 << 20,
+                position,
+                crc32: crc32fast::hash(&data),
+                data,
+            })
+        };
+        let max = 1 << 20;
+        let mut stream = Vec::new();
+        for id in 0..3u64 {
+            stream.extend(encode_response(id, &chunk(id), max).expect("fits"));
+        }
+        stream.extend(encode_response(3, &Response::Error(ErrorCode::None), max).expect("fits"));
+        let pool = BodyPool::new();
+        let mut reader = &stream[..];
+        let mut read = || {
+            let (header, body) = read_frame_pooled(&mut reader, max, Some(&pool)).expect("frame");
+            let Message::Response(response) = decode_body(&header, body).expect("decodes") else {
+                panic!("expected a response");
+            };
+            response
+        };
+        let first = read();
+        assert_eq!(first, chunk(0));
+        let Response::Snapshot(first) = first else {
+            panic!("expected a snapshot chunk");
+        };
+        let first_data = first.data.as_ptr();
+        // Held: the next body gets a buffer of its own.
+        let second = read();
+        let Response::Snapshot(second) = second else {
+            panic!("expected a snapshot chunk");
+        };
+        assert_ne!(second.data.as_ptr(), first_data);
+        drop(first);
+        let third = read();
+        assert_eq!(third, chunk(2));
+        let Response::Snapshot(third) = third else {
+            panic!("expected a snapshot chunk");
+        };
+        assert_eq!(
+            third.data.as_ptr(),
+            first_data,
+            "the freed buffer was not reused"
+        );
+        // A small body is not read into a pooled buffer.
+        assert_eq!(read(), Response::Error(ErrorCode::None));
+        drop(second);
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 
 use super::frame::{decode_body, encode_request, FrameError, Message};
-use super::io::{read_frame, ReadError};
+use super::io::{read_frame_pooled, BodyPool, ReadError};
 use super::limits::{RateLimitedWarnings, Warning};
 use super::stream::{ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
@@ -598,11 +598,13 @@ impl Connection {
     fn read_responses(&self, stream: ReadHalf, frame_bytes_max: usize, shutting_down: &AtomicBool) {
         let to = self.peer;
         let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+        let bodies = BodyPool::new();
         let failure = loop {
-            let (header, body) = match read_frame(&mut reader, frame_bytes_max) {
-                Ok(frame) => frame,
-                Err(error) => break error,
-            };
+            let (header, body) =
+                match read_frame_pooled(&mut reader, frame_bytes_max, Some(&bodies)) {
+                    Ok(frame) => frame,
+                    Err(error) => break error,
+                };
             match decode_body(&header, body) {
                 Ok(Message::Response(response)) => self.deliver(header.request_id, response),
                 Ok(Message::Request { .. }) => {

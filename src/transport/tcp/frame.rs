@@ -104,6 +104,10 @@
 //! input can fill: every count is checked against the bytes remaining (times
 //! the smallest encoding of one entry) before a `Vec` is reserved. Records
 //! are returned as slices of the frame's `Bytes`, never copied.
+//!
+//! The encoder does not copy long payloads either: a response's records or
+//! snapshot data of at least 4 KiB stay in their own buffers, as pieces of
+//! an `EncodedFrame` that the server writes with one vectored write.
 
 use std::fmt;
 use std::time::Duration;
@@ -359,12 +363,133 @@ pub(crate) fn encode_request(
     finish_frame(out, size)
 }
 
-/// Encodes `response` as a whole frame.
+/// Payloads (a log's records, a snapshot chunk's data) at least this long
+/// are sent from the response's own `Bytes` rather than copied into the
+/// frame: a copy of a 1 MiB snapshot chunk costs the leader as much as the
+/// CRC it computes on it. Shorter ones are copied; a piece of their own
+/// would cost an allocation for the fields after them.
+const PAYLOAD_SHARED_BYTES_MIN: usize = 4096;
+
+/// An encoded frame, ready to send: its bytes in order, in pieces. Every
+/// payload of at least [`PAYLOAD_SHARED_BYTES_MIN`] bytes is a piece of its
+/// own that shares the response's buffer (no copy); the fields around the
+/// payloads are the other pieces. Sent with one vectored write.
+#[derive(Clone, Debug)]
+pub(crate) struct EncodedFrame {
+    /// Invariant: their lengths add up to `bytes`; none is empty.
+    pieces: Vec<Bytes>,
+    bytes: usize,
+}
+
+impl EncodedFrame {
+    /// The frame's bytes, in order.
+    pub(crate) fn pieces(&self) -> &[Bytes] {
+        &self.pieces
+    }
+
+    /// The frame's length, header included.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// The frame as one buffer (a copy), for tests and fuzzers.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.bytes);
+        for piece in &self.pieces {
+            out.extend_from_slice(piece);
+        }
+        out
+    }
+}
+
+/// A response frame being encoded: the pieces done and the fields after
+/// the last shared payload.
+struct PieceWriter {
+    pieces: Vec<Bytes>,
+    out: Vec<u8>,
+    /// Bytes of `pieces`.
+    done_bytes: usize,
+}
+
+impl PieceWriter {
+    /// Appends `payload`: shared when long, copied when short.
+    fn put_payload(&mut self, payload: &Bytes) {
+        if payload.len() < PAYLOAD_SHARED_BYTES_MIN {
+            self.out.put_slice(payload);
+            return;
+        }
+        self.end_piece();
+        self.done_bytes += payload.len();
+        self.pieces.push(payload.clone());
+    }
+
+    /// Closes the piece of fields being written, if it holds any.
+    fn end_piece(&mut self) {
+        if !self.out.is_empty() {
+            let out = std::mem::take(&mut self.out);
+            self.done_bytes += out.len();
+            self.pieces.push(Bytes::from(out));
+        }
+    }
+
+    fn finish(mut self, body_bytes: usize) -> EncodedFrame {
+        self.end_piece();
+        // The size computation and the writes must agree, or the peer would
+        // read the next frame's header as this frame's tail.
+        assert_eq!(
+            self.done_bytes,
+            HEADER_BYTES + body_bytes,
+            "frame size computed wrongly"
+        );
+        debug_assert_eq!(
+            self.pieces.iter().map(Bytes::len).sum::<usize>(),
+            self.done_bytes
+        );
+        debug_assert!(self.pieces.iter().all(|piece| !piece.is_empty()));
+        EncodedFrame {
+            pieces: self.pieces,
+            bytes: self.done_bytes,
+        }
+    }
+}
+
+/// Bytes of `response`'s payloads that [`encode_response_pieces`] shares
+/// rather than copies.
+fn shared_payload_bytes(response: &Response) -> usize {
+    let shared = |len: usize| {
+        if len >= PAYLOAD_SHARED_BYTES_MIN {
+            len
+        } else {
+            0
+        }
+    };
+    match response {
+        Response::Fetch(fetch) => fetch.logs.iter().map(|log| shared(log.records.len())).sum(),
+        Response::Snapshot(chunk) => shared(chunk.data.len()),
+        Response::EpochEndOffsets(_) | Response::Error(_) => 0,
+    }
+}
+
+/// Encodes `response` as a whole frame, in one buffer (a copy of every
+/// payload), for tests and fuzzers; a server sends
+/// [`encode_response_pieces`].
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn encode_response(
     request_id: u64,
     response: &Response,
     frame_bytes_max: usize,
 ) -> Result<Vec<u8>, FrameTooLarge> {
+    encode_response_pieces(request_id, response, frame_bytes_max).map(|frame| frame.to_vec())
+}
+
+/// Encodes `response` as a whole frame whose long payloads are not copied
+/// (see [`EncodedFrame`]).
+pub(crate) fn encode_response_pieces(
+    request_id: u64,
+    response: &Response,
+    frame_bytes_max: usize,
+) -> Result<EncodedFrame, FrameTooLarge> {
     let (message_type, size) = match response {
         Response::Fetch(fetch) => (MessageType::FetchResponse, fetch_response_bytes(fetch)),
         Response::EpochEndOffsets(answers) => (
@@ -381,47 +506,60 @@ pub(crate) fn encode_response(
             SNAPSHOT_RESPONSE_BYTES_MIN + chunk.data.len(),
         ),
     };
-    let mut out = start_frame(message_type, request_id, size, frame_bytes_max)?;
+    let shared = shared_payload_bytes(response);
+    debug_assert!(shared <= size);
+    let out = start_frame_copying(
+        message_type,
+        request_id,
+        size,
+        size - shared,
+        frame_bytes_max,
+    )?;
+    let mut w = PieceWriter {
+        pieces: Vec::new(),
+        out,
+        done_bytes: 0,
+    };
     match response {
         Response::Fetch(fetch) => {
-            put_count(&mut out, fetch.logs.len());
+            put_count(&mut w.out, fetch.logs.len());
             for log in &fetch.logs {
-                out.put_u32_le(log.log.0);
-                out.put_u16_le(log.error.as_u16());
-                out.put_u64_le(log.high_watermark.0);
-                out.put_u64_le(log.log_start_offset.0);
-                out.put_u64_le(log.log_end_offset.0);
-                put_epoch_end(&mut out, log.diverging);
-                put_count(&mut out, log.records.len());
-                out.put_slice(&log.records);
-                put_count(&mut out, log.applied_offsets.len());
+                w.out.put_u32_le(log.log.0);
+                w.out.put_u16_le(log.error.as_u16());
+                w.out.put_u64_le(log.high_watermark.0);
+                w.out.put_u64_le(log.log_start_offset.0);
+                w.out.put_u64_le(log.log_end_offset.0);
+                put_epoch_end(&mut w.out, log.diverging);
+                put_count(&mut w.out, log.records.len());
+                w.put_payload(&log.records);
+                put_count(&mut w.out, log.applied_offsets.len());
                 for (node, applied) in &log.applied_offsets {
-                    out.put_u32_le(node.0);
-                    out.put_u64_le(applied.0);
+                    w.out.put_u32_le(node.0);
+                    w.out.put_u64_le(applied.0);
                 }
             }
         }
         Response::EpochEndOffsets(answers) => {
-            put_count(&mut out, answers.logs.len());
+            put_count(&mut w.out, answers.logs.len());
             for answer in &answers.logs {
-                out.put_u32_le(answer.log.0);
-                out.put_u16_le(answer.error.as_u16());
-                put_epoch_end(&mut out, answer.end);
+                w.out.put_u32_le(answer.log.0);
+                w.out.put_u16_le(answer.error.as_u16());
+                put_epoch_end(&mut w.out, answer.end);
             }
         }
-        Response::Error(code) => out.put_u16_le(code.as_u16()),
+        Response::Error(code) => w.out.put_u16_le(code.as_u16()),
         Response::Snapshot(chunk) => {
-            out.put_u32_le(chunk.log.0);
-            out.put_u16_le(chunk.error.as_u16());
-            out.put_u64_le(chunk.snapshot_offset.0);
-            out.put_u64_le(chunk.snapshot_bytes);
-            out.put_u64_le(chunk.position);
-            out.put_u32_le(chunk.crc32);
-            put_count(&mut out, chunk.data.len());
-            out.put_slice(&chunk.data);
+            w.out.put_u32_le(chunk.log.0);
+            w.out.put_u16_le(chunk.error.as_u16());
+            w.out.put_u64_le(chunk.snapshot_offset.0);
+            w.out.put_u64_le(chunk.snapshot_bytes);
+            w.out.put_u64_le(chunk.position);
+            w.out.put_u32_le(chunk.crc32);
+            put_count(&mut w.out, chunk.data.len());
+            w.put_payload(&chunk.data);
         }
     }
-    finish_frame(out, size)
+    Ok(w.finish(size))
 }
 
 fn fetch_request_bytes(fetch: &FetchRequest) -> usize {
@@ -463,6 +601,26 @@ fn start_frame(
     body_bytes: usize,
     frame_bytes_max: usize,
 ) -> Result<Vec<u8>, FrameTooLarge> {
+    start_frame_copying(
+        message_type,
+        request_id,
+        body_bytes,
+        body_bytes,
+        frame_bytes_max,
+    )
+}
+
+/// As [`start_frame`], with room for only the `copied_body_bytes` of the
+/// body that will be copied after the header (the rest is shared, see
+/// [`EncodedFrame`]).
+fn start_frame_copying(
+    message_type: MessageType,
+    request_id: u64,
+    body_bytes: usize,
+    copied_body_bytes: usize,
+    frame_bytes_max: usize,
+) -> Result<Vec<u8>, FrameTooLarge> {
+    debug_assert!(copied_body_bytes <= body_bytes);
     let frame_bytes = HEADER_BYTES.saturating_add(body_bytes);
     // The body length must also fit its u32 field, whatever the limit says.
     if frame_bytes > frame_bytes_max || u32::try_from(body_bytes).is_err() {
@@ -471,7 +629,7 @@ fn start_frame(
             frame_bytes_max,
         });
     }
-    let mut out = Vec::with_capacity(frame_bytes);
+    let mut out = Vec::with_capacity(HEADER_BYTES + copied_body_bytes);
     out.put_slice(&MAGIC);
     out.put_u8(VERSION);
     out.put_u8(message_type.as_u8());
@@ -936,6 +1094,46 @@ mod tests {
         let records = &fetch.logs[0].records;
         assert!(!records.is_empty());
         assert!(range.contains(&records.as_ptr()), "records were copied");
+    }
+
+    /// A server sends a long payload from the response's own buffer: the
+    /// leader copied every 1 MiB snapshot chunk into the frame before
+    /// writing it, as much work as the chunk's CRC.
+    #[test]
+    fn long_payloads_are_encoded_without_copying() {
+        let data = Bytes::from(vec![7u8; PAYLOAD_SHARED_BYTES_MIN]);
+        let response = Response::Snapshot(SnapshotResponse {
+            log: LogId(3),
+            error: ErrorCode::None,
+            snapshot_offset: Offset(10),
+            snapshot_bytes: 1 << 20,
+            position: 4096,
+            crc32: crc32fast::hash(&data),
+            data: data.clone(),
+        });
+        let frame = encode_response_pieces(9, &response, MAX).expect("fits");
+        assert_eq!(frame.pieces().len(), 2);
+        assert_eq!(frame.pieces()[1].as_ptr(), data.as_ptr(), "data was copied");
+        assert_eq!(frame.len(), frame.to_vec().len());
+        let decoded = decode_frame(Bytes::from(frame.to_vec()), MAX).expect("decodes");
+        assert_eq!(decoded.message, Message::Response(response));
+        // A short payload is copied into the fields' piece.
+        let short = Response::Snapshot(SnapshotResponse {
+            log: LogId(3),
+            error: ErrorCode::None,
+            snapshot_offset: Offset(10),
+            snapshot_bytes: 3,
+            position: 0,
+            crc32: 0,
+            data: Bytes::from_static(b"abc"),
+        });
+        assert_eq!(
+            encode_response_pieces(9, &short, MAX)
+                .expect("fits")
+                .pieces()
+                .len(),
+            1
+        );
     }
 
     #[test]

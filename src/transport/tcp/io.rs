@@ -5,7 +5,7 @@
 //! (`frame.rs`) nor what to do about a bad one (the connection's owner).
 
 use std::fmt;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use super::frame::{decode_header, FrameError, FrameHeader, HEADER_BYTES};
 use super::limits::{BudgetRefusal, FrameBudget, Reservation};
+use super::stream::ReadHalf;
 use crate::sync::Arc;
 
 /// The body buffer starts at most this large and grows as bytes arrive, so a
@@ -83,12 +84,131 @@ impl fmt::Display for ReadError {
     }
 }
 
+/// A stream a frame body is read from.
+pub(crate) trait ReadBody: Read {
+    /// Appends up to `len` bytes to `body`, fewer only if the stream ends
+    /// first; returns how many. `body` grows as bytes arrive.
+    fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> io::Result<usize>
+    where
+        Self: Sized,
+    {
+        self.by_ref().take(len as u64).read_to_end(body)
+    }
+}
+
+impl ReadBody for &[u8] {}
+
+/// A client connection's reader: the bytes its buffer holds, then the rest
+/// straight from the connection (see [`ReadHalf::read_body`]), not through
+/// the buffer.
+impl ReadBody for BufReader<ReadHalf> {
+    fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> io::Result<usize> {
+        let buffered = self.buffer();
+        let taken = buffered.len().min(len);
+        body.extend_from_slice(&buffered[..taken]);
+        self.consume(taken);
+        if taken == len {
+            return Ok(taken);
+        }
+        Ok(taken + self.get_mut().read_body(body, len - taken)?)
+    }
+}
+
+/// Bodies at least this long are read into a [`BodyPool`]'s buffers.
+/// Shorter ones are cheap to allocate, and may be held for long (a fetch
+/// response's records) where a pooled buffer would be held with them.
+const POOLED_BODY_BYTES_MIN: usize = 64 * 1024;
+
+/// Bodies at most this long are read into a [`BodyPool`]'s buffers, and
+/// buffers at most this large are kept: a snapshot chunk of the default
+/// `fetch_bytes_max` (1 MiB) and its fields fit.
+const POOLED_BODY_BYTES_MAX: usize = 2 << 20;
+
+/// Buffers a [`BodyPool`] keeps for reuse.
+const POOLED_BODIES_MAX: usize = 4;
+
+/// Buffers for one client connection's large response bodies, handed back
+/// when the last slice of a body is dropped (wherever that is: a snapshot
+/// chunk is dropped by the download's writer) and reused for the next
+/// ones. A buffer freshly allocated for each 1 MiB snapshot chunk had its
+/// pages faulted in (and zeroed by the kernel) for every chunk, and given
+/// back to the system after it; a reused one is already there.
+///
+/// Memory: a pool keeps at most `POOLED_BODIES_MAX` (4) buffers of at most
+/// `POOLED_BODY_BYTES_MAX` (2 MiB) each, 8 MiB per connection, besides the
+/// bodies in use. A body read into a pooled buffer gets its whole length
+/// reserved when its header arrives (at most 2 MiB); longer bodies grow as
+/// bytes arrive, as without a pool.
+pub(crate) struct BodyPool {
+    free: crossbeam_channel::Receiver<Vec<u8>>,
+    give_back: crossbeam_channel::Sender<Vec<u8>>,
+}
+
+impl BodyPool {
+    /// An empty pool.
+    pub(crate) fn new() -> BodyPool {
+        let (give_back, free) = crossbeam_channel::bounded(POOLED_BODIES_MAX);
+        BodyPool { free, give_back }
+    }
+
+    /// A buffer for a body of `len` bytes, empty, with room for all of it.
+    fn take(&self, len: usize) -> Vec<u8> {
+        debug_assert!((POOLED_BODY_BYTES_MIN..=POOLED_BODY_BYTES_MAX).contains(&len));
+        let mut buffer = self.free.try_recv().unwrap_or_default();
+        buffer.clear();
+        buffer.reserve_exact(len);
+        buffer
+    }
+
+    /// `body` as `Bytes` whose buffer comes back to this pool once the
+    /// last slice of it is dropped.
+    fn wrap(&self, body: Vec<u8>) -> Bytes {
+        Bytes::from_owner(PooledBody {
+            body,
+            give_back: self.give_back.clone(),
+        })
+    }
+}
+
+/// A body read into a pooled buffer; gives the buffer back when dropped.
+struct PooledBody {
+    body: Vec<u8>,
+    give_back: crossbeam_channel::Sender<Vec<u8>>,
+}
+
+impl AsRef<[u8]> for PooledBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.body
+    }
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        let body = std::mem::take(&mut self.body);
+        if body.capacity() <= POOLED_BODY_BYTES_MAX {
+            // A full pool, or one whose connection is gone, frees it.
+            let _ = self.give_back.try_send(body);
+        }
+    }
+}
+
 /// Reads the next frame: its checked header and its body, exactly
 /// `header.body_bytes` long. The header is checked (magic, version, type,
 /// size against `frame_bytes_max`) before any of the body is read.
-pub(crate) fn read_frame<R: Read>(
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn read_frame<R: ReadBody>(
     reader: &mut R,
     frame_bytes_max: usize,
+) -> Result<(FrameHeader, Bytes), ReadError> {
+    read_frame_pooled(reader, frame_bytes_max, None)
+}
+
+/// As [`read_frame`]; a body of `POOLED_BODY_BYTES_MIN` to
+/// `POOLED_BODY_BYTES_MAX` bytes is read into a buffer of `pool`, if any.
+pub(crate) fn read_frame_pooled<R: ReadBody>(
+    reader: &mut R,
+    frame_bytes_max: usize,
+    pool: Option<&BodyPool>,
 ) -> Result<(FrameHeader, Bytes), ReadError> {
     let mut header_bytes = [0u8; HEADER_BYTES];
     let mut filled = 0;
@@ -116,31 +236,39 @@ pub(crate) fn read_frame<R: Read>(
         }
     }
     let header = decode_header(&header_bytes, frame_bytes_max).map_err(ReadError::Frame)?;
-    let mut body = Vec::with_capacity(header.body_bytes.min(BODY_BUFFER_BYTES_INITIAL));
-    match reader
-        .by_ref()
-        .take(header.body_bytes as u64)
-        .read_to_end(&mut body)
-    {
+    // Outside a pool the buffer grows as bytes arrive (a peer that
+    // announces a large body and stalls pins little memory).
+    let expected = header.body_bytes;
+    let pool = pool.filter(|_| (POOLED_BODY_BYTES_MIN..=POOLED_BODY_BYTES_MAX).contains(&expected));
+    let mut body = match pool {
+        Some(pool) => pool.take(expected),
+        None => Vec::with_capacity(expected.min(BODY_BUFFER_BYTES_INITIAL)),
+    };
+    match reader.read_body(&mut body, expected) {
         Ok(_) => {}
         // The peer stalled inside the body: a truncated frame.
         Err(error) if is_timeout(&error) => {
             return Err(ReadError::Frame(FrameError::truncated(
                 "body",
-                header.body_bytes,
+                expected,
                 body.len(),
             )))
         }
         Err(error) => return Err(ReadError::Io(error)),
     }
-    if body.len() < header.body_bytes {
+    if body.len() < expected {
         return Err(ReadError::Frame(FrameError::truncated(
             "body",
-            header.body_bytes,
+            expected,
             body.len(),
         )));
     }
-    Ok((header, Bytes::from(body)))
+    debug_assert_eq!(body.len(), expected);
+    let body = match pool {
+        Some(pool) => pool.wrap(body),
+        None => Bytes::from(body),
+    };
+    Ok((header, body))
 }
 
 /// What [`read_frame_within`] holds a frame to.
@@ -291,28 +419,47 @@ fn read_until<R: Read>(
 /// timeout per `write` alone bounds nothing). At the deadline the error is
 /// `io::ErrorKind::TimedOut`. The socket's previous write timeout is put
 /// back on the way out, whatever the outcome.
+#[cfg(feature = "tls")]
 pub(crate) fn write_all_by(
     socket: &mut TcpStream,
     buf: &[u8],
     deadline: Instant,
 ) -> io::Result<()> {
+    write_all_vectored_by(socket, &mut [IoSlice::new(buf)], deadline)
+}
+
+/// As `write_all_by`, for the buffers of `bufs` one after the other,
+/// with vectored writes: a frame whose payload is a buffer of its own
+/// (`EncodedFrame`) goes out without being copied into one first.
+pub(crate) fn write_all_vectored_by(
+    socket: &mut TcpStream,
+    bufs: &mut [IoSlice<'_>],
+    deadline: Instant,
+) -> io::Result<()> {
     let restore = socket.write_timeout()?;
-    let outcome = write_all_by_inner(socket, buf, deadline);
+    let outcome = write_all_vectored_by_inner(socket, bufs, deadline);
     // Fails only on a dead socket, which the next use reports.
     let _ = socket.set_write_timeout(restore);
     outcome
 }
 
-fn write_all_by_inner(socket: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
+fn write_all_vectored_by_inner(
+    socket: &mut TcpStream,
+    mut bufs: &mut [IoSlice<'_>],
+    deadline: Instant,
+) -> io::Result<()> {
+    // Empty buffers at the front would make a write of zero bytes look
+    // like a peer that accepts nothing.
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
         let now = Instant::now();
         if now >= deadline {
             return Err(io::ErrorKind::TimedOut.into());
         }
         socket.set_write_timeout(Some((deadline - now).max(READ_TIMEOUT_LEAST)))?;
-        match socket.write(buf) {
+        match socket.write_vectored(bufs) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => buf = &buf[written..],
+            Ok(written) => IoSlice::advance_slices(&mut bufs, written),
             Err(error) if error.kind() == io::ErrorKind::Interrupted || is_timeout(&error) => {}
             Err(error) => return Err(error),
         }
@@ -373,5 +520,91 @@ mod tests {
             other => panic!("expected an oversized frame error, got {other:?}"),
         }
         assert_eq!(reader.len(), frame.len() - HEADER_BYTES, "body was read");
+    }
+
+    /// A frame sent in pieces (its payload shared, not copied) arrives
+    /// whole and in order, empty pieces included, even when the socket
+    /// takes it in several writes.
+    #[test]
+    fn vectored_writes_send_every_piece_in_order() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut sender = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut receiver, _) = listener.accept().expect("accept");
+        let big: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let pieces: [&[u8]; 4] = [b"", b"head", &big, b"tail"];
+        let expected: Vec<u8> = pieces.concat();
+        let reading = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            receiver.read_to_end(&mut all).expect("read");
+            all
+        });
+        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        write_all_vectored_by(&mut sender, &mut slices, deadline).expect("written");
+        drop(sender);
+        assert!(reading.join().expect("reader") == expected, "bytes differ");
+    }
+
+    /// A large body's buffer comes back to its connection's pool when the
+    /// last slice of it is dropped, and the next large body is read into
+    /// it: a fresh buffer per 1 MiB snapshot chunk had its pages faulted
+    /// in for every chunk.
+    #[test]
+    fn large_bodies_reuse_pooled_buffers() {
+        use crate::transport::SnapshotResponse;
+        use crate::types::{LogId, Offset};
+        let chunk = |position: u64| {
+            let data = Bytes::from(vec![position as u8; POOLED_BODY_BYTES_MIN]);
+            Response::Snapshot(SnapshotResponse {
+                log: LogId(1),
+                error: ErrorCode::None,
+                snapshot_offset: Offset(5),
+                snapshot_bytes: 1 << 20,
+                position,
+                crc32: crc32fast::hash(&data),
+                data,
+            })
+        };
+        let max = 1 << 20;
+        let mut stream = Vec::new();
+        for id in 0..3u64 {
+            stream.extend(encode_response(id, &chunk(id), max).expect("fits"));
+        }
+        stream.extend(encode_response(3, &Response::Error(ErrorCode::None), max).expect("fits"));
+        let pool = BodyPool::new();
+        let mut reader = &stream[..];
+        let mut read = || {
+            let (header, body) = read_frame_pooled(&mut reader, max, Some(&pool)).expect("frame");
+            let Message::Response(response) = decode_body(&header, body).expect("decodes") else {
+                panic!("expected a response");
+            };
+            response
+        };
+        let first = read();
+        assert_eq!(first, chunk(0));
+        let Response::Snapshot(first) = first else {
+            panic!("expected a snapshot chunk");
+        };
+        let first_data = first.data.as_ptr();
+        // Held: the next body gets a buffer of its own.
+        let second = read();
+        let Response::Snapshot(second) = second else {
+            panic!("expected a snapshot chunk");
+        };
+        assert_ne!(second.data.as_ptr(), first_data);
+        drop(first);
+        let third = read();
+        assert_eq!(third, chunk(2));
+        let Response::Snapshot(third) = third else {
+            panic!("expected a snapshot chunk");
+        };
+        assert_eq!(
+            third.data.as_ptr(),
+            first_data,
+            "the freed buffer was not reused"
+        );
+        // A small body is not read into a pooled buffer.
+        assert_eq!(read(), Response::Error(ErrorCode::None));
+        drop(second);
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
-use super::frame::{decode_body, encode_response, Message};
+use super::frame::{decode_body, encode_response_pieces, Message};
 use super::io::{read_frame_within, FrameLimits, ReadError};
 use super::limits::{
     decide_slot, FrameBudget, LimitCounters, RateLimitedWarnings, Reservation, SlotDecision,
@@ -659,14 +659,15 @@ impl ServerShared {
     /// Writes one response frame; on failure the connection is closed.
     fn respond(&self, connection: &ServerConnection, request_id: u64, response: &Response) {
         let peer = connection.peer_addr;
-        let frame = match encode_response(request_id, response, self.config.frame_bytes_max) {
+        let frame = match encode_response_pieces(request_id, response, self.config.frame_bytes_max)
+        {
             Ok(frame) => frame,
             Err(error) => {
                 if let Some(suppressed) = self.warnings.admit(Warning::ResponseTooLarge) {
                     tracing::warn!(%peer, %error, suppressed, "tcp: response too large to send; answering with an error instead");
                 }
                 let fallback = Response::Error(ErrorCode::Unknown);
-                match encode_response(request_id, &fallback, self.config.frame_bytes_max) {
+                match encode_response_pieces(request_id, &fallback, self.config.frame_bytes_max) {
                     Ok(frame) => frame,
                     Err(_) => {
                         // Validation guarantees room for an error frame.
@@ -682,7 +683,7 @@ impl ServerShared {
         // call, and every call that moves a byte starts it anew).
         let deadline = Instant::now() + self.config.write_timeout;
         let written = match connection.writer.try_lock_until(deadline) {
-            Some(mut writer) => writer.write_all_by(&frame, deadline),
+            Some(mut writer) => writer.write_frame_by(&frame, deadline),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "the connection's writer stayed busy",

@@ -6,10 +6,11 @@
 //! sender against the peer's authenticated identity. Does not own frames or
 //! threads.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use super::frame::EncodedFrame;
 #[cfg(feature = "tls")]
 use super::tls::{RefusalLog, TlsConfig, TlsReader, TlsWriter};
 #[cfg(feature = "tls")]
@@ -127,6 +128,21 @@ impl ReadHalf {
     }
 }
 
+impl ReadHalf {
+    /// Appends up to `len` bytes to `body`, fewer only if the stream ends
+    /// first; returns how many. On plain TCP the socket receives straight
+    /// into `body`'s spare capacity (`TcpStream` reads into memory not yet
+    /// written; through `Read::read` each buffer would be zeroed first, a
+    /// pass over every byte of a 1 MiB snapshot chunk).
+    pub(crate) fn read_body(&mut self, body: &mut Vec<u8>, len: usize) -> io::Result<usize> {
+        match self {
+            ReadHalf::Plain(socket) => socket.take(len as u64).read_to_end(body),
+            #[cfg(feature = "tls")]
+            ReadHalf::Tls(reader) => reader.take(len as u64).read_to_end(body),
+        }
+    }
+}
+
 impl Read for ReadHalf {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -138,14 +154,32 @@ impl Read for ReadHalf {
 }
 
 impl WriteHalf {
-    /// Writes all of `buf` by `deadline`, re-arming the socket's write
+    /// Writes all of `frame` by `deadline`, re-arming the socket's write
     /// timeout to the time left before each write; at the deadline the
-    /// error is `io::ErrorKind::TimedOut`.
-    pub(crate) fn write_all_by(&mut self, buf: &[u8], deadline: Instant) -> io::Result<()> {
+    /// error is `io::ErrorKind::TimedOut`. On plain TCP with vectored
+    /// writes, so the frame's shared payloads are not copied; with TLS piece
+    /// by piece (the session encrypts into records of its own anyway).
+    pub(crate) fn write_frame_by(
+        &mut self,
+        frame: &EncodedFrame,
+        deadline: Instant,
+    ) -> io::Result<()> {
         match self {
-            WriteHalf::Plain(socket) => super::io::write_all_by(socket, buf, deadline),
+            WriteHalf::Plain(socket) => {
+                let mut slices: Vec<IoSlice<'_>> = frame
+                    .pieces()
+                    .iter()
+                    .map(|piece| IoSlice::new(piece))
+                    .collect();
+                super::io::write_all_vectored_by(socket, &mut slices, deadline)
+            }
             #[cfg(feature = "tls")]
-            WriteHalf::Tls(writer) => writer.write_all_within(buf, Some(deadline)),
+            WriteHalf::Tls(writer) => {
+                for piece in frame.pieces() {
+                    writer.write_all_within(piece, Some(deadline))?;
+                }
+                Ok(())
+            }
         }
     }
 

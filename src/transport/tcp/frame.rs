@@ -107,7 +107,7 @@
 //!
 //! The encoder does not copy long payloads either: a response's records or
 //! snapshot data of at least 4 KiB stay in their own buffers, as pieces of
-//! an `EncodedFrame` that the server writes with one vectored write.
+//! an `EncodedFrame` that the server writes piece by piece.
 
 use std::fmt;
 use std::time::Duration;
@@ -373,7 +373,8 @@ const PAYLOAD_SHARED_BYTES_MIN: usize = 4096;
 /// An encoded frame, ready to send: its bytes in order, in pieces. Every
 /// payload of at least [`PAYLOAD_SHARED_BYTES_MIN`] bytes is a piece of its
 /// own that shares the response's buffer (no copy); the fields around the
-/// payloads are the other pieces. Sent with one vectored write.
+/// payloads are the other pieces. Sent piece by piece, the small pieces
+/// together (`io::write_all_pieces_by`).
 #[derive(Clone, Debug)]
 pub(crate) struct EncodedFrame {
     /// Invariant: their lengths add up to `bytes`; none is empty.

@@ -5,7 +5,7 @@
 //! (`frame.rs`) nor what to do about a bad one (the connection's owner).
 
 use std::fmt;
-use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -425,41 +425,73 @@ pub(crate) fn write_all_by(
     buf: &[u8],
     deadline: Instant,
 ) -> io::Result<()> {
-    write_all_vectored_by(socket, &mut [IoSlice::new(buf)], deadline)
+    write_all_pieces_by(socket, &[buf], deadline)
 }
 
-/// As `write_all_by`, for the buffers of `bufs` one after the other,
-/// with vectored writes: a frame whose payload is a buffer of its own
-/// (`EncodedFrame`) goes out without being copied into one first.
-pub(crate) fn write_all_vectored_by(
+/// As `write_all_by`, for `pieces` one after the other: a
+/// frame whose payload is a buffer of its own (`EncodedFrame`) goes out
+/// without being copied into one first. Pieces shorter than
+/// [`COALESCED_PIECE_BYTES_MAX`] next to each other are copied together
+/// and sent with one `write`, so a frame of small fields is one send.
+///
+/// Not `write_vectored`: on Linux std's `TcpStream::write` is `send` with
+/// `MSG_NOSIGNAL`, but `write_vectored` is a plain `writev`, which raises
+/// SIGPIPE when the peer has closed the connection, and kills a host
+/// process that has not ignored that signal (a C or FFI host) instead of
+/// returning `EPIPE`.
+pub(crate) fn write_all_pieces_by(
     socket: &mut TcpStream,
-    bufs: &mut [IoSlice<'_>],
+    pieces: &[&[u8]],
     deadline: Instant,
 ) -> io::Result<()> {
     let restore = socket.write_timeout()?;
-    let outcome = write_all_vectored_by_inner(socket, bufs, deadline);
+    let outcome = write_pieces_by(socket, pieces, deadline);
     // Fails only on a dead socket, which the next use reports.
     let _ = socket.set_write_timeout(restore);
     outcome
 }
 
-fn write_all_vectored_by_inner(
-    socket: &mut TcpStream,
-    mut bufs: &mut [IoSlice<'_>],
-    deadline: Instant,
-) -> io::Result<()> {
-    // Empty buffers at the front would make a write of zero bytes look
-    // like a peer that accepts nothing.
-    IoSlice::advance_slices(&mut bufs, 0);
-    while !bufs.is_empty() {
+/// Pieces shorter than this are copied together before they are sent (a
+/// frame's header and fields); longer ones (payloads) are sent from their
+/// own buffer.
+const COALESCED_PIECE_BYTES_MAX: usize = 4 * 1024;
+
+fn write_pieces_by(socket: &mut TcpStream, pieces: &[&[u8]], deadline: Instant) -> io::Result<()> {
+    let mut small: Vec<u8> = Vec::new();
+    for (index, &piece) in pieces.iter().enumerate() {
+        let next_is_small = pieces
+            .get(index + 1)
+            .is_some_and(|next| next.len() < COALESCED_PIECE_BYTES_MAX);
+        if piece.len() < COALESCED_PIECE_BYTES_MAX && (next_is_small || !small.is_empty()) {
+            small.extend_from_slice(piece);
+            if next_is_small {
+                continue;
+            }
+            write_piece_by(socket, &small, deadline)?;
+            small.clear();
+            continue;
+        }
+        debug_assert!(
+            small.is_empty(),
+            "small pieces are sent before the next one"
+        );
+        write_piece_by(socket, piece, deadline)?;
+    }
+    Ok(())
+}
+
+/// Writes all of `buf`, each `write` bounded by the time left before
+/// `deadline`.
+fn write_piece_by(socket: &mut TcpStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
         let now = Instant::now();
         if now >= deadline {
             return Err(io::ErrorKind::TimedOut.into());
         }
         socket.set_write_timeout(Some((deadline - now).max(READ_TIMEOUT_LEAST)))?;
-        match socket.write_vectored(bufs) {
+        match socket.write(buf) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => IoSlice::advance_slices(&mut bufs, written),
+            Ok(written) => buf = &buf[written..],
             Err(error) if error.kind() == io::ErrorKind::Interrupted || is_timeout(&error) => {}
             Err(error) => return Err(error),
         }
@@ -526,21 +558,25 @@ mod tests {
     /// whole and in order, empty pieces included, even when the socket
     /// takes it in several writes.
     #[test]
-    fn vectored_writes_send_every_piece_in_order() {
+    fn a_frame_in_pieces_arrives_whole_and_in_order() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let mut sender = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let (mut receiver, _) = listener.accept().expect("accept");
         let big: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
-        let pieces: [&[u8]; 4] = [b"", b"head", &big, b"tail"];
+        let mid = vec![7u8; COALESCED_PIECE_BYTES_MAX];
+        // Small pieces before, between and after large ones, and a large
+        // one at exactly the bound.
+        let pieces: [&[u8]; 9] = [
+            b"", b"head", b"er", &big, b"fields", &mid, &big, b"t", b"ail",
+        ];
         let expected: Vec<u8> = pieces.concat();
         let reading = std::thread::spawn(move || {
             let mut all = Vec::new();
             receiver.read_to_end(&mut all).expect("read");
             all
         });
-        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
         let deadline = Instant::now() + Duration::from_secs(30);
-        write_all_vectored_by(&mut sender, &mut slices, deadline).expect("written");
+        write_all_pieces_by(&mut sender, &pieces, deadline).expect("written");
         drop(sender);
         assert!(reading.join().expect("reader") == expected, "bytes differ");
     }

@@ -6,7 +6,7 @@
 //! sender against the peer's authenticated identity. Does not own frames or
 //! threads.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -156,9 +156,10 @@ impl Read for ReadHalf {
 impl WriteHalf {
     /// Writes all of `frame` by `deadline`, re-arming the socket's write
     /// timeout to the time left before each write; at the deadline the
-    /// error is `io::ErrorKind::TimedOut`. On plain TCP with vectored
-    /// writes, so the frame's shared payloads are not copied; with TLS piece
-    /// by piece (the session encrypts into records of its own anyway).
+    /// error is `io::ErrorKind::TimedOut`. On plain TCP piece by piece with
+    /// the small pieces sent together ([`super::io::write_all_pieces_by`]),
+    /// so the frame's shared payloads are not copied; with TLS piece by
+    /// piece (the session encrypts into records of its own anyway).
     pub(crate) fn write_frame_by(
         &mut self,
         frame: &EncodedFrame,
@@ -166,12 +167,8 @@ impl WriteHalf {
     ) -> io::Result<()> {
         match self {
             WriteHalf::Plain(socket) => {
-                let mut slices: Vec<IoSlice<'_>> = frame
-                    .pieces()
-                    .iter()
-                    .map(|piece| IoSlice::new(piece))
-                    .collect();
-                super::io::write_all_vectored_by(socket, &mut slices, deadline)
+                let pieces: Vec<&[u8]> = frame.pieces().iter().map(|piece| &piece[..]).collect();
+                super::io::write_all_pieces_by(socket, &pieces, deadline)
             }
             #[cfg(feature = "tls")]
             WriteHalf::Tls(writer) => {

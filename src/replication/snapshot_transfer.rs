@@ -10,7 +10,8 @@
 //! chunk size) at once: one per request out (the answer being checked
 //! counts as one: no request replaces it before its bytes went to the
 //! writer), those queued for the writer, and the one it is writing. With
-//! the defaults, 6 × 1 MiB. The leader holds, per transfer, one chunk per
+//! the defaults, 6 × 1 MiB (a chunk read into a connection's reused body
+//! buffer holds at most twice its length). The leader holds, per transfer, one chunk per
 //! request it is answering (at most `REQUESTS_IN_FLIGHT_MAX`).
 
 use std::collections::VecDeque;

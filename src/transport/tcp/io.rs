@@ -136,7 +136,7 @@ const POOLED_BODIES_MAX: usize = 4;
 ///
 /// Memory: a pool keeps at most `POOLED_BODIES_MAX` (4) buffers of at most
 /// `POOLED_BODY_BYTES_MAX` (2 MiB) each, 8 MiB per connection, besides the
-/// bodies in use. A body read into a pooled buffer gets its whole length
+/// bodies in use; a body in use holds a buffer at most twice its length. A body read into a pooled buffer gets its whole length
 /// reserved when its header arrives (at most 2 MiB); longer bodies grow as
 /// bytes arrive, as without a pool.
 pub(crate) struct BodyPool {
@@ -152,9 +152,17 @@ impl BodyPool {
     }
 
     /// A buffer for a body of `len` bytes, empty, with room for all of it.
+    /// A free buffer more than twice as large is freed rather than used: a
+    /// body is held as long as any slice of it (a fetch response's
+    /// records), and would hold all of that buffer with it.
     fn take(&self, len: usize) -> Vec<u8> {
         debug_assert!((POOLED_BODY_BYTES_MIN..=POOLED_BODY_BYTES_MAX).contains(&len));
-        let mut buffer = self.free.try_recv().unwrap_or_default();
+        let mut buffer = self
+            .free
+            .try_recv()
+            .ok()
+            .filter(|free| free.capacity() <= len.saturating_mul(2))
+            .unwrap_or_default();
         buffer.clear();
         buffer.reserve_exact(len);
         buffer
@@ -552,6 +560,24 @@ mod tests {
             other => panic!("expected an oversized frame error, got {other:?}"),
         }
         assert_eq!(reader.len(), frame.len() - HEADER_BYTES, "body was read");
+    }
+
+    /// A small large body is not read into a much larger free buffer,
+    /// which it would hold for as long as any slice of it lives.
+    #[test]
+    fn a_body_never_holds_a_pooled_buffer_over_twice_its_length() {
+        let pool = BodyPool::new();
+        drop(pool.wrap(vec![1u8; POOLED_BODY_BYTES_MAX]));
+        let small = pool.take(POOLED_BODY_BYTES_MIN);
+        assert!(small.capacity() >= POOLED_BODY_BYTES_MIN);
+        assert!(
+            small.capacity() <= 2 * POOLED_BODY_BYTES_MIN,
+            "capacity {}",
+            small.capacity()
+        );
+        drop(pool.wrap(vec![1u8; POOLED_BODY_BYTES_MAX]));
+        let large = pool.take(POOLED_BODY_BYTES_MAX);
+        assert!(large.capacity() >= POOLED_BODY_BYTES_MAX);
     }
 
     /// A frame sent in pieces (its payload shared, not copied) arrives

@@ -39,6 +39,13 @@
 //! after `handshake_timeout` or when its slot is needed; the warnings a peer
 //! can provoke are rate-limited. [`TcpServer::stats`] counts each at work.
 //!
+//! Memory on the client side: each client connection keeps up to 4 idle
+//! buffers of up to 2 MiB (8 MiB) for response bodies of 64 KiB to 2 MiB
+//! (snapshot chunks, large fetch responses), so that their pages are not
+//! faulted in again for every body; a body of that size gets its whole
+//! length reserved when its header arrives (after the header was checked
+//! against `frame_bytes_max`).
+//!
 //! [`RequestHandler`]: crate::transport::RequestHandler
 
 mod client;

@@ -183,6 +183,10 @@ impl Transfer<'_> {
     /// a queue and handing the answer back on a one-slot channel of its
     /// own; answers are taken in the order they were asked for.
     fn receive(&self, chunks: SyncSender<Bytes>) -> Result<Option<SnapshotInfo>, String> {
+        // Set once the transfer ends: positions still queued are not asked
+        // for (a leader change would otherwise cost their requests and hold
+        // the join up to `request_timeout`).
+        let stopped = AtomicBool::new(false);
         std::thread::scope(|scope| {
             // Positions to ask for, each with where its answer goes. The
             // askers end when this sender is dropped (on the way out of
@@ -191,11 +195,26 @@ impl Transfer<'_> {
             let (asks, asked) = crossbeam_channel::bounded::<(u64, Answer)>(REQUESTS_IN_FLIGHT_MAX);
             for _ in 0..REQUESTS_IN_FLIGHT_MAX {
                 let asked = asked.clone();
+                let stopped = &stopped;
                 scope.spawn(move || {
                     for (position, answer) in asked {
+                        let answered = if stopped.load(Ordering::SeqCst) {
+                            Err("the transfer stopped".to_string())
+                        } else {
+                            // A transport that panics fails this transfer
+                            // (which the fetcher retries) instead of
+                            // unwinding through the scope past the
+                            // download's clean-up.
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                self.ask(position)
+                            }))
+                            .unwrap_or_else(|_| {
+                                Err(format!("the snapshot request for byte {position} panicked"))
+                            })
+                        };
                         // The receiver is gone only when the transfer
                         // stopped early; nothing waits for this answer.
-                        let _ = answer.send(self.ask(position));
+                        let _ = answer.send(answered);
                     }
                 });
             }
@@ -206,98 +225,102 @@ impl Transfer<'_> {
                     .map(|()| (position, answered))
                     .map_err(|_| "the snapshot askers stopped".to_string())
             };
-            let mut in_flight = VecDeque::with_capacity(REQUESTS_IN_FLIGHT_MAX);
-            let mut info: Option<SnapshotInfo> = None;
-            let mut position = 0u64;
-            // The next position to ask for, once the chunk size is known.
-            let mut asked_to = 0u64;
-            let mut chunk_bytes: Option<u64> = None;
-            loop {
-                if self.cancel.load(Ordering::SeqCst) {
-                    return Err("cancelled".to_string());
-                }
-                match (chunk_bytes, info) {
-                    (Some(size), Some(known)) => {
-                        while in_flight.len() < REQUESTS_IN_FLIGHT_MAX
-                            && asked_to < known.size_bytes
-                        {
-                            in_flight.push_back(ask(asked_to)?);
-                            asked_to += size;
-                        }
+            let outcome = (|| {
+                let mut in_flight = VecDeque::with_capacity(REQUESTS_IN_FLIGHT_MAX);
+                let mut info: Option<SnapshotInfo> = None;
+                let mut position = 0u64;
+                // The next position to ask for, once the chunk size is known.
+                let mut asked_to = 0u64;
+                let mut chunk_bytes: Option<u64> = None;
+                loop {
+                    if self.cancel.load(Ordering::SeqCst) {
+                        return Err("cancelled".to_string());
                     }
-                    _ if in_flight.is_empty() => in_flight.push_back(ask(position)?),
-                    _ => {}
-                }
-                debug_assert!(in_flight.len() <= REQUESTS_IN_FLIGHT_MAX);
-                let Some((at, answered)) = in_flight.pop_front() else {
-                    return Err(format!("nothing asked for at byte {position}"));
-                };
-                debug_assert_eq!(at, position, "chunks are asked for and taken in order");
-                // Every ask ends by its deadline (`request_timeout`), so
-                // this wait does too.
-                let chunk = answered
-                    .recv()
-                    .unwrap_or_else(|_| Err("a snapshot asker stopped".to_string()))?;
-                if chunk.log != self.replica.log_id() || chunk.position != position {
-                    return Err(format!(
+                    match (chunk_bytes, info) {
+                        (Some(size), Some(known)) => {
+                            while in_flight.len() < REQUESTS_IN_FLIGHT_MAX
+                                && asked_to < known.size_bytes
+                            {
+                                in_flight.push_back(ask(asked_to)?);
+                                asked_to += size;
+                            }
+                        }
+                        _ if in_flight.is_empty() => in_flight.push_back(ask(position)?),
+                        _ => {}
+                    }
+                    debug_assert!(in_flight.len() <= REQUESTS_IN_FLIGHT_MAX);
+                    let Some((at, answered)) = in_flight.pop_front() else {
+                        return Err(format!("nothing asked for at byte {position}"));
+                    };
+                    debug_assert_eq!(at, position, "chunks are asked for and taken in order");
+                    // Every ask ends by its deadline (`request_timeout`), so
+                    // this wait does too.
+                    let chunk = answered
+                        .recv()
+                        .unwrap_or_else(|_| Err("a snapshot asker stopped".to_string()))?;
+                    if chunk.log != self.replica.log_id() || chunk.position != position {
+                        return Err(format!(
                         "the leader answered for log {} at byte {}, asked for log {} at byte {position}",
                         chunk.log,
                         chunk.position,
                         self.replica.log_id()
                     ));
-                }
-                if chunk.error != ErrorCode::None {
-                    return Err(format!("the leader answered {}", chunk.error));
-                }
-                let now = SnapshotInfo {
-                    offset: chunk.snapshot_offset,
-                    size_bytes: chunk.snapshot_bytes,
-                };
-                match info {
-                    None => info = Some(now),
-                    Some(known) if known != now => {
-                        tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
-                        return Ok(None);
                     }
-                    Some(_) => {}
-                }
-                let crc = crc32fast::hash(&chunk.data);
-                if crc != chunk.crc32 {
-                    return Err(format!(
+                    if chunk.error != ErrorCode::None {
+                        return Err(format!("the leader answered {}", chunk.error));
+                    }
+                    let now = SnapshotInfo {
+                        offset: chunk.snapshot_offset,
+                        size_bytes: chunk.snapshot_bytes,
+                    };
+                    match info {
+                        None => info = Some(now),
+                        Some(known) if known != now => {
+                            tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
+                            return Ok(None);
+                        }
+                        Some(_) => {}
+                    }
+                    let crc = crc32fast::hash(&chunk.data);
+                    if crc != chunk.crc32 {
+                        return Err(format!(
                         "chunk at byte {position} of the snapshot at {} is corrupt: CRC-32 {crc:#010x}, the leader sent {:#010x}",
                         now.offset, chunk.crc32
                     ));
-                }
-                let remaining = now.size_bytes.saturating_sub(position);
-                let len = chunk.data.len() as u64;
-                if len > remaining || (len == 0 && remaining > 0) {
-                    return Err(format!(
-                        "chunk at byte {position} has {len} bytes, {remaining} remain"
-                    ));
-                }
-                match chunk_bytes {
-                    None => {
-                        chunk_bytes = Some(len);
-                        asked_to = position + len;
                     }
-                    // Only the last chunk may be shorter: the requests
-                    // already out asked for positions a chunk apart.
-                    Some(size) if len != size && len != remaining => {
+                    let remaining = now.size_bytes.saturating_sub(position);
+                    let len = chunk.data.len() as u64;
+                    if len > remaining || (len == 0 && remaining > 0) {
                         return Err(format!(
-                            "chunk at byte {position} has {len} bytes, the leader's earlier chunks {size}"
+                            "chunk at byte {position} has {len} bytes, {remaining} remain"
                         ));
                     }
-                    Some(_) => {}
+                    match chunk_bytes {
+                        None => {
+                            chunk_bytes = Some(len);
+                            asked_to = position + len;
+                        }
+                        // Only the last chunk may be shorter: the requests
+                        // already out asked for positions a chunk apart.
+                        Some(size) if len != size && len != remaining => {
+                            return Err(format!(
+                            "chunk at byte {position} has {len} bytes, the leader's earlier chunks {size}"
+                        ));
+                        }
+                        Some(_) => {}
+                    }
+                    position += len;
+                    if len > 0 && chunks.send(chunk.data).is_err() {
+                        // The writer stopped at an error, which `download` reports.
+                        return Err("the download's writer stopped".to_string());
+                    }
+                    if position == now.size_bytes {
+                        return Ok(Some(now));
+                    }
                 }
-                position += len;
-                if len > 0 && chunks.send(chunk.data).is_err() {
-                    // The writer stopped at an error, which `download` reports.
-                    return Err("the download's writer stopped".to_string());
-                }
-                if position == now.size_bytes {
-                    return Ok(Some(now));
-                }
-            }
+            })();
+            stopped.store(true, Ordering::SeqCst);
+            outcome
         })
     }
 

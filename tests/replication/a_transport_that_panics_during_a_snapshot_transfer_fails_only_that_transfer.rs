@@ -1,0 +1,107 @@
+//! SPEC 3.9 with the embedding rule that a library survives its host's
+//! code: a transport (here the leader's request handler, which the memory
+//! network calls on the asking thread) that panics while answering one
+//! snapshot chunk fails that transfer only. The follower cleans up its
+//! download, transfers the snapshot again, installs it whole, once, and its
+//! application's state equals the leader's, and no download is left in its
+//! directory. Before, the panic unwound out of the transfer's thread scope,
+//! past the download's clean-up, and the partial download stayed on disk
+//! until the next restart.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use isrlog::testing::{Lose, SessionEnd};
+use isrlog::transport::{Request, Response};
+use isrlog::{NodeId, Offset, RequestHandler};
+
+use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
+
+/// The leader's request handler, panicking on the first `panics_left`
+/// snapshot requests past the first chunk.
+struct PanickingLink {
+    inner: Arc<dyn RequestHandler>,
+    panics_left: AtomicU64,
+}
+
+impl RequestHandler for PanickingLink {
+    fn handle(&self, from: NodeId, request: Request) -> Response {
+        if let Request::Snapshot(ask) = &request {
+            if ask.position > 0
+                && self
+                    .panics_left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                        left.checked_sub(1)
+                    })
+                    .is_ok()
+            {
+                panic!("a host's transport panicked (planted by the test)");
+            }
+        }
+        self.inner.handle(from, request)
+    }
+}
+
+#[test]
+fn a_transport_that_panics_during_a_snapshot_transfer_fails_only_that_transfer() {
+    let setup = setup_with(true, |_| {});
+    let cluster = &setup.cluster;
+    setup.append(20);
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let victim = NodeId((leader.node_id().0 + 1) % 3);
+    setup.wait_states_equal();
+    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
+    setup.append(150);
+    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    let snapshot = setup.apps[&leader.node_id()].take_snapshot();
+    assert!(
+        snapshot.size_bytes > 3 * 1024,
+        "{snapshot:?}: want several chunks"
+    );
+    let link = Arc::new(PanickingLink {
+        inner: cluster
+            .with_node(leader.node_id(), |node| node.handler())
+            .expect("leader runs"),
+        panics_left: AtomicU64::new(1),
+    });
+    cluster.network.register(
+        leader.node_id(),
+        Arc::clone(&link) as Arc<dyn RequestHandler>,
+    );
+    cluster.restart(victim).expect("restart");
+    setup.wait_states_equal();
+    assert_eq!(
+        link.panics_left.load(Ordering::SeqCst),
+        0,
+        "no request panicked"
+    );
+    assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
+    let on_victim = cluster.log(victim, LOG).expect("victim");
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
+        "the rebuilt replica still waits for a snapshot"
+    );
+    let downloads: Vec<_> = walk(&cluster.node_dir(victim))
+        .into_iter()
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("snapshot-download"))
+        })
+        .collect();
+    assert!(downloads.is_empty(), "downloads left behind: {downloads:?}");
+    setup.cluster.shutdown().expect("shutdown");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}

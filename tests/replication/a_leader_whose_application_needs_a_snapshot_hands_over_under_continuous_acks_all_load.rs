@@ -14,8 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use isrlog::{Acks, NodeId, Offset};
+use isrlog::{Acks, Offset};
 
+use super::a_leader_whose_application_needs_a_snapshot_hands_leadership_over::{
+    elect_a_leader_whose_application_needs_a_snapshot, StuckLeader,
+};
 use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
 
 /// How long the hand-over may take, under load, once a replica fit to take
@@ -39,41 +42,15 @@ impl Drop for StopOnDrop<'_> {
 fn a_leader_whose_application_needs_a_snapshot_hands_over_under_continuous_acks_all_load() {
     let setup = setup_with(true, |replication| replication.min_insync_replicas = 1);
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let first = leader.node_id();
-    let others: Vec<NodeId> = leader
-        .replicas()
-        .into_iter()
-        .filter(|n| *n != first)
-        .collect();
-    let (victim, third) = (others[0], others[1]);
-    setup.wait_states_equal();
-    let stalled_at = setup.apps[&victim].state().applied;
     // As in a_leader_whose_application_needs_a_snapshot_hands_leadership_over:
-    // the victim's application stops, the cap deletes past it, the others
-    // go down and the victim leads alone, its application stuck.
-    setup.apps[&victim].stalled.store(true, Ordering::SeqCst);
-    setup.append(150);
-    let on_victim = cluster.log(victim, LOG).expect("victim");
-    assert!(
-        cluster.wait_until(WAIT, |_| on_victim.log_start_offset() > stalled_at),
-        "the victim's log start never passed its stalled application"
-    );
-    // `third` first: the victim is then the only live replica when the
-    // leader goes (with min ISR 1 there is no ELR to keep it eligible had
-    // `third` been elected), and has nobody to hand over to.
-    cluster.crash(third);
-    cluster.crash(first);
-    assert!(
-        cluster.wait_until(WAIT, |_| on_victim.is_leader()),
-        "the victim was not elected"
-    );
-    setup.apps[&victim].stalled.store(false, Ordering::SeqCst);
-    assert!(
-        cluster.wait_until(WAIT, |_| on_victim.needs_snapshot()),
-        "the leader never said its application needs a snapshot"
-    );
+    // the victim leads alone, its application stuck.
+    let StuckLeader {
+        first,
+        victim,
+        third,
+        stalled_at,
+        on_victim,
+    } = elect_a_leader_whose_application_needs_a_snapshot(&setup);
 
     // The victim's coordinator answers as a ZooKeeper ensemble over a
     // network might: each call takes a while, during which the writers'

@@ -1855,11 +1855,12 @@ impl NodeShared {
                     return;
                 }
                 // The caught-up replica may have died since its last fetch
-                // (issue 25's test: elected while the others went down, a
-                // leader saw one fetch, then crash): stopping appends for
-                // it would refuse them for nothing until the stall gives
-                // them back. One coordinator call, made only when this
-                // leader's own view shows a replica to hand over to.
+                // (a leader elected while the others go down sees one
+                // fetch from a replica that then crashes, still in the
+                // ISR): stopping appends for it would refuse them for
+                // nothing until the stall gives them back. One coordinator
+                // call, made only when this leader's own view shows a
+                // replica to hand over to.
                 let live = match self.coordinator.live_nodes() {
                     Ok(live) => live,
                     Err(error) => {

@@ -68,62 +68,69 @@ const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
 /// deadline: a `Timeout` arrives at most this late (plus scheduling), well
 /// within the 100 ms SPEC 3.1 allows.
 const DEADLINE_TICK: Duration = Duration::from_millis(10);
-/// Reassignment (SPEC 3.10): how long a leader that a move removes waits,
-/// with its appends stopped, for a target replica to catch up before it
-/// gives appends back and tries again after
-/// [`REASSIGNMENT_HAND_OVER_RETRY`]. The controller completes the move
-/// without it after its own, longer, wait (`REASSIGNMENT_HAND_OVER_WAIT_MAX`
-/// in the controller).
-const REASSIGNMENT_HAND_OVER_WAIT: Duration = Duration::from_secs(2);
-/// Reassignment hand-over: how long the control thread waits, right after
+/// A leader's hand-over (a reassignment's, SPEC 3.10, or a stuck
+/// application's, SPEC 3.9): how long it waits, with its appends stopped,
+/// for the high watermark to reach their end and a successor to be named
+/// before it gives appends back and tries again after [`HAND_OVER_RETRY`].
+/// This bounds the stall its appenders see. The controller completes a
+/// move without the hand-over after its own, longer, wait
+/// (`REASSIGNMENT_HAND_OVER_WAIT_MAX` in the controller).
+const HAND_OVER_WAIT: Duration = Duration::from_secs(2);
+/// A leader's hand-over: how long the control thread waits, right after
 /// stopping appends, for the high watermark to reach their end (usually one
 /// fetch round) before it goes on with its other work and looks again on
 /// its next tick.
-const REASSIGNMENT_HAND_OVER_HW_WAIT: Duration = Duration::from_millis(20);
-/// Reassignment: the pause between two hand-over attempts of one log.
-const REASSIGNMENT_HAND_OVER_RETRY: Duration = Duration::from_secs(1);
+const HAND_OVER_HW_WAIT: Duration = Duration::from_millis(20);
+/// A leader's hand-over: the pause between two attempts of one log.
+const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for its completion thread to run the
 /// callbacks still queued (the `Shutdown` outcomes of its pending appends)
 /// before it leaves the thread to finish on its own.
 const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
 
-/// A leader's hand-over of a log that a reassignment removes it from
-/// (SPEC 3.10), driven by the control thread without blocking it. Every
-/// state is for one leader `epoch`; the target replicas are the move's.
+/// A leader's hand-over of a log, driven by the control thread without
+/// blocking it (see [`NodeShared::progress_hand_over`]): for one leader
+/// `epoch`, for a `cause`, in a `phase`. A log has at most one.
 #[derive(Clone, Debug)]
-enum ReassignmentHandOver {
-    /// The stored state asks for the hand-over (this leader is removed and
-    /// every target replica is in the ISR): appends stop as soon as a
-    /// target replica has fetched everything, so that they stop for about
-    /// one fetch round rather than for a slow follower's whole catch-up.
-    Ready {
-        epoch: LeaderEpoch,
-        target: Vec<NodeId>,
-    },
-    /// Appends stopped at log end `end`: once the high watermark reaches
-    /// it, a caught-up live target replica in the ISR is named leader.
-    /// Until `deadline`.
-    Waiting {
-        epoch: LeaderEpoch,
-        target: Vec<NodeId>,
-        end: Offset,
-        deadline: Instant,
-    },
-    /// The last attempt found nobody in time; appends run again and the
-    /// hand-over is ready again at `retry_at`.
-    Failed {
-        epoch: LeaderEpoch,
-        target: Vec<NodeId>,
-        retry_at: Instant,
-    },
+struct HandOver {
+    epoch: LeaderEpoch,
+    cause: HandOverCause,
+    phase: HandOverPhase,
 }
 
-impl ReassignmentHandOver {
-    fn epoch(&self) -> LeaderEpoch {
+/// Why a leader hands its log over, which says who may take it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum HandOverCause {
+    /// A reassignment removes this leader (SPEC 3.10); the target replicas
+    /// are the move's, and one of them takes over.
+    Reassignment { target: Vec<NodeId> },
+    /// This leader's application is behind its log start (SPEC 3.9, issue
+    /// 25): a replica whose application reaches the log start takes over.
+    StuckApplication,
+}
+
+/// Where a [`HandOver`] stands.
+#[derive(Clone, Copy, Debug)]
+enum HandOverPhase {
+    /// The hand-over is due: appends stop as soon as a replica that may
+    /// take over has fetched everything, so that they stop for about one
+    /// fetch round rather than for a slow follower's whole catch-up.
+    Ready,
+    /// Appends stopped at log end `end`: once the high watermark reaches
+    /// it, a caught-up live replica in the ISR that may take over is named
+    /// leader. Until `deadline`.
+    Waiting { end: Offset, deadline: Instant },
+    /// The last attempt found nobody in time; appends run again and the
+    /// hand-over is ready again at `retry_at`.
+    Failed { retry_at: Instant },
+}
+
+impl HandOverCause {
+    /// The hand-over's name in log lines.
+    fn label(&self) -> &'static str {
         match self {
-            ReassignmentHandOver::Ready { epoch, .. }
-            | ReassignmentHandOver::Waiting { epoch, .. }
-            | ReassignmentHandOver::Failed { epoch, .. } => *epoch,
+            HandOverCause::Reassignment { .. } => "reassignment hand-over",
+            HandOverCause::StuckApplication => "stuck application's hand-over",
         }
     }
 }
@@ -181,9 +188,13 @@ pub(crate) struct NodeShared {
     /// retried on a timer: a failure needs no further change of the log's
     /// state to be tried again.
     unopened: Mutex<HashMap<LogId, String>>,
-    /// Logs this node leads and a reassignment removes it from, whose
-    /// leadership it is handing to a target replica (SPEC 3.10).
-    reassignment_hand_overs: Mutex<HashMap<LogId, ReassignmentHandOver>>,
+    /// Logs whose leadership this node is handing over: a reassignment
+    /// removes it (SPEC 3.10), or its application is stuck behind the log
+    /// start (SPEC 3.9). Also the lock under which a hand-over gives its
+    /// stopped appends back and a controlled shutdown sets
+    /// `winding_down`, so that no hand-over gives back appends the
+    /// shutdown has stopped too.
+    hand_overs: Mutex<HashMap<LogId, HandOver>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -455,7 +466,7 @@ impl Node {
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
             unopened: Mutex::new(HashMap::new()),
-            reassignment_hand_overs: Mutex::new(HashMap::new()),
+            hand_overs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
@@ -877,7 +888,12 @@ impl Node {
         let timeout = self.shared.config.controlled_shutdown_timeout;
         let deadline = Instant::now() + timeout;
         if !timeout.is_zero() {
-            self.shared.winding_down.store(true, Ordering::SeqCst);
+            {
+                // Under the hand-overs' lock: none gives back appends after
+                // this (see `give_appends_back`).
+                let _hand_overs = self.shared.hand_overs.lock();
+                self.shared.winding_down.store(true, Ordering::SeqCst);
+            }
             // A candidate not holding the controller seat is not needed any
             // more: its thread ends meanwhile (a seated controller goes on
             // electing while the logs hand over).
@@ -1669,9 +1685,11 @@ impl NodeShared {
     /// fetched everything, names it, so that a target replica cut off from
     /// it, still in the ISR until `replica_lag_time_max` passes, is not
     /// chosen). The control thread carries it out
-    /// ([`progress_reassignment_hand_over`](Self::progress_reassignment_hand_over)).
-    /// Otherwise (a cancelled move, another epoch) any hand-over under way
-    /// ends and appends run again.
+    /// ([`progress_hand_over`](Self::progress_hand_over)); a stuck
+    /// application's hand-over under way in the same epoch becomes this
+    /// one, appends stopped or not, since the move's target replicas come
+    /// first. Otherwise (a cancelled move, another epoch) a reassignment
+    /// hand-over under way ends and appends run again.
     fn begin_reassignment_hand_over(&self, replica: &Replica, state: &LogState) {
         // A stopping node's controlled shutdown owns the appends' stop:
         // nothing here may give them back (or start another hand-over).
@@ -1684,44 +1702,82 @@ impl NodeShared {
         let due = state.leader == Some(me)
             && state.removing_replicas.contains(&me)
             && target.iter().all(|node| state.is_in_sync(*node));
-        let mut hand_overs = self.reassignment_hand_overs.lock();
+        let mut hand_overs = self.hand_overs.lock();
         let current = hand_overs.get(&log).cloned();
         if !due {
-            if let Some(hand_over) = current {
+            let reassigning = current
+                .filter(|hand_over| matches!(hand_over.cause, HandOverCause::Reassignment { .. }));
+            if let Some(hand_over) = reassigning {
                 hand_overs.remove(&log);
-                // Only a hand-over that stopped appends gives them back:
-                // appends stopped otherwise (a controlled shutdown under
-                // way) stay stopped.
-                if let ReassignmentHandOver::Waiting { epoch, .. } = hand_over {
-                    replica.resume_appends_after_hand_over(epoch);
+                if self.give_appends_back(&hand_overs, replica, &hand_over) {
                     tracing::info!(%log, node = %me, "reassignment hand-over no longer due; appends resume");
                 }
             }
             return;
         }
-        if current.is_some_and(|hand_over| hand_over.epoch() == state.leader_epoch) {
-            return;
-        }
+        let cause = HandOverCause::Reassignment {
+            target: target.clone(),
+        };
+        let phase = match current {
+            Some(hand_over) if hand_over.epoch == state.leader_epoch => {
+                if hand_over.cause == cause {
+                    return;
+                }
+                hand_over.phase
+            }
+            _ => HandOverPhase::Ready,
+        };
         tracing::info!(%log, node = %me, epoch = %state.leader_epoch, ?target,
             "reassignment removes this leader: handing the log to a target replica once one has caught up");
         hand_overs.insert(
             log,
-            ReassignmentHandOver::Ready {
+            HandOver {
                 epoch: state.leader_epoch,
-                target,
+                cause,
+                phase,
             },
         );
     }
 
-    /// One step of `replica`'s reassignment hand-over, if one is due (see
-    /// [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over)):
-    /// stops appends once a target replica has fetched everything; once
-    /// the high watermark reached the log end at which they stopped, names
-    /// the first target replica (assignment order) that is in the ISR, live
-    /// and has fetched everything, by compare-and-set; past the deadline,
-    /// gives appends back and is ready again later. Never waits: the
-    /// control thread calls it on every tick.
-    fn progress_reassignment_hand_over(&self, replica: &Replica) {
+    /// Gives back the appends `hand_over` stopped, if it stopped them (it
+    /// is waiting), unless a controlled shutdown has begun: that stops them
+    /// too, for its own hand-over, and owns the stop from then on. Whether
+    /// it gave them back. `hand_overs` is the locked map, under which the
+    /// shutdown sets `winding_down`, so the check cannot pass just before
+    /// the shutdown stops the appends.
+    fn give_appends_back(
+        &self,
+        _hand_overs: &HashMap<LogId, HandOver>,
+        replica: &Replica,
+        hand_over: &HandOver,
+    ) -> bool {
+        if !matches!(hand_over.phase, HandOverPhase::Waiting { .. })
+            || self.winding_down.load(Ordering::SeqCst)
+        {
+            return false;
+        }
+        replica.resume_appends_after_hand_over(hand_over.epoch);
+        true
+    }
+
+    /// One step of `replica`'s hand-over, if one is due (a reassignment's,
+    /// see [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over),
+    /// or a stuck application's, see
+    /// [`hand_over_from_a_stuck_application`](Self::hand_over_from_a_stuck_application)),
+    /// as a controlled shutdown hands over, but without blocking: stops
+    /// appends once a replica that may take over (a target replica; a
+    /// replica whose application reaches the log start) has fetched
+    /// everything and every other ISR member is fetching; once the high
+    /// watermark reached the log end at which they stopped, names the
+    /// first such replica that is in the ISR, live and has fetched
+    /// everything, by compare-and-set; past [`HAND_OVER_WAIT`], or as soon
+    /// as an ISR member stops fetching, gives appends back and is ready
+    /// again after [`HAND_OVER_RETRY`]. Stopped appends fail with
+    /// `NotLeader` (retriable) and never wait. Under continuous load this
+    /// is what lets the hand-over complete: without the stop the leader
+    /// keeps a record its followers have not fetched yet. The control
+    /// thread calls it on every tick.
+    fn progress_hand_over(&self, replica: &Replica) {
         // A stopping node's controlled shutdown owns the appends' stop
         // (review of fa7cb9a: the pass began before it wound down).
         if self.winding_down.load(Ordering::SeqCst) {
@@ -1729,26 +1785,49 @@ impl NodeShared {
         }
         let me = self.local();
         let log = replica.log_id();
-        let Some(hand_over) = self.reassignment_hand_overs.lock().get(&log).cloned() else {
+        let Some(hand_over) = self.hand_overs.lock().get(&log).cloned() else {
             return;
         };
-        let set = |next: Option<ReassignmentHandOver>| {
-            let mut hand_overs = self.reassignment_hand_overs.lock();
-            match next {
-                Some(next) => hand_overs.insert(log, next),
+        let HandOver { epoch, cause, .. } = hand_over.clone();
+        let set = |phase: Option<HandOverPhase>| {
+            let mut hand_overs = self.hand_overs.lock();
+            match phase {
+                Some(phase) => hand_overs.insert(
+                    log,
+                    HandOver {
+                        epoch,
+                        cause: cause.clone(),
+                        phase,
+                    },
+                ),
                 None => hand_overs.remove(&log),
             };
         };
-        if replica.role() != (Role::Leader, hand_over.epoch()) {
+        if replica.role() != (Role::Leader, epoch) {
             // Someone else moved the leadership: appends in that epoch are
             // over anyway.
             return set(None);
         }
         let now = Instant::now();
-        let caught_up = |target: &[NodeId]| {
-            target
-                .iter()
-                .any(|node| *node != me && replica.has_caught_up(*node))
+        let may_take_over = |node: NodeId| {
+            node != me
+                && match &cause {
+                    HandOverCause::Reassignment { target } => target.contains(&node),
+                    HandOverCause::StuckApplication => replica.application_reaches_log_start(node),
+                }
+        };
+        // Whether a replica that may take over has fetched everything (and
+        // is in `live`, if given).
+        let caught_up = |live: Option<&[NodeId]>| {
+            let candidates = match &cause {
+                HandOverCause::Reassignment { target } => target.clone(),
+                HandOverCause::StuckApplication => replica.in_sync_replicas(),
+            };
+            candidates.into_iter().any(|node| {
+                may_take_over(node)
+                    && replica.has_caught_up(node)
+                    && live.is_none_or(|live| live.contains(&node))
+            })
         };
         // Every other ISR member fetched lately. One that did not (cut off,
         // stuck) holds the high watermark until `replica_lag_time_max`
@@ -1764,75 +1843,97 @@ impl NodeShared {
                         .is_some_and(|(_, since_caught_up)| since_caught_up <= fresh)
             })
         };
-        let (epoch, target, end, deadline) = match hand_over {
-            ReassignmentHandOver::Failed {
-                epoch,
-                target,
-                retry_at,
-            } => {
+        let (end, deadline) = match hand_over.phase {
+            HandOverPhase::Failed { retry_at } => {
                 if now >= retry_at {
-                    set(Some(ReassignmentHandOver::Ready { epoch, target }));
+                    set(Some(HandOverPhase::Ready));
                 }
                 return;
             }
-            ReassignmentHandOver::Ready { epoch, target } => {
-                if !caught_up(&target) || !isr_fetching() {
+            HandOverPhase::Ready => {
+                if !caught_up(None) || !isr_fetching() {
+                    return;
+                }
+                // The caught-up replica may have died since its last fetch
+                // (a leader elected while the others go down sees one
+                // fetch from a replica that then crashes, still in the
+                // ISR): stopping appends for it would refuse them for
+                // nothing until the stall gives them back. One coordinator
+                // call, made only when this leader's own view shows a
+                // replica to hand over to.
+                let live = match self.coordinator.live_nodes() {
+                    Ok(live) => live,
+                    Err(error) => {
+                        tracing::debug!(%log, node = %me, %error, "{}: cannot read live nodes; retrying", cause.label());
+                        return;
+                    }
+                };
+                if !caught_up(Some(&live)) {
                     return;
                 }
                 let Some((stopped, end)) = replica.stop_appends_for_hand_over() else {
                     return set(None);
                 };
                 if stopped != epoch {
-                    replica.resume_appends_after_hand_over(stopped);
+                    // It leads in another epoch now: give back what this
+                    // stopped (unless a controlled shutdown stopped it too).
+                    let hand_overs = self.hand_overs.lock();
+                    let stray = HandOver {
+                        epoch: stopped,
+                        cause: cause.clone(),
+                        phase: HandOverPhase::Waiting { end, deadline: now },
+                    };
+                    self.give_appends_back(&hand_overs, replica, &stray);
+                    drop(hand_overs);
                     return set(None);
                 }
                 tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
-                    "reassignment hand-over: appends stopped");
-                let deadline = now + REASSIGNMENT_HAND_OVER_WAIT;
-                set(Some(ReassignmentHandOver::Waiting {
-                    epoch,
-                    target: target.clone(),
-                    end,
-                    deadline,
-                }));
-                // The caught-up target replica has its fetch parked here and
+                    "{}: appends stopped", cause.label());
+                let deadline = now + HAND_OVER_WAIT;
+                set(Some(HandOverPhase::Waiting { end, deadline }));
+                // The caught-up replica has its fetch parked here and
                 // brings the high watermark to `end` in about one fetch
                 // round: wait for that now, briefly, rather than a whole
                 // control tick (up to 50 ms) with appends stopped.
                 if end > Offset::ZERO {
-                    let _ = replica.wait_for_high_watermark_above(
-                        Offset(end.0 - 1),
-                        now + REASSIGNMENT_HAND_OVER_HW_WAIT,
-                    );
+                    let _ = replica
+                        .wait_for_high_watermark_above(Offset(end.0 - 1), now + HAND_OVER_HW_WAIT);
                 }
-                (epoch, target, end, deadline)
+                (end, deadline)
             }
-            ReassignmentHandOver::Waiting {
-                epoch,
-                target,
-                end,
-                deadline,
-            } => (epoch, target, end, deadline),
+            HandOverPhase::Waiting { end, deadline } => (end, deadline),
         };
         let stalled = replica.high_watermark() < end && !isr_fetching();
         if now >= deadline || stalled {
-            replica.resume_appends_after_hand_over(epoch);
-            tracing::warn!(%log, node = %me, %epoch, stalled,
-                "reassignment hand-over: the high watermark did not reach the stopped appends' end in time; appends resume, trying again later");
-            return set(Some(ReassignmentHandOver::Failed {
+            let mut hand_overs = self.hand_overs.lock();
+            let waiting = HandOver {
                 epoch,
-                target,
-                retry_at: now + REASSIGNMENT_HAND_OVER_RETRY,
-            }));
+                cause: cause.clone(),
+                phase: HandOverPhase::Waiting { end, deadline },
+            };
+            let resumed = self.give_appends_back(&hand_overs, replica, &waiting);
+            tracing::warn!(%log, node = %me, %epoch, stalled, resumed,
+                "{}: the high watermark did not reach the stopped appends' end, or nobody could take over, in time; appends resume, trying again later", cause.label());
+            hand_overs.insert(
+                log,
+                HandOver {
+                    epoch,
+                    cause: cause.clone(),
+                    phase: HandOverPhase::Failed {
+                        retry_at: now + HAND_OVER_RETRY,
+                    },
+                },
+            );
+            return;
         }
-        if replica.high_watermark() < end || !caught_up(&target) {
+        if replica.high_watermark() < end || !caught_up(None) {
             return;
         }
         let state = match self.coordinator.log_state(log) {
             Ok(Some(state)) => state,
             Ok(None) => return,
             Err(error) => {
-                tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read the log; retrying");
+                tracing::debug!(%log, node = %me, %error, "{}: cannot read the log; retrying", cause.label());
                 return;
             }
         };
@@ -1842,112 +1943,20 @@ impl NodeShared {
         let live = match self.coordinator.live_nodes() {
             Ok(live) => live,
             Err(error) => {
-                tracing::debug!(%log, node = %me, %error, "reassignment hand-over: cannot read live nodes; retrying");
+                tracing::debug!(%log, node = %me, %error, "{}: cannot read live nodes; retrying", cause.label());
                 return;
             }
         };
-        let Some(successor) =
-            self.caught_up_successor(replica, &state, &state.target_replicas(), &live)
-        else {
-            return;
+        // Target replicas first, then assignment order.
+        let candidates: Vec<NodeId> = match &cause {
+            HandOverCause::Reassignment { .. } => state.target_replicas(),
+            HandOverCause::StuckApplication => state
+                .target_replicas()
+                .into_iter()
+                .chain(state.replicas.iter().copied())
+                .filter(|node| may_take_over(*node))
+                .collect(),
         };
-        let update = self.hand_over_update(&state, successor);
-        match self
-            .coordinator
-            .compare_and_set(log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(new_state)) => {
-                set(None);
-                tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
-                    "reassignment: leadership handed to a target replica");
-                self.reconcile(&new_state);
-            }
-            // Lost a race, or the answer was lost: the next tick reads the
-            // stored state again and decides from it.
-            Ok(CasOutcome::Stale(_)) => {}
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "reassignment hand-over: compare-and-set failed; retrying");
-            }
-        }
-    }
-
-    /// SPEC 3.9, issue 25: a leader whose application has applied less
-    /// than its log start (`Replica::leader_application_behind`: it was
-    /// elected while its application lagged past the cap) names, by
-    /// compare-and-set, the first replica (target replicas of a
-    /// reassignment first, then assignment order) that is in the ISR,
-    /// live, has fetched everything this leader holds, and whose
-    /// application has applied at least this log start; as a follower it
-    /// then installs that replica's snapshot (the follower path of SPEC
-    /// 3.9). With no such replica it leads on, appends included, says so
-    /// once per epoch (and through `ReplicatedLog::needs_snapshot`), and
-    /// looks again on every control tick (without a coordinator call
-    /// until its own view shows a candidate).
-    ///
-    /// SPEC 3.9 is silent; Kafka has no applied positions. Of the ways
-    /// out, this one keeps the rest as it is: appends never stop (unlike a
-    /// controlled shutdown's hand-over, which would stop them while nobody
-    /// may be able to take over), the successor is an ISR member, so it
-    /// holds every acknowledged record (as after any clean election; a
-    /// record appended between the check and the write is not committed,
-    /// and its `acks=all` caller gets `NotLeader`), and only a follower ever
-    /// receives a snapshot, so the transfer and install paths stay the
-    /// ones tested. Fetching a snapshot as leader from a follower would
-    /// keep the leadership but need a second transfer path; a controller
-    /// that preferred replicas not needing one would need the applied
-    /// positions in the coordinator. This leader leaves the ISR, as in
-    /// `hand_over_update` (below `min_insync_replicas` it joins the ELR:
-    /// it holds everything), where Kafka's preferred-leader election keeps
-    /// the old leader in: here it stops fetching while its snapshot
-    /// downloads and would hold the new leader's high watermark until
-    /// `replica_lag_time_max`; it rejoins by rule 3.4 once rebuilt.
-    fn hand_over_from_a_stuck_application(&self, replica: &Replica) {
-        // A stopping node's controlled shutdown hands the leadership over.
-        if self.winding_down.load(Ordering::SeqCst) {
-            return;
-        }
-        let Some((applied, log_start)) = replica.leader_application_behind() else {
-            return;
-        };
-        let me = self.local();
-        let log = replica.log_id();
-        let (_, epoch) = replica.role();
-        let fit = |node: NodeId| {
-            node != me && replica.has_caught_up(node) && replica.application_reaches_log_start(node)
-        };
-        let candidate_seen = replica.in_sync_replicas().into_iter().any(fit);
-        if replica.stuck_application_warning_due(epoch) {
-            tracing::warn!(%log, node = %me, %epoch, %applied, %log_start, candidate_seen,
-                "leading with this replica's application behind its log start: it needs a snapshot, which only a follower receives; handing the leadership to a caught-up in-sync replica whose application reaches the log start once there is one, leading on meanwhile");
-        }
-        // A reassignment's hand-over moves the leadership anyway.
-        if !candidate_seen || self.reassignment_hand_overs.lock().contains_key(&log) {
-            return;
-        }
-        let state = match self.coordinator.log_state(log) {
-            Ok(Some(state)) => state,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%log, node = %me, %error, "stuck application's hand-over: cannot read the log; retrying");
-                return;
-            }
-        };
-        if state.leader != Some(me) || state.leader_epoch != epoch {
-            return; // The event that says so brings the role change.
-        }
-        let live = match self.coordinator.live_nodes() {
-            Ok(live) => live,
-            Err(error) => {
-                tracing::debug!(%log, node = %me, %error, "stuck application's hand-over: cannot read live nodes; retrying");
-                return;
-            }
-        };
-        let candidates: Vec<NodeId> = state
-            .target_replicas()
-            .into_iter()
-            .chain(state.replicas.iter().copied())
-            .filter(|node| replica.application_reaches_log_start(*node))
-            .collect();
         let Some(successor) = self.caught_up_successor(replica, &state, &candidates, &live) else {
             return;
         };
@@ -1958,17 +1967,107 @@ impl NodeShared {
             .compare_and_set(log, state.leader_epoch, state.version, update)
         {
             Ok(CasOutcome::Applied(new_state)) => {
-                tracing::warn!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch, %applied, %log_start,
-                    "handed the leadership over: this replica's application needs a snapshot, which it installs as a follower");
+                set(None);
+                match cause {
+                    HandOverCause::Reassignment { .. } => {
+                        tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                        "reassignment: leadership handed to a target replica")
+                    }
+                    HandOverCause::StuckApplication => {
+                        tracing::warn!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                        "handed the leadership over: this replica's application needs a snapshot, which it installs as a follower")
+                    }
+                }
                 self.reconcile(&new_state);
             }
             // Lost a race, or the answer was lost: the next tick reads the
             // stored state again and decides from it.
             Ok(CasOutcome::Stale(_)) => {}
             Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "stuck application's hand-over: compare-and-set failed; retrying");
+                tracing::warn!(%log, node = %me, %error, "{}: compare-and-set failed; retrying", cause.label());
             }
         }
+    }
+
+    /// SPEC 3.9, issue 25: a leader whose application has applied less
+    /// than its log start (`Replica::leader_application_behind`: it was
+    /// elected while its application lagged past the cap) hands the
+    /// leadership over ([`progress_hand_over`](Self::progress_hand_over)
+    /// carries it out) to the first replica (target replicas of a
+    /// reassignment first, then assignment order) that is in the ISR,
+    /// live, has fetched everything this leader holds, and whose
+    /// application has applied at least this log start; as a follower it
+    /// then installs that replica's snapshot (the follower path of SPEC
+    /// 3.9). This begins the hand-over (or ends it, once this replica no
+    /// longer leads behind its application); it says so once per epoch
+    /// (and through `ReplicatedLog::needs_snapshot`). With no such replica
+    /// it leads on, appends included.
+    ///
+    /// SPEC 3.9 is silent; Kafka has no applied positions. Of the ways
+    /// out, this one keeps the rest as it is. Appends stop only for the
+    /// hand-over itself, as a controlled shutdown stops them (for about
+    /// one fetch round, at most [`HAND_OVER_WAIT`], and only once a
+    /// successor has caught up): under continuous `acks=all` load the
+    /// leader always holds a record its followers have not fetched yet, so
+    /// a hand-over that waited for a moment with nothing in flight could
+    /// wait for ever (review of the first version). The successor is an
+    /// ISR member that fetched up to the stopped log end, so it holds
+    /// every acknowledged record, and only a follower ever receives a
+    /// snapshot, so the transfer and install paths stay the ones tested.
+    /// Fetching a snapshot as leader from a follower would keep the
+    /// leadership but need a second transfer path; a controller that
+    /// preferred replicas not needing one would need the applied positions
+    /// in the coordinator. This leader leaves the ISR, as in
+    /// `hand_over_update` (below `min_insync_replicas` it joins the ELR: it
+    /// holds everything), where Kafka's preferred-leader election keeps
+    /// the old leader in: here it stops fetching while its snapshot
+    /// downloads and would hold the new leader's high watermark until
+    /// `replica_lag_time_max`; it rejoins by rule 3.4 once rebuilt. So
+    /// with two replicas, `acks=all` appends fail with
+    /// `NotEnoughReplicas` while it installs the snapshot, if
+    /// `min_insync_replicas` is 2.
+    fn hand_over_from_a_stuck_application(&self, replica: &Replica) {
+        // A stopping node's controlled shutdown hands the leadership over.
+        if self.winding_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let me = self.local();
+        let log = replica.log_id();
+        let behind = replica.leader_application_behind();
+        let (_, epoch) = replica.role();
+        let mut hand_overs = self.hand_overs.lock();
+        let current = hand_overs.get(&log).cloned();
+        let Some((applied, log_start)) = behind else {
+            let stuck =
+                current.filter(|hand_over| hand_over.cause == HandOverCause::StuckApplication);
+            if let Some(hand_over) = stuck {
+                hand_overs.remove(&log);
+                self.give_appends_back(&hand_overs, replica, &hand_over);
+            }
+            return;
+        };
+        if replica.stuck_application_warning_due(epoch) {
+            let candidate_seen = replica.in_sync_replicas().into_iter().any(|node| {
+                node != me
+                    && replica.has_caught_up(node)
+                    && replica.application_reaches_log_start(node)
+            });
+            tracing::warn!(%log, node = %me, %epoch, %applied, %log_start, candidate_seen,
+                "leading with this replica's application behind its log start: it needs a snapshot, which only a follower receives; handing the leadership to an in-sync replica whose application reaches the log start once one has caught up (appends stop briefly for it), leading on meanwhile");
+        }
+        // A hand-over in this epoch (a reassignment's, or this one under
+        // way) moves the leadership anyway.
+        if current.is_some_and(|hand_over| hand_over.epoch == epoch) {
+            return;
+        }
+        hand_overs.insert(
+            log,
+            HandOver {
+                epoch,
+                cause: HandOverCause::StuckApplication,
+                phase: HandOverPhase::Ready,
+            },
+        );
     }
 
     /// Stops and deletes this node's replica of `log`, which the stored
@@ -1983,7 +2082,7 @@ impl NodeShared {
         let Some(replica) = self.replicas.write().remove(&log) else {
             return;
         };
-        self.reassignment_hand_overs.lock().remove(&log);
+        self.hand_overs.lock().remove(&log);
         replica.take_offline();
         if let Err(error) = replica.log().close_in_place() {
             tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
@@ -3062,8 +3161,8 @@ fn control_loop(
                 shared.settle_isr(&replica);
                 continue;
             }
-            shared.progress_reassignment_hand_over(&replica);
             shared.hand_over_from_a_stuck_application(&replica);
+            shared.progress_hand_over(&replica);
             let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
             if let Some(proposal) = proposal {
                 shared.submit_isr(&replica, proposal);

@@ -413,7 +413,15 @@ impl ReplicatedLog {
     /// in-sync replica that has fetched everything and whose application
     /// reaches the log start as soon as there is one, and until then leads
     /// on (appends and fetches are served; the application and the
-    /// replicas that need a snapshot wait).
+    /// replicas that need a snapshot wait). For the hand-over itself it
+    /// stops appends as a controlled shutdown does (for about one fetch
+    /// round, at most 2 s; they fail with a retriable
+    /// [`Error::NotLeader`](crate::Error::NotLeader)), so that it completes
+    /// under continuous load. It then leaves the ISR until its snapshot is
+    /// installed and it has caught up: with two replicas and
+    /// `min_insync_replicas = 2`, `acks=all` appends fail with
+    /// [`Error::NotEnoughReplicas`](crate::Error::NotEnoughReplicas)
+    /// meanwhile.
     pub fn needs_snapshot(&self) -> bool {
         self.replica.application_needs_snapshot()
     }

@@ -35,8 +35,12 @@
 //! apply loop stalled past the cap) leads on, appends included, says so
 //! ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot)
 //! and a warning), and hands the leadership to a caught-up in-sync replica
-//! whose application reaches the log start as soon as there is one; as a
-//! follower it is then rebuilt from that replica's snapshot.
+//! whose application reaches the log start as soon as there is one
+//! (stopping its appends for the hand-over, briefly, as a controlled
+//! shutdown does); as a follower it is then rebuilt from that replica's
+//! snapshot. It is out of the ISR until rebuilt: with two replicas and
+//! `min_insync_replicas = 2`, `acks=all` appends fail with
+//! [`Error::NotEnoughReplicas`](crate::Error::NotEnoughReplicas) meanwhile.
 //!
 //! This is Raft's `InstallSnapshot` (openraft streams it in chunks too) on
 //! top of an ISR log; Kafka has no equivalent.

@@ -561,12 +561,13 @@ impl Replica {
             })
     }
 
-    /// Controlled shutdown: if this replica leads, it takes no more
-    /// appends in its epoch and returns that epoch and its log end offset,
-    /// final once this returns (every append admitted before is in the
-    /// log: each holds `role` until its batch is written or queued, and the
-    /// queue's writer drains it before letting `role` go). `None` on a
-    /// follower.
+    /// Controlled shutdown, and a leader's hand-over (a reassignment's, a
+    /// stuck application's): if this replica leads, it takes no more
+    /// appends in its epoch (they fail with a retriable `NotLeader`) and
+    /// returns that epoch and its log end offset, final once this returns
+    /// (every append admitted before is in the log: each holds `role`
+    /// until its batch is written or queued, and the queue's writer drains
+    /// it before letting `role` go). `None` on a follower.
     pub(crate) fn stop_appends_for_hand_over(&self) -> Option<(LeaderEpoch, Offset)> {
         let role = self.role.write();
         if role.role != Role::Leader {
@@ -578,10 +579,12 @@ impl Replica {
         Some((role.leader_epoch, self.log.log_end_offset()))
     }
 
-    /// Reassignment (SPEC 3.10): a hand-over begun with
+    /// A leader's hand-over (reassignment, SPEC 3.10; stuck application,
+    /// SPEC 3.9) begun with
     /// [`stop_appends_for_hand_over`](Self::stop_appends_for_hand_over)
-    /// that found no successor in time gives appends back, if this replica
-    /// still leads in `epoch` with appends stopped there.
+    /// that found no successor in time, or is no longer due, gives appends
+    /// back, if this replica still leads in `epoch` with appends stopped
+    /// there.
     pub(crate) fn resume_appends_after_hand_over(&self, epoch: LeaderEpoch) {
         let _ = self.appends_stopped_in.compare_exchange(
             u64::from(epoch.0) + 1,

@@ -12,28 +12,43 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use isrlog::{Acks, NodeId};
+use isrlog::{Acks, NodeId, Offset, ReplicatedLog};
 
-use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
+use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{
+    setup_with, Setup, LOG, WAIT,
+};
 
-#[test]
-fn a_leader_whose_application_needs_a_snapshot_hands_leadership_over() {
-    let setup = setup_with(true, |_| {});
+/// A replica of [`LOG`] elected leader while its application is behind its
+/// log start, and the two others, down.
+pub(super) struct StuckLeader {
+    /// The first leader, down.
+    pub(super) first: NodeId,
+    /// The leader, its application stuck at `stalled_at`.
+    pub(super) victim: NodeId,
+    /// The third replica, down.
+    pub(super) third: NodeId,
+    pub(super) stalled_at: Offset,
+    pub(super) on_victim: ReplicatedLog,
+}
+
+/// The victim keeps its replica in the ISR while its application applies
+/// nothing; past the cap the leader deletes what it has not applied (and
+/// the victim's log start follows). The leader has no snapshot, so the
+/// victim cannot be rebuilt before it is elected. Then the other two go
+/// down (`third` first: the victim is then the only live replica when the
+/// leader goes, and has nobody to hand over to, even with min ISR 1 and
+/// so no ELR), the victim leads alone, its application runs again and it
+/// says it needs a snapshot.
+pub(super) fn elect_a_leader_whose_application_needs_a_snapshot(setup: &Setup) -> StuckLeader {
     let cluster = &setup.cluster;
     setup.append(20);
     let leader = cluster.leader_log(LOG).expect("leader");
     let first = leader.node_id();
-    // The controller elects the first live in-sync replica in assignment
-    // order: the victim, once `first` crashes.
     let replicas = leader.replicas();
     let others: Vec<NodeId> = replicas.iter().copied().filter(|n| *n != first).collect();
     let (victim, third) = (others[0], others[1]);
     setup.wait_states_equal();
     let stalled_at = setup.apps[&victim].state().applied;
-    // The victim keeps its replica in the ISR while its application
-    // applies nothing; past the cap the leader deletes what it has not
-    // applied (and the victim's log start follows). The leader has no
-    // snapshot, so the victim cannot be rebuilt before it is elected.
     setup.apps[&victim].stalled.store(true, Ordering::SeqCst);
     setup.append(150);
     let on_victim = cluster.log(victim, LOG).expect("victim");
@@ -43,21 +58,38 @@ fn a_leader_whose_application_needs_a_snapshot_hands_leadership_over() {
         leader.deletion_bound()
     );
     assert!(cluster.in_sync_replicas(LOG).contains(&victim));
-
-    // The other two go down: the victim leads, alone.
-    cluster.crash(first);
     cluster.crash(third);
+    cluster.crash(first);
     assert!(
         cluster.wait_until(WAIT, |_| on_victim.is_leader()),
         "the victim was not elected"
     );
     setup.apps[&victim].stalled.store(false, Ordering::SeqCst);
-    // Nobody to hand over to: it stays leader, takes appends, and says its
-    // application needs a snapshot.
     assert!(
         cluster.wait_until(WAIT, |_| on_victim.needs_snapshot()),
         "the leader never said its application needs a snapshot"
     );
+    StuckLeader {
+        first,
+        victim,
+        third,
+        stalled_at,
+        on_victim,
+    }
+}
+
+#[test]
+fn a_leader_whose_application_needs_a_snapshot_hands_leadership_over() {
+    let setup = setup_with(true, |_| {});
+    let cluster = &setup.cluster;
+    let StuckLeader {
+        first,
+        victim,
+        third,
+        stalled_at,
+        on_victim,
+    } = elect_a_leader_whose_application_needs_a_snapshot(&setup);
+    // Nobody to hand over to: it stays leader and takes appends.
     on_victim
         .append_values(&[b"taken while no one else can lead"], Acks::Leader)
         .expect("a leader whose application is behind still takes appends");

@@ -1940,6 +1940,30 @@ impl NodeShared {
         if state.leader != Some(me) || state.leader_epoch != epoch {
             return; // The event that says so brings the role change.
         }
+        // A move cancelled or replaced (its replica set unchanged, so the
+        // epoch too) while this ran: the event thread ended this hand-over,
+        // and this call may have put it back (review of f31c327). Nothing
+        // to hand over: give the stopped appends back and end it.
+        if matches!(cause, HandOverCause::Reassignment { .. })
+            && !state.removing_replicas.contains(&me)
+        {
+            let mut hand_overs = self.hand_overs.lock();
+            let waiting = HandOver {
+                epoch,
+                cause: cause.clone(),
+                phase: HandOverPhase::Waiting { end, deadline },
+            };
+            let resumed = self.give_appends_back(&hand_overs, replica, &waiting);
+            tracing::info!(%log, node = %me, %epoch, resumed,
+                "{}: this node is no longer being removed; appends resume", cause.label());
+            if hand_overs
+                .get(&log)
+                .is_some_and(|current| current.epoch == epoch)
+            {
+                hand_overs.remove(&log);
+            }
+            return;
+        }
         let live = match self.coordinator.live_nodes() {
             Ok(live) => live,
             Err(error) => {

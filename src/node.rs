@@ -1760,6 +1760,17 @@ impl NodeShared {
         true
     }
 
+    /// The coordinator's live nodes for a hand-over of `log`; `None` (logged)
+    /// when it cannot be read: the next tick tries again.
+    fn live_nodes_for(&self, log: LogId, cause: &HandOverCause) -> Option<Vec<NodeId>> {
+        self.coordinator
+            .live_nodes()
+            .map_err(|error| {
+                tracing::debug!(%log, node = %self.local(), %error, "{}: cannot read live nodes; retrying", cause.label());
+            })
+            .ok()
+    }
+
     /// One step of `replica`'s hand-over, if one is due (a reassignment's,
     /// see [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over),
     /// or a stuck application's, see
@@ -1861,12 +1872,8 @@ impl NodeShared {
                 // nothing until the stall gives them back. One coordinator
                 // call, made only when this leader's own view shows a
                 // replica to hand over to.
-                let live = match self.coordinator.live_nodes() {
-                    Ok(live) => live,
-                    Err(error) => {
-                        tracing::debug!(%log, node = %me, %error, "{}: cannot read live nodes; retrying", cause.label());
-                        return;
-                    }
+                let Some(live) = self.live_nodes_for(log, &cause) else {
+                    return;
                 };
                 if !caught_up(Some(&live)) {
                     return;
@@ -1964,12 +1971,8 @@ impl NodeShared {
             }
             return;
         }
-        let live = match self.coordinator.live_nodes() {
-            Ok(live) => live,
-            Err(error) => {
-                tracing::debug!(%log, node = %me, %error, "{}: cannot read live nodes; retrying", cause.label());
-                return;
-            }
+        let Some(live) = self.live_nodes_for(log, &cause) else {
+            return;
         };
         // Target replicas first, then assignment order.
         let candidates: Vec<NodeId> = match &cause {

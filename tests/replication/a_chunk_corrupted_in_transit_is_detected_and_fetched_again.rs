@@ -12,10 +12,12 @@ use std::sync::Arc;
 
 use isrlog::testing::{Lose, SessionEnd};
 use isrlog::transport::{Request, Response};
-use isrlog::{NodeId, Offset, RequestHandler};
+use isrlog::{NodeId, Offset, ReplicatedLog, RequestHandler, SnapshotInfo};
 
 use super::log_capture::log_lines_with;
-use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
+use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{
+    setup_with, Setup, LOG, WAIT,
+};
 
 /// The leader's request handler, flipping one byte of the data of the
 /// first `corrupt_left` snapshot chunks it answers at one position past the
@@ -57,18 +59,7 @@ fn a_chunk_corrupted_in_transit_is_detected_and_the_snapshot_fetched_again() {
     let _ = super::log_capture::captured_logs();
     let setup = setup_with(true, |_| {});
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
-    let snapshot = setup.apps[&leader.node_id()].take_snapshot();
-    assert!(
-        snapshot.size_bytes > 3 * 1024,
-        "{snapshot:?}: want several chunks"
-    );
+    let (leader, victim, snapshot) = a_follower_down_past_a_snapshot_of_several_chunks(&setup);
     let link = Arc::new(CorruptingLink {
         inner: cluster
             .with_node(leader.node_id(), |node| node.handler())
@@ -102,4 +93,27 @@ fn a_chunk_corrupted_in_transit_is_detected_and_the_snapshot_fetched_again() {
         snapshot.size_bytes, snapshot.offset
     );
     setup.cluster.shutdown().expect("shutdown");
+}
+
+/// Crashes a follower, then appends until the leader's log starts past it
+/// and takes the leader application's snapshot (several chunks long), so
+/// that the follower, once restarted, can only come back through it.
+/// Returns the leader's log, the follower and the snapshot.
+pub(super) fn a_follower_down_past_a_snapshot_of_several_chunks(
+    setup: &Setup,
+) -> (ReplicatedLog, NodeId, SnapshotInfo) {
+    let cluster = &setup.cluster;
+    setup.append(20);
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let victim = NodeId((leader.node_id().0 + 1) % 3);
+    setup.wait_states_equal();
+    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
+    setup.append(150);
+    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    let snapshot = setup.apps[&leader.node_id()].take_snapshot();
+    assert!(
+        snapshot.size_bytes > 3 * 1024,
+        "{snapshot:?}: want several chunks"
+    );
+    (leader, victim, snapshot)
 }

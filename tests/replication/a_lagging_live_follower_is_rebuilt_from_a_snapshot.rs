@@ -10,7 +10,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use isrlog::{NodeId, Offset};
+use isrlog::testing::Cluster;
+use isrlog::{NodeId, Offset, ReplicatedLog};
 
 use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
 
@@ -39,15 +40,7 @@ fn a_follower_whose_application_stalled_past_the_cap_is_rebuilt_from_a_snapshot(
     setup.wait_states_equal();
     let on_victim = cluster.log(victim, LOG).expect("victim");
     assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
-    // The flag clears once the install returned, just after the state changed.
-    assert!(
-        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
-        "the rebuilt replica still waits for a snapshot"
-    );
-    assert!(
-        cluster.wait_until(WAIT, |c| c.in_sync_replicas(LOG).contains(&victim)),
-        "the rebuilt replica never rejoined the ISR"
-    );
+    wait_rebuilt_and_in_sync(cluster, &on_victim, victim);
     println!(
         "{victim} stalled at {stalled_at}, rebuilt from the snapshot at {} ({} bytes); leader log start {}, HW {}",
         snapshot.offset,
@@ -87,14 +80,7 @@ fn a_partitioned_follower_behind_the_log_start_is_rebuilt_from_a_snapshot() {
     cluster.network.heal();
     setup.wait_states_equal();
     assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
-    assert!(
-        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
-        "the rebuilt replica still waits for a snapshot"
-    );
-    assert!(
-        cluster.wait_until(WAIT, |c| c.in_sync_replicas(LOG).contains(&victim)),
-        "the rebuilt replica never rejoined the ISR"
-    );
+    wait_rebuilt_and_in_sync(cluster, &on_victim, victim);
     println!(
         "{victim} rebuilt from the snapshot at {} ({} bytes); leader log start {}, HW {}",
         snapshot.offset,
@@ -177,4 +163,18 @@ fn a_follower_whose_application_never_reported_is_rebuilt_from_a_snapshot() {
         leader.log_start_offset()
     );
     setup.cluster.shutdown().expect("shutdown");
+}
+
+/// Waits until `on_victim`, rebuilt from a snapshot, no longer waits for
+/// one (the flag clears once the install returned, just after the
+/// application's state changed) and its node is back in the ISR.
+fn wait_rebuilt_and_in_sync(cluster: &Cluster, on_victim: &ReplicatedLog, victim: NodeId) {
+    assert!(
+        cluster.wait_until(WAIT, |_| !on_victim.needs_snapshot()),
+        "the rebuilt replica still waits for a snapshot"
+    );
+    assert!(
+        cluster.wait_until(WAIT, |c| c.in_sync_replicas(LOG).contains(&victim)),
+        "the rebuilt replica never rejoined the ISR"
+    );
 }

@@ -11,10 +11,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use isrlog::testing::{Lose, SessionEnd};
 use isrlog::transport::{Request, Response};
-use isrlog::{NodeId, Offset, RequestHandler};
+use isrlog::{NodeId, RequestHandler};
 
+use super::a_chunk_corrupted_in_transit_is_detected_and_fetched_again::a_follower_down_past_a_snapshot_of_several_chunks;
 use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, LOG, WAIT};
 
 /// The leader's request handler, panicking on the first `panics_left`
@@ -46,18 +46,7 @@ impl RequestHandler for PanickingLink {
 fn a_transport_that_panics_during_a_snapshot_transfer_fails_only_that_transfer() {
     let setup = setup_with(true, |_| {});
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
-    let snapshot = setup.apps[&leader.node_id()].take_snapshot();
-    assert!(
-        snapshot.size_bytes > 3 * 1024,
-        "{snapshot:?}: want several chunks"
-    );
+    let (leader, victim, _) = a_follower_down_past_a_snapshot_of_several_chunks(&setup);
     let link = Arc::new(PanickingLink {
         inner: cluster
             .with_node(leader.node_id(), |node| node.handler())

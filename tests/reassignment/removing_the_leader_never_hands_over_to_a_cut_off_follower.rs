@@ -96,9 +96,21 @@ fn removing_the_leader_never_hands_over_to_a_cut_off_follower() {
         left_isr_at.is_some(),
         "the cut-off replica stayed in the ISR"
     );
-    // The move waits for it to be back in the ISR.
+    // The move waits for it to be back in the ISR, unless it completed
+    // before the cut-off replica left the ISR: when that replica had
+    // fetched everything before the cut and the leader stopped appends
+    // within `2 x fetch_wait_max` of it, the high watermark reached the
+    // stopped end, the leader handed over to the other target follower,
+    // and every target replica was in the ISR (seen once in 20 runs).
+    // Either way the cut-off replica never led (asserted above).
     let held = state(&cluster);
-    assert!(held.is_reassigning(), "{held:?}");
+    if !held.is_reassigning() {
+        let (mut replicas, mut expected) = (held.replicas.clone(), target.clone());
+        replicas.sort();
+        expected.sort();
+        assert_eq!(replicas, expected, "{held:?}");
+        assert_ne!(held.leader, Some(cut_off), "{held:?}");
+    }
     cluster.network.heal();
     wait_completed(&cluster, &target);
     wait_deleted(&cluster, old_leader);

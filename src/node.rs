@@ -994,16 +994,25 @@ impl Node {
     #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub fn halt_for_crash(mut self) -> Vec<(PathBuf, u64)> {
-        // Known gap: the threads stop first, and that joins the roll
-        // flusher, which runs the flushes queued by rolls: this simulated
-        // crash never interrupts a rolled segment's background flush. A
-        // real power loss can: a sealed segment torn while the next one
-        // holds valid batches, which recovery refuses to open (SPEC 2.3's
-        // "refuses to open" branch) when the tear may hold committed
-        // records. Poisoning the logs before the join makes the power-loss
-        // fault tests end exactly there.
-        self.stop_threads(Stop::Crash);
+        // A dead process runs none of its queued roll flushes: the logs
+        // refuse work before the threads are joined, so the roll flusher's
+        // jobs fail at once instead of fsyncing whole segments (or, as in
+        // the hang f1b0117 fixed, waiting on a log end) while the crash
+        // waits to join it. It also makes the power-loss simulation honest:
+        // a sealed segment whose background flush had not run is torn with
+        // the next one's batches on disk, which recovery after the
+        // reported unclean stop cuts (`Log::open_after_reported_unclean_stop`).
+        // The stop flag goes first: from here on the threads only wind
+        // down, so a poisoned leader does not resign through the
+        // coordinator as a live one would.
+        self.shared.stop.store(true, Ordering::SeqCst);
         let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        for replica in &replicas {
+            replica
+                .log()
+                .poison("the process was halted (simulated crash)");
+        }
+        self.stop_threads(Stop::Crash);
         let durable = replicas
             .iter()
             .flat_map(|replica| replica.log().halt_for_crash())
@@ -1498,8 +1507,29 @@ impl NodeShared {
     fn open_replica(&self, log: LogId) -> Result<Arc<Replica>> {
         let dir = log_dir(&self.config.data_dir, log);
         let restarted = dir.exists() || self.lost_replicas.contains(&log);
-        let storage = Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?;
+        // After an unclean stop this node reported before it registered
+        // (SPEC 3.5): its replicas may have lost data anyway, so recovery
+        // cuts damage above the recovery point even where valid batches
+        // follow it (a power loss during a roll's background flush) rather
+        // than refusing the log; the replica then fetches the rest.
+        let reported_unclean = matches!(
+            self.previous_shutdown,
+            PreviousShutdown::Unclean | PreviousShutdown::LostData
+        );
+        let storage = if reported_unclean {
+            Log::open_after_reported_unclean_stop(
+                &dir,
+                self.config.log.clone(),
+                Arc::clone(&self.clock),
+            )?
+        } else {
+            Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?
+        };
         let report = storage.recovery_report();
+        if let Some(from) = report.dropped_possibly_committed {
+            tracing::warn!(%log, node = %self.local(), %from,
+                "recovery cut records that may have been committed, with valid batches after them, above the recovery point (a power loss during a roll's flush): this replica reported its unclean stop and fetches them again");
+        }
         if !report.is_clean() {
             tracing::warn!(%log, node = %self.local(), report = ?report, "log recovered after an unclean stop");
         }

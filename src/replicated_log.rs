@@ -336,6 +336,16 @@ impl ReplicatedLog {
             .poison_for_test("simulated fsync failure");
     }
 
+    /// Test harness only: whether a log start move of this replica (a
+    /// follower following its leader's) still waits for its background
+    /// file work, the checkpoint among it: a crash now reopens the log
+    /// with its older start.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn log_start_move_pending_for_test(&self) -> bool {
+        self.replica.log().log_start_moves_pending()
+    }
+
     /// Storage counters of this replica (appends, fsyncs, bytes, segments).
     pub fn log_stats(&self) -> crate::storage::LogStats {
         self.replica.log().stats()

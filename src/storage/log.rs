@@ -24,7 +24,7 @@ use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
 use super::leader_epoch::{expected_epoch, EpochEntry, LeaderEpochCache};
 use super::offset_index::IndexSyncHandle;
 use super::producer_state::{self, LeaderCheck, ProducerStateManager};
-use super::recovery::{self, RecoveryReport};
+use super::recovery::{self, DamageAboveRecoveryPoint, RecoveryReport};
 use super::segment::{Found, Segment, SegmentFile};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -344,11 +344,48 @@ impl Log {
     /// unclean stop (SPEC 2.3). A torn or corrupt tail after the recovery
     /// point is cut and reported in [`recovery_report`](Self::recovery_report);
     /// corruption below it is `Error::Corrupt`.
+    ///
+    /// Damage above the recovery point that valid batches follow, where
+    /// the records it would remove may have been committed, is
+    /// `Error::Corrupt` here. A node that reported its unclean stop to the
+    /// coordinator cuts such damage instead (its replicas fetch again; see
+    /// [`RecoveryReport::dropped_possibly_committed`]).
     pub fn open(dir: impl AsRef<Path>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
+        Self::open_recovering(dir, config, clock, DamageAboveRecoveryPoint::Refuse)
+    }
+
+    /// Opens the log as [`open`](Self::open) does, for a node that told the
+    /// coordinator of its unclean stop before it registered (SPEC 3.5): its
+    /// replica may have lost data and fetches what it lacks again, so
+    /// damage above the recovery point is cut with everything after it, as
+    /// Kafka's log recovery does (SPEC 2.3), even where valid batches
+    /// follow it. That is what a power loss leaves when a sealed segment's
+    /// background flush (issue 27) had not finished while the next
+    /// segment's pages reached the disk. The cut shows in
+    /// [`RecoveryReport::dropped_possibly_committed`].
+    pub(crate) fn open_after_reported_unclean_stop(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Log> {
+        Self::open_recovering(
+            dir,
+            config,
+            clock,
+            DamageAboveRecoveryPoint::CutAfterReportedUncleanStop,
+        )
+    }
+
+    fn open_recovering(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+        damage: DamageAboveRecoveryPoint,
+    ) -> Result<Log> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let now = clock.now();
-        let recovered = recovery::recover(&dir, &config, now)?;
+        let recovered = recovery::recover(&dir, &config, now, damage)?;
         let log_end = recovered
             .segments
             .values()

@@ -78,6 +78,15 @@ pub struct RecoveryReport {
     pub producer_snapshot: Option<Offset>,
     /// Batch headers read after that snapshot to rebuild the producer state.
     pub producer_batches_scanned: u64,
+    /// The first offset of records that may have been committed (below the
+    /// checkpointed high watermark, or anywhere when it is unknown) which
+    /// recovery removed although valid batches followed the damage: a
+    /// sealed segment torn by a power loss while a later one reached the
+    /// disk, above the recovery point. Only a node recovering after an
+    /// unclean stop does so (its replicas then leave the ISR and ELR and
+    /// fetch those records again, SPEC 2.3 and 3.5); [`Log::open`](crate::Log::open)
+    /// refuses to open such a log instead.
+    pub dropped_possibly_committed: Option<Offset>,
 }
 
 impl RecoveryReport {
@@ -148,7 +157,30 @@ fn count_frames(segment: &Segment, mut position: u64, end: u64) -> Result<u64> {
 }
 
 /// Opens and recovers the log in `dir` (creating it if needed).
-pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Recovered> {
+/// What recovery may do with damage above the recovery point that valid
+/// batches follow, when the records it removes may have been committed
+/// (SPEC 2.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DamageAboveRecoveryPoint {
+    /// Refuse to open the log (`Error::Corrupt`): nobody would tell the
+    /// cluster that this replica lost records.
+    Refuse,
+    /// Cut the log at the damage and delete the segments after it, as
+    /// Kafka's log recovery does, and say so in
+    /// [`RecoveryReport::dropped_possibly_committed`]. Only for a node that
+    /// reported its unclean stop before it registered: its replica then
+    /// counts as one that may have lost data (SPEC 3.5), is never elected
+    /// while an eligible replica lives, reported the log end it has after
+    /// the cut, and fetches the rest again.
+    CutAfterReportedUncleanStop,
+}
+
+pub(crate) fn recover(
+    dir: &Path,
+    config: &LogConfig,
+    now: Instant,
+    damage: DamageAboveRecoveryPoint,
+) -> Result<Recovered> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
     let mut report = RecoveryReport::default();
 
@@ -267,6 +299,15 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                             lost = true;
                             break;
                         }
+                    }
+                    // Above the recovery point, after a reported unclean
+                    // stop: a segment that ends short is a power loss
+                    // before its roll's background flush finished.
+                    if lost && damage == DamageAboveRecoveryPoint::CutAfterReportedUncleanStop {
+                        tracing::warn!(path = %seg.log_path().display(), %reason, from = %expected,
+                            "records that may have been committed were lost above the recovery point; deleting the segments after the gap (this replica reported its unclean stop and fetches them again)");
+                        report.dropped_possibly_committed = Some(expected);
+                        lost = false;
                     }
                 }
                 if lost {
@@ -465,7 +506,11 @@ pub(crate) fn recover(dir: &Path, config: &LogConfig, now: Instant) -> Result<Re
                     }
                     follows = Segment::file_holds_valid_batch(dir, later, cut_at.next())?;
                 }
-                if follows {
+                if follows && damage == DamageAboveRecoveryPoint::CutAfterReportedUncleanStop {
+                    tracing::warn!(path = %seg.log_path().display(), position, from = %cut_at, %reason,
+                        "records that may have been committed were lost above the recovery point, with valid batches after them; cutting the log there (this replica reported its unclean stop and fetches them again)");
+                    report.dropped_possibly_committed = Some(cut_at);
+                } else if follows {
                     return Err(Error::Corrupt {
                         path: seg.log_path().to_path_buf(),
                         position,

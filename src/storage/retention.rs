@@ -266,6 +266,14 @@ impl Log {
         Ok(())
     }
 
+    /// Whether a deferred log start move still waits for its file work
+    /// (its checkpoint, the files below it).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn log_start_moves_pending(&self) -> bool {
+        let moves = self.start_moves.lock();
+        moves.unpersisted || !moves.doomed.is_empty()
+    }
+
     /// Does the file work of the log start moves
     /// [`raise_log_start_offset_deferred`](Self::raise_log_start_offset_deferred)
     /// left, in the order the synchronous move does it: the checkpoint

@@ -803,4 +803,92 @@ mod tests {
         })));
         assert_eq!(ran.load(Ordering::SeqCst), 10);
     }
+
+    /// The data files of `dir`, by base offset.
+    fn data_files(dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// SPEC 2.3 with 3.5: a power loss while rolls' background flushes
+    /// waited can leave a sealed segment torn (or empty) while the later
+    /// segments' pages reached the disk. With the checkpoint lost too,
+    /// every record may have been committed, and valid batches follow the
+    /// damage: `Log::open` refuses the log, and a node that reported its
+    /// unclean stop (so its replica may have lost data and fetches again)
+    /// cuts it at the damage, deletes the later segments and says from
+    /// where in the report. Both a tear inside the last batch of the
+    /// second segment and an emptied second segment (the tiling check).
+    #[test]
+    fn a_sealed_segment_torn_while_its_flush_waited_is_cut_after_a_reported_unclean_stop() {
+        for emptied in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+            let files = data_files(dir.path());
+            assert!(files.len() >= 4, "segments: {}", files.len());
+            crash(log);
+            std::fs::remove_file(dir.path().join("log-state.checkpoint")).unwrap();
+            let torn = &files[1];
+            let second_base: u64 = torn.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+            let length = std::fs::metadata(torn).unwrap().len();
+            let cut_to = if emptied { 0 } else { length - 1 };
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(torn)
+                .unwrap()
+                .set_len(cut_to)
+                .unwrap();
+            let damaged = tempfile::tempdir().unwrap();
+            for entry in std::fs::read_dir(dir.path()).unwrap() {
+                let path = entry.unwrap().path();
+                std::fs::copy(&path, damaged.path().join(path.file_name().unwrap())).unwrap();
+            }
+
+            match Log::open(damaged.path(), config.clone(), Arc::new(SystemClock)) {
+                Err(crate::Error::Corrupt { reason, .. }) => {
+                    assert!(reason.contains("may have been committed"), "{reason}")
+                }
+                other => panic!("emptied {emptied}: expected Corrupt, got {other:?}"),
+            }
+
+            let log = Log::open_after_reported_unclean_stop(
+                dir.path(),
+                config.clone(),
+                Arc::new(SystemClock),
+            )
+            .unwrap_or_else(|e| panic!("emptied {emptied}: must open: {e}"));
+            let end = log.log_end_offset();
+            let report = log.recovery_report().clone();
+            assert_eq!(report.dropped_possibly_committed, Some(end), "{report:?}");
+            if emptied {
+                assert_eq!(end, Offset(second_base));
+            } else {
+                assert!(end > Offset(second_base), "end {end}");
+            }
+            assert_eq!(data_files(dir.path()).len(), 2, "later segments deleted");
+            // Every record below the cut reads back, in epoch 0.
+            assert!(!stored_bytes(&log).is_empty());
+            let mut read = 0u64;
+            let mut next = Offset(0);
+            while next < end {
+                let batch = log.read(next, 1 << 20).unwrap();
+                next = batch.next_offset().unwrap();
+                read += 1;
+            }
+            assert!(read > 0 && next == end);
+            assert_eq!(log.last_batch_epoch(), Some(LeaderEpoch(0)));
+            // Appends go on from the cut, and the log reopens cleanly.
+            log.append_as_leader(&two_records("after", 0), LeaderEpoch(2))
+                .unwrap();
+            log.close().unwrap();
+            let log = reopen(dir.path(), config);
+            assert_eq!(log.log_end_offset(), Offset(end.0 + 2));
+        }
+    }
 }

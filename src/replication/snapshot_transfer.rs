@@ -261,7 +261,10 @@ impl Transfer<'_> {
                         .recv()
                         .unwrap_or_else(|_| Err("a snapshot asker stopped".to_string()))?;
                     match info {
-                        None => info = Some(chunk.snapshot),
+                        None => {
+                            info = Some(chunk.snapshot);
+                            download.reserve(chunk.snapshot.size_bytes)?;
+                        }
                         Some(known) if known != chunk.snapshot => {
                             tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?chunk.snapshot, "the leader's latest snapshot changed during the transfer; starting again");
                             return Ok(None);
@@ -390,6 +393,31 @@ struct Download<'a> {
     /// sleep instead.
     writing: Mutex<()>,
     path: &'a Path,
+}
+
+impl Download<'_> {
+    /// Reserves the disk blocks of a `bytes`-long download at once
+    /// (`fallocate`, the file's length unchanged): the chunks' page-cache
+    /// writes then skip ext4's per-block delayed-allocation bookkeeping
+    /// (reservation, quota, extent status), which cost more than copying
+    /// the bytes (about 40% of a 256 MiB download's write time, issue 25),
+    /// and a disk without room fails the transfer before any chunk is
+    /// asked for past the first. A file system without `fallocate` is
+    /// written as the chunks arrive, as before.
+    fn reserve(&self, bytes: u64) -> Result<(), String> {
+        use rustix::fs::{fallocate, FallocateFlags};
+        match fallocate(&self.file, FallocateFlags::KEEP_SIZE, 0, bytes) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::NOSPC) => Err(format!(
+                "no room for the snapshot's {bytes} bytes in {}",
+                self.path.display()
+            )),
+            Err(error) => {
+                tracing::debug!(path = %self.path.display(), %error, "cannot reserve a snapshot download's blocks; writing it as it arrives");
+                Ok(())
+            }
+        }
+    }
 }
 
 /// One chunk request for an asker thread.

@@ -3010,6 +3010,7 @@ impl NodeShared {
             let mut min_one_batch = true;
             let mut ready = false;
             let mut proposals = false;
+            let mut crowded = false;
             let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
             let start = match count {
                 0 => 0,
@@ -3028,6 +3029,7 @@ impl NodeShared {
                             incarnation,
                         );
                         proposals |= replica.has_isr_proposal();
+                        crowded |= replica.producers_crowded();
                         answer
                     }
                     None => FetchedLog {
@@ -3060,11 +3062,16 @@ impl NodeShared {
                 return Response::Fetch(FetchResponse { logs });
             }
             arrival = FetchArrival::Held(arrival.arrived_at());
-            let _ = self.data_arrived.wait_at_least(
-                seen + 1,
-                deadline,
-                self.config.replication.spin_before_park,
-            );
+            // Spin only while few producers wait on these logs: with
+            // dozens of threads blocked in `append`, the cores have other
+            // work, and every yield of the spin is a context switch (as
+            // costly as parking) that only delays them.
+            let spin = if crowded {
+                Duration::ZERO
+            } else {
+                self.config.replication.spin_before_park
+            };
+            let _ = self.data_arrived.wait_at_least(seen + 1, deadline, spin);
         }
     }
 }

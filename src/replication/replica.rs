@@ -530,6 +530,13 @@ impl Replica {
         }
     }
 
+    /// Whether many blocking `acks=all` appenders waited for the high
+    /// watermark together last time (see `Watch::is_crowded`): spinning
+    /// for them then costs more than it saves.
+    pub(crate) fn producers_crowded(&self) -> bool {
+        self.high_watermark.is_crowded()
+    }
+
     pub(crate) fn high_watermark(&self) -> Offset {
         Offset(self.high_watermark.get())
     }

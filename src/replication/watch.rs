@@ -50,6 +50,12 @@ pub struct Watch {
     /// watermark) spinners steal the two cores from the threads they wait
     /// for, so beyond `SPINNERS_MAX` a waiter parks at once.
     spinners: AtomicU64,
+    /// How many parked waiters the latest release that released any let
+    /// go at once: a hint of how many threads wait on this watch together.
+    /// Above `SPINNERS_MAX` waiters do not spin (see `wait_at_least`). It
+    /// only steers spinning, never who is woken: a stale value costs at
+    /// most one park or one spin, after which the next release sets it.
+    crowd: AtomicU64,
     /// The parked waiters.
     ///
     /// Invariant: while this list is not empty, the word's `PARKED` bit is
@@ -123,6 +129,7 @@ impl Watch {
         Watch {
             word: AtomicU64::new(value.min(VALUE_MAX) << SHIFT),
             spinners: AtomicU64::new(0),
+            crowd: AtomicU64::new(0),
             parked: Mutex::new(Vec::new()),
             to_wake: Mutex::new(Vec::new()),
             to_wake_count: AtomicU64::new(0),
@@ -207,6 +214,7 @@ impl Watch {
         if released.is_empty() {
             return;
         }
+        self.crowd.store(released.len() as u64, Ordering::Relaxed);
         {
             // Still under the parked lock: a waiter at its deadline checks
             // its outcome under that lock, and finds it written or finds
@@ -302,6 +310,12 @@ impl Watch {
         self.word.load(Ordering::SeqCst) & PARKED != 0 || self.spinners.load(Ordering::SeqCst) > 0
     }
 
+    /// Whether more threads waited on this watch together, last time
+    /// several were parked, than may spin at once.
+    pub fn is_crowded(&self) -> bool {
+        self.crowd.load(Ordering::Relaxed) > SPINNERS_MAX
+    }
+
     /// Whether the watch is closed.
     pub fn is_closed(&self) -> bool {
         self.word.load(Ordering::SeqCst) & CLOSED != 0
@@ -325,10 +339,14 @@ impl Watch {
         if let Some(outcome) = Self::outcome(word, target) {
             return outcome;
         }
-        // Others already parked: the wait is long or the cores are busy
-        // (64 producers waiting for one high watermark); a spin would only
-        // take a core from the threads that move the value.
-        let spin = if word & PARKED != 0 {
+        // Others already parked, or many were released together last time:
+        // the wait is long or the cores are busy (64 producers waiting for
+        // one high watermark); a spin would only take a core from the
+        // threads that move the value. (Right after a release none is
+        // parked, yet the released crowd is about to wait again: without
+        // the crowd hint the first `SPINNERS_MAX` of it spin every round,
+        // each yield a context switch among dozens of runnable threads.)
+        let spin = if word & PARKED != 0 || self.is_crowded() {
             Duration::ZERO
         } else {
             spin

@@ -1262,6 +1262,27 @@ impl NodeShared {
                 continue;
             }
             let end = match self.host(state.log) {
+                // Recovery cut records that may have been committed (a
+                // power loss during a roll's background flush): reported
+                // as a lost replica, with an empty log end, as if its
+                // directory had been deleted. The coordinator keeps a
+                // reporting replica that is the last ISR or ELR member
+                // with a non-empty log end (it would then lead with the
+                // cut log and truncate replicas outside the ISR that still
+                // hold the records); an empty one always leaves, and the
+                // log waits for unclean recovery, which asks the others
+                // (review of c6bd2e8, finding 1).
+                Ok(replica)
+                    if replica
+                        .log()
+                        .recovery_report()
+                        .dropped_possibly_committed
+                        .is_some() =>
+                {
+                    tracing::warn!(log = %state.log, node = %self.local(),
+                        "recovery cut records that may have been committed: reporting this replica as one that lost its data");
+                    LogEnd::default()
+                }
                 Ok(replica) => LogEnd {
                     last_epoch: replica.log().last_batch_epoch(),
                     log_end_offset: replica.log().log_end_offset(),
@@ -1393,6 +1414,21 @@ impl NodeShared {
     /// `Clean` and let this replica take part in those logs as if it had
     /// lost nothing; without it the next start reports again.
     fn may_mark_clean_shutdown(&self) -> bool {
+        // A replica of an unclean start that never opened has not been
+        // recovered: a clean marker would have the next start open it as
+        // after a clean stop, which refuses the damage a power loss left
+        // instead of cutting it (review of c6bd2e8, finding 3).
+        if matches!(
+            self.previous_shutdown,
+            PreviousShutdown::Unclean | PreviousShutdown::LostData
+        ) {
+            let unopened = self.unopened.lock();
+            if !unopened.is_empty() {
+                tracing::warn!(node = %self.local(), logs = ?unopened.keys().collect::<Vec<_>>(),
+                    "not writing the clean-shutdown marker: replicas of this unclean start never opened, so the next start recovers them as after an unclean stop");
+                return false;
+            }
+        }
         let unreported = self.unreported.lock();
         if unreported.is_empty() {
             return true;
@@ -1477,8 +1513,16 @@ impl NodeShared {
                                 replica.log().finish_log_start_moves()
                             }
                         };
-                        if let Err(error) = done {
-                            tracing::error!(log = %replica.log_id(), ?work, %error, "background log work failed");
+                        match done {
+                            Ok(()) => {}
+                            // Poisoned: the failure that poisoned it was
+                            // logged then (or the process was halted).
+                            Err(error @ Error::Poisoned { .. }) => {
+                                tracing::debug!(log = %replica.log_id(), ?work, %error, "background log work skipped: the log is poisoned");
+                            }
+                            Err(error) => {
+                                tracing::error!(log = %replica.log_id(), ?work, %error, "background log work failed");
+                            }
                         }
                     }
                 }))
@@ -2512,6 +2556,12 @@ impl NodeShared {
     /// other in-sync replica there is nobody to hand over to; it stays and
     /// says so.
     fn resign_failed_leader(&self, replica: &Replica) {
+        // A stopping or crashed node takes no more part: a simulated crash
+        // poisons its logs before its threads end, and a dead process
+        // would not resign (review of c6bd2e8, finding 2).
+        if self.is_stopped() {
+            return;
+        }
         let me = self.local();
         let log = replica.log_id();
         let state = match self.coordinator.log_state(log) {

@@ -13,7 +13,11 @@
 //! the next), and a tail that may hold committed data (below the
 //! checkpointed high watermark, or anywhere when the checkpoint is gone)
 //! with valid batches after the damage: that is damage in the middle of the
-//! log, which a replica must not cut on its own.
+//! log, which a replica must not cut on its own. The exception is a node
+//! that reports its unclean stop, and the replica as one that lost its data,
+//! before it registers (`DamageAboveRecoveryPoint`): above the recovery
+//! point it cuts, as Kafka does, since a power loss during a roll's
+//! background flush leaves exactly that.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -156,7 +160,6 @@ fn count_frames(segment: &Segment, mut position: u64, end: u64) -> Result<u64> {
     Ok(frames)
 }
 
-/// Opens and recovers the log in `dir` (creating it if needed).
 /// What recovery may do with damage above the recovery point that valid
 /// batches follow, when the records it removes may have been committed
 /// (SPEC 2.3).
@@ -168,13 +171,16 @@ pub(crate) enum DamageAboveRecoveryPoint {
     /// Cut the log at the damage and delete the segments after it, as
     /// Kafka's log recovery does, and say so in
     /// [`RecoveryReport::dropped_possibly_committed`]. Only for a node that
-    /// reported its unclean stop before it registered: its replica then
-    /// counts as one that may have lost data (SPEC 3.5), is never elected
-    /// while an eligible replica lives, reported the log end it has after
-    /// the cut, and fetches the rest again.
+    /// reports its unclean stop before it registers: it reports such a
+    /// replica as one that lost its data (an empty log end, as for a
+    /// deleted directory), so it leaves the ISR and ELR even as their last
+    /// member, is never elected while an eligible replica lives, and
+    /// fetches the log again (SPEC 3.5).
     CutAfterReportedUncleanStop,
 }
 
+/// Opens and recovers the log in `dir` (creating it if needed), doing with
+/// damage above the recovery point what `damage` says.
 pub(crate) fn recover(
     dir: &Path,
     config: &LogConfig,

@@ -1,0 +1,156 @@
+//! SPEC 2.3 with 3.5 (review of c6bd2e8, finding 1): a node back from an
+//! unclean stop whose recovery cut records that may have been committed
+//! (damage above the recovery point with valid batches after it: a power
+//! loss during a roll's background flush) reports that replica as one that
+//! lost its data, with an empty log end. The coordinator keeps a reporting
+//! replica that is the last ISR member and has a non-empty log end; had it
+//! reported the end after the cut, it would have stayed the only ISR member
+//! and led with records missing, and the others, which hold them, would
+//! have truncated them away on their return. It leaves the ISR instead,
+//! the log waits for unclean recovery, the replicas that hold every record
+//! lead, and nothing acknowledged is lost.
+
+use std::time::Duration;
+
+use isrlog::testing::{Cluster, Lose, SessionEnd};
+use isrlog::{
+    Acks, Coordinator, Isolation, LogConfig, LogEnd, LogId, NodeId, Offset, PreviousShutdown,
+    ReplicationConfig,
+};
+
+const LOG: LogId = LogId(1);
+const RECORDS: usize = 100;
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Every committed value on `node`, read segment by segment (a read
+/// stops at a segment's end).
+fn values(cluster: &Cluster, node: NodeId) -> Vec<Vec<u8>> {
+    let Ok(handle) = cluster.log(node, LOG) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut next = Offset(0);
+    loop {
+        let Ok(batches) = handle.read(next, 1 << 24, Isolation::Committed) else {
+            return out;
+        };
+        let Some(last) = batches.last() else {
+            return out;
+        };
+        next = Offset(last.last_offset().0 + 1);
+        for batch in &batches {
+            out.extend(batch.records().map(|r| r.unwrap().value.to_vec()));
+        }
+    }
+}
+
+#[test]
+fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them_missing() {
+    let cluster = Cluster::builder()
+        .nodes(3)
+        .replication(ReplicationConfig {
+            min_insync_replicas: 1,
+            replica_lag_time_max: Duration::from_secs(1),
+            ..ReplicationConfig::default()
+        })
+        .log_config(LogConfig {
+            segment_bytes_max: 1024,
+            ..LogConfig::default()
+        })
+        .session_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    cluster.create_log(LOG, 3).unwrap();
+    let leader = cluster.leader_log(LOG).unwrap();
+    let mut acknowledged = Vec::new();
+    for i in 0..RECORDS {
+        let value = format!("record-{i:03}").into_bytes();
+        leader.append_values(&[&value], Acks::All).unwrap();
+        acknowledged.push(value);
+    }
+    drop(leader);
+    let victim = cluster.leader_of(LOG).unwrap();
+    let others: Vec<NodeId> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|n| *n != victim)
+        .collect();
+    // The others go down: the victim is left the only ISR member (with
+    // `min_insync_replicas` 1 nobody joins the ELR).
+    for node in &others {
+        cluster.crash_with(*node, Lose::Nothing, SessionEnd::Immediately);
+    }
+    assert!(
+        cluster.wait_until(WAIT, |c| c.in_sync_replicas(LOG) == vec![victim]),
+        "ISR {:?}",
+        cluster.in_sync_replicas(LOG)
+    );
+
+    // The victim loses power: its checkpoint is gone (every record may
+    // have been committed) and its second segment is torn, with valid
+    // batches in the segments after it.
+    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
+    let dir = cluster.node_dir(victim).join(format!("log-{}", LOG.0));
+    std::fs::remove_file(dir.join("log-state.checkpoint")).unwrap();
+    let mut segments: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 4, "segments: {segments:?}");
+    let torn = &segments[1];
+    let length = std::fs::metadata(torn).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(torn)
+        .unwrap()
+        .set_len(length - 1)
+        .unwrap();
+
+    cluster.restart(victim).unwrap();
+    assert_eq!(
+        cluster.with_node(victim, |n| n.previous_shutdown()),
+        Some(PreviousShutdown::Unclean)
+    );
+    // It opened (the cut), and reported itself as a lost replica: out of
+    // the ISR, not leading, recorded with an empty log end.
+    let handle = cluster
+        .log(victim, LOG)
+        .expect("the victim's replica opened");
+    assert!(handle.log_end_offset() < Offset(RECORDS as u64));
+    let state = cluster.coordinator.log_state(LOG).unwrap().unwrap();
+    assert!(!state.is_in_sync(victim), "{state:?}");
+    assert_ne!(state.leader, Some(victim), "{state:?}");
+    assert!(
+        state
+            .unclean_replicas
+            .iter()
+            .any(|u| u.node == victim && u.log_end == LogEnd::default()),
+        "{state:?}"
+    );
+
+    // The others come back; unclean recovery elects one of them, which
+    // holds every record, and the victim fetches them again.
+    for node in &others {
+        cluster.restart(*node).unwrap();
+    }
+    let recovered = cluster.wait_until(Duration::from_secs(60), |c| {
+        c.leader_of(LOG).is_some()
+            && c.node_ids()
+                .into_iter()
+                .all(|n| values(c, n) == acknowledged)
+    });
+    assert!(
+        recovered,
+        "leader {:?}, ISR {:?}, records per node {:?}",
+        cluster.leader_of(LOG),
+        cluster.in_sync_replicas(LOG),
+        cluster
+            .node_ids()
+            .into_iter()
+            .map(|n| values(&cluster, n).len())
+            .collect::<Vec<_>>()
+    );
+    cluster.shutdown().unwrap();
+}

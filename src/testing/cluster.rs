@@ -14,22 +14,15 @@
 //! assert!(leader.high_watermark() > appended.last_offset);
 //! ```
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use super::harness::{self, NodeSettings, Nodes};
+use super::harness::{self, Harness, LeaderWait, MemoryCoordination, MemoryWire, NodeSettings};
 use crate::clock::{Clock, ManualClock, SystemClock};
-use crate::config::ReplicationConfig;
-use crate::coordinator::{
-    assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator,
-};
+use crate::coordinator::{ControllerConfig, MemoryCoordinator};
 use crate::error::Result;
-use crate::node::Node;
-use crate::replicated_log::ReplicatedLog;
-use crate::storage::LogConfig;
-use crate::sync::{Arc, Mutex};
-use crate::testing::{CoordinatorDelay, SlowCoordinator};
+use crate::sync::Arc;
+use crate::testing::CoordinatorDelay;
 use crate::transport::MemoryNetwork;
 use crate::types::{LogId, NodeId};
 
@@ -88,74 +81,28 @@ pub struct ClusterBuilder {
     settings: NodeSettings,
     seed: u64,
     manual_clock: Option<ManualClock>,
-    retention_check_interval: Duration,
-    controlled_shutdown_timeout: Duration,
 }
 
 impl ClusterBuilder {
-    /// Gives node `id` the application snapshot store `store`
-    /// ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)), kept across its restarts.
-    pub fn snapshots(mut self, id: NodeId, store: Arc<dyn crate::snapshot::SnapshotStore>) -> Self {
-        self.settings
-            .snapshots
-            .insert(id, crate::snapshot::Snapshots(store));
-        self
-    }
+    harness::node_settings_setters!(snapshots);
 
     /// How long each node's clean stop may spend handing its leadership
     /// over ([`NodeConfig::controlled_shutdown_timeout`](crate::NodeConfig::controlled_shutdown_timeout); zero turns it
     /// off).
     pub fn controlled_shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.controlled_shutdown_timeout = timeout;
-        self
-    }
-
-    /// The controller every node runs (`None`: no controller, leaders
-    /// change only when a test writes the coordinator itself).
-    pub fn controller(mut self, controller: Option<ControllerConfig>) -> Self {
-        self.settings.controller = controller;
+        self.settings.controlled_shutdown_timeout = Some(timeout);
         self
     }
 
     /// How often leaders apply retention.
     pub fn retention_check_interval(mut self, interval: Duration) -> Self {
-        self.retention_check_interval = interval;
-        self
-    }
-
-    /// Number of nodes (ids 0..n).
-    pub fn nodes(mut self, nodes: usize) -> Self {
-        self.settings.nodes = nodes;
+        self.settings.retention_check_interval = Some(interval);
         self
     }
 
     /// Seed of the network's fault injection.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
-        self
-    }
-
-    /// `min_insync_replicas` of every log.
-    pub fn min_insync_replicas(mut self, min: usize) -> Self {
-        self.settings.replication.min_insync_replicas = min;
-        self
-    }
-
-    /// Replication settings of every node.
-    pub fn replication(mut self, replication: ReplicationConfig) -> Self {
-        self.settings.replication = replication;
-        self
-    }
-
-    /// Storage settings of every log.
-    pub fn log_config(mut self, log: LogConfig) -> Self {
-        self.settings.log = log;
-        self
-    }
-
-    /// Coordinator session timeout of every node.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.session_timeout = timeout;
         self
     }
 
@@ -171,102 +118,61 @@ impl ClusterBuilder {
             Some(clock) => Arc::new(clock.clone()),
             None => Arc::new(SystemClock),
         };
-        let cluster = Cluster {
-            network: MemoryNetwork::new(self.seed),
-            coordinator: MemoryCoordinator::new(Arc::clone(&clock)),
+        let network = MemoryNetwork::new(self.seed);
+        let coordinator = MemoryCoordinator::new(Arc::clone(&clock));
+        let harness = Harness::start(
+            MemoryWire::new(network.clone()),
+            MemoryCoordination::new(coordinator.clone(), true),
+            self.settings,
             clock,
-            nodes: Nodes::new(self.settings.nodes)?,
-            coordinator_delays: Mutex::new(BTreeMap::new()),
-            builder: self,
-        };
-        for id in cluster.node_ids() {
-            cluster.start_node(id)?;
-        }
-        Ok(cluster)
+            LeaderWait::Coordinator,
+            Duration::from_millis(1),
+        )?;
+        Ok(Cluster {
+            harness,
+            network,
+            coordinator,
+        })
     }
 }
 
 /// N nodes in one process. Dropping it stops every node.
 #[derive(Debug)]
 pub struct Cluster {
+    /// First, so that it halts the nodes before the rest goes.
+    harness: Harness<MemoryWire, MemoryCoordination>,
     /// The network between the nodes (fault injection lives here).
     pub network: MemoryNetwork,
     /// The coordinator all nodes share.
     pub coordinator: MemoryCoordinator,
-    clock: Arc<dyn Clock>,
-    nodes: Nodes<Node>,
-    /// Each node's coordinator calls go through a [`SlowCoordinator`]
-    /// with this knob (no delay unless a test sets one); kept across
-    /// restarts.
-    coordinator_delays: Mutex<BTreeMap<NodeId, CoordinatorDelay>>,
-    builder: ClusterBuilder,
 }
 
 impl Cluster {
+    harness::harness_face!(clock);
+
     /// A builder with 3 nodes, min ISR 1, quick timeouts for tests.
     pub fn builder() -> ClusterBuilder {
+        let mut settings =
+            NodeSettings::for_tests(Duration::from_secs(10), Some(ControllerConfig::default()));
+        settings.retention_check_interval = Some(Duration::from_secs(300));
+        settings.controlled_shutdown_timeout = Some(Duration::from_secs(5));
         ClusterBuilder {
-            settings: NodeSettings::for_tests(
-                Duration::from_secs(10),
-                Some(ControllerConfig::default()),
-            ),
+            settings,
             seed: 0,
             manual_clock: None,
-            retention_check_interval: Duration::from_secs(300),
-            controlled_shutdown_timeout: Duration::from_secs(5),
         }
-    }
-
-    /// The directory of node `id`.
-    pub fn node_dir(&self, id: NodeId) -> PathBuf {
-        self.nodes.node_dir(id)
-    }
-
-    /// The root directory of all nodes.
-    pub fn root(&self) -> &Path {
-        self.nodes.root()
-    }
-
-    /// The clock every node uses.
-    pub fn clock(&self) -> Arc<dyn Clock> {
-        Arc::clone(&self.clock)
-    }
-
-    /// Ids of all nodes, running or not.
-    pub fn node_ids(&self) -> Vec<NodeId> {
-        self.nodes.ids()
     }
 
     /// Starts (or restarts) node `id` from its directory.
     pub fn start_node(&self, id: NodeId) -> Result<()> {
-        let mut config = self.builder.settings.node_config(id, self.node_dir(id));
-        config.retention_check_interval = self.builder.retention_check_interval;
-        config.controlled_shutdown_timeout = self.builder.controlled_shutdown_timeout;
-        let transport = Arc::new(self.network.transport(id));
-        let coordinator = SlowCoordinator::new(
-            Arc::new(self.coordinator.for_node(id)),
-            self.coordinator_delay(id),
-        );
-        let node = Node::start(
-            config,
-            transport,
-            Arc::new(coordinator),
-            Arc::clone(&self.clock),
-        )?;
-        self.network.register(id, node.handler());
-        self.network.node_up(id);
-        self.nodes.insert(id, node);
-        Ok(())
+        self.harness.start_node(id)
     }
 
     /// The knob that slows node `id`'s coordinator calls down (or makes
     /// them hang): a coordinator that is slow or stuck for that node only.
     pub fn coordinator_delay(&self, id: NodeId) -> CoordinatorDelay {
-        self.coordinator_delays
-            .lock()
-            .entry(id)
-            .or_default()
-            .clone()
+        // Every node of a `Cluster` calls through a `SlowCoordinator`.
+        self.harness.coordination().delay(id).unwrap_or_default()
     }
 
     /// Crashes node `id`: its threads stop, nothing is flushed or closed,
@@ -290,21 +196,7 @@ impl Cluster {
     /// Every handle of the crashed node fails from now on (its logs are
     /// poisoned), as a dead process answers nobody.
     pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
-        self.network.node_down(id);
-        let node = self.nodes.remove(id);
-        // The crash happens before the coordinator hears of it: a node
-        // still winding down must not see its session end and open a new
-        // one (found as a flaky unclean-election test: the crashed node
-        // re-registered and rejoined the ISR).
-        if let Some(node) = &node {
-            node.mark_crashed();
-        }
-        if session == SessionEnd::Immediately {
-            self.coordinator.fail_node(id);
-        }
-        if let Some(node) = node {
-            harness::halt_losing(node, id, lose);
-        }
+        self.harness.crash_with(id, lose, session);
     }
 
     /// Stops node `id` cleanly: its logs are flushed and closed (a clean
@@ -314,13 +206,7 @@ impl Cluster {
     /// does: its controlled shutdown lets followers catch up before it
     /// hands its leadership over.
     pub fn stop_node(&self, id: NodeId) -> Result<()> {
-        let node = self.nodes.remove(id);
-        let outcome = match node {
-            Some(node) => node.shutdown(),
-            None => Ok(()),
-        };
-        self.network.node_down(id);
-        outcome
+        self.harness.stop_node(id)
     }
 
     /// Restarts a crashed node from its directory.
@@ -328,14 +214,10 @@ impl Cluster {
         self.start_node(id)
     }
 
-    /// Whether node `id` is running.
-    pub fn is_running(&self, id: NodeId) -> bool {
-        self.nodes.is_running(id)
-    }
-
     /// Creates `log` with `replication_factor` replicas placed by
-    /// [`assign_replicas`], and waits until every running replica hosts it
-    /// and the coordinator's leader of it leads (up to 10 s).
+    /// [`assign_replicas`](crate::coordinator::assign_replicas), and waits
+    /// until every running replica hosts it and the coordinator's leader of
+    /// it leads (up to 10 s).
     ///
     /// That leader is the first replica unless the controller moved the
     /// leadership meanwhile: on a loaded machine a node's short session can
@@ -343,96 +225,6 @@ impl Cluster {
     /// replica alone then timed out although the log had a leader (a flaky
     /// `create_log` in the fault test, whose sessions last 300 ms).
     pub fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
-        let nodes = self.node_ids();
-        let replicas = assign_replicas(log.0, &nodes, replication_factor)?;
-        self.coordinator.create_log(log, replicas.clone())?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for &node in &replicas {
-            if self.is_running(node) {
-                self.nodes.wait_for_handle(node, log, deadline)?;
-            }
-        }
-        self.leader_log_by(log, deadline)?;
-        Ok(replicas)
-    }
-
-    /// The handle of `log` on `node`.
-    pub fn log(&self, node: NodeId, log: LogId) -> Result<ReplicatedLog> {
-        self.nodes.log(node, log)
-    }
-
-    /// Runs `f` on node `id`, if it is running.
-    pub fn with_node<T>(&self, id: NodeId, f: impl FnOnce(&Node) -> T) -> Option<T> {
-        self.nodes.with_node(id, f)
-    }
-
-    /// The coordinator's record of `log`; `None` before the log is created.
-    /// The harness's own handle is never cut off, so an error means a
-    /// broken test: it panics rather than read as "no leader" or "no ISR",
-    /// which an assertion could take for the outcome it waits for.
-    fn log_state(&self, log: LogId) -> Option<LogState> {
-        self.coordinator
-            .log_state(log)
-            .unwrap_or_else(|error| panic!("cannot read {log} from the coordinator: {error}"))
-    }
-
-    /// The current incarnation of node `id` (what its fetches carry), if
-    /// it runs.
-    pub fn incarnation(&self, id: NodeId) -> Option<crate::types::Incarnation> {
-        self.with_node(id, |node| node.incarnation())
-    }
-
-    /// The in-sync replicas the coordinator holds for `log`.
-    pub fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
-        self.log_state(log)
-            .map(|s| s.in_sync_replicas)
-            .unwrap_or_default()
-    }
-
-    /// The node the coordinator names as leader of `log`.
-    pub fn leader_of(&self, log: LogId) -> Option<NodeId> {
-        self.log_state(log).and_then(|s| s.leader)
-    }
-
-    /// The leader's handle of `log`, once that node knows it leads (up to 10 s).
-    pub fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
-        self.leader_log_by(log, Instant::now() + Duration::from_secs(10))
-    }
-
-    fn leader_log_by(&self, log: LogId, deadline: Instant) -> Result<ReplicatedLog> {
-        self.nodes
-            .leader_log_by(log, deadline, Duration::from_millis(1), || {
-                self.log_state(log)
-            })
-    }
-
-    /// Polls `condition` every millisecond until it holds or `timeout` passes.
-    pub fn wait_until(&self, timeout: Duration, condition: impl FnMut(&Cluster) -> bool) -> bool {
-        harness::wait_until(self, timeout, Duration::from_millis(1), condition)
-    }
-
-    /// Stops every node cleanly.
-    pub fn shutdown(self) -> Result<()> {
-        for node in self.nodes.take_all() {
-            node.shutdown()?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Cluster {
-    /// Stops every node still running and unregisters every node from the
-    /// network. The network holds each node's request handler and each
-    /// node holds a transport into the network: without this, a dropped
-    /// cluster would keep its nodes — their threads' state and their open
-    /// log files — alive in a reference cycle (a long fault test then runs
-    /// out of file descriptors).
-    fn drop(&mut self) {
-        for node in self.nodes.take_all() {
-            node.halt();
-        }
-        for id in self.node_ids() {
-            self.network.unregister(id);
-        }
+        self.harness.create_log(log, replication_factor)
     }
 }

@@ -4,24 +4,37 @@
 //! the settings every node gets, the handles a test asks for, crashes that
 //! lose unsynced bytes, and polling until a condition holds.
 //!
-//! It owns nothing of how the nodes reach each other or the coordinator:
-//! each harness starts a node on its own transport and coordinator and
-//! keeps, next to the [`Node`], what it wired it with (a server and a
-//! client, a coordinator of its own).
+//! [`Harness`] is the one cluster harness: generic over a [`Wire`] (how
+//! the nodes reach each other: the memory network, loopback TCP) and a
+//! [`Coordination`] (what coordinator each node gets: a view of one shared
+//! memory coordinator, a ZooKeeper client of its own), it starts, crashes,
+//! stops and restarts nodes, creates logs and finds leaders once for every
+//! harness. The public harnesses are thin faces over it that add only what
+//! their wire or coordinator alone can do (partitions, TLS, proxies).
+//!
+//! It owns nothing of the transports and coordinators themselves: a wire
+//! and a coordination only build and tear down a node's wiring, and keep,
+//! next to the [`Node`], what they wired it with (a server and a client, a
+//! coordinator of its own).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::cluster::{cut_to_durable, Lose};
+use super::cluster::{cut_to_durable, Lose, SessionEnd};
+use super::{CoordinatorDelay, SlowCoordinator};
+use crate::clock::Clock;
 use crate::config::{NodeConfig, ReplicationConfig};
-use crate::coordinator::{ControllerConfig, LogState};
+use crate::coordinator::{
+    assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator,
+};
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::replicated_log::ReplicatedLog;
 use crate::snapshot::Snapshots;
 use crate::storage::LogConfig;
-use crate::sync::{Mutex, MutexGuard};
+use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::transport::{MemoryNetwork, Transport};
 use crate::types::{LogId, NodeId};
 
 /// A running node as a harness keeps it: the node and whatever the harness
@@ -48,6 +61,11 @@ pub(crate) struct NodeSettings {
     pub(crate) controller: Option<ControllerConfig>,
     /// Application snapshot stores by node, kept across restarts.
     pub(crate) snapshots: BTreeMap<NodeId, Snapshots>,
+    /// How often leaders apply retention; `None`: the node default.
+    pub(crate) retention_check_interval: Option<Duration>,
+    /// How long a clean stop may hand leadership over; `None`: the node
+    /// default.
+    pub(crate) controlled_shutdown_timeout: Option<Duration>,
 }
 
 impl NodeSettings {
@@ -71,6 +89,8 @@ impl NodeSettings {
             session_timeout,
             controller,
             snapshots: BTreeMap::new(),
+            retention_check_interval: None,
+            controlled_shutdown_timeout: None,
         }
     }
 
@@ -82,6 +102,12 @@ impl NodeSettings {
         config.session_timeout = self.session_timeout;
         config.controller = self.controller.clone();
         config.snapshots = self.snapshots.get(&id).cloned();
+        if let Some(interval) = self.retention_check_interval {
+            config.retention_check_interval = interval;
+        }
+        if let Some(timeout) = self.controlled_shutdown_timeout {
+            config.controlled_shutdown_timeout = timeout;
+        }
         config
     }
 }
@@ -122,11 +148,6 @@ impl<R: Hosted> Nodes<R> {
     /// Ids of all nodes, running or not.
     pub(crate) fn ids(&self) -> Vec<NodeId> {
         (0..self.count).map(|i| NodeId(i as u32)).collect()
-    }
-
-    /// Records node `id` as running.
-    pub(crate) fn insert(&self, id: NodeId, running: R) {
-        self.running.lock().insert(id, running);
     }
 
     /// Takes node `id` out of the running ones.
@@ -248,5 +269,600 @@ pub(crate) fn wait_until<C>(
             return false;
         }
         std::thread::sleep(poll);
+    }
+}
+
+/// The setters of [`NodeSettings`] that every harness builder offers, for
+/// a builder with a `settings: NodeSettings` field; `snapshots` adds the
+/// per-node snapshot store setter.
+macro_rules! node_settings_setters {
+    () => {
+        /// Number of nodes (ids 0..n).
+        pub fn nodes(mut self, nodes: usize) -> Self {
+            self.settings.nodes = nodes;
+            self
+        }
+
+        /// `min_insync_replicas` of every log.
+        pub fn min_insync_replicas(mut self, min: usize) -> Self {
+            self.settings.replication.min_insync_replicas = min;
+            self
+        }
+
+        /// Replication settings of every node.
+        pub fn replication(mut self, replication: crate::config::ReplicationConfig) -> Self {
+            self.settings.replication = replication;
+            self
+        }
+
+        /// Storage settings of every log.
+        pub fn log_config(mut self, log: crate::storage::LogConfig) -> Self {
+            self.settings.log = log;
+            self
+        }
+
+        /// Coordinator session timeout of every node: after a crash that
+        /// nobody reports, how long until the controller notices it.
+        pub fn session_timeout(mut self, timeout: std::time::Duration) -> Self {
+            self.settings.session_timeout = timeout;
+            self
+        }
+
+        /// The controller every node runs (`None`: no controller, leaders
+        /// change only when a test writes the coordinator itself).
+        pub fn controller(
+            mut self,
+            controller: Option<crate::coordinator::ControllerConfig>,
+        ) -> Self {
+            self.settings.controller = controller;
+            self
+        }
+    };
+    (snapshots) => {
+        $crate::testing::harness::node_settings_setters!();
+
+        /// Gives node `id` the application snapshot store `store`
+        /// ([`NodeConfig::snapshots`](crate::NodeConfig::snapshots)), kept across its restarts.
+        pub fn snapshots(
+            mut self,
+            id: crate::types::NodeId,
+            store: crate::sync::Arc<dyn crate::snapshot::SnapshotStore>,
+        ) -> Self {
+            self.settings
+                .snapshots
+                .insert(id, crate::snapshot::Snapshots(store));
+            self
+        }
+    };
+}
+pub(crate) use node_settings_setters;
+
+/// The methods every public harness (a struct with a `harness: Harness<..>`
+/// field) offers the same way: where its nodes live, which run, their log
+/// handles, what the coordinator holds, polling, and a clean stop. `clock`
+/// adds the clock and the nodes' incarnations.
+macro_rules! harness_face {
+    () => {
+        /// The directory of node `id`.
+        pub fn node_dir(&self, id: crate::types::NodeId) -> std::path::PathBuf {
+            self.harness.nodes().node_dir(id)
+        }
+
+        /// The root directory of all nodes.
+        pub fn root(&self) -> &std::path::Path {
+            self.harness.nodes().root()
+        }
+
+        /// Ids of all nodes, running or not.
+        pub fn node_ids(&self) -> Vec<crate::types::NodeId> {
+            self.harness.nodes().ids()
+        }
+
+        /// Whether node `id` is running.
+        pub fn is_running(&self, id: crate::types::NodeId) -> bool {
+            self.harness.nodes().is_running(id)
+        }
+
+        /// The handle of `log` on `node`.
+        pub fn log(
+            &self,
+            node: crate::types::NodeId,
+            log: crate::types::LogId,
+        ) -> crate::error::Result<crate::replicated_log::ReplicatedLog> {
+            self.harness.nodes().log(node, log)
+        }
+
+        /// Runs `f` on node `id`, `None` when it is not running.
+        pub fn with_node<T>(
+            &self,
+            id: crate::types::NodeId,
+            f: impl FnOnce(&crate::node::Node) -> T,
+        ) -> Option<T> {
+            self.harness.nodes().with_node(id, f)
+        }
+
+        /// The in-sync replicas the coordinator holds for `log`.
+        pub fn in_sync_replicas(&self, log: crate::types::LogId) -> Vec<crate::types::NodeId> {
+            self.harness.in_sync_replicas(log)
+        }
+
+        /// The node the coordinator names as leader of `log`.
+        pub fn leader_of(&self, log: crate::types::LogId) -> Option<crate::types::NodeId> {
+            self.harness.leader_of(log)
+        }
+
+        /// The leader's handle of `log`, once that node knows it leads in the
+        /// epoch the coordinator holds (up to 10 s).
+        pub fn leader_log(
+            &self,
+            log: crate::types::LogId,
+        ) -> crate::error::Result<crate::replicated_log::ReplicatedLog> {
+            self.harness.leader_log(log)
+        }
+
+        /// Polls `condition` until it holds or `timeout` passes, every
+        /// millisecond (every 2 ms on ZooKeeper, whose reads are slower).
+        pub fn wait_until(
+            &self,
+            timeout: std::time::Duration,
+            condition: impl FnMut(&Self) -> bool,
+        ) -> bool {
+            $crate::testing::harness::wait_until(self, timeout, self.harness.poll(), condition)
+        }
+
+        /// Stops every node cleanly, then closes its wiring (a TCP node's
+        /// server and client, a ZooKeeper node's coordinator).
+        pub fn shutdown(self) -> crate::error::Result<()> {
+            self.harness.shutdown()
+        }
+    };
+    (clock) => {
+        $crate::testing::harness::harness_face!();
+
+        /// The clock every node uses.
+        pub fn clock(&self) -> crate::sync::Arc<dyn crate::clock::Clock> {
+            self.harness.clock()
+        }
+
+        /// The current incarnation of node `id` (what its fetches carry), if
+        /// it runs.
+        pub fn incarnation(&self, id: crate::types::NodeId) -> Option<crate::types::Incarnation> {
+            self.with_node(id, |node| node.incarnation())
+        }
+    };
+}
+pub(crate) use harness_face;
+
+/// How the nodes of a harness reach each other: builds each node's
+/// transport before it starts, makes it reachable once it runs, and cuts
+/// and closes what it wired.
+pub(crate) trait Wire: std::fmt::Debug {
+    /// What the wire keeps of node `id` between building its transport and
+    /// the node's start (TCP: its client, to shut down with the node).
+    type Pending;
+    /// What a running node holds of the wire (TCP: its server and client).
+    type Held: std::fmt::Debug;
+
+    /// The transport node `id` starts with.
+    fn transport(&self, id: NodeId) -> Result<(Arc<dyn Transport>, Self::Pending)>;
+
+    /// Makes the started `node` (node `id`) reachable. On an error the
+    /// wire has released `pending`; the harness halts the node.
+    fn connect(&self, id: NodeId, node: &Node, pending: Self::Pending) -> Result<Self::Held>;
+
+    /// Tells running node `other`'s wiring where newly connected node `id`
+    /// is, before `id` counts as running.
+    fn announce(&self, _id: NodeId, _held: &Self::Held, _other: &Self::Held) {}
+
+    /// The other nodes stop reaching node `id` (a crash begins, or a clean
+    /// stop has ended).
+    fn cut(&self, id: NodeId);
+
+    /// Closes what a node held, once the node has stopped.
+    fn release(&self, held: Self::Held);
+
+    /// The harness is going away: lets go of every node in `ids`.
+    fn close(&self, ids: &[NodeId]);
+}
+
+/// What coordinator each node of a harness gets, and the harness's own view
+/// of the coordinated state.
+pub(crate) trait Coordination: std::fmt::Debug {
+    /// What a running node holds of its coordinator (ZooKeeper: a client of
+    /// its own).
+    type Held: std::fmt::Debug;
+    /// How the coordinator is named in a panic on a failed read.
+    const NAME: &'static str;
+
+    /// The coordinator node `id` starts with, as a new process would get it.
+    fn connect(&self, id: NodeId) -> Result<(Arc<dyn Coordinator>, Self::Held)>;
+
+    /// Node `id` crashed (`held` is `None` if it was not running); `session`
+    /// says whether the coordinator hears of it now or when its session
+    /// expires.
+    fn crashed(&self, id: NodeId, held: Option<Self::Held>, session: SessionEnd);
+
+    /// Creates `log` on `replicas`, settling an unknown outcome by `deadline`.
+    fn create_log(&self, log: LogId, replicas: Vec<NodeId>, deadline: Instant) -> Result<()>;
+
+    /// The coordinator's record of `log`, as the harness's own handle reads it.
+    fn log_state(&self, log: LogId) -> Result<Option<LogState>>;
+
+    /// The harness is going away, every node halted: lets go of what the
+    /// coordination still holds.
+    fn close(&self) {}
+}
+
+/// The wait that ends [`Harness::create_log`] once every running replica
+/// hosts the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaderWait {
+    /// Until the node the coordinator names leads: the controller may move
+    /// the leadership right after the create (a node's short session
+    /// expiring on a loaded machine), and waiting for the first replica
+    /// alone then timed out although the log had a leader (a flaky
+    /// `create_log` in the fault test, whose sessions last 300 ms).
+    Coordinator,
+    /// Until the first replica leads, if it runs.
+    FirstReplica,
+}
+
+/// A running node with its wiring.
+#[derive(Debug)]
+pub(crate) struct Running<W, C> {
+    pub(crate) node: Node,
+    pub(crate) wire: W,
+    pub(crate) coordinator: C,
+}
+
+impl<W, C> Hosted for Running<W, C> {
+    fn node(&self) -> &Node {
+        &self.node
+    }
+}
+
+/// The running node as a harness on wire `W` and coordination `C` keeps it.
+pub(crate) type RunningOn<W, C> = Running<<W as Wire>::Held, <C as Coordination>::Held>;
+
+/// N nodes on a wire and a coordination: the one harness that
+/// [`Cluster`](super::Cluster), [`TcpCluster`](super::TcpCluster) and
+/// `ZkCluster` are faces of. Dropping it halts every node still running.
+#[derive(Debug)]
+pub(crate) struct Harness<W: Wire, C: Coordination> {
+    wire: W,
+    coordination: C,
+    settings: NodeSettings,
+    clock: Arc<dyn Clock>,
+    nodes: Nodes<RunningOn<W, C>>,
+    leader_wait: LeaderWait,
+    /// How often waits poll.
+    poll: Duration,
+}
+
+impl<W: Wire, C: Coordination> Harness<W, C> {
+    /// A harness of `settings.nodes` nodes, every one started; `poll` is
+    /// how often its waits poll.
+    pub(crate) fn start(
+        wire: W,
+        coordination: C,
+        settings: NodeSettings,
+        clock: Arc<dyn Clock>,
+        leader_wait: LeaderWait,
+        poll: Duration,
+    ) -> Result<Harness<W, C>> {
+        let harness = Harness {
+            wire,
+            coordination,
+            nodes: Nodes::new(settings.nodes)?,
+            settings,
+            clock,
+            leader_wait,
+            poll,
+        };
+        for id in harness.nodes.ids() {
+            harness.start_node(id)?;
+        }
+        Ok(harness)
+    }
+
+    /// The coordination.
+    pub(crate) fn coordination(&self) -> &C {
+        &self.coordination
+    }
+
+    /// The nodes.
+    pub(crate) fn nodes(&self) -> &Nodes<RunningOn<W, C>> {
+        &self.nodes
+    }
+
+    /// The clock every node uses.
+    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
+    /// How often waits poll.
+    pub(crate) fn poll(&self) -> Duration {
+        self.poll
+    }
+
+    /// Starts (or restarts) node `id` from its directory, with a new
+    /// coordinator and transport (a new process), and makes it reachable.
+    pub(crate) fn start_node(&self, id: NodeId) -> Result<()> {
+        let (coordinator, coordinator_held) = self.coordination.connect(id)?;
+        let (transport, pending) = self.wire.transport(id)?;
+        let config = self.settings.node_config(id, self.nodes.node_dir(id));
+        let node = Node::start(config, transport, coordinator, Arc::clone(&self.clock))?;
+        let wire = match self.wire.connect(id, &node, pending) {
+            Ok(wire) => wire,
+            Err(error) => {
+                node.halt();
+                return Err(error);
+            }
+        };
+        let mut running = self.nodes.lock();
+        for (other, peer) in running.iter() {
+            if *other != id {
+                self.wire.announce(id, &wire, &peer.wire);
+            }
+        }
+        running.insert(
+            id,
+            Running {
+                node,
+                wire,
+                coordinator: coordinator_held,
+            },
+        );
+        Ok(())
+    }
+
+    /// Crashes node `id`: the wire stops reaching it, its threads stop,
+    /// nothing is flushed or closed, `lose` says what of its data survives
+    /// and `session` when the coordinator hears of it.
+    pub(crate) fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
+        self.wire.cut(id);
+        let running = self.nodes.remove(id);
+        // The crash happens before the coordinator hears of it: a node
+        // still winding down must not see its session end and open a new
+        // one (found as a flaky unclean-election test: the crashed node
+        // re-registered and rejoined the ISR).
+        if let Some(running) = &running {
+            running.node.mark_crashed();
+        }
+        let (running, coordinator) = match running {
+            Some(Running {
+                node,
+                wire,
+                coordinator,
+            }) => (Some((node, wire)), Some(coordinator)),
+            None => (None, None),
+        };
+        self.coordination.crashed(id, coordinator, session);
+        if let Some((node, wire)) = running {
+            halt_losing(node, id, lose);
+            self.wire.release(wire);
+        }
+    }
+
+    /// Halts node `id` as a killed process stops: its threads stop, nothing
+    /// is flushed, its wiring closes; the coordinator is not told (its
+    /// session expires on its own). Does nothing if it is not running.
+    pub(crate) fn halt(&self, id: NodeId) {
+        let Some(running) = self.nodes.remove(id) else {
+            return;
+        };
+        // Halting first wakes the node's parked long-poll fetches (they then
+        // answer `Shutdown`), so a server's handler threads are free by the
+        // time the server waits for them.
+        running.node.halt();
+        drop(running.coordinator);
+        self.wire.release(running.wire);
+    }
+
+    /// Stops node `id` cleanly: its logs are flushed and closed and it
+    /// leaves the coordinator. It stays reachable while it shuts down, as
+    /// a real process does, so that its controlled shutdown lets followers
+    /// catch up before it hands its leadership over.
+    pub(crate) fn stop_node(&self, id: NodeId) -> Result<()> {
+        let outcome = match self.nodes.remove(id) {
+            Some(running) => {
+                let outcome = running.node.shutdown();
+                drop(running.coordinator);
+                self.wire.release(running.wire);
+                outcome
+            }
+            None => Ok(()),
+        };
+        self.wire.cut(id);
+        outcome
+    }
+
+    /// Creates `log` with `replication_factor` replicas placed by
+    /// [`assign_replicas`], and waits (up to 10 s) until every running
+    /// replica hosts it and its leader leads, as `leader_wait` says.
+    pub(crate) fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
+        let replicas = assign_replicas(log.0, &self.nodes.ids(), replication_factor)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        self.coordination
+            .create_log(log, replicas.clone(), deadline)?;
+        let first = replicas[0];
+        for &node in &replicas {
+            if !self.nodes.is_running(node) {
+                continue;
+            }
+            let handle = self.nodes.wait_for_handle(node, log, deadline)?;
+            if self.leader_wait == LeaderWait::FirstReplica && node == first {
+                handle.wait_until_leader(deadline.saturating_duration_since(Instant::now()))?;
+            }
+        }
+        if self.leader_wait == LeaderWait::Coordinator {
+            self.leader_log_by(log, deadline)?;
+        }
+        Ok(replicas)
+    }
+
+    /// The coordinator's record of `log`; `None` before the log is created.
+    /// The harness's own handle is never cut off, so an error means a
+    /// broken test: it panics rather than read as "no leader" or "no ISR",
+    /// which an assertion could take for the outcome it waits for.
+    pub(crate) fn log_state(&self, log: LogId) -> Option<LogState> {
+        self.coordination
+            .log_state(log)
+            .unwrap_or_else(|error| panic!("cannot read {log} from {}: {error}", C::NAME))
+    }
+
+    /// The in-sync replicas the coordinator holds for `log`.
+    pub(crate) fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+        self.log_state(log)
+            .map(|state| state.in_sync_replicas)
+            .unwrap_or_default()
+    }
+
+    /// The node the coordinator names as leader of `log`.
+    pub(crate) fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        self.log_state(log).and_then(|state| state.leader)
+    }
+
+    /// The leader's handle of `log`, once that node knows it leads in the
+    /// coordinator's current epoch (up to 10 s).
+    pub(crate) fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
+        self.leader_log_by(log, Instant::now() + Duration::from_secs(10))
+    }
+
+    fn leader_log_by(&self, log: LogId, deadline: Instant) -> Result<ReplicatedLog> {
+        self.nodes
+            .leader_log_by(log, deadline, self.poll, || self.log_state(log))
+    }
+
+    /// Stops every node cleanly, then its wiring; the first error, if any,
+    /// after all have stopped.
+    pub(crate) fn shutdown(self) -> Result<()> {
+        let mut outcome = Ok(());
+        for running in self.nodes.take_all() {
+            let stopped = running.node.shutdown();
+            drop(running.coordinator);
+            self.wire.release(running.wire);
+            if outcome.is_ok() {
+                outcome = stopped;
+            }
+        }
+        outcome
+    }
+}
+
+impl<W: Wire, C: Coordination> Drop for Harness<W, C> {
+    /// Halts every node still running and closes its wiring, then lets the
+    /// coordination and the wire go. The memory network holds each node's
+    /// request handler and each node holds a transport into the network:
+    /// without this, a dropped harness would keep its nodes — their
+    /// threads' state and their open log files — alive in a reference
+    /// cycle (a long fault test then runs out of file descriptors).
+    fn drop(&mut self) {
+        // Nodes first: a node being stopped stops its fetchers, which may
+        // be waiting on a peer's server.
+        for running in self.nodes.take_all() {
+            running.node.halt();
+            drop(running.coordinator);
+            self.wire.release(running.wire);
+        }
+        self.coordination.close();
+        self.wire.close(&self.nodes.ids());
+    }
+}
+
+/// The nodes on one [`MemoryNetwork`] (its fault injection is the test's).
+#[derive(Debug)]
+pub(crate) struct MemoryWire {
+    network: MemoryNetwork,
+}
+
+impl MemoryWire {
+    /// The nodes on `network` (a clone of the test's).
+    pub(crate) fn new(network: MemoryNetwork) -> MemoryWire {
+        MemoryWire { network }
+    }
+}
+
+impl Wire for MemoryWire {
+    type Pending = ();
+    type Held = ();
+
+    fn transport(&self, id: NodeId) -> Result<(Arc<dyn Transport>, ())> {
+        Ok((Arc::new(self.network.transport(id)), ()))
+    }
+
+    fn connect(&self, id: NodeId, node: &Node, _pending: ()) -> Result<()> {
+        self.network.register(id, node.handler());
+        self.network.node_up(id);
+        Ok(())
+    }
+
+    fn cut(&self, id: NodeId) {
+        self.network.node_down(id);
+    }
+
+    fn release(&self, _held: ()) {}
+
+    fn close(&self, ids: &[NodeId]) {
+        for &id in ids {
+            self.network.unregister(id);
+        }
+    }
+}
+
+/// Every node on its own view ([`MemoryCoordinator::for_node`]) of one
+/// shared [`MemoryCoordinator`], optionally through a [`SlowCoordinator`]
+/// whose knob a test turns.
+#[derive(Debug)]
+pub(crate) struct MemoryCoordination {
+    coordinator: MemoryCoordinator,
+    /// Each node's [`SlowCoordinator`] knob, kept across restarts; `None`:
+    /// the nodes call the coordinator directly.
+    delays: Option<Mutex<BTreeMap<NodeId, CoordinatorDelay>>>,
+}
+
+impl MemoryCoordination {
+    /// Nodes on views of `coordinator` (a clone of the test's), each
+    /// through a [`SlowCoordinator`] if `slow`.
+    pub(crate) fn new(coordinator: MemoryCoordinator, slow: bool) -> MemoryCoordination {
+        MemoryCoordination {
+            coordinator,
+            delays: slow.then(|| Mutex::new(BTreeMap::new())),
+        }
+    }
+
+    /// The knob that slows node `id`'s coordinator calls down; `None` if
+    /// the nodes call the coordinator directly.
+    pub(crate) fn delay(&self, id: NodeId) -> Option<CoordinatorDelay> {
+        let delays = self.delays.as_ref()?;
+        Some(delays.lock().entry(id).or_default().clone())
+    }
+}
+
+impl Coordination for MemoryCoordination {
+    type Held = ();
+    const NAME: &'static str = "the coordinator";
+
+    fn connect(&self, id: NodeId) -> Result<(Arc<dyn Coordinator>, ())> {
+        let view = Arc::new(self.coordinator.for_node(id));
+        let coordinator: Arc<dyn Coordinator> = match self.delay(id) {
+            Some(delay) => Arc::new(SlowCoordinator::new(view, delay)),
+            None => view,
+        };
+        Ok((coordinator, ()))
+    }
+
+    fn crashed(&self, id: NodeId, _held: Option<()>, session: SessionEnd) {
+        if session == SessionEnd::Immediately {
+            self.coordinator.fail_node(id);
+        }
+    }
+
+    fn create_log(&self, log: LogId, replicas: Vec<NodeId>, _deadline: Instant) -> Result<()> {
+        self.coordinator.create_log(log, replicas).map(|_| ())
+    }
+
+    fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
+        self.coordinator.log_state(log)
     }
 }

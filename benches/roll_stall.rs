@@ -155,12 +155,7 @@ fn run_phase(name: &'static str, segment_bytes: u64, records: u64) -> Phase {
         .windows(2)
         .map(|pair| pair[1] - pair[0])
         .collect();
-    gaps.sort_unstable();
-    let longest_gap = gaps.last().copied().unwrap_or_default();
-    let p999_gap = gaps
-        .get((gaps.len() as f64 * 0.999) as usize)
-        .copied()
-        .unwrap_or(longest_gap);
+    let (longest_gap, p999_gap) = longest_and_p999(&mut gaps);
     drop(leader);
     cluster.shutdown().expect("shutdown");
     Phase {
@@ -213,12 +208,7 @@ fn run_plain_writes(bytes: u64, file_bytes: u64, records: u64) -> Phase {
         .flat_map(|thread| thread.join().expect("plain writer"))
         .collect();
     let elapsed = started.elapsed();
-    gaps.sort_unstable();
-    let longest_gap = gaps.last().copied().unwrap_or_default();
-    let p999_gap = gaps
-        .get((gaps.len() as f64 * 0.999) as usize)
-        .copied()
-        .unwrap_or(longest_gap);
+    let (longest_gap, p999_gap) = longest_and_p999(&mut gaps);
     Phase {
         name: "plain",
         records,
@@ -227,6 +217,17 @@ fn run_plain_writes(bytes: u64, file_bytes: u64, records: u64) -> Phase {
         p999_gap,
         rolls: bytes.div_ceil(file_bytes).saturating_sub(1),
     }
+}
+
+/// The longest of `gaps` and their 99.9th percentile (sorts them).
+fn longest_and_p999(gaps: &mut [Duration]) -> (Duration, Duration) {
+    gaps.sort_unstable();
+    let longest = gaps.last().copied().unwrap_or_default();
+    let p999 = gaps
+        .get((gaps.len() as f64 * 0.999) as usize)
+        .copied()
+        .unwrap_or(longest);
+    (longest, p999)
 }
 
 fn one_record() -> RecordBatch {

@@ -475,10 +475,7 @@ impl Node {
             incarnation: Arc::new(AtomicU64::new(0)),
             peer_incarnations: PeerIncarnations::new(),
         });
-        if matches!(
-            previous_shutdown,
-            PreviousShutdown::Unclean | PreviousShutdown::LostData
-        ) {
+        if previous_shutdown.is_reported_unclean() {
             let mut log_ends = shared.recovered_log_ends()?;
             // A lost replica's log says nothing: whatever a foreign
             // directory holds of it is not what this replica acknowledged.
@@ -1418,10 +1415,7 @@ impl NodeShared {
         // recovered: a clean marker would have the next start open it as
         // after a clean stop, which refuses the damage a power loss left
         // instead of cutting it (review of c6bd2e8, finding 3).
-        if matches!(
-            self.previous_shutdown,
-            PreviousShutdown::Unclean | PreviousShutdown::LostData
-        ) {
+        if self.previous_shutdown.is_reported_unclean() {
             let unopened = self.unopened.lock();
             if !unopened.is_empty() {
                 tracing::warn!(node = %self.local(), logs = ?unopened.keys().collect::<Vec<_>>(),
@@ -1556,11 +1550,7 @@ impl NodeShared {
         // cuts damage above the recovery point even where valid batches
         // follow it (a power loss during a roll's background flush) rather
         // than refusing the log; the replica then fetches the rest.
-        let reported_unclean = matches!(
-            self.previous_shutdown,
-            PreviousShutdown::Unclean | PreviousShutdown::LostData
-        );
-        let storage = if reported_unclean {
+        let storage = if self.previous_shutdown.is_reported_unclean() {
             Log::open_after_reported_unclean_stop(
                 &dir,
                 self.config.log.clone(),
@@ -1570,10 +1560,12 @@ impl NodeShared {
             Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?
         };
         let report = storage.recovery_report();
-        if let Some(from) = report.dropped_possibly_committed {
-            tracing::warn!(%log, node = %self.local(), %from,
-                "recovery cut records that may have been committed, with valid batches after them, above the recovery point (a power loss during a roll's flush): this replica reported its unclean stop and fetches them again");
-        }
+        // Only the open after a reported unclean stop cuts such records
+        // (recovery logs the cut, `recovered_log_ends` the report).
+        debug_assert!(
+            self.previous_shutdown.is_reported_unclean()
+                || report.dropped_possibly_committed.is_none()
+        );
         if !report.is_clean() {
             tracing::warn!(%log, node = %self.local(), report = ?report, "log recovered after an unclean stop");
         }

@@ -44,6 +44,18 @@ pub enum PreviousShutdown {
     LostData,
 }
 
+impl PreviousShutdown {
+    /// Whether the node reports this start to the coordinator as an
+    /// unclean shutdown before it registers ([`Unclean`] and [`LostData`]):
+    /// its replicas then count as ones that may have lost data (SPEC 3.5).
+    ///
+    /// [`Unclean`]: PreviousShutdown::Unclean
+    /// [`LostData`]: PreviousShutdown::LostData
+    pub(crate) fn is_reported_unclean(self) -> bool {
+        matches!(self, PreviousShutdown::Unclean | PreviousShutdown::LostData)
+    }
+}
+
 /// Reads and removes the marker of `data_dir` (an existing directory),
 /// making the removal durable before returning, so that a crash from here
 /// on is seen as unclean by the next start.

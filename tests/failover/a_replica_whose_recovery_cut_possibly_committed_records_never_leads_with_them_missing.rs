@@ -14,35 +14,15 @@ use std::time::Duration;
 
 use isrlog::testing::{Cluster, Lose, SessionEnd};
 use isrlog::{
-    Acks, Coordinator, Isolation, LogConfig, LogEnd, LogId, NodeId, Offset, PreviousShutdown,
+    Acks, Coordinator, LogConfig, LogEnd, LogId, NodeId, Offset, PreviousShutdown,
     ReplicationConfig,
 };
+
+use crate::failover_support::committed_values;
 
 const LOG: LogId = LogId(1);
 const RECORDS: usize = 100;
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Every committed value on `node`, read segment by segment (a read
-/// stops at a segment's end).
-fn values(cluster: &Cluster, node: NodeId) -> Vec<Vec<u8>> {
-    let Ok(handle) = cluster.log(node, LOG) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut next = Offset(0);
-    loop {
-        let Ok(batches) = handle.read(next, 1 << 24, Isolation::Committed) else {
-            return out;
-        };
-        let Some(last) = batches.last() else {
-            return out;
-        };
-        next = Offset(last.last_offset().0 + 1);
-        for batch in &batches {
-            out.extend(batch.records().map(|r| r.unwrap().value.to_vec()));
-        }
-    }
-}
 
 #[test]
 fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them_missing() {
@@ -64,8 +44,10 @@ fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them
     let leader = cluster.leader_log(LOG).unwrap();
     let mut acknowledged = Vec::new();
     for i in 0..RECORDS {
-        let value = format!("record-{i:03}").into_bytes();
-        leader.append_values(&[&value], Acks::All).unwrap();
+        let value = format!("record-{i:03}");
+        leader
+            .append_values(&[value.as_bytes()], Acks::All)
+            .unwrap();
         acknowledged.push(value);
     }
     drop(leader);
@@ -135,22 +117,31 @@ fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them
     for node in &others {
         cluster.restart(*node).unwrap();
     }
+    let end = Offset(RECORDS as u64);
     let recovered = cluster.wait_until(Duration::from_secs(60), |c| {
         c.leader_of(LOG).is_some()
-            && c.node_ids()
-                .into_iter()
-                .all(|n| values(c, n) == acknowledged)
+            && c.node_ids().into_iter().all(|n| {
+                c.log(n, LOG)
+                    .is_ok_and(|h| h.log_end_offset() >= end && h.high_watermark() >= end)
+            })
     });
     assert!(
         recovered,
-        "leader {:?}, ISR {:?}, records per node {:?}",
+        "leader {:?}, ISR {:?}, high watermarks {:?}",
         cluster.leader_of(LOG),
         cluster.in_sync_replicas(LOG),
         cluster
             .node_ids()
             .into_iter()
-            .map(|n| values(&cluster, n).len())
+            .map(|n| cluster.log(n, LOG).map(|h| h.high_watermark()).ok())
             .collect::<Vec<_>>()
     );
+    for node in cluster.node_ids() {
+        let values: Vec<String> = committed_values(&cluster.log(node, LOG).unwrap())
+            .into_iter()
+            .map(|(_, value)| value)
+            .collect();
+        assert_eq!(values, acknowledged, "{node}");
+    }
     cluster.shutdown().unwrap();
 }

@@ -183,6 +183,17 @@ pub(crate) struct NodeShared {
     /// fetches) until the report is recorded (SPEC 3.5): leading it could
     /// lose acknowledged records, exactly what the report prevents.
     unreported: Mutex<HashMap<LogId, LogEnd>>,
+    /// Set once this start's unclean-shutdown report is stored (before
+    /// that, [`unreported`](Self::unreported) is not yet filled in). Until
+    /// then, and for a log whose report is still pending, no replica is
+    /// opened with [`Log::open_after_reported_unclean_stop`]: a cut of
+    /// records that may have been committed must not reach the disk before
+    /// the coordinator holds this replica's report as a lost one. Cut
+    /// first, the next start would find a consistent log, report its end
+    /// after the cut, and stay the last ISR member with records missing,
+    /// had this start died or failed before its report (review of
+    /// 0379721, finding 1).
+    unclean_stop_reported: AtomicBool,
     /// Logs this node is a replica of whose local replica could not be
     /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
     /// retried on a timer: a failure needs no further change of the log's
@@ -465,6 +476,7 @@ impl Node {
             placed: Mutex::new(HashSet::new()),
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
+            unclean_stop_reported: AtomicBool::new(false),
             unopened: Mutex::new(HashMap::new()),
             hand_overs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
@@ -492,6 +504,9 @@ impl Node {
                     "cannot record this node's unclean shutdown in these logs' coordinator documents (written by a newer version or unreadable): it takes no part in them until it can");
             }
             *shared.unreported.lock() = unreported;
+            // From here on a replica whose report is stored may be opened
+            // with the cut (`open_replica`).
+            shared.unclean_stop_reported.store(true, Ordering::SeqCst);
             if previous_shutdown == PreviousShutdown::LostData {
                 let mut lost: Vec<LogId> = lost.iter().copied().collect();
                 lost.sort();
@@ -1258,35 +1273,16 @@ impl NodeShared {
             if !state.replicas.contains(&self.local()) {
                 continue;
             }
+            // No replica opens with the cut yet (`unclean_stop_reported`
+            // is not set): one whose recovery would cut records that may
+            // have been committed fails to open here and is reported
+            // empty, as a lost replica, and opens with the cut once the
+            // report is stored.
             let end = match self.host(state.log) {
-                // Recovery cut records that may have been committed (a
-                // power loss during a roll's background flush): reported
-                // as a lost replica, with an empty log end, as if its
-                // directory had been deleted. The coordinator keeps a
-                // reporting replica that is the last ISR or ELR member
-                // with a non-empty log end (it would then lead with the
-                // cut log and truncate replicas outside the ISR that still
-                // hold the records); an empty one always leaves, and the
-                // log waits for unclean recovery, which asks the others
-                // (review of c6bd2e8, finding 1).
-                Ok(replica)
-                    if replica
-                        .log()
-                        .recovery_report()
-                        .dropped_possibly_committed
-                        .is_some() =>
-                {
-                    tracing::warn!(log = %state.log, node = %self.local(),
-                        "recovery cut records that may have been committed: reporting this replica as one that lost its data");
-                    LogEnd::default()
-                }
-                Ok(replica) => LogEnd {
-                    last_epoch: replica.log().last_batch_epoch(),
-                    log_end_offset: replica.log().log_end_offset(),
-                },
+                Ok(replica) => self.log_end_to_report(&replica),
                 Err(error) => {
                     tracing::warn!(log = %state.log, node = %self.local(), %error,
-                        "cannot open the replica to report its log end after an unclean shutdown; reporting it empty");
+                        "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting it empty");
                     LogEnd::default()
                 }
             };
@@ -1351,16 +1347,38 @@ impl NodeShared {
         if !placed_here {
             return LogEnd::default();
         }
+        // Its report is pending (it is not yet in `unreported` while the
+        // start fills that in): the replica opens without the cut, and one
+        // that needs it is reported empty.
         match self.host(log) {
-            Ok(replica) => LogEnd {
-                last_epoch: replica.log().last_batch_epoch(),
-                log_end_offset: replica.log().log_end_offset(),
-            },
+            Ok(replica) => self.log_end_to_report(&replica),
             Err(error) => {
                 tracing::warn!(%log, node = %self.local(), %error,
-                    "cannot open the replica to report its log end after an unclean shutdown; reporting it empty");
+                    "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting it empty");
                 LogEnd::default()
             }
+        }
+    }
+
+    /// The log end this node reports for `replica` after an unclean stop
+    /// (SPEC 3.5): where its log ends, or empty, as a replica that lost its
+    /// data, if its recovery cut records that may have been committed. The
+    /// coordinator keeps a reporting replica that is the last ISR or ELR
+    /// member with a non-empty log end: it would lead with the cut log and
+    /// truncate replicas outside the ISR that still hold the records; an
+    /// empty one always leaves, and the log waits for unclean recovery,
+    /// which asks the others (review of c6bd2e8, finding 1). Opens during
+    /// the report never cut (see [`NodeShared::unclean_stop_reported`]),
+    /// so this is the guard for a replica opened earlier.
+    fn log_end_to_report(&self, replica: &Replica) -> LogEnd {
+        if let Some(from) = replica.log().recovery_report().dropped_possibly_committed {
+            tracing::warn!(log = %replica.log_id(), node = %self.local(), %from,
+                "recovery cut records that may have been committed: reporting this replica as one that lost its data");
+            return LogEnd::default();
+        }
+        LogEnd {
+            last_epoch: replica.log().last_batch_epoch(),
+            log_end_offset: replica.log().log_end_offset(),
         }
     }
 
@@ -1550,7 +1568,13 @@ impl NodeShared {
         // cuts damage above the recovery point even where valid batches
         // follow it (a power loss during a roll's background flush) rather
         // than refusing the log; the replica then fetches the rest.
-        let storage = if self.previous_shutdown.is_reported_unclean() {
+        // Only once the report is stored for this log: a cut that reached
+        // the disk first would outlive a start that fails before its report
+        // (`unclean_stop_reported`).
+        let may_cut = self.previous_shutdown.is_reported_unclean()
+            && self.unclean_stop_reported.load(Ordering::SeqCst)
+            && !self.unreported.lock().contains_key(&log);
+        let storage = if may_cut {
             Log::open_after_reported_unclean_stop(
                 &dir,
                 self.config.log.clone(),
@@ -1562,10 +1586,7 @@ impl NodeShared {
         let report = storage.recovery_report();
         // Only the open after a reported unclean stop cuts such records
         // (recovery logs the cut, `recovered_log_ends` the report).
-        debug_assert!(
-            self.previous_shutdown.is_reported_unclean()
-                || report.dropped_possibly_committed.is_none()
-        );
+        debug_assert!(may_cut || report.dropped_possibly_committed.is_none());
         if !report.is_clean() {
             tracing::warn!(%log, node = %self.local(), report = ?report, "log recovered after an unclean stop");
         }

@@ -9,8 +9,16 @@
 //! have truncated them away on their return. It leaves the ISR instead,
 //! the log waits for unclean recovery, the replicas that hold every record
 //! lead, and nothing acknowledged is lost.
+//!
+//! The cut reaches the disk only once the coordinator holds that report
+//! (review of 0379721): cut first, a start that failed before its report
+//! left a consistent log that the next start reported with its end after
+//! the cut; and a report that waits for a document this node cannot read
+//! yet carries an empty end, not the end after a cut.
 
 use std::time::Duration;
+
+use std::path::{Path, PathBuf};
 
 use isrlog::testing::{Cluster, Lose, SessionEnd};
 use isrlog::{
@@ -24,8 +32,20 @@ const LOG: LogId = LogId(1);
 const RECORDS: usize = 100;
 const WAIT: Duration = Duration::from_secs(20);
 
-#[test]
-fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them_missing() {
+/// A cluster whose log's only ISR member, `victim`, lost power with its
+/// checkpoint gone and its second segment torn, valid batches after it;
+/// the other replicas are down and hold every acknowledged record.
+struct Damaged {
+    cluster: Cluster,
+    victim: NodeId,
+    others: Vec<NodeId>,
+    acknowledged: Vec<String>,
+    dir: PathBuf,
+    /// The torn segment and its length after the tear.
+    torn: (PathBuf, u64),
+}
+
+fn damaged() -> Damaged {
     let cluster = Cluster::builder()
         .nodes(3)
         .replication(ReplicationConfig {
@@ -74,12 +94,7 @@ fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them
     cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
     let dir = cluster.node_dir(victim).join(format!("log-{}", LOG.0));
     std::fs::remove_file(dir.join("log-state.checkpoint")).unwrap();
-    let mut segments: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .collect();
-    segments.sort();
+    let segments = segment_files(&dir);
     assert!(segments.len() >= 4, "segments: {segments:?}");
     let torn = &segments[1];
     let length = std::fs::metadata(torn).unwrap().len();
@@ -89,18 +104,54 @@ fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them
         .unwrap()
         .set_len(length - 1)
         .unwrap();
+    let torn = (torn.clone(), length - 1);
+    Damaged {
+        cluster,
+        victim,
+        others,
+        acknowledged,
+        dir,
+        torn,
+    }
+}
 
-    cluster.restart(victim).unwrap();
+/// The log's segment files, in offset order.
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segments.sort();
+    segments
+}
+
+/// Asserts that the damage is still on disk: nothing was cut yet.
+fn assert_not_cut(damaged: &Damaged, segments: &[PathBuf]) {
+    let (torn, length) = &damaged.torn;
     assert_eq!(
-        cluster.with_node(victim, |n| n.previous_shutdown()),
-        Some(PreviousShutdown::Unclean)
+        std::fs::metadata(torn).unwrap().len(),
+        *length,
+        "the torn segment was cut"
     );
-    // It opened (the cut), and reported itself as a lost replica: out of
-    // the ISR, not leading, recorded with an empty log end.
-    let handle = cluster
-        .log(victim, LOG)
-        .expect("the victim's replica opened");
-    assert!(handle.log_end_offset() < Offset(RECORDS as u64));
+    assert_eq!(
+        segment_files(&damaged.dir),
+        segments,
+        "segments after the damage were deleted"
+    );
+}
+
+/// Asserts that `victim` left the ISR with an empty recorded log end, then
+/// restarts the others and checks that every node ends with every
+/// acknowledged record.
+fn assert_reported_lost_and_recovered(damaged: Damaged) {
+    let Damaged {
+        cluster,
+        victim,
+        others,
+        acknowledged,
+        ..
+    } = damaged;
     let state = cluster.coordinator.log_state(LOG).unwrap().unwrap();
     assert!(!state.is_in_sync(victim), "{state:?}");
     assert_ne!(state.leader, Some(victim), "{state:?}");
@@ -144,4 +195,88 @@ fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them
         assert_eq!(values, acknowledged, "{node}");
     }
     cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them_missing() {
+    let damaged = damaged();
+    let (cluster, victim) = (&damaged.cluster, damaged.victim);
+    cluster.restart(victim).unwrap();
+    assert_eq!(
+        cluster.with_node(victim, |n| n.previous_shutdown()),
+        Some(PreviousShutdown::Unclean)
+    );
+    // It opened (the cut), and reported itself as a lost replica: out of
+    // the ISR, not leading, recorded with an empty log end.
+    let handle = cluster
+        .log(victim, LOG)
+        .expect("the victim's replica opened");
+    assert!(handle.log_end_offset() < Offset(RECORDS as u64));
+    assert_reported_lost_and_recovered(damaged);
+}
+
+/// A start that fails after recovery but before its report is known to be
+/// stored (here the report's compare-and-set is applied but its answer
+/// lost, which cuts the node off) leaves the damage on disk: had recovery
+/// cut it, the next start would find a consistent log and report its end
+/// after the cut, not an empty one.
+#[test]
+fn the_cut_reaches_the_disk_only_once_the_report_is_stored() {
+    let damaged = damaged();
+    let (cluster, victim) = (&damaged.cluster, damaged.victim);
+    let segments = segment_files(&damaged.dir);
+    cluster.coordinator.lose_compare_and_set_replies(victim, 1);
+    let failed = cluster.restart(victim);
+    assert!(
+        failed.is_err(),
+        "the start ended without knowing its report was stored"
+    );
+    assert_not_cut(&damaged, &segments);
+
+    cluster.coordinator.set_node_unavailable(victim, false);
+    cluster.restart(victim).unwrap();
+    let handle = cluster
+        .log(victim, LOG)
+        .expect("the victim's replica opened once its report was stored");
+    assert!(handle.log_end_offset() < Offset(RECORDS as u64));
+    assert_reported_lost_and_recovered(damaged);
+}
+
+/// A report that must wait (the log's document cannot be read or changed
+/// by this node yet, issue 24) carries an empty end for a replica whose
+/// recovery would cut records that may have been committed, and the
+/// replica stays uncut and closed until the report is stored. Reporting
+/// the end after a cut would have kept the victim, the last ISR member, in
+/// the ISR.
+#[test]
+fn a_pending_report_for_a_replica_that_needs_the_cut_is_empty() {
+    let damaged = damaged();
+    let (cluster, victim) = (&damaged.cluster, damaged.victim);
+    let segments = segment_files(&damaged.dir);
+    let document = cluster.coordinator_delay(victim);
+    document.refuse_document(LOG);
+    cluster.restart(victim).unwrap();
+    assert_eq!(
+        cluster.with_node(victim, |n| n.pending_unclean_reports()),
+        Some(vec![(LOG, LogEnd::default())])
+    );
+    assert!(
+        cluster
+            .with_node(victim, |n| n.logs_not_opened())
+            .unwrap()
+            .iter()
+            .any(|(log, _)| *log == LOG),
+        "the replica opened before its report was stored"
+    );
+    assert_not_cut(&damaged, &segments);
+
+    document.accept_document(LOG);
+    assert!(
+        cluster.wait_until(WAIT, |c| c
+            .with_node(victim, |n| n.pending_unclean_reports().is_empty())
+            .unwrap_or(false)
+            && c.log(victim, LOG).is_ok()),
+        "the report was not stored, or the replica did not open after it"
+    );
+    assert_reported_lost_and_recovered(damaged);
 }

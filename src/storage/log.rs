@@ -362,7 +362,10 @@ impl Log {
     /// follow it. That is what a power loss leaves when a sealed segment's
     /// background flush (issue 27) had not finished while the next
     /// segment's pages reached the disk. The cut shows in
-    /// [`RecoveryReport::dropped_possibly_committed`].
+    /// [`RecoveryReport::dropped_possibly_committed`]. The node opens a
+    /// replica this way only once the coordinator holds its report of that
+    /// replica as a lost one: the cut must not outlive a start that failed
+    /// before its report.
     pub(crate) fn open_after_reported_unclean_stop(
         dir: impl AsRef<Path>,
         config: LogConfig,

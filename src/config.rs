@@ -80,6 +80,16 @@ impl NodeConfig {
 
     pub(crate) fn validate(&self) -> Result<()> {
         self.replication.validate()?;
+        for (field, duration) in [
+            ("session_timeout", self.session_timeout),
+            ("retention_check_interval", self.retention_check_interval),
+            (
+                "controlled_shutdown_timeout",
+                self.controlled_shutdown_timeout,
+            ),
+        ] {
+            at_most_duration_max(field, duration)?;
+        }
         if self.session_timeout.is_zero() {
             return Err(Error::InvalidConfig {
                 field: "session_timeout",
@@ -89,6 +99,24 @@ impl NodeConfig {
         }
         Ok(())
     }
+}
+
+/// The longest duration any setting takes: a year. Deadlines are the
+/// current instant plus a setting, and an instant that far out cannot be
+/// represented (a panic in `Instant + Duration`); Kafka's own time
+/// settings stop at about 24.8 days (`Integer.MAX_VALUE` milliseconds).
+pub const DURATION_MAX: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// `Ok` if `duration`, the value of `field`, is at most [`DURATION_MAX`].
+fn at_most_duration_max(field: &'static str, duration: Duration) -> Result<()> {
+    if duration > DURATION_MAX {
+        return Err(Error::InvalidConfig {
+            field,
+            value: format!("{duration:?}"),
+            reason: "must be at most a year (DURATION_MAX)",
+        });
+    }
+    Ok(())
 }
 
 /// Replication settings (Kafka's names in the docs of each field).
@@ -193,6 +221,19 @@ impl ReplicationConfig {
                 Ok(())
             }
         };
+        for (field, duration) in [
+            ("replica_lag_time_max", self.replica_lag_time_max),
+            ("fetch_wait_max", self.fetch_wait_max),
+            ("request_timeout", self.request_timeout),
+            ("fetch_backoff", self.fetch_backoff),
+            ("spin_before_park", self.spin_before_park),
+            ("pipelined_block_max", self.pipelined_block_max),
+        ] {
+            at_most_duration_max(field, duration)?;
+        }
+        if let Some(age) = self.applied_hold_age_max {
+            at_most_duration_max("applied_hold_age_max", age)?;
+        }
         positive("replica_lag_time_max", self.replica_lag_time_max)?;
         positive("request_timeout", self.request_timeout)?;
         // As Kafka requires of replica.fetch.wait.max.ms: a fetch held in a
@@ -234,6 +275,61 @@ impl ReplicationConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_past_a_year_is_refused_and_named() {
+        let huge = Duration::MAX;
+        let cases: Vec<(&str, ReplicationConfig)> = vec![
+            (
+                "spin_before_park",
+                ReplicationConfig {
+                    spin_before_park: huge,
+                    ..ReplicationConfig::default()
+                },
+            ),
+            (
+                "request_timeout",
+                ReplicationConfig {
+                    request_timeout: huge,
+                    ..ReplicationConfig::default()
+                },
+            ),
+            (
+                "pipelined_block_max",
+                ReplicationConfig {
+                    pipelined_block_max: huge,
+                    ..ReplicationConfig::default()
+                },
+            ),
+            (
+                "applied_hold_age_max",
+                ReplicationConfig {
+                    applied_hold_age_max: Some(huge),
+                    ..ReplicationConfig::default()
+                },
+            ),
+        ];
+        for (name, config) in cases {
+            match config.validate() {
+                Err(Error::InvalidConfig { field, .. }) => assert_eq!(field, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let mut node = NodeConfig::new(NodeId(1), "/nonexistent");
+        node.controlled_shutdown_timeout = huge;
+        assert!(matches!(
+            node.validate(),
+            Err(Error::InvalidConfig {
+                field: "controlled_shutdown_timeout",
+                ..
+            })
+        ));
+        let year = ReplicationConfig {
+            request_timeout: DURATION_MAX,
+            ..ReplicationConfig::default()
+        };
+        assert!(year.validate().is_ok());
+    }
 
     #[test]
     fn a_fetch_wait_not_below_the_lag_limit_is_refused() {

@@ -153,7 +153,7 @@ pub use append::{Acks, AppendOutcome};
 pub use builder::{NodeBuilder, TcpNode};
 pub use client::LogClient;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{NodeConfig, ReplicationConfig};
+pub use config::{NodeConfig, ReplicationConfig, DURATION_MAX};
 pub use coordinator::{
     assign_replicas, AddingReplica, Assignment, CasOutcome, Controller, ControllerConfig,
     ControllerEpoch, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate, MemoryCoordinator,

@@ -34,7 +34,7 @@ use crate::replication::{
 };
 use crate::storage::{
     take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork, DirectoryIdentity,
-    DirectoryLock, FlushPolicy, Log, PreviousShutdown, RollFlushThread, RollFlusher,
+    DirectoryLock, Disk, FlushPolicy, Log, PreviousShutdown, RollFlushThread, RollFlusher, StdDisk,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -147,6 +147,8 @@ enum Command {
 
 /// State shared by a node's threads.
 pub(crate) struct NodeShared {
+    /// The file system the data directory lives on.
+    disk: Arc<dyn Disk>,
     pub(crate) config: NodeConfig,
     transport: Arc<dyn Transport>,
     coordinator: Arc<dyn Coordinator>,
@@ -364,6 +366,18 @@ impl Node {
         coordinator: Arc<dyn Coordinator>,
         clock: Arc<dyn Clock>,
     ) -> Result<Node> {
+        Node::start_on_disk(StdDisk::shared(), config, transport, coordinator, clock)
+    }
+
+    /// [`start`](Self::start) with the data directory on `disk` (the real
+    /// file system, or a simulated one in tests).
+    pub(crate) fn start_on_disk(
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Node> {
         config.validate()?;
         // The controller decides the ELR with the same minimum as this
         // node's leaders. Checked here, before anything starts: a start
@@ -382,17 +396,17 @@ impl Node {
         // Checked before the directory is created or locked, so that a
         // wrong directory is refused with nothing written to it; checked
         // again under the lock, in case another process wrote it meanwhile.
-        if let Some(identity) = DirectoryIdentity::load(&data_dir)? {
+        if let Some(identity) = DirectoryIdentity::load(&*disk, &data_dir)? {
             identity.check(&data_dir, cluster_id, me)?;
         }
-        std::fs::create_dir_all(&data_dir)
+        disk.create_dir_all(&data_dir)
             .map_err(|e| Error::io(&data_dir, "create directory", e))?;
-        let directory_lock = DirectoryLock::acquire(&data_dir)?;
-        let identity = DirectoryIdentity::load(&data_dir)?;
+        let directory_lock = DirectoryLock::acquire(&*disk, &data_dir)?;
+        let identity = DirectoryIdentity::load(&*disk, &data_dir)?;
         if let Some(identity) = &identity {
             identity.check(&data_dir, cluster_id, me)?;
         }
-        let mut previous_shutdown = take_clean_shutdown_marker(&data_dir)?;
+        let mut previous_shutdown = take_clean_shutdown_marker(&*disk, &data_dir)?;
         let directory_id = identity
             .map(|identity| identity.directory_id)
             .unwrap_or_else(DirectoryId::random);
@@ -413,7 +427,7 @@ impl Node {
             .filter(|state| !state.replicas.contains(&me))
         {
             let dir = log_dir(&data_dir, state.log);
-            if !dir.exists() {
+            if !disk.exists(&dir) {
                 continue;
             }
             match coordinator.log_state(state.log)? {
@@ -423,7 +437,7 @@ impl Node {
                     *state = fresh;
                 }
                 Some(_) | None => {
-                    std::fs::remove_dir_all(&dir)
+                    disk.remove_dir_all(&dir)
                         .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
                     tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
                         "deleted the copy of a replica that a reassignment removed");
@@ -451,7 +465,7 @@ impl Node {
             .iter()
             .copied()
             .filter(|log| match recorded.get(log) {
-                Some(placed) => *placed != directory_id || !log_dir(&data_dir, *log).exists(),
+                Some(placed) => *placed != directory_id || !disk.exists(&log_dir(&data_dir, *log)),
                 None => false,
             })
             .collect();
@@ -461,6 +475,7 @@ impl Node {
         let events = coordinator.subscribe(me)?;
         let (commands, command_rx) = bounded(1024);
         let shared = Arc::new(NodeShared {
+            disk: Arc::clone(&disk),
             config,
             transport,
             coordinator,
@@ -524,7 +539,7 @@ impl Node {
                 node_id: me,
                 directory_id,
             }
-            .store(&data_dir)?;
+            .store(&*disk, &data_dir)?;
             tracing::info!(node = %me, directory = %data_dir.display(), %cluster_id, %directory_id, "wrote the data directory's identity");
         }
         let unplaced: Vec<LogId> = hosted
@@ -971,7 +986,7 @@ impl Node {
         if !self.shared.may_mark_clean_shutdown() {
             return Ok(());
         }
-        write_clean_shutdown_marker(&self.shared.config.data_dir)
+        write_clean_shutdown_marker(&*self.shared.disk, &self.shared.config.data_dir)
     }
 
     /// Stops the node's threads without closing anything: what a crash
@@ -1231,7 +1246,9 @@ impl Drop for Node {
                 tracing::warn!(%log, %error, "flush on drop failed");
             }
             if failed.is_empty() && self.shared.may_mark_clean_shutdown() {
-                if let Err(error) = write_clean_shutdown_marker(&self.shared.config.data_dir) {
+                if let Err(error) =
+                    write_clean_shutdown_marker(&*self.shared.disk, &self.shared.config.data_dir)
+                {
                     tracing::warn!(node = %self.shared.config.node_id, %error,
                         "cannot write the clean-shutdown marker; the next start reports an unclean shutdown");
                 }
@@ -1343,7 +1360,7 @@ impl NodeShared {
     /// data, as in `Node::start`), or if it cannot be opened.
     fn unreadable_log_end(&self, log: LogId, recorded: &HashMap<LogId, DirectoryId>) -> LogEnd {
         let placed_here = recorded.get(&log) == Some(&self.directory_id)
-            && log_dir(&self.config.data_dir, log).exists();
+            && self.disk.exists(&log_dir(&self.config.data_dir, log));
         if !placed_here {
             return LogEnd::default();
         }
@@ -1562,7 +1579,7 @@ impl NodeShared {
     /// Opens the local replica of `log` ([`host`](Self::host)'s work).
     fn open_replica(&self, log: LogId) -> Result<Arc<Replica>> {
         let dir = log_dir(&self.config.data_dir, log);
-        let restarted = dir.exists() || self.lost_replicas.contains(&log);
+        let restarted = self.disk.exists(&dir) || self.lost_replicas.contains(&log);
         // After an unclean stop this node reported before it registered
         // (SPEC 3.5): its replicas may have lost data anyway, so recovery
         // cuts damage above the recovery point even where valid batches
@@ -1576,12 +1593,18 @@ impl NodeShared {
             && !self.unreported.lock().contains_key(&log);
         let storage = if may_cut {
             Log::open_after_reported_unclean_stop(
+                Arc::clone(&self.disk),
                 &dir,
                 self.config.log.clone(),
                 Arc::clone(&self.clock),
             )?
         } else {
-            Log::open(&dir, self.config.log.clone(), Arc::clone(&self.clock))?
+            Log::open_on(
+                Arc::clone(&self.disk),
+                &dir,
+                self.config.log.clone(),
+                Arc::clone(&self.clock),
+            )?
         };
         let report = storage.recovery_report();
         // Only the open after a reported unclean stop cuts such records
@@ -2300,7 +2323,7 @@ impl NodeShared {
         self.unopened.lock().remove(&log);
         self.unreported.lock().remove(&log);
         let dir = log_dir(&self.config.data_dir, log);
-        match std::fs::remove_dir_all(&dir) {
+        match self.disk.remove_dir_all(&dir) {
             Ok(()) => {
                 tracing::info!(%log, node = %me, dir = %dir.display(), "replica removed by a reassignment: stopped and deleted")
             }

@@ -25,7 +25,8 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 
 use crate::error::Result;
-use crate::storage::{load_pairs, store_pairs};
+use crate::storage::{load_pairs, store_pairs, Disk};
+use crate::sync::Arc;
 use crate::types::{NodeId, Offset};
 
 /// The file, in the log's directory, holding the positions.
@@ -36,6 +37,7 @@ const KIND: &str = "applied-positions";
 /// The applied positions one replica knows of its log's replicas.
 #[derive(Debug)]
 pub(crate) struct AppliedPositions {
+    disk: Arc<dyn Disk>,
     path: PathBuf,
     inner: Mutex<Inner>,
     /// Serialises [`store`](Self::store): its writers (the retention
@@ -62,9 +64,9 @@ pub(crate) struct LowestApplied {
 impl AppliedPositions {
     /// Loads the positions stored in `dir`; none when the file is missing,
     /// damaged (logged) or unreadable (logged).
-    pub(crate) fn open(dir: &Path) -> AppliedPositions {
+    pub(crate) fn open(disk: Arc<dyn Disk>, dir: &Path) -> AppliedPositions {
         let path = dir.join(APPLIED_POSITIONS_FILE);
-        let positions = match load_pairs(&path, KIND) {
+        let positions = match load_pairs(&*disk, &path, KIND) {
             Ok(pairs) => pairs
                 .unwrap_or_default()
                 .into_iter()
@@ -80,6 +82,7 @@ impl AppliedPositions {
             }
         };
         AppliedPositions {
+            disk,
             path,
             inner: Mutex::new(Inner {
                 positions,
@@ -200,7 +203,7 @@ impl AppliedPositions {
                 .map(|(n, o)| (u64::from(n.0), o.0))
                 .collect()
         };
-        let stored = store_pairs(&self.path, KIND, &pairs);
+        let stored = store_pairs(&*self.disk, &self.path, KIND, &pairs);
         if stored.is_err() {
             // Written again next time.
             self.inner.lock().dirty = true;
@@ -216,21 +219,25 @@ mod tests {
     #[test]
     fn positions_survive_a_reopen_and_a_damaged_file_is_an_empty_map() {
         let dir = tempfile::tempdir().unwrap();
-        let positions = AppliedPositions::open(dir.path());
+        let positions = AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path());
         positions.set(NodeId(1), Offset(10));
         positions.set(NodeId(2), Offset(7));
         positions.store().unwrap();
-        let again = AppliedPositions::open(dir.path());
+        let again = AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path());
         assert_eq!(again.get(NodeId(1)), Some(Offset(10)));
         assert_eq!(again.get(NodeId(2)), Some(Offset(7)));
         std::fs::write(dir.path().join(APPLIED_POSITIONS_FILE), b"garbage").unwrap();
-        assert!(AppliedPositions::open(dir.path()).all().is_empty());
+        assert!(
+            AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path())
+                .all()
+                .is_empty()
+        );
     }
 
     #[test]
     fn a_replica_that_never_reported_is_the_lowest() {
         let dir = tempfile::tempdir().unwrap();
-        let positions = AppliedPositions::open(dir.path());
+        let positions = AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path());
         positions.set(NodeId(1), Offset(10));
         positions.set(NodeId(2), Offset(7));
         let replicas = [NodeId(1), NodeId(2)];
@@ -255,7 +262,7 @@ mod tests {
     #[test]
     fn highest_held_by_is_the_count_th_highest_position() {
         let dir = tempfile::tempdir().unwrap();
-        let positions = AppliedPositions::open(dir.path());
+        let positions = AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path());
         positions.set(NodeId(1), Offset(10));
         positions.set(NodeId(2), Offset(7));
         positions.set(NodeId(3), Offset(3));
@@ -274,7 +281,7 @@ mod tests {
     #[test]
     fn the_leader_view_replaces_all_but_the_own_position() {
         let dir = tempfile::tempdir().unwrap();
-        let positions = AppliedPositions::open(dir.path());
+        let positions = AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path());
         positions.set(NodeId(1), Offset(5));
         positions.set(NodeId(3), Offset(9));
         positions.adopt_leader_view(NodeId(1), &[(NodeId(1), Offset(2)), (NodeId(2), Offset(4))]);

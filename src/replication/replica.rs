@@ -395,7 +395,7 @@ impl Replica {
     ) -> Replica {
         let hw = log.high_watermark().min(log.log_end_offset());
         let flush_always = matches!(log.config().flush_policy, FlushPolicy::Always);
-        let applied = AppliedPositions::open(log.dir());
+        let applied = AppliedPositions::open(Arc::clone(log.disk()), log.dir());
         let merged_bytes_max = MERGED_BATCH_BYTES_MAX.min(log.config().batch_bytes_max);
         Replica {
             log_id,

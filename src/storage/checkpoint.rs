@@ -13,46 +13,42 @@
 //! This module owns the file format and the atomic replace; what the offsets
 //! mean belongs to the log and the replication layer.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use super::disk::{Disk, OpenMode};
 use crate::error::{Error, Result};
 use crate::types::Offset;
 
 /// Writes `contents` to `path` atomically and durably.
-pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(disk: &dyn Disk, path: &Path, contents: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
     {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
+        let file = disk
+            .open(&tmp, OpenMode::CreateTruncate)
             .map_err(|e| Error::io(&tmp, "create", e))?;
-        file.write_all(contents)
+        file.write_all_at(0, contents)
             .map_err(|e| Error::io(&tmp, "write", e))?;
         file.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
     }
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename over", e))?;
-    sync_dir(dir)
+    disk.rename(&tmp, path)
+        .map_err(|e| Error::io(path, "rename over", e))?;
+    sync_dir(disk, dir)
 }
 
 /// Fsyncs a directory so that creations, renames and deletions in it are
 /// durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    let handle = File::open(dir).map_err(|e| Error::io(dir, "open directory", e))?;
-    handle
-        .sync_all()
+pub(crate) fn sync_dir(disk: &dyn Disk, dir: &Path) -> Result<()> {
+    disk.sync_dir(dir)
         .map_err(|e| Error::io(dir, "fsync directory", e))
 }
 
 /// Reads a whole file, or `None` when it does not exist.
-fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
-    match fs::read(path) {
+pub(crate) fn read_if_exists(disk: &dyn Disk, path: &Path) -> Result<Option<Vec<u8>>> {
+    match disk.read(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(path, "read", e)),
@@ -156,9 +152,9 @@ impl LogCheckpoint {
 
     /// Reads the checkpoint: `Ok(None)` when there is none yet,
     /// `Err(InvalidCheckpoint)` naming the file when it is damaged.
-    pub(crate) fn load(dir: &Path) -> Result<Option<LogCheckpoint>> {
+    pub(crate) fn load(disk: &dyn Disk, dir: &Path) -> Result<Option<LogCheckpoint>> {
         let path = Self::path(dir);
-        let Some(bytes) = read_if_exists(&path)? else {
+        let Some(bytes) = read_if_exists(disk, &path)? else {
             return Ok(None);
         };
         let lines = decode(&path, Self::KIND, &bytes)?;
@@ -204,7 +200,7 @@ impl LogCheckpoint {
     }
 
     /// Replaces the checkpoint atomically.
-    pub(crate) fn store(&self, dir: &Path) -> Result<()> {
+    pub(crate) fn store(&self, disk: &dyn Disk, dir: &Path) -> Result<()> {
         let contents = encode(
             Self::KIND,
             &[
@@ -214,13 +210,17 @@ impl LogCheckpoint {
                 format!("clean_shutdown {}", self.clean_shutdown),
             ],
         );
-        write_atomically(&Self::path(dir), &contents)
+        write_atomically(disk, &Self::path(dir), &contents)
     }
 }
 
 /// Reads a list of `(u64, u64)` pairs written by [`store_pairs`].
-pub(crate) fn load_pairs(path: &Path, kind: &str) -> Result<Option<Vec<(u64, u64)>>> {
-    let Some(bytes) = read_if_exists(path)? else {
+pub(crate) fn load_pairs(
+    disk: &dyn Disk,
+    path: &Path,
+    kind: &str,
+) -> Result<Option<Vec<(u64, u64)>>> {
+    let Some(bytes) = read_if_exists(disk, path)? else {
         return Ok(None);
     };
     let lines = decode(path, kind, &bytes)?;
@@ -251,16 +251,23 @@ pub(crate) fn load_pairs(path: &Path, kind: &str) -> Result<Option<Vec<(u64, u64
 }
 
 /// Atomically replaces `path` with a list of `(u64, u64)` pairs.
-pub(crate) fn store_pairs(path: &Path, kind: &str, pairs: &[(u64, u64)]) -> Result<()> {
+pub(crate) fn store_pairs(
+    disk: &dyn Disk,
+    path: &Path,
+    kind: &str,
+    pairs: &[(u64, u64)],
+) -> Result<()> {
     let mut lines = Vec::with_capacity(pairs.len() + 1);
     lines.push(format!("entries {}", pairs.len()));
     lines.extend(pairs.iter().map(|(a, b)| format!("{a} {b}")));
-    write_atomically(path, &encode(kind, &lines))
+    write_atomically(disk, path, &encode(kind, &lines))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::StdDisk;
+    use std::fs;
 
     fn sample() -> LogCheckpoint {
         LogCheckpoint {
@@ -274,9 +281,12 @@ mod tests {
     #[test]
     fn log_checkpoint_round_trips_and_absent_is_none() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(LogCheckpoint::load(dir.path()).unwrap(), None);
-        sample().store(dir.path()).unwrap();
-        assert_eq!(LogCheckpoint::load(dir.path()).unwrap(), Some(sample()));
+        assert_eq!(LogCheckpoint::load(&StdDisk, dir.path()).unwrap(), None);
+        sample().store(&StdDisk, dir.path()).unwrap();
+        assert_eq!(
+            LogCheckpoint::load(&StdDisk, dir.path()).unwrap(),
+            Some(sample())
+        );
         // No temporary file is left behind.
         let names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
@@ -288,7 +298,7 @@ mod tests {
     #[test]
     fn every_damaged_checkpoint_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        sample().store(dir.path()).unwrap();
+        sample().store(&StdDisk, dir.path()).unwrap();
         let path = LogCheckpoint::path(dir.path());
         let good = fs::read(&path).unwrap();
         // Every truncation and every single-byte change is detected.
@@ -301,7 +311,7 @@ mod tests {
         damaged.push(vec![0xff, 0xfe, 0x00]);
         for bytes in damaged {
             fs::write(&path, &bytes).unwrap();
-            match LogCheckpoint::load(dir.path()) {
+            match LogCheckpoint::load(&StdDisk, dir.path()) {
                 Err(Error::InvalidCheckpoint { path: p, .. }) => assert_eq!(p, path),
                 other => panic!("{bytes:?} gave {other:?}"),
             }
@@ -312,16 +322,16 @@ mod tests {
     fn pairs_round_trip_and_count_mismatch_is_caught() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pairs.checkpoint");
-        assert_eq!(load_pairs(&path, "pairs").unwrap(), None);
-        store_pairs(&path, "pairs", &[(0, 10), (2, 13)]).unwrap();
+        assert_eq!(load_pairs(&StdDisk, &path, "pairs").unwrap(), None);
+        store_pairs(&StdDisk, &path, "pairs", &[(0, 10), (2, 13)]).unwrap();
         assert_eq!(
-            load_pairs(&path, "pairs").unwrap(),
+            load_pairs(&StdDisk, &path, "pairs").unwrap(),
             Some(vec![(0, 10), (2, 13)])
         );
-        store_pairs(&path, "pairs", &[]).unwrap();
-        assert_eq!(load_pairs(&path, "pairs").unwrap(), Some(vec![]));
+        store_pairs(&StdDisk, &path, "pairs", &[]).unwrap();
+        assert_eq!(load_pairs(&StdDisk, &path, "pairs").unwrap(), Some(vec![]));
         // A valid file of another kind is rejected by its header.
-        match load_pairs(&path, "other") {
+        match load_pairs(&StdDisk, &path, "other") {
             Err(Error::InvalidCheckpoint { path: p, reason }) => {
                 assert_eq!(p, path);
                 assert!(reason.contains("expected \"isrlog other v1\""), "{reason}");

@@ -9,10 +9,10 @@
 //! This module owns the marker file only; what a node does about an
 //! unclean shutdown (telling the coordinator) lives in the node.
 
-use std::fs;
 use std::io::ErrorKind;
 use std::path::Path;
 
+use super::disk::Disk;
 use crate::error::{Error, Result};
 use crate::storage::{is_identity_or_lock_file, sync_dir, write_atomically};
 
@@ -59,11 +59,14 @@ impl PreviousShutdown {
 /// Reads and removes the marker of `data_dir` (an existing directory),
 /// making the removal durable before returning, so that a crash from here
 /// on is seen as unclean by the next start.
-pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> Result<PreviousShutdown> {
+pub(crate) fn take_clean_shutdown_marker(
+    disk: &dyn Disk,
+    data_dir: &Path,
+) -> Result<PreviousShutdown> {
     let marker = data_dir.join(CLEAN_SHUTDOWN_MARKER);
-    match fs::remove_file(&marker) {
+    match disk.remove_file(&marker) {
         Ok(()) => {
-            sync_dir(data_dir)?;
+            sync_dir(disk, data_dir)?;
             return Ok(PreviousShutdown::Clean);
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -71,11 +74,11 @@ pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> Result<PreviousShut
     }
     // The identity and lock files (SPEC 2.8) hold no data: a directory
     // with nothing else is empty.
-    let entries =
-        fs::read_dir(data_dir).map_err(|e| Error::io(data_dir, "list the data directory", e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(data_dir, "list the data directory", e))?;
-        if !is_identity_or_lock_file(&entry.file_name()) {
+    let names = disk
+        .list_dir(data_dir)
+        .map_err(|e| Error::io(data_dir, "list the data directory", e))?;
+    for name in names {
+        if !is_identity_or_lock_file(&name) {
             return Ok(PreviousShutdown::Unclean);
         }
     }
@@ -85,8 +88,9 @@ pub(crate) fn take_clean_shutdown_marker(data_dir: &Path) -> Result<PreviousShut
 /// Writes the marker into `data_dir` durably (temporary file, fsync,
 /// rename, fsync of the directory). Call it only after every log of the
 /// node is flushed and closed.
-pub(crate) fn write_clean_shutdown_marker(data_dir: &Path) -> Result<()> {
+pub(crate) fn write_clean_shutdown_marker(disk: &dyn Disk, data_dir: &Path) -> Result<()> {
     write_atomically(
+        disk,
         &data_dir.join(CLEAN_SHUTDOWN_MARKER),
         b"isrlog clean shutdown v1\n",
     )
@@ -95,6 +99,8 @@ pub(crate) fn write_clean_shutdown_marker(data_dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::StdDisk;
+    use std::fs;
 
     #[test]
     fn marker_lifecycle_table() {
@@ -110,7 +116,7 @@ mod tests {
                 "marker written at the last shutdown",
                 |dir| {
                     fs::create_dir(dir.join("log-1")).unwrap();
-                    write_clean_shutdown_marker(dir).unwrap();
+                    write_clean_shutdown_marker(&StdDisk, dir).unwrap();
                 },
                 PreviousShutdown::Clean,
             ),
@@ -129,7 +135,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             set_up(dir.path());
             assert_eq!(
-                take_clean_shutdown_marker(dir.path()).unwrap(),
+                take_clean_shutdown_marker(&StdDisk, dir.path()).unwrap(),
                 expected,
                 "{name}"
             );
@@ -140,7 +146,7 @@ mod tests {
             if expected == PreviousShutdown::Clean {
                 // Taken once: a crash after this start is unclean.
                 assert_eq!(
-                    take_clean_shutdown_marker(dir.path()).unwrap(),
+                    take_clean_shutdown_marker(&StdDisk, dir.path()).unwrap(),
                     PreviousShutdown::Unclean,
                     "{name}: second start"
                 );

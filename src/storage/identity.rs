@@ -8,10 +8,10 @@
 //! decide what a missing or foreign identity means for the replicas: the
 //! node does that with the coordinator's records.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use super::disk::{Disk, LockGuard};
 use crate::error::{Error, Result};
 use crate::storage::write_atomically;
 use crate::types::{ClusterId, DirectoryId, NodeId};
@@ -45,9 +45,12 @@ impl DirectoryIdentity {
     /// parsed is an error naming it (never taken as "no identity": that
     /// would let a damaged directory pass for an empty one and be given a
     /// new id, or worse, for another node's).
-    pub(crate) fn load(data_dir: &Path) -> Result<Option<DirectoryIdentity>> {
+    pub(crate) fn load(disk: &dyn Disk, data_dir: &Path) -> Result<Option<DirectoryIdentity>> {
         let path = DirectoryIdentity::path(data_dir);
-        let text = match fs::read_to_string(&path) {
+        let text = match disk.read(&path).and_then(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.utf8_error()))
+        }) {
             Ok(text) => text,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(&path, "read the directory identity", e)),
@@ -59,8 +62,12 @@ impl DirectoryIdentity {
 
     /// Writes the identity file of `data_dir` atomically and durably
     /// (temporary file, fsync, rename, fsync of the directory).
-    pub(crate) fn store(&self, data_dir: &Path) -> Result<()> {
-        write_atomically(&DirectoryIdentity::path(data_dir), self.encode().as_bytes())
+    pub(crate) fn store(&self, disk: &dyn Disk, data_dir: &Path) -> Result<()> {
+        write_atomically(
+            disk,
+            &DirectoryIdentity::path(data_dir),
+            self.encode().as_bytes(),
+        )
     }
 
     /// Errs, naming both ids, if this identity is not `cluster_id`'s node
@@ -163,29 +170,22 @@ impl DirectoryIdentity {
 /// it.
 #[derive(Debug)]
 pub(crate) struct DirectoryLock {
-    _file: File,
+    _guard: Box<dyn LockGuard>,
 }
 
 impl DirectoryLock {
     /// Takes the lock of `data_dir` (an existing directory) without
     /// waiting: [`Error::DirectoryLocked`] naming the directory if anyone
     /// holds it.
-    pub(crate) fn acquire(data_dir: &Path) -> Result<DirectoryLock> {
+    pub(crate) fn acquire(disk: &dyn Disk, data_dir: &Path) -> Result<DirectoryLock> {
         let lock_file = data_dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_file)
-            .map_err(|e| Error::io(&lock_file, "open the lock file", e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(DirectoryLock { _file: file }),
-            Err(TryLockError::WouldBlock) => Err(Error::DirectoryLocked {
+        match disk.try_lock(&lock_file) {
+            Ok(Some(guard)) => Ok(DirectoryLock { _guard: guard }),
+            Ok(None) => Err(Error::DirectoryLocked {
                 path: data_dir.to_path_buf(),
                 lock_file,
             }),
-            Err(TryLockError::Error(e)) => Err(Error::io(&lock_file, "lock", e)),
+            Err(e) => Err(Error::io(&lock_file, "lock", e)),
         }
     }
 }
@@ -201,6 +201,8 @@ pub(crate) fn is_identity_or_lock_file(name: &std::ffi::OsStr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::StdDisk;
+    use std::fs;
 
     fn identity() -> DirectoryIdentity {
         DirectoryIdentity {
@@ -213,14 +215,14 @@ mod tests {
     #[test]
     fn identity_round_trips_and_absent_is_none() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(DirectoryIdentity::load(dir.path()).unwrap(), None);
+        assert_eq!(DirectoryIdentity::load(&StdDisk, dir.path()).unwrap(), None);
         assert_eq!(
-            DirectoryIdentity::load(&dir.path().join("missing")).unwrap(),
+            DirectoryIdentity::load(&StdDisk, &dir.path().join("missing")).unwrap(),
             None
         );
-        identity().store(dir.path()).unwrap();
+        identity().store(&StdDisk, dir.path()).unwrap();
         assert_eq!(
-            DirectoryIdentity::load(dir.path()).unwrap(),
+            DirectoryIdentity::load(&StdDisk, dir.path()).unwrap(),
             Some(identity())
         );
     }
@@ -237,7 +239,9 @@ mod tests {
         for (text, expected) in cases {
             let dir = tempfile::tempdir().unwrap();
             fs::write(dir.path().join(IDENTITY_FILE), text).unwrap();
-            let error = DirectoryIdentity::load(dir.path()).unwrap_err().to_string();
+            let error = DirectoryIdentity::load(&StdDisk, dir.path())
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(IDENTITY_FILE), "{error}");
             assert!(error.contains(expected), "{text:?}: {error}");
         }
@@ -272,10 +276,12 @@ mod tests {
     #[test]
     fn a_second_lock_on_one_directory_fails_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let held = DirectoryLock::acquire(dir.path()).unwrap();
-        let error = DirectoryLock::acquire(dir.path()).unwrap_err().to_string();
+        let held = DirectoryLock::acquire(&StdDisk, dir.path()).unwrap();
+        let error = DirectoryLock::acquire(&StdDisk, dir.path())
+            .unwrap_err()
+            .to_string();
         assert!(error.contains(&dir.path().display().to_string()), "{error}");
         drop(held);
-        DirectoryLock::acquire(dir.path()).unwrap();
+        DirectoryLock::acquire(&StdDisk, dir.path()).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //! would do when the log is next opened.
 //!
 //! Nothing here writes, truncates, locks or creates a file: every file is
-//! opened with `File::open` (read only) or read whole with `fs::read`, and
+//! opened for reading only or read whole, through the storage `Disk`, and
 //! `Log::open` is not used (it cuts torn tails and rebuilds indexes). A
 //! segment is read up to the length it had when the inspector looked at
 //! it, so one that a live node is appending to is read as of that moment.
@@ -16,19 +16,19 @@
 //! follows the rules of `recovery::recover`.
 
 use std::fmt;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
 use super::checkpoint::LogCheckpoint;
+use super::disk::{Disk, DiskFile, OpenMode, StdDisk};
 use super::leader_epoch::{expected_epoch, EpochEntry, LeaderEpochCache};
 use super::offset_index::{check_entries, INDEX_ENTRY_BYTES};
 use super::producer_state::{list_snapshots, ProducerStateManager};
 use super::segment::{index_path, parse_log_file_name};
 use crate::error::{Error, Result};
 use crate::record::{parse_header, HeaderError, RecordBatch, BATCH_HEADER_BYTES};
+use crate::sync::Arc;
 use crate::types::{LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
 
 /// What the log-state checkpoint (`log-state.checkpoint`) holds.
@@ -450,17 +450,11 @@ struct Walked {
 }
 
 /// Reads up to `len` bytes at `position` (fewer at the end of the file).
-fn read_at(file: &File, path: &Path, position: u64, len: usize) -> Result<Vec<u8>> {
+fn read_at(file: &dyn DiskFile, path: &Path, position: u64, len: usize) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
-    let mut done = 0;
-    while done < len {
-        match file.read_at(&mut buf[done..], position + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(path, "read", e)),
-        }
-    }
+    let done = file
+        .read_at(position, &mut buf)
+        .map_err(|e| Error::io(path, "read", e))?;
     buf.truncate(done);
     Ok(buf)
 }
@@ -474,6 +468,7 @@ fn read_at(file: &File, path: &Path, position: u64, len: usize) -> Result<Vec<u8
 /// records). `None` when the file is gone (deleted since the directory was
 /// listed).
 fn walk_segment(
+    disk: &Arc<dyn Disk>,
     dir: &Path,
     base: Offset,
     start: Offset,
@@ -482,7 +477,7 @@ fn walk_segment(
     epochs: &mut Option<Vec<EpochEntry>>,
 ) -> Result<Option<Walked>> {
     let path = super::segment::log_path(dir, base);
-    let file = match File::open(&path) {
+    let file = match disk.open(&path, OpenMode::Read) {
         Ok(file) => file,
         // Deleted since the directory was listed (retention on a live node).
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -491,16 +486,15 @@ fn walk_segment(
     // The length as of now: a live node may append while we read, and what
     // it appends later is not part of this report.
     let file_bytes = file
-        .metadata()
-        .map_err(|e| Error::io(&path, "stat", e))?
-        .len();
+        .length_bytes()
+        .map_err(|e| Error::io(&path, "stat", e))?;
     let mut batches = Vec::new();
     let mut at = 0u64;
     let mut next = start;
     let mut invalid = None;
     while at < file_bytes {
         let head = read_at(
-            &file,
+            &*file,
             &path,
             at,
             (file_bytes - at).min(BATCH_HEADER_BYTES as u64) as usize,
@@ -533,7 +527,7 @@ fn walk_segment(
             ));
             break;
         }
-        let bytes = read_at(&file, &path, at, size)?;
+        let bytes = read_at(&*file, &path, at, size)?;
         if bytes.len() < size {
             invalid = Some((at, "file ended while reading it".to_string()));
             break;
@@ -566,7 +560,7 @@ fn walk_segment(
             // On a live node a new epoch is written to the cache just before
             // its first batch, maybe after the cache was read here: read it
             // again before calling the batch damaged.
-            if let Ok(fresh) = LeaderEpochCache::open(dir) {
+            if let Ok(fresh) = LeaderEpochCache::open(disk, dir) {
                 *epochs = Some(fresh.entries().to_vec());
                 cache_disagrees = disagrees(epochs);
             }
@@ -612,7 +606,7 @@ fn walk_segment(
         next = h.next_offset();
     }
     // Checked against the file's length, as recovery opens it.
-    let index = check_index(&index_path(dir, base), base, file_bytes)?;
+    let index = check_index(&**disk, &index_path(dir, base), base, file_bytes)?;
     Ok(Some(Walked {
         segment: SegmentReport {
             path,
@@ -628,8 +622,8 @@ fn walk_segment(
 }
 
 /// Checks an index file read-only, with the index's own sanity check.
-fn check_index(path: &Path, base: Offset, data_bytes: u64) -> Result<IndexState> {
-    let bytes = match std::fs::read(path) {
+fn check_index(disk: &dyn Disk, path: &Path, base: Offset, data_bytes: u64) -> Result<IndexState> {
+    let bytes = match disk.read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(IndexState::Problem("index file is missing".into()))
@@ -652,8 +646,8 @@ fn check_index(path: &Path, base: Offset, data_bytes: u64) -> Result<IndexState>
 /// `after` starts at any byte of `path` from `from` on (the bytes before it
 /// may be garbage): valid data after damage means the damage is in the
 /// middle of the log, not a torn write.
-fn valid_batch_in(path: &Path, from: u64, after: Offset) -> Result<bool> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+fn valid_batch_in(disk: &dyn Disk, path: &Path, from: u64, after: Offset) -> Result<bool> {
+    let bytes = disk.read(path).map_err(|e| Error::io(path, "read", e))?;
     let bytes = Bytes::from(bytes);
     let mut at = from as usize;
     while at + BATCH_HEADER_BYTES <= bytes.len() {
@@ -689,6 +683,11 @@ fn valid_batch_in(path: &Path, from: u64, after: Offset) -> Result<bool> {
 /// # Ok::<(), isrlog::Error>(())
 /// ```
 pub fn inspect_dir(dir: &Path) -> Result<Report> {
+    inspect_dir_on(&StdDisk::shared(), dir)
+}
+
+/// [`inspect_dir`] on `disk`.
+pub(crate) fn inspect_dir_on(disk: &Arc<dyn Disk>, dir: &Path) -> Result<Report> {
     let mut report = Report {
         dir: dir.to_path_buf(),
         checkpoint: CheckpointState::Missing,
@@ -700,16 +699,15 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
         verbose: false,
     };
     let mut bases = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, "list", e))?;
-        if let Some(base) = entry.file_name().to_str().and_then(parse_log_file_name) {
+    let names = disk.list_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+    for name in names {
+        if let Some(base) = name.to_str().and_then(parse_log_file_name) {
             bases.push(base);
         }
     }
     bases.sort();
 
-    let checkpoint = match LogCheckpoint::load(dir) {
+    let checkpoint = match LogCheckpoint::load(&**disk, dir) {
         Ok(Some(c)) => {
             report.checkpoint = CheckpointState::Valid {
                 recovery_point: c.recovery_point,
@@ -740,8 +738,8 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
         }
         Err(e) => return Err(e),
     };
-    let epoch_file_exists = dir.join(LeaderEpochCache::FILE_NAME).exists();
-    let epochs = match LeaderEpochCache::open(dir) {
+    let epoch_file_exists = disk.exists(&dir.join(LeaderEpochCache::FILE_NAME));
+    let epochs = match LeaderEpochCache::open(disk, dir) {
         Ok(cache) if epoch_file_exists => {
             report.epoch_cache = EpochCacheState::Valid(
                 cache
@@ -763,9 +761,9 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
         Err(e) => return Err(e),
     };
 
-    for offset in list_snapshots(dir)? {
+    for offset in list_snapshots(&**disk, dir)? {
         let path = super::producer_state::snapshot_path(dir, offset);
-        let producers = match ProducerStateManager::read_snapshot(dir, offset) {
+        let producers = match ProducerStateManager::read_snapshot(&**disk, dir, offset) {
             Ok(state) => Ok(state
                 .producers_by_id()
                 .into_iter()
@@ -851,7 +849,15 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
             .map(|s: &SegmentReport| s.next_offset);
         // A segment that does not continue the one before it still gets
         // walked for the report, from its own name.
-        let Some(walked) = walk_segment(dir, base, base, log_start, &mut last_epoch, &mut entries)?
+        let Some(walked) = walk_segment(
+            disk,
+            dir,
+            base,
+            base,
+            log_start,
+            &mut last_epoch,
+            &mut entries,
+        )?
         else {
             continue;
         };
@@ -870,7 +876,12 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
                 let mut lost = expected < recovery_point;
                 if !lost && may_be_committed(expected) {
                     for &later in &bases[i..] {
-                        if valid_batch_in(&super::segment::log_path(dir, later), 0, expected)? {
+                        if valid_batch_in(
+                            &**disk,
+                            &super::segment::log_path(dir, later),
+                            0,
+                            expected,
+                        )? {
                             lost = true;
                             break;
                         }
@@ -929,13 +940,14 @@ pub fn inspect_dir(dir: &Path) -> Result<Report> {
                     });
                 } else {
                     let mut follows = may_be_committed(offset)
-                        && valid_batch_in(&segment.path, position + 1, offset.next())?;
+                        && valid_batch_in(&**disk, &segment.path, position + 1, offset.next())?;
                     if may_be_committed(offset) {
                         for &later in &bases[i + 1..] {
                             if follows {
                                 break;
                             }
                             follows = valid_batch_in(
+                                &**disk,
                                 &super::segment::log_path(dir, later),
                                 0,
                                 offset.next(),

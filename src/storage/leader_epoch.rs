@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 
 use super::checkpoint;
+use super::disk::Disk;
 use crate::error::{Error, Result};
+use crate::sync::Arc;
 use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
 
 /// One entry: `epoch` started at `start_offset`.
@@ -28,6 +30,7 @@ pub(crate) struct EpochEntry {
 /// Invariant: entries are strictly increasing in both epoch and start offset.
 #[derive(Debug)]
 pub(crate) struct LeaderEpochCache {
+    disk: Arc<dyn Disk>,
     path: PathBuf,
     entries: Vec<EpochEntry>,
 }
@@ -40,9 +43,9 @@ impl LeaderEpochCache {
     /// Loads the cache of the log in `dir` (empty when there is no file).
     /// A damaged file is `Error::InvalidCheckpoint` naming it; the caller may
     /// rebuild the cache from the batches instead.
-    pub(crate) fn open(dir: &Path) -> Result<LeaderEpochCache> {
+    pub(crate) fn open(disk: &Arc<dyn Disk>, dir: &Path) -> Result<LeaderEpochCache> {
         let path = dir.join(Self::FILE_NAME);
-        let pairs = checkpoint::load_pairs(&path, Self::KIND)?.unwrap_or_default();
+        let pairs = checkpoint::load_pairs(&**disk, &path, Self::KIND)?.unwrap_or_default();
         let mut entries = Vec::with_capacity(pairs.len());
         for (epoch, start) in pairs {
             let epoch = u32::try_from(epoch).map_err(|_| Error::InvalidCheckpoint {
@@ -67,15 +70,20 @@ impl LeaderEpochCache {
             }
             entries.push(entry);
         }
-        let cache = LeaderEpochCache { path, entries };
+        let cache = LeaderEpochCache {
+            disk: Arc::clone(disk),
+            path,
+            entries,
+        };
         debug_assert!(cache.check_invariants());
         Ok(cache)
     }
 
     /// An empty cache for the log in `dir`, for a rebuild from the batches.
     /// Touches no file until [`persist`](Self::persist).
-    pub(crate) fn empty(dir: &Path) -> LeaderEpochCache {
+    pub(crate) fn empty(disk: &Arc<dyn Disk>, dir: &Path) -> LeaderEpochCache {
         LeaderEpochCache {
+            disk: Arc::clone(disk),
             path: dir.join(Self::FILE_NAME),
             entries: Vec::new(),
         }
@@ -121,7 +129,7 @@ impl LeaderEpochCache {
             .iter()
             .map(|e| (u64::from(e.epoch.0), e.start_offset.0))
             .collect();
-        checkpoint::store_pairs(&self.path, Self::KIND, &pairs)
+        checkpoint::store_pairs(&*self.disk, &self.path, Self::KIND, &pairs)
     }
 
     /// The newest epoch known, if any.
@@ -252,9 +260,10 @@ pub(crate) fn expected_epoch(entries: &[EpochEntry], base_offset: Offset) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::StdDisk;
 
     fn cache(dir: &Path, entries: &[(u32, u64)]) -> LeaderEpochCache {
-        let mut c = LeaderEpochCache::empty(dir);
+        let mut c = LeaderEpochCache::empty(&StdDisk::shared(), dir);
         for &(e, s) in entries {
             assert!(c.assign_in_memory(LeaderEpoch(e), Offset(s)));
         }
@@ -299,7 +308,10 @@ mod tests {
         }
         assert_eq!(expected_epoch(&[], Offset(0)), None);
         assert_eq!(
-            epochs(LeaderEpochCache::empty(dir.path()).entries_covering(Offset(0), Offset(9))),
+            epochs(
+                LeaderEpochCache::empty(&StdDisk::shared(), dir.path())
+                    .entries_covering(Offset(0), Offset(9))
+            ),
             Vec::<u32>::new()
         );
     }
@@ -339,7 +351,7 @@ mod tests {
     #[test]
     fn empty_cache_knows_no_epoch() {
         let dir = tempfile::tempdir().unwrap();
-        let c = LeaderEpochCache::empty(dir.path());
+        let c = LeaderEpochCache::empty(&StdDisk::shared(), dir.path());
         assert_eq!(c.end_offset_for_epoch(LeaderEpoch(0), Offset(0)), None);
         assert_eq!(c.latest_epoch(), None);
     }
@@ -381,7 +393,7 @@ mod tests {
                 start_offset: Offset(14)
             }]
         );
-        let reopened = LeaderEpochCache::open(dir.path()).unwrap();
+        let reopened = LeaderEpochCache::open(&StdDisk::shared(), dir.path()).unwrap();
         assert_eq!(reopened.entries(), c.entries());
     }
 
@@ -389,9 +401,9 @@ mod tests {
     fn an_unordered_file_is_an_invalid_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(LeaderEpochCache::FILE_NAME);
-        checkpoint::store_pairs(&path, "leader-epoch", &[(2, 13), (1, 20)]).unwrap();
+        checkpoint::store_pairs(&StdDisk, &path, "leader-epoch", &[(2, 13), (1, 20)]).unwrap();
         assert!(matches!(
-            LeaderEpochCache::open(dir.path()),
+            LeaderEpochCache::open(&StdDisk::shared(), dir.path()),
             Err(Error::InvalidCheckpoint { .. })
         ));
     }

@@ -20,6 +20,7 @@ use bytes::Bytes;
 
 use super::checkpoint::{sync_dir, write_atomically, LogCheckpoint};
 use super::config::LogConfig;
+use super::disk::{Disk, StdDisk};
 use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
 use super::leader_epoch::{expected_epoch, EpochEntry, LeaderEpochCache};
 use super::offset_index::IndexSyncHandle;
@@ -262,6 +263,9 @@ impl LogState {
 /// and flushes may come from many threads at once.
 #[derive(Debug)]
 pub struct Log {
+    /// The file system the log's files live on ([`StdDisk`] unless a test
+    /// gives another).
+    pub(super) disk: Arc<dyn Disk>,
     pub(super) dir: PathBuf,
     pub(super) config: LogConfig,
     pub(super) clock: Arc<dyn Clock>,
@@ -351,7 +355,30 @@ impl Log {
     /// coordinator cuts such damage instead (its replicas fetch again; see
     /// [`RecoveryReport::dropped_possibly_committed`]).
     pub fn open(dir: impl AsRef<Path>, config: LogConfig, clock: Arc<dyn Clock>) -> Result<Log> {
-        Self::open_recovering(dir, config, clock, DamageAboveRecoveryPoint::Refuse)
+        Self::open_on(StdDisk::shared(), dir, config, clock)
+    }
+
+    /// Test harness only: [`open`](Self::open) on the given [`Disk`] (a
+    /// simulated one) instead of the real file system.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn open_on_disk(
+        disk: Arc<dyn Disk>,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Log> {
+        Self::open_on(disk, dir, config, clock)
+    }
+
+    /// [`open`](Self::open) on `disk`.
+    pub(crate) fn open_on(
+        disk: Arc<dyn Disk>,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Log> {
+        Self::open_recovering(disk, dir, config, clock, DamageAboveRecoveryPoint::Refuse)
     }
 
     /// Opens the log as [`open`](Self::open) does, for a node that told the
@@ -367,11 +394,13 @@ impl Log {
     /// replica as a lost one: the cut must not outlive a start that failed
     /// before its report.
     pub(crate) fn open_after_reported_unclean_stop(
+        disk: Arc<dyn Disk>,
         dir: impl AsRef<Path>,
         config: LogConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Log> {
         Self::open_recovering(
+            disk,
             dir,
             config,
             clock,
@@ -380,6 +409,7 @@ impl Log {
     }
 
     fn open_recovering(
+        disk: Arc<dyn Disk>,
         dir: impl AsRef<Path>,
         config: LogConfig,
         clock: Arc<dyn Clock>,
@@ -388,7 +418,7 @@ impl Log {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let now = clock.now();
-        let recovered = recovery::recover(&dir, &config, now, damage)?;
+        let recovered = recovery::recover(&disk, &dir, &config, now, damage)?;
         let log_end = recovered
             .segments
             .values()
@@ -411,12 +441,14 @@ impl Log {
         };
         state.last_batch_epoch = epoch_of_last_batch_below(&state, log_end)?;
         let mut report = recovered.report;
-        let rebuilt = rebuild_producer_state(&dir, &mut state, &config, clock.wall_clock_ms())?;
+        let rebuilt =
+            rebuild_producer_state(&*disk, &dir, &mut state, &config, clock.wall_clock_ms())?;
         report.producer_snapshot = rebuilt.snapshot;
         report.producer_batches_scanned = rebuilt.batches_scanned;
         report.checkpoint_problems.extend(rebuilt.problems);
         debug_assert!(state.check_invariants());
         let log = Log {
+            disk,
             dir,
             config,
             clock,
@@ -433,6 +465,11 @@ impl Log {
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
         Ok(log)
+    }
+
+    /// The file system the log lives on.
+    pub(crate) fn disk(&self) -> &Arc<dyn Disk> {
+        &self.disk
     }
 
     /// What opening the log found and did.
@@ -780,6 +817,7 @@ impl Log {
             let index = old.seal_for_roll()?;
             let file = old.file().clone();
             let segment = Segment::create(
+                &self.disk,
                 &self.dir,
                 base,
                 self.config.index_bytes_max,
@@ -891,7 +929,7 @@ impl Log {
             index.sync_data()?;
         }
         if dir {
-            sync_dir(&self.dir)?;
+            sync_dir(&*self.disk, &self.dir)?;
         }
         Ok(SyncOutcome {
             covered,
@@ -938,7 +976,7 @@ impl Log {
             log_start_offset,
             clean_shutdown,
         };
-        checkpoint.store(&self.dir)
+        checkpoint.store(&*self.disk, &self.dir)
     }
 
     /// Writes a checkpoint whose recovery point is at most `at_most`, before
@@ -957,7 +995,7 @@ impl Log {
             log_start_offset,
             clean_shutdown: false,
         };
-        checkpoint.store(&self.dir)
+        checkpoint.store(&*self.disk, &self.dir)
     }
 
     /// Reads whole batches from the one containing `from`, up to `bytes_max`
@@ -1196,8 +1234,8 @@ impl Log {
             // Snapshots of the suffix go before the suffix itself: a crash
             // in between rebuilds from an older snapshot and the batches.
             state.pending_snapshots.retain(|(o, _)| *o <= new_end);
-            if producer_state::delete_snapshots(&self.dir, |o| o > new_end)? {
-                sync_dir(&self.dir)?;
+            if producer_state::delete_snapshots(&*self.disk, &self.dir, |o| o > new_end)? {
+                sync_dir(&*self.disk, &self.dir)?;
             }
             let last_epoch = epoch_of_last_batch_below(&state, new_end)?;
             if let Some(segment) = state.segments.get_mut(&base) {
@@ -1225,14 +1263,14 @@ impl Log {
                     segment.delete()?;
                 }
             }
-            sync_dir(&self.dir)?;
+            sync_dir(&*self.disk, &self.dir)?;
             state.active_mut().unseal(self.config.index_bytes_max)?;
             state.epochs.truncate_from_end(new_end)?;
             state.last_batch_epoch = last_epoch;
             // SPEC 2.7: the producer state built from the removed batches
             // goes with them (Kafka's `truncateAndReload`).
             let now_ms = self.clock.wall_clock_ms();
-            rebuild_producer_state(&self.dir, &mut state, &self.config, now_ms)?;
+            rebuild_producer_state(&*self.disk, &self.dir, &mut state, &self.config, now_ms)?;
             Ok(())
         })();
         self.poison_on_error(cut)?;
@@ -1303,7 +1341,7 @@ impl Log {
                 segment.delete()?;
             }
             state.pending_snapshots.clear();
-            producer_state::delete_snapshots(&self.dir, |_| true)?;
+            producer_state::delete_snapshots(&*self.disk, &self.dir, |_| true)?;
             state.producers = ProducerStateManager::empty();
             let bases: Vec<Offset> = state.segments.keys().copied().collect();
             for base in bases.into_iter().rev() {
@@ -1312,13 +1350,14 @@ impl Log {
                 }
             }
             let segment = Segment::create(
+                &self.disk,
                 &self.dir,
                 offset,
                 self.config.index_bytes_max,
                 self.clock.now(),
             )?;
             state.segments.insert(offset, segment);
-            sync_dir(&self.dir)?;
+            sync_dir(&*self.disk, &self.dir)?;
             state.epochs.truncate_from_end(Offset::ZERO)?;
             Ok(())
         })();
@@ -1427,11 +1466,11 @@ impl Log {
         let moves = self.start_moves.lock();
         for segment in state.segments.values().chain(moves.doomed.iter()) {
             let image = segment.index_durable_image();
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(segment.index_path())?;
+            let file = self
+                .disk
+                .open(segment.index_path(), super::disk::OpenMode::ReadWrite)?;
             file.set_len(0)?;
-            std::io::Write::write_all(&mut file, &image.prefix)?;
+            file.write_all_at(0, &image.prefix)?;
             file.set_len(image.len)?;
         }
         Ok(())
@@ -1471,8 +1510,11 @@ impl Log {
         self.commit.check_not_poisoned(&self.dir)?;
         let pending = std::mem::take(&mut self.state.write().pending_snapshots);
         for (offset, bytes) in pending {
-            let written =
-                write_atomically(&producer_state::snapshot_path(&self.dir, offset), &bytes);
+            let written = write_atomically(
+                &*self.disk,
+                &producer_state::snapshot_path(&self.dir, offset),
+                &bytes,
+            );
             self.poison_on_error(written)?;
         }
         Ok(())
@@ -1567,7 +1609,9 @@ impl Log {
         state
             .producers
             .remove_expired(now_ms, self.config.producer_id_expiration);
-        state.producers.write_snapshot(&self.dir, offset)
+        state
+            .producers
+            .write_snapshot(&*self.disk, &self.dir, offset)
     }
 
     /// Whether an earlier write or fsync failed: the log then refuses all
@@ -1649,6 +1693,7 @@ pub(super) struct ProducerRebuild {
 /// log no longer holds and are deleted; so is a damaged snapshot, which is
 /// reported, never a reason to refuse to open: the batches rebuild it.
 pub(super) fn rebuild_producer_state(
+    disk: &dyn Disk,
     dir: &Path,
     state: &mut LogState,
     config: &LogConfig,
@@ -1656,10 +1701,10 @@ pub(super) fn rebuild_producer_state(
 ) -> Result<ProducerRebuild> {
     let log_end = state.log_end_offset();
     let mut rebuild = ProducerRebuild::default();
-    let mut deleted = producer_state::delete_snapshots(dir, |o| o > log_end)?;
+    let mut deleted = producer_state::delete_snapshots(disk, dir, |o| o > log_end)?;
     let mut producers = ProducerStateManager::empty();
-    for offset in producer_state::list_snapshots(dir)?.into_iter().rev() {
-        match ProducerStateManager::read_snapshot(dir, offset) {
+    for offset in producer_state::list_snapshots(disk, dir)?.into_iter().rev() {
+        match ProducerStateManager::read_snapshot(disk, dir, offset) {
             Ok(loaded) => {
                 producers = loaded;
                 rebuild.snapshot = Some(offset);
@@ -1668,13 +1713,13 @@ pub(super) fn rebuild_producer_state(
             Err(e @ Error::InvalidCheckpoint { .. }) => {
                 tracing::warn!(error = %e, "unusable producer state snapshot: rebuilding from the batches");
                 rebuild.problems.push(e.to_string());
-                deleted |= producer_state::delete_snapshots(dir, |o| o == offset)?;
+                deleted |= producer_state::delete_snapshots(disk, dir, |o| o == offset)?;
             }
             Err(e) => return Err(e),
         }
     }
     if deleted {
-        sync_dir(dir)?;
+        sync_dir(disk, dir)?;
     }
     // From the snapshot, or from the first batch the log still holds, even
     // below the log start: an exact log start (DeleteRecords, a snapshot's

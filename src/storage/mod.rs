@@ -5,6 +5,7 @@
 mod checkpoint;
 mod clean_shutdown;
 mod config;
+pub(crate) mod disk;
 mod flush;
 mod identity;
 pub mod inspect;
@@ -22,6 +23,7 @@ pub(crate) use checkpoint::{load_pairs, store_pairs, sync_dir, write_atomically,
 pub use clean_shutdown::PreviousShutdown;
 pub(crate) use clean_shutdown::{take_clean_shutdown_marker, write_clean_shutdown_marker};
 pub use config::LogConfig;
+pub(crate) use disk::{Disk, StdDisk};
 pub use flush::FlushPolicy;
 pub use identity::DirectoryIdentity;
 pub(crate) use identity::{is_identity_or_lock_file, DirectoryLock};

@@ -8,10 +8,9 @@
 //! `index_interval_bytes`) and it never reads the data file; rebuilding an
 //! index from data is the segment's job.
 //!
-//! This is the only module of the crate with `unsafe` code: mapping a file
-//! into memory is unsafe because another process could change the file
-//! under us. Like Kafka, we accept that: the log directory belongs to this
-//! process (see the SAFETY notes).
+//! The file is reached through the storage [`Disk`]: on the real disk its
+//! mapping is `mmap` (`disk/mmap.rs`, the crate's only `unsafe` code), on
+//! the simulated one a buffer whose `flush` is what makes it durable.
 //!
 //! Like Kafka's `OffsetIndex`, the file of the active segment is
 //! preallocated to `index_bytes_max` and trimmed to the entries in use when
@@ -22,13 +21,10 @@
 //! relative offset and position, and an all-zero entry marks the end of the
 //! used entries in a preallocated file. That lets a file left preallocated by
 //! a crash be read back without a rebuild.
-#![allow(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapMut;
-
+use super::disk::{Disk, DiskFile, MappedRegion, OpenMode};
 use crate::error::{Error, Result};
 use crate::types::Offset;
 
@@ -53,9 +49,9 @@ pub(crate) struct IndexEntry {
 pub(crate) struct OffsetIndex {
     path: PathBuf,
     base_offset: Offset,
-    file: File,
+    file: Box<dyn DiskFile>,
     /// `None` while the file is empty (an empty file cannot be mapped).
-    mmap: Option<MmapMut>,
+    mmap: Option<Box<dyn MappedRegion>>,
     entries: usize,
     /// Number of entries the current mapping can hold.
     capacity: usize,
@@ -130,7 +126,7 @@ fn lock_images(images: &SharedImages) -> std::sync::MutexGuard<'_, IndexImages> 
 /// (issue 27: not on the appending thread).
 #[derive(Debug)]
 pub(crate) struct IndexSyncHandle {
-    file: File,
+    file: Box<dyn DiskFile>,
     path: PathBuf,
     #[cfg(any(test, feature = "testing"))]
     images: SharedImages,
@@ -218,6 +214,7 @@ impl OffsetIndex {
     /// Creates (or empties) the index file at `path`, preallocated to
     /// `index_bytes_max`.
     pub(crate) fn create(
+        disk: &dyn Disk,
         path: &Path,
         base_offset: Offset,
         index_bytes_max: u64,
@@ -226,14 +223,10 @@ impl OffsetIndex {
         #[cfg(any(test, feature = "testing"))]
         let images = SharedImages::new(std::sync::Mutex::new(IndexImages {
             written: FileImage::default(),
-            durable: FileImage::of(&std::fs::read(path).unwrap_or_default()),
+            durable: FileImage::of(&disk.read(path).unwrap_or_default()),
         }));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
+        let file = disk
+            .open(path, OpenMode::CreateTruncate)
             .map_err(|e| Error::io(path, "create index", e))?;
         let mut index = OffsetIndex {
             path: path.to_path_buf(),
@@ -255,11 +248,12 @@ impl OffsetIndex {
     /// is missing or fails the check (the caller rebuilds it); `Err` only for
     /// an I/O failure.
     pub(crate) fn open_checked(
+        disk: &dyn Disk,
         path: &Path,
         base_offset: Offset,
         data_bytes: u64,
     ) -> Result<std::result::Result<OffsetIndex, IndexProblem>> {
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
+        let file = match disk.open(path, OpenMode::ReadWrite) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Err(IndexProblem("index file is missing".into())))
@@ -267,9 +261,8 @@ impl OffsetIndex {
             Err(e) => return Err(Error::io(path, "open index", e)),
         };
         let len = file
-            .metadata()
-            .map_err(|e| Error::io(path, "stat index", e))?
-            .len();
+            .length_bytes()
+            .map_err(|e| Error::io(path, "stat index", e))?;
         if len % INDEX_ENTRY_BYTES as u64 != 0 {
             return Ok(Err(IndexProblem(format!(
                 "index size {len} is not a multiple of {INDEX_ENTRY_BYTES}"
@@ -306,7 +299,7 @@ impl OffsetIndex {
     }
 
     fn mapped(&self) -> &[u8] {
-        self.mmap.as_deref().unwrap_or(&[])
+        self.mmap.as_deref().map_or(&[], |mmap| mmap.bytes())
     }
 
     /// Maps the file at its current length `len`.
@@ -316,13 +309,13 @@ impl OffsetIndex {
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: the file is private to this log (one process owns the log
-        // directory, as with Kafka), so nothing else truncates or rewrites it
-        // while it is mapped; we only change its length after dropping the
-        // mapping (see `resize`), and the mapping never outlives `self.file`.
-        let mmap = unsafe { MmapMut::map_mut(&self.file) }
+        // The file's length changes only after the mapping is dropped (see
+        // `resize`).
+        let mmap = self
+            .file
+            .map(len)
             .map_err(|e| Error::io(&self.path, "mmap index", e))?;
-        self.capacity = mmap.len() / INDEX_ENTRY_BYTES;
+        self.capacity = mmap.bytes().len() / INDEX_ENTRY_BYTES;
         self.mmap = Some(mmap);
         Ok(())
     }
@@ -459,6 +452,7 @@ impl OffsetIndex {
         let Some(mmap) = self.mmap.as_mut() else {
             return false;
         };
+        let mmap = mmap.bytes_mut();
         let at = slot * INDEX_ENTRY_BYTES;
         mmap[at..at + 4].copy_from_slice(&(relative as u32).to_le_bytes());
         mmap[at + 4..at + 8].copy_from_slice(&(position as u32).to_le_bytes());
@@ -492,7 +486,7 @@ impl OffsetIndex {
             .take_while(|&slot| self.entry(slot).position < position)
             .count();
         if let Some(mmap) = self.mmap.as_mut() {
-            mmap[keep * INDEX_ENTRY_BYTES..self.entries * INDEX_ENTRY_BYTES].fill(0);
+            mmap.bytes_mut()[keep * INDEX_ENTRY_BYTES..self.entries * INDEX_ENTRY_BYTES].fill(0);
         }
         #[cfg(any(test, feature = "testing"))]
         lock_images(&self.images)
@@ -514,6 +508,7 @@ impl OffsetIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::StdDisk;
 
     fn entry(offset: u64, position: u64) -> IndexEntry {
         IndexEntry {
@@ -525,7 +520,8 @@ mod tests {
     #[test]
     fn lookup_finds_the_floor_entry() {
         let dir = tempfile::tempdir().unwrap();
-        let mut index = OffsetIndex::create(&dir.path().join("a.index"), Offset(100), 80).unwrap();
+        let mut index =
+            OffsetIndex::create(&StdDisk, &dir.path().join("a.index"), Offset(100), 80).unwrap();
         assert!(index.append(Offset(110), 1000));
         assert!(index.append(Offset(120), 2000));
         assert!(index.append(Offset(130), 3000));
@@ -546,7 +542,8 @@ mod tests {
     #[test]
     fn full_index_refuses_entries() {
         let dir = tempfile::tempdir().unwrap();
-        let mut index = OffsetIndex::create(&dir.path().join("a.index"), Offset(0), 17).unwrap();
+        let mut index =
+            OffsetIndex::create(&StdDisk, &dir.path().join("a.index"), Offset(0), 17).unwrap();
         assert!(index.append(Offset(1), 10));
         assert!(index.append(Offset(2), 20));
         assert!(index.is_full());
@@ -557,13 +554,13 @@ mod tests {
     fn preallocated_and_trimmed_files_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.index");
-        let mut index = OffsetIndex::create(&path, Offset(5), 1024).unwrap();
+        let mut index = OffsetIndex::create(&StdDisk, &path, Offset(5), 1024).unwrap();
         index.append(Offset(7), 100);
         index.append(Offset(9), 200);
         index.flush().unwrap();
         drop(index);
         // As a crash leaves it: preallocated with zero slots after the entries.
-        let reopened = OffsetIndex::open_checked(&path, Offset(5), 300)
+        let reopened = OffsetIndex::open_checked(&StdDisk, &path, Offset(5), 300)
             .unwrap()
             .unwrap();
         assert_eq!(reopened.entries(), 2);
@@ -572,7 +569,7 @@ mod tests {
         reopened.trim_to_used().unwrap();
         drop(reopened);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 16);
-        let again = OffsetIndex::open_checked(&path, Offset(5), 300)
+        let again = OffsetIndex::open_checked(&StdDisk, &path, Offset(5), 300)
             .unwrap()
             .unwrap();
         assert_eq!(again.lookup(Offset(8)), Some(entry(7, 100)));
@@ -617,14 +614,14 @@ mod tests {
         ];
         for (name, bytes, data_bytes, reason) in cases {
             std::fs::write(&path, &bytes).unwrap();
-            let result = OffsetIndex::open_checked(&path, Offset(0), data_bytes).unwrap();
+            let result = OffsetIndex::open_checked(&StdDisk, &path, Offset(0), data_bytes).unwrap();
             match result {
                 Err(problem) => assert_eq!(problem, IndexProblem(reason.into()), "{name}"),
                 Ok(_) => panic!("{name} was accepted"),
             }
         }
         std::fs::remove_file(&path).unwrap();
-        match OffsetIndex::open_checked(&path, Offset(0), 10).unwrap() {
+        match OffsetIndex::open_checked(&StdDisk, &path, Offset(0), 10).unwrap() {
             Err(problem) => assert_eq!(problem, IndexProblem("index file is missing".into())),
             Ok(_) => panic!("a missing index was opened"),
         }
@@ -642,13 +639,13 @@ mod tests {
         let le = |r: u32, p: u32| [r.to_le_bytes(), p.to_le_bytes()].concat();
         std::fs::write(&path, [le(1, 100), le(u32::MAX, 200)].concat()).unwrap();
         let base = Offset(u64::MAX - 10);
-        let problem = OffsetIndex::open_checked(&path, base, 1000)
+        let problem = OffsetIndex::open_checked(&StdDisk, &path, base, 1000)
             .unwrap()
             .expect_err("an overflowing entry was accepted");
         assert!(problem.0.contains("overflows"), "{problem:?}");
         // The largest entry that fits is still accepted.
         std::fs::write(&path, [le(1, 100), le(10, 200)].concat()).unwrap();
-        let index = OffsetIndex::open_checked(&path, base, 1000)
+        let index = OffsetIndex::open_checked(&StdDisk, &path, base, 1000)
             .unwrap()
             .unwrap();
         assert_eq!(index.last_entry(), Some(entry(u64::MAX, 200)));
@@ -658,7 +655,7 @@ mod tests {
     fn truncation_zeroes_the_dropped_slots() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.index");
-        let mut index = OffsetIndex::create(&path, Offset(0), 64).unwrap();
+        let mut index = OffsetIndex::create(&StdDisk, &path, Offset(0), 64).unwrap();
         index.append(Offset(3), 100);
         index.append(Offset(6), 200);
         index.append(Offset(9), 300);
@@ -666,7 +663,7 @@ mod tests {
         assert_eq!(index.entries(), 1);
         index.flush().unwrap();
         drop(index);
-        let reopened = OffsetIndex::open_checked(&path, Offset(0), 150)
+        let reopened = OffsetIndex::open_checked(&StdDisk, &path, Offset(0), 150)
             .unwrap()
             .unwrap();
         assert_eq!(reopened.entries(), 1);

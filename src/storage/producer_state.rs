@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::checkpoint::write_atomically;
+use super::disk::Disk;
 use crate::error::{Error, Result};
 use crate::record::BatchHeader;
 use crate::types::{LeaderEpoch, Offset, ProducerEpoch, ProducerId, Sequence};
@@ -411,14 +412,22 @@ impl ProducerStateManager {
     }
 
     /// Writes this state as the snapshot as of `offset`, atomically.
-    pub(crate) fn write_snapshot(&self, dir: &Path, offset: Offset) -> Result<()> {
-        write_atomically(&snapshot_path(dir, offset), &self.encode_snapshot(offset))
+    pub(crate) fn write_snapshot(&self, disk: &dyn Disk, dir: &Path, offset: Offset) -> Result<()> {
+        write_atomically(
+            disk,
+            &snapshot_path(dir, offset),
+            &self.encode_snapshot(offset),
+        )
     }
 
     /// Reads the snapshot as of `offset` from `dir`.
-    pub(crate) fn read_snapshot(dir: &Path, offset: Offset) -> Result<ProducerStateManager> {
+    pub(crate) fn read_snapshot(
+        disk: &dyn Disk,
+        dir: &Path,
+        offset: Offset,
+    ) -> Result<ProducerStateManager> {
         let path = snapshot_path(dir, offset);
-        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+        let bytes = disk.read(&path).map_err(|e| Error::io(&path, "read", e))?;
         ProducerStateManager::decode_snapshot(&path, offset, &bytes)
     }
 }
@@ -429,12 +438,10 @@ pub(crate) fn snapshot_path(dir: &Path, offset: Offset) -> PathBuf {
 }
 
 /// The offsets of the snapshots in `dir`, oldest first.
-pub(crate) fn list_snapshots(dir: &Path) -> Result<Vec<Offset>> {
+pub(crate) fn list_snapshots(disk: &dyn Disk, dir: &Path) -> Result<Vec<Offset>> {
     let mut offsets = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, "list", e))?;
-        let name = entry.file_name();
+    let names = disk.list_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+    for name in names {
         let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(SNAPSHOT_SUFFIX)) else {
             continue;
         };
@@ -450,12 +457,16 @@ pub(crate) fn list_snapshots(dir: &Path) -> Result<Vec<Offset>> {
 
 /// Deletes the snapshots of `dir` for which `doomed(offset)` holds. Returns
 /// whether any was deleted (the caller fsyncs the directory when it matters).
-pub(crate) fn delete_snapshots(dir: &Path, doomed: impl Fn(Offset) -> bool) -> Result<bool> {
+pub(crate) fn delete_snapshots(
+    disk: &dyn Disk,
+    dir: &Path,
+    doomed: impl Fn(Offset) -> bool,
+) -> Result<bool> {
     let mut deleted = false;
-    for offset in list_snapshots(dir)? {
+    for offset in list_snapshots(disk, dir)? {
         if doomed(offset) {
             let path = snapshot_path(dir, offset);
-            match std::fs::remove_file(&path) {
+            match disk.remove_file(&path) {
                 Ok(()) => deleted = true,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(&path, "delete", e)),
@@ -503,6 +514,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::disk::StdDisk;
 
     const PRODUCER: ProducerId = ProducerId(7);
 
@@ -718,10 +730,15 @@ mod tests {
         let mut other = batch(4, 9, 1, 14);
         other.producer_id = ProducerId(3);
         state.record(&other);
-        state.write_snapshot(dir.path(), Offset(15)).unwrap();
-        assert_eq!(list_snapshots(dir.path()).unwrap(), vec![Offset(15)]);
+        state
+            .write_snapshot(&StdDisk, dir.path(), Offset(15))
+            .unwrap();
         assert_eq!(
-            ProducerStateManager::read_snapshot(dir.path(), Offset(15)).unwrap(),
+            list_snapshots(&StdDisk, dir.path()).unwrap(),
+            vec![Offset(15)]
+        );
+        assert_eq!(
+            ProducerStateManager::read_snapshot(&StdDisk, dir.path(), Offset(15)).unwrap(),
             state
         );
         let path = snapshot_path(dir.path(), Offset(15));
@@ -750,7 +767,7 @@ mod tests {
             }
             other => panic!("a snapshot under the wrong name gave {other:?}"),
         }
-        assert!(delete_snapshots(dir.path(), |o| o == Offset(15)).unwrap());
-        assert!(list_snapshots(dir.path()).unwrap().is_empty());
+        assert!(delete_snapshots(&StdDisk, dir.path(), |o| o == Offset(15)).unwrap());
+        assert!(list_snapshots(&StdDisk, dir.path()).unwrap().is_empty());
     }
 }

@@ -25,10 +25,12 @@ use std::time::Instant;
 
 use super::checkpoint::{sync_dir, LogCheckpoint};
 use super::config::LogConfig;
+use super::disk::Disk;
 use super::leader_epoch::{expected_epoch, LeaderEpochCache};
 use super::offset_index::IndexProblem;
 use super::segment::{self, Found, ScanEnd, Segment};
 use crate::error::{Error, Result};
+use crate::sync::Arc;
 use crate::types::{LeaderEpoch, Offset};
 
 /// A tail cut off by recovery.
@@ -119,24 +121,23 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
-fn list_segments(dir: &Path) -> Result<Vec<Offset>> {
+fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<Offset>> {
     let mut bases = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, "list", e))?;
-        let name = entry.file_name();
+    let names = disk.list_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+    for name in names {
         let Some(name) = name.to_str() else { continue };
+        let entry_path = dir.join(name);
         if let Some(base) = segment::parse_log_file_name(name) {
             bases.push(base);
         } else if name.starts_with(super::SNAPSHOT_DOWNLOAD_PREFIX) {
             // A snapshot download a crash ended; never installed.
-            segment::remove_if_exists(&entry.path())?;
+            segment::remove_if_exists(disk, &entry_path)?;
         } else if let Some(stem) = name.strip_suffix(segment::INDEX_SUFFIX) {
             // An index whose data file is gone (a crash during a deletion,
             // which removes the index first) is useless.
             let data = dir.join(format!("{stem}{}", segment::LOG_SUFFIX));
-            if !data.exists() {
-                segment::remove_if_exists(&entry.path())?;
+            if !disk.exists(&data) {
+                segment::remove_if_exists(disk, &entry_path)?;
             }
         }
     }
@@ -182,15 +183,17 @@ pub(crate) enum DamageAboveRecoveryPoint {
 /// Opens and recovers the log in `dir` (creating it if needed), doing with
 /// damage above the recovery point what `damage` says.
 pub(crate) fn recover(
+    disk: &Arc<dyn Disk>,
     dir: &Path,
     config: &LogConfig,
     now: Instant,
     damage: DamageAboveRecoveryPoint,
 ) -> Result<Recovered> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+    disk.create_dir_all(dir)
+        .map_err(|e| Error::io(dir, "create directory", e))?;
     let mut report = RecoveryReport::default();
 
-    let checkpoint = match LogCheckpoint::load(dir) {
+    let checkpoint = match LogCheckpoint::load(&**disk, dir) {
         Ok(checkpoint) => checkpoint,
         Err(e @ Error::InvalidCheckpoint { .. }) => {
             tracing::warn!(error = %e, "unusable log checkpoint: rescanning the whole log");
@@ -207,13 +210,13 @@ pub(crate) fn recover(
     report.recovery_point = recovery_point;
 
     let epoch_file = dir.join(LeaderEpochCache::FILE_NAME);
-    let epoch_file_existed = epoch_file.exists();
-    let (mut epochs, mut rebuild_epochs) = match LeaderEpochCache::open(dir) {
+    let epoch_file_existed = disk.exists(&epoch_file);
+    let (mut epochs, mut rebuild_epochs) = match LeaderEpochCache::open(disk, dir) {
         Ok(cache) => (cache, false),
         Err(e @ Error::InvalidCheckpoint { .. }) => {
             tracing::warn!(error = %e, "unusable leader epoch cache: rebuilding it from the batches");
             report.checkpoint_problems.push(e.to_string());
-            (LeaderEpochCache::empty(dir), true)
+            (LeaderEpochCache::empty(disk, dir), true)
         }
         Err(e) => return Err(e),
     };
@@ -221,7 +224,7 @@ pub(crate) fn recover(
     // The cache file was there and valid: scanned batches are checked
     // against it.
     let epochs_trusted = epoch_file_existed && !rebuild_epochs;
-    let bases = list_segments(dir)?;
+    let bases = list_segments(&**disk, dir)?;
     report.high_watermark_unknown = checkpoint.is_none() && !bases.is_empty();
     if !bases.is_empty() && checkpoint.is_none() && report.checkpoint_problems.is_empty() {
         let problem = format!(
@@ -278,12 +281,12 @@ pub(crate) fn recover(
                 tracing::info!(%base, "deleting segment below the log start offset");
             }
             let path = segment::log_path(dir, base);
-            segment::remove_if_exists(&segment::index_path(dir, base))?;
-            segment::remove_if_exists(&path)?;
+            segment::remove_if_exists(&**disk, &segment::index_path(dir, base))?;
+            segment::remove_if_exists(&**disk, &path)?;
             report.segments_deleted.push(path);
             continue;
         }
-        let (mut seg, mut index_problem) = Segment::open(dir, base, now)?;
+        let (mut seg, mut index_problem) = Segment::open(disk, dir, base, now)?;
         let expected = segments.values().next_back().map(Segment::next_offset);
         if let Some(expected) = expected {
             if base != expected {
@@ -301,7 +304,7 @@ pub(crate) fn recover(
                 let mut lost = expected < recovery_point;
                 if !lost && may_be_committed(expected) {
                     for &later in &bases[i..] {
-                        if Segment::file_holds_valid_batch(dir, later, expected)? {
+                        if Segment::file_holds_valid_batch(&**disk, dir, later, expected)? {
                             lost = true;
                             break;
                         }
@@ -510,7 +513,7 @@ pub(crate) fn recover(
                     if follows {
                         break;
                     }
-                    follows = Segment::file_holds_valid_batch(dir, later, cut_at.next())?;
+                    follows = Segment::file_holds_valid_batch(&**disk, dir, later, cut_at.next())?;
                 }
                 if follows && damage == DamageAboveRecoveryPoint::CutAfterReportedUncleanStop {
                     tracing::warn!(path = %seg.log_path().display(), position, from = %cut_at, %reason,
@@ -583,10 +586,10 @@ pub(crate) fn recover(
             report.segments_deleted.push(seg.log_path().to_path_buf());
             seg.delete()?;
         }
-        let fresh = Segment::create(dir, log_start_offset, config.index_bytes_max, now)?;
+        let fresh = Segment::create(disk, dir, log_start_offset, config.index_bytes_max, now)?;
         segments.insert(log_start_offset, fresh);
         rebuild_epochs = false;
-        epochs = LeaderEpochCache::empty(dir);
+        epochs = LeaderEpochCache::empty(disk, dir);
         epochs_changed = true;
     }
     // The last segment is the active one: learn its end and give its index
@@ -605,7 +608,7 @@ pub(crate) fn recover(
                 .checkpoint_problems
                 .push(format!("{} is missing", epoch_file.display()));
         }
-        epochs = LeaderEpochCache::empty(dir);
+        epochs = LeaderEpochCache::empty(disk, dir);
         let mut previous: Option<LeaderEpoch> = None;
         for seg in segments.values() {
             // The cache is rebuilt from fields the CRC does not cover, so
@@ -655,7 +658,7 @@ pub(crate) fn recover(
     if epochs_changed {
         epochs.persist()?;
     }
-    sync_dir(dir)?;
+    sync_dir(&**disk, dir)?;
 
     let high_watermark = checkpoint
         .map_or(Offset::ZERO, |c| c.high_watermark)

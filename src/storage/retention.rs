@@ -183,7 +183,7 @@ impl Log {
             log_start_offset: offset,
             clean_shutdown: false,
         };
-        self.poison_on_error(checkpoint.store(&self.dir))?;
+        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))?;
         let (doomed, first): (Vec<Segment>, Offset) = {
             let mut state = self.state.write();
             debug_assert!(
@@ -345,7 +345,11 @@ impl Log {
         let Some((offset, bytes)) = covering else {
             return Ok(());
         };
-        let written = write_atomically(&producer_state::snapshot_path(&self.dir, offset), &bytes);
+        let written = write_atomically(
+            &*self.disk,
+            &producer_state::snapshot_path(&self.dir, offset),
+            &bytes,
+        );
         self.poison_on_error(written)
     }
 
@@ -382,9 +386,9 @@ impl Log {
                 tracing::info!(path = %segment.log_path().display(), "retention deletes segment");
                 segment.delete()?;
             }
-            let snapshots = producer_state::list_snapshots(&self.dir)?;
+            let snapshots = producer_state::list_snapshots(&*self.disk, &self.dir)?;
             if let Some(&keep) = snapshots.iter().rev().find(|&&o| o <= first) {
-                producer_state::delete_snapshots(&self.dir, |o| o < keep)?;
+                producer_state::delete_snapshots(&*self.disk, &self.dir, |o| o < keep)?;
             }
             Ok(())
         })();

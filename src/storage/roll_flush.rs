@@ -609,11 +609,14 @@ mod tests {
             let live = log.state.read().segments.len();
             assert_eq!(segment_count(dir.path()), live, "{what}");
             assert!(live < files, "{what}: nothing was deleted");
-            let checkpoint = LogCheckpoint::load(dir.path()).unwrap().unwrap();
+            let checkpoint = LogCheckpoint::load(&crate::storage::StdDisk, dir.path())
+                .unwrap()
+                .unwrap();
             assert_eq!(checkpoint.log_start_offset, start, "{what}");
             assert!(checkpoint.recovery_point <= cut, "{what}");
             assert_eq!(log.epoch_entries(), vec![(LeaderEpoch(1), start)], "{what}");
-            let file = LeaderEpochCache::open(dir.path()).unwrap();
+            let file =
+                LeaderEpochCache::open(&crate::storage::StdDisk::shared(), dir.path()).unwrap();
             assert!(
                 file.entries()
                     .first()
@@ -858,6 +861,7 @@ mod tests {
             }
 
             let log = Log::open_after_reported_unclean_stop(
+                crate::storage::StdDisk::shared(),
                 dir.path(),
                 config.clone(),
                 Arc::new(SystemClock),

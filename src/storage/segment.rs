@@ -8,14 +8,12 @@
 //! when to roll, flush or delete (the log does) and it does not interpret
 //! the checkpoint.
 
-use std::fs::{File, OpenOptions};
-use std::io::IoSlice;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::disk::{Disk, DiskFile, OpenMode};
 use super::offset_index::{IndexProblem, IndexSyncHandle, OffsetIndex};
 use crate::error::{Error, Result};
 use crate::record::{
@@ -62,13 +60,11 @@ pub(crate) fn index_path(dir: &Path, base: Offset) -> PathBuf {
 #[derive(Debug)]
 pub(crate) struct SegmentFile {
     path: PathBuf,
-    file: File,
+    file: Box<dyn DiskFile>,
     /// A second, read-only handle with its own file position, for bulk
-    /// reads: `Read::read_to_end` fills a buffer without zeroing it first
-    /// (positioned `read_at` needs an initialised buffer, and zeroing 1 MiB
-    /// costs a third of reading it from the page cache). Readers of one
-    /// segment take turns on it.
-    reader: Mutex<File>,
+    /// reads ([`DiskFile::read_vec_at`]: on the real disk it fills a
+    /// buffer without zeroing it first, which positioned reads cannot).
+    reader: Box<dyn DiskFile>,
     /// What a crash with power loss would keep of this file; see
     /// [`Durability`]. Writes, truncations and syncs update it under its
     /// lock.
@@ -97,28 +93,31 @@ struct Durability {
 
 impl SegmentFile {
     /// Opens (creating it when `create`) the data file for appending.
-    fn open(path: &Path, create: bool) -> Result<SegmentFile> {
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(create)
-            .open(path)
+    fn open(disk: &dyn Disk, path: &Path, create: bool) -> Result<SegmentFile> {
+        let mode = if create {
+            OpenMode::CreateAppend
+        } else {
+            OpenMode::Append
+        };
+        let file = disk
+            .open(path, mode)
             .map_err(|e| Error::io(path, if create { "create" } else { "open" }, e))?;
-        let reader = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let reader = disk
+            .open(path, OpenMode::Read)
+            .map_err(|e| Error::io(path, "open", e))?;
         // An existing file is trusted to be on disk as it is: recovery
         // fsyncs what it scans, and what it does not scan was fsynced
         // before the recovery point was written. A created file is not.
         let length_bytes = if create {
             0
         } else {
-            file.metadata()
+            file.length_bytes()
                 .map_err(|e| Error::io(path, "stat", e))?
-                .len()
         };
         Ok(SegmentFile {
             path: path.to_path_buf(),
             file,
-            reader: Mutex::new(reader),
+            reader,
             durability: Mutex::new(Durability {
                 written_bytes: length_bytes,
                 durable_bytes: length_bytes,
@@ -153,8 +152,7 @@ impl SegmentFile {
     /// Current length of the file on disk.
     fn len_bytes(&self) -> Result<u64> {
         self.file
-            .metadata()
-            .map(|m| m.len())
+            .length_bytes()
             .map_err(|e| Error::io(&self.path, "stat", e))
     }
 
@@ -168,50 +166,13 @@ impl SegmentFile {
         if durability.halted {
             return Err(self.halted_error());
         }
-        let mut slices: [IoSlice<'_>; 2] = [IoSlice::new(&[]), IoSlice::new(&[])];
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        if parts.len() <= 2 {
-            for (slot, part) in slices.iter_mut().zip(parts) {
-                *slot = IoSlice::new(part);
+        if let Err(e) = self.file.append(parts) {
+            // Some of the bytes may have landed: the file's length says.
+            if let Ok(length_bytes) = self.file.length_bytes() {
+                durability.written_bytes = length_bytes;
             }
-        }
-        let mut written = 0usize;
-        while written < total {
-            // Rebuild the slices past what was written: partial writes are
-            // rare (signals, full disks) but legal.
-            let mut skip = written;
-            let mut rest: Vec<IoSlice<'_>> = Vec::new();
-            let use_fast = written == 0 && parts.len() <= 2;
-            if !use_fast {
-                for part in parts {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                        continue;
-                    }
-                    rest.push(IoSlice::new(&part[skip..]));
-                    skip = 0;
-                }
-            }
-            let bufs: &[IoSlice<'_>] = if use_fast {
-                &slices[..parts.len()]
-            } else {
-                &rest
-            };
-            match std::io::Write::write_vectored(&mut &self.file, bufs) {
-                Ok(0) => {
-                    return Err(Error::io(
-                        &self.path,
-                        "write",
-                        std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote zero bytes"),
-                    ))
-                }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    durability.written_bytes += written as u64;
-                    return Err(Error::io(&self.path, "write", e));
-                }
-            }
+            return Err(Error::io(&self.path, "write", e));
         }
         durability.written_bytes += total as u64;
         Ok(())
@@ -258,30 +219,17 @@ impl SegmentFile {
     /// Reads up to `buf.len()` bytes at `position`; returns how many were
     /// read (fewer only at the end of the file).
     pub(crate) fn read_at(&self, position: u64, buf: &mut [u8]) -> Result<usize> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], position + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io(&self.path, "read", e)),
-            }
-        }
-        Ok(done)
+        self.file
+            .read_at(position, buf)
+            .map_err(|e| Error::io(&self.path, "read", e))
     }
 
     /// Reads `len` bytes at `position` into a fresh buffer (shorter at the
     /// end of the file).
     pub(crate) fn read_bytes(&self, position: u64, len: usize) -> Result<Bytes> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut buf = Vec::with_capacity(len);
-        let mut reader = self.reader.lock();
-        reader
-            .seek(SeekFrom::Start(position))
-            .map_err(|e| Error::io(&self.path, "seek", e))?;
-        (&mut *reader)
-            .take(len as u64)
-            .read_to_end(&mut buf)
+        let buf = self
+            .reader
+            .read_vec_at(position, len)
             .map_err(|e| Error::io(&self.path, "read", e))?;
         Ok(Bytes::from(buf))
     }
@@ -360,6 +308,7 @@ pub(crate) enum ScanEnd {
 /// empty); every index entry points below `size_bytes`.
 #[derive(Debug)]
 pub(crate) struct Segment {
+    disk: Arc<dyn Disk>,
     base_offset: Offset,
     file: Arc<SegmentFile>,
     index: OffsetIndex,
@@ -379,16 +328,18 @@ impl Segment {
     /// Creates an empty segment starting at `base` (replacing any files of
     /// that name).
     pub(crate) fn create(
+        disk: &Arc<dyn Disk>,
         dir: &Path,
         base: Offset,
         index_bytes_max: u64,
         now: Instant,
     ) -> Result<Segment> {
         let path = log_path(dir, base);
-        let file = SegmentFile::open(&path, true)?;
+        let file = SegmentFile::open(&**disk, &path, true)?;
         file.truncate(0)?;
-        let index = OffsetIndex::create(&index_path(dir, base), base, index_bytes_max)?;
+        let index = OffsetIndex::create(&**disk, &index_path(dir, base), base, index_bytes_max)?;
         Ok(Segment {
+            disk: Arc::clone(disk),
             base_offset: base,
             file: Arc::new(file),
             index,
@@ -407,18 +358,24 @@ impl Segment {
     /// says so. Returns the problem with the index file when it had to be
     /// replaced by an empty one (the caller rebuilds it).
     pub(crate) fn open(
+        disk: &Arc<dyn Disk>,
         dir: &Path,
         base: Offset,
         now: Instant,
     ) -> Result<(Segment, Option<IndexProblem>)> {
-        let file = SegmentFile::open(&log_path(dir, base), false)?;
+        let file = SegmentFile::open(&**disk, &log_path(dir, base), false)?;
         let size_bytes = file.len_bytes()?;
         let index_file = index_path(dir, base);
-        let (index, problem) = match OffsetIndex::open_checked(&index_file, base, size_bytes)? {
-            Ok(index) => (index, None),
-            Err(problem) => (OffsetIndex::create(&index_file, base, 0)?, Some(problem)),
-        };
+        let (index, problem) =
+            match OffsetIndex::open_checked(&**disk, &index_file, base, size_bytes)? {
+                Ok(index) => (index, None),
+                Err(problem) => (
+                    OffsetIndex::create(&**disk, &index_file, base, 0)?,
+                    Some(problem),
+                ),
+            };
         let segment = Segment {
+            disk: Arc::clone(disk),
             base_offset: base,
             file: Arc::new(file),
             index,
@@ -823,8 +780,13 @@ impl Segment {
     /// Whether the data file of the segment at `base` in `dir` holds a valid
     /// batch starting at offset `after` or later (see
     /// [`valid_batch_within`](Self::valid_batch_within)).
-    pub(crate) fn file_holds_valid_batch(dir: &Path, base: Offset, after: Offset) -> Result<bool> {
-        let file = SegmentFile::open(&log_path(dir, base), false)?;
+    pub(crate) fn file_holds_valid_batch(
+        disk: &dyn Disk,
+        dir: &Path,
+        base: Offset,
+        after: Offset,
+    ) -> Result<bool> {
+        let file = SegmentFile::open(disk, &log_path(dir, base), false)?;
         let end = file.len_bytes()?;
         Segment::valid_batch_within(&file, 0, end, after)
     }
@@ -915,7 +877,7 @@ impl Segment {
     /// [`recover_from`](Self::recover_from) from position 0.
     pub(crate) fn discard_index(&mut self) -> Result<()> {
         let path = self.index.path().to_path_buf();
-        self.index = OffsetIndex::create(&path, self.base_offset, 0)?;
+        self.index = OffsetIndex::create(&*self.disk, &path, self.base_offset, 0)?;
         self.bytes_since_index_entry = 0;
         Ok(())
     }
@@ -1000,9 +962,10 @@ impl Segment {
     pub(crate) fn delete(self) -> Result<()> {
         let log = self.log_path().to_path_buf();
         let index = self.index_path().to_path_buf();
+        let disk = Arc::clone(&self.disk);
         drop(self);
-        remove_if_exists(&index)?;
-        remove_if_exists(&log)
+        remove_if_exists(&*disk, &index)?;
+        remove_if_exists(&*disk, &log)
     }
 
     /// Checks the type's invariant.
@@ -1017,8 +980,8 @@ impl Segment {
 }
 
 /// Deletes a file, ignoring one that is already gone.
-pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
+pub(crate) fn remove_if_exists(disk: &dyn Disk, path: &Path) -> Result<()> {
+    match disk.remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(path, "delete", e)),

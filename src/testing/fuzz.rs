@@ -53,6 +53,8 @@
 //!   entries, which only steer where a read starts scanning.
 
 use std::fs;
+
+use crate::storage::StdDisk;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -309,10 +311,11 @@ pub struct LogCheckpointFields {
 pub fn decode_log_checkpoint(bytes: &[u8]) -> Result<LogCheckpointFields> {
     let dir = temp_dir()?;
     write_file(&LogCheckpoint::path(dir.path()), bytes)?;
-    let checkpoint = LogCheckpoint::load(dir.path())?.ok_or_else(|| Error::InvalidCheckpoint {
-        path: LogCheckpoint::path(dir.path()),
-        reason: "the file just written was not found".into(),
-    })?;
+    let checkpoint =
+        LogCheckpoint::load(&StdDisk, dir.path())?.ok_or_else(|| Error::InvalidCheckpoint {
+            path: LogCheckpoint::path(dir.path()),
+            reason: "the file just written was not found".into(),
+        })?;
     Ok(LogCheckpointFields {
         recovery_point: checkpoint.recovery_point,
         high_watermark: checkpoint.high_watermark,
@@ -330,7 +333,7 @@ pub fn encode_log_checkpoint(fields: &LogCheckpointFields) -> Result<Vec<u8>> {
         log_start_offset: fields.log_start_offset,
         clean_shutdown: fields.clean_shutdown,
     }
-    .store(dir.path())?;
+    .store(&StdDisk, dir.path())?;
     read_file(&LogCheckpoint::path(dir.path()))
 }
 
@@ -343,7 +346,7 @@ pub fn encode_log_checkpoint(fields: &LogCheckpointFields) -> Result<Vec<u8>> {
 pub fn decode_epoch_checkpoint(bytes: &[u8]) -> Result<Vec<(LeaderEpoch, Offset)>> {
     let dir = temp_dir()?;
     write_file(&dir.path().join(LeaderEpochCache::FILE_NAME), bytes)?;
-    let cache = LeaderEpochCache::open(dir.path())?;
+    let cache = LeaderEpochCache::open(&StdDisk::shared(), dir.path())?;
     Ok(cache
         .entries()
         .iter()
@@ -358,7 +361,7 @@ pub fn decode_epoch_checkpoint(bytes: &[u8]) -> Result<Vec<(LeaderEpoch, Offset)
 /// one's drops that earlier one).
 pub fn encode_epoch_checkpoint(entries: &[(LeaderEpoch, Offset)]) -> Result<Vec<u8>> {
     let dir = temp_dir()?;
-    let mut cache = LeaderEpochCache::empty(dir.path());
+    let mut cache = LeaderEpochCache::empty(&StdDisk::shared(), dir.path());
     for &(epoch, start_offset) in entries {
         cache.assign_in_memory(epoch, start_offset);
     }
@@ -405,7 +408,7 @@ pub struct SnapshotProducer {
 pub fn decode_producer_snapshot(offset: Offset, bytes: &[u8]) -> Result<Vec<SnapshotProducer>> {
     let dir = temp_dir()?;
     write_file(&snapshot_path(dir.path(), offset), bytes)?;
-    let state = ProducerStateManager::read_snapshot(dir.path(), offset)?;
+    let state = ProducerStateManager::read_snapshot(&StdDisk, dir.path(), offset)?;
     Ok(state
         .producers_by_id()
         .into_iter()
@@ -468,7 +471,7 @@ pub fn decode_offset_index(
     let dir = temp_dir()?;
     let path = dir.path().join("index");
     write_file(&path, bytes)?;
-    let outcome = match OffsetIndex::open_checked(&path, base_offset, data_bytes)? {
+    let outcome = match OffsetIndex::open_checked(&StdDisk, &path, base_offset, data_bytes)? {
         Ok(index) => IndexOutcome::Accepted(
             index
                 .used_entries()
@@ -508,7 +511,7 @@ pub fn encode_offset_index(base_offset: Offset, entries: &[(Offset, u64)]) -> Re
     let dir = temp_dir()?;
     let path = dir.path().join("index");
     let bytes_max = (entries.len() as u64 + 1) * INDEX_ENTRY_BYTES as u64;
-    let mut index = OffsetIndex::create(&path, base_offset, bytes_max)?;
+    let mut index = OffsetIndex::create(&StdDisk, &path, base_offset, bytes_max)?;
     for &(offset, position) in entries {
         let added = index.append(offset, position);
         debug_assert!(added, "the index was sized for every entry");

@@ -34,6 +34,7 @@ use crate::transport::{
 };
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
+pub use crate::storage::disk::{Disk, DiskFile, LockGuard, MappedRegion, OpenMode, StdDisk};
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use slow_coordinator::{CoordinatorDelay, SlowCoordinator};
 pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};

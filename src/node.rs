@@ -196,6 +196,15 @@ pub(crate) struct NodeShared {
     /// had this start died or failed before its report (review of
     /// 0379721, finding 1).
     unclean_stop_reported: AtomicBool,
+    /// Logs whose replica this start's unclean-shutdown report gave as
+    /// empty because it could not be opened then (or only with a cut of
+    /// records that may have been committed), and not because its data is
+    /// lost. Once it opens, its real log end replaces the empty one in the
+    /// log's unclean list ([`NodeShared::report_end_after_open`]): unclean
+    /// recovery never takes an empty log as the longest, so a replica
+    /// holding records would otherwise lose to one that holds nothing
+    /// (review of the controller, finding 3).
+    reported_unopened: Mutex<HashSet<LogId>>,
     /// Logs this node is a replica of whose local replica could not be
     /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
     /// retried on a timer: a failure needs no further change of the log's
@@ -492,6 +501,7 @@ impl Node {
             lost_replicas: lost.clone(),
             unreported: Mutex::new(HashMap::new()),
             unclean_stop_reported: AtomicBool::new(false),
+            reported_unopened: Mutex::new(HashSet::new()),
             unopened: Mutex::new(HashMap::new()),
             hand_overs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
@@ -509,6 +519,7 @@ impl Node {
             for (log, end) in &mut log_ends {
                 if lost.contains(log) {
                     *end = LogEnd::default();
+                    shared.reported_unopened.lock().remove(log);
                 }
             }
             let changed = shared.coordinator.report_unclean_shutdown(me, &log_ends)?;
@@ -1300,6 +1311,7 @@ impl NodeShared {
                 Err(error) => {
                     tracing::warn!(log = %state.log, node = %self.local(), %error,
                         "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting it empty");
+                    self.reported_unopened.lock().insert(state.log);
                     LogEnd::default()
                 }
             };
@@ -1372,7 +1384,57 @@ impl NodeShared {
             Err(error) => {
                 tracing::warn!(%log, node = %self.local(), %error,
                     "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting it empty");
+                self.reported_unopened.lock().insert(log);
                 LogEnd::default()
+            }
+        }
+    }
+
+    /// For a replica reported empty only because it could not be opened
+    /// then ([`NodeShared::reported_unopened`]), now open: replaces the
+    /// empty log end in `state`'s unclean list with where its log ends. It
+    /// is out of the ISR and ELR by then (an empty report always takes it
+    /// out), so this only lets unclean recovery compare what it holds.
+    /// Ends the duty once the list no longer holds an empty end for this
+    /// node; a write that fails or loses a race is retried by the next
+    /// reconcile.
+    fn report_end_after_open(&self, state: &LogState, replica: &Replica) {
+        let me = self.local();
+        let log = state.log;
+        if !self.reported_unopened.lock().contains(&log) {
+            return;
+        }
+        let end = LogEnd {
+            last_epoch: replica.log().last_batch_epoch(),
+            log_end_offset: replica.log().log_end_offset(),
+        };
+        let recorded_empty = state
+            .unclean_replicas
+            .iter()
+            .any(|r| r.node == me && r.log_end.is_empty());
+        let update = if recorded_empty && !end.is_empty() && !state.is_in_sync(me) {
+            state.unclean_shutdown_update(me, end)
+        } else {
+            None
+        };
+        let Some(update) = update else {
+            self.reported_unopened.lock().remove(&log);
+            return;
+        };
+        debug_assert!(update.in_sync_replicas == state.in_sync_replicas);
+        match self
+            .coordinator
+            .compare_and_set(log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(_)) => {
+                self.reported_unopened.lock().remove(&log);
+                tracing::info!(%log, node = %me, log_end = ?end,
+                    "reported where this replica's log ends, now that it opened (it was reported empty at start)");
+            }
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error,
+                    "cannot report where this replica's log ends now that it opened; retrying on the next change");
             }
         }
     }
@@ -1697,6 +1759,9 @@ impl NodeShared {
         }
         if state.in_unclean_recovery() && !state.is_unclean(me) {
             self.report_recovery_candidate(state, &replica);
+        }
+        if !self.lost_replicas.contains(&state.log) {
+            self.report_end_after_open(state, &replica);
         }
         let must_bump = state.leader == Some(me)
             && epoch_bumps.is_some()

@@ -425,10 +425,14 @@ pub(crate) fn elect_leader(
 /// log is empty, none of them is the longest: a replica outside the
 /// unclean list may still hold records (it left the ISR earlier, holding
 /// what was committed until then), so the log waits until every such
-/// replica is live and then the first of them leads (its log is no shorter
-/// than an empty one); with nobody outside the list, the log holds nothing
-/// anywhere and the first live replica leads, so an empty log is not left
-/// leaderless for ever after a whole-cluster power cut.
+/// replica has reported its log end (a live one does as soon as it sees the
+/// log in recovery) and is then in the list, where the longest is known;
+/// not for the first of them to be live: another may hold more (review of
+/// the controller, finding 1: replicas [A, B, C, D], C left the ISR at 100
+/// and D at 200, A and B came back empty, and C led with D's records
+/// 100..200 truncated). With nobody outside the list, the log holds
+/// nothing anywhere and the first live replica leads, so an empty log is
+/// not left leaderless for ever after a whole-cluster power cut.
 ///
 /// With a longest log known, a replica outside the list is waited for
 /// until it reports (SPEC G1(c): it may have left the ISR with its disk
@@ -480,16 +484,11 @@ fn recovery_election(
         }
         return is_live(&best.node).then_some(best.node);
     }
-    let mut outside = state
-        .replicas
-        .iter()
-        .copied()
-        .filter(|node| !state.is_unclean(*node))
-        .peekable();
-    match outside.peek().copied() {
-        Some(first) => outside.all(|node| is_live(&node)).then_some(first),
-        None => state.replicas.iter().copied().find(|node| is_live(node)),
+    if state.replicas.iter().any(|node| !state.is_unclean(*node)) {
+        // Some replica has not reported: wait for its log end.
+        return None;
     }
+    state.replicas.iter().copied().find(|node| is_live(node))
 }
 
 /// Whether `state`'s log is in unclean recovery and recovery cannot elect
@@ -1694,9 +1693,19 @@ mod tests {
                 true,
             ),
             (
-                "every report empty, the replica outside the list is live: it leads, not an empty log",
+                "every report empty, the replica outside the list is live: wait for its report, \
+                 another outside it may hold more",
                 &[],
                 &[(1, 0), (2, 0)],
+                &[1, 2, 3],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "every other report empty, the replica outside the list reported records: it leads",
+                &[],
+                &[(1, 0), (2, 0), (3, 7)],
                 &[1, 2, 3],
                 false,
                 leader(3, &[3], false),

@@ -141,7 +141,10 @@ fn assert_not_cut(damaged: &Damaged, segments: &[PathBuf]) {
     );
 }
 
-/// Asserts that `victim` left the ISR with an empty recorded log end, then
+/// Asserts that `victim` left the ISR, reported as a lost replica, and
+/// that once its replica opened with the cut its recorded log end became
+/// the end after the cut (review of the controller, finding 3: an empty
+/// end would lose unclean recovery to a replica that holds nothing), then
 /// restarts the others and checks that every node ends with every
 /// acknowledged record.
 fn assert_reported_lost_and_recovered(damaged: Damaged) {
@@ -155,13 +158,20 @@ fn assert_reported_lost_and_recovered(damaged: Damaged) {
     let state = cluster.coordinator.log_state(LOG).unwrap().unwrap();
     assert!(!state.is_in_sync(victim), "{state:?}");
     assert_ne!(state.leader, Some(victim), "{state:?}");
+    let cut_end = cluster.log(victim, LOG).unwrap().log_end_offset();
+    assert!(cut_end > Offset::ZERO && cut_end < Offset(RECORDS as u64));
     assert!(
-        state
-            .unclean_replicas
-            .iter()
-            .any(|u| u.node == victim && u.log_end == LogEnd::default()),
-        "{state:?}"
+        cluster.wait_until(WAIT, |c| {
+            let state = c.coordinator.log_state(LOG).unwrap().unwrap();
+            state
+                .unclean_replicas
+                .iter()
+                .any(|u| u.node == victim && u.log_end.log_end_offset == cut_end)
+        }),
+        "the victim's recorded end is not its end after the cut ({cut_end}): {:?}",
+        cluster.coordinator.log_state(LOG).unwrap()
     );
+    assert!(!cluster.in_sync_replicas(LOG).contains(&victim));
 
     // The others come back; unclean recovery elects one of them, which
     // holds every record, and the victim fetches them again.

@@ -79,6 +79,24 @@ impl ZkCoordinatorConfig {
                 "a session must last longer than zero",
             ));
         }
+        // ZooKeeper's session timeout is an `int` of milliseconds on the
+        // wire: a longer one would wrap (the server clamps to its
+        // `maxSessionTimeout` anyway, 40 s by default).
+        if self.session_timeout > Duration::from_millis(i32::MAX as u64) {
+            return Err(invalid(
+                "session_timeout",
+                &format!("{:?}", self.session_timeout),
+                "ZooKeeper takes at most 2^31 - 1 ms (about 24.8 days)",
+            ));
+        }
+        // Deadlines are now plus the call timeout (see `DURATION_MAX`).
+        if self.call_timeout > crate::config::DURATION_MAX {
+            return Err(invalid(
+                "call_timeout",
+                &format!("{:?}", self.call_timeout),
+                "must be at most a year (DURATION_MAX)",
+            ));
+        }
         if self.call_timeout.is_zero() {
             return Err(invalid(
                 "call_timeout",
@@ -137,6 +155,10 @@ mod tests {
             ("chroot", |c| c.chroot = "/a//b".to_owned()),
             ("session_timeout", |c| c.session_timeout = Duration::ZERO),
             ("call_timeout", |c| c.call_timeout = Duration::ZERO),
+            ("session_timeout", |c| {
+                c.session_timeout = Duration::from_millis(i32::MAX as u64 + 1)
+            }),
+            ("call_timeout", |c| c.call_timeout = Duration::MAX),
             ("subscriber_events_max", |c| c.subscriber_events_max = 0),
             ("producer_id_block_size", |c| c.producer_id_block_size = 0),
         ];

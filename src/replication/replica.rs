@@ -923,9 +923,18 @@ impl Replica {
             let info = self.pipeline.combiner.exclusive(
                 &mut |taken| self.write_taken(taken),
                 |queue| -> Result<AppendInfo> {
-                    let info = self.log.append_as_leader(batch, leader_epoch)?;
+                    let appended = self.log.append_as_leader(batch, leader_epoch);
+                    // Whatever the outcome: an append can fail after its
+                    // write (the fsync its flush policy asked for, a roll's
+                    // flush, a crash poisoning the log in between), and the
+                    // batch is then in the log. A queue still stamping from
+                    // before it would give the next append the same offsets,
+                    // and that append's acks=all waiter would be released by
+                    // the high watermark passing this batch although its own
+                    // write failed (an acknowledged record lost: the fault
+                    // test's seed 2 with reassignments, under load).
                     queue.next_offset = self.log.log_end_offset();
-                    Ok(info)
+                    appended
                 },
             )?;
             self.after_leader_write(info.log_end_offset);
@@ -946,6 +955,13 @@ impl Replica {
             && self.pending.queued() > 0;
         let stamp = |queue: &mut AppendQueue| {
             let base_offset = queue.next_offset;
+            // Offsets handed out are never below the log's end: they would
+            // be another batch's.
+            debug_assert!(
+                base_offset >= self.log.log_end_offset(),
+                "stamping offset {base_offset} below the log end {}",
+                self.log.log_end_offset()
+            );
             queue.push_batch(batch, base_offset, leader_epoch);
             queue.next_offset = base_offset.plus(u64::from(batch.record_count()));
             AppendInfo {

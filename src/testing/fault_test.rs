@@ -196,6 +196,9 @@ struct Acknowledged {
     /// count from before the append. It must survive while one of them
     /// has not lost power since.
     holders: Option<Vec<(NodeId, u64)>>,
+    /// Who acknowledged it, in which epoch, and when (microseconds since
+    /// the Unix epoch, to match log lines): printed with a violation.
+    note: String,
 }
 
 impl Acknowledged {
@@ -286,6 +289,7 @@ impl RunState {
         offset: Offset,
         value: Vec<u8>,
         before: Option<HashMap<NodeId, u64>>,
+        note: String,
     ) {
         let holders = before.map(|before| {
             let holding = match cluster.coordinator().log_state(log) {
@@ -310,6 +314,7 @@ impl RunState {
             offset,
             value,
             holders,
+            note,
         });
     }
 }
@@ -951,7 +956,17 @@ fn produce<C: FaultTarget>(cluster: &C, state: &RunState, log: LogId, seed: u64)
         attempt += 1;
         let before = state.before_append();
         match handle.append_values(&[&value], Acks::All) {
-            Ok(outcome) => state.acknowledge(cluster, log, outcome.base_offset, value, before),
+            Ok(outcome) => {
+                let micros = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros());
+                let note = format!(
+                    "acknowledged by {} in {} at unix {micros} us",
+                    handle.node_id(),
+                    outcome.leader_epoch
+                );
+                state.acknowledge(cluster, log, outcome.base_offset, value, before, note);
+            }
             Err(_) => {
                 *state.unknown.lock() += 1;
                 std::thread::sleep(Duration::from_millis(2));
@@ -1036,7 +1051,14 @@ fn produce_pipelined<C: FaultTarget>(
                     }
                 }
                 last_ok = Some((call, outcome.base_offset));
-                state.acknowledge(cluster, log, outcome.base_offset, value, before);
+                state.acknowledge(
+                    cluster,
+                    log,
+                    outcome.base_offset,
+                    value,
+                    before,
+                    String::new(),
+                );
             }
             Ok(Err(_)) => *state.unknown.lock() += 1,
             Err(_unresolved) => state.violations.lock().push(format!(
@@ -1242,7 +1264,14 @@ impl<C: FaultTarget> IdempotentSends<'_, C> {
                     }
                 }
                 self.last_ok = Some((call, outcome.base_offset));
-                state.acknowledge(self.cluster, log, outcome.base_offset, value, before);
+                state.acknowledge(
+                    self.cluster,
+                    log,
+                    outcome.base_offset,
+                    value,
+                    before,
+                    String::new(),
+                );
                 false
             }
             Err(error) => {
@@ -2074,13 +2103,23 @@ fn check<C: FaultTarget>(
                     .is_some_and(|start| ack.offset < *start)
                     && apps.is_some_and(|apps| apps.holds(log, ack.offset, &ack.value));
                 if records.get(&ack.offset) != Some(&ack.value) && !deleted_but_applied {
+                    let around: Vec<String> = (ack.offset.0.saturating_sub(2)..=ack.offset.0 + 2)
+                        .map(|at| {
+                            let value = records
+                                .get(&Offset(at))
+                                .map(|v| String::from_utf8_lossy(v).into_owned());
+                            format!("{at}: {value:?}")
+                        })
+                        .collect();
                     violations.push(format!(
-                        "G1: {log} on {node}: acknowledged {:?} at offset {} but found {:?}",
+                        "G1: {log} on {node}: acknowledged {:?} at offset {} but found {:?} ({}; around it: {})",
                         String::from_utf8_lossy(&ack.value),
                         ack.offset,
                         records
                             .get(&ack.offset)
-                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                            .map(|v| String::from_utf8_lossy(v).into_owned()),
+                        ack.note,
+                        around.join(", ")
                     ));
                 }
             }

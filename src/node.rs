@@ -205,6 +205,13 @@ pub(crate) struct NodeShared {
     /// holding records would otherwise lose to one that holds nothing
     /// (review of the controller, finding 3).
     reported_unopened: Mutex<HashSet<LogId>>,
+    /// Logs in unclean recovery whose candidate report from this node
+    /// ([`NodeShared::report_recovery_candidate`]) or whose log end after
+    /// an open ([`NodeShared::report_end_after_open`]) failed to be
+    /// written: retried on the report timer, since a log in recovery may
+    /// see no other write that would notify this node, and the controller
+    /// waits for the report (review of the controller, finding 7).
+    failed_recovery_reports: Mutex<HashSet<LogId>>,
     /// Logs this node is a replica of whose local replica could not be
     /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
     /// retried on a timer: a failure needs no further change of the log's
@@ -502,6 +509,7 @@ impl Node {
             unreported: Mutex::new(HashMap::new()),
             unclean_stop_reported: AtomicBool::new(false),
             reported_unopened: Mutex::new(HashSet::new()),
+            failed_recovery_reports: Mutex::new(HashSet::new()),
             unopened: Mutex::new(HashMap::new()),
             hand_overs: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
@@ -1434,7 +1442,8 @@ impl NodeShared {
             Ok(CasOutcome::Stale(_)) => {}
             Err(error) => {
                 tracing::warn!(%log, node = %me, %error,
-                    "cannot report where this replica's log ends now that it opened; retrying on the next change");
+                    "cannot report where this replica's log ends now that it opened; retrying on a timer");
+                self.failed_recovery_reports.lock().insert(log);
             }
         }
     }
@@ -1478,6 +1487,24 @@ impl NodeShared {
                 Err(error) => {
                     tracing::debug!(%log, node = %self.local(), %error,
                         "cannot read the log to retry this node's unclean-shutdown report");
+                }
+            }
+        }
+    }
+
+    /// Reconciles again every log whose recovery report from this node
+    /// failed to be written ([`NodeShared::failed_recovery_reports`]),
+    /// which reports again if it is still wanted.
+    fn retry_recovery_reports(&self) {
+        let logs: Vec<LogId> = self.failed_recovery_reports.lock().drain().collect();
+        for log in logs {
+            match self.coordinator.log_state(log) {
+                Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%log, node = %self.local(), %error,
+                        "cannot read the log to retry this node's recovery report");
+                    self.failed_recovery_reports.lock().insert(log);
                 }
             }
         }
@@ -2425,7 +2452,8 @@ impl NodeShared {
             Ok(CasOutcome::Stale(_)) => {}
             Err(error) => {
                 tracing::warn!(log = %state.log, node = %self.local(), %error,
-                    "cannot report this replica's log end to the log's unclean recovery")
+                    "cannot report this replica's log end to the log's unclean recovery; retrying on a timer");
+                self.failed_recovery_reports.lock().insert(state.log);
             }
         }
     }
@@ -3384,6 +3412,7 @@ fn control_loop(
             next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
             shared.retry_unclean_reports();
             shared.retry_unopened();
+            shared.retry_recovery_reports();
         }
         if now >= next_heartbeat {
             if let Err(error) = shared.coordinator.heartbeat(shared.local()) {

@@ -571,7 +571,9 @@ struct Shared {
     /// [`ControllerConfig::unclean_recovery_wait_max`]. Only kept while
     /// unclean election is on; a log leaves it when it no longer waits.
     /// Bounded by the number of logs.
-    recovery_waits: Mutex<HashMap<LogId, Instant>>,
+    /// Since when each log has awaited unclean recovery, and whether it
+    /// was in recovery proper then (ISR and ELR empty).
+    recovery_waits: Mutex<HashMap<LogId, (Instant, bool)>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -941,13 +943,23 @@ impl Shared {
             waits.remove(&state.log);
             return (switch, true);
         }
-        let since = *waits.entry(state.log).or_insert_with(|| {
+        // The wait that passes over replicas still away starts when the
+        // log is in recovery proper (ISR and ELR empty), not while an ISR
+        // member that is away keeps it out: a wait begun then would be over
+        // by the time the last member reports, and a replica outside the
+        // lists that is away would get none (review of the controller,
+        // finding 4).
+        let in_recovery = state.in_unclean_recovery();
+        let wait = waits.entry(state.log).or_insert_with(|| {
             tracing::info!(log = %state.log, unclean_replicas = ?state.unclean_replicas,
                 wait_max = ?self.config.unclean_recovery_wait_max,
                 "unclean recovery: waiting for the replicas that held the committed records");
-            Instant::now()
+            (Instant::now(), in_recovery)
         });
-        let waited = since.elapsed() >= self.config.unclean_recovery_wait_max;
+        if in_recovery && !wait.1 {
+            *wait = (Instant::now(), true);
+        }
+        let waited = wait.0.elapsed() >= self.config.unclean_recovery_wait_max;
         (switch && waited, waited)
     }
 
@@ -1856,6 +1868,25 @@ mod tests {
         // Node 3 came back cleanly: no longer waiting, and forgotten.
         assert!(waiting.recovery_decision(&recovering, &nodes(&[1, 2, 3])).0);
         assert!(waiting.recovery_waits.lock().is_empty());
+
+        // The wait restarts when the log enters recovery proper: one begun
+        // while an ISR member was still away is not spent by then.
+        let restarted = shared(false, Duration::from_millis(200));
+        let mut isr_away = recovering.clone();
+        isr_away.in_sync_replicas = vec![NodeId(3)];
+        isr_away.eligible_leader_replicas = Vec::new();
+        let mut in_recovery = isr_away.clone();
+        in_recovery.in_sync_replicas = Vec::new();
+        assert!(!isr_away.in_unclean_recovery());
+        assert!(in_recovery.in_unclean_recovery());
+        assert!(!restarted.recovery_decision(&isr_away, &live).1);
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(
+            !restarted.recovery_decision(&in_recovery, &live).1,
+            "entering recovery restarts the wait"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(restarted.recovery_decision(&in_recovery, &live).1);
 
         let over = shared(true, Duration::ZERO);
         assert!(over.recovery_decision(&recovering, &live).0);

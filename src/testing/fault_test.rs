@@ -1955,17 +1955,32 @@ fn describe<C: FaultTarget>(cluster: &C, log: LogId) -> String {
     out
 }
 
-/// Every committed batch of `handle`, from its log start.
+/// Every committed batch of `handle`, from its log start. The log start
+/// may move while this reads (a follower learns its leader's from a
+/// fetch answer, a leader deletes up to the applications' positions): a
+/// read that finds it moved past starts again from it, a few times.
 fn committed_batches(handle: &ReplicatedLog) -> Result<Vec<RecordBatch>> {
-    let mut batches = Vec::new();
-    let mut next = handle.log_start_offset();
-    loop {
-        let read = handle.read(next, 1 << 20, Isolation::Committed)?;
-        let Some(last) = read.last() else {
-            return Ok(batches);
-        };
-        next = last.next_offset();
-        batches.extend(read);
+    let mut restarts = 0;
+    'read: loop {
+        let mut batches = Vec::new();
+        let mut next = handle.log_start_offset();
+        loop {
+            let read = match handle.read(next, 1 << 20, Isolation::Committed) {
+                Ok(read) => read,
+                Err(Error::OffsetOutOfRange { log_start, .. })
+                    if next < log_start && restarts < 8 =>
+                {
+                    restarts += 1;
+                    continue 'read;
+                }
+                Err(error) => return Err(error),
+            };
+            let Some(last) = read.last() else {
+                return Ok(batches);
+            };
+            next = last.next_offset();
+            batches.extend(read);
+        }
     }
 }
 

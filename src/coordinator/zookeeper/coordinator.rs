@@ -141,11 +141,20 @@ fn unknown_if_lost<T>(outcome: ZkResult<T>, what: &str) -> Result<ZkResult<T>> {
 /// Whether `error` is the connection failing (the request may or may not
 /// have reached ZooKeeper) rather than ZooKeeper's answer. In-flight
 /// requests fail with the connection's own error (a reset, a timeout), not
-/// always with `ConnectionLoss`.
+/// always with `ConnectionLoss`: zookeeper-client fails every request
+/// already sent with `UnexpectedError` or `UnmarshalError` when it cannot
+/// decode the reply stream (helper-33 finding 7: such a write was reported
+/// as not applied). `ClientClosed` is not one: the coordinator closes its
+/// clients only when it stops or replaces a session, and retrying on it
+/// would hold a stopping node's calls until their deadline.
 fn is_connection_error(error: &zk::Error) -> bool {
     matches!(
         error,
-        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_)
+        zk::Error::ConnectionLoss
+            | zk::Error::Timeout
+            | zk::Error::Custom(_)
+            | zk::Error::UnexpectedError(_)
+            | zk::Error::UnmarshalError { .. }
     )
 }
 

@@ -138,8 +138,17 @@ impl Executor {
             let outcome = match future::select(Box::pin(job), async_io::Timer::at(dropped_at)).await
             {
                 Either::Left((Ok(outcome), _)) => outcome,
-                Either::Left((Err(_), _)) => Err(Error::Coordinator {
-                    reason: format!("the ZooKeeper call to {what_owned} panicked"),
+                // A write job that panicked may have sent its request
+                // first (helper-33 finding 7): its outcome is unknown.
+                Either::Left((Err(_), _)) => Err(match effect {
+                    Effect::Write => Error::CoordinatorOutcomeUnknown {
+                        operation: what_owned.clone(),
+                        reason: "the ZooKeeper call panicked, maybe after sending the write:                                  re-read before retrying"
+                            .to_owned(),
+                    },
+                    Effect::Read => Error::Coordinator {
+                        reason: format!("the ZooKeeper call to {what_owned} panicked"),
+                    },
                 }),
                 Either::Right(_) => Err(timed_out(&what_owned, effect)),
             };

@@ -34,7 +34,10 @@ use crate::transport::{
 };
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
-pub use crate::storage::disk::{Disk, DiskFile, LockGuard, MappedRegion, OpenMode, StdDisk};
+pub use crate::storage::disk::{
+    Disk, DiskFile, DiskOperation, EioPlan, Latency, LockGuard, MappedRegion, OpenMode, SimDisk,
+    SimDiskStats, StdDisk,
+};
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use slow_coordinator::{CoordinatorDelay, SlowCoordinator};
 pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};

@@ -535,7 +535,11 @@ impl Log {
             };
             let rolled = self.maybe_roll(&mut state, header.last_offset(), bytes.len() as u64)?;
             if state.epochs.latest_epoch() != Some(epoch) {
-                state.epochs.assign(epoch, base_offset)?;
+                // A failed write leaves the cache in memory ahead of its
+                // file: later batches of the epoch would not write it again,
+                // and after a restart recovery and reads would take them for
+                // damage (found on the simulated disk, issue 28).
+                self.poison_on_error(state.epochs.assign(epoch, base_offset))?;
             }
             let interval = self.config.index_interval_bytes;
             let appended = state.active_mut().append(
@@ -606,7 +610,7 @@ impl Log {
                 .last()
                 .is_some_and(|e| e.start_offset >= log_end)
             {
-                state.epochs.truncate_from_end(log_end)?;
+                self.poison_on_error(state.epochs.truncate_from_end(log_end))?;
             }
             // The epoch cache learns the batches' epochs before they are
             // written, as a leader's does: the cache on disk then knows every
@@ -620,7 +624,7 @@ impl Log {
                     .assign_in_memory(header.leader_epoch, header.base_offset);
             }
             if epochs_changed {
-                state.epochs.persist()?;
+                self.poison_on_error(state.epochs.persist())?;
             }
             let mut rolled = false;
             let mut group_start = parsed[0].0;
@@ -973,7 +977,9 @@ impl Log {
             log_start_offset,
             clean_shutdown,
         };
-        checkpoint.store(&*self.disk, &self.dir)
+        // A failed checkpoint write is a failed fsync like any other: the
+        // log stops (STYLE, Errors).
+        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))
     }
 
     /// Writes a checkpoint whose recovery point is at most `at_most`, before
@@ -992,7 +998,7 @@ impl Log {
             log_start_offset,
             clean_shutdown: false,
         };
-        checkpoint.store(&*self.disk, &self.dir)
+        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))
     }
 
     /// Reads whole batches from the one containing `from`, up to `bytes_max`
@@ -1419,7 +1425,8 @@ impl Log {
                 got: start_offset,
             });
         }
-        state.epochs.assign(epoch, start_offset)
+        let assigned = state.epochs.assign(epoch, start_offset);
+        self.poison_on_error(assigned)
     }
 
     /// Test harness only: simulates this process crashing. Poisons the log

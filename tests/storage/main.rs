@@ -23,6 +23,7 @@ mod producer_state_survives_reopen_and_truncation;
 mod read_bounds;
 mod retention_never_deletes_at_or_above_limit;
 mod segments_roll_by_size_and_age;
+mod sim_disk_power_loss_keeps_what_was_flushed;
 mod stored_damage_is_detected_never_served;
 mod torn_tail_recovers_to_last_complete_batch;
 mod truncate_to_removes_suffix;

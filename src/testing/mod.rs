@@ -12,6 +12,8 @@ mod fault_apps;
 pub mod fault_test;
 pub mod fuzz;
 mod harness;
+#[cfg(test)]
+mod sim_disk_node;
 pub mod slow_coordinator;
 pub mod tcp_cluster;
 mod tcp_transport_factory;

@@ -594,6 +594,7 @@ fn replay_hint(seed: u64, test: &str) -> String {
 fn random_workloads_and_power_losses_keep_every_flushed_record() {
     let seeds = seeds(200);
     let mut failures = Vec::new();
+    let started = std::time::Instant::now();
     for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run(seed)).unwrap_or_else(|panic| {
             let message = panic
@@ -611,6 +612,15 @@ fn random_workloads_and_power_losses_keep_every_flushed_record() {
             failures.push(seed);
         }
     }
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{} seeds ({}..={}) in {:.1} s, {:.0} seeds/s",
+        seeds.len(),
+        seeds.first().copied().unwrap_or(0),
+        seeds.last().copied().unwrap_or(0),
+        elapsed.as_secs_f64(),
+        seeds.len() as f64 / elapsed.as_secs_f64().max(1e-9)
+    );
     assert!(
         failures.is_empty(),
         "{} of {} seeds failed: {failures:?}",

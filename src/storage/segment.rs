@@ -3,8 +3,10 @@
 //! `{base:020}.index`.
 //!
 //! This module owns the segment's files and every byte written to, synced
-//! in or cut from a data file: all of that goes through [`SegmentFile`], the
-//! one narrow seam a crash-simulating test can replace. It does not decide
+//! in or cut from a data file: all of that goes through [`SegmentFile`],
+//! which reaches the file through the storage [`Disk`] (the real one, or a
+//! simulated one in tests) and keeps the fsync bookkeeping the cluster
+//! harness's crash simulation reads (`Log::halt_for_crash`). It does not decide
 //! when to roll, flush or delete (the log does) and it does not interpret
 //! the checkpoint.
 

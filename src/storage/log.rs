@@ -1230,6 +1230,17 @@ impl Log {
         };
         let new_end = new_end.max(base);
         let log_start = state.log_start_offset;
+        if new_end < log_start {
+            // The batch holding `offset` straddles the log start (an exact
+            // start, from DeleteRecords or a snapshot, lies inside it) and
+            // goes whole: nothing at or after the start is left, and the
+            // log would end below its start (found on the simulated disk,
+            // issue 28). It restarts empty at its start, which never moves
+            // back: the records below it count as deleted already.
+            self.restart_at_locked(&serial, &mut state, log_start)?;
+            drop(state);
+            return self.store_checkpoint_serialized(&serial, false);
+        }
         state.truncations += 1;
         self.store_checkpoint_below(&serial, &state, new_end, log_start)?;
         self.commit.truncated_to(new_end);

@@ -9,6 +9,7 @@ mod storage_support;
 
 mod a_snapshot_download_left_by_a_crash_is_deleted_at_open;
 mod a_torn_index_entry_is_rebuilt_never_trusted;
+mod a_truncation_into_the_batch_holding_the_log_start_restarts_there;
 mod checkpoint_and_truncation_never_deadlock;
 mod corruption_below_recovery_point_is_an_error;
 mod decoders_never_panic_on_arbitrary_bytes;

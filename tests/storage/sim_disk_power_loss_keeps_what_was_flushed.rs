@@ -80,6 +80,7 @@ fn random_config(rng: &mut Rng) -> LogConfig {
         index_interval_bytes: rng.below(300),
         index_bytes_max: 8 * (1 + rng.below(64)),
         flush_policy,
+        retention_bytes: rng.chance(2).then(|| 500 + rng.below(5000)),
         ..LogConfig::default()
     }
 }
@@ -99,9 +100,11 @@ struct Model {
     /// from the front here). Values of an append whose outcome is unknown
     /// (it failed when the power went) are included: the log may or may
     /// not keep them.
-    values: Vec<Vec<u8>>,
+    values: Vec<Option<Vec<u8>>>,
     /// Offsets below this were reported fsynced: they survive anything.
     promised: u64,
+    /// The log start a restart may not go below (it was checkpointed).
+    start: u64,
     /// Newest epoch used.
     epoch: u32,
     /// Bumped by every truncation, so rewritten offsets get new values.
@@ -157,15 +160,26 @@ fn check_after_restart(
             model.values.len()
         ));
     }
-    let served = read_everything(log).map_err(|e| format!("after {what}: read failed: {e}"))?;
-    if served.len() as u64 != end {
+    let start = log.log_start_offset().0;
+    if start < model.start || start > end {
         return Err(format!(
-            "after {what}: {} records served below the end {end}",
+            "after {what}: the log starts at {start} (ends at {end}), its start was moved to {}",
+            model.start
+        ));
+    }
+    let served = read_everything(log).map_err(|e| format!("after {what}: read failed: {e}"))?;
+    if served.len() as u64 != end - start {
+        return Err(format!(
+            "after {what}: {} records served from the start {start} to the end {end}",
             served.len()
         ));
     }
     for (offset, value) in &served {
-        let expected = &model.values[*offset as usize];
+        let Some(expected) = &model.values[*offset as usize] else {
+            return Err(format!(
+                "after {what}: offset {offset} served, the log was restarted above it"
+            ));
+        };
         if value != expected {
             return Err(format!(
                 "after {what}: offset {offset} holds {:?}, {:?} was appended there",
@@ -285,6 +299,7 @@ fn run(seed: u64) -> Result<u64, String> {
     let mut model = Model {
         values: Vec::new(),
         promised: 0,
+        start: 0,
         epoch: 0,
         generation: 0,
     };
@@ -305,12 +320,15 @@ fn run(seed: u64) -> Result<u64, String> {
         2 => disk.set_space_bytes_max(Some(2_000 + rng.below(20_000))),
         _ => {}
     }
+    // Power losses up to the open of the current log: one after it, even
+    // inside an operation that swallowed its error, kills this log.
+    let mut losses_at_open = disk.stats().power_losses;
     for step in 0..steps {
         let what = format!("step {step}");
         let losses_before = disk.stats().power_losses;
         let faults_before = disk.stats().eio_failures + disk.stats().full_disk_failures;
         let outcome: Result<(), Error> = match rng.below(100) {
-            0..=54 => {
+            0..=49 => {
                 if rng.chance(8) {
                     model.epoch += 1;
                 }
@@ -326,13 +344,50 @@ fn run(seed: u64) -> Result<u64, String> {
                         "x".repeat(rng.below(40) as usize)
                     );
                     builder.push(value.as_bytes());
-                    values.push(value.into_bytes());
+                    values.push(Some(value.into_bytes()));
                 }
-                model.values.truncate(base as usize);
+                model.values.resize(base as usize, None);
                 model.values.extend(values);
                 let batch = builder.build().map_err(|e| e.to_string())?;
                 log.append_as_leader(&batch, LeaderEpoch(model.epoch))
                     .map(|_| ())
+            }
+            50..=51 => {
+                let start = log.log_start_offset().0;
+                let high_watermark = log.high_watermark().0.max(start);
+                let to = start + rng.below(high_watermark - start + 1);
+                let result = log.set_log_start_offset(Offset(to));
+                if result.is_ok() {
+                    model.start = model.start.max(log.log_start_offset().0);
+                }
+                result
+            }
+            52..=53 => {
+                let result = log
+                    .delete_segments_by_retention(log.high_watermark())
+                    .map(|_| ());
+                if result.is_ok() {
+                    model.start = model.start.max(log.log_start_offset().0);
+                }
+                result
+            }
+            54 => {
+                // A follower restarting its log elsewhere: nothing before
+                // is promised any more; a crash midway may leave a prefix
+                // of the old log or an empty one (at either start).
+                let start = log.log_start_offset().0;
+                let end = log.log_end_offset().0;
+                let to = start.saturating_sub(3) + rng.below(end + 13 - start.saturating_sub(3));
+                let result = log.truncate_fully_and_start_at(Offset(to));
+                model.promised = 0;
+                if result.is_ok() {
+                    model.values = vec![None; to as usize];
+                    model.start = to;
+                    model.generation += 1;
+                } else if (model.values.len() as u64) < to {
+                    model.values.resize(to as usize, None);
+                }
+                result
             }
             55..=66 => log.flush(),
             67..=72 => {
@@ -378,6 +433,8 @@ fn run(seed: u64) -> Result<u64, String> {
                     &mut model,
                     &format!("{what}: power loss"),
                 )?;
+
+                losses_at_open = disk.stats().power_losses;
                 continue;
             }
             89..=92 => {
@@ -394,6 +451,8 @@ fn run(seed: u64) -> Result<u64, String> {
                     &mut model,
                     &format!("{what}: crash"),
                 )?;
+
+                losses_at_open = disk.stats().power_losses;
                 if disk.stats().power_losses == losses && log.log_end_offset().0 != appended {
                     return Err(format!(
                         "{what}: a process crash lost records: end {} of {appended}",
@@ -417,6 +476,8 @@ fn run(seed: u64) -> Result<u64, String> {
                     &mut model,
                     &format!("{what}: close"),
                 )?;
+
+                losses_at_open = disk.stats().power_losses;
                 if closed.is_ok() && !log.recovery_report().truncations.is_empty() {
                     return Err(format!("{what}: a clean close left a tail to cut"));
                 }
@@ -430,11 +491,12 @@ fn run(seed: u64) -> Result<u64, String> {
         if trace {
             eprint!("{}", disk.describe());
             eprintln!(
-                "{what}: {outcome:?}; log end {}, flushed {}, promised {}, values {}",
+                "{what}: {outcome:?}; log end {}, flushed {}, promised {}, values {}, power losses {}",
                 log.log_end_offset(),
                 log.flushed_offset(),
                 model.promised,
-                model.values.len()
+                model.values.len(),
+                disk.stats().power_losses
             );
         }
         match outcome {
@@ -468,6 +530,8 @@ fn run(seed: u64) -> Result<u64, String> {
                         &mut model,
                         &format!("{what}: restart after {error}"),
                     )?;
+
+                    losses_at_open = disk.stats().power_losses;
                 } else {
                     // A per-call error: the log goes on, at the end it says.
                     model.values.truncate(log.log_end_offset().0 as usize);
@@ -476,7 +540,7 @@ fn run(seed: u64) -> Result<u64, String> {
             Err(error) => {
                 // Otherwise only a power loss fails an operation here: the
                 // process is dead, the machine restarts.
-                if disk.stats().power_losses == losses_before {
+                if disk.stats().power_losses == losses_at_open {
                     return Err(format!("{what}: unexpected error {error}"));
                 }
                 drop(log);
@@ -487,6 +551,8 @@ fn run(seed: u64) -> Result<u64, String> {
                     &mut model,
                     &format!("{what}: power loss in an operation ({error})"),
                 )?;
+
+                losses_at_open = disk.stats().power_losses;
             }
         }
         // A planned power loss not yet reached stays planned; the final one

@@ -24,9 +24,10 @@
 //!   once (on the next [`MappedRegion::flush`] or when the mapping is
 //!   dropped, here), durable after [`MappedRegion::flush`] (`msync`) for
 //!   the part of the file whose length is durable.
-//! - Handles opened before a power loss (or [`SimDisk::crash`]) belong to
-//!   the dead process: every call on them fails, and dropping them changes
-//!   nothing.
+//! - The disk handle given to storage ([`SimDisk::shared`]) and the files
+//!   and locks taken through it belong to the process: after a power loss
+//!   (or [`SimDisk::crash`]) every call on them fails, and dropping them
+//!   changes nothing. A restart takes a new handle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -106,11 +107,16 @@ pub struct SimDiskStats {
     pub elapsed: u64,
 }
 
-/// A simulated disk. Cloning it gives another handle on the same disk (the
-/// test keeps one to inject faults, storage gets one as its [`Disk`]).
+/// A simulated disk. Cloning it gives another handle on the same disk: the
+/// test keeps one to inject faults and look, and gives storage one from
+/// [`shared`](SimDisk::shared), which belongs to the running process and
+/// dies with it.
 #[derive(Clone, Debug)]
 pub struct SimDisk {
     state: Arc<Mutex<State>>,
+    /// The process this handle belongs to (the generation it was made in),
+    /// or `None` for the test's own handle, which outlives every power loss.
+    process: Option<u64>,
 }
 
 /// One change to a file's bytes since its last sync, replayable on its
@@ -409,6 +415,7 @@ impl SimDisk {
     /// No faults are on.
     pub fn new(seed: u64) -> SimDisk {
         SimDisk {
+            process: None,
             state: Arc::new(Mutex::new(State {
                 rng: SplitMix64::new(seed),
                 generation: 0,
@@ -429,9 +436,15 @@ impl SimDisk {
         }
     }
 
-    /// This disk as storage takes it.
+    /// This disk as the running process's storage takes it: every call
+    /// through it, and through the files it opens, fails once the power is
+    /// lost or the process crashes (a restart takes a new one).
     pub fn shared(&self) -> Arc<dyn Disk> {
-        Arc::new(self.clone())
+        let process = Some(self.lock().generation);
+        Arc::new(SimDisk {
+            state: Arc::clone(&self.state),
+            process,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -650,7 +663,7 @@ impl SimDisk {
 impl Disk for SimDisk {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn DiskFile>> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::Open, 0)?;
+        state.begin(self.process, DiskOperation::Open, 0)?;
         if !state.parent_is_directory(path) {
             return Err(not_found(path));
         }
@@ -685,7 +698,7 @@ impl Disk for SimDisk {
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::Directory, 0)?;
+        state.begin(self.process, DiskOperation::Directory, 0)?;
         let mut missing = Vec::new();
         for ancestor in path.ancestors() {
             if is_root(ancestor) {
@@ -714,7 +727,7 @@ impl Disk for SimDisk {
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::Directory, 0)?;
+        state.begin(self.process, DiskOperation::Directory, 0)?;
         if !is_root(path) && state.live.get(path) != Some(&Entry::Directory) {
             return Err(not_found(path));
         }
@@ -728,7 +741,7 @@ impl Disk for SimDisk {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::Directory, 0)?;
+        state.begin(self.process, DiskOperation::Directory, 0)?;
         let Some(entry) = state.live.get(from).copied() else {
             return Err(not_found(from));
         };
@@ -755,7 +768,7 @@ impl Disk for SimDisk {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::Directory, 0)?;
+        state.begin(self.process, DiskOperation::Directory, 0)?;
         match state.live.get(path) {
             Some(Entry::File(_)) => {
                 state.live.remove(path);
@@ -771,7 +784,7 @@ impl Disk for SimDisk {
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::Directory, 0)?;
+        state.begin(self.process, DiskOperation::Directory, 0)?;
         if state.live.get(path) != Some(&Entry::Directory) {
             return Err(not_found(path));
         }
@@ -781,7 +794,7 @@ impl Disk for SimDisk {
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
-        state.begin(None, DiskOperation::SyncDirectory, 0)?;
+        state.begin(self.process, DiskOperation::SyncDirectory, 0)?;
         if !is_root(path) && state.live.get(path) != Some(&Entry::Directory) {
             return Err(not_found(path));
         }

@@ -111,6 +111,61 @@ struct Model {
     generation: u64,
 }
 
+/// The leader a follower run fetches from.
+struct Leader {
+    log: Log,
+    /// The leader's records, by offset.
+    values: Vec<Vec<u8>>,
+    /// Keeps the leader's disk alive.
+    _disk: SimDisk,
+}
+
+impl Leader {
+    fn new(seed: u64, clock: &ManualClock) -> Result<Leader, String> {
+        let disk = SimDisk::new(seed ^ 0x1ead_e500);
+        let log = Log::open_on_disk(
+            disk.shared(),
+            "/leader/log-0",
+            // A small index: the simulated disk copies a mapping whole.
+            LogConfig {
+                index_bytes_max: 4096,
+                ..LogConfig::default()
+            },
+            Arc::new(clock.clone()),
+        )
+        .map_err(|e| format!("the leader's log: {e}"))?;
+        Ok(Leader {
+            log,
+            values: Vec::new(),
+            _disk: disk,
+        })
+    }
+
+    /// Appends 1 to 3 batches, sometimes in a new epoch.
+    fn append(&mut self, rng: &mut Rng, model: &mut Model, seed: u64) -> Result<(), String> {
+        for _ in 0..1 + rng.below(3) {
+            if rng.chance(8) {
+                model.epoch += 1;
+            }
+            let mut builder = RecordBatchBuilder::new(START_MS);
+            for _ in 0..1 + rng.below(5) {
+                let value = format!(
+                    "s{seed}-leader-o{}-{}",
+                    self.values.len(),
+                    "y".repeat(rng.below(40) as usize)
+                );
+                builder.push(value.as_bytes());
+                self.values.push(value.into_bytes());
+            }
+            let batch = builder.build().map_err(|e| e.to_string())?;
+            self.log
+                .append_as_leader(&batch, LeaderEpoch(model.epoch))
+                .map_err(|e| format!("the leader's append: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 /// Everything `log` serves, as `(offset, value)`; `Err` names the first
 /// error.
 fn read_everything(log: &Log) -> Result<Vec<(u64, Vec<u8>)>, Error> {
@@ -304,6 +359,15 @@ fn run(seed: u64) -> Result<u64, String> {
         generation: 0,
     };
     let mut log = open_on(&disk, &config, &clock).map_err(|e| format!("first open: {e}"))?;
+    // A third of the runs are a follower's: batches come from a leader's
+    // log (on a disk of its own, never faulted) and are appended with
+    // `append_as_follower`; log start moves other than retention are left
+    // to leader runs.
+    let mut follower = if rng.chance(3) {
+        Some(Leader::new(seed, &clock)?)
+    } else {
+        None
+    };
     let steps = 20 + rng.below(200);
     let trace = tracing_on();
     // A third of the runs start with a fault phase: failed fsyncs (after
@@ -328,6 +392,34 @@ fn run(seed: u64) -> Result<u64, String> {
         let losses_before = disk.stats().power_losses;
         let faults_before = disk.stats().eio_failures + disk.stats().full_disk_failures;
         let outcome: Result<(), Error> = match rng.below(100) {
+            0..=49 if follower.is_some() => {
+                let Some(leader) = &mut follower else {
+                    unreachable!()
+                };
+                // New batches on the leader now and then, then one fetch
+                // of whatever this log lacks, appended as a follower does.
+                if rng.chance(2) || leader.values.len() as u64 == log.log_end_offset().0 {
+                    leader.append(&mut rng, &mut model, seed)?;
+                }
+                let from = log.log_end_offset().0;
+                let fetched = leader
+                    .log
+                    .read(Offset(from), 1 + rng.below(3000) as usize)
+                    .map_err(|e| format!("the leader's read at {from}: {e}"))?;
+                let mut next = from;
+                for batch in fetched.batches() {
+                    next = batch.map_err(|e| e.to_string())?.next_offset().0;
+                }
+                model.values.resize(from as usize, None);
+                model.values.extend(
+                    leader.values[from as usize..next as usize]
+                        .iter()
+                        .cloned()
+                        .map(Some),
+                );
+                log.append_as_follower(&fetched.records).map(|_| ())
+            }
+            50..=51 | 54 if follower.is_some() => Ok(()),
             0..=49 => {
                 if rng.chance(8) {
                     model.epoch += 1;

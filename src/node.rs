@@ -33,8 +33,9 @@ use crate::replication::{
     PeerIncarnations, Replica, Role, Watch,
 };
 use crate::storage::{
-    take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork, DirectoryIdentity,
-    DirectoryLock, Disk, FlushPolicy, Log, PreviousShutdown, RollFlushThread, RollFlusher, StdDisk,
+    create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
+    DirectoryIdentity, DirectoryLock, Disk, FlushPolicy, Log, PreviousShutdown, RollFlushThread,
+    RollFlusher, StdDisk,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -415,8 +416,7 @@ impl Node {
         if let Some(identity) = DirectoryIdentity::load(&*disk, &data_dir)? {
             identity.check(&data_dir, cluster_id, me)?;
         }
-        disk.create_dir_all(&data_dir)
-            .map_err(|e| Error::io(&data_dir, "create directory", e))?;
+        create_dir_durably(&*disk, &data_dir)?;
         let directory_lock = DirectoryLock::acquire(&*disk, &data_dir)?;
         let identity = DirectoryIdentity::load(&*disk, &data_dir)?;
         if let Some(identity) = &identity {

@@ -16,6 +16,8 @@
 //! above it becomes generic.
 
 mod mmap;
+#[cfg(any(test, feature = "testing"))]
+mod sim;
 mod std_disk;
 
 use std::ffi::OsString;
@@ -23,6 +25,8 @@ use std::fmt::Debug;
 use std::io;
 use std::path::Path;
 
+#[cfg(any(test, feature = "testing"))]
+pub use sim::{DiskOperation, EioPlan, Latency, SimDisk, SimDiskStats};
 pub use std_disk::StdDisk;
 
 /// How [`Disk::open`] opens a file.

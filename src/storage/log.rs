@@ -538,7 +538,11 @@ impl Log {
             };
             let rolled = self.maybe_roll(&mut state, header.last_offset(), bytes.len() as u64)?;
             if state.epochs.latest_epoch() != Some(epoch) {
-                state.epochs.assign(epoch, base_offset)?;
+                // A failed write leaves the cache in memory ahead of its
+                // file: later batches of the epoch would not write it again,
+                // and after a restart recovery and reads would take them for
+                // damage (found on the simulated disk, issue 28).
+                self.poison_on_error(state.epochs.assign(epoch, base_offset))?;
             }
             let interval = self.config.index_interval_bytes;
             let appended = state.active_mut().append(
@@ -609,7 +613,7 @@ impl Log {
                 .last()
                 .is_some_and(|e| e.start_offset >= log_end)
             {
-                state.epochs.truncate_from_end(log_end)?;
+                self.poison_on_error(state.epochs.truncate_from_end(log_end))?;
             }
             // The epoch cache learns the batches' epochs before they are
             // written, as a leader's does: the cache on disk then knows every
@@ -623,7 +627,7 @@ impl Log {
                     .assign_in_memory(header.leader_epoch, header.base_offset);
             }
             if epochs_changed {
-                state.epochs.persist()?;
+                self.poison_on_error(state.epochs.persist())?;
             }
             let mut rolled = false;
             let mut group_start = parsed[0].0;
@@ -976,7 +980,9 @@ impl Log {
             log_start_offset,
             clean_shutdown,
         };
-        checkpoint.store(&*self.disk, &self.dir)
+        // A failed checkpoint write is a failed fsync like any other: the
+        // log stops (STYLE, Errors).
+        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))
     }
 
     /// Writes a checkpoint whose recovery point is at most `at_most`, before
@@ -995,7 +1001,7 @@ impl Log {
             log_start_offset,
             clean_shutdown: false,
         };
-        checkpoint.store(&*self.disk, &self.dir)
+        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))
     }
 
     /// Reads whole batches from the one containing `from`, up to `bytes_max`
@@ -1227,6 +1233,17 @@ impl Log {
         };
         let new_end = new_end.max(base);
         let log_start = state.log_start_offset;
+        if new_end < log_start {
+            // The batch holding `offset` straddles the log start (an exact
+            // start, from DeleteRecords or a snapshot, lies inside it) and
+            // goes whole: nothing at or after the start is left, and the
+            // log would end below its start (found on the simulated disk,
+            // issue 28). It restarts empty at its start, which never moves
+            // back: the records below it count as deleted already.
+            self.restart_at_locked(&serial, &mut state, log_start)?;
+            drop(state);
+            return self.store_checkpoint_serialized(&serial, false);
+        }
         state.truncations += 1;
         self.store_checkpoint_below(&serial, &state, new_end, log_start)?;
         self.commit.truncated_to(new_end);
@@ -1422,7 +1439,8 @@ impl Log {
                 got: start_offset,
             });
         }
-        state.epochs.assign(epoch, start_offset)
+        let assigned = state.epochs.assign(epoch, start_offset);
+        self.poison_on_error(assigned)
     }
 
     /// Test harness only: simulates this process crashing. Poisons the log

@@ -19,7 +19,9 @@ mod roll_flush;
 mod segment;
 
 #[allow(unused_imports)]
-pub(crate) use checkpoint::{load_pairs, store_pairs, sync_dir, write_atomically, LogCheckpoint};
+pub(crate) use checkpoint::{
+    create_dir_durably, load_pairs, store_pairs, sync_dir, write_atomically, LogCheckpoint,
+};
 pub use clean_shutdown::PreviousShutdown;
 pub(crate) use clean_shutdown::{take_clean_shutdown_marker, write_clean_shutdown_marker};
 pub use config::LogConfig;

@@ -434,6 +434,20 @@ impl OffsetIndex {
         }
     }
 
+    /// The entry with the largest position below `position`, if any.
+    pub(crate) fn last_entry_before(&self, position: u64) -> Option<IndexEntry> {
+        let (mut low, mut high) = (0usize, self.entries);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if self.entry(mid).position < position {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        low.checked_sub(1).map(|slot| self.entry(slot))
+    }
+
     /// Adds an entry for the batch starting at `offset`, at `position`.
     /// Returns `false` (and adds nothing) when the index is full. The caller
     /// guarantees the entry is newer than the last one and that both fit in

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::checkpoint::{sync_dir, LogCheckpoint};
+use super::checkpoint::{create_dir_durably, sync_dir, LogCheckpoint};
 use super::config::LogConfig;
 use super::disk::Disk;
 use super::leader_epoch::{expected_epoch, LeaderEpochCache};
@@ -189,8 +189,7 @@ pub(crate) fn recover(
     now: Instant,
     damage: DamageAboveRecoveryPoint,
 ) -> Result<Recovered> {
-    disk.create_dir_all(dir)
-        .map_err(|e| Error::io(dir, "create directory", e))?;
+    create_dir_durably(&**disk, dir)?;
     let mut report = RecoveryReport::default();
 
     let checkpoint = match LogCheckpoint::load(&**disk, dir) {
@@ -408,6 +407,17 @@ pub(crate) fn recover(
                 }
             }
         };
+        if index_problem.is_none() {
+            if let Some((offset, position)) =
+                seg.index_entry_contradicting(trusted_until_position, offset_there)
+            {
+                seg.discard_index()?;
+                index_problem = Some(IndexProblem(format!(
+                    "an entry names offset {offset} at position {position}, before the batch of \
+                     offset {offset_there} at position {trusted_until_position}"
+                )));
+            }
+        }
         if let Some(problem) = &index_problem {
             tracing::warn!(path = %seg.index_path().display(), reason = %problem.0, "rebuilding offset index");
             report

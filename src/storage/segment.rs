@@ -3,8 +3,10 @@
 //! `{base:020}.index`.
 //!
 //! This module owns the segment's files and every byte written to, synced
-//! in or cut from a data file: all of that goes through [`SegmentFile`], the
-//! one narrow seam a crash-simulating test can replace. It does not decide
+//! in or cut from a data file: all of that goes through [`SegmentFile`],
+//! which reaches the file through the storage [`Disk`] (the real one, or a
+//! simulated one in tests) and keeps the fsync bookkeeping the cluster
+//! harness's crash simulation reads (`Log::halt_for_crash`). It does not decide
 //! when to roll, flush or delete (the log does) and it does not interpret
 //! the checkpoint.
 
@@ -519,14 +521,41 @@ impl Segment {
         // Offset the batch at `position` must start at.
         let mut next_offset = start_offset;
         while position < end_bytes {
-            if stop_at_boundary && next_offset == target {
-                break;
-            }
             let corrupt = |reason: String| Error::Corrupt {
                 path: file.path().to_path_buf(),
                 position,
                 reason,
             };
+            if stop_at_boundary && next_offset == target {
+                if position == start_position && position > 0 {
+                    // Nothing walked vouches for this boundary: only the
+                    // index entry the walk started from does. A torn entry
+                    // (a power loss kept part of an index page: (4, 300)
+                    // came back as (4, 44)) or a stale one would put the
+                    // boundary inside a batch, and recovery would cut
+                    // fsynced data there (found by the simulated disk,
+                    // issue 28). The batch here may be torn, so only its
+                    // header is read; one that does not say `target` makes
+                    // the caller rebuild the index and walk from the start.
+                    match file.read_header(position)? {
+                        Ok(header) if header.base_offset == target => {}
+                        Ok(header) => {
+                            return Err(corrupt(format!(
+                                "the offset index gives this position for offset {target}, \
+                                 but the batch here starts at offset {}",
+                                header.base_offset
+                            )))
+                        }
+                        Err(e) => {
+                            return Err(corrupt(format!(
+                                "the offset index gives this position for offset {target}, \
+                                 but no whole batch header is here: {e}"
+                            )))
+                        }
+                    }
+                }
+                break;
+            }
             let header = match file.read_header(position)? {
                 Ok(header) => header,
                 Err(e) => {
@@ -871,6 +900,23 @@ impl Segment {
             Ok(header) => header.base_offset == entry.offset,
             Err(_) => false,
         })
+    }
+
+    /// An index entry before `position` that names `offset` or a later
+    /// one, where `offset` is the batch found at `position`: such an entry
+    /// cannot be right (offsets grow with positions), so the index is torn
+    /// or stale and must be rebuilt. Recovery would otherwise keep it below
+    /// the position it scans from and add entries for smaller offsets after
+    /// it, breaking the order lookups rely on.
+    pub(crate) fn index_entry_contradicting(
+        &self,
+        position: u64,
+        offset: Offset,
+    ) -> Option<(Offset, u64)> {
+        self.index
+            .last_entry_before(position)
+            .filter(|e| e.offset >= offset)
+            .map(|e| (e.offset, e.position))
     }
 
     /// Replaces the offset index with an empty one, to be rebuilt by

@@ -12,6 +12,8 @@ mod fault_apps;
 pub mod fault_test;
 pub mod fuzz;
 mod harness;
+#[cfg(test)]
+mod sim_disk_node;
 pub mod slow_coordinator;
 pub mod tcp_cluster;
 mod tcp_transport_factory;
@@ -34,7 +36,10 @@ use crate::transport::{
 };
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
-pub use crate::storage::disk::{Disk, DiskFile, LockGuard, MappedRegion, OpenMode, StdDisk};
+pub use crate::storage::disk::{
+    Disk, DiskFile, DiskOperation, EioPlan, Latency, LockGuard, MappedRegion, OpenMode, SimDisk,
+    SimDiskStats, StdDisk,
+};
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use slow_coordinator::{CoordinatorDelay, SlowCoordinator};
 pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};

@@ -8,6 +8,8 @@
 mod storage_support;
 
 mod a_snapshot_download_left_by_a_crash_is_deleted_at_open;
+mod a_torn_index_entry_is_rebuilt_never_trusted;
+mod a_truncation_into_the_batch_holding_the_log_start_restarts_there;
 mod checkpoint_and_truncation_never_deadlock;
 mod corruption_below_recovery_point_is_an_error;
 mod decoders_never_panic_on_arbitrary_bytes;
@@ -22,6 +24,7 @@ mod producer_state_survives_reopen_and_truncation;
 mod read_bounds;
 mod retention_never_deletes_at_or_above_limit;
 mod segments_roll_by_size_and_age;
+mod sim_disk_power_loss_keeps_what_was_flushed;
 mod stored_damage_is_detected_never_served;
 mod torn_tail_recovers_to_last_complete_batch;
 mod truncate_to_removes_suffix;

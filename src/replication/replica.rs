@@ -2644,6 +2644,64 @@ mod tests {
         replica
     }
 
+    /// An append that bypasses the queue (an idempotent or large batch)
+    /// and fails after its write, here on the fsync `FlushPolicy::Always`
+    /// asks for, leaves its batch in the log: the queue must stamp the next
+    /// append after it, never at its offsets. Otherwise that append's write
+    /// fails while the high watermark passing the other batch releases its
+    /// `acks=all` waiter: an acknowledged record no replica holds (the
+    /// fault test's seed 2 with reassignments, where a crash poisoned the
+    /// log between the write and its fsync).
+    #[test]
+    fn a_batch_written_by_a_failed_direct_append_is_never_stamped_over() {
+        use crate::storage::disk::{DiskOperation, EioPlan, SimDisk};
+        use crate::storage::FlushPolicy;
+        let disk = SimDisk::new(2);
+        let config = LogConfig {
+            flush_policy: FlushPolicy::Always,
+            ..LogConfig::default()
+        };
+        let log = Log::open_on(disk.shared(), "/sim/log-0", config, Arc::new(SystemClock)).unwrap();
+        let replica = Replica::new(
+            LogId(0),
+            NodeId(0),
+            log,
+            ReplicationConfig::default(),
+            Arc::new(SystemClock),
+            Arc::new(Watch::new(0)),
+            false,
+        );
+        replica
+            .become_leader(LeaderEpoch(1), vec![NodeId(0)], vec![NodeId(0)], 1)
+            .unwrap();
+        let mut small = RecordBatchBuilder::new(1);
+        small.push(b"before");
+        replica
+            .append_as_leader(&small.build().unwrap(), false, true, false)
+            .unwrap();
+        let end_before = replica.log().log_end_offset();
+
+        disk.fail_with_eio(EioPlan::Nth(1), &[DiskOperation::Sync]);
+        let mut large = RecordBatchBuilder::new(1);
+        large.push(&vec![7u8; DIRECT_APPEND_BYTES_MIN]);
+        let failed = replica.append_as_leader(&large.build().unwrap(), false, true, false);
+        assert!(failed.is_err(), "the fsync failed: {failed:?}");
+        let end_after = replica.log().log_end_offset();
+        assert!(
+            end_after > end_before,
+            "the batch was written before its fsync failed"
+        );
+
+        let handed_out = replica
+            .pipeline
+            .combiner
+            .with_state(|queue| queue.next_offset);
+        assert!(
+            handed_out >= end_after,
+            "the queue hands out {handed_out}, below the log end {end_after}"
+        );
+    }
+
     #[test]
     fn high_watermark_publishes_arriving_out_of_order_never_hide_committed_records() {
         // Two fetch threads may compute 5 then 10 under the leader's lock but

@@ -2711,6 +2711,31 @@ impl NodeShared {
             .copied()
             .filter(|node| *node != me)
             .collect();
+        // Alone in the ISR after an ELR election, or after the others
+        // left a too-small ISR: the eligible replicas can take over
+        // (review of the controller, finding 6: the log stayed with a
+        // leader that could not lead while they were live). The log goes
+        // leaderless with an empty ISR, and the controller elects from the
+        // ELR, whose members hold every committed record (the high
+        // watermark froze when they left).
+        let eligible_others: Vec<NodeId> = state
+            .eligible_leader_replicas
+            .iter()
+            .copied()
+            .filter(|node| *node != me)
+            .collect();
+        if others.is_empty() && !eligible_others.is_empty() {
+            let update = LogUpdate {
+                leader: None,
+                leader_epoch: state.leader_epoch.next(),
+                in_sync_replicas: Vec::new(),
+                eligible_leader_replicas: eligible_others,
+                unclean_report: None,
+                assignment: None,
+            };
+            self.write_resignation(replica, &state, update);
+            return;
+        }
         if others.is_empty() {
             if replica.leadership_failed() {
                 // Nobody to hand over to: try to lead again (at most once a
@@ -2738,6 +2763,13 @@ impl NodeShared {
             unclean_report: None,
             assignment: None,
         };
+        self.write_resignation(replica, &state, update);
+    }
+
+    /// Writes `update`, by which this failed leader of `replica`'s log
+    /// resigns (see [`resign_failed_leader`](Self::resign_failed_leader)).
+    fn write_resignation(&self, replica: &Replica, state: &LogState, update: LogUpdate) {
+        let (me, log) = (self.local(), replica.log_id());
         match self
             .coordinator
             .compare_and_set(log, state.leader_epoch, state.version, update)

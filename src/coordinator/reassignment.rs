@@ -186,16 +186,21 @@ pub(crate) fn start_update(
     // then let the one left lead with whatever it keeps after a power loss
     // (review of the controller, finding 2). Kafka's revert has no such
     // check; SPEC G1 is stronger.
+    // ELR members count too: a replica the move was adding that left an
+    // ISR fallen below the minimum holds those records as well (review of
+    // this check, finding 2).
     let dropped: Vec<NodeId> = state
         .in_sync_replicas
         .iter()
+        .chain(&state.eligible_leader_replicas)
         .copied()
         .filter(|node| !replicas.contains(node))
         .collect();
-    if !dropped.is_empty() && in_sync_replicas.len() < min_insync_replicas {
+    let holders_kept = in_sync_replicas.len() + eligible_leader_replicas.len();
+    if !dropped.is_empty() && holders_kept < min_insync_replicas {
         return Err(coordinator_error(format!(
-            "cannot reassign {log} to {target:?}: it drops {dropped:?} from in_sync_replicas {:?}, leaving {in_sync_replicas:?}, fewer than min_insync_replicas {min_insync_replicas}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR",
-            state.in_sync_replicas
+            "cannot reassign {log} to {target:?}: it drops {dropped:?} from in_sync_replicas {:?} and eligible_leader_replicas {:?}, leaving {in_sync_replicas:?} and {eligible_leader_replicas:?}, fewer than min_insync_replicas {min_insync_replicas}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR",
+            state.in_sync_replicas, state.eligible_leader_replicas
         )));
     }
     let leader = match state.leader {
@@ -482,6 +487,13 @@ mod tests {
                 && error.to_string().contains("min_insync_replicas 2"),
             "{error}"
         );
+        // The same with 2 in the ELR (it left an ISR fallen below the
+        // minimum): it holds them too.
+        moving.in_sync_replicas = nodes(&[0]);
+        moving.eligible_leader_replicas = nodes(&[2]);
+        let error = start_update(&moving, &nodes(&[0, 1]), &live, 2).unwrap_err();
+        assert!(error.to_string().contains("drops [NodeId(2)]"), "{error}");
+        moving.eligible_leader_replicas = Vec::new();
         moving.in_sync_replicas = nodes(&[0, 2, 1]);
         let cancelled = start_update(&moving, &nodes(&[0, 1]), &live, 2)
             .unwrap()
@@ -509,11 +521,16 @@ mod tests {
                 "{target:?}: {error}"
             );
         }
-        // Keeping one holder is allowed: it can be elected.
-        let kept = start_update(&moving, &nodes(&[0, 1, 4]), &live, 2)
+        // Keeping one holder could elect it, but leaves the records on
+        // fewer than min_insync_replicas replicas: refused too (review of
+        // 963c9a9, finding 2). Keeping both is allowed.
+        let error = start_update(&moving, &nodes(&[0, 1, 4]), &live, 2).unwrap_err();
+        assert!(error.to_string().contains("drops [NodeId(3)]"), "{error}");
+        let kept = start_update(&moving, &nodes(&[0, 3, 4]), &live, 2)
             .unwrap()
             .unwrap();
         assert_eq!(kept.in_sync_replicas, nodes(&[4]));
+        assert_eq!(kept.eligible_leader_replicas, nodes(&[3]));
         // ISR and ELR empty, in unclean recovery: the replica with the
         // longest log must stay, even when a shorter one does (review of
         // 5683f2c: keeping 0, with 5 records, lost 3's 100).

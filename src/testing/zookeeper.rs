@@ -595,6 +595,34 @@ struct ProxyShared {
     lose_reply: std::sync::Mutex<Option<LoseReply>>,
     /// How many replies were lost so far.
     replies_lost: std::sync::atomic::AtomicUsize,
+    /// Armed by [`ZkProxy::hold_requests_from_next_write`]: the path
+    /// fragment to look for.
+    hold_from: std::sync::Mutex<Option<Vec<u8>>>,
+    /// The connections holding their requests, each with its server side,
+    /// for [`ZkProxy::release_held_requests`].
+    held: std::sync::Mutex<Vec<(HeldRequests, TcpStream)>>,
+    /// The first request of each connection, by opcode, leaving out
+    /// pings, authentication and watch restoration.
+    first_requests: std::sync::Mutex<Vec<i32>>,
+}
+
+/// The requests one connection holds back (see
+/// [`ZkProxy::hold_requests_from_next_write`]).
+type HeldRequests = std::sync::Arc<std::sync::Mutex<Held>>;
+
+#[derive(Debug, Default)]
+struct Held {
+    holding: bool,
+    frames: Vec<u8>,
+}
+
+/// Locks `mutex`, poisoned or not (a test thread that panicked holding it
+/// must not hide the test's own failure).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
 }
 
 /// What [`ZkProxy::lose_reply_to_next_write`] armed.
@@ -650,6 +678,9 @@ impl ZkProxy {
             connections: std::sync::Mutex::new(Vec::new()),
             lose_reply: std::sync::Mutex::new(None),
             replies_lost: std::sync::atomic::AtomicUsize::new(0),
+            hold_from: std::sync::Mutex::new(None),
+            held: std::sync::Mutex::new(Vec::new()),
+            first_requests: std::sync::Mutex::new(Vec::new()),
         });
         let for_thread = std::sync::Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
@@ -704,6 +735,39 @@ impl ZkProxy {
         self.shared
             .replies_lost
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Arms the proxy to delay a write in the network: the next write
+    /// request (as for [`ZkProxy::lose_reply_to_next_write`]) whose bytes
+    /// contain `path_fragment`, and everything its connection sends after
+    /// it, is held back — nothing reaches the server, pings included — until
+    /// [`ZkProxy::release_held_requests`] forwards it all, in order, on the
+    /// same connection (if the server still has it open). Other
+    /// connections, new ones included, are not affected.
+    pub fn hold_requests_from_next_write(&self, path_fragment: &str) {
+        *lock(&self.shared.hold_from) = Some(path_fragment.as_bytes().to_vec());
+    }
+
+    /// Forwards what every connection held back (see
+    /// [`ZkProxy::hold_requests_from_next_write`]) and lets them through
+    /// again.
+    pub fn release_held_requests(&self) {
+        use std::io::Write;
+
+        for (held, server) in std::mem::take(&mut *lock(&self.shared.held)) {
+            let mut held = lock(&held);
+            // A connection the server closed meanwhile takes nothing.
+            let _ = (&server).write_all(&held.frames);
+            held.frames.clear();
+            held.holding = false;
+        }
+    }
+
+    /// The first request of every connection made through the proxy so
+    /// far, by ZooKeeper opcode (`sync` is 9), in the order they came;
+    /// pings, authentication and watch restoration are left out.
+    pub fn first_requests(&self) -> Vec<i32> {
+        lock(&self.shared.first_requests).clone()
     }
 
     /// Cuts every connection and refuses new ones (`true`), or lets
@@ -783,6 +847,8 @@ fn pump_requests(
     let mut pending: Vec<u8> = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
     let mut handshake_done = false;
+    let mut first_recorded = false;
+    let held: HeldRequests = std::sync::Arc::default();
     loop {
         let read = from.read(&mut chunk)?;
         if read == 0 {
@@ -799,13 +865,63 @@ fn pump_requests(
                 break;
             }
             let frame: Vec<u8> = pending.drain(..frame_end).collect();
-            if handshake_done {
+            let is_request = handshake_done;
+            if is_request {
                 maybe_lose_reply(shared, silenced, &frame, from, to);
+                if !first_recorded {
+                    first_recorded = record_first_request(shared, &frame);
+                }
             }
             handshake_done = true;
-            to.write_all(&frame)?;
+            let mut held_now = lock(&held);
+            if is_request && !held_now.holding {
+                let mut armed = lock(&shared.hold_from);
+                if armed
+                    .as_ref()
+                    .is_some_and(|fragment| is_write_naming(&frame, fragment))
+                {
+                    armed.take();
+                    held_now.holding = true;
+                    if let Ok(server) = to.try_clone() {
+                        lock(&shared.held).push((std::sync::Arc::clone(&held), server));
+                    }
+                }
+            }
+            if held_now.holding {
+                held_now.frames.extend_from_slice(&frame);
+            } else {
+                to.write_all(&frame)?;
+            }
         }
     }
+}
+
+/// Whether `frame` (length, xid, opcode, body) is a write request whose
+/// body contains `fragment`.
+fn is_write_naming(frame: &[u8], fragment: &[u8]) -> bool {
+    if frame.len() < 12 {
+        return false;
+    }
+    let opcode = i32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
+    WRITE_OPCODES.contains(&opcode)
+        && frame[12..]
+            .windows(fragment.len().max(1))
+            .any(|window| window == fragment)
+}
+
+/// Records `frame`'s opcode as its connection's first request, unless it
+/// is a ping (11), authentication (100) or watch restoration (101, 105);
+/// returns whether it recorded it.
+fn record_first_request(shared: &ProxyShared, frame: &[u8]) -> bool {
+    if frame.len() < 12 {
+        return false;
+    }
+    let opcode = i32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
+    if [11, 100, 101, 105].contains(&opcode) {
+        return false;
+    }
+    lock(&shared.first_requests).push(opcode);
+    true
 }
 
 /// If a lost reply is armed and `frame` is the write it names, silences the

@@ -609,6 +609,23 @@ struct Shared {
     /// A suspended session was found resumed outside the tick: the watcher
     /// re-reads the membership to announce the node live again.
     membership_stale: AtomicBool,
+    /// The coordinator's own sessions that the watcher gave up (they
+    /// expired, or their watch could not be added again) and that have not
+    /// ended yet, by session id, with a watcher of their state. A write
+    /// still queued in such a client (zookeeper-client sends what is queued
+    /// when it reconnects, before it closes) could land after a settling
+    /// read on the new session that did not see it (helper review, finding
+    /// 1c): settling reads wait until every session here has ended
+    /// ([`Shared::await_abandoned`]). An entry goes once its session ends,
+    /// which the client guarantees within 7/5 of the session timeout after
+    /// it last heard from ZooKeeper, or as soon as the last call holding its
+    /// client ends (calls are bounded by the call timeout) and its close is
+    /// answered. Bounded by the replacements within that time.
+    abandoned: Mutex<Vec<(i64, zk::StateWatcher)>>,
+    /// Tests: the watcher gives its session up at its next round, exactly
+    /// as when it cannot add its watch again after a reconnection.
+    #[cfg(test)]
+    give_up_main_session: AtomicBool,
 }
 
 /// Owns the executor; the watcher task holds only `Arc<Shared>`, so
@@ -651,6 +668,9 @@ impl ZkCoordinator {
             unregistering: Mutex::new(BTreeMap::new()),
             stopping: AtomicBool::new(false),
             membership_stale: AtomicBool::new(false),
+            abandoned: Mutex::new(Vec::new()),
+            #[cfg(test)]
+            give_up_main_session: AtomicBool::new(false),
             config,
         });
         let deadline = Instant::now() + shared.config.call_timeout;
@@ -789,9 +809,8 @@ impl ZkCoordinator {
             format!("settle the registration of {node}"),
             move |shared, deadline, what| async move {
                 let path = document::node_path(node);
-                shared.sync_strictly(deadline, &what).await?;
                 let read = shared
-                    .read(deadline, &what, |client| {
+                    .read_synced(deadline, &what, |client| {
                         let path = path.clone();
                         async move { client.check_stat(&path).await }
                     })
@@ -897,8 +916,15 @@ impl Drop for Handle {
     }
 }
 
-/// Opens the coordinator's own session: connects, creates the chroot and
-/// the layout under it if missing, and adds the persistent recursive watch.
+/// Opens the coordinator's own session: connects, syncs, creates the chroot
+/// and the layout under it if missing, and adds the persistent recursive
+/// watch.
+///
+/// The sync comes first (helper review, finding 1b): a brand-new session
+/// may be attached to a follower that lags the ensemble's leader, and
+/// nothing this session reads (here, and once published, every call's
+/// reads) may be older than what ZooKeeper had applied before it opened —
+/// writes of the session it replaces included.
 async fn open_main_session(
     config: &ZkCoordinatorConfig,
 ) -> Result<(zk::Client, zk::PersistentWatcher)> {
@@ -913,6 +939,9 @@ async fn open_main_session(
         .connect(&config.connect)
         .await
         .map_err(connect_failed)?;
+    root.sync("/")
+        .await
+        .map_err(|e| zk_error("sync a new session", e))?;
     root.mkdir(&config.chroot, &persistent())
         .await
         .map_err(|e| zk_error(&format!("create the chroot {}", config.chroot), e))?;
@@ -1340,8 +1369,52 @@ impl Shared {
     /// connections drop or the session is being replaced after it
     /// expired, until `deadline`. The inner result is ZooKeeper's
     /// answer, for the caller to interpret (a missing znode is often an
-    /// answer, not an error).
+    /// answer, not an error). It may miss what other sessions wrote
+    /// lately (its server may lag the ensemble's leader): see
+    /// [`Shared::read_synced`].
     async fn read<T, F, Fut>(&self, deadline: Instant, what: &str, op: F) -> Result<ZkResult<T>>
+    where
+        F: Fn(zk::Client) -> Fut,
+        Fut: std::future::Future<Output = ZkResult<T>>,
+    {
+        self.read_with(deadline, what, Freshness::AsServed, op)
+            .await
+    }
+
+    /// [`Shared::read`] that reflects every write ZooKeeper applied before
+    /// it began, and every write this coordinator's sessions still hold
+    /// (SPEC 3.4: the read that settles a write whose outcome is unknown).
+    /// The sync and the read go to one client, one after the other: within
+    /// a session ZooKeeper answers requests in order, so the read sees
+    /// what the sync made visible and every write queued in that session
+    /// before it. When either fails with the connection or the session,
+    /// both are made again (helper review, finding 1a: the sync used to
+    /// run on one client and the read fetched the client again, which
+    /// after a session replacement was a new, unsynced one). A write queued
+    /// in an earlier session of the coordinator is covered by waiting until
+    /// that session ended ([`Shared::await_abandoned`]), after fetching the
+    /// client: every session given up before this one was published is
+    /// then over, and a session given up later is the one the read runs on.
+    async fn read_synced<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        what: &str,
+        op: F,
+    ) -> Result<ZkResult<T>>
+    where
+        F: Fn(zk::Client) -> Fut,
+        Fut: std::future::Future<Output = ZkResult<T>>,
+    {
+        self.read_with(deadline, what, Freshness::Synced, op).await
+    }
+
+    async fn read_with<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        what: &str,
+        freshness: Freshness,
+        op: F,
+    ) -> Result<ZkResult<T>>
     where
         F: Fn(zk::Client) -> Fut,
         Fut: std::future::Future<Output = ZkResult<T>>,
@@ -1356,6 +1429,28 @@ impl Shared {
                     continue;
                 }
                 return Err(error);
+            }
+            if freshness == Freshness::Synced {
+                self.await_abandoned(deadline, what).await?;
+                let Some(synced) = before(deadline, client.sync("/")).await else {
+                    return Err(coordinator_error(format!(
+                        "cannot sync before trying to {what}: no answer within the call timeout \
+                         (not connected to ZooKeeper: reconnecting); retry later"
+                    )));
+                };
+                match synced {
+                    Ok(()) => {}
+                    Err(error)
+                        if (is_connection_error(&error) || error == zk::Error::SessionExpired)
+                            && Instant::now() + RETRY_PAUSE < deadline =>
+                    {
+                        async_io::Timer::after(RETRY_PAUSE).await;
+                        continue;
+                    }
+                    Err(error) => {
+                        return Err(zk_error(&format!("sync before trying to {what}"), error))
+                    }
+                }
             }
             // A request made just as the connection dropped waits in the
             // client for the reconnection, with no deadline of its own.
@@ -1377,11 +1472,66 @@ impl Shared {
         }
     }
 
+    /// Waits, up to `deadline`, until every session of the coordinator that
+    /// the watcher gave up has ended (see [`Shared::abandoned`]); errs
+    /// (retriable) if one has not by then.
+    async fn await_abandoned(&self, deadline: Instant, what: &str) -> Result<()> {
+        loop {
+            let pending: Vec<(i64, zk::StateWatcher)> = {
+                let mut abandoned = self.abandoned.lock();
+                abandoned.retain(|(_, state)| !state.peek_state().is_terminated());
+                abandoned.clone()
+            };
+            let Some((session, mut state)) = pending.into_iter().next() else {
+                return Ok(());
+            };
+            // A clone remembers the last state its original consumed:
+            // consume the current one, or `changed` would answer at once
+            // (and this would spin) until the session ended.
+            if state.state().is_terminated() {
+                continue;
+            }
+            if before(deadline, state.changed()).await.is_none() {
+                return Err(coordinator_error(format!(
+                    "cannot {what} yet: ZooKeeper session {session:#x}, which this coordinator \
+                     gave up, has not ended, and a write it still holds could land after this \
+                     read; retry later"
+                )));
+            }
+        }
+    }
+
+    /// Gives the coordinator's session `client` up: it is no longer handed
+    /// out, and until it ended settling reads wait for it. Dropping the
+    /// last handle of a client closes its session (zookeeper-client 0.11
+    /// has no other close): what it still holds is sent first, then the
+    /// close, so once the session ended nothing of it can land any more.
+    fn abandon_main(&self, client: zk::Client) {
+        let mut main = self.main.lock();
+        if main
+            .as_ref()
+            .is_some_and(|current| current.session_id() == client.session_id())
+        {
+            main.take();
+        }
+        drop(main);
+        if !client.state().is_terminated() {
+            self.abandoned
+                .lock()
+                .push((client.session_id().0, client.state_watcher()));
+        }
+    }
+
     /// The stored state of `log` and the zxid of its last change, or `None`.
     /// A document it cannot read is an error naming the znode and why.
-    async fn read_log(&self, deadline: Instant, log: LogId) -> Result<Option<(LogState, i64)>> {
+    async fn read_log(
+        &self,
+        deadline: Instant,
+        log: LogId,
+        freshness: Freshness,
+    ) -> Result<Option<(LogState, i64)>> {
         Ok(self
-            .read_log_document(deadline, log)
+            .read_log_document(deadline, log, freshness)
             .await?
             .map(|(state, zxid, _)| (state, zxid)))
     }
@@ -1392,11 +1542,12 @@ impl Shared {
         &self,
         deadline: Instant,
         log: LogId,
+        freshness: Freshness,
     ) -> Result<Option<(LogState, i64, document::UnknownFields)>> {
         let path = document::log_path(log);
         let what = format!("read {path}");
         let outcome = self
-            .read(deadline, &what, |client| {
+            .read_with(deadline, &what, freshness, |client| {
                 let path = path.clone();
                 async move { client.get_data(&path).await }
             })
@@ -1584,10 +1735,14 @@ impl Shared {
     }
 
     /// The controller epoch record and the seat, read atomically.
-    async fn read_controller(&self, deadline: Instant) -> Result<ControllerView> {
+    async fn read_controller(
+        &self,
+        deadline: Instant,
+        freshness: Freshness,
+    ) -> Result<ControllerView> {
         let what = format!("read {CONTROLLER_EPOCH} and {CONTROLLER}");
         let results = self
-            .read(deadline, &what, |client| async move {
+            .read_with(deadline, &what, freshness, |client| async move {
                 let mut reader = client.new_multi_reader();
                 add_controller_reads(&mut reader)?;
                 reader.commit().await
@@ -1640,22 +1795,6 @@ impl Shared {
             if let Some(Err(error)) = before(deadline, client.sync("/")).await {
                 tracing::debug!(%error, "ZooKeeper sync failed");
             }
-        }
-    }
-
-    /// [`Shared::sync`], but a failure is an error: for a read that must
-    /// see every write applied before it began (settling a write whose
-    /// outcome is unknown, SPEC 3.4).
-    async fn sync_strictly(&self, deadline: Instant, what: &str) -> Result<()> {
-        let sync_what = format!("sync before trying to {what}");
-        match self
-            .read(deadline, &sync_what, |client| async move {
-                client.sync("/").await
-            })
-            .await?
-        {
-            Ok(()) => Ok(()),
-            Err(error) => Err(zk_error(&sync_what, error)),
         }
     }
 
@@ -1915,7 +2054,7 @@ impl Shared {
     ) -> Result<CasOutcome> {
         let fence = match fence {
             Some((controller, controller_epoch)) => {
-                let view = self.read_controller(deadline).await?;
+                let view = self.read_controller(deadline, Freshness::AsServed).await?;
                 // The seat must be held by the winner of that epoch and,
                 // when this coordinator holds the controller's session, by
                 // that very session: a node that registered again since it
@@ -1939,7 +2078,10 @@ impl Shared {
             }
             None => None,
         };
-        let Some((current, _, unknown)) = self.read_log_document(deadline, log).await? else {
+        let Some((current, _, unknown)) = self
+            .read_log_document(deadline, log, Freshness::AsServed)
+            .await?
+        else {
             return Err(Error::UnknownLog(log));
         };
         if current.leader_epoch != expected_epoch || current.version != expected_version {
@@ -2045,15 +2187,19 @@ impl Shared {
             // another controller was elected, or this one's session ended.
             Err((0 | 1, error)) => match fence {
                 Some(fence) => {
-                    let view = self.read_controller(deadline).await?;
+                    let view = self.read_controller(deadline, Freshness::AsServed).await?;
                     Err(fenced(log, fence.controller, fence.controller_epoch, &view))
                 }
                 None => Err(zk_error(&what, error)),
             },
-            Err((_, zk::Error::BadVersion)) => match self.read_log(deadline, log).await? {
-                Some((current, _)) => Ok(CasOutcome::Stale(current)),
-                None => Err(Error::UnknownLog(log)),
-            },
+            // ZooKeeper answered the write after applying what beat it on
+            // this session's server, so this read sees at least that.
+            Err((_, zk::Error::BadVersion)) => {
+                match self.read_log(deadline, log, Freshness::AsServed).await? {
+                    Some((current, _)) => Ok(CasOutcome::Stale(current)),
+                    None => Err(Error::UnknownLog(log)),
+                }
+            }
             Err((_, zk::Error::NoNode)) => Err(Error::UnknownLog(log)),
             Err((_, error)) => Err(zk_error(&what, error)),
         }
@@ -2070,7 +2216,7 @@ impl Shared {
         deadline: Instant,
         what: &str,
     ) -> Result<SeatAttempt> {
-        let view = self.read_controller(deadline).await?;
+        let view = self.read_controller(deadline, Freshness::AsServed).await?;
         if view.old_record {
             // An earlier version's record holds the seat's place: move
             // its epoch over, then read again.
@@ -2135,6 +2281,20 @@ impl Shared {
             Err(error) => Err(zk_error(what, error.into())),
         }
     }
+}
+
+/// How fresh a read of the coordinator's session must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Freshness {
+    /// As the session's server has it, which may lag the ensemble's
+    /// leader (never behind what this session saw or wrote): enough where
+    /// a stale answer only costs a retry (a compare-and-set's pre-check,
+    /// whose write is conditional on the version anyway).
+    AsServed,
+    /// Synced first ([`Shared::read_synced`]): reflects every write applied
+    /// before the read began and every write the coordinator's sessions
+    /// still hold.
+    Synced,
 }
 
 /// What one attempt to take the controller seat found.
@@ -2283,9 +2443,21 @@ async fn run_watcher(
             return;
         }
         tracing::warn!("the coordinator's ZooKeeper session ended; opening a new one");
-        shared.main.lock().take();
+        // Never left to itself while it may still send (helper review,
+        // finding 1c): a session given up whose connection merely failed
+        // would send the writes it holds when it reconnects, after a
+        // settling read on the new session missed them. Dropping the last
+        // handle closes it; settling reads wait until it ended, and so does
+        // the watcher, for a bounded time, so that they rarely have to.
+        let state = client.state_watcher();
+        shared.abandon_main(client);
         drop(watcher);
-        drop(client);
+        if !state.peek_state().is_terminated() {
+            let closed = close_wait(state, Instant::now() + CLOSE_WAIT_MAX);
+            if let Either::Left(_) = future::select(&mut stop, std::pin::pin!(closed)).await {
+                return;
+            }
+        }
         loop {
             // Sessions go on lapsing, suspending and resuming meanwhile (a
             // resumed one is announced by the resync below).
@@ -2309,6 +2481,19 @@ async fn run_watcher(
         }
         // Everything may have changed while no session watched.
         resync(&shared).await;
+    }
+}
+
+/// Waits until the session `state` follows has ended, or until `deadline`.
+async fn close_wait(mut state: zk::StateWatcher, deadline: Instant) {
+    while !state.peek_state().is_terminated() {
+        if before(deadline, state.changed()).await.is_none() {
+            tracing::warn!(
+                "the coordinator's given-up ZooKeeper session has not ended yet; settling reads \
+                 wait for it"
+            );
+            return;
+        }
     }
 }
 
@@ -2342,6 +2527,10 @@ async fn watch_session(
     let mut next_tick_at = Instant::now();
     let mut disconnected = false;
     loop {
+        #[cfg(test)]
+        if shared.give_up_main_session.swap(false, Ordering::SeqCst) {
+            return true;
+        }
         let now = Instant::now();
         if now >= next_tick_at {
             let (next, resumed) = shared.tick();
@@ -2477,10 +2666,8 @@ impl Coordinator for ZkCoordinator {
         self.run(
             format!("read {log}"),
             move |shared, deadline, _| async move {
-                let what = format!("read {}", document::log_path(log));
-                shared.sync_strictly(deadline, &what).await?;
                 Ok(shared
-                    .read_log(deadline, log)
+                    .read_log(deadline, log, Freshness::Synced)
                     .await?
                     .map(|(state, _)| state))
             },
@@ -2832,12 +3019,8 @@ impl Coordinator for ZkCoordinator {
                     }
                 }
                 let path = document::node_path(node);
-                shared
-                    .sync_strictly(deadline, &what)
-                    .await
-                    .map_err(|_| lost(&what))?;
                 let read = shared
-                    .read(deadline, &what, |client| {
+                    .read_synced(deadline, &what, |client| {
                         let path = path.clone();
                         async move { client.check_stat(&path).await }
                     })
@@ -2954,7 +3137,10 @@ impl Coordinator for ZkCoordinator {
         self.run_write(
             format!("resign {node} as controller"),
             move |shared, deadline, what| async move {
-                let view = shared.read_controller(deadline).await?;
+                // Synced (helper review, finding 2): a stale view that
+                // showed the seat empty or someone else's would answer
+                // "resigned" while this node still holds the seat.
+                let view = shared.read_controller(deadline, Freshness::Synced).await?;
                 if view.controller() != Some(node) {
                     return Ok(());
                 }
@@ -2991,7 +3177,9 @@ impl Coordinator for ZkCoordinator {
         self.run(
             "read the controller".to_owned(),
             move |shared, deadline, _| async move {
-                let view = shared.read_controller(deadline).await?;
+                let view = shared
+                    .read_controller(deadline, Freshness::AsServed)
+                    .await?;
                 Ok(view.controller().map(|node| (node, view.epoch)))
             },
         )
@@ -3128,8 +3316,11 @@ impl Coordinator for ZkCoordinator {
         self.run(
             format!("read {path}"),
             move |shared, deadline, what| async move {
+                // Synced (helper review, finding 2): a node reads this as it
+                // starts, and a stale answer missing an entry would say a
+                // replica that holds records was never placed anywhere.
                 let read = shared
-                    .read(deadline, &what, |client| {
+                    .read_synced(deadline, &what, |client| {
                         let path = path.clone();
                         async move { client.get_data(&path).await }
                     })
@@ -3206,7 +3397,101 @@ impl Coordinator for ZkCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::zookeeper::{ZkServer, ZkShell};
+    use crate::testing::zookeeper::{ZkProxy, ZkServer, ZkShell};
+
+    /// A coordinator under `chroot` that reaches `server` through `proxy`.
+    fn through(proxy: &ZkProxy, chroot: &str) -> ZkCoordinator {
+        let mut config = ZkCoordinatorConfig::new(proxy.connect_string());
+        config.chroot = chroot.to_owned();
+        config.call_timeout = Duration::from_secs(1);
+        // The client gives a silent connection up after 2/5 of this (6 s),
+        // well after the settling read below would have answered.
+        config.session_timeout = Duration::from_secs(15);
+        ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"))
+    }
+
+    /// Helper review, finding 1c: when the watcher gave up a session that
+    /// had not ended (its watch could not be added again after a
+    /// reconnection), it dropped it without waiting for it to end, and a
+    /// write that session still held could land after a settling read on
+    /// the new session had reported it not applied. Here the write is held
+    /// in the network (as a slow link does), its caller gets
+    /// `CoordinatorOutcomeUnknown`, the watcher gives the session up, and
+    /// the settling read runs on the new one; then the network delivers
+    /// the write. Before the fix the settling read said "not applied" at
+    /// once and the write then landed. Now settling reads wait until every
+    /// given-up session ended, after which nothing of it can land: the
+    /// store agrees with the settling read.
+    #[test]
+    fn a_write_held_by_a_given_up_session_never_lands_after_a_settling_read() {
+        let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+        let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
+        let chroot = "/given-up";
+        let c = through(&proxy, chroot);
+        let log = LogId(1);
+        let created = c.create_log(log, vec![NodeId(1), NodeId(2)]).unwrap();
+
+        proxy.hold_requests_from_next_write("/logs/1");
+        let update = LogUpdate::in_sync_replicas(&created, vec![NodeId(1)], 1);
+        match c.compare_and_set(log, created.leader_epoch, created.version, update) {
+            Err(error) if error.is_outcome_unknown() => {}
+            other => panic!("a write without an answer must be unknown: {other:?}"),
+        }
+        // As when the watch cannot be added again after a reconnection.
+        c.handle
+            .shared
+            .give_up_main_session
+            .store(true, Ordering::SeqCst);
+
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let settled = loop {
+            match c.log_state(log) {
+                Ok(Some(state)) => break state,
+                Ok(None) => panic!("the log vanished"),
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "never settled: {error}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        proxy.release_held_requests();
+        let shell = ZkShell::connect(&server.connect_string(), chroot).unwrap();
+        // Time for a released write to be applied.
+        std::thread::sleep(Duration::from_secs(2));
+        let (_, version) = shell.get(&document::log_path(log)).unwrap();
+        assert_eq!(
+            u64::try_from(version).unwrap(),
+            settled.version,
+            "the settling read answered version {} (so the write was not applied), and the \
+             write landed later",
+            settled.version
+        );
+    }
+
+    /// Helper review, finding 1b: a new session of the coordinator (the
+    /// first, and each that replaces one) was published without a sync,
+    /// and a brand-new session may be attached to a server that lags the
+    /// ensemble's leader. Now the first request of every such session is
+    /// a sync.
+    #[test]
+    fn every_new_coordinator_session_syncs_first() {
+        let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+        let proxy = ZkProxy::start(&server.connect_string()).expect("proxy");
+        let c = through(&proxy, "/synced-first");
+        const SYNC: i32 = 9;
+        assert_eq!(proxy.first_requests(), vec![SYNC]);
+        c.handle
+            .shared
+            .give_up_main_session
+            .store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while proxy.first_requests().len() < 2 {
+            assert!(Instant::now() < deadline, "no new session");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(proxy.first_requests(), vec![SYNC, SYNC]);
+        assert!(c.logs().unwrap().is_empty());
+    }
 
     #[test]
     fn liveness_of_a_node_session() {

@@ -2724,7 +2724,20 @@ impl NodeShared {
             .copied()
             .filter(|node| *node != me)
             .collect();
-        if others.is_empty() && !eligible_others.is_empty() {
+        // Only to a live one: with every eligible replica away, resigning
+        // would leave the log leaderless until one returns, and this
+        // replica, out of both lists, could not lead again even once its
+        // storage works (review of 8b9a398, finding 3). It stays and
+        // retries instead, as before.
+        let eligible_live = !eligible_others.is_empty()
+            && match self.coordinator.live_nodes() {
+                Ok(live) => eligible_others.iter().any(|node| live.contains(node)),
+                Err(error) => {
+                    tracing::warn!(%log, node = %me, %error, "storage failed; cannot read the live nodes to resign to an eligible replica, will retry");
+                    return;
+                }
+            };
+        if others.is_empty() && eligible_live {
             let update = LogUpdate {
                 leader: None,
                 leader_epoch: state.leader_epoch.next(),

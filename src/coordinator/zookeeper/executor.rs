@@ -143,7 +143,7 @@ impl Executor {
                 Either::Left((Err(_), _)) => Err(match effect {
                     Effect::Write => Error::CoordinatorOutcomeUnknown {
                         operation: what_owned.clone(),
-                        reason: "the ZooKeeper call panicked, maybe after sending the write:                                  re-read before retrying"
+                        reason: "the ZooKeeper call panicked, maybe after sending the write: re-read before retrying"
                             .to_owned(),
                     },
                     Effect::Read => Error::Coordinator {

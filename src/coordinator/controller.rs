@@ -571,9 +571,10 @@ struct Shared {
     /// [`ControllerConfig::unclean_recovery_wait_max`]. Only kept while
     /// unclean election is on; a log leaves it when it no longer waits.
     /// Bounded by the number of logs.
-    /// Since when each log has awaited unclean recovery, and whether it
-    /// was in recovery proper then (ISR and ELR empty).
-    recovery_waits: Mutex<HashMap<LogId, (Instant, bool)>>,
+    /// Per log awaiting unclean recovery: since when (the unclean switch's
+    /// wait), and since when it is in recovery proper, ISR and ELR empty
+    /// (the wait before replicas still away are passed over), if it is.
+    recovery_waits: Mutex<HashMap<LogId, (Instant, Option<Instant>)>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -949,18 +950,26 @@ impl Shared {
         // by the time the last member reports, and a replica outside the
         // lists that is away would get none (review of the controller,
         // finding 4).
+        // The switch's wait runs from when the log first awaited recovery
+        // (SPEC 3.5), and is not restarted (review of fd4cbfa, finding 5).
         let in_recovery = state.in_unclean_recovery();
         let wait = waits.entry(state.log).or_insert_with(|| {
             tracing::info!(log = %state.log, unclean_replicas = ?state.unclean_replicas,
                 wait_max = ?self.config.unclean_recovery_wait_max,
                 "unclean recovery: waiting for the replicas that held the committed records");
-            (Instant::now(), in_recovery)
+            (Instant::now(), None)
         });
-        if in_recovery && !wait.1 {
-            *wait = (Instant::now(), true);
+        if in_recovery && wait.1.is_none() {
+            wait.1 = Some(Instant::now());
         }
-        let waited = wait.0.elapsed() >= self.config.unclean_recovery_wait_max;
-        (switch && waited, waited)
+        let wait_max = self.config.unclean_recovery_wait_max;
+        let switch_waited = wait.0.elapsed() >= wait_max;
+        // Outside recovery proper no election passes anyone over (an ISR
+        // or ELR member is still to come): the switch's wait stands in.
+        let recovery_waited = wait
+            .1
+            .map_or(switch_waited, |since| since.elapsed() >= wait_max);
+        (switch && switch_waited, recovery_waited)
     }
 
     /// For `state`'s log now: whether the controller may complete its
@@ -1887,6 +1896,17 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(250));
         assert!(restarted.recovery_decision(&in_recovery, &live).1);
+        // The switch's own wait is not restarted (review of fd4cbfa,
+        // finding 5): it runs from the first time the log awaited.
+        let switch_on = shared(true, Duration::from_millis(200));
+        assert!(!switch_on.recovery_decision(&isr_away, &live).0);
+        std::thread::sleep(Duration::from_millis(250));
+        let (switch_decides, passes_over) = switch_on.recovery_decision(&in_recovery, &live);
+        assert!(switch_decides, "the switch waited from the first sight");
+        assert!(
+            !passes_over,
+            "the pass-over wait began with recovery proper"
+        );
 
         let over = shared(true, Duration::ZERO);
         assert!(over.recovery_decision(&recovering, &live).0);

@@ -1774,10 +1774,23 @@ impl NodeShared {
             Ok(replica) => replica,
             Err(error) => {
                 tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
+                // Unclean recovery waits for this live replica's log end:
+                // one that cannot be opened reports empty, so that it does
+                // not hold the log leaderless (review of 56af0b4, finding
+                // 4); it reports its real end once it opens.
+                if state.in_unclean_recovery() && !state.is_unclean(me) {
+                    self.report_recovery_candidate_end(state, LogEnd::default());
+                    self.reported_unopened.lock().insert(state.log);
+                }
                 return;
             }
         };
         if !self.record_directory(state.log) {
+            // Retried on the report timer too: a log in recovery may see
+            // no other write that would notify this node.
+            if state.in_unclean_recovery() {
+                self.failed_recovery_reports.lock().insert(state.log);
+            }
             return;
         }
         let (role, epoch) = replica.role();
@@ -2438,6 +2451,12 @@ impl NodeShared {
             last_epoch: replica.log().last_batch_epoch(),
             log_end_offset: replica.log().log_end_offset(),
         };
+        self.report_recovery_candidate_end(state, end);
+    }
+
+    /// Reports `end` as this node's log end to `state`'s unclean recovery
+    /// (see [`report_recovery_candidate`](Self::report_recovery_candidate)).
+    fn report_recovery_candidate_end(&self, state: &LogState, end: LogEnd) {
         let Some(update) = state.recovery_candidate_update(self.local(), end) else {
             return;
         };

@@ -310,7 +310,10 @@ impl Election {
 ///   neither known empty nor reported yet is waited for, live or away,
 ///   until `recovery_waited` (the log has waited
 ///   [`ControllerConfig::unclean_recovery_wait_max`]); past that, only the
-///   live ones, which report at once.
+///   live ones, which report at once. When every report is empty, every
+///   replica outside the list is waited for until it reports, however
+///   long: none of the reported logs may be elected over one that may hold
+///   records (a live replica that cannot open its log reports empty).
 /// - No ISR or ELR member live, `unclean` on: a live replica leads with
 ///   ISR = {itself}: the live one of [`LogState::unclean_replicas`] with
 ///   the greatest non-empty reported log end, else the first live replica

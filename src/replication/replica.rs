@@ -86,10 +86,17 @@ pub(crate) struct LeaderAppend {
     pub(crate) info: AppendInfo,
     pub(crate) generation: u64,
     pub(crate) leader_epoch: LeaderEpoch,
+    /// Left queued for the next follower fetch: this call wrote nothing,
+    /// so it decided no other append's outcome.
+    pub(crate) deferred: bool,
 }
 
 /// At most this many yields of the pipeline's seat holder while gathering.
 const GATHER_YIELDS_MAX: u32 = 8;
+
+/// Pipelined appends waiting for their outcome that make a crowd (see
+/// `producers_crowded`).
+const PIPELINED_CROWD: usize = 16;
 
 /// Batches at least this large skip the combining pipeline.
 const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
@@ -534,7 +541,7 @@ impl Replica {
     /// watermark together last time (see `Watch::is_crowded`): spinning
     /// for them then costs more than it saves.
     pub(crate) fn producers_crowded(&self) -> bool {
-        self.high_watermark.is_crowded()
+        self.high_watermark.is_crowded() || self.pending.queued() >= PIPELINED_CROWD
     }
 
     pub(crate) fn high_watermark(&self) -> Offset {
@@ -788,7 +795,7 @@ impl Replica {
         if role.role == Role::Leader {
             self.pipeline
                 .combiner
-                .drain(&mut |taken| self.write_taken(taken));
+                .drain_deferred(&mut |taken| self.write_taken(taken));
         }
     }
 
@@ -933,6 +940,7 @@ impl Replica {
                 info,
                 generation,
                 leader_epoch,
+                deferred: false,
             });
         }
         self.log.check_batch_size(batch.size_bytes())?;
@@ -972,6 +980,7 @@ impl Replica {
                 info,
                 generation,
                 leader_epoch,
+                deferred: true,
             });
         }
         self.pipeline
@@ -985,6 +994,7 @@ impl Replica {
             info,
             generation,
             leader_epoch,
+            deferred: false,
         })
     }
 

@@ -94,10 +94,6 @@ pub(crate) struct LeaderAppend {
 /// At most this many yields of the pipeline's seat holder while gathering.
 const GATHER_YIELDS_MAX: u32 = 8;
 
-/// Pipelined appends waiting for their outcome that make a crowd (see
-/// `producers_crowded`).
-const PIPELINED_CROWD: usize = 16;
-
 /// Batches at least this large skip the combining pipeline.
 const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
 
@@ -541,7 +537,7 @@ impl Replica {
     /// watermark together last time (see `Watch::is_crowded`): spinning
     /// for them then costs more than it saves.
     pub(crate) fn producers_crowded(&self) -> bool {
-        self.high_watermark.is_crowded() || self.pending.queued() >= PIPELINED_CROWD
+        self.high_watermark.is_crowded()
     }
 
     pub(crate) fn high_watermark(&self) -> Offset {

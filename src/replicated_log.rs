@@ -171,8 +171,11 @@ impl ReplicatedLog {
         let (cell, handle) = Completion::new_pair_on(&self.node.completions);
         self.replica
             .queue_pipelined(&appended, acks_all, bytes, cell);
-        // This append's write may have decided others' outcomes.
-        self.replica.resolve_pipelined();
+        // This append's write may have decided others' outcomes. One left
+        // for the next fetch wrote nothing: that fetch resolves them.
+        if !appended.deferred {
+            self.replica.resolve_pipelined();
+        }
         Ok(handle)
     }
 

@@ -234,8 +234,13 @@ fn combining_pipeline_never_strands_a_push() {
 /// writing and bumps the "data arrived" watch; a fetcher that checks for
 /// deferred pushes, then parks until the next bump, always writes it (the
 /// appender's bump cannot fall between the fetcher's check and its park),
-/// and a second appender's immediate drain racing it writes nothing twice
-/// (a fetcher that finds that drain writing waits for its announcement).
+/// and a second appender's immediate drain racing it writes nothing twice.
+/// That drain leaves deferred pushes made during its write to the next
+/// drainer; a fetcher that finds it writing leaves the deferred push to it
+/// (`drain_deferred`), and it writes the push after its own write, so the
+/// fetcher, whose view of "data arrived" may already include both bumps,
+/// is woken by that second write's bump (without the hand-over, this
+/// model deadlocks).
 #[test]
 fn a_deferred_push_is_written_by_the_fetch_it_wakes() {
     use isrlog::testing::loom_models::{Combine, Combiner};
@@ -285,9 +290,7 @@ fn a_deferred_push_is_written_by_the_fetch_it_wakes() {
         // until the deferred push is in.
         loop {
             let seen = data_arrived.get();
-            if combiner.has_deferred() {
-                combiner.drain(&mut |taken| written.lock().unwrap().extend(taken));
-            }
+            combiner.drain_deferred(&mut |taken| written.lock().unwrap().extend(taken));
             if written.lock().unwrap().contains(&0) {
                 break;
             }

@@ -86,6 +86,9 @@ pub(crate) struct LeaderAppend {
     pub(crate) info: AppendInfo,
     pub(crate) generation: u64,
     pub(crate) leader_epoch: LeaderEpoch,
+    /// Left queued for the next follower fetch: this call wrote nothing,
+    /// so it decided no other append's outcome.
+    pub(crate) deferred: bool,
 }
 
 /// At most this many yields of the pipeline's seat holder while gathering.
@@ -788,7 +791,7 @@ impl Replica {
         if role.role == Role::Leader {
             self.pipeline
                 .combiner
-                .drain(&mut |taken| self.write_taken(taken));
+                .drain_deferred(&mut |taken| self.write_taken(taken));
         }
     }
 
@@ -942,6 +945,7 @@ impl Replica {
                 info,
                 generation,
                 leader_epoch,
+                deferred: false,
             });
         }
         self.log.check_batch_size(batch.size_bytes())?;
@@ -988,6 +992,7 @@ impl Replica {
                 info,
                 generation,
                 leader_epoch,
+                deferred: true,
             });
         }
         self.pipeline
@@ -1001,6 +1006,7 @@ impl Replica {
             info,
             generation,
             leader_epoch,
+            deferred: false,
         })
     }
 

@@ -1198,6 +1198,14 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
     failed.into_inner()
 }
 
+/// Where `replica`'s log ends, as reported to the coordinator.
+fn replica_log_end(replica: &Replica) -> LogEnd {
+    LogEnd {
+        last_epoch: replica.log().last_batch_epoch(),
+        log_end_offset: replica.log().log_end_offset(),
+    }
+}
+
 /// The directory of `log`'s replica inside a node's data directory.
 fn log_dir(data_dir: &std::path::Path, log: LogId) -> PathBuf {
     data_dir.join(format!("log-{}", log.0))
@@ -1412,10 +1420,7 @@ impl NodeShared {
         if !self.reported_unopened.lock().contains(&log) {
             return;
         }
-        let end = LogEnd {
-            last_epoch: replica.log().last_batch_epoch(),
-            log_end_offset: replica.log().log_end_offset(),
-        };
+        let end = replica_log_end(replica);
         let recorded_empty = state
             .unclean_replicas
             .iter()
@@ -1464,10 +1469,7 @@ impl NodeShared {
                 "recovery cut records that may have been committed: reporting this replica as one that lost its data");
             return LogEnd::default();
         }
-        LogEnd {
-            last_epoch: replica.log().last_batch_epoch(),
-            log_end_offset: replica.log().log_end_offset(),
-        }
+        replica_log_end(replica)
     }
 
     /// Asks the coordinator again for every log whose unclean-shutdown
@@ -2447,11 +2449,7 @@ impl NodeShared {
     /// waits for the report while this node is live). A lost race or an
     /// error is retried by the next notification or resync.
     fn report_recovery_candidate(&self, state: &LogState, replica: &Replica) {
-        let end = LogEnd {
-            last_epoch: replica.log().last_batch_epoch(),
-            log_end_offset: replica.log().log_end_offset(),
-        };
-        self.report_recovery_candidate_end(state, end);
+        self.report_recovery_candidate_end(state, replica_log_end(replica));
     }
 
     /// Reports `end` as this node's log end to `state`'s unclean recovery

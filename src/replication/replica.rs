@@ -2634,7 +2634,11 @@ mod tests {
     use crate::storage::LogConfig;
 
     fn lone_leader(dir: &std::path::Path) -> Replica {
-        let log = Log::open(dir, LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        lone_leader_of(Log::open(dir, LogConfig::default(), Arc::new(SystemClock)).unwrap())
+    }
+
+    /// A replica of `log` leading alone in epoch 1.
+    fn lone_leader_of(log: Log) -> Replica {
         let replica = Replica::new(
             LogId(0),
             NodeId(0),
@@ -2668,18 +2672,7 @@ mod tests {
             ..LogConfig::default()
         };
         let log = Log::open_on(disk.shared(), "/sim/log-0", config, Arc::new(SystemClock)).unwrap();
-        let replica = Replica::new(
-            LogId(0),
-            NodeId(0),
-            log,
-            ReplicationConfig::default(),
-            Arc::new(SystemClock),
-            Arc::new(Watch::new(0)),
-            false,
-        );
-        replica
-            .become_leader(LeaderEpoch(1), vec![NodeId(0)], vec![NodeId(0)], 1)
-            .unwrap();
+        let replica = lone_leader_of(log);
         let mut small = RecordBatchBuilder::new(1);
         small.push(b"before");
         replica

@@ -9,6 +9,8 @@ use std::time::Duration;
 use isrlog::testing::Cluster;
 use isrlog::{Acks, Coordinator, Error, Isolation, LogId, NodeId, Offset};
 
+use crate::failover_support::committed_values;
+
 #[test]
 fn a_leader_whose_storage_fails_hands_over_and_nothing_committed_is_lost() {
     let cluster = Cluster::builder()
@@ -110,17 +112,13 @@ fn a_leader_alone_in_the_isr_whose_storage_fails_hands_over_to_the_elr() {
         "the new leader never committed an acks=all append: {:?}",
         cluster.coordinator.log_state(log)
     );
-    let values: Vec<Vec<u8>> = new_leader
-        .read(Offset(0), 1 << 20, Isolation::Committed)
-        .unwrap()
-        .iter()
-        .flat_map(|b| b.records().map(|r| r.unwrap().value.to_vec()))
+    let values: Vec<String> = committed_values(&new_leader)
+        .into_iter()
+        .map(|(_, value)| value)
         .collect();
-    assert_eq!(
-        &values[..10],
-        &(0..10)
-            .map(|i| format!("m{i}").into_bytes())
-            .collect::<Vec<_>>()[..]
-    );
-    assert_eq!(values[10], b"after".to_vec());
+    let expected: Vec<String> = (0..10)
+        .map(|i| format!("m{i}"))
+        .chain(["after".to_string()])
+        .collect();
+    assert_eq!(&values[..expected.len()], &expected[..]);
 }

@@ -182,10 +182,10 @@ pub(crate) struct NodeShared {
     /// coordinator state still counts this node in its ISR or ELR, because
     /// the report could not be written there (a document this version must
     /// not change, [`Error::CoordinatorDocument`]), with the log end to
-    /// report. Such a replica takes no part in its log (neither leads nor
+    /// report (`None`: not known, see [`UncleanReplica::log_end`]). Such a replica takes no part in its log (neither leads nor
     /// fetches) until the report is recorded (SPEC 3.5): leading it could
     /// lose acknowledged records, exactly what the report prevents.
-    unreported: Mutex<HashMap<LogId, LogEnd>>,
+    unreported: Mutex<HashMap<LogId, Option<LogEnd>>>,
     /// Set once this start's unclean-shutdown report is stored (before
     /// that, [`unreported`](Self::unreported) is not yet filled in). Until
     /// then, and for a log whose report is still pending, no replica is
@@ -197,14 +197,16 @@ pub(crate) struct NodeShared {
     /// had this start died or failed before its report (review of
     /// 0379721, finding 1).
     unclean_stop_reported: AtomicBool,
-    /// Logs whose replica this start's unclean-shutdown report gave as
-    /// empty because it could not be opened then (or only with a cut of
-    /// records that may have been committed), and not because its data is
-    /// lost. Once it opens, its real log end replaces the empty one in the
-    /// log's unclean list ([`NodeShared::report_end_after_open`]): unclean
-    /// recovery never takes an empty log as the longest, so a replica
-    /// holding records would otherwise lose to one that holds nothing
-    /// (review of the controller, finding 3).
+    /// Logs whose replica this node reported with its log end not known
+    /// ([`UncleanReplica::log_end`] `None`) because it could not be opened
+    /// then (or only with a cut of records that may have been committed),
+    /// and not because its data is lost. Once it opens, its real log end
+    /// replaces the unknown one in the log's unclean list
+    /// ([`NodeShared::report_end_after_open`]); until then unclean
+    /// recovery waits for it as for a replica that has not reported, since
+    /// it may hold the longest log (review of the controller, finding 3,
+    /// and of dfd9830: reported as empty, it lost to a shorter log elected
+    /// before its end arrived).
     reported_unopened: Mutex<HashSet<LogId>>,
     /// Logs in unclean recovery whose candidate report from this node
     /// ([`NodeShared::report_recovery_candidate`]) or whose log end after
@@ -526,7 +528,7 @@ impl Node {
             // directory holds of it is not what this replica acknowledged.
             for (log, end) in &mut log_ends {
                 if lost.contains(log) {
-                    *end = LogEnd::default();
+                    *end = Some(LogEnd::default());
                     shared.reported_unopened.lock().remove(log);
                 }
             }
@@ -839,15 +841,16 @@ impl Node {
     }
 
     /// The logs in which this node's unclean shutdown (or lost data) is
-    /// not recorded yet, with the log end it will report, sorted by log: it
+    /// not recorded yet, with the log end it will report (`None`: not known
+    /// while the replica cannot be opened), sorted by log: it
     /// takes no part in them (neither leads nor fetches, SPEC 3.5) until the
     /// report is written, retried on every change of the log's document and
     /// every [`UNCLEAN_REPORT_RETRY_INTERVAL`]. Non-empty only while a
     /// document cannot be read or changed by this version (a newer node
     /// wrote it) or the coordinator cannot be reached; worth exporting as a
     /// metric and alerting on.
-    pub fn pending_unclean_reports(&self) -> Vec<(LogId, LogEnd)> {
-        let mut pending: Vec<(LogId, LogEnd)> = self
+    pub fn pending_unclean_reports(&self) -> Vec<(LogId, Option<LogEnd>)> {
+        let mut pending: Vec<(LogId, Option<LogEnd>)> = self
             .shared
             .unreported
             .lock()
@@ -1309,9 +1312,10 @@ impl NodeShared {
     /// After an unclean shutdown: opens (and so recovers) the local replica
     /// of every log the coordinator assigns to this node, and returns where
     /// each log ends now, for [`Coordinator::report_unclean_shutdown`]. A
-    /// replica that cannot be opened reports an empty log: it cannot lead
-    /// anyway, and the report must not claim records it cannot serve.
-    fn recovered_log_ends(&self) -> Result<Vec<(LogId, LogEnd)>> {
+    /// replica that cannot be opened reports its end as not known (`None`):
+    /// it cannot lead now, the report must not claim records it cannot
+    /// serve, and it may still hold records no other replica has.
+    fn recovered_log_ends(&self) -> Result<Vec<(LogId, Option<LogEnd>)>> {
         let mut ends = Vec::new();
         for state in self.coordinator.logs()? {
             if !state.replicas.contains(&self.local()) {
@@ -1320,15 +1324,15 @@ impl NodeShared {
             // No replica opens with the cut yet (`unclean_stop_reported`
             // is not set): one whose recovery would cut records that may
             // have been committed fails to open here and is reported
-            // empty, as a lost replica, and opens with the cut once the
+            // with its end not known, and opens with the cut once the
             // report is stored.
             let end = match self.host(state.log) {
-                Ok(replica) => self.log_end_to_report(&replica),
+                Ok(replica) => Some(self.log_end_to_report(&replica)),
                 Err(error) => {
                     tracing::warn!(log = %state.log, node = %self.local(), %error,
-                        "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting it empty");
+                        "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
                     self.reported_unopened.lock().insert(state.log);
-                    LogEnd::default()
+                    None
                 }
             };
             ends.push((state.log, end));
@@ -1345,9 +1349,9 @@ impl NodeShared {
     fn unreported_logs(
         &self,
         logs: impl Iterator<Item = LogId>,
-        log_ends: &[(LogId, LogEnd)],
+        log_ends: &[(LogId, Option<LogEnd>)],
         recorded: &HashMap<LogId, DirectoryId>,
-    ) -> Result<HashMap<LogId, LogEnd>> {
+    ) -> Result<HashMap<LogId, Option<LogEnd>>> {
         let me = self.local();
         let mut unreported = HashMap::new();
         for log in logs {
@@ -1360,7 +1364,7 @@ impl NodeShared {
                 .map(|(_, end)| *end);
             let pending = match self.coordinator.log_state(log) {
                 Ok(Some(state)) => {
-                    let end = reported.unwrap_or_default();
+                    let end = reported.unwrap_or(Some(LogEnd::default()));
                     state.replicas.contains(&me) && state.unclean_shutdown_update(me, end).is_some()
                 }
                 Ok(None) => false,
@@ -1385,35 +1389,42 @@ impl NodeShared {
     /// (SPEC 3.5) does not pass over the replica with the most records once
     /// the document is readable again. Empty if the coordinator placed the
     /// replica on another directory or its directory is gone (it lost its
-    /// data, as in `Node::start`), or if it cannot be opened.
-    fn unreadable_log_end(&self, log: LogId, recorded: &HashMap<LogId, DirectoryId>) -> LogEnd {
+    /// data, as in `Node::start`); not known (`None`) if it cannot be
+    /// opened.
+    fn unreadable_log_end(
+        &self,
+        log: LogId,
+        recorded: &HashMap<LogId, DirectoryId>,
+    ) -> Option<LogEnd> {
         let placed_here = recorded.get(&log) == Some(&self.directory_id)
             && self.disk.exists(&log_dir(&self.config.data_dir, log));
         if !placed_here {
-            return LogEnd::default();
+            return Some(LogEnd::default());
         }
         // Its report is pending (it is not yet in `unreported` while the
         // start fills that in): the replica opens without the cut, and one
-        // that needs it is reported empty.
+        // that needs it is reported with its end not known.
         match self.host(log) {
-            Ok(replica) => self.log_end_to_report(&replica),
+            Ok(replica) => Some(self.log_end_to_report(&replica)),
             Err(error) => {
                 tracing::warn!(%log, node = %self.local(), %error,
-                    "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting it empty");
+                    "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
                 self.reported_unopened.lock().insert(log);
-                LogEnd::default()
+                None
             }
         }
     }
 
-    /// For a replica reported empty only because it could not be opened
-    /// then ([`NodeShared::reported_unopened`]), now open: replaces the
-    /// empty log end in `state`'s unclean list with where its log ends. It
-    /// is out of the ISR and ELR by then (an empty report always takes it
-    /// out), so this only lets unclean recovery compare what it holds.
-    /// Ends the duty once the list no longer holds an empty end for this
-    /// node; a write that fails or loses a race is retried by the next
-    /// reconcile.
+    /// For a replica reported with its end not known because it could not
+    /// be opened then ([`NodeShared::reported_unopened`]), now open:
+    /// replaces the unknown log end in `state`'s unclean list with where
+    /// its log ends (even an empty one: unclean recovery waits for an
+    /// unknown end). It is out of the ISR and ELR by then (such a report
+    /// always takes it out), so this only lets unclean recovery compare
+    /// what it holds. An empty end recorded by an earlier version for the
+    /// same reason is replaced too, if the log holds records. Ends the
+    /// duty once the list holds neither for this node; a write that fails
+    /// or loses a race is retried by the next reconcile.
     fn report_end_after_open(&self, state: &LogState, replica: &Replica) {
         let me = self.local();
         let log = state.log;
@@ -1421,12 +1432,14 @@ impl NodeShared {
             return;
         }
         let end = replica_log_end(replica);
-        let recorded_empty = state
-            .unclean_replicas
-            .iter()
-            .any(|r| r.node == me && r.log_end.is_empty());
-        let update = if recorded_empty && !end.is_empty() && !state.is_in_sync(me) {
-            state.unclean_shutdown_update(me, end)
+        let recorded = state.unclean_replicas.iter().find(|r| r.node == me);
+        let replaces = match recorded.map(|r| r.log_end) {
+            Some(None) => true,
+            Some(Some(recorded)) => recorded.is_empty() && !end.is_empty(),
+            None => false,
+        };
+        let update = if replaces && !state.is_in_sync(me) {
+            state.unclean_shutdown_update(me, Some(end))
         } else {
             None
         };
@@ -1776,12 +1789,13 @@ impl NodeShared {
             Ok(replica) => replica,
             Err(error) => {
                 tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
-                // Unclean recovery waits for this live replica's log end:
-                // one that cannot be opened reports empty, so that it does
-                // not hold the log leaderless (review of 56af0b4, finding
-                // 4); it reports its real end once it opens.
+                // Unclean recovery waits for this live replica's log end
+                // with no bound: one that cannot be opened reports it as
+                // not known, which recovery waits for only as long as its
+                // wait lasts (review of 56af0b4, finding 4); it reports its
+                // real end once it opens.
                 if state.in_unclean_recovery() && !state.is_unclean(me) {
-                    self.report_recovery_candidate_end(state, LogEnd::default());
+                    self.report_recovery_candidate_end(state, None);
                     self.reported_unopened.lock().insert(state.log);
                 }
                 return;
@@ -2449,12 +2463,12 @@ impl NodeShared {
     /// waits for the report while this node is live). A lost race or an
     /// error is retried by the next notification or resync.
     fn report_recovery_candidate(&self, state: &LogState, replica: &Replica) {
-        self.report_recovery_candidate_end(state, replica_log_end(replica));
+        self.report_recovery_candidate_end(state, Some(replica_log_end(replica)));
     }
 
     /// Reports `end` as this node's log end to `state`'s unclean recovery
     /// (see [`report_recovery_candidate`](Self::report_recovery_candidate)).
-    fn report_recovery_candidate_end(&self, state: &LogState, end: LogEnd) {
+    fn report_recovery_candidate_end(&self, state: &LogState, end: Option<LogEnd>) {
         let Some(update) = state.recovery_candidate_update(self.local(), end) else {
             return;
         };

@@ -144,16 +144,17 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
-/// `node:last_epoch:log_end`, with `-` for a log without batches.
+/// `node:last_epoch:log_end`, with `-` for a log without batches, or
+/// `node:?` for a log end not known yet.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
+    let Some(end) = replica.log_end else {
+        return format!("{}:?", replica.node.0);
+    };
     format!(
         "{}:{}:{}",
         replica.node.0,
-        replica
-            .log_end
-            .last_epoch
-            .map_or("-".into(), |e| e.0.to_string()),
-        replica.log_end.log_end_offset.0
+        end.last_epoch.map_or("-".into(), |e| e.0.to_string()),
+        end.log_end_offset.0
     )
 }
 
@@ -161,16 +162,22 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
     let mut parts = text.split(':');
     let node = NodeId(number(parts.next())?);
     let last_epoch = match parts.next() {
+        Some("?") => {
+            return Ok(UncleanReplica {
+                node,
+                log_end: None,
+            })
+        }
         Some("-") => None,
         other => Some(LeaderEpoch(number(other)?)),
     };
     let log_end_offset = Offset(number(parts.next())?);
     Ok(UncleanReplica {
         node,
-        log_end: LogEnd {
+        log_end: Some(LogEnd {
             last_epoch,
             log_end_offset,
-        },
+        }),
     })
 }
 

@@ -395,15 +395,15 @@ pub(crate) fn elect_leader(
             .rev()
             .filter(|node| is_live(node))
             .filter_map(|node| state.unclean_replicas.iter().find(|r| r.node == *node))
-            .filter(|r| !r.log_end.is_empty())
-            .max_by_key(|r| r.log_end)
-            .map(|r| r.node);
+            .filter_map(|r| r.holding_records().map(|end| (end, r.node)))
+            .max_by_key(|(end, _)| *end)
+            .map(|(_, node)| node);
         let unknown = || {
             state
                 .replicas
                 .iter()
                 .copied()
-                .find(|node| is_live(node) && !state.is_unclean(*node))
+                .find(|node| is_live(node) && state.log_end_unknown(*node))
         };
         let any = || state.replicas.iter().copied().find(is_live);
         if let Some(leader) = reported.or_else(unknown).or_else(any) {
@@ -444,7 +444,10 @@ pub(crate) fn elect_leader(
 /// `recovery_waited`, then passed over, so that a replica gone for good
 /// holds the log leaderless for [`ControllerConfig::unclean_recovery_wait_max`]
 /// at most (KIP-966's balanced strategy likewise elects from the replies
-/// it has once its timeout passes).
+/// it has once its timeout passes). A replica in the list whose log end is
+/// not known yet ([`UncleanReplica::log_end`](crate::coordinator::UncleanReplica::log_end)
+/// is `None`) counts as one that has not reported, except that it is
+/// passed over once the wait is over even while live.
 fn recovery_election(
     state: &LogState,
     is_live: &impl Fn(&NodeId) -> bool,
@@ -468,10 +471,22 @@ fn recovery_election(
         // its session expired, both followers then lost power, and the
         // longer of their logs was elected at once, without the records
         // only the old leader held).
-        let unreported = state
-            .replicas
-            .iter()
-            .any(|node| !state.is_unclean(*node) && (is_live(node) || !recovery_waited));
+        // A replica in the list whose end is not known yet (its node could
+        // not open it when it reported, typically because its recovery
+        // cuts records and may do so only once the report is stored) is
+        // waited for the same way, but passed over once the wait is over
+        // even while live: its node reports the end as soon as the replica
+        // opens, and one that never opens would otherwise hold the log
+        // leaderless for good (review of dfd9830: every node lost power, C
+        // needed the cut and reported empty, B held 0..50; B was elected
+        // before C reported 0..120, and C truncated 50..120).
+        let unreported = state.replicas.iter().any(|node| {
+            if state.is_unclean(*node) {
+                state.log_end_unknown(*node) && !recovery_waited
+            } else {
+                is_live(node) || !recovery_waited
+            }
+        });
         if unreported {
             return None;
         }
@@ -479,7 +494,7 @@ fn recovery_election(
             .replicas
             .iter()
             .copied()
-            .filter(|node| !state.is_unclean(*node))
+            .filter(|node| state.log_end_unknown(*node))
             .collect();
         if !passed_over.is_empty() && is_live(&best.node) {
             tracing::warn!(log = %state.log, leader = %best.node, ?passed_over,
@@ -491,7 +506,20 @@ fn recovery_election(
         // Some replica has not reported: wait for its log end.
         return None;
     }
-    state.replicas.iter().copied().find(|node| is_live(node))
+    // Every replica is in the list and none is known to hold records. One
+    // whose end is not known may: wait for it until the recovery wait is
+    // over, then prefer a live replica known to be empty over one whose
+    // log may not even open.
+    let unknown = |node: &NodeId| state.log_end_unknown(*node);
+    if !recovery_waited && state.replicas.iter().any(unknown) {
+        return None;
+    }
+    state
+        .replicas
+        .iter()
+        .copied()
+        .find(|node| is_live(node) && !unknown(node))
+        .or_else(|| state.replicas.iter().copied().find(|node| is_live(node)))
 }
 
 /// Whether `state`'s log is in unclean recovery and recovery cannot elect
@@ -1606,7 +1634,45 @@ mod tests {
             Election,
             bool,
         );
+        // A log end not known yet (`UncleanReplica::log_end` is `None`).
+        const UNKNOWN: u64 = u64::MAX;
         let cases: &[Case] = &[
+            (
+                "G1(c), a live replica's end is not known yet (it needed the cut): wait for it",
+                &[],
+                &[(1, 5), (2, UNKNOWN), (3, 3)],
+                &[1, 2, 3],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "an end still not known once the recovery wait is over is passed over",
+                &[],
+                &[(1, 5), (2, UNKNOWN), (3, 3)],
+                &[1, 2, 3],
+                true,
+                leader(1, &[1], false),
+                true,
+            ),
+            (
+                "G1(c), every known end is empty and one is not known: wait for it",
+                &[],
+                &[(1, 0), (2, UNKNOWN), (3, 0)],
+                &[1, 2, 3],
+                false,
+                Election::Unchanged,
+                true,
+            ),
+            (
+                "every known end is empty, one still not known after the wait: a known empty one leads",
+                &[],
+                &[(1, 0), (2, UNKNOWN), (3, 0)],
+                &[2, 3],
+                true,
+                leader(3, &[3], false),
+                true,
+            ),
             (
                 "the longest log is live: it leads alone",
                 &[],
@@ -1751,10 +1817,10 @@ mod tests {
                 .iter()
                 .map(|&(node, offset)| UncleanReplica {
                     node: NodeId(node),
-                    log_end: LogEnd {
+                    log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: (offset > 0).then_some(LeaderEpoch(4)),
                         log_end_offset: Offset(offset),
-                    },
+                    }),
                 })
                 .collect();
             state.check_invariants();
@@ -1795,10 +1861,10 @@ mod tests {
             .iter()
             .map(|&(node, offset)| UncleanReplica {
                 node: NodeId(node),
-                log_end: LogEnd {
+                log_end: Some(LogEnd {
                     last_epoch: Some(LeaderEpoch(4)),
                     log_end_offset: Offset(offset),
-                },
+                }),
             })
             .collect();
         state.check_invariants();
@@ -1850,10 +1916,10 @@ mod tests {
         let mut recovering = state_with_elr(None, &[], &[3]);
         recovering.unclean_replicas = vec![UncleanReplica {
             node: NodeId(1),
-            log_end: LogEnd {
+            log_end: Some(LogEnd {
                 last_epoch: Some(LeaderEpoch(4)),
                 log_end_offset: Offset(9),
-            },
+            }),
         }];
         recovering.check_invariants();
         let classic = LogState {

@@ -125,8 +125,27 @@ impl LogEnd {
 pub struct UncleanReplica {
     /// The replica's node.
     pub node: NodeId,
-    /// Where its log ended when it reported.
-    pub log_end: LogEnd,
+    /// Where its log ended when it reported; `None` while its end is not
+    /// known: the node could not open the replica when it reported (its
+    /// recovery needed a cut that waits for the report to be stored, or
+    /// the open failed), and reports the end once it opens. Unclean
+    /// recovery waits for such a replica as for one that has not reported
+    /// (SPEC G1(c)): it may hold the longest log.
+    pub log_end: Option<LogEnd>,
+}
+
+impl UncleanReplica {
+    /// Whether its reported log is known to hold no record (a lost disk,
+    /// a replica that never held any): never whether its end is unknown.
+    pub fn reported_empty(&self) -> bool {
+        self.log_end.is_some_and(|end| end.is_empty())
+    }
+
+    /// Its reported log end if it is known and holds records: the
+    /// candidates unclean recovery compares.
+    pub fn holding_records(&self) -> Option<LogEnd> {
+        self.log_end.filter(|end| !end.is_empty())
+    }
 }
 
 impl LogState {
@@ -225,9 +244,19 @@ impl LogState {
             .iter()
             .rev()
             .filter_map(|node| self.unclean_replicas.iter().find(|r| r.node == *node))
-            .filter(|r| !r.log_end.is_empty())
-            .max_by_key(|r| r.log_end)
-            .copied()
+            .filter_map(|r| r.holding_records().map(|end| (end, r)))
+            .max_by_key(|(end, _)| *end)
+            .map(|(_, r)| *r)
+    }
+
+    /// Whether unclean recovery still lacks `node`'s log end: it is a
+    /// replica outside the unclean list (it has not reported), or in the
+    /// list with its end not known yet ([`UncleanReplica::log_end`]).
+    pub fn log_end_unknown(&self, node: NodeId) -> bool {
+        match self.unclean_replicas.iter().find(|r| r.node == node) {
+            Some(reported) => reported.log_end.is_none(),
+            None => true,
+        }
     }
 
     /// The ELR that goes with changing this state's ISR to
@@ -280,7 +309,13 @@ impl LogState {
     /// that comes back with its log ending at offset 0 (a lost or swapped
     /// disk, SPEC 2.8) always leaves: a replica outside the ISR may still hold what it lost, and
     /// unclean recovery waits for such replicas before an empty log leads.
-    pub fn unclean_shutdown_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
+    /// So does one whose `log_end` is `None`, not known because its node
+    /// could not open the replica ([`UncleanReplica::log_end`]).
+    pub fn unclean_shutdown_update(
+        &self,
+        node: NodeId,
+        log_end: Option<LogEnd>,
+    ) -> Option<LogUpdate> {
         let reported = UncleanReplica { node, log_end };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
             match self.unclean_replicas.iter().find(|r| r.node == node) {
@@ -308,11 +343,12 @@ impl LogState {
         let others_unclean = self.unclean_replicas.iter().any(|r| r.node != node);
         // A log that restarted at an offset with no batch since (after a
         // snapshot install, say) holds what it must: only one that ends at
-        // offset 0 lost everything.
+        // offset 0 lost everything. One whose end is not known may have
+        // lost anything, and leaves.
         if in_sync_replicas.is_empty()
             && eligible_leader_replicas.is_empty()
             && !others_unclean
-            && log_end.log_end_offset != Offset::ZERO
+            && log_end.is_some_and(|end| end.log_end_offset != Offset::ZERO)
         {
             return None;
         }
@@ -353,7 +389,11 @@ impl LogState {
     /// KIP-966 compares only the last ISR and ELR members; this is
     /// stronger. The report joins the unclean list like an unclean
     /// restart's would.
-    pub fn recovery_candidate_update(&self, node: NodeId, log_end: LogEnd) -> Option<LogUpdate> {
+    pub fn recovery_candidate_update(
+        &self,
+        node: NodeId,
+        log_end: Option<LogEnd>,
+    ) -> Option<LogUpdate> {
         if !self.in_unclean_recovery() || !self.replicas.contains(&node) || self.is_unclean(node) {
             return None;
         }
@@ -915,7 +955,8 @@ pub trait Coordinator: Send + Sync + 'static {
     /// with a replica on `node` this applies
     /// [`LogState::unclean_shutdown_update`] with compare-and-set: `node`
     /// leaves the ISR and the ELR for the log's unclean list with the log
-    /// end it reports in `log_ends` (a log missing there counts as empty),
+    /// end it reports in `log_ends` (a log missing there counts as empty;
+    /// `None`, an end not known yet, see [`UncleanReplica::log_end`]),
     /// and a log it leads becomes leaderless in a new epoch, so the
     /// controller elects another eligible replica. Returns the logs it
     /// changed.
@@ -942,7 +983,7 @@ pub trait Coordinator: Send + Sync + 'static {
     fn report_unclean_shutdown(
         &self,
         node: NodeId,
-        log_ends: &[(LogId, LogEnd)],
+        log_ends: &[(LogId, Option<LogEnd>)],
     ) -> Result<Vec<LogState>> {
         let mut changed = Vec::new();
         for state in self.logs()? {
@@ -953,7 +994,7 @@ pub trait Coordinator: Send + Sync + 'static {
                 .iter()
                 .find(|(log, _)| *log == state.log)
                 .map(|(_, end)| *end)
-                .unwrap_or_default();
+                .unwrap_or(Some(LogEnd::default()));
             let mut current = state;
             // A lost race means someone else wrote the log meanwhile:
             // decide again from what they wrote. Bounded, as every loop.
@@ -1338,12 +1379,20 @@ mod tests {
         }
     }
 
+    /// A log end offset standing for an end not known yet in the tables.
+    const UNKNOWN: u64 = u64::MAX;
+
+    /// `end(epoch, offset)`, or not known for [`UNKNOWN`].
+    fn reported(epoch: u32, offset: u64) -> Option<LogEnd> {
+        (offset != UNKNOWN).then(|| end(epoch, offset))
+    }
+
     /// Unclean replicas `(node, log end offset)`, all ending in epoch 1.
     fn unclean(list: &[(u32, u64)]) -> Vec<UncleanReplica> {
         list.iter()
             .map(|&(node, offset)| UncleanReplica {
                 node: n(node),
-                log_end: end(1, offset),
+                log_end: reported(1, offset),
             })
             .collect()
     }
@@ -1374,6 +1423,24 @@ mod tests {
             Expected,
         );
         let cases: &[Case] = &[
+            (
+                "the only eligible replica left, its end not known: it leaves",
+                None,
+                &[],
+                &[2],
+                &[],
+                (2, UNKNOWN),
+                Some((None, 2, &[], &[], &[(2, UNKNOWN)])),
+            ),
+            (
+                "an end not known replaces a known one",
+                None,
+                &[],
+                &[],
+                &[(1, 10), (2, 4)],
+                (2, UNKNOWN),
+                Some((None, 2, &[], &[], &[(1, 10), (2, UNKNOWN)])),
+            ),
             (
                 "follower in the ISR",
                 Some(1),
@@ -1505,7 +1572,7 @@ mod tests {
             let mut current = with_elr(state(*leader, 2, isr), elr);
             current.unclean_replicas = unclean(before);
             current.check_invariants();
-            let got = current.unclean_shutdown_update(n(*node), end(1, *offset));
+            let got = current.unclean_shutdown_update(n(*node), reported(1, *offset));
             let Some((leader, epoch, isr, elr, after)) = expected else {
                 assert_eq!(got, None, "{name}");
                 continue;
@@ -1531,7 +1598,7 @@ mod tests {
                 "{name}: still eligible"
             );
             assert_eq!(
-                next.unclean_shutdown_update(n(*node), end(1, *offset)),
+                next.unclean_shutdown_update(n(*node), reported(1, *offset)),
                 None,
                 "{name}: idempotent"
             );
@@ -1585,6 +1652,13 @@ mod tests {
                 Some(3),
             ),
             (
+                "an end not known is no candidate",
+                &[],
+                &[],
+                &[(1, None, UNKNOWN), (3, Some(0), 1)],
+                Some(3),
+            ),
+            (
                 "a tie goes to assignment order",
                 &[],
                 &[],
@@ -1598,10 +1672,10 @@ mod tests {
                 .iter()
                 .map(|&(node, epoch, offset)| UncleanReplica {
                     node: n(node),
-                    log_end: LogEnd {
+                    log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: epoch.map(LeaderEpoch),
                         log_end_offset: Offset(offset),
-                    },
+                    }),
                 })
                 .collect();
             current.check_invariants();
@@ -1636,7 +1710,7 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             unclean_report: Some(UncleanReplica {
                 node: n(node),
-                log_end: end(1, 3),
+                log_end: Some(end(1, 3)),
             }),
             assignment: None,
         };

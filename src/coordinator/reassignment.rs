@@ -159,13 +159,14 @@ pub(crate) fn start_update(
     // that may hold records no later member has: the reported longest log,
     // and any replica that has not reported (SPEC G1(c): it may have left
     // the ISR holding them). A move keeps every one of those; only a
-    // replica that reported an empty log may go.
+    // replica that reported an empty log may go (not one whose end is not
+    // known yet).
     if isr_and_elr.is_empty() {
         let reported_empty = |node: &NodeId| {
             state
                 .unclean_replicas
                 .iter()
-                .any(|r| r.node == *node && r.log_end.is_empty())
+                .any(|r| r.node == *node && r.reported_empty())
         };
         if let Some(node) = state
             .replicas
@@ -536,10 +537,10 @@ mod tests {
         // 5683f2c: keeping 0, with 5 records, lost 3's 100).
         let unclean_at = |node: u32, end: u64| crate::coordinator::UncleanReplica {
             node: NodeId(node),
-            log_end: crate::coordinator::LogEnd {
+            log_end: Some(crate::coordinator::LogEnd {
                 last_epoch: Some(LeaderEpoch(3)),
                 log_end_offset: crate::types::Offset(end),
-            },
+            }),
         };
         let mut unclean = moving.clone();
         unclean.in_sync_replicas.clear();
@@ -563,14 +564,24 @@ mod tests {
             unclean_at(0, 5),
             crate::coordinator::UncleanReplica {
                 node: NodeId(1),
-                log_end: crate::coordinator::LogEnd {
+                log_end: Some(crate::coordinator::LogEnd {
                     last_epoch: None,
                     log_end_offset: crate::types::Offset(0),
-                },
+                }),
             },
         ];
-        assert!(reported.unclean_replicas[2].log_end.is_empty());
+        assert!(reported.unclean_replicas[2].reported_empty());
         assert!(start_update(&reported, &nodes(&[0, 2, 3, 4, 5]), &live, 2).is_ok());
+        // An added replica that reported an empty log may go (5 here); not
+        // one whose end is not known yet: it may hold the most.
+        let mut empty_5 = reported.clone();
+        empty_5.unclean_replicas[2].node = NodeId(5);
+        empty_5.check_invariants();
+        assert!(start_update(&empty_5, &nodes(&[0, 1, 2, 3, 4]), &live, 2).is_ok());
+        let mut unknown_5 = empty_5.clone();
+        unknown_5.unclean_replicas[2].log_end = None;
+        let error = start_update(&unknown_5, &nodes(&[0, 1, 2, 3, 4]), &live, 2).unwrap_err();
+        assert!(error.to_string().contains("node-5"), "{error}");
         // With the ELR holding 3 and an unclean 0, keeping only 0 is
         // refused too: the ELR member holds what 0 may have lost.
         let mut elr = moving.clone();

@@ -624,10 +624,10 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     );
     drain(&events);
 
-    let end_1 = LogEnd {
+    let end_1 = Some(LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(5),
-    };
+    });
     // Log 3's end is not reported: it counts as empty.
     let changed = c
         .report_unclean_shutdown(NodeId(1), &[(LogId(1), end_1), (LogId(4), end_1)])
@@ -655,7 +655,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         log_3_after.unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            log_end: LogEnd::default()
+            log_end: Some(LogEnd::default())
         }]
     );
     assert_eq!(stored(c, LogId(2)), untouched);
@@ -683,10 +683,10 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         "a second report changes nothing"
     );
     // A later unclean restart that lost more replaces the stored log end.
-    let shorter = LogEnd {
+    let shorter = Some(LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(2),
-    };
+    });
     let changed = c
         .report_unclean_shutdown(NodeId(1), &[(LogId(1), shorter), (LogId(4), shorter)])
         .unwrap();
@@ -698,6 +698,25 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
             log_end: shorter
         }]
     );
+    // An end not known (the replica could not be opened) is stored as
+    // such, not as an empty log; and the last eligible replica of log 4
+    // leaves with it, as with an empty log: it may have lost anything.
+    let changed = c
+        .report_unclean_shutdown(NodeId(1), &[(LogId(1), None), (LogId(4), None)])
+        .unwrap();
+    let changed_logs: Vec<LogId> = changed.iter().map(|state| state.log).collect();
+    assert_eq!(changed_logs, vec![LogId(1), LogId(4)], "{changed:?}");
+    let unknown = vec![UncleanReplica {
+        node: NodeId(1),
+        log_end: None,
+    }];
+    assert_eq!(stored(c, LogId(1)).unclean_replicas, unknown);
+    let log_4_after = stored(c, LogId(4));
+    assert!(
+        !log_4_after.is_in_sync(NodeId(1)) && !log_4_after.is_eligible(NodeId(1)),
+        "{log_4_after:?}"
+    );
+    assert_eq!(log_4_after.unclean_replicas, unknown);
 }
 
 fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &SuiteTime) {

@@ -20,7 +20,7 @@ use isrlog::{
 
 const LOG: LogId = LogId(0);
 
-fn pending(cluster: &Cluster, node: NodeId) -> Vec<(LogId, LogEnd)> {
+fn pending(cluster: &Cluster, node: NodeId) -> Vec<(LogId, Option<LogEnd>)> {
     cluster
         .with_node(node, |n| n.pending_unclean_reports())
         .expect("the node runs")
@@ -65,10 +65,10 @@ fn a_pending_unclean_report_carries_the_replicas_real_end_and_is_retried_on_a_ti
         pending(&cluster, follower),
         vec![(
             LOG,
-            LogEnd {
+            Some(LogEnd {
                 last_epoch: Some(epoch),
                 log_end_offset: Offset(10),
-            }
+            })
         )],
         "the pending report must carry what the replica holds"
     );

@@ -1,8 +1,9 @@
 //! SPEC 2.3 with 3.5 (review of c6bd2e8, finding 1): a node back from an
 //! unclean stop whose recovery cut records that may have been committed
 //! (damage above the recovery point with valid batches after it: a power
-//! loss during a roll's background flush) reports that replica as one that
-//! lost its data, with an empty log end. The coordinator keeps a reporting
+//! loss during a roll's background flush) reports that replica with its log
+//! end not known, and its end after the cut once it opens with the cut,
+//! which it does only once that report is stored. The coordinator keeps a reporting
 //! replica that is the last ISR member and has a non-empty log end; had it
 //! reported the end after the cut, it would have stayed the only ISR member
 //! and led with records missing, and the others, which hold them, would
@@ -14,7 +15,7 @@
 //! (review of 0379721): cut first, a start that failed before its report
 //! left a consistent log that the next start reported with its end after
 //! the cut; and a report that waits for a document this node cannot read
-//! yet carries an empty end, not the end after a cut.
+//! yet carries no end, not the end after a cut.
 
 use std::time::Duration;
 
@@ -22,8 +23,7 @@ use std::path::{Path, PathBuf};
 
 use isrlog::testing::{Cluster, Lose, SessionEnd};
 use isrlog::{
-    Acks, Coordinator, LogConfig, LogEnd, LogId, NodeId, Offset, PreviousShutdown,
-    ReplicationConfig,
+    Acks, Coordinator, LogConfig, LogId, NodeId, Offset, PreviousShutdown, ReplicationConfig,
 };
 
 use crate::failover_support::committed_values;
@@ -163,10 +163,9 @@ fn assert_reported_lost_and_recovered(damaged: Damaged) {
     assert!(
         cluster.wait_until(WAIT, |c| {
             let state = c.coordinator.log_state(LOG).unwrap().unwrap();
-            state
-                .unclean_replicas
-                .iter()
-                .any(|u| u.node == victim && u.log_end.log_end_offset == cut_end)
+            state.unclean_replicas.iter().any(|u| {
+                u.node == victim && u.log_end.is_some_and(|end| end.log_end_offset == cut_end)
+            })
         }),
         "the victim's recorded end is not its end after the cut ({cut_end}): {:?}",
         cluster.coordinator.log_state(LOG).unwrap()
@@ -216,8 +215,8 @@ fn a_replica_whose_recovery_cut_possibly_committed_records_never_leads_with_them
         cluster.with_node(victim, |n| n.previous_shutdown()),
         Some(PreviousShutdown::Unclean)
     );
-    // It opened (the cut), and reported itself as a lost replica: out of
-    // the ISR, not leading, recorded with an empty log end.
+    // It opened (the cut), and reported its end as not known first: out
+    // of the ISR, not leading.
     let handle = cluster
         .log(victim, LOG)
         .expect("the victim's replica opened");
@@ -253,13 +252,13 @@ fn the_cut_reaches_the_disk_only_once_the_report_is_stored() {
 }
 
 /// A report that must wait (the log's document cannot be read or changed
-/// by this node yet, issue 24) carries an empty end for a replica whose
+/// by this node yet, issue 24) carries no end (not known) for a replica whose
 /// recovery would cut records that may have been committed, and the
 /// replica stays uncut and closed until the report is stored. Reporting
 /// the end after a cut would have kept the victim, the last ISR member, in
 /// the ISR.
 #[test]
-fn a_pending_report_for_a_replica_that_needs_the_cut_is_empty() {
+fn a_pending_report_for_a_replica_that_needs_the_cut_carries_no_end() {
     let damaged = damaged();
     let (cluster, victim) = (&damaged.cluster, damaged.victim);
     let segments = segment_files(&damaged.dir);
@@ -268,7 +267,7 @@ fn a_pending_report_for_a_replica_that_needs_the_cut_is_empty() {
     cluster.restart(victim).unwrap();
     assert_eq!(
         cluster.with_node(victim, |n| n.pending_unclean_reports()),
-        Some(vec![(LOG, LogEnd::default())])
+        Some(vec![(LOG, None)])
     );
     assert!(
         cluster

@@ -48,7 +48,7 @@ fn recovering_log(coordinator: &MemoryCoordinator) {
     };
     coordinator.fail_node(N1);
     coordinator
-        .report_unclean_shutdown(N1, &[(LOG, end)])
+        .report_unclean_shutdown(N1, &[(LOG, Some(end))])
         .unwrap();
     coordinator.register_node(N1, SESSION_LONG).unwrap();
     let state = stored(coordinator);
@@ -58,7 +58,7 @@ fn recovering_log(coordinator: &MemoryCoordinator) {
         state.unclean_replicas,
         vec![UncleanReplica {
             node: N1,
-            log_end: end
+            log_end: Some(end)
         }]
     );
 }

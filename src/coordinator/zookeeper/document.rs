@@ -241,6 +241,14 @@ struct UncleanReplicaDocument {
     node: u32,
     last_epoch: Option<u32>,
     log_end_offset: u64,
+    /// Added with unknown log ends ([`UncleanReplica::log_end`] `None`):
+    /// then `true`, with `last_epoch` null and `log_end_offset` 0. Absent
+    /// and `false` read the same, and `false` is not written, so a
+    /// document without an unknown end reads the same to a version that
+    /// predates the field; such a version does not write over a document
+    /// that has it (a newer version's field).
+    #[serde(default, skip_serializing_if = "is_false")]
+    log_end_unknown: bool,
     /// Fields of a newer version, only read to refuse writing over them.
     #[serde(flatten, skip_serializing)]
     unknown: Extra,
@@ -267,11 +275,15 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
         unclean_replicas: state
             .unclean_replicas
             .iter()
-            .map(|r| UncleanReplicaDocument {
-                node: r.node.0,
-                last_epoch: r.log_end.last_epoch.map(|epoch| epoch.0),
-                log_end_offset: r.log_end.log_end_offset.0,
-                unknown: Extra::new(),
+            .map(|r| {
+                let end = r.log_end.unwrap_or_default();
+                UncleanReplicaDocument {
+                    node: r.node.0,
+                    last_epoch: end.last_epoch.map(|epoch| epoch.0),
+                    log_end_offset: end.log_end_offset.0,
+                    log_end_unknown: r.log_end.is_none(),
+                    unknown: Extra::new(),
+                }
             })
             .collect(),
         adding_replicas: state.adding_replicas.iter().map(|node| node.0).collect(),
@@ -315,10 +327,10 @@ pub(super) fn decode_log(
             .iter()
             .map(|r| UncleanReplica {
                 node: NodeId(r.node),
-                log_end: LogEnd {
+                log_end: (!r.log_end_unknown).then_some(LogEnd {
                     last_epoch: r.last_epoch.map(LeaderEpoch),
                     log_end_offset: Offset(r.log_end_offset),
-                },
+                }),
             })
             .collect(),
         version,
@@ -427,6 +439,10 @@ struct ControllerDocument {
 
 fn is_zero(value: &u64) -> bool {
     *value == 0
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// What the controller epoch record says.
@@ -702,14 +718,18 @@ mod tests {
             unclean_replicas: vec![
                 UncleanReplica {
                     node: NodeId(3),
-                    log_end: LogEnd {
+                    log_end: Some(LogEnd {
                         last_epoch: Some(LeaderEpoch(4)),
                         log_end_offset: Offset(12),
-                    },
+                    }),
                 },
                 UncleanReplica {
                     node: NodeId(1),
-                    log_end: LogEnd::default(),
+                    log_end: Some(LogEnd::default()),
+                },
+                UncleanReplica {
+                    node: NodeId(2),
+                    log_end: None,
                 },
             ],
             ..state()
@@ -717,7 +737,7 @@ mod tests {
         let bytes = encode_log(&recovering);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0}]}"#
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
     }

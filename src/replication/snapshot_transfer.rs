@@ -37,6 +37,20 @@ static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 /// changed under it before it gives up (the fetcher tries again later).
 const RESTARTS_MAX: u32 = 3;
 
+/// Deletes a download when dropped, on every way out of a transfer.
+struct DiscardOnDrop<'a>(&'a Path);
+
+impl Drop for DiscardOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_file(self.0) {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.0.display(), %error,
+                    "cannot delete a snapshot download; the next recovery of the log deletes it");
+            }
+        }
+    }
+}
+
 /// Everything a transfer needs.
 pub(crate) struct Transfer<'a> {
     pub(crate) replica: &'a Replica,
@@ -63,11 +77,11 @@ impl Transfer<'_> {
             .log()
             .dir()
             .join(format!("{SNAPSHOT_DOWNLOAD_PREFIX}-{number}"));
-        let outcome = self.download_and_install(&path);
-        // Whatever happened, the download is not kept: a later transfer
-        // starts from the beginning (the leader's latest may differ).
-        let _ = std::fs::remove_file(&path);
-        outcome
+        // Whatever happens, the download is not kept, even if the
+        // application's install panics: a later transfer starts from the
+        // beginning (the leader's latest may differ).
+        let _discard = DiscardOnDrop(&path);
+        self.download_and_install(&path)
     }
 
     fn download_and_install(&self, path: &PathBuf) -> Result<Offset, String> {
@@ -88,6 +102,11 @@ impl Transfer<'_> {
                     info.size_bytes
                 ));
             }
+            // The install reads the file back: a page whose writeback failed
+            // may be read from the disk instead, with bytes the chunk CRCs
+            // never checked. The fsync reports such a failure (EIO) first.
+            file.sync_data()
+                .map_err(|e| format!("fsync {}: {e}", path.display()))?;
             file.seek(SeekFrom::Start(0))
                 .map_err(|e| format!("seek {}: {e}", path.display()))?;
             // A transfer cancelled (the log's leader or epoch changed, the
@@ -140,10 +159,11 @@ impl Transfer<'_> {
     /// Each chunk is written at its own offset of the file by the thread
     /// that asked for it, once checked (see [`receive`](Self::receive)), so
     /// the network, the checks and the disk overlap without a hand-off per
-    /// chunk. The file is not fsynced: it is read back at once by the
-    /// install, and a crash before the install ends discards it (recovery
-    /// deletes a log directory's downloads), so only the application's
-    /// install makes anything durable.
+    /// chunk. The file is fsynced once whole, before the install reads it
+    /// back, only to learn of a failed writeback: a crash before the
+    /// install ends discards it (recovery deletes a log directory's
+    /// downloads), so only the application's install makes anything
+    /// durable.
     fn download(&self, path: &Path) -> Result<Option<SnapshotInfo>, String> {
         let file = OpenOptions::new()
             .write(true)

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +38,27 @@ pub(super) struct App {
     pub(super) chunk_delay_ms: AtomicU64,
     /// Chunks served.
     pub(super) chunks_served: AtomicU64,
+    /// Panic in this many installs, first noting the snapshot downloads
+    /// in `downloads_dir` into `panicked_downloads`.
+    panic_installs: AtomicU64,
+    downloads_dir: Mutex<Option<PathBuf>>,
+    panicked_downloads: Mutex<Vec<PathBuf>>,
+}
+
+/// The snapshot downloads in `dir` (files named `snapshot-download-*`).
+fn downloads_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| {
+                    path.file_name()
+                        .and_then(|name| name.to_str())
+                        .is_some_and(|name| name.starts_with("snapshot-download"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Debug)]
@@ -187,6 +209,16 @@ impl SnapshotStore for App {
     ) -> std::io::Result<()> {
         let mut bytes = Vec::new();
         data.read_to_end(&mut bytes)?;
+        let panic_now = self
+            .panic_installs
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if panic_now {
+            if let Some(dir) = self.downloads_dir.lock().unwrap().as_deref() {
+                *self.panicked_downloads.lock().unwrap() = downloads_in(dir);
+            }
+            panic!("the test application's install panics, as asked");
+        }
         assert_eq!(
             bytes.len() as u64,
             snapshot.size_bytes,
@@ -543,5 +575,42 @@ fn a_transfer_cut_by_a_leader_change_starts_again_and_installs_only_whole_snapsh
     );
     assert!(served_by_other > 0, "the second leader served nothing");
     assert_eq!(setup.apps[&victim].installs.load(Ordering::SeqCst), 1);
+    setup.cluster.shutdown().expect("shutdown");
+}
+
+/// An application whose install panics does not leave the transfer's
+/// download behind (it was deleted only when the install returned), and
+/// the next transfer installs.
+#[test]
+fn a_panicking_install_leaves_no_download_behind_and_the_next_transfer_installs() {
+    let setup = setup(true);
+    let cluster = &setup.cluster;
+    setup.append(20);
+    let leader = cluster.leader_log(LOG).expect("leader");
+    let victim = NodeId((leader.node_id().0 + 1) % 3);
+    setup.wait_states_equal();
+    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
+    setup.append(150);
+    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    setup.apps[&leader.node_id()].take_snapshot();
+    let app = &setup.apps[&victim];
+    *app.downloads_dir.lock().unwrap() =
+        Some(cluster.node_dir(victim).join(format!("log-{}", LOG.0)));
+    app.panic_installs.store(1, Ordering::SeqCst);
+    cluster.restart(victim).expect("restart");
+    setup.wait_states_equal();
+    assert_eq!(
+        app.panic_installs.load(Ordering::SeqCst),
+        0,
+        "never panicked"
+    );
+    assert_eq!(app.installs.load(Ordering::SeqCst), 1);
+    let panicked = app.panicked_downloads.lock().unwrap().clone();
+    assert!(
+        !panicked.is_empty(),
+        "the panicking install saw no download"
+    );
+    let left: Vec<&PathBuf> = panicked.iter().filter(|path| path.exists()).collect();
+    assert!(left.is_empty(), "downloads left behind: {left:?}");
     setup.cluster.shutdown().expect("shutdown");
 }

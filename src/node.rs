@@ -1327,7 +1327,7 @@ impl NodeShared {
             // with its end not known, and opens with the cut once the
             // report is stored.
             let end = match self.host(state.log) {
-                Ok(replica) => Some(self.log_end_to_report(&replica)),
+                Ok(replica) => self.log_end_to_report(&replica),
                 Err(error) => {
                     tracing::warn!(log = %state.log, node = %self.local(), %error,
                         "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
@@ -1405,7 +1405,7 @@ impl NodeShared {
         // start fills that in): the replica opens without the cut, and one
         // that needs it is reported with its end not known.
         match self.host(log) {
-            Ok(replica) => Some(self.log_end_to_report(&replica)),
+            Ok(replica) => self.log_end_to_report(&replica),
             Err(error) => {
                 tracing::warn!(%log, node = %self.local(), %error,
                     "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
@@ -1415,27 +1415,32 @@ impl NodeShared {
         }
     }
 
-    /// For a replica reported with its end not known because it could not
-    /// be opened then ([`NodeShared::reported_unopened`]), now open:
-    /// replaces the unknown log end in `state`'s unclean list with where
-    /// its log ends (even an empty one: unclean recovery waits for an
-    /// unknown end). It is out of the ISR and ELR by then (such a report
-    /// always takes it out), so this only lets unclean recovery compare
-    /// what it holds. An empty end recorded by an earlier version for the
-    /// same reason is replaced too, if the log holds records. Ends the
-    /// duty once the list holds neither for this node; a write that fails
-    /// or loses a race is retried by the next reconcile.
+    /// For a replica open here whose entry in `state`'s unclean list has
+    /// its log end not known (this node could not open it when it
+    /// reported): replaces it with where its log ends (even an empty one:
+    /// unclean recovery waits for an unknown end). The duty is read from
+    /// the stored list, not only from this process's memory, so a process
+    /// that started cleanly after the one that reported (which opened the
+    /// replica but failed to write its end) still ends it (review of
+    /// cdb2bd0, finding 1). It is out of the ISR and ELR by then (such a
+    /// report always takes it out), so this only lets unclean recovery
+    /// compare what it holds. An empty end recorded by an earlier version
+    /// for the same reason ([`NodeShared::reported_unopened`] in this
+    /// process) is replaced too, if the log holds records. A write that
+    /// fails or loses a race is retried by the report timer or the next
+    /// reconcile.
     fn report_end_after_open(&self, state: &LogState, replica: &Replica) {
         let me = self.local();
         let log = state.log;
-        if !self.reported_unopened.lock().contains(&log) {
-            return;
-        }
         let end = replica_log_end(replica);
         let recorded = state.unclean_replicas.iter().find(|r| r.node == me);
         let replaces = match recorded.map(|r| r.log_end) {
             Some(None) => true,
-            Some(Some(recorded)) => recorded.is_empty() && !end.is_empty(),
+            Some(Some(recorded)) => {
+                recorded.is_empty()
+                    && !end.is_empty()
+                    && self.reported_unopened.lock().contains(&log)
+            }
             None => false,
         };
         let update = if replaces && !state.is_in_sync(me) {
@@ -1455,7 +1460,7 @@ impl NodeShared {
             Ok(CasOutcome::Applied(_)) => {
                 self.reported_unopened.lock().remove(&log);
                 tracing::info!(%log, node = %me, log_end = ?end,
-                    "reported where this replica's log ends, now that it opened (it was reported empty at start)");
+                    "reported where this replica's log ends, now that it opened (it was reported with its end not known)");
             }
             Ok(CasOutcome::Stale(_)) => {}
             Err(error) => {
@@ -1467,22 +1472,24 @@ impl NodeShared {
     }
 
     /// The log end this node reports for `replica` after an unclean stop
-    /// (SPEC 3.5): where its log ends, or empty, as a replica that lost its
-    /// data, if its recovery cut records that may have been committed. The
-    /// coordinator keeps a reporting replica that is the last ISR or ELR
-    /// member with a non-empty log end: it would lead with the cut log and
-    /// truncate replicas outside the ISR that still hold the records; an
-    /// empty one always leaves, and the log waits for unclean recovery,
-    /// which asks the others (review of c6bd2e8, finding 1). Opens during
-    /// the report never cut (see [`NodeShared::unclean_stop_reported`]),
-    /// so this is the guard for a replica opened earlier.
-    fn log_end_to_report(&self, replica: &Replica) -> LogEnd {
+    /// (SPEC 3.5): where its log ends, or not known (`None`) if its
+    /// recovery cut records that may have been committed. The coordinator
+    /// keeps a reporting replica that is the last ISR or ELR member with a
+    /// non-empty log end: it would lead with the cut log and truncate
+    /// replicas outside the ISR that still hold the records; one whose end
+    /// is not known always leaves, and the log waits for unclean recovery,
+    /// which compares the others' ends with this one's once it is written
+    /// ([`report_end_after_open`](Self::report_end_after_open); review of
+    /// c6bd2e8, finding 1). Opens during the report never cut (see
+    /// [`NodeShared::unclean_stop_reported`]), so this is the guard for a
+    /// replica opened earlier.
+    fn log_end_to_report(&self, replica: &Replica) -> Option<LogEnd> {
         if let Some(from) = replica.log().recovery_report().dropped_possibly_committed {
             tracing::warn!(log = %replica.log_id(), node = %self.local(), %from,
-                "recovery cut records that may have been committed: reporting this replica as one that lost its data");
-            return LogEnd::default();
+                "recovery cut records that may have been committed: reporting this replica's log end as not known");
+            return None;
         }
-        replica_log_end(replica)
+        Some(replica_log_end(replica))
     }
 
     /// Asks the coordinator again for every log whose unclean-shutdown

@@ -307,13 +307,13 @@ impl Election {
 ///   log end offset). Not counted as unclean: if any of them kept its disk,
 ///   nothing committed is lost. A log reported empty is never the longest
 ///   ([`recovery_election`]). Every replica outside the list that is
-///   neither known empty nor reported yet is waited for, live or away,
-///   until `recovery_waited` (the log has waited
+///   neither known empty nor reported yet, and every one in the list whose
+///   log end is not known yet (its node could not open it), is waited for,
+///   live or away, until `recovery_waited` (the log has waited
 ///   [`ControllerConfig::unclean_recovery_wait_max`]); past that, only the
-///   live ones, which report at once. When every report is empty, every
-///   replica outside the list is waited for until it reports, however
-///   long: none of the reported logs may be elected over one that may hold
-///   records (a live replica that cannot open its log reports empty).
+///   live ones, which report as soon as they can. When every known end is
+///   empty, every such replica is waited for the same way: none of the
+///   reported logs may be elected over one that may hold records.
 /// - No ISR or ELR member live, `unclean` on: a live replica leads with
 ///   ISR = {itself}: the live one of [`LogState::unclean_replicas`] with
 ///   the greatest non-empty reported log end, else the first live replica
@@ -446,8 +446,7 @@ pub(crate) fn elect_leader(
 /// at most (KIP-966's balanced strategy likewise elects from the replies
 /// it has once its timeout passes). A replica in the list whose log end is
 /// not known yet ([`UncleanReplica::log_end`](crate::coordinator::UncleanReplica::log_end)
-/// is `None`) counts as one that has not reported, except that it is
-/// passed over once the wait is over even while live.
+/// is `None`) counts as one that has not reported.
 fn recovery_election(
     state: &LogState,
     is_live: &impl Fn(&NodeId) -> bool,
@@ -474,19 +473,16 @@ fn recovery_election(
         // A replica in the list whose end is not known yet (its node could
         // not open it when it reported, typically because its recovery
         // cuts records and may do so only once the report is stored) is
-        // waited for the same way, but passed over once the wait is over
-        // even while live: its node reports the end as soon as the replica
-        // opens, and one that never opens would otherwise hold the log
-        // leaderless for good (review of dfd9830: every node lost power, C
-        // needed the cut and reported empty, B held 0..50; B was elected
-        // before C reported 0..120, and C truncated 50..120).
-        let unreported = state.replicas.iter().any(|node| {
-            if state.is_unclean(*node) {
-                state.log_end_unknown(*node) && !recovery_waited
-            } else {
-                is_live(node) || !recovery_waited
-            }
-        });
+        // waited for the same way (review of dfd9830: every node lost
+        // power, C needed the cut and reported empty, B held 0..50; B was
+        // elected before C reported 0..120, and C truncated 50..120). A
+        // live one that never opens holds the log leaderless, as a live
+        // replica that never reports would: the unclean switch, or
+        // deleting that replica's directory, decides (README).
+        let unreported = state
+            .replicas
+            .iter()
+            .any(|node| state.log_end_unknown(*node) && (is_live(node) || !recovery_waited));
         if unreported {
             return None;
         }
@@ -498,7 +494,7 @@ fn recovery_election(
             .collect();
         if !passed_over.is_empty() && is_live(&best.node) {
             tracing::warn!(log = %state.log, leader = %best.node, ?passed_over,
-                "unclean recovery: the recovery wait is over and these replicas outside the ISR and ELR are still away; the longest reported log leads without them, and records only they held are lost if they held any");
+                "unclean recovery: the recovery wait is over and these replicas, whose log ends are not known, are still away; the longest reported log leads without them, and records only they held are lost if they held any");
         }
         return is_live(&best.node).then_some(best.node);
     }
@@ -507,19 +503,17 @@ fn recovery_election(
         return None;
     }
     // Every replica is in the list and none is known to hold records. One
-    // whose end is not known may: wait for it until the recovery wait is
-    // over, then prefer a live replica known to be empty over one whose
-    // log may not even open.
-    let unknown = |node: &NodeId| state.log_end_unknown(*node);
-    if !recovery_waited && state.replicas.iter().any(unknown) {
-        return None;
-    }
-    state
+    // whose end is not known may: wait for it as above (while it is live,
+    // or until the recovery wait is over), so that the first live replica,
+    // which then leads, is known to be empty.
+    let unknown = state
         .replicas
         .iter()
-        .copied()
-        .find(|node| is_live(node) && !unknown(node))
-        .or_else(|| state.replicas.iter().copied().find(|node| is_live(node)))
+        .any(|node| state.log_end_unknown(*node) && (is_live(node) || !recovery_waited));
+    if unknown {
+        return None;
+    }
+    state.replicas.iter().copied().find(|node| is_live(node))
 }
 
 /// Whether `state`'s log is in unclean recovery and recovery cannot elect
@@ -1647,10 +1641,19 @@ mod tests {
                 true,
             ),
             (
-                "an end still not known once the recovery wait is over is passed over",
+                "G1(c), a live replica's end still not known after the wait: only the switch passes it over",
                 &[],
                 &[(1, 5), (2, UNKNOWN), (3, 3)],
                 &[1, 2, 3],
+                true,
+                leader(1, &[1], true),
+                true,
+            ),
+            (
+                "an end not known of a replica still away after the wait: passed over",
+                &[],
+                &[(1, 5), (2, UNKNOWN), (3, 3)],
+                &[1, 3],
                 true,
                 leader(1, &[1], false),
                 true,
@@ -1665,12 +1668,21 @@ mod tests {
                 true,
             ),
             (
-                "every known end is empty, one still not known after the wait: a known empty one leads",
+                "every known end is empty, one not known and away after the wait: a known empty one leads",
                 &[],
                 &[(1, 0), (2, UNKNOWN), (3, 0)],
-                &[2, 3],
+                &[1, 3],
                 true,
-                leader(3, &[3], false),
+                leader(1, &[1], false),
+                true,
+            ),
+            (
+                "every known end is empty, one not known and live after the wait: only the switch decides, for it",
+                &[],
+                &[(1, 0), (2, UNKNOWN), (3, 0)],
+                &[1, 2, 3],
+                true,
+                leader(2, &[2], true),
                 true,
             ),
             (

@@ -783,7 +783,8 @@ impl ZkCoordinator {
     /// node's znode may have been applied, owned by `abandoned`, the
     /// session opened for it (given up with the job: it closes, or
     /// expires). Syncs, reads `/nodes/<node>` and, if that session owns it,
-    /// deletes it at the version read; the answer is then a plain failure
+    /// deletes it unless a registration came since the read
+    /// ([`Shared::delete_registration`]); the answer is then a plain failure
     /// (not registered, nothing left behind). It stays outcome-unknown only
     /// when that cannot be read or done.
     ///
@@ -809,28 +810,16 @@ impl ZkCoordinator {
             format!("settle the registration of {node}"),
             move |shared, deadline, what| async move {
                 let path = document::node_path(node);
-                let read = shared
-                    .read_synced(deadline, &what, |client| {
-                        let path = path.clone();
-                        async move { client.check_stat(&path).await }
-                    })
+                match shared
+                    .delete_registration(deadline, node, session, &what)
                     .await?
-                    .map_err(|e| zk_error(&format!("read {path}"), e))?;
-                let stat = match read {
-                    Some(stat) if stat.ephemeral_owner == session => stat,
-                    _ => return Ok(format!("ZooKeeper does not list {path} under that session")),
-                };
-                let client = shared.main_client(deadline, &what).await?;
-                connected(&client, deadline, &what).await?;
-                let deleted = client.delete(&path, Some(stat.version)).await;
-                match unknown_if_lost(deleted, &what)? {
-                    Ok(()) => Ok(format!(
+                {
+                    Removal::Deleted => Ok(format!(
                         "{path}, which its create left under that session, was deleted"
                     )),
-                    Err(zk::Error::NoNode | zk::Error::BadVersion) => {
-                        Ok(format!("{path} went with that session meanwhile"))
+                    Removal::NotOwned => {
+                        Ok(format!("ZooKeeper does not list {path} under that session"))
                     }
-                    Err(error) => Err(zk_error(&format!("delete {path}"), error)),
                 }
             },
         );
@@ -2283,6 +2272,103 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Deletes `node`'s registration znode if ZooKeeper session `owner`
+    /// (one this coordinator gave up) still owns it, and never a later
+    /// registration's: what settling a lost registration or an unheard
+    /// close needs.
+    ///
+    /// A delete at the version read is not enough (review finding 6): every
+    /// registration's znode is at version 0, so when the given-up session
+    /// ended between the read and the delete and the node registered again
+    /// (a restarted process retries its create every few milliseconds
+    /// while the old znode is there), the delete removed the new
+    /// registration and the live node vanished from the live set.
+    /// ZooKeeper cannot make a delete conditional on a znode's owner, so
+    /// every registration moves `/nodes`'s data version in the transaction
+    /// that creates its znode (see `register_node`), and the delete is
+    /// conditional on that version too, in one `multi`: it fails if anyone
+    /// registered since the read, and is then decided again from a new read.
+    async fn delete_registration(
+        &self,
+        deadline: Instant,
+        node: NodeId,
+        owner: i64,
+        what: &str,
+    ) -> Result<Removal> {
+        let path = document::node_path(node);
+        loop {
+            let read = self
+                .read_synced(deadline, what, |client| {
+                    let path = path.clone();
+                    async move {
+                        let mut reader = client.new_multi_reader();
+                        reader.add_get_data(NODES)?;
+                        reader.add_get_data(&path)?;
+                        reader.commit().await
+                    }
+                })
+                .await?
+                .map_err(|e| zk_error(&format!("read {NODES} and {path}"), e))?;
+            let mut read = read.into_iter();
+            let registrations = match read.next() {
+                Some(zk::MultiReadResult::Data { stat, .. }) => stat.version,
+                other => return Err(unexpected(&format!("read {NODES}"), &other)),
+            };
+            let version = match read.next() {
+                Some(zk::MultiReadResult::Data { stat, .. }) if stat.ephemeral_owner == owner => {
+                    stat.version
+                }
+                Some(zk::MultiReadResult::Data { .. }) => return Ok(Removal::NotOwned),
+                Some(zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                }) => return Ok(Removal::NotOwned),
+                other => return Err(unexpected(&format!("read {path}"), &other)),
+            };
+            let client = self.main_client(deadline, what).await?;
+            connected(&client, deadline, what).await?;
+            let mut writer = client.new_multi_writer();
+            writer
+                .add_check_version(NODES, registrations)
+                .map_err(|e| zk_error(what, e))?;
+            writer
+                .add_delete(&path, Some(version))
+                .map_err(|e| zk_error(what, e))?;
+            match writer.commit().await {
+                Ok(_) => return Ok(Removal::Deleted),
+                // A registration since the read (of this node or another),
+                // or the znode changed: nothing was deleted; read again.
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    tracing::debug!(%node, index, %source,
+                        "{what}: the registrations changed since the read; reading again");
+                }
+                Err(zk::MultiWriteError::RequestFailed { source })
+                    if is_connection_error(&source) =>
+                {
+                    return Err(lost(what))
+                }
+                Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    return Err(zk_error(&format!("delete {path}"), source))
+                }
+            }
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                return Err(lost(what));
+            }
+            async_io::Timer::after(RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// What [`Shared::delete_registration`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    /// The given-up session's znode was deleted.
+    Deleted,
+    /// ZooKeeper does not list the node under that session (any more):
+    /// the znode is gone, or is a later registration's.
+    NotOwned,
+}
+
 /// How fresh a read of the coordinator's session must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Freshness {
@@ -2877,21 +2963,52 @@ impl Coordinator for ZkCoordinator {
                     connected(&client, deadline, &what)
                         .await
                         .map_err(|error| settle(unanswered, error))?;
-                    let owner = match client.create(&path, &data, &ephemeral()).await {
-                        Ok((stat, _)) => break stat.czxid,
+                    // The create moves `/nodes`'s data version in the same
+                    // transaction, so that a delete of an earlier
+                    // registration's znode can be made conditional on no
+                    // registration since (see `delete_registration`). Both
+                    // ops share the transaction's zxid: the set's mzxid is
+                    // the znode's czxid (a create's own stat in a `multi`
+                    // may be invalid, ZOOKEEPER-4026).
+                    let mut writer = client.new_multi_writer();
+                    writer
+                        .add_create(&path, &data, &ephemeral())
+                        .map_err(|e| settle(unanswered, zk_error(&what, e)))?;
+                    writer
+                        .add_set_data(NODES, &[], None)
+                        .map_err(|e| settle(unanswered, zk_error(&what, e)))?;
+                    let owner = match writer.commit().await {
+                        Ok(results) => match results.get(1) {
+                            Some(zk::MultiWriteResult::SetData { stat }) => break stat.mzxid,
+                            other => {
+                                return Err(settle(
+                                    true,
+                                    coordinator_error(format!(
+                                        "unexpected answer to {what}: {other:?}"
+                                    )),
+                                ))
+                            }
+                        },
                         // Unknown whether it was created: the next attempt
                         // finds out.
-                        Err(error) if is_connection_error(&error) => {
+                        Err(zk::MultiWriteError::RequestFailed { source })
+                            if is_connection_error(&source) =>
+                        {
                             unanswered = true;
                             None
                         }
-                        Err(zk::Error::NodeExists) => match client.check_stat(&path).await {
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index: 0,
+                            source: zk::Error::NodeExists,
+                        }) => match client.check_stat(&path).await {
                             Ok(Some(stat)) => Some((stat.ephemeral_owner, stat.czxid)),
                             Ok(None) => None,
                             Err(error) if is_connection_error(&error) => None,
                             Err(error) => return Err(settle(unanswered, zk_error(&what, error))),
                         },
-                        Err(error) => return Err(settle(unanswered, zk_error(&what, error))),
+                        Err(error) => {
+                            return Err(settle(unanswered, zk_error(&what, error.into())))
+                        }
                     };
                     if let Some((owner, czxid)) = owner {
                         if owner == client.session_id().0 {
@@ -2980,10 +3097,12 @@ impl Coordinator for ZkCoordinator {
     /// ZooKeeper to confirm, which deletes its ephemeral znode and any
     /// controller seat it held in the same step. A write: the client may
     /// give a session up without ZooKeeper having heard the close (the
-    /// connection was lost), so the call then checks that the node's znode
-    /// no longer belongs to that session; if it still does, or nothing can
-    /// be checked in time, the outcome is unknown (the znode goes when the
-    /// session expires). The given-up session is remembered until a check
+    /// connection was lost), so the call then checks whether the node's
+    /// znode still belongs to that session, and if it does deletes it — that
+    /// znode only, never a later registration's
+    /// ([`Shared::delete_registration`]); if that cannot be checked or done
+    /// in time, the outcome is unknown (the znode goes at the latest when
+    /// the session expires). The given-up session is remembered until a check
     /// settles it: calling again re-runs the check (the promise of
     /// [`Coordinator::unregister_node`]) rather than answer that a node
     /// without a session here is not registered.
@@ -3018,30 +3137,27 @@ impl Coordinator for ZkCoordinator {
                         }
                     }
                 }
-                let path = document::node_path(node);
-                let read = shared
-                    .read_synced(deadline, &what, |client| {
-                        let path = path.clone();
-                        async move { client.check_stat(&path).await }
-                    })
+                // If ZooKeeper did not hear the close, delete the znode the
+                // given-up session still owns, so that the node does not stay
+                // live until that session expires (as `settle_lost_registration`
+                // does for a start) — and only that znode, never a later
+                // registration's. Until that is settled, the outcome is
+                // unknown: calling again settles it.
+                match shared
+                    .delete_registration(deadline, node, session_id, &what)
                     .await
-                    .map_err(|_| lost(&what))?;
-                match read {
-                    // ZooKeeper did not hear the close: delete the znode the
-                    // given-up session still owns, at the version read, so
-                    // that the node is not live until that session expires
-                    // (as `settle_lost_registration` does for a start).
-                    Ok(Some(stat)) if stat.ephemeral_owner == session_id => {
-                        let client = shared.main_client(deadline, &what).await?;
-                        connected(&client, deadline, &what).await?;
-                        let deleted = client.delete(&path, Some(stat.version)).await;
-                        match unknown_if_lost(deleted, &what)? {
-                            Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
-                            Err(error) => Err(zk_error(&format!("delete {path}"), error)),
-                        }
-                    }
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(lost(&what)),
+                {
+                    Ok(Removal::Deleted | Removal::NotOwned) => Ok(()),
+                    Err(error) if error.is_outcome_unknown() => Err(error),
+                    Err(error) => Err(Error::CoordinatorOutcomeUnknown {
+                        reason: format!(
+                            "ZooKeeper may not have heard the close of session {session_id:#x}, \
+                             and whether that session still owns {} could not be settled: \
+                             {error}; unregister again to settle it",
+                            document::node_path(node)
+                        ),
+                        operation: what,
+                    }),
                 }
             },
         );

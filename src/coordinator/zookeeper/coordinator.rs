@@ -3211,7 +3211,7 @@ impl Coordinator for ZkCoordinator {
     /// connection was lost), so the call then checks whether the node's
     /// znode still belongs to that session, and if it does deletes it — that
     /// znode only, never a later registration's
-    /// ([`Shared::delete_registration`]); if that cannot be checked or done
+    /// (`Shared::delete_registration`); if that cannot be checked or done
     /// in time, the outcome is unknown (the znode goes at the latest when
     /// the session expires). The given-up session is remembered until a check
     /// settles it: calling again re-runs the check (the promise of

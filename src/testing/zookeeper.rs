@@ -763,6 +763,13 @@ impl ZkProxy {
         }
     }
 
+    /// How many connections hold their requests back (see
+    /// [`ZkProxy::hold_requests_from_next_write`]): each armed write that
+    /// came, until [`ZkProxy::release_held_requests`].
+    pub fn holding_connections(&self) -> usize {
+        lock(&self.shared.held).len()
+    }
+
     /// The first request of every connection made through the proxy so
     /// far, by ZooKeeper opcode (`sync` is 9), in the order they came;
     /// pings, authentication and watch restoration are left out.

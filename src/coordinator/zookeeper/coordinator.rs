@@ -783,7 +783,8 @@ impl ZkCoordinator {
     /// node's znode may have been applied, owned by `abandoned`, the
     /// session opened for it (given up with the job: it closes, or
     /// expires). Syncs, reads `/nodes/<node>` and, if that session owns it,
-    /// deletes it at the version read; the answer is then a plain failure
+    /// deletes it unless a registration came since the read
+    /// ([`Shared::delete_registration`]); the answer is then a plain failure
     /// (not registered, nothing left behind). It stays outcome-unknown only
     /// when that cannot be read or done.
     ///
@@ -809,28 +810,16 @@ impl ZkCoordinator {
             format!("settle the registration of {node}"),
             move |shared, deadline, what| async move {
                 let path = document::node_path(node);
-                let read = shared
-                    .read_synced(deadline, &what, |client| {
-                        let path = path.clone();
-                        async move { client.check_stat(&path).await }
-                    })
+                match shared
+                    .delete_registration(deadline, node, session, &what)
                     .await?
-                    .map_err(|e| zk_error(&format!("read {path}"), e))?;
-                let stat = match read {
-                    Some(stat) if stat.ephemeral_owner == session => stat,
-                    _ => return Ok(format!("ZooKeeper does not list {path} under that session")),
-                };
-                let client = shared.main_client(deadline, &what).await?;
-                connected(&client, deadline, &what).await?;
-                let deleted = client.delete(&path, Some(stat.version)).await;
-                match unknown_if_lost(deleted, &what)? {
-                    Ok(()) => Ok(format!(
+                {
+                    Removal::Deleted => Ok(format!(
                         "{path}, which its create left under that session, was deleted"
                     )),
-                    Err(zk::Error::NoNode | zk::Error::BadVersion) => {
-                        Ok(format!("{path} went with that session meanwhile"))
+                    Removal::NotOwned => {
+                        Ok(format!("ZooKeeper does not list {path} under that session"))
                     }
-                    Err(error) => Err(zk_error(&format!("delete {path}"), error)),
                 }
             },
         );
@@ -1954,6 +1943,67 @@ impl Shared {
         Ok(())
     }
 
+    /// The id of `controller`'s session here if it may write as the
+    /// controller now, else why not; with `expected`, only if it is still
+    /// that session. See [`Shared::acting_controller_session_in`].
+    fn acting_controller_session(
+        &self,
+        controller: NodeId,
+        expected: Option<i64>,
+    ) -> std::result::Result<i64, String> {
+        let sessions = self.sessions.lock();
+        self.acting_controller_session_in(&sessions, controller, expected)
+    }
+
+    /// [`Shared::acting_controller_session`] with the sessions' lock held.
+    ///
+    /// A controller writes only through the session that won its seat, and
+    /// only while this coordinator counts that session live (review finding
+    /// 5): once it ended the session itself (lease lapsed, ZooKeeper said
+    /// it ended, the node unregistered or registered again) its
+    /// subscribers were told the node left, yet ZooKeeper keeps the seat
+    /// until the close reaches it or the session expires, and would let the
+    /// write through. Kafka's controller likewise resigns as soon as it
+    /// learns its ZooKeeper session expired, before it registers again.
+    /// Every controller seat is won through a session registered here
+    /// (`try_become_controller`), so a controller without one here has none
+    /// left to act with.
+    fn acting_controller_session_in(
+        &self,
+        sessions: &BTreeMap<NodeId, NodeSession>,
+        controller: NodeId,
+        expected: Option<i64>,
+    ) -> std::result::Result<i64, String> {
+        let Some(session) = sessions.get(&controller) else {
+            return Err(
+                "it has no live session through this coordinator (this coordinator ended it, \
+                 it unregistered, or it never registered here), so it holds no seat here"
+                    .to_owned(),
+            );
+        };
+        let id = session.client().session_id().0;
+        if let Some(expected) = expected.filter(|&expected| expected != id) {
+            return Err(format!(
+                "its session {expected:#x}, which holds the seat, was replaced here by session \
+                 {id:#x} (it registered again) since the write was checked"
+            ));
+        }
+        let verdict = session.verdict(Instant::now(), &self.calls.lock());
+        if verdict != Verdict::Alive {
+            return Err(format!(
+                "its session {id:#x} here is no longer live ({verdict:?}), so this coordinator \
+                 ends or suspends it"
+            ));
+        }
+        if session.suspended || session.suspended_since_seat_check {
+            return Err(format!(
+                "its session {id:#x} was suspended (cut off from ZooKeeper for a session \
+                 timeout) since this controller pass began; the next pass decides again"
+            ));
+        }
+        Ok(id)
+    }
+
     /// `node`'s session was disconnected for a whole session timeout: its
     /// subscribers are told it left, and the live set leaves it out, until
     /// it resumes or ends (see [`Verdict`]). Its session stays open.
@@ -2054,26 +2104,34 @@ impl Shared {
     ) -> Result<CasOutcome> {
         let fence = match fence {
             Some((controller, controller_epoch)) => {
+                let session = self
+                    .acting_controller_session(controller, None)
+                    .map_err(|why| fenced_here(log, controller, controller_epoch, &why))?;
                 let view = self.read_controller(deadline, Freshness::AsServed).await?;
-                // The seat must be held by the winner of that epoch and,
-                // when this coordinator holds the controller's session, by
+                // The seat must be held by the winner of that epoch, with
                 // that very session: a node that registered again since it
                 // won has a new session, and its old one's seat is not its.
-                let session = self
-                    .sessions
-                    .lock()
-                    .get(&controller)
-                    .map(|session| session.client().session_id().0);
-                if view.controller() != Some(controller)
-                    || view.epoch != controller_epoch
-                    || session.is_some_and(|session| view.seat_owner != Some(session))
-                {
+                if view.controller() != Some(controller) || view.epoch != controller_epoch {
                     return Err(fenced(log, controller, controller_epoch, &view));
+                }
+                if view.seat_owner != Some(session) {
+                    return Err(fenced_here(
+                        log,
+                        controller,
+                        controller_epoch,
+                        &format!(
+                            "the seat belongs to ZooKeeper session {:#x}, not to its session \
+                             here ({session:#x}): an earlier session this coordinator gave up \
+                             (it registered again since), or another process's",
+                            view.seat_owner.unwrap_or(0)
+                        ),
+                    ));
                 }
                 Some(Fence {
                     controller,
                     controller_epoch,
                     record_version: view.record_version,
+                    session,
                 })
             }
             None => None,
@@ -2143,7 +2201,29 @@ impl Shared {
                 writer
                     .add_set_data(&path, &data, Some(zk_version))
                     .map_err(|e| zk_error(&what, e))?;
-                match writer.commit().await {
+                // Sent only while the session that won the seat is still
+                // the controller's live session here, checked under the
+                // sessions' lock, which every local end of a session takes
+                // to remove it: `commit` queues the request before it
+                // returns, so a session this coordinator ends (or
+                // suspends, or replaces) after the check ends after the
+                // write was sent, and no write is sent after it ended
+                // (review finding 5). ZooKeeper's own fence above cannot
+                // tell: the seat stays until the close reaches ZooKeeper,
+                // or the session expires.
+                let commit = {
+                    let sessions = self.sessions.lock();
+                    self.acting_controller_session_in(
+                        &sessions,
+                        fence.controller,
+                        Some(fence.session),
+                    )
+                    .map_err(|why| {
+                        fenced_here(log, fence.controller, fence.controller_epoch, &why)
+                    })?;
+                    writer.commit()
+                };
+                match commit.await {
                     Ok(results) => match results.into_iter().nth(2) {
                         Some(zk::MultiWriteResult::SetData { stat }) => Ok(stat),
                         other => {
@@ -2283,6 +2363,103 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Deletes `node`'s registration znode if ZooKeeper session `owner`
+    /// (one this coordinator gave up) still owns it, and never a later
+    /// registration's: what settling a lost registration or an unheard
+    /// close needs.
+    ///
+    /// A delete at the version read is not enough (review finding 6): every
+    /// registration's znode is at version 0, so when the given-up session
+    /// ended between the read and the delete and the node registered again
+    /// (a restarted process retries its create every few milliseconds
+    /// while the old znode is there), the delete removed the new
+    /// registration and the live node vanished from the live set.
+    /// ZooKeeper cannot make a delete conditional on a znode's owner, so
+    /// every registration moves `/nodes`'s data version in the transaction
+    /// that creates its znode (see `register_node`), and the delete is
+    /// conditional on that version too, in one `multi`: it fails if anyone
+    /// registered since the read, and is then decided again from a new read.
+    async fn delete_registration(
+        &self,
+        deadline: Instant,
+        node: NodeId,
+        owner: i64,
+        what: &str,
+    ) -> Result<Removal> {
+        let path = document::node_path(node);
+        loop {
+            let read = self
+                .read_synced(deadline, what, |client| {
+                    let path = path.clone();
+                    async move {
+                        let mut reader = client.new_multi_reader();
+                        reader.add_get_data(NODES)?;
+                        reader.add_get_data(&path)?;
+                        reader.commit().await
+                    }
+                })
+                .await?
+                .map_err(|e| zk_error(&format!("read {NODES} and {path}"), e))?;
+            let mut read = read.into_iter();
+            let registrations = match read.next() {
+                Some(zk::MultiReadResult::Data { stat, .. }) => stat.version,
+                other => return Err(unexpected(&format!("read {NODES}"), &other)),
+            };
+            let version = match read.next() {
+                Some(zk::MultiReadResult::Data { stat, .. }) if stat.ephemeral_owner == owner => {
+                    stat.version
+                }
+                Some(zk::MultiReadResult::Data { .. }) => return Ok(Removal::NotOwned),
+                Some(zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                }) => return Ok(Removal::NotOwned),
+                other => return Err(unexpected(&format!("read {path}"), &other)),
+            };
+            let client = self.main_client(deadline, what).await?;
+            connected(&client, deadline, what).await?;
+            let mut writer = client.new_multi_writer();
+            writer
+                .add_check_version(NODES, registrations)
+                .map_err(|e| zk_error(what, e))?;
+            writer
+                .add_delete(&path, Some(version))
+                .map_err(|e| zk_error(what, e))?;
+            match writer.commit().await {
+                Ok(_) => return Ok(Removal::Deleted),
+                // A registration since the read (of this node or another),
+                // or the znode changed: nothing was deleted; read again.
+                Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    tracing::debug!(%node, index, %source,
+                        "{what}: the registrations changed since the read; reading again");
+                }
+                Err(zk::MultiWriteError::RequestFailed { source })
+                    if is_connection_error(&source) =>
+                {
+                    return Err(lost(what))
+                }
+                Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    return Err(zk_error(&format!("delete {path}"), source))
+                }
+            }
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                return Err(lost(what));
+            }
+            async_io::Timer::after(RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// What [`Shared::delete_registration`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Removal {
+    /// The given-up session's znode was deleted.
+    Deleted,
+    /// ZooKeeper does not list the node under that session (any more):
+    /// the znode is gone, or is a later registration's.
+    NotOwned,
+}
+
 /// How fresh a read of the coordinator's session must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Freshness {
@@ -2312,12 +2489,14 @@ enum SeatAttempt {
 /// What a controller's log write is conditional on: the controller epoch
 /// record still at `record_version` (the version at which `controller` won
 /// `controller_epoch`, read and checked just before, with the seat's
-/// owner) and the seat taken.
+/// owner) and the seat taken, in ZooKeeper; and here, `session` (the
+/// seat's owner) still `controller`'s live session when the write is sent.
 #[derive(Clone, Copy, Debug)]
 struct Fence {
     controller: NodeId,
     controller_epoch: ControllerEpoch,
     record_version: i32,
+    session: i64,
 }
 
 /// The refusal of a write by a node that is not the controller it claims.
@@ -2330,6 +2509,20 @@ fn fenced(
     coordinator_error(format!(
         "write to {log} refused: {controller} is not the controller with controller epoch {controller_epoch} ({})",
         view.describe_holder()
+    ))
+}
+
+/// The refusal of a write by a controller whose session here may no
+/// longer act for it (`why`).
+fn fenced_here(
+    log: LogId,
+    controller: NodeId,
+    controller_epoch: ControllerEpoch,
+    why: &str,
+) -> Error {
+    coordinator_error(format!(
+        "write to {log} refused: {controller} cannot write as the controller with controller \
+         epoch {controller_epoch}: {why}"
     ))
 }
 
@@ -2718,7 +2911,10 @@ impl Coordinator for ZkCoordinator {
     /// on, and the record is never recreated, so together they mean the
     /// seat is held by the winner of that epoch; the pre-read also checks
     /// the seat's owner session), and the log's znode must be at
-    /// `expected_version` — or nothing is written.
+    /// `expected_version` — or nothing is written. It is sent only while
+    /// the session that holds the seat is `controller`'s live session
+    /// here: a session this coordinator ended writes nothing more, even
+    /// while ZooKeeper, which has not heard the close, still seats it.
     fn compare_and_set_as_controller(
         &self,
         controller: NodeId,
@@ -2736,7 +2932,8 @@ impl Coordinator for ZkCoordinator {
         // still seat it: its view of the live nodes left its own node out
         // (or predates the outage), and acting on it would move leadership
         // off a node whose session lives (see `Verdict`). A controller
-        // without a session here is fenced by ZooKeeper alone.
+        // without a live session here is refused as well (see
+        // `Shared::acting_controller_session_in`).
         self.handle.shared.refuse_if_suspended(controller, &what)?;
         self.run_write(what, move |shared, deadline, _| async move {
             shared
@@ -2877,21 +3074,52 @@ impl Coordinator for ZkCoordinator {
                     connected(&client, deadline, &what)
                         .await
                         .map_err(|error| settle(unanswered, error))?;
-                    let owner = match client.create(&path, &data, &ephemeral()).await {
-                        Ok((stat, _)) => break stat.czxid,
+                    // The create moves `/nodes`'s data version in the same
+                    // transaction, so that a delete of an earlier
+                    // registration's znode can be made conditional on no
+                    // registration since (see `delete_registration`). Both
+                    // ops share the transaction's zxid: the set's mzxid is
+                    // the znode's czxid (a create's own stat in a `multi`
+                    // may be invalid, ZOOKEEPER-4026).
+                    let mut writer = client.new_multi_writer();
+                    writer
+                        .add_create(&path, &data, &ephemeral())
+                        .map_err(|e| settle(unanswered, zk_error(&what, e)))?;
+                    writer
+                        .add_set_data(NODES, &[], None)
+                        .map_err(|e| settle(unanswered, zk_error(&what, e)))?;
+                    let owner = match writer.commit().await {
+                        Ok(results) => match results.get(1) {
+                            Some(zk::MultiWriteResult::SetData { stat }) => break stat.mzxid,
+                            other => {
+                                return Err(settle(
+                                    true,
+                                    coordinator_error(format!(
+                                        "unexpected answer to {what}: {other:?}"
+                                    )),
+                                ))
+                            }
+                        },
                         // Unknown whether it was created: the next attempt
                         // finds out.
-                        Err(error) if is_connection_error(&error) => {
+                        Err(zk::MultiWriteError::RequestFailed { source })
+                            if is_connection_error(&source) =>
+                        {
                             unanswered = true;
                             None
                         }
-                        Err(zk::Error::NodeExists) => match client.check_stat(&path).await {
+                        Err(zk::MultiWriteError::OperationFailed {
+                            index: 0,
+                            source: zk::Error::NodeExists,
+                        }) => match client.check_stat(&path).await {
                             Ok(Some(stat)) => Some((stat.ephemeral_owner, stat.czxid)),
                             Ok(None) => None,
                             Err(error) if is_connection_error(&error) => None,
                             Err(error) => return Err(settle(unanswered, zk_error(&what, error))),
                         },
-                        Err(error) => return Err(settle(unanswered, zk_error(&what, error))),
+                        Err(error) => {
+                            return Err(settle(unanswered, zk_error(&what, error.into())))
+                        }
                     };
                     if let Some((owner, czxid)) = owner {
                         if owner == client.session_id().0 {
@@ -2980,10 +3208,12 @@ impl Coordinator for ZkCoordinator {
     /// ZooKeeper to confirm, which deletes its ephemeral znode and any
     /// controller seat it held in the same step. A write: the client may
     /// give a session up without ZooKeeper having heard the close (the
-    /// connection was lost), so the call then checks that the node's znode
-    /// no longer belongs to that session; if it still does, or nothing can
-    /// be checked in time, the outcome is unknown (the znode goes when the
-    /// session expires). The given-up session is remembered until a check
+    /// connection was lost), so the call then checks whether the node's
+    /// znode still belongs to that session, and if it does deletes it — that
+    /// znode only, never a later registration's
+    /// (`Shared::delete_registration`); if that cannot be checked or done
+    /// in time, the outcome is unknown (the znode goes at the latest when
+    /// the session expires). The given-up session is remembered until a check
     /// settles it: calling again re-runs the check (the promise of
     /// [`Coordinator::unregister_node`]) rather than answer that a node
     /// without a session here is not registered.
@@ -3018,30 +3248,27 @@ impl Coordinator for ZkCoordinator {
                         }
                     }
                 }
-                let path = document::node_path(node);
-                let read = shared
-                    .read_synced(deadline, &what, |client| {
-                        let path = path.clone();
-                        async move { client.check_stat(&path).await }
-                    })
+                // If ZooKeeper did not hear the close, delete the znode the
+                // given-up session still owns, so that the node does not stay
+                // live until that session expires (as `settle_lost_registration`
+                // does for a start) — and only that znode, never a later
+                // registration's. Until that is settled, the outcome is
+                // unknown: calling again settles it.
+                match shared
+                    .delete_registration(deadline, node, session_id, &what)
                     .await
-                    .map_err(|_| lost(&what))?;
-                match read {
-                    // ZooKeeper did not hear the close: delete the znode the
-                    // given-up session still owns, at the version read, so
-                    // that the node is not live until that session expires
-                    // (as `settle_lost_registration` does for a start).
-                    Ok(Some(stat)) if stat.ephemeral_owner == session_id => {
-                        let client = shared.main_client(deadline, &what).await?;
-                        connected(&client, deadline, &what).await?;
-                        let deleted = client.delete(&path, Some(stat.version)).await;
-                        match unknown_if_lost(deleted, &what)? {
-                            Ok(()) | Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(()),
-                            Err(error) => Err(zk_error(&format!("delete {path}"), error)),
-                        }
-                    }
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(lost(&what)),
+                {
+                    Ok(Removal::Deleted | Removal::NotOwned) => Ok(()),
+                    Err(error) if error.is_outcome_unknown() => Err(error),
+                    Err(error) => Err(Error::CoordinatorOutcomeUnknown {
+                        reason: format!(
+                            "ZooKeeper may not have heard the close of session {session_id:#x}, \
+                             and whether that session still owns {} could not be settled: \
+                             {error}; unregister again to settle it",
+                            document::node_path(node)
+                        ),
+                        operation: what,
+                    }),
                 }
             },
         );
@@ -3612,6 +3839,7 @@ mod tests {
             .unwrap()
             .expect("the seat is free");
         let write_as = |controller: NodeId, epoch: ControllerEpoch| {
+            let session = c.session_id(controller).expect("a live session");
             let current = created.clone();
             let next = created.with_update(LogUpdate::in_sync_replicas(&created, vec![first], 1));
             c.run(
@@ -3626,6 +3854,7 @@ mod tests {
                                 controller,
                                 controller_epoch: epoch,
                                 record_version: i32::try_from(epoch.0).unwrap(),
+                                session,
                             }),
                         )
                         .await
@@ -3666,6 +3895,117 @@ mod tests {
             }
             other => panic!("the sitting controller's write failed: {other:?}"),
         }
+    }
+
+    /// Review finding 5: a controller went on writing after this
+    /// coordinator had ended its node's session (here, its lease lapsed):
+    /// the session's seat stays in ZooKeeper until the close reaches it (or
+    /// the session expires), so ZooKeeper's fence let the write through,
+    /// and with no session here the pre-read checked no owner. Here the
+    /// close is kept from ZooKeeper by keeping a handle of the session's
+    /// client open. Now a controller writes only through the live session
+    /// here that holds the seat, checked again when the write is sent: the
+    /// write is refused, and so is the same write sent with a fence checked
+    /// before the session ended, and after the node registered again.
+    #[test]
+    fn a_controller_whose_session_ended_here_writes_nothing() {
+        let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+        let mut config = ZkCoordinatorConfig::new(server.connect_string());
+        config.chroot = "/ended-here".to_owned();
+        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let (controller, other) = (NodeId(1), NodeId(2));
+        c.register_node(controller, Duration::from_secs(2)).unwrap();
+        c.register_node(other, Duration::from_secs(20)).unwrap();
+        let log = LogId(1);
+        let created = c.create_log(log, vec![controller, other]).unwrap();
+        let epoch = c
+            .try_become_controller(controller)
+            .unwrap()
+            .expect("the seat is free");
+        let won_with = c.session_id(controller).expect("a session");
+        // As a close ZooKeeper has not heard yet: the session lives on there.
+        let unheard = c.handle.shared.sessions.lock()[&controller].client();
+
+        // No heartbeat: the lease lapses and the coordinator ends the
+        // session here.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.session_id(controller).is_some() {
+            assert!(Instant::now() < deadline, "the lease never lapsed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(c.heartbeat(controller).is_err());
+        assert_eq!(
+            c.controller().unwrap(),
+            Some((controller, epoch)),
+            "ZooKeeper still seats the ended session"
+        );
+
+        let update = || LogUpdate::in_sync_replicas(&created, vec![controller], 1);
+        let refused = |what: &str, outcome: Result<CasOutcome>| match outcome {
+            Err(Error::Coordinator { reason }) => assert!(
+                reason.contains(&format!("controller epoch {epoch}")),
+                "{what}: the refusal must name the controller epoch: {reason}"
+            ),
+            other => panic!("{what}: a controller write from an ended session: {other:?}"),
+        };
+        let write_with_fence_checked_before = || {
+            let current = created.clone();
+            let next = created.with_update(update());
+            c.run(
+                "write as a controller".to_owned(),
+                move |shared, deadline, _| async move {
+                    let fence = Fence {
+                        controller,
+                        controller_epoch: epoch,
+                        record_version: i32::try_from(epoch.0).unwrap(),
+                        session: won_with,
+                    };
+                    shared
+                        .write_log(deadline, &current, next, Some(fence))
+                        .await
+                },
+            )
+        };
+        refused(
+            "ended here",
+            c.compare_and_set_as_controller(
+                controller,
+                epoch,
+                log,
+                created.leader_epoch,
+                created.version,
+                update(),
+            ),
+        );
+        refused("ended after the check", write_with_fence_checked_before());
+
+        // Registered again: a new session, while ZooKeeper still seats the
+        // old one (whose node znode went as when settling an unheard close
+        // deletes it, which leaves the seat).
+        ZkShell::connect(&server.connect_string(), "/ended-here")
+            .unwrap()
+            .delete_all("/nodes/1")
+            .unwrap();
+        c.register_node(controller, Duration::from_secs(20))
+            .unwrap();
+        assert_ne!(c.session_id(controller), Some(won_with));
+        refused(
+            "registered again",
+            c.compare_and_set_as_controller(
+                controller,
+                epoch,
+                log,
+                created.leader_epoch,
+                created.version,
+                update(),
+            ),
+        );
+        refused(
+            "replaced after the check",
+            write_with_fence_checked_before(),
+        );
+        assert_eq!(c.log_state(log).unwrap(), Some(created.clone()));
+        drop(unheard);
     }
 
     /// Issue 24 review: moving an earlier version's controller record took

@@ -9,6 +9,12 @@
 //!                        controller's session: {"format":1,"epoch":E,
 //!                        "controller":N}, created in the transaction that
 //!                        wrote `/controller_epoch`
+//! /nodes                persistent; its data version counts registrations:
+//!                        each moves it in the transaction that creates its
+//!                        node's znode, so that deleting a given-up
+//!                        session's znode can be conditional on no
+//!                        registration since (ZooKeeper cannot condition a
+//!                        delete on a znode's owner)
 //! /nodes/<node id>       ephemeral, one per live node, owned by its session
 //! /logs/<log id>         persistent: one log's state; its ZooKeeper version
 //!                        is the state's compare-and-set version

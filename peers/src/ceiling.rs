@@ -111,3 +111,109 @@ pub fn ceiling_run(
         ok: slowest,
     })
 }
+
+/// The machine's ceiling for closed-loop clients that are OS threads blocking on each
+/// append, measured in the same run: `clients` threads each hand one record to a single
+/// committer thread and block (`thread::park`) until it says the record is done; the
+/// committer takes everything queued at once (a group commit that copies and writes
+/// nothing), marks each done and wakes its thread (`Thread::unpark`). No bytes, no
+/// replication, no coordination: only the hand-off and the wake-up that any design in which
+/// an OS thread waits for another thread to decide its append must pay. No blocking client
+/// of a replicated log on this machine can go faster; the "threads" rows read as a
+/// fraction of it, and where it is below another system's figure, that figure is out of
+/// reach for blocking thread clients here.
+pub fn hand_off_ceiling_run(
+    clients: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> std::io::Result<CeilingSample> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Condvar, Mutex};
+    use std::thread::Thread;
+
+    struct Queue {
+        waiting: Mutex<Vec<(Thread, Arc<AtomicBool>)>>,
+        ready: Condvar,
+    }
+    let queue = Arc::new(Queue {
+        waiting: Mutex::new(Vec::with_capacity(clients)),
+        ready: Condvar::new(),
+    });
+    let phase = Arc::new(AtomicU8::new(WARMUP));
+    let done_total = Arc::new(AtomicU64::new(0));
+    // Clients still running: the committer serves until every one has seen STOP, so
+    // that none is left parked on a record pushed just before it.
+    let running = Arc::new(AtomicU64::new(clients as u64));
+    let committer = {
+        let (queue, running, done_total) = (queue.clone(), running.clone(), done_total.clone());
+        std::thread::spawn(move || {
+            let mut batch = Vec::with_capacity(clients);
+            loop {
+                {
+                    let mut waiting = queue.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                    while waiting.is_empty() {
+                        if running.load(Ordering::Acquire) == 0 {
+                            return;
+                        }
+                        waiting = queue
+                            .ready
+                            .wait_timeout(waiting, Duration::from_millis(10))
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                    std::mem::swap(&mut *waiting, &mut batch);
+                }
+                done_total.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                for (thread, done) in batch.drain(..) {
+                    done.store(true, Ordering::Release);
+                    thread.unpark();
+                }
+            }
+        })
+    };
+    let mut threads = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let (queue, phase, running) = (queue.clone(), phase.clone(), running.clone());
+        threads.push(std::thread::spawn(move || {
+            let done = Arc::new(AtomicBool::new(false));
+            while phase.load(Ordering::Relaxed) != STOP {
+                done.store(false, Ordering::Relaxed);
+                let was_empty = {
+                    let mut waiting = queue.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                    let was_empty = waiting.is_empty();
+                    waiting.push((std::thread::current(), done.clone()));
+                    was_empty
+                };
+                if was_empty {
+                    queue.ready.notify_one();
+                }
+                while !done.load(Ordering::Acquire) {
+                    std::thread::park();
+                }
+            }
+            running.fetch_sub(1, Ordering::Release);
+        }));
+    }
+    std::thread::sleep(warmup);
+    let at_start = done_total.load(Ordering::Relaxed);
+    phase.store(MEASURE, Ordering::Relaxed);
+    let start = Instant::now();
+    std::thread::sleep(measure);
+    let at_end = done_total.load(Ordering::Relaxed);
+    let secs = start.elapsed().as_secs_f64();
+    phase.store(STOP, Ordering::Relaxed);
+    for thread in threads {
+        thread
+            .join()
+            .map_err(|_| std::io::Error::other("a hand-off client panicked"))?;
+    }
+    committer
+        .join()
+        .map_err(|_| std::io::Error::other("the hand-off committer panicked"))?;
+    let ok = at_end - at_start;
+    Ok(CeilingSample {
+        ops_per_s: ok as f64 / secs,
+        mb_per_s: 0.0,
+        ok,
+    })
+}

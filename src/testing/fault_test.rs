@@ -123,6 +123,14 @@ pub struct FaultTestConfig {
     /// while its disk survives, which a removed replica's deleted copy does
     /// not).
     pub reassignments: bool,
+    /// Issue 28's network faults: whenever message drops are drawn,
+    /// requests also arrive late (held back past their caller's time-out,
+    /// then handed to the handler) or twice, up to about 400 ms after
+    /// their call ([`MemoryNetwork::set_late_delivery`]): a fetch from a
+    /// follower that has since restarted or moved on reaches its leader
+    /// after newer ones. Drawn only when set, so other runs' schedules are
+    /// unchanged.
+    pub late_messages: bool,
 }
 
 impl FaultTestConfig {
@@ -138,6 +146,7 @@ impl FaultTestConfig {
             idempotent_pipelined: false,
             deletion: false,
             reassignments: false,
+            late_messages: false,
         }
     }
 }
@@ -162,6 +171,9 @@ pub struct FaultTestReport {
     pub idempotent_duplicates: usize,
     /// Acknowledgements the lossy router dropped (each forces a retry).
     pub acks_dropped: usize,
+    /// Requests the network handed to a handler late or a second time
+    /// ([`FaultTestConfig::late_messages`]).
+    pub late_delivered: u64,
     /// Committed reads checked (on a leader against its high watermark,
     /// on a follower against the converged log).
     pub committed_reads: usize,
@@ -771,6 +783,7 @@ fn run_inner<C: FaultTarget>(
     report.idempotent_acknowledged = *state.idempotent_acknowledged.lock();
     report.idempotent_duplicates = *state.idempotent_duplicates.lock();
     report.acks_dropped = *state.acks_dropped.lock();
+    report.late_delivered = cluster.network().late_delivered();
     report.committed_reads = *state.committed_reads.lock();
     report.replica_comparisons = *state.replica_comparisons.lock();
     let follower_reads = std::mem::take(&mut *state.follower_reads.lock());
@@ -1568,6 +1581,11 @@ fn inject_faults<C: FaultTarget>(
         } else {
             "coordinator outage"
         });
+    // Late and duplicate messages from the start (until a "heal
+    // network"), so that every seed of such a run has some.
+    if config.late_messages {
+        draw_late_delivery(cluster, rng);
+    }
     while started.elapsed() < config.fault_phase {
         std::thread::sleep(Duration::from_millis(20 + rng.next_u64() % 100));
         let running: Vec<NodeId> = all
@@ -1701,6 +1719,9 @@ fn inject_faults<C: FaultTarget>(
                 let response = percent[(rng.next_u64() % 4) as usize];
                 cluster.network().set_request_drop_probability(request);
                 cluster.network().set_response_drop_probability(response);
+                if config.late_messages {
+                    draw_late_delivery(cluster, rng);
+                }
                 true
             }
             // The forced first one arms every running node: the next write
@@ -1743,6 +1764,9 @@ fn inject_faults<C: FaultTarget>(
                 cluster.network().set_latency(Duration::ZERO);
                 cluster.network().set_request_drop_probability(0.0);
                 cluster.network().set_response_drop_probability(0.0);
+                cluster
+                    .network()
+                    .set_late_delivery(0.0, 0.0, Duration::ZERO);
                 true
             }
             "latency" => {
@@ -1851,11 +1875,28 @@ fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) ->
     )
 }
 
+/// Sets the network's late and duplicate delivery
+/// ([`FaultTestConfig::late_messages`]) to probabilities and a delay drawn
+/// from `rng`.
+fn draw_late_delivery<C: FaultTarget>(cluster: &C, rng: &mut SplitMix64) {
+    let probabilities = [0.02, 0.05, 0.1, 0.2];
+    let late = probabilities[(rng.next_u64() % 4) as usize];
+    let duplicate = probabilities[(rng.next_u64() % 4) as usize];
+    let delay_max = Duration::from_millis(20 + rng.next_u64() % 400);
+    cluster
+        .network()
+        .set_late_delivery(late, duplicate, delay_max);
+}
+
 fn heal<C: FaultTarget>(cluster: &C, state: &RunState) {
     cluster.network().heal();
     cluster.network().set_latency(Duration::ZERO);
     cluster.network().set_request_drop_probability(0.0);
     cluster.network().set_response_drop_probability(0.0);
+    // Requests already held back still arrive, during convergence.
+    cluster
+        .network()
+        .set_late_delivery(0.0, 0.0, Duration::ZERO);
     for node in cluster.node_ids() {
         cluster.set_coordinator_unavailable(node, false);
     }

@@ -23,6 +23,16 @@
 //! response lost?) whatever the probabilities are. The outcomes on one link
 //! are therefore a function of the seed and the number of earlier calls *on
 //! that link*, independent of how threads on other links interleave.
+//!
+//! Messages can also arrive late or twice (issue 28's simulated network):
+//! a request held back in the network past its caller's time-out and
+//! handed to the handler later, or delivered and then delivered again
+//! later ([`MemoryNetwork::set_late_delivery`]). Those draws come from a
+//! second stream per link (three draws per call), so that turning them on
+//! does not change the drops of a seed. Their responses reach nobody; a
+//! late request is handed to the handler registered for its destination
+//! when it arrives (a restarted node's new one), unless a node is down or
+//! the link blocked by then.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -34,6 +44,13 @@ use crate::types::NodeId;
 
 use super::rng::{mix64, SplitMix64};
 use super::{Request, RequestHandler, Response, Transport, TransportError};
+
+/// At most this many late or duplicate requests are on their way at once;
+/// more are simply lost (each waits on a thread of its own).
+const LATE_IN_FLIGHT_MAX: u64 = 64;
+
+/// Salt of the per-link streams that decide late and duplicate delivery.
+const LATE_STREAM_SALT: u64 = 0x6C61_7465_2064_7570; // "late dup"
 
 /// How long a caller whose request or response was lost waits before it gets
 /// `Timeout`, unless its deadline comes first. A real lost packet is only
@@ -63,6 +80,11 @@ struct Hub {
     /// Calls whose request or response was lost (by probability, by a
     /// one-shot drop, or by a blocked link).
     dropped: AtomicU64,
+    /// Requests delivered late or a second time so far.
+    late_delivered: AtomicU64,
+    /// Late or duplicate requests on their way now (bounded by
+    /// [`LATE_IN_FLIGHT_MAX`]).
+    late_in_flight: AtomicU64,
 }
 
 struct HubState {
@@ -81,6 +103,15 @@ struct HubState {
     lost_message_wait_max: Duration,
     /// One random stream per directed link, created on the link's first call.
     link_rngs: HashMap<(NodeId, NodeId), SplitMix64>,
+    /// Invariant: within `[0, 1]`.
+    late_probability: f64,
+    /// Invariant: within `[0, 1]`.
+    duplicate_probability: f64,
+    /// A late or duplicate request arrives between half this and this long
+    /// after its call.
+    late_delay_max: Duration,
+    /// The streams of late and duplicate delivery, one per directed link.
+    late_rngs: HashMap<(NodeId, NodeId), SplitMix64>,
 }
 
 impl HubState {
@@ -89,6 +120,8 @@ impl HubState {
     fn check_invariants(&self) {
         assert!((0.0..=1.0).contains(&self.request_drop_probability));
         assert!((0.0..=1.0).contains(&self.response_drop_probability));
+        assert!((0.0..=1.0).contains(&self.late_probability));
+        assert!((0.0..=1.0).contains(&self.duplicate_probability));
         assert!(self.drop_next_response.values().all(|&count| count > 0));
     }
 
@@ -109,6 +142,11 @@ struct Dispatch {
     response_lost_by_chance: bool,
     latency: Duration,
     lost_message_wait_max: Duration,
+    /// Held back by the network: handed to the handler after this delay,
+    /// and the caller times out.
+    late: Option<Duration>,
+    /// Delivered, and again after this delay.
+    duplicate: Option<Duration>,
 }
 
 impl MemoryNetwork {
@@ -127,9 +165,15 @@ impl MemoryNetwork {
                     latency: Duration::ZERO,
                     lost_message_wait_max: LOST_MESSAGE_WAIT_MAX_DEFAULT,
                     link_rngs: HashMap::new(),
+                    late_probability: 0.0,
+                    duplicate_probability: 0.0,
+                    late_delay_max: Duration::ZERO,
+                    late_rngs: HashMap::new(),
                 }),
                 calls: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
+                late_delivered: AtomicU64::new(0),
+                late_in_flight: AtomicU64::new(0),
             }),
         }
     }
@@ -228,6 +272,42 @@ impl MemoryNetwork {
         }
     }
 
+    /// Messages that arrive late or twice: each request is, with
+    /// `late_probability`, held back by the network (its caller gets
+    /// `Timeout` as for a lost request) and handed to the handler between
+    /// half of `delay_max` and `delay_max` later; and, with
+    /// `duplicate_probability`, delivered normally and handed to the
+    /// handler once more as late. Responses to those deliveries reach nobody. What a real
+    /// network does to a retransmitted or long-queued packet: a fetch from
+    /// a follower that has since restarted, or moved on, reaches its leader
+    /// after newer ones. Both 0 (the default) turn it off.
+    ///
+    /// # Panics
+    /// If a probability is not within `[0, 1]`: that is a bug in the test.
+    pub fn set_late_delivery(
+        &self,
+        late_probability: f64,
+        duplicate_probability: f64,
+        delay_max: Duration,
+    ) {
+        for probability in [late_probability, duplicate_probability] {
+            assert!(
+                (0.0..=1.0).contains(&probability),
+                "late or duplicate delivery probability {probability} is not within [0, 1]"
+            );
+        }
+        let mut state = self.hub.state.lock();
+        state.late_probability = late_probability;
+        state.duplicate_probability = duplicate_probability;
+        state.late_delay_max = delay_max;
+    }
+
+    /// Number of requests handed to a handler late or a second time so far
+    /// ([`MemoryNetwork::set_late_delivery`]).
+    pub fn late_delivered(&self) -> u64 {
+        self.hub.late_delivered.load(Ordering::Relaxed)
+    }
+
     /// Delay added to every call before the handler runs.
     pub fn set_latency(&self, latency: Duration) {
         self.hub.state.lock().latency = latency;
@@ -316,12 +396,25 @@ impl MemoryTransport {
         // depend on which probabilities were set for earlier calls.
         let lost_by_chance = rng.chance(request_drop_probability);
         let response_lost_by_chance = rng.chance(response_drop_probability);
+        let (late_probability, duplicate_probability) =
+            (state.late_probability, state.duplicate_probability);
+        let delay_max = state.late_delay_max;
+        let late_rng = state
+            .late_rngs
+            .entry((from, to))
+            .or_insert_with(|| SplitMix64::new(link_seed(seed ^ LATE_STREAM_SALT, from, to)));
+        // Three draws on every call, whatever the probabilities.
+        let late = late_rng.chance(late_probability);
+        let duplicate = late_rng.chance(duplicate_probability);
+        let delay = delay_max.mul_f64(0.5 + 0.5 * late_rng.next_f64());
         Ok(Dispatch {
             handler,
             request_lost: lost_by_chance || state.is_blocked(from, to),
             response_lost_by_chance,
             latency: state.latency,
             lost_message_wait_max: state.lost_message_wait_max,
+            late: late.then_some(delay),
+            duplicate: (duplicate && !late).then_some(delay),
         })
     }
 
@@ -355,6 +448,44 @@ impl MemoryTransport {
             Err(Lost::Response)
         } else {
             Ok(())
+        }
+    }
+
+    /// Hands `request` to `to`'s handler after `delay`, on a thread of its
+    /// own, unless [`LATE_IN_FLIGHT_MAX`] are on their way already (then it
+    /// is lost). At arrival the handler registered then is called, unless
+    /// either node is down or the link blocked; its response is dropped.
+    fn deliver_later(&self, to: NodeId, request: Request, delay: Duration) {
+        let hub = &self.hub;
+        if hub.late_in_flight.fetch_add(1, Ordering::SeqCst) >= LATE_IN_FLIGHT_MAX {
+            hub.late_in_flight.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let hub = Arc::clone(hub);
+        let from = self.me;
+        let spawned = thread::Builder::new()
+            .name("isrlog-memory-late".into())
+            .spawn(move || {
+                thread::sleep(delay);
+                let handler = {
+                    let state = hub.state.lock();
+                    let cut =
+                        state.is_down(from) || state.is_down(to) || state.is_blocked(from, to);
+                    if cut {
+                        None
+                    } else {
+                        state.handlers.get(&to).map(Arc::clone)
+                    }
+                };
+                if let Some(handler) = handler {
+                    tracing::debug!(%from, %to, ?delay, "memory network: a request arrives late");
+                    hub.late_delivered.fetch_add(1, Ordering::Relaxed);
+                    let _ = handler.handle(from, request);
+                }
+                hub.late_in_flight.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            self.hub.late_in_flight.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -409,6 +540,18 @@ impl Transport for MemoryTransport {
         }
         if dispatch.request_lost {
             return Err(self.lose(to, "request", dispatch.lost_message_wait_max, deadline));
+        }
+        if let Some(delay) = dispatch.late {
+            self.deliver_later(to, request, delay);
+            return Err(self.lose(
+                to,
+                "request (late)",
+                dispatch.lost_message_wait_max,
+                deadline,
+            ));
+        }
+        if let Some(delay) = dispatch.duplicate {
+            self.deliver_later(to, request.clone(), delay);
         }
         // The hub's lock is not held here: handlers block (long poll) and
         // call back into the network.
@@ -491,5 +634,121 @@ mod tests {
             .expect("forwarded call succeeds");
         assert_eq!(got, expected);
         assert_eq!(network.calls(), 2);
+    }
+
+    /// Records what reaches a handler, and when.
+    fn recording_handler(
+        network: &MemoryNetwork,
+        node: NodeId,
+    ) -> Arc<std::sync::Mutex<Vec<(Request, Instant)>>> {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        network.register(
+            node,
+            Arc::new(crate::testing::FnHandler::new(move |from, request| {
+                let response = crate::testing::echo_response(node, from, &request);
+                record.lock().unwrap().push((request, Instant::now()));
+                response
+            })),
+        );
+        seen
+    }
+
+    fn wait_for(seen: &std::sync::Mutex<Vec<(Request, Instant)>>, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < count {
+            assert!(Instant::now() < deadline, "only {:?}", seen.lock().unwrap());
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_late_request_times_out_for_its_caller_and_reaches_the_handler_later() {
+        let network = MemoryNetwork::new(3);
+        let (a, b) = (NodeId(1), NodeId(2));
+        let seen = recording_handler(&network, b);
+        network.set_late_delivery(1.0, 0.0, Duration::from_millis(50));
+        let request = crate::testing::sample_epoch_request(a, 9);
+        let called = Instant::now();
+        let got = network
+            .transport(a)
+            .call(b, request.clone(), called + Duration::from_secs(5));
+        assert_eq!(got, Err(TransportError::Timeout { to: b }));
+        wait_for(&seen, 1);
+        assert_eq!(seen.lock().unwrap()[0].0, request);
+        assert_eq!(network.late_delivered(), 1);
+        // Off again: the next call is answered at once, and nothing more
+        // arrives.
+        network.set_late_delivery(0.0, 0.0, Duration::ZERO);
+        let second = crate::testing::sample_epoch_request(a, 10);
+        let got =
+            network
+                .transport(a)
+                .call(b, second.clone(), Instant::now() + Duration::from_secs(5));
+        assert!(got.is_ok(), "{got:?}");
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        assert_eq!(seen.lock().unwrap()[1].0, second);
+    }
+
+    #[test]
+    fn a_duplicate_request_is_answered_and_reaches_the_handler_again() {
+        let network = MemoryNetwork::new(4);
+        let (a, b) = (NodeId(1), NodeId(2));
+        let seen = recording_handler(&network, b);
+        network.set_late_delivery(0.0, 1.0, Duration::from_millis(20));
+        let request = crate::testing::sample_epoch_request(a, 9);
+        let got =
+            network
+                .transport(a)
+                .call(b, request.clone(), Instant::now() + Duration::from_secs(5));
+        assert_eq!(got, Ok(crate::testing::echo_response(b, a, &request)));
+        wait_for(&seen, 2);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0].0, request);
+        assert_eq!(seen[1].0, request);
+        assert!(seen[1].1 >= seen[0].1);
+    }
+
+    #[test]
+    fn a_late_request_to_a_node_gone_down_is_lost() {
+        let network = MemoryNetwork::new(5);
+        let (a, b) = (NodeId(1), NodeId(2));
+        let seen = recording_handler(&network, b);
+        network.set_late_delivery(1.0, 0.0, Duration::from_millis(400));
+        let request = crate::testing::sample_epoch_request(a, 9);
+        let got = network
+            .transport(a)
+            .call(b, request, Instant::now() + Duration::from_millis(10));
+        assert_eq!(got, Err(TransportError::Timeout { to: b }));
+        network.node_down(b);
+        thread::sleep(Duration::from_millis(500));
+        assert!(seen.lock().unwrap().is_empty());
+        assert_eq!(network.late_delivered(), 0);
+    }
+
+    #[test]
+    fn late_delivery_draws_leave_the_drops_of_a_seed_unchanged() {
+        // The same seed loses the same calls with late delivery on or off.
+        let outcomes = |late: bool| {
+            let network = MemoryNetwork::new(11);
+            let (a, b) = (NodeId(1), NodeId(2));
+            network.register(b, Arc::new(EchoHandler::new(b)));
+            network.set_lost_message_wait_max(Duration::ZERO);
+            network.set_request_drop_probability(0.3);
+            if late {
+                network.set_late_delivery(0.0, 0.5, Duration::from_millis(1));
+            }
+            (0..40)
+                .map(|i| {
+                    let request = crate::testing::sample_epoch_request(a, i);
+                    network
+                        .transport(a)
+                        .call(b, request, Instant::now() + Duration::from_secs(5))
+                        .is_ok()
+                })
+                .collect::<Vec<bool>>()
+        };
+        assert_eq!(outcomes(false), outcomes(true));
     }
 }

@@ -112,15 +112,18 @@ pub struct ControllerConfig {
     /// the switch off, the log waits for those ISR and ELR members as long
     /// as it takes.
     ///
-    /// Whatever the switch, it also bounds how long unclean recovery waits
+    /// With the switch on, it also bounds how long unclean recovery waits
     /// for a replica outside the ISR and ELR that is away (down, or cut off
-    /// from the coordinator) before electing the longest reported log
-    /// without it, when some report holds records (if every report is
-    /// empty, the log waits for those replicas as long as it takes: one of
-    /// them may hold everything): such a replica may have left the ISR holding records that
-    /// every later member lost (SPEC G1(c)), and one back within the wait
-    /// reports its log end and is compared; one away longer is passed over,
-    /// and records only it held are lost. Default five minutes.
+    /// from the coordinator), or one whose log end is not known yet, before
+    /// electing the longest reported log without it, when some report
+    /// holds records (if every report is empty, the log waits for replicas
+    /// outside the list as long as it takes: one of them may hold
+    /// everything): such a replica may have left the ISR holding records
+    /// that every later member lost (SPEC G1(c)), and one back within the
+    /// wait reports its log end and is compared; one away longer is passed
+    /// over, and records only it held are lost (counted as an unclean
+    /// election). With the switch off nobody is passed over: the log waits
+    /// for them as long as it takes. Default five minutes.
     pub unclean_recovery_wait_max: Duration,
     /// Run preferred-leader election this often while controller (Kafka's
     /// `auto.leader.rebalance.enable` with
@@ -309,9 +312,10 @@ impl Election {
 ///   ([`recovery_election`]). Every replica outside the list that is
 ///   neither known empty nor reported yet, and every one in the list whose
 ///   log end is not known yet (its node could not open it), is waited for,
-///   live or away, until `recovery_waited` (the log has waited
-///   [`ControllerConfig::unclean_recovery_wait_max`]); past that, only the
-///   live ones, which report as soon as they can. When every known end is
+///   live or away, until `recovery_waited` (the unclean switch is on and
+///   the log has waited [`ControllerConfig::unclean_recovery_wait_max`]);
+///   past that, only the live ones, which report as soon as they can, and
+///   an election that passed over one that is away counts as unclean. When every known end is
 ///   empty, every such replica is waited for the same way: none of the
 ///   reported logs may be elected over one that may hold records.
 /// - No ISR or ELR member live, `unclean` on: a live replica leads with
@@ -379,11 +383,13 @@ pub(crate) fn elect_leader(
     // that held the committed records restarted after an unclean shutdown.
     // The one with the greatest log end leads once it is live; until then
     // the log waits for it (SPEC G1(c)), unless unclean election decides.
-    if let Some(leader) = recovery_election(state, &is_live, recovery_waited) {
+    if let Some((leader, passed_over)) = recovery_election(state, &is_live, recovery_waited) {
         return Election::Leader {
             leader,
             in_sync_replicas: vec![leader],
-            unclean: false,
+            // Electing without a replica that may hold more may lose
+            // committed records: that is the unclean switch's decision.
+            unclean: passed_over,
         };
     }
     if unclean {
@@ -451,7 +457,7 @@ fn recovery_election(
     state: &LogState,
     is_live: &impl Fn(&NodeId) -> bool,
     recovery_waited: bool,
-) -> Option<NodeId> {
+) -> Option<(NodeId, bool)> {
     if !state.in_sync_replicas.is_empty()
         || !state.eligible_leader_replicas.is_empty()
         || state.unclean_replicas.is_empty()
@@ -494,9 +500,9 @@ fn recovery_election(
             .collect();
         if !passed_over.is_empty() && is_live(&best.node) {
             tracing::warn!(log = %state.log, leader = %best.node, ?passed_over,
-                "unclean recovery: the recovery wait is over and these replicas, whose log ends are not known, are still away; the longest reported log leads without them, and records only they held are lost if they held any");
+                "unclean recovery: the recovery wait is over and these replicas, whose log ends are not known, are still away; the unclean switch is on, so the longest reported log leads without them, and records only they held are lost if they held any");
         }
-        return is_live(&best.node).then_some(best.node);
+        return is_live(&best.node).then_some((best.node, !passed_over.is_empty()));
     }
     if state.replicas.iter().any(|node| !state.is_unclean(*node)) {
         // Some replica has not reported: wait for its log end.
@@ -513,7 +519,16 @@ fn recovery_election(
     if unknown {
         return None;
     }
-    state.replicas.iter().copied().find(|node| is_live(node))
+    let passed_over = state
+        .replicas
+        .iter()
+        .any(|node| state.log_end_unknown(*node));
+    state
+        .replicas
+        .iter()
+        .copied()
+        .find(|node| is_live(node))
+        .map(|leader| (leader, passed_over))
 }
 
 /// Whether `state`'s log is in unclean recovery and recovery cannot elect
@@ -994,7 +1009,14 @@ impl Shared {
         let recovery_waited = wait
             .1
             .map_or(switch_waited, |since| since.elapsed() >= wait_max);
-        (switch && switch_waited, recovery_waited)
+        // Passing over a replica that may hold records may lose them: only
+        // the unclean switch may (SPEC 3.5: "only if they do not all come
+        // back in that time does unclean_leader_election decide"; G1(c)
+        // counts any replica that was in the ISR when a record was
+        // committed and comes back with its disk, however late). With the
+        // switch off the log waits for them as long as it takes, as a
+        // Kafka partition without unclean election waits for its ISR.
+        (switch && switch_waited, switch && recovery_waited)
     }
 
     /// For `state`'s log now: whether the controller may complete its
@@ -1650,12 +1672,12 @@ mod tests {
                 true,
             ),
             (
-                "an end not known of a replica still away after the wait: passed over",
+                "an end not known of a replica still away after the wait: passed over, uncleanly",
                 &[],
                 &[(1, 5), (2, UNKNOWN), (3, 3)],
                 &[1, 3],
                 true,
-                leader(1, &[1], false),
+                leader(1, &[1], true),
                 true,
             ),
             (
@@ -1668,12 +1690,12 @@ mod tests {
                 true,
             ),
             (
-                "every known end is empty, one not known and away after the wait: a known empty one leads",
+                "every known end is empty, one not known and away after the wait: a known empty one leads, uncleanly",
                 &[],
                 &[(1, 0), (2, UNKNOWN), (3, 0)],
                 &[1, 3],
                 true,
-                leader(1, &[1], false),
+                leader(1, &[1], true),
                 true,
             ),
             (
@@ -1777,12 +1799,12 @@ mod tests {
                 true,
             ),
             (
-                "only one unclean replica, live, the others away, recovery wait over: it leads",
+                "only one unclean replica, live, the others away, recovery wait over: it leads, uncleanly",
                 &[],
                 &[(3, 4)],
                 &[3],
                 true,
-                leader(3, &[3], false),
+                leader(3, &[3], true),
                 true,
             ),
             (
@@ -1861,9 +1883,11 @@ mod tests {
     }
 
     /// SPEC G1(c) and 3.5: a replica outside the unclean list that is away
-    /// holds a log in unclean recovery leaderless only until the recovery
-    /// wait is over; then the longest reported log leads, cleanly, whatever
-    /// the switch. Once it is back it reports and is compared instead.
+    /// holds a log in unclean recovery leaderless until the recovery wait
+    /// is over, and then only if the unclean switch is on (the caller
+    /// passes `recovery_waited` only then): the longest reported log leads,
+    /// counted as unclean. Once it is back it reports and is compared
+    /// instead.
     #[test]
     fn a_replica_away_outside_the_list_is_waited_for_until_the_recovery_wait_is_over() {
         use crate::coordinator::{LogEnd, UncleanReplica};
@@ -1889,8 +1913,8 @@ mod tests {
         );
         assert_eq!(
             elect_leader(&state, &live, false, true),
-            leader(2, &[2], false),
-            "wait over, switch off: the longest reported log leads"
+            leader(2, &[2], true),
+            "wait over, switch on: the longest reported log leads, uncleanly"
         );
         // Back before the wait is over: it is live and not yet reported,
         // so the election waits for its report.
@@ -1943,10 +1967,15 @@ mod tests {
         let off = shared(false, Duration::ZERO);
         assert!(!off.recovery_decision(&recovering, &live).0);
         assert!(!off.recovery_decision(&classic, &live).0);
-        // The recovery wait runs whatever the switch.
-        assert!(off.recovery_decision(&recovering, &live).1);
+        // With the switch off nobody is ever passed over (SPEC 3.5, G1(c)).
+        assert!(!off.recovery_decision(&recovering, &live).1);
         assert!(
-            !shared(false, Duration::from_secs(3600))
+            shared(true, Duration::ZERO)
+                .recovery_decision(&recovering, &live)
+                .1
+        );
+        assert!(
+            !shared(true, Duration::from_secs(3600))
                 .recovery_decision(&recovering, &live)
                 .1
         );
@@ -1961,7 +1990,7 @@ mod tests {
 
         // The wait restarts when the log enters recovery proper: one begun
         // while an ISR member was still away is not spent by then.
-        let restarted = shared(false, Duration::from_millis(200));
+        let restarted = shared(true, Duration::from_millis(200));
         let mut isr_away = recovering.clone();
         isr_away.in_sync_replicas = vec![NodeId(3)];
         isr_away.eligible_leader_replicas = Vec::new();

@@ -2,15 +2,16 @@
 //! reported its unclean restart (its recovery needed a cut that may be
 //! made only once the report is stored, or the open failed) is recorded
 //! with its log end not known, and unclean recovery waits for its end as
-//! for a replica that has not reported: while it is live, with no bound;
-//! while it is away, for `unclean_recovery_wait_max`. Taking the unknown
+//! for a replica that has not reported, with no bound; only the unclean
+//! switch passes over one that is away, after `unclean_recovery_wait_max`,
+//! and that election counts as unclean. Taking the unknown
 //! end for an empty log elected a shorter log at once, and the replica
 //! then truncated the records only it held (review of dfd9830: every node
 //! lost power, C needed the cut, B held 0..50 and led before C reported
 //! 0..120).
 //!
 //! The controller runs against a `MemoryCoordinator` with fake nodes
-//! (sessions only), the unclean switch off; the wait is real time.
+//! (sessions only); the wait is real time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,12 +80,12 @@ fn every_replica_restarted_uncleanly(coordinator: &MemoryCoordinator, live: &[No
     );
 }
 
-fn controller(coordinator: &MemoryCoordinator) -> Controller {
+fn controller(coordinator: &MemoryCoordinator, unclean_leader_election: bool) -> Controller {
     Controller::start(
         CONTROLLER,
         Arc::new(coordinator.for_node(CONTROLLER)),
         ControllerConfig {
-            unclean_leader_election: false,
+            unclean_leader_election,
             unclean_recovery_wait_max: RECOVERY_WAIT,
             poll_interval: Duration::from_millis(20),
             ..ControllerConfig::default()
@@ -105,7 +106,7 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
 fn unclean_recovery_waits_for_a_live_replica_whose_log_end_is_not_known() {
     let coordinator = MemoryCoordinator::new(Arc::new(ManualClock::default()));
     every_replica_restarted_uncleanly(&coordinator, &[C, B, A]);
-    let controller = controller(&coordinator);
+    let controller = controller(&coordinator, false);
     wait_until("the controller is active", || controller.is_active());
     // Well past the recovery wait: C is live, so it is still waited for.
     std::thread::sleep(RECOVERY_WAIT * 3);
@@ -127,11 +128,32 @@ fn unclean_recovery_waits_for_a_live_replica_whose_log_end_is_not_known() {
 }
 
 #[test]
-fn a_replica_whose_log_end_is_not_known_and_stays_away_is_passed_over_after_the_wait() {
+fn a_replica_whose_log_end_is_not_known_and_stays_away_is_waited_for_without_the_switch() {
+    let coordinator = MemoryCoordinator::new(Arc::new(ManualClock::default()));
+    every_replica_restarted_uncleanly(&coordinator, &[B, A]);
+    let controller = controller(&coordinator, false);
+    wait_until("the controller is active", || controller.is_active());
+    std::thread::sleep(RECOVERY_WAIT * 3);
+    let state = stored(&coordinator);
+    assert_eq!(state.leader, None, "elected without C's end: {state:?}");
+    // C comes back and reports: it leads.
+    coordinator.register_node(C, SESSION_LONG).unwrap();
+    let update = state
+        .unclean_shutdown_update(C, Some(end(120)))
+        .expect("C's end replaces the unknown one");
+    coordinator
+        .compare_and_set(LOG, state.leader_epoch, state.version, update)
+        .unwrap();
+    wait_until("C leads", || stored(&coordinator).leader == Some(C));
+    assert_eq!(controller.unclean_elections(), 0);
+}
+
+#[test]
+fn the_unclean_switch_passes_over_a_replica_whose_log_end_is_not_known_after_the_wait() {
     let coordinator = MemoryCoordinator::new(Arc::new(ManualClock::default()));
     every_replica_restarted_uncleanly(&coordinator, &[B, A]);
     let started = Instant::now();
-    let controller = controller(&coordinator);
+    let controller = controller(&coordinator, true);
     wait_until("B, the longest known log, leads", || {
         stored(&coordinator).leader == Some(B)
     });
@@ -140,5 +162,7 @@ fn a_replica_whose_log_end_is_not_known_and_stays_away_is_passed_over_after_the_
         "elected after {:?}, before the recovery wait",
         started.elapsed()
     );
-    assert_eq!(controller.unclean_elections(), 0);
+    wait_until("the election is counted as unclean", || {
+        controller.unclean_elections() == 1
+    });
 }

@@ -102,11 +102,6 @@ impl Transfer<'_> {
                     info.size_bytes
                 ));
             }
-            // The install reads the file back: a page whose writeback failed
-            // may be read from the disk instead, with bytes the chunk CRCs
-            // never checked. The fsync reports such a failure (EIO) first.
-            file.sync_data()
-                .map_err(|e| format!("fsync {}: {e}", path.display()))?;
             file.seek(SeekFrom::Start(0))
                 .map_err(|e| format!("seek {}: {e}", path.display()))?;
             // A transfer cancelled (the log's leader or epoch changed, the
@@ -171,11 +166,23 @@ impl Transfer<'_> {
             .truncate(true)
             .open(path)
             .map_err(|e| format!("create {}: {e}", path.display()))?;
-        self.receive(&Download {
+        let download = Download {
             file,
             writing: Mutex::new(()),
             path,
-        })
+        };
+        let received = self.receive(&download)?;
+        if received.is_some() {
+            // The install reads the file back: a page whose writeback failed
+            // may then be read from the disk, with bytes the chunk CRCs never
+            // checked. The fsync, on the descriptor that wrote, reports such
+            // a failure (EIO) first.
+            download
+                .file
+                .sync_data()
+                .map_err(|e| format!("fsync {}: {e}", path.display()))?;
+        }
+        Ok(received)
     }
 
     /// Asks for the snapshot chunk after chunk into `download`; takes the

@@ -25,14 +25,17 @@
 //! that link*, independent of how threads on other links interleave.
 //!
 //! Messages can also arrive late or twice (issue 28's simulated network):
-//! a request held back in the network past its caller's time-out and
-//! handed to the handler later, or delivered and then delivered again
-//! later ([`MemoryNetwork::set_late_delivery`]). Those draws come from a
-//! second stream per link (three draws per call), so that turning them on
-//! does not change the drops of a seed. Their responses reach nobody; a
-//! late request is handed to the handler registered for its destination
-//! when it arrives (a restarted node's new one), unless a node is down or
-//! the link blocked by then.
+//! a request held back in the network (its caller times out as for a lost
+//! one) and handed to the handler later, or delivered and handed to the
+//! handler again later, possibly while the first delivery still runs
+//! ([`MemoryNetwork::set_late_delivery`]). Which calls that happens to
+//! comes from a second stream per link (three draws per call), so that
+//! turning it on does not change the drops of a seed; whether a late
+//! request is still delivered also depends on the global bound on those in
+//! flight and on what the nodes and links are when it arrives. Their
+//! responses reach nobody; a late request is handed to the handler
+//! registered for its destination when it arrives (a restarted node's new
+//! one), unless a node is down or the link blocked by then.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -466,6 +469,9 @@ impl MemoryTransport {
         let spawned = thread::Builder::new()
             .name("isrlog-memory-late".into())
             .spawn(move || {
+                // Frees the slot however the delivery ends, a panicking
+                // handler included.
+                let _slot = InFlight(&hub.late_in_flight);
                 thread::sleep(delay);
                 let handler = {
                     let state = hub.state.lock();
@@ -482,7 +488,6 @@ impl MemoryTransport {
                     hub.late_delivered.fetch_add(1, Ordering::Relaxed);
                     let _ = handler.handle(from, request);
                 }
-                hub.late_in_flight.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
             self.hub.late_in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -508,6 +513,15 @@ impl MemoryTransport {
 enum Lost {
     Unreachable(String),
     Response,
+}
+
+/// One late delivery counted in [`Hub::late_in_flight`], until dropped.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl fmt::Debug for MemoryTransport {

@@ -2443,7 +2443,11 @@ impl Shared {
                 }
             }
             if Instant::now() + RETRY_PAUSE >= deadline {
-                return Err(lost(what));
+                // Every attempt was refused by a check: nothing was deleted,
+                // and that is known (not a lost answer).
+                return Err(coordinator_error(format!(
+                    "{what}: registrations kept changing until the deadline; {path} was not deleted"
+                )));
             }
             async_io::Timer::after(RETRY_PAUSE).await;
         }

@@ -2045,14 +2045,18 @@ fn check<C: FaultTarget>(
         let mut contents: Vec<(NodeId, BTreeMap<Offset, Vec<u8>>)> = Vec::new();
         let mut log_starts: HashMap<NodeId, Offset> = HashMap::new();
         // G2 compares the replicas from the highest log start: a follower
-        // learns its leader's from the next fetch answer.
-        let compare_from = replicas
+        // learns its leader's from the next fetch answer. Retention goes on
+        // while the replicas are read, so the highest is taken once every
+        // replica was read (seed 83723, reassignments and deletion: a log
+        // start taken before the reads left one replica's batches from 146
+        // and another's, whose start had moved meanwhile, from 201).
+        let mut compare_from = replicas
             .iter()
             .map(ReplicatedLog::log_start_offset)
             .max()
             .unwrap_or(Offset::ZERO);
         let mut positions: Vec<(NodeId, HashMap<Vec<u8>, Offset>)> = Vec::new();
-        let mut reference: Option<(NodeId, Vec<RecordBatch>)> = None;
+        let mut read_batches: Vec<(NodeId, Vec<RecordBatch>)> = Vec::new();
         for replica in &replicas {
             let node = replica.node_id();
             let batches = match committed_batches(replica) {
@@ -2102,9 +2106,16 @@ fn check<C: FaultTarget>(
                     records.insert(record.offset, value);
                 }
             }
-            // G2: every replica holds the same batches (same bytes, same
-            // epochs) below the common high watermark, which after
-            // convergence is the whole log.
+            compare_from = compare_from.max(replica.log_start_offset());
+            read_batches.push((node, batches));
+            contents.push((node, records));
+            positions.push((node, where_is));
+        }
+        // G2: every replica holds the same batches (same bytes, same
+        // epochs) below the common high watermark, which after convergence
+        // is the whole log.
+        let mut reference: Option<(NodeId, Vec<RecordBatch>)> = None;
+        for (node, batches) in read_batches {
             let batches: Vec<RecordBatch> = batches
                 .into_iter()
                 .filter(|b| b.last_offset() >= compare_from)
@@ -2123,8 +2134,6 @@ fn check<C: FaultTarget>(
                     }
                 }
             }
-            contents.push((node, records));
-            positions.push((node, where_is));
         }
         // G4 for acknowledgements: an acknowledged value may be lost (power
         // loss without flushing) but never be anywhere but at the offset

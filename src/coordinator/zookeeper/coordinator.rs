@@ -2977,7 +2977,16 @@ impl Coordinator for ZkCoordinator {
             });
         }
         let shared = Arc::clone(&self.handle.shared);
-        let _registering = shared.registering.lock();
+        // Another registration through this coordinator may take up to a
+        // few call timeouts (waiting out a suspended session, the write,
+        // settling a lost answer): wait for it no longer than one call may
+        // take, rather than queueing behind it past this call's own bound.
+        let Some(_registering) = shared.registering.try_lock_for(shared.config.call_timeout) else {
+            return Err(coordinator_error(format!(
+                "cannot register {node}: another registration through this coordinator did not                  end within the call timeout ({:?}); nothing was sent: register again",
+                shared.config.call_timeout
+            )));
+        };
         let renewed = shared.with_live_session(node, "register again", |session, now| {
             session.last_heartbeat = now;
             session.session_timeout = session_timeout;
@@ -3426,7 +3435,15 @@ impl Coordinator for ZkCoordinator {
     /// from the counter whenever it opens, and would again find it stale.)
     fn allocate_producer_id(&self) -> Result<ProducerId> {
         let shared = Arc::clone(&self.handle.shared);
-        let mut block = shared.producer_ids.lock();
+        // The lock is held across a reservation's round trip: a caller
+        // behind one that waits for ZooKeeper gives up at its own call
+        // timeout instead of queueing past it.
+        let Some(mut block) = shared.producer_ids.try_lock_for(shared.config.call_timeout) else {
+            return Err(coordinator_error(format!(
+                "cannot allocate a producer id: another reservation of a block through this                  coordinator did not end within the call timeout ({:?}); nothing was reserved:                  try again",
+                shared.config.call_timeout
+            )));
+        };
         if block.next < block.end {
             let id = ProducerId(block.next);
             block.next += 1;
@@ -3911,6 +3928,44 @@ mod tests {
     /// here that holds the seat, checked again when the write is sent: the
     /// write is refused, and so is the same write sent with a fence checked
     /// before the session ended, and after the node registered again.
+    /// Review of the ZooKeeper coordinator, finding 8: a call behind
+    /// another that holds the producer-id block or the registration lock
+    /// (waiting for ZooKeeper) gives up at its own call timeout instead of
+    /// queueing past it; the lock held here stands in for such a call.
+    #[test]
+    fn a_call_behind_a_held_lock_gives_up_at_its_call_timeout() {
+        let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
+        let mut config = ZkCoordinatorConfig::new(server.connect_string());
+        config.chroot = "/held-locks".to_owned();
+        config.call_timeout = Duration::from_millis(500);
+        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let first = c.allocate_producer_id().unwrap();
+
+        let held = c.handle.shared.producer_ids.lock();
+        let started = Instant::now();
+        let error = c.allocate_producer_id().unwrap_err();
+        let waited = started.elapsed();
+        drop(held);
+        assert!(error.to_string().contains("call timeout"), "{error}");
+        assert!(
+            waited >= Duration::from_millis(500) && waited < Duration::from_secs(3),
+            "waited {waited:?}"
+        );
+        assert!(c.allocate_producer_id().unwrap() > first);
+
+        let held = c.handle.shared.registering.lock();
+        let started = Instant::now();
+        let error = c
+            .register_node(NodeId(1), Duration::from_secs(20))
+            .unwrap_err();
+        let waited = started.elapsed();
+        drop(held);
+        assert!(error.to_string().contains("call timeout"), "{error}");
+        assert!(!error.is_outcome_unknown(), "{error}");
+        assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+        c.register_node(NodeId(1), Duration::from_secs(20)).unwrap();
+    }
+
     #[test]
     fn a_controller_whose_session_ended_here_writes_nothing() {
         let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));

@@ -1796,11 +1796,11 @@ impl NodeShared {
             Ok(replica) => replica,
             Err(error) => {
                 tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
-                // Unclean recovery waits for this live replica's log end
-                // with no bound: one that cannot be opened reports it as
-                // not known, which recovery waits for only as long as its
-                // wait lasts (review of 56af0b4, finding 4); it reports its
-                // real end once it opens.
+                // Unclean recovery waits for this live replica's log end:
+                // one that cannot be opened reports it as not known (review
+                // of 56af0b4, finding 4), which recovery waits for all the
+                // same, until only the unclean switch may pass it over; it
+                // reports its real end once it opens.
                 if state.in_unclean_recovery() && !state.is_unclean(me) {
                     self.report_recovery_candidate_end(state, None);
                     self.reported_unopened.lock().insert(state.log);

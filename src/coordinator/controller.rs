@@ -308,7 +308,8 @@ impl Election {
 ///   ([`LogState::recovery_leader`]) leads with ISR = {itself}, once it is
 ///   live (KIP-966's unclean recovery, which also compares last epoch, then
 ///   log end offset). Not counted as unclean: if any of them kept its disk,
-///   nothing committed is lost. A log reported empty is never the longest
+///   nothing committed is lost (unless a replica that may hold more was
+///   passed over, below). A log reported empty is never the longest
 ///   ([`recovery_election`]). Every replica outside the list that is
 ///   neither known empty nor reported yet, and every one in the list whose
 ///   log end is not known yet (its node could not open it), is waited for,
@@ -447,8 +448,9 @@ pub(crate) fn elect_leader(
 /// until it reports (SPEC G1(c): it may have left the ISR with its disk
 /// holding records every later member lost): a live one reports as soon as
 /// it sees the log in recovery; one that is away is waited for until
-/// `recovery_waited`, then passed over, so that a replica gone for good
-/// holds the log leaderless for [`ControllerConfig::unclean_recovery_wait_max`]
+/// `recovery_waited` (only ever set with the unclean switch on), then
+/// passed over, so that with the switch on a replica gone for good holds
+/// the log leaderless for [`ControllerConfig::unclean_recovery_wait_max`]
 /// at most (KIP-966's balanced strategy likewise elects from the replies
 /// it has once its timeout passes). A replica in the list whose log end is
 /// not known yet ([`UncleanReplica::log_end`](crate::coordinator::UncleanReplica::log_end)
@@ -566,6 +568,20 @@ pub(crate) fn elect_preferred_leader(state: &LogState, live: &[NodeId]) -> Elect
     }
 }
 
+/// A log's waits in unclean recovery ([`Shared::recovery_waits`]).
+#[derive(Debug)]
+struct RecoveryWait {
+    /// When this controller first saw the log await recovery: the unclean
+    /// switch's wait runs from here (SPEC 3.5) and is not restarted
+    /// (review of fd4cbfa, finding 5).
+    since: Instant,
+    /// When it entered recovery proper (ISR and ELR empty): the wait
+    /// before replicas still away may be passed over (switch on only).
+    in_recovery_since: Option<Instant>,
+    /// The last warning that the log still waits (switch off).
+    warned_at: Option<Instant>,
+}
+
 /// One node's controller: a thread that competes for the controller seat
 /// and, while it holds it, keeps every log led by a live ISR member. Stop
 /// it with [`Controller::stop`] or by dropping it.
@@ -606,15 +622,10 @@ struct Shared {
     /// controller first saw every target replica in the ISR, for
     /// [`REASSIGNMENT_HAND_OVER_WAIT_MAX`]. Bounded by the number of logs.
     hand_over_waits: Mutex<HashMap<LogId, Instant>>,
-    /// Logs in unclean recovery ([`awaits_unclean_recovery`]) with when
-    /// this controller first saw each one so, for
-    /// [`ControllerConfig::unclean_recovery_wait_max`]. Only kept while
-    /// unclean election is on; a log leaves it when it no longer waits.
-    /// Bounded by the number of logs.
-    /// Per log awaiting unclean recovery: since when (the unclean switch's
-    /// wait), and since when it is in recovery proper, ISR and ELR empty
-    /// (the wait before replicas still away are passed over), if it is.
-    recovery_waits: Mutex<HashMap<LogId, (Instant, Option<Instant>)>>,
+    /// Logs in unclean recovery ([`awaits_unclean_recovery`]) with their
+    /// waits for [`ControllerConfig::unclean_recovery_wait_max`]; a log
+    /// leaves it when it no longer waits. Bounded by the number of logs.
+    recovery_waits: Mutex<HashMap<LogId, RecoveryWait>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -982,7 +993,7 @@ impl Shared {
         let mut waits = self.recovery_waits.lock();
         if !awaits_unclean_recovery(state, live) {
             waits.remove(&state.log);
-            return (switch, true);
+            return (switch, switch);
         }
         // The wait that passes over replicas still away starts when the
         // log is in recovery proper (ISR and ELR empty), not while an ISR
@@ -995,20 +1006,42 @@ impl Shared {
         let in_recovery = state.in_unclean_recovery();
         let wait = waits.entry(state.log).or_insert_with(|| {
             tracing::info!(log = %state.log, unclean_replicas = ?state.unclean_replicas,
-                wait_max = ?self.config.unclean_recovery_wait_max,
+                wait_max = ?self.config.unclean_recovery_wait_max, unclean_leader_election = switch,
                 "unclean recovery: waiting for the replicas that held the committed records");
-            (Instant::now(), None)
+            RecoveryWait {
+                since: Instant::now(),
+                in_recovery_since: None,
+                warned_at: None,
+            }
         });
-        if in_recovery && wait.1.is_none() {
-            wait.1 = Some(Instant::now());
+        if in_recovery && wait.in_recovery_since.is_none() {
+            wait.in_recovery_since = Some(Instant::now());
         }
         let wait_max = self.config.unclean_recovery_wait_max;
-        let switch_waited = wait.0.elapsed() >= wait_max;
+        let switch_waited = wait.since.elapsed() >= wait_max;
         // Outside recovery proper no election passes anyone over (an ISR
         // or ELR member is still to come): the switch's wait stands in.
         let recovery_waited = wait
-            .1
+            .in_recovery_since
             .map_or(switch_waited, |since| since.elapsed() >= wait_max);
+        // With the switch off the wait has no end: say so, naming who the
+        // log waits for, once per `wait_max`, so that an operator learns of
+        // a log held by a replica that may never come back.
+        if !switch && switch_waited && wait.warned_at.is_none_or(|at| at.elapsed() >= wait_max) {
+            wait.warned_at = Some(Instant::now());
+            let waiting_for: Vec<NodeId> = state
+                .replicas
+                .iter()
+                .copied()
+                .filter(|node| {
+                    state.is_in_sync(*node)
+                        || state.is_eligible(*node)
+                        || state.log_end_unknown(*node)
+                })
+                .collect();
+            tracing::warn!(log = %state.log, ?waiting_for, waited = ?wait.since.elapsed(),
+                "unclean recovery: the log stays leaderless until these replicas come back and report (they may hold committed records no other replica has); unclean_leader_election is off");
+        }
         // Passing over a replica that may hold records may lose them: only
         // the unclean switch may (SPEC 3.5: "only if they do not all come
         // back in that time does unclean_leader_election decide"; G1(c)
@@ -1912,12 +1945,12 @@ mod tests {
             "still waiting: node 3 may hold more"
         );
         assert_eq!(
-            elect_leader(&state, &live, false, true),
+            elect_leader(&state, &live, true, true),
             leader(2, &[2], true),
             "wait over, switch on: the longest reported log leads, uncleanly"
         );
-        // Back before the wait is over: it is live and not yet reported,
-        // so the election waits for its report.
+        // Back before the election: it is live and not yet reported, so
+        // the election waits for its report.
         assert_eq!(
             elect_leader(&state, &nodes(&[1, 2, 3]), false, true),
             Election::Unchanged
@@ -1998,6 +2031,16 @@ mod tests {
         in_recovery.in_sync_replicas = Vec::new();
         assert!(!isr_away.in_unclean_recovery());
         assert!(in_recovery.in_unclean_recovery());
+        // In recovery proper, the switch off: the wait never passes anyone
+        // over, however long it was (review of 58ca599, finding 4).
+        let off_now = shared(false, Duration::ZERO);
+        let (switch_decides, passes_over) = off_now.recovery_decision(&in_recovery, &live);
+        assert!(!switch_decides && !passes_over);
+        assert_eq!(
+            elect_leader(&in_recovery, &live, switch_decides, passes_over),
+            Election::Unchanged,
+            "node 3 may hold more"
+        );
         assert!(!restarted.recovery_decision(&isr_away, &live).1);
         std::thread::sleep(Duration::from_millis(250));
         assert!(

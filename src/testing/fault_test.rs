@@ -131,6 +131,16 @@ pub struct FaultTestConfig {
     /// after newer ones. Drawn only when set, so other runs' schedules are
     /// unchanged.
     pub late_messages: bool,
+    /// SPEC 2.8: the run's first crash also empties
+    /// the node's data directory, as a replaced disk does, before it
+    /// restarts: it must come back as a node that lost its data (its
+    /// replicas leave the ISR and ELR and fetch again) and never lead or
+    /// truncate the others with its empty logs. One disk at most, so that
+    /// every acknowledged record keeps a replica that held it with its
+    /// disk, and G1 holds for all of them. Only with
+    /// [`CrashMode::Process`]. Drawn only when set, so other runs'
+    /// schedules are unchanged.
+    pub disk_loss: bool,
 }
 
 impl FaultTestConfig {
@@ -147,6 +157,7 @@ impl FaultTestConfig {
             deletion: false,
             reassignments: false,
             late_messages: false,
+            disk_loss: false,
         }
     }
 }
@@ -412,6 +423,8 @@ pub trait FaultTarget: LeaderRouter + Sync {
     fn crash_with(&self, node: NodeId, lose: Lose, session: SessionEnd);
     /// Restarts a crashed node from its directory.
     fn restart(&self, node: NodeId) -> Result<()>;
+    /// The data directory of `node`.
+    fn node_dir(&self, node: NodeId) -> std::path::PathBuf;
     /// Creates `log` and waits until its first leader leads.
     fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>>;
     /// Whether `node` runs.
@@ -481,6 +494,9 @@ impl FaultTarget for Cluster {
     fn restart(&self, node: NodeId) -> Result<()> {
         Cluster::restart(self, node)
     }
+    fn node_dir(&self, node: NodeId) -> std::path::PathBuf {
+        Cluster::node_dir(self, node)
+    }
     fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
         Cluster::create_log(self, log, replication_factor)
     }
@@ -522,6 +538,9 @@ impl FaultTarget for super::ZkCluster {
     }
     fn restart(&self, node: NodeId) -> Result<()> {
         super::ZkCluster::restart(self, node)
+    }
+    fn node_dir(&self, node: NodeId) -> std::path::PathBuf {
+        super::ZkCluster::node_dir(self, node)
     }
     fn create_log(&self, log: LogId, replication_factor: usize) -> Result<Vec<NodeId>> {
         super::ZkCluster::create_log(self, log, replication_factor)
@@ -708,6 +727,9 @@ fn run_inner<C: FaultTarget>(
     }
     if config.reassignments && config.crash_mode == CrashMode::PowerLossFlushNever {
         return Err("reassignments do not run under PowerLossFlushNever".to_string());
+    }
+    if config.disk_loss && config.crash_mode != CrashMode::Process {
+        return Err("disk loss runs only with process crashes".to_string());
     }
     let mut rng = SplitMix64::new(config.seed);
     let Built {
@@ -1574,6 +1596,8 @@ fn inject_faults<C: FaultTarget>(
     // alternating by seed: any two consecutive seeds draw both (issue 24).
     // The random draw is still made, so the rest of the schedule is as
     // before.
+    // At most one disk is lost per run (`FaultTestConfig::disk_loss`).
+    let mut disk_lost = false;
     let mut first = cluster
         .has_coordinator_faults()
         .then_some(if config.seed.is_multiple_of(2) {
@@ -1651,6 +1675,10 @@ fn inject_faults<C: FaultTarget>(
                 };
                 let _incarnations = state.incarnations.lock();
                 state.crash(cluster, node, lose, session);
+                if config.disk_loss && !disk_lost {
+                    disk_lost = true;
+                    lose_disk(cluster, node, report);
+                }
                 true
             }
             // A crash noticed only when the session expires, and a restart
@@ -1873,6 +1901,21 @@ fn move_leader<C: FaultTarget>(cluster: &C, log: LogId, rng: &mut SplitMix64) ->
             .compare_and_set(log, current.leader_epoch, current.version, update),
         Ok(CasOutcome::Applied(_))
     )
+}
+
+/// Empties crashed `node`'s data directory, as a replaced disk leaves it
+/// (SPEC 2.8), and counts it among the faults.
+fn lose_disk<C: FaultTarget>(cluster: &C, node: NodeId, report: &mut FaultTestReport) {
+    let dir = cluster.node_dir(node);
+    match std::fs::remove_dir_all(&dir).and_then(|()| std::fs::create_dir_all(&dir)) {
+        Ok(()) => {
+            tracing::info!(%node, dir = %dir.display(), "fault test: the node's disk is replaced by an empty one");
+            *report.faults.entry("lose disk").or_insert(0) += 1;
+        }
+        Err(error) => {
+            tracing::warn!(%node, dir = %dir.display(), %error, "fault test: cannot empty the node's directory");
+        }
+    }
 }
 
 /// Sets the network's late and duplicate delivery

@@ -11,7 +11,8 @@
 //! CI runs 8, 8 and 4 seeds of the three modes, 4 and 4 of the first
 //! two with deletion and snapshots (SPEC 3.9), 4 and 4 of the first two
 //! with reassignments (SPEC 3.10), 4 and 4 of the first two with
-//! both, and 4 and 4 of the first two with late and duplicate messages. `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each mode;
+//! both, 4 and 4 of the first two with late and duplicate messages, and 4
+//! of the first with a lost disk. `ISRLOG_FAULT_SEEDS=N` runs seeds `0..N` of each mode;
 //! `ISRLOG_FAULT_SEED=S` runs seed `S` alone.
 
 use isrlog::testing::fault_test::{run, CrashMode, FaultTestConfig};
@@ -163,5 +164,17 @@ fn committed_never_lost_under_power_loss_with_late_and_duplicate_messages() {
             late_messages: true,
             ..config
         }
+    });
+}
+
+/// SPEC 2.8 under faults: one crash also replaces the node's disk with an
+/// empty one; the node comes back as one that lost its data, never leads
+/// or truncates the others with its empty logs, and refetches; G1–G4
+/// hold.
+#[test]
+fn committed_never_lost_under_random_faults_with_a_lost_disk() {
+    run_configs(CrashMode::Process, 4, |config| FaultTestConfig {
+        disk_loss: true,
+        ..config
     });
 }

@@ -106,11 +106,7 @@ fn an_isr_expansion_built_before_an_unclean_restart_never_applies() {
         "the leader never tried to add the victim back"
     );
 
-    // Before the write, the victim loses power; its session lives on. Its
-    // new process cannot reach the leader (so nothing it fetches can
-    // qualify it), reports the unclean shutdown and is held before it
-    // registers.
-    // The fetch the victim sent just before it crashed, at the leader's
+    // The fetch the victim sends just before it crashes, at the leader's
     // end: delivered late, after the leader's first write is refused.
     let crashed = cluster.incarnation(victim).unwrap();
     let delayed = fetch(
@@ -120,6 +116,10 @@ fn an_isr_expansion_built_before_an_unclean_restart_never_applies() {
         leader.log_end_offset(),
     );
     let handler = cluster.with_node(leader_id, |n| n.handler()).unwrap();
+    // Before the write, the victim loses power; its session lives on. Its
+    // new process cannot reach the leader (so nothing it fetches can
+    // qualify it), reports the unclean shutdown and is held before it
+    // registers.
     let victim_delay = cluster.coordinator_delay(victim);
     victim_delay.hold(HeldCall::RegisterNode);
     let _released_too = Released(victim_delay.clone(), HeldCall::RegisterNode);
@@ -157,9 +157,8 @@ fn an_isr_expansion_built_before_an_unclean_restart_never_applies() {
         // A late fetch of the crashed process asks for the expansion again
         // (a leader proposes one on a fetch): the leader checks the
         // registration again, and the crashed one is gone (without the
-        // unregistration its session would still be live here).
-        // Refused (StaleIncarnation) or served, either way it must not
-        // count.
+        // unregistration its session would still be live here). Refused
+        // (`StaleIncarnation`) or served, it must not count.
         let _answer = handler.handle(victim, delayed);
         let before = refused.or_else(|| watch("before it registered", Duration::from_millis(500)));
         victim_delay.release_held(HeldCall::RegisterNode);

@@ -760,6 +760,21 @@ pub struct LogUpdate {
 }
 
 impl LogUpdate {
+    /// The update that stores `state` as it is: writing it only moves the
+    /// version on, which fences every compare-and-set built on an earlier
+    /// version (how [`Coordinator::report_unclean_shutdown`] refuses ISR
+    /// expansions checked against a crashed process).
+    pub fn unchanged(state: &LogState) -> LogUpdate {
+        LogUpdate {
+            leader: state.leader,
+            leader_epoch: state.leader_epoch,
+            in_sync_replicas: state.in_sync_replicas.clone(),
+            eligible_leader_replicas: state.eligible_leader_replicas.clone(),
+            unclean_report: None,
+            assignment: None,
+        }
+    }
+
     /// An update that keeps the leader and epoch of `state` and sets the ISR,
     /// with the ELR that follows from it for `min_insync_replicas`
     /// ([`LogState::eligible_leader_replicas_after`]): what a leader
@@ -963,15 +978,39 @@ pub trait Coordinator: Send + Sync + 'static {
     ///
     /// Doing this before [`Coordinator::register_node`] means a node is
     /// never live while the coordinator still counts it as eligible for a
-    /// log whose data it may have lost. Idempotent: a second call with the
-    /// same log ends changes nothing. The provided implementation needs
-    /// nothing but [`Coordinator::logs`] and [`Coordinator::compare_and_set`],
-    /// so it is the same rule for every coordinator and fails, as they do,
-    /// with [`Error::Coordinator`] when the service cannot be reached (the
-    /// caller retries; logs already changed stay changed), or with
-    /// [`Error::CoordinatorOutcomeUnknown`] when a compare-and-set's answer
-    /// was lost: retrying is then the settling read, since every call
-    /// starts by reading the stored state and decides from it.
+    /// log whose data it may have lost.
+    ///
+    /// **Fencing the previous process** (SPEC G1). A leader checks that the
+    /// fetches which qualify a follower for the ISR come from the
+    /// follower's current registration before it writes the expansion, not
+    /// atomically with the write (ZooKeeper's `multi` can only check data
+    /// versions; Kafka's controller checks the broker epoch carried by
+    /// `AlterPartition` in the same step). An expansion checked against the
+    /// crashed process, written after this report, would put the restarted
+    /// replica, which may have lost records, into the ISR. So the report
+    /// first ends the previous process's registration
+    /// ([`Coordinator::unregister_previous_process`]), and then writes
+    /// every log with a replica on `node` that needs no change the same
+    /// state again, which only moves its version on. An expansion built
+    /// before the report either applied before the report read the log
+    /// (the report then takes `node` out again) or expects an older version
+    /// and is refused as stale; the leader then checks the incarnation
+    /// again against a read made after the unregistration, and the old one
+    /// is gone. The order matters: fenced first and unregistered after, a
+    /// leader could check the old registration after the fence and write
+    /// on top of it. These fence writes are not returned as changes.
+    ///
+    /// Idempotent in content: a second call with the same log ends changes
+    /// no log's content (it moves versions on again). The provided
+    /// implementation needs nothing but
+    /// [`Coordinator::unregister_previous_process`], [`Coordinator::logs`]
+    /// and [`Coordinator::compare_and_set`], so it is the same rule for
+    /// every coordinator and fails, as they do, with [`Error::Coordinator`]
+    /// when the service cannot be reached (the caller retries; logs already
+    /// changed stay changed), or with [`Error::CoordinatorOutcomeUnknown`]
+    /// when a write's answer was lost: retrying is then the settling read,
+    /// since every call starts by reading the stored state and decides from
+    /// it (and unregistering again settles the unregistration).
     ///
     /// A log whose document this version must not change
     /// ([`Error::CoordinatorDocument`]: a newer node's fields in it) is
@@ -985,6 +1024,10 @@ pub trait Coordinator: Send + Sync + 'static {
         node: NodeId,
         log_ends: &[(LogId, Option<LogEnd>)],
     ) -> Result<Vec<LogState>> {
+        // First, before any log is read: the fences below only work if
+        // the previous process's registration is gone when they are
+        // written (see this method's documentation).
+        self.unregister_previous_process(node)?;
         let mut changed = Vec::new();
         for state in self.logs()? {
             if !state.replicas.contains(&node) {
@@ -999,11 +1042,23 @@ pub trait Coordinator: Send + Sync + 'static {
             // A lost race means someone else wrote the log meanwhile:
             // decide again from what they wrote. Bounded, as every loop.
             let mut attempts = 0;
-            while let Some(update) = current.unclean_shutdown_update(node, log_end) {
+            loop {
+                let (update, fence) = match current.unclean_shutdown_update(node, log_end) {
+                    Some(update) => (update, false),
+                    // Nothing to report: write the state unchanged, so
+                    // that its version moves on (see above). Only this
+                    // call's own write, applied, ends the loop: a version
+                    // that moved under a lost race may have moved before
+                    // the unregistration (a read served by a lagging
+                    // ZooKeeper server), so it proves nothing.
+                    None => (LogUpdate::unchanged(&current), true),
+                };
                 attempts += 1;
                 if attempts > UNCLEAN_SHUTDOWN_ATTEMPTS_MAX {
                     return Err(coordinator_error(format!(
-                        "cannot take {node} out of the ISR and ELR of {}: {UNCLEAN_SHUTDOWN_ATTEMPTS_MAX} compare-and-set attempts lost races",
+                        "cannot take {node} out of the ISR and ELR of {} (or fence ISR changes \
+                         made before its restart): {UNCLEAN_SHUTDOWN_ATTEMPTS_MAX} \
+                         compare-and-set attempts lost races",
                         current.log
                     )));
                 }
@@ -1015,7 +1070,9 @@ pub trait Coordinator: Send + Sync + 'static {
                 );
                 match written {
                     Ok(CasOutcome::Applied(stored)) => {
-                        changed.push(stored);
+                        if !fence {
+                            changed.push(stored);
+                        }
                         break;
                     }
                     Ok(CasOutcome::Stale(stored)) => current = stored,
@@ -1033,7 +1090,10 @@ pub trait Coordinator: Send + Sync + 'static {
                             }
                             Err(error) => return Err(error),
                         };
-                        if stored.is_result_of(&current, &update) {
+                        // A fence whose answer was lost is written again:
+                        // an identical state one version up may be another
+                        // writer's.
+                        if !fence && stored.is_result_of(&current, &update) {
                             changed.push(stored);
                             break;
                         }
@@ -1060,6 +1120,28 @@ pub trait Coordinator: Send + Sync + 'static {
     /// A write ([`Error::CoordinatorOutcomeUnknown`] possible); calling it
     /// again settles it.
     fn unregister_node(&self, node: NodeId) -> Result<()>;
+
+    /// Ends the registration `node`'s previous process left behind when it
+    /// stopped without unregistering (a crash, a power loss), whichever
+    /// session or coordinator client holds it: called by a restarted
+    /// process of `node` before it registers
+    /// ([`Coordinator::report_unclean_shutdown`] does), so that the old
+    /// process's incarnation stops looking current at once instead of when
+    /// its session expires. As the process that registered is gone, this is
+    /// what its session's expiry would do later (Kafka: a broker that
+    /// registers with a new epoch fences the old one at once). Never call
+    /// it once this process has registered: it would end that
+    /// registration. Having no registration is not an error.
+    ///
+    /// The provided implementation is [`Coordinator::unregister_node`], right
+    /// for a coordinator whose sessions are known to every client (the
+    /// memory coordinator); one whose clients only end their own sessions
+    /// (ZooKeeper) deletes the registration itself. A write
+    /// ([`Error::CoordinatorOutcomeUnknown`] possible); calling it again
+    /// settles it.
+    fn unregister_previous_process(&self, node: NodeId) -> Result<()> {
+        self.unregister_node(node)
+    }
 
     /// The nodes with a live session, sorted.
     fn live_nodes(&self) -> Result<Vec<NodeId>>;
@@ -1395,6 +1477,42 @@ mod tests {
                 log_end: reported(1, offset),
             })
             .collect()
+    }
+
+    /// The fence an unclean-shutdown report writes stores every field as it
+    /// was and only moves the version on, whatever the log holds: a leader,
+    /// an ELR, an unclean list, a reassignment in progress.
+    #[test]
+    fn an_unchanged_update_only_moves_the_version() {
+        let mut recovering = state(None, 3, &[]);
+        recovering.unclean_replicas = unclean(&[(1, 7), (3, UNKNOWN)]);
+        let mut moving = state(Some(1), 2, &[1, 2]);
+        moving.replicas = nodes(&[1, 2, 3, 4]);
+        moving.adding_replicas = nodes(&[4]);
+        moving.removing_replicas = nodes(&[3]);
+        let mut with_unclean = with_elr(state(Some(2), 5, &[2]), &[1]);
+        with_unclean.unclean_replicas = unclean(&[(3, 4)]);
+        for before in [
+            state(Some(1), 0, &[1, 2, 3]),
+            with_unclean,
+            recovering,
+            moving,
+        ] {
+            before.check_invariants();
+            let update = LogUpdate::unchanged(&before);
+            before
+                .validate_update(&update)
+                .unwrap_or_else(|error| panic!("{before:?}: {error}"));
+            let after = before.with_update(update);
+            assert_eq!(after.version, before.version + 1, "{before:?}");
+            assert_eq!(
+                LogState {
+                    version: before.version,
+                    ..after
+                },
+                before
+            );
+        }
     }
 
     /// A node back from an unclean shutdown leaves the ISR and ELR of its

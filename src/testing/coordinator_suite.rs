@@ -146,6 +146,10 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             report_unclean_shutdown_takes_the_node_out_of_isr_and_elr::<C>,
         ),
         (
+            "an_unclean_report_fences_isr_changes_built_before_it",
+            an_unclean_report_fences_isr_changes_built_before_it::<C>,
+        ),
+        (
             "concurrent_compare_and_set_has_one_winner_per_version",
             concurrent_compare_and_set_has_one_winner_per_version::<C>,
         ),
@@ -658,8 +662,16 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
             log_end: Some(LogEnd::default())
         }]
     );
-    assert_eq!(stored(c, LogId(2)), untouched);
-    assert_eq!(stored(c, LogId(4)), log_4);
+    assert_eq!(stored(c, LogId(2)), untouched, "a log without node 1");
+    // Log 4 needed no change: the report wrote it unchanged, a fence
+    // against ISR changes built before it (see
+    // `an_unclean_report_fences_isr_changes_built_before_it`).
+    assert_eq!(
+        same_version(&stored(c, LogId(4)), &log_4),
+        log_4,
+        "log 4's content"
+    );
+    assert!(stored(c, LogId(4)).version > log_4.version, "log 4 fenced");
     let mut announced: Vec<LogId> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while announced.len() < 2 && Instant::now() < deadline {
@@ -676,12 +688,23 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     announced.sort();
     assert_eq!(announced, vec![LogId(1), LogId(3)], "changes are announced");
 
+    // A second report changes no content (it fences again: versions move).
+    let before: Vec<LogState> = c.logs().unwrap();
     assert!(
         c.report_unclean_shutdown(NodeId(1), &[(LogId(1), end_1), (LogId(4), end_1)])
             .unwrap()
             .is_empty(),
         "a second report changes nothing"
     );
+    for before in before {
+        let after = stored(c, before.log);
+        assert_eq!(same_version(&after, &before), before, "{}", before.log);
+        if before.replicas.contains(&NodeId(1)) {
+            assert!(after.version > before.version, "{} not fenced", before.log);
+        } else {
+            assert_eq!(after.version, before.version, "{} written", before.log);
+        }
+    }
     // A later unclean restart that lost more replaces the stored log end.
     let shorter = Some(LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
@@ -717,6 +740,81 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         "{log_4_after:?}"
     );
     assert_eq!(log_4_after.unclean_replicas, unknown);
+}
+
+/// `state` with `other`'s version: to compare contents alone.
+fn same_version(state: &LogState, other: &LogState) -> LogState {
+    LogState {
+        version: other.version,
+        ..state.clone()
+    }
+}
+
+/// SPEC G1, Kafka's broker epoch (KIP-903): an ISR expansion that a leader
+/// checked against a node's registration before that node restarted
+/// uncleanly and reported it is never applied after the report, even where
+/// the report changes nothing (the node was outside the ISR, the ELR and
+/// the unclean list): the report writes such a log unchanged, moving its
+/// version on, and ends the crashed process's registration, so the
+/// leader's check, made again, no longer finds it.
+fn an_unclean_report_fences_isr_changes_built_before_it<C: Coordinator>(c: &C, time: &SuiteTime) {
+    let session = time.long_session();
+    for node in [1, 2, 3] {
+        c.register_node(NodeId(node), session).unwrap();
+    }
+    let created = c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    // Node 3 fell behind and left the ISR.
+    let shrunk = applied(
+        c.compare_and_set(LogId(1), LeaderEpoch(0), 0, isr_update(&created, &[1, 2]))
+            .unwrap(),
+    );
+    // Leader 1 sees node 3 caught up and checks its registration: the
+    // process whose fetches it counted is the registered one.
+    let live = c.live_node_incarnations().unwrap();
+    let counted = live
+        .iter()
+        .find(|(node, _)| *node == NodeId(3))
+        .map(|(_, incarnation)| *incarnation)
+        .expect("node 3 is live");
+    let expansion = isr_update(&shrunk, &[1, 2, 3]);
+
+    // Node 3 loses power and restarts before the leader writes; nothing
+    // in the log names it, yet the report moves the version on.
+    let changed = c
+        .report_unclean_shutdown(
+            NodeId(3),
+            &[(
+                LogId(1),
+                Some(LogEnd {
+                    last_epoch: Some(LeaderEpoch(0)),
+                    log_end_offset: Offset(3),
+                }),
+            )],
+        )
+        .unwrap();
+    assert!(changed.is_empty(), "nothing to report: {changed:?}");
+    let fenced = stored(c, LogId(1));
+    assert_eq!(same_version(&fenced, &shrunk), shrunk, "content unchanged");
+    assert!(fenced.version > shrunk.version, "version moved on");
+
+    // The leader's expansion, built before the report, is refused.
+    let outcome = c
+        .compare_and_set(LogId(1), LeaderEpoch(0), shrunk.version, expansion)
+        .unwrap();
+    assert!(!outcome.is_applied(), "{outcome:?}");
+    assert_eq!(stored(c, LogId(1)).in_sync_replicas, nodes(&[1, 2]));
+    // Checked again, the crashed process's registration is gone.
+    let live = c.live_node_incarnations().unwrap();
+    assert!(
+        !live.iter().any(|(node, _)| *node == NodeId(3)),
+        "the crashed process of node 3 is still registered: {live:?}"
+    );
+    assert!(!c.live_nodes().unwrap().contains(&NodeId(3)));
+    // The restarted process registers as usual, with a new incarnation.
+    let restarted = c.register_node(NodeId(3), session).unwrap();
+    assert!(restarted > counted, "{restarted} after {counted}");
+    let live = c.live_node_incarnations().unwrap();
+    assert!(live.contains(&(NodeId(3), restarted)), "{live:?}");
 }
 
 fn compare_and_set_applies_and_bumps_version<C: Coordinator>(c: &C, _time: &SuiteTime) {

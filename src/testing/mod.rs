@@ -41,7 +41,7 @@ pub use crate::storage::disk::{
     SimDiskStats, StdDisk,
 };
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
-pub use slow_coordinator::{CoordinatorDelay, SlowCoordinator};
+pub use slow_coordinator::{CoordinatorDelay, HeldCall, SlowCoordinator};
 pub use tcp_cluster::{TcpCluster, TcpClusterBuilder};
 pub use tcp_transport_factory::TcpTransportFactory;
 pub use transport_suite::{MemoryTransportFactory, TransportFactory};

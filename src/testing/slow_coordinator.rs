@@ -36,6 +36,23 @@ struct DelayState {
     /// coordinator's: a list served by a ZooKeeper server behind the
     /// ensemble's leader.
     stale_logs: Mutex<Option<Vec<LogState>>>,
+    /// Kinds of call that block until released ([`CoordinatorDelay::hold`]).
+    held: Mutex<HashSet<HeldCall>>,
+    /// Signalled when `held` changes.
+    held_changed: Condvar,
+    /// Calls blocked by `held` right now.
+    held_waiting: AtomicU64,
+}
+
+/// A kind of coordinator call that [`CoordinatorDelay::hold`] can block on
+/// its own, while every other call goes through: to stop a node between
+/// the checks it makes and the write it builds on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeldCall {
+    /// [`Coordinator::compare_and_set`] (not the controller's).
+    CompareAndSet,
+    /// [`Coordinator::register_node`].
+    RegisterNode,
 }
 
 /// The knob of a [`SlowCoordinator`], shared with the test: every call
@@ -96,6 +113,38 @@ impl CoordinatorDelay {
     /// coordinator as it is.
     pub fn serve_stale_log_list(&self, states: Vec<LogState>) {
         *self.state.stale_logs.lock() = Some(states);
+    }
+
+    /// Calls of kind `call` block, from now on, until
+    /// [`release_held`](Self::release_held) (or an hour); the others go
+    /// through.
+    pub fn hold(&self, call: HeldCall) {
+        self.state.held.lock().insert(call);
+        self.state.held_changed.notify_all();
+    }
+
+    /// Calls of kind `call` go through again, and those blocked return now.
+    pub fn release_held(&self, call: HeldCall) {
+        self.state.held.lock().remove(&call);
+        self.state.held_changed.notify_all();
+    }
+
+    /// How many calls [`hold`](Self::hold) blocks right now.
+    pub fn held_waiting(&self) -> u64 {
+        self.state.held_waiting.load(Ordering::SeqCst)
+    }
+
+    fn wait_if_held(&self, call: HeldCall) {
+        let mut held = self.state.held.lock();
+        if !held.contains(&call) {
+            return;
+        }
+        self.state.held_waiting.fetch_add(1, Ordering::SeqCst);
+        let until = Instant::now() + HANG_MAX;
+        while held.contains(&call) && Instant::now() < until {
+            let _timed_out = self.state.held_changed.wait_until(&mut held, until);
+        }
+        self.state.held_waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn refusal(&self, log: LogId) -> Result<()> {
@@ -200,6 +249,7 @@ impl Coordinator for SlowCoordinator {
         update: LogUpdate,
     ) -> Result<CasOutcome> {
         self.delay.before_call();
+        self.delay.wait_if_held(HeldCall::CompareAndSet);
         self.delay.refusal(log)?;
         self.inner
             .compare_and_set(log, expected_epoch, expected_version, update)
@@ -228,6 +278,7 @@ impl Coordinator for SlowCoordinator {
 
     fn register_node(&self, node: NodeId, session_timeout: Duration) -> Result<Incarnation> {
         self.delay.before_call();
+        self.delay.wait_if_held(HeldCall::RegisterNode);
         self.inner.register_node(node, session_timeout)
     }
 
@@ -242,6 +293,13 @@ impl Coordinator for SlowCoordinator {
     fn unregister_node(&self, node: NodeId) -> Result<()> {
         self.delay.before_call();
         self.inner.unregister_node(node)
+    }
+
+    // Forwarded, not the provided one: the wrapped coordinator may end a
+    // registration that its `unregister_node` cannot (ZooKeeper).
+    fn unregister_previous_process(&self, node: NodeId) -> Result<()> {
+        self.delay.before_call();
+        self.inner.unregister_previous_process(node)
     }
 
     fn live_nodes(&self) -> Result<Vec<NodeId>> {

@@ -30,10 +30,16 @@ fn pending(cluster: &Cluster, node: NodeId) -> Vec<(LogId, Option<LogEnd>)> {
 fn a_pending_unclean_report_carries_the_replicas_real_end_and_is_retried_on_a_timer() {
     let cluster = Cluster::builder()
         .nodes(3)
-        // Long enough that nothing but the report takes the restarted
-        // replica out of the ISR while the test runs.
+        // Long enough that no lag or expiry takes the replica out of the
+        // ISR while the test runs.
         .session_timeout(Duration::from_secs(60))
         .replication(ReplicationConfig {
+            // The restart ends the crashed process's registration at once
+            // (the unclean report does, to fence ISR expansions built on
+            // its fetches), and the controller then takes the dead
+            // replica out of the ISR: with 3 it joins the ELR, still
+            // eligible, so its report is still owed.
+            min_insync_replicas: 3,
             replica_lag_time_max: Duration::from_secs(60),
             fetch_wait_max: Duration::from_millis(20),
             fetch_backoff: Duration::from_millis(5),

@@ -811,7 +811,7 @@ impl ZkCoordinator {
             move |shared, deadline, what| async move {
                 let path = document::node_path(node);
                 match shared
-                    .delete_registration(deadline, node, session, &what)
+                    .delete_registration(deadline, node, Some(session), &what)
                     .await?
                 {
                     Removal::Deleted => Ok(format!(
@@ -2367,7 +2367,10 @@ impl Shared {
     /// Deletes `node`'s registration znode if ZooKeeper session `owner`
     /// (one this coordinator gave up) still owns it, and never a later
     /// registration's: what settling a lost registration or an unheard
-    /// close needs.
+    /// close needs. With `owner` `None`, whichever session owns the znode
+    /// read (a crashed process's, for
+    /// [`Coordinator::unregister_previous_process`]), still never a
+    /// registration made after that read.
     ///
     /// A delete at the version read is not enough (review finding 6): every
     /// registration's znode is at version 0, so when the given-up session
@@ -2384,7 +2387,7 @@ impl Shared {
         &self,
         deadline: Instant,
         node: NodeId,
-        owner: i64,
+        owner: Option<i64>,
         what: &str,
     ) -> Result<Removal> {
         let path = document::node_path(node);
@@ -2407,7 +2410,9 @@ impl Shared {
                 other => return Err(unexpected(&format!("read {NODES}"), &other)),
             };
             let version = match read.next() {
-                Some(zk::MultiReadResult::Data { stat, .. }) if stat.ephemeral_owner == owner => {
+                Some(zk::MultiReadResult::Data { stat, .. })
+                    if owner.is_none_or(|owner| stat.ephemeral_owner == owner) =>
+                {
                     stat.version
                 }
                 Some(zk::MultiReadResult::Data { .. }) => return Ok(Removal::NotOwned),
@@ -3268,7 +3273,7 @@ impl Coordinator for ZkCoordinator {
                 // registration's. Until that is settled, the outcome is
                 // unknown: calling again settles it.
                 match shared
-                    .delete_registration(deadline, node, session_id, &what)
+                    .delete_registration(deadline, node, Some(session_id), &what)
                     .await
                 {
                     Ok(Removal::Deleted | Removal::NotOwned) => Ok(()),
@@ -3292,6 +3297,29 @@ impl Coordinator for ZkCoordinator {
             }
         }
         outcome
+    }
+
+    /// Ends a session of `node` held here as [`Coordinator::unregister_node`]
+    /// does, then deletes `node`'s registration znode whichever session
+    /// owns it: a crashed process's session lives on in ZooKeeper until it
+    /// expires, and only this delete ends its registration sooner (any
+    /// client may delete another session's ephemeral znode). The delete is
+    /// conditional, as every settling delete here, on no registration
+    /// having been made since the read (`Shared::delete_registration`).
+    fn unregister_previous_process(&self, node: NodeId) -> Result<()> {
+        self.unregister_node(node)?;
+        self.run_write(
+            format!("end the previous registration of {node}"),
+            move |shared, deadline, what| async move {
+                match shared.delete_registration(deadline, node, None, &what).await? {
+                    Removal::Deleted => {
+                        tracing::info!(%node, "ended the registration a previous process of this node left behind");
+                    }
+                    Removal::NotOwned => {}
+                }
+                Ok(())
+            },
+        )
     }
 
     fn live_nodes(&self) -> Result<Vec<NodeId>> {

@@ -2554,6 +2554,39 @@ impl NodeShared {
         if proposal.leader_epoch != epoch {
             return;
         }
+        let version = proposal.expected_version;
+        // A stopping node's control thread is being joined: no more calls.
+        if self.is_stopped() {
+            replica.isr_proposal_withdrawn();
+            return;
+        }
+        // The ELR that goes with the new ISR depends on the stored ISR and
+        // ELR, which this replica does not track: read them. A state of
+        // another version would fail the compare-and-set below anyway. Read
+        // before the incarnations below: this read is synced (ZooKeeper),
+        // so the incarnations read after it include every unregistration
+        // made before the version it saw; read first, a replaced session
+        // on a lagging server could still show a crashed process's
+        // registration for a version already fenced by its restart's
+        // report (review of be52522, finding 3).
+        let stored = match self.coordinator.log_state(log) {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                replica.isr_proposal_rejected();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error, "cannot read the log's state for an ISR change; will retry");
+                replica.isr_proposal_rejected();
+                return;
+            }
+        };
+        if stored.leader_epoch != epoch || stored.version != version {
+            tracing::info!(%log, node = %self.local(), current_epoch = %stored.leader_epoch, "ISR change is stale; re-reading state");
+            replica.isr_proposal_rejected();
+            self.reconcile(&stored);
+            return;
+        }
         // As Kafka since KIP-841: a replica whose node is not alive (its
         // coordinator session ended) never joins the ISR, even if a fetch it
         // sent before it died shows it caught up. Without this a crashed
@@ -2615,33 +2648,6 @@ impl NodeShared {
                     return;
                 }
             }
-        }
-        let version = proposal.expected_version;
-        // A stopping node's control thread is being joined: no more calls.
-        if self.is_stopped() {
-            replica.isr_proposal_withdrawn();
-            return;
-        }
-        // The ELR that goes with the new ISR depends on the stored ISR and
-        // ELR, which this replica does not track: read them. A state of
-        // another version would fail the compare-and-set below anyway.
-        let stored = match self.coordinator.log_state(log) {
-            Ok(Some(stored)) => stored,
-            Ok(None) => {
-                replica.isr_proposal_rejected();
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%log, node = %self.local(), %error, "cannot read the log's state for an ISR change; will retry");
-                replica.isr_proposal_rejected();
-                return;
-            }
-        };
-        if stored.leader_epoch != epoch || stored.version != version {
-            tracing::info!(%log, node = %self.local(), current_epoch = %stored.leader_epoch, "ISR change is stale; re-reading state");
-            replica.isr_proposal_rejected();
-            self.reconcile(&stored);
-            return;
         }
         let update = LogUpdate::in_sync_replicas(
             &stored,

@@ -2988,7 +2988,7 @@ impl Coordinator for ZkCoordinator {
         // take, rather than queueing behind it past this call's own bound.
         let Some(_registering) = shared.registering.try_lock_for(shared.config.call_timeout) else {
             return Err(coordinator_error(format!(
-                "cannot register {node}: another registration through this coordinator did not                  end within the call timeout ({:?}); nothing was sent: register again",
+                "cannot register {node}: another registration through this coordinator did not end within the call timeout ({:?}); nothing was sent: register again",
                 shared.config.call_timeout
             )));
         };
@@ -3468,7 +3468,7 @@ impl Coordinator for ZkCoordinator {
         // timeout instead of queueing past it.
         let Some(mut block) = shared.producer_ids.try_lock_for(shared.config.call_timeout) else {
             return Err(coordinator_error(format!(
-                "cannot allocate a producer id: another reservation of a block through this                  coordinator did not end within the call timeout ({:?}); nothing was reserved:                  try again",
+                "cannot allocate a producer id: another reservation of a block through this coordinator did not end within the call timeout ({:?}); nothing was reserved: try again",
                 shared.config.call_timeout
             )));
         };
@@ -3946,16 +3946,6 @@ mod tests {
         }
     }
 
-    /// Review finding 5: a controller went on writing after this
-    /// coordinator had ended its node's session (here, its lease lapsed):
-    /// the session's seat stays in ZooKeeper until the close reaches it (or
-    /// the session expires), so ZooKeeper's fence let the write through,
-    /// and with no session here the pre-read checked no owner. Here the
-    /// close is kept from ZooKeeper by keeping a handle of the session's
-    /// client open. Now a controller writes only through the live session
-    /// here that holds the seat, checked again when the write is sent: the
-    /// write is refused, and so is the same write sent with a fence checked
-    /// before the session ended, and after the node registered again.
     /// Review of the ZooKeeper coordinator, finding 8: a call behind
     /// another that holds the producer-id block or the registration lock
     /// (waiting for ZooKeeper) gives up at its own call timeout instead of
@@ -3994,6 +3984,16 @@ mod tests {
         c.register_node(NodeId(1), Duration::from_secs(20)).unwrap();
     }
 
+    /// Review finding 5: a controller went on writing after this
+    /// coordinator had ended its node's session (here, its lease lapsed):
+    /// the session's seat stays in ZooKeeper until the close reaches it (or
+    /// the session expires), so ZooKeeper's fence let the write through,
+    /// and with no session here the pre-read checked no owner. Here the
+    /// close is kept from ZooKeeper by keeping a handle of the session's
+    /// client open. Now a controller writes only through the live session
+    /// here that holds the seat, checked again when the write is sent: the
+    /// write is refused, and so is the same write sent with a fence checked
+    /// before the session ended, and after the node registered again.
     #[test]
     fn a_controller_whose_session_ended_here_writes_nothing() {
         let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));

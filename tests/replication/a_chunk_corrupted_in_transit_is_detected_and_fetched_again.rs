@@ -10,14 +10,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use isrlog::testing::{Lose, SessionEnd};
 use isrlog::transport::{Request, Response};
-use isrlog::{NodeId, Offset, ReplicatedLog, RequestHandler, SnapshotInfo};
+use isrlog::{NodeId, ReplicatedLog, RequestHandler, SnapshotInfo};
 
 use super::log_capture::log_lines_with;
-use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{
-    setup_with, Setup, LOG, WAIT,
-};
+use super::snapshot_bootstrap_rebuilds_a_replica_behind_the_log_start::{setup_with, Setup};
 
 /// The leader's request handler, flipping one byte of the data of the
 /// first `corrupt_left` snapshot chunks it answers at one position past the
@@ -102,14 +99,7 @@ fn a_chunk_corrupted_in_transit_is_detected_and_the_snapshot_fetched_again() {
 pub(super) fn a_follower_down_past_a_snapshot_of_several_chunks(
     setup: &Setup,
 ) -> (ReplicatedLog, NodeId, SnapshotInfo) {
-    let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    let (leader, victim) = setup.a_follower_down_past_the_log_start();
     let snapshot = setup.apps[&leader.node_id()].take_snapshot();
     assert!(
         snapshot.size_bytes > 3 * 1024,

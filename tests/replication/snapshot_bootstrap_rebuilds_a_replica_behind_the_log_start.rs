@@ -321,6 +321,21 @@ impl Setup {
         self.apply_running();
     }
 
+    /// Crashes a follower once every application applied 20 records, then
+    /// appends until the leader's log starts past where the follower
+    /// stopped. Returns the leader's log and the follower (down).
+    pub(super) fn a_follower_down_past_the_log_start(&self) -> (ReplicatedLog, NodeId) {
+        let cluster = &self.cluster;
+        self.append(20);
+        let leader = cluster.leader_log(LOG).expect("leader");
+        let victim = NodeId((leader.node_id().0 + 1) % 3);
+        self.wait_states_equal();
+        cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
+        self.append(150);
+        assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+        (leader, victim)
+    }
+
     /// Waits until every running application has applied up to the
     /// leader's high watermark and holds the same state.
     pub(super) fn wait_states_equal(&self) {
@@ -474,13 +489,7 @@ fn a_replica_back_with_an_empty_disk_catches_up_through_a_snapshot() {
 fn a_corrupt_chunk_is_detected_and_nothing_is_installed() {
     let setup = setup(true);
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    let (leader, victim) = setup.a_follower_down_past_the_log_start();
     let leader_app = &setup.apps[&leader.node_id()];
     leader_app.take_snapshot();
     leader_app.corrupt_chunks.store(true, Ordering::SeqCst);
@@ -510,13 +519,7 @@ fn a_corrupt_chunk_is_detected_and_nothing_is_installed() {
 fn without_a_snapshot_store_the_follower_reports_instead_of_skipping_a_gap() {
     let setup = setup(false);
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    let (leader, victim) = setup.a_follower_down_past_the_log_start();
     cluster.restart(victim).expect("restart");
     let on_victim = cluster.log(victim, LOG).expect("victim");
     assert!(
@@ -540,14 +543,8 @@ fn without_a_snapshot_store_the_follower_reports_instead_of_skipping_a_gap() {
 fn a_transfer_cut_by_a_leader_change_starts_again_and_installs_only_whole_snapshots() {
     let setup = setup(true);
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
+    let (leader, victim) = setup.a_follower_down_past_the_log_start();
     let other = NodeId((leader.node_id().0 + 2) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
     setup.wait_states_equal();
     for app in setup.apps.values() {
         app.take_snapshot();
@@ -585,13 +582,7 @@ fn a_transfer_cut_by_a_leader_change_starts_again_and_installs_only_whole_snapsh
 fn a_panicking_install_leaves_no_download_behind_and_the_next_transfer_installs() {
     let setup = setup(true);
     let cluster = &setup.cluster;
-    setup.append(20);
-    let leader = cluster.leader_log(LOG).expect("leader");
-    let victim = NodeId((leader.node_id().0 + 1) % 3);
-    setup.wait_states_equal();
-    cluster.crash_with(victim, Lose::Nothing, SessionEnd::Immediately);
-    setup.append(150);
-    assert!(cluster.wait_until(WAIT, |_| leader.log_start_offset() > Offset(20)));
+    let (leader, victim) = setup.a_follower_down_past_the_log_start();
     setup.apps[&leader.node_id()].take_snapshot();
     let app = &setup.apps[&victim];
     *app.downloads_dir.lock().unwrap() =

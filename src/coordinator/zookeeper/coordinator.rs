@@ -3675,6 +3675,19 @@ mod tests {
     use super::*;
     use crate::testing::zookeeper::{ZkProxy, ZkServer, ZkShell};
 
+    /// A coordinator under `chroot` on `server`, its configuration changed
+    /// by `tweak`.
+    fn on(
+        server: &ZkServer,
+        chroot: &str,
+        tweak: impl FnOnce(&mut ZkCoordinatorConfig),
+    ) -> ZkCoordinator {
+        let mut config = ZkCoordinatorConfig::new(server.connect_string());
+        config.chroot = chroot.to_owned();
+        tweak(&mut config);
+        ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"))
+    }
+
     /// A coordinator under `chroot` that reaches `server` through `proxy`.
     fn through(proxy: &ZkProxy, chroot: &str) -> ZkCoordinator {
         let mut config = ZkCoordinatorConfig::new(proxy.connect_string());
@@ -3876,9 +3889,7 @@ mod tests {
     #[test]
     fn a_controller_deposed_after_its_check_writes_nothing() {
         let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
-        let mut config = ZkCoordinatorConfig::new(server.connect_string());
-        config.chroot = "/fenced-multi".to_owned();
-        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let c = on(&server, "/fenced-multi", |_| {});
         let (first, second) = (NodeId(1), NodeId(2));
         c.register_node(first, Duration::from_secs(20)).unwrap();
         c.register_node(second, Duration::from_secs(20)).unwrap();
@@ -3953,10 +3964,9 @@ mod tests {
     #[test]
     fn a_call_behind_a_held_lock_gives_up_at_its_call_timeout() {
         let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
-        let mut config = ZkCoordinatorConfig::new(server.connect_string());
-        config.chroot = "/held-locks".to_owned();
-        config.call_timeout = Duration::from_millis(500);
-        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let c = on(&server, "/held-locks", |config| {
+            config.call_timeout = Duration::from_millis(500);
+        });
         let first = c.allocate_producer_id().unwrap();
 
         let held = c.handle.shared.producer_ids.lock();
@@ -3997,9 +4007,7 @@ mod tests {
     #[test]
     fn a_controller_whose_session_ended_here_writes_nothing() {
         let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
-        let mut config = ZkCoordinatorConfig::new(server.connect_string());
-        config.chroot = "/ended-here".to_owned();
-        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let c = on(&server, "/ended-here", |_| {});
         let (controller, other) = (NodeId(1), NodeId(2));
         c.register_node(controller, Duration::from_secs(2)).unwrap();
         c.register_node(other, Duration::from_secs(20)).unwrap();
@@ -4106,9 +4114,7 @@ mod tests {
     fn a_layout_move_that_loses_a_race_reads_again_and_moves() {
         let server = ZkServer::start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"));
         let chroot = "/move-race";
-        let mut config = ZkCoordinatorConfig::new(server.connect_string());
-        config.chroot = chroot.to_owned();
-        let c = ZkCoordinator::connect(config).unwrap_or_else(|e| panic!("cannot connect: {e}"));
+        let c = on(&server, chroot, |_| {});
         let raw = Arc::new(ZkShell::connect(&server.connect_string(), chroot).unwrap());
         // The earlier layout: epoch 7 (base 5, version 2) in a persistent
         // /controller, its seat as a child, no /controller_epoch.

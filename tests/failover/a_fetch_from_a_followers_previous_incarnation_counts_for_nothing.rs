@@ -15,39 +15,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::failover_support::fetch_request;
 use isrlog::testing::{Cluster, Lose, SessionEnd};
-use isrlog::transport::{ErrorCode, FetchLog, FetchRequest, Request, Response};
-use isrlog::{
-    Acks, Incarnation, LeaderEpoch, LogId, NodeId, Offset, PreviousShutdown, ReplicatedLog,
-};
+use isrlog::transport::{ErrorCode, Response};
+use isrlog::{Acks, Incarnation, LogId, NodeId, Offset, PreviousShutdown, ReplicatedLog};
 
 const LOG: LogId = LogId(3);
 const RECORDS: usize = 20;
-
-/// A fetch of `LOG` as `follower` of `incarnation`, at `fetch_offset`.
-fn fetch(
-    follower: NodeId,
-    incarnation: Incarnation,
-    epoch: LeaderEpoch,
-    fetch_offset: Offset,
-    last_fetched_epoch: Option<LeaderEpoch>,
-) -> Request {
-    Request::Fetch(FetchRequest {
-        replica: follower,
-        incarnation,
-        wait_max: Duration::ZERO,
-        bytes_max: 1 << 20,
-        logs: vec![FetchLog {
-            log: LOG,
-            current_leader_epoch: epoch,
-            fetch_offset,
-            last_fetched_epoch,
-            log_start_offset: Offset(0),
-            bytes_max: 1 << 20,
-            applied_offset: None,
-        }],
-    })
-}
 
 /// How many records the leader believes `follower` lacks (`u64::MAX`:
 /// it has not fetched in this epoch).
@@ -87,7 +61,7 @@ fn a_delayed_fetch_from_before_a_restart_neither_readmits_nor_holds_back() {
     let old = cluster.incarnation(victim).unwrap();
     // The fetch the victim sent just before it crashed: at the leader's
     // end, acknowledging everything. It is delivered after the restart.
-    let delayed_at_end = fetch(victim, old, epoch, end, Some(epoch));
+    let delayed_at_end = fetch_request(LOG, victim, old, epoch, end, Some(epoch));
 
     // The victim crashes and comes back, before its session expires, with
     // an empty disk; it cannot reach the leader yet, so it holds nothing.
@@ -177,7 +151,7 @@ fn a_delayed_fetch_from_before_a_restart_neither_readmits_nor_holds_back() {
     // A fetch of its previous life at offset 0 (sent when its log was
     // empty, delivered now): refused; its recorded log end, the ISR and
     // the high watermark stay.
-    let delayed_at_zero = fetch(victim, old, epoch, Offset(0), None);
+    let delayed_at_zero = fetch_request(LOG, victim, old, epoch, Offset(0), None);
     for request in [delayed_at_zero, delayed_at_end] {
         let answer = handler.handle(victim, request);
         assert_eq!(answer, Response::Error(ErrorCode::StaleIncarnation));
@@ -186,7 +160,10 @@ fn a_delayed_fetch_from_before_a_restart_neither_readmits_nor_holds_back() {
     // The same fetch in its current incarnation, replayed: served, but
     // it does not move the recorded log end back either (no truncation
     // was asked for).
-    let replayed = handler.handle(victim, fetch(victim, new, epoch, Offset(0), None));
+    let replayed = handler.handle(
+        victim,
+        fetch_request(LOG, victim, new, epoch, Offset(0), None),
+    );
     assert!(
         matches!(&replayed, Response::Fetch(f) if f.logs[0].error == ErrorCode::None),
         "{replayed:?}"
@@ -197,7 +174,10 @@ fn a_delayed_fetch_from_before_a_restart_neither_readmits_nor_holds_back() {
 
     // A name nobody registered, and a made-up larger incarnation: refused.
     for incarnation in [Incarnation(0), Incarnation(u64::MAX)] {
-        let answer = handler.handle(victim, fetch(victim, incarnation, epoch, Offset(0), None));
+        let answer = handler.handle(
+            victim,
+            fetch_request(LOG, victim, incarnation, epoch, Offset(0), None),
+        );
         assert_eq!(answer, Response::Error(ErrorCode::StaleIncarnation));
     }
     assert_eq!(lag(&leader, victim), 0);

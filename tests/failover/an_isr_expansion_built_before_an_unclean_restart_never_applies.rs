@@ -18,38 +18,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::failover_support::fetch_request;
 use isrlog::testing::{Cluster, CoordinatorDelay, HeldCall, Lose, SessionEnd};
-use isrlog::transport::{FetchLog, FetchRequest, Request};
-use isrlog::{Acks, Incarnation, LeaderEpoch, LogId, Offset, ReplicationConfig};
+use isrlog::{Acks, LogId, ReplicationConfig};
 
 const LOG: LogId = LogId(5);
 /// Generous on a loaded 2-core machine: every wait is a wait-until loop.
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A fetch of `LOG` as `follower` of `incarnation`, at `fetch_offset`
-/// (everything below it acknowledged).
-fn fetch(
-    follower: isrlog::NodeId,
-    incarnation: Incarnation,
-    epoch: LeaderEpoch,
-    fetch_offset: Offset,
-) -> Request {
-    Request::Fetch(FetchRequest {
-        replica: follower,
-        incarnation,
-        wait_max: Duration::ZERO,
-        bytes_max: 1 << 20,
-        logs: vec![FetchLog {
-            log: LOG,
-            current_leader_epoch: epoch,
-            fetch_offset,
-            last_fetched_epoch: Some(epoch),
-            log_start_offset: Offset(0),
-            bytes_max: 1 << 20,
-            applied_offset: None,
-        }],
-    })
-}
 
 /// Releases a held kind of call when dropped: a failed assertion must not
 /// leave a node blocked for the hour a hold lasts (the cluster's shutdown
@@ -109,11 +84,14 @@ fn an_isr_expansion_built_before_an_unclean_restart_never_applies() {
     // The fetch the victim sends just before it crashes, at the leader's
     // end: delivered late, after the leader's first write is refused.
     let crashed = cluster.incarnation(victim).unwrap();
-    let delayed = fetch(
+    let epoch = leader.leader_epoch();
+    let delayed = fetch_request(
+        LOG,
         victim,
         crashed,
-        leader.leader_epoch(),
+        epoch,
         leader.log_end_offset(),
+        Some(epoch),
     );
     let handler = cluster.with_node(leader_id, |n| n.handler()).unwrap();
     // Before the write, the victim loses power; its session lives on. Its

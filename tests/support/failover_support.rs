@@ -161,3 +161,34 @@ pub fn controlled_cluster(nodes: usize, unclean_leader_election: bool) -> Cluste
         .build()
         .unwrap()
 }
+
+/// A fetch of `log` by `follower` of `incarnation` in `epoch`, at
+/// `fetch_offset` (everything below it acknowledged), with
+/// `last_fetched_epoch`, answered at once: what a follower sends, for
+/// tests that hand it to a leader's handler themselves (delivered late,
+/// replayed).
+pub fn fetch_request(
+    log: LogId,
+    follower: NodeId,
+    incarnation: isrlog::Incarnation,
+    epoch: isrlog::LeaderEpoch,
+    fetch_offset: Offset,
+    last_fetched_epoch: Option<isrlog::LeaderEpoch>,
+) -> isrlog::transport::Request {
+    use isrlog::transport::{FetchLog, FetchRequest, Request};
+    Request::Fetch(FetchRequest {
+        replica: follower,
+        incarnation,
+        wait_max: Duration::ZERO,
+        bytes_max: 1 << 20,
+        logs: vec![FetchLog {
+            log,
+            current_leader_epoch: epoch,
+            fetch_offset,
+            last_fetched_epoch,
+            log_start_offset: Offset(0),
+            bytes_max: 1 << 20,
+            applied_offset: None,
+        }],
+    })
+}

@@ -29,7 +29,8 @@
 //! one) and handed to the handler later, or delivered and handed to the
 //! handler again later, possibly while the first delivery still runs
 //! ([`MemoryNetwork::set_late_delivery`]). Which calls that happens to
-//! comes from a second stream per link (three draws per call), so that
+//! comes from a second stream per link (three draws per call while it is
+//! on, none while it is off), so that
 //! turning it on does not change the drops of a seed; whether a late
 //! request is still delivered also depends on the global bound on those in
 //! flight and on what the nodes and links are when it arrives. Their
@@ -399,25 +400,32 @@ impl MemoryTransport {
         // depend on which probabilities were set for earlier calls.
         let lost_by_chance = rng.chance(request_drop_probability);
         let response_lost_by_chance = rng.chance(response_drop_probability);
-        let (late_probability, duplicate_probability) =
-            (state.late_probability, state.duplicate_probability);
-        let delay_max = state.late_delay_max;
-        let late_rng = state
-            .late_rngs
-            .entry((from, to))
-            .or_insert_with(|| SplitMix64::new(link_seed(seed ^ LATE_STREAM_SALT, from, to)));
-        // Three draws on every call, whatever the probabilities.
-        let late = late_rng.chance(late_probability);
-        let duplicate = late_rng.chance(duplicate_probability);
-        let delay = delay_max.mul_f64(0.5 + 0.5 * late_rng.next_f64());
+        // Off (the default, and every benchmark): no lookup and no draw on
+        // the call path. On: three draws per call, whatever the
+        // probabilities, from the link's own stream.
+        let (late, duplicate) =
+            if state.late_probability > 0.0 || state.duplicate_probability > 0.0 {
+                let (late_probability, duplicate_probability) =
+                    (state.late_probability, state.duplicate_probability);
+                let delay_max = state.late_delay_max;
+                let late_rng = state.late_rngs.entry((from, to)).or_insert_with(|| {
+                    SplitMix64::new(link_seed(seed ^ LATE_STREAM_SALT, from, to))
+                });
+                let late = late_rng.chance(late_probability);
+                let duplicate = late_rng.chance(duplicate_probability);
+                let delay = delay_max.mul_f64(0.5 + 0.5 * late_rng.next_f64());
+                (late.then_some(delay), (duplicate && !late).then_some(delay))
+            } else {
+                (None, None)
+            };
         Ok(Dispatch {
             handler,
             request_lost: lost_by_chance || state.is_blocked(from, to),
             response_lost_by_chance,
             latency: state.latency,
             lost_message_wait_max: state.lost_message_wait_max,
-            late: late.then_some(delay),
-            duplicate: (duplicate && !late).then_some(delay),
+            late,
+            duplicate,
         })
     }
 
@@ -460,7 +468,8 @@ impl MemoryTransport {
     /// either node is down or the link blocked; its response is dropped.
     fn deliver_later(&self, to: NodeId, request: Request, delay: Duration) {
         let hub = &self.hub;
-        if hub.late_in_flight.fetch_add(1, Ordering::SeqCst) >= LATE_IN_FLIGHT_MAX {
+        let before = hub.late_in_flight.fetch_add(1, Ordering::SeqCst);
+        if before >= LATE_IN_FLIGHT_MAX {
             hub.late_in_flight.fetch_sub(1, Ordering::SeqCst);
             return;
         }
@@ -520,7 +529,11 @@ struct InFlight<'a>(&'a AtomicU64);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        // Each slot is taken once (`deliver_later`) and freed once, here.
+        // (The count may pass the bound for a moment while a caller over it
+        // backs out, so only its floor is checked.)
+        let before = self.0.fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "a late delivery freed a slot nobody took");
     }
 }
 

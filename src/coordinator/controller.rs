@@ -466,71 +466,49 @@ fn recovery_election(
     {
         return None;
     }
-    if let Some(best) = state.recovery_leader() {
-        // A replica outside the list left the ISR earlier with its disk
-        // and may hold records that every later member lost (SPEC G1(c)):
-        // a live one reports its log end as soon as it sees the log in
-        // recovery (`LogState::recovery_candidate_update`), and the
-        // election waits for that report; one that is away (a process
-        // down, a node cut off from the coordinator) is waited for until
-        // the recovery wait is over (found by the power-loss fault test,
-        // seed 25: a leader cut off from the coordinator left the ISR when
-        // its session expired, both followers then lost power, and the
-        // longer of their logs was elected at once, without the records
-        // only the old leader held).
-        // A replica in the list whose end is not known yet (its node could
-        // not open it when it reported, typically because its recovery
-        // cuts records and may do so only once the report is stored) is
-        // waited for the same way (review of dfd9830: every node lost
-        // power, C needed the cut and reported empty, B held 0..50; B was
-        // elected before C reported 0..120, and C truncated 50..120). A
-        // live one that never opens holds the log leaderless, as a live
-        // replica that never reports would: the unclean switch, or
-        // deleting that replica's directory, decides (README).
-        let unreported = state
-            .replicas
-            .iter()
-            .any(|node| state.log_end_unknown(*node) && (is_live(node) || !recovery_waited));
-        if unreported {
-            return None;
-        }
-        let passed_over: Vec<NodeId> = state
-            .replicas
-            .iter()
-            .copied()
-            .filter(|node| state.log_end_unknown(*node))
-            .collect();
-        if !passed_over.is_empty() && is_live(&best.node) {
-            tracing::warn!(log = %state.log, leader = %best.node, ?passed_over,
-                "unclean recovery: the recovery wait is over and these replicas, whose log ends are not known, are still away; the unclean switch is on, so the longest reported log leads without them, and records only they held are lost if they held any");
-        }
-        return is_live(&best.node).then_some((best.node, !passed_over.is_empty()));
-    }
-    if state.replicas.iter().any(|node| !state.is_unclean(*node)) {
-        // Some replica has not reported: wait for its log end.
-        return None;
-    }
-    // Every replica is in the list and none is known to hold records. One
-    // whose end is not known may: wait for it as above (while it is live,
-    // or until the recovery wait is over), so that the first live replica,
-    // which then leads, is known to be empty.
-    let unknown = state
-        .replicas
-        .iter()
-        .any(|node| state.log_end_unknown(*node) && (is_live(node) || !recovery_waited));
-    if unknown {
-        return None;
-    }
-    let passed_over = state
-        .replicas
-        .iter()
-        .any(|node| state.log_end_unknown(*node));
-    state
+    // A replica outside the list left the ISR earlier with its disk and
+    // may hold records that every later member lost (SPEC G1(c)): a live
+    // one reports its log end as soon as it sees the log in recovery
+    // (`LogState::recovery_candidate_update`), and the election waits for
+    // that report; one that is away (a process down, a node cut off from
+    // the coordinator) is waited for until `recovery_waited` (found by the
+    // power-loss fault test, seed 25: a leader cut off from the
+    // coordinator left the ISR when its session expired, both followers
+    // then lost power, and the longer of their logs was elected at once,
+    // without the records only the old leader held). A replica in the list
+    // whose end is not known yet (its node could not open it when it
+    // reported, typically because its recovery cuts records and may do so
+    // only once the report is stored) is waited for the same way (review
+    // of dfd9830: every node lost power, C needed the cut and reported
+    // empty, B held 0..50; B was elected before C reported 0..120, and C
+    // truncated 50..120). A live one that never opens holds the log
+    // leaderless, as a live replica that never reports would: the unclean
+    // switch, or deleting that replica's directory, decides (README).
+    let unknown: Vec<NodeId> = state
         .replicas
         .iter()
         .copied()
-        .find(|node| is_live(node))
-        .map(|leader| (leader, passed_over))
+        .filter(|node| state.log_end_unknown(*node))
+        .collect();
+    if unknown.iter().any(|node| is_live(node) || !recovery_waited) {
+        return None;
+    }
+    // Only the unclean switch gets here with some left (`recovery_waited`).
+    let passed_over = !unknown.is_empty();
+    let leader = match state.recovery_leader() {
+        Some(best) => is_live(&best.node).then_some(best.node)?,
+        // Every reported end is empty: one outside the list may hold
+        // everything, so it is waited for however long; with nobody
+        // outside it, every replica that may hold records has reported
+        // empty, and the first live one leads.
+        None if state.replicas.iter().any(|node| !state.is_unclean(*node)) => return None,
+        None => state.replicas.iter().copied().find(|node| is_live(node))?,
+    };
+    if passed_over {
+        tracing::warn!(log = %state.log, %leader, passed_over = ?unknown,
+            "unclean recovery: the recovery wait is over and these replicas, whose log ends are not known, are still away; the unclean switch is on, so the longest reported log leads without them, and records only they held are lost if they held any");
+    }
+    Some((leader, passed_over))
 }
 
 /// Whether `state`'s log is in unclean recovery and recovery cannot elect

@@ -1326,15 +1326,7 @@ impl NodeShared {
             // have been committed fails to open here and is reported
             // with its end not known, and opens with the cut once the
             // report is stored.
-            let end = match self.host(state.log) {
-                Ok(replica) => self.log_end_to_report(&replica),
-                Err(error) => {
-                    tracing::warn!(log = %state.log, node = %self.local(), %error,
-                        "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
-                    self.reported_unopened.lock().insert(state.log);
-                    None
-                }
-            };
+            let end = self.open_to_report(state.log);
             ends.push((state.log, end));
         }
         Ok(ends)
@@ -1404,15 +1396,7 @@ impl NodeShared {
         // Its report is pending (it is not yet in `unreported` while the
         // start fills that in): the replica opens without the cut, and one
         // that needs it is reported with its end not known.
-        match self.host(log) {
-            Ok(replica) => self.log_end_to_report(&replica),
-            Err(error) => {
-                tracing::warn!(%log, node = %self.local(), %error,
-                    "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
-                self.reported_unopened.lock().insert(log);
-                None
-            }
-        }
+        self.open_to_report(log)
     }
 
     /// For a replica open here whose entry in `state`'s unclean list has
@@ -1467,6 +1451,24 @@ impl NodeShared {
                 tracing::warn!(%log, node = %me, %error,
                     "cannot report where this replica's log ends now that it opened; retrying on a timer");
                 self.failed_recovery_reports.lock().insert(log);
+            }
+        }
+    }
+
+    /// Opens `log`'s replica here (never with the cut, see
+    /// [`NodeShared::unclean_stop_reported`]) and gives the log end to
+    /// report for it after an unclean stop: not known (`None`) if it cannot
+    /// be opened, in which case it joins
+    /// [`reported_unopened`](NodeShared::reported_unopened) and its end is
+    /// reported once it opens.
+    fn open_to_report(&self, log: LogId) -> Option<LogEnd> {
+        match self.host(log) {
+            Ok(replica) => self.log_end_to_report(&replica),
+            Err(error) => {
+                tracing::warn!(%log, node = %self.local(), %error,
+                    "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
+                self.reported_unopened.lock().insert(log);
+                None
             }
         }
     }

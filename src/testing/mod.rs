@@ -12,6 +12,8 @@ mod fault_apps;
 pub mod fault_test;
 pub mod fuzz;
 mod harness;
+#[allow(dead_code)] // Used by the simulator's tests until the simulator runs nodes.
+pub(crate) mod sim;
 #[cfg(test)]
 mod sim_disk_node;
 pub mod slow_coordinator;

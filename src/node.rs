@@ -331,6 +331,19 @@ pub struct Node {
     /// Released last, when the node is dropped.
     #[allow(dead_code)]
     directory_lock: Option<DirectoryLock>,
+    /// Opened without threads ([`SteppedNode`]) and not stopped yet: a
+    /// drop then stops it as it would a started node.
+    stepped: bool,
+}
+
+/// A node registered but not yet running: what
+/// [`Node::open_registered`] hands to the thread start or to a
+/// [`SteppedNode`].
+struct Opened {
+    node: Node,
+    events: Receiver<CoordinatorEvent>,
+    commands: Receiver<Command>,
+    controller_config: Option<ControllerConfig>,
 }
 
 /// One log's replica on this node and the node's runtime hosting it: all
@@ -397,6 +410,35 @@ impl Node {
         coordinator: Arc<dyn Coordinator>,
         clock: Arc<dyn Clock>,
     ) -> Result<Node> {
+        let Opened {
+            mut node,
+            events,
+            commands,
+            controller_config,
+        } = Node::open_registered(disk, config, transport, coordinator, clock)?;
+        // From here on a failure must undo what started: `abort_start`.
+        let started = node
+            .reconcile_every_log()
+            .and_then(|()| node.start_threads(events, commands, controller_config));
+        if let Err(error) = started {
+            node.abort_start(&error);
+            return Err(error);
+        }
+        tracing::info!(node = %node.id(), "node started");
+        Ok(node)
+    }
+
+    /// The first half of [`start`](Self::start): every step up to and
+    /// including the registration (see there), with no log reconciled and
+    /// no thread started. On error nothing needs undoing: the node is not
+    /// registered.
+    fn open_registered(
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Opened> {
         config.validate()?;
         // The controller decides the ELR with the same minimum as this
         // node's leaders. Checked here, before anything starts: a start
@@ -579,37 +621,43 @@ impl Node {
             .register_node(me, shared.config.session_timeout)?;
         shared.incarnation.store(incarnation.0, Ordering::SeqCst);
         tracing::info!(node = %me, %incarnation, "registered with the coordinator");
-        // From here on a failure must undo what started: `abort_start`.
-        let mut node = Node {
-            shared,
-            control: None,
-            deadlines: None,
-            completions: None,
-            controller: None,
-            directory_lock: Some(directory_lock),
-        };
-        if let Err(error) = node.start_threads(events, command_rx, controller_config) {
-            node.abort_start(&error);
-            return Err(error);
-        }
-        tracing::info!(node = %me, "node started");
-        Ok(node)
+        Ok(Opened {
+            node: Node {
+                shared,
+                control: None,
+                deadlines: None,
+                completions: None,
+                controller: None,
+                directory_lock: Some(directory_lock),
+                stepped: false,
+            },
+            events,
+            commands: command_rx,
+            controller_config,
+        })
     }
 
-    /// The second half of [`Node::start`]: reconciles every log and starts
-    /// the control thread and the controller.
-    fn start_threads(
-        &mut self,
-        events: Receiver<CoordinatorEvent>,
-        command_rx: Receiver<Command>,
-        controller_config: Option<ControllerConfig>,
-    ) -> Result<()> {
+    /// Reads the live nodes' incarnations, then reconciles every log the
+    /// coordinator knows: this node opens its replicas and takes its roles
+    /// (a follower starts fetching).
+    fn reconcile_every_log(&self) -> Result<()> {
         // Before this node leads anything: fetches count only from the
         // incarnations it has read (SPEC 3.2).
         self.shared.refresh_incarnations();
         for state in self.shared.coordinator.logs()? {
             self.shared.reconcile(&state);
         }
+        Ok(())
+    }
+
+    /// The second half of [`Node::start`]: starts the control, completion
+    /// and deadline threads and the controller.
+    fn start_threads(
+        &mut self,
+        events: Receiver<CoordinatorEvent>,
+        command_rx: Receiver<Command>,
+        controller_config: Option<ControllerConfig>,
+    ) -> Result<()> {
         let thread_shared = Arc::clone(&self.shared);
         let control = std::thread::Builder::new()
             .name(format!("isrlog-control-{}", self.shared.config.node_id.0))
@@ -1076,6 +1124,7 @@ impl Node {
     }
 
     fn stop_threads(&mut self, how: Stop) {
+        self.stepped = false;
         if let Some(controller) = self.controller.as_mut() {
             match how {
                 // A clean stop hands the controller seat over at once.
@@ -1139,6 +1188,125 @@ impl Node {
             tracing::warn!(node = %self.shared.config.node_id, waited = ?COMPLETION_DRAIN_MAX,
                 "a pipelined append's callback is still running; the completion thread finishes on its own");
         }
+    }
+}
+
+/// A node opened without any thread of its own, for a simulator that
+/// drives it in one thread on simulated time (issue 28): what the node's
+/// threads would do, it does when told. [`step_control`](Self::step_control)
+/// is the control thread's pass, [`expire_deadlines`](Self::expire_deadlines)
+/// the deadline thread's, [`run_completions`](Self::run_completions) the
+/// completion thread's. No controller runs (a configured one is ignored).
+///
+/// Still threaded or blocking underneath (not this type's to remove): a
+/// follower's fetcher is a thread, a roll's flush starts the roll
+/// flusher's thread, a leader's long-poll fetch answer waits, a hand-over
+/// waits briefly for the high watermark, `Node::shutdown` with a
+/// controlled-shutdown timeout hands logs over on threads, and the memory
+/// coordinator runs its session reaper.
+// Only this crate's tests use it until the simulator comes.
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Debug)]
+pub(crate) struct SteppedNode {
+    node: Node,
+    events: Receiver<CoordinatorEvent>,
+    commands: Receiver<Command>,
+    control: ControlCore,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl Node {
+    /// Opens a node as [`start_on_disk`](Self::start_on_disk) does (checks,
+    /// directory, unclean-shutdown report, registration, every log
+    /// reconciled) but starts no thread: a simulator drives it through the
+    /// returned [`SteppedNode`]. The control core's clock starts at the
+    /// node's clock's `now`.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn open_on_disk(
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<SteppedNode> {
+        let Opened {
+            mut node,
+            events,
+            commands,
+            controller_config: _,
+        } = Node::open_registered(disk, config, transport, coordinator, clock)?;
+        node.stepped = true;
+        if let Err(error) = node.reconcile_every_log() {
+            node.abort_start(&error);
+            return Err(error);
+        }
+        let control = ControlCore::new(&node.shared, node.shared.clock.now());
+        tracing::info!(node = %node.id(), "node opened without threads");
+        Ok(SteppedNode {
+            node,
+            events,
+            commands,
+            control,
+        })
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(test), allow(dead_code))]
+impl SteppedNode {
+    /// The node: its handler, its logs, its stop.
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The node, to stop it (`shutdown`, `halt`) or keep it; no step runs
+    /// any more.
+    pub(crate) fn into_node(self) -> Node {
+        self.node
+    }
+
+    /// One pass of the control thread at `now` (the node's clock): every
+    /// coordinator event and command arrived so far, in arrival order,
+    /// then the timed duties. Returns how many events and commands it
+    /// handled. It waits for nothing itself, but a duty may call the
+    /// coordinator.
+    pub(crate) fn step_control(&mut self, now: Instant) -> usize {
+        let shared = &self.node.shared;
+        let mut handled = 0;
+        while !shared.is_stopped() {
+            let Ok(event) = self.events.try_recv() else {
+                break;
+            };
+            self.control.on_event(shared, event);
+            handled += 1;
+        }
+        while !shared.is_stopped() {
+            let Ok(command) = self.commands.try_recv() else {
+                break;
+            };
+            self.control.on_command(shared, command);
+            handled += 1;
+        }
+        self.control.on_tick(shared, now);
+        handled
+    }
+
+    /// When the control core wants its next [`step_control`](Self::step_control),
+    /// on the node's clock (sooner if an event or command arrives).
+    pub(crate) fn next_wake(&self) -> Instant {
+        self.control.next_wake()
+    }
+
+    /// The deadline thread's pass ([`NodeShared::expire_deadlines`]).
+    pub(crate) fn expire_deadlines(&self) {
+        self.node.shared.expire_deadlines();
+    }
+
+    /// The completion thread's pass ([`CompletionRunner::run_pending`]):
+    /// runs the callbacks and wakers queued so far; how many.
+    pub(crate) fn run_completions(&self) -> usize {
+        self.node.shared.completions.run_pending()
     }
 }
 
@@ -1263,7 +1431,7 @@ enum Stop {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if self.control.is_some() {
+        if self.control.is_some() || self.stepped {
             self.stop_threads(Stop::Clean);
             let _ = self
                 .shared
@@ -3531,7 +3699,7 @@ impl ControlCore {
 
     /// When the next [`on_tick`](Self::on_tick) is due, on the node's
     /// clock: the earliest timed duty, and at most one tick after the last.
-    #[allow(dead_code)] // The simulator's: the thread waits a tick at most.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn next_wake(&self) -> Instant {
         let next_tick = self.last_tick + self.tick;
         if self.duties_paused {

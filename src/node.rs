@@ -138,7 +138,7 @@ impl HandOverCause {
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
-enum Command {
+pub(crate) enum Command {
     /// A leader's fetch path produced an ISR proposal for this log.
     IsrProposal(LogId),
     /// A fetch named an incarnation this node could not verify: read the
@@ -331,6 +331,19 @@ pub struct Node {
     /// Released last, when the node is dropped.
     #[allow(dead_code)]
     directory_lock: Option<DirectoryLock>,
+    /// Opened without threads ([`SteppedNode`]) and not stopped yet: a
+    /// drop then stops it as it would a started node.
+    stepped: bool,
+}
+
+/// A node registered but not yet running: what
+/// [`Node::open_registered`] hands to the thread start or to a
+/// [`SteppedNode`].
+struct Opened {
+    node: Node,
+    events: Receiver<CoordinatorEvent>,
+    commands: Receiver<Command>,
+    controller_config: Option<ControllerConfig>,
 }
 
 /// One log's replica on this node and the node's runtime hosting it: all
@@ -397,6 +410,35 @@ impl Node {
         coordinator: Arc<dyn Coordinator>,
         clock: Arc<dyn Clock>,
     ) -> Result<Node> {
+        let Opened {
+            mut node,
+            events,
+            commands,
+            controller_config,
+        } = Node::open_registered(disk, config, transport, coordinator, clock)?;
+        // From here on a failure must undo what started: `abort_start`.
+        let started = node
+            .reconcile_every_log()
+            .and_then(|()| node.start_threads(events, commands, controller_config));
+        if let Err(error) = started {
+            node.abort_start(&error);
+            return Err(error);
+        }
+        tracing::info!(node = %node.id(), "node started");
+        Ok(node)
+    }
+
+    /// The first half of [`start`](Self::start): every step up to and
+    /// including the registration (see there), with no log reconciled and
+    /// no thread started. On error nothing needs undoing: the node is not
+    /// registered.
+    fn open_registered(
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Opened> {
         config.validate()?;
         // The controller decides the ELR with the same minimum as this
         // node's leaders. Checked here, before anything starts: a start
@@ -579,37 +621,43 @@ impl Node {
             .register_node(me, shared.config.session_timeout)?;
         shared.incarnation.store(incarnation.0, Ordering::SeqCst);
         tracing::info!(node = %me, %incarnation, "registered with the coordinator");
-        // From here on a failure must undo what started: `abort_start`.
-        let mut node = Node {
-            shared,
-            control: None,
-            deadlines: None,
-            completions: None,
-            controller: None,
-            directory_lock: Some(directory_lock),
-        };
-        if let Err(error) = node.start_threads(events, command_rx, controller_config) {
-            node.abort_start(&error);
-            return Err(error);
-        }
-        tracing::info!(node = %me, "node started");
-        Ok(node)
+        Ok(Opened {
+            node: Node {
+                shared,
+                control: None,
+                deadlines: None,
+                completions: None,
+                controller: None,
+                directory_lock: Some(directory_lock),
+                stepped: false,
+            },
+            events,
+            commands: command_rx,
+            controller_config,
+        })
     }
 
-    /// The second half of [`Node::start`]: reconciles every log and starts
-    /// the control thread and the controller.
-    fn start_threads(
-        &mut self,
-        events: Receiver<CoordinatorEvent>,
-        command_rx: Receiver<Command>,
-        controller_config: Option<ControllerConfig>,
-    ) -> Result<()> {
+    /// Reads the live nodes' incarnations, then reconciles every log the
+    /// coordinator knows: this node opens its replicas and takes its roles
+    /// (a follower starts fetching).
+    fn reconcile_every_log(&self) -> Result<()> {
         // Before this node leads anything: fetches count only from the
         // incarnations it has read (SPEC 3.2).
         self.shared.refresh_incarnations();
         for state in self.shared.coordinator.logs()? {
             self.shared.reconcile(&state);
         }
+        Ok(())
+    }
+
+    /// The second half of [`Node::start`]: starts the control, completion
+    /// and deadline threads and the controller.
+    fn start_threads(
+        &mut self,
+        events: Receiver<CoordinatorEvent>,
+        command_rx: Receiver<Command>,
+        controller_config: Option<ControllerConfig>,
+    ) -> Result<()> {
         let thread_shared = Arc::clone(&self.shared);
         let control = std::thread::Builder::new()
             .name(format!("isrlog-control-{}", self.shared.config.node_id.0))
@@ -1076,6 +1124,7 @@ impl Node {
     }
 
     fn stop_threads(&mut self, how: Stop) {
+        self.stepped = false;
         if let Some(controller) = self.controller.as_mut() {
             match how {
                 // A clean stop hands the controller seat over at once.
@@ -1139,6 +1188,125 @@ impl Node {
             tracing::warn!(node = %self.shared.config.node_id, waited = ?COMPLETION_DRAIN_MAX,
                 "a pipelined append's callback is still running; the completion thread finishes on its own");
         }
+    }
+}
+
+/// A node opened without any thread of its own, for a simulator that
+/// drives it in one thread on simulated time (issue 28): what the node's
+/// threads would do, it does when told. [`step_control`](Self::step_control)
+/// is the control thread's pass, [`expire_deadlines`](Self::expire_deadlines)
+/// the deadline thread's, [`run_completions`](Self::run_completions) the
+/// completion thread's. No controller runs (a configured one is ignored).
+///
+/// Still threaded or blocking underneath (not this type's to remove): a
+/// follower's fetcher is a thread, a roll's flush starts the roll
+/// flusher's thread, a leader's long-poll fetch answer waits, a hand-over
+/// waits briefly for the high watermark, `Node::shutdown` with a
+/// controlled-shutdown timeout hands logs over on threads, and the memory
+/// coordinator runs its session reaper.
+// Only this crate's tests use it until the simulator comes.
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Debug)]
+pub(crate) struct SteppedNode {
+    node: Node,
+    events: Receiver<CoordinatorEvent>,
+    commands: Receiver<Command>,
+    control: ControlCore,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl Node {
+    /// Opens a node as [`start_on_disk`](Self::start_on_disk) does (checks,
+    /// directory, unclean-shutdown report, registration, every log
+    /// reconciled) but starts no thread: a simulator drives it through the
+    /// returned [`SteppedNode`]. The control core's clock starts at the
+    /// node's clock's `now`.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn open_on_disk(
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<SteppedNode> {
+        let Opened {
+            mut node,
+            events,
+            commands,
+            controller_config: _,
+        } = Node::open_registered(disk, config, transport, coordinator, clock)?;
+        node.stepped = true;
+        if let Err(error) = node.reconcile_every_log() {
+            node.abort_start(&error);
+            return Err(error);
+        }
+        let control = ControlCore::new(&node.shared, node.shared.clock.now());
+        tracing::info!(node = %node.id(), "node opened without threads");
+        Ok(SteppedNode {
+            node,
+            events,
+            commands,
+            control,
+        })
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(test), allow(dead_code))]
+impl SteppedNode {
+    /// The node: its handler, its logs, its stop.
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The node, to stop it (`shutdown`, `halt`) or keep it; no step runs
+    /// any more.
+    pub(crate) fn into_node(self) -> Node {
+        self.node
+    }
+
+    /// One pass of the control thread at `now` (the node's clock): every
+    /// coordinator event and command arrived so far, in arrival order,
+    /// then the timed duties. Returns how many events and commands it
+    /// handled. It waits for nothing itself, but a duty may call the
+    /// coordinator.
+    pub(crate) fn step_control(&mut self, now: Instant) -> usize {
+        let shared = &self.node.shared;
+        let mut handled = 0;
+        while !shared.is_stopped() {
+            let Ok(event) = self.events.try_recv() else {
+                break;
+            };
+            self.control.on_event(shared, event);
+            handled += 1;
+        }
+        while !shared.is_stopped() {
+            let Ok(command) = self.commands.try_recv() else {
+                break;
+            };
+            self.control.on_command(shared, command);
+            handled += 1;
+        }
+        self.control.on_tick(shared, now);
+        handled
+    }
+
+    /// When the control core wants its next [`step_control`](Self::step_control),
+    /// on the node's clock (sooner if an event or command arrives).
+    pub(crate) fn next_wake(&self) -> Instant {
+        self.control.next_wake()
+    }
+
+    /// The deadline thread's pass ([`NodeShared::expire_deadlines`]).
+    pub(crate) fn expire_deadlines(&self) {
+        self.node.shared.expire_deadlines();
+    }
+
+    /// The completion thread's pass ([`CompletionRunner::run_pending`]):
+    /// runs the callbacks and wakers queued so far; how many.
+    pub(crate) fn run_completions(&self) -> usize {
+        self.node.shared.completions.run_pending()
     }
 }
 
@@ -1263,7 +1431,7 @@ enum Stop {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if self.control.is_some() {
+        if self.control.is_some() || self.stepped {
             self.stop_threads(Stop::Clean);
             let _ = self
                 .shared
@@ -3426,140 +3594,198 @@ impl RequestHandler for NodeHandler {
 fn deadline_loop(shared: &NodeShared) {
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(DEADLINE_TICK);
-        for replica in shared.replicas.read().values() {
+        shared.expire_deadlines();
+    }
+}
+
+impl NodeShared {
+    /// One pass of the deadline timer: fails every pipelined append past
+    /// its deadline with `Timeout`. It never blocks and never calls the
+    /// coordinator; the deadline thread runs it every [`DEADLINE_TICK`],
+    /// a simulator whenever it likes (issue 28).
+    pub(crate) fn expire_deadlines(&self) {
+        for replica in self.replicas.read().values() {
             replica.expire_pipelined();
         }
     }
 }
 
+/// The control thread: a thin driver of [`ControlCore`]. It waits for a
+/// coordinator event, a command or the core's tick, hands what came to the
+/// core, then lets the core run its timed duties, until the node stops.
+/// Time is the node's clock; only the wait itself is real time.
 fn control_loop(
     shared: &NodeShared,
     events: &Receiver<CoordinatorEvent>,
     commands: &Receiver<Command>,
 ) {
-    let lag_max = shared.config.replication.replica_lag_time_max;
-    let tick = (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50));
-    let heartbeat_every = shared.config.session_timeout / 3;
-    let mut next_heartbeat = Instant::now();
-    let mut next_retention = Instant::now() + shared.config.retention_check_interval;
-    // `FlushPolicy::Every { interval }` is checked by the log on append; an
-    // idle log is flushed here, as Kafka's log flusher task does.
-    let flush_interval = match shared.config.log.flush_policy {
-        FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
-        _ => None,
-    };
-    let mut next_flush = flush_interval.map(|interval| Instant::now() + interval);
-    let mut next_report_retry = Instant::now() + UNCLEAN_REPORT_RETRY_INTERVAL;
+    let mut core = ControlCore::new(shared, shared.clock.now());
     while !shared.stop.load(Ordering::SeqCst) {
-        let winding_down = shared.winding_down.load(Ordering::SeqCst);
         select! {
             recv(events) -> event => match event {
-                Ok(CoordinatorEvent::LogChanged(state)) => shared.reconcile(&state),
-                Ok(CoordinatorEvent::Resync) if !winding_down => {
-                    shared.refresh_incarnations();
-                    shared.resync();
-                }
-                // A node came, went, or registered again: its incarnation
-                // may have changed.
-                Ok(CoordinatorEvent::NodesChanged { .. }) if !winding_down => {
-                    shared.refresh_incarnations()
-                }
-                Ok(_) => {}
+                Ok(event) => core.on_event(shared, event),
                 Err(_) => {
                     tracing::warn!(node = %shared.local(), "coordinator subscription closed");
-                    std::thread::sleep(tick);
+                    std::thread::sleep(core.tick());
                 }
             },
             recv(commands) -> command => {
-                match command {
-                    Ok(Command::IsrProposal(_)) if winding_down => {}
-                    Ok(Command::IsrProposal(log)) => {
-                        if let Some(replica) = shared.replica(log) {
-                            if let Some(proposal) = replica.take_isr_proposal() {
-                                shared.submit_isr(&replica, proposal);
-                            }
-                        }
-                    }
-                    Ok(Command::RefreshIncarnations) if !winding_down => {
-                        shared.refresh_incarnations()
-                    }
-                    Ok(Command::RefreshIncarnations) => {}
-                    Err(_) => {}
+                if let Ok(command) = command {
+                    core.on_command(shared, command);
                 }
             },
-            default(tick) => {}
+            default(core.tick()) => {}
         }
+        core.on_tick(shared, shared.clock.now());
+    }
+}
+
+/// The node's control duties without a thread of their own: what the
+/// control thread ([`control_loop`]) does between two waits, so that a
+/// simulator can do the same in one thread on simulated time (issue 28).
+/// A driver hands each coordinator event to [`on_event`](Self::on_event)
+/// and each command to [`on_command`](Self::on_command), and after every
+/// wake-up (an event, a command, or [`next_wake`](Self::next_wake)
+/// reached) calls [`on_tick`](Self::on_tick) with the node's clock's time.
+/// It owns only its timers; everything else lives in [`NodeShared`].
+#[derive(Debug)]
+pub(crate) struct ControlCore {
+    /// The longest wait between two passes: replica ticks (ISR lag, the
+    /// pipelined appends' tick, hand-overs) run at least this often.
+    tick: Duration,
+    heartbeat_every: Duration,
+    /// `FlushPolicy::Every { interval }` is checked by the log on append;
+    /// an idle log is flushed here, as Kafka's log flusher task does.
+    flush_interval: Option<Duration>,
+    next_heartbeat: Instant,
+    next_retention: Instant,
+    /// Some exactly when `flush_interval` is.
+    next_flush: Option<Instant>,
+    next_report_retry: Instant,
+    /// When [`on_tick`](Self::on_tick) last ran (or the core was made).
+    last_tick: Instant,
+    /// Whether the last [`on_tick`](Self::on_tick) skipped the timed
+    /// duties (a stopped or winding-down node): the ones overdue then are
+    /// not due again before the next tick.
+    duties_paused: bool,
+}
+
+impl ControlCore {
+    /// The core of a node starting at `now` (its clock's time): the first
+    /// heartbeat is due at once, the other duties one interval later.
+    pub(crate) fn new(shared: &NodeShared, now: Instant) -> ControlCore {
+        let lag_max = shared.config.replication.replica_lag_time_max;
+        let flush_interval = match shared.config.log.flush_policy {
+            FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
+            _ => None,
+        };
+        ControlCore {
+            tick: (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50)),
+            heartbeat_every: shared.config.session_timeout / 3,
+            flush_interval,
+            next_heartbeat: now,
+            next_retention: now + shared.config.retention_check_interval,
+            next_flush: flush_interval.map(|interval| now + interval),
+            next_report_retry: now + UNCLEAN_REPORT_RETRY_INTERVAL,
+            last_tick: now,
+            duties_paused: false,
+        }
+    }
+
+    /// The longest a driver waits between two [`on_tick`](Self::on_tick)s.
+    pub(crate) fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// When the next [`on_tick`](Self::on_tick) is due, on the node's
+    /// clock: the earliest timed duty, and at most one tick after the last.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn next_wake(&self) -> Instant {
+        let next_tick = self.last_tick + self.tick;
+        if self.duties_paused {
+            return next_tick;
+        }
+        let mut wake = next_tick
+            .min(self.next_heartbeat)
+            .min(self.next_retention)
+            .min(self.next_report_retry);
+        if let Some(flush) = self.next_flush {
+            wake = wake.min(flush);
+        }
+        wake
+    }
+
+    /// Follows one coordinator notification. A winding-down node follows
+    /// role changes but makes no coordinator call of its own.
+    pub(crate) fn on_event(&self, shared: &NodeShared, event: CoordinatorEvent) {
+        let winding_down = shared.winding_down.load(Ordering::SeqCst);
+        match event {
+            CoordinatorEvent::LogChanged(state) => shared.reconcile(&state),
+            CoordinatorEvent::Resync if !winding_down => {
+                shared.refresh_incarnations();
+                shared.resync();
+            }
+            // A node came, went, or registered again: its incarnation may
+            // have changed.
+            CoordinatorEvent::NodesChanged { .. } if !winding_down => shared.refresh_incarnations(),
+            _ => {}
+        }
+    }
+
+    /// Carries out one command of the node's other threads (none while
+    /// winding down: each is a coordinator call).
+    pub(crate) fn on_command(&self, shared: &NodeShared, command: Command) {
+        if shared.winding_down.load(Ordering::SeqCst) {
+            return;
+        }
+        match command {
+            Command::IsrProposal(log) => {
+                if let Some(replica) = shared.replica(log) {
+                    if let Some(proposal) = replica.take_isr_proposal() {
+                        shared.submit_isr(&replica, proposal);
+                    }
+                }
+            }
+            Command::RefreshIncarnations => shared.refresh_incarnations(),
+        }
+    }
+
+    /// The timed duties due at `now` (the node's clock), in this order:
+    /// report retries, heartbeat (or registering again), the periodic
+    /// flush, joining retired fetchers, retention, then each replica's
+    /// tick (pipelined appends, a failed leader's resignation, settling or
+    /// submitting ISR changes, hand-overs). A stopped or winding-down node
+    /// does none of them.
+    pub(crate) fn on_tick(&mut self, shared: &NodeShared, now: Instant) {
+        self.last_tick = now;
         // A stop noticed here makes no further coordinator call: a
         // controlled shutdown waits for this thread, and each call may take
         // the coordinator's whole call timeout.
-        if shared.stop.load(Ordering::SeqCst) {
-            break;
+        self.duties_paused =
+            shared.stop.load(Ordering::SeqCst) || shared.winding_down.load(Ordering::SeqCst);
+        if self.duties_paused {
+            return;
         }
-        if winding_down {
-            continue;
-        }
-        let now = Instant::now();
-        if now >= next_report_retry {
-            next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
+        if now >= self.next_report_retry {
+            self.next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
             shared.retry_unclean_reports();
             shared.retry_unopened();
             shared.retry_recovery_reports();
         }
-        if now >= next_heartbeat {
-            if let Err(error) = shared.coordinator.heartbeat(shared.local()) {
-                tracing::warn!(node = %shared.local(), %error, "heartbeat failed");
-                // An expired session: register again, as a restarted
-                // ZooKeeper client re-creates its ephemeral node — unless
-                // this node is stopping: a node on its way down must not
-                // come back to life in the coordinator's eyes. (A
-                // `ZkCoordinator` whose session is only suspended, cut off
-                // from ZooKeeper for a session timeout, keeps it: this
-                // call then waits for ZooKeeper to say whether it lives.)
-                //
-                // Known limitation: `Coordinator::register_node` takes no
-                // deadline, and may block this loop for the coordinator's
-                // own call timeout (a `ZkCoordinator` opening a session, or
-                // waiting on a suspended one, while ZooKeeper is
-                // unreachable: 5 s by default). Events, ISR proposals and
-                // failed-leader checks wait meanwhile; the node's
-                // leadership is already fenced, since its session is gone
-                // or suspended. Running it elsewhere would race with `stop`
-                // (a late registration would revive a stopped node).
-                if !shared.stop.load(Ordering::SeqCst) {
-                    match shared
-                        .coordinator
-                        .register_node(shared.local(), shared.config.session_timeout)
-                    {
-                        // A new registration, a new incarnation: the
-                        // fetchers send it from their next fetch on.
-                        Ok(incarnation) => {
-                            shared.incarnation.store(incarnation.0, Ordering::SeqCst);
-                            tracing::info!(node = %shared.local(), %incarnation, "registered again with the coordinator");
-                        }
-                        Err(error) => {
-                            tracing::warn!(node = %shared.local(), %error, "registering again failed; will retry");
-                        }
-                    }
-                }
-            }
-            next_heartbeat = now + heartbeat_every;
+        if now >= self.next_heartbeat {
+            shared.heartbeat();
+            self.next_heartbeat = now + self.heartbeat_every;
         }
-        if let (Some(due), Some(interval)) = (next_flush, flush_interval) {
+        if let (Some(due), Some(interval)) = (self.next_flush, self.flush_interval) {
             if now >= due {
-                for replica in shared.replicas.read().values() {
-                    if replica.log().flushed_offset() < replica.log().log_end_offset() {
-                        if let Err(error) = replica.log().flush() {
-                            tracing::error!(log = %replica.log_id(), %error, "periodic flush failed");
-                        }
-                    }
-                }
-                next_flush = Some(now + interval);
+                shared.flush_idle_logs();
+                self.next_flush = Some(now + interval);
             }
         }
         // Join fetchers that have finished since they were told to stop.
         shared.retired_fetchers.lock().retain(|f| !f.is_finished());
         let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
-        if now >= next_retention {
+        if now >= self.next_retention {
             for replica in &replicas {
                 replica.apply_retention();
                 // Producer ids idle past `producer_id_expiration` are
@@ -3569,7 +3795,7 @@ fn control_loop(
                     tracing::debug!(log = %replica.log_id(), expired, "expired idle producer ids");
                 }
             }
-            next_retention = now + shared.config.retention_check_interval;
+            self.next_retention = now + shared.config.retention_check_interval;
         }
         for replica in replicas {
             // Each step below may call the coordinator: a stopping node's
@@ -3578,26 +3804,88 @@ fn control_loop(
             if shared.is_stopped() {
                 break;
             }
-            replica.tick_pipelined();
-            let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
-                || replica.leadership_failed();
-            if failed_leader {
-                if replica.resign_due() {
-                    shared.resign_failed_leader(&replica);
+            shared.tick_replica(&replica);
+        }
+    }
+}
+
+impl NodeShared {
+    /// The control thread's heartbeat; after a failed one, registers again
+    /// (unless the node is stopping).
+    fn heartbeat(&self) {
+        let Err(error) = self.coordinator.heartbeat(self.local()) else {
+            return;
+        };
+        tracing::warn!(node = %self.local(), %error, "heartbeat failed");
+        // An expired session: register again, as a restarted ZooKeeper
+        // client re-creates its ephemeral node — unless this node is
+        // stopping: a node on its way down must not come back to life in
+        // the coordinator's eyes. (A `ZkCoordinator` whose session is only
+        // suspended, cut off from ZooKeeper for a session timeout, keeps
+        // it: this call then waits for ZooKeeper to say whether it lives.)
+        //
+        // Known limitation: `Coordinator::register_node` takes no deadline,
+        // and may block the control thread for the coordinator's own call
+        // timeout (a `ZkCoordinator` opening a session, or waiting on a
+        // suspended one, while ZooKeeper is unreachable: 5 s by default).
+        // Events, ISR proposals and failed-leader checks wait meanwhile;
+        // the node's leadership is already fenced, since its session is
+        // gone or suspended. Running it elsewhere would race with `stop`
+        // (a late registration would revive a stopped node).
+        if self.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match self
+            .coordinator
+            .register_node(self.local(), self.config.session_timeout)
+        {
+            // A new registration, a new incarnation: the fetchers send it
+            // from their next fetch on.
+            Ok(incarnation) => {
+                self.incarnation.store(incarnation.0, Ordering::SeqCst);
+                tracing::info!(node = %self.local(), %incarnation, "registered again with the coordinator");
+            }
+            Err(error) => {
+                tracing::warn!(node = %self.local(), %error, "registering again failed; will retry");
+            }
+        }
+    }
+
+    /// The periodic flush of `FlushPolicy::Every`: flushes every log with
+    /// unflushed records (an idle log is not flushed by its appends).
+    fn flush_idle_logs(&self) {
+        for replica in self.replicas.read().values() {
+            if replica.log().flushed_offset() < replica.log().log_end_offset() {
+                if let Err(error) = replica.log().flush() {
+                    tracing::error!(log = %replica.log_id(), %error, "periodic flush failed");
                 }
-                continue;
             }
-            if replica.unsettled_isr_change().is_some() {
-                shared.settle_isr(&replica);
-                shared.end_overdue_hand_over_while_unsettled(&replica);
-                continue;
+        }
+    }
+
+    /// One replica's share of a control pass: the pipelined appends' tick,
+    /// then either a failed leader's resignation, or settling an ISR change
+    /// in flight, or the hand-overs and the ISR's own tick.
+    fn tick_replica(&self, replica: &Replica) {
+        replica.tick_pipelined();
+        let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
+            || replica.leadership_failed();
+        if failed_leader {
+            if replica.resign_due() {
+                self.resign_failed_leader(replica);
             }
-            shared.hand_over_from_a_stuck_application(&replica);
-            shared.progress_hand_over(&replica);
-            let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
-            if let Some(proposal) = proposal {
-                shared.submit_isr(&replica, proposal);
-            }
+            return;
+        }
+        if replica.unsettled_isr_change().is_some() {
+            self.settle_isr(replica);
+            self.end_overdue_hand_over_while_unsettled(replica);
+            return;
+        }
+        self.hand_over_from_a_stuck_application(replica);
+        self.progress_hand_over(replica);
+        let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
+        if let Some(proposal) = proposal {
+            self.submit_isr(replica, proposal);
         }
     }
 }

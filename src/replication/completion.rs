@@ -302,18 +302,18 @@ impl CompletionRunner {
         jobs.into_iter().for_each(Job::run);
     }
 
-    /// The runner thread's loop: runs queued jobs in order, with no lock
-    /// held, until [`stop`](Self::stop) was called and the queue is empty.
-    /// It takes everything queued at once, so a pass of resolutions costs
-    /// it one lock, not one per job.
+    /// The runner thread's loop: [`run_pending`](Self::run_pending) passes
+    /// and waits for more, until [`stop`](Self::stop) was called and the
+    /// queue is empty.
     pub fn run(&self) {
-        let mut state = self.state.lock();
         loop {
+            if self.run_pending() > 0 {
+                continue;
+            }
+            let mut state = self.state.lock();
+            // Queued since the pass looked: run it before sleeping (the
+            // submitter's wake-up came before this wait).
             if !state.jobs.is_empty() {
-                let jobs = std::mem::take(&mut state.jobs);
-                drop(state);
-                jobs.into_iter().for_each(Job::run);
-                state = self.state.lock();
                 continue;
             }
             if state.stopping {
@@ -323,6 +323,18 @@ impl CompletionRunner {
             }
             let _timed_out = self.work.wait_for(&mut state, RUNNER_IDLE_WAIT);
         }
+    }
+
+    /// One pass of the runner, on the calling thread and without waiting:
+    /// takes everything queued now (one lock, not one per job) and runs it
+    /// in order with no lock held. Jobs those queue run on the next pass.
+    /// Returns how many ran. The runner's thread loops over it; a
+    /// simulator without that thread calls it itself (issue 28).
+    pub fn run_pending(&self) -> usize {
+        let jobs = std::mem::take(&mut self.state.lock().jobs);
+        let ran = jobs.len();
+        jobs.into_iter().for_each(Job::run);
+        ran
     }
 
     /// Asks the thread to exit once everything queued ran.
@@ -578,6 +590,47 @@ mod tests {
         runner.stop();
         runner.run();
         assert_eq!(*ran.lock(), vec![0, 1, 2, 3, 4]);
+    }
+
+    /// One pass runs, on the calling thread and in order, exactly what was
+    /// queued when it began and returns at once: a job queued by a job of
+    /// the pass waits for the next one, and an empty queue is no wait.
+    #[test]
+    fn run_pending_runs_what_is_queued_without_waiting() {
+        let runner = CompletionRunner::new();
+        assert_eq!(runner.run_pending(), 0, "an empty queue returns at once");
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let (later, later_handle) = Completion::new_pair_on(&runner);
+        {
+            let ran = Arc::clone(&ran);
+            later_handle.on_complete(move |_| ran.lock().push(9));
+        }
+        let mut wakeups = Wakeups::default();
+        for i in 0..3u64 {
+            let (cell, handle) = Completion::new_pair_on(&runner);
+            let ran = Arc::clone(&ran);
+            let later = Arc::clone(&later);
+            handle.on_complete(move |_| {
+                ran.lock().push(i);
+                if i == 2 {
+                    // Queued on the runner, behind this pass.
+                    later.resolve(Ok(outcome(9)));
+                }
+            });
+            cell.resolve_into(Ok(outcome(i)), &mut wakeups);
+        }
+        wakeups.hand_over();
+        assert!(ran.lock().is_empty(), "nothing ran before the pass");
+        assert_eq!(runner.run_pending(), 3);
+        assert_eq!(*ran.lock(), vec![0, 1, 2]);
+        assert_eq!(runner.run_pending(), 1, "the job queued by the pass");
+        assert_eq!(*ran.lock(), vec![0, 1, 2, 9]);
+        assert_eq!(runner.run_pending(), 0);
+        // A waiting handle (no callback) resolved meanwhile needs no pass.
+        let (cell, handle) = Completion::new_pair_on(&runner);
+        cell.resolve(Ok(outcome(4)));
+        assert_eq!(runner.run_pending(), 0);
+        assert_eq!(handle.wait().ok().map(|o| o.base_offset), Some(Offset(4)));
     }
 
     /// Jobs of cells with different runners (or none) keep their order:

@@ -17,6 +17,8 @@ pub(crate) mod sim;
 #[cfg(test)]
 mod sim_disk_node;
 pub mod slow_coordinator;
+#[cfg(test)]
+mod stepped_node;
 pub mod tcp_cluster;
 mod tcp_transport_factory;
 pub mod transport_suite;

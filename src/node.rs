@@ -823,6 +823,7 @@ impl Node {
                     waiting_for: "the log to have a leader",
                 });
             }
+            crate::simulation::forbid_in_simulation("a sleep waiting for a leader");
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -1153,6 +1154,12 @@ struct Finished {
 /// all have).
 fn wait_finished(work: Finished, deadline: Instant) -> usize {
     let mut finished = 0;
+    while finished < work.count && work.finished.try_recv().is_ok() {
+        finished += 1;
+    }
+    if finished < work.count {
+        crate::simulation::forbid_in_simulation("a wait for shutdown workers");
+    }
     while finished < work.count && work.finished.recv_deadline(deadline).is_ok() {
         finished += 1;
     }
@@ -1186,8 +1193,15 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
             }
         }
     };
+    // Inside a deterministic simulation the one stepping thread closes
+    // every log itself, in order: a thread would run outside its schedule.
+    let threads = if crate::simulation::simulating() {
+        0
+    } else {
+        count.min(CLOSE_THREADS_MAX)
+    };
     std::thread::scope(|scope| {
-        for index in 0..count.min(CLOSE_THREADS_MAX) {
+        for index in 0..threads {
             let spawned = std::thread::Builder::new()
                 .name(format!("isrlog-close-{index}"))
                 .spawn_scoped(scope, close_next);
@@ -2977,6 +2991,9 @@ impl NodeShared {
                 if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
                     break candidate;
                 }
+                crate::simulation::forbid_in_simulation(
+                    "a sleep waiting for a hand-over successor",
+                );
                 std::thread::sleep(HAND_OVER_POLL);
             };
             let Some(successor) = successor else {
@@ -3180,7 +3197,14 @@ impl NodeShared {
         drop(queue);
         let work = Arc::new(work);
         let mut started = 0;
-        for index in 0..count.min(SHUTDOWN_WORKERS_MAX) {
+        // Inside a deterministic simulation the items run here, in order,
+        // as when no thread can be started.
+        let workers = if crate::simulation::simulating() {
+            0
+        } else {
+            count.min(SHUTDOWN_WORKERS_MAX)
+        };
+        for index in 0..workers {
             let jobs = jobs.clone();
             let done = done.clone();
             let work = Arc::clone(&work);

@@ -643,6 +643,7 @@ impl Controller {
         });
         let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
         let for_thread = Arc::clone(&shared);
+        crate::simulation::forbid_in_simulation("spawning the controller thread");
         let thread = std::thread::Builder::new()
             .name(format!("isrlog-controller-{node}"))
             .spawn(move || run(&for_thread, &stopped))
@@ -738,6 +739,9 @@ impl Controller {
         self.shared.may_hold_seat.store(false, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             while !thread.is_finished() && Instant::now() < deadline {
+                crate::simulation::forbid_in_simulation(
+                    "a sleep waiting for the controller thread",
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             if thread.is_finished() {
@@ -882,6 +886,7 @@ fn run(shared: &Shared, stopped: &Receiver<()>) {
         let timeout = wake_at.saturating_duration_since(Instant::now());
         let never = crossbeam_channel::never::<CoordinatorEvent>();
         let events = subscription.as_ref().unwrap_or(&never);
+        crate::simulation::forbid_in_simulation("the controller's timed select");
         crossbeam_channel::select! {
             recv(stopped) -> _ => return,
             recv(events) -> event => match event {

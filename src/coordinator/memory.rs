@@ -157,6 +157,7 @@ impl MemoryCoordinator {
             subscriber_events_max: subscriber_events_max.max(1),
         });
         let for_thread = Arc::clone(&shared);
+        crate::simulation::forbid_in_simulation("spawning the coordinator's reaper thread");
         let reaper = std::thread::Builder::new()
             .name("isrlog-coordinator-reaper".to_owned())
             .spawn(move || run_reaper(&for_thread));
@@ -333,6 +334,7 @@ fn run_reaper(shared: &Shared) {
         state.flush_resyncs();
         state.reaper_wake_wanted = false;
         let interval = state.reaper_interval();
+        crate::simulation::forbid_in_simulation("the reaper's condition variable wait");
         shared.reaper_wake.wait_for(&mut state, interval);
     }
 }

@@ -2575,7 +2575,9 @@ impl Replica {
         }
     }
 
-    /// Waits until the high watermark is above `offset`.
+    /// Waits until the high watermark is above `offset`. Panics inside a
+    /// deterministic simulation unless it already is.
+    #[track_caller]
     pub(crate) fn wait_for_high_watermark_above(
         &self,
         offset: Offset,
@@ -2597,6 +2599,9 @@ impl Replica {
                     // Reopened at once on a role change; stays closed after
                     // a failed write until the node gives the log up. Check
                     // again shortly rather than spin.
+                    crate::simulation::forbid_in_simulation(
+                        "a sleep while the high watermark is closed",
+                    );
                     std::thread::sleep(
                         Duration::from_millis(1)
                             .min(deadline.saturating_duration_since(Instant::now())),

@@ -12,7 +12,7 @@
 //! The node does no replication logic of its own; it routes events to
 //! [`Replica`] and the state machines behind it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -668,13 +668,7 @@ impl Node {
         {
             tracing::warn!(node = %self.shared.config.node_id, %error, "cannot end the session of a node whose start failed; it expires");
         }
-        let replicas: Vec<Arc<Replica>> = self
-            .shared
-            .replicas
-            .write()
-            .drain()
-            .map(|(_, r)| r)
-            .collect();
+        let replicas = self.shared.take_replicas();
         for replica in replicas {
             replica.take_offline();
         }
@@ -996,13 +990,7 @@ impl Node {
                 tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
             }
         }
-        let replicas: Vec<Arc<Replica>> = self
-            .shared
-            .replicas
-            .write()
-            .drain()
-            .map(|(_, r)| r)
-            .collect();
+        let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
         }
@@ -1056,7 +1044,7 @@ impl Node {
         // down, so a poisoned leader does not resign through the
         // coordinator as a live one would.
         self.shared.stop.store(true, Ordering::SeqCst);
-        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        let replicas = self.shared.replicas_in_log_order();
         for replica in &replicas {
             replica
                 .log()
@@ -1087,7 +1075,7 @@ impl Node {
             }
         }
         self.shared.stop.store(true, Ordering::SeqCst);
-        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        let replicas = self.shared.replicas_in_log_order();
         replicas.iter().for_each(|replica| replica.stop_pipelined());
         self.shared.data_arrived.close();
         if let Some(control) = self.control.take() {
@@ -1095,13 +1083,10 @@ impl Node {
                 tracing::error!(node = %self.shared.config.node_id, "control thread panicked");
             }
         }
-        let mut fetchers: Vec<Fetcher> = self
-            .shared
-            .fetchers
-            .lock()
-            .drain()
-            .map(|(_, f)| f)
-            .collect();
+        // Stopped in the order of their leaders' ids, not the map's.
+        let mut fetchers: Vec<(NodeId, Fetcher)> = self.shared.fetchers.lock().drain().collect();
+        fetchers.sort_by_key(|(leader, _)| *leader);
+        let mut fetchers: Vec<Fetcher> = fetchers.into_iter().map(|(_, f)| f).collect();
         fetchers.append(&mut self.shared.retired_fetchers.lock());
         for fetcher in &mut fetchers {
             fetcher.stop();
@@ -1215,6 +1200,16 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
     failed.into_inner()
 }
 
+/// `logs` sorted: the node's sets and maps of logs are hash maps, looked
+/// up on hot paths, and a pass over one of them that reconciles or calls
+/// the coordinator must go in the same order every run (issue 28: a seed
+/// replays only if the order of the node's actions is fixed).
+fn sorted<T: Ord>(logs: impl Iterator<Item = T>) -> Vec<T> {
+    let mut logs: Vec<T> = logs.collect();
+    logs.sort_unstable();
+    logs
+}
+
 /// Where `replica`'s log ends, as reported to the coordinator.
 fn replica_log_end(replica: &Replica) -> LogEnd {
     LogEnd {
@@ -1283,8 +1278,7 @@ impl Drop for Node {
                 .shared
                 .coordinator
                 .unregister_node(self.shared.config.node_id);
-            let replicas: Vec<Arc<Replica>> =
-                self.shared.replicas.read().values().cloned().collect();
+            let replicas = self.shared.replicas_in_log_order();
             let failed = close_replicas(replicas);
             for (log, error) in &failed {
                 tracing::warn!(%log, %error, "flush on drop failed");
@@ -1317,6 +1311,23 @@ impl HostingNode for NodeShared {
 impl NodeShared {
     pub(crate) fn replica(&self, log: LogId) -> Option<Arc<Replica>> {
         self.replicas.read().get(&log).cloned()
+    }
+
+    /// Every hosted replica, in the order of their log ids: a pass over
+    /// the replicas acts on them in the same order every run (the map is
+    /// a hash map, for the lookup on every fetch and append).
+    pub(crate) fn replicas_in_log_order(&self) -> Vec<Arc<Replica>> {
+        let mut replicas: Vec<Arc<Replica>> = self.replicas.read().values().cloned().collect();
+        replicas.sort_unstable_by_key(|replica| replica.log_id());
+        replicas
+    }
+
+    /// Takes every replica out of the node, in the order of their log ids.
+    fn take_replicas(&self) -> Vec<Arc<Replica>> {
+        let mut replicas: Vec<Arc<Replica>> =
+            self.replicas.write().drain().map(|(_, r)| r).collect();
+        replicas.sort_unstable_by_key(|replica| replica.log_id());
+        replicas
     }
 
     fn local(&self) -> NodeId {
@@ -1360,10 +1371,9 @@ impl NodeShared {
     ) -> Result<HashMap<LogId, Option<LogEnd>>> {
         let me = self.local();
         let mut unreported = HashMap::new();
-        for log in logs {
-            if unreported.contains_key(&log) {
-                continue;
-            }
+        // Asked in log order (the caller's logs come out of a hash map)
+        // and each once.
+        for log in logs.collect::<BTreeSet<LogId>>() {
             let reported = log_ends
                 .iter()
                 .find(|(reported, _)| *reported == log)
@@ -1514,7 +1524,7 @@ impl NodeShared {
     /// retry that failed on a transient error (a lost connection, a time-out)
     /// waits for no further change of the document.
     fn retry_unclean_reports(&self) {
-        let logs: Vec<LogId> = self.unreported.lock().keys().copied().collect();
+        let logs = sorted(self.unreported.lock().keys().copied());
         for log in logs {
             match self.coordinator.log_state(log) {
                 Ok(Some(state)) => self.reconcile(&state),
@@ -1534,7 +1544,7 @@ impl NodeShared {
     /// failed to be written ([`NodeShared::failed_recovery_reports`]),
     /// which reports again if it is still wanted.
     fn retry_recovery_reports(&self) {
-        let logs: Vec<LogId> = self.failed_recovery_reports.lock().drain().collect();
+        let logs = sorted(self.failed_recovery_reports.lock().drain());
         for log in logs {
             match self.coordinator.log_state(log) {
                 Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
@@ -1551,7 +1561,7 @@ impl NodeShared {
     /// Reconciles again every log whose replica could not be opened
     /// ([`NodeShared::unopened`]), which tries to open it again.
     fn retry_unopened(&self) {
-        let logs: Vec<LogId> = self.unopened.lock().keys().copied().collect();
+        let logs = sorted(self.unopened.lock().keys().copied());
         for log in logs {
             match self.coordinator.log_state(log) {
                 Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
@@ -2519,11 +2529,12 @@ impl NodeShared {
         }
         // A fetcher with nothing left to fetch is stopped, as in Kafka's
         // shutdownIdleFetcherThreads.
-        let idle: Vec<NodeId> = fetchers
+        let mut idle: Vec<NodeId> = fetchers
             .iter()
             .filter(|(_, f)| f.log_count() == 0)
             .map(|(leader, _)| *leader)
             .collect();
+        idle.sort();
         let stopped: Vec<Fetcher> = idle.iter().filter_map(|l| fetchers.remove(l)).collect();
         drop(fetchers);
         for fetcher in &stopped {
@@ -2878,7 +2889,7 @@ impl NodeShared {
     /// one made in time), but from then on it changes nothing on this node:
     /// the [`ShutdownGate`] is closed before this returns.
     fn hand_over_leadership(shared: &Arc<NodeShared>, deadline: Instant) {
-        let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
+        let replicas = shared.replicas_in_log_order();
         let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
             .into_iter()
             .filter_map(|replica| {
@@ -3081,7 +3092,11 @@ impl NodeShared {
     /// [`hand_over_leadership`](Self::hand_over_leadership) is; it changes
     /// nothing on this node, so an abandoned call needs no gate.
     fn leave_in_sync_replicas(shared: &Arc<NodeShared>, deadline: Instant) {
-        let logs: Vec<LogId> = shared.replicas.read().keys().copied().collect();
+        let logs: Vec<LogId> = shared
+            .replicas_in_log_order()
+            .iter()
+            .map(|replica| replica.log_id())
+            .collect();
         let count = logs.len();
         let finished = NodeShared::run_bounded(
             shared,

@@ -93,6 +93,7 @@ impl<R: LeaderRouter> LogClient<R> {
                 return Err(error);
             }
             retries += 1;
+            crate::simulation::forbid_in_simulation("a client's retry back-off");
             std::thread::sleep(self.config.retry_backoff);
         }
     }

@@ -133,6 +133,7 @@ mod producer;
 mod record;
 mod replicated_log;
 mod replication;
+mod simulation;
 pub mod snapshot;
 mod storage;
 mod sync;

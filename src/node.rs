@@ -12,7 +12,7 @@
 //! The node does no replication logic of its own; it routes events to
 //! [`Replica`] and the state machines behind it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -716,13 +716,7 @@ impl Node {
         {
             tracing::warn!(node = %self.shared.config.node_id, %error, "cannot end the session of a node whose start failed; it expires");
         }
-        let replicas: Vec<Arc<Replica>> = self
-            .shared
-            .replicas
-            .write()
-            .drain()
-            .map(|(_, r)| r)
-            .collect();
+        let replicas = self.shared.take_replicas();
         for replica in replicas {
             replica.take_offline();
         }
@@ -871,6 +865,7 @@ impl Node {
                     waiting_for: "the log to have a leader",
                 });
             }
+            crate::simulation::forbid_in_simulation("a sleep waiting for a leader");
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -1043,13 +1038,7 @@ impl Node {
                 tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
             }
         }
-        let replicas: Vec<Arc<Replica>> = self
-            .shared
-            .replicas
-            .write()
-            .drain()
-            .map(|(_, r)| r)
-            .collect();
+        let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
         }
@@ -1103,7 +1092,7 @@ impl Node {
         // down, so a poisoned leader does not resign through the
         // coordinator as a live one would.
         self.shared.stop.store(true, Ordering::SeqCst);
-        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        let replicas = self.shared.replicas_in_log_order();
         for replica in &replicas {
             replica
                 .log()
@@ -1135,7 +1124,7 @@ impl Node {
             }
         }
         self.shared.stop.store(true, Ordering::SeqCst);
-        let replicas: Vec<Arc<Replica>> = self.shared.replicas.read().values().cloned().collect();
+        let replicas = self.shared.replicas_in_log_order();
         replicas.iter().for_each(|replica| replica.stop_pipelined());
         self.shared.data_arrived.close();
         if let Some(control) = self.control.take() {
@@ -1143,13 +1132,10 @@ impl Node {
                 tracing::error!(node = %self.shared.config.node_id, "control thread panicked");
             }
         }
-        let mut fetchers: Vec<Fetcher> = self
-            .shared
-            .fetchers
-            .lock()
-            .drain()
-            .map(|(_, f)| f)
-            .collect();
+        // Stopped in the order of their leaders' ids, not the map's.
+        let mut fetchers: Vec<(NodeId, Fetcher)> = self.shared.fetchers.lock().drain().collect();
+        fetchers.sort_by_key(|(leader, _)| *leader);
+        let mut fetchers: Vec<Fetcher> = fetchers.into_iter().map(|(_, f)| f).collect();
         fetchers.append(&mut self.shared.retired_fetchers.lock());
         for fetcher in &mut fetchers {
             fetcher.stop();
@@ -1321,6 +1307,12 @@ struct Finished {
 /// all have).
 fn wait_finished(work: Finished, deadline: Instant) -> usize {
     let mut finished = 0;
+    while finished < work.count && work.finished.try_recv().is_ok() {
+        finished += 1;
+    }
+    if finished < work.count {
+        crate::simulation::forbid_in_simulation("a wait for shutdown workers");
+    }
     while finished < work.count && work.finished.recv_deadline(deadline).is_ok() {
         finished += 1;
     }
@@ -1354,8 +1346,15 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
             }
         }
     };
+    // Inside a deterministic simulation the one stepping thread closes
+    // every log itself, in order: a thread would run outside its schedule.
+    let threads = if crate::simulation::simulating() {
+        0
+    } else {
+        count.min(CLOSE_THREADS_MAX)
+    };
     std::thread::scope(|scope| {
-        for index in 0..count.min(CLOSE_THREADS_MAX) {
+        for index in 0..threads {
             let spawned = std::thread::Builder::new()
                 .name(format!("isrlog-close-{index}"))
                 .spawn_scoped(scope, close_next);
@@ -1367,6 +1366,16 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
         close_next();
     });
     failed.into_inner()
+}
+
+/// `logs` sorted: the node's sets and maps of logs are hash maps, looked
+/// up on hot paths, and a pass over one of them that reconciles or calls
+/// the coordinator must go in the same order every run (issue 28: a seed
+/// replays only if the order of the node's actions is fixed).
+fn sorted<T: Ord>(logs: impl Iterator<Item = T>) -> Vec<T> {
+    let mut logs: Vec<T> = logs.collect();
+    logs.sort_unstable();
+    logs
 }
 
 /// Where `replica`'s log ends, as reported to the coordinator.
@@ -1437,8 +1446,7 @@ impl Drop for Node {
                 .shared
                 .coordinator
                 .unregister_node(self.shared.config.node_id);
-            let replicas: Vec<Arc<Replica>> =
-                self.shared.replicas.read().values().cloned().collect();
+            let replicas = self.shared.replicas_in_log_order();
             let failed = close_replicas(replicas);
             for (log, error) in &failed {
                 tracing::warn!(%log, %error, "flush on drop failed");
@@ -1471,6 +1479,23 @@ impl HostingNode for NodeShared {
 impl NodeShared {
     pub(crate) fn replica(&self, log: LogId) -> Option<Arc<Replica>> {
         self.replicas.read().get(&log).cloned()
+    }
+
+    /// Every hosted replica, in the order of their log ids: a pass over
+    /// the replicas acts on them in the same order every run (the map is
+    /// a hash map, for the lookup on every fetch and append).
+    pub(crate) fn replicas_in_log_order(&self) -> Vec<Arc<Replica>> {
+        let mut replicas: Vec<Arc<Replica>> = self.replicas.read().values().cloned().collect();
+        replicas.sort_unstable_by_key(|replica| replica.log_id());
+        replicas
+    }
+
+    /// Takes every replica out of the node, in the order of their log ids.
+    fn take_replicas(&self) -> Vec<Arc<Replica>> {
+        let mut replicas: Vec<Arc<Replica>> =
+            self.replicas.write().drain().map(|(_, r)| r).collect();
+        replicas.sort_unstable_by_key(|replica| replica.log_id());
+        replicas
     }
 
     fn local(&self) -> NodeId {
@@ -1514,10 +1539,9 @@ impl NodeShared {
     ) -> Result<HashMap<LogId, Option<LogEnd>>> {
         let me = self.local();
         let mut unreported = HashMap::new();
-        for log in logs {
-            if unreported.contains_key(&log) {
-                continue;
-            }
+        // Asked in log order (the caller's logs come out of a hash map)
+        // and each once.
+        for log in logs.collect::<BTreeSet<LogId>>() {
             let reported = log_ends
                 .iter()
                 .find(|(reported, _)| *reported == log)
@@ -1668,7 +1692,7 @@ impl NodeShared {
     /// retry that failed on a transient error (a lost connection, a time-out)
     /// waits for no further change of the document.
     fn retry_unclean_reports(&self) {
-        let logs: Vec<LogId> = self.unreported.lock().keys().copied().collect();
+        let logs = sorted(self.unreported.lock().keys().copied());
         for log in logs {
             match self.coordinator.log_state(log) {
                 Ok(Some(state)) => self.reconcile(&state),
@@ -1688,7 +1712,7 @@ impl NodeShared {
     /// failed to be written ([`NodeShared::failed_recovery_reports`]),
     /// which reports again if it is still wanted.
     fn retry_recovery_reports(&self) {
-        let logs: Vec<LogId> = self.failed_recovery_reports.lock().drain().collect();
+        let logs = sorted(self.failed_recovery_reports.lock().drain());
         for log in logs {
             match self.coordinator.log_state(log) {
                 Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
@@ -1705,7 +1729,7 @@ impl NodeShared {
     /// Reconciles again every log whose replica could not be opened
     /// ([`NodeShared::unopened`]), which tries to open it again.
     fn retry_unopened(&self) {
-        let logs: Vec<LogId> = self.unopened.lock().keys().copied().collect();
+        let logs = sorted(self.unopened.lock().keys().copied());
         for log in logs {
             match self.coordinator.log_state(log) {
                 Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
@@ -2673,11 +2697,12 @@ impl NodeShared {
         }
         // A fetcher with nothing left to fetch is stopped, as in Kafka's
         // shutdownIdleFetcherThreads.
-        let idle: Vec<NodeId> = fetchers
+        let mut idle: Vec<NodeId> = fetchers
             .iter()
             .filter(|(_, f)| f.log_count() == 0)
             .map(|(leader, _)| *leader)
             .collect();
+        idle.sort();
         let stopped: Vec<Fetcher> = idle.iter().filter_map(|l| fetchers.remove(l)).collect();
         drop(fetchers);
         for fetcher in &stopped {
@@ -3032,7 +3057,7 @@ impl NodeShared {
     /// one made in time), but from then on it changes nothing on this node:
     /// the [`ShutdownGate`] is closed before this returns.
     fn hand_over_leadership(shared: &Arc<NodeShared>, deadline: Instant) {
-        let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
+        let replicas = shared.replicas_in_log_order();
         let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
             .into_iter()
             .filter_map(|replica| {
@@ -3145,6 +3170,9 @@ impl NodeShared {
                 if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
                     break candidate;
                 }
+                crate::simulation::forbid_in_simulation(
+                    "a sleep waiting for a hand-over successor",
+                );
                 std::thread::sleep(HAND_OVER_POLL);
             };
             let Some(successor) = successor else {
@@ -3232,7 +3260,11 @@ impl NodeShared {
     /// [`hand_over_leadership`](Self::hand_over_leadership) is; it changes
     /// nothing on this node, so an abandoned call needs no gate.
     fn leave_in_sync_replicas(shared: &Arc<NodeShared>, deadline: Instant) {
-        let logs: Vec<LogId> = shared.replicas.read().keys().copied().collect();
+        let logs: Vec<LogId> = shared
+            .replicas_in_log_order()
+            .iter()
+            .map(|replica| replica.log_id())
+            .collect();
         let count = logs.len();
         let finished = NodeShared::run_bounded(
             shared,
@@ -3348,7 +3380,14 @@ impl NodeShared {
         drop(queue);
         let work = Arc::new(work);
         let mut started = 0;
-        for index in 0..count.min(SHUTDOWN_WORKERS_MAX) {
+        // Inside a deterministic simulation the items run here, in order,
+        // as when no thread can be started.
+        let workers = if crate::simulation::simulating() {
+            0
+        } else {
+            count.min(SHUTDOWN_WORKERS_MAX)
+        };
+        for index in 0..workers {
             let jobs = jobs.clone();
             let done = done.clone();
             let work = Arc::clone(&work);

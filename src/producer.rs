@@ -435,6 +435,7 @@ impl Progress {
     fn wait(&self, seen: u64, deadline: Instant) {
         let mut state = self.state.lock();
         while state.generation == seen && Instant::now() < deadline {
+            crate::simulation::forbid_in_simulation("a producer's condition variable wait");
             let _timed_out = self.changed.wait_until(&mut state, deadline);
         }
     }
@@ -572,6 +573,7 @@ fn arm_retry_timer(sequence: &mut LogSequence, progress: &Arc<Progress>, at: Ins
     }
     sequence.timer_at = Some(at);
     let progress_for_timer = Arc::clone(progress);
+    crate::simulation::forbid_in_simulation("spawning a producer retry timer");
     let spawned = std::thread::Builder::new()
         .name("isrlog-producer-retry".into())
         .spawn(move || {

@@ -47,7 +47,10 @@ impl Node {
             match self.log(log) {
                 Ok(handle) => return Ok(handle),
                 Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                Err(_) => {
+                    crate::simulation::forbid_in_simulation("a sleep waiting for a log");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
             }
         }
     }
@@ -465,6 +468,7 @@ impl ReplicatedLog {
                     waiting_for: "this replica to become leader",
                 });
             }
+            crate::simulation::forbid_in_simulation("a sleep waiting for leadership");
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())

@@ -35,7 +35,9 @@ pub(crate) mod thread {
 
     /// Parks the current thread until it is unparked, `deadline` passes, or
     /// a spurious wake-up; the caller re-checks its condition.
+    #[track_caller]
     pub(crate) fn park_until(deadline: Instant) {
+        crate::simulation::forbid_in_simulation("a thread park");
         let now = Instant::now();
         if deadline > now {
             std::thread::park_timeout(deadline - now);

@@ -191,7 +191,8 @@ macro_rules! random_hex_id {
         impl $name {
             /// A new random id (128 bits from the standard library's
             /// randomly keyed hasher, the clock and the process id: ids
-            /// must differ, not be secret).
+            /// must differ, not be secret). Inside a simulation
+            /// (`testing::SimulationGuard`) they come from its seed.
             pub fn random() -> $name {
                 $name(random_u128())
             }
@@ -224,8 +225,16 @@ random_hex_id!(DirectoryId);
 
 /// 128 random bits without a random-number crate: two hashers with
 /// distinct random keys (std seeds them from the operating system), fed the
-/// time, the process id and a counter.
+/// time, the process id and a counter. Inside a simulation the bits come
+/// from the simulation's seeded id stream instead, so that a seed replays
+/// with the same ids.
 fn random_u128() -> u128 {
+    if let (Some(high), Some(low)) = (
+        crate::simulation::seeded_u64(),
+        crate::simulation::seeded_u64(),
+    ) {
+        return (u128::from(high) << 64) | u128::from(low);
+    }
     use std::collections::hash_map::RandomState;
     use std::hash::BuildHasher;
     use std::sync::atomic::{AtomicU64, Ordering};

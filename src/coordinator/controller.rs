@@ -46,6 +46,7 @@ use super::{
     completion_update, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
     LogUpdate,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::types::{LogId, NodeId};
@@ -584,6 +585,10 @@ struct Shared {
     node: NodeId,
     coordinator: Arc<dyn Coordinator>,
     config: ControllerConfig,
+    /// What the waits of [`Shared::hand_over_waits`] and
+    /// [`Shared::recovery_waits`] are measured on. The thread's own sleeps
+    /// stay on real time (a thread can only sleep on real time).
+    clock: Arc<dyn Clock>,
     /// The controller epoch this node holds the seat with, as of the
     /// thread's last check; 0 while it does not hold it (real epochs start
     /// at 1).
@@ -628,11 +633,26 @@ impl Controller {
         coordinator: Arc<dyn Coordinator>,
         config: ControllerConfig,
     ) -> Result<Controller> {
+        Controller::start_with_clock(node, coordinator, config, Arc::new(SystemClock))
+    }
+
+    /// [`Controller::start`], measuring how long a log has waited (for
+    /// [`ControllerConfig::unclean_recovery_wait_max`] and a reassignment's
+    /// hand-over) on `clock`: a test or a simulation moving a
+    /// [`ManualClock`](crate::ManualClock) decides those waits without
+    /// sleeping.
+    pub fn start_with_clock(
+        node: NodeId,
+        coordinator: Arc<dyn Coordinator>,
+        config: ControllerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Controller> {
         config.validate()?;
         let shared = Arc::new(Shared {
             node,
             coordinator,
             config,
+            clock,
             active_epoch: AtomicU64::new(0),
             may_hold_seat: AtomicBool::new(false),
             elections: AtomicU64::new(0),
@@ -643,6 +663,7 @@ impl Controller {
         });
         let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
         let for_thread = Arc::clone(&shared);
+        crate::simulation::forbid_in_simulation("spawning the controller thread");
         let thread = std::thread::Builder::new()
             .name(format!("isrlog-controller-{node}"))
             .spawn(move || run(&for_thread, &stopped))
@@ -738,6 +759,9 @@ impl Controller {
         self.shared.may_hold_seat.store(false, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             while !thread.is_finished() && Instant::now() < deadline {
+                crate::simulation::forbid_in_simulation(
+                    "a sleep waiting for the controller thread",
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             if thread.is_finished() {
@@ -882,6 +906,7 @@ fn run(shared: &Shared, stopped: &Receiver<()>) {
         let timeout = wake_at.saturating_duration_since(Instant::now());
         let never = crossbeam_channel::never::<CoordinatorEvent>();
         let events = subscription.as_ref().unwrap_or(&never);
+        crate::simulation::forbid_in_simulation("the controller's timed select");
         crossbeam_channel::select! {
             recv(stopped) -> _ => return,
             recv(events) -> event => match event {
@@ -982,31 +1007,34 @@ impl Shared {
         // The switch's wait runs from when the log first awaited recovery
         // (SPEC 3.5), and is not restarted (review of fd4cbfa, finding 5).
         let in_recovery = state.in_unclean_recovery();
+        let now = self.clock.now();
         let wait = waits.entry(state.log).or_insert_with(|| {
             tracing::info!(log = %state.log, unclean_replicas = ?state.unclean_replicas,
                 wait_max = ?self.config.unclean_recovery_wait_max, unclean_leader_election = switch,
                 "unclean recovery: waiting for the replicas that held the committed records");
             RecoveryWait {
-                since: Instant::now(),
+                since: now,
                 in_recovery_since: None,
                 warned_at: None,
             }
         });
         if in_recovery && wait.in_recovery_since.is_none() {
-            wait.in_recovery_since = Some(Instant::now());
+            wait.in_recovery_since = Some(now);
         }
         let wait_max = self.config.unclean_recovery_wait_max;
-        let switch_waited = wait.since.elapsed() >= wait_max;
+        let waited_since = |since: Instant| now.saturating_duration_since(since);
+        let switch_waited = waited_since(wait.since) >= wait_max;
         // Outside recovery proper no election passes anyone over (an ISR
         // or ELR member is still to come): the switch's wait stands in.
         let recovery_waited = wait
             .in_recovery_since
-            .map_or(switch_waited, |since| since.elapsed() >= wait_max);
+            .map_or(switch_waited, |since| waited_since(since) >= wait_max);
         // With the switch off the wait has no end: say so, naming who the
         // log waits for, once per `wait_max`, so that an operator learns of
         // a log held by a replica that may never come back.
-        if !switch && switch_waited && wait.warned_at.is_none_or(|at| at.elapsed() >= wait_max) {
-            wait.warned_at = Some(Instant::now());
+        if !switch && switch_waited && wait.warned_at.is_none_or(|at| waited_since(at) >= wait_max)
+        {
+            wait.warned_at = Some(now);
             let waiting_for: Vec<NodeId> = state
                 .replicas
                 .iter()
@@ -1017,7 +1045,7 @@ impl Shared {
                         || state.log_end_unknown(*node)
                 })
                 .collect();
-            tracing::warn!(log = %state.log, ?waiting_for, waited = ?wait.since.elapsed(),
+            tracing::warn!(log = %state.log, ?waiting_for, waited = ?waited_since(wait.since),
                 "unclean recovery: the log stays leaderless until these replicas come back and report (they may hold committed records no other replica has); unclean_leader_election is off");
         }
         // Passing over a replica that may hold records may lose them: only
@@ -1048,8 +1076,9 @@ impl Shared {
             waits.remove(&state.log);
             return true;
         }
-        let since = *waits.entry(state.log).or_insert_with(Instant::now);
-        since.elapsed() >= reassignment_hand_over_wait_max(&self.config)
+        let now = self.clock.now();
+        let since = *waits.entry(state.log).or_insert(now);
+        now.saturating_duration_since(since) >= reassignment_hand_over_wait_max(&self.config)
     }
 
     fn set_inactive(&self) {
@@ -1944,6 +1973,8 @@ mod tests {
         use crate::types::Offset;
         let coordinator: Arc<dyn Coordinator> =
             Arc::new(MemoryCoordinator::new(Arc::new(crate::clock::SystemClock)));
+        // The waits are measured on the controller's clock: moved by hand.
+        let clock = crate::clock::ManualClock::default();
         let shared = |unclean_leader_election, unclean_recovery_wait_max| Shared {
             node: NodeId(1),
             coordinator: Arc::clone(&coordinator),
@@ -1952,6 +1983,7 @@ mod tests {
                 unclean_recovery_wait_max,
                 ..ControllerConfig::default()
             },
+            clock: Arc::new(clock.clone()),
             active_epoch: AtomicU64::new(0),
             may_hold_seat: AtomicBool::new(false),
             elections: AtomicU64::new(0),
@@ -2020,18 +2052,18 @@ mod tests {
             "node 3 may hold more"
         );
         assert!(!restarted.recovery_decision(&isr_away, &live).1);
-        std::thread::sleep(Duration::from_millis(250));
+        clock.advance(Duration::from_millis(250));
         assert!(
             !restarted.recovery_decision(&in_recovery, &live).1,
             "entering recovery restarts the wait"
         );
-        std::thread::sleep(Duration::from_millis(250));
+        clock.advance(Duration::from_millis(250));
         assert!(restarted.recovery_decision(&in_recovery, &live).1);
         // The switch's own wait is not restarted (review of fd4cbfa,
         // finding 5): it runs from the first time the log awaited.
         let switch_on = shared(true, Duration::from_millis(200));
         assert!(!switch_on.recovery_decision(&isr_away, &live).0);
-        std::thread::sleep(Duration::from_millis(250));
+        clock.advance(Duration::from_millis(250));
         let (switch_decides, passes_over) = switch_on.recovery_decision(&in_recovery, &live);
         assert!(switch_decides, "the switch waited from the first sight");
         assert!(

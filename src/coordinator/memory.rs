@@ -8,7 +8,10 @@
 //! injected [`Clock`], so answers are consistent with the clock even between
 //! two passes of the expiry thread; the thread exists so that an expiry is
 //! noticed, and announced, when nobody calls in (ZooKeeper's ephemeral nodes
-//! vanish on their own too).
+//! vanish on their own too). A deterministic simulation builds it without
+//! the thread ([`MemoryCoordinator::without_expiry_thread`]) and calls
+//! [`MemoryCoordinator::tick`] itself, at
+//! [`MemoryCoordinator::next_session_expiry`] on its clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::thread::JoinHandle;
@@ -135,6 +138,25 @@ impl MemoryCoordinator {
         clock: Arc<dyn Clock>,
         subscriber_events_max: usize,
     ) -> MemoryCoordinator {
+        MemoryCoordinator::build(clock, subscriber_events_max, ExpiryThread::Run)
+    }
+
+    /// A coordinator as [`MemoryCoordinator::new`] makes, but with no
+    /// expiry thread: a session expires when a call comes in after its
+    /// timeout or when [`MemoryCoordinator::tick`] runs, and only then is
+    /// the expiry announced, and an owed `Resync` is retried only then.
+    /// For a deterministic simulation, which moves its clock and ticks on
+    /// its one thread (a thread of the coordinator's own would run outside
+    /// the simulation's schedule).
+    pub fn without_expiry_thread(clock: Arc<dyn Clock>) -> MemoryCoordinator {
+        MemoryCoordinator::build(clock, SUBSCRIBER_EVENTS_MAX, ExpiryThread::None)
+    }
+
+    fn build(
+        clock: Arc<dyn Clock>,
+        subscriber_events_max: usize,
+        expiry_thread: ExpiryThread,
+    ) -> MemoryCoordinator {
         let shared = Arc::new(Shared {
             clock,
             state: Mutex::new(State {
@@ -156,18 +178,9 @@ impl MemoryCoordinator {
             reaper_wake: Condvar::new(),
             subscriber_events_max: subscriber_events_max.max(1),
         });
-        let for_thread = Arc::clone(&shared);
-        let reaper = std::thread::Builder::new()
-            .name("isrlog-coordinator-reaper".to_owned())
-            .spawn(move || run_reaper(&for_thread));
-        let reaper = match reaper {
-            Ok(join) => Some(join),
-            Err(error) => {
-                // Every call still expires sessions lazily and `tick` works;
-                // only the unprompted announcement of an expiry is lost.
-                tracing::warn!(%error, "cannot start the coordinator's session expiry thread");
-                None
-            }
+        let reaper = match expiry_thread {
+            ExpiryThread::Run => start_reaper(&shared),
+            ExpiryThread::None => None,
         };
         MemoryCoordinator {
             handle: Arc::new(Handle { shared, reaper }),
@@ -192,9 +205,22 @@ impl MemoryCoordinator {
     pub fn tick(&self) {
         let shared = &self.handle.shared;
         let mut state = shared.state.lock();
-        state.expire_sessions(shared.clock.now());
-        state.flush_resyncs();
+        shared.expire(&mut state);
         shared.finish(state);
+    }
+
+    /// When, on the coordinator's clock, the next session expires if its
+    /// node does not heartbeat before (`None` with no session): a
+    /// coordinator without an expiry thread is ticked then. A session
+    /// expires once its timeout has passed strictly, so a tick at this
+    /// instant ends it only if the clock has moved past it.
+    pub fn next_session_expiry(&self) -> Option<Instant> {
+        let state = self.handle.shared.state.lock();
+        state
+            .sessions
+            .values()
+            .map(|session| session.last_heartbeat + session.session_timeout)
+            .min()
     }
 
     /// Ends `node`'s session at once, as when ZooKeeper notices a crashed
@@ -287,7 +313,40 @@ impl MemoryCoordinator {
     }
 }
 
+/// Whether a coordinator runs its own expiry thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExpiryThread {
+    Run,
+    None,
+}
+
+/// Starts the expiry thread; `None` if it cannot be started, which only
+/// loses the unprompted announcement of an expiry: every call still
+/// expires sessions lazily, and `tick` works.
+fn start_reaper(shared: &Arc<Shared>) -> Option<JoinHandle<()>> {
+    let for_thread = Arc::clone(shared);
+    crate::simulation::forbid_in_simulation("spawning the coordinator's reaper thread");
+    let reaper = std::thread::Builder::new()
+        .name("isrlog-coordinator-reaper".to_owned())
+        .spawn(move || run_reaper(&for_thread));
+    match reaper {
+        Ok(join) => Some(join),
+        Err(error) => {
+            tracing::warn!(%error, "cannot start the coordinator's session expiry thread");
+            None
+        }
+    }
+}
+
 impl Shared {
+    /// Expires every session whose timeout has passed on the clock and
+    /// retries owed `Resync` events: one pass of the expiry thread, or one
+    /// [`MemoryCoordinator::tick`].
+    fn expire(&self, state: &mut State) {
+        state.expire_sessions(self.clock.now());
+        state.flush_resyncs();
+    }
+
     /// The state, with expired sessions already ended, or the unavailable
     /// error if the service or the calling node is cut off.
     fn lock(&self, caller: Option<NodeId>) -> Result<MutexGuard<'_, State>> {
@@ -329,10 +388,10 @@ impl Drop for Handle {
 fn run_reaper(shared: &Shared) {
     let mut state = shared.state.lock();
     while !state.stopped {
-        state.expire_sessions(shared.clock.now());
-        state.flush_resyncs();
+        shared.expire(&mut state);
         state.reaper_wake_wanted = false;
         let interval = state.reaper_interval();
+        crate::simulation::forbid_in_simulation("the reaper's condition variable wait");
         shared.reaper_wake.wait_for(&mut state, interval);
     }
 }
@@ -833,6 +892,42 @@ mod tests {
         assert!(shared.state.lock().stopped);
         // The thread held the only other reference; it has been joined.
         assert_eq!(Arc::strong_count(&shared), 1);
+    }
+
+    /// Without the expiry thread nothing expires or is announced until a
+    /// call or a tick; a tick after the clock passed the expiry the
+    /// coordinator names ends the session and announces it.
+    #[test]
+    fn without_the_expiry_thread_a_tick_expires_and_announces() {
+        let clock = ManualClock::default();
+        let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
+        assert!(coordinator.handle.reaper.is_none());
+        assert_eq!(Arc::strong_count(&coordinator.handle.shared), 1);
+        assert_eq!(coordinator.next_session_expiry(), None);
+        let timeout = Duration::from_secs(3);
+        coordinator.register_node(NodeId(1), timeout).unwrap();
+        coordinator.register_node(NodeId(2), timeout * 2).unwrap();
+        assert_eq!(
+            coordinator.next_session_expiry(),
+            Some(clock.now() + timeout)
+        );
+        let events = coordinator.subscribe(NodeId(2)).unwrap();
+        clock.advance(timeout + Duration::from_nanos(1));
+        assert!(events.try_recv().is_err(), "nothing runs between ticks");
+        assert_eq!(
+            coordinator.shared_state_sessions(),
+            vec![NodeId(1), NodeId(2)]
+        );
+        coordinator.tick();
+        assert_eq!(coordinator.shared_state_sessions(), vec![NodeId(2)]);
+        assert!(matches!(
+            events.try_recv(),
+            Ok(CoordinatorEvent::NodesChanged { .. })
+        ));
+        assert_eq!(
+            coordinator.next_session_expiry(),
+            Some(clock.now() + timeout - Duration::from_nanos(1))
+        );
     }
 
     #[test]

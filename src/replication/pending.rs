@@ -276,6 +276,7 @@ impl PendingAppends {
                 return Err(full(state.bytes_in_flight));
             }
             state.blocked += 1;
+            crate::simulation::forbid_in_simulation("a wait for room among pending appends");
             let _timed_out = self.space.wait_until(&mut state, deadline);
             state.blocked -= 1;
         }

@@ -461,9 +461,9 @@ impl Replica {
     }
 
     /// Whether a leader whose storage failed should try (again) to resign
-    /// now: at most once a second.
+    /// now: at most once a second on the replica's clock.
     pub(crate) fn resign_due(&self) -> bool {
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut last = self.resign_attempted_at.lock();
         match *last {
             Some(at) if now.duration_since(at) < Duration::from_secs(1) => false,
@@ -1320,7 +1320,9 @@ impl Replica {
             end: appended.info.log_end_offset,
             acks_all,
             generation: appended.generation,
-            deadline: Instant::now() + self.config.request_timeout,
+            // On the replica's clock, as the scans that time it out read
+            // (`resolve_pipelined_full`, `expire_pipelined`).
+            deadline: self.clock.now() + self.config.request_timeout,
             bytes,
             cell,
             resolved: false,
@@ -1367,7 +1369,7 @@ impl Replica {
         };
         let _order = self.resolving.lock();
         let _ = self.pending.take_full_scan();
-        let now = Some(Instant::now());
+        let now = Some(self.clock.now());
         let decided = self.pending.scan(
             |stopped| self.pipelined_snapshot(stopped, isr_short, now),
             true,
@@ -1398,7 +1400,7 @@ impl Replica {
             return;
         }
         let _order = self.resolving.lock();
-        let now = Some(Instant::now());
+        let now = Some(self.clock.now());
         let decided = self
             .pending
             .scan(|stopped| self.pipelined_snapshot(stopped, None, now), false);
@@ -2575,7 +2577,9 @@ impl Replica {
         }
     }
 
-    /// Waits until the high watermark is above `offset`.
+    /// Waits until the high watermark is above `offset`. Panics inside a
+    /// deterministic simulation unless it already is.
+    #[track_caller]
     pub(crate) fn wait_for_high_watermark_above(
         &self,
         offset: Offset,
@@ -2597,6 +2601,9 @@ impl Replica {
                     // Reopened at once on a role change; stays closed after
                     // a failed write until the node gives the log up. Check
                     // again shortly rather than spin.
+                    crate::simulation::forbid_in_simulation(
+                        "a sleep while the high watermark is closed",
+                    );
                     std::thread::sleep(
                         Duration::from_millis(1)
                             .min(deadline.saturating_duration_since(Instant::now())),

@@ -208,6 +208,7 @@ impl Transfer<'_> {
         // for (a leader change would otherwise cost their requests and hold
         // the join up to `request_timeout`).
         let stopped = AtomicBool::new(false);
+        crate::simulation::forbid_in_simulation("spawning snapshot transfer askers");
         std::thread::scope(|scope| {
             // Positions to ask for, each with the snapshot the transfer
             // expects (`None` for the first chunk) and where its answer

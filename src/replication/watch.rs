@@ -334,11 +334,16 @@ impl Watch {
 
     /// Waits until the value is at least `target`, the watch closes, or
     /// `deadline` passes. Spins for up to `spin` first.
+    ///
+    /// Panics inside a deterministic simulation unless the value is
+    /// already there: a wait would stop the thread that steps every node.
+    #[track_caller]
     pub fn wait_at_least(&self, target: u64, deadline: Instant, spin: Duration) -> WaitOutcome {
         let word = self.word.load(Ordering::SeqCst);
         if let Some(outcome) = Self::outcome(word, target) {
             return outcome;
         }
+        crate::simulation::forbid_in_simulation("a watch wait");
         // Others already parked, or many were released together last time:
         // the wait is long or the cores are busy (64 producers waiting for
         // one high watermark); a spin would only take a core from the

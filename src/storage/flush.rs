@@ -193,6 +193,7 @@ impl GroupCommit {
             }
             if state.sync_in_flight {
                 // Bounded wait, then re-check (see RECHECK_INTERVAL).
+                crate::simulation::forbid_in_simulation("a wait for another thread's fsync");
                 let _timed_out = self.synced.wait_for(&mut state, RECHECK_INTERVAL);
                 continue;
             }

@@ -54,6 +54,7 @@ impl RollFlushThread {
         }
         if inner.sender.is_none() {
             let (sender, receiver) = mpsc::channel::<FlushJob>();
+            crate::simulation::forbid_in_simulation("spawning the roll flusher thread");
             let spawned = std::thread::Builder::new()
                 .name(self.name.clone())
                 .spawn(move || {

@@ -40,6 +40,7 @@ use crate::transport::{
 };
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
+pub use crate::simulation::SimulationGuard;
 pub use crate::storage::disk::{
     Disk, DiskFile, DiskOperation, EioPlan, Latency, LockGuard, MappedRegion, OpenMode, SimDisk,
     SimDiskStats, StdDisk,

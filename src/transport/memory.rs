@@ -475,6 +475,7 @@ impl MemoryTransport {
         }
         let hub = Arc::clone(hub);
         let from = self.me;
+        crate::simulation::forbid_in_simulation("spawning a late delivery thread");
         let spawned = thread::Builder::new()
             .name("isrlog-memory-late".into())
             .spawn(move || {
@@ -609,9 +610,11 @@ fn link_seed(seed: u64, from: NodeId, to: NodeId) -> u64 {
     mix64(seed ^ mix64(link))
 }
 
+#[track_caller]
 fn sleep_until(deadline: Instant) {
     let now = Instant::now();
     if deadline > now {
+        crate::simulation::forbid_in_simulation("a simulated network delay");
         thread::sleep(deadline - now);
     }
 }

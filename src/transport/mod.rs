@@ -22,7 +22,7 @@ mod rng;
 mod tcp;
 
 #[allow(unused_imports)]
-pub(crate) use rng::SplitMix64;
+pub(crate) use rng::{mix64, SplitMix64};
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@ mod fault_apps;
 pub mod fault_test;
 pub mod fuzz;
 mod harness;
-#[allow(dead_code)] // Used by the simulator's tests until the simulator runs nodes.
+#[allow(dead_code)] // Run from the crate's tests only; the network model waits for the fetch step.
 pub(crate) mod sim;
 #[cfg(test)]
 mod sim_disk_node;

@@ -8,5 +8,6 @@
 //! [`SimDisk`](crate::testing::SimDisk).
 
 pub(crate) mod network;
+pub(crate) mod run;
 pub(crate) mod schedule;
 pub(crate) mod trace;

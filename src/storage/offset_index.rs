@@ -202,12 +202,22 @@ pub(crate) fn check_entries(
     }
     // Everything after the used entries must be zero preallocation, or
     // the file is garbage that merely starts well.
-    if bytes[used * INDEX_ENTRY_BYTES..].iter().any(|&b| b != 0) {
+    if !is_all_zero(&bytes[used * INDEX_ENTRY_BYTES..]) {
         return Err(IndexProblem(format!(
             "non-zero bytes after the {used} used entries"
         )));
     }
     Ok(used)
+}
+
+/// Whether every byte of `bytes` is zero, compared a block at a time
+/// against zeros (a `memcmp`, fast even unoptimised: a byte-by-byte scan of
+/// a 10 MiB preallocated index dominated a simulated run's restarts).
+fn is_all_zero(bytes: &[u8]) -> bool {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    bytes
+        .chunks(ZEROS.len())
+        .all(|block| block == &ZEROS[..block.len()])
 }
 
 impl OffsetIndex {
@@ -663,6 +673,20 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(index.last_entry(), Some(entry(u64::MAX, 200)));
+    }
+
+    #[test]
+    fn is_all_zero_finds_a_non_zero_byte_anywhere_in_any_block() {
+        assert!(is_all_zero(&[]));
+        for len in [1, 4095, 4096, 4097, 3 * 4096 + 5] {
+            let mut bytes = vec![0u8; len];
+            assert!(is_all_zero(&bytes), "{len}");
+            for at in [0, len / 2, len - 1] {
+                bytes[at] = 1;
+                assert!(!is_all_zero(&bytes), "{len} at {at}");
+                bytes[at] = 0;
+            }
+        }
     }
 
     #[test]

@@ -337,6 +337,9 @@ impl Run {
         let mut config = NodeConfig::new(self.machines[index].id, format!("/sim/node-{index}"));
         config.replication.min_insync_replicas = 1;
         config.log.flush_policy = FlushPolicy::Always;
+        // Room for 8,192 entries, plenty for a run; the default 10 MiB
+        // would make every restart's index check read 10 MiB.
+        config.log.index_bytes_max = 64 * 1024;
         // A stop hands logs over on threads; a simulated node's stop is
         // always a crash.
         config.controlled_shutdown_timeout = Duration::ZERO;

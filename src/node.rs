@@ -443,11 +443,7 @@ impl Node {
         // The controller decides the ELR with the same minimum as this
         // node's leaders. Checked here, before anything starts: a start
         // that failed on it used to leave the control thread running.
-        let controller_config = config.controller.as_ref().map(|c| ControllerConfig {
-            min_insync_replicas: config.replication.min_insync_replicas,
-            replica_lag_time_max: config.replication.replica_lag_time_max,
-            ..c.clone()
-        });
+        let controller_config = controller_config(&config);
         if let Some(controller_config) = &controller_config {
             controller_config.validate()?;
         }
@@ -1294,6 +1290,17 @@ impl SteppedNode {
     pub(crate) fn run_completions(&self) -> usize {
         self.node.shared.completions.run_pending()
     }
+}
+
+/// The configuration of the controller a node with `config` runs, if it
+/// runs one: the node's own replication settings, which the controller's
+/// decisions must agree with, override the controller's copies.
+pub(crate) fn controller_config(config: &NodeConfig) -> Option<ControllerConfig> {
+    config.controller.as_ref().map(|c| ControllerConfig {
+        min_insync_replicas: config.replication.min_insync_replicas,
+        replica_lag_time_max: config.replication.replica_lag_time_max,
+        ..c.clone()
+    })
 }
 
 /// The work started by [`NodeShared::spawn_bounded`]: one message per

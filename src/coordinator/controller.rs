@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvError, Sender, TryRecvError};
 
 use super::{
     completion_update, CasOutcome, ControllerEpoch, Coordinator, CoordinatorEvent, LogState,
@@ -856,73 +856,221 @@ impl Pending {
     }
 }
 
-/// The thread: act on owed work, then wait for an event, the next timer or
-/// the stop. Waits use real time because a thread can only sleep on real
-/// time; the coordinator judges sessions by its own clock.
-fn run(shared: &Shared, stopped: &Receiver<()>) {
-    let poll_interval = shared.config.poll_interval;
-    let mut subscription: Option<Receiver<CoordinatorEvent>> = None;
-    let mut pending = Pending::everything();
-    let mut next_poll = Instant::now();
-    let mut next_preferred = shared
-        .config
-        .preferred_leader_check_interval
-        .map(|interval| Instant::now() + interval);
-    loop {
-        if subscription.is_none() {
+/// The controller loop's state between passes: its subscription to the
+/// coordinator's events, the work they owe, and its two timers (the poll
+/// of every log, the preferred-leader check). The thread ([`run`]) and a
+/// simulator ([`SteppedController`]) drive the same passes; each hands in
+/// its own `now` (the thread real time, since it sleeps on real time; a
+/// simulator its manual clock's).
+struct Driver {
+    subscription: Option<Receiver<CoordinatorEvent>>,
+    pending: Pending,
+    next_poll: Instant,
+    next_preferred: Option<Instant>,
+}
+
+impl Driver {
+    /// A driver whose first pass looks at every log.
+    fn new(shared: &Shared, now: Instant) -> Driver {
+        Driver {
+            subscription: None,
+            pending: Pending::everything(),
+            next_poll: now,
+            next_preferred: shared
+                .config
+                .preferred_leader_check_interval
+                .map(|interval| now + interval),
+        }
+    }
+
+    /// One pass at `now`: subscribes if it has no subscription, marks what
+    /// its timers make due, and does the owed work ([`Shared::step`]).
+    /// `Err(Shutdown)` means a stop was noticed mid-pass; other errors are
+    /// logged here and retried sooner.
+    fn pass(&mut self, shared: &Shared, now: Instant, is_stopped: &dyn Fn() -> bool) -> Result<()> {
+        let poll_interval = shared.config.poll_interval;
+        if self.subscription.is_none() {
             match shared.coordinator.subscribe_all(shared.node) {
                 Ok(events) => {
-                    subscription = Some(events);
+                    self.subscription = Some(events);
                     // Whatever happened before we listened is unknown.
-                    pending.every_log = true;
+                    self.pending.every_log = true;
                 }
                 Err(error) => {
                     tracing::debug!(node = %shared.node, %error, "controller cannot subscribe yet");
                 }
             }
         }
-        let now = Instant::now();
-        if now >= next_poll {
-            pending.every_log = true;
-            next_poll = now + poll_interval;
+        if now >= self.next_poll {
+            self.pending.every_log = true;
+            self.next_poll = now + poll_interval;
         }
-        let preferred_due = next_preferred.is_some_and(|at| now >= at);
+        let preferred_due = self.next_preferred.is_some_and(|at| now >= at);
         if preferred_due {
-            next_preferred = shared
+            self.next_preferred = shared
                 .config
                 .preferred_leader_check_interval
                 .map(|interval| now + interval);
         }
-        let is_stopped = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
-        match shared.step(&mut pending, preferred_due, &is_stopped) {
-            Ok(()) => {}
-            Err(Error::Shutdown) => return,
+        match shared.step(&mut self.pending, preferred_due, is_stopped) {
+            Ok(()) => Ok(()),
+            Err(Error::Shutdown) => Err(Error::Shutdown),
             Err(error) => {
                 tracing::debug!(node = %shared.node, %error, "controller pass failed, will retry");
-                next_poll = next_poll.min(Instant::now() + RETRY_INTERVAL.min(poll_interval));
+                self.next_poll = self.next_poll.min(now + RETRY_INTERVAL.min(poll_interval));
+                Ok(())
             }
         }
-        let wake_at = next_preferred.map_or(next_poll, |at| at.min(next_poll));
-        let timeout = wake_at.saturating_duration_since(Instant::now());
+    }
+
+    /// When the next pass is due if no event comes first.
+    fn next_wake(&self) -> Instant {
+        self.next_preferred
+            .map_or(self.next_poll, |at| at.min(self.next_poll))
+    }
+
+    /// Notes one event taken off the subscription, or its end.
+    fn note(&mut self, shared: &Shared, event: std::result::Result<CoordinatorEvent, RecvError>) {
+        match event {
+            Ok(event) => self.pending.note(event),
+            Err(_) => {
+                tracing::debug!(node = %shared.node, "controller's event stream closed, resubscribing");
+                self.subscription = None;
+            }
+        }
+    }
+
+    /// Notes the events that arrived, up to [`EVENTS_PER_WAKE_MAX`];
+    /// returns how many.
+    fn note_arrived(&mut self, shared: &Shared) -> usize {
+        let mut noted = 0;
+        while noted < EVENTS_PER_WAKE_MAX {
+            let Some(events) = &self.subscription else {
+                break;
+            };
+            let event = match events.try_recv() {
+                Ok(event) => Ok(event),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => Err(RecvError),
+            };
+            self.note(shared, event);
+            noted += 1;
+        }
+        noted
+    }
+}
+
+/// The thread: act on owed work, then wait for an event, the next timer or
+/// the stop. Waits use real time because a thread can only sleep on real
+/// time; the coordinator judges sessions by its own clock.
+fn run(shared: &Shared, stopped: &Receiver<()>) {
+    let mut driver = Driver::new(shared, Instant::now());
+    loop {
+        let is_stopped = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
+        if let Err(Error::Shutdown) = driver.pass(shared, Instant::now(), &is_stopped) {
+            return;
+        }
+        let timeout = driver.next_wake().saturating_duration_since(Instant::now());
         let never = crossbeam_channel::never::<CoordinatorEvent>();
-        let events = subscription.as_ref().unwrap_or(&never);
-        crate::simulation::forbid_in_simulation("the controller's timed select");
-        crossbeam_channel::select! {
-            recv(stopped) -> _ => return,
-            recv(events) -> event => match event {
-                Ok(event) => pending.note(event),
-                Err(_) => {
-                    tracing::debug!(node = %shared.node, "controller's event stream closed, resubscribing");
-                    subscription = None;
-                }
-            },
-            default(timeout) => {}
-        }
-        if let Some(events) = &subscription {
-            for event in events.try_iter().take(EVENTS_PER_WAKE_MAX) {
-                pending.note(event);
+        let event = {
+            let events = driver.subscription.as_ref().unwrap_or(&never);
+            crate::simulation::forbid_in_simulation("the controller's timed select");
+            crossbeam_channel::select! {
+                recv(stopped) -> _ => return,
+                recv(events) -> event => Some(event),
+                default(timeout) => None,
             }
+        };
+        if let Some(event) = event {
+            driver.note(shared, event);
         }
+        driver.note_arrived(shared);
+    }
+}
+
+/// A controller without a thread, for the simulator (issue 28): each
+/// [`step`](Self::step) is one pass of the thread's loop, on the caller's
+/// thread and at the caller's `now`. Dropping it resigns nothing, as a
+/// crashed process would not; the seat is freed when the node's session
+/// ends.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug)]
+pub(crate) struct SteppedController {
+    shared: Arc<Shared>,
+    driver: Driver,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("pending", &self.pending)
+            .field("next_poll", &self.next_poll)
+            .field("next_preferred", &self.next_preferred)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(not(test), allow(dead_code))]
+impl SteppedController {
+    /// `node`'s controller, measuring its waits on `clock`, with no thread.
+    /// Errs if `config` is invalid.
+    pub(crate) fn open(
+        node: NodeId,
+        coordinator: Arc<dyn Coordinator>,
+        config: ControllerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<SteppedController> {
+        config.validate()?;
+        let now = clock.now();
+        let shared = Arc::new(Shared {
+            node,
+            coordinator,
+            config,
+            clock,
+            active_epoch: AtomicU64::new(0),
+            may_hold_seat: AtomicBool::new(false),
+            elections: AtomicU64::new(0),
+            unclean_elections: AtomicU64::new(0),
+            reassignments_completed: AtomicU64::new(0),
+            hand_over_waits: Mutex::new(HashMap::new()),
+            recovery_waits: Mutex::new(HashMap::new()),
+        });
+        let driver = Driver::new(&shared, now);
+        Ok(SteppedController { shared, driver })
+    }
+
+    /// Notes the events that arrived and makes one pass at `now` (the
+    /// clock's time); returns how many events it noted. It waits for
+    /// nothing, but its pass calls the coordinator.
+    pub(crate) fn step(&mut self, now: Instant) -> usize {
+        let noted = self.driver.note_arrived(&self.shared);
+        // Nothing stops a stepped controller mid-pass: it is dropped
+        // between steps.
+        let _ = self.driver.pass(&self.shared, now, &|| false);
+        noted
+    }
+
+    /// When the next step is due if no event comes first.
+    pub(crate) fn next_wake(&self) -> Instant {
+        self.driver.next_wake()
+    }
+
+    /// The controller epoch held, as of the last step.
+    pub(crate) fn controller_epoch(&self) -> Option<ControllerEpoch> {
+        match self.shared.active_epoch.load(Ordering::SeqCst) {
+            0 => None,
+            epoch => Some(ControllerEpoch(epoch)),
+        }
+    }
+
+    /// Elections written so far (clean and unclean).
+    pub(crate) fn elections(&self) -> (u64, u64) {
+        (
+            self.shared.elections.load(Ordering::SeqCst),
+            self.shared.unclean_elections.load(Ordering::SeqCst),
+        )
     }
 }
 

@@ -28,6 +28,8 @@ use crate::types::{
 };
 
 pub use assignment::assign_replicas;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use controller::SteppedController;
 pub use controller::{Controller, ControllerConfig};
 pub use memory::MemoryCoordinator;
 pub(crate) use reassignment::completion_update;

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use super::schedule::Schedule;
 use super::trace::Trace;
-use crate::node::SteppedNode;
+use crate::coordinator::SteppedController;
+use crate::node::{controller_config, SteppedNode};
 use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::simulation::SimulationGuard;
@@ -81,6 +82,8 @@ pub(crate) struct SimReport {
     pub(crate) acknowledged: u64,
     pub(crate) crashes: u64,
     pub(crate) power_losses: u64,
+    /// Leader elections the controllers wrote: (all, unclean).
+    pub(crate) elections: (u64, u64),
 }
 
 /// A run that broke a rule: the seed, what broke, and the last lines of
@@ -135,6 +138,8 @@ struct Machine {
     id: NodeId,
     disk: SimDisk,
     node: Option<SteppedNode>,
+    /// The node process's controller candidate, stepped with it.
+    controller: Option<SteppedController>,
     /// When its `Wake` is scheduled, so that one is not scheduled twice.
     wake_at: Option<Duration>,
 }
@@ -166,6 +171,8 @@ struct Run {
     appends: u64,
     crashes: u64,
     power_losses: u64,
+    /// Elections written by controllers whose process has ended.
+    elections: (u64, u64),
 }
 
 /// Runs `config`'s simulation to its end on the calling thread.
@@ -173,6 +180,8 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     let _guard = SimulationGuard::enter(config.seed);
     let mut run = Run::new(config.clone());
     let outcome = run.run();
+    // Stop the nodes inside the guard: a stop must not block either.
+    run.stop_all();
     let report = SimReport {
         seed: config.seed,
         trace_hash: run.trace.hash(),
@@ -181,6 +190,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         acknowledged: run.acknowledged.len() as u64,
         crashes: run.crashes,
         power_losses: run.power_losses,
+        elections: run.elections,
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
@@ -188,8 +198,6 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         message,
         last_lines: run.trace.last_lines().map(str::to_owned).collect(),
     });
-    // Stop the nodes inside the guard: a stop must not block either.
-    run.stop_all();
     match failure {
         Some(failure) => Err(failure),
         None => Ok(report),
@@ -206,6 +214,7 @@ impl Run {
                 id: NodeId(i as u32),
                 disk: SimDisk::new(mix64(config.seed ^ (0xD15C + i as u64))),
                 node: None,
+                controller: None,
                 wake_at: None,
             })
             .collect();
@@ -226,6 +235,7 @@ impl Run {
             appends: 0,
             crashes: 0,
             power_losses: 0,
+            elections: (0, 0),
         }
     }
 
@@ -351,11 +361,25 @@ impl Run {
             return Ok(());
         }
         let machine = &self.machines[index];
+        let config = self.config_for(index);
+        let coordinator = Arc::new(self.coordinator.for_node(machine.id));
+        let controller = match controller_config(&config) {
+            Some(controller) => Some(
+                SteppedController::open(
+                    machine.id,
+                    coordinator.clone(),
+                    controller,
+                    Arc::new(self.clock.clone()),
+                )
+                .map_err(|error| format!("node {index}'s controller: {error}"))?,
+            ),
+            None => None,
+        };
         let opened = Node::open_on_disk(
             machine.disk.shared(),
-            self.config_for(index),
+            config,
             Arc::new(self.network.transport(machine.id)),
-            Arc::new(self.coordinator.for_node(machine.id)),
+            coordinator,
             Arc::new(self.clock.clone()),
         );
         match opened {
@@ -363,6 +387,7 @@ impl Run {
                 self.network.register(machine.id, node.node().handler());
                 let previous = node.node().previous_shutdown();
                 self.machines[index].node = Some(node);
+                self.machines[index].controller = controller;
                 self.record(format_args!("node {index} opens ({previous:?})"));
                 Ok(())
             }
@@ -376,6 +401,8 @@ impl Run {
         let Some(node) = self.machines[index].node.take() else {
             return;
         };
+        // A crashed process's controller resigns nothing.
+        self.retire_controller(index);
         self.crashes += 1;
         let id = self.machines[index].id;
         self.network.unregister(id);
@@ -455,6 +482,9 @@ impl Run {
                     handled += node.step_control(now);
                     node.expire_deadlines();
                     handled += node.run_completions();
+                }
+                if let Some(controller) = machine.controller.as_mut() {
+                    handled += controller.step(now);
                 }
             }
             if handled == 0 {
@@ -536,6 +566,14 @@ impl Run {
                 ));
             }
         }
+        let seated = self
+            .machines
+            .iter()
+            .filter_map(|m| m.controller.as_ref()?.controller_epoch())
+            .max();
+        if seated.is_none() {
+            return Err("no controller holds the seat at the end".to_owned());
+        }
         self.record(format_args!(
             "end: {} acknowledged, all committed on node {index}",
             self.acknowledged.len()
@@ -550,7 +588,12 @@ impl Run {
             let Some(node) = self.machines[index].node.as_ref() else {
                 continue;
             };
-            let at = self.since_epoch(node.next_wake());
+            let controller_wake = self.machines[index]
+                .controller
+                .as_ref()
+                .map(SteppedController::next_wake);
+            let wake = controller_wake.map_or(node.next_wake(), |at| at.min(node.next_wake()));
+            let at = self.since_epoch(wake);
             if self.machines[index]
                 .wake_at
                 .is_none_or(|scheduled| at < scheduled)
@@ -573,7 +616,20 @@ impl Run {
         at.saturating_duration_since(self.epoch)
     }
 
+    /// Drops a machine's controller with its process, counting its
+    /// elections.
+    fn retire_controller(&mut self, index: usize) {
+        if let Some(controller) = self.machines[index].controller.take() {
+            let (all, unclean) = controller.elections();
+            self.elections.0 += all;
+            self.elections.1 += unclean;
+        }
+    }
+
     fn stop_all(&mut self) {
+        for index in 0..self.machines.len() {
+            self.retire_controller(index);
+        }
         for machine in &mut self.machines {
             if let Some(node) = machine.node.take() {
                 let node = node.into_node();
@@ -588,37 +644,95 @@ impl Run {
 mod tests {
     use super::*;
 
-    fn seeds_from_env(default: std::ops::Range<u64>) -> Vec<u64> {
-        if let Ok(seed) = std::env::var("ISRLOG_SIM_SEED") {
-            return vec![seed.parse().expect("ISRLOG_SIM_SEED is a number")];
-        }
-        let count = std::env::var("ISRLOG_SIM_SEEDS")
-            .ok()
-            .and_then(|n| n.parse::<u64>().ok());
-        match count {
-            Some(count) => (default.start..default.start + count).collect(),
-            None => default.collect(),
+    /// Which seeds [`simulated_runs`] runs, from the environment:
+    /// `ISRLOG_SIM_SEED` one seed (a replay); otherwise from
+    /// `ISRLOG_SIM_FIRST_SEED` (default 0), `ISRLOG_SIM_SEEDS` seeds
+    /// (default [`DEFAULT_SEEDS`]), or as many as fit in
+    /// `ISRLOG_SIM_SECONDS` of real time when that is set.
+    struct Seeds {
+        next: u64,
+        last: Option<u64>,
+        until: Option<Instant>,
+    }
+
+    /// Seeds a plain `cargo test` runs.
+    const DEFAULT_SEEDS: u64 = 200;
+
+    fn variable(name: &str) -> Option<u64> {
+        let value = std::env::var(name).ok()?;
+        Some(
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}={value} is not a whole number")),
+        )
+    }
+
+    impl Seeds {
+        fn from_env() -> Seeds {
+            if let Some(seed) = variable("ISRLOG_SIM_SEED") {
+                return Seeds {
+                    next: seed,
+                    last: Some(seed),
+                    until: None,
+                };
+            }
+            let first = variable("ISRLOG_SIM_FIRST_SEED").unwrap_or(0);
+            match variable("ISRLOG_SIM_SECONDS") {
+                Some(seconds) => Seeds {
+                    next: first,
+                    last: None,
+                    until: Some(Instant::now() + Duration::from_secs(seconds)),
+                },
+                None => {
+                    let count = variable("ISRLOG_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS).max(1);
+                    Seeds {
+                        next: first,
+                        last: Some(first + count - 1),
+                        until: None,
+                    }
+                }
+            }
         }
     }
 
-    /// Runs seeds and fails with the first failing seed's report.
+    impl Iterator for Seeds {
+        type Item = u64;
+
+        fn next(&mut self) -> Option<u64> {
+            let more = match (self.last, self.until) {
+                (Some(last), _) => self.next <= last,
+                (None, Some(until)) => Instant::now() < until,
+                (None, None) => false,
+            };
+            more.then(|| {
+                self.next += 1;
+                self.next - 1
+            })
+        }
+    }
+
+    /// Runs seeds (see [`Seeds`]) and fails with the first failing seed's
+    /// report; prints each seed's summary and the rate.
     #[test]
     fn simulated_runs() {
-        let seeds = seeds_from_env(0..20);
         let started = Instant::now();
-        let mut events = 0;
-        for &seed in &seeds {
-            match run(&SimConfig::new(seed)) {
+        let (mut seeds, mut events, mut simulated) = (0u64, 0u64, Duration::ZERO);
+        for seed in Seeds::from_env() {
+            let config = SimConfig::new(seed);
+            match run(&config) {
                 Ok(report) => {
+                    seeds += 1;
                     events += report.events;
+                    simulated += config.simulated;
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses)",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses), {:?} elections (all, unclean)",
                         report.trace_hash,
                         report.events,
                         report.appends,
                         report.acknowledged,
                         report.crashes,
-                        report.power_losses
+                        report.power_losses,
+                        report.elections
                     );
                 }
                 Err(failure) => panic!("{failure}"),
@@ -626,9 +740,10 @@ mod tests {
         }
         let elapsed = started.elapsed().as_secs_f64();
         eprintln!(
-            "{} seeds in {elapsed:.2} s: {:.1} seeds/s, {events} events",
-            seeds.len(),
-            seeds.len() as f64 / elapsed
+            "simulated {seeds} seeds ({:.0} simulated s) in {elapsed:.2} s: {:.1} seeds/s, {:.0} seeds/hour, {events} events",
+            simulated.as_secs_f64(),
+            seeds as f64 / elapsed,
+            seeds as f64 / elapsed * 3600.0
         );
     }
 

@@ -1219,6 +1219,8 @@ impl Node {
             controller_config: _,
         } = Node::open_registered(disk, config, transport, coordinator, clock)?;
         node.stepped = true;
+        // Rolls' background flushes wait for the simulator's turn.
+        node.shared.roll_flusher.hold_jobs();
         if let Err(error) = node.reconcile_every_log() {
             node.abort_start(&error);
             return Err(error);
@@ -1283,6 +1285,13 @@ impl SteppedNode {
     /// The deadline thread's pass ([`NodeShared::expire_deadlines`]).
     pub(crate) fn expire_deadlines(&self) {
         self.node.shared.expire_deadlines();
+    }
+
+    /// The roll flusher thread's work: runs the background log work
+    /// (rolled segments' flushes, log start moves) held so far; how many
+    /// jobs ran.
+    pub(crate) fn run_background_work(&self) -> usize {
+        self.node.shared.roll_flusher.run_held()
     }
 
     /// The completion thread's pass ([`CompletionRunner::run_pending`]):

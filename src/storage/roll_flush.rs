@@ -28,12 +28,25 @@ pub(crate) struct RollFlushThread {
     inner: Mutex<Inner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Inner {
     /// `None` before the first job and after `stop`.
     sender: Option<Sender<FlushJob>>,
     thread: Option<JoinHandle<()>>,
     stopped: bool,
+    /// `Some` for a node without threads (a simulation): jobs wait here,
+    /// in order, until [`RollFlushThread::run_held`] runs them.
+    held: Option<Vec<FlushJob>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("running", &self.thread.is_some())
+            .field("stopped", &self.stopped)
+            .field("held", &self.held.as_ref().map(Vec::len))
+            .finish_non_exhaustive()
+    }
 }
 
 impl RollFlushThread {
@@ -51,6 +64,10 @@ impl RollFlushThread {
         let mut inner = self.inner.lock();
         if inner.stopped {
             return false;
+        }
+        if let Some(held) = inner.held.as_mut() {
+            held.push(job);
+            return true;
         }
         if inner.sender.is_none() {
             let (sender, receiver) = mpsc::channel::<FlushJob>();
@@ -81,17 +98,48 @@ impl RollFlushThread {
             .is_some_and(|sender| sender.send(job).is_ok())
     }
 
+    /// Starts no thread: jobs are held until [`run_held`](Self::run_held)
+    /// runs them on the caller's thread, for a node that a simulator steps
+    /// (issue 28), which decides when background work happens. Called
+    /// before the first job.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn hold_jobs(&self) {
+        let mut inner = self.inner.lock();
+        debug_assert!(inner.thread.is_none(), "jobs held after the thread started");
+        inner.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Runs the held jobs, in the order they came, on the calling thread;
+    /// returns how many ran. Jobs they submit wait for the next call.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn run_held(&self) -> usize {
+        let jobs = match self.inner.lock().held.as_mut() {
+            Some(held) => std::mem::take(held),
+            None => return 0,
+        };
+        let ran = jobs.len();
+        // Run without the lock: a job may submit another.
+        for job in jobs {
+            job();
+        }
+        ran
+    }
+
     /// Runs every job queued so far, then ends the thread; later jobs are
     /// refused (`submit` returns `false`). A node calls it before it closes
     /// its logs, so no flush writes a checkpoint after the close wrote its
     /// clean one.
     pub(crate) fn stop(&self) {
-        let thread = {
+        let (thread, held) = {
             let mut inner = self.inner.lock();
             inner.stopped = true;
             inner.sender = None;
-            inner.thread.take()
+            (inner.thread.take(), inner.held.take())
         };
+        // As the thread runs what was queued before the stop.
+        for job in held.into_iter().flatten() {
+            job();
+        }
         if let Some(thread) = thread {
             if thread.join().is_err() {
                 tracing::error!(thread = %self.name, "the roll flush thread panicked");
@@ -806,6 +854,33 @@ mod tests {
             late.fetch_add(1, Ordering::SeqCst);
         })));
         assert_eq!(ran.load(Ordering::SeqCst), 10);
+    }
+
+    /// A node without threads holds its jobs until they are run on the
+    /// caller's thread, in order, and a stop runs what is still held.
+    #[test]
+    fn held_jobs_run_in_order_on_the_calling_thread_and_at_stop() {
+        let flusher = RollFlushThread::new("test-roll-flush".into());
+        flusher.hold_jobs();
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let submit = |n: usize| {
+            let ran = Arc::clone(&ran);
+            let caller = std::thread::current().id();
+            assert!(flusher.submit(Box::new(move || {
+                assert_eq!(std::thread::current().id(), caller);
+                ran.lock().unwrap().push(n);
+            })));
+        };
+        submit(1);
+        submit(2);
+        assert!(ran.lock().unwrap().is_empty(), "nothing runs before asked");
+        assert!(flusher.inner.lock().thread.is_none(), "no thread started");
+        assert_eq!(flusher.run_held(), 2);
+        assert_eq!(flusher.run_held(), 0);
+        submit(3);
+        flusher.stop();
+        assert_eq!(*ran.lock().unwrap(), [1, 2, 3]);
+        assert!(!flusher.submit(Box::new(|| {})));
     }
 
     /// The data files of `dir`, by base offset.

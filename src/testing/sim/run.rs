@@ -41,6 +41,10 @@ const LOG: LogId = LogId(1);
 /// event before the run counts as livelocked.
 const SETTLE_ROUNDS_MAX: usize = 64;
 
+/// Mean simulated time between two runs of a node's background log work
+/// (its roll flusher thread's jobs).
+const BACKGROUND_WORK_INTERVAL_MEAN: Duration = Duration::from_millis(100);
+
 /// What a run is made of; everything else is drawn from `seed`.
 #[derive(Clone, Debug)]
 pub(crate) struct SimConfig {
@@ -84,6 +88,8 @@ pub(crate) struct SimReport {
     pub(crate) power_losses: u64,
     /// Leader elections the controllers wrote: (all, unclean).
     pub(crate) elections: (u64, u64),
+    /// Background log jobs run (flushes of rolled segments and the like).
+    pub(crate) background_jobs: u64,
 }
 
 /// A run that broke a rule: the seed, what broke, and the last lines of
@@ -127,6 +133,9 @@ enum Event {
     Crash { node: usize, power_loss: bool },
     /// A crashed node's process starts again on its disk.
     Restart(usize),
+    /// A node's background log work (rolled segments' flushes, log start
+    /// moves) runs, as its roll flusher thread would have by now.
+    BackgroundWork(usize),
     /// The coordinator expires the sessions whose time has come.
     ExpireSessions,
     /// The workload and faults end: nothing new is appended or broken.
@@ -173,6 +182,7 @@ struct Run {
     power_losses: u64,
     /// Elections written by controllers whose process has ended.
     elections: (u64, u64),
+    background_jobs: u64,
 }
 
 /// Runs `config`'s simulation to its end on the calling thread.
@@ -191,6 +201,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         crashes: run.crashes,
         power_losses: run.power_losses,
         elections: run.elections,
+        background_jobs: run.background_jobs,
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
@@ -236,6 +247,7 @@ impl Run {
             crashes: 0,
             power_losses: 0,
             elections: (0, 0),
+            background_jobs: 0,
         }
     }
 
@@ -258,6 +270,8 @@ impl Run {
             .map_err(|error| format!("creating the log: {error}"))?;
         for index in 0..self.machines.len() {
             self.open(index)?;
+            let first = self.draw_interval(BACKGROUND_WORK_INTERVAL_MEAN);
+            self.schedule.after(first, Event::BackgroundWork(index));
         }
         let first_append = self.draw_interval(self.config.append_interval_mean);
         self.schedule.after(first_append, Event::Append);
@@ -317,6 +331,17 @@ impl Run {
                 }
             }
             Event::Restart(index) => self.open(index)?,
+            Event::BackgroundWork(index) => {
+                if let Some(node) = self.machines[index].node.as_ref() {
+                    let ran = node.run_background_work();
+                    self.background_jobs += ran as u64;
+                    if ran > 0 {
+                        self.record(format_args!("node {index} runs {ran} background jobs"));
+                    }
+                }
+                let next = self.draw_interval(BACKGROUND_WORK_INTERVAL_MEAN);
+                self.schedule.after(next, Event::BackgroundWork(index));
+            }
             Event::ExpireSessions => {
                 self.expiry_at = None;
                 self.coordinator.tick();
@@ -350,6 +375,9 @@ impl Run {
         // Room for 8,192 entries, plenty for a run; the default 10 MiB
         // would make every restart's index check read 10 MiB.
         config.log.index_bytes_max = 64 * 1024;
+        // Segments of a few hundred records: a run rolls, and its
+        // background flushes race with crashes.
+        config.log.segment_bytes_max = 16 * 1024;
         // A stop hands logs over on threads; a simulated node's stop is
         // always a crash.
         config.controlled_shutdown_timeout = Duration::ZERO;
@@ -725,14 +753,15 @@ mod tests {
                     events += report.events;
                     simulated += config.simulated;
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses), {:?} elections (all, unclean)",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
                         report.acknowledged,
                         report.crashes,
                         report.power_losses,
-                        report.elections
+                        report.elections,
+                        report.background_jobs
                     );
                 }
                 Err(failure) => panic!("{failure}"),

@@ -745,6 +745,11 @@ mod tests {
     fn simulated_runs() {
         let started = Instant::now();
         let (mut seeds, mut events, mut simulated) = (0u64, 0u64, Duration::ZERO);
+        let mut range = None;
+        // Each seed's summary only when asked for (a replay, or a few seeds
+        // to look at): CI runs thousands.
+        let verbose = std::env::var_os("ISRLOG_SIM_SEED").is_some()
+            || std::env::var_os("ISRLOG_SIM_VERBOSE").is_some();
         for seed in Seeds::from_env() {
             let config = SimConfig::new(seed);
             match run(&config) {
@@ -752,6 +757,10 @@ mod tests {
                     seeds += 1;
                     events += report.events;
                     simulated += config.simulated;
+                    range = Some((range.map_or(seed, |(first, _)| first), seed));
+                    if !verbose {
+                        continue;
+                    }
                     eprintln!(
                         "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
@@ -769,7 +778,7 @@ mod tests {
         }
         let elapsed = started.elapsed().as_secs_f64();
         eprintln!(
-            "simulated {seeds} seeds ({:.0} simulated s) in {elapsed:.2} s: {:.1} seeds/s, {:.0} seeds/hour, {events} events",
+            "simulated {seeds} seeds {range:?} ({:.0} simulated s) in {elapsed:.2} s: {:.1} seeds/s, {:.0} seeds/hour, {events} events",
             simulated.as_secs_f64(),
             seeds as f64 / elapsed,
             seeds as f64 / elapsed * 3600.0

@@ -40,7 +40,9 @@ thread_local! {
 /// Marks the current thread as running a deterministic simulation seeded
 /// with one seed, until dropped.
 ///
-/// While it lives, [`forbid_in_simulation`] panics, and random ids
+/// While it lives, the crate's blocking waits, sleeps and thread spawns on
+/// a node's path panic, naming where they were called from (they would
+/// stop the one thread that steps every node), and random ids
 /// ([`DirectoryId::random`](crate::DirectoryId::random),
 /// [`ClusterId::random`](crate::ClusterId::random)) are drawn from a
 /// generator seeded from the seed, so the same seed gives the same ids.

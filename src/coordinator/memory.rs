@@ -930,6 +930,28 @@ mod tests {
         );
     }
 
+    /// Inside a simulation the coordinator with a reaper thread cannot be
+    /// built (the spawn is refused by name), the thread-less one can, and
+    /// its cluster id comes from the simulation's seed.
+    #[test]
+    fn a_simulation_builds_only_the_thread_less_coordinator_with_a_seeded_cluster_id() {
+        let cluster_id = |seed| {
+            let _simulation = crate::simulation::SimulationGuard::enter(seed);
+            let clock = Arc::new(ManualClock::default());
+            let refused = std::panic::catch_unwind(|| MemoryCoordinator::new(clock.clone()));
+            let message = refused.expect_err("the reaper spawn must be refused");
+            let text = message
+                .downcast_ref::<String>()
+                .expect("a formatted message");
+            assert!(text.contains("reaper thread"), "{text}");
+            MemoryCoordinator::without_expiry_thread(clock)
+                .cluster_id()
+                .unwrap()
+        };
+        assert_eq!(cluster_id(5), cluster_id(5));
+        assert_ne!(cluster_id(5), cluster_id(6));
+    }
+
     #[test]
     fn producer_ids_count_from_zero() {
         let (coordinator, _clock) = manual();

@@ -11,6 +11,13 @@
 //!
 //! The node does no replication logic of its own; it routes events to
 //! [`Replica`] and the state machines behind it.
+//!
+//! Each thread is a thin driver of a step that never waits (issue 28):
+//! the control thread of [`ControlCore`], the deadline timer of
+//! [`NodeShared::expire_deadlines`], the completion thread of
+//! [`CompletionRunner::run_pending`], a fetch answer's long poll of
+//! [`NodeShared::poll_fetch`]. A simulator drives the same steps in one
+//! thread (`SteppedNode`, tests only).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
@@ -335,14 +342,14 @@ pub struct Node {
     /// Released last, when the node is dropped.
     #[allow(dead_code)]
     directory_lock: Option<DirectoryLock>,
-    /// Opened without threads ([`SteppedNode`]) and not stopped yet: a
+    /// Opened without threads (`SteppedNode`) and not stopped yet: a
     /// drop then stops it as it would a started node.
     stepped: bool,
 }
 
 /// A node registered but not yet running: what
 /// [`Node::open_registered`] hands to the thread start or to a
-/// [`SteppedNode`].
+/// `SteppedNode`.
 struct Opened {
     node: Node,
     events: Receiver<CoordinatorEvent>,
@@ -1296,6 +1303,21 @@ impl SteppedNode {
     /// jobs ran.
     pub(crate) fn run_background_work(&self) -> usize {
         self.node.shared.roll_flusher.run_held()
+    }
+
+    /// One look at a follower's fetch as this node's handler would take it
+    /// ([`NodeShared::poll_fetch`]), without the incarnation check and
+    /// without waiting: `expired` says the fetch's wait is over.
+    pub(crate) fn poll_fetch(
+        &self,
+        from: NodeId,
+        request: &FetchRequest,
+        arrival: FetchArrival,
+        expired: bool,
+    ) -> FetchPoll {
+        self.node
+            .shared
+            .poll_fetch(from, request, arrival, || expired)
     }
 
     /// The completion thread's pass ([`CompletionRunner::run_pending`]):
@@ -3461,28 +3483,15 @@ impl NodeShared {
         }
     }
 
+    /// A leader's answer to a follower's fetch: refused if not from the
+    /// sender's current incarnation, else [`poll_fetch`](Self::poll_fetch)
+    /// until it answers, parked on the data watch in between (the long
+    /// poll), for at most the request's `wait_max` (capped by
+    /// `request_timeout`).
     fn handle_fetch(&self, from: NodeId, request: &FetchRequest) -> Response {
-        // SPEC 3.2 (Kafka's broker epoch, KIP-903): only the sender's
-        // current incarnation counts. A fetch from an earlier process of
-        // the follower, or from someone who does not know its incarnation,
-        // is refused before it reaches any log, and changes nothing.
-        match self.peer_incarnations.check(from, request.incarnation) {
-            IncarnationCheck::Current => {}
-            check => {
-                if check == IncarnationCheck::Unverified
-                    && self.peer_incarnations.refresh_due(Instant::now())
-                {
-                    let _ = self.commands.try_send(Command::RefreshIncarnations);
-                }
-                if let Some(suppressed) = self.warnings.admit(Warning::StaleIncarnation) {
-                    tracing::warn!(node = %self.local(), %from, incarnation = %request.incarnation,
-                        current = ?self.peer_incarnations.get(from), ?check, suppressed,
-                        "refusing a fetch that is not from its sender's current incarnation");
-                }
-                return Response::Error(ErrorCode::StaleIncarnation);
-            }
+        if let Some(refusal) = self.refuse_fetch(from, request) {
+            return refusal;
         }
-        let incarnation = request.incarnation;
         let wait_max = request
             .wait_max
             .min(self.config.replication.request_timeout);
@@ -3490,71 +3499,17 @@ impl NodeShared {
         // The fetch vouches for its follower only as of now, however long it
         // is held (SPEC 3.4): every later evaluation says `Held`.
         let mut arrival = FetchArrival::New(self.clock.now());
-        let count = request.logs.len();
         loop {
-            let seen = self.data_arrived.get();
-            // A peer's request cannot make this node read more than its own
-            // configured response size. As in Kafka (`ReplicaManager.
-            // readFromLog`'s `minOneMessage`), only the first log that
-            // returns data may go over it, with one batch, so that a batch
-            // larger than the budget still makes progress.
-            let mut budget = (request.bytes_max as usize)
-                .min(self.config.replication.fetch_response_bytes_max as usize);
-            let mut min_one_batch = true;
-            let mut ready = false;
-            let mut proposals = false;
-            let mut crowded = false;
-            let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
-            let start = match count {
-                0 => 0,
-                _ => (self.fetch_rotation.fetch_add(1, Ordering::Relaxed) % count as u64) as usize,
-            };
-            for index in (start..count).chain(0..start) {
-                let fetch = &request.logs[index];
-                let answer = match self.replica(fetch.log) {
-                    Some(replica) => {
-                        let answer = replica.answer_fetch(
-                            from,
-                            fetch,
-                            budget,
-                            min_one_batch,
-                            arrival,
-                            incarnation,
-                        );
-                        proposals |= replica.has_isr_proposal();
-                        crowded |= replica.producers_crowded();
-                        answer
-                    }
-                    None => FetchedLog {
-                        log: fetch.log,
-                        error: ErrorCode::UnknownLog,
-                        high_watermark: Offset::ZERO,
-                        log_start_offset: Offset::ZERO,
-                        log_end_offset: Offset::ZERO,
-                        diverging: None,
-                        records: bytes::Bytes::new(),
-                        applied_offsets: Vec::new(),
-                    },
+            let (held, seen, crowded) =
+                match self.poll_fetch(from, request, arrival, || Instant::now() >= deadline) {
+                    FetchPoll::Answer(response) => return response,
+                    FetchPoll::Park {
+                        arrival,
+                        seen,
+                        crowded,
+                    } => (arrival, seen, crowded),
                 };
-                budget = budget.saturating_sub(answer.records.len());
-                min_one_batch &= answer.records.is_empty();
-                ready |= !answer.records.is_empty()
-                    || !answer.error.is_none()
-                    || answer.diverging.is_some();
-                answers[index] = Some(answer);
-            }
-            // Every index of 0..count was visited once above.
-            let logs: Vec<FetchedLog> = answers.into_iter().flatten().collect();
-            debug_assert_eq!(logs.len(), count);
-            if proposals {
-                for fetch in &request.logs {
-                    let _ = self.commands.try_send(Command::IsrProposal(fetch.log));
-                }
-            }
-            if ready || self.stop.load(Ordering::SeqCst) || Instant::now() >= deadline {
-                return Response::Fetch(FetchResponse { logs });
-            }
-            arrival = FetchArrival::Held(arrival.arrived_at());
+            arrival = held;
             // Spin only while few producers wait on these logs: with
             // dozens of threads blocked in `append`, the cores have other
             // work, and every yield of the spin is a context switch (as
@@ -3567,6 +3522,133 @@ impl NodeShared {
             let _ = self.data_arrived.wait_at_least(seen + 1, deadline, spin);
         }
     }
+
+    /// The refusal of a fetch not from its sender's current incarnation
+    /// (SPEC 3.2), or `None` to answer it.
+    fn refuse_fetch(&self, from: NodeId, request: &FetchRequest) -> Option<Response> {
+        // SPEC 3.2 (Kafka's broker epoch, KIP-903): only the sender's
+        // current incarnation counts. A fetch from an earlier process of
+        // the follower, or from someone who does not know its incarnation,
+        // is refused before it reaches any log, and changes nothing.
+        match self.peer_incarnations.check(from, request.incarnation) {
+            IncarnationCheck::Current => None,
+            check => {
+                if check == IncarnationCheck::Unverified
+                    && self.peer_incarnations.refresh_due(Instant::now())
+                {
+                    let _ = self.commands.try_send(Command::RefreshIncarnations);
+                }
+                if let Some(suppressed) = self.warnings.admit(Warning::StaleIncarnation) {
+                    tracing::warn!(node = %self.local(), %from, incarnation = %request.incarnation,
+                        current = ?self.peer_incarnations.get(from), ?check, suppressed,
+                        "refusing a fetch that is not from its sender's current incarnation");
+                }
+                Some(Response::Error(ErrorCode::StaleIncarnation))
+            }
+        }
+    }
+
+    /// One look at an admitted fetch ([`refuse_fetch`](Self::refuse_fetch)
+    /// first), without blocking: the answer if any log has data, an error
+    /// or a divergence for the follower, or if the node stopped or
+    /// `expired()` says the fetch waited long enough (asked only then);
+    /// otherwise where to park it until data arrives. `arrival` is
+    /// [`FetchArrival::New`] at the first look and the returned held
+    /// arrival after. The threaded handler parks on the data watch; a
+    /// simulator looks again when it likes, never blocking in the long
+    /// poll (issue 28).
+    pub(crate) fn poll_fetch(
+        &self,
+        from: NodeId,
+        request: &FetchRequest,
+        arrival: FetchArrival,
+        expired: impl FnOnce() -> bool,
+    ) -> FetchPoll {
+        let incarnation = request.incarnation;
+        let count = request.logs.len();
+        let seen = self.data_arrived.get();
+        // A peer's request cannot make this node read more than its own
+        // configured response size. As in Kafka (`ReplicaManager.
+        // readFromLog`'s `minOneMessage`), only the first log that
+        // returns data may go over it, with one batch, so that a batch
+        // larger than the budget still makes progress.
+        let mut budget = (request.bytes_max as usize)
+            .min(self.config.replication.fetch_response_bytes_max as usize);
+        let mut min_one_batch = true;
+        let mut ready = false;
+        let mut proposals = false;
+        let mut crowded = false;
+        let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
+        let start = match count {
+            0 => 0,
+            _ => (self.fetch_rotation.fetch_add(1, Ordering::Relaxed) % count as u64) as usize,
+        };
+        for index in (start..count).chain(0..start) {
+            let fetch = &request.logs[index];
+            let answer = match self.replica(fetch.log) {
+                Some(replica) => {
+                    let answer = replica.answer_fetch(
+                        from,
+                        fetch,
+                        budget,
+                        min_one_batch,
+                        arrival,
+                        incarnation,
+                    );
+                    proposals |= replica.has_isr_proposal();
+                    crowded |= replica.producers_crowded();
+                    answer
+                }
+                None => FetchedLog {
+                    log: fetch.log,
+                    error: ErrorCode::UnknownLog,
+                    high_watermark: Offset::ZERO,
+                    log_start_offset: Offset::ZERO,
+                    log_end_offset: Offset::ZERO,
+                    diverging: None,
+                    records: bytes::Bytes::new(),
+                    applied_offsets: Vec::new(),
+                },
+            };
+            budget = budget.saturating_sub(answer.records.len());
+            min_one_batch &= answer.records.is_empty();
+            ready |=
+                !answer.records.is_empty() || !answer.error.is_none() || answer.diverging.is_some();
+            answers[index] = Some(answer);
+        }
+        // Every index of 0..count was visited once above.
+        let logs: Vec<FetchedLog> = answers.into_iter().flatten().collect();
+        debug_assert_eq!(logs.len(), count);
+        if proposals {
+            for fetch in &request.logs {
+                let _ = self.commands.try_send(Command::IsrProposal(fetch.log));
+            }
+        }
+        if ready || self.stop.load(Ordering::SeqCst) || expired() {
+            return FetchPoll::Answer(Response::Fetch(FetchResponse { logs }));
+        }
+        FetchPoll::Park {
+            arrival: FetchArrival::Held(arrival.arrived_at()),
+            seen,
+            crowded,
+        }
+    }
+}
+
+/// One look at a fetch ([`NodeShared::poll_fetch`]).
+#[derive(Debug)]
+pub(crate) enum FetchPoll {
+    /// The response to send now.
+    Answer(Response),
+    /// Nothing to answer yet: look again with `arrival` once the data
+    /// watch moves past `seen` (or the fetch's wait is over). `crowded`:
+    /// many producers wait on these logs, so a waiting thread should not
+    /// spin.
+    Park {
+        arrival: FetchArrival,
+        seen: u64,
+        crowded: bool,
+    },
 }
 
 impl RequestHandler for NodeHandler {

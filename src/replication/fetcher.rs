@@ -4,7 +4,10 @@
 //!
 //! The thread only moves bytes and calls into [`Replica`]; what to do with
 //! an answer (truncate, append, move the high watermark) is decided there
-//! and in the pure follower state machine.
+//! and in the pure follower state machine. Its loop is a thin driver of the
+//! fetch session's two steps, `next_request(now)` and `on_response(answer,
+//! now)`, which never block; the thread does the blocking call and the
+//! waits.
 
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
@@ -16,7 +19,7 @@ use super::watch::Watch;
 use crate::config::ReplicationConfig;
 use crate::snapshot::Snapshots;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport};
+use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport, TransportError};
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
 
 #[derive(Debug)]
@@ -233,17 +236,74 @@ impl Drop for Fetcher {
     }
 }
 
+/// The fetcher thread: a thin driver of the fetch session
+/// ([`Shared::next_request`], [`Shared::on_response`]). It sends each
+/// request with a blocking call and waits, when idle or backing off, until
+/// the session's time or a change of its targets.
 fn run(shared: &Arc<Shared>) {
     let config = &shared.config;
     while !shared.stop.load(Ordering::SeqCst) {
-        shared.join_retired_transfers();
-        let seen = shared.changed.get();
-        let now = Instant::now();
+        let (request, in_flight) = match shared.next_request(Instant::now()) {
+            NextFetch::Send(request, in_flight) => (request, in_flight),
+            NextFetch::Idle { until, seen } => {
+                // Idle: wait for a new target (or shutdown), bounded.
+                let _ = shared
+                    .changed
+                    .wait_at_least(seen + 1, until, Duration::ZERO);
+                continue;
+            }
+        };
+        let deadline = Instant::now() + config.fetch_wait_max + config.request_timeout;
+        let answer = shared
+            .transport
+            .call(shared.leader, Request::Fetch(request), deadline);
+        let seen = in_flight.seen;
+        if let Some(until) = shared.on_response(in_flight, answer, Instant::now()) {
+            let _ = shared
+                .changed
+                .wait_at_least(seen + 1, until, Duration::ZERO);
+        }
+    }
+}
+
+/// A fetch sent to the leader: what its answer is applied to.
+#[derive(Debug)]
+struct InFlight {
+    /// The replica and the leader epoch each fetched log was asked in.
+    epochs: Vec<(Arc<Replica>, LeaderEpoch)>,
+    /// The targets' change count when the fetch was built: a back-off
+    /// after it ends early when the targets change.
+    seen: u64,
+}
+
+/// What the fetch session wants next.
+#[derive(Debug)]
+enum NextFetch {
+    /// Send this fetch; its answer goes to
+    /// [`on_response`](Shared::on_response) with the [`InFlight`].
+    Send(FetchRequest, InFlight),
+    /// Nothing to fetch before `until`, or before the targets change from
+    /// `seen`.
+    Idle { until: Instant, seen: u64 },
+}
+
+impl Shared {
+    /// The fetch session's next step at `now`, without blocking: joins
+    /// ended snapshot transfers, then builds one fetch of every log that is
+    /// neither paused nor transferring and has a fetch to make. With none,
+    /// the session is `Idle` until the earliest pause ends (at most
+    /// `fetch_wait_max` from `now`). The session is this thread's state
+    /// (targets, pauses, transfers); a simulator would drive the same two
+    /// calls with its own time and network (issue 28).
+    fn next_request(&self, now: Instant) -> NextFetch {
+        let config = &self.config;
+        self.join_retired_transfers();
+        let seen = self.changed.get();
         let mut logs = Vec::new();
         let mut epochs = Vec::new();
         let mut next_wake = now + config.fetch_wait_max;
         {
-            let mut targets = shared.targets.lock();
+            let mut targets = self.targets.lock();
             for target in targets.values_mut() {
                 if let Some(transfer) = &target.transfer {
                     if !transfer.thread.is_finished() {
@@ -263,7 +323,7 @@ fn run(shared: &Arc<Shared>) {
                     }
                 }
                 if let Some(fetch) = target.replica.next_fetch(
-                    shared.leader,
+                    self.leader,
                     target.leader_epoch,
                     config.fetch_bytes_max,
                 ) {
@@ -273,65 +333,84 @@ fn run(shared: &Arc<Shared>) {
             }
         }
         if logs.is_empty() {
-            // Idle: wait for a new target (or shutdown), bounded.
-            let _ = shared
-                .changed
-                .wait_at_least(seen + 1, next_wake, Duration::ZERO);
-            continue;
+            return NextFetch::Idle {
+                until: next_wake,
+                seen,
+            };
         }
-        let request = Request::Fetch(FetchRequest {
-            replica: shared.local,
-            incarnation: Incarnation(shared.incarnation.load(Ordering::SeqCst)),
-            wait_max: config.fetch_wait_max,
-            bytes_max: config.fetch_response_bytes_max,
-            logs,
-        });
-        let deadline = Instant::now() + config.fetch_wait_max + config.request_timeout;
-        match shared.transport.call(shared.leader, request, deadline) {
+        NextFetch::Send(
+            FetchRequest {
+                replica: self.local,
+                incarnation: Incarnation(self.incarnation.load(Ordering::SeqCst)),
+                wait_max: config.fetch_wait_max,
+                bytes_max: config.fetch_response_bytes_max,
+                logs,
+            },
+            InFlight { epochs, seen },
+        )
+    }
+
+    /// Applies the leader's `answer` to the fetch `in_flight` at `now`: each log's part
+    /// goes to its replica (a log answered with an error sits out until
+    /// `fetch_backoff` from `now`; one behind the leader's log start may
+    /// start a snapshot transfer). A failed or refused fetch as a whole
+    /// returns the time until which the session backs off (sooner if the
+    /// targets change).
+    fn on_response(
+        self: &Arc<Self>,
+        in_flight: InFlight,
+        answer: Result<Response, TransportError>,
+        now: Instant,
+    ) -> Option<Instant> {
+        let config = &self.config;
+        match answer {
             Ok(Response::Fetch(response)) => {
                 for answer in response.logs {
-                    let Some((replica, epoch)) =
-                        epochs.iter().find(|(r, _)| r.log_id() == answer.log)
+                    let Some((replica, epoch)) = in_flight
+                        .epochs
+                        .iter()
+                        .find(|(r, _)| r.log_id() == answer.log)
                     else {
                         continue;
                     };
                     let log = answer.log;
-                    let code = match replica.apply_fetched(shared.leader, *epoch, answer) {
+                    let code = match replica.apply_fetched(self.leader, *epoch, answer) {
                         Ok(code) => code,
                         Err(error) => {
-                            tracing::error!(%log, leader = %shared.leader, %error, "applying a fetch answer failed");
+                            tracing::error!(%log, leader = %self.leader, %error, "applying a fetch answer failed");
                             ErrorCode::Unknown
                         }
                     };
                     if code == ErrorCode::OffsetOutOfRange && replica.needs_snapshot() {
-                        start_transfer(shared, replica, *epoch);
+                        start_transfer(self, replica, *epoch);
                     }
                     if !code.is_none() {
                         // NotLeader / FencedLeaderEpoch: our metadata is old and
                         // the control loop will move us; UnknownLeaderEpoch:
                         // the leader has not caught up with the coordinator
                         // yet. Either way, back off this log only.
-                        tracing::debug!(%log, leader = %shared.leader, ?code, "fetch answered with an error; backing off");
-                        if let Some(target) = shared.targets.lock().get_mut(&log) {
-                            target.paused_until = Some(Instant::now() + config.fetch_backoff);
+                        tracing::debug!(%log, leader = %self.leader, ?code, "fetch answered with an error; backing off");
+                        if let Some(target) = self.targets.lock().get_mut(&log) {
+                            target.paused_until = Some(now + config.fetch_backoff);
                         }
                     }
                 }
+                None
             }
             Ok(Response::Error(ErrorCode::StaleIncarnation)) => {
                 // The leader has not read this node's newest registration
                 // yet (it will, the coordinator announces it), or this node
                 // registered again since the fetch left: ask again later.
-                tracing::debug!(leader = %shared.leader, "fetch refused: the leader does not know this node's current incarnation yet; backing off");
-                backoff(shared, seen);
+                tracing::debug!(leader = %self.leader, "fetch refused: the leader does not know this node's current incarnation yet; backing off");
+                Some(now + config.fetch_backoff)
             }
             Ok(other) => {
-                tracing::debug!(leader = %shared.leader, response = ?other, "unexpected fetch response; backing off");
-                backoff(shared, seen);
+                tracing::debug!(leader = %self.leader, response = ?other, "unexpected fetch response; backing off");
+                Some(now + config.fetch_backoff)
             }
             Err(error) => {
-                tracing::debug!(leader = %shared.leader, %error, "fetch failed; backing off");
-                backoff(shared, seen);
+                tracing::debug!(leader = %self.leader, %error, "fetch failed; backing off");
+                Some(now + config.fetch_backoff)
             }
         }
     }
@@ -384,11 +463,4 @@ fn start_transfer(shared: &Arc<Shared>, replica: &Arc<Replica>, epoch: LeaderEpo
         Ok(thread) => target.transfer = Some(RunningTransfer { thread, cancel }),
         Err(error) => tracing::error!(%log, %error, "cannot start a snapshot transfer thread"),
     }
-}
-
-fn backoff(shared: &Shared, seen: u64) {
-    let until = Instant::now() + shared.config.fetch_backoff;
-    let _ = shared
-        .changed
-        .wait_at_least(seen + 1, until, Duration::ZERO);
 }

@@ -5,10 +5,13 @@
 
 use std::time::Duration;
 
-use crate::node::SteppedNode;
+use crate::node::{FetchPoll, SteppedNode};
 use crate::record::RecordBatchBuilder;
+use crate::replication::FetchArrival;
 use crate::storage::disk::SimDisk;
 use crate::sync::{Arc, Mutex};
+use crate::transport::{FetchLog, FetchRequest, Response};
+use crate::types::Incarnation;
 use crate::{
     Acks, Clock, Coordinator, FlushPolicy, Isolation, LogId, ManualClock, MemoryCoordinator,
     MemoryNetwork, Node, NodeConfig, NodeId, Offset, PreviousShutdown,
@@ -150,4 +153,56 @@ fn a_node_without_threads_leads_and_commits_pipelined_appends_on_manual_time() {
     // one does: its session ends at once.
     drop(node);
     assert!(coordinator.live_nodes().unwrap().is_empty());
+}
+
+/// A leader's fetch answer as a step: a follower's fetch at the leader's
+/// log end parks at once instead of holding the caller in the long poll,
+/// is held from then on, is answered empty once its wait is over, and with
+/// the record once one arrived.
+#[test]
+fn a_fetch_at_the_log_end_parks_without_waiting_and_is_answered_when_data_arrives() {
+    let disk = SimDisk::new(29);
+    let network = MemoryNetwork::new(29);
+    let clock = ManualClock::default();
+    let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
+    let log = LogId(1);
+    let mut node = open(&disk, &network, &coordinator, &clock);
+    node.node()
+        .create_log(log, vec![NodeId(0), NodeId(1)])
+        .unwrap();
+    step_until(&mut node, &clock, |node| leads(node, log));
+    let handle = node.node().log(log).unwrap();
+    let request = FetchRequest {
+        replica: NodeId(1),
+        incarnation: Incarnation(0),
+        wait_max: Duration::from_millis(500),
+        bytes_max: 1 << 20,
+        logs: vec![FetchLog {
+            log,
+            current_leader_epoch: handle.leader_epoch(),
+            fetch_offset: Offset(0),
+            last_fetched_epoch: None,
+            log_start_offset: Offset(0),
+            bytes_max: 1 << 16,
+            applied_offset: None,
+        }],
+    };
+    let first = FetchArrival::New(clock.now());
+    let FetchPoll::Park { arrival, .. } = node.poll_fetch(NodeId(1), &request, first, false) else {
+        panic!("a fetch at the log end parks");
+    };
+    assert_eq!(arrival, FetchArrival::Held(first.arrived_at()));
+    let records = |poll: FetchPoll| match poll {
+        FetchPoll::Answer(Response::Fetch(response)) => response.logs[0].records.len(),
+        other => panic!("expected a fetch answer, got {other:?}"),
+    };
+    assert_eq!(
+        records(node.poll_fetch(NodeId(1), &request, arrival, true)),
+        0
+    );
+    let appended = handle.append_pipelined(&batch(b"x"), Acks::Leader).unwrap();
+    assert!(appended.is_done());
+    assert!(records(node.poll_fetch(NodeId(1), &request, arrival, false)) > 0);
+    drop(handle);
+    node.into_node().shutdown().unwrap();
 }

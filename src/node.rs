@@ -35,6 +35,8 @@ use crate::coordinator::{
 };
 use crate::error::{Error, Result};
 use crate::replication::CompletionRunner;
+#[cfg(any(test, feature = "testing"))]
+use crate::replication::FetchSession;
 use crate::replication::{
     BelowLeaderStart, FetchArrival, Fetcher, HostingNode, IncarnationCheck, IsrProposal,
     PeerIncarnations, Replica, Role, Watch,
@@ -166,6 +168,9 @@ pub(crate) struct NodeShared {
     /// order a seeded simulation replays (issue 28); a node hosts few logs,
     /// and a B-tree of a few entries looks up as fast as a hash map.
     replicas: RwLock<BTreeMap<LogId, Arc<Replica>>>,
+    /// Set once for a node opened without threads ([`SteppedNode`]): its
+    /// fetchers start without threads too, for the simulator to drive.
+    threadless: AtomicBool,
     fetchers: Mutex<HashMap<NodeId, Fetcher>>,
     /// Fetchers told to stop but maybe still inside a transport call (up to
     /// its deadline): joined once finished, never on the control thread
@@ -548,6 +553,7 @@ impl Node {
             coordinator,
             clock,
             replicas: RwLock::new(BTreeMap::new()),
+            threadless: AtomicBool::new(false),
             fetchers: Mutex::new(HashMap::new()),
             retired_fetchers: Mutex::new(Vec::new()),
             data_arrived: Arc::new(Watch::new(0)),
@@ -1230,6 +1236,7 @@ impl Node {
             controller_config: _,
         } = Node::open_registered(disk, config, transport, coordinator, clock)?;
         node.stepped = true;
+        node.shared.threadless.store(true, Ordering::SeqCst);
         // Rolls' background flushes wait for the simulator's turn.
         node.shared.roll_flusher.hold_jobs();
         if let Err(error) = node.reconcile_every_log() {
@@ -1303,6 +1310,49 @@ impl SteppedNode {
     /// jobs ran.
     pub(crate) fn run_background_work(&self) -> usize {
         self.node.shared.roll_flusher.run_held()
+    }
+
+    /// The sessions of this node's fetchers, by leader: a simulator asks
+    /// each for its next fetch and hands it the answer.
+    pub(crate) fn fetch_sessions(&self) -> Vec<FetchSession> {
+        let mut sessions: Vec<FetchSession> = self
+            .node
+            .shared
+            .fetchers
+            .lock()
+            .values()
+            .map(Fetcher::session)
+            .collect();
+        sessions.sort_by_key(FetchSession::leader);
+        sessions
+    }
+
+    /// A follower's fetch arriving, as this node's handler takes it: the
+    /// refusals (a stopping node, a bad list of logs, a stale incarnation)
+    /// and then the first look ([`poll_fetch`](Self::poll_fetch)), with
+    /// the wait already over if `expired`.
+    pub(crate) fn receive_fetch(
+        &self,
+        from: NodeId,
+        request: &FetchRequest,
+        expired: bool,
+    ) -> FetchPoll {
+        let shared = &self.node.shared;
+        let refusal = shared
+            .refuse_listed(from, request.logs.iter().map(|l| l.log))
+            .or_else(|| shared.refuse_fetch(from, request));
+        if let Some(refusal) = refusal {
+            return FetchPoll::Answer(refusal);
+        }
+        let arrival = FetchArrival::New(shared.clock.now());
+        self.poll_fetch(from, request, arrival, expired)
+    }
+
+    /// Whether data arrived (the leader's data watch moved) since `seen`,
+    /// as returned by a parked [`FetchPoll`]: a parked fetch is looked at
+    /// again then.
+    pub(crate) fn data_arrived_since(&self, seen: u64) -> bool {
+        self.node.shared.data_arrived.get() > seen
     }
 
     /// One look at a follower's fetch as this node's handler would take it
@@ -2758,6 +2808,19 @@ impl NodeShared {
         let mut fetchers = self.fetchers.lock();
         let fetcher = match fetchers.entry(leader) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            #[cfg(any(test, feature = "testing"))]
+            std::collections::hash_map::Entry::Vacant(entry)
+                if self.threadless.load(Ordering::SeqCst) =>
+            {
+                entry.insert(Fetcher::stepped(
+                    self.local(),
+                    Arc::clone(&self.incarnation),
+                    leader,
+                    Arc::clone(&self.transport),
+                    self.config.replication.clone(),
+                    self.config.snapshots.clone(),
+                ))
+            }
             std::collections::hash_map::Entry::Vacant(entry) => match Fetcher::start(
                 self.local(),
                 Arc::clone(&self.incarnation),
@@ -3523,6 +3586,35 @@ impl NodeShared {
         }
     }
 
+    /// The refusal of any request a stopping node, or its list of logs,
+    /// rules out before it reaches a log; `None` to go on.
+    fn refuse_request(&self, from: NodeId, request: &Request) -> Option<Response> {
+        match request {
+            Request::Fetch(fetch) => self.refuse_listed(from, fetch.logs.iter().map(|l| l.log)),
+            Request::EpochEndOffsets(query) => {
+                self.refuse_listed(from, query.logs.iter().map(|q| q.log))
+            }
+            Request::Snapshot(_) => self.refuse_listed(from, std::iter::empty()),
+        }
+    }
+
+    /// [`refuse_request`](Self::refuse_request) for a request naming `logs`.
+    fn refuse_listed(
+        &self,
+        from: NodeId,
+        logs: impl ExactSizeIterator<Item = LogId>,
+    ) -> Option<Response> {
+        if self.stop.load(Ordering::SeqCst) {
+            return Some(Response::Error(ErrorCode::Shutdown));
+        }
+        let hosted = self.replicas.read().len();
+        let refusal = check_log_list(logs, hosted).err()?;
+        if let Some(suppressed) = self.warnings.admit(Warning::InvalidRequest) {
+            tracing::warn!(node = %self.local(), %from, %refusal, suppressed, "refusing a request: {refusal}");
+        }
+        Some(Response::Error(ErrorCode::InvalidRequest))
+    }
+
     /// The refusal of a fetch not from its sender's current incarnation
     /// (SPEC 3.2), or `None` to answer it.
     fn refuse_fetch(&self, from: NodeId, request: &FetchRequest) -> Option<Response> {
@@ -3654,22 +3746,8 @@ pub(crate) enum FetchPoll {
 impl RequestHandler for NodeHandler {
     fn handle(&self, from: NodeId, request: Request) -> Response {
         let shared = &self.shared;
-        if shared.stop.load(Ordering::SeqCst) {
-            return Response::Error(ErrorCode::Shutdown);
-        }
-        let hosted = shared.replicas.read().len();
-        let checked = match &request {
-            Request::Fetch(fetch) => check_log_list(fetch.logs.iter().map(|l| l.log), hosted),
-            Request::EpochEndOffsets(query) => {
-                check_log_list(query.logs.iter().map(|q| q.log), hosted)
-            }
-            Request::Snapshot(_) => Ok(()),
-        };
-        if let Err(refusal) = checked {
-            if let Some(suppressed) = shared.warnings.admit(Warning::InvalidRequest) {
-                tracing::warn!(node = %shared.local(), %from, %refusal, suppressed, "refusing a request: {refusal}");
-            }
-            return Response::Error(ErrorCode::InvalidRequest);
+        if let Some(refusal) = shared.refuse_request(from, &request) {
+            return refusal;
         }
         match request {
             Request::Fetch(fetch) => shared.handle_fetch(from, &fetch),

@@ -107,6 +107,42 @@ pub(crate) struct Fetcher {
 }
 
 impl Fetcher {
+    /// The fetcher of `local` for `leader` without a thread, for a node a
+    /// simulator steps (issue 28): the simulator drives its
+    /// [`FetchSession`] and carries the requests itself.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn stepped(
+        local: NodeId,
+        incarnation: Arc<AtomicU64>,
+        leader: NodeId,
+        transport: Arc<dyn Transport>,
+        config: ReplicationConfig,
+        snapshots: Option<Snapshots>,
+    ) -> Fetcher {
+        let shared = Arc::new(Shared {
+            local,
+            incarnation,
+            leader,
+            transport,
+            config,
+            snapshots,
+            targets: Mutex::new(BTreeMap::new()),
+            retired_transfers: Mutex::new(Vec::new()),
+            changed: Watch::new(0),
+            stop: AtomicBool::new(false),
+        });
+        Fetcher {
+            shared,
+            thread: None,
+        }
+    }
+
+    /// This fetcher's session, for a simulator to drive.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn session(&self) -> FetchSession {
+        FetchSession(Arc::clone(&self.shared))
+    }
+
     /// Starts the fetcher thread of `local` for `leader`.
     pub(crate) fn start(
         local: NodeId,
@@ -268,7 +304,7 @@ fn run(shared: &Arc<Shared>) {
 
 /// A fetch sent to the leader: what its answer is applied to.
 #[derive(Debug)]
-struct InFlight {
+pub(crate) struct InFlight {
     /// The replica and the leader epoch each fetched log was asked in.
     epochs: Vec<(Arc<Replica>, LeaderEpoch)>,
     /// The targets' change count when the fetch was built: a back-off
@@ -278,13 +314,21 @@ struct InFlight {
 
 /// What the fetch session wants next.
 #[derive(Debug)]
-enum NextFetch {
+pub(crate) enum NextFetch {
     /// Send this fetch; its answer goes to
     /// [`on_response`](Shared::on_response) with the [`InFlight`].
     Send(FetchRequest, InFlight),
     /// Nothing to fetch before `until`, or before the targets change from
     /// `seen`.
     Idle { until: Instant, seen: u64 },
+}
+
+impl InFlight {
+    /// The targets' change count when the fetch was built.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen
+    }
 }
 
 impl Shared {
@@ -413,6 +457,57 @@ impl Shared {
                 Some(now + config.fetch_backoff)
             }
         }
+    }
+}
+
+/// A fetcher's session without its thread: the two steps the thread takes
+/// ([`Shared::next_request`], [`Shared::on_response`]), for a simulator
+/// that carries the requests over its own network at its own time
+/// (issue 28). One fetch at a time, as the thread does: the next request
+/// is asked for only once the last one's answer (or failure) was applied.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Clone, Debug)]
+pub(crate) struct FetchSession(Arc<Shared>);
+
+#[cfg(any(test, feature = "testing"))]
+impl FetchSession {
+    /// The leader this session fetches from.
+    pub(crate) fn leader(&self) -> NodeId {
+        self.0.leader
+    }
+
+    /// Whether its fetcher was stopped: the session asks for nothing more,
+    /// and an answer to it is dropped, as a stopped thread's would be.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.0.stop.load(Ordering::SeqCst)
+    }
+
+    /// Whether `other` is this very session (not one that replaced it for
+    /// the same leader).
+    pub(crate) fn is(&self, other: &FetchSession) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Whether its targets changed since `seen` (an idle or backing-off
+    /// session asks again early then, as the thread's wait ends).
+    pub(crate) fn changed_since(&self, seen: u64) -> bool {
+        self.0.changed.get() > seen
+    }
+
+    /// The next step at `now` ([`Shared::next_request`]).
+    pub(crate) fn next_request(&self, now: Instant) -> NextFetch {
+        self.0.next_request(now)
+    }
+
+    /// Applies the answer to `in_flight` at `now` ([`Shared::on_response`]);
+    /// `Some(until)`: back off until then (or a change of targets).
+    pub(crate) fn on_response(
+        &self,
+        in_flight: InFlight,
+        answer: Result<Response, TransportError>,
+        now: Instant,
+    ) -> Option<Instant> {
+        self.0.on_response(in_flight, answer, now)
     }
 }
 

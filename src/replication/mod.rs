@@ -46,6 +46,8 @@ pub(crate) use leader::{
 pub use combiner::{Combine, Combiner};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use fetcher::{FetchSession, InFlight as FetchInFlight, NextFetch};
 pub(crate) use incarnations::{IncarnationCheck, PeerIncarnations};
 pub(crate) use replica::{BelowLeaderStart, DeferredWriter, HostingNode, Replica};
 pub use replica::{DeletionBound, Role};

@@ -10,25 +10,33 @@
 //! clients collect the outcomes their appends got. What every node does on
 //! each step is the node's own code, not a model of it.
 //!
-//! Today a run has one node: the fetch path does not run as a step yet, so
-//! followers cannot replicate without threads. Faults are process crashes
-//! and power losses of that node's machine (with `FlushPolicy::Always`, so
-//! an acknowledged record must survive both).
+//! Followers fetch through their fetchers' sessions
+//! ([`FetchSession`](crate::replication::FetchSession)); the run carries
+//! each fetch over the simulated network ([`SimNetwork`]: loss, delay,
+//! duplication, partitions) to the leader, which looks at it as its handler
+//! would ([`SteppedNode::receive_fetch`]) and, with nothing to answer yet,
+//! parks it until data arrives or its wait is over; a fetch that gets no
+//! answer fails at its deadline, as a transport call would. Faults are
+//! process crashes and power losses (with `FlushPolicy::Always`, so G1(b)
+//! holds an acknowledged record through both) and network faults.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use super::network::{NetworkFaults, SimNetwork};
 use super::schedule::Schedule;
 use super::trace::Trace;
 use crate::coordinator::SteppedController;
-use crate::node::{controller_config, SteppedNode};
+use crate::node::{controller_config, FetchPoll, SteppedNode};
 use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
+use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
 use crate::storage::disk::SimDisk;
 use crate::sync::Arc;
-use crate::transport::{mix64, SplitMix64};
+use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
+use crate::types::LeaderEpoch;
 use crate::{
     Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogId, ManualClock, MemoryCoordinator,
     MemoryNetwork, Node, NodeConfig, NodeId, Offset,
@@ -41,6 +49,10 @@ const LOG: LogId = LogId(1);
 /// event before the run counts as livelocked.
 const SETTLE_ROUNDS_MAX: usize = 64;
 
+/// The nodes' `request_timeout`: a fetch with no answer fails this long
+/// after its wait.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Mean simulated time between two runs of a node's background log work
 /// (its roll flusher thread's jobs).
 const BACKGROUND_WORK_INTERVAL_MEAN: Duration = Duration::from_millis(100);
@@ -50,6 +62,13 @@ const BACKGROUND_WORK_INTERVAL_MEAN: Duration = Duration::from_millis(100);
 pub(crate) struct SimConfig {
     /// Fixes every choice of the run.
     pub(crate) seed: u64,
+    /// Nodes, each a replica of the run's one log.
+    pub(crate) nodes: usize,
+    /// How the network treats messages until the calm.
+    pub(crate) network: NetworkFaults,
+    /// Mean simulated time between two partitions that cut one node off
+    /// (`None`: none).
+    pub(crate) partition_interval_mean: Option<Duration>,
     /// Simulated time the workload and faults last; the run then heals and
     /// checks that everything settles.
     pub(crate) simulated: Duration,
@@ -57,16 +76,31 @@ pub(crate) struct SimConfig {
     pub(crate) append_interval_mean: Duration,
     /// Mean simulated time between two crashes (`None`: no crash).
     pub(crate) crash_interval_mean: Option<Duration>,
+    /// Probability that a crash also loses the machine's disk (it comes
+    /// back empty, as a replaced disk would); at most one disk per run, so
+    /// that another replica keeps every acknowledged record (G1(c)).
+    pub(crate) disk_loss: f64,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
 
 impl SimConfig {
-    /// A run of `seed` with the default workload and faults: 60 simulated
-    /// seconds, an append every 20 ms, a crash every 5 s on average.
+    /// A run of `seed` with the default workload and faults: three nodes,
+    /// 60 simulated seconds, an append every 20 ms, a crash every 5 s and a
+    /// partition every 10 s on average; 1% of messages lost, 1% delivered
+    /// twice, 0.1 to 2 ms in flight.
     pub(crate) fn new(seed: u64) -> SimConfig {
         SimConfig {
             seed,
+            nodes: 3,
+            network: NetworkFaults {
+                loss: 0.01,
+                duplication: 0.01,
+                delay_min: Duration::from_micros(100),
+                delay_max: Duration::from_millis(2),
+            },
+            partition_interval_mean: Some(Duration::from_secs(10)),
+            disk_loss: 0.2,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
             crash_interval_mean: Some(Duration::from_secs(5)),
@@ -86,6 +120,7 @@ pub(crate) struct SimReport {
     pub(crate) acknowledged: u64,
     pub(crate) crashes: u64,
     pub(crate) power_losses: u64,
+    pub(crate) disks_lost: u64,
     /// Leader elections the controllers wrote: (all, unclean).
     pub(crate) elections: (u64, u64),
     /// Background log jobs run (flushes of rolled segments and the like).
@@ -136,6 +171,32 @@ enum Event {
     /// A node's background log work (rolled segments' flushes, log start
     /// moves) runs, as its roll flusher thread would have by now.
     BackgroundWork(usize),
+    /// A follower's fetch reaches its leader (perhaps a second copy).
+    FetchArrives {
+        leader: usize,
+        follower: usize,
+        sequence: u64,
+        request: FetchRequest,
+    },
+    /// A leader's answer reaches the follower.
+    FetchAnswered {
+        follower: usize,
+        leader: NodeId,
+        sequence: u64,
+        response: Response,
+    },
+    /// A fetch's deadline: with no answer by now, the call fails.
+    FetchTimedOut {
+        follower: usize,
+        leader: NodeId,
+        sequence: u64,
+    },
+    /// A parked fetch's wait ends: it is answered with what there is.
+    FetchWaitOver,
+    /// One node is cut off from the others.
+    Partition(usize),
+    /// Every link is restored.
+    Heal,
     /// The coordinator expires the sessions whose time has come.
     ExpireSessions,
     /// The workload and faults end: nothing new is appended or broken.
@@ -151,10 +212,33 @@ struct Machine {
     controller: Option<SteppedController>,
     /// When its `Wake` is scheduled, so that one is not scheduled twice.
     wake_at: Option<Duration>,
+    /// Its process's fetch sessions, by leader.
+    sessions: Vec<Session>,
+}
+
+/// A fetcher's session as the run drives it: one fetch at a time.
+struct Session {
+    fetch: FetchSession,
+    /// The fetch sent and not answered yet, by its sequence number.
+    outstanding: Option<(u64, FetchInFlight)>,
+    /// Asked to wait (idle, or backing off) until this time, or until its
+    /// targets change from this count.
+    resume: Option<(Duration, u64)>,
+}
+
+/// A fetch a leader holds until data arrives or its wait is over.
+struct Parked {
+    leader: usize,
+    follower: usize,
+    sequence: u64,
+    request: FetchRequest,
+    arrival: FetchArrival,
+    seen: u64,
+    wait_over_at: Duration,
 }
 
 /// An append whose outcome the client does not know yet.
-struct InFlight {
+struct ClientAppend {
     value: Vec<u8>,
     handle: AppendHandle,
 }
@@ -169,10 +253,19 @@ struct Run {
     /// The clock's `now` at zero simulated time.
     epoch: Instant,
     coordinator: MemoryCoordinator,
+    /// Only for the nodes' `Transport` argument: a stepped node's fetchers
+    /// never call it, the run carries their fetches over `wire`.
     network: MemoryNetwork,
+    wire: SimNetwork,
     machines: Vec<Machine>,
+    parked: Vec<Parked>,
+    next_sequence: u64,
+    /// The highest high watermark each leader (node, epoch) showed: G3
+    /// says it never moves backwards.
+    leader_high_watermarks: BTreeMap<(usize, LeaderEpoch), Offset>,
+    fetches: u64,
     expiry_at: Option<Duration>,
-    in_flight: Vec<InFlight>,
+    in_flight: Vec<ClientAppend>,
     /// Acknowledged records by offset: what the clients were told is
     /// committed.
     acknowledged: BTreeMap<Offset, Vec<u8>>,
@@ -180,6 +273,7 @@ struct Run {
     appends: u64,
     crashes: u64,
     power_losses: u64,
+    disks_lost: u64,
     /// Elections written by controllers whose process has ended.
     elections: (u64, u64),
     background_jobs: u64,
@@ -200,6 +294,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         acknowledged: run.acknowledged.len() as u64,
         crashes: run.crashes,
         power_losses: run.power_losses,
+        disks_lost: run.disks_lost,
         elections: run.elections,
         background_jobs: run.background_jobs,
     };
@@ -220,13 +315,14 @@ impl Run {
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
-        let machines = (0..1)
+        let machines = (0..config.nodes)
             .map(|i| Machine {
                 id: NodeId(i as u32),
                 disk: SimDisk::new(mix64(config.seed ^ (0xD15C + i as u64))),
                 node: None,
                 controller: None,
                 wake_at: None,
+                sessions: Vec::new(),
             })
             .collect();
         Run {
@@ -234,6 +330,11 @@ impl Run {
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
             network: MemoryNetwork::new(config.seed),
+            wire: SimNetwork::new(mix64(config.seed ^ 0x0E7), config.network.clone()),
+            parked: Vec::new(),
+            next_sequence: 0,
+            leader_high_watermarks: BTreeMap::new(),
+            fetches: 0,
             config,
             clock,
             epoch,
@@ -246,6 +347,7 @@ impl Run {
             appends: 0,
             crashes: 0,
             power_losses: 0,
+            disks_lost: 0,
             elections: (0, 0),
             background_jobs: 0,
         }
@@ -279,6 +381,10 @@ impl Run {
             let first_crash = self.draw_interval(mean);
             self.schedule_crash(first_crash);
         }
+        if let Some(mean) = self.config.partition_interval_mean {
+            let first = self.draw_interval(mean);
+            self.schedule_partition(first);
+        }
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more.
         let settle_by = self.config.simulated + Duration::from_secs(60);
@@ -294,7 +400,10 @@ impl Run {
             self.advance_clock(at);
             self.happen(event)?;
             self.settle()?;
+            self.drive_fetchers();
+            self.look_at_parked_fetches();
             self.collect_outcomes()?;
+            self.check_step()?;
             if self.calm && self.is_settled() {
                 return self.check_final();
             }
@@ -347,8 +456,57 @@ impl Run {
                 self.coordinator.tick();
                 self.record(format_args!("coordinator expires sessions"));
             }
+            Event::FetchArrives {
+                leader,
+                follower,
+                sequence,
+                request,
+            } => self.fetch_arrives(leader, follower, sequence, request),
+            Event::FetchAnswered {
+                follower,
+                leader,
+                sequence,
+                response,
+            } => self.fetch_answered(follower, leader, sequence, Ok(response)),
+            Event::FetchTimedOut {
+                follower,
+                leader,
+                sequence,
+            } => self.fetch_answered(
+                follower,
+                leader,
+                sequence,
+                Err(TransportError::Timeout { to: leader }),
+            ),
+            // The parked fetches are looked at after every event.
+            Event::FetchWaitOver => {}
+            Event::Partition(index) => {
+                if !self.calm {
+                    let alone = [self.machines[index].id];
+                    let others: Vec<NodeId> = self
+                        .machines
+                        .iter()
+                        .map(|m| m.id)
+                        .filter(|id| *id != alone[0])
+                        .collect();
+                    self.wire.partition(&alone, &others);
+                    self.record(format_args!("node {index} is cut off"));
+                    let heal_after = self.draw_interval(Duration::from_secs(2));
+                    self.schedule.after(heal_after, Event::Heal);
+                }
+            }
+            Event::Heal => {
+                self.wire.heal();
+                self.record(format_args!("network heals"));
+                if let (false, Some(mean)) = (self.calm, self.config.partition_interval_mean) {
+                    let next = self.draw_interval(mean);
+                    self.schedule_partition(next);
+                }
+            }
             Event::Calm => {
                 self.calm = true;
+                self.wire.heal();
+                self.wire.set_faults(NetworkFaults::default());
                 self.record(format_args!("calm"));
                 // Whoever is down comes back.
                 for index in 0..self.machines.len() {
@@ -361,6 +519,11 @@ impl Run {
         Ok(())
     }
 
+    fn schedule_partition(&mut self, after: Duration) {
+        let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+        self.schedule.after(after, Event::Partition(node));
+    }
+
     fn schedule_crash(&mut self, after: Duration) {
         let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
         let power_loss = self.rng.chance(0.5);
@@ -370,7 +533,13 @@ impl Run {
 
     fn config_for(&self, index: usize) -> NodeConfig {
         let mut config = NodeConfig::new(self.machines[index].id, format!("/sim/node-{index}"));
-        config.replication.min_insync_replicas = 1;
+        config.replication.min_insync_replicas = self.machines.len().min(2);
+        // Timeouts of a test cluster (the threaded fault test's, a little
+        // longer): failures are noticed within a simulated second.
+        config.session_timeout = Duration::from_secs(1);
+        config.replication.replica_lag_time_max = Duration::from_secs(1);
+        config.replication.fetch_wait_max = Duration::from_millis(100);
+        config.replication.request_timeout = REQUEST_TIMEOUT;
         config.log.flush_policy = FlushPolicy::Always;
         // Room for 8,192 entries, plenty for a run; the default 10 MiB
         // would make every restart's index check read 10 MiB.
@@ -444,17 +613,283 @@ impl Run {
         } else {
             disk.crash();
         }
+        let disk_lost = self.disks_lost == 0 && self.rng.chance(self.config.disk_loss);
+        if disk_lost {
+            self.disks_lost += 1;
+            let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
+            self.machines[index].disk = SimDisk::new(seed);
+        }
+        self.machines[index].sessions.clear();
+        // A new process is a new leader tenure, even in the same epoch.
+        self.leader_high_watermarks
+            .retain(|(leader, _), _| *leader != index);
+        // A dead leader answers none of the fetches it held.
+        self.parked.retain(|parked| parked.leader != index);
         // The client's appends to a dead process get no answer: to the
         // client, their outcome stays unknown (SPEC 3.4).
         self.in_flight.retain(|append| append.handle.is_done());
         self.record(format_args!(
-            "node {index} crashes{}",
+            "node {index} crashes{}{}",
             if power_loss {
                 " with its machine's power"
             } else {
                 ""
-            }
+            },
+            if disk_lost { ", its disk lost" } else { "" }
         ));
+    }
+
+    /// Asks every idle session of every live node for its next fetch, and
+    /// sends it. A session waits for its answer (or deadline) before the
+    /// next; one asked to wait does so until its time or a change of its
+    /// targets.
+    fn drive_fetchers(&mut self) {
+        let now = self.schedule.now();
+        let clock_now = self.clock.now();
+        for follower in 0..self.machines.len() {
+            let Some(node) = self.machines[follower].node.as_ref() else {
+                continue;
+            };
+            let current = node.fetch_sessions();
+            let machine = &mut self.machines[follower];
+            machine
+                .sessions
+                .retain(|kept| current.iter().any(|c| c.is(&kept.fetch)));
+            for fetch in current {
+                if !machine.sessions.iter().any(|kept| kept.fetch.is(&fetch)) {
+                    machine.sessions.push(Session {
+                        fetch,
+                        outstanding: None,
+                        resume: None,
+                    });
+                }
+            }
+            let mut sends = Vec::new();
+            let mut wakes = Vec::new();
+            for session in &mut machine.sessions {
+                if session.outstanding.is_some() || session.fetch.is_stopped() {
+                    continue;
+                }
+                if let Some((until, seen)) = session.resume {
+                    if now < until && !session.fetch.changed_since(seen) {
+                        continue;
+                    }
+                }
+                session.resume = None;
+                match session.fetch.next_request(clock_now) {
+                    NextFetch::Send(request, in_flight) => {
+                        let sequence = self.next_sequence;
+                        self.next_sequence += 1;
+                        session.outstanding = Some((sequence, in_flight));
+                        sends.push((session.fetch.leader(), sequence, request));
+                    }
+                    NextFetch::Idle { until, seen } => {
+                        let until = until.saturating_duration_since(self.epoch);
+                        session.resume = Some((until, seen));
+                        wakes.push(until);
+                    }
+                }
+            }
+            for until in wakes {
+                self.schedule.at(until, Event::Wake(follower));
+            }
+            for (leader, sequence, request) in sends {
+                self.send_fetch(follower, leader, sequence, request);
+            }
+        }
+    }
+
+    fn send_fetch(
+        &mut self,
+        follower: usize,
+        leader: NodeId,
+        sequence: u64,
+        request: FetchRequest,
+    ) {
+        self.fetches += 1;
+        let deadline = request.wait_max + REQUEST_TIMEOUT;
+        self.schedule.after(
+            deadline,
+            Event::FetchTimedOut {
+                follower,
+                leader,
+                sequence,
+            },
+        );
+        let from = self.machines[follower].id;
+        let arrivals = self.wire.send(from, leader);
+        self.record(format_args!(
+            "fetch {sequence} {follower}->{leader} ({} copies)",
+            arrivals.len()
+        ));
+        let leader_index = leader.0 as usize;
+        for delay in arrivals {
+            self.schedule.after(
+                delay,
+                Event::FetchArrives {
+                    leader: leader_index,
+                    follower,
+                    sequence,
+                    request: request.clone(),
+                },
+            );
+        }
+    }
+
+    fn fetch_arrives(
+        &mut self,
+        leader: usize,
+        follower: usize,
+        sequence: u64,
+        request: FetchRequest,
+    ) {
+        let Some(node) = self.machines.get(leader).and_then(|m| m.node.as_ref()) else {
+            return;
+        };
+        let from = self.machines[follower].id;
+        let wait = request.wait_max.min(REQUEST_TIMEOUT);
+        match node.receive_fetch(from, &request, wait.is_zero()) {
+            FetchPoll::Answer(response) => self.answer_fetch(leader, follower, sequence, response),
+            FetchPoll::Park { arrival, seen, .. } => {
+                let wait_over_at = self.schedule.now() + wait;
+                self.schedule.at(wait_over_at, Event::FetchWaitOver);
+                self.parked.push(Parked {
+                    leader,
+                    follower,
+                    sequence,
+                    request,
+                    arrival,
+                    seen,
+                    wait_over_at,
+                });
+            }
+        }
+    }
+
+    /// Looks again at every parked fetch whose leader got data since, or
+    /// whose wait is over, in the order they were parked.
+    fn look_at_parked_fetches(&mut self) {
+        let now = self.schedule.now();
+        let parked = std::mem::take(&mut self.parked);
+        let mut answers = Vec::new();
+        for mut fetch in parked {
+            let Some(node) = self.machines[fetch.leader].node.as_ref() else {
+                continue;
+            };
+            let over = now >= fetch.wait_over_at;
+            if !over && !node.data_arrived_since(fetch.seen) {
+                self.parked.push(fetch);
+                continue;
+            }
+            let from = self.machines[fetch.follower].id;
+            match node.poll_fetch(from, &fetch.request, fetch.arrival, over) {
+                FetchPoll::Answer(response) => {
+                    answers.push((fetch.leader, fetch.follower, fetch.sequence, response));
+                }
+                FetchPoll::Park { arrival, seen, .. } => {
+                    fetch.arrival = arrival;
+                    fetch.seen = seen;
+                    self.parked.push(fetch);
+                }
+            }
+        }
+        for (leader, follower, sequence, response) in answers {
+            self.answer_fetch(leader, follower, sequence, response);
+        }
+    }
+
+    fn answer_fetch(&mut self, leader: usize, follower: usize, sequence: u64, response: Response) {
+        let (from, to) = (self.machines[leader].id, self.machines[follower].id);
+        let arrivals = self.wire.send(from, to);
+        self.record(format_args!(
+            "answer {sequence} {leader}->{follower} ({} copies)",
+            arrivals.len()
+        ));
+        for delay in arrivals {
+            self.schedule.after(
+                delay,
+                Event::FetchAnswered {
+                    follower,
+                    leader: from,
+                    sequence,
+                    response: response.clone(),
+                },
+            );
+        }
+    }
+
+    /// Hands a fetch's answer (or its failure) to the session that sent it,
+    /// if that session still waits for it; a late copy, or an answer to a
+    /// dead process or a stopped fetcher, is dropped.
+    fn fetch_answered(
+        &mut self,
+        follower: usize,
+        leader: NodeId,
+        sequence: u64,
+        answer: Result<Response, TransportError>,
+    ) {
+        let now = self.clock.now();
+        let epoch = self.epoch;
+        let machine = &mut self.machines[follower];
+        if machine.node.is_none() {
+            return;
+        }
+        let Some(session) = machine.sessions.iter_mut().find(|s| {
+            s.fetch.leader() == leader
+                && s.outstanding.as_ref().is_some_and(|(q, _)| *q == sequence)
+        }) else {
+            return;
+        };
+        let Some((_, in_flight)) = session.outstanding.take() else {
+            return;
+        };
+        if session.fetch.is_stopped() {
+            return;
+        }
+        let seen = in_flight.seen();
+        let failed = answer.is_err();
+        if let Some(until) = session.fetch.on_response(in_flight, answer, now) {
+            session.resume = Some((until.saturating_duration_since(epoch), seen));
+        }
+        if failed {
+            self.record(format_args!("fetch {sequence} {follower}<-{leader} failed"));
+        }
+    }
+
+    /// Checks that hold after every step: a leader's high watermark never
+    /// moves backwards within its epoch (G3), and never passes its log end.
+    fn check_step(&mut self) -> Result<(), String> {
+        for index in 0..self.machines.len() {
+            let Some(node) = self.machines[index].node.as_ref() else {
+                continue;
+            };
+            let Ok(log) = node.node().log(LOG) else {
+                continue;
+            };
+            let high_watermark = log.high_watermark();
+            let end = log.log_end_offset();
+            if high_watermark > end {
+                return Err(format!(
+                    "node {index}: high watermark {high_watermark} above its log end {end}"
+                ));
+            }
+            if !log.is_leader() {
+                continue;
+            }
+            let shown = self
+                .leader_high_watermarks
+                .entry((index, log.leader_epoch()))
+                .or_insert(high_watermark);
+            if high_watermark < *shown {
+                return Err(format!(
+                    "G3: node {index}, leader in epoch {}, showed high watermark {} and now {high_watermark}",
+                    log.leader_epoch(),
+                    *shown
+                ));
+            }
+            *shown = high_watermark;
+        }
+        Ok(())
     }
 
     /// The node that leads the log, if one does.
@@ -491,7 +926,7 @@ impl Run {
         match log.append_pipelined(&batch, Acks::All) {
             Ok(handle) => {
                 self.record(format_args!("append r{number} to node {index}"));
-                self.in_flight.push(InFlight { value, handle });
+                self.in_flight.push(ClientAppend { value, handle });
             }
             Err(error) => {
                 self.record(format_args!("append r{number} refused: {error}"));
@@ -526,11 +961,12 @@ impl Run {
 
     /// Takes the outcomes known now, in the order the appends were made.
     fn collect_outcomes(&mut self) -> Result<(), String> {
-        let (done, waiting): (Vec<InFlight>, Vec<InFlight>) = std::mem::take(&mut self.in_flight)
-            .into_iter()
-            .partition(|append| append.handle.is_done());
+        let (done, waiting): (Vec<ClientAppend>, Vec<ClientAppend>) =
+            std::mem::take(&mut self.in_flight)
+                .into_iter()
+                .partition(|append| append.handle.is_done());
         self.in_flight = waiting;
-        for InFlight { value, handle } in done {
+        for ClientAppend { value, handle } in done {
             let name = String::from_utf8_lossy(&value).into_owned();
             match handle.wait() {
                 Ok(outcome) => {
@@ -556,10 +992,26 @@ impl Run {
         Ok(())
     }
 
-    /// Nothing left to happen but timers: every append has its outcome
-    /// and the log has a leader.
+    /// Nothing left to happen but timers: every append has its outcome,
+    /// every node runs, the log has a leader whose high watermark is its
+    /// log end (a new leader's lags until its followers fetch), and every
+    /// replica holds that much.
     fn is_settled(&self) -> bool {
-        self.in_flight.is_empty() && self.leader().is_some()
+        if !self.in_flight.is_empty() || self.machines.iter().any(|m| m.node.is_none()) {
+            return false;
+        }
+        let Some((_, leader)) = self.leader() else {
+            return false;
+        };
+        let end = leader.log_end_offset();
+        leader.high_watermark() == end
+            && self.machines.iter().all(|machine| {
+                machine
+                    .node
+                    .as_ref()
+                    .and_then(|node| node.node().log(LOG).ok())
+                    .is_some_and(|log| log.log_end_offset() == end)
+            })
     }
 
     /// G1: every acknowledged record is in the leader's committed log, at
@@ -568,32 +1020,29 @@ impl Run {
         let Some((index, log)) = self.leader() else {
             return Err("no leader at the end".to_owned());
         };
-        let mut committed: BTreeMap<Offset, Vec<u8>> = BTreeMap::new();
-        let mut from = log.log_start_offset();
-        loop {
-            let batches = log
-                .read(from, 1 << 20, Isolation::Committed)
-                .map_err(|error| format!("reading node {index}'s log from {from}: {error}"))?;
-            if batches.is_empty() {
-                break;
-            }
-            for batch in &batches {
-                for record in batch.records() {
-                    let record = record.map_err(|error| format!("a record: {error}"))?;
-                    committed.insert(record.offset, record.value.to_vec());
-                }
-                from = batch.next_offset();
-            }
+        let committed = committed_records(index, &log)?;
+        // G4: offsets are dense from the log start.
+        let start = log.log_start_offset();
+        if let Some((at, offset)) = committed
+            .keys()
+            .enumerate()
+            .find(|(at, offset)| offset.0 != start.0 + *at as u64)
+        {
+            return Err(format!(
+                "G4: node {index}'s committed log holds offset {offset} at position {at} from its start {start}"
+            ));
         }
         for (offset, value) in &self.acknowledged {
-            if committed.get(offset) != Some(value) {
+            let held = committed.get(offset).map(|(_, v)| v);
+            if held != Some(value) {
                 return Err(format!(
                     "G1: acknowledged {} at {offset} is not in node {index}'s committed log (it holds {:?})",
                     String::from_utf8_lossy(value),
-                    committed.get(offset).map(|v| String::from_utf8_lossy(v).into_owned())
+                    held.map(|v| String::from_utf8_lossy(v).into_owned())
                 ));
             }
         }
+        self.check_replicas_agree()?;
         let seated = self
             .machines
             .iter()
@@ -606,6 +1055,35 @@ impl Run {
             "end: {} acknowledged, all committed on node {index}",
             self.acknowledged.len()
         ));
+        Ok(())
+    }
+
+    /// G2: every two live replicas hold the same records, in the same
+    /// leader epochs, below the lower of their high watermarks.
+    fn check_replicas_agree(&self) -> Result<(), String> {
+        let mut logs = Vec::new();
+        for (index, machine) in self.machines.iter().enumerate() {
+            let Some(log) = machine.node.as_ref().and_then(|n| n.node().log(LOG).ok()) else {
+                continue;
+            };
+            logs.push((index, log.high_watermark(), committed_records(index, &log)?));
+        }
+        for (i, (a, a_high, a_records)) in logs.iter().enumerate() {
+            for (b, b_high, b_records) in &logs[i + 1..] {
+                let below = (*a_high).min(*b_high);
+                for (offset, record) in a_records.range(..below) {
+                    if let Some(other) = b_records.get(offset) {
+                        if other != record {
+                            return Err(format!(
+                                "G2: nodes {a} and {b} disagree at {offset}, below both high watermarks ({a_high}, {b_high}): {:?} against {:?}",
+                                (record.0, String::from_utf8_lossy(&record.1)),
+                                (other.0, String::from_utf8_lossy(&other.1))
+                            ));
+                        }
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -668,6 +1146,31 @@ impl Run {
     }
 }
 
+/// The records of `log` below its high watermark, from its log start, with
+/// the leader epoch of each one's batch.
+fn committed_records(
+    index: usize,
+    log: &crate::ReplicatedLog,
+) -> Result<BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>, String> {
+    let mut committed = BTreeMap::new();
+    let mut from = log.log_start_offset();
+    loop {
+        let batches = log
+            .read(from, 1 << 20, Isolation::Committed)
+            .map_err(|error| format!("reading node {index}'s log from {from}: {error}"))?;
+        if batches.is_empty() {
+            return Ok(committed);
+        }
+        for batch in &batches {
+            for record in batch.records() {
+                let record = record.map_err(|error| format!("node {index}, a record: {error}"))?;
+                committed.insert(record.offset, (batch.leader_epoch(), record.value.to_vec()));
+            }
+            from = batch.next_offset();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -684,7 +1187,7 @@ mod tests {
     }
 
     /// Seeds a plain `cargo test` runs.
-    const DEFAULT_SEEDS: u64 = 200;
+    const DEFAULT_SEEDS: u64 = 50;
 
     fn variable(name: &str) -> Option<u64> {
         let value = std::env::var(name).ok()?;
@@ -762,13 +1265,14 @@ mod tests {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses, {} disks lost), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
                         report.acknowledged,
                         report.crashes,
                         report.power_losses,
+                        report.disks_lost,
                         report.elections,
                         report.background_jobs
                     );

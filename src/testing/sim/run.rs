@@ -53,6 +53,9 @@ const SETTLE_ROUNDS_MAX: usize = 64;
 /// after its wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Mean simulated time between two reads of the reader.
+const READ_INTERVAL_MEAN: Duration = Duration::from_millis(50);
+
 /// Mean simulated time between two runs of a node's background log work
 /// (its roll flusher thread's jobs).
 const BACKGROUND_WORK_INTERVAL_MEAN: Duration = Duration::from_millis(100);
@@ -118,6 +121,8 @@ pub(crate) struct SimReport {
     pub(crate) events: u64,
     pub(crate) appends: u64,
     pub(crate) acknowledged: u64,
+    /// Records the reader was served as committed.
+    pub(crate) read: u64,
     pub(crate) crashes: u64,
     pub(crate) power_losses: u64,
     pub(crate) disks_lost: u64,
@@ -164,6 +169,9 @@ enum Event {
     Wake(usize),
     /// A client appends one record to the log's leader.
     Append,
+    /// A reader reads what the leader says is committed, from where it
+    /// left off.
+    Read,
     /// A node's process dies; with `power_loss` its machine loses power too.
     Crash { node: usize, power_loss: bool },
     /// A crashed node's process starts again on its disk.
@@ -264,6 +272,11 @@ struct Run {
     /// says it never moves backwards.
     leader_high_watermarks: BTreeMap<(usize, LeaderEpoch), Offset>,
     fetches: u64,
+    /// Where the reader goes on reading.
+    read_position: Offset,
+    /// Every record the reader was served as committed, with its batch's
+    /// leader epoch.
+    read_committed: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
     expiry_at: Option<Duration>,
     in_flight: Vec<ClientAppend>,
     /// Acknowledged records by offset: what the clients were told is
@@ -292,6 +305,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         events: run.trace.events(),
         appends: run.appends,
         acknowledged: run.acknowledged.len() as u64,
+        read: run.read_committed.len() as u64,
         crashes: run.crashes,
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
@@ -335,6 +349,8 @@ impl Run {
             next_sequence: 0,
             leader_high_watermarks: BTreeMap::new(),
             fetches: 0,
+            read_position: Offset::ZERO,
+            read_committed: BTreeMap::new(),
             config,
             clock,
             epoch,
@@ -377,6 +393,8 @@ impl Run {
         }
         let first_append = self.draw_interval(self.config.append_interval_mean);
         self.schedule.after(first_append, Event::Append);
+        let first_read = self.draw_interval(READ_INTERVAL_MEAN);
+        self.schedule.after(first_read, Event::Read);
         if let Some(mean) = self.config.crash_interval_mean {
             let first_crash = self.draw_interval(mean);
             self.schedule_crash(first_crash);
@@ -428,6 +446,13 @@ impl Run {
                 if !self.calm {
                     let next = self.draw_interval(self.config.append_interval_mean);
                     self.schedule.after(next, Event::Append);
+                }
+            }
+            Event::Read => {
+                self.read()?;
+                if !self.calm {
+                    let next = self.draw_interval(READ_INTERVAL_MEAN);
+                    self.schedule.after(next, Event::Read);
                 }
             }
             Event::Crash { node, power_loss } => {
@@ -903,6 +928,59 @@ impl Run {
             })
     }
 
+    /// Reads from the reader's position what the leader serves as
+    /// committed. What a reader saw committed must never change (G1 for
+    /// readers: a record read as committed is never truncated) and never be
+    /// at or above the leader's high watermark (G3); the end checks that
+    /// every record read is in the final log.
+    fn read(&mut self) -> Result<(), String> {
+        let Some((index, log)) = self.leader() else {
+            return Ok(());
+        };
+        let from = self.read_position.max(log.log_start_offset());
+        let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
+            Ok(batches) => batches,
+            Err(error) => {
+                self.record(format_args!("read from node {index} at {from}: {error}"));
+                return Ok(());
+            }
+        };
+        let high_watermark = log.high_watermark();
+        let mut read = 0;
+        for batch in &batches {
+            for record in batch.records() {
+                let record = record.map_err(|error| format!("read from node {index}: {error}"))?;
+                if record.offset >= high_watermark {
+                    return Err(format!(
+                        "G3: node {index} served {} as committed at or above its high watermark {high_watermark}",
+                        record.offset
+                    ));
+                }
+                let seen = (batch.leader_epoch(), record.value.to_vec());
+                if let Some(earlier) = self.read_committed.get(&record.offset) {
+                    if *earlier != seen {
+                        return Err(format!(
+                            "G1: node {index} served {:?} at {} as committed, where {:?} was read as committed before",
+                            (seen.0, String::from_utf8_lossy(&seen.1)),
+                            record.offset,
+                            (earlier.0, String::from_utf8_lossy(&earlier.1))
+                        ));
+                    }
+                }
+                self.read_committed.insert(record.offset, seen);
+                read += 1;
+            }
+            self.read_position = batch.next_offset();
+        }
+        if read > 0 {
+            let position = self.read_position;
+            self.record(format_args!(
+                "read {read} from node {index} up to {position}"
+            ));
+        }
+        Ok(())
+    }
+
     fn append(&mut self) {
         if self.calm {
             return;
@@ -1039,6 +1117,16 @@ impl Run {
                     "G1: acknowledged {} at {offset} is not in node {index}'s committed log (it holds {:?})",
                     String::from_utf8_lossy(value),
                     held.map(|v| String::from_utf8_lossy(v).into_owned())
+                ));
+            }
+        }
+        for (offset, record) in &self.read_committed {
+            let held = committed.get(offset);
+            if held != Some(record) {
+                return Err(format!(
+                    "G1: {:?} was read as committed at {offset}, node {index}'s log ends up with {:?}",
+                    (record.0, String::from_utf8_lossy(&record.1)),
+                    held.map(|(epoch, v)| (epoch, String::from_utf8_lossy(v).into_owned()))
                 ));
             }
         }
@@ -1265,11 +1353,12 @@ mod tests {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} crashes ({} power losses, {} disks lost), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
                         report.acknowledged,
+                        report.read,
                         report.crashes,
                         report.power_losses,
                         report.disks_lost,

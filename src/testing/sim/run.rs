@@ -33,7 +33,7 @@ use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
-use crate::storage::disk::SimDisk;
+use crate::storage::disk::{DiskOperation, EioPlan, SimDisk};
 use crate::sync::Arc;
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
@@ -52,6 +52,16 @@ const SETTLE_ROUNDS_MAX: usize = 64;
 /// The nodes' `request_timeout`: a fetch with no answer fails this long
 /// after its wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Mean simulated time between two disk faults.
+const DISK_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(15);
+
+/// How long a supervisor waits before it starts a node again (after its
+/// storage failed, or its open failed).
+const SUPERVISOR_RESTART_AFTER: Duration = Duration::from_secs(1);
+
+/// Opens in a row that may fail before the run fails.
+const OPEN_ATTEMPTS_MAX: usize = 10;
 
 /// Mean simulated time between two reads of the reader.
 const READ_INTERVAL_MEAN: Duration = Duration::from_millis(50);
@@ -83,6 +93,8 @@ pub(crate) struct SimConfig {
     /// back empty, as a replaced disk would); at most one disk per run, so
     /// that another replica keeps every acknowledged record (G1(c)).
     pub(crate) disk_loss: f64,
+    /// Whether disks fail writes and syncs with `EIO` now and then.
+    pub(crate) disk_faults: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -104,6 +116,7 @@ impl SimConfig {
             },
             partition_interval_mean: Some(Duration::from_secs(10)),
             disk_loss: 0.2,
+            disk_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
             crash_interval_mean: Some(Duration::from_secs(5)),
@@ -126,6 +139,11 @@ pub(crate) struct SimReport {
     pub(crate) crashes: u64,
     pub(crate) power_losses: u64,
     pub(crate) disks_lost: u64,
+    /// Disk faults planned (each fails one operation, if the node gets
+    /// that far before its next crash).
+    pub(crate) disk_faults: u64,
+    /// Restarts of nodes whose storage failed.
+    pub(crate) supervisor_restarts: u64,
     /// Leader elections the controllers wrote: (all, unclean).
     pub(crate) elections: (u64, u64),
     /// Background log jobs run (flushes of rolled segments and the like).
@@ -176,6 +194,11 @@ enum Event {
     Crash { node: usize, power_loss: bool },
     /// A crashed node's process starts again on its disk.
     Restart(usize),
+    /// A node's disk fails one of its next writes or syncs with `EIO`.
+    DiskFault(usize),
+    /// A node whose storage failed is restarted by its supervisor (an
+    /// operator, systemd): the only way a poisoned log recovers.
+    SupervisorRestart(usize),
     /// A node's background log work (rolled segments' flushes, log start
     /// moves) runs, as its roll flusher thread would have by now.
     BackgroundWork(usize),
@@ -222,6 +245,10 @@ struct Machine {
     wake_at: Option<Duration>,
     /// Its process's fetch sessions, by leader.
     sessions: Vec<Session>,
+    /// Opens that failed in a row.
+    failed_opens: usize,
+    /// A restart after its storage failed is scheduled.
+    restart_owed: bool,
 }
 
 /// A fetcher's session as the run drives it: one fetch at a time.
@@ -287,6 +314,8 @@ struct Run {
     crashes: u64,
     power_losses: u64,
     disks_lost: u64,
+    disk_faults: u64,
+    supervisor_restarts: u64,
     /// Elections written by controllers whose process has ended.
     elections: (u64, u64),
     background_jobs: u64,
@@ -309,6 +338,8 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         crashes: run.crashes,
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
+        disk_faults: run.disk_faults,
+        supervisor_restarts: run.supervisor_restarts,
         elections: run.elections,
         background_jobs: run.background_jobs,
     };
@@ -337,6 +368,8 @@ impl Run {
                 controller: None,
                 wake_at: None,
                 sessions: Vec::new(),
+                failed_opens: 0,
+                restart_owed: false,
             })
             .collect();
         Run {
@@ -364,6 +397,8 @@ impl Run {
             crashes: 0,
             power_losses: 0,
             disks_lost: 0,
+            disk_faults: 0,
+            supervisor_restarts: 0,
             elections: (0, 0),
             background_jobs: 0,
         }
@@ -402,6 +437,11 @@ impl Run {
         if let Some(mean) = self.config.partition_interval_mean {
             let first = self.draw_interval(mean);
             self.schedule_partition(first);
+        }
+        if self.config.disk_faults {
+            let first = self.draw_interval(DISK_FAULT_INTERVAL_MEAN);
+            let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+            self.schedule.after(first, Event::DiskFault(node));
         }
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more.
@@ -465,6 +505,34 @@ impl Run {
                 }
             }
             Event::Restart(index) => self.open(index)?,
+            Event::DiskFault(index) => {
+                if !self.calm {
+                    let operation = 1 + self.rng.next_u64() % 50;
+                    self.machines[index].disk.fail_with_eio(
+                        EioPlan::Nth(operation),
+                        &[
+                            DiskOperation::Write,
+                            DiskOperation::Sync,
+                            DiskOperation::SyncDirectory,
+                        ],
+                    );
+                    self.disk_faults += 1;
+                    self.record(format_args!(
+                        "node {index}'s disk fails its {operation}th write or sync"
+                    ));
+                    let next = self.draw_interval(DISK_FAULT_INTERVAL_MEAN);
+                    let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+                    self.schedule.after(next, Event::DiskFault(node));
+                }
+            }
+            // Owed no more if the process crashed meanwhile.
+            Event::SupervisorRestart(index) => {
+                if self.machines[index].restart_owed {
+                    self.crash(index, false);
+                    self.schedule
+                        .after(SUPERVISOR_RESTART_AFTER, Event::Restart(index));
+                }
+            }
             Event::BackgroundWork(index) => {
                 if let Some(node) = self.machines[index].node.as_ref() {
                     let ran = node.run_background_work();
@@ -610,12 +678,26 @@ impl Run {
                 let previous = node.node().previous_shutdown();
                 self.machines[index].node = Some(node);
                 self.machines[index].controller = controller;
+                self.machines[index].failed_opens = 0;
                 self.record(format_args!("node {index} opens ({previous:?})"));
                 Ok(())
             }
-            // A node whose disk cannot be opened is a failure of the run:
-            // nothing in a run damages a disk beyond what a crash may.
-            Err(error) => Err(format!("node {index} cannot open: {error}")),
+            // A disk fault may fail an open once (an `EIO` planned for the
+            // n-th operation); the supervisor tries again. Anything else a
+            // run does to a disk a node must open through, so an open that
+            // keeps failing fails the run.
+            Err(error) => {
+                self.machines[index].failed_opens += 1;
+                if self.machines[index].failed_opens > OPEN_ATTEMPTS_MAX {
+                    return Err(format!(
+                        "node {index} cannot open after {OPEN_ATTEMPTS_MAX} attempts: {error}"
+                    ));
+                }
+                self.record(format_args!("node {index} cannot open: {error}"));
+                self.schedule
+                    .after(SUPERVISOR_RESTART_AFTER, Event::Restart(index));
+                Ok(())
+            }
         }
     }
 
@@ -625,6 +707,7 @@ impl Run {
         };
         // A crashed process's controller resigns nothing.
         self.retire_controller(index);
+        self.machines[index].restart_owed = false;
         self.crashes += 1;
         let id = self.machines[index].id;
         self.network.unregister(id);
@@ -638,6 +721,9 @@ impl Run {
         } else {
             disk.crash();
         }
+        // A planned fault that did not hit yet is called off: it was meant
+        // for this process.
+        disk.fail_with_eio(EioPlan::Never, &[]);
         let disk_lost = self.disks_lost == 0 && self.rng.chance(self.config.disk_loss);
         if disk_lost {
             self.disks_lost += 1;
@@ -891,6 +977,12 @@ impl Run {
             let Ok(log) = node.node().log(LOG) else {
                 continue;
             };
+            if log.is_storage_failed() && !self.machines[index].restart_owed {
+                self.machines[index].restart_owed = true;
+                self.supervisor_restarts += 1;
+                self.schedule
+                    .after(SUPERVISOR_RESTART_AFTER, Event::SupervisorRestart(index));
+            }
             let high_watermark = log.high_watermark();
             let end = log.log_end_offset();
             if high_watermark > end {
@@ -1353,7 +1445,7 @@ mod tests {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
@@ -1362,6 +1454,8 @@ mod tests {
                         report.crashes,
                         report.power_losses,
                         report.disks_lost,
+                        report.disk_faults,
+                        report.supervisor_restarts,
                         report.elections,
                         report.background_jobs
                     );

@@ -299,6 +299,9 @@ struct Run {
     /// says it never moves backwards.
     leader_high_watermarks: BTreeMap<(usize, LeaderEpoch), Offset>,
     fetches: u64,
+    /// The last offset acknowledged in each leader epoch (an append is
+    /// acknowledged by the leader it was written by).
+    acknowledged_by_epoch: BTreeMap<LeaderEpoch, Offset>,
     /// Where the reader goes on reading.
     read_position: Offset,
     /// Every record the reader was served as committed, with its batch's
@@ -382,6 +385,7 @@ impl Run {
             next_sequence: 0,
             leader_high_watermarks: BTreeMap::new(),
             fetches: 0,
+            acknowledged_by_epoch: BTreeMap::new(),
             read_position: Offset::ZERO,
             read_committed: BTreeMap::new(),
             config,
@@ -993,6 +997,21 @@ impl Run {
             if !log.is_leader() {
                 continue;
             }
+            // SPEC 3.8: a leader's committed end, once it says it knows it,
+            // is above every offset an earlier leader acknowledged.
+            let epoch = log.leader_epoch();
+            if let Ok(committed_end) = log.committed_end() {
+                let earlier = self
+                    .acknowledged_by_epoch
+                    .range(..epoch)
+                    .map(|(_, o)| *o)
+                    .max();
+                if let Some(acknowledged) = earlier.filter(|o| committed_end <= *o) {
+                    return Err(format!(
+                        "SPEC 3.8: node {index}, leader in epoch {epoch}, says the committed end is {committed_end}, but an earlier leader acknowledged {acknowledged}"
+                    ));
+                }
+            }
             let shown = self
                 .leader_high_watermarks
                 .entry((index, log.leader_epoch()))
@@ -1141,6 +1160,11 @@ impl Run {
             match handle.wait() {
                 Ok(outcome) => {
                     self.record(format_args!("ack {name} at {}", outcome.base_offset));
+                    let last = self
+                        .acknowledged_by_epoch
+                        .entry(outcome.leader_epoch)
+                        .or_insert(outcome.last_offset);
+                    *last = (*last).max(outcome.last_offset);
                     if let Some(earlier) = self.acknowledged.insert(outcome.base_offset, value) {
                         return Err(format!(
                             "two acknowledged records at offset {}: {} and {name}",

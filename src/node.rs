@@ -672,6 +672,7 @@ impl Node {
         controller_config: Option<ControllerConfig>,
     ) -> Result<()> {
         let thread_shared = Arc::clone(&self.shared);
+        crate::simulation::forbid_in_simulation("starting a node's threads");
         let control = std::thread::Builder::new()
             .name(format!("isrlog-control-{}", self.shared.config.node_id.0))
             .spawn(move || control_loop(&thread_shared, &events, &command_rx))
@@ -3626,7 +3627,7 @@ impl NodeShared {
             IncarnationCheck::Current => None,
             check => {
                 if check == IncarnationCheck::Unverified
-                    && self.peer_incarnations.refresh_due(Instant::now())
+                    && self.peer_incarnations.refresh_due(self.clock.now())
                 {
                     let _ = self.commands.try_send(Command::RefreshIncarnations);
                 }

@@ -648,19 +648,7 @@ impl Controller {
         clock: Arc<dyn Clock>,
     ) -> Result<Controller> {
         config.validate()?;
-        let shared = Arc::new(Shared {
-            node,
-            coordinator,
-            config,
-            clock,
-            active_epoch: AtomicU64::new(0),
-            may_hold_seat: AtomicBool::new(false),
-            elections: AtomicU64::new(0),
-            unclean_elections: AtomicU64::new(0),
-            reassignments_completed: AtomicU64::new(0),
-            hand_over_waits: Mutex::new(HashMap::new()),
-            recovery_waits: Mutex::new(HashMap::new()),
-        });
+        let shared = Shared::new(node, coordinator, config, clock);
         let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
         let for_thread = Arc::clone(&shared);
         crate::simulation::forbid_in_simulation("spawning the controller thread");
@@ -1024,19 +1012,7 @@ impl SteppedController {
     ) -> Result<SteppedController> {
         config.validate()?;
         let now = clock.now();
-        let shared = Arc::new(Shared {
-            node,
-            coordinator,
-            config,
-            clock,
-            active_epoch: AtomicU64::new(0),
-            may_hold_seat: AtomicBool::new(false),
-            elections: AtomicU64::new(0),
-            unclean_elections: AtomicU64::new(0),
-            reassignments_completed: AtomicU64::new(0),
-            hand_over_waits: Mutex::new(HashMap::new()),
-            recovery_waits: Mutex::new(HashMap::new()),
-        });
+        let shared = Shared::new(node, coordinator, config, clock);
         let driver = Driver::new(&shared, now);
         Ok(SteppedController { shared, driver })
     }
@@ -1075,6 +1051,28 @@ impl SteppedController {
 }
 
 impl Shared {
+    /// A controller's state before its first pass: no seat, no waits.
+    fn new(
+        node: NodeId,
+        coordinator: Arc<dyn Coordinator>,
+        config: ControllerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            node,
+            coordinator,
+            config,
+            clock,
+            active_epoch: AtomicU64::new(0),
+            may_hold_seat: AtomicBool::new(false),
+            elections: AtomicU64::new(0),
+            unclean_elections: AtomicU64::new(0),
+            reassignments_completed: AtomicU64::new(0),
+            hand_over_waits: Mutex::new(HashMap::new()),
+            recovery_waits: Mutex::new(HashMap::new()),
+        })
+    }
+
     /// Claims (or confirms) the seat and, if held, does the owed work.
     /// `Err(Shutdown)` means a stop was noticed mid-pass.
     fn step(
@@ -2123,22 +2121,17 @@ mod tests {
             Arc::new(MemoryCoordinator::new(Arc::new(crate::clock::SystemClock)));
         // The waits are measured on the controller's clock: moved by hand.
         let clock = crate::clock::ManualClock::default();
-        let shared = |unclean_leader_election, unclean_recovery_wait_max| Shared {
-            node: NodeId(1),
-            coordinator: Arc::clone(&coordinator),
-            config: ControllerConfig {
-                unclean_leader_election,
-                unclean_recovery_wait_max,
-                ..ControllerConfig::default()
-            },
-            clock: Arc::new(clock.clone()),
-            active_epoch: AtomicU64::new(0),
-            may_hold_seat: AtomicBool::new(false),
-            elections: AtomicU64::new(0),
-            unclean_elections: AtomicU64::new(0),
-            reassignments_completed: AtomicU64::new(0),
-            hand_over_waits: Mutex::new(HashMap::new()),
-            recovery_waits: Mutex::new(HashMap::new()),
+        let shared = |unclean_leader_election, unclean_recovery_wait_max| {
+            Shared::new(
+                NodeId(1),
+                Arc::clone(&coordinator),
+                ControllerConfig {
+                    unclean_leader_election,
+                    unclean_recovery_wait_max,
+                    ..ControllerConfig::default()
+                },
+                Arc::new(clock.clone()),
+            )
         };
         let mut recovering = state_with_elr(None, &[], &[3]);
         recovering.unclean_replicas = vec![UncleanReplica {

@@ -69,6 +69,29 @@ struct Shared {
 }
 
 impl Shared {
+    /// A fetcher's state with no targets yet.
+    fn new(
+        local: NodeId,
+        incarnation: Arc<AtomicU64>,
+        leader: NodeId,
+        transport: Arc<dyn Transport>,
+        config: ReplicationConfig,
+        snapshots: Option<Snapshots>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            local,
+            incarnation,
+            leader,
+            transport,
+            config,
+            snapshots,
+            targets: Mutex::new(BTreeMap::new()),
+            retired_transfers: Mutex::new(Vec::new()),
+            changed: Watch::new(0),
+            stop: AtomicBool::new(false),
+        })
+    }
+
     /// Cancels `transfer` and keeps it to be joined once it has ended.
     fn retire(&self, transfer: RunningTransfer) {
         transfer.cancel.store(true, Ordering::SeqCst);
@@ -119,20 +142,8 @@ impl Fetcher {
         config: ReplicationConfig,
         snapshots: Option<Snapshots>,
     ) -> Fetcher {
-        let shared = Arc::new(Shared {
-            local,
-            incarnation,
-            leader,
-            transport,
-            config,
-            snapshots,
-            targets: Mutex::new(BTreeMap::new()),
-            retired_transfers: Mutex::new(Vec::new()),
-            changed: Watch::new(0),
-            stop: AtomicBool::new(false),
-        });
         Fetcher {
-            shared,
+            shared: Shared::new(local, incarnation, leader, transport, config, snapshots),
             thread: None,
         }
     }
@@ -152,19 +163,9 @@ impl Fetcher {
         config: ReplicationConfig,
         snapshots: Option<Snapshots>,
     ) -> std::io::Result<Fetcher> {
-        let shared = Arc::new(Shared {
-            local,
-            incarnation,
-            leader,
-            transport,
-            config,
-            snapshots,
-            targets: Mutex::new(BTreeMap::new()),
-            retired_transfers: Mutex::new(Vec::new()),
-            changed: Watch::new(0),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Shared::new(local, incarnation, leader, transport, config, snapshots);
         let thread_shared = Arc::clone(&shared);
+        crate::simulation::forbid_in_simulation("spawning a fetcher thread");
         let thread = std::thread::Builder::new()
             .name(format!("isrlog-fetch-{}-from-{}", local.0, leader.0))
             .spawn(move || run(&thread_shared))?;
@@ -533,6 +534,7 @@ fn start_transfer(shared: &Arc<Shared>, replica: &Arc<Replica>, epoch: LeaderEpo
     let thread_cancel = Arc::clone(&cancel);
     let thread_shared = Arc::clone(shared);
     let thread_replica = Arc::clone(replica);
+    crate::simulation::forbid_in_simulation("spawning a snapshot transfer thread");
     let spawned = std::thread::Builder::new()
         .name(format!("isrlog-snapshot-{}", log.0))
         .spawn(move || {

@@ -53,6 +53,9 @@ const SETTLE_ROUNDS_MAX: usize = 64;
 /// after its wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long after the calm every log must have settled (liveness).
+const SETTLE_WITHIN: Duration = Duration::from_secs(20);
+
 /// Mean simulated time between two disk faults.
 const DISK_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(15);
 
@@ -247,6 +250,9 @@ struct Machine {
     sessions: Vec<Session>,
     /// Opens that failed in a row.
     failed_opens: usize,
+    /// Its process's replica was checked against what was committed up
+    /// to here (its high watermark then).
+    checked_up_to: Offset,
     /// A restart after its storage failed is scheduled.
     restart_owed: bool,
 }
@@ -304,9 +310,10 @@ struct Run {
     acknowledged_by_epoch: BTreeMap<LeaderEpoch, Offset>,
     /// Where the reader goes on reading.
     read_position: Offset,
-    /// Every record the reader was served as committed, with its batch's
-    /// leader epoch.
-    read_committed: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
+    /// Every record served as committed so far, by the reader or by any
+    /// replica below its high watermark, with its batch's leader epoch: a
+    /// committed offset holds one record, everywhere and for good (G1, G2).
+    committed_seen: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
     expiry_at: Option<Duration>,
     in_flight: Vec<ClientAppend>,
     /// Acknowledged records by offset: what the clients were told is
@@ -337,7 +344,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         events: run.trace.events(),
         appends: run.appends,
         acknowledged: run.acknowledged.len() as u64,
-        read: run.read_committed.len() as u64,
+        read: run.committed_seen.len() as u64,
         crashes: run.crashes,
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
@@ -372,6 +379,7 @@ impl Run {
                 wake_at: None,
                 sessions: Vec::new(),
                 failed_opens: 0,
+                checked_up_to: Offset::ZERO,
                 restart_owed: false,
             })
             .collect();
@@ -387,7 +395,7 @@ impl Run {
             fetches: 0,
             acknowledged_by_epoch: BTreeMap::new(),
             read_position: Offset::ZERO,
-            read_committed: BTreeMap::new(),
+            committed_seen: BTreeMap::new(),
             config,
             clock,
             epoch,
@@ -448,8 +456,10 @@ impl Run {
             self.schedule.after(first, Event::DiskFault(node));
         }
         self.schedule.at(self.config.simulated, Event::Calm);
-        // After the calm, everything must settle within this much more.
-        let settle_by = self.config.simulated + Duration::from_secs(60);
+        // After the calm, everything must settle within this much more
+        // (liveness): elections, catching up, every append's outcome; with
+        // 1 s timeouts a few seconds suffice.
+        let settle_by = self.config.simulated + SETTLE_WITHIN;
         while let Some((at, event)) = self.schedule.next() {
             if at > settle_by {
                 return Err(format!(
@@ -499,6 +509,9 @@ impl Run {
                     self.schedule.after(next, Event::Read);
                 }
             }
+            // A crash drawn before the calm that falls after it does not
+            // happen: the calm is when faults stop.
+            Event::Crash { .. } if self.calm => {}
             Event::Crash { node, power_loss } => {
                 self.crash(node, power_loss);
                 let down_for = self.draw_interval(Duration::from_millis(500));
@@ -683,6 +696,7 @@ impl Run {
                 self.machines[index].node = Some(node);
                 self.machines[index].controller = controller;
                 self.machines[index].failed_opens = 0;
+                self.machines[index].checked_up_to = Offset::ZERO;
                 self.record(format_args!("node {index} opens ({previous:?})"));
                 Ok(())
             }
@@ -767,9 +781,12 @@ impl Run {
             };
             let current = node.fetch_sessions();
             let machine = &mut self.machines[follower];
-            machine
-                .sessions
-                .retain(|kept| current.iter().any(|c| c.is(&kept.fetch)));
+            // A retired fetcher's thread still applies the answer to the
+            // fetch it has out (it checks its stop only before the next), so
+            // a retired session stays until that answer or failure.
+            machine.sessions.retain(|kept| {
+                kept.outstanding.is_some() || current.iter().any(|c| c.is(&kept.fetch))
+            });
             for fetch in current {
                 if !machine.sessions.iter().any(|kept| kept.fetch.is(&fetch)) {
                     machine.sessions.push(Session {
@@ -859,6 +876,18 @@ impl Run {
         request: FetchRequest,
     ) {
         let Some(node) = self.machines.get(leader).and_then(|m| m.node.as_ref()) else {
+            // Nobody listens: the call fails at once, as the memory and TCP
+            // transports' calls to a dead node do.
+            let to = self.machines[leader].id;
+            self.fetch_answered(
+                follower,
+                to,
+                sequence,
+                Err(TransportError::Unreachable {
+                    to,
+                    reason: "no process".to_owned(),
+                }),
+            );
             return;
         };
         let from = self.machines[follower].id;
@@ -958,22 +987,32 @@ impl Run {
         let Some((_, in_flight)) = session.outstanding.take() else {
             return;
         };
-        if session.fetch.is_stopped() {
-            return;
-        }
         let seen = in_flight.seen();
         let failed = answer.is_err();
+        let mut wake = None;
         if let Some(until) = session.fetch.on_response(in_flight, answer, now) {
-            session.resume = Some((until.saturating_duration_since(epoch), seen));
+            let until = until.saturating_duration_since(epoch);
+            session.resume = Some((until, seen));
+            wake = Some(until);
+        }
+        // The back-off ends on time even if nothing else happens then.
+        if let Some(until) = wake {
+            self.schedule.at(until, Event::Wake(follower));
         }
         if failed {
             self.record(format_args!("fetch {sequence} {follower}<-{leader} failed"));
         }
     }
 
-    /// Checks that hold after every step: a leader's high watermark never
-    /// moves backwards within its epoch (G3), and never passes its log end.
+    /// Checks that hold after every step: every replica's records below
+    /// its high watermark are the ones committed there (G1, G2; each record
+    /// is compared once), a leader's high watermark never moves backwards
+    /// within its epoch (G3) and never passes its log end, and a leader's
+    /// committed end is above what earlier leaders acknowledged (SPEC 3.8).
     fn check_step(&mut self) -> Result<(), String> {
+        for index in 0..self.machines.len() {
+            self.check_committed_on(index)?;
+        }
         for index in 0..self.machines.len() {
             let Some(node) = self.machines[index].node.as_ref() else {
                 continue;
@@ -1068,7 +1107,7 @@ impl Run {
                     ));
                 }
                 let seen = (batch.leader_epoch(), record.value.to_vec());
-                if let Some(earlier) = self.read_committed.get(&record.offset) {
+                if let Some(earlier) = self.committed_seen.get(&record.offset) {
                     if *earlier != seen {
                         return Err(format!(
                             "G1: node {index} served {:?} at {} as committed, where {:?} was read as committed before",
@@ -1078,7 +1117,7 @@ impl Run {
                         ));
                     }
                 }
-                self.read_committed.insert(record.offset, seen);
+                self.committed_seen.insert(record.offset, seen);
                 read += 1;
             }
             self.read_position = batch.next_offset();
@@ -1236,7 +1275,7 @@ impl Run {
                 ));
             }
         }
-        for (offset, record) in &self.read_committed {
+        for (offset, record) in &self.committed_seen {
             let held = committed.get(offset);
             if held != Some(record) {
                 return Err(format!(
@@ -1259,6 +1298,55 @@ impl Run {
             "end: {} acknowledged, all committed on node {index}",
             self.acknowledged.len()
         ));
+        Ok(())
+    }
+
+    /// Compares node `index`'s records from where it was last checked up
+    /// to its high watermark with what was committed (served below a high
+    /// watermark anywhere) at those offsets.
+    fn check_committed_on(&mut self, index: usize) -> Result<(), String> {
+        let Some(log) = self.machines[index]
+            .node
+            .as_ref()
+            .and_then(|node| node.node().log(LOG).ok())
+        else {
+            return Ok(());
+        };
+        let high_watermark = log.high_watermark();
+        let mut from = self.machines[index]
+            .checked_up_to
+            .max(log.log_start_offset());
+        while from < high_watermark {
+            let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
+                Ok(batches) if !batches.is_empty() => batches,
+                // Failed storage (a supervisor restarts it) or nothing below
+                // the high watermark after all: look again next step.
+                _ => break,
+            };
+            for batch in &batches {
+                for record in batch.records() {
+                    let record =
+                        record.map_err(|error| format!("node {index}, a record: {error}"))?;
+                    let held = (batch.leader_epoch(), record.value.to_vec());
+                    match self.committed_seen.get(&record.offset) {
+                        Some(committed) if *committed != held => {
+                            return Err(format!(
+                                "G2: node {index} holds {:?} at {} below its high watermark {high_watermark}, where {:?} was committed",
+                                (held.0, String::from_utf8_lossy(&held.1)),
+                                record.offset,
+                                (committed.0, String::from_utf8_lossy(&committed.1))
+                            ));
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.committed_seen.insert(record.offset, held);
+                        }
+                    }
+                }
+                from = batch.next_offset();
+            }
+        }
+        self.machines[index].checked_up_to = from;
         Ok(())
     }
 

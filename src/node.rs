@@ -1269,29 +1269,30 @@ impl SteppedNode {
         self.node
     }
 
-    /// One pass of the control thread at `now` (the node's clock): every
-    /// coordinator event and command arrived so far, in arrival order,
-    /// then the timed duties. Returns how many events and commands it
+    /// The control thread's wake-ups at `now` (the node's clock), as many
+    /// as arrived work asks for: each handles one coordinator event (or,
+    /// with none, one command) and then the timed duties, as the thread
+    /// does after each `select`; with nothing arrived, one wake-up of the
+    /// timed duties alone. Returns how many events and commands it
     /// handled. It waits for nothing itself, but a duty may call the
     /// coordinator.
     pub(crate) fn step_control(&mut self, now: Instant) -> usize {
         let shared = &self.node.shared;
         let mut handled = 0;
         while !shared.is_stopped() {
-            let Ok(event) = self.events.try_recv() else {
+            if let Ok(event) = self.events.try_recv() {
+                self.control.on_event(shared, event);
+            } else if let Ok(command) = self.commands.try_recv() {
+                self.control.on_command(shared, command);
+            } else {
                 break;
-            };
-            self.control.on_event(shared, event);
+            }
             handled += 1;
+            self.control.on_tick(shared, now);
         }
-        while !shared.is_stopped() {
-            let Ok(command) = self.commands.try_recv() else {
-                break;
-            };
-            self.control.on_command(shared, command);
-            handled += 1;
+        if handled == 0 {
+            self.control.on_tick(shared, now);
         }
-        self.control.on_tick(shared, now);
         handled
     }
 

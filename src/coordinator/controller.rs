@@ -980,7 +980,9 @@ fn run(shared: &Shared, stopped: &Receiver<()>) {
 /// [`step`](Self::step) is one pass of the thread's loop, on the caller's
 /// thread and at the caller's `now`. Dropping it resigns nothing, as a
 /// crashed process would not; the seat is freed when the node's session
-/// ends.
+/// ends. Its waits (unclean recovery, hand-over) are measured on the clock
+/// it is given, the simulator's; a node's controller thread measures them
+/// on the system clock (`Controller::start`), whatever the node's clock.
 #[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 pub(crate) struct SteppedController {

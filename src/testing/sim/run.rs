@@ -58,6 +58,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long after the calm every log must have settled (liveness).
 const SETTLE_WITHIN: Duration = Duration::from_secs(20);
 
+/// Mean simulated time between two coordinator faults (lost write
+/// replies).
+const COORDINATOR_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
+
 /// Mean simulated time between two disk faults.
 const DISK_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(15);
 
@@ -65,7 +69,7 @@ const DISK_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(15);
 /// storage failed, or its open failed).
 const SUPERVISOR_RESTART_AFTER: Duration = Duration::from_secs(1);
 
-/// Opens in a row that may fail before the run fails.
+/// Opens in a row that may fail after the calm before the run fails.
 const OPEN_ATTEMPTS_MAX: usize = 10;
 
 /// Mean simulated time between two reads of the reader.
@@ -98,6 +102,9 @@ pub(crate) struct SimConfig {
     /// back empty, as a replaced disk would); at most one disk per run, so
     /// that another replica keeps every acknowledged record (G1(c)).
     pub(crate) disk_loss: f64,
+    /// Whether nodes lose coordinator write replies now and then, and half
+    /// the partitions also cut a node off from the coordinator.
+    pub(crate) coordinator_faults: bool,
     /// Whether disks fail writes and syncs with `EIO` now and then.
     pub(crate) disk_faults: bool,
     /// Trace lines kept for a failure's report.
@@ -122,6 +129,7 @@ impl SimConfig {
             partition_interval_mean: Some(Duration::from_secs(10)),
             disk_loss: 0.2,
             disk_faults: true,
+            coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
             crash_interval_mean: Some(Duration::from_secs(5)),
@@ -231,8 +239,14 @@ enum Event {
     FetchWaitOver,
     /// One node is cut off from the others.
     Partition(usize),
-    /// Every link is restored.
+    /// Every link is restored, and every node reaches the coordinator.
     Heal,
+    /// A node's next coordinator writes take effect but their replies are
+    /// lost (SPEC 3.4's writes whose outcome is unknown), which also cuts
+    /// it off from the coordinator until it reconnects.
+    LoseReplies(usize),
+    /// A node reaches the coordinator again.
+    Reconnect(usize),
     /// The coordinator expires the sessions whose time has come.
     ExpireSessions,
     /// The workload and faults end: nothing new is appended or broken.
@@ -452,6 +466,11 @@ impl Run {
             let first = self.draw_interval(mean);
             self.schedule_partition(first);
         }
+        if self.config.coordinator_faults {
+            let first = self.draw_interval(COORDINATOR_FAULT_INTERVAL_MEAN);
+            let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+            self.schedule.after(first, Event::LoseReplies(node));
+        }
         if self.config.disk_faults {
             let first = self.draw_interval(DISK_FAULT_INTERVAL_MEAN);
             let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
@@ -602,21 +621,62 @@ impl Run {
                         .filter(|id| *id != alone[0])
                         .collect();
                     self.wire.partition(&alone, &others);
-                    self.record(format_args!("node {index} is cut off"));
+                    // Half the partitions cut the node off from the
+                    // coordinator too: its session ends while it may still
+                    // lead (a zombie leader, SPEC 3.7).
+                    let from_coordinator = self.config.coordinator_faults && self.rng.chance(0.5);
+                    if from_coordinator {
+                        self.coordinator.set_node_unavailable(alone[0], true);
+                    }
+                    self.record(format_args!(
+                        "node {index} is cut off{}",
+                        if from_coordinator {
+                            ", from the coordinator too"
+                        } else {
+                            ""
+                        }
+                    ));
                     let heal_after = self.draw_interval(Duration::from_secs(2));
                     self.schedule.after(heal_after, Event::Heal);
                 }
             }
             Event::Heal => {
                 self.wire.heal();
+                for machine in &self.machines {
+                    self.coordinator.set_node_unavailable(machine.id, false);
+                }
                 self.record(format_args!("network heals"));
                 if let (false, Some(mean)) = (self.calm, self.config.partition_interval_mean) {
                     let next = self.draw_interval(mean);
                     self.schedule_partition(next);
                 }
             }
+            Event::LoseReplies(index) => {
+                if !self.calm {
+                    let id = self.machines[index].id;
+                    let count = 1 + (self.rng.next_u64() % 2) as usize;
+                    self.coordinator.lose_compare_and_set_replies(id, count);
+                    self.record(format_args!(
+                        "node {index} will lose the replies of its next {count} coordinator writes"
+                    ));
+                    let reconnect = self.draw_interval(Duration::from_secs(2));
+                    self.schedule.after(reconnect, Event::Reconnect(index));
+                    let next = self.draw_interval(COORDINATOR_FAULT_INTERVAL_MEAN);
+                    let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+                    self.schedule.after(next, Event::LoseReplies(node));
+                }
+            }
+            Event::Reconnect(index) => {
+                let id = self.machines[index].id;
+                self.coordinator.set_node_unavailable(id, false);
+                self.record(format_args!("node {index} reconnects to the coordinator"));
+            }
             Event::Calm => {
                 self.calm = true;
+                for machine in &self.machines {
+                    self.coordinator.lose_compare_and_set_replies(machine.id, 0);
+                    self.coordinator.set_node_unavailable(machine.id, false);
+                }
                 self.wire.heal();
                 self.wire.set_faults(NetworkFaults::default());
                 // Disk faults planned before the calm that did not hit yet
@@ -708,11 +768,15 @@ impl Run {
                 Ok(())
             }
             // A disk fault may fail an open once (an `EIO` planned for the
-            // n-th operation); the supervisor tries again. Anything else a
-            // run does to a disk a node must open through, so an open that
-            // keeps failing fails the run.
+            // n-th operation), a coordinator out of reach any open until it
+            // is back; the supervisor tries again. Once faults stopped, an
+            // open that keeps failing fails the run.
             Err(error) => {
-                self.machines[index].failed_opens += 1;
+                // Before the calm a coordinator out of reach can fail any
+                // number of opens; a supervisor keeps trying.
+                if self.calm {
+                    self.machines[index].failed_opens += 1;
+                }
                 if self.machines[index].failed_opens > OPEN_ATTEMPTS_MAX {
                     return Err(format!(
                         "node {index} cannot open after {OPEN_ATTEMPTS_MAX} attempts: {error}"

@@ -182,7 +182,7 @@ impl fmt::Display for SimFailure {
         )?;
         writeln!(
             f,
-            "replay: ISRLOG_SIM_SEED={} cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture",
+            "replay: ISRLOG_SIM_SEED={} ISRLOG_SIM_TRACE_LINES=100000 cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture",
             self.seed
         )?;
         writeln!(f, "last events:")?;
@@ -1624,8 +1624,13 @@ mod tests {
         // to look at): CI runs thousands.
         let verbose = std::env::var_os("ISRLOG_SIM_SEED").is_some()
             || std::env::var_os("ISRLOG_SIM_VERBOSE").is_some();
+        // A replay may keep more of the trace: ISRLOG_SIM_TRACE_LINES=N.
+        let trace_lines = variable("ISRLOG_SIM_TRACE_LINES").map(|n| n as usize);
         for seed in Seeds::from_env() {
-            let config = SimConfig::new(seed);
+            let mut config = SimConfig::new(seed);
+            if let Some(lines) = trace_lines {
+                config.trace_lines = lines;
+            }
             match run(&config) {
                 Ok(report) => {
                     seeds += 1;

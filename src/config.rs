@@ -147,8 +147,12 @@ pub struct ReplicationConfig {
     /// thread costs tens of microseconds; a short spin saves that on a hot
     /// path. The spin yields the core on every check, so it costs the
     /// threads it waits for almost nothing, and a waiter skips it when
-    /// others are already parked on the same value (heavy load). Default
-    /// 50 µs; zero disables spinning.
+    /// others are already parked on the same value (heavy load). It also
+    /// bounds how long a pipelined append's handle, awaited as a future
+    /// with no other pipelined append of its log in flight, spins in its
+    /// first poll for the outcome before it registers the task's waker
+    /// (so an executor's thread may be held that long). Default 50 µs;
+    /// zero disables spinning.
     pub spin_before_park: Duration,
     /// Kafka's `buffer.memory`, per log: the most bytes of batches that
     /// [`ReplicatedLog::append_pipelined`](crate::ReplicatedLog::append_pipelined)

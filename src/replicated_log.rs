@@ -171,7 +171,16 @@ impl ReplicatedLog {
                 return Err(error);
             }
         };
+        // With nothing else of this log in flight, the handle's first poll
+        // spins for the outcome rather than waking through the completion
+        // thread (see `AppendHandle::with_spin`).
+        let lone = self.replica.pipelined_pending() == 0;
         let (cell, handle) = Completion::new_pair_on(&self.node.completions);
+        let handle = if lone {
+            handle.with_spin(self.node.config.replication.spin_before_park)
+        } else {
+            handle
+        };
         self.replica
             .queue_pipelined(&appended, acks_all, bytes, cell);
         // This append's write may have decided others' outcomes. One left

@@ -1,0 +1,194 @@
+//! isrlog alone, for finding where time goes (issue 27): no openraft phase, one 3-node bench
+//! cluster, one measurement per run so that `perf stat` / `perf sched` / `perf record` see
+//! only it.
+//!
+//!   hops                 1 KiB acks=all appends one at a time, the outcome read five ways:
+//!                        blocking `append` (its wait spins), `append_pipelined` + `wait`,
+//!                        + `on_complete` (when the callback ran), + `.await` on tokio with
+//!                        1 and with 2 workers; p50/p90/p99 of each
+//!   hops block|wait|cb|tokio1|tokio2      one of them, 5 rounds
+//!   hops tput<clients>x<bytes>            e.g. tput256x100: closed-loop tokio tasks (2
+//!                        workers) awaiting `append_pipelined`, 3 s (SECS=...): ops/s,
+//!                        appends per leader write and per fetch, CPU microseconds per op
+//!                        (process user + system time over the window)
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use isrlog::{Acks, RecordBatchBuilder};
+use peers::isrlog_peer::{IsrCluster, IsrOptions};
+
+const N: usize = 20000;
+
+fn batch() -> isrlog::RecordBatch {
+    let mut b = RecordBatchBuilder::with_capacity(0, 1100);
+    b.push(&[0xA5u8; 1024]);
+    b.build().unwrap()
+}
+
+fn p(mut v: Vec<u64>) -> String {
+    v.sort_unstable();
+    format!(
+        "p50 {:6.1} us  p90 {:6.1}  p99 {:6.1}",
+        v[v.len() / 2] as f64 / 1e3,
+        v[v.len() * 9 / 10] as f64 / 1e3,
+        v[v.len() * 99 / 100] as f64 / 1e3
+    )
+}
+
+fn main() {
+    let c = IsrCluster::start(&IsrOptions::default(), None).unwrap();
+    let log = c.leader_log();
+    let b = batch();
+    let epoch = Instant::now();
+    let ns = move |t: Instant| t.duration_since(epoch).as_nanos() as u64;
+    let only: Option<String> = std::env::args().nth(1);
+    if let Some(m) = only.as_deref().and_then(|m| m.strip_prefix("tput")) {
+        // tput<clients>x<payload>: closed loop tokio tasks, 2 workers, 3 s
+        let (clients, payload) = m.split_once('x').unwrap();
+        let (clients, payload): (usize, usize) =
+            (clients.parse().unwrap(), payload.parse().unwrap());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let secs: f64 = std::env::var("SECS")
+            .ok()
+            .map_or(3.0, |s| s.parse().unwrap());
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicU64::new(0));
+        for _ in 0..clients {
+            let log = log.clone();
+            let done = done.clone();
+            let stop = stop.clone();
+            rt.spawn(async move {
+                let value = vec![0x5Au8; payload];
+                while stop.load(Ordering::Relaxed) == 0 {
+                    let mut b = RecordBatchBuilder::with_capacity(0, payload + 32);
+                    b.push(&value);
+                    let h = log
+                        .append_pipelined(&b.build().unwrap(), Acks::All)
+                        .unwrap();
+                    h.await.unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let d0 = done.load(Ordering::Relaxed);
+        let s0 = log.log_stats();
+        let n0 = c.memory_network_calls();
+        let cpu0 = cpu_secs();
+        let t0 = Instant::now();
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+        let d1 = done.load(Ordering::Relaxed);
+        let s1 = log.log_stats();
+        let n1 = c.memory_network_calls();
+        let cpu1 = cpu_secs();
+        let dt = t0.elapsed().as_secs_f64();
+        stop.store(1, Ordering::Relaxed);
+        let ops = (d1 - d0) as f64;
+        println!(
+            "{clients} x {payload} B: {:.0} ops/s; per leader write {:.1} appends, {:.2} batches; per fetch {:.1} appends; cpu {:.2} us/op",
+            ops / dt,
+            ops / (s1.appends - s0.appends) as f64,
+            (s1.batches_appended - s0.batches_appended) as f64 / (s1.appends - s0.appends) as f64,
+            ops / (n1 - n0) as f64,
+            (cpu1 - cpu0) * 1e6 / ops,
+        );
+        drop(rt);
+        c.shutdown().unwrap();
+        return;
+    }
+    let want = |m: &str| only.as_deref().is_none_or(|o| o == m);
+    let rounds = if only.is_some() { 5 } else { 2 };
+    for round in 0..rounds {
+        if want("block") {
+            // 1. blocking append
+            let mut v = Vec::new();
+            for _ in 0..N {
+                let t0 = Instant::now();
+                log.append(&b, Acks::All).unwrap();
+                v.push(t0.elapsed().as_nanos() as u64);
+            }
+            println!("{round} append (blocking, spins)        {}", p(v));
+        }
+        if want("wait") {
+            // 2. pipelined + wait (condvar wake from the resolver)
+            let mut v = Vec::new();
+            let mut call = Vec::new();
+            for _ in 0..N {
+                let t0 = Instant::now();
+                let h = log.append_pipelined(&b, Acks::All).unwrap();
+                call.push(t0.elapsed().as_nanos() as u64);
+                h.wait().unwrap();
+                v.push(t0.elapsed().as_nanos() as u64);
+            }
+            println!("{round} append_pipelined call             {}", p(call));
+            println!("{round} pipelined + wait                  {}", p(v));
+        }
+        if want("cb") {
+            // 3. pipelined + callback on the runner; the caller spins on a flag
+            let done = Arc::new(AtomicU64::new(0));
+            let mut v = Vec::new();
+            let mut cb = Vec::new();
+            for _ in 0..N {
+                done.store(0, Ordering::SeqCst);
+                let t0 = Instant::now();
+                let h = log.append_pipelined(&b, Acks::All).unwrap();
+                let d = done.clone();
+                h.on_complete(move |_| d.store(ns(Instant::now()), Ordering::SeqCst));
+                let mut at;
+                loop {
+                    at = done.load(Ordering::SeqCst);
+                    if at != 0 {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+                cb.push(at - ns(t0));
+                v.push(t0.elapsed().as_nanos() as u64);
+            }
+            println!("{round} pipelined + callback (runs at)    {}", p(cb));
+        }
+        // 4. tokio, 2 workers, one task awaiting
+        for workers in [1usize, 2] {
+            if !want(&format!("tokio{workers}")) {
+                continue;
+            }
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+                .unwrap();
+            let log2 = log.clone();
+            let b2 = b.clone();
+            let v = rt.block_on(async move {
+                tokio::spawn(async move {
+                    let mut v = Vec::new();
+                    for _ in 0..N {
+                        let t0 = Instant::now();
+                        let h = log2.append_pipelined(&b2, Acks::All).unwrap();
+                        h.await.unwrap();
+                        v.push(t0.elapsed().as_nanos() as u64);
+                    }
+                    v
+                })
+                .await
+                .unwrap()
+            });
+            println!("{round} tokio {workers} workers, await          {}", p(v));
+        }
+    }
+    c.shutdown().unwrap();
+}
+
+/// CPU seconds of this process (user + system), from /proc/self/stat.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}

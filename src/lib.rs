@@ -79,6 +79,14 @@
 //!
 //! let leader = nodes[0].wait_for_log(log, Duration::from_secs(5))?;
 //! leader.wait_until_leader(Duration::from_secs(5))?;
+//! // The nodes started one after another: the controller may have taken a
+//! // follower that was not up yet out of the ISR (SPEC 3.5), and an
+//! // `acks=all` append is refused below `min_insync_replicas`. It rejoins
+//! // once it has fetched up to the leader's end.
+//! let deadline = std::time::Instant::now() + Duration::from_secs(5);
+//! while leader.in_sync_replicas().len() < 3 && std::time::Instant::now() < deadline {
+//!     std::thread::sleep(Duration::from_millis(10));
+//! }
 //! let appended = leader.append_values(&[b"hello", b"world"], Acks::All)?;
 //! assert_eq!(appended.base_offset, Offset(0));
 //!

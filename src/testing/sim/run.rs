@@ -237,6 +237,9 @@ enum Event {
     },
     /// A parked fetch's wait ends: it is answered with what there is.
     FetchWaitOver,
+    /// A node's idle or backing-off fetch session may ask again (the
+    /// sessions are driven after every event).
+    FetchResume(usize),
     /// One node is cut off from the others.
     Partition(usize),
     /// Every link is restored, and every node reaches the coordinator.
@@ -609,8 +612,9 @@ impl Run {
                 sequence,
                 Err(TransportError::Timeout { to: leader }),
             ),
-            // The parked fetches are looked at after every event.
-            Event::FetchWaitOver => {}
+            // The parked fetches are looked at, and the sessions driven,
+            // after every event.
+            Event::FetchWaitOver | Event::FetchResume(_) => {}
             Event::Partition(index) => {
                 if !self.calm {
                     let alone = [self.machines[index].id];
@@ -897,7 +901,7 @@ impl Run {
                 }
             }
             for until in wakes {
-                self.schedule.at(until, Event::Wake(follower));
+                self.schedule.at(until, Event::FetchResume(follower));
             }
             for (leader, sequence, request) in sends {
                 self.send_fetch(follower, leader, sequence, request);
@@ -1071,7 +1075,7 @@ impl Run {
         }
         // The back-off ends on time even if nothing else happens then.
         if let Some(until) = wake {
-            self.schedule.at(until, Event::Wake(follower));
+            self.schedule.at(until, Event::FetchResume(follower));
         }
         if failed {
             self.record(format_args!("fetch {sequence} {follower}<-{leader} failed"));
@@ -1368,7 +1372,13 @@ impl Run {
                 ));
             }
         }
-        self.check_replicas_agree()?;
+        // G2 over whole logs once more: the step checks see each replica's
+        // records once, so one rewritten below where its replica was
+        // already checked would go unseen.
+        for index in 0..self.machines.len() {
+            self.machines[index].checked_up_to = Offset::ZERO;
+            self.check_committed_on(index)?;
+        }
         let seated = self
             .machines
             .iter()
@@ -1430,35 +1440,6 @@ impl Run {
             }
         }
         self.machines[index].checked_up_to = from;
-        Ok(())
-    }
-
-    /// G2: every two live replicas hold the same records, in the same
-    /// leader epochs, below the lower of their high watermarks.
-    fn check_replicas_agree(&self) -> Result<(), String> {
-        let mut logs = Vec::new();
-        for (index, machine) in self.machines.iter().enumerate() {
-            let Some(log) = machine.node.as_ref().and_then(|n| n.node().log(LOG).ok()) else {
-                continue;
-            };
-            logs.push((index, log.high_watermark(), committed_records(index, &log)?));
-        }
-        for (i, (a, a_high, a_records)) in logs.iter().enumerate() {
-            for (b, b_high, b_records) in &logs[i + 1..] {
-                let below = (*a_high).min(*b_high);
-                for (offset, record) in a_records.range(..below) {
-                    if let Some(other) = b_records.get(offset) {
-                        if other != record {
-                            return Err(format!(
-                                "G2: nodes {a} and {b} disagree at {offset}, below both high watermarks ({a_high}, {b_high}): {:?} against {:?}",
-                                (record.0, String::from_utf8_lossy(&record.1)),
-                                (other.0, String::from_utf8_lossy(&other.1))
-                            ));
-                        }
-                    }
-                }
-            }
-        }
         Ok(())
     }
 

@@ -3918,6 +3918,11 @@ impl ControlCore {
     /// clock: the earliest timed duty, and at most one tick after the last.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn next_wake(&self) -> Instant {
+        debug_assert_eq!(
+            self.next_flush.is_some(),
+            self.flush_interval.is_some(),
+            "the idle flush is timed exactly when it has an interval"
+        );
         let next_tick = self.last_tick + self.tick;
         if self.duties_paused {
             return next_tick;

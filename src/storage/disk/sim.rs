@@ -471,6 +471,12 @@ impl SimDisk {
         self.lock().space_bytes_max = bytes;
     }
 
+    /// Bytes the files of the live namespace take (what the budget of
+    /// [`set_space_bytes_max`](Self::set_space_bytes_max) counts).
+    pub fn used_bytes(&self) -> u64 {
+        self.lock().used_bytes()
+    }
+
     /// Charges `latency` for each later operation.
     pub fn set_latency(&self, latency: Latency) {
         self.lock().latency = latency;

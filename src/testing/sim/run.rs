@@ -19,8 +19,8 @@
 //! answer fails at its deadline, as a transport call would. Faults are
 //! process crashes and power losses, half of them tearing unsynced writes
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
-//! through both), a lost disk, `EIO` from writes and syncs, and network
-//! faults.
+//! through both), a lost disk, `EIO` from writes and syncs, full disks
+//! (`ENOSPC` until an operator frees space), and network faults.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -65,6 +65,19 @@ const COORDINATOR_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 /// Mean simulated time between two disk faults.
 const DISK_FAULT_INTERVAL_MEAN: Duration = Duration::from_secs(15);
 
+/// Mean simulated time between two disks filling up.
+const FULL_DISK_INTERVAL_MEAN: Duration = Duration::from_secs(20);
+
+/// Mean simulated time a full disk stays full before an operator frees
+/// space.
+const FULL_DISK_FOR_MEAN: Duration = Duration::from_secs(3);
+
+/// A full disk's budget is its usage when it fills plus up to this much:
+/// a few dozen appends, or none, still fit (a roll, or a restart's reopen
+/// of its active segment, which preallocate an index of
+/// `index_bytes_max`, do not).
+const FULL_DISK_SLACK_BYTES_MAX: u64 = 4 * 1024;
+
 /// How long a supervisor waits before it starts a node again (after its
 /// storage failed, or its open failed).
 const SUPERVISOR_RESTART_AFTER: Duration = Duration::from_secs(1);
@@ -107,6 +120,11 @@ pub(crate) struct SimConfig {
     pub(crate) coordinator_faults: bool,
     /// Whether disks fail writes and syncs with `EIO` now and then.
     pub(crate) disk_faults: bool,
+    /// Whether disks fill up now and then: a node's space budget is set a
+    /// little above what its files take, so that its writes soon fail with
+    /// `ENOSPC`, and lifted a few seconds later (an operator frees space),
+    /// at the calm at the latest.
+    pub(crate) full_disks: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -129,6 +147,7 @@ impl SimConfig {
             partition_interval_mean: Some(Duration::from_secs(10)),
             disk_loss: 0.2,
             disk_faults: true,
+            full_disks: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -155,6 +174,10 @@ pub(crate) struct SimReport {
     /// Disk faults planned (each fails one operation, if the node gets
     /// that far before its next crash).
     pub(crate) disk_faults: u64,
+    /// Times a disk filled up (its space budget was set).
+    pub(crate) full_disks: u64,
+    /// Writes the full disks refused with `ENOSPC`.
+    pub(crate) full_disk_refusals: u64,
     /// Restarts of nodes whose storage failed.
     pub(crate) supervisor_restarts: u64,
     /// Leader elections the controllers wrote: (all, unclean).
@@ -209,6 +232,11 @@ enum Event {
     Restart(usize),
     /// A node's disk fails one of its next writes or syncs with `EIO`.
     DiskFault(usize),
+    /// A node's disk fills up: its space budget is set a little above what
+    /// its files take.
+    DiskFull(usize),
+    /// An operator frees space on a node's disk: its budget is lifted.
+    DiskFreed(usize),
     /// A node whose storage failed is restarted by its supervisor (an
     /// operator, systemd): the only way a poisoned log recovers.
     SupervisorRestart(usize),
@@ -344,6 +372,9 @@ struct Run {
     power_losses: u64,
     disks_lost: u64,
     disk_faults: u64,
+    full_disks: u64,
+    /// `ENOSPC` refusals of disks replaced since (lost with their machine).
+    full_disk_refusals_of_lost_disks: u64,
     supervisor_restarts: u64,
     /// Elections written by controllers whose process has ended.
     elections: (u64, u64),
@@ -368,6 +399,13 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
         disk_faults: run.disk_faults,
+        full_disks: run.full_disks,
+        full_disk_refusals: run.full_disk_refusals_of_lost_disks
+            + run
+                .machines
+                .iter()
+                .map(|m| m.disk.stats().full_disk_failures)
+                .sum::<u64>(),
         supervisor_restarts: run.supervisor_restarts,
         elections: run.elections,
         background_jobs: run.background_jobs,
@@ -429,6 +467,8 @@ impl Run {
             power_losses: 0,
             disks_lost: 0,
             disk_faults: 0,
+            full_disks: 0,
+            full_disk_refusals_of_lost_disks: 0,
             supervisor_restarts: 0,
             elections: (0, 0),
             background_jobs: 0,
@@ -478,6 +518,11 @@ impl Run {
             let first = self.draw_interval(DISK_FAULT_INTERVAL_MEAN);
             let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
             self.schedule.after(first, Event::DiskFault(node));
+        }
+        if self.config.full_disks {
+            let first = self.draw_interval(FULL_DISK_INTERVAL_MEAN);
+            let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+            self.schedule.after(first, Event::DiskFull(node));
         }
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more
@@ -565,6 +610,29 @@ impl Run {
                     let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
                     self.schedule.after(next, Event::DiskFault(node));
                 }
+            }
+            Event::DiskFull(index) => {
+                if !self.calm {
+                    let disk = &self.machines[index].disk;
+                    let used = disk.used_bytes();
+                    let slack = self.rng.next_u64() % (FULL_DISK_SLACK_BYTES_MAX + 1);
+                    disk.set_space_bytes_max(Some(used + slack));
+                    self.full_disks += 1;
+                    self.record(format_args!(
+                        "node {index}'s disk is full: {used} bytes used, {slack} more fit"
+                    ));
+                    let freed_after = self.draw_interval(FULL_DISK_FOR_MEAN);
+                    self.schedule.after(freed_after, Event::DiskFreed(index));
+                    let next = freed_after + self.draw_interval(FULL_DISK_INTERVAL_MEAN);
+                    let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+                    self.schedule.after(next, Event::DiskFull(node));
+                }
+            }
+            // The calm frees every disk's space too; a disk lost since it
+            // filled has no budget.
+            Event::DiskFreed(index) => {
+                self.machines[index].disk.set_space_bytes_max(None);
+                self.record(format_args!("node {index}'s disk has space again"));
             }
             // Owed no more if the process crashed meanwhile.
             Event::SupervisorRestart(index) => {
@@ -685,8 +753,10 @@ impl Run {
                 self.wire.set_faults(NetworkFaults::default());
                 // Disk faults planned before the calm that did not hit yet
                 // are called off too.
+                // So are full disks: an operator frees their space.
                 for machine in &self.machines {
                     machine.disk.fail_with_eio(EioPlan::Never, &[]);
+                    machine.disk.set_space_bytes_max(None);
                 }
                 self.record(format_args!("calm"));
                 // Whoever is down comes back.
@@ -823,6 +893,7 @@ impl Run {
         let disk_lost = self.disks_lost == 0 && self.rng.chance(self.config.disk_loss);
         if disk_lost {
             self.disks_lost += 1;
+            self.full_disk_refusals_of_lost_disks += disk.stats().full_disk_failures;
             let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
             self.machines[index].disk = SimDisk::new(seed);
         }
@@ -1294,14 +1365,12 @@ impl Run {
                         ));
                     }
                 }
-                Err(error) => {
-                    let kind = match error {
-                        Error::Shutdown => "shutdown",
-                        Error::Timeout { .. } => "timeout",
-                        _ => "error",
-                    };
-                    self.record(format_args!("{name} failed: {kind}"));
-                }
+                Err(error) => match error {
+                    Error::Shutdown => self.record(format_args!("{name} failed: shutdown")),
+                    Error::Timeout { .. } => self.record(format_args!("{name} failed: timeout")),
+                    // Say which error: a full disk's must be a clear one.
+                    error => self.record(format_args!("{name} failed: {error}")),
+                },
             }
         }
         Ok(())
@@ -1626,7 +1695,7 @@ mod tests {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
@@ -1636,6 +1705,8 @@ mod tests {
                         report.power_losses,
                         report.disks_lost,
                         report.disk_faults,
+                        report.full_disks,
+                        report.full_disk_refusals,
                         report.supervisor_restarts,
                         report.elections,
                         report.background_jobs

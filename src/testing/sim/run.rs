@@ -20,7 +20,8 @@
 //! process crashes and power losses, half of them tearing unsynced writes
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
 //! through both), a lost disk, `EIO` from writes and syncs, full disks
-//! (`ENOSPC` until an operator frees space), and network faults.
+//! (`ENOSPC` until an operator frees space), bit flips on one node's disk
+//! (replaced at the calm), and network faults.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -78,6 +79,9 @@ const FULL_DISK_FOR_MEAN: Duration = Duration::from_secs(3);
 /// `index_bytes_max`, do not).
 const FULL_DISK_SLACK_BYTES_MAX: u64 = 4 * 1024;
 
+/// Mean simulated time between two bit flips on a run's flipped disk.
+const BIT_FLIP_INTERVAL_MEAN: Duration = Duration::from_secs(10);
+
 /// How long a supervisor waits before it starts a node again (after its
 /// storage failed, or its open failed).
 const SUPERVISOR_RESTART_AFTER: Duration = Duration::from_secs(1);
@@ -113,7 +117,8 @@ pub(crate) struct SimConfig {
     pub(crate) crash_interval_mean: Option<Duration>,
     /// Probability that a crash also loses the machine's disk (it comes
     /// back empty, as a replaced disk would); at most one disk per run, so
-    /// that another replica keeps every acknowledged record (G1(c)).
+    /// that another replica keeps every acknowledged record (G1(c)), and
+    /// only the flipped disk in a run with bit flips.
     pub(crate) disk_loss: f64,
     /// Whether nodes lose coordinator write replies now and then, and half
     /// the partitions also cut a node off from the coordinator.
@@ -125,6 +130,11 @@ pub(crate) struct SimConfig {
     /// `ENOSPC`, and lifted a few seconds later (an operator frees space),
     /// at the calm at the latest.
     pub(crate) full_disks: bool,
+    /// Whether half the runs flip bits in the stored files (segments,
+    /// indexes, checkpoints, any file) of one node's disk now and then; the
+    /// calm replaces that disk if a flip landed on it (see
+    /// [`Run::replace_flipped_disk`]).
+    pub(crate) bit_flips: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -148,6 +158,7 @@ impl SimConfig {
             disk_loss: 0.2,
             disk_faults: true,
             full_disks: true,
+            bit_flips: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -178,6 +189,13 @@ pub(crate) struct SimReport {
     pub(crate) full_disks: u64,
     /// Writes the full disks refused with `ENOSPC`.
     pub(crate) full_disk_refusals: u64,
+    /// Bits flipped in stored files.
+    pub(crate) bit_flips: u64,
+    /// Distinct `Corrupt` errors the flipped disk's node gave (reads by the
+    /// reader and the checks, and opens; one that repeats counts once).
+    pub(crate) corrupt_errors: u64,
+    /// Flipped disks the calm replaced.
+    pub(crate) flipped_disks_replaced: u64,
     /// Restarts of nodes whose storage failed.
     pub(crate) supervisor_restarts: u64,
     /// Leader elections the controllers wrote: (all, unclean).
@@ -237,6 +255,8 @@ enum Event {
     DiskFull(usize),
     /// An operator frees space on a node's disk: its budget is lifted.
     DiskFreed(usize),
+    /// A bit of a stored file on the run's flipped disk flips.
+    BitFlip,
     /// A node whose storage failed is restarted by its supervisor (an
     /// operator, systemd): the only way a poisoned log recovers.
     SupervisorRestart(usize),
@@ -302,6 +322,10 @@ struct Machine {
     checked_up_to: Offset,
     /// A restart after its storage failed is scheduled.
     restart_owed: bool,
+    /// Bits flipped on its disk (since it was last replaced).
+    flipped: u64,
+    /// The last `Corrupt` error it gave, traced once.
+    last_corrupt: Option<String>,
 }
 
 /// A fetcher's session as the run drives it: one fetch at a time.
@@ -373,6 +397,11 @@ struct Run {
     disks_lost: u64,
     disk_faults: u64,
     full_disks: u64,
+    /// The one node whose disk has bits flipped in this run, if any.
+    flip_node: Option<usize>,
+    bit_flips: u64,
+    corrupt_errors: u64,
+    flipped_disks_replaced: u64,
     /// `ENOSPC` refusals of disks replaced since (lost with their machine).
     full_disk_refusals_of_lost_disks: u64,
     supervisor_restarts: u64,
@@ -406,6 +435,9 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
                 .iter()
                 .map(|m| m.disk.stats().full_disk_failures)
                 .sum::<u64>(),
+        bit_flips: run.bit_flips,
+        corrupt_errors: run.corrupt_errors,
+        flipped_disks_replaced: run.flipped_disks_replaced,
         supervisor_restarts: run.supervisor_restarts,
         elections: run.elections,
         background_jobs: run.background_jobs,
@@ -438,6 +470,8 @@ impl Run {
                 failed_opens: 0,
                 checked_up_to: Offset::ZERO,
                 restart_owed: false,
+                flipped: 0,
+                last_corrupt: None,
             })
             .collect();
         Run {
@@ -468,6 +502,10 @@ impl Run {
             disks_lost: 0,
             disk_faults: 0,
             full_disks: 0,
+            flip_node: None,
+            bit_flips: 0,
+            corrupt_errors: 0,
+            flipped_disks_replaced: 0,
             full_disk_refusals_of_lost_disks: 0,
             supervisor_restarts: 0,
             elections: (0, 0),
@@ -523,6 +561,12 @@ impl Run {
             let first = self.draw_interval(FULL_DISK_INTERVAL_MEAN);
             let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
             self.schedule.after(first, Event::DiskFull(node));
+        }
+        if self.config.bit_flips && self.rng.chance(0.5) {
+            let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+            self.flip_node = Some(node);
+            let first = self.draw_interval(BIT_FLIP_INTERVAL_MEAN);
+            self.schedule.after(first, Event::BitFlip);
         }
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more
@@ -633,6 +677,40 @@ impl Run {
             Event::DiskFreed(index) => {
                 self.machines[index].disk.set_space_bytes_max(None);
                 self.record(format_args!("node {index}'s disk has space again"));
+            }
+            Event::BitFlip => {
+                if let (false, Some(index)) = (self.calm, self.flip_node) {
+                    // Mostly segments, where the records are; a file is
+                    // drawn first, then a byte, and the few small files
+                    // (identity, checkpoints) would otherwise take most
+                    // flips, each stopping the node for the rest of the run.
+                    let class = self.rng.next_u64() % 8;
+                    let chosen = |path: &std::path::Path| {
+                        let extension = path.extension().and_then(|e| e.to_str());
+                        match class {
+                            0..=5 => extension == Some("log"),
+                            6 => extension == Some("index"),
+                            _ => !matches!(extension, Some("log" | "index")),
+                        }
+                    };
+                    let disk = &self.machines[index].disk;
+                    let flipped = disk
+                        .flip_random_bit(chosen)
+                        .or_else(|| disk.flip_random_bit(|_| true));
+                    match flipped {
+                        Some((path, position, bit)) => {
+                            self.bit_flips += 1;
+                            self.machines[index].flipped += 1;
+                            self.record(format_args!(
+                                "node {index}'s disk flips bit {bit} of byte {position} of {}",
+                                path.display()
+                            ));
+                        }
+                        None => self.record(format_args!("node {index}'s disk has no file")),
+                    }
+                    let next = self.draw_interval(BIT_FLIP_INTERVAL_MEAN);
+                    self.schedule.after(next, Event::BitFlip);
+                }
             }
             // Owed no more if the process crashed meanwhile.
             Event::SupervisorRestart(index) => {
@@ -759,6 +837,7 @@ impl Run {
                     machine.disk.set_space_bytes_max(None);
                 }
                 self.record(format_args!("calm"));
+                self.replace_flipped_disk();
                 // Whoever is down comes back.
                 for index in 0..self.machines.len() {
                     if self.machines[index].node.is_none() {
@@ -846,6 +925,9 @@ impl Run {
             // is back; the supervisor tries again. Once faults stopped, an
             // open that keeps failing fails the run.
             Err(error) => {
+                if matches!(error, Error::Corrupt { .. }) {
+                    self.corrupt_error(index, &error)?;
+                }
                 // Before the calm a coordinator out of reach can fail any
                 // number of opens; a supervisor keeps trying.
                 if self.calm {
@@ -890,12 +972,17 @@ impl Run {
         // A planned fault that did not hit yet is called off: it was meant
         // for this process.
         disk.fail_with_eio(EioPlan::Never, &[]);
-        let disk_lost = self.disks_lost == 0 && self.rng.chance(self.config.disk_loss);
+        // Bit flips damage one disk, a lost disk another would leave a
+        // committed record on one intact copy at most (G1(c) promises it
+        // only with one replica from the ISR back with its disk; G5 a clear
+        // error for a flipped byte, not the record): in a run with flips
+        // only the flipped disk is lost.
+        let disk_lost = self.disks_lost == 0
+            && self.flip_node.is_none_or(|flipped| flipped == index)
+            && self.rng.chance(self.config.disk_loss);
         if disk_lost {
             self.disks_lost += 1;
-            self.full_disk_refusals_of_lost_disks += disk.stats().full_disk_failures;
-            let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
-            self.machines[index].disk = SimDisk::new(seed);
+            self.new_disk(index);
         }
         self.machines[index].sessions.clear();
         // A new process is a new leader tenure, even in the same epoch.
@@ -914,6 +1001,51 @@ impl Run {
                 ""
             },
             if disk_lost { ", its disk lost" } else { "" }
+        ));
+    }
+
+    /// Gives machine `index` an empty disk (its process is down).
+    fn new_disk(&mut self, index: usize) {
+        let old = &self.machines[index].disk;
+        self.full_disk_refusals_of_lost_disks += old.stats().full_disk_failures;
+        let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
+        self.machines[index].disk = SimDisk::new(seed);
+        self.machines[index].flipped = 0;
+        self.machines[index].last_corrupt = None;
+    }
+
+    /// At the calm, an operator replaces the flipped disk if a flip landed
+    /// on it since it was last replaced, and its node comes back on the
+    /// empty disk as one that lost its data (SPEC 2.8) and refetches.
+    ///
+    /// SPEC promises for a flipped byte (G5, 2.3) a clear error or a clean
+    /// recovery, and no wrong record or silent loss: the per-step checks
+    /// hold the flipped node to that until the calm. It does not promise
+    /// that the replica heals: a batch flipped below the recovery point is
+    /// `Corrupt` on every read (a leader answers such fetches with an
+    /// error, and a follower that needs them waits), and a log whose
+    /// recovery finds damage below what may have been committed refuses to
+    /// open (2.3). That is where an operator steps in, so the liveness
+    /// check after the calm (every replica at the leader's log end within
+    /// 20 s) is made of the other two disks, which hold every committed
+    /// record (at least one of the two ISR members a commit needs), and
+    /// the flipped node's refetch.
+    fn replace_flipped_disk(&mut self) {
+        let Some(index) = self.flip_node else {
+            return;
+        };
+        let flips = self.machines[index].flipped;
+        if flips == 0 {
+            return;
+        }
+        // A crash here may lose the disk already; replacing it is the same.
+        self.crash(index, false);
+        if self.machines[index].flipped > 0 {
+            self.new_disk(index);
+        }
+        self.flipped_disks_replaced += 1;
+        self.record(format_args!(
+            "an operator replaces node {index}'s disk ({flips} bits flipped on it)"
         ));
     }
 
@@ -1239,6 +1371,11 @@ impl Run {
         let from = self.read_position.max(log.log_start_offset());
         let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
             Ok(batches) => batches,
+            Err(error @ Error::Corrupt { .. }) => {
+                self.corrupt_error(index, &error)?;
+                self.record(format_args!("read from node {index} at {from}: {error}"));
+                return Ok(());
+            }
             Err(error) => {
                 self.record(format_args!("read from node {index} at {from}: {error}"));
                 return Ok(());
@@ -1481,6 +1618,10 @@ impl Run {
         while from < high_watermark {
             let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
                 Ok(batches) if !batches.is_empty() => batches,
+                Err(error @ Error::Corrupt { .. }) => {
+                    self.corrupt_error(index, &error)?;
+                    break;
+                }
                 // Failed storage (a supervisor restarts it) or nothing below
                 // the high watermark after all: look again next step.
                 _ => break,
@@ -1509,6 +1650,25 @@ impl Run {
             }
         }
         self.machines[index].checked_up_to = from;
+        Ok(())
+    }
+
+    /// A `Corrupt` error from node `index` (a read, or an open): a clear
+    /// error, as G5 asks for a flipped byte, when a bit flipped on its
+    /// disk; a bug otherwise (no other fault changes a byte a sync made
+    /// durable, and recovery cuts torn tails).
+    fn corrupt_error(&mut self, index: usize, error: &Error) -> Result<(), String> {
+        if self.machines[index].flipped == 0 {
+            return Err(format!(
+                "G5: node {index}, whose disk has no flipped bit, finds corrupt data: {error}"
+            ));
+        }
+        let text = error.to_string();
+        if self.machines[index].last_corrupt.as_ref() != Some(&text) {
+            self.corrupt_errors += 1;
+            self.record(format_args!("node {index}: {text}"));
+            self.machines[index].last_corrupt = Some(text);
+        }
         Ok(())
     }
 
@@ -1678,6 +1838,9 @@ mod tests {
     fn simulated_runs() {
         let started = Instant::now();
         let (mut seeds, mut events, mut simulated) = (0u64, 0u64, Duration::ZERO);
+        // Disk faults over all seeds: EIO planned, full disks, ENOSPC
+        // refusals, bit flips, corrupt errors, flipped disks replaced.
+        let mut disk = [0u64; 6];
         let mut range = None;
         // Each seed's summary only when asked for (a replay, or a few seeds
         // to look at): CI runs thousands.
@@ -1695,12 +1858,22 @@ mod tests {
                     seeds += 1;
                     events += report.events;
                     simulated += config.simulated;
+                    for (total, count) in disk.iter_mut().zip([
+                        report.disk_faults,
+                        report.full_disks,
+                        report.full_disk_refusals,
+                        report.bit_flips,
+                        report.corrupt_errors,
+                        report.flipped_disks_replaced,
+                    ]) {
+                        *total += count;
+                    }
                     range = Some((range.map_or(seed, |(first, _)| first), seed));
                     if !verbose {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
@@ -1712,6 +1885,9 @@ mod tests {
                         report.disk_faults,
                         report.full_disks,
                         report.full_disk_refusals,
+                        report.bit_flips,
+                        report.corrupt_errors,
+                        report.flipped_disks_replaced,
                         report.supervisor_restarts,
                         report.elections,
                         report.background_jobs
@@ -1726,6 +1902,10 @@ mod tests {
             simulated.as_secs_f64(),
             seeds as f64 / elapsed,
             seeds as f64 / elapsed * 3600.0
+        );
+        let [eio, full, enospc, flips, corrupt, replaced] = disk;
+        eprintln!(
+            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced)"
         );
     }
 

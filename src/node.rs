@@ -1302,6 +1302,15 @@ impl SteppedNode {
         self.control.next_wake()
     }
 
+    /// Whether the control thread would wake at `now`: a coordinator event
+    /// or a command waits, or [`next_wake`](Self::next_wake) has come. A
+    /// driver that steps the control only then steps it as the thread
+    /// runs. (An ended event stream also wakes the thread; it is not seen
+    /// here: the memory coordinator a simulator uses never ends one.)
+    pub(crate) fn is_control_due(&self, now: Instant) -> bool {
+        now >= self.control.next_wake() || !self.events.is_empty() || !self.commands.is_empty()
+    }
+
     /// The deadline thread's pass ([`NodeShared::expire_deadlines`]).
     pub(crate) fn expire_deadlines(&self) {
         self.node.shared.expire_deadlines();

@@ -1035,6 +1035,19 @@ impl SteppedController {
         self.driver.next_wake()
     }
 
+    /// Whether the controller thread would wake at `now`: an event waits,
+    /// or [`next_wake`](Self::next_wake) has come. (An ended subscription
+    /// also wakes the thread; it is not seen here: the memory coordinator
+    /// a simulator uses never ends one.)
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
+        now >= self.driver.next_wake()
+            || self
+                .driver
+                .subscription
+                .as_ref()
+                .is_some_and(|events| !events.is_empty())
+    }
+
     /// The controller epoch held, as of the last step.
     pub(crate) fn controller_epoch(&self) -> Option<ControllerEpoch> {
         match self.shared.active_epoch.load(Ordering::SeqCst) {

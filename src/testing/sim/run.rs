@@ -328,6 +328,19 @@ struct Machine {
     last_corrupt: Option<String>,
 }
 
+impl Machine {
+    /// Whether its process's control or controller would wake at `now`.
+    fn is_due(&self, now: Instant) -> bool {
+        self.node
+            .as_ref()
+            .is_some_and(|node| node.is_control_due(now))
+            || self
+                .controller
+                .as_ref()
+                .is_some_and(|controller| controller.is_due(now))
+    }
+}
+
 /// A fetcher's session as the run drives it: one fetch at a time.
 struct Session {
     fetch: FetchSession,
@@ -1449,22 +1462,30 @@ impl Run {
     }
 
     /// Every live node handles what reached it, in node order, until a
-    /// round changes nothing.
+    /// round changes nothing. A node's control and its controller are
+    /// stepped when their threads would wake: something arrived for them,
+    /// or their own next wake-up has come (each has a `Wake` scheduled).
     fn settle(&mut self) -> Result<(), String> {
         let now = self.clock.now();
         for _ in 0..SETTLE_ROUNDS_MAX {
             let mut handled = 0;
             for machine in &mut self.machines {
                 if let Some(node) = machine.node.as_mut() {
-                    handled += node.step_control(now);
+                    if node.is_control_due(now) {
+                        handled += node.step_control(now);
+                    }
                     node.expire_deadlines();
                     handled += node.run_completions();
                 }
                 if let Some(controller) = machine.controller.as_mut() {
-                    handled += controller.step(now);
+                    if controller.is_due(now) {
+                        handled += controller.step(now);
+                    }
                 }
             }
-            if handled == 0 {
+            // A step may have left work for a node stepped before it in
+            // this round (a coordinator write notifies every node).
+            if handled == 0 && !self.machines.iter().any(|m| m.is_due(now)) {
                 return Ok(());
             }
         }

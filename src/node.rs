@@ -1171,6 +1171,10 @@ impl Node {
     fn stop_completions(&mut self) {
         self.shared.completions.stop();
         let Some(completions) = self.completions.take() else {
+            // No thread (a stepped node): what the thread would run on its
+            // way out runs here, and the callbacks of outcomes decided
+            // later (appends failed by the stop) on the resolving thread.
+            self.shared.completions.run_inline();
             return;
         };
         if completions.thread().id() == std::thread::current().id() {

@@ -29,7 +29,7 @@
 //!   callback order).
 //! - **Retries go in sequence order.** When the oldest unresolved batch
 //!   fails retriably (`NotLeader`, no leader, a timeout or lost connection
-//!   = unknown outcome, ...), it and every later batch not acknowledged are
+//!   = unknown outcome, the leader's storage failing, ...), it and every later batch not acknowledged are
 //!   re-sent in order to the current leader after `retry_backoff` (Kafka
 //!   re-enqueues a failed batch ahead of the later ones). A retry of a
 //!   batch the log already holds is answered as a duplicate with its
@@ -544,7 +544,8 @@ impl<R: LeaderRouter> Future for ProducerSend<'_, R> {
         if let Some(mut sequence) = this.shared.sequence.try_lock() {
             let (next, changed) = this.producer.drive(this.log, &this.shared, &mut sequence);
             if let Next::RetryAt(at) = next {
-                arm_retry_timer(&mut sequence, &this.shared.progress, at);
+                let after = at.saturating_duration_since(this.producer.clock.now());
+                arm_retry_timer(&mut sequence, &this.shared.progress, at, after);
             }
             drop(sequence);
             if changed {
@@ -566,7 +567,15 @@ impl<R: LeaderRouter> Future for ProducerSend<'_, R> {
 /// due: no answer or resolution would wake them then. One sleeping thread
 /// per log and due time; if none can be started, the tasks are woken at
 /// once and poll again (busy, but never stuck).
-fn arm_retry_timer(sequence: &mut LogSequence, progress: &Arc<Progress>, at: Instant) {
+///
+/// `at` is on the producer's clock; the thread sleeps for as long as that
+/// clock says is left (`after`), in real time.
+fn arm_retry_timer(
+    sequence: &mut LogSequence,
+    progress: &Arc<Progress>,
+    at: Instant,
+    after: Duration,
+) {
     // A timer for an earlier round may have fired already: one per due time.
     if sequence.timer_at == Some(at) {
         return;
@@ -577,9 +586,8 @@ fn arm_retry_timer(sequence: &mut LogSequence, progress: &Arc<Progress>, at: Ins
     let spawned = std::thread::Builder::new()
         .name("isrlog-producer-retry".into())
         .spawn(move || {
-            let now = Instant::now();
-            if at > now {
-                std::thread::sleep(at - now);
+            if !after.is_zero() {
+                std::thread::sleep(after);
             }
             progress_for_timer.bump();
         });
@@ -626,8 +634,12 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         }
     }
 
-    /// Timestamps batches built by [`send_values`](Self::send_values) with
-    /// `clock` instead of the system clock.
+    /// Takes time from `clock` instead of the system clock: the timestamps
+    /// of batches built by [`send_values`](Self::send_values), each send's
+    /// `delivery_timeout` and the `retry_backoff` before a retry round. A
+    /// blocking wait still sleeps in real time, for as long as `clock`
+    /// says is left (a simulated clock is driven without blocking waits:
+    /// the simulator steps the producer instead).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -776,7 +788,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         blocking: bool,
     ) -> Result<(Arc<LogShared>, Arc<SendCell>)> {
         let shared = self.log_shared(log);
-        let room_deadline = Instant::now() + self.config.delivery_timeout;
+        let room_deadline = self.clock.now() + self.config.delivery_timeout;
         loop {
             let seen = shared.progress.generation();
             let mut sequence = shared.sequence.lock();
@@ -806,7 +818,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     maybe_written: false,
                     acknowledged_once: false,
                     retries: 0,
-                    deadline: Instant::now() + self.config.delivery_timeout,
+                    deadline: self.clock.now() + self.config.delivery_timeout,
                 });
                 let (_, sent) = self.drive(log, &shared, &mut sequence);
                 changed |= sent;
@@ -825,16 +837,15 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 shared.progress.bump();
                 continue;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= room_deadline {
                 return Err(Error::Timeout {
                     waited: self.config.delivery_timeout,
                     waiting_for: "room among the producer's batches in flight",
                 });
             }
-            shared
-                .progress
-                .wait(seen, wake_time(next, now).min(room_deadline));
+            let wake = wake_time(next, now).min(room_deadline);
+            shared.progress.wait(seen, self.real_time(wake, now));
         }
     }
 
@@ -845,7 +856,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             return Vec::new();
         };
         tracing::debug!(producer = %self.producer_id, batches = sequence.queue.len(), %error, "re-sending batches in doubt");
-        let deadline = Instant::now() + self.config.delivery_timeout;
+        let deadline = self.clock.now() + self.config.delivery_timeout;
         sequence.retry_at = None;
         sequence
             .queue
@@ -892,9 +903,17 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 shared.progress.bump();
                 continue;
             }
-            let now = Instant::now();
-            shared.progress.wait(seen, wake_time(next, now));
+            let now = self.clock.now();
+            shared
+                .progress
+                .wait(seen, self.real_time(wake_time(next, now), now));
         }
+    }
+
+    /// The real instant at which the producer's clock, reading `now`, will
+    /// read `at` (the same instant with the system clock).
+    fn real_time(&self, at: Instant, now: Instant) -> Instant {
+        Instant::now() + at.saturating_duration_since(now)
     }
 
     /// One driving pass over `log`'s pipeline: takes in answers, resolves
@@ -907,7 +926,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             if sequence.in_doubt.is_some() || sequence.queue.is_empty() {
                 break Next::Idle;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             for entry in sequence.queue.iter_mut() {
                 let answer = match &entry.attempt {
                     Attempt::Sent(cell) => cell.outcome.lock().take(),
@@ -1173,6 +1192,89 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     }
 }
 
+/// A pipelined send the simulator looks at instead of waiting for (see
+/// [`IdempotentProducer::drive_without_waiting`]).
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug)]
+pub(crate) struct DetachedSend {
+    cell: Arc<SendCell>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl DetachedSend {
+    /// The outcome, once known.
+    pub(crate) fn outcome(&self) -> Option<Result<AppendOutcome>> {
+        self.cell.outcome()
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl<R> ProducerSend<'_, R> {
+    /// Lets go of the producer: the outcome is looked at through the
+    /// returned send, and someone else drives the pipeline.
+    pub(crate) fn detach(self) -> DetachedSend {
+        DetachedSend { cell: self.cell }
+    }
+}
+
+/// What the simulator needs to drive a producer from its one thread: every
+/// call returns at once, and retry rounds are the caller's to time.
+#[cfg(any(test, feature = "testing"))]
+impl<R: LeaderRouter> IdempotentProducer<R> {
+    /// Whether a send to `log` would go out without waiting: nothing in
+    /// doubt and room among the batches in flight. Call
+    /// [`drive_without_waiting`](Self::drive_without_waiting) first, so
+    /// that answers already in are taken in.
+    pub(crate) fn can_send_without_waiting(&self, log: LogId) -> bool {
+        let shared = self.log_shared(log);
+        let sequence = shared.sequence.lock();
+        sequence.in_doubt.is_none() && sequence.queue.len() < IN_FLIGHT_MAX
+    }
+
+    /// Drives `log`'s pipeline until a pass changes nothing (answers taken
+    /// in, batches resolved, retries sent when due) and returns when the
+    /// next retry round falls due, if one waits for the clock.
+    pub(crate) fn drive_without_waiting(&self, log: LogId) -> Option<Instant> {
+        let shared = self.log_shared(log);
+        loop {
+            let (next, changed) = {
+                let mut sequence = shared.sequence.lock();
+                self.drive(log, &shared, &mut sequence)
+            };
+            if changed {
+                shared.progress.bump();
+                continue;
+            }
+            return match next {
+                Next::RetryAt(at) => Some(at),
+                Next::Idle | Next::Answer => None,
+            };
+        }
+    }
+
+    /// Takes the batches in doubt on `log` back into flight, as a send or
+    /// [`resolve_in_doubt`](Self::resolve_in_doubt) would, without waiting
+    /// for them: the returned sends, with their batches, tell where each
+    /// lands.
+    pub(crate) fn resend_in_doubt_without_waiting(
+        &self,
+        log: LogId,
+    ) -> Vec<(DetachedSend, RecordBatch)> {
+        let shared = self.log_shared(log);
+        let sends = {
+            let mut sequence = shared.sequence.lock();
+            let cells = self.resume_in_doubt(&mut sequence, false);
+            cells
+                .into_iter()
+                .zip(sequence.queue.iter())
+                .map(|(cell, entry)| (DetachedSend { cell }, entry.batch.clone()))
+                .collect()
+        };
+        self.drive_without_waiting(log);
+        sends
+    }
+}
+
 /// When a waiter should look again, at the latest.
 fn wake_time(next: Next, now: Instant) -> Instant {
     match next {
@@ -1183,16 +1285,24 @@ fn wake_time(next: Next, now: Instant) -> Instant {
 
 /// Whether an attempt's error lets the producer retry the round.
 ///
-/// Beyond [`Error::is_retriable`]: `Shutdown` or `Poisoned` answered by an
+/// Beyond [`Error::is_retriable`]: `Shutdown` answered by an
 /// `AppendHandle` (not the call) says the replica the batch was appended
-/// to stopped or failed before it was committed: the outcome is unknown
-/// and another replica will lead, as when a Kafka client's connection
-/// drops. And `OutOfOrderSequence` for an attempt sent while an earlier
-/// batch was unresolved may only mean that batch had not arrived (Kafka's
-/// producer retries it too).
+/// to stopped before it was committed: the outcome is unknown and another
+/// replica will lead, as when a Kafka client's connection drops.
+/// `Io` and `Poisoned`, from the handle or the call, say the leader's
+/// storage failed (now, or earlier): it hands leadership over (or its
+/// supervisor restarts it), so a retry finds a leader that can write, and
+/// is recognised as a duplicate if the failed write left the batch in the
+/// log; Kafka's producer likewise retries `KAFKA_STORAGE_ERROR`. Without
+/// this a leader whose disk failed put every batch in flight in doubt,
+/// for the caller to re-send by hand (seen in the simulator, seeds 3, 6
+/// and 9). And `OutOfOrderSequence` for an attempt sent
+/// while an earlier batch was unresolved may only mean that batch had not
+/// arrived (Kafka's producer retries it too).
 fn is_retriable_in_flight(error: &Error, from_handle: bool, sent_behind_unresolved: bool) -> bool {
     error.is_retriable()
-        || (from_handle && matches!(error, Error::Shutdown | Error::Poisoned { .. }))
+        || matches!(error, Error::Io { .. } | Error::Poisoned { .. })
+        || (from_handle && matches!(error, Error::Shutdown))
         || (sent_behind_unresolved && matches!(error, Error::OutOfOrderSequence { .. }))
 }
 
@@ -1453,6 +1563,55 @@ mod tests {
             .map(|send| send.wait().unwrap().base_offset)
             .collect();
         assert_eq!(offsets, vec![Offset(10), Offset(11), Offset(12)]);
+        assert!(!producer.has_in_doubt(LOG));
+    }
+
+    /// A leader whose storage failed answers `Io` (its write failed) or
+    /// `Poisoned` (an earlier one did), from the handle or from the call:
+    /// the round is retried with the same sequences, as Kafka's producer
+    /// retries `KAFKA_STORAGE_ERROR`, and nothing goes in doubt (the
+    /// simulator's seeds 3, 6 and 9 put every batch in doubt before).
+    #[test]
+    fn a_leader_whose_storage_failed_is_retried_not_put_in_doubt() {
+        let io = || Error::Io {
+            path: "/sim/log".into(),
+            operation: "write",
+            source: std::io::Error::from_raw_os_error(5),
+        };
+        let poisoned = || Error::Poisoned {
+            path: "/sim/log".into(),
+            reason: "an earlier write failed".into(),
+        };
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let first = producer.send_values_pipelined(LOG, &["a"]).unwrap();
+        let second = producer.send_values_pipelined(LOG, &["b"]).unwrap();
+        router.answer(0, Err(io()));
+        router.answer(1, Err(poisoned()));
+        until_attempts(&producer, 4);
+        assert_eq!(
+            router.sent(),
+            vec![
+                (0, b"a".to_vec()),
+                (1, b"b".to_vec()),
+                (0, b"a".to_vec()),
+                (1, b"b".to_vec())
+            ]
+        );
+        // The call itself refuses the next round: retried again.
+        *router.refuse.lock() = Some(poisoned());
+        router.answer(2, Err(poisoned()));
+        router.answer(3, Err(poisoned()));
+        std::thread::sleep(Duration::from_millis(20));
+        let _ = producer.drive_without_waiting(LOG);
+        assert!(!producer.has_in_doubt(LOG));
+        *router.refuse.lock() = None;
+        until_attempts(&producer, 6);
+        let count = router.attempts.lock().len();
+        router.answer(count - 2, written(7));
+        router.answer(count - 1, written(8));
+        assert_eq!(first.wait().unwrap().base_offset, Offset(7));
+        assert_eq!(second.wait().unwrap().base_offset, Offset(8));
         assert!(!producer.has_in_doubt(LOG));
     }
 

@@ -8,6 +8,7 @@
 //! [`SimDisk`](crate::testing::SimDisk).
 
 pub(crate) mod network;
+pub(crate) mod producer;
 pub(crate) mod run;
 pub(crate) mod schedule;
 pub(crate) mod trace;

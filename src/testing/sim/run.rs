@@ -1,7 +1,8 @@
 //! One simulated run: nodes opened without threads
 //! ([`SteppedNode`](crate::node::SteppedNode)) on simulated disks, the
 //! memory coordinator without its expiry thread, a [`ManualClock`] for
-//! every clock, clients that append, and faults, all stepped on the calling
+//! every clock, clients that append (plain, and through an idempotent
+//! producer: [`ProducerClient`]), and faults, all stepped on the calling
 //! thread from one seed.
 //!
 //! The run owns the agenda and the checks: after every event every live
@@ -28,6 +29,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::network::{NetworkFaults, SimNetwork};
+use super::producer::ProducerClient;
 use super::schedule::Schedule;
 use super::trace::Trace;
 use crate::coordinator::SteppedController;
@@ -42,7 +44,7 @@ use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError
 use crate::types::LeaderEpoch;
 use crate::{
     Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogId, ManualClock, MemoryCoordinator,
-    MemoryNetwork, Node, NodeConfig, NodeId, Offset,
+    MemoryNetwork, Node, NodeConfig, NodeId, Offset, ProducerConfig,
 };
 
 /// The one log every run replicates.
@@ -113,6 +115,9 @@ pub(crate) struct SimConfig {
     pub(crate) simulated: Duration,
     /// Mean simulated time between two appends.
     pub(crate) append_interval_mean: Duration,
+    /// Mean simulated time between two sends of the idempotent producer
+    /// (`None`: no producer).
+    pub(crate) produce_interval_mean: Option<Duration>,
     /// Mean simulated time between two crashes (`None`: no crash).
     pub(crate) crash_interval_mean: Option<Duration>,
     /// Probability that a crash also loses the machine's disk (it comes
@@ -162,6 +167,7 @@ impl SimConfig {
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
+            produce_interval_mean: Some(Duration::from_millis(40)),
             crash_interval_mean: Some(Duration::from_secs(5)),
             trace_lines: 64,
         }
@@ -176,7 +182,11 @@ pub(crate) struct SimReport {
     pub(crate) trace_hash: u64,
     pub(crate) events: u64,
     pub(crate) appends: u64,
+    /// Records acknowledged, the producer's included.
     pub(crate) acknowledged: u64,
+    /// The idempotent producer's sends, and its batches re-sent after
+    /// they went in doubt.
+    pub(crate) produced: (u64, u64),
     /// Records the reader was served as committed.
     pub(crate) read: u64,
     pub(crate) crashes: u64,
@@ -241,6 +251,11 @@ enum Event {
     Wake(usize),
     /// A client appends one record to the log's leader.
     Append,
+    /// The idempotent producer sends one record.
+    Produce,
+    /// The producer's retry round falls due (its pipeline is driven after
+    /// every event).
+    ProducerRetry,
     /// A reader reads what the leader says is committed, from where it
     /// left off.
     Read,
@@ -400,6 +415,10 @@ struct Run {
     committed_seen: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
     expiry_at: Option<Duration>,
     in_flight: Vec<ClientAppend>,
+    /// The idempotent producer, if the run has one.
+    producer: Option<ProducerClient>,
+    /// When its `ProducerRetry` is scheduled.
+    producer_retry_at: Option<Duration>,
     /// Acknowledged records by offset: what the clients were told is
     /// committed.
     acknowledged: BTreeMap<Offset, Vec<u8>>,
@@ -436,6 +455,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         events: run.trace.events(),
         appends: run.appends,
         acknowledged: run.acknowledged.len() as u64,
+        produced: run.producer.as_ref().map_or((0, 0), ProducerClient::counts),
         read: run.committed_seen.len() as u64,
         crashes: run.crashes,
         power_losses: run.power_losses,
@@ -487,6 +507,20 @@ impl Run {
                 last_corrupt: None,
             })
             .collect();
+        // Half the runs give each send a delivery timeout shorter than a
+        // partition, so that batches go in doubt and are re-sent (SPEC 4's
+        // hardest case); the others keep Kafka's 120 s.
+        let producer_config = if mix64(config.seed ^ 0x9D0D).is_multiple_of(2) {
+            ProducerConfig::default()
+        } else {
+            ProducerConfig {
+                delivery_timeout: Duration::from_millis(1500),
+                ..ProducerConfig::default()
+            }
+        };
+        let producer = config
+            .produce_interval_mean
+            .map(|_| ProducerClient::new(LOG, clock.clone(), producer_config));
         Run {
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
@@ -507,6 +541,8 @@ impl Run {
             machines,
             expiry_at: None,
             in_flight: Vec::new(),
+            producer,
+            producer_retry_at: None,
             acknowledged: BTreeMap::new(),
             calm: false,
             appends: 0,
@@ -552,6 +588,10 @@ impl Run {
         self.schedule.after(first_append, Event::Append);
         let first_read = self.draw_interval(READ_INTERVAL_MEAN);
         self.schedule.after(first_read, Event::Read);
+        if let Some(mean) = self.config.produce_interval_mean {
+            let first = self.draw_interval(mean);
+            self.schedule.after(first, Event::Produce);
+        }
         if let Some(mean) = self.config.crash_interval_mean {
             let first_crash = self.draw_interval(mean);
             self.schedule_crash(first_crash);
@@ -597,6 +637,10 @@ impl Run {
             }
             self.advance_clock(at);
             self.happen(event)?;
+            // Before the nodes: the producer's retries are sent as the
+            // clients' appends are, and the answers the last step left are
+            // taken in.
+            self.drive_producer()?;
             self.settle()?;
             self.drive_fetchers();
             self.look_at_parked_fetches();
@@ -628,6 +672,14 @@ impl Run {
                     self.schedule.after(next, Event::Append);
                 }
             }
+            Event::Produce => {
+                self.produce();
+                if let (false, Some(mean)) = (self.calm, self.config.produce_interval_mean) {
+                    let next = self.draw_interval(mean);
+                    self.schedule.after(next, Event::Produce);
+                }
+            }
+            Event::ProducerRetry => self.producer_retry_at = None,
             Event::Read => {
                 self.read()?;
                 if !self.calm {
@@ -1506,29 +1558,108 @@ impl Run {
                 .partition(|append| append.handle.is_done());
         self.in_flight = waiting;
         for ClientAppend { value, handle } in done {
-            let name = String::from_utf8_lossy(&value).into_owned();
-            match handle.wait() {
-                Ok(outcome) => {
-                    self.record(format_args!("ack {name} at {}", outcome.base_offset));
-                    let last = self
-                        .acknowledged_by_epoch
-                        .entry(outcome.leader_epoch)
-                        .or_insert(outcome.last_offset);
-                    *last = (*last).max(outcome.last_offset);
-                    if let Some(earlier) = self.acknowledged.insert(outcome.base_offset, value) {
+            self.client_learns(value, handle.wait())?;
+        }
+        Ok(())
+    }
+
+    /// A client learns its append's outcome: an acknowledgement is a
+    /// promise G1 holds the run to.
+    fn client_learns(
+        &mut self,
+        value: Vec<u8>,
+        outcome: crate::Result<crate::AppendOutcome>,
+    ) -> Result<(), String> {
+        let name = String::from_utf8_lossy(&value).into_owned();
+        match outcome {
+            Ok(outcome) => {
+                self.record(format_args!(
+                    "ack {name} at {}{}",
+                    outcome.base_offset,
+                    if outcome.duplicate {
+                        " (duplicate)"
+                    } else {
+                        ""
+                    }
+                ));
+                let last = self
+                    .acknowledged_by_epoch
+                    .entry(outcome.leader_epoch)
+                    .or_insert(outcome.last_offset);
+                *last = (*last).max(outcome.last_offset);
+                match self.acknowledged.insert(outcome.base_offset, value) {
+                    // The producer's batch in doubt, re-sent and answered
+                    // as a duplicate of where it first landed.
+                    Some(earlier) if earlier == name.as_bytes() => {}
+                    Some(earlier) => {
                         return Err(format!(
                             "two acknowledged records at offset {}: {} and {name}",
                             outcome.base_offset,
                             String::from_utf8_lossy(&earlier)
                         ));
                     }
+                    None => {}
                 }
-                Err(error) => match error {
-                    Error::Shutdown => self.record(format_args!("{name} failed: shutdown")),
-                    Error::Timeout { .. } => self.record(format_args!("{name} failed: timeout")),
-                    // Say which error: a full disk's must be a clear one.
-                    error => self.record(format_args!("{name} failed: {error}")),
-                },
+            }
+            Err(error) => match error {
+                Error::Shutdown => self.record(format_args!("{name} failed: shutdown")),
+                Error::Timeout { .. } => self.record(format_args!("{name} failed: timeout")),
+                // Say which error: a full disk's must be a clear one.
+                error => self.record(format_args!("{name} failed: {error}")),
+            },
+        }
+        Ok(())
+    }
+
+    /// The idempotent producer sends its next record to whoever leads.
+    fn produce(&mut self) {
+        if self.calm {
+            return;
+        }
+        let leader = self.leader();
+        let Some(producer) = self.producer.as_mut() else {
+            return;
+        };
+        let to = leader.as_ref().map(|(index, _)| *index);
+        producer.route_to(leader.map(|(_, log)| log));
+        match producer.send() {
+            Some(value) => {
+                let name = String::from_utf8_lossy(&value).into_owned();
+                self.record(format_args!("produce {name} to node {to:?}"));
+            }
+            None => self.record(format_args!("produce: would wait, skipped")),
+        }
+    }
+
+    /// Drives the producer's pipeline (answers in, retries and batches in
+    /// doubt out, to whoever leads now), takes the outcomes it knows, and
+    /// schedules its next retry round.
+    fn drive_producer(&mut self) -> Result<(), String> {
+        let leader = self.leader().map(|(_, log)| log);
+        let Some(producer) = self.producer.as_mut() else {
+            return Ok(());
+        };
+        producer.route_to(leader);
+        let mut retry_at = producer.drive();
+        let resent = producer.resend_in_doubt();
+        if resent > 0 {
+            retry_at = producer.drive();
+        }
+        let outcomes = producer.take_outcomes();
+        if resent > 0 {
+            self.record(format_args!("producer re-sends {resent} batches in doubt"));
+        }
+        for (value, outcome) in outcomes {
+            self.client_learns(value, outcome)?;
+        }
+        if let Some(at) = retry_at {
+            let at = self.since_epoch(at);
+            if self
+                .producer_retry_at
+                .is_none_or(|scheduled| at < scheduled)
+            {
+                self.producer_retry_at = Some(at);
+                self.schedule.at(at, Event::ProducerRetry);
             }
         }
         Ok(())
@@ -1540,6 +1671,10 @@ impl Run {
     /// replica holds that much.
     fn is_settled(&self) -> bool {
         if !self.in_flight.is_empty()
+            || self
+                .producer
+                .as_ref()
+                .is_some_and(|producer| !producer.is_idle())
             || self
                 .machines
                 .iter()
@@ -1588,6 +1723,29 @@ impl Run {
                     held.map(|v| String::from_utf8_lossy(v).into_owned())
                 ));
             }
+        }
+        // G4 and SPEC 4: each of the producer's records is in the log at
+        // most once however often it was retried, and in the order sent.
+        let mut produced: BTreeMap<u64, Offset> = BTreeMap::new();
+        let mut last_produced: Option<(u64, Offset)> = None;
+        for (offset, (_, value)) in &committed {
+            let Some(number) = value
+                .strip_prefix(b"p")
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if let Some(first) = produced.insert(number, *offset) {
+                return Err(format!(
+                    "G4: the producer's p{number} is in node {index}'s committed log twice, at {first} and {offset}"
+                ));
+            }
+            if let Some((before, at)) = last_produced.filter(|(before, _)| *before > number) {
+                return Err(format!(
+                    "SPEC 4: the producer's p{before} at {at} comes before p{number} at {offset}, sent after it"
+                ));
+            }
+            last_produced = Some((number, *offset));
         }
         for (offset, record) in &self.committed_seen {
             let held = committed.get(offset);
@@ -1894,10 +2052,11 @@ mod tests {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
+                        report.produced,
                         report.acknowledged,
                         report.read,
                         report.crashes,

@@ -320,7 +320,7 @@ pub enum Error {
 
     // ---- idempotent producer ------------------------------------------
     /// The batch's sequence is not the next one expected from the producer.
-    #[error("out-of-order sequence from {producer}: expected {expected}, got {received}")]
+    #[error("out-of-order sequence from {producer}: expected {expected}, got {received} (leader epoch {leader_epoch})")]
     OutOfOrderSequence {
         /// The producer.
         producer: ProducerId,
@@ -328,6 +328,11 @@ pub enum Error {
         expected: Sequence,
         /// The sequence the batch carried.
         received: Sequence,
+        /// The leader epoch of the replica that refused the batch. Its log
+        /// speaks for the log only if no attempt of the batch reached a
+        /// leader of a later epoch: a stale leader (cut off, not told it
+        /// was replaced) does not hold what its successor took.
+        leader_epoch: LeaderEpoch,
     },
     /// A newer epoch of this producer exists.
     #[error("{producer} fenced: epoch {received} is older than {current}")]
@@ -545,7 +550,9 @@ impl Error {
                 producer,
                 expected,
                 received,
+                leader_epoch,
             } => Error::OutOfOrderSequence {
+                leader_epoch: *leader_epoch,
                 producer: *producer,
                 expected: *expected,
                 received: *received,

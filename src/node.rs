@@ -170,6 +170,8 @@ pub(crate) struct NodeShared {
     replicas: RwLock<BTreeMap<LogId, Arc<Replica>>>,
     /// Set once for a node opened without threads ([`SteppedNode`]): its
     /// fetchers start without threads too, for the simulator to drive.
+    /// Read only where the simulator is built (tests, `testing`).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     threadless: AtomicBool,
     fetchers: Mutex<HashMap<NodeId, Fetcher>>,
     /// Fetchers told to stop but maybe still inside a transport call (up to

@@ -41,8 +41,11 @@
 //!   sent with nothing unresolved before it, it is final.
 //! - **Release.** A batch is failed and its sequence released only on an
 //!   error that proves the log does not hold it (`OutOfOrderSequence` as
-//!   above, `InvalidBatch`), or on any non-retriable error if no attempt
-//!   could have written it. The later batches then cannot be in the log
+//!   above, from a leader no older than any leader an attempt of the batch
+//!   reached; `InvalidBatch`), or on any non-retriable error if no attempt
+//!   could have written it. An `OutOfOrderSequence` from an older leader (a
+//!   zombie, cut off and not told it was replaced) is retried: its log
+//!   does not speak for its successor's. The later batches then cannot be in the log
 //!   either (a leader takes sequence s + 1 only after s), so they are
 //!   renumbered down to follow what the log holds and re-sent (Kafka's
 //!   `adjustSequencesDueToFailedBatch`). `ProducerFenced` fails every
@@ -74,7 +77,7 @@ use crate::record::{RecordBatch, RecordBatchBuilder};
 use crate::replicated_log::ReplicatedLog;
 use crate::replication::AppendHandle;
 use crate::sync::{Arc, Condvar, Mutex};
-use crate::types::{LogId, ProducerEpoch, ProducerId, Sequence};
+use crate::types::{LeaderEpoch, LogId, ProducerEpoch, ProducerId, Sequence};
 
 /// Finds the replica that leads a log now. Implemented for the test
 /// `Cluster` and for a slice of [`Node`](crate::Node)s; an application
@@ -352,6 +355,13 @@ struct Entry {
     sent_behind_unresolved: bool,
     /// Some attempt may have appended the batch (see `handle_front_error`).
     maybe_written: bool,
+    /// The latest leader epoch in which an attempt may have written the
+    /// batch: the epoch of the leader that placed it (an `AppendHandle`
+    /// says), or, for an attempt with an unknown outcome that says no
+    /// epoch (a blocking append that timed out), the latest epoch the
+    /// producer had seen on the log. An `OutOfOrderSequence` from an older
+    /// leader proves nothing (see `handle_front_error`).
+    written_in: Option<LeaderEpoch>,
     /// Some attempt was acknowledged: the batch is in the log, whatever
     /// later attempts say (kept when the batch goes in doubt behind an
     /// earlier one and its attempt is forgotten).
@@ -361,6 +371,12 @@ struct Entry {
 }
 
 impl Entry {
+    /// An attempt may have appended the batch, in `epoch` if known.
+    fn may_have_been_written(&mut self, epoch: Option<LeaderEpoch>) {
+        self.maybe_written = true;
+        self.written_in = self.written_in.max(epoch);
+    }
+
     fn is_acknowledged(&self) -> bool {
         matches!(self.attempt, Attempt::Answered { outcome: Ok(_), .. })
     }
@@ -384,6 +400,8 @@ struct LogSequence {
     /// A thread sleeps until then to wake awaiting futures (see
     /// `arm_retry_timer`).
     timer_at: Option<Instant>,
+    /// The latest leader epoch any answer on this log named.
+    epoch_seen: Option<LeaderEpoch>,
 }
 
 impl LogSequence {
@@ -773,6 +791,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     in_doubt: None,
                     retry_at: None,
                     timer_at: None,
+                    epoch_seen: None,
                 }),
                 progress: Arc::new(Progress::default()),
             })
@@ -816,6 +835,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     attempt: Attempt::Unsent,
                     sent_behind_unresolved: false,
                     maybe_written: false,
+                    written_in: None,
                     acknowledged_once: false,
                     retries: 0,
                     deadline: self.clock.now() + self.config.delivery_timeout,
@@ -927,12 +947,14 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 break Next::Idle;
             }
             let now = self.clock.now();
+            let mut epoch_seen = sequence.epoch_seen;
             for entry in sequence.queue.iter_mut() {
                 let answer = match &entry.attempt {
                     Attempt::Sent(cell) => cell.outcome.lock().take(),
                     _ => None,
                 };
                 if let Some(outcome) = answer {
+                    epoch_seen = epoch_seen.max(epoch_named(&outcome));
                     entry.attempt = Attempt::Answered {
                         outcome,
                         from_handle: true,
@@ -940,6 +962,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     changed = true;
                 }
             }
+            sequence.epoch_seen = epoch_seen;
             let Some(front) = sequence.queue.front() else {
                 break Next::Idle;
             };
@@ -989,25 +1012,45 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     /// Sends every batch not yet sent in this round, in sequence order.
     fn send_unsent(&self, log: LogId, shared: &LogShared, sequence: &mut LogSequence) {
         let mut earlier_unresolved = false;
+        let mut epoch_seen = sequence.epoch_seen;
         for entry in sequence.queue.iter_mut() {
             if matches!(entry.attempt, Attempt::Unsent) {
                 entry.sent_behind_unresolved = earlier_unresolved;
-                entry.attempt = self.attempt(log, shared, entry);
+                let (attempt, placed_in) = self.attempt(log, shared, entry);
+                if placed_in.is_some() {
+                    entry.may_have_been_written(placed_in);
+                }
+                if let Attempt::Answered { outcome, .. } = &attempt {
+                    epoch_seen = epoch_seen.max(epoch_named(outcome));
+                }
+                epoch_seen = epoch_seen.max(placed_in);
+                entry.attempt = attempt;
             }
             earlier_unresolved |= !entry.is_acknowledged();
         }
+        sequence.epoch_seen = epoch_seen;
     }
 
-    /// One attempt to append `entry`'s batch.
-    fn attempt(&self, log: LogId, shared: &LogShared, entry: &Entry) -> Attempt {
+    /// One attempt to append `entry`'s batch, and the epoch of the leader
+    /// that placed it, when a handle says.
+    fn attempt(
+        &self,
+        log: LogId,
+        shared: &LogShared,
+        entry: &Entry,
+    ) -> (Attempt, Option<LeaderEpoch>) {
         if entry.blocking {
-            return Attempt::Answered {
-                outcome: self.router.append(log, &entry.batch, Acks::All),
+            let outcome = self.router.append(log, &entry.batch, Acks::All);
+            let placed_in = outcome.as_ref().ok().map(|outcome| outcome.leader_epoch);
+            let attempt = Attempt::Answered {
+                outcome,
                 from_handle: false,
             };
+            return (attempt, placed_in);
         }
         match self.router.append_pipelined(log, &entry.batch, Acks::All) {
             Ok(handle) => {
+                let placed_in = handle.leader_epoch();
                 let cell = Arc::new(AttemptCell::default());
                 let (answer, progress) = (Arc::clone(&cell), Arc::clone(&shared.progress));
                 // Runs on the node's completion thread (or here, if the
@@ -1017,12 +1060,15 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     *answer.outcome.lock() = Some(outcome);
                     progress.bump();
                 });
-                Attempt::Sent(cell)
+                (Attempt::Sent(cell), placed_in)
             }
-            Err(error) => Attempt::Answered {
-                outcome: Err(error),
-                from_handle: false,
-            },
+            Err(error) => (
+                Attempt::Answered {
+                    outcome: Err(error),
+                    from_handle: false,
+                },
+                None,
+            ),
         }
     }
 
@@ -1058,6 +1104,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     /// would answer that batch with the old one's offsets (`duplicate:
     /// true`) while dropping its records.
     fn handle_front_error(&self, log: LogId, sequence: &mut LogSequence, now: Instant) -> bool {
+        let epoch_seen = sequence.epoch_seen;
         let Some(front) = sequence.queue.front_mut() else {
             return true;
         };
@@ -1069,9 +1116,26 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             _ => return true,
         };
         if !attempt_appended_nothing(&error) {
-            front.maybe_written = true;
+            // A handle's epoch was noted when it was placed; a call that
+            // failed with an unknown outcome says none.
+            front.may_have_been_written(if from_handle { None } else { epoch_seen });
         }
-        if is_retriable_in_flight(&error, from_handle, front.sent_behind_unresolved) {
+        // A leader older than one that an attempt of this batch reached
+        // refused it as out of order: cut off and not told it was replaced
+        // (SPEC 3.7), it does not hold what its successor took, so its
+        // refusal proves nothing about the log. Released on it, the batch
+        // freed its sequence for the next one, which the successor then
+        // answered as a duplicate of this batch, with this batch's offsets:
+        // an acknowledged record never written (the simulator, seed 46).
+        // Retried, the next round finds the current leader.
+        let stale_refusal = matches!(
+            &error,
+            Error::OutOfOrderSequence { leader_epoch, .. }
+                if front.written_in.is_some_and(|written| *leader_epoch < written)
+        );
+        if stale_refusal
+            || is_retriable_in_flight(&error, from_handle, front.sent_behind_unresolved)
+        {
             if front.retries >= self.config.retries_max
                 || now + self.config.retry_backoff >= front.deadline
             {
@@ -1087,16 +1151,18 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     Attempt::Answered { outcome: Ok(_), .. } | Attempt::Unsent => {}
                     Attempt::Answered {
                         outcome: Err(error),
-                        ..
+                        from_handle,
                     } => {
                         if !attempt_appended_nothing(error) {
-                            entry.maybe_written = true;
+                            let epoch = if *from_handle { None } else { epoch_seen };
+                            entry.may_have_been_written(epoch);
                         }
                         entry.attempt = Attempt::Unsent;
                     }
-                    // Abandoned: whatever it did is unknown.
+                    // Abandoned: whatever it did is unknown (its handle's
+                    // epoch was noted when it was placed).
                     Attempt::Sent(_) => {
-                        entry.maybe_written = true;
+                        entry.may_have_been_written(None);
                         entry.attempt = Attempt::Unsent;
                     }
                 }
@@ -1183,7 +1249,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 }
             }
             entry.acknowledged_once |= entry.is_acknowledged();
-            entry.maybe_written = true;
+            entry.may_have_been_written(None);
             entry.attempt = Attempt::Unsent;
             entry.sent_behind_unresolved = false;
         }
@@ -1306,6 +1372,16 @@ fn is_retriable_in_flight(error: &Error, from_handle: bool, sent_behind_unresolv
         || (sent_behind_unresolved && matches!(error, Error::OutOfOrderSequence { .. }))
 }
 
+/// The leader epoch an answer names, if any: where an acknowledged batch
+/// was written, or which leader refused one as out of order.
+fn epoch_named(outcome: &Result<AppendOutcome>) -> Option<LeaderEpoch> {
+    match outcome {
+        Ok(outcome) => Some(outcome.leader_epoch),
+        Err(Error::OutOfOrderSequence { leader_epoch, .. }) => Some(*leader_epoch),
+        Err(_) => None,
+    }
+}
+
 /// A copy of an outcome (errors are rebuilt field by field).
 fn copy_outcome(outcome: &Result<AppendOutcome>) -> Result<AppendOutcome> {
     match outcome {
@@ -1381,6 +1457,8 @@ mod tests {
     struct ScriptedRouter {
         attempts: Mutex<Vec<RecordedAttempt>>,
         refuse: Mutex<Option<Error>>,
+        /// The leader epoch the handles say the appends were placed in.
+        placed_in: Mutex<Option<LeaderEpoch>>,
     }
 
     impl ScriptedRouter {
@@ -1419,6 +1497,10 @@ mod tests {
                 .map(|record| record.value.to_vec())
                 .unwrap_or_default();
             let (completion, handle) = Completion::new_pair();
+            let handle = match *self.placed_in.lock() {
+                Some(epoch) => handle.placed_in(epoch),
+                None => handle,
+            };
             self.attempts
                 .lock()
                 .push((batch.header().base_sequence.0, value, completion));
@@ -1465,6 +1547,7 @@ mod tests {
             producer: ProducerId(7),
             expected: Sequence(expected),
             received: Sequence(received),
+            leader_epoch: LeaderEpoch(1),
         }
     }
 
@@ -1613,6 +1696,49 @@ mod tests {
         assert_eq!(first.wait().unwrap().base_offset, Offset(7));
         assert_eq!(second.wait().unwrap().base_offset, Offset(8));
         assert!(!producer.has_in_doubt(LOG));
+    }
+
+    /// A batch placed by the leader of epoch 5, whose answer was lost (its
+    /// leader crashed), is refused out of order by a stale leader of epoch
+    /// 4 (cut off, not told it was replaced): that proves nothing, the
+    /// batch is retried, not released. Released, its sequence went to the
+    /// next batch, which the epoch 5 leader answered as a duplicate of this
+    /// one, with its offsets (the simulator, seed 46). The same refusal
+    /// from the epoch 5 leader or a later one releases it.
+    #[test]
+    fn an_out_of_order_refusal_from_a_stale_leader_does_not_release_the_batch() {
+        let refusal = |epoch: u32| Error::OutOfOrderSequence {
+            producer: ProducerId(7),
+            expected: Sequence(0),
+            received: Sequence(0),
+            leader_epoch: LeaderEpoch(epoch),
+        };
+        let router = ScriptedRouter::default();
+        *router.placed_in.lock() = Some(LeaderEpoch(5));
+        let producer = producer(&router, quick());
+        let send = producer.send_values_pipelined(LOG, &["a"]).unwrap();
+        router.answer(0, Err(Error::Shutdown));
+        until_attempts(&producer, 2);
+        router.answer(1, Err(refusal(4)));
+        until_attempts(&producer, 3);
+        assert_eq!(send_sequences(&router), vec![0, 0, 0]);
+        assert!(!send.is_done(), "released on a stale leader's refusal");
+        router.answer(2, Err(refusal(6)));
+        let error = send.wait().unwrap_err();
+        assert!(
+            matches!(error, Error::OutOfOrderSequence { leader_epoch, .. } if leader_epoch == LeaderEpoch(6)),
+            "{error:?}"
+        );
+        assert!(!producer.has_in_doubt(LOG));
+        assert_eq!(producer.next_sequence(LOG), Sequence(0));
+    }
+
+    fn send_sequences(router: &ScriptedRouter) -> Vec<i32> {
+        router
+            .sent()
+            .iter()
+            .map(|(sequence, _)| *sequence)
+            .collect()
     }
 
     /// `OutOfOrderSequence` for a batch sent while an earlier one was
@@ -1924,6 +2050,7 @@ mod tests {
                     producer,
                     expected: Sequence(1),
                     received: Sequence(3),
+                    leader_epoch: LeaderEpoch(1),
                 },
                 true,
                 true,

@@ -176,6 +176,7 @@ impl ReplicatedLog {
         // thread (see `AppendHandle::with_spin`).
         let lone = self.replica.pipelined_pending() == 0;
         let (cell, handle) = Completion::new_pair_on(&self.node.completions);
+        let handle = handle.placed_in(appended.leader_epoch);
         let handle = if lone {
             handle.with_spin(self.node.config.replication.spin_before_park)
         } else {

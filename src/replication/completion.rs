@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use crate::append::AppendOutcome;
 use crate::error::Result;
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering};
+use crate::types::LeaderEpoch;
 
 /// A callback registered with [`AppendHandle::on_complete`].
 type Callback = Box<dyn FnOnce(Result<AppendOutcome>) + Send + 'static>;
@@ -103,6 +104,7 @@ impl Completion {
         let handle = AppendHandle {
             cell: Arc::clone(&cell),
             spin: Duration::ZERO,
+            placed_in: None,
         };
         (cell, handle)
     }
@@ -436,9 +438,26 @@ pub struct AppendHandle {
     /// it before registering the waker (see [`Self::with_spin`]); zero
     /// once spent.
     spin: Duration,
+    /// The leader epoch of the leader that placed the append in its log.
+    placed_in: Option<LeaderEpoch>,
 }
 
 impl AppendHandle {
+    /// The leader epoch of the leader that placed the append in its log
+    /// (wrote it, or found it there as an idempotent duplicate); `None`
+    /// for a handle that was not made by a leader's append. An idempotent
+    /// producer compares it with the epoch of a later `OutOfOrderSequence`
+    /// refusal: a leader older than this one does not speak for the log.
+    pub fn leader_epoch(&self) -> Option<LeaderEpoch> {
+        self.placed_in
+    }
+
+    /// This handle, placed in its log by a leader of `epoch`.
+    pub(crate) fn placed_in(mut self, epoch: LeaderEpoch) -> AppendHandle {
+        self.placed_in = Some(epoch);
+        self
+    }
+
     /// A handle whose outcome is already known.
     pub(crate) fn resolved(outcome: Result<AppendOutcome>) -> AppendHandle {
         let (cell, handle) = Completion::new_pair();

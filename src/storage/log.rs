@@ -517,7 +517,7 @@ impl Log {
             // Deduplication is decided under the lock that assigns offsets,
             // so a retry racing its original cannot be appended twice.
             if let LeaderCheck::Duplicate(original) =
-                state.producers.check_leader_append(batch.header())?
+                state.producers.check_leader_append(batch.header(), epoch)?
             {
                 tracing::debug!(dir = %self.dir.display(), producer = %batch.header().producer_id, sequence = %batch.header().base_sequence, offset = %original.first_offset, "duplicate batch: returning the original offsets");
                 return Ok(AppendInfo {

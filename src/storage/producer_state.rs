@@ -169,7 +169,14 @@ impl ProducerStateManager {
     /// is fenced; a newer epoch must start at sequence 0; otherwise the
     /// sequence must follow the last one. Like Kafka 3.x, a producer id with
     /// no state here (new, or its state expired) may start at any sequence.
-    pub(crate) fn check_leader_append(&self, header: &BatchHeader) -> Result<LeaderCheck> {
+    ///
+    /// `leader_epoch` is the epoch of the leader deciding, named in an
+    /// `OutOfOrderSequence` refusal (see that error).
+    pub(crate) fn check_leader_append(
+        &self,
+        header: &BatchHeader,
+        leader_epoch: LeaderEpoch,
+    ) -> Result<LeaderCheck> {
         let producer = header.producer_id;
         if !producer.is_some() {
             return Ok(LeaderCheck::Append);
@@ -210,6 +217,7 @@ impl ProducerStateManager {
                 producer,
                 expected,
                 received: header.base_sequence,
+                leader_epoch,
             });
         }
         Ok(LeaderCheck::Append)
@@ -517,6 +525,8 @@ mod tests {
     use crate::storage::disk::StdDisk;
 
     const PRODUCER: ProducerId = ProducerId(7);
+    /// The epoch of the leader deciding, as an `OutOfOrderSequence` names it.
+    const TEST_EPOCH: LeaderEpoch = LeaderEpoch(4);
 
     /// A header of `records` records of `PRODUCER` at `offset`.
     fn batch(epoch: i16, base_sequence: i32, records: u32, offset: u64) -> BatchHeader {
@@ -565,6 +575,7 @@ mod tests {
                     producer: PRODUCER,
                     expected: Sequence(expected),
                     received: Sequence(received),
+                    leader_epoch: TEST_EPOCH,
                 }
             ))
         };
@@ -614,7 +625,7 @@ mod tests {
         ];
         for (name, header, expected) in table {
             let got = state
-                .check_leader_append(&header)
+                .check_leader_append(&header, TEST_EPOCH)
                 .map_err(|e| format!("{e:?}"));
             assert_eq!(got, expected, "{name}");
         }
@@ -622,7 +633,7 @@ mod tests {
         let mut bumped = seven_batches();
         bumped.record(&batch(1, 0, 1, 14));
         let got = bumped
-            .check_leader_append(&batch(0, 12, 2, 99))
+            .check_leader_append(&batch(0, 12, 2, 99), TEST_EPOCH)
             .map_err(|e| format!("{e:?}"));
         let expected = fenced(0)
             .map_err(|s| s.replace("current: ProducerEpoch(0)", "current: ProducerEpoch(1)"));
@@ -633,20 +644,24 @@ mod tests {
     fn unknown_producer_may_start_anywhere_and_plain_batches_pass() {
         let state = ProducerStateManager::empty();
         assert_eq!(
-            state.check_leader_append(&batch(0, 42, 1, 0)).unwrap(),
+            state
+                .check_leader_append(&batch(0, 42, 1, 0), TEST_EPOCH)
+                .unwrap(),
             LeaderCheck::Append
         );
         let mut plain = batch(0, 0, 1, 0);
         plain.producer_id = ProducerId::NONE;
         plain.base_sequence = Sequence::NONE;
         assert_eq!(
-            seven_batches().check_leader_append(&plain).unwrap(),
+            seven_batches()
+                .check_leader_append(&plain, TEST_EPOCH)
+                .unwrap(),
             LeaderCheck::Append
         );
         let mut missing_sequence = batch(0, 0, 1, 0);
         missing_sequence.base_sequence = Sequence::NONE;
         assert!(matches!(
-            state.check_leader_append(&missing_sequence),
+            state.check_leader_append(&missing_sequence, TEST_EPOCH),
             Err(Error::InvalidBatch { .. })
         ));
     }
@@ -661,23 +676,27 @@ mod tests {
             Some((ProducerEpoch(0), Sequence(0)))
         );
         assert_eq!(
-            state.check_leader_append(&batch(0, 1, 1, 3)).unwrap(),
+            state
+                .check_leader_append(&batch(0, 1, 1, 3), TEST_EPOCH)
+                .unwrap(),
             LeaderCheck::Append
         );
         assert!(matches!(
             state
-                .check_leader_append(&batch(0, i32::MAX - 1, 3, 3))
+                .check_leader_append(&batch(0, i32::MAX - 1, 3, 3), TEST_EPOCH)
                 .unwrap(),
             LeaderCheck::Duplicate(_)
         ));
         let mut at_max = ProducerStateManager::empty();
         at_max.record(&batch(0, i32::MAX, 1, 0));
         assert_eq!(
-            at_max.check_leader_append(&batch(0, 0, 1, 1)).unwrap(),
+            at_max
+                .check_leader_append(&batch(0, 0, 1, 1), TEST_EPOCH)
+                .unwrap(),
             LeaderCheck::Append
         );
         // After i32::MAX the next sequence is 0, so 1 skips one.
-        let skipped = at_max.check_leader_append(&batch(0, 1, 1, 1));
+        let skipped = at_max.check_leader_append(&batch(0, 1, 1, 1), TEST_EPOCH);
         assert!(
             matches!(
                 skipped,
@@ -685,6 +704,7 @@ mod tests {
                     producer: PRODUCER,
                     expected: Sequence(0),
                     received: Sequence(1),
+                    leader_epoch: TEST_EPOCH,
                 })
             ),
             "{skipped:?}"

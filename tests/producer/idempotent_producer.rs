@@ -158,9 +158,10 @@ fn out_of_order_and_fenced_batches_append_nothing() {
             producer,
             expected,
             received,
+            leader_epoch,
         }) => assert_eq!(
-            (producer, expected, received),
-            (id, Sequence(1), Sequence(2))
+            (producer, expected, received, leader_epoch),
+            (id, Sequence(1), Sequence(2), leader.leader_epoch())
         ),
         other => panic!("a gap gave {other:?}"),
     }
@@ -192,7 +193,8 @@ fn out_of_order_and_fenced_batches_append_nothing() {
     assert!(!Error::OutOfOrderSequence {
         producer: id,
         expected: Sequence(0),
-        received: Sequence(1)
+        received: Sequence(1),
+        leader_epoch: leader.leader_epoch(),
     }
     .is_retriable());
 

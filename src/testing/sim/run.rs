@@ -383,8 +383,13 @@ struct ClientAppend {
     handle: AppendHandle,
 }
 
+/// The log's leader, epoch, ISR and ELR, as the trace records them.
+type LogStateSeen = (Option<NodeId>, LeaderEpoch, Vec<NodeId>, Vec<NodeId>);
+
 /// Everything a run holds; see the module docs.
 struct Run {
+    /// The log's leader, epoch, ISR and ELR the trace last recorded.
+    log_state_seen: Option<LogStateSeen>,
     config: SimConfig,
     rng: SplitMix64,
     schedule: Schedule<Event>,
@@ -522,6 +527,7 @@ impl Run {
             .produce_interval_mean
             .map(|_| ProducerClient::new(LOG, clock.clone(), producer_config));
         Run {
+            log_state_seen: None,
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
@@ -1356,6 +1362,7 @@ impl Run {
     /// within its epoch (G3) and never passes its log end, and a leader's
     /// committed end is above what earlier leaders acknowledged (SPEC 3.8).
     fn check_step(&mut self) -> Result<(), String> {
+        self.trace_log_state();
         for index in 0..self.machines.len() {
             self.check_committed_on(index)?;
         }
@@ -1411,6 +1418,32 @@ impl Run {
             *shown = high_watermark;
         }
         Ok(())
+    }
+
+    /// Records the coordinator's leader, epoch, ISR and ELR of the log
+    /// when they changed since the last step (a replay's trace then shows
+    /// elections and ISR changes between the clients' lines).
+    fn trace_log_state(&mut self) {
+        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+            return;
+        };
+        let seen = (
+            state.leader,
+            state.leader_epoch,
+            state.in_sync_replicas.clone(),
+            state.eligible_leader_replicas.clone(),
+        );
+        if self.log_state_seen.as_ref() == Some(&seen) {
+            return;
+        }
+        self.record(format_args!(
+            "log: leader {:?} epoch {} ISR {:?} ELR {:?}",
+            seen.0.map(|n| n.0),
+            seen.1,
+            seen.2.iter().map(|n| n.0).collect::<Vec<_>>(),
+            seen.3.iter().map(|n| n.0).collect::<Vec<_>>()
+        ));
+        self.log_state_seen = Some(seen);
     }
 
     /// The node that leads the log, if one does.
@@ -2015,6 +2048,15 @@ mod tests {
     /// report; prints each seed's summary and the rate.
     #[test]
     fn simulated_runs() {
+        // `RUST_LOG=isrlog=info` shows what the nodes did on a replayed
+        // seed, interleaved with nothing else: the run is one thread.
+        if std::env::var("RUST_LOG").is_ok() {
+            // Fails when another test installed one first: fine.
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
         let started = Instant::now();
         let (mut seeds, mut events, mut simulated) = (0u64, 0u64, Duration::ZERO);
         // Disk faults over all seeds: EIO planned, full disks, ENOSPC
@@ -2096,6 +2138,17 @@ mod tests {
     #[test]
     fn seed_510_no_disk_fault_hits_after_the_calm() {
         run(&SimConfig::new(510)).unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
+    /// Seed 46 acknowledged a producer record that was never written: a
+    /// zombie leader (epoch 9) refused a batch the epoch 10 leader had
+    /// placed as out of order, the producer released its sequence, and the
+    /// next batch, given it, was answered by the epoch 10 leader as a
+    /// duplicate, with the released batch's offsets (G1). The producer now
+    /// retries a refusal from a leader older than one its batch reached.
+    #[test]
+    fn seed_46_a_stale_leaders_refusal_releases_no_sequence() {
+        run(&SimConfig::new(46)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
     #[test]

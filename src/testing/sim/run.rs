@@ -22,7 +22,8 @@
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
 //! through both), a lost disk, `EIO` from writes and syncs, full disks
 //! (`ENOSPC` until an operator frees space), bit flips on one node's disk
-//! (replaced at the calm), and network faults.
+//! (replaced at the calm), disk latency (a node's messages leave once its
+//! disk work is done, see [`Run::busy_for`]), and network faults.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -38,7 +39,7 @@ use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
-use crate::storage::disk::{DiskOperation, EioPlan, SimDisk};
+use crate::storage::disk::{DiskOperation, EioPlan, Latency, SimDisk};
 use crate::sync::Arc;
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
@@ -83,6 +84,9 @@ const FULL_DISK_SLACK_BYTES_MAX: u64 = 4 * 1024;
 
 /// Mean simulated time between two bit flips on a run's flipped disk.
 const BIT_FLIP_INTERVAL_MEAN: Duration = Duration::from_secs(10);
+
+/// What one unit of [`SimDisk`]'s simulated time ([`Latency`]) is here.
+const DISK_TIME_UNIT: Duration = Duration::from_micros(1);
 
 /// How long a supervisor waits before it starts a node again (after its
 /// storage failed, or its open failed).
@@ -140,6 +144,9 @@ pub(crate) struct SimConfig {
     /// calm replaces that disk if a flip landed on it (see
     /// [`Run::replace_flipped_disk`]).
     pub(crate) bit_flips: bool,
+    /// Whether disk operations take simulated time, drawn per run (see
+    /// [`Run::draw_latencies`]): none, every disk fast, or one slow.
+    pub(crate) disk_latency: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -164,6 +171,7 @@ impl SimConfig {
             disk_faults: true,
             full_disks: true,
             bit_flips: true,
+            disk_latency: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -206,6 +214,12 @@ pub(crate) struct SimReport {
     pub(crate) corrupt_errors: u64,
     /// Flipped disks the calm replaced.
     pub(crate) flipped_disks_replaced: u64,
+    /// The fsync latency of the run's slowest disk (zero: disks take no
+    /// time).
+    pub(crate) sync_latency_max: Duration,
+    /// Simulated time the nodes spent on disk operations, in all: each
+    /// node's messages left that much later (see [`Run::busy_for`]).
+    pub(crate) disk_time: Duration,
     /// Restarts of nodes whose storage failed.
     pub(crate) supervisor_restarts: u64,
     /// Leader elections the controllers wrote: (all, unclean).
@@ -341,6 +355,13 @@ struct Machine {
     flipped: u64,
     /// The last `Corrupt` error it gave, traced once.
     last_corrupt: Option<String>,
+    /// What each operation on its disk costs (a replacement disk too).
+    latency: Latency,
+    /// Its disk's simulated time already charged to the node.
+    disk_time_charged: u64,
+    /// Its process is busy with disk operations until then: what it sends
+    /// leaves no earlier.
+    busy_until: Duration,
 }
 
 impl Machine {
@@ -439,6 +460,8 @@ struct Run {
     bit_flips: u64,
     corrupt_errors: u64,
     flipped_disks_replaced: u64,
+    sync_latency_max: Duration,
+    disk_time: Duration,
     /// `ENOSPC` refusals of disks replaced since (lost with their machine).
     full_disk_refusals_of_lost_disks: u64,
     supervisor_restarts: u64,
@@ -476,6 +499,8 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         bit_flips: run.bit_flips,
         corrupt_errors: run.corrupt_errors,
         flipped_disks_replaced: run.flipped_disks_replaced,
+        sync_latency_max: run.sync_latency_max,
+        disk_time: run.disk_time,
         supervisor_restarts: run.supervisor_restarts,
         elections: run.elections,
         background_jobs: run.background_jobs,
@@ -510,6 +535,9 @@ impl Run {
                 restart_owed: false,
                 flipped: 0,
                 last_corrupt: None,
+                latency: Latency::default(),
+                disk_time_charged: 0,
+                busy_until: Duration::ZERO,
             })
             .collect();
         // Half the runs give each send a delivery timeout shorter than a
@@ -561,6 +589,8 @@ impl Run {
             bit_flips: 0,
             corrupt_errors: 0,
             flipped_disks_replaced: 0,
+            sync_latency_max: Duration::ZERO,
+            disk_time: Duration::ZERO,
             full_disk_refusals_of_lost_disks: 0,
             supervisor_restarts: 0,
             elections: (0, 0),
@@ -585,6 +615,9 @@ impl Run {
         self.coordinator
             .create_log(LOG, replicas)
             .map_err(|error| format!("creating the log: {error}"))?;
+        if self.config.disk_latency {
+            self.draw_latencies();
+        }
         for index in 0..self.machines.len() {
             self.open(index)?;
             let first = self.draw_interval(BACKGROUND_WORK_INTERVAL_MEAN);
@@ -652,6 +685,9 @@ impl Run {
             self.look_at_parked_fetches();
             self.collect_outcomes()?;
             self.check_step()?;
+            for index in 0..self.machines.len() {
+                self.busy_for(index);
+            }
             if self.calm && self.is_settled() {
                 return self.check_final();
             }
@@ -1056,6 +1092,9 @@ impl Run {
             self.new_disk(index);
         }
         self.machines[index].sessions.clear();
+        // The process's disk work ends with it.
+        self.busy_for(index);
+        self.machines[index].busy_until = self.schedule.now();
         // A new process is a new leader tenure, even in the same epoch.
         self.leader_high_watermarks
             .retain(|(leader, _), _| *leader != index);
@@ -1075,12 +1114,83 @@ impl Run {
         ));
     }
 
+    /// Draws what disk operations cost in this run, in microseconds
+    /// ([`DISK_TIME_UNIT`]): in 4 runs of 10 nothing, in 3 every disk is a
+    /// fast SSD (fsync 0.1-1 ms), in 3 one node's disk is slow (fsync 1-20
+    /// ms) and the others fast. Each operation also costs up to a tenth of
+    /// the fsync more (jitter, drawn from the disk's own seed).
+    fn draw_latencies(&mut self) {
+        let profile = self.rng.next_u64() % 10;
+        if profile < 4 {
+            return;
+        }
+        let slow =
+            (profile >= 7).then(|| (self.rng.next_u64() % self.machines.len() as u64) as usize);
+        for index in 0..self.machines.len() {
+            let sync_micros = if slow == Some(index) {
+                1_000 + self.rng.next_u64() % 19_001
+            } else {
+                100 + self.rng.next_u64() % 900
+            };
+            let latency = Latency {
+                per_operation: 1 + self.rng.next_u64() % 20,
+                per_kib: 1 + self.rng.next_u64() % 10,
+                per_sync: sync_micros,
+                jitter: sync_micros / 10,
+            };
+            self.sync_latency_max = self.sync_latency_max.max(disk_time(sync_micros));
+            self.machines[index].latency = latency;
+            self.machines[index].disk.set_latency(latency);
+        }
+        self.record(format_args!(
+            "disk latencies: {:?}",
+            self.machines
+                .iter()
+                .map(|m| m.latency.per_sync)
+                .collect::<Vec<_>>()
+        ));
+    }
+
+    /// How long from now node `index` stays busy with its disk.
+    ///
+    /// The model: a node's calls into its storage are synchronous, and
+    /// [`SimDisk`] counts what each operation would have cost
+    /// ([`Latency`]) instead of sleeping. Whatever the disk time a node
+    /// spent since it was last charged, it spent it from the later of now
+    /// and the end of its earlier disk work (the process does one thing at
+    /// a time), and nothing it sends leaves before that: a follower's next
+    /// fetch waits for the fsync of what it appended (its fetch offset
+    /// acknowledges only flushed data, SPEC 2.5), and a leader's fetch
+    /// answer for its reads and its own appends' fsyncs. So a slow disk
+    /// slows what its node says to the others, and from there the high
+    /// watermark, the ISR (a follower whose answers lag by more than
+    /// `replica_lag_time_max` drops out), and the clients' outcomes. Not
+    /// modelled: the node's own control pass and the clients' view of an
+    /// append's outcome are not delayed (the node's core runs as soon as
+    /// an event reaches it), and a crash ends the busy time (its process
+    /// is gone). The whole world does not wait for one disk: the others
+    /// run on.
+    fn busy_for(&mut self, index: usize) -> Duration {
+        let now = self.schedule.now();
+        let machine = &mut self.machines[index];
+        let elapsed = machine.disk.elapsed();
+        let spent = disk_time(elapsed.saturating_sub(machine.disk_time_charged));
+        machine.disk_time_charged = elapsed;
+        machine.busy_until = machine.busy_until.max(now) + spent;
+        self.disk_time += spent;
+        machine.busy_until - now
+    }
+
     /// Gives machine `index` an empty disk (its process is down).
     fn new_disk(&mut self, index: usize) {
         let old = &self.machines[index].disk;
         self.full_disk_refusals_of_lost_disks += old.stats().full_disk_failures;
         let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
         self.machines[index].disk = SimDisk::new(seed);
+        self.machines[index]
+            .disk
+            .set_latency(self.machines[index].latency);
+        self.machines[index].disk_time_charged = 0;
         self.machines[index].flipped = 0;
         self.machines[index].last_corrupt = None;
     }
@@ -1191,7 +1301,8 @@ impl Run {
         request: FetchRequest,
     ) {
         self.fetches += 1;
-        let deadline = request.wait_max + REQUEST_TIMEOUT;
+        let busy = self.busy_for(follower);
+        let deadline = busy + request.wait_max + REQUEST_TIMEOUT;
         self.schedule.after(
             deadline,
             Event::FetchTimedOut {
@@ -1209,7 +1320,7 @@ impl Run {
         let leader_index = leader.0 as usize;
         for delay in arrivals {
             self.schedule.after(
-                delay,
+                busy + delay,
                 Event::FetchArrives {
                     leader: leader_index,
                     follower,
@@ -1296,6 +1407,7 @@ impl Run {
 
     fn answer_fetch(&mut self, leader: usize, follower: usize, sequence: u64, response: Response) {
         let (from, to) = (self.machines[leader].id, self.machines[follower].id);
+        let busy = self.busy_for(leader);
         let arrivals = self.wire.send(from, to);
         self.record(format_args!(
             "answer {sequence} {leader}->{follower} ({} copies)",
@@ -1303,7 +1415,7 @@ impl Run {
         ));
         for delay in arrivals {
             self.schedule.after(
-                delay,
+                busy + delay,
                 Event::FetchAnswered {
                     follower,
                     leader: from,
@@ -1948,6 +2060,11 @@ impl Run {
     }
 }
 
+/// `units` of [`SimDisk`]'s simulated time as a duration.
+fn disk_time(units: u64) -> Duration {
+    DISK_TIME_UNIT.saturating_mul(u32::try_from(units).unwrap_or(u32::MAX))
+}
+
 /// The records of `log` below its high watermark, from its log start, with
 /// the leader epoch of each one's batch.
 fn committed_records(
@@ -2062,6 +2179,9 @@ mod tests {
         // Disk faults over all seeds: EIO planned, full disks, ENOSPC
         // refusals, bit flips, corrupt errors, flipped disks replaced.
         let mut disk = [0u64; 6];
+        // Runs whose disks took time, those with a slow one (fsync of 1 ms
+        // or more), and the disk time in all.
+        let (mut timed, mut slow, mut disk_time) = (0u64, 0u64, Duration::ZERO);
         let mut range = None;
         // Each seed's summary only when asked for (a replay, or a few seeds
         // to look at): CI runs thousands.
@@ -2089,12 +2209,15 @@ mod tests {
                     ]) {
                         *total += count;
                     }
+                    timed += u64::from(!report.sync_latency_max.is_zero());
+                    slow += u64::from(report.sync_latency_max >= Duration::from_millis(1));
+                    disk_time += report.disk_time;
                     range = Some((range.map_or(seed, |(first, _)| first), seed));
                     if !verbose {
                         continue;
                     }
                     eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), {:?} elections (all, unclean), {} background jobs",
+                        "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs",
                         report.trace_hash,
                         report.events,
                         report.appends,
@@ -2111,6 +2234,8 @@ mod tests {
                         report.corrupt_errors,
                         report.flipped_disks_replaced,
                         report.supervisor_restarts,
+                        report.disk_time,
+                        report.sync_latency_max,
                         report.elections,
                         report.background_jobs
                     );
@@ -2127,7 +2252,8 @@ mod tests {
         );
         let [eio, full, enospc, flips, corrupt, replaced] = disk;
         eprintln!(
-            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced)"
+            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced); {timed} runs with disk latency ({slow} with a fsync of 1 ms or more), {:.0} s of disk time",
+            disk_time.as_secs_f64()
         );
     }
 

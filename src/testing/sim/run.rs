@@ -349,6 +349,12 @@ struct Machine {
     /// Its process's replica was checked against what was committed up
     /// to here (its high watermark then).
     checked_up_to: Offset,
+    /// The log's shape when reading it from `checked_up_to` last failed (a
+    /// corrupt batch, failed storage): the check reads again once it or
+    /// the disk changes (a corrupt batch fails every read until the calm
+    /// replaces its disk; reading it again after every event was a fifth
+    /// of a run).
+    check_failed_at: Option<LogShape>,
     /// A restart after its storage failed is scheduled.
     restart_owed: bool,
     /// Bits flipped on its disk (since it was last replaced).
@@ -375,6 +381,18 @@ impl Machine {
                 .as_ref()
                 .is_some_and(|controller| controller.is_due(now))
     }
+}
+
+/// Where a replica's log stood when a check's read of it failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LogShape {
+    /// Where the read started.
+    from: Offset,
+    high_watermark: Offset,
+    log_start: Offset,
+    log_end: Offset,
+    /// Bits flipped on its disk by then.
+    flipped: u64,
 }
 
 /// A fetcher's session as the run drives it: one fetch at a time.
@@ -532,6 +550,7 @@ impl Run {
                 sessions: Vec::new(),
                 failed_opens: 0,
                 checked_up_to: Offset::ZERO,
+                check_failed_at: None,
                 restart_owed: false,
                 flipped: 0,
                 last_corrupt: None,
@@ -1024,6 +1043,7 @@ impl Run {
                 self.machines[index].controller = controller;
                 self.machines[index].failed_opens = 0;
                 self.machines[index].checked_up_to = Offset::ZERO;
+                self.machines[index].check_failed_at = None;
                 self.record(format_args!("node {index} opens ({previous:?})"));
                 Ok(())
             }
@@ -1907,6 +1927,7 @@ impl Run {
         // already checked would go unseen.
         for index in 0..self.machines.len() {
             self.machines[index].checked_up_to = Offset::ZERO;
+            self.machines[index].check_failed_at = None;
             self.check_committed_on(index)?;
         }
         let seated = self
@@ -1939,16 +1960,33 @@ impl Run {
         let mut from = self.machines[index]
             .checked_up_to
             .max(log.log_start_offset());
+        let flipped = self.machines[index].flipped;
+        let shape = |from| LogShape {
+            from,
+            high_watermark,
+            log_start: log.log_start_offset(),
+            log_end: log.log_end_offset(),
+            flipped,
+        };
+        if from < high_watermark && self.machines[index].check_failed_at == Some(shape(from)) {
+            return Ok(());
+        }
+        self.machines[index].check_failed_at = None;
         while from < high_watermark {
             let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
                 Ok(batches) if !batches.is_empty() => batches,
                 Err(error @ Error::Corrupt { .. }) => {
+                    self.machines[index].check_failed_at = Some(shape(from));
                     self.corrupt_error(index, &error)?;
                     break;
                 }
                 // Failed storage (a supervisor restarts it) or nothing below
-                // the high watermark after all: look again next step.
-                _ => break,
+                // the high watermark after all: look again once the log
+                // changes.
+                _ => {
+                    self.machines[index].check_failed_at = Some(shape(from));
+                    break;
+                }
             };
             for batch in &batches {
                 for record in batch.records() {

@@ -2009,7 +2009,7 @@ impl NodeShared {
                 Arc::clone(&self.clock),
             )?
         } else {
-            Log::open_on(
+            Log::open_replica_on(
                 Arc::clone(&self.disk),
                 &dir,
                 self.config.log.clone(),

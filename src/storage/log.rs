@@ -381,6 +381,24 @@ impl Log {
         Self::open_recovering(disk, dir, config, clock, DamageAboveRecoveryPoint::Refuse)
     }
 
+    /// Opens a replica's log as [`open`](Self::open) does, except that a
+    /// corrupt batch that valid batches follow is refused even above the
+    /// checkpointed high watermark (see `DamageAboveRecoveryPoint::RefuseReplica`).
+    pub(crate) fn open_replica_on(
+        disk: Arc<dyn Disk>,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Log> {
+        Self::open_recovering(
+            disk,
+            dir,
+            config,
+            clock,
+            DamageAboveRecoveryPoint::RefuseReplica,
+        )
+    }
+
     /// Opens the log as [`open`](Self::open) does, for a node that told the
     /// coordinator of its unclean stop before it registered (SPEC 3.5): its
     /// replica may have lost data and fetches what it lacks again, so

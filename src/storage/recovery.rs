@@ -169,9 +169,21 @@ pub(crate) enum DamageAboveRecoveryPoint {
     /// Refuse to open the log (`Error::Corrupt`): nobody would tell the
     /// cluster that this replica lost records.
     Refuse,
+    /// As `Refuse`, for a replica's log: a corrupt batch that valid batches
+    /// follow is refused wherever the checkpointed high watermark was. The
+    /// checkpoint lags the high watermark, and records that reached the
+    /// disk may have been fetched by followers and committed since: cut,
+    /// they would leave a replica that reports the shortened log as its
+    /// own, and leads with it as the last ISR member, truncating them on
+    /// the replicas that held them (simulator, seed 1000087: a bit flip at
+    /// offset 182, checkpointed high watermark 176, committed up to 252).
+    /// Gaps between segments stay bounded by the checkpoint: a crash in the
+    /// middle of `truncate_to` leaves them above it on purpose.
+    RefuseReplica,
     /// Cut the log at the damage and delete the segments after it, as
     /// Kafka's log recovery does, and say so in
-    /// [`RecoveryReport::dropped_possibly_committed`]. Only for a node that
+    /// [`RecoveryReport::dropped_possibly_committed`] (what may have been
+    /// committed as for `RefuseReplica`). Only for a node that
     /// reports its unclean stop before it registers: it reports such a
     /// replica as one that lost its data (an empty log end, as for a
     /// deleted directory), so it leaves the ISR and ELR even as their last
@@ -510,7 +522,10 @@ pub(crate) fn recover(
                 });
             }
             let cut_at = seg.next_offset();
-            if may_be_committed(cut_at) {
+            // A replica's corrupt batch with valid batches after it may
+            // hold committed records wherever its checkpoint was (see
+            // `RefuseReplica`).
+            if damage != DamageAboveRecoveryPoint::Refuse || may_be_committed(cut_at) {
                 // Valid batches after the damage, in this segment or a later
                 // one, mean the damage is in the middle of the log.
                 let mut follows = Segment::valid_batch_within(

@@ -894,6 +894,79 @@ mod tests {
         files
     }
 
+    /// SPEC 2.3 and G5 for a replica: a corrupt batch with valid batches
+    /// after it, above the checkpointed high watermark, may still hold
+    /// committed records (the checkpoint lags the high watermark). A plain
+    /// log cuts it as before; a replica's log refuses to open until its
+    /// unclean stop is reported, then cuts and says so in
+    /// `dropped_possibly_committed` (simulator, seed 1000087: a bit flip at
+    /// offset 182, checkpointed high watermark 176, committed up to 252,
+    /// and the replica led with the cut log).
+    #[test]
+    fn a_replicas_corrupt_batch_above_the_checkpointed_high_watermark_may_be_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+        log.set_high_watermark(Offset(0));
+        log.store_checkpoint(false).unwrap();
+        crash(log);
+        let files = data_files(dir.path());
+        assert!(files.len() >= 4, "segments: {}", files.len());
+        // One changed byte in the middle of the second segment's first
+        // batch (past its 61-byte header): its CRC no longer matches, and
+        // valid batches follow.
+        let damaged_file = &files[1];
+        let mut bytes = std::fs::read(damaged_file).unwrap();
+        bytes[70] ^= 0x10;
+        std::fs::write(damaged_file, &bytes).unwrap();
+        let copy = |name: &str| {
+            let to = dir.path().parent().unwrap().join(format!(
+                "{}-{name}",
+                dir.path().file_name().unwrap().to_str().unwrap()
+            ));
+            std::fs::create_dir_all(&to).unwrap();
+            for entry in std::fs::read_dir(dir.path()).unwrap() {
+                let path = entry.unwrap().path();
+                std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+            }
+            to
+        };
+        let (plain, replica, reported) = (copy("plain"), copy("replica"), copy("reported"));
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+
+        let log = Log::open(&plain, config.clone(), Arc::clone(&clock)).unwrap_or_else(|e| {
+            panic!("a plain log cuts a corrupt batch above its checkpointed HW: {e}")
+        });
+        assert!(log.recovery_report().dropped_possibly_committed.is_none());
+        let cut = log.log_end_offset();
+        drop(log);
+
+        match Log::open_replica_on(
+            crate::storage::StdDisk::shared(),
+            &replica,
+            config.clone(),
+            Arc::clone(&clock),
+        ) {
+            Err(crate::Error::Corrupt { reason, .. }) => {
+                assert!(reason.contains("may have been committed"), "{reason}")
+            }
+            other => panic!("a replica's log must refuse: {other:?}"),
+        }
+
+        let log = Log::open_after_reported_unclean_stop(
+            crate::storage::StdDisk::shared(),
+            &reported,
+            config,
+            clock,
+        )
+        .unwrap();
+        assert_eq!(log.log_end_offset(), cut);
+        assert_eq!(log.recovery_report().dropped_possibly_committed, Some(cut));
+        for made in [plain, replica, reported] {
+            std::fs::remove_dir_all(made).unwrap();
+        }
+    }
+
     /// SPEC 2.3 with 3.5: a power loss while rolls' background flushes
     /// waited can leave a sealed segment torn (or empty) while the later
     /// segments' pages reached the disk. With the checkpoint lost too,

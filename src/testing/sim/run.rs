@@ -2315,6 +2315,18 @@ mod tests {
         run(&SimConfig::new(46)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
+    /// Seed 1000087: a bit flip at offset 182 of the last ISR member's
+    /// segment, above its checkpointed high watermark (176) but committed
+    /// (up to 252); after a power loss its recovery cut the log at 182,
+    /// it reported that end as its own and led, truncating the records on
+    /// the replica that held them (SPEC 3.8 then G1). A replica's corrupt
+    /// batch with valid batches after it now counts as possibly committed
+    /// wherever the checkpoint was (`DamageAboveRecoveryPoint::RefuseReplica`).
+    #[test]
+    fn seed_1000087_a_bit_flip_above_the_checkpointed_high_watermark_is_not_a_torn_tail() {
+        run(&SimConfig::new(1_000_087)).unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
     #[test]
     fn a_seed_replays_byte_for_byte() {
         let mut config = SimConfig::new(7);

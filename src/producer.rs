@@ -82,6 +82,15 @@ use crate::types::{LeaderEpoch, LogId, ProducerEpoch, ProducerId, Sequence};
 /// Finds the replica that leads a log now. Implemented for the test
 /// `Cluster` and for a slice of [`Node`](crate::Node)s; an application
 /// routing over a network implements it over its own clients.
+///
+/// A router that carries a leader's answers from elsewhere must keep what
+/// the producer judges them by: an [`Error::OutOfOrderSequence`] names the
+/// epoch of the leader that refused the batch (the producer releases a
+/// batch's sequence only on a refusal from a leader no older than every
+/// leader it has seen), and an [`AppendHandle`] the epoch of the leader
+/// that placed the append ([`AppendHandle::leader_epoch`]). A router that
+/// cannot know the refusing leader's epoch should answer with a retriable
+/// error instead of an `OutOfOrderSequence` with a made-up epoch.
 pub trait LeaderRouter: Send + Sync {
     /// The handle of `log` on its current leader. A retriable error
     /// (`LeaderNotAvailable`, `NotLeader`, ...) makes the producer back off
@@ -1120,18 +1129,21 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             // failed with an unknown outcome says none.
             front.may_have_been_written(if from_handle { None } else { epoch_seen });
         }
-        // A leader older than one that an attempt of this batch reached
-        // refused it as out of order: cut off and not told it was replaced
-        // (SPEC 3.7), it does not hold what its successor took, so its
-        // refusal proves nothing about the log. Released on it, the batch
-        // freed its sequence for the next one, which the successor then
-        // answered as a duplicate of this batch, with this batch's offsets:
-        // an acknowledged record never written (the simulator, seed 46).
-        // Retried, the next round finds the current leader.
+        // A leader older than one that placed a batch of this log (this
+        // one, or any other: a later leader may hold this batch in the
+        // uncommitted tail it took over) refused it as out of order: cut
+        // off and not told it was replaced (SPEC 3.7), it does not hold
+        // what its successors took, so its refusal proves nothing about
+        // the log. Released on it, the batch freed its sequence for the
+        // next one, which a successor then answered as a duplicate of this
+        // batch, with this batch's offsets: an acknowledged record never
+        // written (the simulator, seed 46). Retried, the next round finds
+        // the current leader, whose epoch is at least every one seen.
+        let newest_placed = front.written_in.max(epoch_seen);
         let stale_refusal = matches!(
             &error,
             Error::OutOfOrderSequence { leader_epoch, .. }
-                if front.written_in.is_some_and(|written| *leader_epoch < written)
+                if newest_placed.is_some_and(|newest| *leader_epoch < newest)
         );
         if stale_refusal
             || is_retriable_in_flight(&error, from_handle, front.sent_behind_unresolved)
@@ -1731,6 +1743,39 @@ mod tests {
         );
         assert!(!producer.has_in_doubt(LOG));
         assert_eq!(producer.next_sequence(LOG), Sequence(0));
+    }
+
+    /// The refusal is judged against every leader seen, not only the ones
+    /// this batch reached: batch a was placed by the epoch 10 leader, b by
+    /// the epoch 8 one (whose tail the epoch 10 leader may have taken
+    /// over); a leader of epoch 9 that refuses b as out of order is stale
+    /// and releases nothing (review of the seed 46 fix).
+    #[test]
+    fn an_out_of_order_refusal_older_than_any_leader_seen_does_not_release_the_batch() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        *router.placed_in.lock() = Some(LeaderEpoch(10));
+        let a = producer.send_values_pipelined(LOG, &["a"]).unwrap();
+        router.answer(0, written(3));
+        assert_eq!(a.wait().unwrap().base_offset, Offset(3));
+        *router.placed_in.lock() = Some(LeaderEpoch(8));
+        let b = producer.send_values_pipelined(LOG, &["b"]).unwrap();
+        router.answer(1, Err(Error::Shutdown));
+        until_attempts(&producer, 3);
+        router.answer(
+            2,
+            Err(Error::OutOfOrderSequence {
+                producer: ProducerId(7),
+                expected: Sequence(0),
+                received: Sequence(1),
+                leader_epoch: LeaderEpoch(9),
+            }),
+        );
+        until_attempts(&producer, 4);
+        assert!(!b.is_done(), "released on a stale leader's refusal");
+        assert_eq!(send_sequences(&router), vec![0, 1, 1, 1]);
+        router.answer(3, written(4));
+        assert_eq!(b.wait().unwrap().base_offset, Offset(4));
     }
 
     fn send_sequences(router: &ScriptedRouter) -> Vec<i32> {

@@ -2131,6 +2131,7 @@ fn committed_records(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::Mutex;
 
     /// Which seeds [`simulated_runs`] runs, from the environment:
     /// `ISRLOG_SIM_SEED` one seed (a replay); otherwise from
@@ -2144,7 +2145,7 @@ mod tests {
     }
 
     /// Seeds a plain `cargo test` runs.
-    const DEFAULT_SEEDS: u64 = 50;
+    const DEFAULT_SEEDS: u64 = 150;
 
     fn variable(name: &str) -> Option<u64> {
         let value = std::env::var(name).ok()?;
@@ -2199,12 +2200,173 @@ mod tests {
         }
     }
 
-    /// Runs seeds (see [`Seeds`]) and fails with the first failing seed's
-    /// report; prints each seed's summary and the rate.
+    /// What the seeds one thread ran add up to.
+    #[derive(Default)]
+    struct Totals {
+        seeds: u64,
+        events: u64,
+        simulated: Duration,
+        /// Disk faults: EIO planned, full disks, ENOSPC refusals, bit
+        /// flips, corrupt errors, flipped disks replaced.
+        disk: [u64; 6],
+        /// Runs whose disks took time, those with a slow one (fsync of 1 ms
+        /// or more), and the disk time in all.
+        timed: u64,
+        slow: u64,
+        disk_time: Duration,
+        /// The lowest and highest seed run.
+        range: Option<(u64, u64)>,
+    }
+
+    impl Totals {
+        fn add(&mut self, config: &SimConfig, report: &SimReport) {
+            self.seeds += 1;
+            self.events += report.events;
+            self.simulated += config.simulated;
+            for (total, count) in self.disk.iter_mut().zip([
+                report.disk_faults,
+                report.full_disks,
+                report.full_disk_refusals,
+                report.bit_flips,
+                report.corrupt_errors,
+                report.flipped_disks_replaced,
+            ]) {
+                *total += count;
+            }
+            self.timed += u64::from(!report.sync_latency_max.is_zero());
+            self.slow += u64::from(report.sync_latency_max >= Duration::from_millis(1));
+            self.disk_time += report.disk_time;
+            self.widen(Some((config.seed, config.seed)));
+        }
+
+        fn widen(&mut self, range: Option<(u64, u64)>) {
+            if let Some((low, high)) = range {
+                self.range = Some(
+                    self.range
+                        .map_or((low, high), |(a, b)| (a.min(low), b.max(high))),
+                );
+            }
+        }
+
+        fn merge(&mut self, other: Totals) {
+            self.seeds += other.seeds;
+            self.events += other.events;
+            self.simulated += other.simulated;
+            for (total, count) in self.disk.iter_mut().zip(other.disk) {
+                *total += count;
+            }
+            self.timed += other.timed;
+            self.slow += other.slow;
+            self.disk_time += other.disk_time;
+            self.widen(other.range);
+        }
+    }
+
+    /// The seeds still to hand out, and the lowest seed that failed so far
+    /// with its report.
+    struct Work {
+        seeds: Seeds,
+        failed: Option<(u64, String)>,
+    }
+
+    impl Work {
+        /// The next seed to run, or none once the seeds ran out or one
+        /// failed: seeds are handed out in order, so every seed below a
+        /// failing one was handed out before it and runs to its end, and
+        /// the lowest failing seed is reported whatever the threads' timing.
+        fn next_seed(&mut self) -> Option<u64> {
+            if self.failed.is_some() {
+                return None;
+            }
+            self.seeds.next()
+        }
+
+        fn fail(&mut self, seed: u64, report: String) {
+            if self
+                .failed
+                .as_ref()
+                .is_none_or(|(lowest, _)| seed < *lowest)
+            {
+                self.failed = Some((seed, report));
+            }
+        }
+    }
+
+    /// Runs seeds taken from `work` until none is left; prints each one's
+    /// summary with `verbose`.
+    fn run_seeds(work: &Mutex<Work>, trace_lines: Option<usize>, verbose: bool) -> Totals {
+        let mut totals = Totals::default();
+        loop {
+            let Some(seed) = work.lock().next_seed() else {
+                return totals;
+            };
+            let mut config = SimConfig::new(seed);
+            if let Some(lines) = trace_lines {
+                config.trace_lines = lines;
+            }
+            // A node's assertion failing in a run is that seed's failure
+            // too: reported with its seed, the other thread's seeds below
+            // it still run.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&config)));
+            let report = match outcome {
+                Ok(Ok(report)) => report,
+                Ok(Err(failure)) => {
+                    work.lock().fail(seed, failure.to_string());
+                    continue;
+                }
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("(no message)");
+                    work.lock().fail(
+                        seed,
+                        format!(
+                            "simulation seed {seed} panicked: {message}\nreplay: ISRLOG_SIM_SEED={seed} RUST_BACKTRACE=1 cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture"
+                        ),
+                    );
+                    continue;
+                }
+            };
+            totals.add(&config, &report);
+            if !verbose {
+                continue;
+            }
+            eprintln!(
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs",
+                report.trace_hash,
+                report.events,
+                report.appends,
+                report.produced,
+                report.acknowledged,
+                report.read,
+                report.crashes,
+                report.power_losses,
+                report.disks_lost,
+                report.disk_faults,
+                report.full_disks,
+                report.full_disk_refusals,
+                report.bit_flips,
+                report.corrupt_errors,
+                report.flipped_disks_replaced,
+                report.supervisor_restarts,
+                report.disk_time,
+                report.sync_latency_max,
+                report.elections,
+                report.background_jobs
+            );
+        }
+    }
+
+    /// Runs seeds (see [`Seeds`]) on `ISRLOG_SIM_THREADS` threads (default
+    /// two, or one on a one-core machine), each run on one thread, and
+    /// fails with the lowest failing seed's report; prints each seed's
+    /// summary (when asked) and the rate.
     #[test]
     fn simulated_runs() {
         // `RUST_LOG=isrlog=info` shows what the nodes did on a replayed
-        // seed, interleaved with nothing else: the run is one thread.
+        // seed, interleaved with nothing else: a replay is one run.
         if std::env::var("RUST_LOG").is_ok() {
             // Fails when another test installed one first: fine.
             let _ = tracing_subscriber::fmt()
@@ -2213,77 +2375,49 @@ mod tests {
                 .try_init();
         }
         let started = Instant::now();
-        let (mut seeds, mut events, mut simulated) = (0u64, 0u64, Duration::ZERO);
-        // Disk faults over all seeds: EIO planned, full disks, ENOSPC
-        // refusals, bit flips, corrupt errors, flipped disks replaced.
-        let mut disk = [0u64; 6];
-        // Runs whose disks took time, those with a slow one (fsync of 1 ms
-        // or more), and the disk time in all.
-        let (mut timed, mut slow, mut disk_time) = (0u64, 0u64, Duration::ZERO);
-        let mut range = None;
         // Each seed's summary only when asked for (a replay, or a few seeds
         // to look at): CI runs thousands.
         let verbose = std::env::var_os("ISRLOG_SIM_SEED").is_some()
             || std::env::var_os("ISRLOG_SIM_VERBOSE").is_some();
         // A replay may keep more of the trace: ISRLOG_SIM_TRACE_LINES=N.
         let trace_lines = variable("ISRLOG_SIM_TRACE_LINES").map(|n| n as usize);
-        for seed in Seeds::from_env() {
-            let mut config = SimConfig::new(seed);
-            if let Some(lines) = trace_lines {
-                config.trace_lines = lines;
+        let threads = variable("ISRLOG_SIM_THREADS").map_or_else(
+            || {
+                std::thread::available_parallelism()
+                    .map_or(1, std::num::NonZeroUsize::get)
+                    .min(2)
+            },
+            |n| (n as usize).max(1),
+        );
+        let work = Mutex::new(Work {
+            seeds: Seeds::from_env(),
+            failed: None,
+        });
+        let mut totals = Totals::default();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| scope.spawn(|| run_seeds(&work, trace_lines, verbose)))
+                .collect();
+            for handle in handles {
+                totals.merge(handle.join().expect("a simulator thread panicked"));
             }
-            match run(&config) {
-                Ok(report) => {
-                    seeds += 1;
-                    events += report.events;
-                    simulated += config.simulated;
-                    for (total, count) in disk.iter_mut().zip([
-                        report.disk_faults,
-                        report.full_disks,
-                        report.full_disk_refusals,
-                        report.bit_flips,
-                        report.corrupt_errors,
-                        report.flipped_disks_replaced,
-                    ]) {
-                        *total += count;
-                    }
-                    timed += u64::from(!report.sync_latency_max.is_zero());
-                    slow += u64::from(report.sync_latency_max >= Duration::from_millis(1));
-                    disk_time += report.disk_time;
-                    range = Some((range.map_or(seed, |(first, _)| first), seed));
-                    if !verbose {
-                        continue;
-                    }
-                    eprintln!(
-                        "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs",
-                        report.trace_hash,
-                        report.events,
-                        report.appends,
-                        report.produced,
-                        report.acknowledged,
-                        report.read,
-                        report.crashes,
-                        report.power_losses,
-                        report.disks_lost,
-                        report.disk_faults,
-                        report.full_disks,
-                        report.full_disk_refusals,
-                        report.bit_flips,
-                        report.corrupt_errors,
-                        report.flipped_disks_replaced,
-                        report.supervisor_restarts,
-                        report.disk_time,
-                        report.sync_latency_max,
-                        report.elections,
-                        report.background_jobs
-                    );
-                }
-                Err(failure) => panic!("{failure}"),
-            }
+        });
+        if let Some((_, report)) = work.into_inner().failed {
+            panic!("{report}");
         }
+        let Totals {
+            seeds,
+            events,
+            simulated,
+            disk,
+            timed,
+            slow,
+            disk_time,
+            range,
+        } = totals;
         let elapsed = started.elapsed().as_secs_f64();
         eprintln!(
-            "simulated {seeds} seeds {range:?} ({:.0} simulated s) in {elapsed:.2} s: {:.1} seeds/s, {:.0} seeds/hour, {events} events",
+            "simulated {seeds} seeds {range:?} ({:.0} simulated s) in {elapsed:.2} s on {threads} threads: {:.1} seeds/s, {:.0} seeds/hour, {events} events",
             simulated.as_secs_f64(),
             seeds as f64 / elapsed,
             seeds as f64 / elapsed * 3600.0

@@ -1831,9 +1831,9 @@ impl Run {
     }
 
     /// Nothing left to happen but timers: every append has its outcome,
-    /// every node runs, the log has a leader whose high watermark is its
-    /// log end (a new leader's lags until its followers fetch), and every
-    /// replica holds that much.
+    /// every node runs, a controller holds the seat, the log has a leader
+    /// whose high watermark is its log end (a new leader's lags until its
+    /// followers fetch), and every replica holds that much.
     fn is_settled(&self) -> bool {
         if !self.in_flight.is_empty()
             || self
@@ -1847,7 +1847,15 @@ impl Run {
         {
             return false;
         }
-        let Some((_, leader)) = self.leader() else {
+        // A controller takes the seat on its next pass after it hears the
+        // seat is free, or on its next poll after a failed one (a lost
+        // write reply): as its thread would, not after every event.
+        let seated = self.machines.iter().any(|m| {
+            m.controller
+                .as_ref()
+                .is_some_and(|controller| controller.controller_epoch().is_some())
+        });
+        let Some((_, leader)) = self.leader().filter(|_| seated) else {
             return false;
         };
         let end = leader.log_end_offset();

@@ -2441,6 +2441,17 @@ mod tests {
     /// planned before the calm had poisoned after it (reading it at the end
     /// failed): the calm now calls off planned disk faults, and a run is
     /// settled only once no node waits for its supervisor's restart.
+    /// Seed 710069 failed its end check ("no controller holds the seat at
+    /// the end") a millisecond after the calm: the controller had lost its
+    /// seat just before (node 2 lost its coordinator write replies at
+    /// 58.9 s), and the log already looked settled. A run is settled only
+    /// once a controller holds the seat again (f327a04, found with seed
+    /// 900415), within the 20 s after the calm.
+    #[test]
+    fn seed_710069_settled_only_once_a_controller_holds_the_seat() {
+        run(&SimConfig::new(710_069)).unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
     #[test]
     fn seed_510_no_disk_fault_hits_after_the_calm() {
         run(&SimConfig::new(510)).unwrap_or_else(|failure| panic!("{failure}"));

@@ -429,6 +429,11 @@ type LogStateSeen = (Option<NodeId>, LeaderEpoch, Vec<NodeId>, Vec<NodeId>);
 struct Run {
     /// The log's leader, epoch, ISR and ELR the trace last recorded.
     log_state_seen: Option<LogStateSeen>,
+    /// When a fetch from a follower (second) last reached a leader's
+    /// process (first), for SPEC 3.4's check.
+    fetch_arrivals: BTreeMap<(usize, usize), Duration>,
+    /// When each leader process was first seen leading in an epoch.
+    leading_since: BTreeMap<(usize, LeaderEpoch), Duration>,
     config: SimConfig,
     rng: SplitMix64,
     schedule: Schedule<Event>,
@@ -575,6 +580,8 @@ impl Run {
             .map(|_| ProducerClient::new(LOG, clock.clone(), producer_config));
         Run {
             log_state_seen: None,
+            fetch_arrivals: BTreeMap::new(),
+            leading_since: BTreeMap::new(),
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
@@ -1118,6 +1125,9 @@ impl Run {
         // A new process is a new leader tenure, even in the same epoch.
         self.leader_high_watermarks
             .retain(|(leader, _), _| *leader != index);
+        self.leading_since.retain(|(leader, _), _| *leader != index);
+        self.fetch_arrivals
+            .retain(|(leader, _), _| *leader != index);
         // A dead leader answers none of the fetches it held.
         self.parked.retain(|parked| parked.leader != index);
         // The client's appends to a dead process get no answer: to the
@@ -1375,6 +1385,8 @@ impl Run {
         };
         let from = self.machines[follower].id;
         let wait = request.wait_max.min(REQUEST_TIMEOUT);
+        self.fetch_arrivals
+            .insert((leader, follower), self.schedule.now());
         match node.receive_fetch(from, &request, wait.is_zero()) {
             FetchPoll::Answer(response) => self.answer_fetch(leader, follower, sequence, response),
             FetchPoll::Park { arrival, seen, .. } => {
@@ -1536,6 +1548,7 @@ impl Run {
                     ));
                 }
             }
+            self.check_fetches_vouch_as_of_arrival(index, &log)?;
             let shown = self
                 .leader_high_watermarks
                 .entry((index, log.leader_epoch()))
@@ -1548,6 +1561,43 @@ impl Run {
                 ));
             }
             *shown = high_watermark;
+        }
+        Ok(())
+    }
+
+    /// SPEC 3.4: a fetch vouches for its follower only as of its arrival,
+    /// so a leader never counts a follower caught up later than the last
+    /// fetch from it arrived (or, before any, than the leader began to
+    /// lead). A fetch the leader holds in a long poll and looks at again
+    /// when data arrives must not count as new then: that re-admitted a
+    /// partitioned follower once (a4b6a3f), and held the high watermark of
+    /// every `acks=all` append until the lag timeout.
+    fn check_fetches_vouch_as_of_arrival(
+        &mut self,
+        index: usize,
+        log: &crate::ReplicatedLog,
+    ) -> Result<(), String> {
+        let now = self.schedule.now();
+        let epoch = log.leader_epoch();
+        let since = *self.leading_since.entry((index, epoch)).or_insert(now);
+        for follower in 0..self.machines.len() {
+            if follower == index {
+                continue;
+            }
+            let Some((_, behind_for)) = log.follower_lag(self.machines[follower].id) else {
+                continue;
+            };
+            let caught_up_at = now.saturating_sub(behind_for);
+            let vouched = self
+                .fetch_arrivals
+                .get(&(index, follower))
+                .copied()
+                .map_or(since, |arrived| arrived.max(since));
+            if caught_up_at > vouched {
+                return Err(format!(
+                    "SPEC 3.4: node {index}, leader in epoch {epoch}, counts node {follower} caught up at {caught_up_at:?}, after its last fetch arrived ({vouched:?})"
+                ));
+            }
         }
         Ok(())
     }

@@ -444,12 +444,40 @@ pub(crate) fn recover(
         if scan_from > 0 {
             // The epoch of the batch just before the scan, so the scan can
             // check that epochs never go backwards.
-            if let Found::Batch { header, .. } = Segment::find_batch(
+            if let Found::Batch { header, position } = Segment::find_batch(
                 seg.file(),
                 seg.index_floor(Offset(start_offset.0.saturating_sub(1))),
                 scan_from,
                 Offset(start_offset.0.saturating_sub(1)),
             )? {
+                // That batch is below the recovery point, where the scan
+                // does not look: its epoch (which the CRC does not cover)
+                // is checked against the cache here. Flipped upward and
+                // taken on trust, it made the first batch above the
+                // recovery point look like it went back in epochs, so
+                // recovery cut every record after it, and the log end this
+                // replica reported carried the flipped epoch, which won an
+                // unclean recovery against a longer log (simulator, seed
+                // 2101480: epoch 16389 at offset 1746 where the cache says
+                // 5). SPEC 2.3: damage below the recovery point is an error
+                // naming the file and position.
+                if epochs_trusted && header.base_offset >= log_start_offset {
+                    let expected = expected_epoch(epochs.entries(), header.base_offset);
+                    if expected.is_some_and(|expected| expected != header.leader_epoch) {
+                        return Err(Error::Corrupt {
+                            path: seg.log_path().to_path_buf(),
+                            position,
+                            reason: format!(
+                                "below the recovery point {recovery_point}: batch at offset {} \
+                                 has leader epoch {}, but the epoch cache, written before every \
+                                 batch, says {}",
+                                header.base_offset,
+                                header.leader_epoch,
+                                expected.map_or("none".to_string(), |e| e.to_string())
+                            ),
+                        });
+                    }
+                }
                 last_epoch = Some(header.leader_epoch);
             }
         }

@@ -894,6 +894,59 @@ mod tests {
         files
     }
 
+    /// SPEC 2.3: a leader epoch flipped upward in a batch just below the
+    /// recovery point (the CRC does not cover it) is damage below the
+    /// recovery point, named as such. Taken on trust, it made the first
+    /// batch above the recovery point look like it went back in epochs:
+    /// recovery cut the log there and reported the flipped epoch as the
+    /// log end's, which won an unclean recovery against a longer log
+    /// (simulator, seed 2101480).
+    #[test]
+    fn an_epoch_flipped_just_below_the_recovery_point_is_corruption_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        append_batches(&log, "record", 6, LeaderEpoch(0));
+        log.flush().unwrap();
+        let recovery_point = log.log_end_offset();
+        append_batches(&log, "later", 1, LeaderEpoch(0));
+        crash(log);
+        // The batch just below the recovery point: find its start by its
+        // base offset, then overwrite its epoch (bytes 12..16: base offset,
+        // length, epoch) with a large one, whatever the byte order.
+        let below = recovery_point.0 - 2;
+        let file = data_files(dir.path())
+            .into_iter()
+            .rev()
+            .find(|path| {
+                let base: u64 = path.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+                base <= below
+            })
+            .unwrap();
+        let mut bytes = std::fs::read(&file).unwrap();
+        let start = (0..bytes.len() - 16)
+            .find(|&at| {
+                bytes[at..at + 8] == below.to_be_bytes() || bytes[at..at + 8] == below.to_le_bytes()
+            })
+            .unwrap();
+        bytes[start + 12..start + 16].copy_from_slice(&[0x10; 4]);
+        std::fs::write(&file, &bytes).unwrap();
+
+        match Log::open(dir.path(), config, Arc::new(SystemClock)) {
+            Err(crate::Error::Corrupt { reason, .. }) => {
+                assert!(reason.contains("below the recovery point"), "{reason}");
+                assert!(reason.contains("epoch cache"), "{reason}");
+            }
+            Ok(log) => panic!(
+                "opened: end {}, last epoch {:?}, report {:?}",
+                log.log_end_offset(),
+                log.last_batch_epoch(),
+                log.recovery_report()
+            ),
+            Err(other) => panic!("{other}"),
+        }
+    }
+
     /// SPEC 2.3 and G5 for a replica: a corrupt batch with valid batches
     /// after it, above the checkpointed high watermark, may still hold
     /// committed records (the checkpoint lags the high watermark). A plain

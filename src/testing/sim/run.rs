@@ -2530,6 +2530,16 @@ mod tests {
         run(&SimConfig::new(1_000_087)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
+    /// Seed 2101480: a bit flip set the epoch of the batch just below a
+    /// replica's recovery point to 16389; recovery took it on trust, cut
+    /// everything after it, and reported that epoch as its log end's, which
+    /// won an unclean recovery against a longer log (SPEC 3.8, G1). The
+    /// batch before the scan is now checked against the epoch cache.
+    #[test]
+    fn seed_2101480_a_flipped_epoch_below_the_recovery_point_wins_no_election() {
+        run(&SimConfig::new(2_101_480)).unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
     #[test]
     fn a_seed_replays_byte_for_byte() {
         let mut config = SimConfig::new(7);

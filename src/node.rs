@@ -1197,6 +1197,10 @@ impl Node {
     }
 }
 
+/// The most events and commands one [`SteppedNode::step_control`] call
+/// handles.
+const STEP_CONTROL_INPUTS_MAX: usize = 1024;
+
 /// A node opened without any thread of its own, for a simulator that
 /// drives it in one thread on simulated time (issue 28): what the node's
 /// threads would do, it does when told. [`step_control`](Self::step_control)
@@ -1281,11 +1285,15 @@ impl SteppedNode {
     /// does after each `select`; with nothing arrived, one wake-up of the
     /// timed duties alone. Returns how many events and commands it
     /// handled. It waits for nothing itself, but a duty may call the
-    /// coordinator.
+    /// coordinator. At most [`STEP_CONTROL_INPUTS_MAX`] inputs a call: a
+    /// node that keeps notifying itself (each coordinator write it makes
+    /// is an event for it) would otherwise keep one call going for ever;
+    /// bounded, the driver sees it busy round after round and can report a
+    /// livelock instead of hanging.
     pub(crate) fn step_control(&mut self, now: Instant) -> usize {
         let shared = &self.node.shared;
         let mut handled = 0;
-        while !shared.is_stopped() {
+        while !shared.is_stopped() && handled < STEP_CONTROL_INPUTS_MAX {
             if let Ok(event) = self.events.try_recv() {
                 self.control.on_event(shared, event);
             } else if let Ok(command) = self.commands.try_recv() {
@@ -2125,10 +2133,17 @@ impl NodeShared {
         if !self.lost_replicas.contains(&state.log) {
             self.report_end_after_open(state, &replica);
         }
+        // Once per process: an epoch this process made is new. Without
+        // this, a restarted leader whose storage then failed as it took the
+        // lead (its epoch checkpoint's fsync) stayed "fresh", and its own
+        // bump's notification made it bump again, for ever: one coordinator
+        // write after another, a busy control loop (simulator, seed
+        // 3000104).
         let must_bump = state.leader == Some(me)
             && epoch_bumps.is_some()
             && replica.is_fresh()
-            && replica.restarted();
+            && replica.restarted()
+            && !replica.epoch_bumped();
         if must_bump && epoch_bumps > Some(0) {
             // A log the coordinator still says this node leads, seen for the
             // first time by this process, whose directory existed already:
@@ -2156,7 +2171,10 @@ impl NodeShared {
                 state.version,
                 update,
             ) {
-                Ok(CasOutcome::Applied(bumped)) => return self.reconcile_with(&bumped, None),
+                Ok(CasOutcome::Applied(bumped)) => {
+                    replica.mark_epoch_bumped();
+                    return self.reconcile_with(&bumped, None);
+                }
                 Ok(CasOutcome::Stale(current)) => {
                     let left = epoch_bumps.map(|n| n.saturating_sub(1));
                     return self.reconcile_with(&current, left);

@@ -41,7 +41,7 @@ use crate::record::{
 };
 use crate::snapshot::{SnapshotInfo, SnapshotStore};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
 use crate::types::{EpochEndOffset, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
@@ -262,6 +262,10 @@ pub(crate) struct Replica {
     data_arrived: Arc<Watch>,
     /// Whether the log's directory existed when this process opened it.
     restarted: bool,
+    /// This process moved the log to a new leader epoch of its own, as a
+    /// restarted leader must before it leads (`NodeShared::reconcile_with`):
+    /// every epoch from then on was made after this process started.
+    epoch_bumped: AtomicBool,
     /// When this replica last tried to resign after its storage failed:
     /// retried at most once a second, not on every control-loop tick.
     resign_attempted_at: Mutex<Option<Instant>>,
@@ -423,6 +427,7 @@ impl Replica {
             generation: AtomicU64::new(0),
             data_arrived,
             restarted,
+            epoch_bumped: AtomicBool::new(false),
             resign_attempted_at: Mutex::new(None),
             leadership_failed: Mutex::new(None),
             appends_stopped_in: AtomicU64::new(0),
@@ -508,6 +513,17 @@ impl Replica {
     /// Whether the log existed on disk before this process opened it.
     pub(crate) fn restarted(&self) -> bool {
         self.restarted
+    }
+
+    /// Whether this process already moved the log to a leader epoch of its
+    /// own (see `epoch_bumped`).
+    pub(crate) fn epoch_bumped(&self) -> bool {
+        self.epoch_bumped.load(Ordering::SeqCst)
+    }
+
+    /// Records that this process moved the log to a leader epoch of its own.
+    pub(crate) fn mark_epoch_bumped(&self) {
+        self.epoch_bumped.store(true, Ordering::SeqCst);
     }
 
     /// Whether this replica has not taken any role yet in this process.

@@ -2565,6 +2565,15 @@ mod tests {
         run(&SimConfig::new(2_101_480)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
+    /// Seed 3000104 never ended: a restarted leader whose storage failed as
+    /// it took the lead again (an EIO on its epoch checkpoint's fsync)
+    /// moved the log to a new epoch on every notification, its own bump's
+    /// included, for ever. A process now bumps a log's epoch once.
+    #[test]
+    fn seed_3000104_a_restarted_leader_bumps_the_epoch_once() {
+        run(&SimConfig::new(3_000_104)).unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
     #[test]
     fn a_seed_replays_byte_for_byte() {
         let mut config = SimConfig::new(7);

@@ -2502,28 +2502,21 @@ mod tests {
         run(&SimConfig::new(710_069)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
-    /// Known, not fixed: seed 740121 fails G1 ("acknowledged p137 at 572
-    /// is not in node 0's committed log (it holds p113)"). Node 1's disk
-    /// flips bit 4 of byte 2682 of its segment 0 at 1.5 s, near the batch
-    /// at offset 29 (p11, acknowledged at 29 at 1.56 s). Node 1 never
-    /// restarts, holds the log up to 569 and more, and leads in epoch 5 at
-    /// 12.67 s; there it refuses producer-1's next batches with "expected
-    /// 11, got 112": its producer state stopped at sequence 10. Likely
-    /// path, not confirmed: `Log::truncate_to` (or an open) rebuilds the
-    /// producer state with `rebuild_producer_state`, which walks batch
-    /// headers with `Segment::for_each_header` and records each header's
-    /// producer fields without checking the CRC that covers them, so a
-    /// flipped producer id, epoch or sequence is taken as data (G5 asks for
-    /// a clear error). p113, written at 572 by node 0 in epoch 3, is
-    /// reported failed after node 1's refusal, and at 13.67 s node 0,
-    /// leading again, answers p137 as a duplicate of the batch at 572 (so
-    /// p137 went out with p113's sequence): the client is told p137 is at
-    /// 572, where p113 is. Two questions: the rebuild's unchecked headers
-    /// (storage), and a sequence re-used while its batch may be in the log
-    /// (producer).
+    /// Seed 740121 failed G1 ("acknowledged p137 at 572 is not in node 0's
+    /// committed log (it holds p113)"). Node 1's disk flipped a bit in the
+    /// base offset of the batch at offset 29 (p11, sequence 10). Node 1's
+    /// producer state was later rebuilt from its segments
+    /// (`rebuild_producer_state`, after a truncation), which walks batch
+    /// headers without reading the bodies and took the flipped base offset
+    /// as data: the state stopped at sequence 10. Leading in epoch 5, node
+    /// 1 refused producer-1 with "expected 11, got 112"; p113, written at
+    /// 572 by node 0 in epoch 3, was reported failed, and node 0, leading
+    /// again, answered p137 as a duplicate of the batch at 572. The rebuild
+    /// now checks that each batch starts where the one before it ended and
+    /// fails with `Corrupt` naming the file and position otherwise (as the
+    /// epoch cache's rebuild does).
     #[test]
-    #[ignore = "known: a flipped batch header feeds the producer state; a re-used sequence is acknowledged as another record's duplicate"]
-    fn seed_740121_a_flipped_header_and_a_reused_sequence_acknowledge_another_record() {
+    fn seed_740121_a_flipped_base_offset_does_not_feed_the_producer_state() {
         run(&SimConfig::new(740_121)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 

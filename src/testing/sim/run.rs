@@ -2499,7 +2499,7 @@ mod tests {
     /// 900415), within the 20 s after the calm.
     #[test]
     fn seed_710069_settled_only_once_a_controller_holds_the_seat() {
-        run(&SimConfig::new(710_069)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(710_069);
     }
 
     /// Seed 740121 failed G1 ("acknowledged p137 at 572 is not in node 0's
@@ -2517,12 +2517,12 @@ mod tests {
     /// epoch cache's rebuild does).
     #[test]
     fn seed_740121_a_flipped_base_offset_does_not_feed_the_producer_state() {
-        run(&SimConfig::new(740_121)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(740_121);
     }
 
     #[test]
     fn seed_510_no_disk_fault_hits_after_the_calm() {
-        run(&SimConfig::new(510)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(510);
     }
 
     /// Seed 46 acknowledged a producer record that was never written: a
@@ -2533,7 +2533,7 @@ mod tests {
     /// retries a refusal from a leader older than one its batch reached.
     #[test]
     fn seed_46_a_stale_leaders_refusal_releases_no_sequence() {
-        run(&SimConfig::new(46)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(46);
     }
 
     /// Seed 1000087: a bit flip at offset 182 of the last ISR member's
@@ -2545,7 +2545,7 @@ mod tests {
     /// wherever the checkpoint was (`DamageAboveRecoveryPoint::RefuseReplica`).
     #[test]
     fn seed_1000087_a_bit_flip_above_the_checkpointed_high_watermark_is_not_a_torn_tail() {
-        run(&SimConfig::new(1_000_087)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(1_000_087);
     }
 
     /// Seed 2101480: a bit flip set the epoch of the batch just below a
@@ -2555,7 +2555,7 @@ mod tests {
     /// batch before the scan is now checked against the epoch cache.
     #[test]
     fn seed_2101480_a_flipped_epoch_below_the_recovery_point_wins_no_election() {
-        run(&SimConfig::new(2_101_480)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(2_101_480);
     }
 
     /// Seed 3000104 never ended: a restarted leader whose storage failed as
@@ -2564,7 +2564,7 @@ mod tests {
     /// included, for ever. A process now bumps a log's epoch once.
     #[test]
     fn seed_3000104_a_restarted_leader_bumps_the_epoch_once() {
-        run(&SimConfig::new(3_000_104)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(3_000_104);
     }
 
     /// Known, not fixed: seed 4009053 fails G2 ("node 2 holds (epoch
@@ -2583,7 +2583,13 @@ mod tests {
     #[test]
     #[ignore = "known: a flipped epoch checkpoint and a flipped batch epoch agree after the cache's rebuild"]
     fn seed_4009053_two_flips_agree_on_a_wrong_epoch() {
-        run(&SimConfig::new(4_009_053)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes(4_009_053);
+    }
+
+    /// Runs `seed`'s simulation with the default configuration; a failure
+    /// panics with its report (the named regression seeds).
+    fn passes(seed: u64) {
+        run(&SimConfig::new(seed)).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
     #[test]

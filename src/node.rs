@@ -43,8 +43,8 @@ use crate::replication::{
 };
 use crate::storage::{
     create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
-    DirectoryIdentity, DirectoryLock, Disk, FlushPolicy, Log, PreviousShutdown, RollFlushThread,
-    RollFlusher, StdDisk,
+    DamageAboveRecoveryPoint, DirectoryIdentity, DirectoryLock, Disk, FlushPolicy, Log,
+    PreviousShutdown, RollFlushThread, RollFlusher, StdDisk,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -207,7 +207,7 @@ pub(crate) struct NodeShared {
     /// Set once this start's unclean-shutdown report is stored (before
     /// that, [`unreported`](Self::unreported) is not yet filled in). Until
     /// then, and for a log whose report is still pending, no replica is
-    /// opened with [`Log::open_after_reported_unclean_stop`]: a cut of
+    /// opened with `DamageAboveRecoveryPoint::CutAfterReportedUncleanStop`: a cut of
     /// records that may have been committed must not reach the disk before
     /// the coordinator holds this replica's report as a lost one. Cut
     /// first, the next start would find a consistent log, report its end
@@ -1103,7 +1103,7 @@ impl Node {
         // waits to join it. It also makes the power-loss simulation honest:
         // a sealed segment whose background flush had not run is torn with
         // the next one's batches on disk, which recovery after the
-        // reported unclean stop cuts (`Log::open_after_reported_unclean_stop`).
+        // reported unclean stop cuts (`DamageAboveRecoveryPoint::CutAfterReportedUncleanStop`).
         // The stop flag goes first: from here on the threads only wind
         // down, so a poisoned leader does not resign through the
         // coordinator as a live one would.
@@ -1199,6 +1199,7 @@ impl Node {
 
 /// The most events and commands one [`SteppedNode::step_control`] call
 /// handles.
+#[cfg(any(test, feature = "testing"))]
 const STEP_CONTROL_INPUTS_MAX: usize = 1024;
 
 /// A node opened without any thread of its own, for a simulator that
@@ -2009,21 +2010,18 @@ impl NodeShared {
         let may_cut = self.previous_shutdown.is_reported_unclean()
             && self.unclean_stop_reported.load(Ordering::SeqCst)
             && !self.unreported.lock().contains_key(&log);
-        let storage = if may_cut {
-            Log::open_after_reported_unclean_stop(
-                Arc::clone(&self.disk),
-                &dir,
-                self.config.log.clone(),
-                Arc::clone(&self.clock),
-            )?
+        let damage = if may_cut {
+            DamageAboveRecoveryPoint::CutAfterReportedUncleanStop
         } else {
-            Log::open_replica_on(
-                Arc::clone(&self.disk),
-                &dir,
-                self.config.log.clone(),
-                Arc::clone(&self.clock),
-            )?
+            DamageAboveRecoveryPoint::RefuseReplica
         };
+        let storage = Log::open_recovering(
+            Arc::clone(&self.disk),
+            &dir,
+            self.config.log.clone(),
+            Arc::clone(&self.clock),
+            damage,
+        )?;
         let report = storage.recovery_report();
         // Only the open after a reported unclean stop cuts such records
         // (recovery logs the cut, `recovered_log_ends` the report).

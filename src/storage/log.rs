@@ -381,52 +381,14 @@ impl Log {
         Self::open_recovering(disk, dir, config, clock, DamageAboveRecoveryPoint::Refuse)
     }
 
-    /// Opens a replica's log as [`open`](Self::open) does, except that a
-    /// corrupt batch that valid batches follow is refused even above the
-    /// checkpointed high watermark (see `DamageAboveRecoveryPoint::RefuseReplica`).
-    pub(crate) fn open_replica_on(
-        disk: Arc<dyn Disk>,
-        dir: impl AsRef<Path>,
-        config: LogConfig,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Log> {
-        Self::open_recovering(
-            disk,
-            dir,
-            config,
-            clock,
-            DamageAboveRecoveryPoint::RefuseReplica,
-        )
-    }
-
-    /// Opens the log as [`open`](Self::open) does, for a node that told the
-    /// coordinator of its unclean stop before it registered (SPEC 3.5): its
-    /// replica may have lost data and fetches what it lacks again, so
-    /// damage above the recovery point is cut with everything after it, as
-    /// Kafka's log recovery does (SPEC 2.3), even where valid batches
-    /// follow it. That is what a power loss leaves when a sealed segment's
-    /// background flush (issue 27) had not finished while the next
-    /// segment's pages reached the disk. The cut shows in
-    /// [`RecoveryReport::dropped_possibly_committed`]. The node opens a
-    /// replica this way only once the coordinator holds its report of that
-    /// replica as a lost one: the cut must not outlive a start that failed
-    /// before its report.
-    pub(crate) fn open_after_reported_unclean_stop(
-        disk: Arc<dyn Disk>,
-        dir: impl AsRef<Path>,
-        config: LogConfig,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Log> {
-        Self::open_recovering(
-            disk,
-            dir,
-            config,
-            clock,
-            DamageAboveRecoveryPoint::CutAfterReportedUncleanStop,
-        )
-    }
-
-    fn open_recovering(
+    /// Opens the log as [`open`](Self::open) does, doing with damage above
+    /// the recovery point that valid batches follow what `damage` says: a
+    /// node opens its replicas with `RefuseReplica`, or, once the
+    /// coordinator holds its report of an unclean stop for that log (so a
+    /// cut cannot outlive a start that failed before its report),
+    /// `CutAfterReportedUncleanStop`; the cut shows in
+    /// [`RecoveryReport::dropped_possibly_committed`].
+    pub(crate) fn open_recovering(
         disk: Arc<dyn Disk>,
         dir: impl AsRef<Path>,
         config: LogConfig,

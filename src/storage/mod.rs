@@ -40,6 +40,7 @@ pub(crate) use roll_flush::RollFlushThread;
 pub(crate) use offset_index::{OffsetIndex, INDEX_ENTRY_BYTES};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use producer_state::{snapshot_path, ProducerStateManager};
+pub(crate) use recovery::DamageAboveRecoveryPoint;
 pub use recovery::{RecoveryReport, TruncatedTail};
 
 /// The name prefix of a snapshot download's scratch file in a log's

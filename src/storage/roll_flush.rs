@@ -157,6 +157,7 @@ mod tests {
 
     use crate::clock::{Clock, SystemClock};
     use crate::record::{RecordBatch, RecordBatchBuilder};
+    use crate::storage::DamageAboveRecoveryPoint;
     use crate::storage::{BackgroundWork, Log, LogConfig, RollFlusher};
     use crate::types::{LeaderEpoch, Offset};
 
@@ -217,6 +218,22 @@ mod tests {
         for i in 0..count {
             log.append_as_leader(&two_records(tag, i), epoch).unwrap();
         }
+    }
+
+    /// Opens the log as a node does once its unclean stop is reported.
+    fn open_cut_after_report(
+        disk: Arc<dyn crate::storage::disk::Disk>,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+    ) -> crate::Result<Log> {
+        Log::open_recovering(
+            disk,
+            dir,
+            config,
+            clock,
+            DamageAboveRecoveryPoint::CutAfterReportedUncleanStop,
+        )
     }
 
     /// Opens the log in `dir` again, which must succeed.
@@ -994,11 +1011,12 @@ mod tests {
         let cut = log.log_end_offset();
         drop(log);
 
-        match Log::open_replica_on(
+        match Log::open_recovering(
             crate::storage::StdDisk::shared(),
             &replica,
             config.clone(),
             Arc::clone(&clock),
+            DamageAboveRecoveryPoint::RefuseReplica,
         ) {
             Err(crate::Error::Corrupt { reason, .. }) => {
                 assert!(reason.contains("may have been committed"), "{reason}")
@@ -1006,13 +1024,9 @@ mod tests {
             other => panic!("a replica's log must refuse: {other:?}"),
         }
 
-        let log = Log::open_after_reported_unclean_stop(
-            crate::storage::StdDisk::shared(),
-            &reported,
-            config,
-            clock,
-        )
-        .unwrap();
+        let log =
+            open_cut_after_report(crate::storage::StdDisk::shared(), &reported, config, clock)
+                .unwrap();
         assert_eq!(log.log_end_offset(), cut);
         assert_eq!(log.recovery_report().dropped_possibly_committed, Some(cut));
         for made in [plain, replica, reported] {
@@ -1062,7 +1076,7 @@ mod tests {
                 other => panic!("emptied {emptied}: expected Corrupt, got {other:?}"),
             }
 
-            let log = Log::open_after_reported_unclean_stop(
+            let log = open_cut_after_report(
                 crate::storage::StdDisk::shared(),
                 dir.path(),
                 config.clone(),

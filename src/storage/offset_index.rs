@@ -335,6 +335,10 @@ impl OffsetIndex {
     pub(crate) fn resize(&mut self, bytes: u64) -> Result<()> {
         let used = (self.entries * INDEX_ENTRY_BYTES) as u64;
         let len = round_down_to_entry(bytes).max(used);
+        // The entries in use as this process wrote or checked them, to be
+        // read back the same through the new mapping (a roll or a reopen
+        // for append remaps: a few MiB at most, once per segment).
+        let held = self.mapped()[..self.entries * INDEX_ENTRY_BYTES].to_vec();
         // The mapping must go before the file shrinks: touching a mapped page
         // beyond the end of a file is SIGBUS.
         self.mmap = None;
@@ -344,7 +348,36 @@ impl OffsetIndex {
             .map_err(|e| Error::io(&self.path, "resize index", e))?;
         #[cfg(any(test, feature = "testing"))]
         lock_images(&self.images).written.resize(len);
-        self.map(len)
+        self.map(len)?;
+        self.keep_held_entries(&held);
+        Ok(())
+    }
+
+    /// After a remap: the entries in use are the ones this process held
+    /// before it. A file that changed under its mapping (a bit flipped on
+    /// the medium, in a page the kernel dropped and read again) would
+    /// otherwise put entries no check has seen under lookups and appends:
+    /// out of order, or past the data (the simulator, seed 3385296584: a
+    /// flip in a sealed segment's index, remapped when a truncation made
+    /// the segment active again, broke the index's order at the next
+    /// append). The index is derived data and the held entries were
+    /// written or checked by this process, so they win and are written
+    /// back.
+    fn keep_held_entries(&mut self, held: &[u8]) {
+        if let Some(mmap) = self.mmap.as_mut() {
+            let bytes = &mut mmap.bytes_mut()[..held.len()];
+            if let Some(at) = bytes.iter().zip(held).position(|(a, b)| a != b) {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    entry = at / INDEX_ENTRY_BYTES,
+                    byte = at,
+                    "the offset index file changed under its mapping; \
+                     writing back the entries this process holds"
+                );
+                bytes.copy_from_slice(held);
+            }
+        }
+        debug_assert!(self.check_invariants());
     }
 
     /// Trims the file to the entries in use, its mapped pages written
@@ -561,6 +594,34 @@ mod tests {
             assert_eq!(index.lookup(Offset(target)), expected, "target {target}");
         }
         assert!(index.check_invariants());
+    }
+
+    /// Seed 3385296584 of the simulator: a bit flipped in the file of a
+    /// sealed index, then a remap (the segment became active again).
+    #[test]
+    fn a_remap_keeps_the_entries_held_when_the_file_changed_under_the_mapping() {
+        use crate::storage::disk::SimDisk;
+        let disk = SimDisk::new(1);
+        let dir = Path::new("/d");
+        disk.create_dir_all(dir).unwrap();
+        let path = dir.join("a.index");
+        let mut index = OffsetIndex::create(&disk, &path, Offset(100), 80).unwrap();
+        assert!(index.append(Offset(110), 1000));
+        assert!(index.append(Offset(120), 2000));
+        index.trim_to_used().unwrap();
+        index.sync().unwrap();
+        // The top byte of the second entry's position: 2000 + 2^30.
+        disk.flip_bit_at(&path, 15, 6).unwrap();
+        index.resize(80).unwrap();
+        assert_eq!(
+            index.used_entries(),
+            vec![entry(110, 1000), entry(120, 2000)]
+        );
+        assert!(index.append(Offset(130), 3000));
+        assert!(index.check_invariants());
+        index.sync().unwrap();
+        let on_disk = disk.contents(&path).unwrap();
+        assert_eq!(decode_entry(&on_disk, 1), (20, 2000), "written back");
     }
 
     #[test]

@@ -2586,18 +2586,15 @@ mod tests {
         passes(4_009_053);
     }
 
-    /// Known, not fixed (found by CI at c9c7843): seed 3385296584 panics
-    /// in a debug build, `assertion failed: self.check_invariants()` in
-    /// `Segment::append` (src/storage/segment.rs:460) during a follower's
-    /// append of fetched batches: the segment's offset index no longer has
-    /// strictly increasing entries. Likely, not confirmed: a bit flipped in
-    /// an `.index` file that recovery loaded without checking the entries'
-    /// order (SPEC 2.3 asks for an invalid index to be rebuilt). In a
-    /// release build the assertion is not there and lookups would use the
-    /// bad entry.
+    /// Seed 3385296584 (found by CI at c9c7843) panicked in a debug build,
+    /// `assertion failed: self.check_invariants()` in `Segment::append`:
+    /// a bit flipped in the file of node 0's sealed segment 697's index (an
+    /// entry's position grew by 2^30); a truncation to 798 made that
+    /// segment active again and remapped its index, which read the flipped
+    /// entry back unchecked, and the next fetched append found the index
+    /// out of order. A remap now keeps the entries the process held.
     #[test]
-    #[ignore = "known: a flipped offset index entry reaches Segment::append's invariant check"]
-    fn seed_3385296584_a_flipped_index_entry_breaks_the_segment_invariant() {
+    fn seed_3385296584_a_remapped_index_keeps_its_entries() {
         passes(3_385_296_584);
     }
 

@@ -45,6 +45,10 @@ impl Trace {
         let line = std::mem::take(&mut self.line);
         self.mix(line.as_bytes());
         self.events += 1;
+        // With `RUST_LOG=isrlog::sim=debug` the run's events appear among
+        // the nodes' logs, in order: a run that panics never prints its
+        // kept lines.
+        tracing::debug!(target: "isrlog::sim", "{line}");
         if self.kept_max > 0 {
             if self.kept.len() == self.kept_max {
                 self.kept.pop_front();

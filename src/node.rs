@@ -1896,6 +1896,10 @@ impl NodeShared {
         let Some(end) = self.unreported.lock().get(&state.log).copied() else {
             return Some(state.clone());
         };
+        if state.possible_log_end(end) != end {
+            tracing::warn!(log = %state.log, node = %me, ?end, leader_epoch = %state.leader_epoch,
+                "this replica's log ends in a batch of an epoch the log never reached: its data is corrupt (a changed epoch field, and an epoch cache rebuilt from the batches), and its end is reported as not known");
+        }
         let Some(update) = state.unclean_shutdown_update(me, end) else {
             self.unreported.lock().remove(&state.log);
             return Some(state.clone());

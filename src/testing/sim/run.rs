@@ -2567,22 +2567,18 @@ mod tests {
         passes(3_000_104);
     }
 
-    /// Known, not fixed: seed 4009053 fails G2 ("node 2 holds (epoch
-    /// 1048577, r192) at 134 below its high watermark 135, where (epoch 1,
-    /// r192) was committed"). Two flips on node 2's disk: one in its
-    /// `leader-epoch.checkpoint` (so the next open rebuilds the epoch cache
+    /// Seed 4009053 failed G2 ("node 2 holds (epoch 1048577, r192) at 134
+    /// below its high watermark 135, where (epoch 1, r192) was
+    /// committed"). Two flips on node 2's disk: one in its
+    /// `leader-epoch.checkpoint` (so the next open rebuilt the epoch cache
     /// from the batches), one in the leader epoch field of the batch at
     /// 134, which the CRC does not cover (Kafka's batch format leaves it
-    /// out too). Rebuilt from that batch, the cache agrees with it, so the
-    /// read check that compares a batch's epoch with the cache's passes and
-    /// the wrong epoch is served; the flipped epoch then also wins node 2
-    /// an unclean recovery (epoch 14). SPEC G5 speaks of a changed byte;
-    /// two, in the data and in what checks it, defeat the cross-check. A
-    /// guard that would catch the election: the controller refusing a
-    /// reported last epoch above the log's current one.
+    /// out too). Rebuilt from that batch, the cache agreed with it, and the
+    /// flipped epoch won node 2 an unclean recovery (epoch 14) over node
+    /// 0's log ending at 498. A reported log end whose last epoch is above
+    /// the log's leader epoch now counts as not known.
     #[test]
-    #[ignore = "known: a flipped epoch checkpoint and a flipped batch epoch agree after the cache's rebuild"]
-    fn seed_4009053_two_flips_agree_on_a_wrong_epoch() {
+    fn seed_4009053_a_log_end_in_an_epoch_never_reached_is_not_known() {
         passes(4_009_053);
     }
 

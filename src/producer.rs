@@ -364,13 +364,6 @@ struct Entry {
     sent_behind_unresolved: bool,
     /// Some attempt may have appended the batch (see `handle_front_error`).
     maybe_written: bool,
-    /// The latest leader epoch in which an attempt may have written the
-    /// batch: the epoch of the leader that placed it (an `AppendHandle`
-    /// says), or, for an attempt with an unknown outcome that says no
-    /// epoch (a blocking append that timed out), the latest epoch the
-    /// producer had seen on the log. An `OutOfOrderSequence` from an older
-    /// leader proves nothing (see `handle_front_error`).
-    written_in: Option<LeaderEpoch>,
     /// Some attempt was acknowledged: the batch is in the log, whatever
     /// later attempts say (kept when the batch goes in doubt behind an
     /// earlier one and its attempt is forgotten).
@@ -380,10 +373,9 @@ struct Entry {
 }
 
 impl Entry {
-    /// An attempt may have appended the batch, in `epoch` if known.
-    fn may_have_been_written(&mut self, epoch: Option<LeaderEpoch>) {
+    /// An attempt may have appended the batch.
+    fn may_have_been_written(&mut self) {
         self.maybe_written = true;
-        self.written_in = self.written_in.max(epoch);
     }
 
     fn is_acknowledged(&self) -> bool {
@@ -844,7 +836,6 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     attempt: Attempt::Unsent,
                     sent_behind_unresolved: false,
                     maybe_written: false,
-                    written_in: None,
                     acknowledged_once: false,
                     retries: 0,
                     deadline: self.clock.now() + self.config.delivery_timeout,
@@ -1027,7 +1018,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 entry.sent_behind_unresolved = earlier_unresolved;
                 let (attempt, placed_in) = self.attempt(log, shared, entry);
                 if placed_in.is_some() {
-                    entry.may_have_been_written(placed_in);
+                    entry.may_have_been_written();
                 }
                 if let Attempt::Answered { outcome, .. } = &attempt {
                     epoch_seen = epoch_seen.max(epoch_named(outcome));
@@ -1125,9 +1116,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             _ => return true,
         };
         if !attempt_appended_nothing(&error) {
-            // A handle's epoch was noted when it was placed; a call that
-            // failed with an unknown outcome says none.
-            front.may_have_been_written(if from_handle { None } else { epoch_seen });
+            front.may_have_been_written();
         }
         // A leader older than one that placed a batch of this log (this
         // one, or any other: a later leader may hold this batch in the
@@ -1139,11 +1128,12 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         // batch, with this batch's offsets: an acknowledged record never
         // written (the simulator, seed 46). Retried, the next round finds
         // the current leader, whose epoch is at least every one seen.
-        let newest_placed = front.written_in.max(epoch_seen);
+        // Every epoch that placed a batch of this log is in `epoch_seen`
+        // (noted as the handle says it, in `send_unsent`).
         let stale_refusal = matches!(
             &error,
             Error::OutOfOrderSequence { leader_epoch, .. }
-                if newest_placed.is_some_and(|newest| *leader_epoch < newest)
+                if epoch_seen.is_some_and(|newest| *leader_epoch < newest)
         );
         if stale_refusal
             || is_retriable_in_flight(&error, from_handle, front.sent_behind_unresolved)
@@ -1163,18 +1153,16 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     Attempt::Answered { outcome: Ok(_), .. } | Attempt::Unsent => {}
                     Attempt::Answered {
                         outcome: Err(error),
-                        from_handle,
+                        ..
                     } => {
                         if !attempt_appended_nothing(error) {
-                            let epoch = if *from_handle { None } else { epoch_seen };
-                            entry.may_have_been_written(epoch);
+                            entry.may_have_been_written();
                         }
                         entry.attempt = Attempt::Unsent;
                     }
-                    // Abandoned: whatever it did is unknown (its handle's
-                    // epoch was noted when it was placed).
+                    // Abandoned: whatever it did is unknown.
                     Attempt::Sent(_) => {
-                        entry.may_have_been_written(None);
+                        entry.may_have_been_written();
                         entry.attempt = Attempt::Unsent;
                     }
                 }
@@ -1261,7 +1249,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 }
             }
             entry.acknowledged_once |= entry.is_acknowledged();
-            entry.may_have_been_written(None);
+            entry.may_have_been_written();
             entry.attempt = Attempt::Unsent;
             entry.sent_behind_unresolved = false;
         }

@@ -1722,7 +1722,11 @@ impl NodeShared {
     fn report_end_after_open(&self, state: &LogState, replica: &Replica) {
         let me = self.local();
         let log = state.log;
-        let end = replica_log_end(replica);
+        let Some(end) = self.end_to_report(state, Some(replica_log_end(replica))) else {
+            // Not known either way: nothing to replace.
+            self.reported_unopened.lock().remove(&log);
+            return;
+        };
         let recorded = state.unclean_replicas.iter().find(|r| r.node == me);
         let replaces = match recorded.map(|r| r.log_end) {
             Some(None) => true,
@@ -1896,10 +1900,7 @@ impl NodeShared {
         let Some(end) = self.unreported.lock().get(&state.log).copied() else {
             return Some(state.clone());
         };
-        if state.possible_log_end(end) != end {
-            tracing::warn!(log = %state.log, node = %me, ?end, leader_epoch = %state.leader_epoch,
-                "this replica's log ends in a batch of an epoch the log never reached: its data is corrupt (a changed epoch field, and an epoch cache rebuilt from the batches), and its end is reported as not known");
-        }
+        let end = self.end_to_report(state, end);
         let Some(update) = state.unclean_shutdown_update(me, end) else {
             self.unreported.lock().remove(&state.log);
             return Some(state.clone());
@@ -1922,6 +1923,17 @@ impl NodeShared {
                 None
             }
         }
+    }
+
+    /// `end` as this node may report it to `state`'s log
+    /// ([`LogState::possible_log_end`]: not known if its last epoch is
+    /// above the log's), warning when it is so changed.
+    fn end_to_report(&self, state: &LogState, end: Option<LogEnd>) -> Option<LogEnd> {
+        let possible = state.possible_log_end(end);
+        if possible != end {
+            crate::coordinator::warn_impossible_log_end(state, self.local(), end);
+        }
+        possible
     }
 
     /// Makes sure the coordinator knows that this node's replica of `log`
@@ -2795,6 +2807,7 @@ impl NodeShared {
     /// Reports `end` as this node's log end to `state`'s unclean recovery
     /// (see [`report_recovery_candidate`](Self::report_recovery_candidate)).
     fn report_recovery_candidate_end(&self, state: &LogState, end: Option<LogEnd>) {
+        let end = self.end_to_report(state, end);
         let Some(update) = state.recovery_candidate_update(self.local(), end) else {
             return;
         };

@@ -403,7 +403,7 @@ pub(crate) fn elect_leader(
             .rev()
             .filter(|node| is_live(node))
             .filter_map(|node| state.unclean_replicas.iter().find(|r| r.node == *node))
-            .filter_map(|r| r.holding_records().map(|end| (end, r.node)))
+            .filter_map(|r| state.holding_records(r).map(|end| (end, r.node)))
             .max_by_key(|(end, _)| *end)
             .map(|(_, node)| node);
         let unknown = || {

@@ -99,6 +99,14 @@ pub struct LogState {
     pub version: u64,
 }
 
+/// Warns that `node`'s `log_end` will be reported as not known because
+/// its last epoch is above `state`'s ([`LogState::possible_log_end`]),
+/// saying what an operator can do about it.
+pub(crate) fn warn_impossible_log_end(state: &LogState, node: NodeId, log_end: Option<LogEnd>) {
+    tracing::warn!(log = %state.log, %node, ?log_end, leader_epoch = %state.leader_epoch,
+        "this replica's log ends in a batch of an epoch the log never reached: its data is corrupt (a changed epoch field, with an epoch cache rebuilt from the batches) and its end is reported as not known. Like a replica that cannot open, it holds the log's unclean recovery until the unclean switch passes it over or its directory is deleted (it then fetches the log again)");
+}
+
 /// Where a replica's log ends, as a node reports it after an unclean
 /// shutdown ([`Coordinator::report_unclean_shutdown`]). Ordered as Kafka's
 /// unclean recovery compares replicas: by the epoch of the last batch
@@ -141,12 +149,6 @@ impl UncleanReplica {
     /// a replica that never held any): never whether its end is unknown.
     pub fn reported_empty(&self) -> bool {
         self.log_end.is_some_and(|end| end.is_empty())
-    }
-
-    /// Its reported log end if it is known and holds records: the
-    /// candidates unclean recovery compares.
-    pub fn holding_records(&self) -> Option<LogEnd> {
-        self.log_end.filter(|end| !end.is_empty())
     }
 }
 
@@ -246,9 +248,17 @@ impl LogState {
             .iter()
             .rev()
             .filter_map(|node| self.unclean_replicas.iter().find(|r| r.node == *node))
-            .filter_map(|r| r.holding_records().map(|end| (end, r)))
+            .filter_map(|r| self.holding_records(r).map(|end| (end, r)))
             .max_by_key(|(end, _)| *end)
             .map(|(_, r)| *r)
+    }
+
+    /// `reported`'s log end if it is known, possible
+    /// ([`possible_log_end`](Self::possible_log_end)) and holds records:
+    /// the candidates unclean recovery compares.
+    pub fn holding_records(&self, reported: &UncleanReplica) -> Option<LogEnd> {
+        self.possible_log_end(reported.log_end)
+            .filter(|end| !end.is_empty())
     }
 
     /// Whether unclean recovery still lacks `node`'s log end: it is a
@@ -256,7 +266,7 @@ impl LogState {
     /// list with its end not known yet ([`UncleanReplica::log_end`]).
     pub fn log_end_unknown(&self, node: NodeId) -> bool {
         match self.unclean_replicas.iter().find(|r| r.node == node) {
-            Some(reported) => reported.log_end.is_none(),
+            Some(reported) => self.possible_log_end(reported.log_end).is_none(),
             None => true,
         }
     }
@@ -417,6 +427,11 @@ impl LogState {
     /// (the simulator, seed 4009053: a flipped epoch 1048577 at offset 134
     /// beat a log ending at 498 in epoch 10). Kafka has no such check;
     /// SPEC G5 asks that a changed byte never be served as a record.
+    ///
+    /// Ends stored before this check existed are read through it too
+    /// ([`holding_records`](Self::holding_records),
+    /// [`log_end_unknown`](Self::log_end_unknown)): the leader epoch only
+    /// grows, so no end it let through is refused later.
     pub fn possible_log_end(&self, log_end: Option<LogEnd>) -> Option<LogEnd> {
         match log_end {
             Some(end)
@@ -574,11 +589,11 @@ impl LogState {
             if let Some(epoch) = report
                 .log_end
                 .and_then(|end| end.last_epoch)
-                .filter(|epoch| *epoch > update.leader_epoch)
+                .filter(|epoch| *epoch > self.leader_epoch)
             {
                 return Err(coordinator_error(format!(
                     "invalid update of {log}: unclean_report says {node}'s log ends in a batch of epoch {epoch}, above the log's leader_epoch {}",
-                    update.leader_epoch
+                    self.leader_epoch
                 )));
             }
         }
@@ -1078,6 +1093,9 @@ pub trait Coordinator: Send + Sync + 'static {
                 .find(|(log, _)| *log == state.log)
                 .map(|(_, end)| *end)
                 .unwrap_or(Some(LogEnd::default()));
+            if state.possible_log_end(log_end) != log_end {
+                warn_impossible_log_end(&state, node, log_end);
+            }
             let mut current = state;
             // A lost race means someone else wrote the log meanwhile:
             // decide again from what they wrote. Bounded, as every loop.

@@ -980,7 +980,9 @@ impl Segment {
     /// Flushes the index and trims it to the entries in use (the segment
     /// stops being the active one, or the log closes).
     pub(crate) fn seal(&mut self) -> Result<()> {
-        self.index.trim_to_used()
+        self.index.trim_to_used()?;
+        self.index.keep_checked_entries(self.size_bytes);
+        Ok(())
     }
 
     /// [`seal`](Self::seal) at a roll: the index is trimmed but not synced;
@@ -988,13 +990,23 @@ impl Segment {
     /// past this segment.
     pub(crate) fn seal_for_roll(&mut self) -> Result<IndexSyncHandle> {
         self.index.trim_to_used_unsynced()?;
+        self.index.keep_checked_entries(self.size_bytes);
         self.index.sync_handle()
     }
 
     /// Grows the index back to `index_bytes_max` (the segment becomes the
-    /// active one again, after a reopen).
+    /// active one again, after a reopen). Like every remap, it keeps only
+    /// the entries that still pass an open's checks
+    /// ([`OffsetIndex::keep_checked_entries`]).
     pub(crate) fn unseal(&mut self, index_bytes_max: u64) -> Result<()> {
-        self.index.resize(index_bytes_max)
+        self.index.resize(index_bytes_max)?;
+        if self.index.keep_checked_entries(self.size_bytes).is_some() {
+            self.bytes_since_index_entry = self
+                .index
+                .last_entry()
+                .map_or(self.size_bytes, |e| self.size_bytes - e.position);
+        }
+        Ok(())
     }
 
     /// Test harness only: what a power loss now would leave of the index

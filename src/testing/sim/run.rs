@@ -2576,7 +2576,9 @@ mod tests {
     /// out too). Rebuilt from that batch, the cache agreed with it, and the
     /// flipped epoch won node 2 an unclean recovery (epoch 14) over node
     /// 0's log ending at 498. A reported log end whose last epoch is above
-    /// the log's leader epoch now counts as not known.
+    /// the log's leader epoch now counts as not known. Not caught: a flip
+    /// that leaves the epoch within the log's epochs (10 flipped to 11 in
+    /// epoch 14 would still win).
     #[test]
     fn seed_4009053_a_log_end_in_an_epoch_never_reached_is_not_known() {
         passes(4_009_053);
@@ -2588,9 +2590,10 @@ mod tests {
     /// entry's position grew by 2^30); a truncation to 798 made that
     /// segment active again and remapped its index, which read the flipped
     /// entry back unchecked, and the next fetched append found the index
-    /// out of order. A remap now keeps the entries the process held.
+    /// out of order. A remap now keeps only the entries that pass the
+    /// checks an open makes.
     #[test]
-    fn seed_3385296584_a_remapped_index_keeps_its_entries() {
+    fn seed_3385296584_a_remapped_index_keeps_only_checked_entries() {
         passes(3_385_296_584);
     }
 

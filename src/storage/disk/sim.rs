@@ -209,6 +209,9 @@ struct State {
     space_bytes_max: Option<u64>,
     latency: Latency,
     stats: SimDiskStats,
+    /// Inside [`SimDisk::unobserved`]: operations cost nothing and meet no
+    /// fault.
+    unobserved: bool,
 }
 
 fn to_usize(value: u64) -> usize {
@@ -267,6 +270,12 @@ impl State {
         kind: DiskOperation,
         bytes: usize,
     ) -> io::Result<()> {
+        if self.unobserved {
+            return match generation {
+                Some(g) if g != self.generation => Err(stale()),
+                _ => Ok(()),
+            };
+        }
         self.stats.operations += 1;
         let mut cost =
             self.latency.per_operation + (bytes as u64).div_ceil(1024) * self.latency.per_kib;
@@ -471,6 +480,7 @@ impl SimDisk {
                 space_bytes_max: None,
                 latency: Latency::default(),
                 stats: SimDiskStats::default(),
+                unobserved: false,
             })),
         }
     }
@@ -664,6 +674,27 @@ impl SimDisk {
     /// Every file and directory of the live namespace, sorted.
     pub fn paths(&self) -> Vec<PathBuf> {
         self.lock().live.keys().cloned().collect()
+    }
+
+    /// Runs `f`, whose operations on this disk are not part of the
+    /// simulated run: they take no simulated time, draw nothing from the
+    /// disk's generator and meet no planned fault (`EIO`, a power loss),
+    /// and do not count as operations. A checker's reads through the node's own log
+    /// go here, so that checking a run does not change it: they had been
+    /// charging the node's disk time and could take the `EIO` or the power
+    /// loss planned for the node's next operation.
+    pub fn unobserved<T>(&self, f: impl FnOnce() -> T) -> T {
+        /// Clears the flag however `f` ends.
+        struct Observed<'a>(&'a SimDisk);
+        impl Drop for Observed<'_> {
+            fn drop(&mut self) {
+                self.0.lock().unobserved = false;
+            }
+        }
+        let was = std::mem::replace(&mut self.lock().unobserved, true);
+        debug_assert!(!was, "SimDisk::unobserved does not nest");
+        let _observed = Observed(self);
+        f()
     }
 
     /// Counters of what the disk did.
@@ -1296,6 +1327,30 @@ mod tests {
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn unobserved_operations_cost_nothing_and_meet_no_planned_fault() {
+        let disk = SimDisk::new(4);
+        disk.set_latency(Latency {
+            per_operation: 5,
+            per_kib: 1,
+            per_sync: 100,
+            jitter: 7,
+        });
+        let f = write_file(&disk, "/f", b"abc");
+        disk.fail_with_eio(EioPlan::Nth(1), &[DiskOperation::Sync]);
+        let (elapsed, stats) = (disk.elapsed(), disk.stats());
+        disk.unobserved(|| f.sync_data()).unwrap();
+        assert_eq!(disk.elapsed(), elapsed);
+        assert_eq!(disk.stats().operations, stats.operations);
+        // The planned failure is still the next observed sync's.
+        let error = f.sync_data().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(EIO));
+        assert!(disk.elapsed() > elapsed);
+        // A dead process's handle stays dead, observed or not.
+        disk.lose_power();
+        assert!(disk.unobserved(|| f.sync_data()).is_err());
     }
 
     #[test]

@@ -1925,7 +1925,9 @@ impl Run {
         let Some((index, log)) = self.leader() else {
             return Err("no leader at the end".to_owned());
         };
-        let committed = committed_records(index, &log)?;
+        let committed = self.machines[index]
+            .disk
+            .unobserved(|| committed_records(index, &log))?;
         // G4: offsets are dense from the log start.
         let start = log.log_start_offset();
         if let Some((at, offset)) = committed
@@ -2031,7 +2033,10 @@ impl Run {
         }
         self.machines[index].check_failed_at = None;
         while from < high_watermark {
-            let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
+            let read = self.machines[index]
+                .disk
+                .unobserved(|| log.read(from, 64 * 1024, Isolation::Committed));
+            let batches = match read {
                 Ok(batches) if !batches.is_empty() => batches,
                 Err(error @ Error::Corrupt { .. }) => {
                     self.machines[index].check_failed_at = Some(shape(from));

@@ -169,9 +169,9 @@ pub(crate) struct NodeShared {
     /// and a B-tree of a few entries looks up as fast as a hash map.
     replicas: RwLock<BTreeMap<LogId, Arc<Replica>>>,
     /// Set once for a node opened without threads ([`SteppedNode`]): its
-    /// fetchers start without threads too, for the simulator to drive.
-    /// Read only where the simulator is built (tests, `testing`).
-    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
+    /// fetchers start without threads too, for the simulator to drive,
+    /// and its steps never wait ([`is_threadless`](Self::is_threadless)).
+    /// Never set without `testing`.
     threadless: AtomicBool,
     fetchers: Mutex<HashMap<NodeId, Fetcher>>,
     /// Fetchers told to stop but maybe still inside a transport call (up to
@@ -1054,6 +1054,13 @@ impl Node {
                 tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
             }
         }
+        self.close_logs_and_mark_clean()
+    }
+
+    /// A stop's last step, once its threads stopped: flushes and closes
+    /// every log and, if every one closed, writes the clean-shutdown
+    /// marker (SPEC 3.5).
+    fn close_logs_and_mark_clean(&self) -> Result<()> {
         let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
@@ -1209,12 +1216,13 @@ const STEP_CONTROL_INPUTS_MAX: usize = 1024;
 /// the deadline thread's, [`run_completions`](Self::run_completions) the
 /// completion thread's. No controller runs (a configured one is ignored).
 ///
-/// Still threaded or blocking underneath (not this type's to remove): a
-/// follower's fetcher is a thread, a roll's flush starts the roll
-/// flusher's thread, a leader's long-poll fetch answer waits, a hand-over
-/// waits briefly for the high watermark, `Node::shutdown` with a
-/// controlled-shutdown timeout hands logs over on threads, and the memory
-/// coordinator runs its session reaper.
+/// A controlled shutdown (SPEC 3.5) runs in steps too:
+/// [`begin_controlled_shutdown`](Self::begin_controlled_shutdown),
+/// [`step_controlled_shutdown`](Self::step_controlled_shutdown) until its
+/// hand-overs are over, then
+/// [`finish_controlled_shutdown`](Self::finish_controlled_shutdown);
+/// `Node::shutdown` with a controlled-shutdown timeout would hand the logs
+/// over on threads.
 // Only this crate's tests use it until the simulator comes.
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(not(test), allow(dead_code))]
@@ -1224,6 +1232,18 @@ pub(crate) struct SteppedNode {
     events: Receiver<CoordinatorEvent>,
     commands: Receiver<Command>,
     control: ControlCore,
+    /// The controlled shutdown under way, once begun.
+    shutdown: Option<SteppedShutdown>,
+}
+
+/// A stepped node's controlled shutdown under way: the logs it led when
+/// it began, each with the leader epoch in which their appends stopped,
+/// still to hand over until `deadline` (the node's clock).
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug)]
+struct SteppedShutdown {
+    deadline: Instant,
+    leading: Vec<(LogId, LeaderEpoch)>,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -1262,6 +1282,7 @@ impl Node {
             events,
             commands,
             control,
+            shutdown: None,
         })
     }
 }
@@ -1401,6 +1422,103 @@ impl SteppedNode {
     pub(crate) fn run_completions(&self) -> usize {
         self.node.shared.completions.run_pending()
     }
+
+    /// Begins a controlled shutdown at `now` as [`Node::shutdown`] does
+    /// (SPEC 3.5): the node winds down (its control makes no coordinator
+    /// call of its own from here on, but still follows the coordinator)
+    /// and every log it leads stops taking appends, to be handed over by
+    /// [`step_controlled_shutdown`](Self::step_controlled_shutdown) until
+    /// [`NodeConfig::controlled_shutdown_timeout`] from now. Everything
+    /// else goes on being stepped meanwhile: the followers' fetches that
+    /// bring a successor up to the stopped end, the node's own fetchers.
+    /// Returns how many logs it leads. Only the first call counts.
+    pub(crate) fn begin_controlled_shutdown(&mut self, now: Instant) -> usize {
+        if self.shutdown.is_some() {
+            return 0;
+        }
+        let shared = &self.node.shared;
+        {
+            // Under the hand-overs' lock, as in `Node::shutdown`.
+            let _hand_overs = shared.hand_overs.lock();
+            shared.winding_down.store(true, Ordering::SeqCst);
+        }
+        let leading: Vec<(LogId, LeaderEpoch)> = shared
+            .replicas_in_log_order()
+            .into_iter()
+            .filter_map(|replica| {
+                let (epoch, _end) = replica.stop_appends_for_hand_over()?;
+                Some((replica.log_id(), epoch))
+            })
+            .collect();
+        let count = leading.len();
+        tracing::info!(node = %shared.local(), logs = count, "controlled shutdown begins (stepped)");
+        self.shutdown = Some(SteppedShutdown {
+            deadline: now + shared.config.controlled_shutdown_timeout,
+            leading,
+        });
+        count
+    }
+
+    /// One attempt at `now` to hand over each log the controlled shutdown
+    /// still has to ([`NodeShared::hand_over_step`]), never waiting;
+    /// whether the hand-overs are over (each handed over, or left to the
+    /// controller: nobody to take it, a failed coordinator call, or the
+    /// deadline passed). True without a shutdown begun.
+    pub(crate) fn step_controlled_shutdown(&mut self, now: Instant) -> bool {
+        let shared = &self.node.shared;
+        let Some(shutdown) = self.shutdown.as_mut() else {
+            return true;
+        };
+        if shutdown.leading.is_empty() {
+            return true;
+        }
+        if now >= shutdown.deadline {
+            tracing::warn!(node = %shared.local(), logs = shutdown.leading.len(),
+                "controlled shutdown: the deadline passed with logs not handed over; they are left to the controller");
+            shutdown.leading.clear();
+            return true;
+        }
+        shutdown.leading.retain(|(log, epoch)| {
+            shared.replica(*log).is_some_and(|replica| {
+                shared.hand_over_step(&replica, *epoch) == HandOverStep::Waiting
+            })
+        });
+        shutdown.leading.is_empty()
+    }
+
+    /// Ends a controlled shutdown as [`Node::shutdown`] does once its
+    /// hand-overs are over, one step after the other on this thread: ends
+    /// the node's session, stops its work, leaves the in-sync replica sets
+    /// of the logs it follows, and closes its logs with the clean-shutdown
+    /// marker.
+    pub(crate) fn finish_controlled_shutdown(self) -> Result<()> {
+        let mut node = self.node;
+        let shared = Arc::clone(&node.shared);
+        let me = shared.local();
+        shared.stop.store(true, Ordering::SeqCst);
+        if let Err(error) = shared.coordinator.unregister_node(me) {
+            tracing::warn!(node = %me, %error, "controlled shutdown: cannot end the session; it expires");
+        }
+        node.stop_threads(Stop::Clean);
+        // The coordinator calls of a simulation return at once: the
+        // deadline, which bounds the threaded path's slow calls, has no
+        // call to cut short here.
+        for replica in shared.replicas_in_log_order() {
+            shared.leave_in_sync_replica(replica.log_id(), &|| false);
+        }
+        node.close_logs_and_mark_clean()
+    }
+}
+
+/// What one [`NodeShared::hand_over_step`] left.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HandOverStep {
+    /// Nobody has caught up yet, or a compare-and-set lost a race: try
+    /// again on the next step.
+    Waiting,
+    /// Handed over, or moved by someone else, or left to the controller.
+    Over,
 }
 
 /// The configuration of the controller a node with `config` runs, if it
@@ -1585,6 +1703,13 @@ impl NodeShared {
     /// Whether the node has stopped (shut down, halted or crashed).
     pub(crate) fn is_stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Whether the node was opened without threads (`SteppedNode`): its
+    /// steps must return instead of waiting, since the caller steps
+    /// whatever they would wait for. Always false without `testing`.
+    fn is_threadless(&self) -> bool {
+        self.threadless.load(Ordering::SeqCst)
     }
 }
 
@@ -2409,7 +2534,7 @@ impl NodeShared {
         if replica.role() != (Role::Leader, hand_over.epoch) {
             return;
         }
-        self.end_overdue_hand_over(replica, &hand_over, false, Instant::now());
+        self.end_overdue_hand_over(replica, &hand_over, false, self.clock.now());
     }
 
     /// The coordinator's live nodes for a hand-over of `log`; `None` (logged)
@@ -2469,7 +2594,9 @@ impl NodeShared {
             set(None);
             return;
         }
-        let now = Instant::now();
+        // The hand-over's timers (its wait's deadline, its retry) are on
+        // the node's clock, so that a simulator moves them (issue 28).
+        let now = self.clock.now();
         let may_take_over = |node: NodeId| {
             node != me
                 && match &cause {
@@ -2577,10 +2704,15 @@ impl NodeShared {
                 // The caught-up replica has its fetch parked here and
                 // brings the high watermark to `end` in about one fetch
                 // round: wait for that now, briefly, rather than a whole
-                // control tick (up to 50 ms) with appends stopped.
-                if end > Offset::ZERO {
-                    let _ = replica
-                        .wait_for_high_watermark_above(Offset(end.0 - 1), now + HAND_OVER_HW_WAIT);
+                // control tick (up to 50 ms) with appends stopped. A real
+                // wait, on real time; a node without threads does not wait
+                // (its caller steps the fetches that move the high
+                // watermark, and steps this again on its next wake-up).
+                if end > Offset::ZERO && !self.is_threadless() {
+                    let _ = replica.wait_for_high_watermark_above(
+                        Offset(end.0 - 1),
+                        Instant::now() + HAND_OVER_HW_WAIT,
+                    );
                 }
                 (end, deadline)
             }
@@ -3354,6 +3486,69 @@ impl NodeShared {
         }
     }
 
+    /// One attempt of a stepped controlled shutdown to hand over
+    /// `replica`'s log, led in `epoch` with appends stopped: the same
+    /// decisions as [`hand_over`](Self::hand_over) takes on its thread,
+    /// without its waits (the caller steps the fetches they wait for, and
+    /// calls again). Over when someone else moved the leadership, when no
+    /// other in-sync replica is live, when a coordinator call fails (each
+    /// as `hand_over` leaves the log to the controller), or once a caught-up
+    /// successor is named; waiting while no live in-sync follower has
+    /// fetched up to the stopped end, or after a lost race.
+    #[cfg(any(test, feature = "testing"))]
+    fn hand_over_step(&self, replica: &Replica, epoch: LeaderEpoch) -> HandOverStep {
+        let me = self.local();
+        let log = replica.log_id();
+        let state = match self.coordinator.log_state(log) {
+            Ok(Some(state)) => state,
+            Ok(None) => return HandOverStep::Over,
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
+                return HandOverStep::Over;
+            }
+        };
+        if state.leader != Some(me) || state.leader_epoch != epoch {
+            return HandOverStep::Over;
+        }
+        let live = match self.coordinator.live_nodes() {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
+                return HandOverStep::Over;
+            }
+        };
+        if !state
+            .in_sync_replicas
+            .iter()
+            .any(|&node| node != me && live.contains(&node))
+        {
+            tracing::info!(%log, node = %me, isr = ?state.in_sync_replicas,
+                "controlled shutdown: no other in-sync replica is live; leaving the log to the controller");
+            return HandOverStep::Over;
+        }
+        let Some(successor) = self.caught_up_successor(replica, &state, &state.replicas, &live)
+        else {
+            return HandOverStep::Waiting;
+        };
+        let update = self.hand_over_update(&state, successor);
+        match self
+            .coordinator
+            .compare_and_set(log, state.leader_epoch, state.version, update)
+        {
+            Ok(CasOutcome::Applied(new_state)) => {
+                self.reconcile(&new_state);
+                tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
+                    "controlled shutdown: leadership handed over");
+                HandOverStep::Over
+            }
+            Ok(CasOutcome::Stale(_)) => HandOverStep::Waiting,
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "controlled shutdown: hand-over failed; leaving the log to the controller");
+                HandOverStep::Over
+            }
+        }
+    }
+
     /// Who a leader hands `state`'s leadership to (controlled shutdown,
     /// reassignment): the first of `candidates` other than this node that
     /// is in the ISR, live and has fetched everything `replica` holds, so
@@ -3422,7 +3617,7 @@ impl NodeShared {
             "leave the ISR",
             logs,
             deadline,
-            move |shared, log| shared.leave_in_sync_replica(log, deadline),
+            move |shared, log| shared.leave_in_sync_replica(log, &|| Instant::now() >= deadline),
         );
         if finished < count {
             tracing::warn!(node = %shared.local(), logs = count, finished,
@@ -3431,8 +3626,9 @@ impl NodeShared {
     }
 
     /// [`leave_in_sync_replicas`](Self::leave_in_sync_replicas) for one
-    /// log; no coordinator call starts at or after `deadline`.
-    fn leave_in_sync_replica(&self, log: LogId, deadline: Instant) {
+    /// log; no coordinator call starts once `late` says the deadline has
+    /// passed.
+    fn leave_in_sync_replica(&self, log: LogId, late: &dyn Fn() -> bool) {
         let me = self.local();
         if self.unreported.lock().contains_key(&log) {
             // Its unclean-shutdown report is still pending: leaving the ISR
@@ -3441,7 +3637,7 @@ impl NodeShared {
             return;
         }
         for _ in 0..HAND_OVER_ATTEMPTS_MAX {
-            if Instant::now() >= deadline {
+            if late() {
                 return;
             }
             let state = match self.coordinator.log_state(log) {
@@ -3466,7 +3662,7 @@ impl NodeShared {
                 isr,
                 self.config.replication.min_insync_replicas,
             );
-            if Instant::now() >= deadline {
+            if late() {
                 return;
             }
             match self

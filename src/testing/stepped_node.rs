@@ -27,12 +27,22 @@ fn open(
     coordinator: &MemoryCoordinator,
     clock: &ManualClock,
 ) -> SteppedNode {
+    // `Node::shutdown` with a timeout hands logs over on threads; these
+    // nodes stop that way with no one to hand them to.
+    open_with_shutdown_timeout(disk, network, coordinator, clock, Duration::ZERO)
+}
+
+fn open_with_shutdown_timeout(
+    disk: &SimDisk,
+    network: &MemoryNetwork,
+    coordinator: &MemoryCoordinator,
+    clock: &ManualClock,
+    controlled_shutdown_timeout: Duration,
+) -> SteppedNode {
     let mut config = NodeConfig::new(NodeId(0), DATA_DIR);
     config.replication.min_insync_replicas = 1;
     config.log.flush_policy = FlushPolicy::Always;
-    // A controlled shutdown hands logs over on threads; this node has no
-    // one to hand them to.
-    config.controlled_shutdown_timeout = Duration::ZERO;
+    config.controlled_shutdown_timeout = controlled_shutdown_timeout;
     let node = Node::open_on_disk(
         disk.shared(),
         config,
@@ -205,4 +215,160 @@ fn a_fetch_at_the_log_end_parks_without_waiting_and_is_answered_when_data_arrive
     assert!(records(node.poll_fetch(NodeId(1), &request, arrival, false)) > 0);
     drop(handle);
     node.into_node().shutdown().unwrap();
+}
+
+/// A fetch from `follower` at `offset`, answered at once (its wait over),
+/// as the leader's handler takes it.
+fn fetch_at(node: &SteppedNode, clock: &ManualClock, log: LogId, follower: NodeId, offset: Offset) {
+    let handle = node.node().log(log).unwrap();
+    let request = FetchRequest {
+        replica: follower,
+        incarnation: Incarnation(0),
+        wait_max: Duration::from_millis(100),
+        bytes_max: 1 << 20,
+        logs: vec![FetchLog {
+            log,
+            current_leader_epoch: handle.leader_epoch(),
+            fetch_offset: offset,
+            last_fetched_epoch: (offset > Offset::ZERO).then(|| handle.leader_epoch()),
+            log_start_offset: Offset(0),
+            bytes_max: 1 << 16,
+            applied_offset: None,
+        }],
+    };
+    let answer = node.poll_fetch(follower, &request, FetchArrival::New(clock.now()), true);
+    assert!(
+        matches!(answer, FetchPoll::Answer(Response::Fetch(_))),
+        "{answer:?}"
+    );
+}
+
+/// Issue 28: a reassignment's hand-over is a step that never waits. The
+/// leader (node 0) is removed; its target replica node 1 has fetched
+/// everything while node 2, also in the ISR, has not, so the high
+/// watermark is below the log end when appends stop. The threaded node
+/// waits for it there (briefly, on real time); a node without threads
+/// returned from the control step (inside a simulation, where a wait
+/// panics) and names node 1 on a later step, once node 2's fetch moved the
+/// high watermark. The hand-over's timers run on the node's clock: two
+/// simulated seconds with the high watermark stuck give the appends back.
+#[test]
+fn a_reassignment_hand_over_steps_without_waiting_for_the_high_watermark() {
+    let disk = SimDisk::new(30);
+    let network = MemoryNetwork::new(30);
+    let clock = ManualClock::default();
+    let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
+    let log = LogId(1);
+    let mut node = open(&disk, &network, &coordinator, &clock);
+    for peer in [NodeId(1), NodeId(2)] {
+        coordinator
+            .register_node(peer, Duration::from_secs(600))
+            .unwrap();
+    }
+    node.node()
+        .create_log(log, vec![NodeId(0), NodeId(1), NodeId(2)])
+        .unwrap();
+    step_until(&mut node, &clock, |node| leads(node, log));
+    let handle = node.node().log(log).unwrap();
+    assert!(handle
+        .append_pipelined(&batch(b"x"), Acks::Leader)
+        .unwrap()
+        .is_done());
+    // Node 1 holds the record; node 2 fetches, but from the start.
+    fetch_at(&node, &clock, log, NodeId(1), Offset(0));
+    fetch_at(&node, &clock, log, NodeId(1), Offset(1));
+    fetch_at(&node, &clock, log, NodeId(2), Offset(0));
+    assert_eq!(handle.high_watermark(), Offset(0));
+
+    let _simulation = crate::simulation::SimulationGuard::enter(30);
+    crate::coordinator::reassign_log(&coordinator, log, &[NodeId(1), NodeId(2)], 1).unwrap();
+    node.step_control(clock.now());
+    let refused = handle.append_pipelined(&batch(b"y"), Acks::Leader);
+    assert!(
+        matches!(refused, Err(crate::Error::NotLeader { .. })),
+        "appends stop for the hand-over: {refused:?}"
+    );
+    assert_eq!(
+        coordinator.log_state(log).unwrap().unwrap().leader,
+        Some(NodeId(0)),
+        "nobody is named while the high watermark is below the stopped end"
+    );
+    // Stuck past the hand-over's wait on the node's clock: appends resume.
+    clock.advance(Duration::from_millis(2100));
+    fetch_at(&node, &clock, log, NodeId(1), Offset(1));
+    fetch_at(&node, &clock, log, NodeId(2), Offset(0));
+    node.step_control(clock.now());
+    assert!(handle
+        .append_pipelined(&batch(b"y"), Acks::Leader)
+        .unwrap()
+        .is_done());
+    // After the retry pause, with both followers caught up, node 1 leads.
+    clock.advance(Duration::from_millis(1100));
+    for follower in [NodeId(1), NodeId(2)] {
+        fetch_at(&node, &clock, log, follower, Offset(2));
+    }
+    assert_eq!(handle.high_watermark(), Offset(2));
+    node.step_control(clock.now());
+    node.step_control(clock.now());
+    let state = coordinator.log_state(log).unwrap().unwrap();
+    assert_eq!(state.leader, Some(NodeId(1)), "{state:?}");
+    drop(handle);
+    node.into_node().halt();
+}
+
+/// SPEC 3.5, in steps: a leader's controlled shutdown stops appends, names
+/// no successor while the in-sync follower has not fetched the stopped
+/// end, names it on the step after it has, and then stops cleanly (its
+/// next start finds the clean-shutdown marker) without waiting anywhere.
+#[test]
+fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_first() {
+    let disk = SimDisk::new(31);
+    let network = MemoryNetwork::new(31);
+    let clock = ManualClock::default();
+    let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
+    let log = LogId(1);
+    let timeout = Duration::from_secs(5);
+    let mut node = open_with_shutdown_timeout(&disk, &network, &coordinator, &clock, timeout);
+    coordinator
+        .register_node(NodeId(1), Duration::from_secs(600))
+        .unwrap();
+    node.node()
+        .create_log(log, vec![NodeId(0), NodeId(1)])
+        .unwrap();
+    step_until(&mut node, &clock, |node| leads(node, log));
+    let handle = node.node().log(log).unwrap();
+    assert!(handle
+        .append_pipelined(&batch(b"x"), Acks::Leader)
+        .unwrap()
+        .is_done());
+    fetch_at(&node, &clock, log, NodeId(1), Offset(0));
+
+    let _simulation = crate::simulation::SimulationGuard::enter(31);
+    assert_eq!(node.begin_controlled_shutdown(clock.now()), 1);
+    assert!(matches!(
+        handle.append_pipelined(&batch(b"y"), Acks::Leader),
+        Err(crate::Error::NotLeader { .. })
+    ));
+    assert!(
+        !node.step_controlled_shutdown(clock.now()),
+        "node 1 lacks x"
+    );
+    assert_eq!(
+        coordinator.log_state(log).unwrap().unwrap().leader,
+        Some(NodeId(0))
+    );
+    clock.advance(Duration::from_millis(5));
+    fetch_at(&node, &clock, log, NodeId(1), Offset(1));
+    assert!(node.step_controlled_shutdown(clock.now()));
+    let state = coordinator.log_state(log).unwrap().unwrap();
+    assert_eq!(state.leader, Some(NodeId(1)), "{state:?}");
+    assert!(!state.in_sync_replicas.contains(&NodeId(0)), "{state:?}");
+    drop(handle);
+    node.finish_controlled_shutdown().unwrap();
+    assert!(!coordinator.live_nodes().unwrap().contains(&NodeId(0)));
+    drop(_simulation);
+
+    let node = open(&disk, &network, &coordinator, &clock);
+    assert_eq!(node.node().previous_shutdown(), PreviousShutdown::Clean);
+    node.into_node().halt();
 }

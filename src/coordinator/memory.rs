@@ -289,6 +289,16 @@ impl MemoryCoordinator {
         shared.finish(state);
     }
 
+    /// Fault injection: whether calls through `node`'s views fail or may
+    /// lose their answers now: it is cut off
+    /// ([`MemoryCoordinator::set_node_unavailable`], or after a lost
+    /// answer), or has answers still to lose
+    /// ([`MemoryCoordinator::lose_compare_and_set_replies`]).
+    pub fn is_node_faulty(&self, node: NodeId) -> bool {
+        let state = self.handle.shared.state.lock();
+        state.unreachable_nodes.contains(&node) || state.lost_replies.contains_key(&node)
+    }
+
     /// The number of receivers still subscribed (dropped receivers are
     /// forgotten at the next event sent to them).
     pub fn subscriber_count(&self) -> usize {

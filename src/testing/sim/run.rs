@@ -24,6 +24,12 @@
 //! (`ENOSPC` until an operator frees space), bit flips on one node's disk
 //! (replaced at the calm), disk latency (a node's messages leave once its
 //! disk work is done, see [`Run::busy_for`]), and network faults.
+//!
+//! In half the runs an operator also stops nodes cleanly now and then and
+//! starts them again (controlled shutdowns, SPEC 3.5, stepped:
+//! [`SteppedNode::step_controlled_shutdown`]); its actions are drawn from
+//! a stream of their own, so that a run that draws none is, event for
+//! event, the run it was before.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -102,6 +108,22 @@ const READ_INTERVAL_MEAN: Duration = Duration::from_millis(50);
 /// (its roll flusher thread's jobs).
 const BACKGROUND_WORK_INTERVAL_MEAN: Duration = Duration::from_millis(100);
 
+/// Mean simulated time between two controlled stops, in a run that has
+/// them.
+const CONTROLLED_STOP_INTERVAL_MEAN: Duration = Duration::from_secs(8);
+
+/// Mean simulated time a node stopped cleanly stays down.
+const CONTROLLED_STOP_DOWN_MEAN: Duration = Duration::from_millis(500);
+
+/// The nodes' `controlled_shutdown_timeout` (the node's default): how long
+/// a controlled stop may spend handing its logs over.
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Salt of the operator's generator (controlled stops, reassignments): a
+/// stream apart from the faults', so that a run that draws no operator
+/// action is the run it was before they existed, event for event.
+const OPERATOR_STREAM_SALT: u64 = 0x0_9E7A_7012;
+
 /// What a run is made of; everything else is drawn from `seed`.
 #[derive(Clone, Debug)]
 pub(crate) struct SimConfig {
@@ -147,6 +169,9 @@ pub(crate) struct SimConfig {
     /// Whether disk operations take simulated time, drawn per run (see
     /// [`Run::draw_latencies`]): none, every disk fast, or one slow.
     pub(crate) disk_latency: bool,
+    /// Whether half the runs stop a node cleanly now and then (a
+    /// controlled shutdown, SPEC 3.5) and start it again a little later.
+    pub(crate) controlled_stops: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -172,6 +197,7 @@ impl SimConfig {
             full_disks: true,
             bit_flips: true,
             disk_latency: true,
+            controlled_stops: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -226,6 +252,14 @@ pub(crate) struct SimReport {
     pub(crate) elections: (u64, u64),
     /// Background log jobs run (flushes of rolled segments and the like).
     pub(crate) background_jobs: u64,
+    /// Controlled stops begun, and those of the log's leader.
+    pub(crate) controlled_stops: (u64, u64),
+    /// Controlled stops of the leader that handed the leadership over
+    /// before the node stopped, and those among the leaders' stops that
+    /// had a live, healthy in-sync replica to hand it to and no fault
+    /// while they ran, where it must have (SPEC 3.5; see
+    /// [`Run::end_controlled_stop`]).
+    pub(crate) leaderships_handed_over: (u64, u64),
 }
 
 /// A run that broke a rule: the seed, what broke, and the last lines of
@@ -329,6 +363,9 @@ enum Event {
     Reconnect(usize),
     /// The coordinator expires the sessions whose time has come.
     ExpireSessions,
+    /// An operator stops a node cleanly (a controlled shutdown), to start
+    /// it again a little later.
+    ControlledStop(usize),
     /// The workload and faults end: nothing new is appended or broken.
     Calm,
 }
@@ -368,6 +405,22 @@ struct Machine {
     /// Its process is busy with disk operations until then: what it sends
     /// leaves no earlier.
     busy_until: Duration,
+    /// Its process's controlled stop under way, if one is.
+    stopping: Option<ControlledStop>,
+    /// Its disk is full (until an operator frees space).
+    disk_full: bool,
+}
+
+/// A controlled stop under way, as the run's check needs it.
+#[derive(Clone, Copy, Debug)]
+struct ControlledStop {
+    /// Whether the node led the log when it began.
+    led: bool,
+    /// Whether, when it began, another replica that is in the ISR, live
+    /// and healthy (see [`Run::healthy`]) could take the leadership over.
+    successor_ready: bool,
+    /// The run's fault count then.
+    faults: u64,
 }
 
 impl Machine {
@@ -491,6 +544,17 @@ struct Run {
     /// Elections written by controllers whose process has ended.
     elections: (u64, u64),
     background_jobs: u64,
+    /// Draws the operator's actions (controlled stops); see
+    /// [`OPERATOR_STREAM_SALT`].
+    operator: SplitMix64,
+    /// Fault events so far (crashes, partitions, lost replies, disk
+    /// faults, bit flips, restarts, controlled stops): a controlled stop
+    /// that saw none while it ran is held to SPEC 3.5 strictly.
+    faults: u64,
+    /// A partition is in effect (until the network heals).
+    partitioned: bool,
+    controlled_stops: (u64, u64),
+    leaderships_handed_over: (u64, u64),
 }
 
 /// Runs `config`'s simulation to its end on the calling thread.
@@ -527,6 +591,8 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         supervisor_restarts: run.supervisor_restarts,
         elections: run.elections,
         background_jobs: run.background_jobs,
+        controlled_stops: run.controlled_stops,
+        leaderships_handed_over: run.leaderships_handed_over,
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
@@ -542,6 +608,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
 
 impl Run {
     fn new(config: SimConfig) -> Run {
+        let config_seed = config.seed;
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
@@ -562,6 +629,8 @@ impl Run {
                 latency: Latency::default(),
                 disk_time_charged: 0,
                 busy_until: Duration::ZERO,
+                stopping: None,
+                disk_full: false,
             })
             .collect();
         // Half the runs give each send a delivery timeout shorter than a
@@ -621,6 +690,11 @@ impl Run {
             supervisor_restarts: 0,
             elections: (0, 0),
             background_jobs: 0,
+            operator: SplitMix64::new(mix64(config_seed ^ OPERATOR_STREAM_SALT)),
+            faults: 0,
+            partitioned: false,
+            controlled_stops: (0, 0),
+            leaderships_handed_over: (0, 0),
         }
     }
 
@@ -686,6 +760,9 @@ impl Run {
             let first = self.draw_interval(BIT_FLIP_INTERVAL_MEAN);
             self.schedule.after(first, Event::BitFlip);
         }
+        if self.config.controlled_stops && self.operator.chance(0.5) {
+            self.schedule_controlled_stop();
+        }
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more
         // (liveness): elections, catching up, every append's outcome; with
@@ -706,6 +783,7 @@ impl Run {
             // clients' appends are, and the answers the last step left are
             // taken in.
             self.drive_producer()?;
+            self.drive_controlled_stops()?;
             self.settle()?;
             self.drive_fetchers();
             self.look_at_parked_fetches();
@@ -759,6 +837,7 @@ impl Run {
             // happen: the calm is when faults stop.
             Event::Crash { .. } if self.calm => {}
             Event::Crash { node, power_loss } => {
+                self.faults += 1;
                 self.crash(node, power_loss);
                 let down_for = self.draw_interval(Duration::from_millis(500));
                 self.schedule.after(down_for, Event::Restart(node));
@@ -770,6 +849,7 @@ impl Run {
             Event::Restart(index) => self.open(index)?,
             Event::DiskFault(index) => {
                 if !self.calm {
+                    self.faults += 1;
                     let operation = 1 + self.rng.next_u64() % 50;
                     self.machines[index].disk.fail_with_eio(
                         EioPlan::Nth(operation),
@@ -790,6 +870,8 @@ impl Run {
             }
             Event::DiskFull(index) => {
                 if !self.calm {
+                    self.faults += 1;
+                    self.machines[index].disk_full = true;
                     let disk = &self.machines[index].disk;
                     let used = disk.used_bytes();
                     let slack = self.rng.next_u64() % (FULL_DISK_SLACK_BYTES_MAX + 1);
@@ -808,11 +890,13 @@ impl Run {
             // The calm frees every disk's space too; a disk lost since it
             // filled has no budget.
             Event::DiskFreed(index) => {
+                self.machines[index].disk_full = false;
                 self.machines[index].disk.set_space_bytes_max(None);
                 self.record(format_args!("node {index}'s disk has space again"));
             }
             Event::BitFlip => {
                 if let (false, Some(index)) = (self.calm, self.flip_node) {
+                    self.faults += 1;
                     // Mostly segments, where the records are; a file is
                     // drawn first, then a byte, and the few small files
                     // (identity, checkpoints) would otherwise take most
@@ -848,6 +932,7 @@ impl Run {
             // Owed no more if the process crashed meanwhile.
             Event::SupervisorRestart(index) => {
                 if self.machines[index].restart_owed {
+                    self.faults += 1;
                     self.crash(index, false);
                     self.schedule
                         .after(SUPERVISOR_RESTART_AFTER, Event::Restart(index));
@@ -896,6 +981,8 @@ impl Run {
             Event::FetchWaitOver | Event::FetchResume(_) => {}
             Event::Partition(index) => {
                 if !self.calm {
+                    self.faults += 1;
+                    self.partitioned = true;
                     let alone = [self.machines[index].id];
                     let others: Vec<NodeId> = self
                         .machines
@@ -924,6 +1011,7 @@ impl Run {
                 }
             }
             Event::Heal => {
+                self.partitioned = false;
                 self.wire.heal();
                 for machine in &self.machines {
                     self.coordinator.set_node_unavailable(machine.id, false);
@@ -936,6 +1024,7 @@ impl Run {
             }
             Event::LoseReplies(index) => {
                 if !self.calm {
+                    self.faults += 1;
                     let id = self.machines[index].id;
                     let count = 1 + (self.rng.next_u64() % 2) as usize;
                     self.coordinator.lose_compare_and_set_replies(id, count);
@@ -954,8 +1043,18 @@ impl Run {
                 self.coordinator.set_node_unavailable(id, false);
                 self.record(format_args!("node {index} reconnects to the coordinator"));
             }
+            Event::ControlledStop(index) => {
+                if !self.calm {
+                    self.begin_controlled_stop(index);
+                    self.schedule_controlled_stop();
+                }
+            }
             Event::Calm => {
                 self.calm = true;
+                self.partitioned = false;
+                for machine in &mut self.machines {
+                    machine.disk_full = false;
+                }
                 for machine in &self.machines {
                     self.coordinator.lose_compare_and_set_replies(machine.id, 0);
                     self.coordinator.set_node_unavailable(machine.id, false);
@@ -1010,9 +1109,10 @@ impl Run {
         // Segments of a few hundred records: a run rolls, and its
         // background flushes race with crashes.
         config.log.segment_bytes_max = 16 * 1024;
-        // A stop hands logs over on threads; a simulated node's stop is
-        // always a crash.
-        config.controlled_shutdown_timeout = Duration::ZERO;
+        // A controlled stop hands logs over in steps
+        // (`SteppedNode::step_controlled_shutdown`); `Node::shutdown` is
+        // never called here.
+        config.controlled_shutdown_timeout = CONTROLLED_SHUTDOWN_TIMEOUT;
         config
     }
 
@@ -1087,6 +1187,7 @@ impl Run {
         // A crashed process's controller resigns nothing.
         self.retire_controller(index);
         self.machines[index].restart_owed = false;
+        self.machines[index].stopping = None;
         self.crashes += 1;
         let id = self.machines[index].id;
         self.network.unregister(id);
@@ -1118,6 +1219,22 @@ impl Run {
             self.disks_lost += 1;
             self.new_disk(index);
         }
+        self.process_ended(index);
+        self.record(format_args!(
+            "node {index} crashes{}{}",
+            if power_loss {
+                " with its machine's power"
+            } else {
+                ""
+            },
+            if disk_lost { ", its disk lost" } else { "" }
+        ));
+    }
+
+    /// What ends with node `index`'s process, however it ended: its fetch
+    /// sessions, its disk work, its tenures as leader, the fetches it held
+    /// and the clients' calls to it.
+    fn process_ended(&mut self, index: usize) {
         self.machines[index].sessions.clear();
         // The process's disk work ends with it.
         self.busy_for(index);
@@ -1133,15 +1250,171 @@ impl Run {
         // The client's appends to a dead process get no answer: to the
         // client, their outcome stays unknown (SPEC 3.4).
         self.in_flight.retain(|append| append.handle.is_done());
+    }
+
+    /// Schedules the next controlled stop, of a node drawn by the
+    /// operator.
+    fn schedule_controlled_stop(&mut self) {
+        let uniform = 1.0 - self.operator.next_f64();
+        let after = Duration::from_micros(
+            ((-uniform.ln() * CONTROLLED_STOP_INTERVAL_MEAN.as_micros() as f64) as u64).max(1),
+        );
+        let node = (self.operator.next_u64() % self.machines.len() as u64) as usize;
+        self.schedule.after(after, Event::ControlledStop(node));
+    }
+
+    /// Whether node `index` runs and nothing the run did to it stands in
+    /// the way of its replication: no partition in effect, its disk
+    /// neither full nor flipped, its coordinator calls answered (not cut
+    /// off, no answer to lose), no restart owed, not stopping, its replica
+    /// open.
+    fn healthy(&self, index: usize) -> bool {
+        let machine = &self.machines[index];
+        !self.partitioned
+            && !machine.disk_full
+            && !self.coordinator.is_node_faulty(machine.id)
+            && !machine.restart_owed
+            && machine.flipped == 0
+            && machine.stopping.is_none()
+            && machine
+                .node
+                .as_ref()
+                .is_some_and(|node| node.node().log(LOG).is_ok())
+    }
+
+    /// Node `index` begins a controlled shutdown (SPEC 3.5), if it runs
+    /// and is not stopping already; its hand-overs are stepped after
+    /// every event ([`drive_controlled_stops`](Self::drive_controlled_stops)).
+    /// A controller candidate not holding the seat ends with the begin,
+    /// as `Node::shutdown` stops it; a seated one goes on electing until
+    /// the node stops.
+    fn begin_controlled_stop(&mut self, index: usize) {
+        self.faults += 1;
+        if self.machines[index].stopping.is_some() {
+            return;
+        }
+        let now = self.clock.now();
+        let me = self.machines[index].id;
+        let Some(node) = self.machines[index].node.as_mut() else {
+            return;
+        };
+        let led = node.begin_controlled_shutdown(now) > 0;
+        let seated = self.machines[index]
+            .controller
+            .as_ref()
+            .is_some_and(|controller| controller.controller_epoch().is_some());
+        if !seated {
+            self.retire_controller(index);
+        }
+        let live = self.coordinator.live_nodes().unwrap_or_default();
+        let in_sync = self
+            .coordinator
+            .log_state(LOG)
+            .ok()
+            .flatten()
+            .map(|state| state.in_sync_replicas)
+            .unwrap_or_default();
+        let self_healthy = self.healthy(index);
+        let successor_ready = self_healthy
+            && (0..self.machines.len()).any(|other| {
+                let id = self.machines[other].id;
+                other != index && in_sync.contains(&id) && live.contains(&id) && self.healthy(other)
+            });
+        self.controlled_stops.0 += 1;
+        self.controlled_stops.1 += u64::from(led);
+        self.machines[index].stopping = Some(ControlledStop {
+            led,
+            successor_ready,
+            faults: self.faults,
+        });
         self.record(format_args!(
-            "node {index} crashes{}{}",
-            if power_loss {
-                " with its machine's power"
+            "node {index} ({me}) begins a controlled shutdown{}{}",
+            if led { ", leading the log" } else { "" },
+            if successor_ready {
+                ", a healthy in-sync replica is live"
             } else {
                 ""
-            },
-            if disk_lost { ", its disk lost" } else { "" }
+            }
         ));
+    }
+
+    /// Steps every controlled stop under way; a stop whose hand-overs are
+    /// over is checked and ends.
+    fn drive_controlled_stops(&mut self) -> Result<(), String> {
+        let now = self.clock.now();
+        for index in 0..self.machines.len() {
+            let machine = &mut self.machines[index];
+            let Some(node) = machine.node.as_mut().filter(|_| machine.stopping.is_some()) else {
+                continue;
+            };
+            if !node.step_controlled_shutdown(now) {
+                continue;
+            }
+            self.end_controlled_stop(index)?;
+        }
+        Ok(())
+    }
+
+    /// Node `index`'s controlled stop, its hand-overs over, ends: checked,
+    /// then its process stops cleanly, to be started again a little later.
+    ///
+    /// The check (SPEC 3.5): a leader's controlled stop moves the
+    /// leadership before the node stops when another in-sync replica is
+    /// live. Held strictly only where nothing got in its way: the stop
+    /// began with another replica in the ISR, live and healthy, and no
+    /// fault (nor another stop) happened while it ran. Messages may still
+    /// be lost (1%): a lost fetch is fetched again after a second, well
+    /// within the stop's 5 s. Otherwise the stop may leave the log to the
+    /// controller once its deadline passes, as SPEC 3.5 allows.
+    fn end_controlled_stop(&mut self, index: usize) -> Result<(), String> {
+        let Some(stop) = self.machines[index].stopping.take() else {
+            return Ok(());
+        };
+        let me = self.machines[index].id;
+        let leader = self
+            .coordinator
+            .log_state(LOG)
+            .ok()
+            .flatten()
+            .and_then(|state| state.leader);
+        let undisturbed = stop.successor_ready && stop.faults == self.faults;
+        if stop.led {
+            if leader != Some(me) {
+                self.leaderships_handed_over.0 += 1;
+            }
+            if undisturbed {
+                self.leaderships_handed_over.1 += 1;
+                if leader == Some(me) {
+                    return Err(format!(
+                        "SPEC 3.5: node {index}'s controlled shutdown ends with it still the log's leader, though another in-sync replica was live and healthy and nothing failed meanwhile"
+                    ));
+                }
+            }
+        }
+        let Some(node) = self.machines[index].node.take() else {
+            return Ok(());
+        };
+        self.retire_controller(index);
+        self.machines[index].restart_owed = false;
+        self.network.unregister(me);
+        let stopped = node.finish_controlled_shutdown();
+        // A planned disk fault that did not hit was meant for this process.
+        self.machines[index].disk.fail_with_eio(EioPlan::Never, &[]);
+        self.process_ended(index);
+        self.record(format_args!(
+            "node {index} stops cleanly (leader then: {:?}){}",
+            leader.map(|n| n.0),
+            match &stopped {
+                Ok(()) => String::new(),
+                Err(error) => format!(", closing failed: {error}"),
+            }
+        ));
+        let uniform = 1.0 - self.operator.next_f64();
+        let down_for = Duration::from_micros(
+            ((-uniform.ln() * CONTROLLED_STOP_DOWN_MEAN.as_micros() as f64) as u64).max(1),
+        );
+        self.schedule.after(down_for, Event::Restart(index));
+        Ok(())
     }
 
     /// Draws what disk operations cost in this run, in microseconds
@@ -1893,7 +2166,7 @@ impl Run {
             || self
                 .machines
                 .iter()
-                .any(|m| m.node.is_none() || m.restart_owed)
+                .any(|m| m.node.is_none() || m.restart_owed || m.stopping.is_some())
         {
             return false;
         }
@@ -2277,6 +2550,10 @@ mod tests {
         timed: u64,
         slow: u64,
         disk_time: Duration,
+        /// Runs with controlled stops; controlled stops begun, those of the
+        /// leader, those that handed the leadership over, and those held
+        /// to it strictly (see [`SimReport::leaderships_handed_over`]).
+        operator: [u64; 5],
         /// The lowest and highest seed run.
         range: Option<(u64, u64)>,
     }
@@ -2299,6 +2576,15 @@ mod tests {
             self.timed += u64::from(!report.sync_latency_max.is_zero());
             self.slow += u64::from(report.sync_latency_max >= Duration::from_millis(1));
             self.disk_time += report.disk_time;
+            for (total, count) in self.operator.iter_mut().zip([
+                u64::from(report.controlled_stops.0 > 0),
+                report.controlled_stops.0,
+                report.controlled_stops.1,
+                report.leaderships_handed_over.0,
+                report.leaderships_handed_over.1,
+            ]) {
+                *total += count;
+            }
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -2321,6 +2607,9 @@ mod tests {
             self.timed += other.timed;
             self.slow += other.slow;
             self.disk_time += other.disk_time;
+            for (total, count) in self.operator.iter_mut().zip(other.operator) {
+                *total += count;
+            }
             self.widen(other.range);
         }
     }
@@ -2397,7 +2686,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it)",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -2417,7 +2706,9 @@ mod tests {
                 report.disk_time,
                 report.sync_latency_max,
                 report.elections,
-                report.background_jobs
+                report.background_jobs,
+                report.controlled_stops,
+                report.leaderships_handed_over
             );
         }
     }
@@ -2476,6 +2767,7 @@ mod tests {
             timed,
             slow,
             disk_time,
+            operator,
             range,
         } = totals;
         let elapsed = started.elapsed().as_secs_f64();
@@ -2489,6 +2781,10 @@ mod tests {
         eprintln!(
             "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced); {timed} runs with disk latency ({slow} with a fsync of 1 ms or more), {:.0} s of disk time",
             disk_time.as_secs_f64()
+        );
+        let [stop_runs, stops, leader_stops, handed_over, held] = operator;
+        eprintln!(
+            "operator: {stop_runs} runs with controlled stops, {stops} stops ({leader_stops} of the leader; {handed_over} handed the leadership over before stopping, {held} held to it)"
         );
     }
 
@@ -2602,10 +2898,21 @@ mod tests {
         passes(3_385_296_584);
     }
 
-    /// Runs `seed`'s simulation with the default configuration; a failure
-    /// panics with its report (the named regression seeds).
+    /// Runs `seed`'s simulation with the default configuration as it was
+    /// when the seed was found, without the operator's actions (controlled
+    /// stops), which came later: a run that draws none is event for event
+    /// the run that found the bug; a failure panics with its report (the
+    /// named regression seeds).
     fn passes(seed: u64) {
-        run(&SimConfig::new(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+        passes_with(SimConfig {
+            controlled_stops: false,
+            ..SimConfig::new(seed)
+        });
+    }
+
+    /// Runs `config`'s simulation; a failure panics with its report.
+    fn passes_with(config: SimConfig) {
+        run(&config).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
     #[test]
@@ -2616,8 +2923,12 @@ mod tests {
         let second = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
         assert_eq!(first, second);
         assert!(first.acknowledged > 0 && first.crashes > 0, "{first:?}");
-        let other =
-            run(&SimConfig { seed: 8, ..config }).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_ne!(first.trace_hash, other.trace_hash);
+        let other = SimConfig { seed: 8, ..config };
+        let other_first = run(&other).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_ne!(first.trace_hash, other_first.trace_hash);
+        // A run with controlled stops replays too.
+        let other_second = run(&other).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(other_first, other_second);
+        assert!(other_first.controlled_stops.0 > 0, "{other_first:?}");
     }
 }

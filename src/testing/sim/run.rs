@@ -119,10 +119,17 @@ const CONTROLLED_STOP_DOWN_MEAN: Duration = Duration::from_millis(500);
 /// a controlled stop may spend handing its logs over.
 const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Salt of the operator's generator (controlled stops, reassignments): a
-/// stream apart from the faults', so that a run that draws no operator
-/// action is the run it was before they existed, event for event.
+/// Salt of the operator's generator of controlled stops: a stream apart
+/// from the faults', so that a run that draws no operator action is the
+/// run it was before they existed, event for event.
 const OPERATOR_STREAM_SALT: u64 = 0x0_9E7A_7012;
+
+/// Salt of the operator's generator of reassignments, a stream apart from
+/// the controlled stops' for the same reason.
+const REASSIGNMENT_STREAM_SALT: u64 = 0x0_2EA5_5160;
+
+/// Mean simulated time between two reassignments, in a run that has them.
+const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 
 /// What a run is made of; everything else is drawn from `seed`.
 #[derive(Clone, Debug)]
@@ -172,6 +179,10 @@ pub(crate) struct SimConfig {
     /// Whether half the runs stop a node cleanly now and then (a
     /// controlled shutdown, SPEC 3.5) and start it again a little later.
     pub(crate) controlled_stops: bool,
+    /// Whether half the runs reassign the log now and then (SPEC 3.10):
+    /// from three replicas to two and back, in an order drawn each time,
+    /// and now and then a move is cancelled.
+    pub(crate) reassignments: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -198,6 +209,7 @@ impl SimConfig {
             bit_flips: true,
             disk_latency: true,
             controlled_stops: true,
+            reassignments: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -260,6 +272,10 @@ pub(crate) struct SimReport {
     /// while they ran, where it must have (SPEC 3.5; see
     /// [`Run::end_controlled_stop`]).
     pub(crate) leaderships_handed_over: (u64, u64),
+    /// Reassignments started (or replaced), cancelled, and completed (the
+    /// stored replicas became the operator's last word: the target, or the
+    /// original replicas after a cancel).
+    pub(crate) reassignments: (u64, u64, u64),
 }
 
 /// A run that broke a rule: the seed, what broke, and the last lines of
@@ -366,6 +382,8 @@ enum Event {
     /// An operator stops a node cleanly (a controlled shutdown), to start
     /// it again a little later.
     ControlledStop(usize),
+    /// An operator reassigns the log (or cancels its reassignment).
+    Reassign,
     /// The workload and faults end: nothing new is appended or broken.
     Calm,
 }
@@ -555,6 +573,15 @@ struct Run {
     partitioned: bool,
     controlled_stops: (u64, u64),
     leaderships_handed_over: (u64, u64),
+    /// Draws the reassignments; see [`REASSIGNMENT_STREAM_SALT`].
+    reassigner: SplitMix64,
+    /// The replicas the log is to end with: the last reassignment's target,
+    /// or the original replicas after a cancel (checked at the end).
+    replicas_wanted: Vec<NodeId>,
+    /// The log's replicas, adding and removing replicas the trace last
+    /// recorded.
+    replicas_seen: (Vec<NodeId>, Vec<NodeId>, Vec<NodeId>),
+    reassignments: (u64, u64, u64),
 }
 
 /// Runs `config`'s simulation to its end on the calling thread.
@@ -593,6 +620,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         background_jobs: run.background_jobs,
         controlled_stops: run.controlled_stops,
         leaderships_handed_over: run.leaderships_handed_over,
+        reassignments: run.reassignments,
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
@@ -609,6 +637,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
 impl Run {
     fn new(config: SimConfig) -> Run {
         let config_seed = config.seed;
+        let all_nodes: Vec<NodeId> = (0..config.nodes).map(|i| NodeId(i as u32)).collect();
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
@@ -695,6 +724,10 @@ impl Run {
             partitioned: false,
             controlled_stops: (0, 0),
             leaderships_handed_over: (0, 0),
+            reassigner: SplitMix64::new(mix64(config_seed ^ REASSIGNMENT_STREAM_SALT)),
+            replicas_wanted: all_nodes.clone(),
+            replicas_seen: (all_nodes, Vec::new(), Vec::new()),
+            reassignments: (0, 0, 0),
         }
     }
 
@@ -762,6 +795,9 @@ impl Run {
         }
         if self.config.controlled_stops && self.operator.chance(0.5) {
             self.schedule_controlled_stop();
+        }
+        if self.config.reassignments && self.reassigner.chance(0.5) {
+            self.schedule_reassignment();
         }
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more
@@ -1049,6 +1085,13 @@ impl Run {
                     self.schedule_controlled_stop();
                 }
             }
+            Event::Reassign => {
+                if !self.calm {
+                    self.faults += 1;
+                    self.reassign();
+                    self.schedule_reassignment();
+                }
+            }
             Event::Calm => {
                 self.calm = true;
                 self.partitioned = false;
@@ -1261,6 +1304,65 @@ impl Run {
         );
         let node = (self.operator.next_u64() % self.machines.len() as u64) as usize;
         self.schedule.after(after, Event::ControlledStop(node));
+    }
+
+    /// Schedules the next reassignment.
+    fn schedule_reassignment(&mut self) {
+        let uniform = 1.0 - self.reassigner.next_f64();
+        let after = Duration::from_micros(
+            ((-uniform.ln() * REASSIGNMENT_INTERVAL_MEAN.as_micros() as f64) as u64).max(1),
+        );
+        self.schedule.after(after, Event::Reassign);
+    }
+
+    /// An operator moves the log (SPEC 3.10) through the coordinator, as an
+    /// admin tool would: with three target replicas, to two of them (one
+    /// drawn leaves, the leader as likely as any); with two, back to three
+    /// (the third joins at a drawn place). One time in five, a move under
+    /// way is cancelled instead. The controller and the nodes carry it out.
+    fn reassign(&mut self) {
+        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+            return;
+        };
+        let min_insync_replicas = self.machines.len().min(2);
+        let cancel = state.is_reassigning() && self.reassigner.chance(0.2);
+        let outcome = if cancel {
+            crate::coordinator::cancel_reassignment(&self.coordinator, LOG, min_insync_replicas)
+        } else {
+            let mut target = state.target_replicas();
+            if target.len() == self.machines.len() {
+                let leaving = (self.reassigner.next_u64() % target.len() as u64) as usize;
+                target.remove(leaving);
+            } else {
+                let joining = self
+                    .machines
+                    .iter()
+                    .map(|m| m.id)
+                    .find(|id| !target.contains(id));
+                if let Some(joining) = joining {
+                    let at = (self.reassigner.next_u64() % (target.len() as u64 + 1)) as usize;
+                    target.insert(at, joining);
+                }
+            }
+            crate::coordinator::reassign_log(&self.coordinator, LOG, &target, min_insync_replicas)
+        };
+        let what = if cancel { "cancel" } else { "reassign" };
+        match outcome {
+            Ok(state) => {
+                if cancel {
+                    self.reassignments.1 += 1;
+                } else {
+                    self.reassignments.0 += 1;
+                }
+                self.replicas_wanted = state.target_replicas();
+                self.record(format_args!(
+                    "operator: {what} the log, to {:?}",
+                    self.replicas_wanted.iter().map(|n| n.0).collect::<Vec<_>>()
+                ));
+            }
+            // An added node not live, say: the operator tries again later.
+            Err(error) => self.record(format_args!("operator: {what} refused: {error}")),
+        }
     }
 
     /// Whether node `index` runs and nothing the run did to it stands in
@@ -1882,6 +1984,37 @@ impl Run {
         let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
             return;
         };
+        // Recorded only once they change, so that the traces of runs
+        // without reassignments stay as they were.
+        let replicas = (
+            state.replicas.clone(),
+            state.adding_replicas.clone(),
+            state.removing_replicas.clone(),
+        );
+        if replicas != self.replicas_seen {
+            let ids = |nodes: &[NodeId]| nodes.iter().map(|n| n.0).collect::<Vec<_>>();
+            self.record(format_args!(
+                "log: replicas {:?} adding {:?} removing {:?}",
+                ids(&replicas.0),
+                ids(&replicas.1),
+                ids(&replicas.2)
+            ));
+            if self.replicas_seen.1.len() + self.replicas_seen.2.len() > 0
+                && !state.is_reassigning()
+                && state.replicas == self.replicas_wanted
+            {
+                self.reassignments.2 += 1;
+            }
+            // A node that left the log and comes back later starts from
+            // an empty replica: check it from its start then.
+            for machine in &mut self.machines {
+                if !replicas.0.contains(&machine.id) {
+                    machine.checked_up_to = Offset::ZERO;
+                    machine.check_failed_at = None;
+                }
+            }
+            self.replicas_seen = replicas;
+        }
         let seen = (
             state.leader,
             state.leader_epoch,
@@ -2181,15 +2314,26 @@ impl Run {
         let Some((_, leader)) = self.leader().filter(|_| seated) else {
             return false;
         };
+        // A reassignment under way completes (liveness, SPEC 3.10).
+        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+            return false;
+        };
+        if state.is_reassigning() {
+            return false;
+        }
         let end = leader.log_end_offset();
         leader.high_watermark() == end
-            && self.machines.iter().all(|machine| {
-                machine
-                    .node
-                    .as_ref()
-                    .and_then(|node| node.node().log(LOG).ok())
-                    .is_some_and(|log| log.log_end_offset() == end)
-            })
+            && self
+                .machines
+                .iter()
+                .filter(|machine| state.replicas.contains(&machine.id))
+                .all(|machine| {
+                    machine
+                        .node
+                        .as_ref()
+                        .and_then(|node| node.node().log(LOG).ok())
+                        .is_some_and(|log| log.log_end_offset() == end)
+                })
     }
 
     /// G1: every acknowledged record is in the leader's committed log, at
@@ -2270,6 +2414,19 @@ impl Run {
             .max();
         if seated.is_none() {
             return Err("no controller holds the seat at the end".to_owned());
+        }
+        // SPEC 3.10: the last reassignment (or cancel) took effect.
+        let replicas = self
+            .coordinator
+            .log_state(LOG)
+            .ok()
+            .flatten()
+            .map(|state| state.replicas);
+        if replicas.as_ref() != Some(&self.replicas_wanted) {
+            return Err(format!(
+                "SPEC 3.10: the log ends with replicas {replicas:?}, the operator's last word was {:?}",
+                self.replicas_wanted
+            ));
         }
         self.record(format_args!(
             "end: {} acknowledged, all committed on node {index}",
@@ -2554,6 +2711,9 @@ mod tests {
         /// leader, those that handed the leadership over, and those held
         /// to it strictly (see [`SimReport::leaderships_handed_over`]).
         operator: [u64; 5],
+        /// Runs with reassignments; reassignments started, cancelled,
+        /// completed.
+        moves: [u64; 4],
         /// The lowest and highest seed run.
         range: Option<(u64, u64)>,
     }
@@ -2585,6 +2745,14 @@ mod tests {
             ]) {
                 *total += count;
             }
+            for (total, count) in self.moves.iter_mut().zip([
+                u64::from(report.reassignments.0 > 0),
+                report.reassignments.0,
+                report.reassignments.1,
+                report.reassignments.2,
+            ]) {
+                *total += count;
+            }
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -2608,6 +2776,9 @@ mod tests {
             self.slow += other.slow;
             self.disk_time += other.disk_time;
             for (total, count) in self.operator.iter_mut().zip(other.operator) {
+                *total += count;
+            }
+            for (total, count) in self.moves.iter_mut().zip(other.moves) {
                 *total += count;
             }
             self.widen(other.range);
@@ -2686,7 +2857,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it)",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed)",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -2708,7 +2879,8 @@ mod tests {
                 report.elections,
                 report.background_jobs,
                 report.controlled_stops,
-                report.leaderships_handed_over
+                report.leaderships_handed_over,
+                report.reassignments
             );
         }
     }
@@ -2768,6 +2940,7 @@ mod tests {
             slow,
             disk_time,
             operator,
+            moves,
             range,
         } = totals;
         let elapsed = started.elapsed().as_secs_f64();
@@ -2785,6 +2958,10 @@ mod tests {
         let [stop_runs, stops, leader_stops, handed_over, held] = operator;
         eprintln!(
             "operator: {stop_runs} runs with controlled stops, {stops} stops ({leader_stops} of the leader; {handed_over} handed the leadership over before stopping, {held} held to it)"
+        );
+        let [move_runs, started, cancelled, completed] = moves;
+        eprintln!(
+            "reassignments: {move_runs} runs with them, {started} started, {cancelled} cancelled, {completed} completed"
         );
     }
 
@@ -2900,12 +3077,13 @@ mod tests {
 
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
-    /// stops), which came later: a run that draws none is event for event
+    /// stops, reassignments), which came later: a run that draws none is event for event
     /// the run that found the bug; a failure panics with its report (the
     /// named regression seeds).
     fn passes(seed: u64) {
         passes_with(SimConfig {
             controlled_stops: false,
+            reassignments: false,
             ..SimConfig::new(seed)
         });
     }

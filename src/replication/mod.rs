@@ -24,6 +24,7 @@ mod incarnations;
 mod isr;
 mod leader;
 mod pending;
+mod recent_writes;
 mod replica;
 mod snapshot_transfer;
 #[cfg(test)]

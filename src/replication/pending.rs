@@ -254,26 +254,31 @@ impl PendingAppends {
         bytes_max: usize,
         block_max: Duration,
     ) -> Result<()> {
-        let started = Instant::now();
-        let full = |bytes_in_flight: usize| Error::PipelineFull {
+        let full = |bytes_in_flight: usize, started: Option<Instant>| Error::PipelineFull {
             log,
             batch_bytes: bytes,
             bytes_in_flight,
             bytes_max,
-            waited: started.elapsed(),
+            waited: started.map_or(Duration::ZERO, |started| started.elapsed()),
         };
         if bytes > bytes_max {
             // It could never fit (Kafka: RecordTooLargeException).
-            return Err(full(0));
+            return Err(full(0, None));
         }
-        let deadline = started + block_max;
         let mut state = self.state.lock();
+        // The clock is read only once the bound is reached: with room, as
+        // on every append of a pipeline that keeps up, a reservation is one
+        // lock and no clock read (a clock read was 1.6% of the CPU of 256
+        // async clients appending 100 B records).
+        let mut started: Option<Instant> = None;
         while state.bytes_in_flight + bytes > bytes_max {
             if state.stopped {
                 return Err(Error::Shutdown);
             }
+            let started = *started.get_or_insert_with(Instant::now);
+            let deadline = started + block_max;
             if Instant::now() >= deadline {
-                return Err(full(state.bytes_in_flight));
+                return Err(full(state.bytes_in_flight, Some(started)));
             }
             state.blocked += 1;
             crate::simulation::forbid_in_simulation("a wait for room among pending appends");

@@ -2,6 +2,11 @@
 //! on the leader's disk (a field the CRC does not cover) gets an error in
 //! its fetch answer, never the bytes. Before the read-time offset checks,
 //! the leader served the batch under the offsets it claimed.
+//!
+//! A leader answers fetches of its most recent writes from memory (the
+//! bytes it just wrote, never read back), which damage on its disk cannot
+//! reach; the damaged batch here is older than those, so the fetches read
+//! it from the file, as every fetch of older data does.
 
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
@@ -32,9 +37,17 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
             Offset(batch_bytes.len() as u64 * 10 - 10)
         );
     }
+    // More writes than the leader keeps in memory, one record each.
+    const LATER_WRITES: u64 = 64;
+    for i in 0..LATER_WRITES {
+        let mut builder = RecordBatchBuilder::new(1_700_000_000_000);
+        builder.push(format!("later{i}").as_bytes());
+        leader.append(&builder.build().unwrap(), Acks::All).unwrap();
+    }
+    let end = Offset(30 + LATER_WRITES);
     let follower = cluster.log(b, log).unwrap();
     assert!(cluster.wait_until(Duration::from_secs(10), |_| {
-        follower.log_end_offset() == Offset(30) && leader.high_watermark() == Offset(30)
+        follower.log_end_offset() == end && leader.high_watermark() == end
     }));
 
     // Flip bit 3 of the second batch's base offset (10 -> 2) in the

@@ -1238,12 +1238,14 @@ pub(crate) struct SteppedNode {
 
 /// A stepped node's controlled shutdown under way: the logs it led when
 /// it began, each with the leader epoch in which their appends stopped,
-/// still to hand over until `deadline` (the node's clock).
+/// still to hand over until `deadline` (the node's clock), and how many
+/// its hand-overs named a successor for so far.
 #[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 struct SteppedShutdown {
     deadline: Instant,
     leading: Vec<(LogId, LeaderEpoch)>,
+    handed_over: usize,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -1455,35 +1457,38 @@ impl SteppedNode {
         self.shutdown = Some(SteppedShutdown {
             deadline: now + shared.config.controlled_shutdown_timeout,
             leading,
+            handed_over: 0,
         });
         count
     }
 
     /// One attempt at `now` to hand over each log the controlled shutdown
-    /// still has to ([`NodeShared::hand_over_step`]), never waiting;
-    /// whether the hand-overs are over (each handed over, or left to the
-    /// controller: nobody to take it, a failed coordinator call, or the
-    /// deadline passed). True without a shutdown begun.
-    pub(crate) fn step_controlled_shutdown(&mut self, now: Instant) -> bool {
+    /// still has to ([`NodeShared::hand_over_step`]), never waiting. Once
+    /// the hand-overs are over (each handed over, or left to the
+    /// controller: someone else moved it, nobody to take it, a failed
+    /// coordinator call, or the deadline passed), how many logs this
+    /// shutdown's own hand-overs named a successor for; `None` while one
+    /// still waits. `Some(0)` without a shutdown begun.
+    pub(crate) fn step_controlled_shutdown(&mut self, now: Instant) -> Option<usize> {
         let shared = &self.node.shared;
         let Some(shutdown) = self.shutdown.as_mut() else {
-            return true;
+            return Some(0);
         };
-        if shutdown.leading.is_empty() {
-            return true;
-        }
-        if now >= shutdown.deadline {
+        if !shutdown.leading.is_empty() && now >= shutdown.deadline {
             tracing::warn!(node = %shared.local(), logs = shutdown.leading.len(),
                 "controlled shutdown: the deadline passed with logs not handed over; they are left to the controller");
             shutdown.leading.clear();
-            return true;
         }
+        let mut handed_over = 0;
         shutdown.leading.retain(|(log, epoch)| {
-            shared.replica(*log).is_some_and(|replica| {
-                shared.hand_over_step(&replica, *epoch) == HandOverStep::Waiting
-            })
+            let step = shared.replica(*log).map_or(HandOverStep::Over, |replica| {
+                shared.hand_over_step(&replica, *epoch)
+            });
+            handed_over += usize::from(step == HandOverStep::HandedOver);
+            step == HandOverStep::Waiting
         });
-        shutdown.leading.is_empty()
+        shutdown.handed_over += handed_over;
+        shutdown.leading.is_empty().then_some(shutdown.handed_over)
     }
 
     /// Ends a controlled shutdown as [`Node::shutdown`] does once its
@@ -1517,7 +1522,9 @@ enum HandOverStep {
     /// Nobody has caught up yet, or a compare-and-set lost a race: try
     /// again on the next step.
     Waiting,
-    /// Handed over, or moved by someone else, or left to the controller.
+    /// This step named a successor.
+    HandedOver,
+    /// Moved by someone else, or left to the controller.
     Over,
 }
 
@@ -3539,7 +3546,7 @@ impl NodeShared {
                 self.reconcile(&new_state);
                 tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
                     "controlled shutdown: leadership handed over");
-                HandOverStep::Over
+                HandOverStep::HandedOver
             }
             Ok(CasOutcome::Stale(_)) => HandOverStep::Waiting,
             Err(error) => {

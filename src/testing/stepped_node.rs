@@ -349,8 +349,9 @@ fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_fi
         handle.append_pipelined(&batch(b"y"), Acks::Leader),
         Err(crate::Error::NotLeader { .. })
     ));
-    assert!(
-        !node.step_controlled_shutdown(clock.now()),
+    assert_eq!(
+        node.step_controlled_shutdown(clock.now()),
+        None,
         "node 1 lacks x"
     );
     assert_eq!(
@@ -359,7 +360,7 @@ fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_fi
     );
     clock.advance(Duration::from_millis(5));
     fetch_at(&node, &clock, log, NodeId(1), Offset(1));
-    assert!(node.step_controlled_shutdown(clock.now()));
+    assert_eq!(node.step_controlled_shutdown(clock.now()), Some(1));
     let state = coordinator.log_state(log).unwrap().unwrap();
     assert_eq!(state.leader, Some(NodeId(1)), "{state:?}");
     assert!(!state.in_sync_replicas.contains(&NodeId(0)), "{state:?}");

@@ -1054,21 +1054,24 @@ impl Node {
                 tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
             }
         }
-        self.close_logs_and_mark_clean()
+        self.close_logs_and_mark_clean().map(|_marked| ())
     }
 
     /// A stop's last step, once its threads stopped: flushes and closes
     /// every log and, if every one closed, writes the clean-shutdown
-    /// marker (SPEC 3.5).
-    fn close_logs_and_mark_clean(&self) -> Result<()> {
+    /// marker (SPEC 3.5) unless this start's unclean report is not yet
+    /// recorded everywhere ([`NodeShared::may_mark_clean_shutdown`]).
+    /// Whether it wrote the marker.
+    fn close_logs_and_mark_clean(&self) -> Result<bool> {
         let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
         }
         if !self.shared.may_mark_clean_shutdown() {
-            return Ok(());
+            return Ok(false);
         }
-        write_clean_shutdown_marker(&*self.shared.disk, &self.shared.config.data_dir)
+        write_clean_shutdown_marker(&*self.shared.disk, &self.shared.config.data_dir)?;
+        Ok(true)
     }
 
     /// Stops the node's threads without closing anything: what a crash
@@ -1239,13 +1242,17 @@ pub(crate) struct SteppedNode {
 /// A stepped node's controlled shutdown under way: the logs it led when
 /// it began, each with the leader epoch in which their appends stopped,
 /// still to hand over until `deadline` (the node's clock), and how many
-/// its hand-overs named a successor for so far.
+/// its hand-overs named a successor for so far. `wound_down` is false for
+/// a zero [`NodeConfig::controlled_shutdown_timeout`], which, as in
+/// [`Node::shutdown`], skips the winding down, the hand-overs and leaving
+/// the in-sync replica sets.
 #[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 struct SteppedShutdown {
     deadline: Instant,
     leading: Vec<(LogId, LeaderEpoch)>,
     handed_over: usize,
+    wound_down: bool,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -1433,12 +1440,23 @@ impl SteppedNode {
     /// [`NodeConfig::controlled_shutdown_timeout`] from now. Everything
     /// else goes on being stepped meanwhile: the followers' fetches that
     /// bring a successor up to the stopped end, the node's own fetchers.
-    /// Returns how many logs it leads. Only the first call counts.
+    /// Returns how many logs it leads. Only the first call counts. With a
+    /// zero timeout nothing of this happens, as in [`Node::shutdown`]: the
+    /// shutdown only stops the node and closes its logs, and returns 0.
     pub(crate) fn begin_controlled_shutdown(&mut self, now: Instant) -> usize {
         if self.shutdown.is_some() {
             return 0;
         }
         let shared = &self.node.shared;
+        if shared.config.controlled_shutdown_timeout.is_zero() {
+            self.shutdown = Some(SteppedShutdown {
+                deadline: now,
+                leading: Vec::new(),
+                handed_over: 0,
+                wound_down: false,
+            });
+            return 0;
+        }
         {
             // Under the hand-overs' lock, as in `Node::shutdown`.
             let _hand_overs = shared.hand_overs.lock();
@@ -1458,6 +1476,7 @@ impl SteppedNode {
             deadline: now + shared.config.controlled_shutdown_timeout,
             leading,
             handed_over: 0,
+            wound_down: true,
         });
         count
     }
@@ -1495,11 +1514,20 @@ impl SteppedNode {
     /// hand-overs are over, one step after the other on this thread: ends
     /// the node's session, stops its work, leaves the in-sync replica sets
     /// of the logs it follows, and closes its logs with the clean-shutdown
-    /// marker.
-    pub(crate) fn finish_controlled_shutdown(self) -> Result<()> {
+    /// marker. Whether it wrote the marker (not while this start's unclean
+    /// report is unrecorded somewhere).
+    pub(crate) fn finish_controlled_shutdown(self) -> Result<bool> {
+        let wound_down = self.shutdown.as_ref().is_none_or(|s| s.wound_down);
         let mut node = self.node;
         let shared = Arc::clone(&node.shared);
         let me = shared.local();
+        if !wound_down {
+            // A zero timeout, as in `Node::shutdown`: stop, end the
+            // session, close; no ISR is left.
+            node.stop_threads(Stop::Clean);
+            let _ = shared.coordinator.unregister_node(me);
+            return node.close_logs_and_mark_clean();
+        }
         shared.stop.store(true, Ordering::SeqCst);
         if let Err(error) = shared.coordinator.unregister_node(me) {
             tracing::warn!(node = %me, %error, "controlled shutdown: cannot end the session; it expires");

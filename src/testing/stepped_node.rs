@@ -365,7 +365,50 @@ fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_fi
     assert_eq!(state.leader, Some(NodeId(1)), "{state:?}");
     assert!(!state.in_sync_replicas.contains(&NodeId(0)), "{state:?}");
     drop(handle);
-    node.finish_controlled_shutdown().unwrap();
+    assert!(node.finish_controlled_shutdown().unwrap());
+    assert!(!coordinator.live_nodes().unwrap().contains(&NodeId(0)));
+    drop(_simulation);
+
+    let node = open(&disk, &network, &coordinator, &clock);
+    assert_eq!(node.node().previous_shutdown(), PreviousShutdown::Clean);
+    node.into_node().halt();
+}
+
+/// A zero `controlled_shutdown_timeout` skips the winding down in steps as
+/// `Node::shutdown` does: appends go on until the node stops, nothing is
+/// handed over, no ISR is left, and the stop is still clean (review of
+/// babce65: the stepped path wound down regardless).
+#[test]
+fn a_stepped_shutdown_with_a_zero_timeout_hands_nothing_over_and_stops_cleanly() {
+    let disk = SimDisk::new(32);
+    let network = MemoryNetwork::new(32);
+    let clock = ManualClock::default();
+    let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
+    let log = LogId(1);
+    let mut node =
+        open_with_shutdown_timeout(&disk, &network, &coordinator, &clock, Duration::ZERO);
+    coordinator
+        .register_node(NodeId(1), Duration::from_secs(600))
+        .unwrap();
+    node.node()
+        .create_log(log, vec![NodeId(0), NodeId(1)])
+        .unwrap();
+    step_until(&mut node, &clock, |node| leads(node, log));
+    let handle = node.node().log(log).unwrap();
+    fetch_at(&node, &clock, log, NodeId(1), Offset(0));
+
+    let _simulation = crate::simulation::SimulationGuard::enter(32);
+    assert_eq!(node.begin_controlled_shutdown(clock.now()), 0);
+    assert!(handle
+        .append_pipelined(&batch(b"x"), Acks::Leader)
+        .unwrap()
+        .is_done());
+    assert_eq!(node.step_controlled_shutdown(clock.now()), Some(0));
+    drop(handle);
+    assert!(node.finish_controlled_shutdown().unwrap());
+    let state = coordinator.log_state(log).unwrap().unwrap();
+    assert_eq!(state.leader, Some(NodeId(0)), "{state:?}");
+    assert!(state.in_sync_replicas.contains(&NodeId(0)), "{state:?}");
     assert!(!coordinator.live_nodes().unwrap().contains(&NodeId(0)));
     drop(_simulation);
 

@@ -3429,40 +3429,18 @@ impl NodeShared {
             if out_of_time() {
                 return;
             }
-            let state = match self.coordinator.log_state(log) {
-                Ok(Some(state)) => state,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
-                    return;
-                }
+            // `None` also when someone else moved it already.
+            let Some(state) = self.hand_over_state(log, epoch) else {
+                return;
             };
-            if state.leader != Some(me) || state.leader_epoch != epoch {
-                return; // Someone else moved it already.
-            }
             if out_of_time() {
                 return;
             }
-            let mut live = match self.coordinator.live_nodes() {
-                Ok(live) => live,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
-                    return;
-                }
-            };
-            // Nobody to hand over to (the last live replica of the log
-            // stopping, as when a whole cluster stops): no wait, and not a
-            // failure. `live` is not read again below, so waiting could
-            // not find anyone.
-            if !state
-                .in_sync_replicas
-                .iter()
-                .any(|&node| node != me && live.contains(&node))
-            {
-                tracing::info!(%log, node = %me, isr = ?state.in_sync_replicas,
-                    "controlled shutdown: no other in-sync replica is live; leaving the log to the controller");
+            // Nobody to hand over to: no wait. `live` is not read again
+            // below, so waiting could not find anyone.
+            let Some(mut live) = self.hand_over_live_nodes(log, &state) else {
                 return;
-            }
+            };
             // Usually one fetch round: followers park their fetches on the
             // leader and are woken by every append.
             if attempt == 0 && end > Offset::ZERO {
@@ -3521,6 +3499,47 @@ impl NodeShared {
         }
     }
 
+    /// The state of `log`, which this node leads in `epoch`, for a
+    /// hand-over; `None` when the log is gone, someone else moved it
+    /// already, or the state cannot be read (logged: the log is left to
+    /// the controller).
+    fn hand_over_state(&self, log: LogId, epoch: LeaderEpoch) -> Option<LogState> {
+        let me = self.local();
+        let state = match self.coordinator.log_state(log) {
+            Ok(state) => state?,
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
+                return None;
+            }
+        };
+        (state.leader == Some(me) && state.leader_epoch == epoch).then_some(state)
+    }
+
+    /// The live nodes, for a hand-over of `log` (in `state`); `None`
+    /// (logged) when they cannot be read or when no other in-sync replica
+    /// is live: nobody to hand over to, as when the last live replica of
+    /// the log stops (a whole cluster stopping), which is not a failure.
+    fn hand_over_live_nodes(&self, log: LogId, state: &LogState) -> Option<Vec<NodeId>> {
+        let me = self.local();
+        let live = match self.coordinator.live_nodes() {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
+                return None;
+            }
+        };
+        if !state
+            .in_sync_replicas
+            .iter()
+            .any(|&node| node != me && live.contains(&node))
+        {
+            tracing::info!(%log, node = %me, isr = ?state.in_sync_replicas,
+                "controlled shutdown: no other in-sync replica is live; leaving the log to the controller");
+            return None;
+        }
+        Some(live)
+    }
+
     /// One attempt of a stepped controlled shutdown to hand over
     /// `replica`'s log, led in `epoch` with appends stopped: the same
     /// decisions as [`hand_over`](Self::hand_over) takes on its thread,
@@ -3534,33 +3553,12 @@ impl NodeShared {
     fn hand_over_step(&self, replica: &Replica, epoch: LeaderEpoch) -> HandOverStep {
         let me = self.local();
         let log = replica.log_id();
-        let state = match self.coordinator.log_state(log) {
-            Ok(Some(state)) => state,
-            Ok(None) => return HandOverStep::Over,
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
-                return HandOverStep::Over;
-            }
-        };
-        if state.leader != Some(me) || state.leader_epoch != epoch {
+        let Some(state) = self.hand_over_state(log, epoch) else {
             return HandOverStep::Over;
-        }
-        let live = match self.coordinator.live_nodes() {
-            Ok(live) => live,
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
-                return HandOverStep::Over;
-            }
         };
-        if !state
-            .in_sync_replicas
-            .iter()
-            .any(|&node| node != me && live.contains(&node))
-        {
-            tracing::info!(%log, node = %me, isr = ?state.in_sync_replicas,
-                "controlled shutdown: no other in-sync replica is live; leaving the log to the controller");
+        let Some(live) = self.hand_over_live_nodes(log, &state) else {
             return HandOverStep::Over;
-        }
+        };
         let Some(successor) = self.caught_up_successor(replica, &state, &state.replicas, &live)
         else {
             return HandOverStep::Waiting;

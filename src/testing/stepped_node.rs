@@ -316,19 +316,26 @@ fn a_reassignment_hand_over_steps_without_waiting_for_the_high_watermark() {
     node.into_node().halt();
 }
 
-/// SPEC 3.5, in steps: a leader's controlled shutdown stops appends, names
-/// no successor while the in-sync follower has not fetched the stopped
-/// end, names it on the step after it has, and then stops cleanly (its
-/// next start finds the clean-shutdown marker) without waiting anywhere.
-#[test]
-fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_first() {
-    let disk = SimDisk::new(31);
-    let network = MemoryNetwork::new(31);
+/// Node 0, stepped, leading log 1 of nodes 0 and 1 (node 1 registered by
+/// hand, never running), with the given controlled-shutdown timeout.
+struct Leading {
+    disk: SimDisk,
+    network: MemoryNetwork,
+    clock: ManualClock,
+    coordinator: MemoryCoordinator,
+    node: SteppedNode,
+    log: LogId,
+    handle: crate::ReplicatedLog,
+}
+
+fn leading_two_replicas(seed: u64, shutdown_timeout: Duration) -> Leading {
+    let disk = SimDisk::new(seed);
+    let network = MemoryNetwork::new(seed);
     let clock = ManualClock::default();
     let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
     let log = LogId(1);
-    let timeout = Duration::from_secs(5);
-    let mut node = open_with_shutdown_timeout(&disk, &network, &coordinator, &clock, timeout);
+    let mut node =
+        open_with_shutdown_timeout(&disk, &network, &coordinator, &clock, shutdown_timeout);
     coordinator
         .register_node(NodeId(1), Duration::from_secs(600))
         .unwrap();
@@ -337,6 +344,32 @@ fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_fi
         .unwrap();
     step_until(&mut node, &clock, |node| leads(node, log));
     let handle = node.node().log(log).unwrap();
+    Leading {
+        disk,
+        network,
+        clock,
+        coordinator,
+        node,
+        log,
+        handle,
+    }
+}
+
+/// SPEC 3.5, in steps: a leader's controlled shutdown stops appends, names
+/// no successor while the in-sync follower has not fetched the stopped
+/// end, names it on the step after it has, and then stops cleanly (its
+/// next start finds the clean-shutdown marker) without waiting anywhere.
+#[test]
+fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_first() {
+    let Leading {
+        disk,
+        network,
+        clock,
+        coordinator,
+        mut node,
+        log,
+        handle,
+    } = leading_two_replicas(31, Duration::from_secs(5));
     assert!(handle
         .append_pipelined(&batch(b"x"), Acks::Leader)
         .unwrap()
@@ -380,21 +413,15 @@ fn a_stepped_controlled_shutdown_hands_the_leadership_to_a_caught_up_follower_fi
 /// babce65: the stepped path wound down regardless).
 #[test]
 fn a_stepped_shutdown_with_a_zero_timeout_hands_nothing_over_and_stops_cleanly() {
-    let disk = SimDisk::new(32);
-    let network = MemoryNetwork::new(32);
-    let clock = ManualClock::default();
-    let coordinator = MemoryCoordinator::new(Arc::new(clock.clone()));
-    let log = LogId(1);
-    let mut node =
-        open_with_shutdown_timeout(&disk, &network, &coordinator, &clock, Duration::ZERO);
-    coordinator
-        .register_node(NodeId(1), Duration::from_secs(600))
-        .unwrap();
-    node.node()
-        .create_log(log, vec![NodeId(0), NodeId(1)])
-        .unwrap();
-    step_until(&mut node, &clock, |node| leads(node, log));
-    let handle = node.node().log(log).unwrap();
+    let Leading {
+        disk,
+        network,
+        clock,
+        coordinator,
+        mut node,
+        log,
+        handle,
+    } = leading_two_replicas(32, Duration::ZERO);
     fetch_at(&node, &clock, log, NodeId(1), Offset(0));
 
     let _simulation = crate::simulation::SimulationGuard::enter(32);

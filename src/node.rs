@@ -20,7 +20,7 @@
 //! thread (`SteppedNode`, tests only).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -409,7 +409,11 @@ impl Node {
     ///    and starts its threads.
     ///
     /// A start that fails after it registered or started a thread stops
-    /// and joins everything it started and ends its session.
+    /// and joins everything it started and ends its session; the next
+    /// start then reports an unclean shutdown. A start after a clean stop
+    /// that fails before it registers (a coordinator out of reach, say)
+    /// puts the clean-shutdown marker back, so the next start is still
+    /// clean.
     pub fn start(
         config: NodeConfig,
         transport: Arc<dyn Transport>,
@@ -481,6 +485,18 @@ impl Node {
             identity.check(&data_dir, cluster_id, me)?;
         }
         let mut previous_shutdown = take_clean_shutdown_marker(&*disk, &data_dir)?;
+        // Until this start registers, nothing it does changes what the
+        // marker vouched for (no log is opened before `start` reconciles),
+        // so a start that fails here, a coordinator out of reach say, puts
+        // the marker back: the next start is still clean. Kafka's broker
+        // waits for its controller instead of failing its start; a start
+        // here fails and is retried, and without this each failed attempt
+        // would cost the node its place in the ISR and ELR.
+        let mut marker_taken = MarkerTaken {
+            disk: &*disk,
+            data_dir: &data_dir,
+            restore_on_drop: previous_shutdown == PreviousShutdown::Clean,
+        };
         let directory_id = identity
             .map(|identity| identity.directory_id)
             .unwrap_or_else(DirectoryId::random);
@@ -545,6 +561,7 @@ impl Node {
             .collect();
         if !lost.is_empty() {
             previous_shutdown = PreviousShutdown::LostData;
+            marker_taken.restore_on_drop = false;
         }
         let events = coordinator.subscribe(me)?;
         let (commands, command_rx) = bounded(1024);
@@ -636,6 +653,8 @@ impl Node {
             .register_node(me, shared.config.session_timeout)?;
         shared.incarnation.store(incarnation.0, Ordering::SeqCst);
         tracing::info!(node = %me, %incarnation, "registered with the coordinator");
+        marker_taken.restore_on_drop = false;
+        drop(marker_taken);
         Ok(Opened {
             node: Node {
                 shared,
@@ -1543,6 +1562,28 @@ impl SteppedNode {
     }
 }
 
+/// The clean-shutdown marker a start took, put back when the start fails
+/// before it registers (see `Node::open_registered`).
+struct MarkerTaken<'a> {
+    disk: &'a dyn Disk,
+    data_dir: &'a Path,
+    restore_on_drop: bool,
+}
+
+impl Drop for MarkerTaken<'_> {
+    fn drop(&mut self) {
+        if !self.restore_on_drop {
+            return;
+        }
+        match write_clean_shutdown_marker(self.disk, self.data_dir) {
+            Ok(()) => tracing::info!(directory = %self.data_dir.display(),
+                "the start failed before registering: put the clean-shutdown marker back"),
+            Err(error) => tracing::warn!(directory = %self.data_dir.display(), %error,
+                "the start failed before registering and cannot put the clean-shutdown marker back: the next start is unclean"),
+        }
+    }
+}
+
 /// What one [`NodeShared::hand_over_step`] left.
 #[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1658,7 +1699,7 @@ fn replica_log_end(replica: &Replica) -> LogEnd {
 }
 
 /// The directory of `log`'s replica inside a node's data directory.
-fn log_dir(data_dir: &std::path::Path, log: LogId) -> PathBuf {
+fn log_dir(data_dir: &Path, log: LogId) -> PathBuf {
     data_dir.join(format!("log-{}", log.0))
 }
 

@@ -1203,10 +1203,9 @@ impl Run {
         if self.machines[index].node.is_some() {
             return Ok(());
         }
-        // The first thing a start does is remove the marker, so only the
-        // first open after the stop can find it (seed 71: an open that the
-        // coordinator failed took it, and the next one found the node
-        // unclean, as Kafka's would after a failed start).
+        // A start removes the marker first and puts it back only if it
+        // fails before registering, so a failed open may have used it up:
+        // only the first open after the stop is held to finding it.
         let expect_clean = std::mem::take(&mut self.machines[index].stopped_cleanly);
         let machine = &self.machines[index];
         let config = self.config_for(index);

@@ -453,7 +453,9 @@ impl Node {
     /// The first half of [`start`](Self::start): every step up to and
     /// including the registration (see there), with no log reconciled and
     /// no thread started. On error nothing needs undoing: the node is not
-    /// registered.
+    /// registered (unless a registration's reply was lost, when its
+    /// session expires), and a clean-shutdown marker taken is put back
+    /// where that is safe (`MarkerTaken`).
     fn open_registered(
         disk: Arc<dyn Disk>,
         config: NodeConfig,
@@ -527,6 +529,9 @@ impl Node {
                     *state = fresh;
                 }
                 Some(_) | None => {
+                    // A deletion cut short (EIO) leaves a directory no
+                    // clean stop left: the marker must not vouch for it.
+                    marker_taken.restore_on_drop = false;
                     disk.remove_dir_all(&dir)
                         .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
                     tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
@@ -629,6 +634,9 @@ impl Node {
             }
         }
         if identity.is_none() {
+            // A failed write (an fsync error) leaves the directory in a
+            // state no clean stop vouched for.
+            marker_taken.restore_on_drop = false;
             DirectoryIdentity {
                 cluster_id,
                 node_id: me,
@@ -648,9 +656,23 @@ impl Node {
                 .record_replica_directories(me, directory_id, &unplaced)?;
         }
         shared.placed.lock().extend(hosted);
-        let incarnation = shared
+        let incarnation = match shared
             .coordinator
-            .register_node(me, shared.config.session_timeout)?;
+            .register_node(me, shared.config.session_timeout)
+        {
+            Ok(incarnation) => incarnation,
+            Err(error) => {
+                // Registered perhaps, its reply lost: a session of this
+                // node may live on until it expires, so this start is not
+                // one that changed nothing (under KIP-966 a registration
+                // that took effect bumps the broker epoch, and the next
+                // start counts as unclean).
+                if matches!(error, Error::CoordinatorOutcomeUnknown { .. }) {
+                    marker_taken.restore_on_drop = false;
+                }
+                return Err(error);
+            }
+        };
         shared.incarnation.store(incarnation.0, Ordering::SeqCst);
         tracing::info!(node = %me, %incarnation, "registered with the coordinator");
         marker_taken.restore_on_drop = false;
@@ -1536,7 +1558,15 @@ impl SteppedNode {
     /// marker. Whether it wrote the marker (not while this start's unclean
     /// report is unrecorded somewhere).
     pub(crate) fn finish_controlled_shutdown(self) -> Result<bool> {
-        let wound_down = self.shutdown.as_ref().is_none_or(|s| s.wound_down);
+        let wound_down = match &self.shutdown {
+            Some(shutdown) => shutdown.wound_down,
+            None => !self
+                .node
+                .shared
+                .config
+                .controlled_shutdown_timeout
+                .is_zero(),
+        };
         let mut node = self.node;
         let shared = Arc::clone(&node.shared);
         let me = shared.local();
@@ -1572,7 +1602,8 @@ struct MarkerTaken<'a> {
 
 impl Drop for MarkerTaken<'_> {
     fn drop(&mut self) {
-        if !self.restore_on_drop {
+        // A panic is a broken invariant: nothing is vouched for then.
+        if !self.restore_on_drop || std::thread::panicking() {
             return;
         }
         match write_clean_shutdown_marker(self.disk, self.data_dir) {
@@ -3477,8 +3508,9 @@ impl NodeShared {
             if out_of_time() {
                 return;
             }
-            // Nobody to hand over to: no wait. `live` is not read again
-            // below, so waiting could not find anyone.
+            // Nobody to hand over to: no wait. The wait below reads the
+            // live nodes again but not the ISR, so it could not find
+            // anyone.
             let Some(mut live) = self.hand_over_live_nodes(log, &state) else {
                 return;
             };

@@ -590,6 +590,8 @@ struct Run {
     disk_time: Duration,
     /// `ENOSPC` refusals of disks replaced since (lost with their machine).
     full_disk_refusals_of_lost_disks: u64,
+    /// Planned disk errors that hit on disks since replaced.
+    eio_failures_of_lost_disks: u64,
     supervisor_restarts: u64,
     /// Elections written by controllers whose process has ended.
     elections: (u64, u64),
@@ -753,6 +755,7 @@ impl Run {
             sync_latency_max: Duration::ZERO,
             disk_time: Duration::ZERO,
             full_disk_refusals_of_lost_disks: 0,
+            eio_failures_of_lost_disks: 0,
             supervisor_restarts: 0,
             elections: (0, 0),
             background_jobs: 0,
@@ -887,7 +890,7 @@ impl Run {
                 self.machines[index].wake_at = None;
             }
             Event::Append => {
-                self.append();
+                self.append()?;
                 if !self.calm {
                     let next = self.draw_interval(self.config.append_interval_mean);
                     self.schedule.after(next, Event::Append);
@@ -1519,6 +1522,7 @@ impl Run {
     /// may be a stop's successor by then: helper-57's review of 6c8bccb).
     fn fault_count(&self) -> u64 {
         self.faults
+            + self.eio_failures_of_lost_disks
             + self
                 .machines
                 .iter()
@@ -1733,6 +1737,8 @@ impl Run {
     fn new_disk(&mut self, index: usize) {
         let old = &self.machines[index].disk;
         self.full_disk_refusals_of_lost_disks += old.stats().full_disk_failures;
+        // `fault_count` must never go down (helper-60).
+        self.eio_failures_of_lost_disks += old.stats().eio_failures;
         let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
         self.machines[index].disk = SimDisk::new(seed);
         self.machines[index]
@@ -2256,13 +2262,18 @@ impl Run {
         Ok(())
     }
 
-    fn append(&mut self) {
+    /// The client appends one record to the node that leads. Fails the
+    /// run if a leader takes it while its controlled shutdown is under
+    /// way: SPEC 3.5, the old leader stops taking appends when its
+    /// shutdown begins (and never gives them back, as a reassignment's
+    /// hand-over may).
+    fn append(&mut self) -> Result<(), String> {
         if self.calm {
-            return;
+            return Ok(());
         }
         let Some((index, log)) = self.leader() else {
             self.record(format_args!("append: no leader"));
-            return;
+            return Ok(());
         };
         self.appends += 1;
         let number = self.appends;
@@ -2273,18 +2284,24 @@ impl Run {
             Ok(batch) => batch,
             Err(error) => {
                 self.record(format_args!("append: batch refused: {error}"));
-                return;
+                return Ok(());
             }
         };
         match log.append_pipelined(&batch, Acks::All) {
             Ok(handle) => {
                 self.record(format_args!("append r{number} to node {index}"));
                 self.in_flight.push(ClientAppend { value, handle });
+                if self.machines[index].stopping.is_some() {
+                    return Err(format!(
+                        "SPEC 3.5: node {index} took append r{number} during its controlled shutdown"
+                    ));
+                }
             }
             Err(error) => {
                 self.record(format_args!("append r{number} refused: {error}"));
             }
         }
+        Ok(())
     }
 
     /// Every live node handles what reached it, in node order, until a

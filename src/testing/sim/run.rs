@@ -85,6 +85,10 @@ const HAND_OVER_BOUND: Duration = Duration::from_millis(500);
 /// not held to SPEC 3.5 strictly (see [`Run::end_controlled_stop`]).
 const DISTURBANCE_LINGERS: Duration = Duration::from_millis(1500);
 
+/// When after the calm an operator stops the leader in a run with
+/// controlled stops ([`Event::FinalLeaderStop`]).
+const FINAL_LEADER_STOP_AFTER_CALM: Duration = Duration::from_secs(3);
+
 /// How long after the calm every log must have settled (liveness).
 const SETTLE_WITHIN: Duration = Duration::from_secs(20);
 
@@ -403,6 +407,11 @@ enum Event {
     ControlledStop(usize),
     /// An operator reassigns the log (or cancels its reassignment).
     Reassign,
+    /// In a run with controlled stops, an operator stops the leader once
+    /// after the calm, when nothing fails any more, so that every such
+    /// run holds at least one leader's stop to SPEC 3.5 strictly (before,
+    /// 31 of 466 leader stops in 400 runs were: faults were everywhere).
+    FinalLeaderStop,
     /// The workload and faults end: nothing new is appended or broken.
     Calm,
 }
@@ -607,6 +616,10 @@ struct Run {
     partitioned: bool,
     controlled_stops: (u64, u64),
     leaderships_handed_over: (u64, u64),
+    /// The run has controlled stops and its stop of the leader after the
+    /// calm ([`Event::FinalLeaderStop`]) has not happened yet: it is not
+    /// settled before.
+    final_leader_stop_pending: bool,
     disturbances: Disturbances,
     /// When a message between two nodes (by index, the lower first) was
     /// last lost.
@@ -764,6 +777,7 @@ impl Run {
             partitioned: false,
             controlled_stops: (0, 0),
             leaderships_handed_over: (0, 0),
+            final_leader_stop_pending: false,
             disturbances: Disturbances::default(),
             lost_between: BTreeMap::new(),
             reassigner: SplitMix64::new(mix64(config_seed ^ REASSIGNMENT_STREAM_SALT)),
@@ -837,6 +851,7 @@ impl Run {
         }
         if self.config.controlled_stops && self.operator.chance(0.5) {
             self.schedule_controlled_stop();
+            self.final_leader_stop_pending = true;
         }
         if self.config.reassignments && self.reassigner.chance(0.5) {
             self.schedule_reassignment();
@@ -870,7 +885,7 @@ impl Run {
             for index in 0..self.machines.len() {
                 self.busy_for(index);
             }
-            if self.calm && self.is_settled() {
+            if self.calm && !self.final_leader_stop_pending && self.is_settled() {
                 return self.check_final();
             }
             self.schedule_wakes();
@@ -1135,8 +1150,24 @@ impl Run {
                     self.schedule_reassignment();
                 }
             }
+            Event::FinalLeaderStop => {
+                self.final_leader_stop_pending = false;
+                match self.leader() {
+                    Some((index, _)) => {
+                        self.record(format_args!("operator: stops the leader after the calm"));
+                        self.begin_controlled_stop(index);
+                    }
+                    None => self.record(format_args!("operator: no leader to stop after the calm")),
+                }
+            }
             Event::Calm => {
                 self.calm = true;
+                if self.final_leader_stop_pending {
+                    // Past DISTURBANCE_LINGERS after the last fault, with
+                    // time for the nodes that come back now to catch up.
+                    self.schedule
+                        .after(FINAL_LEADER_STOP_AFTER_CALM, Event::FinalLeaderStop);
+                }
                 self.partitioned = false;
                 for machine in &mut self.machines {
                     machine.disk_full = false;

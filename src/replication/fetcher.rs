@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use super::replica::{BelowLeaderStart, Replica};
 use super::snapshot_transfer::Transfer;
+#[cfg(any(test, feature = "testing"))]
+use super::stepped_snapshot::ChunkStep;
+use super::stepped_snapshot::SteppedTransfer;
 use super::watch::Watch;
 use crate::config::ReplicationConfig;
 use crate::snapshot::Snapshots;
@@ -31,6 +34,8 @@ struct Target {
     /// A snapshot transfer running for this log (SPEC 3.9): the log is not
     /// fetched meanwhile.
     transfer: Option<RunningTransfer>,
+    /// The same, in a fetcher without threads (a simulator steps it).
+    stepped_transfer: Option<SteppedTransfer>,
 }
 
 #[derive(Debug)]
@@ -66,6 +71,9 @@ struct Shared {
     /// Bumped when targets change or on shutdown, to wake an idle loop.
     changed: Watch,
     stop: AtomicBool,
+    /// A fetcher without threads (`Fetcher::stepped`): its snapshot
+    /// transfers are stepped by the simulator, not run on threads.
+    stepped: bool,
 }
 
 impl Shared {
@@ -77,6 +85,7 @@ impl Shared {
         transport: Arc<dyn Transport>,
         config: ReplicationConfig,
         snapshots: Option<Snapshots>,
+        stepped: bool,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             local,
@@ -89,6 +98,7 @@ impl Shared {
             retired_transfers: Mutex::new(Vec::new()),
             changed: Watch::new(0),
             stop: AtomicBool::new(false),
+            stepped,
         })
     }
 
@@ -143,7 +153,15 @@ impl Fetcher {
         snapshots: Option<Snapshots>,
     ) -> Fetcher {
         Fetcher {
-            shared: Shared::new(local, incarnation, leader, transport, config, snapshots),
+            shared: Shared::new(
+                local,
+                incarnation,
+                leader,
+                transport,
+                config,
+                snapshots,
+                true,
+            ),
             thread: None,
         }
     }
@@ -163,7 +181,15 @@ impl Fetcher {
         config: ReplicationConfig,
         snapshots: Option<Snapshots>,
     ) -> std::io::Result<Fetcher> {
-        let shared = Shared::new(local, incarnation, leader, transport, config, snapshots);
+        let shared = Shared::new(
+            local,
+            incarnation,
+            leader,
+            transport,
+            config,
+            snapshots,
+            false,
+        );
         let thread_shared = Arc::clone(&shared);
         crate::simulation::forbid_in_simulation("spawning a fetcher thread");
         let thread = std::thread::Builder::new()
@@ -185,6 +211,7 @@ impl Fetcher {
                 leader_epoch,
                 paused_until: None,
                 transfer: None,
+                stepped_transfer: None,
             },
         );
         // A transfer of the old epoch cannot install (the replica checks),
@@ -350,6 +377,11 @@ impl Shared {
         {
             let mut targets = self.targets.lock();
             for target in targets.values_mut() {
+                // A stepped transfer's chunks go out through
+                // `FetchSession::next_snapshot_request`.
+                if target.stepped_transfer.is_some() {
+                    continue;
+                }
                 if let Some(transfer) = &target.transfer {
                     if !transfer.thread.is_finished() {
                         continue;
@@ -510,6 +542,116 @@ impl FetchSession {
     ) -> Option<Instant> {
         self.0.on_response(in_flight, answer, now)
     }
+
+    /// The next chunk request of a stepped snapshot transfer that has none
+    /// out (SPEC 3.9), made under the driver's `token`; its answer goes to
+    /// [`on_snapshot_answer`](Self::on_snapshot_answer) with the same
+    /// token.
+    pub(crate) fn next_snapshot_request(
+        &self,
+        token: u64,
+    ) -> Option<crate::transport::SnapshotRequest> {
+        let shared = &self.0;
+        let mut targets = shared.targets.lock();
+        targets.iter_mut().find_map(|(log, target)| {
+            target.stepped_transfer.as_mut()?.next_request(
+                token,
+                shared.local,
+                *log,
+                shared.config.fetch_bytes_max,
+            )
+        })
+    }
+
+    /// Takes the answer (or the call's failure) to the chunk request of
+    /// `log` made under `token` at `now`. A complete snapshot is installed
+    /// here, as the transfer thread would: checked against the replica's
+    /// log start, handed to the application's store, and the log restarts
+    /// at its offset. Returns `Some(Ok(offset))` once installed,
+    /// `Some(Err(why))` when the transfer ended without (the log fetches
+    /// again after `fetch_backoff`, and learns again that it needs one),
+    /// `None` while it goes on (or for an answer it no longer waits for).
+    pub(crate) fn on_snapshot_answer(
+        &self,
+        log: LogId,
+        token: u64,
+        answer: Result<Response, TransportError>,
+        now: Instant,
+    ) -> Option<Result<crate::types::Offset, String>> {
+        let shared = &self.0;
+        let (replica, epoch, step) = {
+            let mut targets = shared.targets.lock();
+            let target = targets.get_mut(&log)?;
+            let transfer = target.stepped_transfer.as_mut()?;
+            let epoch = transfer.epoch();
+            let step = transfer.on_answer(token, log, answer);
+            if matches!(step, ChunkStep::Failed(_) | ChunkStep::Complete(..)) {
+                target.stepped_transfer = None;
+            }
+            if matches!(step, ChunkStep::Failed(_)) {
+                target.paused_until = Some(now + shared.config.fetch_backoff);
+            }
+            (Arc::clone(&target.replica), epoch, step)
+        };
+        let outcome = match step {
+            ChunkStep::More | ChunkStep::Stale => return None,
+            ChunkStep::Failed(why) => Err(why),
+            ChunkStep::Complete(info, bytes) => {
+                shared.install_stepped(&replica, epoch, info, &bytes)
+            }
+        };
+        if let Err(error) = &outcome {
+            tracing::warn!(%log, leader = %shared.leader, %error, "snapshot transfer failed; trying again later");
+        }
+        // The log fetches again.
+        shared.changed.publish(shared.changed.get() + 1);
+        Some(outcome)
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Shared {
+    /// Installs a stepped transfer's snapshot as `Transfer::download_and_install`
+    /// does once its download is whole.
+    fn install_stepped(
+        &self,
+        replica: &Replica,
+        epoch: LeaderEpoch,
+        info: crate::snapshot::SnapshotInfo,
+        bytes: &[u8],
+    ) -> Result<crate::types::Offset, String> {
+        let Some(snapshots) = self.snapshots.as_ref() else {
+            return Err("no snapshot store".to_owned());
+        };
+        replica
+            .check_snapshot_offset(self.leader, info.offset)
+            .map_err(|e| {
+                format!(
+                    "refused the snapshot at {} before the application's install: {e}",
+                    info.offset
+                )
+            })?;
+        let mut data = bytes;
+        snapshots
+            .0
+            .install(replica.log_id(), info, &mut data)
+            .map_err(|e| {
+                format!(
+                    "the application's install of the snapshot at {} failed: {e}",
+                    info.offset
+                )
+            })?;
+        replica
+            .snapshot_installed(self.leader, epoch, info.offset)
+            .map_err(|e| {
+                format!(
+                    "installed the snapshot at {}, but cannot restart the log there: {e}",
+                    info.offset
+                )
+            })?;
+        tracing::info!(log = %replica.log_id(), leader = %self.leader, snapshot_offset = %info.offset, bytes = info.size_bytes, "snapshot transfer complete (stepped)");
+        Ok(info.offset)
+    }
 }
 
 /// Starts the download of the leader's snapshot for `replica`, unless one
@@ -528,6 +670,14 @@ fn start_transfer(shared: &Arc<Shared>, replica: &Arc<Replica>, epoch: LeaderEpo
         return;
     };
     if target.transfer.is_some() || target.leader_epoch != epoch {
+        return;
+    }
+    // Without threads the simulator steps the transfer (issue 28).
+    if shared.stepped {
+        if target.stepped_transfer.is_none() {
+            tracing::info!(%log, leader = %shared.leader, "snapshot transfer begins (stepped)");
+            target.stepped_transfer = Some(SteppedTransfer::new(epoch));
+        }
         return;
     }
     let cancel = Arc::new(AtomicBool::new(false));

@@ -27,6 +27,7 @@ mod pending;
 mod recent_writes;
 mod replica;
 mod snapshot_transfer;
+mod stepped_snapshot;
 #[cfg(test)]
 mod tests;
 mod watch;

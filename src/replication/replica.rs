@@ -1765,6 +1765,20 @@ impl Replica {
             });
         }
         self.applied.set(self.local, applied);
+        // A follower that waits for a snapshot because its application's
+        // position was below its leader's log start (a restarted node
+        // reopens with the position last stored, which can be older than
+        // the one its application had reported, and the leader deleted up
+        // to) needs none once its application reports one at or above that
+        // start: its log reaches it (`applied` is at most its log end).
+        // Left set, `needs_snapshot()` said so until the next role change,
+        // a snapshot store installed a needless snapshot, and without one
+        // the replica looked stuck for ever (simulator seed 49).
+        let mut needs = self.needs_snapshot.lock();
+        if needs.is_some_and(|leader_start| applied >= leader_start) {
+            tracing::info!(log = %self.log_id, node = %self.local, %applied, "this replica's application reaches its leader's log start again: it needs no snapshot");
+            *needs = None;
+        }
         Ok(())
     }
 
@@ -2752,6 +2766,79 @@ mod tests {
             handed_out >= end_after,
             "the queue hands out {handed_out}, below the log end {end_after}"
         );
+    }
+
+    /// SPEC 3.9: a follower without a snapshot store whose application's
+    /// position was below its leader's log start says it needs a snapshot;
+    /// once its application reports a position at or above that start (a
+    /// restarted node whose stored position was older than the one its
+    /// application had reported: the simulator's applications), its log
+    /// still reaching it, it needs none any more. The flag stayed set
+    /// until the next role change, and `needs_snapshot()` said so for ever.
+    #[test]
+    fn a_follower_whose_application_catches_up_with_the_log_start_needs_no_snapshot() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = lone_leader(leader_dir.path());
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        let records = leader.read(Offset(0), 1 << 20, false).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        let config = ReplicationConfig {
+            retain_until_applied: true,
+            ..ReplicationConfig::default()
+        };
+        let follower = Replica::new(
+            LogId(0),
+            NodeId(1),
+            log,
+            config,
+            Arc::new(SystemClock),
+            Arc::new(Watch::new(0)),
+            false,
+        )
+        .with_below_leader_start(BelowLeaderStart::Report);
+        let replicas = vec![NodeId(0), NodeId(1)];
+        follower.become_follower(
+            Some(NodeId(0)),
+            LeaderEpoch(1),
+            replicas.clone(),
+            replicas,
+            1,
+        );
+        let answer = |records: Bytes| FetchedLog {
+            log: LogId(0),
+            error: ErrorCode::None,
+            high_watermark: Offset(10),
+            log_start_offset: Offset(5),
+            log_end_offset: Offset(10),
+            diverging: None,
+            records,
+            applied_offsets: Vec::new(),
+        };
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(records))
+            .unwrap();
+        assert_eq!(follower.log().log_end_offset(), Offset(10));
+        assert!(
+            follower.needs_snapshot(),
+            "its application never reported: it has applied nothing below the leader's start 5"
+        );
+        follower.set_applied(Offset(7)).unwrap();
+        assert!(
+            !follower.needs_snapshot(),
+            "its application reached 7, above the leader's start, and its log holds 7 on"
+        );
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(Bytes::new()))
+            .unwrap();
+        assert!(!follower.needs_snapshot());
     }
 
     #[test]

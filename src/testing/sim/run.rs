@@ -29,12 +29,17 @@
 //! starts them again (controlled shutdowns, SPEC 3.5, stepped:
 //! [`SteppedNode::step_controlled_shutdown`]); its actions are drawn from
 //! a stream of their own, so that a run that draws none is, event for
-//! event, the run it was before.
+//! event, the run it was before. So are the applications of
+//! [`application`] (SPEC 3.9: applied positions, deletion, snapshots).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+#[path = "application.rs"]
+mod application;
+
+use self::application::{AppEvent, ApplicationCounts, Applications};
 use super::network::{NetworkFaults, SimNetwork};
 use super::producer::ProducerClient;
 use super::schedule::Schedule;
@@ -207,6 +212,10 @@ pub(crate) struct SimConfig {
     /// from three replicas to two and back, in an order drawn each time,
     /// and now and then a move is cancelled.
     pub(crate) reassignments: bool,
+    /// Whether two runs in three run an application on every node that
+    /// applies the log, reports its position and takes snapshots, while
+    /// the leader deletes records (see [`application`]).
+    pub(crate) applications: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
 }
@@ -234,6 +243,7 @@ impl SimConfig {
             disk_latency: true,
             controlled_stops: true,
             reassignments: true,
+            applications: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -299,6 +309,8 @@ pub(crate) struct SimReport {
     /// stored replicas became the operator's last word: the target, or the
     /// original replicas after a cancel).
     pub(crate) reassignments: (u64, u64, u64),
+    /// What the applications did (all zero in a run without them).
+    pub(crate) applications: ApplicationCounts,
 }
 
 /// A run that broke a rule: the seed, what broke, and the last lines of
@@ -412,6 +424,8 @@ enum Event {
     /// run holds at least one leader's stop to SPEC 3.5 strictly (before,
     /// 31 of 466 leader stops in 400 runs were: faults were everywhere).
     FinalLeaderStop,
+    /// Something of the applications' happens.
+    Application(AppEvent),
     /// The workload and faults end: nothing new is appended or broken.
     Calm,
 }
@@ -633,6 +647,8 @@ struct Run {
     /// recorded.
     replicas_seen: (Vec<NodeId>, Vec<NodeId>, Vec<NodeId>),
     reassignments: (u64, u64, u64),
+    /// The run's applications, if it draws them.
+    applications: Option<Applications>,
 }
 
 /// Runs `config`'s simulation to its end on the calling thread.
@@ -672,6 +688,10 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         controlled_stops: run.controlled_stops,
         leaderships_handed_over: run.leaderships_handed_over,
         reassignments: run.reassignments,
+        applications: run
+            .applications
+            .as_ref()
+            .map_or_else(ApplicationCounts::default, Applications::counts),
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
@@ -688,6 +708,10 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
 impl Run {
     fn new(config: SimConfig) -> Run {
         let config_seed = config.seed;
+        let applications = config
+            .applications
+            .then(|| Applications::draw(config.seed, config.nodes))
+            .flatten();
         let all_nodes: Vec<NodeId> = (0..config.nodes).map(|i| NodeId(i as u32)).collect();
         let clock = ManualClock::default();
         let epoch = clock.now();
@@ -784,6 +808,7 @@ impl Run {
             replicas_wanted: all_nodes.clone(),
             replicas_seen: (all_nodes, Vec::new(), Vec::new()),
             reassignments: (0, 0, 0),
+            applications,
         }
     }
 
@@ -853,9 +878,16 @@ impl Run {
             self.schedule_controlled_stop();
             self.final_leader_stop_pending = true;
         }
-        if self.config.reassignments && self.reassigner.chance(0.5) {
+        if self.config.reassignments
+            && self.reassigner.chance(0.5)
+            && self
+                .applications
+                .as_ref()
+                .is_none_or(Applications::allow_reassignments)
+        {
             self.schedule_reassignment();
         }
+        self.start_applications();
         self.schedule.at(self.config.simulated, Event::Calm);
         // After the calm, everything must settle within this much more
         // (liveness): elections, catching up, every append's outcome; with
@@ -879,9 +911,11 @@ impl Run {
             self.drive_controlled_stops()?;
             self.settle()?;
             self.drive_fetchers();
+            self.drive_snapshot_transfers();
             self.look_at_parked_fetches();
             self.collect_outcomes()?;
             self.check_step()?;
+            self.check_applications()?;
             for index in 0..self.machines.len() {
                 self.busy_for(index);
             }
@@ -1160,6 +1194,7 @@ impl Run {
                     None => self.record(format_args!("operator: no leader to stop after the calm")),
                 }
             }
+            Event::Application(event) => self.application_event(event)?,
             Event::Calm => {
                 self.calm = true;
                 if self.final_leader_stop_pending {
@@ -1230,6 +1265,7 @@ impl Run {
         // (`SteppedNode::step_controlled_shutdown`); `Node::shutdown` is
         // never called here.
         config.controlled_shutdown_timeout = CONTROLLED_SHUTDOWN_TIMEOUT;
+        self.configure_application(index, &mut config);
         config
     }
 
@@ -1376,6 +1412,7 @@ impl Run {
         // The client's appends to a dead process get no answer: to the
         // client, their outcome stays unknown (SPEC 3.4).
         self.in_flight.retain(|append| append.handle.is_done());
+        self.application_process_ended(index);
     }
 
     /// Schedules the next controlled stop, of a node drawn by the
@@ -1779,6 +1816,7 @@ impl Run {
         self.machines[index].flipped = 0;
         self.machines[index].stopped_cleanly = false;
         self.machines[index].last_corrupt = None;
+        self.application_disk_lost(index);
     }
 
     /// At the calm, an operator replaces the flipped disk if a flip landed
@@ -2524,16 +2562,19 @@ impl Run {
         }
         let end = leader.log_end_offset();
         leader.high_watermark() == end
+            && self.applications_settled(&leader)
             && self
                 .machines
                 .iter()
-                .filter(|machine| state.replicas.contains(&machine.id))
-                .all(|machine| {
-                    machine
-                        .node
-                        .as_ref()
-                        .and_then(|node| node.node().log(LOG).ok())
-                        .is_some_and(|log| log.log_end_offset() == end)
+                .enumerate()
+                .filter(|(_, machine)| state.replicas.contains(&machine.id))
+                .all(|(index, machine)| {
+                    self.excused_as_needing_a_snapshot(index, &leader)
+                        || machine
+                            .node
+                            .as_ref()
+                            .and_then(|node| node.node().log(LOG).ok())
+                            .is_some_and(|log| log.log_end_offset() == end)
                 })
     }
 
@@ -2557,7 +2598,12 @@ impl Run {
                 "G4: node {index}'s committed log holds offset {offset} at position {at} from its start {start}"
             ));
         }
+        // G1 counts a record deleted below the log start as kept when the
+        // applications hold it (SPEC 3.9).
         for (offset, value) in &self.acknowledged {
+            if *offset < start && self.kept_by_applications(*offset, value) {
+                continue;
+            }
             let held = committed.get(offset).map(|(_, v)| v);
             if held != Some(value) {
                 return Err(format!(
@@ -2591,6 +2637,9 @@ impl Run {
             last_produced = Some((number, *offset));
         }
         for (offset, record) in &self.committed_seen {
+            if *offset < start && self.kept_by_applications(*offset, &record.1) {
+                continue;
+            }
             let held = committed.get(offset);
             if held != Some(record) {
                 return Err(format!(
@@ -2600,6 +2649,7 @@ impl Run {
                 ));
             }
         }
+        self.check_applications_final(index, &committed, start)?;
         // G2 over whole logs once more: the step checks see each replica's
         // records once, so one rewritten below where its replica was
         // already checked would go unseen.
@@ -2955,6 +3005,8 @@ mod tests {
         /// Runs with reassignments; reassignments started, cancelled,
         /// completed.
         moves: [u64; 4],
+        /// What the applications did, summed.
+        apps: ApplicationCounts,
         /// The lowest and highest seed run.
         range: Option<(u64, u64)>,
     }
@@ -2994,6 +3046,7 @@ mod tests {
             ]) {
                 *total += count;
             }
+            self.apps.add(&report.applications);
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -3022,6 +3075,7 @@ mod tests {
             for (total, count) in self.moves.iter_mut().zip(other.moves) {
                 *total += count;
             }
+            self.apps.add(&other.apps);
             self.widen(other.range);
         }
     }
@@ -3098,7 +3152,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed)",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -3121,7 +3175,8 @@ mod tests {
                 report.background_jobs,
                 report.controlled_stops,
                 report.leaderships_handed_over,
-                report.reassignments
+                report.reassignments,
+                report.applications
             );
         }
     }
@@ -3182,6 +3237,7 @@ mod tests {
             disk_time,
             operator,
             moves,
+            apps,
             range,
         } = totals;
         let elapsed = started.elapsed().as_secs_f64();
@@ -3203,6 +3259,19 @@ mod tests {
         let [move_runs, started, cancelled, completed] = moves;
         eprintln!(
             "reassignments: {move_runs} runs with them, {started} started, {cancelled} cancelled, {completed} completed"
+        );
+        eprintln!(
+            "applications: {} runs with them ({} with snapshot stores, {} capped), {} records applied, {} set_applied calls, {} deletions ({} leader log start moves), {} snapshots installed, {} hand-overs for needs_snapshot, {} replicas left reporting needs_snapshot",
+            apps.runs,
+            apps.with_store,
+            apps.capped,
+            apps.applied,
+            apps.set_applied,
+            apps.deletions,
+            apps.log_start_moves,
+            apps.snapshots_installed,
+            apps.needs_snapshot_hand_overs,
+            apps.needs_snapshot_reported
         );
     }
 
@@ -3316,6 +3385,22 @@ mod tests {
         passes(3_385_296_584);
     }
 
+    /// Seed 49 (applications without snapshot stores) ended with node 0
+    /// saying it needs a snapshot though its application, at 1907, could
+    /// read on from the leader's log start 1575. Node 0 had restarted
+    /// after an unclean stop with the applied position its log directory
+    /// last stored (1473), older than the one its application had
+    /// reported and the leader had deleted up to; the first fetch answer
+    /// flagged it below the leader's start, and the flag stayed when the
+    /// application reported 1907: `needs_snapshot()` said so until the
+    /// next role change (and with a store, a needless snapshot would have
+    /// replaced the application's newer state). `set_applied` now clears
+    /// the flag once the position reaches the leader's start.
+    #[test]
+    fn seed_49_a_follower_whose_application_reports_past_the_log_start_needs_no_snapshot() {
+        passes_with(SimConfig::new(49));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event
@@ -3325,6 +3410,7 @@ mod tests {
         passes_with(SimConfig {
             controlled_stops: false,
             reassignments: false,
+            applications: false,
             ..SimConfig::new(seed)
         });
     }

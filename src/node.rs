@@ -2218,6 +2218,7 @@ impl NodeShared {
                             }
                             Err(error) => {
                                 tracing::error!(log = %replica.log_id(), ?work, %error, "background log work failed");
+                                crate::simulation::note_handled_error(&error);
                             }
                         }
                     }
@@ -2349,6 +2350,7 @@ impl NodeShared {
             Ok(replica) => replica,
             Err(error) => {
                 tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
+                crate::simulation::note_handled_error(&error);
                 // Unclean recovery waits for this live replica's log end:
                 // one that cannot be opened reports it as not known (review
                 // of 56af0b4, finding 4), which recovery waits for all the
@@ -2456,6 +2458,7 @@ impl NodeShared {
                 // record would keep the log unavailable: hand it on, as a
                 // leader whose storage fails under it does.
                 tracing::error!(log = %state.log, node = %me, %error, "cannot become leader; resigning");
+                crate::simulation::note_handled_error(&error);
                 if replica.resign_due() {
                     self.resign_failed_leader(&replica);
                 }

@@ -3,8 +3,10 @@
 //! draw randomness the seed does not fix.
 //!
 //! This module owns a per-thread "simulating" flag, the seeded id source of
-//! the simulation running on the thread, and the check that every blocking
-//! primitive and every thread spawn on the node's path calls first. It does
+//! the simulation running on the thread, the check that every blocking
+//! primitive and every thread spawn on the node's path calls first, and
+//! the note node code leaves of a `Corrupt` error it handled itself (see
+//! [`note_handled_error`]), for the simulator's checks. It does
 //! not own simulated time (that is a [`ManualClock`](crate::ManualClock)),
 //! the simulated network or disk, nor the simulator itself.
 //!
@@ -24,6 +26,7 @@ use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::panic::Location;
 
+use crate::error::Error;
 use crate::transport::{mix64, SplitMix64};
 
 thread_local! {
@@ -35,7 +38,19 @@ thread_local! {
     /// The seeded source of random ids of the simulation on this thread,
     /// present exactly while [`SIMULATING`] is set.
     static IDS: RefCell<Option<SplitMix64>> = const { RefCell::new(None) };
+
+    /// The `Corrupt` errors node code handled itself on this thread while
+    /// a simulation ran ([`note_handled_error`]), oldest first, at most
+    /// [`HANDLED_CORRUPTION_MAX`]; the simulator takes them after every
+    /// step ([`take_handled_corruption`]).
+    static HANDLED_CORRUPTION: RefCell<Vec<Error>> = const { RefCell::new(Vec::new()) };
 }
+
+/// The most `Corrupt` errors [`note_handled_error`] keeps between two
+/// [`take_handled_corruption`] calls; later ones are dropped (a simulator
+/// takes them after every step, and one damaged batch gives the same error
+/// over and over).
+const HANDLED_CORRUPTION_MAX: usize = 64;
 
 /// Marks the current thread as running a deterministic simulation seeded
 /// with one seed, until dropped.
@@ -53,6 +68,7 @@ thread_local! {
 pub struct SimulationGuard {
     was_simulating: bool,
     outer_ids: Option<SplitMix64>,
+    outer_corruption: Vec<Error>,
     /// A raw pointer makes the guard `!Send` and `!Sync`: the flag it
     /// restores on drop belongs to the thread that set it.
     _this_thread: PhantomData<*const ()>,
@@ -66,9 +82,11 @@ impl SimulationGuard {
         // that it differs from other streams a simulator seeds with it.
         let ids = SplitMix64::new(mix64(seed ^ ID_STREAM_SALT));
         let outer_ids = IDS.with(|cell| cell.replace(Some(ids)));
+        let outer_corruption = HANDLED_CORRUPTION.with(|cell| cell.take());
         SimulationGuard {
             was_simulating,
             outer_ids,
+            outer_corruption,
             _this_thread: PhantomData,
         }
     }
@@ -79,6 +97,8 @@ impl Drop for SimulationGuard {
         SIMULATING.with(|flag| flag.set(self.was_simulating));
         let outer = self.outer_ids.take();
         IDS.with(|cell| *cell.borrow_mut() = outer);
+        let outer = std::mem::take(&mut self.outer_corruption);
+        HANDLED_CORRUPTION.with(|cell| *cell.borrow_mut() = outer);
     }
 }
 
@@ -116,10 +136,86 @@ pub(crate) fn seeded_u64() -> Option<u64> {
     IDS.with(|cell| cell.borrow_mut().as_mut().map(SplitMix64::next_u64))
 }
 
+/// Node code that meets an error and handles it itself (answers a
+/// follower's fetch with its code, logs it and backs off, leaves a log
+/// unopened) reports it here. Inside a simulation a `Corrupt` one is kept
+/// for the simulator, which would not see it otherwise: on the wire it is
+/// only `ErrorCode::Unknown`, in the node a log line. A `Corrupt` error on
+/// a node whose disk never had a bit flipped is a bug (issue 28). Outside
+/// a simulation this is one thread-local read.
+#[inline]
+pub(crate) fn note_handled_error(error: &Error) {
+    if simulating() && matches!(error, Error::Corrupt { .. }) {
+        keep_handled_corruption(error);
+    }
+}
+
+/// The cold half of [`note_handled_error`].
+#[cold]
+#[inline(never)]
+fn keep_handled_corruption(error: &Error) {
+    HANDLED_CORRUPTION.with(|cell| {
+        let mut kept = cell.borrow_mut();
+        if kept.len() < HANDLED_CORRUPTION_MAX {
+            kept.push(error.duplicate());
+        }
+    });
+}
+
+/// The `Corrupt` errors node code handled itself on this thread
+/// ([`note_handled_error`]) since the last call, oldest first.
+pub(crate) fn take_handled_corruption() -> Vec<Error> {
+    HANDLED_CORRUPTION.with(|cell| cell.take())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::types::DirectoryId;
+
+    fn corrupt(position: u64) -> Error {
+        Error::Corrupt {
+            path: std::path::PathBuf::from("/sim/node-0/a.log"),
+            position,
+            reason: "test".to_owned(),
+        }
+    }
+
+    #[test]
+    fn handled_corruption_is_kept_inside_a_guard_only_and_taken_once() {
+        note_handled_error(&corrupt(1));
+        assert!(take_handled_corruption().is_empty(), "outside a simulation");
+        let _guard = SimulationGuard::enter(1);
+        note_handled_error(&corrupt(2));
+        note_handled_error(&Error::Shutdown);
+        let taken = take_handled_corruption();
+        assert!(
+            matches!(taken[..], [Error::Corrupt { position: 2, .. }]),
+            "{taken:?}"
+        );
+        assert!(take_handled_corruption().is_empty());
+        for position in 0..2 * HANDLED_CORRUPTION_MAX as u64 {
+            note_handled_error(&corrupt(position));
+        }
+        assert_eq!(take_handled_corruption().len(), HANDLED_CORRUPTION_MAX);
+    }
+
+    #[test]
+    fn a_guard_starts_with_no_handled_corruption_and_leaves_the_outer_ones() {
+        let outer = SimulationGuard::enter(1);
+        note_handled_error(&corrupt(1));
+        {
+            let _inner = SimulationGuard::enter(2);
+            assert!(take_handled_corruption().is_empty());
+            note_handled_error(&corrupt(2));
+        }
+        let taken = take_handled_corruption();
+        assert!(
+            matches!(taken[..], [Error::Corrupt { position: 1, .. }]),
+            "{taken:?}"
+        );
+        drop(outer);
+    }
 
     #[test]
     fn the_check_panics_inside_a_guard_and_not_outside() {

@@ -455,6 +455,7 @@ impl Shared {
                         Ok(code) => code,
                         Err(error) => {
                             tracing::error!(%log, leader = %self.leader, %error, "applying a fetch answer failed");
+                            crate::simulation::note_handled_error(&error);
                             ErrorCode::Unknown
                         }
                     };

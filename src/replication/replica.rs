@@ -1080,6 +1080,7 @@ impl Replica {
             }
             Err(error) => {
                 tracing::error!(log = %self.log_id, %error, "leader append failed");
+                crate::simulation::note_handled_error(&error);
                 // Not every failed append poisons the log by itself, but
                 // this one had its offsets handed out already (the queue's
                 // `next_offset` is past the log end): the log must take no
@@ -1686,6 +1687,7 @@ impl Replica {
             Err(Error::OffsetOutOfRange { .. }) => answer.error = ErrorCode::OffsetOutOfRange,
             Err(e) => {
                 tracing::warn!(log = %self.log_id, error = %e, "read for a fetch failed");
+                crate::simulation::note_handled_error(&e);
                 answer.error = ErrorCode::from_error(&e);
             }
         }
@@ -1747,7 +1749,10 @@ impl Replica {
                     leader.on_log_start_offset(start);
                 }
             }
-            Err(error) => tracing::warn!(log = %self.log_id, %error, "retention failed"),
+            Err(error) => {
+                tracing::warn!(log = %self.log_id, %error, "retention failed");
+                crate::simulation::note_handled_error(&error);
+            }
         }
     }
 

@@ -282,7 +282,8 @@ pub(crate) struct SimReport {
     /// Bits flipped in stored files.
     pub(crate) bit_flips: u64,
     /// Distinct `Corrupt` errors the flipped disk's node gave (reads by the
-    /// reader and the checks, and opens; one that repeats counts once).
+    /// reader and the checks, opens, and those it handled itself: fetch
+    /// answers, background work; one that repeats counts once).
     pub(crate) corrupt_errors: u64,
     /// Flipped disks the calm replaced.
     pub(crate) flipped_disks_replaced: u64,
@@ -914,6 +915,7 @@ impl Run {
             self.drive_snapshot_transfers();
             self.look_at_parked_fetches();
             self.collect_outcomes()?;
+            self.check_handled_corruption()?;
             self.check_step()?;
             self.check_applications()?;
             for index in 0..self.machines.len() {
@@ -1246,7 +1248,7 @@ impl Run {
     }
 
     fn config_for(&self, index: usize) -> NodeConfig {
-        let mut config = NodeConfig::new(self.machines[index].id, format!("/sim/node-{index}"));
+        let mut config = NodeConfig::new(self.machines[index].id, data_dir(index));
         config.replication.min_insync_replicas = self.machines.len().min(2);
         // Timeouts of a test cluster (the threaded fault test's, a little
         // longer): failures are noticed within a simulated second.
@@ -2799,9 +2801,35 @@ impl Run {
         Ok(())
     }
 
-    /// A `Corrupt` error from node `index` (a read, or an open): a clear
-    /// error, as G5 asks for a flipped byte, when a bit flipped on its
-    /// disk; a bug otherwise (no other fault changes a byte a sync made
+    /// The `Corrupt` errors the nodes handled themselves during the step
+    /// ([`note_handled_error`](crate::simulation::note_handled_error)): a
+    /// leader's fetch answer (on the wire only `ErrorCode::Unknown`), a
+    /// follower's fetch whose answer it could not apply, a log a running
+    /// node could not open, background work, retention. Each is held to
+    /// [`corrupt_error`](Self::corrupt_error) on the node whose files it
+    /// names, as the run's own reads are; before this, only those reads and
+    /// the nodes' opens were.
+    fn check_handled_corruption(&mut self) -> Result<(), String> {
+        for error in crate::simulation::take_handled_corruption() {
+            let Error::Corrupt { path, .. } = &error else {
+                continue;
+            };
+            let Some(index) =
+                (0..self.machines.len()).find(|index| path.starts_with(data_dir(*index)))
+            else {
+                return Err(format!(
+                    "G5: a node handled a corrupt-data error that names no node's files: {error}"
+                ));
+            };
+            self.corrupt_error(index, &error)?;
+        }
+        Ok(())
+    }
+
+    /// A `Corrupt` error from node `index` (a read, an open, or one it
+    /// handled itself, see [`check_handled_corruption`](Self::check_handled_corruption)):
+    /// a clear error, as G5 asks for a flipped byte, when a bit flipped on
+    /// its disk; a bug otherwise (no other fault changes a byte a sync made
     /// durable, and recovery cuts torn tails).
     fn corrupt_error(&mut self, index: usize, error: &Error) -> Result<(), String> {
         if self.machines[index].flipped == 0 {
@@ -2880,6 +2908,12 @@ impl Run {
             }
         }
     }
+}
+
+/// Node `index`'s data directory on its disk: every file it writes is
+/// below it.
+fn data_dir(index: usize) -> String {
+    format!("/sim/node-{index}")
 }
 
 /// `units` of [`SimDisk`]'s simulated time as a duration.

@@ -26,7 +26,7 @@ use std::io;
 use std::path::Path;
 
 #[cfg(any(test, feature = "testing"))]
-pub use sim::{DiskOperation, EioPlan, Latency, SimDisk, SimDiskStats};
+pub use sim::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk, SimDiskStats};
 pub use std_disk::StdDisk;
 
 /// How [`Disk::open`] opens a file.

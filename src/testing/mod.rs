@@ -42,8 +42,8 @@ use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 pub use crate::simulation::SimulationGuard;
 pub use crate::storage::disk::{
-    Disk, DiskFile, DiskOperation, EioPlan, Latency, LockGuard, MappedRegion, OpenMode, SimDisk,
-    SimDiskStats, StdDisk,
+    Disk, DiskFile, DiskOperation, EioPlan, FlippedBit, Latency, LockGuard, MappedRegion, OpenMode,
+    SimDisk, SimDiskStats, StdDisk,
 };
 pub use cluster::{Cluster, ClusterBuilder, Lose, SessionEnd};
 pub use slow_coordinator::{CoordinatorDelay, HeldCall, SlowCoordinator};

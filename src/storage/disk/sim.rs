@@ -135,6 +135,31 @@ impl Change {
             Change::SetLength(length) => to.resize(to_usize(*length), 0),
         }
     }
+
+    /// Whether the change replaces the byte at `position`: a write over
+    /// it, or a length change to at most it (the byte is cut, or comes
+    /// back as a zero).
+    fn covers(&self, position: u64) -> bool {
+        match self {
+            Change::Write {
+                position: at,
+                bytes,
+            } => (*at..at.saturating_add(bytes.len() as u64)).contains(&position),
+            Change::SetLength(length) => position >= *length,
+        }
+    }
+}
+
+/// A bit flip ([`SimDisk::flip_bit_at`]) that reads of a live file see:
+/// what [`SimDisk::flipped_bits`] lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlippedBit {
+    /// The file, by its name in the live namespace.
+    pub path: PathBuf,
+    /// The byte's position in the file.
+    pub position: u64,
+    /// The byte's flipped bits.
+    pub mask: u8,
 }
 
 /// A file's contents.
@@ -148,6 +173,11 @@ struct Inode {
     durable: Vec<u8>,
     /// What was done to `data` since the last sync, oldest first.
     unsynced: Vec<Change>,
+    /// The bits flipped in `durable` that nothing wrote over since, by
+    /// position: each byte's flipped bits.
+    ///
+    /// Invariant: every position is below `durable`'s length.
+    flips: BTreeMap<u64, u8>,
 }
 
 impl Inode {
@@ -157,10 +187,27 @@ impl Inode {
     }
 
     fn sync(&mut self) {
-        for change in self.unsynced.drain(..) {
-            change.apply(&mut self.durable);
+        for change in std::mem::take(&mut self.unsynced) {
+            self.apply_durably(&change);
         }
         debug_assert_eq!(self.durable.len(), self.data.len());
+    }
+
+    /// Applies `change` to the medium's bytes: a flip it writes over is
+    /// gone.
+    fn apply_durably(&mut self, change: &Change) {
+        if !self.flips.is_empty() {
+            self.flips.retain(|position, _| !change.covers(*position));
+        }
+        change.apply(&mut self.durable);
+    }
+
+    /// The flips reads see: those no unsynced change covers.
+    fn visible_flips(&self) -> impl Iterator<Item = (u64, u8)> + '_ {
+        self.flips
+            .iter()
+            .filter(|(position, _)| !self.unsynced.iter().any(|c| c.covers(**position)))
+            .map(|(position, mask)| (*position, *mask))
     }
 
     fn check_invariants(&self) -> bool {
@@ -169,6 +216,10 @@ impl Inode {
             change.apply(&mut replayed);
         }
         replayed == self.data
+            && self
+                .flips
+                .last_key_value()
+                .is_none_or(|(position, _)| to_usize(*position) < self.durable.len())
     }
 }
 
@@ -405,20 +456,21 @@ impl State {
             let Some(inode) = self.inodes.get_mut(&id) else {
                 continue;
             };
-            let mut survivor = std::mem::take(&mut inode.durable);
             let changes = std::mem::take(&mut inode.unsynced);
             for change in changes.iter().take(to_usize(kept)) {
-                change.apply(&mut survivor);
+                inode.apply_durably(change);
             }
             // A write cut off in its middle: some of its bytes landed.
             if partial {
                 if let Some(Change::Write { position, bytes }) = changes.get(to_usize(kept)) {
                     let landed = to_usize(cut % (bytes.len() as u64 + 1));
-                    write_into(&mut survivor, *position, &bytes[..landed]);
+                    inode.apply_durably(&Change::Write {
+                        position: *position,
+                        bytes: bytes[..landed].to_vec(),
+                    });
                 }
             }
-            inode.data = survivor.clone();
-            inode.durable = survivor;
+            inode.data = inode.durable.clone();
         }
         // Entries whose directory did not survive go with it.
         let mut live = self.durable.clone();
@@ -588,7 +640,13 @@ impl SimDisk {
                 ),
             ));
         };
-        *byte ^= 1u8 << (bit % 8);
+        let mask = 1u8 << (bit % 8);
+        *byte ^= mask;
+        let flipped = inode.flips.entry(position).or_insert(0);
+        *flipped ^= mask;
+        if *flipped == 0 {
+            inode.flips.remove(&position);
+        }
         let mut data = inode.durable.clone();
         for change in &inode.unsynced {
             change.apply(&mut data);
@@ -626,6 +684,32 @@ impl SimDisk {
         };
         self.flip_bit_at(&path, position, bit).ok()?;
         Some((path, position, bit))
+    }
+
+    /// The bit flips ([`flip_bit_at`](Self::flip_bit_at),
+    /// [`flip_random_bit`](Self::flip_random_bit)) that reads see now, by
+    /// path: in a file the live namespace names (under its name now, after
+    /// any rename), at a byte no write or length change replaced since. A
+    /// flip in a removed file, or under an unsynced write, is not listed;
+    /// a power loss may bring it back (a removal or a write that no sync
+    /// made durable), and it is listed again then.
+    pub fn flipped_bits(&self) -> Vec<FlippedBit> {
+        let state = self.lock();
+        let mut flipped = Vec::new();
+        for (path, entry) in &state.live {
+            let Entry::File(id) = entry else {
+                continue;
+            };
+            let Some(inode) = state.inodes.get(id).filter(|i| !i.flips.is_empty()) else {
+                continue;
+            };
+            flipped.extend(inode.visible_flips().map(|(position, mask)| FlippedBit {
+                path: path.clone(),
+                position,
+                mask,
+            }));
+        }
+        flipped
     }
 
     /// The bytes of the file at `path` as the running process reads them.
@@ -1180,6 +1264,9 @@ impl SimMapping {
                 let reach = to.min(inode.durable.len());
                 if from < reach {
                     inode.durable[from..reach].copy_from_slice(&mapped[from..reach]);
+                    inode
+                        .flips
+                        .retain(|position, _| !(from as u64..reach as u64).contains(position));
                 }
             }
             inode.change(Change::Write {
@@ -1301,6 +1388,63 @@ mod tests {
             let kept = disk.contents(&path("/f")).unwrap();
             assert!(all.starts_with(&kept), "seed {seed}: {kept:?}");
         }
+    }
+
+    /// A flip is listed while reads see it: under the file's current
+    /// name, not once a write, a sync of a write or a length change
+    /// replaced its byte, and not in a removed file; a power loss that
+    /// undoes an unsynced write or removal over it brings it back.
+    #[test]
+    fn flipped_bits_lists_the_flips_reads_see() {
+        let disk = SimDisk::new(5);
+        disk.create_dir_all(&path("/d")).unwrap();
+        disk.sync_dir(&path("/")).unwrap();
+        let a = disk.open(&path("/d/a"), OpenMode::CreateTruncate).unwrap();
+        a.write_all_at(0, &[0u8; 64]).unwrap();
+        a.sync_data().unwrap();
+        disk.sync_dir(&path("/d")).unwrap();
+        disk.flip_bit_at(&path("/d/a"), 10, 3).unwrap();
+        disk.flip_bit_at(&path("/d/a"), 40, 0).unwrap();
+        let listed = |disk: &SimDisk| -> Vec<(PathBuf, u64)> {
+            disk.flipped_bits()
+                .into_iter()
+                .map(|f| (f.path, f.position))
+                .collect()
+        };
+        assert_eq!(listed(&disk), [(path("/d/a"), 10), (path("/d/a"), 40)]);
+        assert_eq!(disk.flipped_bits()[0].mask, 1 << 3);
+        // An unsynced write hides the flip at 10; a power loss undoes it.
+        a.write_all_at(8, &[1, 2, 3, 4]).unwrap();
+        assert_eq!(listed(&disk), [(path("/d/a"), 40)]);
+        disk.lose_power();
+        assert_eq!(listed(&disk), [(path("/d/a"), 10), (path("/d/a"), 40)]);
+        // Written over and synced: gone for good.
+        let a = disk.open(&path("/d/a"), OpenMode::ReadWrite).unwrap();
+        a.write_all_at(8, &[1, 2, 3, 4]).unwrap();
+        a.sync_data().unwrap();
+        disk.lose_power();
+        assert_eq!(listed(&disk), [(path("/d/a"), 40)]);
+        // A rename carries it; a removal hides it until a power loss
+        // brings the unsynced removal back.
+        disk.rename(&path("/d/a"), &path("/d/b")).unwrap();
+        disk.sync_dir(&path("/d")).unwrap();
+        assert_eq!(listed(&disk), [(path("/d/b"), 40)]);
+        disk.remove_file(&path("/d/b")).unwrap();
+        assert!(listed(&disk).is_empty());
+        disk.lose_power();
+        assert_eq!(listed(&disk), [(path("/d/b"), 40)]);
+        // A length change below it, synced, cuts it.
+        let b = disk.open(&path("/d/b"), OpenMode::ReadWrite).unwrap();
+        b.set_len(32).unwrap();
+        assert!(listed(&disk).is_empty());
+        b.set_len(64).unwrap();
+        b.sync_data().unwrap();
+        disk.lose_power();
+        assert!(listed(&disk).is_empty());
+        // Flipping the same bit twice undoes the flip.
+        disk.flip_bit_at(&path("/d/b"), 1, 1).unwrap();
+        disk.flip_bit_at(&path("/d/b"), 1, 1).unwrap();
+        assert!(listed(&disk).is_empty());
     }
 
     #[test]

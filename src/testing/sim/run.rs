@@ -22,7 +22,8 @@
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
 //! through both), a lost disk, `EIO` from writes and syncs, full disks
 //! (`ENOSPC` until an operator frees space), bit flips on one node's disk
-//! (replaced at the calm), disk latency (a node's messages leave once its
+//! (replaced at the calm if one is in a segment or checkpoint its reads
+//! see), disk latency (a node's messages leave once its
 //! disk work is done, see [`Run::busy_for`]), and network faults.
 //!
 //! In half the runs an operator also stops nodes cleanly now and then and
@@ -50,7 +51,7 @@ use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
-use crate::storage::disk::{DiskOperation, EioPlan, Latency, SimDisk};
+use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
@@ -199,8 +200,8 @@ pub(crate) struct SimConfig {
     pub(crate) full_disks: bool,
     /// Whether half the runs flip bits in the stored files (segments,
     /// indexes, checkpoints, any file) of one node's disk now and then; the
-    /// calm replaces that disk if a flip landed on it (see
-    /// [`Run::replace_flipped_disk`]).
+    /// calm replaces that disk if a flip its reads still see is in a
+    /// segment or checkpoint (see [`Run::replace_flipped_disk`]).
     pub(crate) bit_flips: bool,
     /// Whether disk operations take simulated time, drawn per run (see
     /// [`Run::draw_latencies`]): none, every disk fast, or one slow.
@@ -287,6 +288,10 @@ pub(crate) struct SimReport {
     pub(crate) corrupt_errors: u64,
     /// Flipped disks the calm replaced.
     pub(crate) flipped_disks_replaced: u64,
+    /// Flipped disks the calm kept: none of their flips that reads still
+    /// see is in a segment or checkpoint (an index, a file since removed or
+    /// rewritten), so their nodes must go on without an operator.
+    pub(crate) flipped_disks_kept: u64,
     /// The fsync latency of the run's slowest disk (zero: disks take no
     /// time).
     pub(crate) sync_latency_max: Duration,
@@ -461,6 +466,12 @@ struct Machine {
     /// clean-shutdown marker, and no bit ever flipped on its disk: its
     /// next open, if it succeeds, must find the marker (SPEC 3.5).
     stopped_cleanly: bool,
+    /// Whether, when the step began, its disk had a flip its reads saw in
+    /// a segment or checkpoint (see [`Run::excusing_flips`]): a `Corrupt`
+    /// error in the step is excused by one then or at its end (the step
+    /// may have cut the flipped bytes off, as a recovery that refuses the
+    /// replica does).
+    excused_at_step_start: bool,
     /// The last `Corrupt` error it gave, traced once.
     last_corrupt: Option<String>,
     /// What each operation on its disk costs (a replacement disk too).
@@ -610,6 +621,7 @@ struct Run {
     bit_flips: u64,
     corrupt_errors: u64,
     flipped_disks_replaced: u64,
+    flipped_disks_kept: u64,
     sync_latency_max: Duration,
     disk_time: Duration,
     /// `ENOSPC` refusals of disks replaced since (lost with their machine).
@@ -681,6 +693,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         bit_flips: run.bit_flips,
         corrupt_errors: run.corrupt_errors,
         flipped_disks_replaced: run.flipped_disks_replaced,
+        flipped_disks_kept: run.flipped_disks_kept,
         sync_latency_max: run.sync_latency_max,
         disk_time: run.disk_time,
         supervisor_restarts: run.supervisor_restarts,
@@ -731,6 +744,7 @@ impl Run {
                 restart_owed: false,
                 stopped_cleanly: false,
                 flipped: 0,
+                excused_at_step_start: false,
                 last_corrupt: None,
                 latency: Latency::default(),
                 disk_time_charged: 0,
@@ -790,6 +804,7 @@ impl Run {
             bit_flips: 0,
             corrupt_errors: 0,
             flipped_disks_replaced: 0,
+            flipped_disks_kept: 0,
             sync_latency_max: Duration::ZERO,
             disk_time: Duration::ZERO,
             full_disk_refusals_of_lost_disks: 0,
@@ -904,6 +919,9 @@ impl Run {
                 ));
             }
             self.advance_clock(at);
+            if let Some(index) = self.flip_node {
+                self.machines[index].excused_at_step_start = !self.excusing_flips(index).is_empty();
+            }
             self.happen(event)?;
             // Before the nodes: the producer's retries are sent as the
             // clients' appends are, and the answers the last step left are
@@ -1049,8 +1067,9 @@ impl Run {
                             self.machines[index].flipped += 1;
                             self.machines[index].stopped_cleanly = false;
                             self.record(format_args!(
-                                "node {index}'s disk flips bit {bit} of byte {position} of {}",
-                                path.display()
+                                "node {index}'s disk flips bit {bit} of byte {position} of {} ({:?})",
+                                path.display(),
+                                FileKind::of(&path)
                             ));
                         }
                         None => self.record(format_args!("node {index}'s disk has no file")),
@@ -1817,13 +1836,20 @@ impl Run {
         self.machines[index].disk_time_charged = 0;
         self.machines[index].flipped = 0;
         self.machines[index].stopped_cleanly = false;
+        self.machines[index].excused_at_step_start = false;
         self.machines[index].last_corrupt = None;
         self.application_disk_lost(index);
     }
 
-    /// At the calm, an operator replaces the flipped disk if a flip landed
-    /// on it since it was last replaced, and its node comes back on the
-    /// empty disk as one that lost its data (SPEC 2.8) and refetches.
+    /// At the calm, an operator replaces the flipped disk if a flip its
+    /// reads still see is in a segment or checkpoint (see
+    /// [`excusing_flips`](Self::excusing_flips)), and its node comes back
+    /// on the empty disk as one that lost its data (SPEC 2.8) and
+    /// refetches. A disk whose flips are all in indexes, or in bytes no
+    /// file holds any more (a removed segment, a rewritten checkpoint), is
+    /// kept: an index is derived data that recovery rebuilds when it is
+    /// invalid and reads check (SPEC 2.3), so its node must recover on its
+    /// own, as the liveness check then demands.
     ///
     /// SPEC promises for a flipped byte (G5, 2.3) a clear error or a clean
     /// recovery, and no wrong record or silent loss: the per-step checks
@@ -1845,6 +1871,14 @@ impl Run {
         if flips == 0 {
             return;
         }
+        let excusing = self.excusing_flips(index);
+        if excusing.is_empty() {
+            self.flipped_disks_kept += 1;
+            self.record(format_args!(
+                "node {index}'s disk is kept: none of its {flips} flipped bits that reads still see is in a segment or checkpoint"
+            ));
+            return;
+        }
         // A crash here may lose the disk already; replacing it is the same.
         self.crash(index, false);
         if self.machines[index].flipped > 0 {
@@ -1852,7 +1886,8 @@ impl Run {
         }
         self.flipped_disks_replaced += 1;
         self.record(format_args!(
-            "an operator replaces node {index}'s disk ({flips} bits flipped on it)"
+            "an operator replaces node {index}'s disk ({flips} bits flipped on it, {} of them in a segment or checkpoint its reads see)",
+            excusing.len()
         ));
     }
 
@@ -2828,13 +2863,30 @@ impl Run {
 
     /// A `Corrupt` error from node `index` (a read, an open, or one it
     /// handled itself, see [`check_handled_corruption`](Self::check_handled_corruption)):
-    /// a clear error, as G5 asks for a flipped byte, when a bit flipped on
-    /// its disk; a bug otherwise (no other fault changes a byte a sync made
-    /// durable, and recovery cuts torn tails).
+    /// a clear error, as G5 asks for a flipped byte, when a flip its reads
+    /// see is in one of its segments or checkpoints, now or when the step
+    /// began (see [`excusing_flips`](Self::excusing_flips)); a bug
+    /// otherwise: no other fault changes a byte a sync made durable,
+    /// recovery cuts torn tails, and an index is derived data that
+    /// recovery rebuilds and reads check (SPEC 2.3), so a flip in one, or
+    /// in bytes no file holds any more, excuses nothing.
     fn corrupt_error(&mut self, index: usize, error: &Error) -> Result<(), String> {
-        if self.machines[index].flipped == 0 {
+        let machine = &self.machines[index];
+        if machine.flipped == 0 {
             return Err(format!(
                 "G5: node {index}, whose disk has no flipped bit, finds corrupt data: {error}"
+            ));
+        }
+        if !machine.excused_at_step_start && self.excusing_flips(index).is_empty() {
+            let seen: Vec<String> = machine
+                .disk
+                .flipped_bits()
+                .iter()
+                .map(|flip| format!("{} at {}", flip.path.display(), flip.position))
+                .collect();
+            return Err(format!(
+                "G5: node {index} finds corrupt data, though none of the {} bits flipped on its disk is in a segment or checkpoint its reads see (flips reads see: {seen:?}): {error}",
+                machine.flipped
             ));
         }
         let text = error.to_string();
@@ -2844,6 +2896,21 @@ impl Run {
             self.machines[index].last_corrupt = Some(text);
         }
         Ok(())
+    }
+
+    /// The flips on node `index`'s disk that may excuse a `Corrupt` error
+    /// or a failed open (G5, SPEC 2.3: a clear error or a clean recovery):
+    /// those its reads see now ([`SimDisk::flipped_bits`]: still in a file
+    /// it has, not written over) in a segment or a checkpoint
+    /// ([`FileKind::excuses_corruption`]).
+    fn excusing_flips(&self, index: usize) -> Vec<FlippedBit> {
+        let machine = &self.machines[index];
+        if machine.flipped == 0 {
+            return Vec::new();
+        }
+        let mut flips = machine.disk.flipped_bits();
+        flips.retain(|flip| FileKind::of(&flip.path).excuses_corruption());
+        flips
     }
 
     /// Schedules each live node's next wake-up and the coordinator's next
@@ -2907,6 +2974,48 @@ impl Run {
                 let _ = node.halt_for_crash();
             }
         }
+    }
+}
+
+/// What a stored file is, as far as a bit flipped in it may excuse what
+/// the node then does (see [`Run::corrupt_error`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileKind {
+    /// A segment's data (`.log`): the records themselves.
+    Segment,
+    /// A segment's offset index (`.index`): derived data, which recovery
+    /// rebuilds when it is missing or invalid and reads check (SPEC 2.3).
+    Index,
+    /// State written atomically that no other file holds: the log's
+    /// checkpoints (`.checkpoint`), producer state snapshots
+    /// (`.snapshot`), the applied positions, the node's identity.
+    Checkpoint,
+    /// Anything else (the clean-shutdown marker, whose bytes nothing
+    /// reads).
+    Other,
+}
+
+impl FileKind {
+    fn of(path: &std::path::Path) -> FileKind {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("log") => FileKind::Segment,
+            Some("index") => FileKind::Index,
+            Some("checkpoint" | "snapshot") => FileKind::Checkpoint,
+            // The names `replication::applied` and `storage::identity`
+            // give these files.
+            _ if matches!(name, "applied-positions" | "identity.properties") => {
+                FileKind::Checkpoint
+            }
+            _ => FileKind::Other,
+        }
+    }
+
+    /// Whether a flip in such a file may excuse a `Corrupt` error or a
+    /// failed open: one in the records or in state nothing else holds;
+    /// not one in derived data, nor one whose bytes nothing reads.
+    fn excuses_corruption(self) -> bool {
+        matches!(self, FileKind::Segment | FileKind::Checkpoint)
     }
 }
 
@@ -3025,8 +3134,9 @@ mod tests {
         events: u64,
         simulated: Duration,
         /// Disk faults: EIO planned, full disks, ENOSPC refusals, bit
-        /// flips, corrupt errors, flipped disks replaced.
-        disk: [u64; 6],
+        /// flips, corrupt errors, flipped disks replaced, flipped disks
+        /// kept.
+        disk: [u64; 7],
         /// Runs whose disks took time, those with a slow one (fsync of 1 ms
         /// or more), and the disk time in all.
         timed: u64,
@@ -3057,6 +3167,7 @@ mod tests {
                 report.bit_flips,
                 report.corrupt_errors,
                 report.flipped_disks_replaced,
+                report.flipped_disks_kept,
             ]) {
                 *total += count;
             }
@@ -3186,7 +3297,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -3202,6 +3313,7 @@ mod tests {
                 report.bit_flips,
                 report.corrupt_errors,
                 report.flipped_disks_replaced,
+                report.flipped_disks_kept,
                 report.supervisor_restarts,
                 report.disk_time,
                 report.sync_latency_max,
@@ -3281,9 +3393,9 @@ mod tests {
             seeds as f64 / elapsed,
             seeds as f64 / elapsed * 3600.0
         );
-        let [eio, full, enospc, flips, corrupt, replaced] = disk;
+        let [eio, full, enospc, flips, corrupt, replaced, kept] = disk;
         eprintln!(
-            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced); {timed} runs with disk latency ({slow} with a fsync of 1 ms or more), {:.0} s of disk time",
+            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced, {kept} kept); {timed} runs with disk latency ({slow} with a fsync of 1 ms or more), {:.0} s of disk time",
             disk_time.as_secs_f64()
         );
         let [stop_runs, stops, leader_stops, handed_over, held] = operator;

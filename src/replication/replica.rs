@@ -2079,9 +2079,18 @@ impl Replica {
 
     /// Leader only: one chunk of the application's latest snapshot for a
     /// follower (SPEC 3.9). The snapshot must lie between the log start
-    /// and the high watermark: below the start the follower could not
-    /// fetch on from it, above the high watermark it would hold records
-    /// that are not committed.
+    /// and what this replica knows to be committed: below the start the
+    /// follower could not fetch on from it, above the committed end it
+    /// would hold records that are not committed. Known committed are the
+    /// offsets below the high watermark and, when higher, below its own
+    /// application's applied position (an application applies committed
+    /// records only), within the log end. The high watermark alone was
+    /// not enough (simulator seed 1122): a leader restarted after an
+    /// unclean stop came back with its checkpointed high watermark
+    /// (1669), below its application's latest snapshot (1714), and led
+    /// alone; the follower that had to be rebuilt from that snapshot was
+    /// refused it for ever, and, out of the ISR, could never let the
+    /// high watermark pass the snapshot (`min_insync_replicas` 2).
     pub(crate) fn answer_snapshot(
         &self,
         request: &SnapshotRequest,
@@ -2122,8 +2131,10 @@ impl Replica {
             return answer;
         };
         let (start, hw) = (self.log.log_start_offset(), self.high_watermark());
-        if info.offset < start || info.offset > hw {
-            tracing::warn!(log = %self.log_id, snapshot_offset = %info.offset, log_start = %start, high_watermark = %hw, "the latest snapshot is outside [log start, high watermark]: not sent");
+        let applied = self.applied.get(self.local).unwrap_or(Offset::ZERO);
+        let committed = hw.max(applied.min(self.log.log_end_offset()));
+        if info.offset < start || info.offset > committed {
+            tracing::warn!(log = %self.log_id, snapshot_offset = %info.offset, log_start = %start, high_watermark = %hw, %applied, "the latest snapshot is outside [log start, committed end]: not sent");
             answer.error = ErrorCode::SnapshotUnavailable;
             return answer;
         }
@@ -2844,6 +2855,90 @@ mod tests {
             .apply_fetched(NodeId(0), LeaderEpoch(1), answer(Bytes::new()))
             .unwrap();
         assert!(!follower.needs_snapshot());
+    }
+
+    /// A store whose latest snapshot is at offset `.0`, of 8 bytes.
+    struct LatestAt(Offset);
+
+    impl SnapshotStore for LatestAt {
+        fn latest(&self, _log: LogId) -> Option<SnapshotInfo> {
+            Some(SnapshotInfo {
+                offset: self.0,
+                size_bytes: 8,
+            })
+        }
+
+        fn read_chunk(
+            &self,
+            _log: LogId,
+            _snapshot: SnapshotInfo,
+            position: u64,
+            len: usize,
+        ) -> std::io::Result<Bytes> {
+            Ok(Bytes::from(vec![7u8; len.min(8 - position as usize)]))
+        }
+
+        fn install(
+            &self,
+            _log: LogId,
+            _snapshot: SnapshotInfo,
+            _data: &mut dyn std::io::Read,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// SPEC 3.9: a leader serves its application's snapshot up to what it
+    /// knows is committed, its own application's applied position
+    /// included, not only up to its high watermark (which lags after an
+    /// unclean restart: the simulator's seed 1122 deadlocked there).
+    #[test]
+    fn a_leader_serves_a_snapshot_above_its_high_watermark_that_its_application_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        let leader = Replica::new(
+            LogId(0),
+            NodeId(0),
+            log,
+            ReplicationConfig::default(),
+            Arc::new(SystemClock),
+            Arc::new(Watch::new(0)),
+            false,
+        );
+        let replicas = vec![NodeId(0), NodeId(1)];
+        leader
+            .become_leader(LeaderEpoch(1), replicas.clone(), replicas, 1)
+            .unwrap();
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        assert_eq!(leader.high_watermark(), Offset(0), "node 1 fetched nothing");
+        let store = LatestAt(Offset(6));
+        let request = SnapshotRequest {
+            replica: NodeId(1),
+            log: LogId(0),
+            current_leader_epoch: LeaderEpoch(1),
+            position: 0,
+            bytes_max: 1024,
+        };
+        let answer = leader.answer_snapshot(&request, Some(&store));
+        assert_eq!(
+            answer.error,
+            ErrorCode::SnapshotUnavailable,
+            "6 is not known committed"
+        );
+        leader.set_applied(Offset(5)).unwrap();
+        let answer = leader.answer_snapshot(&request, Some(&store));
+        assert_eq!(answer.error, ErrorCode::SnapshotUnavailable, "5 < 6");
+        leader.set_applied(Offset(8)).unwrap();
+        let answer = leader.answer_snapshot(&request, Some(&store));
+        assert_eq!(answer.error, ErrorCode::None, "its application applied 8");
+        assert_eq!(answer.snapshot_offset, Offset(6));
+        assert_eq!(answer.data.len(), 8);
     }
 
     #[test]

@@ -3547,6 +3547,22 @@ mod tests {
         passes_with(SimConfig::new(49));
     }
 
+    /// Seed 1122 (applications with snapshot stores, no cap) never
+    /// settled: node 1, restarted after an unclean stop, led alone (ISR
+    /// [1], `min_insync_replicas` 2) with its checkpointed high watermark
+    /// 1669, below its application's latest snapshot 1714; node 2, back on
+    /// a replaced disk, needed that snapshot and was refused it ("outside
+    /// [log start, high watermark]") every 100 ms until the end, and
+    /// without it could not join the ISR that would have moved the high
+    /// watermark (SPEC 3.9, liveness). A leader now serves a snapshot up to
+    /// its own application's applied position too (an application applies
+    /// committed records only).
+    #[test]
+    fn seed_1122_a_leader_serves_the_snapshot_its_application_applied_past_a_stale_high_watermark()
+    {
+        passes_with(SimConfig::new(1122));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event

@@ -154,7 +154,9 @@ pub(crate) fn note_handled_error(error: &Error) {
 #[cold]
 #[inline(never)]
 fn keep_handled_corruption(error: &Error) {
-    HANDLED_CORRUPTION.with(|cell| {
+    // `try_with`: an error handled while the thread's locals are torn
+    // down is not kept, rather than a panic.
+    let _ = HANDLED_CORRUPTION.try_with(|cell| {
         let mut kept = cell.borrow_mut();
         if kept.len() < HANDLED_CORRUPTION_MAX {
             kept.push(error.duplicate());

@@ -624,6 +624,11 @@ impl Shared {
         let Some(snapshots) = self.snapshots.as_ref() else {
             return Err("no snapshot store".to_owned());
         };
+        // As `Transfer::download_and_install`: not once the application
+        // reached the leader's log start.
+        if !replica.needs_snapshot() {
+            return Err("not installed: the application no longer needs a snapshot".to_owned());
+        }
         replica
             .check_snapshot_offset(self.leader, info.offset)
             .map_err(|e| {

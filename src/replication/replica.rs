@@ -1985,6 +1985,39 @@ impl Replica {
     fn flag_needs_snapshot(&self, what: &str, behind: Offset, leader_start: Offset) {
         debug_assert!(behind < leader_start);
         let mut needs = self.needs_snapshot.lock();
+        self.flag_needs_snapshot_locked(&mut needs, what, behind, leader_start);
+    }
+
+    /// [`flag_needs_snapshot`](Self::flag_needs_snapshot) for an
+    /// application whose position (`applied`, read before) is below the
+    /// leader's start: the position is read again under the flag's lock,
+    /// so that a `set_applied` that reached the start meanwhile is not
+    /// undone (`set_applied` stores the position, then clears the flag
+    /// under that lock: whichever of the two takes the lock second sees
+    /// the other's write).
+    fn flag_application_needs_snapshot(&self, applied: Offset, leader_start: Offset) {
+        debug_assert!(applied < leader_start);
+        let mut needs = self.needs_snapshot.lock();
+        match self.own_applied() {
+            Some(now) if now < leader_start => {
+                self.flag_needs_snapshot_locked(
+                    &mut needs,
+                    "application applied",
+                    now,
+                    leader_start,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn flag_needs_snapshot_locked(
+        &self,
+        needs: &mut Option<Offset>,
+        what: &str,
+        behind: Offset,
+        leader_start: Offset,
+    ) {
         if needs.is_none() {
             match self.below_leader_start {
                 BelowLeaderStart::Report => {
@@ -2495,11 +2528,7 @@ impl Replica {
                 if self.below_leader_start != BelowLeaderStart::Restart {
                     if let Some(applied) = self.own_applied() {
                         if applied < log_start_offset {
-                            self.flag_needs_snapshot(
-                                "application applied",
-                                applied,
-                                log_start_offset,
-                            );
+                            self.flag_application_needs_snapshot(applied, log_start_offset);
                             // With a store, the fetcher starts the transfer
                             // on this code; without one the follower goes on
                             // fetching (it stays a full replica of the log)

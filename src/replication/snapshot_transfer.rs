@@ -109,6 +109,12 @@ impl Transfer<'_> {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err("cancelled before install".to_string());
             }
+            // Its application reached the leader's log start since the
+            // transfer began (`Replica::set_applied` cleared the flag): a
+            // snapshot would replace its newer state with an older one.
+            if !self.replica.needs_snapshot() {
+                return Err("not installed: the application no longer needs a snapshot".to_string());
+            }
             // SPEC 2.6, 3.9: a snapshot below this replica's log start,
             // while its log holds records, is refused before the
             // application's state is touched (`snapshot_installed` checks

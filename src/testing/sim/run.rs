@@ -940,7 +940,10 @@ impl Run {
                 self.busy_for(index);
             }
             if self.calm && !self.final_leader_stop_pending && self.is_settled() {
-                return self.check_final();
+                // What the step's checks themselves met, then the end's.
+                self.check_handled_corruption()?;
+                self.check_final()?;
+                return self.check_handled_corruption();
             }
             self.schedule_wakes();
         }

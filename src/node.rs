@@ -1473,6 +1473,13 @@ impl SteppedNode {
         self.node.shared.completions.run_pending()
     }
 
+    /// Whether callbacks or wakers wait for
+    /// [`run_completions`](Self::run_completions): the completion thread
+    /// would wake.
+    pub(crate) fn has_pending_completions(&self) -> bool {
+        self.node.shared.completions.has_pending()
+    }
+
     /// Begins a controlled shutdown at `now` as [`Node::shutdown`] does
     /// (SPEC 3.5): the node winds down (its control makes no coordinator
     /// call of its own from here on, but still follows the coordinator)

@@ -346,6 +346,11 @@ impl CompletionRunner {
         ran
     }
 
+    /// Whether jobs wait for the next pass ([`run_pending`](Self::run_pending)).
+    pub fn has_pending(&self) -> bool {
+        !self.state.lock().jobs.is_empty()
+    }
+
     /// Asks the thread to exit once everything queued ran.
     pub fn stop(&self) {
         let mut state = self.state.lock();

@@ -64,7 +64,8 @@ use crate::{
 const LOG: LogId = LogId(1);
 
 /// How many rounds of "every node handles what reached it" may follow one
-/// event before the run counts as livelocked.
+/// event (in all, across [`Run::settle`]'s passes) before the run counts as
+/// livelocked.
 const SETTLE_ROUNDS_MAX: usize = 64;
 
 /// The nodes' `request_timeout`: a fetch with no answer fails this long
@@ -509,6 +510,16 @@ struct Disturbances {
 }
 
 impl Machine {
+    /// Whether its process has work at `now`: its control or controller
+    /// would wake, or completions wait to run.
+    fn has_work(&self, now: Instant) -> bool {
+        self.is_due(now)
+            || self
+                .node
+                .as_ref()
+                .is_some_and(SteppedNode::has_pending_completions)
+    }
+
     /// Whether its process's control or controller would wake at `now`.
     fn is_due(&self, now: Instant) -> bool {
         self.node
@@ -929,9 +940,6 @@ impl Run {
             self.drive_producer()?;
             self.drive_controlled_stops()?;
             self.settle()?;
-            self.drive_fetchers();
-            self.drive_snapshot_transfers();
-            self.look_at_parked_fetches();
             self.collect_outcomes()?;
             self.check_handled_corruption()?;
             self.check_step()?;
@@ -2413,13 +2421,38 @@ impl Run {
         Ok(())
     }
 
-    /// Every live node handles what reached it, in node order, until a
-    /// round changes nothing. A node's control and its controller are
-    /// stepped when their threads would wake: something arrived for them,
-    /// or their own next wake-up has come (each has a `Wake` scheduled).
+    /// Steps everything due at this instant until nothing is: the nodes
+    /// handle what reached them ([`settle_nodes`](Self::settle_nodes)),
+    /// the fetch sessions send what they have (fetches, snapshot chunk
+    /// requests), and the parked fetches whose leaders got data are
+    /// answered; an answer may leave work for
+    /// its leader (an ISR proposal, an incarnation refresh, completions),
+    /// which is handled at once, as the node's threads would wake for it,
+    /// not at the next event (up to a fetch wait, 50 ms on average, later).
+    /// The rounds of every pass count against one bound,
+    /// [`SETTLE_ROUNDS_MAX`], as a livelock guard.
     fn settle(&mut self) -> Result<(), String> {
         let now = self.clock.now();
-        for _ in 0..SETTLE_ROUNDS_MAX {
+        let mut rounds = 0;
+        loop {
+            self.settle_nodes(now, &mut rounds)?;
+            self.drive_fetchers();
+            self.drive_snapshot_transfers();
+            self.look_at_parked_fetches();
+            if !self.machines.iter().any(|m| m.has_work(now)) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Every live node handles what reached it, in node order, until a
+    /// round changes nothing, counting its rounds in `rounds`. A node's
+    /// control and its controller are stepped when their threads would
+    /// wake: something arrived for them, or their own next wake-up has come
+    /// (each has a `Wake` scheduled).
+    fn settle_nodes(&mut self, now: Instant, rounds: &mut usize) -> Result<(), String> {
+        while *rounds < SETTLE_ROUNDS_MAX {
+            *rounds += 1;
             let mut handled = 0;
             for machine in &mut self.machines {
                 if let Some(node) = machine.node.as_mut() {

@@ -2430,7 +2430,19 @@ impl Replica {
             let below_start = answer.error == ErrorCode::OffsetOutOfRange
                 && state.log_end_offset() < answer.log_start_offset
                 && answer.log_start_offset <= answer.log_end_offset;
-            if below_start && self.below_leader_start != BelowLeaderStart::Restart {
+            // An application that has applied up to the leader's log start
+            // already needs none of the records in between: the log
+            // restarts there, as Kafka's does (simulator seed 268: a bit
+            // flip cut node 2's log to 642 after its application had
+            // applied past the leader's start; with no store it reported
+            // needs_snapshot for ever).
+            let application_reaches_start = self
+                .own_applied()
+                .is_some_and(|applied| applied >= answer.log_start_offset);
+            if below_start
+                && self.below_leader_start != BelowLeaderStart::Restart
+                && !application_reaches_start
+            {
                 // SPEC 3.9: restarting at the leader's log start would
                 // leave the application a gap; a snapshot fills it.
                 self.flag_needs_snapshot(
@@ -2811,6 +2823,58 @@ mod tests {
             handed_out >= end_after,
             "the queue hands out {handed_out}, below the log end {end_after}"
         );
+    }
+
+    /// SPEC 3.9: a follower without a snapshot store whose log ends below
+    /// its leader's log start, but whose application has applied past that
+    /// start (its log was cut after the application applied: a recovery
+    /// that dropped a corrupt batch), needs none of the records in between
+    /// and restarts its log at the leader's start, as Kafka's would. It
+    /// reported `needs_snapshot` for ever (simulator seed 268).
+    #[test]
+    fn a_follower_whose_application_applied_past_the_leaders_start_restarts_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+        let config = ReplicationConfig {
+            retain_until_applied: true,
+            ..ReplicationConfig::default()
+        };
+        let follower = Replica::new(
+            LogId(0),
+            NodeId(1),
+            log,
+            config,
+            Arc::new(SystemClock),
+            Arc::new(Watch::new(0)),
+            false,
+        )
+        .with_below_leader_start(BelowLeaderStart::Report);
+        let replicas = vec![NodeId(0), NodeId(1)];
+        follower.become_follower(
+            Some(NodeId(0)),
+            LeaderEpoch(1),
+            replicas.clone(),
+            replicas,
+            1,
+        );
+        // As stored before the cut: above the log's end (0).
+        follower.applied.set(NodeId(1), Offset(7));
+        let answer = FetchedLog {
+            log: LogId(0),
+            error: ErrorCode::OffsetOutOfRange,
+            high_watermark: Offset(10),
+            log_start_offset: Offset(5),
+            log_end_offset: Offset(10),
+            diverging: None,
+            records: Bytes::new(),
+            applied_offsets: Vec::new(),
+        };
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer)
+            .unwrap();
+        assert!(!follower.needs_snapshot());
+        assert_eq!(follower.log().log_start_offset(), Offset(5));
+        assert_eq!(follower.log().log_end_offset(), Offset(5));
     }
 
     /// SPEC 3.9: a follower without a snapshot store whose application's

@@ -3577,6 +3577,20 @@ mod tests {
         passes(4_009_053);
     }
 
+    /// Seed 268 (found by helper-59 on main) never settled: a bit flip in
+    /// node 2's segment 587 made recovery cut its log to 642, below the
+    /// leader's log start 881, after its application had applied past
+    /// that start; with no snapshot store the follower reported
+    /// needs_snapshot for ever. A follower whose application reaches the
+    /// leader's start now restarts its log there (Kafka's rule). Seed 5006
+    /// did not settle either (its node 2's application at 319 over a log
+    /// of [66, 68]) and passes with the change.
+    #[test]
+    fn seed_268_a_follower_whose_application_is_past_the_leaders_start_restarts_there() {
+        passes(268);
+        passes(5006);
+    }
+
     /// Seed 398 failed the simulator's own hand-over bound (a checker
     /// mistake, not a node bug): node 2's controlled stop had not handed
     /// the leadership over after 501.95 ms though nothing failed. Its

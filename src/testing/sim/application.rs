@@ -73,6 +73,9 @@ pub(super) enum AppEvent {
     Checkpoint(usize),
     /// The log's leader is asked to delete records.
     Delete,
+    /// The leader's application restores its state from scratch (its
+    /// operator rebuilt it), once in a run.
+    Restore,
     /// A follower's snapshot chunk request reaches its leader.
     SnapshotArrives {
         leader: usize,
@@ -109,6 +112,8 @@ pub(crate) struct ApplicationCounts {
     pub(crate) log_start_moves: u64,
     /// Snapshots installed.
     pub(crate) snapshots_installed: u64,
+    /// Applications restored from scratch (leaders', followers').
+    pub(crate) restores: (u64, u64),
     /// Leaderships handed over by a leader whose application needed a
     /// snapshot.
     pub(crate) needs_snapshot_hand_overs: u64,
@@ -128,6 +133,8 @@ impl ApplicationCounts {
         self.deletions += other.deletions;
         self.log_start_moves += other.log_start_moves;
         self.snapshots_installed += other.snapshots_installed;
+        self.restores.0 += other.restores.0;
+        self.restores.1 += other.restores.1;
         self.needs_snapshot_hand_overs += other.needs_snapshot_hand_overs;
         self.needs_snapshot_reported += other.needs_snapshot_reported;
     }
@@ -284,6 +291,9 @@ impl App {
 /// Every application of a run, and what the checks remember.
 #[derive(Debug)]
 pub(super) struct Applications {
+    /// Whether applications restore from scratch now and then (with a
+    /// cap and stores).
+    restores: bool,
     rng: SplitMix64,
     /// The nodes have snapshot stores.
     with_store: bool,
@@ -311,7 +321,7 @@ pub(super) struct Applications {
 impl Applications {
     /// The applications of a run of `seed` with `nodes` nodes, if the run
     /// draws them (two runs in three).
-    pub(super) fn draw(seed: u64, nodes: usize) -> Option<Applications> {
+    pub(super) fn draw(seed: u64, nodes: usize, restores: bool) -> Option<Applications> {
         let mut rng = SplitMix64::new(mix64(seed ^ APPLICATION_STREAM_SALT));
         if !rng.chance(2.0 / 3.0) {
             return None;
@@ -331,6 +341,7 @@ impl Applications {
             ..ApplicationCounts::default()
         };
         Some(Applications {
+            restores,
             rng,
             with_store,
             hold_bytes_max,
@@ -383,6 +394,13 @@ impl Run {
             ));
         }
         first.push((apps.interval(DELETE_INTERVAL_MEAN), AppEvent::Delete));
+        // An application behind its log start, a leader's included (SPEC
+        // 3.9: it hands the leadership over and installs a snapshot as a
+        // follower), needs a cap to get there.
+        if apps.restores && apps.with_store && apps.capped() {
+            let at = Duration::from_secs(10 + apps.rng.next_u64() % 40);
+            first.push((at, AppEvent::Restore));
+        }
         let (store, capped) = (apps.with_store, apps.capped());
         for (after, event) in first {
             self.schedule.after(after, Event::Application(event));
@@ -421,6 +439,10 @@ impl Run {
             }
             AppEvent::Delete => {
                 self.delete();
+                Ok(())
+            }
+            AppEvent::Restore => {
+                self.restore();
                 Ok(())
             }
             AppEvent::SnapshotArrives {
@@ -635,10 +657,12 @@ impl Run {
         {
             let mut durable = app.store.durable.lock();
             durable.checkpoint = (position, state);
+            // A snapshot is replaced only by a newer one (after a
+            // restore the application's state is older than its latest).
             let changed = durable
                 .latest
                 .as_ref()
-                .is_none_or(|(info, _)| info.offset != position);
+                .is_none_or(|(info, _)| info.offset < position);
             if changed {
                 let bytes = SimStore::encode(position, state);
                 let info = SnapshotInfo {
@@ -708,6 +732,43 @@ impl Run {
                 bound.bound
             )),
         }
+    }
+
+    /// The leader's application restores its state from scratch
+    /// (position 0, a state the chain holds), once in a run, and reports
+    /// it: below the log start, it needs a snapshot, and the leader hands
+    /// its leadership over for it (SPEC 3.9). Its newest snapshot stays
+    /// its latest until it has a newer one.
+    fn restore(&mut self) {
+        if self.calm {
+            return;
+        }
+        let Some(index) = self.leader().map(|(index, _)| index) else {
+            return;
+        };
+        let Some(log) = self.machines[index]
+            .node
+            .as_ref()
+            .and_then(|node| node.node().log(LOG).ok())
+        else {
+            return;
+        };
+        let Some(apps) = self.applications.as_mut() else {
+            return;
+        };
+        let app = &mut apps.apps[index];
+        (app.position, app.state) = (Offset::ZERO, INITIAL_STATE);
+        app.store.durable.lock().checkpoint = (Offset::ZERO, INITIAL_STATE);
+        let led = log.is_leader();
+        match led {
+            true => apps.counts.restores.0 += 1,
+            false => apps.counts.restores.1 += 1,
+        }
+        let reported = log.set_applied(Offset::ZERO);
+        self.record(format_args!(
+            "node {index}'s application restores from scratch{}: {reported:?}",
+            if led { " (leading)" } else { "" }
+        ));
     }
 
     /// Sends the chunk requests of every stepped snapshot transfer that

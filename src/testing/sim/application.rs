@@ -1036,7 +1036,16 @@ impl Run {
                 .and_then(|node| node.node().log(LOG).ok())
                 .is_none_or(|log| match apps.with_store {
                     true => !log.needs_snapshot() && position >= log.log_start_offset(),
-                    false => !log.needs_snapshot() || position < leader_start,
+                    // And one whose application is below its own log
+                    // start waits until it says so: a replica that just
+                    // became a follower (seed 9000472: a leader whose
+                    // application was behind handed over) says so on its
+                    // first fetch answer, which the end check must not
+                    // run before.
+                    false => {
+                        (!log.needs_snapshot() || position < leader_start)
+                            && (position >= log.log_start_offset() || log.needs_snapshot())
+                    }
                 })
         })
     }

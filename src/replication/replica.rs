@@ -2825,16 +2825,11 @@ mod tests {
         );
     }
 
-    /// SPEC 3.9: a follower without a snapshot store whose log ends below
-    /// its leader's log start, but whose application has applied past that
-    /// start (its log was cut after the application applied: a recovery
-    /// that dropped a corrupt batch), needs none of the records in between
-    /// and restarts its log at the leader's start, as Kafka's would. It
-    /// reported `needs_snapshot` for ever (simulator seed 268).
-    #[test]
-    fn a_follower_whose_application_applied_past_the_leaders_start_restarts_there() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
+    /// Node 1, following node 0 in epoch 1 with `retain_until_applied`
+    /// and no snapshot store (`BelowLeaderStart::Report`), its log in
+    /// `dir`.
+    fn follower_without_a_store(dir: &std::path::Path) -> Replica {
+        let log = Log::open(dir, LogConfig::default(), Arc::new(SystemClock)).unwrap();
         let config = ReplicationConfig {
             retain_until_applied: true,
             ..ReplicationConfig::default()
@@ -2857,6 +2852,19 @@ mod tests {
             replicas,
             1,
         );
+        follower
+    }
+
+    /// SPEC 3.9: a follower without a snapshot store whose log ends below
+    /// its leader's log start, but whose application has applied past that
+    /// start (its log was cut after the application applied: a recovery
+    /// that dropped a corrupt batch), needs none of the records in between
+    /// and restarts its log at the leader's start, as Kafka's would. It
+    /// reported `needs_snapshot` for ever (simulator seed 268).
+    #[test]
+    fn a_follower_whose_application_applied_past_the_leaders_start_restarts_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_without_a_store(dir.path());
         // As stored before the cut: above the log's end (0).
         follower.applied.set(NodeId(1), Offset(7));
         let answer = FetchedLog {
@@ -2898,29 +2906,7 @@ mod tests {
         let records = leader.read(Offset(0), 1 << 20, false).unwrap();
 
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
-        let config = ReplicationConfig {
-            retain_until_applied: true,
-            ..ReplicationConfig::default()
-        };
-        let follower = Replica::new(
-            LogId(0),
-            NodeId(1),
-            log,
-            config,
-            Arc::new(SystemClock),
-            Arc::new(Watch::new(0)),
-            false,
-        )
-        .with_below_leader_start(BelowLeaderStart::Report);
-        let replicas = vec![NodeId(0), NodeId(1)];
-        follower.become_follower(
-            Some(NodeId(0)),
-            LeaderEpoch(1),
-            replicas.clone(),
-            replicas,
-            1,
-        );
+        let follower = follower_without_a_store(dir.path());
         let answer = |records: Bytes| FetchedLog {
             log: LogId(0),
             error: ErrorCode::None,

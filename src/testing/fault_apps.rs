@@ -198,13 +198,7 @@ impl SnapshotStore for NodeApps {
             .get(&(self.node, log))
             .and_then(|s| s.snapshot.as_ref())
         {
-            Some((info, bytes)) if *info == snapshot => {
-                let start = position as usize;
-                bytes
-                    .get(start..start + len)
-                    .map(Bytes::copy_from_slice)
-                    .ok_or_else(|| std::io::Error::other("past the snapshot's end"))
-            }
+            Some((info, bytes)) if *info == snapshot => snapshot_chunk(bytes, position, len),
             _ => Err(std::io::Error::other("no such snapshot")),
         }
     }
@@ -215,11 +209,7 @@ impl SnapshotStore for NodeApps {
         snapshot: SnapshotInfo,
         data: &mut dyn Read,
     ) -> std::io::Result<()> {
-        let mut bytes = Vec::new();
-        data.read_to_end(&mut bytes)?;
-        if bytes.len() as u64 != snapshot.size_bytes {
-            return Err(std::io::Error::other("a torn snapshot reached install"));
-        }
+        let bytes = read_whole_snapshot(snapshot, data)?;
         let mut state = AppState::decode(&bytes)?;
         if state.applied != snapshot.offset {
             return Err(std::io::Error::other("snapshot offset mismatch"));
@@ -229,4 +219,31 @@ impl SnapshotStore for NodeApps {
         *self.apps.installs.lock() += 1;
         Ok(())
     }
+}
+
+/// The chunk of an in-memory snapshot a [`SnapshotStore::read_chunk`]
+/// answers: `len` bytes from `position`, an error past its end (the test
+/// stores' shared rule).
+pub(crate) fn snapshot_chunk(bytes: &[u8], position: u64, len: usize) -> std::io::Result<Bytes> {
+    let past_end = || std::io::Error::other("past the snapshot's end");
+    let start = usize::try_from(position).map_err(|_| past_end())?;
+    let end = start.checked_add(len).ok_or_else(past_end)?;
+    bytes
+        .get(start..end)
+        .map(Bytes::copy_from_slice)
+        .ok_or_else(past_end)
+}
+
+/// Reads a snapshot handed to [`SnapshotStore::install`] whole, refusing
+/// one whose size is not `snapshot`'s (the test stores' shared rule).
+pub(crate) fn read_whole_snapshot(
+    snapshot: SnapshotInfo,
+    data: &mut dyn Read,
+) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    data.read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != snapshot.size_bytes {
+        return Err(std::io::Error::other("a torn snapshot reached install"));
+    }
+    Ok(bytes)
 }

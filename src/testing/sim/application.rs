@@ -227,11 +227,7 @@ impl SnapshotStore for SimStore {
         let durable = self.durable.lock();
         match durable.latest.as_ref() {
             Some((info, bytes)) if *info == snapshot => {
-                let start = usize::try_from(position).map_err(std::io::Error::other)?;
-                bytes
-                    .get(start..start + len)
-                    .map(Bytes::copy_from_slice)
-                    .ok_or_else(|| std::io::Error::other("past the snapshot's end"))
+                crate::testing::fault_apps::snapshot_chunk(bytes, position, len)
             }
             _ => Err(std::io::Error::other("no such snapshot")),
         }
@@ -243,11 +239,7 @@ impl SnapshotStore for SimStore {
         snapshot: SnapshotInfo,
         data: &mut dyn Read,
     ) -> std::io::Result<()> {
-        let mut bytes = Vec::new();
-        data.read_to_end(&mut bytes)?;
-        if bytes.len() as u64 != snapshot.size_bytes {
-            return Err(std::io::Error::other("a torn snapshot reached install"));
-        }
+        let bytes = crate::testing::fault_apps::read_whole_snapshot(snapshot, data)?;
         let (offset, state) = SimStore::decode(&bytes)?;
         if offset != snapshot.offset {
             return Err(std::io::Error::other(

@@ -84,6 +84,21 @@ impl ReplicatedLog {
     /// while it waited). With `Acks::None` the offsets are returned when the
     /// append succeeded, and errors of the write are only logged.
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
+        let (outcome, generation) = self.append_unwaited(batch, acks)?;
+        if acks == Acks::All {
+            let deadline = Instant::now() + self.node.config.replication.request_timeout;
+            self.replica
+                .wait_committed(outcome.last_offset, generation, deadline, || {
+                    self.node.is_stopped()
+                })?;
+        }
+        Ok(outcome)
+    }
+
+    /// [`append`](Self::append) up to its wait for the commit: the
+    /// batch's outcome as written, and the role generation it was written
+    /// in.
+    fn append_unwaited(&self, batch: &RecordBatch, acks: Acks) -> Result<(AppendOutcome, u64)> {
         // A stopped node's replicas may still say they lead (a halt stops
         // the threads, nothing else): without this an acks=1 append would
         // succeed on a dead node and an acks=all one wait out its timeout.
@@ -112,16 +127,40 @@ impl ReplicatedLog {
             leader_epoch: appended.info.leader_epoch,
             duplicate: appended.info.duplicate,
         };
-        if acks == Acks::All {
-            let deadline = Instant::now() + self.node.config.replication.request_timeout;
-            self.replica.wait_committed(
-                outcome.last_offset,
-                appended.generation,
-                deadline,
-                || self.node.is_stopped(),
-            )?;
-        }
-        Ok(outcome)
+        Ok((outcome, appended.generation))
+    }
+
+    /// A blocking `acks=all` [`append`](Self::append) split at its wait,
+    /// for a caller that steps the node instead of blocking on it (the
+    /// simulator's blocking clients): the same write, and what to ask
+    /// [`blocking_append_outcome`](Self::blocking_append_outcome) after
+    /// each step. An error is the one `append` would return before waiting.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn begin_blocking_append(&self, batch: &RecordBatch) -> Result<BlockingAppend> {
+        let (outcome, generation) = self.append_unwaited(batch, Acks::All)?;
+        Ok(BlockingAppend {
+            outcome,
+            generation,
+        })
+    }
+
+    /// The outcome `append` would return for `append` now (see
+    /// [`Replica::committed_now`]), `past_deadline` once its caller's
+    /// clock passed `request_timeout` after the call; `None` while `append`
+    /// would go on waiting.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn blocking_append_outcome(
+        &self,
+        append: &BlockingAppend,
+        past_deadline: bool,
+    ) -> Option<Result<AppendOutcome>> {
+        let decided = self.replica.committed_now(
+            append.outcome.last_offset,
+            append.generation,
+            self.node.is_stopped(),
+            past_deadline,
+        )?;
+        Some(decided.map(|_| append.outcome))
     }
 
     /// Appends `batch` on this node, which must be the leader, without
@@ -567,4 +606,12 @@ impl Iterator for CommittedRecords {
             }
         }
     }
+}
+/// A blocking `acks=all` append under way, split at its wait
+/// ([`ReplicatedLog::begin_blocking_append`]).
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug)]
+pub(crate) struct BlockingAppend {
+    outcome: AppendOutcome,
+    generation: u64,
 }

@@ -1187,17 +1187,10 @@ impl Replica {
     ) -> Result<Offset> {
         let started = Instant::now();
         let mut spin = self.config.spin_before_park;
-        let ended = |role: &RoleState| {
-            if node_stopped() {
-                Error::Shutdown
-            } else {
-                self.not_leader(role)
-            }
-        };
         loop {
             if self.generation.load(Ordering::SeqCst) != generation {
                 let role = self.role.read();
-                return Err(ended(&role));
+                return Err(self.append_ended(&role, node_stopped()));
             }
             // Re-check the ISR at least every few milliseconds: its
             // shrinking is not a high watermark event.
@@ -1209,65 +1202,127 @@ impl Replica {
                 WaitOutcome::Reached(hw) => {
                     if self.generation.load(Ordering::SeqCst) != generation {
                         let role = self.role.read();
-                        return Err(ended(&role));
+                        return Err(self.append_ended(&role, node_stopped()));
                     }
                     return Ok(Offset(hw));
                 }
-                WaitOutcome::Closed => {
-                    if let Some(error) = self.pipeline_failure() {
-                        return Err(error);
-                    }
-                    let role = self.role.read();
-                    return Err(ended(&role));
-                }
+                WaitOutcome::Closed => return Err(self.high_watermark_closed(node_stopped())),
                 WaitOutcome::TimedOut => {}
             }
             spin = Duration::ZERO;
-            if node_stopped() {
-                return Err(Error::Shutdown);
-            }
+            let past_deadline = Instant::now() >= deadline;
+            if let Some(outcome) =
+                self.acks_all_decision(offset, generation, node_stopped(), past_deadline)
             {
-                let role = self.role.read();
-                if role.generation != generation {
-                    return Err(ended(&role));
-                }
-                // The leader machine decides (SPEC 3.1): committed before
-                // the ISR shrank is a success, the error is for an ISR that
-                // shrank *before* the batch was committed.
-                let (progress, machine_hw) = match self.leader.lock().as_ref() {
-                    Some(leader) => (leader.acks_all_progress(offset), leader.high_watermark()),
-                    None => return Err(ended(&role)),
-                };
-                match progress {
-                    AcksAllProgress::Committed => {
-                        // The machine's high watermark is published right
-                        // after it moves; acknowledge once readers see it
-                        // too (the wait above returns at once then), or at
-                        // the deadline, since it is committed either way.
-                        let published = self.high_watermark.get();
-                        if published > offset.0 || Instant::now() >= deadline {
-                            return Ok(Offset(published).max(machine_hw));
-                        }
-                        continue;
-                    }
-                    AcksAllProgress::Waiting => {}
-                    AcksAllProgress::NotEnoughReplicasAfterAppend {
-                        in_sync,
-                        min_insync_replicas,
-                    } => {
-                        return Err(Error::NotEnoughReplicasAfterAppend {
-                            in_sync,
-                            min_insync_replicas,
-                        })
-                    }
-                }
+                return outcome;
             }
-            if Instant::now() >= deadline {
+            if past_deadline {
                 return Err(Error::Timeout {
                     waited: started.elapsed(),
                     waiting_for: "the high watermark to pass the appended batch",
                 });
             }
+        }
+    }
+
+    /// [`wait_committed`](Self::wait_committed) without its waits, for a
+    /// caller that steps the node instead of blocking on it (the
+    /// simulator's blocking clients): the outcome of the `acks=all`
+    /// append of `offset` made in `generation` if it is known now, as the
+    /// wait would return it (a timeout once `past_deadline`, which the
+    /// caller reads off its clock); `None` while it would go on waiting.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn committed_now(
+        &self,
+        offset: Offset,
+        generation: u64,
+        node_stopped: bool,
+        past_deadline: bool,
+    ) -> Option<Result<Offset>> {
+        if self.generation.load(Ordering::SeqCst) != generation {
+            let role = self.role.read();
+            return Some(Err(self.append_ended(&role, node_stopped)));
+        }
+        // As `Watch::wait_at_least` decides: reached before closed.
+        let hw = self.high_watermark.get();
+        if hw > offset.0 {
+            return Some(Ok(Offset(hw)));
+        }
+        if self.high_watermark.is_closed() {
+            return Some(Err(self.high_watermark_closed(node_stopped)));
+        }
+        if let Some(outcome) =
+            self.acks_all_decision(offset, generation, node_stopped, past_deadline)
+        {
+            return Some(outcome);
+        }
+        past_deadline.then_some(Err(Error::Timeout {
+            waited: self.config.request_timeout,
+            waiting_for: "the high watermark to pass the appended batch",
+        }))
+    }
+
+    /// Why an append made in an earlier generation of the role ends:
+    /// `Shutdown` once the node stopped, else `NotLeader`.
+    fn append_ended(&self, role: &RoleState, node_stopped: bool) -> Error {
+        if node_stopped {
+            Error::Shutdown
+        } else {
+            self.not_leader(role)
+        }
+    }
+
+    /// Why an `acks=all` wait ends when the high watermark closed: the
+    /// pipeline's failed write, or the role's end.
+    fn high_watermark_closed(&self, node_stopped: bool) -> Error {
+        if let Some(error) = self.pipeline_failure() {
+            return error;
+        }
+        let role = self.role.read();
+        self.append_ended(&role, node_stopped)
+    }
+
+    /// What an `acks=all` wait for `offset` (made in `generation`)
+    /// decides once the published high watermark has not passed it:
+    /// `None` to go on waiting. The leader machine decides (SPEC 3.1):
+    /// committed before the ISR shrank is a success, the error is for an
+    /// ISR that shrank *before* the batch was committed.
+    fn acks_all_decision(
+        &self,
+        offset: Offset,
+        generation: u64,
+        node_stopped: bool,
+        past_deadline: bool,
+    ) -> Option<Result<Offset>> {
+        if node_stopped {
+            return Some(Err(Error::Shutdown));
+        }
+        let role = self.role.read();
+        if role.generation != generation {
+            return Some(Err(self.append_ended(&role, node_stopped)));
+        }
+        let (progress, machine_hw) = match self.leader.lock().as_ref() {
+            Some(leader) => (leader.acks_all_progress(offset), leader.high_watermark()),
+            None => return Some(Err(self.append_ended(&role, node_stopped))),
+        };
+        match progress {
+            AcksAllProgress::Committed => {
+                // The machine's high watermark is published right after
+                // it moves; acknowledge once readers see it too (the wait
+                // returns at once then), or at the deadline, since it is
+                // committed either way.
+                let published = self.high_watermark.get();
+                (published > offset.0 || past_deadline)
+                    .then(|| Ok(Offset(published).max(machine_hw)))
+            }
+            AcksAllProgress::Waiting => None,
+            AcksAllProgress::NotEnoughReplicasAfterAppend {
+                in_sync,
+                min_insync_replicas,
+            } => Some(Err(Error::NotEnoughReplicasAfterAppend {
+                in_sync,
+                min_insync_replicas,
+            })),
         }
     }
 

@@ -7,6 +7,7 @@
 //! run's trace hash ([`trace`]). Storage's simulated disk is
 //! [`SimDisk`](crate::testing::SimDisk).
 
+pub(crate) mod blocking;
 pub(crate) mod network;
 pub(crate) mod producer;
 pub(crate) mod run;

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 mod application;
 
 use self::application::{AppEvent, ApplicationCounts, Applications};
+use super::blocking::{Began, BlockingClients};
 use super::network::{NetworkFaults, SimNetwork};
 use super::producer::ProducerClient;
 use super::schedule::Schedule;
@@ -167,6 +168,10 @@ const OPERATOR_STREAM_SALT: u64 = 0x0_9E7A_7012;
 /// the controlled stops' for the same reason.
 const REASSIGNMENT_STREAM_SALT: u64 = 0x0_2EA5_5160;
 
+/// Salt of the blocking clients' generator ([`BlockingClients::new`]), a
+/// stream apart from the others for the same reason.
+const BLOCKING_STREAM_SALT: u64 = 0x0_B10C_C0A1;
+
 /// Mean simulated time between two reassignments, in a run that has them.
 const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 
@@ -282,6 +287,8 @@ pub(crate) struct SimReport {
     /// The idempotent producer's sends, and its batches re-sent after
     /// they went in doubt.
     pub(crate) produced: (u64, u64),
+    /// The blocking clients' calls begun and acknowledged.
+    pub(crate) blocking: (u64, u64),
     /// Records the reader was served as committed.
     pub(crate) read: u64,
     pub(crate) crashes: u64,
@@ -370,6 +377,8 @@ enum Event {
     Wake(usize),
     /// A client appends one record to the log's leader.
     Append,
+    /// Blocking client `n` calls `append` (see [`BlockingClients`]).
+    BlockingCall(usize),
     /// The idempotent producer sends one record.
     Produce,
     /// The producer's retry round falls due (its pipeline is driven after
@@ -631,6 +640,8 @@ struct Run {
     committed_seen: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
     expiry_at: Option<Duration>,
     in_flight: Vec<ClientAppend>,
+    /// The blocking clients and their calls under way.
+    blocking: BlockingClients,
     /// The idempotent producer, if the run has one.
     producer: Option<ProducerClient>,
     /// When its `ProducerRetry` is scheduled.
@@ -707,6 +718,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         appends: run.appends,
         acknowledged: run.acknowledged.len() as u64,
         produced: run.producer.as_ref().map_or((0, 0), ProducerClient::counts),
+        blocking: run.blocking.counts(),
         read: run.committed_seen.len() as u64,
         crashes: run.crashes,
         power_losses: run.power_losses,
@@ -819,6 +831,7 @@ impl Run {
             machines,
             expiry_at: None,
             in_flight: Vec::new(),
+            blocking: BlockingClients::new(mix64(config_seed ^ BLOCKING_STREAM_SALT)),
             producer,
             producer_retry_at: None,
             acknowledged: BTreeMap::new(),
@@ -884,6 +897,10 @@ impl Run {
         }
         let first_append = self.draw_interval(self.config.append_interval_mean);
         self.schedule.after(first_append, Event::Append);
+        for client in 0..self.blocking.count() {
+            let first = self.blocking.draw_interval();
+            self.schedule.after(first, Event::BlockingCall(client));
+        }
         let first_read = self.draw_interval(READ_INTERVAL_MEAN);
         self.schedule.after(first_read, Event::Read);
         if let Some(mean) = self.config.produce_interval_mean {
@@ -943,7 +960,7 @@ impl Run {
                 return Err(format!(
                     "not settled {:?} after the calm: {} appends without an outcome, leader {:?}",
                     settle_by - self.config.simulated,
-                    self.in_flight.len(),
+                    self.in_flight.len() + self.blocking.calling(),
                     self.leader().map(|(i, _)| i)
                 ));
             }
@@ -992,6 +1009,13 @@ impl Run {
                 if !self.calm {
                     let next = self.draw_interval(self.config.append_interval_mean);
                     self.schedule.after(next, Event::Append);
+                }
+            }
+            Event::BlockingCall(client) => {
+                self.blocking_call(client)?;
+                if !self.calm {
+                    let next = self.blocking.draw_interval();
+                    self.schedule.after(next, Event::BlockingCall(client));
                 }
             }
             Event::Produce => {
@@ -1462,6 +1486,10 @@ impl Run {
         // The client's appends to a dead process get no answer: to the
         // client, their outcome stays unknown (SPEC 3.4).
         self.in_flight.retain(|append| append.handle.is_done());
+        for value in self.blocking.process_ended(index) {
+            let name = String::from_utf8_lossy(&value).into_owned();
+            self.record(format_args!("{name}: its process ended, outcome unknown"));
+        }
         self.application_process_ended(index);
     }
 
@@ -2467,6 +2495,40 @@ impl Run {
         Ok(())
     }
 
+    /// Blocking client `client` calls `append` on the node that leads,
+    /// unless it is still inside its last call (then it calls after its
+    /// next think time). Fails the run, as [`append`](Self::append) does,
+    /// if a leader takes it during its controlled shutdown.
+    fn blocking_call(&mut self, client: usize) -> Result<(), String> {
+        if self.calm || self.blocking.is_calling(client) {
+            return Ok(());
+        }
+        let Some((index, log)) = self.leader() else {
+            self.record(format_args!("blocking append: no leader"));
+            return Ok(());
+        };
+        let now = self.schedule.now();
+        let wall_clock_ms = self.clock.wall_clock_ms();
+        let (value, began) =
+            self.blocking
+                .call(client, index, log, now, REQUEST_TIMEOUT, wall_clock_ms);
+        let name = String::from_utf8_lossy(&value).into_owned();
+        match began {
+            Began::Written => {
+                self.record(format_args!("blocking append {name} to node {index}"));
+                if self.machines[index].stopping.is_some() {
+                    return Err(format!(
+                        "SPEC 3.5: node {index} took blocking append {name} during its controlled shutdown"
+                    ));
+                }
+            }
+            Began::Refused(error) => {
+                self.record(format_args!("blocking append {name} refused: {error}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Steps everything due at this instant until nothing is: the nodes
     /// handle what reached them ([`settle_nodes`](Self::settle_nodes)),
     /// the fetch sessions send what they have (fetches, snapshot chunk
@@ -2527,6 +2589,12 @@ impl Run {
 
     /// Takes the outcomes known now, in the order the appends were made.
     fn collect_outcomes(&mut self) -> Result<(), String> {
+        if self.blocking.any_calling() {
+            let now = self.schedule.now();
+            for (value, outcome) in self.blocking.returned(now) {
+                self.client_learns(value, outcome)?;
+            }
+        }
         // Most steps decide no append: no new lists then.
         if !self.in_flight.iter().any(|append| append.handle.is_done()) {
             return Ok(());
@@ -2650,6 +2718,7 @@ impl Run {
     /// followers fetch), and every replica holds that much.
     fn is_settled(&self) -> bool {
         if !self.in_flight.is_empty()
+            || self.blocking.any_calling()
             || self
                 .producer
                 .as_ref()
@@ -3379,11 +3448,12 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
                 report.trace_hash,
                 report.events,
                 report.appends,
                 report.produced,
+                report.blocking,
                 report.acknowledged,
                 report.read,
                 report.crashes,

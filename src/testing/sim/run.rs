@@ -313,6 +313,10 @@ pub(crate) struct SimReport {
     /// see is in a segment or checkpoint (an index, a file since removed or
     /// rewritten), so their nodes must go on without an operator.
     pub(crate) flipped_disks_kept: u64,
+    /// Whether the run ended at the calm because the flipped disk held
+    /// the only copy of acknowledged records (see
+    /// [`Run::replace_flipped_disk`]).
+    pub(crate) only_copy_flipped: bool,
     /// The fsync latency of the run's slowest disk (zero: disks take no
     /// time).
     pub(crate) sync_latency_max: Duration,
@@ -662,6 +666,7 @@ struct Run {
     corrupt_errors: u64,
     flipped_disks_replaced: u64,
     flipped_disks_kept: u64,
+    only_copy_flipped: bool,
     sync_latency_max: Duration,
     disk_time: Duration,
     /// `ENOSPC` refusals of disks replaced since (lost with their machine).
@@ -735,6 +740,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         corrupt_errors: run.corrupt_errors,
         flipped_disks_replaced: run.flipped_disks_replaced,
         flipped_disks_kept: run.flipped_disks_kept,
+        only_copy_flipped: run.only_copy_flipped,
         sync_latency_max: run.sync_latency_max,
         disk_time: run.disk_time,
         supervisor_restarts: run.supervisor_restarts,
@@ -847,6 +853,7 @@ impl Run {
             corrupt_errors: 0,
             flipped_disks_replaced: 0,
             flipped_disks_kept: 0,
+            only_copy_flipped: false,
             sync_latency_max: Duration::ZERO,
             disk_time: Duration::ZERO,
             full_disk_refusals_of_lost_disks: 0,
@@ -969,6 +976,9 @@ impl Run {
                 self.machines[index].excused_at_step_start = !self.excusing_flips(index).is_empty();
             }
             self.happen(event)?;
+            if self.only_copy_flipped {
+                return Ok(());
+            }
             // Before the nodes: the producer's retries are sent as the
             // clients' appends are, and the answers the last step left are
             // taken in.
@@ -1964,6 +1974,13 @@ impl Run {
             ));
             return;
         }
+        if let Some(from) = self.acknowledged_held_only_by(index) {
+            self.only_copy_flipped = true;
+            self.record(format_args!(
+                "node {index}'s flipped disk holds the only copy of acknowledged records from {from} (every other replica's log ends there): G1 cannot hold for them, whether the disk is replaced or kept; the run ends at the calm"
+            ));
+            return;
+        }
         // A crash here may lose the disk already; replacing it is the same.
         self.crash(index, false);
         if self.machines[index].flipped > 0 {
@@ -1974,6 +1991,42 @@ impl Run {
             "an operator replaces node {index}'s disk ({flips} bits flipped on it, {} of them in a segment or checkpoint its reads see)",
             excusing.len()
         ));
+    }
+
+    /// The first offset from which acknowledged records are held by no
+    /// replica of the log but node `index`: the greatest log end of the
+    /// others, when the last acknowledged offset is at or above it. `None`
+    /// when the others hold them (as far as their log ends tell), or when
+    /// it cannot be told (a replica down, or its log not open).
+    ///
+    /// The replacement of a flipped disk assumes the other disks hold every
+    /// committed record (at least one of the two ISR members a commit
+    /// needs). After the others lost theirs (power losses, a reassignment
+    /// that dropped a replica being added, unclean recovery electing the
+    /// flipped node with the longest log), the flipped node may be the only
+    /// holder (seed 20000545: the flip sat in the only copy of 326..426,
+    /// acknowledged up to 390, so no follower could fetch past 326, and the
+    /// replacement lost them). A bit flip in the last copy of a record is
+    /// a loss no replication protocol repairs: G1 assumes a surviving copy.
+    fn acknowledged_held_only_by(&self, index: usize) -> Option<Offset> {
+        let last_acknowledged = *self.acknowledged.keys().next_back()?;
+        let replicas = self.coordinator.log_state(LOG).ok()??.replicas;
+        let mut others_end: Option<Offset> = None;
+        for (other, machine) in self.machines.iter().enumerate() {
+            if other == index || !replicas.contains(&machine.id) {
+                continue;
+            }
+            let end = machine
+                .node
+                .as_ref()?
+                .node()
+                .log(LOG)
+                .ok()?
+                .log_end_offset();
+            others_end = Some(others_end.map_or(end, |e| e.max(end)));
+        }
+        let end = others_end?;
+        (last_acknowledged >= end).then_some(end)
     }
 
     /// Asks every idle session of every live node for its next fetch, and
@@ -3286,8 +3339,8 @@ mod tests {
         simulated: Duration,
         /// Disk faults: EIO planned, full disks, ENOSPC refusals, bit
         /// flips, corrupt errors, flipped disks replaced, flipped disks
-        /// kept.
-        disk: [u64; 7],
+        /// kept, runs ended at the calm with the only copy flipped.
+        disk: [u64; 8],
         /// Runs whose disks took time, those with a slow one (fsync of 1 ms
         /// or more), and the disk time in all.
         timed: u64,
@@ -3319,6 +3372,7 @@ mod tests {
                 report.corrupt_errors,
                 report.flipped_disks_replaced,
                 report.flipped_disks_kept,
+                u64::from(report.only_copy_flipped),
             ]) {
                 *total += count;
             }
@@ -3448,7 +3502,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -3466,6 +3520,7 @@ mod tests {
                 report.corrupt_errors,
                 report.flipped_disks_replaced,
                 report.flipped_disks_kept,
+                report.only_copy_flipped,
                 report.supervisor_restarts,
                 report.disk_time,
                 report.sync_latency_max,
@@ -3545,9 +3600,9 @@ mod tests {
             seeds as f64 / elapsed,
             seeds as f64 / elapsed * 3600.0
         );
-        let [eio, full, enospc, flips, corrupt, replaced, kept] = disk;
+        let [eio, full, enospc, flips, corrupt, replaced, kept, only_copy] = disk;
         eprintln!(
-            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced, {kept} kept); {timed} runs with disk latency ({slow} with a fsync of 1 ms or more), {:.0} s of disk time",
+            "disk faults: {eio} EIO planned, {full} full disks ({enospc} ENOSPC), {flips} bit flips ({corrupt} corrupt errors, {replaced} disks replaced, {kept} kept, {only_copy} runs ended at the calm with the only copy of acknowledged records flipped); {timed} runs with disk latency ({slow} with a fsync of 1 ms or more), {:.0} s of disk time",
             disk_time.as_secs_f64()
         );
         let [stop_runs, stops, leader_stops, handed_over, held] = operator;
@@ -3706,6 +3761,18 @@ mod tests {
     #[test]
     fn seed_3957916697_a_stop_slower_than_the_session_is_left_to_the_controller() {
         passes(3_957_916_697);
+    }
+
+    /// Seed 20000545 (found by a sweep at ebe9033) failed SPEC 3.8 after
+    /// the calm, a checker mistake: after power losses of every node,
+    /// unclean recovery elected node 2, the longest log, and a bit flip on
+    /// its disk sat in the only copy of records 326..426 (acknowledged up
+    /// to 390); the replacement of its disk lost them. A flip in the last
+    /// copy of a record is a loss no replication repairs; the run now ends
+    /// at the calm there, counted.
+    #[test]
+    fn seed_20000545_a_flip_in_the_only_copy_ends_the_run_at_the_calm() {
+        passes(20_000_545);
     }
 
     /// Seed 9000472 failed the end check of SPEC 3.9 at an instant, a

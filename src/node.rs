@@ -501,7 +501,7 @@ impl Node {
         };
         let directory_id = identity
             .map(|identity| identity.directory_id)
-            .unwrap_or_else(DirectoryId::random);
+            .unwrap_or_else(DirectoryId::random_for_directory);
         let mut states = coordinator.logs()?;
         // SPEC 3.10: a replica that a reassignment removed while this node
         // was down (or before it got to delete it) is a stray: the
@@ -536,6 +536,7 @@ impl Node {
                         .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
                     tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
                         "deleted the copy of a replica that a reassignment removed");
+                    unassign_directory(&*coordinator, me, state.log);
                 }
             }
         }
@@ -556,10 +557,17 @@ impl Node {
         // started with every replica "unclean" and nobody to lead it.
         // KIP-858 likewise leaves a new replica's directory unassigned
         // until its broker places it.
+        // A replica whose copy this node deleted is placed nowhere
+        // (`DirectoryId::UNASSIGNED`): added back later, it holds nothing
+        // until it is placed again (simulator seed 20005277: a replica
+        // removed, added back, and not yet created when the node stopped
+        // cleanly made its next start count as one that lost data, and
+        // leave the ISR and ELR of every log).
         let lost: HashSet<LogId> = hosted
             .iter()
             .copied()
             .filter(|log| match recorded.get(log) {
+                Some(placed) if *placed == DirectoryId::UNASSIGNED => false,
                 Some(placed) => *placed != directory_id || !disk.exists(&log_dir(&data_dir, *log)),
                 None => false,
             })
@@ -1736,6 +1744,19 @@ fn replica_log_end(replica: &Replica) -> LogEnd {
     }
 }
 
+/// Records that `node`'s replica of `log`, whose copy it just deleted, is
+/// placed on no directory ([`DirectoryId::UNASSIGNED`]), so that a later
+/// start does not take it for a replica that lost its data. A failure is
+/// only logged: the old placement stays on record, and a start before the
+/// replica is created again counts it as lost, the cautious side.
+fn unassign_directory(coordinator: &dyn Coordinator, node: NodeId, log: LogId) {
+    if let Err(error) =
+        coordinator.record_replica_directories(node, DirectoryId::UNASSIGNED, &[log])
+    {
+        tracing::warn!(%log, %node, %error, "cannot record that the deleted replica is placed on no directory; its next start before it is created again counts it as lost");
+    }
+}
+
 /// The directory of `log`'s replica inside a node's data directory.
 fn log_dir(data_dir: &Path, log: LogId) -> PathBuf {
     data_dir.join(format!("log-{}", log.0))
@@ -2363,9 +2384,19 @@ impl NodeShared {
                 // of 56af0b4, finding 4), which recovery waits for all the
                 // same, until only the unclean switch may pass it over; it
                 // reports its real end once it opens.
+                // A replica this node knows it lost (SPEC 2.8) holds
+                // nothing of what was acknowledged, opened or not: its
+                // end is reported as empty, as the start reports it
+                // (simulator seed 20002248: reported as not known, and
+                // never again once it opened, it held a log's unclean
+                // recovery, and the log leaderless, for ever).
                 if state.in_unclean_recovery() && !state.is_unclean(me) {
-                    self.report_recovery_candidate_end(state, None);
-                    self.reported_unopened.lock().insert(state.log);
+                    if self.lost_replicas.contains(&state.log) {
+                        self.report_recovery_candidate_end(state, Some(LogEnd::default()));
+                    } else {
+                        self.report_recovery_candidate_end(state, None);
+                        self.reported_unopened.lock().insert(state.log);
+                    }
                 }
                 return;
             }
@@ -3033,9 +3064,12 @@ impl NodeShared {
         let dir = log_dir(&self.config.data_dir, log);
         match self.disk.remove_dir_all(&dir) {
             Ok(()) => {
-                tracing::info!(%log, node = %me, dir = %dir.display(), "replica removed by a reassignment: stopped and deleted")
+                tracing::info!(%log, node = %me, dir = %dir.display(), "replica removed by a reassignment: stopped and deleted");
+                unassign_directory(&*self.coordinator, me, log);
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                unassign_directory(&*self.coordinator, me, log);
+            }
             Err(error) => {
                 tracing::error!(%log, node = %me, dir = %dir.display(), %error, "cannot delete a removed replica's directory")
             }

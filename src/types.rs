@@ -186,6 +186,25 @@ pub struct ClusterId(pub u128);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DirectoryId(pub u128);
 
+impl DirectoryId {
+    /// Recorded for a replica whose copy its node deleted (a reassignment
+    /// removed it): placed on no directory, so it holds no record, as a
+    /// replica never placed (Kafka's `DirectoryId.UNASSIGNED`, KIP-858).
+    /// No data directory has this id.
+    pub const UNASSIGNED: DirectoryId = DirectoryId(0);
+
+    /// A new random id for a data directory: never
+    /// [`UNASSIGNED`](Self::UNASSIGNED).
+    pub fn random_for_directory() -> DirectoryId {
+        loop {
+            let id = DirectoryId::random();
+            if id != DirectoryId::UNASSIGNED {
+                return id;
+            }
+        }
+    }
+}
+
 macro_rules! random_hex_id {
     ($name:ident) => {
         impl $name {

@@ -1265,7 +1265,9 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Records that `node`'s replicas of `logs` live on `directory`,
     /// replacing what was recorded for them. A node calls it before one
     /// of those replicas serves anything, so that a replica which may hold
-    /// records always has a directory on record. Changes no [`LogState`]
+    /// records always has a directory on record, and with
+    /// [`DirectoryId::UNASSIGNED`](crate::DirectoryId::UNASSIGNED) once it
+    /// deleted their copies. Changes no [`LogState`]
     /// and sends no event. A write ([`Error::CoordinatorOutcomeUnknown`]
     /// possible): the caller must not let those replicas serve until a
     /// call succeeds (it is idempotent, so calling again settles it).

@@ -8,6 +8,7 @@
 mod reassignment_support;
 
 mod a_cancelled_reassignment_returns_to_the_original_replicas;
+mod a_deleted_replica_is_placed_on_no_directory;
 mod a_reassignment_survives_crashes_half_way;
 mod a_removed_leader_keeps_taking_appends_while_a_cut_off_replica_holds_the_high_watermark;
 mod a_stale_log_list_at_start_deletes_no_replica;

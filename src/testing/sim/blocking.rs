@@ -63,10 +63,10 @@ pub(super) struct BlockingClients {
 
 impl BlockingClients {
     /// The clients of the run seeded `seed`: in half the runs none, in the
-    /// others one to [`CLIENTS_MAX`].
-    pub(super) fn new(seed: u64) -> BlockingClients {
+    /// others one to [`CLIENTS_MAX`]; none unless `enabled`.
+    pub(super) fn new(seed: u64, enabled: bool) -> BlockingClients {
         let mut rng = SplitMix64::new(seed);
-        let count = if rng.next_u64().is_multiple_of(2) {
+        let count = if !enabled || rng.next_u64().is_multiple_of(2) {
             0
         } else {
             1 + rng.next_u64() % CLIENTS_MAX

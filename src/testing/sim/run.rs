@@ -3494,6 +3494,10 @@ mod tests {
             if let Some(lines) = trace_lines {
                 config.trace_lines = lines;
             }
+            // `ISRLOG_SIM_BLOCKING_CLIENTS=0` replays a seed as the
+            // simulator ran it before it had blocking clients (runs without
+            // them are unchanged, the others are not).
+            config.blocking_clients = variable("ISRLOG_SIM_BLOCKING_CLIENTS") != Some(0);
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.

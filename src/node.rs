@@ -1522,7 +1522,7 @@ impl SteppedNode {
             .replicas_in_log_order()
             .into_iter()
             .filter_map(|replica| {
-                let (epoch, _end) = replica.stop_appends_for_hand_over()?;
+                let (epoch, _end) = replica.stop_appends_for_shutdown()?;
                 Some((replica.log_id(), epoch))
             })
             .collect();
@@ -2262,8 +2262,14 @@ impl NodeShared {
         let hosted = self.open_replica(log);
         let mut unopened = self.unopened.lock();
         match &hosted {
-            Ok(_) => {
+            Ok(replica) => {
                 unopened.remove(&log);
+                // Opened after a controlled shutdown began (after it
+                // stopped the replicas it found, or too late to be
+                // found): it takes no append either (SPEC 3.5).
+                if self.winding_down.load(Ordering::SeqCst) {
+                    replica.stop_appends_for_shutdown();
+                }
             }
             Err(error) => {
                 unopened.insert(log, error.to_string());
@@ -3495,7 +3501,7 @@ impl NodeShared {
         let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
             .into_iter()
             .filter_map(|replica| {
-                let (epoch, end) = replica.stop_appends_for_hand_over()?;
+                let (epoch, end) = replica.stop_appends_for_shutdown()?;
                 Some((replica, epoch, end))
             })
             .collect();
@@ -3629,7 +3635,11 @@ impl NodeShared {
                 return None;
             }
         };
-        (state.leader == Some(me) && state.leader_epoch == epoch).then_some(state)
+        // A later epoch in which this node still leads is the same
+        // leadership to hand over: a reassignment's completion bumps the
+        // epoch of a leader it keeps (simulator seed 20009429: the stop
+        // gave the log up as moved, and the node stopped leading it).
+        (state.leader == Some(me) && state.leader_epoch >= epoch).then_some(state)
     }
 
     /// The live nodes, for a hand-over of `log` (in `state`); `None`

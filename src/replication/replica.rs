@@ -280,6 +280,11 @@ pub(crate) struct Replica {
     /// which this replica stopped taking appends to hand its leadership
     /// over. A later epoch is not affected.
     appends_stopped_in: AtomicU64,
+    /// Set once its node's controlled shutdown began: no append is taken
+    /// from then on, in this epoch or any later one (a reassignment's
+    /// completion may make the stopping leader lead again in a new epoch;
+    /// simulator seeds 20009429 and 20006026).
+    stopped_for_shutdown: AtomicBool,
     pipeline: AppendPipeline,
     /// The pipeline's last writes, from which follower fetches are
     /// answered without reading the log back (see `RecentWrites`). A leaf
@@ -436,6 +441,7 @@ impl Replica {
             resign_attempted_at: Mutex::new(None),
             leadership_failed: Mutex::new(None),
             appends_stopped_in: AtomicU64::new(0),
+            stopped_for_shutdown: AtomicBool::new(false),
             pipeline: AppendPipeline {
                 combiner: Combiner::new(AppendQueue::new(merged_bytes_max)),
                 written: Watch::new(0),
@@ -609,6 +615,20 @@ impl Replica {
         self.appends_stopped_in
             .store(u64::from(role.leader_epoch.0) + 1, Ordering::SeqCst);
         Some((role.leader_epoch, self.log.log_end_offset()))
+    }
+
+    /// Controlled shutdown (SPEC 3.5): this replica takes no append from
+    /// now on, whatever epoch it leads later; as a leader also
+    /// [`stop_appends_for_hand_over`](Self::stop_appends_for_hand_over),
+    /// whose epoch and log end it returns (`None` on a follower).
+    pub(crate) fn stop_appends_for_shutdown(&self) -> Option<(LeaderEpoch, Offset)> {
+        {
+            // Under the role's lock: an append admitted before holds it
+            // until its batch is written or queued.
+            let _role = self.role.write();
+            self.stopped_for_shutdown.store(true, Ordering::SeqCst);
+        }
+        self.stop_appends_for_hand_over()
     }
 
     /// A leader's hand-over (reassignment, SPEC 3.10; stuck application,
@@ -922,7 +942,9 @@ impl Replica {
         if role.role != Role::Leader {
             return Err(self.not_leader(&role));
         }
-        if self.appends_stopped_in.load(Ordering::SeqCst) == u64::from(role.leader_epoch.0) + 1 {
+        if self.stopped_for_shutdown.load(Ordering::SeqCst)
+            || self.appends_stopped_in.load(Ordering::SeqCst) == u64::from(role.leader_epoch.0) + 1
+        {
             // Handing leadership over (controlled shutdown): the successor
             // is not named yet; the caller retries and finds it.
             return Err(Error::NotLeader {
@@ -2840,6 +2862,52 @@ mod tests {
             .become_leader(LeaderEpoch(1), vec![NodeId(0)], vec![NodeId(0)], 1)
             .unwrap();
         replica
+    }
+
+    /// SPEC 3.5: once its node's controlled shutdown began, a replica
+    /// takes no append, in that epoch or a later one it leads (a
+    /// reassignment's completion bumps a kept leader's epoch: simulator
+    /// seeds 20009429, 20006026), while a reassignment's hand-over stop
+    /// ends with its epoch.
+    #[test]
+    fn a_shutdown_stop_holds_in_every_later_epoch_a_hand_over_stop_does_not() {
+        let append = |replica: &Replica| {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            replica.append_as_leader(&builder.build().unwrap(), false, true, false)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let replica = lone_leader(dir.path());
+        append(&replica).unwrap();
+        assert_eq!(
+            replica.stop_appends_for_hand_over(),
+            Some((LeaderEpoch(1), Offset(1)))
+        );
+        assert!(matches!(
+            append(&replica),
+            Err(Error::NotLeader { leader: None, .. })
+        ));
+        replica
+            .become_leader(LeaderEpoch(2), vec![NodeId(0)], vec![NodeId(0)], 1)
+            .unwrap();
+        append(&replica).expect("a hand-over's stop ends with its epoch");
+
+        assert_eq!(
+            replica.stop_appends_for_shutdown(),
+            Some((LeaderEpoch(2), Offset(2)))
+        );
+        assert!(matches!(
+            append(&replica),
+            Err(Error::NotLeader { leader: None, .. })
+        ));
+        replica
+            .become_leader(LeaderEpoch(3), vec![NodeId(0)], vec![NodeId(0)], 1)
+            .unwrap();
+        assert!(
+            matches!(append(&replica), Err(Error::NotLeader { leader: None, .. })),
+            "a shutdown's stop holds in a later epoch"
+        );
+        assert_eq!(replica.log.log_end_offset(), Offset(2));
     }
 
     /// An append that bypasses the queue (an idempotent or large batch)

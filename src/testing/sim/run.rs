@@ -2024,13 +2024,29 @@ impl Run {
             if other == index || !replicas.contains(&machine.id) {
                 continue;
             }
-            let end = machine
+            let open = machine
                 .node
-                .as_ref()?
-                .node()
-                .log(LOG)
-                .ok()?
-                .log_end_offset();
+                .as_ref()
+                .and_then(|node| node.node().log(LOG).ok());
+            let end = match open {
+                Some(log) => log.log_end_offset(),
+                // Down, or its log not open (seed 20007374: the replica
+                // that held the least was down at the calm): what its disk
+                // holds, as its next start will find it, read without
+                // touching the run.
+                None => {
+                    let disk = machine.disk.shared();
+                    let dir =
+                        std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", LOG.0));
+                    machine.disk.unobserved(|| {
+                        if !disk.exists(&dir) {
+                            return Some(Offset::ZERO);
+                        }
+                        let report = crate::storage::inspect::inspect_dir_on(&disk, &dir).ok()?;
+                        Some(report.log_end_offset().unwrap_or(Offset::ZERO))
+                    })?
+                }
+            };
             others_end = Some(others_end.map_or(end, |e| e.max(end)));
         }
         let end = others_end?;
@@ -3799,6 +3815,11 @@ mod tests {
     #[test]
     fn seed_20000545_a_flip_in_the_only_copy_ends_the_run_at_the_calm() {
         passes_as_before_blocking_clients(20_000_545);
+        // The same with the other replica down at the calm (a sweep at
+        // ebe9033; helper-65): node 2 ended at 592, acknowledged to 1617
+        // on nodes 0 and 1; node 0's copy was deleted by a reassignment
+        // after node 1's disk flipped under it.
+        passes_as_before_blocking_clients(20_007_374);
     }
 
     /// Seed 1000745 (found by a sweep at ebe9033) failed SPEC 3.10 at the
@@ -3845,6 +3866,20 @@ mod tests {
     #[test]
     fn seed_20005277_a_replica_deleted_and_added_back_is_not_lost() {
         passes_as_before_blocking_clients(20_005_277);
+    }
+
+    /// Seeds 20009429 and 20006026 (found by a sweep at ebe9033; root
+    /// cause by helper-65) failed SPEC 3.5: a real bug. A leader's
+    /// controlled shutdown had begun when an operator's reassignment
+    /// completed, keeping it leader in a new epoch: its appends were
+    /// stopped only in the old epoch, so it took appends again, and its
+    /// hand-over took the new epoch for a move by someone else and gave
+    /// the log up. A shutdown's stop now holds in every later epoch, and
+    /// its hand-over goes on in a later epoch it still leads.
+    #[test]
+    fn seed_20009429_a_stopping_leader_kept_by_a_reassignment_takes_no_append() {
+        passes_as_before_blocking_clients(20_009_429);
+        passes_as_before_blocking_clients(20_006_026);
     }
 
     /// Seed 9000472 failed the end check of SPEC 3.9 at an instant, a

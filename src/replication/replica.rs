@@ -1647,7 +1647,25 @@ impl Replica {
         let lookup = request
             .last_fetched_epoch
             .and_then(|epoch| self.log.end_offset_for_epoch(epoch));
-        match check_divergence(request.fetch_offset, request.last_fetched_epoch, lookup) {
+        // An epoch older than every epoch this leader still knows: the
+        // follower's records in it lie below what this leader deleted (a
+        // record at or past its log start is in a known epoch), so it can
+        // vouch for none of them, even where the cache's answer `(e, log
+        // start)` reaches the fetch offset (simulator seed 20012215: a
+        // follower's records of a deposed leader's epoch survived below the
+        // log start, under records committed in a later epoch). Diverging,
+        // at the log start: the follower then discards what it holds below
+        // it (`apply_fetched_to`). Kafka answers from the same cache (KIP-101)
+        // without this check.
+        let older_than_known = request
+            .last_fetched_epoch
+            .zip(self.log.earliest_epoch())
+            .is_some_and(|(epoch, earliest)| epoch < earliest);
+        let divergence = match lookup {
+            Some(end) if older_than_known => Divergence::Diverging(end),
+            _ => check_divergence(request.fetch_offset, request.last_fetched_epoch, lookup),
+        };
+        match divergence {
             Divergence::Consistent => {}
             Divergence::Diverging(end) => {
                 // The follower truncates as told: its next fetch may be
@@ -2558,6 +2576,23 @@ impl Replica {
         }
         // Divergence is resolved before anything else in the answer is used.
         if let Some(diverging) = answer.diverging {
+            // The leader deleted what lies below its log start and vouches
+            // for nothing there: when it says the logs agree at most up to
+            // that start, a log holding records below it cannot tell which
+            // of them match (simulator seed 20012215), and cuts them all.
+            // Its next fetch is then below the leader's start, and the
+            // out-of-range path above restarts the log there, or gets the
+            // application a snapshot, as for a follower that fell behind.
+            let (leader_start, own_start) = (answer.log_start_offset, self.log.log_start_offset());
+            if diverging.end_offset <= leader_start && own_start < leader_start {
+                tracing::warn!(log = %self.log_id, node = %self.local, leader = %state.leader(),
+                    diverging_end_offset = %diverging.end_offset, %leader_start, %own_start,
+                    "the logs diverge at or below the leader's log start: discarding every record below it");
+                self.log.truncate_to(own_start)?;
+                state.on_truncated(self.log.log_end_offset());
+                self.lower_follower_high_watermark(state);
+                return Ok(ErrorCode::None);
+            }
             let lookup = self.log.end_offset_for_epoch(diverging.epoch);
             match state.on_diverging(diverging, lookup) {
                 DivergenceAction::Truncate(truncation) => {

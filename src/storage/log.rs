@@ -1390,6 +1390,18 @@ impl Log {
         self.state.read().epochs.latest_epoch()
     }
 
+    /// The oldest epoch in the epoch cache: once records were deleted, the
+    /// oldest of which this log still holds records (its cache starts at
+    /// the log start).
+    pub fn earliest_epoch(&self) -> Option<LeaderEpoch> {
+        self.state
+            .read()
+            .epochs
+            .entries()
+            .first()
+            .map(|entry| entry.epoch)
+    }
+
     /// SPEC 3.6: where `epoch` ends on this replica, `None` when `epoch` is
     /// newer than every epoch known (or none is).
     pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEndOffset> {

@@ -3876,6 +3876,22 @@ mod tests {
     /// hand-over took the new epoch for a move by someone else and gave
     /// the log up. A shutdown's stop now holds in every later epoch, and
     /// its hand-over goes on in a later epoch it still leads.
+    /// Seed 20012215 (found by a sweep at ebe9033; root cause by
+    /// helper-66) failed G2: a real safety bug (SPEC 3.6). Node 1, a
+    /// deposed leader, had appended records of its epoch 15 at 1656..
+    /// (never committed; p346 was committed at 1656 in epoch 16). Back
+    /// after a clean stop, it fetched with last epoch 15 from a leader
+    /// whose log start, 1743, had passed the start of epoch 16: its cache
+    /// answered (15, 1743), the follower cut to 1743 only, and its records
+    /// below stayed, hidden by a log start move not yet on disk; a crash
+    /// brought them back under its high watermark. A leader now answers an
+    /// epoch older than every epoch it knows as diverging at its log start,
+    /// and a follower told so discards everything below that start.
+    #[test]
+    fn seed_20012215_a_follower_discards_what_it_holds_below_the_leaders_start() {
+        passes_as_before_blocking_clients(20_012_215);
+    }
+
     #[test]
     fn seed_20009429_a_stopping_leader_kept_by_a_reassignment_takes_no_append() {
         passes_as_before_blocking_clients(20_009_429);

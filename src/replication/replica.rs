@@ -3052,6 +3052,57 @@ mod tests {
         assert_eq!(follower.log().log_end_offset(), Offset(5));
     }
 
+    /// SPEC 3.6 (simulator seed 20012215): told that its log and the
+    /// leader's agree at most up to the leader's log start, a follower
+    /// holding records below that start discards them all: the leader
+    /// deleted its own and vouches for none of them. A cut to that start
+    /// alone kept a deposed leader's records there.
+    #[test]
+    fn a_follower_told_the_logs_agree_only_up_to_the_leaders_start_keeps_nothing_below_it() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = lone_leader(leader_dir.path());
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        let records = leader.read(Offset(0), 1 << 20, false).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_without_a_store(dir.path());
+        let answer = |log_start_offset: u64, diverging, records| FetchedLog {
+            log: LogId(0),
+            error: ErrorCode::None,
+            high_watermark: Offset(0),
+            log_start_offset: Offset(log_start_offset),
+            log_end_offset: Offset(10),
+            diverging,
+            records,
+            applied_offsets: Vec::new(),
+        };
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(0, None, records))
+            .unwrap();
+        assert_eq!(follower.log().log_end_offset(), Offset(10));
+        let at_the_start = EpochEndOffset {
+            epoch: LeaderEpoch(1),
+            end_offset: Offset(5),
+        };
+        follower
+            .apply_fetched(
+                NodeId(0),
+                LeaderEpoch(1),
+                answer(5, Some(at_the_start), Bytes::new()),
+            )
+            .unwrap();
+        assert_eq!(
+            follower.log().log_end_offset(),
+            Offset(0),
+            "records below 5 kept"
+        );
+    }
+
     /// SPEC 3.9: a follower without a snapshot store whose application's
     /// position was below its leader's log start says it needs a snapshot;
     /// once its application reports a position at or above that start (a

@@ -3064,21 +3064,29 @@ impl NodeShared {
         if let Err(error) = replica.log().close_in_place() {
             tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
         }
-        self.placed.lock().remove(&log);
         self.unopened.lock().remove(&log);
         self.unreported.lock().remove(&log);
         let dir = log_dir(&self.config.data_dir, log);
-        match self.disk.remove_dir_all(&dir) {
+        let deleted = match self.disk.remove_dir_all(&dir) {
             Ok(()) => {
                 tracing::info!(%log, node = %me, dir = %dir.display(), "replica removed by a reassignment: stopped and deleted");
-                unassign_directory(&*self.coordinator, me, log);
+                true
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                unassign_directory(&*self.coordinator, me, log);
-            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => true,
             Err(error) => {
-                tracing::error!(%log, node = %me, dir = %dir.display(), %error, "cannot delete a removed replica's directory")
+                tracing::error!(%log, node = %me, dir = %dir.display(), %error, "cannot delete a removed replica's directory");
+                false
             }
+        };
+        // Under `placed`'s lock, and only while the replica is not hosted
+        // again: a reconcile that adds it back (on another thread) hosts it
+        // before it records its directory, and checks `placed` first, so
+        // its record lands after this one, never under it (helper-67's
+        // review of 3c31faa).
+        let mut placed = self.placed.lock();
+        placed.remove(&log);
+        if deleted && !self.replicas.read().contains_key(&log) {
+            unassign_directory(&*self.coordinator, me, log);
         }
     }
 

@@ -2359,8 +2359,9 @@ impl Replica {
         // transfer's check before the application's install.
         self.check_snapshot_offset(leader, offset)?;
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
-        // Everything below the snapshot is committed (the leader sends
-        // none above its high watermark): the high watermark rises to it
+        // Everything below the snapshot is committed (an application
+        // snapshots only what it applied, and applies only committed
+        // records: see `answer_snapshot`): the high watermark rises to it
         // before the machine restarts from the log.
         if start <= offset && offset <= end {
             // A live follower whose application lagged: its log holds the

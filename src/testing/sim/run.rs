@@ -3868,14 +3868,6 @@ mod tests {
         passes_as_before_blocking_clients(20_005_277);
     }
 
-    /// Seeds 20009429 and 20006026 (found by a sweep at ebe9033; root
-    /// cause by helper-65) failed SPEC 3.5: a real bug. A leader's
-    /// controlled shutdown had begun when an operator's reassignment
-    /// completed, keeping it leader in a new epoch: its appends were
-    /// stopped only in the old epoch, so it took appends again, and its
-    /// hand-over took the new epoch for a move by someone else and gave
-    /// the log up. A shutdown's stop now holds in every later epoch, and
-    /// its hand-over goes on in a later epoch it still leads.
     /// Seed 20012215 (found by a sweep at ebe9033; root cause by
     /// helper-66) failed G2: a real safety bug (SPEC 3.6). Node 1, a
     /// deposed leader, had appended records of its epoch 15 at 1656..
@@ -3892,6 +3884,14 @@ mod tests {
         passes_as_before_blocking_clients(20_012_215);
     }
 
+    /// Seeds 20009429 and 20006026 (found by a sweep at ebe9033; root
+    /// cause by helper-65) failed SPEC 3.5: a real bug. A leader's
+    /// controlled shutdown had begun when an operator's reassignment
+    /// completed, keeping it leader in a new epoch: its appends were
+    /// stopped only in the old epoch, so it took appends again, and its
+    /// hand-over took the new epoch for a move by someone else and gave
+    /// the log up. A shutdown's stop now holds in every later epoch, and
+    /// its hand-over goes on in a later epoch it still leads.
     #[test]
     fn seed_20009429_a_stopping_leader_kept_by_a_reassignment_takes_no_append() {
         passes_as_before_blocking_clients(20_009_429);

@@ -120,12 +120,18 @@ pub struct LogEnd {
 }
 
 impl LogEnd {
-    /// Whether the log holds no record: no batch, or nothing below its
-    /// end. Such a log is never "the longest" in unclean recovery
+    /// Whether the log lost everything: it ends at offset 0. Such a log is
+    /// never "the longest" in unclean recovery
     /// ([`LogState::recovery_leader`]): electing it would truncate every
-    /// other replica to nothing.
+    /// other replica to nothing. A log that restarted at an offset with no
+    /// batch since (after a snapshot install, or a log start moved to its
+    /// end) has no last epoch but is not empty: its application holds
+    /// everything below its end (simulator seed 20020251: counted as
+    /// empty, the only replica holding what was acknowledged up to 1090
+    /// lost to a fresh one, elected at offset 0, with the unclean switch
+    /// off).
     pub fn is_empty(&self) -> bool {
-        self.last_epoch.is_none() || self.log_end_offset == Offset::ZERO
+        self.log_end_offset == Offset::ZERO
     }
 }
 

@@ -162,6 +162,25 @@ pub(crate) fn start_update(
     // replica that reported an empty log may go (not one whose end is not
     // known yet).
     if isr_and_elr.is_empty() {
+        // Nor may it drop every replica of the unclean list, even ones that
+        // reported an empty log: the list is what keeps the log in unclean
+        // recovery, where the replicas that come back report and the
+        // longest is elected. Emptied, the log has a leader, ISR, ELR and
+        // list all empty, a state no rule elects from (simulator seed
+        // 20019365: a cancel dropped the one replica left, which had
+        // reported empty; the log stayed leaderless while a replica holding
+        // every record was live).
+        if !state.unclean_replicas.is_empty()
+            && !state
+                .unclean_replicas
+                .iter()
+                .any(|reported| replicas.contains(&reported.node))
+        {
+            return Err(coordinator_error(format!(
+                "cannot reassign {log} to {target:?}: it has no leader, ISR or ELR member, and the new replicas {replicas:?} drop every replica of its unclean recovery (unclean replicas {:?}), which would leave nobody it could elect; retry once it has a leader",
+                state.unclean_replicas
+            )));
+        }
         let reported_empty = |node: &NodeId| {
             state
                 .unclean_replicas
@@ -589,6 +608,16 @@ mod tests {
         elr.eligible_leader_replicas = nodes(&[3]);
         elr.unclean_replicas = vec![unclean_at(0, 5)];
         assert!(start_update(&elr, &nodes(&[0, 1, 2]), &live, 2).is_err());
+        // Every replica of the unclean list reported an empty log (5 here):
+        // one must stay all the same, or no rule elects a leader any more
+        // (simulator seed 20019365).
+        let mut only_empty = empty_5.clone();
+        only_empty.unclean_replicas = vec![only_empty.unclean_replicas[2]];
+        let error = start_update(&only_empty, &nodes(&[0, 1, 2, 3, 4]), &live, 2).unwrap_err();
+        assert!(
+            error.to_string().contains("nobody it could elect"),
+            "{error}"
+        );
     }
 
     /// Review of 714b35d: `replace_node` stopped at the first log it could

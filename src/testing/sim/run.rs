@@ -3884,6 +3884,29 @@ mod tests {
         passes_as_before_blocking_clients(20_012_215);
     }
 
+    /// Seed 20020251 (found by a sweep at ebe9033; root cause by
+    /// helper-68) failed SPEC 3.8 and lost acknowledged records, with the
+    /// unclean switch off: a real bug. Node 0's log had restarted at 1107
+    /// with a snapshot install (no batch since), and its unclean report,
+    /// (no last epoch, 1107), counted as an empty log; with every report
+    /// "empty", recovery elected node 1, fresh, at offset 0. Only a log
+    /// ending at 0 counts as empty now.
+    #[test]
+    fn seed_20020251_a_log_restarted_at_an_offset_is_not_empty() {
+        passes_as_before_blocking_clients(20_020_251);
+    }
+
+    /// Seed 20019365 (found by a sweep at ebe9033; root cause by
+    /// helper-68) never settled: a real liveness bug (SPEC 3.10). The
+    /// log's only unclean replica (node 2, its identity file flipped so it
+    /// reported its log lost) was dropped by an operator's cancel, leaving
+    /// no leader, ISR, ELR or unclean replica: nothing could be elected,
+    /// though node 0 held every record. Such a move is refused now.
+    #[test]
+    fn seed_20019365_a_move_keeps_a_replica_of_the_unclean_recovery() {
+        passes_as_before_blocking_clients(20_019_365);
+    }
+
     /// Seeds 20009429 and 20006026 (found by a sweep at ebe9033; root
     /// cause by helper-65) failed SPEC 3.5: a real bug. A leader's
     /// controlled shutdown had begun when an operator's reassignment

@@ -179,7 +179,7 @@ pub(crate) fn check_entries(
         if (relative, position) == (0, 0) {
             break;
         }
-        if let Some(problem) = entry_problem(slot, previous, bytes, base_offset, data_bytes) {
+        if let Some(problem) = entry_problem(slot, previous, bytes, base_offset, data_bytes, None) {
             return Err(problem);
         }
         previous = (relative, position);
@@ -197,14 +197,16 @@ pub(crate) fn check_entries(
 
 /// What is wrong with the entry in `slot` of `bytes`, which follows
 /// `previous` (relative offset, position; `(0, 0)` for the first): it must
-/// come after it in both, point inside the `data_bytes` of data, and not
-/// overflow `base_offset`.
+/// come after it in both, point inside the `data_bytes` of data, not
+/// overflow `base_offset`, and, when the segment's `next_offset` is known,
+/// name an offset below it.
 fn entry_problem(
     slot: usize,
     previous: (u32, u32),
     bytes: &[u8],
     base_offset: Offset,
     data_bytes: u64,
+    next_offset: Option<Offset>,
 ) -> Option<IndexProblem> {
     let (relative, position) = decode_entry(bytes, slot);
     if relative <= previous.0 || position <= previous.1 {
@@ -220,9 +222,18 @@ fn entry_problem(
     }
     // The base offset comes from the file name: an entry past u64::MAX
     // from it is garbage, and reading it back would overflow.
-    if base_offset.0.checked_add(u64::from(relative)).is_none() {
+    let Some(offset) = base_offset.0.checked_add(u64::from(relative)) else {
         return Some(IndexProblem(format!(
             "entry {slot} (relative offset {relative}) overflows base offset {base_offset}"
+        )));
+    };
+    // Without this bound a flipped high bit of an offset passed, and the
+    // next, good entry was blamed for not following it: the flipped one
+    // stayed last, and the next append's entry fell below it (simulator
+    // seed 20024806, `OffsetIndex::append`'s invariant).
+    if let Some(next_offset) = next_offset.filter(|next| offset >= next.0) {
+        return Some(IndexProblem(format!(
+            "entry {slot} names offset {offset}, at or past the segment's end {next_offset}"
         )));
     }
     None
@@ -375,13 +386,22 @@ impl OffsetIndex {
     /// segment's index, remapped when a truncation made the segment active
     /// again, broke the index's order at the next append). The index is
     /// sparse, so fewer entries only cost lookups some reading.
-    pub(crate) fn keep_checked_entries(&mut self, data_bytes: u64) -> Option<IndexProblem> {
+    pub(crate) fn keep_checked_entries(
+        &mut self,
+        data_bytes: u64,
+        next_offset: Offset,
+    ) -> Option<IndexProblem> {
         let mut previous = (0u32, 0u32);
         for slot in 0..self.entries {
             let bytes = self.mapped();
-            if let Some(problem) =
-                entry_problem(slot, previous, bytes, self.base_offset, data_bytes)
-            {
+            if let Some(problem) = entry_problem(
+                slot,
+                previous,
+                bytes,
+                self.base_offset,
+                data_bytes,
+                Some(next_offset),
+            ) {
                 tracing::warn!(path = %self.path.display(), problem = %problem.0,
                     "the offset index no longer reads back as written; dropping its entries from there");
                 self.drop_entries_from(slot);
@@ -628,11 +648,13 @@ mod tests {
         assert!(index.append(Offset(125), 2500));
         index.trim_to_used().unwrap();
         index.sync().unwrap();
-        assert_eq!(index.keep_checked_entries(5000), None);
+        assert_eq!(index.keep_checked_entries(5000, Offset(200)), None);
         // The top byte of the second entry's position: 2000 + 2^30.
         disk.flip_bit_at(&path, 15, 6).unwrap();
         index.resize(80).unwrap();
-        let problem = index.keep_checked_entries(5000).expect("the flip is seen");
+        let problem = index
+            .keep_checked_entries(5000, Offset(200))
+            .expect("the flip is seen");
         assert!(
             problem.0.contains("entry 1 points at byte 1073743824"),
             "{problem:?}"
@@ -649,7 +671,20 @@ mod tests {
             "dropped entries are zeroed"
         );
         // Entries past the data go the same way.
-        assert!(index.keep_checked_entries(3000).is_some());
+        assert!(index.keep_checked_entries(3000, Offset(200)).is_some());
+        assert_eq!(index.used_entries(), vec![entry(110, 1000)]);
+        // So does an entry naming an offset at or past the segment's end
+        // (a flipped high bit of its relative offset), itself, not the
+        // next one (seed 20024806).
+        assert!(index.append(Offset(130), 2000));
+        assert!(index.append(Offset(140), 2500));
+        index.sync().unwrap();
+        disk.flip_bit_at(&path, 11, 3).unwrap();
+        index.resize(80).unwrap();
+        let problem = index
+            .keep_checked_entries(5000, Offset(150))
+            .expect("the flip is seen");
+        assert!(problem.0.contains("entry 1 names offset"), "{problem:?}");
         assert_eq!(index.used_entries(), vec![entry(110, 1000)]);
     }
 

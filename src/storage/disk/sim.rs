@@ -272,6 +272,52 @@ enum Entry {
     File(u64),
 }
 
+/// The live names of the flipped files, with their inodes, in the
+/// namespace's order, as of the namespace's change count `changes` and the
+/// list of flipped inodes `inodes` (see [`SimDisk::flipped_bits`]).
+#[derive(Debug)]
+struct FlippedNames {
+    changes: u64,
+    inodes: Vec<u64>,
+    names: Vec<(PathBuf, u64)>,
+}
+
+/// The live namespace: read as a map through `Deref`, changed only through
+/// its methods, which count the changes, so that what is derived from it
+/// is kept until it changes (the names of the flipped files, see
+/// [`SimDisk::flipped_bits`]).
+#[derive(Debug, Default)]
+struct Namespace {
+    entries: BTreeMap<PathBuf, Entry>,
+    changes: u64,
+}
+
+impl std::ops::Deref for Namespace {
+    type Target = BTreeMap<PathBuf, Entry>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.entries
+    }
+}
+
+impl Namespace {
+    fn insert(&mut self, path: PathBuf, entry: Entry) -> Option<Entry> {
+        self.changes += 1;
+        self.entries.insert(path, entry)
+    }
+
+    fn remove(&mut self, path: &Path) -> Option<Entry> {
+        self.changes += 1;
+        self.entries.remove(path)
+    }
+
+    /// Every entry at once (a power loss).
+    fn replace(&mut self, entries: BTreeMap<PathBuf, Entry>) {
+        self.changes += 1;
+        self.entries = entries;
+    }
+}
+
 #[derive(Debug)]
 struct State {
     rng: SplitMix64,
@@ -286,8 +332,12 @@ struct State {
     ///
     /// Invariant: holds every inode whose `flips` is not empty.
     flipped_inodes: Vec<u64>,
+    /// The live names of `flipped_inodes`, kept while neither changes:
+    /// looking through every name for them after every step of the
+    /// simulator was 4% of a debug run of it.
+    flipped_names: Option<FlippedNames>,
     /// The namespace as the running process sees it.
-    live: BTreeMap<PathBuf, Entry>,
+    live: Namespace,
     /// The namespace a power loss would leave.
     durable: BTreeMap<PathBuf, Entry>,
     /// Entries that may differ between `live` and `durable` (a directory's
@@ -565,7 +615,7 @@ impl State {
             live.remove(&orphan);
         }
         self.durable = live.clone();
-        self.live = live;
+        self.live.replace(live);
         self.unsynced_entries.clear();
         // Files no name reaches are gone for good.
         let reachable: BTreeSet<u64> = self
@@ -601,8 +651,9 @@ impl SimDisk {
                 rng: SplitMix64::new(seed),
                 generation: 0,
                 flipped_inodes: Vec::new(),
+                flipped_names: None,
                 inodes: Inodes::default(),
-                live: BTreeMap::new(),
+                live: Namespace::default(),
                 durable: BTreeMap::new(),
                 unsynced_entries: BTreeSet::new(),
                 locks: BTreeSet::new(),
@@ -783,6 +834,7 @@ impl SimDisk {
         let State {
             inodes,
             flipped_inodes,
+            flipped_names,
             live,
             ..
         } = &mut *state;
@@ -792,13 +844,28 @@ impl SimDisk {
         if flipped_inodes.is_empty() {
             return flipped;
         }
-        for (path, entry) in live.iter() {
-            let Entry::File(id) = entry else {
-                continue;
-            };
-            if !flipped_inodes.contains(id) {
-                continue;
+        let names = match flipped_names {
+            Some(kept) if kept.changes == live.changes && kept.inodes == *flipped_inodes => {
+                &kept.names
             }
+            _ => {
+                let names = live
+                    .iter()
+                    .filter_map(|(path, entry)| match entry {
+                        Entry::File(id) if flipped_inodes.contains(id) => Some((path.clone(), *id)),
+                        _ => None,
+                    })
+                    .collect();
+                &flipped_names
+                    .insert(FlippedNames {
+                        changes: live.changes,
+                        inodes: flipped_inodes.clone(),
+                        names,
+                    })
+                    .names
+            }
+        };
+        for (path, id) in names.iter() {
             let Some(inode) = inodes.get(id) else {
                 continue;
             };
@@ -826,7 +893,7 @@ impl SimDisk {
     pub fn describe(&self) -> String {
         let state = self.lock();
         let mut out = String::new();
-        for (path, entry) in &state.live {
+        for (path, entry) in state.live.iter() {
             let name_durable = state.durable.get(path) == Some(entry);
             match entry {
                 Entry::Directory => out.push_str(&format!(
@@ -1574,6 +1641,37 @@ mod tests {
         disk.flip_bit_at(&path("/d/b"), 1, 1).unwrap();
         disk.flip_bit_at(&path("/d/b"), 1, 1).unwrap();
         assert!(listed(&disk).is_empty());
+    }
+
+    /// `flipped_bits` keeps the names of the flipped files between calls:
+    /// a new flip, a directory's rename and a new file are each seen at
+    /// the next call.
+    #[test]
+    fn flipped_bits_follows_the_namespace_between_calls() {
+        let disk = SimDisk::new(6);
+        disk.create_dir_all(&path("/d")).unwrap();
+        for name in ["/d/x", "/d/y"] {
+            write_file(&disk, name, &[0u8; 8]).sync_all().unwrap();
+        }
+        disk.sync_dir(&path("/d")).unwrap();
+        disk.sync_dir(&path("/")).unwrap();
+        let listed = |disk: &SimDisk| -> Vec<(PathBuf, u64)> {
+            disk.flipped_bits()
+                .into_iter()
+                .map(|f| (f.path, f.position))
+                .collect()
+        };
+        disk.flip_bit_at(&path("/d/y"), 2, 0).unwrap();
+        assert_eq!(listed(&disk), [(path("/d/y"), 2)]);
+        disk.flip_bit_at(&path("/d/x"), 5, 0).unwrap();
+        assert_eq!(listed(&disk), [(path("/d/x"), 5), (path("/d/y"), 2)]);
+        disk.rename(&path("/d"), &path("/e")).unwrap();
+        assert_eq!(listed(&disk), [(path("/e/x"), 5), (path("/e/y"), 2)]);
+        write_file(&disk, "/e/w", &[0u8; 8]);
+        disk.rename(&path("/e/x"), &path("/e/z")).unwrap();
+        assert_eq!(listed(&disk), [(path("/e/y"), 2), (path("/e/z"), 5)]);
+        disk.lose_power();
+        assert_eq!(listed(&disk), [(path("/d/x"), 5), (path("/d/y"), 2)]);
     }
 
     #[test]

@@ -640,6 +640,10 @@ struct Run {
     /// The last offset acknowledged in each leader epoch (an append is
     /// acknowledged by the leader it was written by).
     acknowledged_by_epoch: BTreeMap<LeaderEpoch, Offset>,
+    /// An epoch and the last offset acknowledged before it, as last
+    /// computed from `acknowledged_by_epoch`; `None` once that changed
+    /// (see [`Run::acknowledged_before`]).
+    acknowledged_before: Option<(LeaderEpoch, Option<Offset>)>,
     /// Where the reader goes on reading.
     read_position: Offset,
     /// Every record served as committed so far, by the reader or by any
@@ -835,6 +839,7 @@ impl Run {
             leader_high_watermarks: BTreeMap::new(),
             fetches: 0,
             acknowledged_by_epoch: BTreeMap::new(),
+            acknowledged_before: None,
             read_position: Offset::ZERO,
             committed_seen: BTreeMap::new(),
             config,
@@ -2359,11 +2364,7 @@ impl Run {
             // is above every offset an earlier leader acknowledged.
             let epoch = log.leader_epoch();
             if let Ok(committed_end) = log.committed_end() {
-                let earlier = self
-                    .acknowledged_by_epoch
-                    .range(..epoch)
-                    .map(|(_, o)| *o)
-                    .max();
+                let earlier = self.acknowledged_before(epoch);
                 if let Some(acknowledged) = earlier.filter(|o| committed_end <= *o) {
                     return Err(format!(
                         "SPEC 3.8: node {index}, leader in epoch {epoch}, says the committed end is {committed_end}, but an earlier leader acknowledged {acknowledged}"
@@ -2385,6 +2386,24 @@ impl Run {
             *shown = high_watermark;
         }
         Ok(())
+    }
+
+    /// The highest offset acknowledged in an epoch before `epoch`. Kept
+    /// until an acknowledgement changes it: the leader's check after every
+    /// step went through the epochs each time.
+    fn acknowledged_before(&mut self, epoch: LeaderEpoch) -> Option<Offset> {
+        match self.acknowledged_before {
+            Some((before, earlier)) if before == epoch => earlier,
+            _ => {
+                let earlier = self
+                    .acknowledged_by_epoch
+                    .range(..epoch)
+                    .map(|(_, o)| *o)
+                    .max();
+                self.acknowledged_before = Some((epoch, earlier));
+                earlier
+            }
+        }
     }
 
     /// SPEC 3.4: a fetch vouches for its follower only as of its arrival,
@@ -2753,6 +2772,7 @@ impl Run {
                 *last = (*last).max(outcome.last_offset);
                 self.acknowledged_epochs
                     .insert(outcome.base_offset, outcome.leader_epoch);
+                self.acknowledged_before = None;
                 match self.acknowledged.insert(outcome.base_offset, value) {
                     // The producer's batch in doubt, re-sent and answered
                     // as a duplicate of where it first landed.

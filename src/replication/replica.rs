@@ -2021,8 +2021,14 @@ impl Replica {
                 } else if bound == own {
                     (bound, Some(self.local), Some(own))
                 } else {
-                    let holder = self.applied.holder_of(&role.in_sync_replicas, bound);
-                    (bound, holder, Some(bound))
+                    // The bound is a position some replica holds: an
+                    // in-sync one's (the quorum's), else the lowest one's
+                    // (`applied`, the clamp's floor).
+                    let holder = self
+                        .applied
+                        .holder_of(&role.in_sync_replicas, bound)
+                        .unwrap_or(held_by);
+                    (bound, Some(holder), Some(bound))
                 }
             }
         };
@@ -2030,6 +2036,9 @@ impl Replica {
         // the cap, the lowest applied position.
         debug_assert!(bound <= high_watermark);
         debug_assert!(capped || bound == applied);
+        // A bound below the high watermark names what holds it (errors and
+        // metrics report it).
+        debug_assert!(held_by.is_some() || bound == high_watermark);
         Ok(DeletionBound {
             bound,
             held_by,
@@ -2054,17 +2063,21 @@ impl Replica {
         }
         let bound = self.deletion_bound_in(&role, latest)?;
         if offset > bound.bound {
-            let high_watermark = self.high_watermark();
+            // Named by what held the bound when it was computed: the high
+            // watermark read again here may have risen past `offset`
+            // meanwhile, and an error naming it would contradict itself.
             return Err(match bound.held_by {
-                Some(held_by) if bound.bound < high_watermark => Error::DeletionHeldBack {
+                Some(held_by) => Error::DeletionHeldBack {
                     requested: offset,
                     bound: bound.bound,
                     held_by,
                     applied: bound.held_by_applied,
                 },
-                _ => Error::LogStartAboveHighWatermark {
+                // Without a holder the bound is the high watermark it was
+                // computed from (see `deletion_bound_by_applied`).
+                None => Error::LogStartAboveHighWatermark {
                     requested: offset,
-                    high_watermark,
+                    high_watermark: bound.bound,
                 },
             });
         }

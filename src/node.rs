@@ -3581,7 +3581,7 @@ impl NodeShared {
                 if out_of_time() {
                     return;
                 }
-                match self.coordinator.live_nodes() {
+                match self.live_nodes_learning_incarnations() {
                     Ok(now_live) => live = now_live,
                     Err(error) => {
                         tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
@@ -3656,7 +3656,7 @@ impl NodeShared {
     /// the log stops (a whole cluster stopping), which is not a failure.
     fn hand_over_live_nodes(&self, log: LogId, state: &LogState) -> Option<Vec<NodeId>> {
         let me = self.local();
-        let live = match self.coordinator.live_nodes() {
+        let live = match self.live_nodes_learning_incarnations() {
             Ok(live) => live,
             Err(error) => {
                 tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
@@ -3938,6 +3938,22 @@ impl NodeShared {
     /// (SPEC 3.2). On failure the view stays as it was: fetches from the
     /// incarnations it holds still count, and the next event or unverified
     /// fetch asks again.
+    /// The live nodes, for a hand-over, read with their incarnations,
+    /// which this node learns ([`PeerIncarnations::learn`]). A
+    /// winding-down node's control thread reads the coordinator no more
+    /// (it ignores the announcements of registrations and the unverified
+    /// fetches' requests), so without this a follower that registered
+    /// after the view was last read (it restarted, or the shutdown began
+    /// right after this node's start) has every fetch refused as
+    /// unverified, never catches up, and the hand-over waits out its
+    /// deadline for nothing (simulator seed 60004986: the shutdown began
+    /// at 7 ms, before the first read).
+    fn live_nodes_learning_incarnations(&self) -> Result<Vec<NodeId>> {
+        let live = self.coordinator.live_node_incarnations()?;
+        self.peer_incarnations.learn(&live);
+        Ok(live.into_iter().map(|(node, _)| node).collect())
+    }
+
     fn refresh_incarnations(&self) {
         match self.coordinator.live_node_incarnations() {
             Ok(live) => self.peer_incarnations.replace(&live),

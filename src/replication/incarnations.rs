@@ -9,7 +9,9 @@
 //! restarted), or from a sender that does not know the follower's
 //! incarnation (a stranger on a plaintext port), counts for nothing. This
 //! file owns that view and the one comparison per fetch; it does not call
-//! the coordinator (the node's control thread does, and reports here).
+//! the coordinator (the node's control thread does, and reports here; so
+//! do a controlled shutdown's hand-overs, while the control thread is
+//! quiet).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -71,6 +73,24 @@ impl PeerIncarnations {
         current.extend(live.iter().copied());
     }
 
+    /// Adds what the coordinator listed to the view without removing
+    /// anything: a node listed with a later incarnation than the view holds
+    /// (or not held at all) takes it; nothing goes back to an earlier one.
+    /// For readers other than the control thread (a controlled shutdown's
+    /// hand-overs, which run concurrently while the control thread reads
+    /// nothing): incarnations only grow, so concurrent calls may land in
+    /// any order and the view still ends with the latest each listed.
+    /// A node that stopped stays until the next [`replace`](Self::replace);
+    /// a fetch in its name counts for nothing more than a fetch did before
+    /// it stopped (whoever reads it as a successor checks liveness again).
+    pub(crate) fn learn(&self, live: &[(NodeId, Incarnation)]) {
+        let mut current = self.current.write();
+        for &(node, incarnation) in live {
+            let held = current.entry(node).or_insert(incarnation);
+            *held = (*held).max(incarnation);
+        }
+    }
+
     /// The incarnation this view holds for `node`, if it is live.
     pub(crate) fn get(&self, node: NodeId) -> Option<Incarnation> {
         self.current.read().get(&node).copied()
@@ -126,6 +146,17 @@ mod tests {
                 "{node} {incarnation}"
             );
         }
+        // Learning adds and raises, never lowers nor removes.
+        view.learn(&[(a, Incarnation(4)), (stranger, Incarnation(3))]);
+        assert_eq!(view.check(a, Incarnation(5)), IncarnationCheck::Current);
+        assert_eq!(
+            view.check(stranger, Incarnation(3)),
+            IncarnationCheck::Current
+        );
+        view.learn(&[(b, Incarnation(8))]);
+        assert_eq!(view.check(b, Incarnation(8)), IncarnationCheck::Current);
+        assert_eq!(view.check(b, Incarnation(7)), IncarnationCheck::Stale);
+        assert_eq!(view.check(a, Incarnation(5)), IncarnationCheck::Current);
         // A node that is not listed any more is not live.
         view.replace(&[(b, Incarnation(8))]);
         assert_eq!(view.check(a, Incarnation(5)), IncarnationCheck::Unverified);

@@ -4092,6 +4092,18 @@ mod tests {
         });
     }
 
+    /// Seed 60004986 (found by a sweep at f19c9dd), a real bug: node 0's
+    /// controlled shutdown began at 7 ms, before its control thread had
+    /// read the other nodes' incarnations, and a winding-down control
+    /// thread reads the coordinator no more, so every follower fetch was
+    /// refused as unverified, nobody caught up and the hand-over waited
+    /// out its bound. The hand-over's read of the live nodes now teaches
+    /// the node their incarnations.
+    #[test]
+    fn seed_60004986_a_shutdown_begun_before_the_incarnations_were_read_hands_over() {
+        passes_with(SimConfig::new(60_004_986));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event

@@ -2612,6 +2612,28 @@ impl Replica {
                 self.lower_follower_high_watermark(state);
                 return Ok(ErrorCode::None);
             }
+            // The same answer to a log that starts at or above the leader's
+            // start: the leader's records from there on are all of epochs
+            // newer than the one this log names, so none of this log's
+            // records matches one of the leader's, and an empty log still
+            // names that epoch from its cache. Cutting to its own start
+            // would cut nothing and leave the epoch, the next fetch would
+            // name it again and get the same answer, for ever (simulator
+            // seed 60012908: a follower empty at 1044, its start moved
+            // there, of last epoch 11, under a leader restarted at 1044 by a snapshot
+            // and leading since in epoch 19, whose cache starts there). It
+            // restarts empty at its start, with no epoch, and fetches from
+            // there.
+            if diverging.end_offset <= leader_start {
+                tracing::warn!(log = %self.log_id, node = %self.local, leader = %state.leader(),
+                    diverging_end_offset = %diverging.end_offset, %leader_start, %own_start,
+                    log_end_offset = %self.log.log_end_offset(),
+                    "the logs agree nowhere past the leader's log start, where this log starts: restarting it empty at its start");
+                self.log.truncate_fully_and_start_at(own_start)?;
+                state.on_truncated(self.log.log_end_offset());
+                self.lower_follower_high_watermark(state);
+                return Ok(ErrorCode::None);
+            }
             let lookup = self.log.end_offset_for_epoch(diverging.epoch);
             match state.on_diverging(diverging, lookup) {
                 DivergenceAction::Truncate(truncation) => {
@@ -3119,6 +3141,72 @@ mod tests {
             follower.log().log_end_offset(),
             Offset(0),
             "records below 5 kept"
+        );
+    }
+
+    /// The same answer to a follower whose log is empty at the leader's
+    /// start (its own start moved there) but still names an epoch the
+    /// leader no longer knows: cutting to its start cut nothing, the epoch
+    /// stayed, and every fetch got the same answer again (simulator seed
+    /// 60012908). It restarts empty at its start, naming no epoch.
+    #[test]
+    fn an_empty_follower_told_the_logs_agree_only_up_to_the_leaders_start_forgets_its_epoch() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = lone_leader(leader_dir.path());
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        let records = leader.read(Offset(0), 1 << 20, false).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_without_a_store(dir.path());
+        let answer = |log_start_offset: u64, diverging, records| FetchedLog {
+            log: LogId(0),
+            error: ErrorCode::None,
+            high_watermark: Offset(10),
+            log_start_offset: Offset(log_start_offset),
+            log_end_offset: Offset(10),
+            diverging,
+            records,
+            applied_offsets: Vec::new(),
+        };
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(0, None, records))
+            .unwrap();
+        // The leader's start moves to 10, and the follower's with it.
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(10, None, Bytes::new()))
+            .unwrap();
+        let log = follower.log();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(10), Offset(10))
+        );
+        let epoch = log.latest_epoch().expect("the cache keeps the last epoch");
+        let at_the_start = EpochEndOffset {
+            epoch,
+            end_offset: Offset(10),
+        };
+        let code = follower
+            .apply_fetched(
+                NodeId(0),
+                LeaderEpoch(1),
+                answer(10, Some(at_the_start), Bytes::new()),
+            )
+            .unwrap();
+        assert_eq!(code, ErrorCode::None, "backed off");
+        let log = follower.log();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(10), Offset(10))
+        );
+        assert_eq!(
+            log.latest_epoch(),
+            None,
+            "the next fetch names the epoch again"
         );
     }
 

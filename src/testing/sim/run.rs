@@ -4104,6 +4104,18 @@ mod tests {
         passes_with(SimConfig::new(60_004_986));
     }
 
+    /// Seed 60012908 (found by a sweep at 29a4640), a real bug, liveness:
+    /// node 1, restarted empty at 1044 by a snapshot, led in epoch 19, its
+    /// epoch cache starting there; node 0, whose log was empty, its start
+    /// moved up to 1044, fetched naming its last epoch 11, older than every epoch
+    /// the leader knows, and was answered diverging at the leader's start,
+    /// which cut nothing from its empty log: it asked again for 20 s and
+    /// never rejoined the ISR. It now restarts its log empty at its start.
+    #[test]
+    fn seed_60012908_an_empty_follower_of_an_unknown_epoch_restarts_and_catches_up() {
+        passes_with(SimConfig::new(60_012_908));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event

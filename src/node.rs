@@ -38,8 +38,8 @@ use crate::replication::CompletionRunner;
 #[cfg(any(test, feature = "testing"))]
 use crate::replication::FetchSession;
 use crate::replication::{
-    BelowLeaderStart, FetchArrival, Fetcher, HostingNode, IncarnationCheck, IsrProposal,
-    PeerIncarnations, Replica, Role, Watch,
+    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, IsrProposal, PeerIncarnations,
+    Replica, Role, Watch,
 };
 use crate::storage::{
     create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
@@ -249,7 +249,9 @@ pub(crate) struct NodeShared {
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
     /// waiting (nothing can replicate a stopped node's log any more).
-    stop: AtomicBool,
+    /// Shared with the node's replicas (`Replica::set_node_stop`), which
+    /// read it on every pipelined append; raised too when this is dropped.
+    stop: Arc<AtomicBool>,
     /// Set when a controlled shutdown begins: the control thread then makes
     /// no coordinator call of its own (heartbeats, ISR proposals, the
     /// incarnation view, resyncs, report retries), so that none is still
@@ -601,7 +603,7 @@ impl Node {
             failed_recovery_reports: Mutex::new(HashSet::new()),
             unopened: Mutex::new(HashMap::new()),
             hand_overs: Mutex::new(HashMap::new()),
-            stop: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
             winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
@@ -991,7 +993,7 @@ impl Node {
     /// with `Shutdown` once the node stops.
     pub(crate) fn log_parts(&self, log: LogId) -> Result<LogParts> {
         let replica = self.shared.replica(log).ok_or(Error::UnknownLog(log))?;
-        replica.set_node(&self.shared);
+        replica.set_node_stop(&self.shared.stop);
         Ok(LogParts {
             replica,
             node: Arc::clone(&self.shared),
@@ -1848,9 +1850,11 @@ impl NodeShared {
     }
 }
 
-impl HostingNode for NodeShared {
-    fn is_stopped(&self) -> bool {
-        NodeShared::is_stopped(self)
+impl Drop for NodeShared {
+    /// A replica outliving its node reads it as stopped, as it would read
+    /// a stopped one (`Replica::set_node_stop`).
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 

@@ -352,9 +352,14 @@ impl PendingAppends {
         };
         let at = key(&append);
         // Almost always the last: offsets are handed out in order, and
-        // appenders queue right after.
-        let index = queue.partition_point(|queued| key(queued) <= at);
-        queue.insert(index, append);
+        // appenders queue right after. Checked first, since a binary search
+        // of a long queue misses the cache on every step.
+        if queue.back().is_none_or(|last| key(last) <= at) {
+            queue.push_back(append);
+        } else {
+            let index = queue.partition_point(|queued| key(queued) <= at);
+            queue.insert(index, append);
+        }
         self.queued.fetch_add(1, Ordering::SeqCst);
         None
     }

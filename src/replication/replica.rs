@@ -46,14 +46,6 @@ use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
 use crate::types::{EpochEndOffset, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
-/// What a replica asks of the node hosting it: whether it stopped. The
-/// node implements it; the replica holds it weakly and names no node type,
-/// so that replication stays below the node's runtime.
-pub(crate) trait HostingNode: Send + Sync {
-    /// Whether the node has stopped (shut down, halted or crashed).
-    fn is_stopped(&self) -> bool;
-}
-
 /// The role of a replica, as this node knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -132,6 +124,9 @@ struct AppendPipeline {
     written: Watch,
     /// Set when a write failed: the log is poisoned, every waiter fails.
     failure: Mutex<Option<String>>,
+    /// Whether `failure` is set: raised right after it, never lowered.
+    /// Read without the lock on every pipelined append's verdict.
+    failed: AtomicBool,
     /// Appends pushed so far (read by the seat holder's gathering).
     pushes: AtomicU64,
 }
@@ -300,10 +295,14 @@ pub(crate) struct Replica {
     /// Taken with no other lock of the replica held, and held over no
     /// application code (callbacks run on the completion thread).
     resolving: Mutex<()>,
-    /// The node hosting this replica, set when the node first hands out
-    /// the log's handle: a pipelined append whose node stopped fails with
-    /// `Shutdown` (not `NotLeader`), as a blocking `append` does.
-    node: std::sync::OnceLock<std::sync::Weak<dyn HostingNode>>,
+    /// The stop flag of the node hosting this replica, set when the node
+    /// first hands out the log's handle: a pipelined append whose node
+    /// stopped fails with `Shutdown` (not `NotLeader`), as a blocking
+    /// `append` does. The node raises the flag when it stops and when it
+    /// is dropped, so one load answers "stopped or gone" (it was a weak
+    /// reference to the node, upgraded on every pipelined append: two
+    /// atomic read-modify-writes on a count every thread shares).
+    node_stop: std::sync::OnceLock<Arc<AtomicBool>>,
     /// The applied positions of the log's replicas (SPEC 3.9).
     applied: AppliedPositions,
     /// What a follower whose log ends below its leader's log start does
@@ -446,12 +445,13 @@ impl Replica {
                 combiner: Combiner::new(AppendQueue::new(merged_bytes_max)),
                 written: Watch::new(0),
                 failure: Mutex::new(None),
+                failed: AtomicBool::new(false),
                 pushes: AtomicU64::new(0),
             },
             recent_writes: Mutex::new(RecentWrites::default()),
             pending: PendingAppends::default(),
             resolving: Mutex::new(()),
-            node: std::sync::OnceLock::new(),
+            node_stop: std::sync::OnceLock::new(),
             applied,
             below_leader_start: BelowLeaderStart::Restart,
             needs_snapshot: Mutex::new(None),
@@ -1111,6 +1111,7 @@ impl Replica {
                 // never happened. A poisoned leader resigns.
                 self.log.poison(&format!("leader append failed: {error}"));
                 *self.pipeline.failure.lock() = Some(error.to_string());
+                self.pipeline.failed.store(true, Ordering::SeqCst);
                 self.pipeline.written.close();
                 // acks=all waiters fail now with the cause, not at their
                 // timeout.
@@ -1397,7 +1398,7 @@ impl Replica {
         let high_watermark = self.high_watermark.get();
         let written = self.pipeline.written.get();
         let generation = self.generation.load(Ordering::SeqCst);
-        let failed = self.pipeline.failure.lock().is_some();
+        let failed = self.pipeline.failed.load(Ordering::SeqCst);
         Snapshot {
             generation,
             high_watermark,
@@ -1576,23 +1577,23 @@ impl Replica {
         self.pending.is_stopped() || self.node_stopped()
     }
 
-    /// Records the node hosting this replica (the first call wins).
-    pub(crate) fn set_node<N: HostingNode + 'static>(&self, node: &Arc<N>) {
-        // Every `Node::log` call lands here: once set, no weak reference
-        // is made (and dropped) only to be refused.
-        if self.node.get().is_some() {
+    /// Records the stop flag of the node hosting this replica (the first
+    /// call wins). The node must raise it when it stops (shut down, halted
+    /// or crashed) and when it is dropped.
+    pub(crate) fn set_node_stop(&self, stop: &Arc<AtomicBool>) {
+        // Every `Node::log` call lands here: once set, no reference is
+        // cloned (and dropped) only to be refused.
+        if self.node_stop.get().is_some() {
             return;
         }
-        let node: std::sync::Weak<N> = Arc::downgrade(node);
-        let _ = self.node.set(node);
+        let _ = self.node_stop.set(Arc::clone(stop));
     }
 
     /// Whether the hosting node stopped (or is gone).
     fn node_stopped(&self) -> bool {
-        self.node
+        self.node_stop
             .get()
-            .map(|node| node.upgrade().is_none_or(|node| node.is_stopped()))
-            .unwrap_or(false)
+            .is_some_and(|stop| stop.load(Ordering::SeqCst))
     }
 
     /// Answers one log of a follower's fetch (SPEC 3.2). An empty answer may

@@ -338,6 +338,30 @@ impl PendingAppends {
                 return Some((append, verdict));
             }
         }
+        Self::insert_locked(&mut state, &self.queued, append);
+        None
+    }
+
+    /// [`queue`](Self::queue) for an append that `decide` finds still
+    /// waiting; one it would settle at once is handed back untouched
+    /// (its bytes still reserved), for the caller to `queue` once it
+    /// holds what orders the hand-over of outcomes.
+    pub(crate) fn queue_if_waiting(
+        &self,
+        append: PendingAppend,
+        decide: impl FnOnce(&PendingAppend, bool) -> Verdict,
+    ) -> Option<PendingAppend> {
+        let mut state = self.state.lock();
+        let stopped = state.stopped;
+        if decide(&append, stopped) != Verdict::Wait {
+            return Some(append);
+        }
+        Self::insert_locked(&mut state, &self.queued, append);
+        None
+    }
+
+    /// Puts `append` in its queue, in offset order.
+    fn insert_locked(state: &mut PendingState, queued: &AtomicUsize, append: PendingAppend) {
         let queue = if append.acks_all {
             &mut state.all
         } else {
@@ -360,8 +384,7 @@ impl PendingAppends {
             let index = queue.partition_point(|queued| key(queued) <= at);
             queue.insert(index, append);
         }
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        None
+        queued.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Decides queued appends from `known`: with `full`, every one; else

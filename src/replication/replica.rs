@@ -1437,10 +1437,20 @@ impl Replica {
             cell,
             resolved: false,
         };
-        let _order = self.resolving.lock();
-        let settled = self.pending.queue(append, |append, stopped| {
+        let decide = |append: &PendingAppend, stopped: bool| {
             super::pending::verdict(append, &self.pipelined_snapshot(stopped, None, None))
-        });
+        };
+        // Almost every append still waits when it is queued: it hands
+        // nothing over, so it needs no place in the order of hand-overs
+        // and is queued without `resolving`, which every fetch's
+        // resolution pass holds (one lock pair less per append).
+        let Some(append) = self.pending.queue_if_waiting(append, decide) else {
+            return;
+        };
+        // Its outcome is known already: decide it again, in order with
+        // the other passes (a decided append stays decided).
+        let _order = self.resolving.lock();
+        let settled = self.pending.queue(append, decide);
         if let Some((append, verdict)) = settled {
             self.resolve_decided(vec![(append, verdict)]);
         }

@@ -4111,9 +4111,11 @@ mod tests {
     /// the leader knows, and was answered diverging at the leader's start,
     /// which cut nothing from its empty log: it asked again for 20 s and
     /// never rejoined the ISR. It now restarts its log empty at its start.
+    /// Seed 60016791 (the same sweep) is the same case.
     #[test]
     fn seed_60012908_an_empty_follower_of_an_unknown_epoch_restarts_and_catches_up() {
         passes_with(SimConfig::new(60_012_908));
+        passes_with(SimConfig::new(60_016_791));
     }
 
     /// Runs `seed`'s simulation with the default configuration as it was

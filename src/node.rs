@@ -3938,10 +3938,6 @@ impl NodeShared {
         Finished { count, finished }
     }
 
-    /// Reads every live node's current incarnation from the coordinator
-    /// (SPEC 3.2). On failure the view stays as it was: fetches from the
-    /// incarnations it holds still count, and the next event or unverified
-    /// fetch asks again.
     /// The live nodes, for a hand-over, read with their incarnations,
     /// which this node learns ([`PeerIncarnations::learn`]). A
     /// winding-down node's control thread reads the coordinator no more
@@ -3958,6 +3954,10 @@ impl NodeShared {
         Ok(live.into_iter().map(|(node, _)| node).collect())
     }
 
+    /// Reads every live node's current incarnation from the coordinator
+    /// (SPEC 3.2). On failure the view stays as it was: fetches from the
+    /// incarnations it holds still count, and the next event or unverified
+    /// fetch asks again.
     fn refresh_incarnations(&self) {
         match self.coordinator.live_node_incarnations() {
             Ok(live) => self.peer_incarnations.replace(&live),

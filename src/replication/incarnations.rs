@@ -66,11 +66,22 @@ impl PeerIncarnations {
     }
 
     /// Replaces the view with what the coordinator listed: every live node
-    /// with its current incarnation. A node not listed is not live.
+    /// with its current incarnation. A node not listed is not live. A
+    /// listed node's incarnation never goes back: a read that started
+    /// before [`learn`](Self::learn) took a later one (the node registered
+    /// again in between) would otherwise put the earlier one back, and a
+    /// delayed fetch of the node's previous process would count again
+    /// (SPEC 3.2). Incarnations only grow, so the larger is the current.
     pub(crate) fn replace(&self, live: &[(NodeId, Incarnation)]) {
         let mut current = self.current.write();
-        current.clear();
-        current.extend(live.iter().copied());
+        let next: HashMap<NodeId, Incarnation> = live
+            .iter()
+            .map(|&(node, listed)| {
+                let held = current.get(&node).copied();
+                (node, held.map_or(listed, |held| held.max(listed)))
+            })
+            .collect();
+        *current = next;
     }
 
     /// Adds what the coordinator listed to the view without removing
@@ -157,6 +168,11 @@ mod tests {
         assert_eq!(view.check(b, Incarnation(8)), IncarnationCheck::Current);
         assert_eq!(view.check(b, Incarnation(7)), IncarnationCheck::Stale);
         assert_eq!(view.check(a, Incarnation(5)), IncarnationCheck::Current);
+        // A read listing an earlier incarnation than one learned since
+        // (it started before the node registered again) keeps the later.
+        view.replace(&[(a, Incarnation(5)), (b, Incarnation(7))]);
+        assert_eq!(view.check(b, Incarnation(8)), IncarnationCheck::Current);
+        assert_eq!(view.check(b, Incarnation(7)), IncarnationCheck::Stale);
         // A node that is not listed any more is not live.
         view.replace(&[(b, Incarnation(8))]);
         assert_eq!(view.check(a, Incarnation(5)), IncarnationCheck::Unverified);

@@ -2033,13 +2033,14 @@ impl Replica {
                     (bound, Some(self.local), Some(own))
                 } else {
                     // The bound is a position some replica holds: an
-                    // in-sync one's (the quorum's), else the lowest one's
+                    // in-sync one's (the quorum's), or the lowest one's
                     // (`applied`, the clamp's floor).
-                    let holder = self
-                        .applied
-                        .holder_of(&role.in_sync_replicas, bound)
-                        .unwrap_or(held_by);
-                    (bound, Some(holder), Some(bound))
+                    match self.applied.holder_of(&role.in_sync_replicas, bound) {
+                        Some(holder) => (bound, Some(holder), Some(bound)),
+                        // The positions moved between the two reads: name
+                        // the lowest replica with the position it held.
+                        None => (bound, Some(held_by), held_by_applied),
+                    }
                 }
             }
         };
@@ -2628,19 +2629,25 @@ impl Replica {
             // newer than the one this log names, so none of this log's
             // records matches one of the leader's, and an empty log still
             // names that epoch from its cache. Cutting to its own start
-            // would cut nothing and leave the epoch, the next fetch would
+            // would cut nothing and leave the epoch: the next fetch would
             // name it again and get the same answer, for ever (simulator
             // seed 60012908: a follower empty at 1044, its start moved
-            // there, of last epoch 11, under a leader restarted at 1044 by a snapshot
-            // and leading since in epoch 19, whose cache starts there). It
-            // restarts empty at its start, with no epoch, and fetches from
-            // there.
+            // there, of last epoch 11, under a leader restarted at 1044 by
+            // a snapshot and leading since in epoch 19, whose cache starts
+            // there). It restarts empty at the leader's start, with no
+            // epoch, and fetches from there: a log that started above it
+            // (only after an unclean election or a lost disk) would
+            // otherwise vouch, by fetching from its own start, for
+            // records below it that are not the leader's (as the cut this
+            // answer asks for did before: below a log's start,
+            // `truncate_to` restarts the log at the cut).
             if diverging.end_offset <= leader_start {
+                debug_assert!(own_start >= leader_start);
                 tracing::warn!(log = %self.log_id, node = %self.local, leader = %state.leader(),
                     diverging_end_offset = %diverging.end_offset, %leader_start, %own_start,
                     log_end_offset = %self.log.log_end_offset(),
-                    "the logs agree nowhere past the leader's log start, where this log starts: restarting it empty at its start");
-                self.log.truncate_fully_and_start_at(own_start)?;
+                    "the logs agree nowhere past the leader's log start, where this log starts or above: restarting it empty at the leader's start");
+                self.log.truncate_fully_and_start_at(leader_start)?;
                 state.on_truncated(self.log.log_end_offset());
                 self.lower_follower_high_watermark(state);
                 return Ok(ErrorCode::None);

@@ -74,14 +74,8 @@ impl PeerIncarnations {
     /// (SPEC 3.2). Incarnations only grow, so the larger is the current.
     pub(crate) fn replace(&self, live: &[(NodeId, Incarnation)]) {
         let mut current = self.current.write();
-        let next: HashMap<NodeId, Incarnation> = live
-            .iter()
-            .map(|&(node, listed)| {
-                let held = current.get(&node).copied();
-                (node, held.map_or(listed, |held| held.max(listed)))
-            })
-            .collect();
-        *current = next;
+        current.retain(|node, _| live.iter().any(|&(listed, _)| listed == *node));
+        Self::learn_locked(&mut current, live);
     }
 
     /// Adds what the coordinator listed to the view without removing
@@ -95,7 +89,12 @@ impl PeerIncarnations {
     /// a fetch in its name counts for nothing more than a fetch did before
     /// it stopped (whoever reads it as a successor checks liveness again).
     pub(crate) fn learn(&self, live: &[(NodeId, Incarnation)]) {
-        let mut current = self.current.write();
+        Self::learn_locked(&mut self.current.write(), live);
+    }
+
+    /// Takes each listed incarnation that is later than the one held (or
+    /// the only one): the one rule both readers share.
+    fn learn_locked(current: &mut HashMap<NodeId, Incarnation>, live: &[(NodeId, Incarnation)]) {
         for &(node, incarnation) in live {
             let held = current.entry(node).or_insert(incarnation);
             *held = (*held).max(incarnation);

@@ -202,8 +202,6 @@ struct PendingState {
     leader: VecDeque<PendingAppend>,
     /// Callers blocked in `reserve`.
     blocked: usize,
-    /// The node stopped: every append fails with `Shutdown`.
-    stopped: bool,
 }
 
 /// The in-flight bound's counters, kept apart from the queues' lock: a
@@ -218,8 +216,10 @@ struct InFlight {
     bytes: AtomicUsize,
     /// The most `bytes` ever was.
     bytes_peak: AtomicUsize,
-    /// `PendingState::stopped`, readable without the lock: raised under
-    /// the lock with it, never lowered.
+    /// The node stopped: every append fails with `Shutdown`. Raised under
+    /// the queues' lock, never lowered, so that a reader holding the lock
+    /// sees it settled; read without the lock on the reservation's fast
+    /// path.
     stopped: AtomicBool,
 }
 
@@ -382,7 +382,7 @@ impl PendingAppends {
         decide: impl FnOnce(&PendingAppend, bool) -> Verdict,
     ) -> Option<(PendingAppend, Verdict)> {
         let mut state = self.state.lock();
-        let stopped = state.stopped;
+        let stopped = self.in_flight.stopped.load(Ordering::SeqCst);
         match decide(&append, stopped) {
             Verdict::Wait => {}
             verdict => {
@@ -404,7 +404,7 @@ impl PendingAppends {
         decide: impl FnOnce(&PendingAppend, bool) -> Verdict,
     ) -> Option<PendingAppend> {
         let mut state = self.state.lock();
-        let stopped = state.stopped;
+        let stopped = self.in_flight.stopped.load(Ordering::SeqCst);
         if decide(&append, stopped) != Verdict::Wait {
             return Some(append);
         }
@@ -446,7 +446,7 @@ impl PendingAppends {
     pub(crate) fn scan(&self, known: impl FnOnce(bool) -> Snapshot, full: bool) -> Decided {
         let mut decided = Vec::new();
         let mut guard = self.state.lock();
-        let known = known(guard.stopped);
+        let known = known(self.in_flight.stopped.load(Ordering::SeqCst));
         let mut released = 0;
         let state = &mut *guard;
         for queue in [&mut state.all, &mut state.leader] {
@@ -489,14 +489,13 @@ impl PendingAppends {
 
     /// Whether the node stopped.
     pub(crate) fn is_stopped(&self) -> bool {
-        self.state.lock().stopped
+        self.in_flight.stopped.load(Ordering::SeqCst)
     }
 
     /// The node stopped: every later `queue` and `reserve` fails, and
     /// blocked reservers wake.
     pub(crate) fn stop(&self) {
-        let mut state = self.state.lock();
-        state.stopped = true;
+        let _state = self.state.lock();
         self.in_flight.stopped.store(true, Ordering::SeqCst);
         self.space.notify_all();
     }

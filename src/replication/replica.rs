@@ -3111,13 +3111,10 @@ mod tests {
         assert_eq!(follower.log().log_end_offset(), Offset(5));
     }
 
-    /// SPEC 3.6 (simulator seed 20012215): told that its log and the
-    /// leader's agree at most up to the leader's log start, a follower
-    /// holding records below that start discards them all: the leader
-    /// deleted its own and vouches for none of them. A cut to that start
-    /// alone kept a deposed leader's records there.
-    #[test]
-    fn a_follower_told_the_logs_agree_only_up_to_the_leaders_start_keeps_nothing_below_it() {
+    /// A follower without a snapshot store in `dir` holding what a lone
+    /// leader wrote in epoch 1: ten one-record batches, offsets 0 to 9,
+    /// its high watermark still 0.
+    fn follower_of_ten_records(dir: &std::path::Path) -> Replica {
         let leader_dir = tempfile::tempdir().unwrap();
         let leader = lone_leader(leader_dir.path());
         for _ in 0..10 {
@@ -3128,32 +3125,54 @@ mod tests {
                 .unwrap();
         }
         let records = leader.read(Offset(0), 1 << 20, false).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let follower = follower_without_a_store(dir.path());
-        let answer = |log_start_offset: u64, diverging, records| FetchedLog {
-            log: LogId(0),
-            error: ErrorCode::None,
-            high_watermark: Offset(0),
-            log_start_offset: Offset(log_start_offset),
-            log_end_offset: Offset(10),
-            diverging,
-            records,
-            applied_offsets: Vec::new(),
-        };
-        follower
-            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(0, None, records))
-            .unwrap();
-        assert_eq!(follower.log().log_end_offset(), Offset(10));
-        let at_the_start = EpochEndOffset {
-            epoch: LeaderEpoch(1),
-            end_offset: Offset(5),
-        };
+        let follower = follower_without_a_store(dir);
         follower
             .apply_fetched(
                 NodeId(0),
                 LeaderEpoch(1),
-                answer(5, Some(at_the_start), Bytes::new()),
+                ten_records_answer(Offset(0), Offset(0), None, records),
             )
+            .unwrap();
+        assert_eq!(follower.log().log_end_offset(), Offset(10));
+        follower
+    }
+
+    /// An answer of the leader of [`follower_of_ten_records`], whose log
+    /// ends at 10.
+    fn ten_records_answer(
+        high_watermark: Offset,
+        log_start_offset: Offset,
+        diverging: Option<EpochEndOffset>,
+        records: Bytes,
+    ) -> FetchedLog {
+        FetchedLog {
+            log: LogId(0),
+            error: ErrorCode::None,
+            high_watermark,
+            log_start_offset,
+            log_end_offset: Offset(10),
+            diverging,
+            records,
+            applied_offsets: Vec::new(),
+        }
+    }
+
+    /// SPEC 3.6 (simulator seed 20012215): told that its log and the
+    /// leader's agree at most up to the leader's log start, a follower
+    /// holding records below that start discards them all: the leader
+    /// deleted its own and vouches for none of them. A cut to that start
+    /// alone kept a deposed leader's records there.
+    #[test]
+    fn a_follower_told_the_logs_agree_only_up_to_the_leaders_start_keeps_nothing_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_of_ten_records(dir.path());
+        let at_the_start = EpochEndOffset {
+            epoch: LeaderEpoch(1),
+            end_offset: Offset(5),
+        };
+        let answer = ten_records_answer(Offset(0), Offset(5), Some(at_the_start), Bytes::new());
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer)
             .unwrap();
         assert_eq!(
             follower.log().log_end_offset(),
@@ -3169,34 +3188,12 @@ mod tests {
     /// 60012908). It restarts empty at its start, naming no epoch.
     #[test]
     fn an_empty_follower_told_the_logs_agree_only_up_to_the_leaders_start_forgets_its_epoch() {
-        let leader_dir = tempfile::tempdir().unwrap();
-        let leader = lone_leader(leader_dir.path());
-        for _ in 0..10 {
-            let mut builder = RecordBatchBuilder::new(1);
-            builder.push(b"v");
-            leader
-                .append_as_leader(&builder.build().unwrap(), false, true, false)
-                .unwrap();
-        }
-        let records = leader.read(Offset(0), 1 << 20, false).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let follower = follower_without_a_store(dir.path());
-        let answer = |log_start_offset: u64, diverging, records| FetchedLog {
-            log: LogId(0),
-            error: ErrorCode::None,
-            high_watermark: Offset(10),
-            log_start_offset: Offset(log_start_offset),
-            log_end_offset: Offset(10),
-            diverging,
-            records,
-            applied_offsets: Vec::new(),
-        };
-        follower
-            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(0, None, records))
-            .unwrap();
+        let follower = follower_of_ten_records(dir.path());
         // The leader's start moves to 10, and the follower's with it.
+        let moved = ten_records_answer(Offset(10), Offset(10), None, Bytes::new());
         follower
-            .apply_fetched(NodeId(0), LeaderEpoch(1), answer(10, None, Bytes::new()))
+            .apply_fetched(NodeId(0), LeaderEpoch(1), moved)
             .unwrap();
         let log = follower.log();
         assert_eq!(
@@ -3208,12 +3205,9 @@ mod tests {
             epoch,
             end_offset: Offset(10),
         };
+        let answer = ten_records_answer(Offset(10), Offset(10), Some(at_the_start), Bytes::new());
         let code = follower
-            .apply_fetched(
-                NodeId(0),
-                LeaderEpoch(1),
-                answer(10, Some(at_the_start), Bytes::new()),
-            )
+            .apply_fetched(NodeId(0), LeaderEpoch(1), answer)
             .unwrap();
         assert_eq!(code, ErrorCode::None, "backed off");
         let log = follower.log();

@@ -6,12 +6,16 @@
 
 use std::time::{Duration, Instant};
 
-use isrlog::testing::loom_models::{WaitOutcome, Watch};
+use isrlog::testing::loom_models::{PendingAppends, WaitOutcome, Watch};
+use isrlog::{Error, LogId};
 use loom::thread;
 use std::sync::Arc;
 
+/// A wait bound no model reaches (loom's waits are untimed anyway).
+const HOUR: Duration = Duration::from_secs(3600);
+
 fn far() -> Instant {
-    Instant::now() + Duration::from_secs(3600)
+    Instant::now() + HOUR
 }
 
 /// The high watermark publish / `acks=all` waiter hand-off: a waiter that
@@ -168,6 +172,74 @@ fn data_arrived_bump_wakes_a_parked_fetch() {
             WaitOutcome::Reached(_)
         ));
         appender.join().unwrap();
+    });
+}
+
+/// The in-flight bound of pipelined appends: a reservation with room is one
+/// compare-exchange and takes no lock, one without room parks under the
+/// queues' lock, and a release lowers the count under that lock and wakes
+/// the parked. A reservation racing the release that makes its room is
+/// never left parked: it either finds the room at once or is woken.
+#[test]
+fn a_reservation_without_room_is_woken_by_the_release_that_makes_it() {
+    loom::model(|| {
+        let pending = Arc::new(PendingAppends::default());
+        pending.reserve(LogId(0), 8, 10, HOUR).unwrap();
+        let releaser = {
+            let pending = Arc::clone(&pending);
+            thread::spawn(move || pending.release(8))
+        };
+        pending.reserve(LogId(0), 5, 10, HOUR).unwrap();
+        releaser.join().unwrap();
+        assert_eq!(pending.bytes_in_flight().0, 5);
+    });
+}
+
+/// Two reservations that each need one of two releases: both get their
+/// room, whatever order the four steps take, and the count ends where the
+/// two reservations left it.
+#[test]
+fn two_parked_reservations_each_get_the_room_of_a_release() {
+    loom::model(|| {
+        let pending = Arc::new(PendingAppends::default());
+        pending.reserve(LogId(0), 5, 10, HOUR).unwrap();
+        pending.reserve(LogId(0), 5, 10, HOUR).unwrap();
+        let reserver = {
+            let pending = Arc::clone(&pending);
+            thread::spawn(move || pending.reserve(LogId(0), 5, 10, HOUR).unwrap())
+        };
+        let releaser = {
+            let pending = Arc::clone(&pending);
+            thread::spawn(move || {
+                pending.release(5);
+                pending.release(5);
+            })
+        };
+        pending.reserve(LogId(0), 5, 10, HOUR).unwrap();
+        reserver.join().unwrap();
+        releaser.join().unwrap();
+        assert_eq!(pending.bytes_in_flight().0, 10);
+    });
+}
+
+/// A stop wakes a reservation parked for room, or a reservation that comes
+/// after it fails at once: either way it fails with `Shutdown` and holds
+/// nothing.
+#[test]
+fn a_stop_fails_a_reservation_without_room() {
+    loom::model(|| {
+        let pending = Arc::new(PendingAppends::default());
+        pending.reserve(LogId(0), 10, 10, HOUR).unwrap();
+        let stopper = {
+            let pending = Arc::clone(&pending);
+            thread::spawn(move || pending.stop())
+        };
+        assert!(matches!(
+            pending.reserve(LogId(0), 5, 10, HOUR),
+            Err(Error::Shutdown)
+        ));
+        stopper.join().unwrap();
+        assert_eq!(pending.bytes_in_flight().0, 10);
     });
 }
 

@@ -51,6 +51,7 @@ pub(crate) use fetcher::Fetcher;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use fetcher::{FetchSession, InFlight as FetchInFlight, NextFetch};
 pub(crate) use incarnations::{IncarnationCheck, PeerIncarnations};
+pub use pending::PendingAppends;
 pub(crate) use replica::{BelowLeaderStart, DeferredWriter, Replica};
 pub use replica::{DeletionBound, Role};
 pub use watch::{WaitOutcome, Watch};

@@ -224,8 +224,9 @@ struct InFlight {
 }
 
 /// The queue of pipelined appends of one replica; see the module docs.
+/// Public only for the loom models (`testing::loom_models`).
 #[derive(Debug, Default)]
-pub(crate) struct PendingAppends {
+pub struct PendingAppends {
     /// Appends queued (read without the lock, so the hot paths of
     /// replication pay one atomic load when nothing is pipelined).
     queued: AtomicUsize,
@@ -260,7 +261,7 @@ impl PendingAppends {
 
     /// Reserves `bytes` of the in-flight bound `bytes_max`, blocking up to
     /// `block_max` while other appends hold it (Kafka's `max.block.ms`).
-    pub(crate) fn reserve(
+    pub fn reserve(
         &self,
         log: LogId,
         bytes: usize,
@@ -337,7 +338,7 @@ impl PendingAppends {
     }
 
     /// Gives back bytes reserved for an append that was not queued.
-    pub(crate) fn release(&self, bytes: usize) {
+    pub fn release(&self, bytes: usize) {
         let state = self.state.lock();
         self.release_locked(&state, bytes);
     }
@@ -359,7 +360,7 @@ impl PendingAppends {
     }
 
     /// Bytes held by appends not resolved yet, and the most ever held.
-    pub(crate) fn bytes_in_flight(&self) -> (usize, usize) {
+    pub fn bytes_in_flight(&self) -> (usize, usize) {
         (
             self.in_flight.bytes.load(Ordering::SeqCst),
             self.in_flight.bytes_peak.load(Ordering::SeqCst),
@@ -494,7 +495,7 @@ impl PendingAppends {
 
     /// The node stopped: every later `queue` and `reserve` fails, and
     /// blocked reservers wake.
-    pub(crate) fn stop(&self) {
+    pub fn stop(&self) {
         let _state = self.state.lock();
         self.in_flight.stopped.store(true, Ordering::SeqCst);
         self.space.notify_all();

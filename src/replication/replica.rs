@@ -1466,7 +1466,9 @@ impl Replica {
         }
         let _order = self.resolving.lock();
         let full = self.pending.take_full_scan();
-        let now = full.then(Instant::now);
+        // The replica's clock, which set the deadlines: the real one ran
+        // ahead of a simulated run's (a slow replay timed appends out early).
+        let now = full.then(|| self.clock.now());
         let decided = self
             .pending
             .scan(|stopped| self.pipelined_snapshot(stopped, None, now), full);

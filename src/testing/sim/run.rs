@@ -1473,10 +1473,17 @@ impl Run {
         // committed record on one intact copy at most (G1(c) promises it
         // only with one replica from the ISR back with its disk; G5 a clear
         // error for a flipped byte, not the record): in a run with flips
-        // only the flipped disk is lost.
+        // only the flipped disk is lost. Nor is a disk lost that holds the
+        // only copy of acknowledged records (seed 60027858: a reassignment
+        // had removed the other replica that was in the ISR when they were
+        // committed, and the one left in the ISR lost its disk; no replica
+        // could come back with them, and unclean recovery rightly elected
+        // the longest log left). Asked after the draw, so that the draws
+        // stay those of the runs this never changes.
         let disk_lost = self.disks_lost == 0
             && self.flip_node.is_none_or(|flipped| flipped == index)
-            && self.rng.chance(self.config.disk_loss);
+            && self.rng.chance(self.config.disk_loss)
+            && self.acknowledged_held_only_by(index).is_none();
         if disk_lost {
             self.disks_lost += 1;
             self.new_disk(index);
@@ -4116,6 +4123,15 @@ mod tests {
     fn seed_60012908_an_empty_follower_of_an_unknown_epoch_restarts_and_catches_up() {
         passes_with(SimConfig::new(60_012_908));
         passes_with(SimConfig::new(60_016_791));
+    }
+
+    /// A disk that holds the only copy of acknowledged records is not lost
+    /// (G1(c) assumes a replica from the ISR comes back with its disk):
+    /// here a reassignment had removed the other one, and the loss made
+    /// unclean recovery elect a log 146 records short.
+    #[test]
+    fn seed_60027858_the_only_copy_of_acknowledged_records_keeps_its_disk() {
+        passes_with(SimConfig::new(60_027_858));
     }
 
     /// Runs `seed`'s simulation with the default configuration as it was

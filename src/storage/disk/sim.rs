@@ -35,11 +35,14 @@ use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
+use self::name::Name;
 use super::{Disk, DiskFile, LockGuard, MappedRegion, OpenMode};
 use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::transport::SplitMix64;
 
 /// `EIO`, as the kernel reports a failed device.
+mod name;
+
 const EIO: i32 = 5;
 /// `ENOSPC`, as the kernel reports a full file system.
 const ENOSPC: i32 = 28;
@@ -288,12 +291,12 @@ struct FlippedNames {
 /// [`SimDisk::flipped_bits`]).
 #[derive(Debug, Default)]
 struct Namespace {
-    entries: BTreeMap<PathBuf, Entry>,
+    entries: BTreeMap<Name, Entry>,
     changes: u64,
 }
 
 impl std::ops::Deref for Namespace {
-    type Target = BTreeMap<PathBuf, Entry>;
+    type Target = BTreeMap<Name, Entry>;
 
     fn deref(&self) -> &Self::Target {
         &self.entries
@@ -301,18 +304,18 @@ impl std::ops::Deref for Namespace {
 }
 
 impl Namespace {
-    fn insert(&mut self, path: PathBuf, entry: Entry) -> Option<Entry> {
+    fn insert(&mut self, path: Name, entry: Entry) -> Option<Entry> {
         self.changes += 1;
         self.entries.insert(path, entry)
     }
 
-    fn remove(&mut self, path: &Path) -> Option<Entry> {
+    fn remove(&mut self, path: &Name) -> Option<Entry> {
         self.changes += 1;
         self.entries.remove(path)
     }
 
     /// Every entry at once (a power loss).
-    fn replace(&mut self, entries: BTreeMap<PathBuf, Entry>) {
+    fn replace(&mut self, entries: BTreeMap<Name, Entry>) {
         self.changes += 1;
         self.entries = entries;
     }
@@ -339,13 +342,13 @@ struct State {
     /// The namespace as the running process sees it.
     live: Namespace,
     /// The namespace a power loss would leave.
-    durable: BTreeMap<PathBuf, Entry>,
+    durable: BTreeMap<Name, Entry>,
     /// Entries that may differ between `live` and `durable` (a directory's
     /// sync looks at these only, not at every entry it holds).
     ///
     /// Invariant: a path not in it has the same entry (or none) in both;
     /// every change to `live` adds the paths it changed.
-    unsynced_entries: BTreeSet<PathBuf>,
+    unsynced_entries: BTreeSet<Name>,
     locks: BTreeSet<PathBuf>,
     torn_writes: bool,
     eio_plan: EioPlan,
@@ -393,23 +396,22 @@ fn set_length(to: &mut Vec<u8>, length: usize) {
 /// The paths of `paths` right under directory `path` (not the root), in
 /// order. Paths order by components, so a directory's descendants follow
 /// it, together: only its subtree is looked at.
-fn children_of<'a>(paths: &'a BTreeSet<PathBuf>, path: &'a Path) -> impl Iterator<Item = &'a Path> {
+fn children_of<'a>(paths: &'a BTreeSet<Name>, path: &'a Name) -> impl Iterator<Item = &'a Name> {
     paths
-        .range::<Path, _>((Bound::Excluded(path), Bound::Unbounded))
-        .map(PathBuf::as_path)
-        .take_while(move |p| p.starts_with(path))
-        .filter(move |p| p.parent() == Some(path))
+        .range::<Name, _>((Bound::Excluded(path), Bound::Unbounded))
+        .take_while(move |p| p.is_within(path))
+        .filter(move |p| p.is_child_of(path))
 }
 
 /// Removes the entries below `path` from `namespace`. They follow it,
 /// together (see [`children_of`]), so only they are looked at, not every
 /// entry of the namespace, path by path, as for each removed name a
 /// directory sync makes durable (every checkpoint's temporary file).
-fn remove_descendants(namespace: &mut BTreeMap<PathBuf, Entry>, path: &Path) {
-    let below: Vec<PathBuf> = namespace
-        .range::<Path, _>((Bound::Excluded(path), Bound::Unbounded))
+fn remove_descendants(namespace: &mut BTreeMap<Name, Entry>, path: &Name) {
+    let below: Vec<Name> = namespace
+        .range::<Name, _>((Bound::Excluded(path), Bound::Unbounded))
         .map(|(p, _)| p)
-        .take_while(|p| p.starts_with(path))
+        .take_while(|p| p.is_within(path))
         .cloned()
         .collect();
     for p in below {
@@ -419,12 +421,10 @@ fn remove_descendants(namespace: &mut BTreeMap<PathBuf, Entry>, path: &Path) {
 
 /// The entries of `namespace` right under directory `path`, in order.
 fn entries_of<'a>(
-    namespace: &'a BTreeMap<PathBuf, Entry>,
-    path: &'a Path,
-) -> impl Iterator<Item = (&'a PathBuf, &'a Entry)> {
-    namespace
-        .iter()
-        .filter(move |(p, _)| p.parent() == Some(path))
+    namespace: &'a BTreeMap<Name, Entry>,
+    path: &'a Name,
+) -> impl Iterator<Item = (&'a Name, &'a Entry)> {
+    namespace.iter().filter(move |(p, _)| p.is_child_of(path))
 }
 
 fn is_root(path: &Path) -> bool {
@@ -547,9 +547,9 @@ impl State {
     }
 
     /// Notes that the entry at `path` changed in the live namespace.
-    fn entry_changed(&mut self, path: &Path) {
+    fn entry_changed(&mut self, path: &Name) {
         if !self.unsynced_entries.contains(path) {
-            self.unsynced_entries.insert(path.to_path_buf());
+            self.unsynced_entries.insert(path.clone());
         }
     }
 
@@ -559,7 +559,7 @@ impl State {
     /// was 40% of its cost. (Walking only the directory's subtree is not
     /// cheaper: the one log directory of a simulated run holds nearly
     /// every file, and each entry then needs a second path parse.)
-    fn same_entries(&self, path: &Path) -> bool {
+    fn same_entries(&self, path: &Name) -> bool {
         entries_of(&self.live, path).eq(entries_of(&self.durable, path))
     }
 
@@ -567,7 +567,7 @@ impl State {
         match path.parent() {
             None => true,
             Some(parent) if is_root(parent) => true,
-            Some(parent) => self.live.get(parent) == Some(&Entry::Directory),
+            Some(parent) => self.live.get(&Name::new(parent)) == Some(&Entry::Directory),
         }
     }
 
@@ -610,7 +610,7 @@ impl State {
         }
         // Entries whose directory did not survive go with it.
         let mut live = self.durable.clone();
-        let orphans: Vec<PathBuf> = live
+        let orphans: Vec<Name> = live
             .keys()
             .filter(|path| {
                 path.ancestors()
@@ -812,7 +812,7 @@ impl SimDisk {
                 .filter_map(|(path, entry)| match entry {
                     Entry::File(id) => {
                         let durable = state.inodes.get(id).map_or(0, |i| i.durable.len());
-                        (durable > 0 && choose(path)).then(|| (path.clone(), durable as u64))
+                        (durable > 0 && choose(path)).then(|| (path.to_path_buf(), durable as u64))
                     }
                     Entry::Directory => None,
                 })
@@ -860,7 +860,9 @@ impl SimDisk {
                 let names = live
                     .iter()
                     .filter_map(|(path, entry)| match entry {
-                        Entry::File(id) if flipped_inodes.contains(id) => Some((path.clone(), *id)),
+                        Entry::File(id) if flipped_inodes.contains(id) => {
+                            Some((path.to_path_buf(), *id))
+                        }
                         _ => None,
                     })
                     .collect();
@@ -931,7 +933,7 @@ impl SimDisk {
 
     /// Every file and directory of the live namespace, sorted.
     pub fn paths(&self) -> Vec<PathBuf> {
-        self.lock().live.keys().cloned().collect()
+        self.lock().live.keys().map(|p| p.to_path_buf()).collect()
     }
 
     /// Runs `f`, whose operations on this disk are not part of the
@@ -1001,7 +1003,8 @@ impl Disk for SimDisk {
         if !state.parent_is_directory(path) {
             return Err(not_found(path));
         }
-        let id = match state.live.get(path).copied() {
+        let name = Name::new(path);
+        let id = match state.live.get(&name).copied() {
             Some(Entry::File(id)) => {
                 if mode == OpenMode::CreateTruncate {
                     state.inode(id)?.change(Change::SetLength(0));
@@ -1019,8 +1022,8 @@ impl Disk for SimDisk {
                     return Err(not_found(path));
                 }
                 let id = state.inodes.create();
-                state.live.insert(path.to_path_buf(), Entry::File(id));
-                state.entry_changed(path);
+                state.entry_changed(&name);
+                state.live.insert(name, Entry::File(id));
                 id
             }
         };
@@ -1037,7 +1040,8 @@ impl Disk for SimDisk {
             if is_root(ancestor) {
                 break;
             }
-            match state.live.get(ancestor) {
+            let ancestor = Name::new(ancestor);
+            match state.live.get(&ancestor) {
                 Some(Entry::Directory) => break,
                 Some(Entry::File(_)) => {
                     return Err(io::Error::new(
@@ -1045,7 +1049,7 @@ impl Disk for SimDisk {
                         format!("{}: not a directory", ancestor.display()),
                     ))
                 }
-                None => missing.push(ancestor.to_path_buf()),
+                None => missing.push(ancestor),
             }
         }
         for directory in missing.into_iter().rev() {
@@ -1056,19 +1060,20 @@ impl Disk for SimDisk {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        is_root(path) || self.lock().live.contains_key(path)
+        is_root(path) || self.lock().live.contains_key(&Name::new(path))
     }
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
         let mut state = self.lock();
         state.begin(self.process, DiskOperation::Directory, 0)?;
-        if !is_root(path) && state.live.get(path) != Some(&Entry::Directory) {
+        let name = Name::new(path);
+        if !is_root(path) && state.live.get(&name) != Some(&Entry::Directory) {
             return Err(not_found(path));
         }
         Ok(state
             .live
             .keys()
-            .filter(|p| p.parent() == Some(path))
+            .filter(|p| p.is_child_of(&name))
             .filter_map(|p| p.file_name().map(|n| n.to_os_string()))
             .collect())
     }
@@ -1076,42 +1081,44 @@ impl Disk for SimDisk {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.lock();
         state.begin(self.process, DiskOperation::Directory, 0)?;
-        let Some(entry) = state.live.get(from).copied() else {
+        let (from_name, to_name) = (Name::new(from), Name::new(to));
+        let Some(entry) = state.live.get(&from_name).copied() else {
             return Err(not_found(from));
         };
         if !state.parent_is_directory(to) {
             return Err(not_found(to));
         }
         if entry == Entry::Directory {
-            let moved: Vec<PathBuf> = state
+            let moved: Vec<Name> = state
                 .live
                 .keys()
-                .filter(|p| p.starts_with(from) && *p != from)
+                .filter(|p| p.is_within(&from_name) && **p != from_name)
                 .cloned()
                 .collect();
             for path in moved {
                 state.entry_changed(&path);
                 if let (Some(e), Ok(rest)) = (state.live.remove(&path), path.strip_prefix(from)) {
-                    let moved_to = to.join(rest);
+                    let moved_to = Name::from(to.join(rest));
                     state.entry_changed(&moved_to);
                     state.live.insert(moved_to, e);
                 }
             }
         }
-        state.live.remove(from);
-        state.live.insert(to.to_path_buf(), entry);
-        state.entry_changed(from);
-        state.entry_changed(to);
+        state.live.remove(&from_name);
+        state.live.insert(to_name.clone(), entry);
+        state.entry_changed(&from_name);
+        state.entry_changed(&to_name);
         Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
         state.begin(self.process, DiskOperation::Directory, 0)?;
-        match state.live.get(path) {
+        let name = Name::new(path);
+        match state.live.get(&name) {
             Some(Entry::File(_)) => {
-                state.live.remove(path);
-                state.entry_changed(path);
+                state.live.remove(&name);
+                state.entry_changed(&name);
                 Ok(())
             }
             Some(Entry::Directory) => Err(io::Error::new(
@@ -1125,13 +1132,14 @@ impl Disk for SimDisk {
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
         state.begin(self.process, DiskOperation::Directory, 0)?;
-        if state.live.get(path) != Some(&Entry::Directory) {
+        let name = Name::new(path);
+        if state.live.get(&name) != Some(&Entry::Directory) {
             return Err(not_found(path));
         }
-        let removed: Vec<PathBuf> = state
+        let removed: Vec<Name> = state
             .live
             .keys()
-            .filter(|p| p.starts_with(path))
+            .filter(|p| p.is_within(&name))
             .cloned()
             .collect();
         for removed in removed {
@@ -1144,23 +1152,24 @@ impl Disk for SimDisk {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         let mut state = self.lock();
         state.begin(self.process, DiskOperation::SyncDirectory, 0)?;
-        if !is_root(path) && state.live.get(path) != Some(&Entry::Directory) {
+        let name = Name::new(path);
+        if !is_root(path) && state.live.get(&name) != Some(&Entry::Directory) {
             return Err(not_found(path));
         }
-        let children: BTreeSet<PathBuf> = if is_root(path) {
+        let children: BTreeSet<Name> = if is_root(path) {
             state
                 .live
                 .keys()
                 .chain(state.durable.keys())
-                .filter(|p| p.parent() == Some(path))
+                .filter(|p| p.is_child_of(&name))
                 .cloned()
                 .collect()
         } else {
             // Only the entries changed since they were last made durable:
             // a scan of every entry per directory sync was a tenth of a
             // simulated run's time.
-            children_of(&state.unsynced_entries, path)
-                .map(Path::to_path_buf)
+            children_of(&state.unsynced_entries, &name)
+                .cloned()
                 .collect()
         };
         for child in children {
@@ -1181,7 +1190,7 @@ impl Disk for SimDisk {
             }
         }
         debug_assert!(
-            state.same_entries(path),
+            state.same_entries(&name),
             "{}: entries not made durable by its sync",
             path.display()
         );

@@ -372,6 +372,13 @@ fn to_usize(value: u64) -> usize {
 
 fn write_into(to: &mut Vec<u8>, position: u64, bytes: &[u8]) {
     let at = to_usize(position);
+    if at >= to.len() {
+        // At the end (an append) or past it: zeros up to `at`, then the
+        // bytes, each written once.
+        set_length(to, at);
+        to.extend_from_slice(bytes);
+        return;
+    }
     let end = at + bytes.len();
     if to.len() < end {
         set_length(to, end);
@@ -379,17 +386,29 @@ fn write_into(to: &mut Vec<u8>, position: u64, bytes: &[u8]) {
     to[at..end].copy_from_slice(bytes);
 }
 
+/// Zeros to grow files with (see [`set_length`]).
+const ZEROS: [u8; 4096] = [0; 4096];
+
 /// Cuts `to` to `length` bytes or grows it with zeros, as `Vec::resize`
 /// does, but fast in an unoptimized build too: there `resize` writes the
 /// zeros one call at a time, and growing each new segment's 64 KiB offset
 /// index that way, in the page cache and again on the medium at its sync,
-/// took a tenth of a `cargo test` simulator run. A zeroed allocation
-/// (calloc) and one copy do the same in a few library calls.
+/// took a tenth of a `cargo test` simulator run. An empty file (a new
+/// index) becomes one zeroed allocation (calloc); another grows by copies
+/// of a block of zeros, a few library calls, each byte written once (a
+/// zeroed allocation copied in wrote it twice, and allocated and freed a
+/// buffer on every append).
 fn set_length(to: &mut Vec<u8>, length: usize) {
     if length <= to.len() {
         to.truncate(length);
+    } else if to.is_empty() {
+        *to = vec![0; length];
     } else {
-        to.extend_from_slice(&vec![0; length - to.len()]);
+        to.reserve(length - to.len());
+        while to.len() < length {
+            let zeros = (length - to.len()).min(ZEROS.len());
+            to.extend_from_slice(&ZEROS[..zeros]);
+        }
     }
 }
 

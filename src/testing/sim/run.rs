@@ -3236,9 +3236,7 @@ impl Run {
         machine.flipped > 0
             && machine
                 .disk
-                .flipped_bits()
-                .iter()
-                .any(|flip| FileKind::of(&flip.path).excuses_corruption())
+                .any_flipped_bit(|path| FileKind::of(path).excuses_corruption())
     }
 
     /// Schedules each live node's next wake-up and the coordinator's next

@@ -11,6 +11,8 @@
 //!                        workers) awaiting `append_pipelined`, 3 s (SECS=...): ops/s,
 //!                        appends per leader write and per fetch, CPU microseconds per op
 //!                        (process user + system time over the window)
+//!   hops threads<clients>x<bytes>         e.g. threads64x1024: the same with OS threads
+//!                        calling the blocking `append_values` (side_by_side's thread clients)
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +45,35 @@ fn main() {
     let epoch = Instant::now();
     let ns = move |t: Instant| t.duration_since(epoch).as_nanos() as u64;
     let only: Option<String> = std::env::args().nth(1);
+    if let Some(m) = only.as_deref().and_then(|m| m.strip_prefix("threads")) {
+        // threads<clients>x<payload>: closed loop OS threads, blocking appends, 3 s
+        let (clients, payload) = m.split_once('x').unwrap();
+        let (clients, payload): (usize, usize) =
+            (clients.parse().unwrap(), payload.parse().unwrap());
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..clients)
+            .map(|_| {
+                let log = log.clone();
+                let done = done.clone();
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let value = vec![0x5Au8; payload];
+                    while stop.load(Ordering::Relaxed) == 0 {
+                        log.append_values(&[&value], Acks::All).unwrap();
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        measure(&c, &log, &done, clients, payload);
+        stop.store(1, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        c.shutdown().unwrap();
+        return;
+    }
     if let Some(m) = only.as_deref().and_then(|m| m.strip_prefix("tput")) {
         // tput<clients>x<payload>: closed loop tokio tasks, 2 workers, 3 s
         let (clients, payload) = m.split_once('x').unwrap();
@@ -53,9 +84,6 @@ fn main() {
             .enable_all()
             .build()
             .unwrap();
-        let secs: f64 = std::env::var("SECS")
-            .ok()
-            .map_or(3.0, |s| s.parse().unwrap());
         let done = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicU64::new(0));
         for _ in 0..clients {
@@ -75,28 +103,8 @@ fn main() {
                 }
             });
         }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        let d0 = done.load(Ordering::Relaxed);
-        let s0 = log.log_stats();
-        let n0 = c.memory_network_calls();
-        let cpu0 = cpu_secs();
-        let t0 = Instant::now();
-        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
-        let d1 = done.load(Ordering::Relaxed);
-        let s1 = log.log_stats();
-        let n1 = c.memory_network_calls();
-        let cpu1 = cpu_secs();
-        let dt = t0.elapsed().as_secs_f64();
+        measure(&c, &log, &done, clients, payload);
         stop.store(1, Ordering::Relaxed);
-        let ops = (d1 - d0) as f64;
-        println!(
-            "{clients} x {payload} B: {:.0} ops/s; per leader write {:.1} appends, {:.2} batches; per fetch {:.1} appends; cpu {:.2} us/op",
-            ops / dt,
-            ops / (s1.appends - s0.appends) as f64,
-            (s1.batches_appended - s0.batches_appended) as f64 / (s1.appends - s0.appends) as f64,
-            ops / (n1 - n0) as f64,
-            (cpu1 - cpu0) * 1e6 / ops,
-        );
         drop(rt);
         c.shutdown().unwrap();
         return;
@@ -191,4 +199,44 @@ fn cpu_secs() -> f64 {
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     ticks / 100.0
+}
+
+/// Waits 0.5 s, then measures a window of `SECS` (default 3) seconds and prints ops/s,
+/// appends per leader write and per fetch, and CPU microseconds per op.
+fn measure(
+    c: &IsrCluster,
+    log: &isrlog::ReplicatedLog,
+    done: &AtomicU64,
+    clients: usize,
+    payload: usize,
+) {
+    let secs: f64 = std::env::var("SECS")
+        .ok()
+        .map_or(3.0, |s| s.parse().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let d0 = done.load(Ordering::Relaxed);
+    let s0 = log.log_stats();
+    let n0 = c.memory_network_calls();
+    let cpu0 = cpu_secs();
+    let t0 = Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+    let d1 = done.load(Ordering::Relaxed);
+    let s1 = log.log_stats();
+    let n1 = c.memory_network_calls();
+    let cpu1 = cpu_secs();
+    let dt = t0.elapsed().as_secs_f64();
+    let ops = (d1 - d0) as f64;
+    println!(
+            "{clients} x {payload} B: {:.0} ops/s; per leader write {:.1} appends, {:.2} batches; per fetch {:.1} appends; cpu {:.2} us/op",
+            ops / dt,
+            ops / (s1.appends - s0.appends) as f64,
+            (s1.batches_appended - s0.batches_appended) as f64 / (s1.appends - s0.appends) as f64,
+            ops / (n1 - n0) as f64,
+            (cpu1 - cpu0) * 1e6 / ops,
+        );
+    // For `perf stat` over the whole run: divide its counts by this.
+    println!(
+        "acknowledged in the whole run: {}",
+        done.load(Ordering::Relaxed)
+    );
 }

@@ -67,6 +67,20 @@ pub(crate) struct RoleState {
     pub(crate) replicas: Vec<NodeId>,
     pub(crate) in_sync_replicas: Vec<NodeId>,
     pub(crate) isr_version: u64,
+    /// While `role` is `Leader`: the leader machine's
+    /// [`isr_below_min`](LeaderState::isr_below_min), which refuses
+    /// `acks=all` appends before they are written (SPEC 3.1); `None`
+    /// otherwise. A copy, so that an append reads it under the role's read
+    /// lock, which it holds anyway, instead of taking the leader machine's
+    /// lock, which every fetch answer and every write takes too (profile of
+    /// 256 async clients appending 100 B records: that lock pair was about
+    /// 1.6% of all samples).
+    ///
+    /// Invariant: equals the leader machine's `isr_below_min()` while
+    /// `role` is `Leader`. The accepted ISR changes only in `become_leader`
+    /// and `update_isr`, both under the role's write lock, and both set
+    /// this there; `append_as_leader` checks it with `debug_assert!`.
+    pub(crate) leader_isr_below_min: Option<(usize, usize)>,
     /// Bumped on every role change; an `acks=all` waiter that sees it move
     /// fails with `NotLeader` even if the high watermark later passes its
     /// offset, because the records at that offset may no longer be its own.
@@ -426,6 +440,7 @@ impl Replica {
                 replicas: Vec::new(),
                 in_sync_replicas: Vec::new(),
                 isr_version: 0,
+                leader_isr_below_min: None,
                 generation: 0,
             }),
             leader: Mutex::new(None),
@@ -515,6 +530,7 @@ impl Replica {
         *self.leadership_failed.lock() = Some(epoch);
         if role.role == Role::Leader {
             *self.leader.lock() = None;
+            role.leader_isr_below_min = None;
             role.role = Role::Offline;
             role.leader_epoch = epoch;
             let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
@@ -738,6 +754,7 @@ impl Replica {
         };
         *self.leadership_failed.lock() = None;
         let hw = leader.high_watermark();
+        role.leader_isr_below_min = leader.isr_below_min();
         self.pipeline
             .combiner
             .push(|queue| queue.next_offset = log_end);
@@ -774,6 +791,7 @@ impl Replica {
         *self.leadership_failed.lock() = None;
         *self.leader.lock() = None;
         *self.isr_proposal.lock() = None;
+        role.leader_isr_below_min = None;
         role.role = match leader {
             Some(leader) => Role::Follower { leader },
             None => Role::Offline,
@@ -865,6 +883,7 @@ impl Replica {
         self.flush_pipeline_for_role_change();
         *self.leader.lock() = None;
         *self.follower.lock() = None;
+        role.leader_isr_below_min = None;
         role.role = Role::Offline;
         let hw = Offset(self.high_watermark.get()).min(self.log.log_end_offset());
         self.bump_generation(&mut role, hw);
@@ -911,6 +930,7 @@ impl Replica {
                         tracing::error!(log = %self.log_id, %error, "ignoring an inconsistent ISR")
                     }
                 }
+                role.leader_isr_below_min = leader.isr_below_min();
             }
         }
         // acks=all waiters re-check the ISR size every few milliseconds
@@ -953,10 +973,17 @@ impl Replica {
                 leader: None,
             });
         }
+        debug_assert_eq!(
+            self.leader.lock().as_ref().map(LeaderState::isr_below_min),
+            Some(role.leader_isr_below_min),
+            "a leader without its machine, or with a stale copy of its ISR check"
+        );
         if check_isr {
-            match self.leader.lock().as_ref() {
-                Some(leader) => leader.can_accept_acks_all()?,
-                None => return Err(self.not_leader(&role)),
+            if let Some((in_sync, min_insync_replicas)) = role.leader_isr_below_min {
+                return Err(Error::NotEnoughReplicas {
+                    in_sync,
+                    min_insync_replicas,
+                });
             }
         }
         let (generation, leader_epoch) = (role.generation, role.leader_epoch);

@@ -86,9 +86,8 @@ impl ReplicatedLog {
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         let (outcome, generation) = self.append_unwaited(batch, acks)?;
         if acks == Acks::All {
-            let deadline = Instant::now() + self.node.config.replication.request_timeout;
             self.replica
-                .wait_committed(outcome.last_offset, generation, deadline, || {
+                .wait_committed(outcome.last_offset, generation, Instant::now(), || {
                     self.node.is_stopped()
                 })?;
         }

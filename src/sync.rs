@@ -31,17 +31,15 @@ pub(crate) use std::sync::Arc;
 #[cfg(not(loom))]
 pub(crate) mod thread {
     pub(crate) use std::thread::{current, Thread};
-    use std::time::Instant;
+    use std::time::Duration;
 
-    /// Parks the current thread until it is unparked, `deadline` passes, or
-    /// a spurious wake-up; the caller re-checks its condition.
+    /// Parks the current thread until it is unparked, `timeout` passes, or
+    /// a spurious wake-up; the caller re-checks its condition (and, having
+    /// read the clock for its deadline, passes what is left of it).
     #[track_caller]
-    pub(crate) fn park_until(deadline: Instant) {
+    pub(crate) fn park_for(timeout: Duration) {
         crate::simulation::forbid_in_simulation("a thread park");
-        let now = Instant::now();
-        if deadline > now {
-            std::thread::park_timeout(deadline - now);
-        }
+        std::thread::park_timeout(timeout);
     }
 }
 
@@ -50,9 +48,9 @@ pub(crate) mod thread {
 #[cfg(loom)]
 pub(crate) mod thread {
     pub(crate) use loom::thread::{current, Thread};
-    use std::time::Instant;
+    use std::time::Duration;
 
-    pub(crate) fn park_until(_deadline: Instant) {
+    pub(crate) fn park_for(_timeout: Duration) {
         loom::thread::park();
     }
 }

@@ -101,6 +101,10 @@ pub(crate) struct LeaderAppend {
 /// At most this many yields of the pipeline's seat holder while gathering.
 const GATHER_YIELDS_MAX: u32 = 8;
 
+/// How often a blocking `acks=all` wait re-checks the ISR, whose shrinking
+/// below `min_insync_replicas` is not a high watermark event.
+const ISR_RECHECK_INTERVAL: Duration = Duration::from_millis(5);
+
 /// Batches at least this large skip the combining pipeline.
 const DIRECT_APPEND_BYTES_MIN: usize = 32 * 1024;
 
@@ -1227,24 +1231,28 @@ impl Replica {
     /// `generation` (SPEC 3.1). Fails with `Shutdown` within a few
     /// milliseconds once `node_stopped` says the node stopped: no follower
     /// can fetch from it any more, so the wait could only time out (a
-    /// shutdown's role change would otherwise say `NotLeader`).
+    /// shutdown's role change would otherwise say `NotLeader`). `started`
+    /// is when the wait began, as the caller just read it: the wait times
+    /// out `request_timeout` after it.
     pub(crate) fn wait_committed(
         &self,
         offset: Offset,
         generation: u64,
-        deadline: Instant,
+        started: Instant,
         node_stopped: impl Fn() -> bool,
     ) -> Result<Offset> {
-        let started = Instant::now();
+        let deadline = started + self.config.request_timeout;
         let mut spin = self.config.spin_before_park;
+        // The first slice starts at `started`, which the caller just read:
+        // one clock read less on the path of every blocking `acks=all`
+        // append (64 thread clients appending 1 KiB records read the clock
+        // about six times per append; those reads were 5% of all samples).
+        let mut slice_end = deadline.min(started + ISR_RECHECK_INTERVAL);
         loop {
             if self.generation.load(Ordering::SeqCst) != generation {
                 let role = self.role.read();
                 return Err(self.append_ended(&role, node_stopped()));
             }
-            // Re-check the ISR at least every few milliseconds: its
-            // shrinking is not a high watermark event.
-            let slice_end = deadline.min(Instant::now() + Duration::from_millis(5));
             match self
                 .high_watermark
                 .wait_at_least(offset.0 + 1, slice_end, spin)
@@ -1260,7 +1268,11 @@ impl Replica {
                 WaitOutcome::TimedOut => {}
             }
             spin = Duration::ZERO;
-            let past_deadline = Instant::now() >= deadline;
+            let now = Instant::now();
+            // Re-check the ISR at least every few milliseconds: its
+            // shrinking is not a high watermark event.
+            slice_end = deadline.min(now + ISR_RECHECK_INTERVAL);
+            let past_deadline = now >= deadline;
             if let Some(outcome) =
                 self.acks_all_decision(offset, generation, node_stopped(), past_deadline)
             {

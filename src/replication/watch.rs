@@ -398,8 +398,15 @@ impl Watch {
 
     /// Sleeps until the value reaches `target`, the watch closes, or
     /// `deadline` passes.
+    ///
+    /// Reads the clock once before it parks and once after each wake-up
+    /// that did not release it (each read serves both the deadline check
+    /// and the next park's timeout), none after the wake-up that releases
+    /// it: on a path where 64 threads park for every append, each clock
+    /// read costs about 1% of all samples.
     fn park(&self, target: u64, deadline: Instant) -> WaitOutcome {
-        if Instant::now() >= deadline {
+        let mut now = Instant::now();
+        if now >= deadline {
             return WaitOutcome::TimedOut;
         }
         let slot = Arc::new(Slot {
@@ -424,13 +431,10 @@ impl Watch {
             });
         }
         loop {
-            let code = slot.outcome.load(Ordering::SeqCst);
-            if code != PENDING {
-                // Released: pass the wake-up on before running our own work.
-                self.wake_more();
-                return decode(code);
+            if let Some(outcome) = self.released(&slot) {
+                return outcome;
             }
-            if Instant::now() >= deadline {
+            if now >= deadline {
                 let mut parked = self.parked.lock();
                 // Released meanwhile? Its publisher wrote the outcome under
                 // this lock, before taking the slot out of the list.
@@ -448,8 +452,23 @@ impl Watch {
             }
             // A spurious wake-up (or an unpark meant for an earlier wait of
             // this thread) just re-checks.
-            thread::park_until(deadline);
+            thread::park_for(deadline - now);
+            if let Some(outcome) = self.released(&slot) {
+                return outcome;
+            }
+            now = Instant::now();
         }
+    }
+
+    /// The outcome a publisher wrote to `slot`, if one did; then passes
+    /// the wake-up on (before the waiter runs its own work).
+    fn released(&self, slot: &Slot) -> Option<WaitOutcome> {
+        let code = slot.outcome.load(Ordering::SeqCst);
+        if code == PENDING {
+            return None;
+        }
+        self.wake_more();
+        Some(decode(code))
     }
 }
 

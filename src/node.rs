@@ -2338,7 +2338,8 @@ impl NodeShared {
                 restarted,
             )
             .with_below_leader_start(below_leader_start)
-            .with_snapshots(self.config.snapshots.clone()),
+            .with_snapshots(self.config.snapshots.clone())
+            .with_completions(Arc::clone(&self.completions)),
         );
         self.flush_rolls_in_background(&replica);
         let mut replicas = self.replicas.write();

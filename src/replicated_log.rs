@@ -213,7 +213,9 @@ impl ReplicatedLog {
         // spins for the outcome rather than waking through the completion
         // thread (see `AppendHandle::with_spin`).
         let lone = self.replica.pipelined_pending() == 0;
-        let (cell, handle) = Completion::new_pair_on(&self.node.completions);
+        // Its callback or waker runs on the node's completion thread, the
+        // runner of every resolution pass of this replica's appends.
+        let (cell, handle) = Completion::new_pair_on_pass_runner();
         let handle = handle.placed_in(appended.leader_epoch);
         let handle = if lone {
             handle.with_spin(self.node.config.replication.spin_before_park)

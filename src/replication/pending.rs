@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::completion::{Completion, Wakeups};
+use super::completion::{Completion, CompletionRunner, Wakeups};
 use crate::append::AppendOutcome;
 use crate::error::{Error, Result};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Condvar, Mutex, Ordering};
@@ -64,10 +64,12 @@ impl PendingAppend {
 
 impl Drop for PendingAppend {
     /// A safety net: every path that ends a pending append resolves it,
-    /// but should one be dropped unresolved (its replica dropped without
-    /// the node's stop), its owner gets `Shutdown` rather than waiting
-    /// forever. A registered callback goes to the node's completion
-    /// thread (or runs on the dropping thread once that thread is gone).
+    /// but should one be dropped unresolved, its owner gets `Shutdown`
+    /// rather than waiting forever. (Those its queue holds when the queue
+    /// is dropped, its replica dropped without the node's stop, are
+    /// resolved by the queue's `Drop`, whose pass sends their callbacks to
+    /// the node's completion thread; one dropped here, outside a pass, runs
+    /// its callback on the dropping thread.)
     fn drop(&mut self) {
         if !self.resolved {
             self.resolved = true;
@@ -237,12 +239,48 @@ pub struct PendingAppends {
     /// Signalled when bytes are released and somebody is blocked.
     space: Condvar,
     in_flight: InFlight,
+    /// The runner of the node hosting the replica, where the callbacks and
+    /// wakers of its appends run (see `Completion::new_pair_on_pass_runner`);
+    /// `None` (a queue of no node's) runs them on the resolving thread.
+    completions: Option<Arc<CompletionRunner>>,
+}
+
+impl Drop for PendingAppends {
+    /// Appends still queued when the queue goes (its replica dropped
+    /// without the node's stop) fail with `Shutdown`, their callbacks and
+    /// wakers sent to the node's completion thread, as every other
+    /// resolution of them is.
+    fn drop(&mut self) {
+        let state = self.state.get_mut();
+        let queued: Vec<PendingAppend> =
+            state.all.drain(..).chain(state.leader.drain(..)).collect();
+        if queued.is_empty() {
+            return;
+        }
+        let mut wakeups = self.wakeups();
+        for append in queued {
+            append.resolve_into(Err(Error::Shutdown), &mut wakeups);
+        }
+        wakeups.hand_over();
+    }
 }
 
 /// Appends decided by one scan, to resolve once no lock is held.
 pub(crate) type Decided = Vec<(PendingAppend, Verdict)>;
 
 impl PendingAppends {
+    /// Sends the callbacks and wakers of the appends queued here to
+    /// `runner` (the hosting node's).
+    pub(crate) fn set_completions(&mut self, runner: Arc<CompletionRunner>) {
+        self.completions = Some(runner);
+    }
+
+    /// An empty pass of resolutions of this queue's appends: their
+    /// callbacks and wakers go to the hosting node's runner.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        Wakeups::on(self.completions.clone())
+    }
+
     /// Whether nothing is queued (a hint: read without the lock).
     #[inline]
     pub(crate) fn is_idle(&self) -> bool {

@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::applied::{AppliedPositions, LowestApplied};
 use super::combiner::{Combine, Combiner};
-use super::completion::{Completion, Wakeups};
+use super::completion::{Completion, CompletionRunner};
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::{FetchArrival, IsrProposal};
 use super::leader::{
@@ -483,6 +483,13 @@ impl Replica {
     /// (default: restart there, as Kafka).
     pub(crate) fn with_below_leader_start(mut self, below: BelowLeaderStart) -> Replica {
         self.below_leader_start = below;
+        self
+    }
+
+    /// The runner of the node hosting this replica, where the callbacks and
+    /// wakers of its pipelined appends run.
+    pub(crate) fn with_completions(mut self, runner: Arc<CompletionRunner>) -> Replica {
+        self.pending.set_completions(runner);
         self
     }
 
@@ -1585,7 +1592,7 @@ impl Replica {
         if decided.is_empty() {
             return;
         }
-        let mut wakeups = Wakeups::default();
+        let mut wakeups = self.pending.wakeups();
         for (append, verdict) in decided {
             let outcome = match verdict {
                 Verdict::Ok => Ok(append.outcome),

@@ -212,7 +212,7 @@ impl ReplicatedLog {
         // With nothing else of this log in flight, the handle's first poll
         // spins for the outcome rather than waking through the completion
         // thread (see `AppendHandle::with_spin`).
-        let lone = self.replica.pipelined_pending() == 0;
+        let lone = self.replica.pipelined_alone();
         // Its callback or waker runs on the node's completion thread, the
         // runner of every resolution pass of this replica's appends.
         let (cell, handle) = Completion::new_pair_on_pass_runner();

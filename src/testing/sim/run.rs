@@ -4126,10 +4126,13 @@ mod tests {
     /// A disk that holds the only copy of acknowledged records is not lost
     /// (G1(c) assumes a replica from the ISR comes back with its disk):
     /// here a reassignment had removed the other one, and the loss made
-    /// unclean recovery elect a log 146 records short.
+    /// unclean recovery elect a log 146 records short. Seed 60040931 (the
+    /// same sweep): the only copy was the flipped disk, which a run with
+    /// flips may lose.
     #[test]
     fn seed_60027858_the_only_copy_of_acknowledged_records_keeps_its_disk() {
         passes_with(SimConfig::new(60_027_858));
+        passes_with(SimConfig::new(60_040_931));
     }
 
     /// Runs `seed`'s simulation with the default configuration as it was

@@ -149,8 +149,9 @@ pub struct ReplicationConfig {
     /// threads it waits for almost nothing, and a waiter skips it when
     /// others are already parked on the same value (heavy load). It also
     /// bounds how long a pipelined append's handle, awaited as a future
-    /// with no other pipelined append of its log in flight, spins in its
-    /// first poll for the outcome before it registers the task's waker
+    /// with no other pipelined append of its log in flight (and at most
+    /// one resolved by the latest resolution pass), spins in its first
+    /// poll for the outcome before it registers the task's waker
     /// (so an executor's thread may be held that long). Default 50 µs;
     /// zero disables spinning.
     pub spin_before_park: Duration,

@@ -209,7 +209,8 @@ impl ReplicatedLog {
                 return Err(error);
             }
         };
-        // With nothing else of this log in flight, the handle's first poll
+        // With nothing else of this log in flight (and the latest
+        // resolution pass resolving at most one), the handle's first poll
         // spins for the outcome rather than waking through the completion
         // thread (see `AppendHandle::with_spin`).
         let lone = self.replica.pipelined_alone();

@@ -541,7 +541,7 @@ impl AppendHandle {
     /// the outcome (yielding the core on every check, as a blocked
     /// `append` does before it parks) before it registers the task's
     /// waker. For an append with no other pipelined append of its log in
-    /// flight: its outcome is a fetch round trip away, and a waker handed
+    /// flight, after a resolution pass that resolved at most one: its outcome is a fetch round trip away, and a waker handed
     /// to the completion thread costs two thread wake-ups (that thread's,
     /// then the executor's, whose worker sleeps on a core gone idle) that
     /// take longer than the round trip itself. Spinning for the outcome,
@@ -653,8 +653,9 @@ impl Future for AppendHandle {
     /// Ready with the outcome once it is known; until then the task's
     /// latest waker is kept and woken (once, on the node's completion
     /// thread) at resolution. The first poll of the handle of an append
-    /// that had no other pipelined append of its log in flight first
-    /// spins for the outcome, up to
+    /// that had no other pipelined append of its log in flight (and at
+    /// most one resolved by the latest resolution pass) first spins for
+    /// the outcome, up to
     /// [`spin_before_park`](crate::ReplicationConfig::spin_before_park). `Ready` hands out a copy of the outcome and
     /// keeps it: polling again, `wait`, `wait_timeout` and `on_complete`
     /// give the same outcome.

@@ -712,18 +712,18 @@ impl LeaderState {
         })
     }
 
-    /// SPEC §3.1: an `acks=all` append is refused before appending while the
-    /// accepted ISR is smaller than `min_insync_replicas` (Kafka compares
-    /// with the setting itself, not capped by the replication factor).
+    /// [`isr_below_min`](Self::isr_below_min) as the error an `acks=all`
+    /// append gets before it is written (SPEC §3.1; the replica reads its
+    /// copy of it, the tests ask here).
+    #[cfg(test)]
     pub(crate) fn can_accept_acks_all(&self) -> Result<()> {
-        let in_sync = self.in_sync_replicas.len();
-        if in_sync < self.config.min_insync_replicas {
-            return Err(Error::NotEnoughReplicas {
+        match self.isr_below_min() {
+            Some((in_sync, min_insync_replicas)) => Err(Error::NotEnoughReplicas {
                 in_sync,
-                min_insync_replicas: self.config.min_insync_replicas,
-            });
+                min_insync_replicas,
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Where an `acks=all` append whose last record is at
@@ -744,8 +744,11 @@ impl LeaderState {
     }
 
     /// `Some((ISR size, min.insync.replicas))` when the accepted ISR is
-    /// below the minimum: every `acks=all` batch not committed yet fails
-    /// with `NotEnoughReplicasAfterAppend` (see `acks_all_progress`).
+    /// below the minimum: a new `acks=all` append is refused before it is
+    /// written (SPEC §3.1; Kafka compares with the setting itself, not
+    /// capped by the replication factor), and every `acks=all` batch not
+    /// committed yet fails with `NotEnoughReplicasAfterAppend` (see
+    /// `acks_all_progress`).
     pub(crate) fn isr_below_min(&self) -> Option<(usize, usize)> {
         let in_sync = self.in_sync_replicas.len();
         (in_sync < self.config.min_insync_replicas)

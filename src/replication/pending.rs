@@ -797,6 +797,77 @@ mod tests {
         }
     }
 
+    /// An append at `last` whose handle's callback is to run on the pass
+    /// runner (as every pipelined append's), and where that callback puts
+    /// the outcome, with the thread it ran on.
+    #[allow(clippy::type_complexity)]
+    fn pending_with_callback(
+        last: u64,
+    ) -> (
+        PendingAppend,
+        Arc<Mutex<Option<(Result<AppendOutcome>, std::thread::ThreadId)>>>,
+    ) {
+        let (cell, handle) = Completion::new_pair_on_pass_runner();
+        let ran = Arc::new(Mutex::new(None));
+        let into = Arc::clone(&ran);
+        handle.on_complete(move |outcome| {
+            *into.lock() = Some((outcome, std::thread::current().id()));
+        });
+        let mut append = pending(last, true, 10);
+        append.cell = cell;
+        (append, ran)
+    }
+
+    /// A resolution pass sends the callbacks of the appends it resolves to
+    /// the node's runner: none runs on the resolving thread (a fetch's,
+    /// the deadline timer's), every one on the runner's pass (bb282f7).
+    #[test]
+    fn a_pass_sends_its_callbacks_to_the_nodes_runner() {
+        let runner = CompletionRunner::new();
+        let mut queue = PendingAppends::default();
+        queue.set_completions(Arc::clone(&runner));
+        let (append, ran) = pending_with_callback(0);
+        queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
+        assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+        let decided = queue.scan(|_| known(1, 1, 1), false);
+        assert_eq!(decided.len(), 1);
+        let mut wakeups = queue.wakeups();
+        for (append, verdict) in decided {
+            assert_eq!(verdict, Verdict::Ok);
+            let outcome = append.outcome;
+            append.resolve_into(Ok(outcome), &mut wakeups);
+        }
+        wakeups.hand_over();
+        assert!(ran.lock().is_none(), "ran on the resolving thread");
+        let on_runner = std::thread::spawn(move || {
+            assert_eq!(runner.run_pending(), 1);
+            std::thread::current().id()
+        })
+        .join()
+        .unwrap();
+        let (outcome, thread) = ran.lock().take().expect("the runner ran it");
+        assert_eq!(outcome.unwrap().last_offset, Offset(0));
+        assert_eq!(thread, on_runner);
+    }
+
+    /// Appends still queued when their queue is dropped (a replica dropped
+    /// without its node's stop) fail with `Shutdown`, their callbacks run
+    /// by the node's runner, not by the dropping thread.
+    #[test]
+    fn a_dropped_queue_fails_its_appends_on_the_nodes_runner() {
+        let runner = CompletionRunner::new();
+        let mut queue = PendingAppends::default();
+        queue.set_completions(Arc::clone(&runner));
+        let (append, ran) = pending_with_callback(0);
+        queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
+        assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+        drop(queue);
+        assert!(ran.lock().is_none(), "ran on the dropping thread");
+        assert_eq!(runner.run_pending(), 1);
+        let (outcome, _) = ran.lock().take().expect("the runner ran it");
+        assert!(matches!(outcome, Err(Error::Shutdown)), "{outcome:?}");
+    }
+
     #[test]
     fn a_fast_scan_takes_the_committed_front_and_releases_its_bytes() {
         let queue = PendingAppends::default();

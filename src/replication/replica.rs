@@ -77,9 +77,10 @@ pub(crate) struct RoleState {
     /// 1.6% of all samples).
     ///
     /// Invariant: equals the leader machine's `isr_below_min()` while
-    /// `role` is `Leader`. The accepted ISR changes only in `become_leader`
-    /// and `update_isr`, both under the role's write lock, and both set
-    /// this there; `append_as_leader` checks it with `debug_assert!`.
+    /// `role` is `Leader`, `None` otherwise. The accepted ISR changes only
+    /// in `become_leader` and `update_isr`, both under the role's write
+    /// lock, and both set this there; every way out of `Leader` clears it;
+    /// `append_as_leader` checks both with `debug_assert!`.
     pub(crate) leader_isr_below_min: Option<(usize, usize)>,
     /// Bumped on every role change; an `acks=all` waiter that sees it move
     /// fails with `NotLeader` even if the high watermark later passes its
@@ -977,6 +978,10 @@ impl Replica {
     ) -> Result<LeaderAppend> {
         let role = self.role.read();
         if role.role != Role::Leader {
+            debug_assert!(
+                role.leader_isr_below_min.is_none(),
+                "a replica that does not lead keeps a leader's ISR check"
+            );
             return Err(self.not_leader(&role));
         }
         if self.stopped_for_shutdown.load(Ordering::SeqCst)
@@ -1618,8 +1623,12 @@ impl Replica {
             let outcome = match verdict {
                 Verdict::Ok => Ok(append.outcome),
                 Verdict::Wait => {
+                    // Never: scans hand over decided appends only. Should
+                    // one come, it gets what `PendingAppend`'s drop would
+                    // give it, but in this pass, so that its callback
+                    // still runs on the completion thread.
                     debug_assert!(false, "an undecided append was resolved");
-                    continue;
+                    Err(Error::Shutdown)
                 }
                 Verdict::RoleChanged => Err(if self.pending_stopped() {
                     Error::Shutdown

@@ -2688,18 +2688,23 @@ impl Replica {
             // The leader deleted what lies below its log start and vouches
             // for nothing there: when it says the logs agree at most up to
             // that start, a log holding records below it cannot tell which
-            // of them match (simulator seed 20012215), and cuts them all.
-            // Its next fetch is then below the leader's start, and the
-            // out-of-range path above restarts the log there, or gets the
-            // application a snapshot, as for a follower that fell behind.
+            // of them match (simulator seed 20012215), and drops them all.
+            // It restarts empty at the leader's start, not at its own: a
+            // log ending below the committed end must not be left to lead
+            // (simulator seed 60047659: cut to its own start, 297, a
+            // member of the ELR was elected with its log ending there,
+            // below records committed up to 464, whose offsets the next
+            // appends would have taken again). Its application, if behind
+            // that start, gets the snapshot path on the next answer, as a
+            // live follower's lagging application does (SPEC 3.9).
             let (leader_start, own_start) = (answer.log_start_offset, self.log.log_start_offset());
             if diverging.end_offset <= leader_start && own_start < leader_start {
                 tracing::warn!(log = %self.log_id, node = %self.local, leader = %state.leader(),
                     diverging_end_offset = %diverging.end_offset, %leader_start, %own_start,
-                    "the logs diverge at or below the leader's log start: discarding every record below it");
-                self.log.truncate_to(own_start)?;
-                state.on_truncated(self.log.log_end_offset());
-                self.lower_follower_high_watermark(state);
+                    "the logs diverge at or below the leader's log start: discarding every record below it and restarting the log there");
+                self.log.truncate_fully_and_start_at(leader_start)?;
+                // The machine's log start moves with the log's.
+                self.resync_follower(state);
                 return Ok(ErrorCode::None);
             }
             // The same answer to a log that starts at or above the leader's
@@ -2726,8 +2731,8 @@ impl Replica {
                     log_end_offset = %self.log.log_end_offset(),
                     "the logs agree nowhere past the leader's log start, where this log starts or above: restarting it empty at the leader's start");
                 self.log.truncate_fully_and_start_at(leader_start)?;
-                state.on_truncated(self.log.log_end_offset());
-                self.lower_follower_high_watermark(state);
+                // The machine's log start moves with the log's.
+                self.resync_follower(state);
                 return Ok(ErrorCode::None);
             }
             let lookup = self.log.end_offset_for_epoch(diverging.epoch);
@@ -3252,10 +3257,11 @@ mod tests {
         follower
             .apply_fetched(NodeId(0), LeaderEpoch(1), answer)
             .unwrap();
+        let log = follower.log();
         assert_eq!(
-            follower.log().log_end_offset(),
-            Offset(0),
-            "records below 5 kept"
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(5), Offset(5)),
+            "records below 5 kept, or a log ending below the leader's start (seed 60047659)"
         );
     }
 

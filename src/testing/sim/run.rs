@@ -4135,6 +4135,15 @@ mod tests {
         passes_with(SimConfig::new(60_040_931));
     }
 
+    /// A follower told that its log and the leader's agree at most up to
+    /// the leader's log start restarts its log empty at that start, not at
+    /// its own: cut to its own start (297), it was elected from the ELR
+    /// with its log ending there, below records committed up to 464.
+    #[test]
+    fn seed_60047659_a_follower_discarding_below_the_leaders_start_restarts_there() {
+        passes_with(SimConfig::new(60_047_659));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event

@@ -818,17 +818,29 @@ mod tests {
         (append, ran)
     }
 
-    /// A resolution pass sends the callbacks of the appends it resolves to
-    /// the node's runner: none runs on the resolving thread (a fetch's,
-    /// the deadline timer's), every one on the runner's pass (bb282f7).
-    #[test]
-    fn a_pass_sends_its_callbacks_to_the_nodes_runner() {
+    /// A queue sending its callbacks to a runner of its own, holding one
+    /// waiting append at 0 (from [`pending_with_callback`]).
+    #[allow(clippy::type_complexity)]
+    fn one_append_queued_on_a_runner() -> (
+        Arc<CompletionRunner>,
+        PendingAppends,
+        Arc<Mutex<Option<(Result<AppendOutcome>, std::thread::ThreadId)>>>,
+    ) {
         let runner = CompletionRunner::new();
         let mut queue = PendingAppends::default();
         queue.set_completions(Arc::clone(&runner));
         let (append, ran) = pending_with_callback(0);
         queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
         assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+        (runner, queue, ran)
+    }
+
+    /// A resolution pass sends the callbacks of the appends it resolves to
+    /// the node's runner: none runs on the resolving thread (a fetch's,
+    /// the deadline timer's), every one on the runner's pass (bb282f7).
+    #[test]
+    fn a_pass_sends_its_callbacks_to_the_nodes_runner() {
+        let (runner, queue, ran) = one_append_queued_on_a_runner();
         let decided = queue.scan(|_| known(1, 1, 1), false);
         assert_eq!(decided.len(), 1);
         let mut wakeups = queue.wakeups();
@@ -855,12 +867,7 @@ mod tests {
     /// by the node's runner, not by the dropping thread.
     #[test]
     fn a_dropped_queue_fails_its_appends_on_the_nodes_runner() {
-        let runner = CompletionRunner::new();
-        let mut queue = PendingAppends::default();
-        queue.set_completions(Arc::clone(&runner));
-        let (append, ran) = pending_with_callback(0);
-        queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
-        assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+        let (runner, queue, ran) = one_append_queued_on_a_runner();
         drop(queue);
         assert!(ran.lock().is_none(), "ran on the dropping thread");
         assert_eq!(runner.run_pending(), 1);

@@ -209,18 +209,33 @@ pub(crate) fn start_update(
     // ELR members count too: a replica the move was adding that left an
     // ISR fallen below the minimum holds those records as well (review of
     // this check, finding 2).
+    // So do the replicas of the unclean list that may hold records: each
+    // left the ISR or ELR only because its node restarted uncleanly, and
+    // held every committed record before that; the ELR member kept instead
+    // may have lost its disk without the coordinator knowing yet
+    // (simulator seed 60044893: a cancellation dropped the added replica
+    // that had led alone and then restarted uncleanly, the only one left
+    // holding records acknowledged up to 559; the ELR member kept came
+    // back empty, and a replica cut off at 461 was elected).
+    let may_hold_records = |node: &NodeId| {
+        state.is_in_sync(*node)
+            || state.is_eligible(*node)
+            || state
+                .unclean_replicas
+                .iter()
+                .any(|r| r.node == *node && !r.reported_empty())
+    };
     let dropped: Vec<NodeId> = state
-        .in_sync_replicas
+        .replicas
         .iter()
-        .chain(&state.eligible_leader_replicas)
         .copied()
-        .filter(|node| !replicas.contains(node))
+        .filter(|node| may_hold_records(node) && !replicas.contains(node))
         .collect();
-    let holders_kept = in_sync_replicas.len() + eligible_leader_replicas.len();
-    if !dropped.is_empty() && holders_kept < min_insync_replicas {
+    let holders_kept: Vec<NodeId> = replicas.iter().copied().filter(may_hold_records).collect();
+    if !dropped.is_empty() && holders_kept.len() < min_insync_replicas {
         return Err(coordinator_error(format!(
-            "cannot reassign {log} to {target:?}: it drops {dropped:?} from in_sync_replicas {:?} and eligible_leader_replicas {:?}, leaving {in_sync_replicas:?} and {eligible_leader_replicas:?}, fewer than min_insync_replicas {min_insync_replicas}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR",
-            state.in_sync_replicas, state.eligible_leader_replicas
+            "cannot reassign {log} to {target:?}: it drops {dropped:?}, which may hold committed records (in_sync_replicas {:?}, eligible_leader_replicas {:?}, unclean replicas {:?}), leaving them on {holders_kept:?}, fewer than min_insync_replicas {min_insync_replicas}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR",
+            state.in_sync_replicas, state.eligible_leader_replicas, state.unclean_replicas
         )));
     }
     let leader = match state.leader {
@@ -618,6 +633,44 @@ mod tests {
             error.to_string().contains("nobody it could elect"),
             "{error}"
         );
+    }
+
+    /// Simulator seed 60044893: a move from [1, 2] added 0, which then led
+    /// alone (ISR [0], ELR [2]) and restarted uncleanly, holding every
+    /// acknowledged record; 2 had lost its disk, unknown to the
+    /// coordinator. Cancelling dropped 0, the unclean list's only holder,
+    /// since it was no longer in the ISR or ELR: refused now, as dropping
+    /// an ISR or ELR member below `min_insync_replicas` is. With a second
+    /// holder kept, or with 0 reported empty, it may go.
+    #[test]
+    fn a_change_that_drops_an_unclean_holder_below_min_insync_replicas_is_refused() {
+        let s = state(&[1, 2], &[1, 2], 1);
+        let mut moving = started(&s, &[1, 2, 0], &[0, 1, 2]);
+        moving.leader = None;
+        moving.in_sync_replicas.clear();
+        moving.eligible_leader_replicas = nodes(&[2]);
+        let reported_end = |end: u64| crate::coordinator::UncleanReplica {
+            node: NodeId(0),
+            log_end: Some(crate::coordinator::LogEnd {
+                last_epoch: (end > 0).then_some(LeaderEpoch(3)),
+                log_end_offset: crate::types::Offset(end),
+            }),
+        };
+        moving.unclean_replicas = vec![reported_end(559)];
+        moving.check_invariants();
+        let live = nodes(&[0, 1, 2]);
+        let error = start_update(&moving, &nodes(&[1, 2]), &live, 2).unwrap_err();
+        assert!(
+            error.to_string().contains("drops [NodeId(0)]")
+                && error.to_string().contains("min_insync_replicas 2"),
+            "{error}"
+        );
+        let mut two_eligible = moving.clone();
+        two_eligible.eligible_leader_replicas = nodes(&[1, 2]);
+        assert!(start_update(&two_eligible, &nodes(&[1, 2]), &live, 2).is_ok());
+        let mut empty = moving.clone();
+        empty.unclean_replicas = vec![reported_end(0)];
+        assert!(start_update(&empty, &nodes(&[1, 2]), &live, 2).is_ok());
     }
 
     /// Review of 714b35d: `replace_node` stopped at the first log it could

@@ -4144,6 +4144,16 @@ mod tests {
         passes_with(SimConfig::new(60_047_659));
     }
 
+    /// A reassignment's cancellation may not drop a replica of the unclean
+    /// list that may hold committed records when fewer than
+    /// `min_insync_replicas` such holders stay: it dropped the one that
+    /// held records acknowledged up to 559, and the ELR member kept had
+    /// lost its disk; a replica ending at 461 was elected.
+    #[test]
+    fn seed_60044893_a_cancelled_move_keeps_the_unclean_holder_of_acknowledged_records() {
+        passes_with(SimConfig::new(60_044_893));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event

@@ -6,47 +6,36 @@
 //! the simulator's; time is a [`Duration`] since the run began, so that no
 //! real clock takes part.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-/// One scheduled event with its due time and its place among events due at
-/// the same time.
-#[derive(Debug)]
-struct Entry<E> {
-    at: Duration,
-    /// Scheduling order: ties at `at` happen first in, first out, so that a
-    /// run depends on nothing but its seed.
+/// Where one scheduled event stands in the queue: its due time (in
+/// nanoseconds since the run began), its place among events due at the
+/// same time, and the slot that holds the event itself. The heap moves
+/// only these small keys; an event, which may carry a whole fetch answer,
+/// stays in its slot until it is taken (a heap of whole events spent more
+/// on moving them than on anything else it did).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    at_nanos: u64,
+    /// Scheduling order: ties at `at_nanos` happen first in, first out, so
+    /// that a run depends on nothing but its seed. Unique, so the slot
+    /// never decides an order.
     sequence: u64,
-    event: E,
-}
-
-impl<E> PartialEq for Entry<E> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.sequence) == (other.at, other.sequence)
-    }
-}
-
-impl<E> Eq for Entry<E> {}
-
-impl<E> PartialOrd for Entry<E> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<E> Ord for Entry<E> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.sequence).cmp(&(other.at, other.sequence))
-    }
+    slot: u32,
 }
 
 /// Events to happen, earliest first; see the module docs.
 ///
-/// Invariant: `now` never moves backwards, and no entry is due before it.
+/// Invariants: `now` never moves backwards, and no entry is due before it;
+/// every key in `keys` names a filled slot of `slots`, and every other slot
+/// is empty and listed in `free`.
 #[derive(Debug)]
 pub(crate) struct Schedule<E> {
-    entries: BinaryHeap<Reverse<Entry<E>>>,
+    keys: BinaryHeap<Reverse<Key>>,
+    slots: Vec<Option<E>>,
+    free: Vec<u32>,
     now: Duration,
     scheduled: u64,
 }
@@ -54,11 +43,18 @@ pub(crate) struct Schedule<E> {
 impl<E> Default for Schedule<E> {
     fn default() -> Self {
         Schedule {
-            entries: BinaryHeap::new(),
+            keys: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             now: Duration::ZERO,
             scheduled: 0,
         }
     }
+}
+
+/// `at` in whole nanoseconds, saturating (at 584 years of simulated time).
+fn nanos(at: Duration) -> u64 {
+    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl<E> Schedule<E> {
@@ -77,10 +73,23 @@ impl<E> Schedule<E> {
     /// event cannot happen in the past).
     pub(crate) fn at(&mut self, at: Duration, event: E) {
         let at = at.max(self.now);
-        self.entries.push(Reverse(Entry {
-            at,
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                debug_assert!(self.slots[slot as usize].is_none(), "a free slot is empty");
+                self.slots[slot as usize] = Some(event);
+                slot
+            }
+            None => {
+                let slot = u32::try_from(self.slots.len())
+                    .expect("fewer than 2^32 events scheduled at once");
+                self.slots.push(Some(event));
+                slot
+            }
+        };
+        self.keys.push(Reverse(Key {
+            at_nanos: nanos(at),
             sequence: self.scheduled,
-            event,
+            slot,
         }));
         self.scheduled += 1;
     }
@@ -88,25 +97,32 @@ impl<E> Schedule<E> {
     /// Takes the next event and moves time to it, or `None` when nothing is
     /// scheduled.
     pub(crate) fn next(&mut self) -> Option<(Duration, E)> {
-        let Reverse(entry) = self.entries.pop()?;
-        debug_assert!(entry.at >= self.now, "an event due before now");
-        self.now = entry.at;
-        Some((entry.at, entry.event))
+        let Reverse(key) = self.keys.pop()?;
+        let at = Duration::from_nanos(key.at_nanos);
+        debug_assert!(at >= self.now, "an event due before now");
+        let event = self.slots[key.slot as usize]
+            .take()
+            .expect("a scheduled key names a filled slot");
+        self.free.push(key.slot);
+        self.now = at;
+        Some((at, event))
     }
 
     /// When the next event is due, if any.
     pub(crate) fn next_due(&self) -> Option<Duration> {
-        self.entries.peek().map(|Reverse(entry)| entry.at)
+        self.keys
+            .peek()
+            .map(|Reverse(key)| Duration::from_nanos(key.at_nanos))
     }
 
     /// Events scheduled and not yet taken.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.keys.len()
     }
 
     /// Whether nothing is scheduled.
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.keys.is_empty()
     }
 }
 

@@ -4318,6 +4318,11 @@ pub(crate) struct ControlCore {
     /// duties (a stopped or winding-down node): the ones overdue then are
     /// not due again before the next tick.
     duties_paused: bool,
+    /// [`wake_at`](Self::wake_at) of the fields above, kept because a
+    /// simulator asks for it several times per event. Only [`new`](Self::new)
+    /// and [`on_tick`](Self::on_tick) change those fields, and both end by
+    /// setting it again.
+    next_wake: Instant,
 }
 
 impl ControlCore {
@@ -4329,7 +4334,7 @@ impl ControlCore {
             FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
             _ => None,
         };
-        ControlCore {
+        let mut core = ControlCore {
             tick: (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50)),
             heartbeat_every: shared.config.session_timeout / 3,
             flush_interval,
@@ -4339,7 +4344,10 @@ impl ControlCore {
             next_report_retry: now + UNCLEAN_REPORT_RETRY_INTERVAL,
             last_tick: now,
             duties_paused: false,
-        }
+            next_wake: now,
+        };
+        core.next_wake = core.wake_at();
+        core
     }
 
     /// The longest a driver waits between two [`on_tick`](Self::on_tick)s.
@@ -4351,6 +4359,12 @@ impl ControlCore {
     /// clock: the earliest timed duty, and at most one tick after the last.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn next_wake(&self) -> Instant {
+        self.next_wake
+    }
+
+    /// The next wake-up as the timers now stand (see
+    /// [`next_wake`](Self::next_wake)).
+    fn wake_at(&self) -> Instant {
         debug_assert_eq!(
             self.next_flush.is_some(),
             self.flush_interval.is_some(),
@@ -4412,6 +4426,12 @@ impl ControlCore {
     /// submitting ISR changes, hand-overs). A stopped or winding-down node
     /// does none of them.
     pub(crate) fn on_tick(&mut self, shared: &NodeShared, now: Instant) {
+        self.run_duties(shared, now);
+        self.next_wake = self.wake_at();
+    }
+
+    /// [`on_tick`](Self::on_tick)'s duties, which move the timers.
+    fn run_duties(&mut self, shared: &NodeShared, now: Instant) {
         self.last_tick = now;
         // A stop noticed here makes no further coordinator call: a
         // controlled shutdown waits for this thread, and each call may take

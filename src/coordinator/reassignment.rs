@@ -209,14 +209,18 @@ pub(crate) fn start_update(
     // ELR members count too: a replica the move was adding that left an
     // ISR fallen below the minimum holds those records as well (review of
     // this check, finding 2).
-    // So do the replicas of the unclean list that may hold records: each
-    // left the ISR or ELR only because its node restarted uncleanly, and
-    // held every committed record before that; the ELR member kept instead
-    // may have lost its disk without the coordinator knowing yet
-    // (simulator seed 60044893: a cancellation dropped the added replica
-    // that had led alone and then restarted uncleanly, the only one left
-    // holding records acknowledged up to 559; the ELR member kept came
-    // back empty, and a replica cut off at 461 was elected).
+    // Dropping a replica of the unclean list that may hold records counts
+    // the same: each left the ISR or ELR only because its node restarted
+    // uncleanly, and may be the one whose copy survives (the ELR member
+    // kept instead may have lost its disk without the coordinator knowing
+    // yet: simulator seed 60044893, where a cancellation dropped the added
+    // replica that had led alone and then restarted uncleanly, the only
+    // one left holding records acknowledged up to 559, and a replica cut
+    // off at 461 was elected). Only ISR and ELR members count among the
+    // holders kept: an unclean one lacks whatever was committed after it
+    // left (seed 60050634: counting one that left at 927 let a
+    // cancellation drop the only ISR member besides the leader, which
+    // then lost its disk, with 993 acknowledged).
     let may_hold_records = |node: &NodeId| {
         state.is_in_sync(*node)
             || state.is_eligible(*node)
@@ -231,7 +235,11 @@ pub(crate) fn start_update(
         .copied()
         .filter(|node| may_hold_records(node) && !replicas.contains(node))
         .collect();
-    let holders_kept: Vec<NodeId> = replicas.iter().copied().filter(may_hold_records).collect();
+    let holders_kept: Vec<NodeId> = in_sync_replicas
+        .iter()
+        .chain(&eligible_leader_replicas)
+        .copied()
+        .collect();
     if !dropped.is_empty() && holders_kept.len() < min_insync_replicas {
         return Err(coordinator_error(format!(
             "cannot reassign {log} to {target:?}: it drops {dropped:?}, which may hold committed records (in_sync_replicas {:?}, eligible_leader_replicas {:?}, unclean replicas {:?}), leaving them on {holders_kept:?}, fewer than min_insync_replicas {min_insync_replicas}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR",
@@ -671,6 +679,20 @@ mod tests {
         let mut empty = moving.clone();
         empty.unclean_replicas = vec![reported_end(0)];
         assert!(start_update(&empty, &nodes(&[1, 2]), &live, 2).is_ok());
+        // Seed 60050634: an unclean replica kept is no holder, since it
+        // lacks what was committed after it left. Dropping the ISR member
+        // 1 that the move was adding leaves ISR [0] and the unclean 2:
+        // refused.
+        let s = state(&[2, 0], &[2, 0], 0);
+        let mut adding = started(&s, &[2, 1, 0], &[0, 1, 2]);
+        adding.in_sync_replicas = nodes(&[0, 1]);
+        adding.unclean_replicas = vec![crate::coordinator::UncleanReplica {
+            node: NodeId(2),
+            ..reported_end(927)
+        }];
+        adding.check_invariants();
+        let error = start_update(&adding, &nodes(&[2, 0]), &live, 2).unwrap_err();
+        assert!(error.to_string().contains("drops [NodeId(1)]"), "{error}");
     }
 
     /// Review of 714b35d: `replace_node` stopped at the first log it could

@@ -18,6 +18,12 @@
 //! [`CompletionRunner::run_pending`], a fetch answer's long poll of
 //! [`NodeShared::poll_fetch`]. A simulator drives the same steps in one
 //! thread (`SteppedNode`, tests only).
+//!
+//! The node's decisions move, step by step, into [`NodeCore`] (`core.rs`),
+//! which takes inputs and returns actions and has no thread, clock or I/O
+//! of its own; [`NodeShared::drive`] carries its actions out. So far it
+//! holds the session with the coordinator (heartbeats, registering again,
+//! the incarnations).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -25,6 +31,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender};
+
+mod core;
+
+use self::core::{Action, Answer, CoordinatorCall, Input, NodeCore};
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
@@ -38,8 +48,7 @@ use crate::replication::CompletionRunner;
 #[cfg(any(test, feature = "testing"))]
 use crate::replication::FetchSession;
 use crate::replication::{
-    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, IsrProposal, PeerIncarnations,
-    Replica, Role, Watch,
+    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, IsrProposal, Replica, Role, Watch,
 };
 use crate::storage::{
     create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
@@ -270,12 +279,11 @@ pub(crate) struct NodeShared {
     /// Runs pipelined appends' callbacks and wakers on the node's
     /// completion thread.
     pub(crate) completions: Arc<CompletionRunner>,
-    /// This node's own incarnation, from its latest registration (0 before
-    /// the first); its fetchers send it with every fetch (SPEC 3.2).
-    incarnation: Arc<AtomicU64>,
-    /// Every live node's current incarnation, as last read from the
-    /// coordinator: a fetch counts only from its sender's (SPEC 3.2).
-    peer_incarnations: PeerIncarnations,
+    /// The node's decisions without threads, clock or I/O (issue 28); so
+    /// far its session with the coordinator: its own incarnation and its
+    /// view of the live nodes' (SPEC 3.2). [`drive`](Self::drive) carries
+    /// out what it asks for.
+    core: NodeCore,
 }
 
 /// Interval of the node's rate-limited warnings about invalid requests.
@@ -580,6 +588,8 @@ impl Node {
         }
         let events = coordinator.subscribe(me)?;
         let (commands, command_rx) = bounded(1024);
+        let stop = Arc::new(AtomicBool::new(false));
+        let core = NodeCore::new(me, config.session_timeout, Arc::clone(&stop));
         let shared = Arc::new(NodeShared {
             disk: Arc::clone(&disk),
             config,
@@ -603,13 +613,12 @@ impl Node {
             failed_recovery_reports: Mutex::new(HashSet::new()),
             unopened: Mutex::new(HashMap::new()),
             hand_overs: Mutex::new(HashMap::new()),
-            stop: Arc::new(AtomicBool::new(false)),
+            stop,
             winding_down: AtomicBool::new(false),
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
             completions: CompletionRunner::new(),
-            incarnation: Arc::new(AtomicU64::new(0)),
-            peer_incarnations: PeerIncarnations::new(),
+            core,
         });
         if previous_shutdown.is_reported_unclean() {
             let mut log_ends = shared.recovered_log_ends()?;
@@ -683,7 +692,7 @@ impl Node {
                 return Err(error);
             }
         };
-        shared.incarnation.store(incarnation.0, Ordering::SeqCst);
+        shared.core.registered(incarnation);
         tracing::info!(node = %me, %incarnation, "registered with the coordinator");
         marker_taken.restore_on_drop = false;
         drop(marker_taken);
@@ -709,7 +718,7 @@ impl Node {
     fn reconcile_every_log(&self) -> Result<()> {
         // Before this node leads anything: fetches count only from the
         // incarnations it has read (SPEC 3.2).
-        self.shared.refresh_incarnations();
+        self.shared.drive_core(NodeCore::refresh_incarnations);
         for state in self.shared.coordinator.logs()? {
             self.shared.reconcile(&state);
         }
@@ -941,13 +950,13 @@ impl Node {
     /// read them from the coordinator (SPEC 3.2); `None` if it knows no
     /// live registration of `peer`.
     pub fn peer_incarnation(&self, peer: NodeId) -> Option<Incarnation> {
-        self.shared.peer_incarnations.get(peer)
+        self.shared.core.peer_incarnations().get(peer)
     }
 
     /// This node's current incarnation: what its latest registration with
     /// the coordinator handed out, and what its fetches carry (SPEC 3.2).
     pub fn incarnation(&self) -> Incarnation {
-        Incarnation(self.shared.incarnation.load(Ordering::SeqCst))
+        self.shared.core.incarnation()
     }
 
     /// The logs in which this node's unclean shutdown (or lost data) is
@@ -3166,7 +3175,7 @@ impl NodeShared {
             {
                 entry.insert(Fetcher::stepped(
                     self.local(),
-                    Arc::clone(&self.incarnation),
+                    self.core.incarnation_cell(),
                     leader,
                     Arc::clone(&self.transport),
                     self.config.replication.clone(),
@@ -3175,7 +3184,7 @@ impl NodeShared {
             }
             std::collections::hash_map::Entry::Vacant(entry) => match Fetcher::start(
                 self.local(),
-                Arc::clone(&self.incarnation),
+                self.core.incarnation_cell(),
                 leader,
                 Arc::clone(&self.transport),
                 self.config.replication.clone(),
@@ -3292,7 +3301,7 @@ impl NodeShared {
                     tracing::info!(%log, node = %self.local(), replica = %node, ?counted, ?current,
                         "not adding a replica to the ISR on fetches from an earlier incarnation");
                     replica.isr_proposal_withdrawn();
-                    self.refresh_incarnations();
+                    self.drive_core(NodeCore::refresh_incarnations);
                     return;
                 }
             }
@@ -3940,8 +3949,9 @@ impl NodeShared {
     }
 
     /// The live nodes, for a hand-over, read with their incarnations,
-    /// which this node learns ([`PeerIncarnations::learn`]). A
-    /// winding-down node's control thread reads the coordinator no more
+    /// which this node learns
+    /// ([`PeerIncarnations::learn`](crate::replication::PeerIncarnations::learn)).
+    /// A winding-down node's control thread reads the coordinator no more
     /// (it ignores the announcements of registrations and the unverified
     /// fetches' requests), so without this a follower that registered
     /// after the view was last read (it restarted, or the shutdown began
@@ -3951,19 +3961,53 @@ impl NodeShared {
     /// at 7 ms, before the first read).
     fn live_nodes_learning_incarnations(&self) -> Result<Vec<NodeId>> {
         let live = self.coordinator.live_node_incarnations()?;
-        self.peer_incarnations.learn(&live);
+        self.core.peer_incarnations().learn(&live);
         Ok(live.into_iter().map(|(node, _)| node).collect())
     }
 
-    /// Reads every live node's current incarnation from the coordinator
-    /// (SPEC 3.2). On failure the view stays as it was: fetches from the
-    /// incarnations it holds still count, and the next event or unverified
-    /// fetch asks again.
-    fn refresh_incarnations(&self) {
-        match self.coordinator.live_node_incarnations() {
-            Ok(live) => self.peer_incarnations.replace(&live),
-            Err(error) => {
-                tracing::warn!(node = %self.local(), %error, "cannot read the live nodes' incarnations; keeping the last view")
+    /// Runs one step of the core and [`drive`](Self::drive)s what it
+    /// asks for.
+    fn drive_core(&self, step: impl FnOnce(&NodeCore, &mut Vec<Action>)) {
+        let mut actions = Vec::new();
+        step(&self.core, &mut actions);
+        self.drive(actions);
+    }
+
+    /// The threaded runtime's driver of the core, which the simulator's
+    /// stepped node uses too: carries out `actions` on the calling thread,
+    /// depth-first in the order they came. A coordinator call is made at
+    /// once and its answer handed straight back to the core, whose actions
+    /// are carried out before the next of `actions`: every call happens in
+    /// the same order and on the same thread as when the code made it
+    /// inline, which keeps production and the simulator's traces as they
+    /// were (issue 28). The caller holds no node lock: the core may be
+    /// entered again.
+    fn drive(&self, actions: Vec<Action>) {
+        // A stack of what is still to do, the next action on top.
+        let mut to_do: Vec<Action> = actions.into_iter().rev().collect();
+        while let Some(action) = to_do.pop() {
+            match action {
+                Action::Call { call, then } => {
+                    let answer = self.call_coordinator(call);
+                    let mut next = Vec::new();
+                    self.core
+                        .handle(Input::Answered { then, answer }, &mut next);
+                    to_do.extend(next.into_iter().rev());
+                }
+            }
+        }
+    }
+
+    /// Makes one coordinator call of the core for this node.
+    fn call_coordinator(&self, call: CoordinatorCall) -> Answer {
+        match call {
+            CoordinatorCall::Heartbeat => Answer::Done(self.coordinator.heartbeat(self.local())),
+            CoordinatorCall::RegisterNode { session_timeout } => Answer::Registered(
+                self.coordinator
+                    .register_node(self.local(), session_timeout),
+            ),
+            CoordinatorCall::LiveNodeIncarnations => {
+                Answer::Incarnations(self.coordinator.live_node_incarnations())
             }
         }
     }
@@ -4057,17 +4101,21 @@ impl NodeShared {
         // current incarnation counts. A fetch from an earlier process of
         // the follower, or from someone who does not know its incarnation,
         // is refused before it reaches any log, and changes nothing.
-        match self.peer_incarnations.check(from, request.incarnation) {
+        match self
+            .core
+            .peer_incarnations()
+            .check(from, request.incarnation)
+        {
             IncarnationCheck::Current => None,
             check => {
                 if check == IncarnationCheck::Unverified
-                    && self.peer_incarnations.refresh_due(self.clock.now())
+                    && self.core.peer_incarnations().refresh_due(self.clock.now())
                 {
                     let _ = self.commands.try_send(Command::RefreshIncarnations);
                 }
                 if let Some(suppressed) = self.warnings.admit(Warning::StaleIncarnation) {
                     tracing::warn!(node = %self.local(), %from, incarnation = %request.incarnation,
-                        current = ?self.peer_incarnations.get(from), ?check, suppressed,
+                        current = ?self.core.peer_incarnations().get(from), ?check, suppressed,
                         "refusing a fetch that is not from its sender's current incarnation");
                 }
                 Some(Response::Error(ErrorCode::StaleIncarnation))
@@ -4391,12 +4439,14 @@ impl ControlCore {
         match event {
             CoordinatorEvent::LogChanged(state) => shared.reconcile(&state),
             CoordinatorEvent::Resync if !winding_down => {
-                shared.refresh_incarnations();
+                shared.drive_core(NodeCore::refresh_incarnations);
                 shared.resync();
             }
             // A node came, went, or registered again: its incarnation may
             // have changed.
-            CoordinatorEvent::NodesChanged { .. } if !winding_down => shared.refresh_incarnations(),
+            CoordinatorEvent::NodesChanged { .. } if !winding_down => {
+                shared.drive_core(NodeCore::refresh_incarnations)
+            }
             _ => {}
         }
     }
@@ -4415,7 +4465,7 @@ impl ControlCore {
                     }
                 }
             }
-            Command::RefreshIncarnations => shared.refresh_incarnations(),
+            Command::RefreshIncarnations => shared.drive_core(NodeCore::refresh_incarnations),
         }
     }
 
@@ -4448,7 +4498,7 @@ impl ControlCore {
             shared.retry_recovery_reports();
         }
         if now >= self.next_heartbeat {
-            shared.heartbeat();
+            shared.drive_core(NodeCore::heartbeat);
             self.next_heartbeat = now + self.heartbeat_every;
         }
         if let (Some(due), Some(interval)) = (self.next_flush, self.flush_interval) {
@@ -4485,47 +4535,6 @@ impl ControlCore {
 }
 
 impl NodeShared {
-    /// The control thread's heartbeat; after a failed one, registers again
-    /// (unless the node is stopping).
-    fn heartbeat(&self) {
-        let Err(error) = self.coordinator.heartbeat(self.local()) else {
-            return;
-        };
-        tracing::warn!(node = %self.local(), %error, "heartbeat failed");
-        // An expired session: register again, as a restarted ZooKeeper
-        // client re-creates its ephemeral node — unless this node is
-        // stopping: a node on its way down must not come back to life in
-        // the coordinator's eyes. (A `ZkCoordinator` whose session is only
-        // suspended, cut off from ZooKeeper for a session timeout, keeps
-        // it: this call then waits for ZooKeeper to say whether it lives.)
-        //
-        // Known limitation: `Coordinator::register_node` takes no deadline,
-        // and may block the control thread for the coordinator's own call
-        // timeout (a `ZkCoordinator` opening a session, or waiting on a
-        // suspended one, while ZooKeeper is unreachable: 5 s by default).
-        // Events, ISR proposals and failed-leader checks wait meanwhile;
-        // the node's leadership is already fenced, since its session is
-        // gone or suspended. Running it elsewhere would race with `stop`
-        // (a late registration would revive a stopped node).
-        if self.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        match self
-            .coordinator
-            .register_node(self.local(), self.config.session_timeout)
-        {
-            // A new registration, a new incarnation: the fetchers send it
-            // from their next fetch on.
-            Ok(incarnation) => {
-                self.incarnation.store(incarnation.0, Ordering::SeqCst);
-                tracing::info!(node = %self.local(), %incarnation, "registered again with the coordinator");
-            }
-            Err(error) => {
-                tracing::warn!(node = %self.local(), %error, "registering again failed; will retry");
-            }
-        }
-    }
-
     /// The periodic flush of `FlushPolicy::Every`: flushes every log with
     /// unflushed records (an idle log is not flushed by its appends).
     fn flush_idle_logs(&self) {

@@ -23,7 +23,7 @@
 //! which takes inputs and returns actions and has no thread, clock or I/O
 //! of its own; [`NodeShared::drive`] carries its actions out. So far it
 //! holds the session with the coordinator (heartbeats, registering again,
-//! the incarnations).
+//! the incarnations) and a leader's ISR changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ use crate::replication::CompletionRunner;
 #[cfg(any(test, feature = "testing"))]
 use crate::replication::FetchSession;
 use crate::replication::{
-    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, IsrProposal, Replica, Role, Watch,
+    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, Replica, Role, Watch,
 };
 use crate::storage::{
     create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
@@ -280,9 +280,9 @@ pub(crate) struct NodeShared {
     /// completion thread.
     pub(crate) completions: Arc<CompletionRunner>,
     /// The node's decisions without threads, clock or I/O (issue 28); so
-    /// far its session with the coordinator: its own incarnation and its
-    /// view of the live nodes' (SPEC 3.2). [`drive`](Self::drive) carries
-    /// out what it asks for.
+    /// far its session with the coordinator (its own incarnation and its
+    /// view of the live nodes', SPEC 3.2) and the leaders' ISR changes
+    /// (SPEC 3.4). [`drive`](Self::drive) carries out what it asks for.
     core: NodeCore,
 }
 
@@ -589,7 +589,12 @@ impl Node {
         let events = coordinator.subscribe(me)?;
         let (commands, command_rx) = bounded(1024);
         let stop = Arc::new(AtomicBool::new(false));
-        let core = NodeCore::new(me, config.session_timeout, Arc::clone(&stop));
+        let core = NodeCore::new(
+            me,
+            config.session_timeout,
+            config.replication.min_insync_replicas,
+            Arc::clone(&stop),
+        );
         let shared = Arc::new(NodeShared {
             disk: Arc::clone(&disk),
             config,
@@ -3200,182 +3205,6 @@ impl NodeShared {
         fetcher.add(replica, epoch);
     }
 
-    /// Sends an ISR change to the coordinator as compare-and-set on the
-    /// leader epoch and version (SPEC 3.4, 3.7).
-    fn submit_isr(&self, replica: &Replica, proposal: IsrProposal) {
-        let log = replica.log_id();
-        let (role, epoch) = replica.role();
-        if role != Role::Leader {
-            return;
-        }
-        if proposal.leader_epoch != epoch {
-            return;
-        }
-        let version = proposal.expected_version;
-        // A stopping node's control thread is being joined: no more calls.
-        if self.is_stopped() {
-            replica.isr_proposal_withdrawn();
-            return;
-        }
-        // The ELR that goes with the new ISR depends on the stored ISR and
-        // ELR, which this replica does not track: read them. A state of
-        // another version would fail the compare-and-set below anyway. Read
-        // before the incarnations below: this read is synced (ZooKeeper),
-        // so the incarnations read after it include every unregistration
-        // made before the version it saw; read first, a replaced session
-        // on a lagging server could still show a crashed process's
-        // registration for a version already fenced by its restart's
-        // report (review of be52522, finding 3).
-        let stored = match self.coordinator.log_state(log) {
-            Ok(Some(stored)) => stored,
-            Ok(None) => {
-                replica.isr_proposal_rejected();
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%log, node = %self.local(), %error, "cannot read the log's state for an ISR change; will retry");
-                replica.isr_proposal_rejected();
-                return;
-            }
-        };
-        if stored.leader_epoch != epoch || stored.version != version {
-            tracing::info!(%log, node = %self.local(), current_epoch = %stored.leader_epoch, "ISR change is stale; re-reading state");
-            replica.isr_proposal_rejected();
-            self.reconcile(&stored);
-            return;
-        }
-        // As Kafka since KIP-841: a replica whose node is not alive (its
-        // coordinator session ended) never joins the ISR, even if a fetch it
-        // sent before it died shows it caught up. Without this a crashed
-        // follower's last long poll, answered after the crash, could put
-        // it back into the ISR, where it holds the high watermark (and,
-        // with `acks=all`, every producer) until the leader notices the lag
-        // again.
-        let current = replica.in_sync_replicas();
-        let joining: Vec<NodeId> = proposal
-            .proposed
-            .iter()
-            .copied()
-            .filter(|node| !current.contains(node))
-            .collect();
-        if !joining.is_empty() {
-            if self.is_stopped() {
-                replica.isr_proposal_withdrawn();
-                return;
-            }
-            let live = match self.coordinator.live_node_incarnations() {
-                Ok(live) => live,
-                Err(error) => {
-                    tracing::warn!(%log, node = %self.local(), %error, "cannot check liveness before an ISR expansion; will retry");
-                    replica.isr_proposal_withdrawn();
-                    return;
-                }
-            };
-            // Checked here, not atomically with the update (Kafka's
-            // controller checks both at once): a node that dies between the
-            // two can still be added; the controller removes dead followers
-            // and the leader's lag check does too.
-            if let Some(dead) = joining
-                .iter()
-                .find(|node| !live.iter().any(|(live, _)| live == *node))
-            {
-                tracing::info!(%log, node = %self.local(), replica = %dead, "not adding a replica whose node is not alive to the ISR");
-                replica.isr_proposal_withdrawn();
-                return;
-            }
-            // KIP-903: the fetches that qualified a follower must come from
-            // its current registration. This node's view of incarnations may
-            // lag the coordinator (it has not read a restart yet), and a
-            // fetch delayed from the follower's previous life, counted in
-            // that window, would otherwise put a replica that may hold
-            // nothing into the ISR. Kafka's controller refuses such an
-            // `AlterPartition` (`INELIGIBLE_REPLICA`); here the leader checks
-            // the coordinator's current incarnation before it writes.
-            for node in &joining {
-                let current = live
-                    .iter()
-                    .find(|(live, _)| live == node)
-                    .map(|(_, incarnation)| *incarnation);
-                let counted = replica.follower_incarnation(*node);
-                if counted != current {
-                    tracing::info!(%log, node = %self.local(), replica = %node, ?counted, ?current,
-                        "not adding a replica to the ISR on fetches from an earlier incarnation");
-                    replica.isr_proposal_withdrawn();
-                    self.drive_core(NodeCore::refresh_incarnations);
-                    return;
-                }
-            }
-        }
-        let update = LogUpdate::in_sync_replicas(
-            &stored,
-            proposal.proposed.clone(),
-            self.config.replication.min_insync_replicas,
-        );
-        debug_assert_eq!(update.leader, Some(self.local()));
-        match self
-            .coordinator
-            .compare_and_set(log, epoch, version, update)
-        {
-            Ok(CasOutcome::Applied(state)) => {
-                tracing::info!(%log, node = %self.local(), isr = ?state.in_sync_replicas, version = state.version, "ISR changed");
-                replica.update_isr(state.in_sync_replicas.clone(), state.version);
-            }
-            Ok(CasOutcome::Stale(current)) => {
-                tracing::info!(%log, node = %self.local(), current_epoch = %current.leader_epoch, "ISR change rejected as stale; re-reading state");
-                replica.isr_proposal_rejected();
-                self.reconcile(&current);
-            }
-            Err(error) if error.is_outcome_unknown() => {
-                // Maybe stored, maybe not (SPEC 3.4): keep it pending, and
-                // counting for the high watermark, until `settle_isr`
-                // reads what is stored.
-                tracing::warn!(%log, node = %self.local(), %error, "ISR change outcome unknown; settling it by a read");
-                replica.isr_proposal_outcome_unknown();
-                self.settle_isr(replica);
-            }
-            Err(error) => {
-                tracing::warn!(%log, node = %self.local(), %error, "ISR change failed; will retry");
-                replica.isr_proposal_rejected();
-            }
-        }
-    }
-
-    /// Settles the leader's ISR change whose outcome is unknown by reading
-    /// the stored state (SPEC 3.4): a newer epoch or another leader means
-    /// this node was deposed (reconcile); a newer version in its epoch is
-    /// adopted as the accepted ISR, whoever wrote it (the change, or a
-    /// later one built on it, or the controller's); the same version means
-    /// it was not applied. A failed read leaves it pending for the next
-    /// tick. Kafka's leader likewise keeps `PendingExpandIsr` until an
-    /// answer or a new LeaderAndIsr from the controller settles it.
-    fn settle_isr(&self, replica: &Replica) {
-        let Some((epoch, expected_version)) = replica.unsettled_isr_change() else {
-            return;
-        };
-        let log = replica.log_id();
-        let stored = match self.coordinator.log_state(log) {
-            Ok(Some(stored)) => stored,
-            Ok(None) => {
-                replica.isr_proposal_rejected();
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%log, node = %self.local(), %error, "cannot read the log's state to settle an ISR change; will retry");
-                return;
-            }
-        };
-        if stored.leader_epoch != epoch || stored.leader != Some(self.local()) {
-            tracing::info!(%log, node = %self.local(), current_epoch = %stored.leader_epoch, "ISR change settled: the log moved to another epoch");
-            replica.isr_proposal_rejected();
-            self.reconcile(&stored);
-        } else if stored.version > expected_version {
-            tracing::info!(%log, node = %self.local(), isr = ?stored.in_sync_replicas, version = stored.version, "ISR change settled: adopting the stored ISR");
-            replica.update_isr(stored.in_sync_replicas.clone(), stored.version);
-        } else {
-            replica.isr_proposal_not_applied();
-        }
-    }
-
     /// A leader whose storage failed (a failed fsync poisons the log) can
     /// neither append nor serve fetches, and a replica elected leader that
     /// cannot take the role (`become_leader` failed) cannot either: it
@@ -3994,6 +3823,7 @@ impl NodeShared {
                         .handle(Input::Answered { then, answer }, &mut next);
                     to_do.extend(next.into_iter().rev());
                 }
+                Action::Reconcile(state) => self.reconcile(&state),
             }
         }
     }
@@ -4009,6 +3839,16 @@ impl NodeShared {
             CoordinatorCall::LiveNodeIncarnations => {
                 Answer::Incarnations(self.coordinator.live_node_incarnations())
             }
+            CoordinatorCall::LogState(log) => Answer::LogState(self.coordinator.log_state(log)),
+            CoordinatorCall::CompareAndSet {
+                log,
+                epoch,
+                version,
+                update,
+            } => Answer::Cas(
+                self.coordinator
+                    .compare_and_set(log, epoch, version, update),
+            ),
         }
     }
 
@@ -4461,7 +4301,7 @@ impl ControlCore {
             Command::IsrProposal(log) => {
                 if let Some(replica) = shared.replica(log) {
                     if let Some(proposal) = replica.take_isr_proposal() {
-                        shared.submit_isr(&replica, proposal);
+                        shared.drive_core(|core, out| core.submit_isr(&replica, proposal, out));
                     }
                 }
             }
@@ -4550,7 +4390,7 @@ impl NodeShared {
     /// One replica's share of a control pass: the pipelined appends' tick,
     /// then either a failed leader's resignation, or settling an ISR change
     /// in flight, or the hand-overs and the ISR's own tick.
-    fn tick_replica(&self, replica: &Replica) {
+    fn tick_replica(&self, replica: &Arc<Replica>) {
         replica.tick_pipelined();
         let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
             || replica.leadership_failed();
@@ -4561,7 +4401,7 @@ impl NodeShared {
             return;
         }
         if replica.unsettled_isr_change().is_some() {
-            self.settle_isr(replica);
+            self.drive_core(|core, out| core.settle_isr(replica, out));
             self.end_overdue_hand_over_while_unsettled(replica);
             return;
         }
@@ -4569,7 +4409,7 @@ impl NodeShared {
         self.progress_hand_over(replica);
         let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
         if let Some(proposal) = proposal {
-            self.submit_isr(replica, proposal);
+            self.drive_core(|core, out| core.submit_isr(replica, proposal, out));
         }
     }
 }

@@ -9,21 +9,30 @@
 //! order the actions came), and so does the simulator, through the same
 //! `NodeShared` steps.
 //!
-//! What the core owns so far is the node's session with the coordinator:
-//! the heartbeat and registering again after a failed one, this node's own
-//! incarnation, and its view of every live node's incarnation, against
-//! which fetches are checked (SPEC 3.2). What it does not own yet (roles,
-//! ISR changes, hand-overs, fetch serving, timers) still lives in
-//! `node.rs` and calls the coordinator inline. The core names neither the
-//! public face (`ReplicatedLog`) nor the `Coordinator` or the `Transport`:
-//! the drivers do.
+//! What the core owns so far:
+//! - the node's session with the coordinator: the heartbeat and
+//!   registering again after a failed one, this node's own incarnation,
+//!   and its view of every live node's incarnation, against which fetches
+//!   are checked (SPEC 3.2);
+//! - a leader's ISR changes (SPEC 3.4): submitting one as a compare-and-set
+//!   after vetting it against the stored state and the live nodes'
+//!   incarnations ([`vet_stored`], [`vet_joining`]), and settling one whose
+//!   outcome is unknown by a read ([`settle`]).
+//!
+//! What it does not own yet (roles, hand-overs, resignations, fetch
+//! serving, timers) still lives in `node.rs` and calls the coordinator
+//! inline; where the core needs it, it asks with an action
+//! ([`Action::Reconcile`]). The core names neither the public face
+//! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
+//! drivers do.
 
 use std::time::Duration;
 
+use crate::coordinator::{CasOutcome, LogState, LogUpdate};
 use crate::error::Result;
-use crate::replication::PeerIncarnations;
+use crate::replication::{IsrProposal, PeerIncarnations, Replica, Role};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
-use crate::types::{Incarnation, NodeId};
+use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
 
 /// A coordinator call the core asks its driver to make for this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,11 +47,26 @@ pub(crate) enum CoordinatorCall {
     /// `Coordinator::live_node_incarnations`: every live node with its
     /// current incarnation.
     LiveNodeIncarnations,
+    /// `Coordinator::log_state`: the log's stored state.
+    LogState(LogId),
+    /// `Coordinator::compare_and_set`: `update` if the log's stored epoch
+    /// and version are still `epoch` and `version` (SPEC 3.7).
+    CompareAndSet {
+        /// The log to change.
+        log: LogId,
+        /// The leader epoch the change was built in.
+        epoch: LeaderEpoch,
+        /// The stored version the change was built on.
+        version: u64,
+        /// The change.
+        update: LogUpdate,
+    },
 }
 
 /// What a [`CoordinatorCall`] returned, as its driver hands it back. Each
 /// call has one kind of answer: `Heartbeat` gives `Done`, `RegisterNode`
-/// gives `Registered`, `LiveNodeIncarnations` gives `Incarnations`.
+/// gives `Registered`, `LiveNodeIncarnations` gives `Incarnations`,
+/// `LogState` gives `LogState`, `CompareAndSet` gives `Cas`.
 #[derive(Debug)]
 pub(crate) enum Answer {
     /// A call that returns nothing but whether it worked.
@@ -51,12 +75,61 @@ pub(crate) enum Answer {
     Registered(Result<Incarnation>),
     /// The live nodes with their current incarnations.
     Incarnations(Result<Vec<(NodeId, Incarnation)>>),
+    /// A log's stored state; `None` for a log the coordinator does not know.
+    LogState(Result<Option<LogState>>),
+    /// A compare-and-set's outcome.
+    Cas(Result<CasOutcome>),
+}
+
+/// The replica an answer is for: the one the call was made for, even if
+/// the log's replica was replaced meanwhile, as when the call was made
+/// inline. Two are equal when they are the same replica.
+#[derive(Clone)]
+pub(crate) struct ReplicaRef(Arc<Replica>);
+
+impl ReplicaRef {
+    /// The replica.
+    fn get(&self) -> &Replica {
+        &self.0
+    }
+}
+
+impl PartialEq for ReplicaRef {
+    fn eq(&self, other: &ReplicaRef) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ReplicaRef {}
+
+impl std::fmt::Debug for ReplicaRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplicaRef({})", self.0.log_id())
+    }
+}
+
+/// Where a leader's ISR change stands while it is submitted (SPEC 3.4):
+/// each stage waits for one coordinator call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum IsrStage {
+    /// The log's stored state is being read.
+    ReadState,
+    /// The live nodes' incarnations are being read, to check the replicas
+    /// `joining` the ISR; `stored` is the state the first read gave.
+    Liveness {
+        /// The stored state, as read (boxed: a continuation stays small).
+        stored: Box<LogState>,
+        /// The replicas the change adds, in the proposal's order.
+        joining: Vec<NodeId>,
+    },
+    /// The compare-and-set is being written.
+    Write,
 }
 
 /// What a coordinator call's answer is for: it travels with the call
 /// ([`Action::Call`]) and comes back with the answer
 /// ([`Input::Answered`]), as a fetcher's request in flight does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Continuation {
     /// A heartbeat's answer: a failure registers again.
     Heartbeat,
@@ -64,12 +137,31 @@ pub(crate) enum Continuation {
     RegisterAgain,
     /// A read of the live nodes' incarnations that replaces the view.
     RefreshIncarnations,
+    /// A leader's ISR change `proposal` for `replica`, at `stage`.
+    SubmitIsr {
+        /// The leader's replica.
+        replica: ReplicaRef,
+        /// The change.
+        proposal: IsrProposal,
+        /// Which call is answered.
+        stage: IsrStage,
+    },
+    /// A read of the stored state that settles `replica`'s ISR change of
+    /// unknown outcome, sent in `epoch` on `expected_version`.
+    SettleIsr {
+        /// The leader's replica.
+        replica: ReplicaRef,
+        /// The leader epoch the change was sent in.
+        epoch: LeaderEpoch,
+        /// The stored version the change was built on.
+        expected_version: u64,
+    },
 }
 
 impl Continuation {
     /// Whether `call` is one whose answer this continuation takes: the
     /// pairing every [`Action::Call`] the core emits holds.
-    fn takes_answer_of(self, call: &CoordinatorCall) -> bool {
+    fn takes_answer_of(&self, call: &CoordinatorCall) -> bool {
         matches!(
             (self, call),
             (Continuation::Heartbeat, CoordinatorCall::Heartbeat)
@@ -81,6 +173,28 @@ impl Continuation {
                     Continuation::RefreshIncarnations,
                     CoordinatorCall::LiveNodeIncarnations
                 )
+                | (
+                    Continuation::SubmitIsr {
+                        stage: IsrStage::ReadState,
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::SubmitIsr {
+                        stage: IsrStage::Liveness { .. },
+                        ..
+                    },
+                    CoordinatorCall::LiveNodeIncarnations
+                )
+                | (
+                    Continuation::SubmitIsr {
+                        stage: IsrStage::Write,
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (Continuation::SettleIsr { .. }, CoordinatorCall::LogState(_))
         )
     }
 }
@@ -96,6 +210,10 @@ pub(crate) enum Action {
         /// What its answer is for.
         then: Continuation,
     },
+    /// Follow `state`, the stored state of a log this node found it was
+    /// behind on, as a coordinator notification of it would be followed
+    /// (the roles, not in the core yet).
+    Reconcile(LogState),
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
@@ -119,6 +237,9 @@ pub(crate) struct NodeCore {
     node: NodeId,
     /// The session timeout this node registers with.
     session_timeout: Duration,
+    /// The ISR size below which the high watermark stops (SPEC 3.3), for
+    /// the ELR that goes with an ISR change (SPEC 3.5).
+    min_insync_replicas: usize,
     /// The node's stop (`NodeShared::stop`): a stopping node does not
     /// register again.
     stop: Arc<AtomicBool>,
@@ -133,13 +254,20 @@ pub(crate) struct NodeCore {
 }
 
 impl NodeCore {
-    /// The core of node `node`, which registers with `session_timeout` and
-    /// stops when `stop` is raised. It knows no incarnation yet, its own
-    /// (0) or any other node's.
-    pub(crate) fn new(node: NodeId, session_timeout: Duration, stop: Arc<AtomicBool>) -> NodeCore {
+    /// The core of node `node`, which registers with `session_timeout`,
+    /// writes ISR changes for `min_insync_replicas` and stops when `stop`
+    /// is raised. It knows no incarnation yet, its own (0) or any other
+    /// node's.
+    pub(crate) fn new(
+        node: NodeId,
+        session_timeout: Duration,
+        min_insync_replicas: usize,
+        stop: Arc<AtomicBool>,
+    ) -> NodeCore {
         NodeCore {
             node,
             session_timeout,
+            min_insync_replicas,
             stop,
             incarnation: Arc::new(AtomicU64::new(0)),
             peer_incarnations: PeerIncarnations::new(),
@@ -186,6 +314,66 @@ impl NodeCore {
             out,
             CoordinatorCall::LiveNodeIncarnations,
             Continuation::RefreshIncarnations,
+        );
+    }
+
+    /// Sends `replica`'s ISR change `proposal` to the coordinator as a
+    /// compare-and-set on the leader epoch and version (SPEC 3.4, 3.7),
+    /// once vetted: first the stored state is read, then, if the change
+    /// adds replicas, the live nodes' incarnations. Nothing if `replica`
+    /// no longer leads in the proposal's epoch; withdrawn on a stopping
+    /// node, whose control thread is being joined.
+    pub(crate) fn submit_isr(
+        &self,
+        replica: &Arc<Replica>,
+        proposal: IsrProposal,
+        out: &mut Vec<Action>,
+    ) {
+        let (role, epoch) = replica.role();
+        if role != Role::Leader || proposal.leader_epoch != epoch {
+            return;
+        }
+        if self.is_stopped() {
+            replica.isr_proposal_withdrawn();
+            return;
+        }
+        // The ELR that goes with the new ISR depends on the stored ISR and
+        // ELR, which this replica does not track: read them. A state of
+        // another version would fail the compare-and-set anyway. Read
+        // before the incarnations: this read is synced (ZooKeeper), so the
+        // incarnations read after it include every unregistration made
+        // before the version it saw; read first, a replaced session on a
+        // lagging server could still show a crashed process's
+        // registration for a version already fenced by its restart's
+        // report (review of be52522, finding 3).
+        Self::call(
+            out,
+            CoordinatorCall::LogState(replica.log_id()),
+            Continuation::SubmitIsr {
+                replica: ReplicaRef(Arc::clone(replica)),
+                proposal,
+                stage: IsrStage::ReadState,
+            },
+        );
+    }
+
+    /// Settles `replica`'s ISR change whose outcome is unknown by reading
+    /// the stored state (SPEC 3.4; see [`settle`]). Nothing if no change
+    /// waits for that. A failed read leaves it pending for the next tick.
+    /// Kafka's leader likewise keeps `PendingExpandIsr` until an answer or
+    /// a new LeaderAndIsr from the controller settles it.
+    pub(crate) fn settle_isr(&self, replica: &Arc<Replica>, out: &mut Vec<Action>) {
+        let Some((epoch, expected_version)) = replica.unsettled_isr_change() else {
+            return;
+        };
+        Self::call(
+            out,
+            CoordinatorCall::LogState(replica.log_id()),
+            Continuation::SettleIsr {
+                replica: ReplicaRef(Arc::clone(replica)),
+                epoch,
+                expected_version,
+            },
         );
     }
 
@@ -243,11 +431,247 @@ impl NodeCore {
             (Continuation::RefreshIncarnations, Answer::Incarnations(Err(error))) => {
                 tracing::warn!(node = %self.node, %error, "cannot read the live nodes' incarnations; keeping the last view");
             }
+            (
+                Continuation::SubmitIsr {
+                    replica,
+                    proposal,
+                    stage: IsrStage::ReadState,
+                },
+                Answer::LogState(read),
+            ) => self.isr_state_read(&replica, proposal, read, out),
+            (
+                Continuation::SubmitIsr {
+                    replica,
+                    proposal,
+                    stage: IsrStage::Liveness { stored, joining },
+                },
+                Answer::Incarnations(read),
+            ) => self.isr_liveness_read(&replica, proposal, &stored, &joining, read, out),
+            (
+                Continuation::SubmitIsr {
+                    replica,
+                    stage: IsrStage::Write,
+                    ..
+                },
+                Answer::Cas(written),
+            ) => self.isr_written(&replica, written, out),
+            (
+                Continuation::SettleIsr {
+                    replica,
+                    epoch,
+                    expected_version,
+                },
+                Answer::LogState(read),
+            ) => self.isr_settling_read(&replica, epoch, expected_version, read, out),
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).
                 panic!("{then:?} answered with {answer:?}: the driver paired a call with another call's continuation")
             }
+        }
+    }
+
+    /// Whether the node is stopping (or stopped).
+    fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// An ISR change's first read: the log's stored state.
+    fn isr_state_read(
+        &self,
+        replica: &ReplicaRef,
+        proposal: IsrProposal,
+        read: Result<Option<LogState>>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        let stored = match read {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                replica.get().isr_proposal_rejected();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error, "cannot read the log's state for an ISR change; will retry");
+                replica.get().isr_proposal_rejected();
+                return;
+            }
+        };
+        let current = replica.get().in_sync_replicas();
+        match vet_stored(&stored, &proposal, &current) {
+            StoredVet::Stale => {
+                tracing::info!(%log, node = %self.node, current_epoch = %stored.leader_epoch, "ISR change is stale; re-reading state");
+                replica.get().isr_proposal_rejected();
+                out.push(Action::Reconcile(stored));
+            }
+            StoredVet::Write => self.write_isr(replica, proposal, &stored, out),
+            StoredVet::CheckJoining(joining) => {
+                if self.is_stopped() {
+                    replica.get().isr_proposal_withdrawn();
+                    return;
+                }
+                Self::call(
+                    out,
+                    CoordinatorCall::LiveNodeIncarnations,
+                    Continuation::SubmitIsr {
+                        replica: replica.clone(),
+                        proposal,
+                        stage: IsrStage::Liveness {
+                            stored: Box::new(stored),
+                            joining,
+                        },
+                    },
+                );
+            }
+        }
+    }
+
+    /// An ISR expansion's second read: the live nodes' incarnations, which
+    /// every replica `joining` must be in (see [`vet_joining`]).
+    fn isr_liveness_read(
+        &self,
+        replica: &ReplicaRef,
+        proposal: IsrProposal,
+        stored: &LogState,
+        joining: &[NodeId],
+        read: Result<Vec<(NodeId, Incarnation)>>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        let live = match read {
+            Ok(live) => live,
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error, "cannot check liveness before an ISR expansion; will retry");
+                replica.get().isr_proposal_withdrawn();
+                return;
+            }
+        };
+        match vet_joining(joining, &live, |node| {
+            replica.get().follower_incarnation(node)
+        }) {
+            JoiningVet::NotAlive(dead) => {
+                tracing::info!(%log, node = %self.node, replica = %dead, "not adding a replica whose node is not alive to the ISR");
+                replica.get().isr_proposal_withdrawn();
+            }
+            JoiningVet::EarlierIncarnation {
+                node,
+                counted,
+                current,
+            } => {
+                tracing::info!(%log, node = %self.node, replica = %node, ?counted, ?current,
+                    "not adding a replica to the ISR on fetches from an earlier incarnation");
+                replica.get().isr_proposal_withdrawn();
+                self.refresh_incarnations(out);
+            }
+            JoiningVet::Write => self.write_isr(replica, proposal, stored, out),
+        }
+    }
+
+    /// Writes a vetted ISR change as a compare-and-set on the epoch and
+    /// version it was built on, with the ELR that follows from `stored`.
+    fn write_isr(
+        &self,
+        replica: &ReplicaRef,
+        proposal: IsrProposal,
+        stored: &LogState,
+        out: &mut Vec<Action>,
+    ) {
+        let update = LogUpdate::in_sync_replicas(
+            stored,
+            proposal.proposed.clone(),
+            self.min_insync_replicas,
+        );
+        debug_assert_eq!(
+            update.leader,
+            Some(self.node),
+            "a leader writes an ISR change only of a log the stored state says it leads"
+        );
+        Self::call(
+            out,
+            CoordinatorCall::CompareAndSet {
+                log: replica.get().log_id(),
+                epoch: proposal.leader_epoch,
+                version: proposal.expected_version,
+                update,
+            },
+            Continuation::SubmitIsr {
+                replica: replica.clone(),
+                proposal,
+                stage: IsrStage::Write,
+            },
+        );
+    }
+
+    /// An ISR change's compare-and-set answered: the new ISR takes effect
+    /// only once accepted (SPEC 3.4).
+    fn isr_written(
+        &self,
+        replica: &ReplicaRef,
+        written: Result<CasOutcome>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        match written {
+            Ok(CasOutcome::Applied(state)) => {
+                tracing::info!(%log, node = %self.node, isr = ?state.in_sync_replicas, version = state.version, "ISR changed");
+                replica
+                    .get()
+                    .update_isr(state.in_sync_replicas.clone(), state.version);
+            }
+            Ok(CasOutcome::Stale(current)) => {
+                tracing::info!(%log, node = %self.node, current_epoch = %current.leader_epoch, "ISR change rejected as stale; re-reading state");
+                replica.get().isr_proposal_rejected();
+                out.push(Action::Reconcile(current));
+            }
+            Err(error) if error.is_outcome_unknown() => {
+                // Maybe stored, maybe not (SPEC 3.4): keep it pending, and
+                // counting for the high watermark, until a read of what is
+                // stored settles it, at once.
+                tracing::warn!(%log, node = %self.node, %error, "ISR change outcome unknown; settling it by a read");
+                replica.get().isr_proposal_outcome_unknown();
+                self.settle_isr(&replica.0, out);
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error, "ISR change failed; will retry");
+                replica.get().isr_proposal_rejected();
+            }
+        }
+    }
+
+    /// The read that settles an ISR change of unknown outcome.
+    fn isr_settling_read(
+        &self,
+        replica: &ReplicaRef,
+        epoch: LeaderEpoch,
+        expected_version: u64,
+        read: Result<Option<LogState>>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        let stored = match read {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                replica.get().isr_proposal_rejected();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error, "cannot read the log's state to settle an ISR change; will retry");
+                return;
+            }
+        };
+        match settle(&stored, epoch, expected_version, self.node) {
+            Settled::Deposed => {
+                tracing::info!(%log, node = %self.node, current_epoch = %stored.leader_epoch, "ISR change settled: the log moved to another epoch");
+                replica.get().isr_proposal_rejected();
+                out.push(Action::Reconcile(stored));
+            }
+            Settled::Adopted => {
+                tracing::info!(%log, node = %self.node, isr = ?stored.in_sync_replicas, version = stored.version, "ISR change settled: adopting the stored ISR");
+                replica
+                    .get()
+                    .update_isr(stored.in_sync_replicas.clone(), stored.version);
+            }
+            Settled::NotApplied => replica.get().isr_proposal_not_applied(),
         }
     }
 
@@ -261,16 +685,157 @@ impl NodeCore {
     }
 }
 
+/// What the stored state says of an ISR change (SPEC 3.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum StoredVet {
+    /// The log moved on from the epoch or version the change was built
+    /// on: it is stale, and the leader follows the stored state (it may
+    /// have been deposed).
+    Stale,
+    /// Write it: it adds no replica.
+    Write,
+    /// It adds these replicas (in the proposal's order): each must be
+    /// alive and in its current incarnation first ([`vet_joining`]).
+    CheckJoining(Vec<NodeId>),
+}
+
+/// Vets `proposal` against the log's `stored` state and the leader's
+/// `current` ISR: stale unless the stored epoch and version are the ones
+/// the change was built on (the compare-and-set would fail anyway), else
+/// the replicas it adds.
+pub(crate) fn vet_stored(
+    stored: &LogState,
+    proposal: &IsrProposal,
+    current: &[NodeId],
+) -> StoredVet {
+    if stored.leader_epoch != proposal.leader_epoch || stored.version != proposal.expected_version {
+        return StoredVet::Stale;
+    }
+    let joining: Vec<NodeId> = proposal
+        .proposed
+        .iter()
+        .copied()
+        .filter(|node| !current.contains(node))
+        .collect();
+    if joining.is_empty() {
+        StoredVet::Write
+    } else {
+        StoredVet::CheckJoining(joining)
+    }
+}
+
+/// What the live nodes' incarnations say of the replicas an ISR expansion
+/// adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JoiningVet {
+    /// Every one is alive and was counted in its current incarnation.
+    Write,
+    /// This one's node is not alive (its session ended).
+    NotAlive(NodeId),
+    /// This one's fetches were counted in another incarnation than its
+    /// current one (or in none): the view of incarnations is behind.
+    EarlierIncarnation {
+        /// The replica.
+        node: NodeId,
+        /// The incarnation its fetches were counted in.
+        counted: Option<Incarnation>,
+        /// Its current incarnation, as the coordinator listed it.
+        current: Option<Incarnation>,
+    },
+}
+
+/// Vets the replicas `joining` an ISR against the coordinator's `live`
+/// nodes and the incarnation each one's fetches were `counted` in:
+/// the first not alive, else the first counted in another incarnation.
+///
+/// As Kafka since KIP-841: a replica whose node is not alive never joins
+/// the ISR, even if a fetch it sent before it died shows it caught up.
+/// Without this a crashed follower's last long poll, answered after the
+/// crash, could put it back into the ISR, where it holds the high
+/// watermark (and, with `acks=all`, every producer) until the leader
+/// notices the lag again. Checked before the write, not atomically with it
+/// (Kafka's controller checks both at once): a node that dies between the
+/// two can still be added; the controller removes dead followers and the
+/// leader's lag check does too.
+///
+/// KIP-903: the fetches that qualified a follower must come from its
+/// current registration. The leader's view of incarnations may lag the
+/// coordinator (it has not read a restart yet), and a fetch delayed from
+/// the follower's previous life, counted in that window, would otherwise
+/// put a replica that may hold nothing into the ISR. Kafka's controller
+/// refuses such an `AlterPartition` (`INELIGIBLE_REPLICA`); here the
+/// leader checks the coordinator's current incarnation before it writes.
+pub(crate) fn vet_joining(
+    joining: &[NodeId],
+    live: &[(NodeId, Incarnation)],
+    counted: impl Fn(NodeId) -> Option<Incarnation>,
+) -> JoiningVet {
+    let current = |node: NodeId| {
+        live.iter()
+            .find(|(live, _)| *live == node)
+            .map(|(_, incarnation)| *incarnation)
+    };
+    if let Some(&dead) = joining.iter().find(|node| current(**node).is_none()) {
+        return JoiningVet::NotAlive(dead);
+    }
+    for &node in joining {
+        let (counted, current) = (counted(node), current(node));
+        if counted != current {
+            return JoiningVet::EarlierIncarnation {
+                node,
+                counted,
+                current,
+            };
+        }
+    }
+    JoiningVet::Write
+}
+
+/// What the stored state says of an ISR change whose outcome was unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The log moved to another epoch or another leader: this leader was
+    /// deposed, and follows the stored state.
+    Deposed,
+    /// A newer version in the change's epoch: adopted as the accepted ISR,
+    /// whoever wrote it (the change, a later one built on it, or the
+    /// controller).
+    Adopted,
+    /// The version the change was built on: it was not applied.
+    NotApplied,
+}
+
+/// Settles an ISR change that leader `me` sent in `epoch` on
+/// `expected_version` and whose outcome is unknown, by the `stored` state
+/// (SPEC 3.4).
+pub(crate) fn settle(
+    stored: &LogState,
+    epoch: LeaderEpoch,
+    expected_version: u64,
+    me: NodeId,
+) -> Settled {
+    if stored.leader_epoch != epoch || stored.leader != Some(me) {
+        Settled::Deposed
+    } else if stored.version > expected_version {
+        Settled::Adopted
+    } else {
+        Settled::NotApplied
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+    use crate::config::ReplicationConfig;
     use crate::error::Error;
-    use crate::replication::IncarnationCheck;
+    use crate::replication::{IncarnationCheck, IsrChangeKind, Watch};
+    use crate::storage::{Log, LogConfig};
 
     const SESSION: Duration = Duration::from_secs(6);
 
     fn core() -> NodeCore {
-        NodeCore::new(NodeId(1), SESSION, Arc::new(AtomicBool::new(false)))
+        NodeCore::new(NodeId(1), SESSION, 2, Arc::new(AtomicBool::new(false)))
     }
 
     /// Hands `core` the answer `answer` to a call continued by `then`;
@@ -410,6 +975,275 @@ mod tests {
         );
         assert_eq!(out, vec![]);
         assert_eq!(core.peer_incarnations().get(a), Some(Incarnation(7)));
+    }
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    /// A log led by node 1 in epoch 3, at version 7, with ISR `isr`.
+    fn stored(isr: &[u32]) -> LogState {
+        LogState {
+            leader: Some(n(1)),
+            leader_epoch: LeaderEpoch(3),
+            version: 7,
+            in_sync_replicas: isr.iter().copied().map(NodeId).collect(),
+            ..LogState::initial(LogId(1), vec![n(1), n(2), n(3)]).expect("a valid initial state")
+        }
+    }
+
+    /// Node 1's proposal, in epoch 3 on version 7, of ISR `proposed`.
+    fn proposal(proposed: &[u32]) -> IsrProposal {
+        IsrProposal {
+            leader_epoch: LeaderEpoch(3),
+            expected_version: 7,
+            proposed: proposed.iter().copied().map(NodeId).collect(),
+            kind: IsrChangeKind::Shrink(vec![]),
+        }
+    }
+
+    /// SPEC 3.4: a change is written only on the stored epoch and version
+    /// it was built on; one that adds replicas has them checked first, in
+    /// the proposal's order; one that only removes is written at once.
+    #[test]
+    fn an_isr_change_is_vetted_against_the_stored_state() {
+        let newer_epoch = LogState {
+            leader_epoch: LeaderEpoch(4),
+            ..stored(&[1, 2])
+        };
+        let newer_version = LogState {
+            version: 8,
+            ..stored(&[1, 2])
+        };
+        let cases = [
+            (
+                stored(&[1, 2]),
+                proposal(&[1]),
+                &[1, 2][..],
+                StoredVet::Write,
+            ),
+            (
+                stored(&[1]),
+                proposal(&[3, 1, 2]),
+                &[1][..],
+                StoredVet::CheckJoining(vec![n(3), n(2)]),
+            ),
+            (newer_epoch, proposal(&[1]), &[1, 2][..], StoredVet::Stale),
+            (
+                newer_version,
+                proposal(&[1, 2, 3]),
+                &[1, 2][..],
+                StoredVet::Stale,
+            ),
+        ];
+        for (stored, proposal, current, expected) in cases {
+            let current: Vec<NodeId> = current.iter().copied().map(NodeId).collect();
+            assert_eq!(
+                vet_stored(&stored, &proposal, &current),
+                expected,
+                "{stored:?} {proposal:?} {current:?}"
+            );
+        }
+    }
+
+    /// KIP-841 and KIP-903: a replica joins the ISR only if its node is
+    /// alive, and only on fetches counted in its current incarnation.
+    #[test]
+    fn a_joining_replica_must_be_alive_and_counted_in_its_current_incarnation() {
+        let live = [(n(2), Incarnation(5)), (n(3), Incarnation(9))];
+        let counted_current = |node: NodeId| live.iter().find(|(l, _)| *l == node).map(|(_, i)| *i);
+        assert_eq!(
+            vet_joining(&[n(2), n(3)], &live, counted_current),
+            JoiningVet::Write
+        );
+        // Not alive: found before any incarnation is compared.
+        assert_eq!(
+            vet_joining(&[n(2), n(4)], &live, |_| None),
+            JoiningVet::NotAlive(n(4))
+        );
+        // Counted in an earlier incarnation, or in none.
+        let earlier = |node: NodeId| {
+            (node == n(3))
+                .then_some(Incarnation(8))
+                .or(counted_current(node))
+        };
+        assert_eq!(
+            vet_joining(&[n(2), n(3)], &live, earlier),
+            JoiningVet::EarlierIncarnation {
+                node: n(3),
+                counted: Some(Incarnation(8)),
+                current: Some(Incarnation(9)),
+            }
+        );
+        assert_eq!(
+            vet_joining(&[n(2)], &live, |_| None),
+            JoiningVet::EarlierIncarnation {
+                node: n(2),
+                counted: None,
+                current: Some(Incarnation(5)),
+            }
+        );
+    }
+
+    /// SPEC 3.4: a change of unknown outcome is settled by the stored
+    /// state: another epoch or leader deposes this one; a newer version in
+    /// its epoch is adopted, whoever wrote it; the same version means it
+    /// was not applied.
+    #[test]
+    fn an_unknown_outcome_is_settled_by_the_stored_state() {
+        let (epoch, me) = (LeaderEpoch(3), n(1));
+        let cases = [
+            (stored(&[1, 2]), Settled::NotApplied),
+            (
+                LogState {
+                    version: 8,
+                    ..stored(&[1])
+                },
+                Settled::Adopted,
+            ),
+            (
+                LogState {
+                    leader_epoch: LeaderEpoch(4),
+                    version: 8,
+                    ..stored(&[1])
+                },
+                Settled::Deposed,
+            ),
+            (
+                LogState {
+                    leader: Some(n(2)),
+                    version: 8,
+                    ..stored(&[2])
+                },
+                Settled::Deposed,
+            ),
+            (
+                LogState {
+                    leader: None,
+                    ..stored(&[1, 2])
+                },
+                Settled::Deposed,
+            ),
+        ];
+        for (stored, expected) in cases {
+            assert_eq!(settle(&stored, epoch, 7, me), expected, "{stored:?}");
+        }
+    }
+
+    /// Node 1's replica of log 1, leading in epoch 3 at ISR version 7
+    /// with ISR {1, 2}, on a manual clock; and the ISR shrink its tick
+    /// proposes once follower 2, which never fetched, is past
+    /// `replica_lag_time_max`.
+    fn leader_proposing_a_shrink(dir: &std::path::Path) -> (Arc<Replica>, IsrProposal) {
+        let clock = Arc::new(ManualClock::new(0));
+        let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
+        let config = ReplicationConfig::default();
+        let lag_max = config.replica_lag_time_max;
+        let replica = Arc::new(Replica::new(
+            LogId(1),
+            n(1),
+            log,
+            config,
+            clock.clone(),
+            Arc::new(Watch::new(0)),
+            false,
+        ));
+        replica
+            .become_leader(LeaderEpoch(3), vec![n(1), n(2)], vec![n(1), n(2)], 7)
+            .expect("the replica leads");
+        clock.advance(lag_max + Duration::from_secs(1));
+        let proposal = replica.tick().expect("a shrink of the lagging follower");
+        assert_eq!(proposal.proposed, vec![n(1)]);
+        (replica, proposal)
+    }
+
+    /// The one call in `out`.
+    fn only_call(out: Vec<Action>) -> (CoordinatorCall, Continuation) {
+        match <[Action; 1]>::try_from(out) {
+            Ok([Action::Call { call, then }]) => (call, then),
+            other => panic!("expected one call, got {other:?}"),
+        }
+    }
+
+    /// SPEC 3.4: an ISR change is written on the stored state's epoch and
+    /// version; when its write's outcome is unknown it stays pending (the
+    /// ISR unchanged) and, in the same pass, a read of the stored state
+    /// settles it: a newer version in its epoch is adopted.
+    #[test]
+    fn an_isr_change_of_unknown_outcome_is_settled_by_a_read_in_the_same_pass() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, proposal) = leader_proposing_a_shrink(dir.path());
+        let core = core();
+        let mut out = Vec::new();
+        core.submit_isr(&replica, proposal, &mut out);
+        let (call, then) = only_call(out);
+        assert_eq!(call, CoordinatorCall::LogState(LogId(1)));
+        let out = answer(&core, then, Answer::LogState(Ok(Some(stored(&[1, 2])))));
+        let (call, then) = only_call(out);
+        let CoordinatorCall::CompareAndSet {
+            log,
+            epoch,
+            version,
+            update,
+        } = call
+        else {
+            panic!("expected a compare-and-set, got {call:?}");
+        };
+        assert_eq!((log, epoch, version), (LogId(1), LeaderEpoch(3), 7));
+        assert_eq!(update.in_sync_replicas, vec![n(1)]);
+        let lost = Error::CoordinatorOutcomeUnknown {
+            operation: "update log 1".into(),
+            reason: "connection lost".into(),
+        };
+        let out = answer(&core, then, Answer::Cas(Err(lost)));
+        assert_eq!(replica.unsettled_isr_change(), Some((LeaderEpoch(3), 7)));
+        assert_eq!(replica.in_sync_replicas(), vec![n(1), n(2)]);
+        let (call, then) = only_call(out);
+        assert_eq!(call, CoordinatorCall::LogState(LogId(1)));
+        let written = LogState {
+            version: 8,
+            ..stored(&[1])
+        };
+        assert_eq!(
+            answer(&core, then, Answer::LogState(Ok(Some(written)))),
+            vec![]
+        );
+        assert_eq!(replica.in_sync_replicas(), vec![n(1)]);
+        assert_eq!(replica.unsettled_isr_change(), None);
+    }
+
+    /// SPEC 3.4: a change built on a state the log has moved on from is
+    /// not written; the leader follows the stored state, which may depose
+    /// it.
+    #[test]
+    fn a_stale_isr_change_is_not_written_and_the_stored_state_is_followed() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, proposal) = leader_proposing_a_shrink(dir.path());
+        let core = core();
+        let mut out = Vec::new();
+        core.submit_isr(&replica, proposal, &mut out);
+        let (_, then) = only_call(out);
+        let moved_on = LogState {
+            leader: Some(n(2)),
+            leader_epoch: LeaderEpoch(4),
+            ..stored(&[2])
+        };
+        let out = answer(&core, then, Answer::LogState(Ok(Some(moved_on.clone()))));
+        assert_eq!(out, vec![Action::Reconcile(moved_on)]);
+        assert_eq!(replica.in_sync_replicas(), vec![n(1), n(2)]);
+    }
+
+    /// A stopping node's control thread is being joined: it sends no ISR
+    /// change.
+    #[test]
+    fn a_stopped_node_sends_no_isr_change() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, proposal) = leader_proposing_a_shrink(dir.path());
+        let core = core();
+        core.stop.store(true, Ordering::SeqCst);
+        let mut out = Vec::new();
+        core.submit_isr(&replica, proposal, &mut out);
+        assert_eq!(out, vec![]);
     }
 
     #[test]

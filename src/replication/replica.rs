@@ -437,6 +437,7 @@ impl Replica {
         let flush_always = matches!(log.config().flush_policy, FlushPolicy::Always);
         let applied = AppliedPositions::open(Arc::clone(log.disk()), log.dir());
         let merged_bytes_max = MERGED_BATCH_BYTES_MAX.min(log.config().batch_bytes_max);
+        let pending = PendingAppends::new(config.request_timeout);
         Replica {
             log_id,
             local,
@@ -474,7 +475,7 @@ impl Replica {
                 pushes: AtomicU64::new(0),
             },
             recent_writes: Mutex::new(RecentWrites::default()),
-            pending: PendingAppends::default(),
+            pending,
             resolving: Mutex::new(()),
             last_pass_resolved: AtomicUsize::new(0),
             node_stop: std::sync::OnceLock::new(),
@@ -1500,9 +1501,10 @@ impl Replica {
             end: appended.info.log_end_offset,
             acks_all,
             generation: appended.generation,
-            // On the replica's clock, as the scans that time it out read
-            // (`resolve_pipelined_full`, `expire_pipelined`).
-            deadline: self.clock.now() + self.config.request_timeout,
+            // Set by the next scan that reads the replica's clock
+            // (`expire_pipelined` at the latest, on the deadline timer's
+            // next tick), unless a fetch resolves it before.
+            deadline: None,
             bytes,
             cell,
             resolved: false,
@@ -1536,12 +1538,13 @@ impl Replica {
         }
         let _order = self.resolving.lock();
         let full = self.pending.take_full_scan();
-        // The replica's clock, which set the deadlines: the real one ran
+        // The replica's clock, which sets the deadlines: the real one ran
         // ahead of a simulated run's (a slow replay timed appends out early).
-        let now = full.then(|| self.clock.now());
-        let decided = self
-            .pending
-            .scan(|stopped| self.pipelined_snapshot(stopped, None, now), full);
+        // Read under the queues' lock (see `Snapshot::now`).
+        let decided = self.pending.scan(
+            |stopped| self.pipelined_snapshot(stopped, None, full.then(|| self.clock.now())),
+            full,
+        );
         self.resolve_decided(decided);
     }
 
@@ -1561,9 +1564,8 @@ impl Replica {
         };
         let _order = self.resolving.lock();
         let _ = self.pending.take_full_scan();
-        let now = Some(self.clock.now());
         let decided = self.pending.scan(
-            |stopped| self.pipelined_snapshot(stopped, isr_short, now),
+            |stopped| self.pipelined_snapshot(stopped, isr_short, Some(self.clock.now())),
             true,
         );
         self.resolve_decided(decided);
@@ -1582,20 +1584,26 @@ impl Replica {
     }
 
     /// The node's deadline timer: fails with `Timeout` the pipelined
-    /// appends whose deadline passed. It looks at the fronts of the queues
-    /// only (appends are queued in offset order, and their deadlines
-    /// follow that order but for appenders racing by microseconds), takes
-    /// no lock a coordinator call can hold, and so is on time whatever the
+    /// appends whose deadline passed, and gives the appends queued since
+    /// its last tick their deadline (see `PendingAppend::deadline`). It
+    /// looks at the fronts of the queues only (appends are queued in offset
+    /// order, and their deadlines follow that order but for appenders
+    /// racing by microseconds: one queued just after a tick, before an
+    /// append of a higher offset queued just before it, has a deadline one
+    /// tick later, and holds that one back by a tick at most), takes no
+    /// lock a coordinator call can hold, and so is on time whatever the
     /// control loop is doing.
     pub(crate) fn expire_pipelined(&self) {
         if self.pending.queued() == 0 {
             return;
         }
         let _order = self.resolving.lock();
-        let now = Some(self.clock.now());
-        let decided = self
-            .pending
-            .scan(|stopped| self.pipelined_snapshot(stopped, None, now), false);
+        // Read under the queues' lock: it also stamps the deadlines of the
+        // appends queued since the last tick.
+        let decided = self.pending.scan(
+            |stopped| self.pipelined_snapshot(stopped, None, Some(self.clock.now())),
+            false,
+        );
         self.resolve_decided(decided);
     }
 

@@ -315,7 +315,7 @@ fn combining_pipeline_never_strands_a_push() {
 /// model deadlocks).
 #[test]
 fn a_deferred_push_is_written_by_the_fetch_it_wakes() {
-    use isrlog::testing::loom_models::{Combine, Combiner};
+    use isrlog::testing::loom_models::{Combine, Combiner, Deferral};
 
     #[derive(Debug, Default)]
     struct Queue {
@@ -340,7 +340,7 @@ fn a_deferred_push_is_written_by_the_fetch_it_wakes() {
             let data_arrived = Arc::clone(&data_arrived);
             thread::spawn(move || {
                 let ((), deferred) = combiner.push_deferred(|q| (q.pending.push(0), true));
-                assert!(deferred);
+                assert_eq!(deferred, Deferral::First);
                 data_arrived.bump();
             })
         };
@@ -597,4 +597,66 @@ mod completion {
             resolver.join().unwrap();
         });
     }
+}
+
+/// Two deferred pushes, only the first of which bumps "data arrived"
+/// (`Deferral::First`; the second, `Behind`, owes no wake-up): the fetcher,
+/// which checks for deferred pushes and then parks until the next bump,
+/// still writes both, whichever order the pushes, the bump and its take
+/// come in (the bump may come after the second push, or after the
+/// fetcher took the first alone, which makes the second a `First`).
+#[test]
+fn a_deferred_push_behind_another_is_written_without_its_own_bump() {
+    use isrlog::testing::loom_models::{Combine, Combiner, Deferral};
+
+    #[derive(Debug, Default)]
+    struct Queue {
+        pending: Vec<u32>,
+    }
+    impl Combine for Queue {
+        type Taken = Vec<u32>;
+        fn take(&mut self) -> Option<Vec<u32>> {
+            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+        }
+        fn is_pending(&self) -> bool {
+            !self.pending.is_empty()
+        }
+    }
+
+    loom::model(|| {
+        let combiner = Arc::new(Combiner::new(Queue::default()));
+        let data_arrived = Arc::new(Watch::new(0));
+        let written = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let deferring: Vec<_> = (0..2u32)
+            .map(|value| {
+                let combiner = Arc::clone(&combiner);
+                let data_arrived = Arc::clone(&data_arrived);
+                thread::spawn(move || {
+                    let ((), deferred) = combiner.push_deferred(|q| (q.pending.push(value), true));
+                    assert!(deferred.is_deferred());
+                    if deferred == Deferral::First {
+                        data_arrived.bump();
+                    }
+                })
+            })
+            .collect();
+        loop {
+            let seen = data_arrived.get();
+            combiner.drain_deferred(&mut |taken| written.lock().unwrap().extend(taken));
+            if written.lock().unwrap().len() == 2 {
+                break;
+            }
+            assert_ne!(
+                data_arrived.wait_at_least(seen + 1, far(), Duration::ZERO),
+                WaitOutcome::Closed
+            );
+        }
+        for deferring in deferring {
+            deferring.join().unwrap();
+        }
+        assert!(!combiner.has_deferred());
+        let mut written = written.lock().unwrap().clone();
+        written.sort_unstable();
+        assert_eq!(written, vec![0, 1], "written twice or never");
+    });
 }

@@ -45,7 +45,7 @@ pub(crate) use leader::{
     LeaderAssignment, LeaderConfig, LeaderState, RereadCoordinatorState,
 };
 
-pub use combiner::{Combine, Combiner};
+pub use combiner::{Combine, Combiner, Deferral};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
 #[cfg(any(test, feature = "testing"))]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use super::applied::{AppliedPositions, LowestApplied};
-use super::combiner::{Combine, Combiner};
+use super::combiner::{Combine, Combiner, Deferral};
 use super::completion::{Completion, CompletionRunner};
 use super::follower::{DivergenceAction, FetchedUpdate, FollowerState, OutOfRangeAction};
 use super::isr::{FetchArrival, IsrProposal};
@@ -1071,18 +1071,22 @@ impl Replica {
                 duplicate: false,
             }
         };
-        let (info, deferred) = if defer {
+        let (info, deferral) = if defer {
             self.pipeline.combiner.push_deferred(|queue| {
                 let deferred = queue.pending.len() < DEFERRED_BYTES_MAX;
                 (stamp(queue), deferred)
             })
         } else {
-            (self.pipeline.combiner.push(stamp), false)
+            (self.pipeline.combiner.push(stamp), Deferral::Drain)
         };
-        if deferred {
+        if deferral.is_deferred() {
             drop(role);
-            // Parked fetches wake and write it (`answer_fetch`).
-            self.data_arrived.bump();
+            // Parked fetches wake and write it (`answer_fetch`). Behind
+            // another deferred append, that one's bump wakes them, and
+            // their take writes both.
+            if deferral == Deferral::First {
+                self.data_arrived.bump();
+            }
             return Ok(LeaderAppend {
                 info,
                 generation,

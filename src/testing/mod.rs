@@ -56,8 +56,8 @@ pub use zookeeper_cluster::{OutageHook, ZkCluster, ZkClusterBuilder};
 /// The thread hand-offs modelled with loom in `tests/loom.rs`.
 pub mod loom_models {
     pub use crate::replication::{
-        AppendHandle, Combine, Combiner, Completion, CompletionRunner, PendingAppends, WaitOutcome,
-        Watch,
+        AppendHandle, Combine, Combiner, Completion, CompletionRunner, Deferral, PendingAppends,
+        WaitOutcome, Watch,
     };
 }
 

@@ -73,6 +73,29 @@ pub(crate) fn start_update(
     live: &[NodeId],
     min_insync_replicas: usize,
 ) -> Result<Option<LogUpdate>> {
+    start_update_with(
+        state,
+        target,
+        live,
+        min_insync_replicas,
+        min_insync_replicas,
+    )
+}
+
+/// [`start_update`] with the two floors apart: `target_min`, the fewest
+/// replicas the target may have (a cancellation lowers it to the original
+/// replicas' number, which met the minimum when they were the log's), and
+/// `holders_min`, the fewest ISR and ELR members a change that drops a
+/// replica holding committed records must keep (never lowered: the
+/// records acknowledged while the move ran were promised
+/// `min_insync_replicas` copies; review of 845daec, finding 1).
+fn start_update_with(
+    state: &LogState,
+    target: &[NodeId],
+    live: &[NodeId],
+    target_min: usize,
+    holders_min: usize,
+) -> Result<Option<LogUpdate>> {
     let log = state.log;
     if target.is_empty() {
         return Err(coordinator_error(format!(
@@ -84,9 +107,9 @@ pub(crate) fn start_update(
             "cannot reassign {log}: target replicas {target:?} name {node} twice"
         )));
     }
-    if target.len() < min_insync_replicas {
+    if target.len() < target_min {
         return Err(coordinator_error(format!(
-            "cannot reassign {log}: target replicas {target:?} are {} replicas, fewer than min_insync_replicas {min_insync_replicas}",
+            "cannot reassign {log}: target replicas {target:?} are {} replicas, fewer than min_insync_replicas {target_min}",
             target.len()
         )));
     }
@@ -240,9 +263,9 @@ pub(crate) fn start_update(
         .chain(&eligible_leader_replicas)
         .copied()
         .collect();
-    if !dropped.is_empty() && holders_kept.len() < min_insync_replicas {
+    if !dropped.is_empty() && holders_kept.len() < holders_min {
         return Err(coordinator_error(format!(
-            "cannot reassign {log} to {target:?}: it drops {dropped:?}, which may hold committed records (in_sync_replicas {:?}, eligible_leader_replicas {:?}, unclean replicas {:?}), leaving them on {holders_kept:?}, fewer than min_insync_replicas {min_insync_replicas}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR",
+            "cannot reassign {log} to {target:?}: it drops {dropped:?}, which may hold committed records (in_sync_replicas {:?}, eligible_leader_replicas {:?}, unclean replicas {:?}), leaving them on {holders_kept:?}, fewer than min_insync_replicas {holders_min}: records committed with them would keep fewer copies than an acks=all write promised; retry once more of the remaining replicas are back in the ISR, or choose a target that keeps {dropped:?}",
             state.in_sync_replicas, state.eligible_leader_replicas, state.unclean_replicas
         )));
     }
@@ -379,11 +402,12 @@ pub(crate) fn cancel_reassignment(
         }
         // The original replicas met the minimum when they were the log's.
         let original = state.original_replicas();
-        start_update(
+        start_update_with(
             state,
             &original,
             live,
             min_insync_replicas.min(original.len()),
+            min_insync_replicas,
         )
     })
 }
@@ -693,6 +717,49 @@ mod tests {
         adding.check_invariants();
         let error = start_update(&adding, &nodes(&[2, 0]), &live, 2).unwrap_err();
         assert!(error.to_string().contains("drops [NodeId(1)]"), "{error}");
+    }
+
+    /// Review of 845daec, finding 1: a log of one replica [0] moving to
+    /// [0, 1] took acks=all writes with ISR [0, 1]. Its cancellation may
+    /// have a target of one replica, but may not drop 1 and leave those
+    /// records on 0 alone; once 1 is out of the ISR and ELR it may.
+    #[test]
+    fn a_cancellation_keeps_min_insync_replicas_holders_though_its_target_may_be_smaller() {
+        use crate::coordinator::MemoryCoordinator;
+        use std::time::Duration;
+        let coordinator = MemoryCoordinator::new(Arc::new(crate::clock::SystemClock));
+        for node in [0, 1] {
+            coordinator
+                .register_node(NodeId(node), Duration::from_secs(60))
+                .unwrap();
+        }
+        coordinator.create_log(LogId(1), nodes(&[0])).unwrap();
+        reassign_log(&coordinator, LogId(1), &nodes(&[0, 1]), 1).unwrap();
+        let set_isr = |isr: &[u32]| {
+            let stored = coordinator.log_state(LogId(1)).unwrap().unwrap();
+            let update = LogUpdate {
+                leader: stored.leader,
+                leader_epoch: stored.leader_epoch,
+                in_sync_replicas: nodes(isr),
+                eligible_leader_replicas: Vec::new(),
+                unclean_report: None,
+                assignment: None,
+            };
+            let outcome = coordinator
+                .compare_and_set(LogId(1), stored.leader_epoch, stored.version, update)
+                .unwrap();
+            assert!(matches!(outcome, CasOutcome::Applied(_)), "{outcome:?}");
+        };
+        set_isr(&[0, 1]);
+        let error = cancel_reassignment(&coordinator, LogId(1), 2).unwrap_err();
+        assert!(
+            error.to_string().contains("drops [NodeId(1)]")
+                && error.to_string().contains("min_insync_replicas 2"),
+            "{error}"
+        );
+        set_isr(&[0]);
+        let cancelled = cancel_reassignment(&coordinator, LogId(1), 2).unwrap();
+        assert_eq!(cancelled.replicas, nodes(&[0]));
     }
 
     /// Review of 714b35d: `replace_node` stopped at the first log it could

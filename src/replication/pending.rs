@@ -282,7 +282,7 @@ struct InFlight {
 
 /// The queue of pipelined appends of one replica; see the module docs.
 /// Public only for the loom models (`testing::loom_models`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PendingAppends {
     /// Appends queued (read without the lock, so the hot paths of
     /// replication pay one atomic load when nothing is pipelined).
@@ -301,6 +301,15 @@ pub struct PendingAppends {
     /// How long after its deadline's stamp an append fails with `Timeout`
     /// (the replica's `request_timeout`).
     request_timeout: Duration,
+}
+
+impl Default for PendingAppends {
+    /// An empty queue with the default `request_timeout` of
+    /// [`ReplicationConfig`](crate::ReplicationConfig) (30 s): a zero one
+    /// would time every append out at its first scan (review of 9255a8f).
+    fn default() -> PendingAppends {
+        PendingAppends::new(Duration::from_secs(30))
+    }
 }
 
 impl Drop for PendingAppends {
@@ -330,9 +339,15 @@ impl PendingAppends {
     /// An empty queue whose appends fail with `Timeout` after
     /// `request_timeout` (counted as `PendingAppend::deadline` says).
     pub(crate) fn new(request_timeout: Duration) -> PendingAppends {
-        let mut queue = PendingAppends::default();
-        queue.request_timeout = request_timeout;
-        queue
+        PendingAppends {
+            queued: AtomicUsize::default(),
+            full_scan_due: AtomicBool::default(),
+            state: Mutex::default(),
+            space: Condvar::default(),
+            in_flight: InFlight::default(),
+            completions: None,
+            request_timeout,
+        }
     }
 
     /// Sends the callbacks and wakers of the appends queued here to

@@ -877,7 +877,7 @@ impl Replica {
     /// On a leader, returns once every offset handed out is in the log:
     /// writes what is queued, or waits for the seat holder writing it. (A
     /// drain that finds the seat taken returns at once, and the queue's
-    /// deferred count falls when the holder takes it, before it writes:
+    /// deferred flag is cleared when the holder takes it, before it writes:
     /// neither says that the log holds everything that returned.)
     fn write_handed_out(&self) {
         let role = self.role.read();

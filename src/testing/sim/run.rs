@@ -4148,13 +4148,18 @@ mod tests {
     /// list that may hold committed records when fewer than
     /// `min_insync_replicas` such holders stay: it dropped the one that
     /// held records acknowledged up to 559, and the ELR member kept had
-    /// lost its disk; a replica ending at 461 was elected. Nor may a
-    /// replica of the unclean list count among the holders kept (seed
-    /// 60050634: one that left at 927 let a cancellation drop the ISR
-    /// member holding what was acknowledged up to 993).
+    /// lost its disk; a replica ending at 461 was elected.
     #[test]
     fn seed_60044893_a_cancelled_move_keeps_the_unclean_holder_of_acknowledged_records() {
         passes_with(SimConfig::new(60_044_893));
+    }
+
+    /// Nor may a replica of the unclean list count among the holders a
+    /// reassignment keeps: one that left at 927 let a cancellation drop
+    /// the ISR member holding what was acknowledged up to 993, and the
+    /// leader then lost its disk.
+    #[test]
+    fn seed_60050634_an_unclean_replica_is_no_holder_a_cancelled_move_keeps() {
         passes_with(SimConfig::new(60_050_634));
     }
 

@@ -660,3 +660,81 @@ fn a_deferred_push_behind_another_is_written_without_its_own_bump() {
         assert_eq!(written, vec![0, 1], "written twice or never");
     });
 }
+
+/// The same with a seat holder racing them (review of cadaa3c): an
+/// appender's immediate drain may take the first deferred push, or find
+/// the seat taken by the fetcher's drain and leave its push to it, while
+/// a second deferred push lands Behind the first or, after a take, First
+/// again. Every push is written exactly once, and the fetcher, woken only
+/// by First pushes' bumps and by writes, never parks with one unwritten.
+#[test]
+fn a_deferred_push_behind_another_is_written_when_a_seat_holder_races() {
+    use isrlog::testing::loom_models::{Combine, Combiner, Deferral};
+
+    #[derive(Debug, Default)]
+    struct Queue {
+        pending: Vec<u32>,
+    }
+    impl Combine for Queue {
+        type Taken = Vec<u32>;
+        fn take(&mut self) -> Option<Vec<u32>> {
+            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+        }
+        fn is_pending(&self) -> bool {
+            !self.pending.is_empty()
+        }
+    }
+
+    loom::model(|| {
+        let combiner = Arc::new(Combiner::new(Queue::default()));
+        let data_arrived = Arc::new(Watch::new(0));
+        let written = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        let mut threads: Vec<_> = (0..2u32)
+            .map(|value| {
+                let combiner = Arc::clone(&combiner);
+                let data_arrived = Arc::clone(&data_arrived);
+                thread::spawn(move || {
+                    let ((), deferred) = combiner.push_deferred(|q| (q.pending.push(value), true));
+                    assert!(deferred.is_deferred());
+                    if deferred == Deferral::First {
+                        data_arrived.bump();
+                    }
+                })
+            })
+            .collect();
+        threads.push({
+            let combiner = Arc::clone(&combiner);
+            let written = Arc::clone(&written);
+            let data_arrived = Arc::clone(&data_arrived);
+            thread::spawn(move || {
+                combiner.push(|q| q.pending.push(2));
+                combiner.drain(&mut |taken| {
+                    written.lock().unwrap().extend(taken);
+                    data_arrived.bump();
+                });
+            })
+        });
+        loop {
+            let seen = data_arrived.get();
+            combiner.drain_deferred(&mut |taken| written.lock().unwrap().extend(taken));
+            let done = {
+                let written = written.lock().unwrap();
+                written.contains(&0) && written.contains(&1)
+            };
+            if done {
+                break;
+            }
+            assert_ne!(
+                data_arrived.wait_at_least(seen + 1, far(), Duration::ZERO),
+                WaitOutcome::Closed
+            );
+        }
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(!combiner.has_deferred());
+        let mut written = written.lock().unwrap().clone();
+        written.sort_unstable();
+        assert_eq!(written, vec![0, 1, 2], "written twice or never");
+    });
+}

@@ -181,7 +181,10 @@ pub enum Error {
     /// bound did not free up within `pipelined_block_max` (Kafka's
     /// `buffer.memory` and `max.block.ms`). Nothing was appended. A batch
     /// larger than the bound fails at once, with `bytes_in_flight` 0.
-    #[error("pipelined appends to {log} hold {bytes_in_flight} bytes in flight; a batch of {batch_bytes} bytes does not fit under ReplicationConfig::pipelined_bytes_max = {bytes_max} (waited {waited:?}, pipelined_block_max)")]
+    /// Reservations are served first come first: a batch that would fit
+    /// beside `bytes_in_flight` still waits behind an earlier one that
+    /// does not, and fails the same way if the wait runs out.
+    #[error("pipelined appends to {log} hold {bytes_in_flight} bytes in flight; a batch of {batch_bytes} bytes did not fit under ReplicationConfig::pipelined_bytes_max = {bytes_max}, or waited behind an earlier batch that did not, for {waited:?} (pipelined_block_max)")]
     PipelineFull {
         /// The log.
         log: LogId,

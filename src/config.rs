@@ -158,8 +158,9 @@ pub struct ReplicationConfig {
     /// Kafka's `buffer.memory`, per log: the most bytes of batches that
     /// [`ReplicatedLog::append_pipelined`](crate::ReplicatedLog::append_pipelined)
     /// may hold in flight (appended, outcome not yet known). Past it a
-    /// pipelined append blocks, up to `pipelined_block_max`. Default 32 MiB,
-    /// Kafka's default.
+    /// pipelined append blocks, up to `pipelined_block_max`; blocked
+    /// appends get room first come first, and a later one waits behind
+    /// them even if it would fit. Default 32 MiB, Kafka's default.
     pub pipelined_bytes_max: usize,
     /// Kafka's `max.block.ms`: how long a pipelined append may block for
     /// room under `pipelined_bytes_max` before it fails with

@@ -2523,7 +2523,7 @@ impl NodeShared {
                 tracing::error!(log = %state.log, node = %me, %error, "cannot become leader; resigning");
                 crate::simulation::note_handled_error(&error);
                 if replica.resign_due() {
-                    self.resign_failed_leader(&replica);
+                    self.drive_core(|core, out| core.resign_failed_leader(&replica, out));
                 }
                 return;
             }
@@ -3205,129 +3205,6 @@ impl NodeShared {
         fetcher.add(replica, epoch);
     }
 
-    /// A leader whose storage failed (a failed fsync poisons the log) can
-    /// neither append nor serve fetches, and a replica elected leader that
-    /// cannot take the role (`become_leader` failed) cannot either: it
-    /// gives the log up, leaving the
-    /// in-sync replica set without itself and the log without a leader in a
-    /// new epoch, so the controller elects another in-sync replica (Kafka
-    /// moves leadership off a failed log directory the same way). With no
-    /// other in-sync replica there is nobody to hand over to; it stays and
-    /// says so.
-    fn resign_failed_leader(&self, replica: &Replica) {
-        // A stopping or crashed node takes no more part: a simulated crash
-        // poisons its logs before its threads end, and a dead process
-        // would not resign (review of c6bd2e8, finding 2).
-        if self.is_stopped() {
-            return;
-        }
-        let me = self.local();
-        let log = replica.log_id();
-        let state = match self.coordinator.log_state(log) {
-            Ok(Some(state)) if state.leader == Some(me) => state,
-            Ok(Some(state)) => {
-                replica.clear_leadership_failed(state.leader_epoch, state.leader);
-                return;
-            }
-            Ok(None) => return,
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "storage failed; cannot read the log's state to resign");
-                return;
-            }
-        };
-        let others: Vec<NodeId> = state
-            .in_sync_replicas
-            .iter()
-            .copied()
-            .filter(|node| *node != me)
-            .collect();
-        // Alone in the ISR after an ELR election, or after the others
-        // left a too-small ISR: the eligible replicas can take over
-        // (review of the controller, finding 6: the log stayed with a
-        // leader that could not lead while they were live). The log goes
-        // leaderless with an empty ISR, and the controller elects from the
-        // ELR, whose members hold every committed record (the high
-        // watermark froze when they left).
-        let eligible_others: Vec<NodeId> = state
-            .eligible_leader_replicas
-            .iter()
-            .copied()
-            .filter(|node| *node != me)
-            .collect();
-        // Only to a live one: with every eligible replica away, resigning
-        // would leave the log leaderless until one returns, and this
-        // replica, out of both lists, could not lead again even once its
-        // storage works (review of 8b9a398, finding 3). It stays and
-        // retries instead, as before.
-        let eligible_live = !eligible_others.is_empty()
-            && match self.coordinator.live_nodes() {
-                Ok(live) => eligible_others.iter().any(|node| live.contains(node)),
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "storage failed; cannot read the live nodes to resign to an eligible replica, will retry");
-                    return;
-                }
-            };
-        if others.is_empty() && eligible_live {
-            let update = LogUpdate {
-                leader: None,
-                leader_epoch: state.leader_epoch.next(),
-                in_sync_replicas: Vec::new(),
-                eligible_leader_replicas: eligible_others,
-                unclean_report: None,
-                assignment: None,
-            };
-            self.write_resignation(replica, &state, update);
-            return;
-        }
-        if others.is_empty() {
-            if replica.leadership_failed() {
-                // Nobody to hand over to: try to lead again (at most once a
-                // second, like this call), in case the failure passed.
-                tracing::error!(%log, node = %me, "the only in-sync replica cannot lead; retrying");
-                self.reconcile(&state);
-            } else {
-                tracing::error!(%log, node = %me, "storage failed on the only in-sync replica: the log stays unavailable");
-            }
-            return;
-        }
-        // The others that left a too-small ISR earlier stay eligible; this
-        // replica does not join them: its storage failed, so electing it
-        // again would only fail again.
-        let eligible_leader_replicas = state
-            .eligible_leader_replicas_after(&others, self.config.replication.min_insync_replicas)
-            .into_iter()
-            .filter(|node| *node != me)
-            .collect();
-        let update = LogUpdate {
-            leader: None,
-            leader_epoch: state.leader_epoch.next(),
-            in_sync_replicas: others,
-            eligible_leader_replicas,
-            unclean_report: None,
-            assignment: None,
-        };
-        self.write_resignation(replica, &state, update);
-    }
-
-    /// Writes `update`, by which this failed leader of `replica`'s log
-    /// resigns (see [`resign_failed_leader`](Self::resign_failed_leader)).
-    fn write_resignation(&self, replica: &Replica, state: &LogState, update: LogUpdate) {
-        let (me, log) = (self.local(), replica.log_id());
-        match self
-            .coordinator
-            .compare_and_set(log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(new_state)) => {
-                tracing::error!(%log, node = %me, epoch = %new_state.leader_epoch, "storage failed: resigned leadership");
-                self.reconcile(&new_state);
-            }
-            Ok(CasOutcome::Stale(current)) => self.reconcile(&current),
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "storage failed; resigning leadership failed, will retry")
-            }
-        }
-    }
-
     /// Controlled shutdown, step 1 (Kafka's `controlled.shutdown.enable`):
     /// every log this node leads stops taking appends, waits until its
     /// in-sync followers hold everything it has (so appends in flight are
@@ -3839,6 +3716,7 @@ impl NodeShared {
             CoordinatorCall::LiveNodeIncarnations => {
                 Answer::Incarnations(self.coordinator.live_node_incarnations())
             }
+            CoordinatorCall::LiveNodes => Answer::LiveNodes(self.coordinator.live_nodes()),
             CoordinatorCall::LogState(log) => Answer::LogState(self.coordinator.log_state(log)),
             CoordinatorCall::CompareAndSet {
                 log,
@@ -4396,7 +4274,7 @@ impl NodeShared {
             || replica.leadership_failed();
         if failed_leader {
             if replica.resign_due() {
-                self.resign_failed_leader(replica);
+                self.drive_core(|core, out| core.resign_failed_leader(replica, out));
             }
             return;
         }

@@ -17,10 +17,11 @@
 //! - a leader's ISR changes (SPEC 3.4): submitting one as a compare-and-set
 //!   after vetting it against the stored state and the live nodes'
 //!   incarnations ([`vet_stored`], [`vet_joining`]), and settling one whose
-//!   outcome is unknown by a read ([`settle`]).
+//!   outcome is unknown by a read ([`settle`]);
+//! - a failed leader's resignation (SPEC 3.5): handing the log on to the
+//!   other in-sync replicas, or to a live eligible one ([`resignation`]).
 //!
-//! What it does not own yet (roles, hand-overs, resignations, fetch
-//! serving, timers) still lives in `node.rs` and calls the coordinator
+//! What it does not own yet (roles, hand-overs, fetch serving, timers) still lives in `node.rs` and calls the coordinator
 //! inline; where the core needs it, it asks with an action
 //! ([`Action::Reconcile`]). The core names neither the public face
 //! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
@@ -47,6 +48,8 @@ pub(crate) enum CoordinatorCall {
     /// `Coordinator::live_node_incarnations`: every live node with its
     /// current incarnation.
     LiveNodeIncarnations,
+    /// `Coordinator::live_nodes`: every node with a live session.
+    LiveNodes,
     /// `Coordinator::log_state`: the log's stored state.
     LogState(LogId),
     /// `Coordinator::compare_and_set`: `update` if the log's stored epoch
@@ -66,7 +69,8 @@ pub(crate) enum CoordinatorCall {
 /// What a [`CoordinatorCall`] returned, as its driver hands it back. Each
 /// call has one kind of answer: `Heartbeat` gives `Done`, `RegisterNode`
 /// gives `Registered`, `LiveNodeIncarnations` gives `Incarnations`,
-/// `LogState` gives `LogState`, `CompareAndSet` gives `Cas`.
+/// `LiveNodes` gives `LiveNodes`, `LogState` gives `LogState`,
+/// `CompareAndSet` gives `Cas`.
 #[derive(Debug)]
 pub(crate) enum Answer {
     /// A call that returns nothing but whether it worked.
@@ -75,6 +79,8 @@ pub(crate) enum Answer {
     Registered(Result<Incarnation>),
     /// The live nodes with their current incarnations.
     Incarnations(Result<Vec<(NodeId, Incarnation)>>),
+    /// The live nodes.
+    LiveNodes(Result<Vec<NodeId>>),
     /// A log's stored state; `None` for a log the coordinator does not know.
     LogState(Result<Option<LogState>>),
     /// A compare-and-set's outcome.
@@ -126,6 +132,22 @@ pub(crate) enum IsrStage {
     Write,
 }
 
+/// Where a failed leader's resignation stands (SPEC 3.5, see
+/// [`resignation`]): each stage waits for one coordinator call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ResignStage {
+    /// The log's stored state is being read.
+    ReadState,
+    /// The live nodes are being read, to see whether an eligible replica
+    /// could take over; `stored` is the state the first read gave.
+    Liveness {
+        /// The stored state, as read (boxed: a continuation stays small).
+        stored: Box<LogState>,
+    },
+    /// The resignation is being written.
+    Write,
+}
+
 /// What a coordinator call's answer is for: it travels with the call
 /// ([`Action::Call`]) and comes back with the answer
 /// ([`Input::Answered`]), as a fetcher's request in flight does.
@@ -155,6 +177,14 @@ pub(crate) enum Continuation {
         epoch: LeaderEpoch,
         /// The stored version the change was built on.
         expected_version: u64,
+    },
+    /// The resignation of `replica`, a leader that cannot lead, at
+    /// `stage`.
+    Resign {
+        /// The failed leader's replica.
+        replica: ReplicaRef,
+        /// Which call is answered.
+        stage: ResignStage,
     },
 }
 
@@ -195,6 +225,27 @@ impl Continuation {
                     CoordinatorCall::CompareAndSet { .. }
                 )
                 | (Continuation::SettleIsr { .. }, CoordinatorCall::LogState(_))
+                | (
+                    Continuation::Resign {
+                        stage: ResignStage::ReadState,
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::Resign {
+                        stage: ResignStage::Liveness { .. },
+                        ..
+                    },
+                    CoordinatorCall::LiveNodes
+                )
+                | (
+                    Continuation::Resign {
+                        stage: ResignStage::Write,
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
         )
     }
 }
@@ -377,6 +428,35 @@ impl NodeCore {
         );
     }
 
+    /// A leader whose storage failed (a failed fsync poisons the log) can
+    /// neither append nor serve fetches, and a replica elected leader that
+    /// cannot take the role (`become_leader` failed) cannot either: it
+    /// gives the log up, leaving the in-sync replica set without itself
+    /// and the log without a leader in a new epoch, so the controller
+    /// elects another in-sync replica (Kafka moves leadership off a failed
+    /// log directory the same way). With no other in-sync replica there is
+    /// nobody to hand over to; it stays and says so. The stored state is
+    /// read first, then, if the ELR holds another replica, the live nodes
+    /// (see [`resignation`] for the decision); the resignation is a
+    /// compare-and-set on the stored epoch and version. The caller rate
+    /// limits it (`Replica::resign_due`).
+    pub(crate) fn resign_failed_leader(&self, replica: &Arc<Replica>, out: &mut Vec<Action>) {
+        // A stopping or crashed node takes no more part: a simulated crash
+        // poisons its logs before its threads end, and a dead process
+        // would not resign (review of c6bd2e8, finding 2).
+        if self.is_stopped() {
+            return;
+        }
+        Self::call(
+            out,
+            CoordinatorCall::LogState(replica.log_id()),
+            Continuation::Resign {
+                replica: ReplicaRef(Arc::clone(replica)),
+                stage: ResignStage::ReadState,
+            },
+        );
+    }
+
     /// Takes one input and pushes onto `out` the actions it asks for, in
     /// the order they are to be carried out.
     pub(crate) fn handle(&self, input: Input, out: &mut Vec<Action>) {
@@ -463,6 +543,27 @@ impl NodeCore {
                 },
                 Answer::LogState(read),
             ) => self.isr_settling_read(&replica, epoch, expected_version, read, out),
+            (
+                Continuation::Resign {
+                    replica,
+                    stage: ResignStage::ReadState,
+                },
+                Answer::LogState(read),
+            ) => self.resign_state_read(&replica, read, out),
+            (
+                Continuation::Resign {
+                    replica,
+                    stage: ResignStage::Liveness { stored },
+                },
+                Answer::LiveNodes(read),
+            ) => self.resign_liveness_read(&replica, &stored, read, out),
+            (
+                Continuation::Resign {
+                    replica,
+                    stage: ResignStage::Write,
+                },
+                Answer::Cas(written),
+            ) => self.resignation_written(&replica, written, out),
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).
@@ -675,6 +776,124 @@ impl NodeCore {
         }
     }
 
+    /// A resignation's first read: the log's stored state.
+    fn resign_state_read(
+        &self,
+        replica: &ReplicaRef,
+        read: Result<Option<LogState>>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        let stored = match read {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error, "storage failed; cannot read the log's state to resign");
+                return;
+            }
+        };
+        self.resign(replica, stored, None, out);
+    }
+
+    /// A resignation's second read: the live nodes, among which an
+    /// eligible replica may take over.
+    fn resign_liveness_read(
+        &self,
+        replica: &ReplicaRef,
+        stored: &LogState,
+        read: Result<Vec<NodeId>>,
+        out: &mut Vec<Action>,
+    ) {
+        let live = match read {
+            Ok(live) => live,
+            Err(error) => {
+                let log = replica.get().log_id();
+                tracing::warn!(%log, node = %self.node, %error, "storage failed; cannot read the live nodes to resign to an eligible replica, will retry");
+                return;
+            }
+        };
+        self.resign(replica, stored.clone(), Some(&live), out);
+    }
+
+    /// Carries out what [`resignation`] decides for `replica` on the
+    /// `stored` state and, once read, the `live` nodes.
+    fn resign(
+        &self,
+        replica: &ReplicaRef,
+        stored: LogState,
+        live: Option<&[NodeId]>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        let decision = resignation(
+            &stored,
+            self.node,
+            live,
+            self.min_insync_replicas,
+            replica.get().leadership_failed(),
+        );
+        match decision {
+            Resign::NotLeader => {
+                replica
+                    .get()
+                    .clear_leadership_failed(stored.leader_epoch, stored.leader);
+            }
+            Resign::ReadLiveNodes => Self::call(
+                out,
+                CoordinatorCall::LiveNodes,
+                Continuation::Resign {
+                    replica: replica.clone(),
+                    stage: ResignStage::Liveness {
+                        stored: Box::new(stored),
+                    },
+                },
+            ),
+            Resign::Write(update) => Self::call(
+                out,
+                CoordinatorCall::CompareAndSet {
+                    log,
+                    epoch: stored.leader_epoch,
+                    version: stored.version,
+                    update,
+                },
+                Continuation::Resign {
+                    replica: replica.clone(),
+                    stage: ResignStage::Write,
+                },
+            ),
+            Resign::LeadAgain => {
+                // Nobody to hand over to: try to lead again (at most once a
+                // second, like the resignation), in case the failure passed.
+                tracing::error!(%log, node = %self.node, "the only in-sync replica cannot lead; retrying");
+                out.push(Action::Reconcile(stored));
+            }
+            Resign::Stay => {
+                tracing::error!(%log, node = %self.node, "storage failed on the only in-sync replica: the log stays unavailable");
+            }
+        }
+    }
+
+    /// A resignation's compare-and-set answered: whatever is stored now,
+    /// the node follows it.
+    fn resignation_written(
+        &self,
+        replica: &ReplicaRef,
+        written: Result<CasOutcome>,
+        out: &mut Vec<Action>,
+    ) {
+        let log = replica.get().log_id();
+        match written {
+            Ok(CasOutcome::Applied(stored)) => {
+                tracing::error!(%log, node = %self.node, epoch = %stored.leader_epoch, "storage failed: resigned leadership");
+                out.push(Action::Reconcile(stored));
+            }
+            Ok(CasOutcome::Stale(current)) => out.push(Action::Reconcile(current)),
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error, "storage failed; resigning leadership failed, will retry");
+            }
+        }
+    }
+
     /// Pushes a call and its continuation, which must take its answer.
     fn call(out: &mut Vec<Action>, call: CoordinatorCall, then: Continuation) {
         debug_assert!(
@@ -821,6 +1040,118 @@ pub(crate) fn settle(
     } else {
         Settled::NotApplied
     }
+}
+
+/// What a failed leader does about its log (SPEC 3.5; see
+/// [`NodeCore::resign_failed_leader`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Resign {
+    /// The stored state names another leader, or none: nothing is left to
+    /// hand on (a failure in the stored epoch or an earlier one is
+    /// forgotten, `Replica::clear_leadership_failed`).
+    NotLeader,
+    /// The ELR holds another replica: read the live nodes, then decide
+    /// again with them.
+    ReadLiveNodes,
+    /// Resign: write this update (no leader, the next epoch, without this
+    /// replica in the ISR or the ELR).
+    Write(LogUpdate),
+    /// Nobody to hand over to, and it is the role that failed, not
+    /// necessarily the storage: follow the stored state, which tries to
+    /// lead again.
+    LeadAgain,
+    /// Nobody to hand over to, and its storage failed: the log stays
+    /// unavailable.
+    Stay,
+}
+
+/// Decides what failed leader `me` does about its log, given its `stored`
+/// state, the `live` nodes (`None` until read; read only when the ELR
+/// holds another replica), the `min_insync_replicas` and whether its
+/// `leadership_failed` (`become_leader` failed) rather than its storage.
+///
+/// - The ISR holds others: they take over. The log goes leaderless in the
+///   next epoch with them as the ISR; the others that left a too-small ISR
+///   earlier stay eligible, but `me` does not join them: its storage
+///   failed, so electing it again would only fail again.
+/// - Alone in the ISR after an ELR election, or after the others left a
+///   too-small ISR, with a live replica in the ELR: it can take over
+///   (review of the controller, finding 6: the log stayed with a leader
+///   that could not lead while they were live). The log goes leaderless
+///   with an empty ISR, and the controller elects from the ELR, whose
+///   members hold every committed record (the high watermark froze when
+///   they left). Only to a live one: with every eligible replica away,
+///   resigning would leave the log leaderless until one returns, and this
+///   replica, out of both lists, could not lead again even once its
+///   storage works (review of 8b9a398, finding 3).
+/// - Else nobody can take over: [`Resign::LeadAgain`] or [`Resign::Stay`].
+///
+/// The live nodes are read whenever the ELR holds another replica, even
+/// when the ISR does too (and the answer then decides nothing): a failed
+/// read means no resignation this time, as when the code was inline.
+pub(crate) fn resignation(
+    stored: &LogState,
+    me: NodeId,
+    live: Option<&[NodeId]>,
+    min_insync_replicas: usize,
+    leadership_failed: bool,
+) -> Resign {
+    if stored.leader != Some(me) {
+        return Resign::NotLeader;
+    }
+    let others: Vec<NodeId> = stored
+        .in_sync_replicas
+        .iter()
+        .copied()
+        .filter(|node| *node != me)
+        .collect();
+    let eligible_others: Vec<NodeId> = stored
+        .eligible_leader_replicas
+        .iter()
+        .copied()
+        .filter(|node| *node != me)
+        .collect();
+    let eligible_live = match (eligible_others.is_empty(), live) {
+        (true, _) => false,
+        (false, None) => return Resign::ReadLiveNodes,
+        (false, Some(live)) => eligible_others.iter().any(|node| live.contains(node)),
+    };
+    let update = if others.is_empty() {
+        if !eligible_live {
+            return if leadership_failed {
+                Resign::LeadAgain
+            } else {
+                Resign::Stay
+            };
+        }
+        LogUpdate {
+            leader: None,
+            leader_epoch: stored.leader_epoch.next(),
+            in_sync_replicas: Vec::new(),
+            eligible_leader_replicas: eligible_others,
+            unclean_report: None,
+            assignment: None,
+        }
+    } else {
+        let eligible_leader_replicas = stored
+            .eligible_leader_replicas_after(&others, min_insync_replicas)
+            .into_iter()
+            .filter(|node| *node != me)
+            .collect();
+        LogUpdate {
+            leader: None,
+            leader_epoch: stored.leader_epoch.next(),
+            in_sync_replicas: others,
+            eligible_leader_replicas,
+            unclean_report: None,
+            assignment: None,
+        }
+    };
+    debug_assert!(
+        !update.in_sync_replicas.contains(&me) && !update.eligible_leader_replicas.contains(&me),
+        "a failed leader resigns from both the ISR and the ELR: {update:?}"
+    );
+    Resign::Write(update)
 }
 
 #[cfg(test)]
@@ -1243,6 +1574,215 @@ mod tests {
         core.stop.store(true, Ordering::SeqCst);
         let mut out = Vec::new();
         core.submit_isr(&replica, proposal, &mut out);
+        assert_eq!(out, vec![]);
+    }
+
+    /// A log led by node 1 in epoch 3, at version 7, with ISR `isr` and
+    /// ELR `elr`.
+    fn led_by_1(isr: &[u32], elr: &[u32]) -> LogState {
+        LogState {
+            eligible_leader_replicas: elr.iter().copied().map(NodeId).collect(),
+            ..stored(isr)
+        }
+    }
+
+    /// The resignation of node 1 from epoch 3 to epoch 4 with ISR `isr`
+    /// and ELR `elr`.
+    fn resigned(isr: &[u32], elr: &[u32]) -> Resign {
+        Resign::Write(LogUpdate {
+            leader: None,
+            leader_epoch: LeaderEpoch(4),
+            in_sync_replicas: isr.iter().copied().map(NodeId).collect(),
+            eligible_leader_replicas: elr.iter().copied().map(NodeId).collect(),
+            unclean_report: None,
+            assignment: None,
+        })
+    }
+
+    /// SPEC 3.5: a failed leader hands its log to the other in-sync
+    /// replicas, else to a live eligible one, else stays (and tries to
+    /// lead again if only its role failed); it never names itself in the
+    /// ISR or the ELR it writes. The live nodes are read whenever the ELR
+    /// holds another replica, before anything is decided.
+    #[test]
+    fn a_failed_leader_resigns_to_the_replicas_that_can_take_over() {
+        let no_one: &[NodeId] = &[];
+        let node_2: &[NodeId] = &[n(2)];
+        // (stored, live, leadership failed, expected), min ISR 2.
+        let cases = [
+            (
+                LogState {
+                    leader: Some(n(2)),
+                    ..led_by_1(&[2], &[])
+                },
+                None,
+                true,
+                Resign::NotLeader,
+            ),
+            (
+                LogState {
+                    leader: None,
+                    ..led_by_1(&[1, 2], &[])
+                },
+                None,
+                false,
+                Resign::NotLeader,
+            ),
+            (
+                led_by_1(&[1, 2, 3], &[]),
+                None,
+                false,
+                resigned(&[2, 3], &[]),
+            ),
+            // Below the minimum: the others that left earlier stay
+            // eligible, this replica does not join them.
+            (led_by_1(&[1, 2], &[]), None, false, resigned(&[2], &[])),
+            (led_by_1(&[1, 2], &[3]), None, false, Resign::ReadLiveNodes),
+            (
+                led_by_1(&[1, 2], &[3]),
+                Some(no_one),
+                false,
+                resigned(&[2], &[3]),
+            ),
+            (led_by_1(&[1], &[2]), None, false, Resign::ReadLiveNodes),
+            (
+                led_by_1(&[1], &[2]),
+                Some(node_2),
+                false,
+                resigned(&[], &[2]),
+            ),
+            (led_by_1(&[1], &[2]), Some(no_one), false, Resign::Stay),
+            (led_by_1(&[1], &[2]), Some(no_one), true, Resign::LeadAgain),
+            (led_by_1(&[1], &[]), None, false, Resign::Stay),
+            (led_by_1(&[1], &[]), None, true, Resign::LeadAgain),
+        ];
+        for (stored, live, leadership_failed, expected) in cases {
+            assert_eq!(
+                resignation(&stored, n(1), live, 2, leadership_failed),
+                expected,
+                "{stored:?} live {live:?} leadership failed {leadership_failed}"
+            );
+        }
+    }
+
+    /// Node 1's replica of log 1, leading in epoch 3 at ISR version 7
+    /// with ISR {1, 2}, on a manual clock.
+    fn leader(dir: &std::path::Path) -> Arc<Replica> {
+        let clock = Arc::new(ManualClock::new(0));
+        let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
+        let replica = Arc::new(Replica::new(
+            LogId(1),
+            n(1),
+            log,
+            ReplicationConfig::default(),
+            clock,
+            Arc::new(Watch::new(0)),
+            false,
+        ));
+        replica
+            .become_leader(LeaderEpoch(3), vec![n(1), n(2)], vec![n(1), n(2)], 7)
+            .expect("the replica leads");
+        replica
+    }
+
+    /// SPEC 3.5: a failed leader reads the stored state, writes its
+    /// resignation on that state's epoch and version, and follows what is
+    /// stored after, whether its write applied or was stale.
+    #[test]
+    fn a_failed_leader_writes_its_resignation_and_follows_the_stored_state() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = leader(dir.path());
+        let core = core();
+        for outcome in ["applied", "stale"] {
+            let mut out = Vec::new();
+            core.resign_failed_leader(&replica, &mut out);
+            let (call, then) = only_call(out);
+            assert_eq!(call, CoordinatorCall::LogState(LogId(1)));
+            let out = answer(
+                &core,
+                then,
+                Answer::LogState(Ok(Some(led_by_1(&[1, 2], &[])))),
+            );
+            let (call, then) = only_call(out);
+            let Resign::Write(expected) = resigned(&[2], &[]) else {
+                unreachable!("a resignation is a write")
+            };
+            assert_eq!(
+                call,
+                CoordinatorCall::CompareAndSet {
+                    log: LogId(1),
+                    epoch: LeaderEpoch(3),
+                    version: 7,
+                    update: expected,
+                }
+            );
+            let now = LogState {
+                leader: Some(n(2)),
+                leader_epoch: LeaderEpoch(4),
+                version: 8,
+                ..stored(&[2])
+            };
+            let written = match outcome {
+                "applied" => CasOutcome::Applied(now.clone()),
+                _ => CasOutcome::Stale(now.clone()),
+            };
+            assert_eq!(
+                answer(&core, then, Answer::Cas(Ok(written))),
+                vec![Action::Reconcile(now)],
+                "{outcome}"
+            );
+        }
+    }
+
+    /// Alone in the ISR, a failed leader resigns to the ELR only once the
+    /// live nodes show an eligible replica alive; a failed read of them,
+    /// or a failed write, leaves it for the next attempt.
+    #[test]
+    fn a_failed_leader_alone_in_the_isr_resigns_only_to_a_live_eligible_replica() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = leader(dir.path());
+        let core = core();
+        let alone = led_by_1(&[1], &[2]);
+        let read_live_nodes = |core: &NodeCore| {
+            let mut out = Vec::new();
+            core.resign_failed_leader(&replica, &mut out);
+            let (_, then) = only_call(out);
+            let out = answer(core, then, Answer::LogState(Ok(Some(alone.clone()))));
+            let (call, then) = only_call(out);
+            assert_eq!(call, CoordinatorCall::LiveNodes);
+            then
+        };
+        let then = read_live_nodes(&core);
+        assert_eq!(
+            answer(&core, then, Answer::LiveNodes(Err(coordinator_error()))),
+            vec![]
+        );
+        let then = read_live_nodes(&core);
+        let out = answer(&core, then, Answer::LiveNodes(Ok(vec![n(1), n(2)])));
+        let (call, then) = only_call(out);
+        let CoordinatorCall::CompareAndSet { update, .. } = call else {
+            panic!("expected a compare-and-set, got {call:?}");
+        };
+        assert_eq!(
+            (update.in_sync_replicas, update.eligible_leader_replicas),
+            (vec![], vec![n(2)])
+        );
+        assert_eq!(
+            answer(&core, then, Answer::Cas(Err(coordinator_error()))),
+            vec![]
+        );
+    }
+
+    /// A stopping or crashed node takes no more part: it does not resign
+    /// (review of c6bd2e8, finding 2).
+    #[test]
+    fn a_stopped_node_does_not_resign() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = leader(dir.path());
+        let core = core();
+        core.stop.store(true, Ordering::SeqCst);
+        let mut out = Vec::new();
+        core.resign_failed_leader(&replica, &mut out);
         assert_eq!(out, vec![]);
     }
 

@@ -2444,111 +2444,9 @@ impl NodeShared {
         if !self.lost_replicas.contains(&state.log) {
             self.report_end_after_open(state, &replica);
         }
-        // Once per process: an epoch this process made is new. Without
-        // this, a restarted leader whose storage then failed as it took the
-        // lead (its epoch checkpoint's fsync) stayed "fresh", and its own
-        // bump's notification made it bump again, for ever: one coordinator
-        // write after another, a busy control loop (simulator, seed
-        // 3000104).
-        let must_bump = state.leader == Some(me)
-            && epoch_bumps.is_some()
-            && replica.is_fresh()
-            && replica.restarted()
-            && !replica.epoch_bumped();
-        if must_bump && epoch_bumps > Some(0) {
-            // A log the coordinator still says this node leads, seen for the
-            // first time by this process, whose directory existed already:
-            // the node restarted quicker than its session timeout. Lead it
-            // in a NEW epoch. The previous incarnation may have written
-            // records that this one lost (a power loss under a weak flush
-            // policy) while followers kept them — possibly every record of
-            // the epoch, so the epoch cache cannot tell; appending other
-            // records at the same offsets in the same epoch would hide the
-            // divergence from the epoch protocol. Kafka gets the same
-            // effect from broker epochs (KIP-380) and from ZooKeeper
-            // refusing the restarted broker's registration until the old
-            // session ends.
-            let update = LogUpdate {
-                leader: Some(me),
-                leader_epoch: state.leader_epoch.next(),
-                in_sync_replicas: state.in_sync_replicas.clone(),
-                eligible_leader_replicas: state.eligible_leader_replicas.clone(),
-                unclean_report: None,
-                assignment: None,
-            };
-            match self.coordinator.compare_and_set(
-                state.log,
-                state.leader_epoch,
-                state.version,
-                update,
-            ) {
-                Ok(CasOutcome::Applied(bumped)) => {
-                    replica.mark_epoch_bumped();
-                    return self.reconcile_with(&bumped, None);
-                }
-                Ok(CasOutcome::Stale(current)) => {
-                    let left = epoch_bumps.map(|n| n.saturating_sub(1));
-                    return self.reconcile_with(&current, left);
-                }
-                Err(error) => {
-                    // Without a new epoch this node must not lead; the next
-                    // notification (or resync) tries again.
-                    tracing::warn!(log = %state.log, node = %me, %error, "cannot start a new leader epoch after a restart");
-                    return;
-                }
-            }
-        }
-        if must_bump {
-            // Out of attempts: do not lead in an epoch we may have written;
-            // the next notification or resync tries again.
-            return;
-        }
-        if state.leader == Some(me) {
-            if role == Role::Leader && epoch == state.leader_epoch {
-                replica.update_isr(state.in_sync_replicas.clone(), state.version);
-                self.begin_reassignment_hand_over(&replica, state);
-                return;
-            }
-            self.stop_fetching(state.log);
-            if let Err(error) = replica.become_leader(
-                state.leader_epoch,
-                state.replicas.clone(),
-                state.in_sync_replicas.clone(),
-                state.version,
-            ) {
-                // Most likely its storage failed (it cannot even record the
-                // epoch). Leading is impossible, and staying the leader of
-                // record would keep the log unavailable: hand it on, as a
-                // leader whose storage fails under it does.
-                tracing::error!(log = %state.log, node = %me, %error, "cannot become leader; resigning");
-                crate::simulation::note_handled_error(&error);
-                if replica.resign_due() {
-                    self.drive_core(|core, out| core.resign_failed_leader(&replica, out));
-                }
-                return;
-            }
-            self.begin_reassignment_hand_over(&replica, state);
-            return;
-        }
-        let wanted = match state.leader {
-            Some(leader) => Role::Follower { leader },
-            None => Role::Offline,
-        };
-        if role == wanted && epoch == state.leader_epoch {
-            replica.update_isr(state.in_sync_replicas.clone(), state.version);
-            return;
-        }
-        self.stop_fetching(state.log);
-        replica.become_follower(
-            state.leader,
-            state.leader_epoch,
-            state.replicas.clone(),
-            state.in_sync_replicas.clone(),
-            state.version,
-        );
-        if let Some(leader) = state.leader {
-            self.start_fetching(leader, replica, state.leader_epoch);
-        }
+        self.drive_core(|core, out| {
+            core.take_role(&replica, state, (role, epoch), epoch_bumps, out)
+        });
     }
 
     /// SPEC 3.10: keeps `replica`'s reassignment hand-over in line with
@@ -3701,6 +3599,25 @@ impl NodeShared {
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::Reconcile(state) => self.reconcile(&state),
+                Action::ReconcileWith { state, epoch_bumps } => {
+                    self.reconcile_with(&state, epoch_bumps)
+                }
+                Action::StopFetching { log, then } => {
+                    // The fetchers' lock is released before the core is
+                    // entered again (it is not reentrant).
+                    self.stop_fetching(log);
+                    let mut next = Vec::new();
+                    self.core.handle(Input::FetchingStopped(then), &mut next);
+                    to_do.extend(next.into_iter().rev());
+                }
+                Action::StartFetching {
+                    leader,
+                    replica,
+                    epoch,
+                } => self.start_fetching(leader, Arc::clone(replica.shared()), epoch),
+                Action::BeginReassignmentHandOver { replica, state } => {
+                    self.begin_reassignment_hand_over(replica.get(), &state)
+                }
             }
         }
     }

@@ -19,11 +19,18 @@
 //!   incarnations ([`vet_stored`], [`vet_joining`]), and settling one whose
 //!   outcome is unknown by a read ([`settle`]);
 //! - a failed leader's resignation (SPEC 3.5): handing the log on to the
-//!   other in-sync replicas, or to a live eligible one ([`resignation`]).
+//!   other in-sync replicas, or to a live eligible one ([`resignation`]);
+//! - the role a log's stored state gives its replica, and a restarted
+//!   leader's move to a new epoch first ([`role_step`]): the role change
+//!   itself waits for the log's fetching to stop ([`Action::StopFetching`])
+//!   and a follower asks to fetch ([`Action::StartFetching`]); the
+//!   fetchers, threads or stepped, are the driver's.
 //!
-//! What it does not own yet (roles, hand-overs, fetch serving, timers) still lives in `node.rs` and calls the coordinator
-//! inline; where the core needs it, it asks with an action
-//! ([`Action::Reconcile`]). The core names neither the public face
+//! What it does not own yet (opening and hosting replicas, the unclean,
+//! recovery and end reports, hand-overs, fetch serving, timers) still
+//! lives in `node.rs` and calls the coordinator inline; where the core
+//! needs it, it asks with an action ([`Action::Reconcile`],
+//! [`Action::BeginReassignmentHandOver`]). The core names neither the public face
 //! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
 //! drivers do.
 
@@ -95,7 +102,12 @@ pub(crate) struct ReplicaRef(Arc<Replica>);
 
 impl ReplicaRef {
     /// The replica.
-    fn get(&self) -> &Replica {
+    pub(crate) fn get(&self) -> &Replica {
+        &self.0
+    }
+
+    /// The replica, shared.
+    pub(crate) fn shared(&self) -> &Arc<Replica> {
         &self.0
     }
 }
@@ -148,6 +160,27 @@ pub(crate) enum ResignStage {
     Write,
 }
 
+/// A role change that waits for the log's fetching to stop
+/// ([`Action::StopFetching`]): a replica fetches for no role but the
+/// follower's, and stops before it takes any other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RoleChange {
+    /// Become the leader `state` names this replica.
+    Lead {
+        /// The replica.
+        replica: ReplicaRef,
+        /// The stored state it leads in (boxed: an action stays small).
+        state: Box<LogState>,
+    },
+    /// Follow the leader `state` names (offline if none).
+    Follow {
+        /// The replica.
+        replica: ReplicaRef,
+        /// The stored state it follows in.
+        state: Box<LogState>,
+    },
+}
+
 /// What a coordinator call's answer is for: it travels with the call
 /// ([`Action::Call`]) and comes back with the answer
 /// ([`Input::Answered`]), as a fetcher's request in flight does.
@@ -177,6 +210,14 @@ pub(crate) enum Continuation {
         epoch: LeaderEpoch,
         /// The stored version the change was built on.
         expected_version: u64,
+    },
+    /// A restarted leader's move of its log to a new epoch, with
+    /// `epoch_bumps` attempts left (this one included).
+    EpochBump {
+        /// The restarted leader's replica.
+        replica: ReplicaRef,
+        /// The attempts left, as `reconcile_with` counts them.
+        epoch_bumps: Option<u32>,
     },
     /// The resignation of `replica`, a leader that cannot lead, at
     /// `stage`.
@@ -226,6 +267,10 @@ impl Continuation {
                 )
                 | (Continuation::SettleIsr { .. }, CoordinatorCall::LogState(_))
                 | (
+                    Continuation::EpochBump { .. },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (
                     Continuation::Resign {
                         stage: ResignStage::ReadState,
                         ..
@@ -265,10 +310,49 @@ pub(crate) enum Action {
     /// behind on, as a coordinator notification of it would be followed
     /// (the roles, not in the core yet).
     Reconcile(LogState),
+    /// Follow `state` as [`Action::Reconcile`] does, with `epoch_bumps`
+    /// attempts left to move a restarted leader to a new epoch (`None`:
+    /// `state` is the result of such a move, lead in it).
+    ReconcileWith {
+        /// The stored state.
+        state: LogState,
+        /// The attempts left.
+        epoch_bumps: Option<u32>,
+    },
+    /// Stop fetching `log` (its fetcher stops once it fetches nothing),
+    /// then hand `then` back as [`Input::FetchingStopped`].
+    StopFetching {
+        /// The log.
+        log: LogId,
+        /// The role change that waits for it.
+        then: RoleChange,
+    },
+    /// Fetch `replica`'s log from `leader` in `epoch`, starting a fetcher
+    /// for `leader` if there is none.
+    StartFetching {
+        /// The leader to fetch from.
+        leader: NodeId,
+        /// The follower's replica.
+        replica: ReplicaRef,
+        /// The leader epoch it follows in.
+        epoch: LeaderEpoch,
+    },
+    /// Keep `replica`'s reassignment hand-over in line with the stored
+    /// `state` it leads in (SPEC 3.10; not in the core yet).
+    BeginReassignmentHandOver {
+        /// The leader's replica.
+        replica: ReplicaRef,
+        /// The stored state.
+        state: LogState,
+    },
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "an input is moved once, from its driver into `handle`, and never kept: boxing an answer (a log's state) would allocate for every coordinator call for nothing"
+)]
 pub(crate) enum Input {
     /// A coordinator call of an [`Action::Call`] returned (or failed).
     Answered {
@@ -277,6 +361,8 @@ pub(crate) enum Input {
         /// What the call returned.
         answer: Answer,
     },
+    /// The fetching of an [`Action::StopFetching`] stopped.
+    FetchingStopped(RoleChange),
 }
 
 /// The node's core (see the module doc). Shared by the node's threads
@@ -428,6 +514,151 @@ impl NodeCore {
         );
     }
 
+    /// Takes the role the stored `state` gives `replica`, whose role was
+    /// `role` in `epoch` when the state was found not stale (see
+    /// [`role_step`]): a restarted leader first moves the log to a new
+    /// epoch, with up to `epoch_bumps` attempts; a role change first stops
+    /// the log's fetching.
+    pub(crate) fn take_role(
+        &self,
+        replica: &Arc<Replica>,
+        state: &LogState,
+        (role, epoch): (Role, LeaderEpoch),
+        epoch_bumps: Option<u32>,
+        out: &mut Vec<Action>,
+    ) {
+        let first_lead_since_restart =
+            replica.is_fresh() && replica.restarted() && !replica.epoch_bumped();
+        let replica = ReplicaRef(Arc::clone(replica));
+        match role_step(
+            state,
+            self.node,
+            (role, epoch),
+            epoch_bumps,
+            first_lead_since_restart,
+        ) {
+            RoleStep::BumpEpoch(update) => Self::call(
+                out,
+                CoordinatorCall::CompareAndSet {
+                    log: state.log,
+                    epoch: state.leader_epoch,
+                    version: state.version,
+                    update,
+                },
+                Continuation::EpochBump {
+                    replica,
+                    epoch_bumps,
+                },
+            ),
+            // Out of attempts: do not lead in an epoch this log's previous
+            // process may have written; the next notification or resync
+            // tries again.
+            RoleStep::Wait => {}
+            RoleStep::KeepLeading => {
+                replica
+                    .get()
+                    .update_isr(state.in_sync_replicas.clone(), state.version);
+                out.push(Action::BeginReassignmentHandOver {
+                    replica,
+                    state: state.clone(),
+                });
+            }
+            RoleStep::Lead => out.push(Action::StopFetching {
+                log: state.log,
+                then: RoleChange::Lead {
+                    replica,
+                    state: Box::new(state.clone()),
+                },
+            }),
+            RoleStep::KeepFollowing => replica
+                .get()
+                .update_isr(state.in_sync_replicas.clone(), state.version),
+            RoleStep::Follow => out.push(Action::StopFetching {
+                log: state.log,
+                then: RoleChange::Follow {
+                    replica,
+                    state: Box::new(state.clone()),
+                },
+            }),
+        }
+    }
+
+    /// A restarted leader's move to a new epoch answered: a move made
+    /// leads in it; a stale one tries again on the stored state, one
+    /// attempt fewer.
+    fn epoch_bump_written(
+        &self,
+        replica: &ReplicaRef,
+        epoch_bumps: Option<u32>,
+        written: Result<CasOutcome>,
+        out: &mut Vec<Action>,
+    ) {
+        match written {
+            Ok(CasOutcome::Applied(bumped)) => {
+                replica.get().mark_epoch_bumped();
+                out.push(Action::ReconcileWith {
+                    state: bumped,
+                    epoch_bumps: None,
+                });
+            }
+            Ok(CasOutcome::Stale(current)) => out.push(Action::ReconcileWith {
+                state: current,
+                epoch_bumps: epoch_bumps.map(|n| n.saturating_sub(1)),
+            }),
+            Err(error) => {
+                // Without a new epoch this node must not lead; the next
+                // notification (or resync) tries again.
+                let log = replica.get().log_id();
+                tracing::warn!(%log, node = %self.node, %error, "cannot start a new leader epoch after a restart");
+            }
+        }
+    }
+
+    /// The log's fetching stopped: change its role.
+    fn change_role(&self, change: RoleChange, out: &mut Vec<Action>) {
+        match change {
+            RoleChange::Lead { replica, state } => {
+                if let Err(error) = replica.get().become_leader(
+                    state.leader_epoch,
+                    state.replicas.clone(),
+                    state.in_sync_replicas.clone(),
+                    state.version,
+                ) {
+                    // Most likely its storage failed (it cannot even record
+                    // the epoch). Leading is impossible, and staying the
+                    // leader of record would keep the log unavailable: hand
+                    // it on, as a leader whose storage fails under it does.
+                    tracing::error!(log = %state.log, node = %self.node, %error, "cannot become leader; resigning");
+                    crate::simulation::note_handled_error(&error);
+                    if replica.get().resign_due() {
+                        self.resign_failed_leader(replica.shared(), out);
+                    }
+                    return;
+                }
+                out.push(Action::BeginReassignmentHandOver {
+                    replica,
+                    state: *state,
+                });
+            }
+            RoleChange::Follow { replica, state } => {
+                replica.get().become_follower(
+                    state.leader,
+                    state.leader_epoch,
+                    state.replicas.clone(),
+                    state.in_sync_replicas.clone(),
+                    state.version,
+                );
+                if let Some(leader) = state.leader {
+                    out.push(Action::StartFetching {
+                        leader,
+                        replica,
+                        epoch: state.leader_epoch,
+                    });
+                }
+            }
+        }
+    }
+
     /// A leader whose storage failed (a failed fsync poisons the log) can
     /// neither append nor serve fetches, and a replica elected leader that
     /// cannot take the role (`become_leader` failed) cannot either: it
@@ -460,7 +691,10 @@ impl NodeCore {
     /// Takes one input and pushes onto `out` the actions it asks for, in
     /// the order they are to be carried out.
     pub(crate) fn handle(&self, input: Input, out: &mut Vec<Action>) {
-        let Input::Answered { then, answer } = input;
+        let (then, answer) = match input {
+            Input::Answered { then, answer } => (then, answer),
+            Input::FetchingStopped(change) => return self.change_role(change, out),
+        };
         match (then, answer) {
             (Continuation::Heartbeat, Answer::Done(Ok(()))) => {}
             (Continuation::Heartbeat, Answer::Done(Err(error))) => {
@@ -543,6 +777,13 @@ impl NodeCore {
                 },
                 Answer::LogState(read),
             ) => self.isr_settling_read(&replica, epoch, expected_version, read, out),
+            (
+                Continuation::EpochBump {
+                    replica,
+                    epoch_bumps,
+                },
+                Answer::Cas(written),
+            ) => self.epoch_bump_written(&replica, epoch_bumps, written, out),
             (
                 Continuation::Resign {
                     replica,
@@ -1039,6 +1280,92 @@ pub(crate) fn settle(
         Settled::Adopted
     } else {
         Settled::NotApplied
+    }
+}
+
+/// The role a log's stored state gives this node's replica (SPEC 3.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RoleStep {
+    /// A restarted leader's first lead: write this update, the same
+    /// leader and ISR in the next epoch, before leading.
+    BumpEpoch(LogUpdate),
+    /// A restarted leader out of attempts to move to a new epoch: take no
+    /// role now.
+    Wait,
+    /// Already leading in the stored epoch: take the stored ISR.
+    KeepLeading,
+    /// Become leader in the stored epoch.
+    Lead,
+    /// Already following the stored leader (or offline, with none) in the
+    /// stored epoch: take the stored ISR.
+    KeepFollowing,
+    /// Follow the stored leader, or go offline with none.
+    Follow,
+}
+
+/// Decides the role the stored `state` gives node `me`'s replica, whose
+/// `role` is in `epoch` (not after the state's: stale states are dropped
+/// first), with `epoch_bumps` attempts left to move a restarted leader to
+/// a new epoch (`None`: `state` is the result of such a move) and whether
+/// this is the replica's `first_lead_since_restart` (no role taken yet in
+/// this process, its directory existed before, no move made yet).
+///
+/// A log the coordinator still says this node leads, seen for the first
+/// time by this process, whose directory existed already: the node
+/// restarted quicker than its session timeout. It leads in a NEW epoch.
+/// The previous incarnation may have written records that this one lost
+/// (a power loss under a weak flush policy) while followers kept them —
+/// possibly every record of the epoch, so the epoch cache cannot tell;
+/// appending other records at the same offsets in the same epoch would
+/// hide the divergence from the epoch protocol. Kafka gets the same effect
+/// from broker epochs (KIP-380) and from ZooKeeper refusing the restarted
+/// broker's registration until the old session ends. Once per process: an
+/// epoch this process made is new. Without that, a restarted leader whose
+/// storage then failed as it took the lead (its epoch checkpoint's fsync)
+/// stayed "fresh", and its own bump's notification made it bump again,
+/// for ever: one coordinator write after another, a busy control loop
+/// (simulator, seed 3000104).
+pub(crate) fn role_step(
+    state: &LogState,
+    me: NodeId,
+    (role, epoch): (Role, LeaderEpoch),
+    epoch_bumps: Option<u32>,
+    first_lead_since_restart: bool,
+) -> RoleStep {
+    debug_assert!(
+        state.leader_epoch >= epoch,
+        "a stale state ({}) takes no role (the replica is in {epoch})",
+        state.leader_epoch
+    );
+    let leads = state.leader == Some(me);
+    if leads && epoch_bumps.is_some() && first_lead_since_restart {
+        if epoch_bumps == Some(0) {
+            return RoleStep::Wait;
+        }
+        return RoleStep::BumpEpoch(LogUpdate {
+            leader: Some(me),
+            leader_epoch: state.leader_epoch.next(),
+            in_sync_replicas: state.in_sync_replicas.clone(),
+            eligible_leader_replicas: state.eligible_leader_replicas.clone(),
+            unclean_report: None,
+            assignment: None,
+        });
+    }
+    if leads {
+        return if role == Role::Leader && epoch == state.leader_epoch {
+            RoleStep::KeepLeading
+        } else {
+            RoleStep::Lead
+        };
+    }
+    let wanted = match state.leader {
+        Some(leader) => Role::Follower { leader },
+        None => Role::Offline,
+    };
+    if role == wanted && epoch == state.leader_epoch {
+        RoleStep::KeepFollowing
+    } else {
+        RoleStep::Follow
     }
 }
 
@@ -1784,6 +2111,273 @@ mod tests {
         let mut out = Vec::new();
         core.resign_failed_leader(&replica, &mut out);
         assert_eq!(out, vec![]);
+    }
+
+    /// SPEC 3.5: the role a stored state gives node 1's replica. A
+    /// restarted leader's first lead moves the log to a new epoch first
+    /// (seed 3000104: once per process), and waits when out of attempts;
+    /// otherwise a role and epoch already taken only take the stored ISR.
+    #[test]
+    fn the_stored_state_decides_the_role_and_a_restarted_leader_bumps_the_epoch_first() {
+        let led_by = |leader: Option<u32>| LogState {
+            leader: leader.map(NodeId),
+            ..led_by_1(&[1, 2], &[3])
+        };
+        let bump = RoleStep::BumpEpoch(LogUpdate {
+            leader: Some(n(1)),
+            leader_epoch: LeaderEpoch(4),
+            in_sync_replicas: vec![n(1), n(2)],
+            eligible_leader_replicas: vec![n(3)],
+            unclean_report: None,
+            assignment: None,
+        });
+        let (e2, e3) = (LeaderEpoch(2), LeaderEpoch(3));
+        let follower_of_2 = Role::Follower { leader: n(2) };
+        // (leader, role, epoch, epoch bumps, first lead since restart, expected)
+        let cases = [
+            (Some(1), Role::Offline, e2, Some(3), true, bump.clone()),
+            (Some(1), Role::Offline, e2, Some(1), true, bump),
+            (Some(1), Role::Offline, e2, Some(0), true, RoleStep::Wait),
+            (Some(1), Role::Offline, e2, None, true, RoleStep::Lead),
+            (Some(1), Role::Offline, e2, Some(3), false, RoleStep::Lead),
+            (
+                Some(1),
+                Role::Leader,
+                e3,
+                Some(3),
+                false,
+                RoleStep::KeepLeading,
+            ),
+            (Some(1), Role::Leader, e2, Some(3), false, RoleStep::Lead),
+            (Some(1), follower_of_2, e3, Some(3), false, RoleStep::Lead),
+            (
+                Some(2),
+                follower_of_2,
+                e3,
+                Some(3),
+                true,
+                RoleStep::KeepFollowing,
+            ),
+            (Some(2), follower_of_2, e2, Some(3), false, RoleStep::Follow),
+            (
+                Some(2),
+                Role::Follower { leader: n(3) },
+                e3,
+                Some(3),
+                false,
+                RoleStep::Follow,
+            ),
+            (Some(2), Role::Leader, e3, Some(3), false, RoleStep::Follow),
+            (
+                None,
+                Role::Offline,
+                e3,
+                Some(3),
+                false,
+                RoleStep::KeepFollowing,
+            ),
+            (None, Role::Leader, e3, Some(3), false, RoleStep::Follow),
+            (None, follower_of_2, e3, Some(3), false, RoleStep::Follow),
+        ];
+        for (leader, role, epoch, epoch_bumps, first_lead, expected) in cases {
+            assert_eq!(
+                role_step(&led_by(leader), n(1), (role, epoch), epoch_bumps, first_lead),
+                expected,
+                "leader {leader:?}, {role:?} in {epoch}, bumps {epoch_bumps:?}, first lead {first_lead}"
+            );
+        }
+    }
+
+    /// Node 1's new replica of log 1 (no role yet, a directory of its
+    /// own, not a restart), on a manual clock.
+    fn fresh_replica(dir: &std::path::Path) -> Arc<Replica> {
+        let clock = Arc::new(ManualClock::new(0));
+        let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
+        Arc::new(Replica::new(
+            LogId(1),
+            n(1),
+            log,
+            ReplicationConfig::default(),
+            clock,
+            Arc::new(Watch::new(0)),
+            false,
+        ))
+    }
+
+    /// The role change a single `StopFetching` carries, checked to be for
+    /// log 1.
+    fn only_stop_fetching(out: Vec<Action>) -> RoleChange {
+        match <[Action; 1]>::try_from(out) {
+            Ok([Action::StopFetching { log, then }]) => {
+                assert_eq!(log, LogId(1));
+                then
+            }
+            other => panic!("expected one StopFetching, got {other:?}"),
+        }
+    }
+
+    /// A replica changes role only once its log's fetching stopped; a
+    /// follower then fetches from its leader in the stored epoch, and a
+    /// state it already follows in only updates its ISR.
+    #[test]
+    fn a_follower_stops_fetching_changes_role_then_fetches_from_its_leader() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = fresh_replica(dir.path());
+        let core = core();
+        let led_by_2 = LogState {
+            leader: Some(n(2)),
+            ..stored(&[1, 2])
+        };
+        let mut out = Vec::new();
+        core.take_role(&replica, &led_by_2, replica.role(), Some(3), &mut out);
+        let then = only_stop_fetching(out);
+        assert_eq!(replica.role(), (Role::Offline, LeaderEpoch(0)));
+        let mut out = Vec::new();
+        core.handle(Input::FetchingStopped(then), &mut out);
+        let follower = Role::Follower { leader: n(2) };
+        assert_eq!(replica.role(), (follower, LeaderEpoch(3)));
+        assert_eq!(
+            out,
+            vec![Action::StartFetching {
+                leader: n(2),
+                replica: ReplicaRef(Arc::clone(&replica)),
+                epoch: LeaderEpoch(3),
+            }]
+        );
+        let shrunk = LogState {
+            version: 8,
+            ..LogState {
+                in_sync_replicas: vec![n(2)],
+                ..led_by_2
+            }
+        };
+        let mut out = Vec::new();
+        core.take_role(&replica, &shrunk, replica.role(), Some(3), &mut out);
+        assert_eq!(out, vec![]);
+        assert_eq!(replica.in_sync_replicas(), vec![n(2)]);
+    }
+
+    /// A replica the stored state names leader stops fetching, leads in
+    /// the stored epoch, and then keeps its reassignment hand-over in line
+    /// with the state; as leader in that epoch already, it does only that.
+    #[test]
+    fn a_leader_stops_fetching_then_leads_in_the_stored_epoch() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = fresh_replica(dir.path());
+        let core = core();
+        let state = stored(&[1, 2]);
+        let mut out = Vec::new();
+        core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
+        let then = only_stop_fetching(out);
+        let mut out = Vec::new();
+        core.handle(Input::FetchingStopped(then), &mut out);
+        assert_eq!(replica.role(), (Role::Leader, LeaderEpoch(3)));
+        let follow_reassignment = Action::BeginReassignmentHandOver {
+            replica: ReplicaRef(Arc::clone(&replica)),
+            state: state.clone(),
+        };
+        assert_eq!(out, vec![follow_reassignment.clone()]);
+        let mut out = Vec::new();
+        core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
+        assert_eq!(out, vec![follow_reassignment]);
+    }
+
+    /// A restarted leader's move to a new epoch: made, it leads in the
+    /// new epoch with no attempt left (marked, so it is made once per
+    /// process); stale, it tries again on the stored state with one
+    /// attempt fewer; failed, it takes no role until the next state.
+    #[test]
+    fn a_restarted_leaders_epoch_bump_leads_in_the_new_epoch_or_tries_again() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = fresh_replica(dir.path());
+        let core = core();
+        let bump = |epoch_bumps| Continuation::EpochBump {
+            replica: ReplicaRef(Arc::clone(&replica)),
+            epoch_bumps,
+        };
+        let current = LogState {
+            version: 8,
+            ..stored(&[1, 2])
+        };
+        assert_eq!(
+            answer(&core, bump(Some(3)), Answer::Cas(Err(coordinator_error()))),
+            vec![]
+        );
+        assert_eq!(
+            answer(
+                &core,
+                bump(Some(3)),
+                Answer::Cas(Ok(CasOutcome::Stale(current.clone())))
+            ),
+            vec![Action::ReconcileWith {
+                state: current,
+                epoch_bumps: Some(2),
+            }]
+        );
+        assert!(!replica.epoch_bumped());
+        let bumped = LogState {
+            leader_epoch: LeaderEpoch(4),
+            version: 8,
+            ..stored(&[1, 2])
+        };
+        assert_eq!(
+            answer(
+                &core,
+                bump(Some(2)),
+                Answer::Cas(Ok(CasOutcome::Applied(bumped.clone())))
+            ),
+            vec![Action::ReconcileWith {
+                state: bumped,
+                epoch_bumps: None,
+            }]
+        );
+        assert!(replica.epoch_bumped());
+    }
+
+    /// A replica whose directory existed before this process, named
+    /// leader in its first state, asks to move the log to a new epoch
+    /// before it takes any role.
+    #[test]
+    fn a_restarted_leaders_first_state_asks_for_a_new_epoch() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let clock = Arc::new(ManualClock::new(0));
+        let log =
+            Log::open(dir.path(), LogConfig::default(), clock.clone()).expect("a new log opens");
+        let replica = Arc::new(Replica::new(
+            LogId(1),
+            n(1),
+            log,
+            ReplicationConfig::default(),
+            clock,
+            Arc::new(Watch::new(0)),
+            true,
+        ));
+        let core = core();
+        let mut out = Vec::new();
+        let state = stored(&[1, 2]);
+        core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
+        let (call, then) = only_call(out);
+        let CoordinatorCall::CompareAndSet {
+            epoch,
+            version,
+            update,
+            ..
+        } = call
+        else {
+            panic!("expected a compare-and-set, got {call:?}");
+        };
+        assert_eq!(
+            (epoch, version, update.leader, update.leader_epoch),
+            (LeaderEpoch(3), 7, Some(n(1)), LeaderEpoch(4))
+        );
+        assert_eq!(
+            then,
+            Continuation::EpochBump {
+                replica: ReplicaRef(Arc::clone(&replica)),
+                epoch_bumps: Some(3),
+            }
+        );
+        assert_eq!(replica.role(), (Role::Offline, LeaderEpoch(0)));
     }
 
     #[test]

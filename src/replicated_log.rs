@@ -424,8 +424,12 @@ impl ReplicatedLog {
     /// directory by the retention timer and at shutdown; call it again
     /// after a restart.
     ///
-    /// Errors: `OffsetOutOfRange` when `applied` is above this replica's
-    /// log end (nothing changes).
+    /// Errors: `OffsetOutOfRange` when this replica leads and `applied`
+    /// is above its log end (nothing changes). A replica that does not lead
+    /// takes a position above its log end: its log may have lost records
+    /// its application holds (a cut after corruption), and the position
+    /// lets its log restart at the leader's log start rather than wait for
+    /// a snapshot.
     pub fn set_applied(&self, applied: Offset) -> Result<()> {
         self.replica.set_applied(applied)
     }

@@ -1959,11 +1959,19 @@ impl Replica {
 
     /// The application's applied position on this replica (SPEC 3.9):
     /// everything below `applied` is durable in its own state. It may go
-    /// down (an application restored an older checkpoint); above the log
-    /// end it is `OffsetOutOfRange` and changes nothing.
+    /// down (an application restored an older checkpoint). Above the log
+    /// end it is `OffsetOutOfRange` and changes nothing on a leader; a
+    /// replica that does not lead takes it: its log may have lost records
+    /// its application holds (a cut after corruption, an unclean stop),
+    /// and its position is what lets the log restart at its leader's log
+    /// start instead of waiting for a snapshot the application does not
+    /// need (simulator seed 60060809: a flip cut node 2's log to [0, 0]
+    /// with its application at 24, the leader's start; every
+    /// `set_applied(24)` was refused, and it waited for a snapshot, with no
+    /// store, for ever).
     pub(crate) fn set_applied(&self, applied: Offset) -> Result<()> {
         let log_end = self.log.log_end_offset();
-        if applied > log_end {
+        if applied > log_end && self.role.read().role == Role::Leader {
             return Err(Error::OffsetOutOfRange {
                 requested: applied,
                 log_start: self.log.log_start_offset(),
@@ -1976,7 +1984,8 @@ impl Replica {
         // reopens with the position last stored, which can be older than
         // the one its application had reported, and the leader deleted up
         // to) needs none once its application reports one at or above that
-        // start: its log reaches it (`applied` is at most its log end).
+        // start: its log reaches it, or restarts there at the next fetch
+        // answer (`apply_fetched_to`).
         // Left set, `needs_snapshot()` said so until the next role change,
         // a snapshot store installed a needless snapshot, and without one
         // the replica looked stuck for ever (simulator seed 49).

@@ -412,6 +412,22 @@ fn set_applied_above_the_log_end_is_refused() {
         leader.applied_positions().get(&leader.node_id()),
         Some(&Offset(3))
     );
+    // A follower takes a position above its log end: its log may have
+    // lost what its application holds (simulator seed 60060809).
+    let follower = cluster
+        .node_ids()
+        .into_iter()
+        .find(|node| *node != leader.node_id())
+        .expect("a follower");
+    let on_follower = cluster.log(follower, LOG).expect("follower");
+    assert!(on_follower.log_end_offset() <= Offset(3));
+    on_follower
+        .set_applied(Offset(10))
+        .expect("a follower's application may be ahead of its log");
+    assert_eq!(
+        on_follower.applied_positions().get(&follower),
+        Some(&Offset(10))
+    );
     cluster.shutdown().expect("shutdown");
 }
 

@@ -4163,6 +4163,16 @@ mod tests {
         passes_with(SimConfig::new(60_050_634));
     }
 
+    /// A follower takes its application's position above its log end: a
+    /// flip cut node 2's log to [0, 0] with its application at 24, the
+    /// leader's log start, and with every `set_applied(24)` refused it
+    /// waited for a snapshot (no store) for ever instead of restarting its
+    /// log at 24.
+    #[test]
+    fn seed_60060809_a_follower_behind_its_application_restarts_at_the_leaders_start() {
+        passes_with(SimConfig::new(60_060_809));
+    }
+
     /// Runs `seed`'s simulation with the default configuration as it was
     /// when the seed was found, without the operator's actions (controlled
     /// stops, reassignments), which came later: a run that draws none is event for event

@@ -14,7 +14,7 @@ pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::{Arc, Weak};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,7 +24,7 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering
 #[cfg(loom)]
 pub(crate) use loom_shim::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(loom)]
-pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::{Arc, Weak};
 
 /// Thread parking for hand-offs that wake one chosen thread instead of
 /// every sleeper of a condition variable.

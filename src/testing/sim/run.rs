@@ -3323,8 +3323,8 @@ enum FileKind {
 
 impl FileKind {
     fn of(path: &std::path::Path) -> FileKind {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        match path.extension().and_then(|e| e.to_str()) {
+        let (name, extension) = name_and_extension(path);
+        match extension {
             Some("log") => FileKind::Segment,
             Some("index") => FileKind::Index,
             Some("checkpoint" | "snapshot") => FileKind::Checkpoint,
@@ -3343,6 +3343,30 @@ impl FileKind {
     fn excuses_corruption(self) -> bool {
         matches!(self, FileKind::Segment | FileKind::Checkpoint)
     }
+}
+
+/// What `path.file_name()` and `path.extension()` give, as `str` (the
+/// name `""` when there is none), read off the bytes after the last `/`
+/// when they are a plain name: parsing the path's components twice made
+/// [`FileKind::of`], asked after every step of a run with a flipped disk,
+/// 1.5% of a simulator run. Any other path goes through `Path`.
+fn name_and_extension(path: &std::path::Path) -> (&str, Option<&str>) {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    let last = bytes
+        .iter()
+        .rposition(|b| *b == b'/')
+        .map_or(bytes, |slash| &bytes[slash + 1..]);
+    if matches!(last, b"" | b"." | b"..") {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        return (name, path.extension().and_then(|e| e.to_str()));
+    }
+    // `last` is the whole file name: as `Path::extension` splits it, at
+    // its last dot unless that is its first byte.
+    let extension = match last.iter().rposition(|b| *b == b'.') {
+        Some(dot) if dot > 0 => std::str::from_utf8(&last[dot + 1..]).ok(),
+        _ => None,
+    };
+    (std::str::from_utf8(last).unwrap_or(""), extension)
 }
 
 /// Node `index`'s data directory on its disk: every file it writes is
@@ -3767,6 +3791,36 @@ mod tests {
     /// 58.9 s), and the log already looked settled. A run is settled only
     /// once a controller holds the seat again (f327a04, found with seed
     /// 900415), within the 20 s after the calm.
+    #[test]
+    fn name_and_extension_agree_with_path() {
+        for path in [
+            "/n0/log-1/00000000000000000000.log",
+            "/n0/log-1/00000000000000000000.index",
+            "/n0/log-1/leader-epoch.checkpoint",
+            "n0/identity.properties",
+            "applied-positions",
+            "/n0/.hidden",
+            "/n0/.hidden.log",
+            "/n0/trailing.",
+            "/n0/a..b",
+            "/n0/dir/",
+            "/n0/dir/.",
+            "/n0/..",
+            "/n0/./x.snapshot",
+            ".",
+            "..",
+            "/",
+            "",
+        ] {
+            let path = std::path::Path::new(path);
+            let expected = (
+                path.file_name().and_then(|n| n.to_str()).unwrap_or(""),
+                path.extension().and_then(|e| e.to_str()),
+            );
+            assert_eq!(name_and_extension(path), expected, "{}", path.display());
+        }
+    }
+
     #[test]
     fn seed_710069_settled_only_once_a_controller_holds_the_seat() {
         passes(710_069);

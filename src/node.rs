@@ -1005,6 +1005,7 @@ impl Node {
     /// coordinator's notification may still be on its way). The replica
     /// learns here which node hosts it, so that its pipelined appends fail
     /// with `Shutdown` once the node stops.
+    #[inline]
     pub(crate) fn log_parts(&self, log: LogId) -> Result<LogParts> {
         let replica = self.shared.replica(log).ok_or(Error::UnknownLog(log))?;
         replica.set_node_stop(&self.shared.stop);

@@ -36,6 +36,7 @@ impl Node {
     /// The replica of `log` on this node, or `Error::UnknownLog` if this node
     /// does not host it (yet: the coordinator's notification may still be on
     /// its way).
+    #[inline]
     pub fn log(&self, log: LogId) -> Result<ReplicatedLog> {
         self.log_parts(log).map(ReplicatedLog::new)
     }

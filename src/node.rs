@@ -205,16 +205,8 @@ pub(crate) struct NodeShared {
     /// restarted replicas, so a leadership they still hold moves to a new
     /// epoch before they lead.
     lost_replicas: HashSet<LogId>,
-    /// Logs whose replica here lost records in an unclean stop but whose
-    /// coordinator state still counts this node in its ISR or ELR, because
-    /// the report could not be written there (a document this version must
-    /// not change, [`Error::CoordinatorDocument`]), with the log end to
-    /// report (`None`: not known, see [`UncleanReplica::log_end`]). Such a replica takes no part in its log (neither leads nor
-    /// fetches) until the report is recorded (SPEC 3.5): leading it could
-    /// lose acknowledged records, exactly what the report prevents.
-    unreported: Mutex<HashMap<LogId, Option<LogEnd>>>,
     /// Set once this start's unclean-shutdown report is stored (before
-    /// that, [`unreported`](Self::unreported) is not yet filled in). Until
+    /// that, [`NodeCore::is_unreported`] is not yet filled in). Until
     /// then, and for a log whose report is still pending, no replica is
     /// opened with `DamageAboveRecoveryPoint::CutAfterReportedUncleanStop`: a cut of
     /// records that may have been committed must not reach the disk before
@@ -224,24 +216,6 @@ pub(crate) struct NodeShared {
     /// had this start died or failed before its report (review of
     /// 0379721, finding 1).
     unclean_stop_reported: AtomicBool,
-    /// Logs whose replica this node reported with its log end not known
-    /// ([`UncleanReplica::log_end`] `None`) because it could not be opened
-    /// then (or only with a cut of records that may have been committed),
-    /// and not because its data is lost. Once it opens, its real log end
-    /// replaces the unknown one in the log's unclean list
-    /// ([`NodeShared::report_end_after_open`]); until then unclean
-    /// recovery waits for it as for a replica that has not reported, since
-    /// it may hold the longest log (review of the controller, finding 3,
-    /// and of dfd9830: reported as empty, it lost to a shorter log elected
-    /// before its end arrived).
-    reported_unopened: Mutex<HashSet<LogId>>,
-    /// Logs in unclean recovery whose candidate report from this node
-    /// ([`NodeShared::report_recovery_candidate`]) or whose log end after
-    /// an open ([`NodeShared::report_end_after_open`]) failed to be
-    /// written: retried on the report timer, since a log in recovery may
-    /// see no other write that would notify this node, and the controller
-    /// waits for the report (review of the controller, finding 7).
-    failed_recovery_reports: Mutex<HashSet<LogId>>,
     /// Logs this node is a replica of whose local replica could not be
     /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
     /// retried on a timer: a failure needs no further change of the log's
@@ -612,10 +586,7 @@ impl Node {
             directory_id,
             placed: Mutex::new(HashSet::new()),
             lost_replicas: lost.clone(),
-            unreported: Mutex::new(HashMap::new()),
             unclean_stop_reported: AtomicBool::new(false),
-            reported_unopened: Mutex::new(HashSet::new()),
-            failed_recovery_reports: Mutex::new(HashSet::new()),
             unopened: Mutex::new(HashMap::new()),
             hand_overs: Mutex::new(HashMap::new()),
             stop,
@@ -632,7 +603,7 @@ impl Node {
             for (log, end) in &mut log_ends {
                 if lost.contains(log) {
                     *end = Some(LogEnd::default());
-                    shared.reported_unopened.lock().remove(log);
+                    shared.core.forget_reported_unopened(*log);
                 }
             }
             let changed = shared.coordinator.report_unclean_shutdown(me, &log_ends)?;
@@ -642,7 +613,7 @@ impl Node {
                 tracing::warn!(node = %me, logs = ?unreported.keys().collect::<Vec<_>>(),
                     "cannot record this node's unclean shutdown in these logs' coordinator documents (written by a newer version or unreadable): it takes no part in them until it can");
             }
-            *shared.unreported.lock() = unreported;
+            shared.core.set_unreported(unreported);
             // From here on a replica whose report is stored may be opened
             // with the cut (`open_replica`).
             shared.unclean_stop_reported.store(true, Ordering::SeqCst);
@@ -974,15 +945,7 @@ impl Node {
     /// wrote it) or the coordinator cannot be reached; worth exporting as a
     /// metric and alerting on.
     pub fn pending_unclean_reports(&self) -> Vec<(LogId, Option<LogEnd>)> {
-        let mut pending: Vec<(LogId, Option<LogEnd>)> = self
-            .shared
-            .unreported
-            .lock()
-            .iter()
-            .map(|(log, end)| (*log, *end))
-            .collect();
-        pending.sort_by_key(|(log, _)| *log);
-        pending
+        self.shared.core.pending_unclean_reports()
     }
 
     /// How this node's previous run ended, as its data directory told at
@@ -1984,79 +1947,19 @@ impl NodeShared {
         self.open_to_report(log)
     }
 
-    /// For a replica open here whose entry in `state`'s unclean list has
-    /// its log end not known (this node could not open it when it
-    /// reported): replaces it with where its log ends (even an empty one:
-    /// unclean recovery waits for an unknown end). The duty is read from
-    /// the stored list, not only from this process's memory, so a process
-    /// that started cleanly after the one that reported (which opened the
-    /// replica but failed to write its end) still ends it (review of
-    /// cdb2bd0, finding 1). It is out of the ISR and ELR by then (such a
-    /// report always takes it out), so this only lets unclean recovery
-    /// compare what it holds. An empty end recorded by an earlier version
-    /// for the same reason ([`NodeShared::reported_unopened`] in this
-    /// process) is replaced too, if the log holds records. A write that
-    /// fails or loses a race is retried by the report timer or the next
-    /// reconcile.
-    fn report_end_after_open(&self, state: &LogState, replica: &Replica) {
-        let me = self.local();
-        let log = state.log;
-        let Some(end) = self.end_to_report(state, Some(replica_log_end(replica))) else {
-            // Not known either way: nothing to replace.
-            self.reported_unopened.lock().remove(&log);
-            return;
-        };
-        let recorded = state.unclean_replicas.iter().find(|r| r.node == me);
-        let replaces = match recorded.map(|r| r.log_end) {
-            Some(None) => true,
-            Some(Some(recorded)) => {
-                recorded.is_empty()
-                    && !end.is_empty()
-                    && self.reported_unopened.lock().contains(&log)
-            }
-            None => false,
-        };
-        let update = if replaces && !state.is_in_sync(me) {
-            state.unclean_shutdown_update(me, Some(end))
-        } else {
-            None
-        };
-        let Some(update) = update else {
-            self.reported_unopened.lock().remove(&log);
-            return;
-        };
-        debug_assert!(update.in_sync_replicas == state.in_sync_replicas);
-        match self
-            .coordinator
-            .compare_and_set(log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(_)) => {
-                self.reported_unopened.lock().remove(&log);
-                tracing::info!(%log, node = %me, log_end = ?end,
-                    "reported where this replica's log ends, now that it opened (it was reported with its end not known)");
-            }
-            Ok(CasOutcome::Stale(_)) => {}
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error,
-                    "cannot report where this replica's log ends now that it opened; retrying on a timer");
-                self.failed_recovery_reports.lock().insert(log);
-            }
-        }
-    }
-
     /// Opens `log`'s replica here (never with the cut, see
     /// [`NodeShared::unclean_stop_reported`]) and gives the log end to
     /// report for it after an unclean stop: not known (`None`) if it cannot
-    /// be opened, in which case it joins
-    /// [`reported_unopened`](NodeShared::reported_unopened) and its end is
-    /// reported once it opens.
+    /// be opened, in which case it is noted
+    /// ([`NodeCore::note_reported_unopened`]) and its end is reported once
+    /// it opens.
     fn open_to_report(&self, log: LogId) -> Option<LogEnd> {
         match self.host(log) {
             Ok(replica) => self.log_end_to_report(&replica),
             Err(error) => {
                 tracing::warn!(%log, node = %self.local(), %error,
                     "cannot open the replica to report its log end after an unclean shutdown (or only by cutting records that may have been committed); reporting its end as not known until it opens");
-                self.reported_unopened.lock().insert(log);
+                self.core.note_reported_unopened(log);
                 None
             }
         }
@@ -2070,7 +1973,7 @@ impl NodeShared {
     /// replicas outside the ISR that still hold the records; one whose end
     /// is not known always leaves, and the log waits for unclean recovery,
     /// which compares the others' ends with this one's once it is written
-    /// ([`report_end_after_open`](Self::report_end_after_open); review of
+    /// ([`NodeCore::report_end_after_open`]; review of
     /// c6bd2e8, finding 1). Opens during the report never cut (see
     /// [`NodeShared::unclean_stop_reported`]), so this is the guard for a
     /// replica opened earlier.
@@ -2081,46 +1984,6 @@ impl NodeShared {
             return None;
         }
         Some(replica_log_end(replica))
-    }
-
-    /// Asks the coordinator again for every log whose unclean-shutdown
-    /// report is still pending ([`NodeShared::unreported`]) and reconciles
-    /// it, which retries the report. Notifications alone are not enough: a
-    /// retry that failed on a transient error (a lost connection, a time-out)
-    /// waits for no further change of the document.
-    fn retry_unclean_reports(&self) {
-        let logs = sorted(self.unreported.lock().keys().copied());
-        for log in logs {
-            match self.coordinator.log_state(log) {
-                Ok(Some(state)) => self.reconcile(&state),
-                Ok(None) => {
-                    // Deleted: there is nothing left to report to.
-                    self.unreported.lock().remove(&log);
-                }
-                Err(error) => {
-                    tracing::debug!(%log, node = %self.local(), %error,
-                        "cannot read the log to retry this node's unclean-shutdown report");
-                }
-            }
-        }
-    }
-
-    /// Reconciles again every log whose recovery report from this node
-    /// failed to be written ([`NodeShared::failed_recovery_reports`]),
-    /// which reports again if it is still wanted.
-    fn retry_recovery_reports(&self) {
-        let logs = sorted(self.failed_recovery_reports.lock().drain());
-        for log in logs {
-            match self.coordinator.log_state(log) {
-                Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::debug!(%log, node = %self.local(), %error,
-                        "cannot read the log to retry this node's recovery report");
-                    self.failed_recovery_reports.lock().insert(log);
-                }
-            }
-        }
     }
 
     /// Reconciles again every log whose replica could not be opened
@@ -2143,7 +2006,7 @@ impl NodeShared {
 
     /// Whether this stop may write the clean-shutdown marker: `false`
     /// (with a warning) while an unclean-shutdown report is still not
-    /// recorded in some log ([`NodeShared::unreported`]). The pending
+    /// recorded in some log ([`NodeCore::pending_unclean_reports`]). The pending
     /// reports live only in memory, so a marker would make the next start
     /// `Clean` and let this replica take part in those logs as if it had
     /// lost nothing; without it the next start reports again.
@@ -2160,59 +2023,13 @@ impl NodeShared {
                 return false;
             }
         }
-        let unreported = self.unreported.lock();
+        let unreported = self.core.pending_unclean_reports();
         if unreported.is_empty() {
             return true;
         }
-        tracing::warn!(node = %self.local(), logs = ?unreported.keys().collect::<Vec<_>>(),
+        tracing::warn!(node = %self.local(), logs = ?unreported.iter().map(|(log, _)| log).collect::<Vec<_>>(),
             "not writing the clean-shutdown marker: this node's unclean shutdown is still unrecorded in these logs, so the next start reports it again");
         false
-    }
-
-    /// The state to reconcile `state`'s log from, or `None` while this
-    /// node must stay out of it because its unclean-shutdown report is not
-    /// recorded there yet ([`NodeShared::unreported`]). Each call tries the
-    /// report once more; a log whose document an upgraded node rewrites
-    /// notifies, and so gets here again.
-    fn with_unclean_report(&self, state: &LogState) -> Option<LogState> {
-        let me = self.local();
-        let Some(end) = self.unreported.lock().get(&state.log).copied() else {
-            return Some(state.clone());
-        };
-        let end = self.end_to_report(state, end);
-        let Some(update) = state.unclean_shutdown_update(me, end) else {
-            self.unreported.lock().remove(&state.log);
-            return Some(state.clone());
-        };
-        match self
-            .coordinator
-            .compare_and_set(state.log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(stored)) => {
-                self.unreported.lock().remove(&state.log);
-                tracing::info!(log = %state.log, node = %me, "recorded this node's unclean shutdown; it takes part in the log again");
-                Some(stored)
-            }
-            // Someone wrote the log meanwhile, or the answer was lost: the
-            // stored state notifies, and the next call decides from it.
-            Ok(CasOutcome::Stale(_)) => None,
-            Err(error) => {
-                tracing::warn!(log = %state.log, node = %me, %error,
-                    "cannot record this node's unclean shutdown in the log; it stays out of the log");
-                None
-            }
-        }
-    }
-
-    /// `end` as this node may report it to `state`'s log
-    /// ([`LogState::possible_log_end`]: not known if its last epoch is
-    /// above the log's), warning when it is so changed.
-    fn end_to_report(&self, state: &LogState, end: Option<LogEnd>) -> Option<LogEnd> {
-        let possible = state.possible_log_end(end);
-        if possible != end {
-            crate::coordinator::warn_impossible_log_end(state, self.local(), end);
-        }
-        possible
     }
 
     /// Makes sure the coordinator knows that this node's replica of `log`
@@ -2311,7 +2128,7 @@ impl NodeShared {
         // (`unclean_stop_reported`).
         let may_cut = self.previous_shutdown.is_reported_unclean()
             && self.unclean_stop_reported.load(Ordering::SeqCst)
-            && !self.unreported.lock().contains_key(&log);
+            && !self.core.is_unreported(log);
         let damage = if may_cut {
             DamageAboveRecoveryPoint::CutAfterReportedUncleanStop
         } else {
@@ -2393,13 +2210,22 @@ impl NodeShared {
             self.unopened.lock().remove(&state.log);
             return;
         }
-        let Some(state) = self.with_unclean_report(state) else {
-            return;
-        };
+        // An unclean-shutdown report this node still owes the log is
+        // written first; the rest follows once it is stored
+        // (`reconcile_reported`, asked for by the core).
+        self.drive_core(|core, out| core.report_unclean_stop(state, epoch_bumps, out));
+    }
+
+    /// The rest of [`reconcile_with`](Self::reconcile_with), once `state`
+    /// holds whatever unclean-shutdown report this node owed its log
+    /// ([`Action::ReconcileReported`]): hosts the replica, records its
+    /// directory, reports to the log's unclean recovery and takes the role
+    /// `state` gives it.
+    fn reconcile_reported(&self, state: &LogState, epoch_bumps: Option<u32>) {
+        let me = self.local();
         // SPEC 3.5: past here the log's stored state no longer counts this
         // node eligible with records it lost in an unclean stop.
-        debug_assert!(!self.unreported.lock().contains_key(&state.log));
-        let state = &state;
+        debug_assert!(!self.core.is_unreported(state.log));
         let replica = match self.host(state.log) {
             Ok(replica) => replica,
             Err(error) => {
@@ -2418,10 +2244,14 @@ impl NodeShared {
                 // recovery, and the log leaderless, for ever).
                 if state.in_unclean_recovery() && !state.is_unclean(me) {
                     if self.lost_replicas.contains(&state.log) {
-                        self.report_recovery_candidate_end(state, Some(LogEnd::default()));
+                        self.drive_core(|core, out| {
+                            core.report_recovery_candidate_end(state, Some(LogEnd::default()), out)
+                        });
                     } else {
-                        self.report_recovery_candidate_end(state, None);
-                        self.reported_unopened.lock().insert(state.log);
+                        self.drive_core(|core, out| {
+                            core.report_recovery_candidate_end(state, None, out)
+                        });
+                        self.core.note_reported_unopened(state.log);
                     }
                 }
                 return;
@@ -2431,7 +2261,7 @@ impl NodeShared {
             // Retried on the report timer too: a log in recovery may see
             // no other write that would notify this node.
             if state.in_unclean_recovery() {
-                self.failed_recovery_reports.lock().insert(state.log);
+                self.core.note_failed_recovery_report(state.log);
             }
             return;
         }
@@ -2439,11 +2269,18 @@ impl NodeShared {
         if state.leader_epoch < epoch {
             return; // Stale notification.
         }
+        // One step each, in this order, as when the reports were made
+        // inline: each decides on `state` and on where the log ends when
+        // its turn comes.
         if state.in_unclean_recovery() && !state.is_unclean(me) {
-            self.report_recovery_candidate(state, &replica);
+            self.drive_core(|core, out| {
+                core.report_recovery_candidate_end(state, Some(replica_log_end(&replica)), out)
+            });
         }
         if !self.lost_replicas.contains(&state.log) {
-            self.report_end_after_open(state, &replica);
+            self.drive_core(|core, out| {
+                core.report_end_after_open(state, replica_log_end(&replica), out)
+            });
         }
         self.drive_core(|core, out| {
             core.take_role(&replica, state, (role, epoch), epoch_bumps, out)
@@ -2983,7 +2820,7 @@ impl NodeShared {
             tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
         }
         self.unopened.lock().remove(&log);
-        self.unreported.lock().remove(&log);
+        self.core.forget_unreported(log);
         let dir = log_dir(&self.config.data_dir, log);
         let deleted = match self.disk.remove_dir_all(&dir) {
             Ok(()) => {
@@ -3005,41 +2842,6 @@ impl NodeShared {
         placed.remove(&log);
         if deleted && !self.replicas.read().contains_key(&log) {
             unassign_directory(&*self.coordinator, me, log);
-        }
-    }
-
-    /// SPEC G1(c): this replica is outside the ISR, the ELR and the
-    /// unclean list of a log in unclean recovery. It left the ISR earlier
-    /// with its disk, so it may hold records every later member lost: it
-    /// reports where its log ends, and the election compares it with the
-    /// others ([`LogState::recovery_candidate_update`]; the controller
-    /// waits for the report while this node is live). A lost race or an
-    /// error is retried by the next notification or resync.
-    fn report_recovery_candidate(&self, state: &LogState, replica: &Replica) {
-        self.report_recovery_candidate_end(state, Some(replica_log_end(replica)));
-    }
-
-    /// Reports `end` as this node's log end to `state`'s unclean recovery
-    /// (see [`report_recovery_candidate`](Self::report_recovery_candidate)).
-    fn report_recovery_candidate_end(&self, state: &LogState, end: Option<LogEnd>) {
-        let end = self.end_to_report(state, end);
-        let Some(update) = state.recovery_candidate_update(self.local(), end) else {
-            return;
-        };
-        match self
-            .coordinator
-            .compare_and_set(state.log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(_)) => {
-                tracing::info!(log = %state.log, node = %self.local(), log_end = ?end,
-                    "reported this replica's log end to the log's unclean recovery")
-            }
-            Ok(CasOutcome::Stale(_)) => {}
-            Err(error) => {
-                tracing::warn!(log = %state.log, node = %self.local(), %error,
-                    "cannot report this replica's log end to the log's unclean recovery; retrying on a timer");
-                self.failed_recovery_reports.lock().insert(state.log);
-            }
         }
     }
 
@@ -3417,7 +3219,7 @@ impl NodeShared {
     /// passed.
     fn leave_in_sync_replica(&self, log: LogId, late: &dyn Fn() -> bool) {
         let me = self.local();
-        if self.unreported.lock().contains_key(&log) {
+        if self.core.is_unreported(log) {
             // Its unclean-shutdown report is still pending: leaving the ISR
             // for the ELR would keep it eligible with records it lost. The
             // next start reports again (no clean-shutdown marker).
@@ -3600,6 +3402,9 @@ impl NodeShared {
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::Reconcile(state) => self.reconcile(&state),
+                Action::ReconcileReported { state, epoch_bumps } => {
+                    self.reconcile_reported(&state, epoch_bumps)
+                }
                 Action::ReconcileWith { state, epoch_bumps } => {
                     self.reconcile_with(&state, epoch_bumps)
                 }
@@ -4129,9 +3934,9 @@ impl ControlCore {
         }
         if now >= self.next_report_retry {
             self.next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
-            shared.retry_unclean_reports();
+            shared.drive_core(NodeCore::retry_unclean_reports);
             shared.retry_unopened();
-            shared.retry_recovery_reports();
+            shared.drive_core(NodeCore::retry_recovery_reports);
         }
         if now >= self.next_heartbeat {
             shared.drive_core(NodeCore::heartbeat);

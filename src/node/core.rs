@@ -24,22 +24,29 @@
 //!   leader's move to a new epoch first ([`role_step`]): the role change
 //!   itself waits for the log's fetching to stop ([`Action::StopFetching`])
 //!   and a follower asks to fetch ([`Action::StartFetching`]); the
-//!   fetchers, threads or stepped, are the driver's.
+//!   fetchers, threads or stepped, are the driver's;
+//! - this node's reports to its logs after an unclean stop (SPEC 3.5): the
+//!   unclean-shutdown report a log must hold before the node takes any
+//!   part in it ([`unclean_report`]), the log end of a replica that opens
+//!   after it was reported not known ([`end_after_open`]), a candidate's
+//!   log end for a log's unclean recovery, and their retries on the
+//!   report timer.
 //!
-//! What it does not own yet (opening and hosting replicas, the unclean,
-//! recovery and end reports, hand-overs, fetch serving, timers) still
+//! What it does not own yet (opening and hosting replicas, recording their
+//! directory, removing them, hand-overs, fetch serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
-//! [`Action::BeginReassignmentHandOver`]). The core names neither the public face
+//! [`Action::ReconcileReported`], [`Action::BeginReassignmentHandOver`]). The core names neither the public face
 //! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
 //! drivers do.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use crate::coordinator::{CasOutcome, LogState, LogUpdate};
+use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
 use crate::replication::{IsrProposal, PeerIncarnations, Replica, Role};
-use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
 
 /// A coordinator call the core asks its driver to make for this node.
@@ -227,6 +234,38 @@ pub(crate) enum Continuation {
         /// Which call is answered.
         stage: ResignStage,
     },
+    /// This node's unclean-shutdown report to `log` (SPEC 3.5), written
+    /// before the node takes any part in the log; once stored, the log is
+    /// followed with `epoch_bumps` attempts left to move a restarted
+    /// leader to a new epoch.
+    UncleanReport {
+        /// The log.
+        log: LogId,
+        /// The attempts the reconcile that wrote it had left.
+        epoch_bumps: Option<u32>,
+    },
+    /// The log end `end` of this node's replica of `log`, written over the
+    /// unknown (or empty) end it was reported with before it opened.
+    EndAfterOpen {
+        /// The log.
+        log: LogId,
+        /// Where the replica's log ends.
+        end: LogEnd,
+    },
+    /// This node's log end `end` (`None`: not known) reported to `log`'s
+    /// unclean recovery.
+    RecoveryReport {
+        /// The log.
+        log: LogId,
+        /// The end reported.
+        end: Option<LogEnd>,
+    },
+    /// A read of the log's stored state to try this node's pending
+    /// unclean-shutdown report to it again (on the report timer).
+    RetryUncleanReport(LogId),
+    /// A read of the log's stored state to try a recovery report from this
+    /// node that failed to be written again (on the report timer).
+    RetryRecoveryReport(LogId),
 }
 
 impl Continuation {
@@ -291,6 +330,16 @@ impl Continuation {
                     },
                     CoordinatorCall::CompareAndSet { .. }
                 )
+                | (
+                    Continuation::UncleanReport { .. }
+                        | Continuation::EndAfterOpen { .. }
+                        | Continuation::RecoveryReport { .. },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (
+                    Continuation::RetryUncleanReport(_) | Continuation::RetryRecoveryReport(_),
+                    CoordinatorCall::LogState(_)
+                )
         )
     }
 }
@@ -310,6 +359,18 @@ pub(crate) enum Action {
     /// behind on, as a coordinator notification of it would be followed
     /// (the roles, not in the core yet).
     Reconcile(LogState),
+    /// Follow `state`, in which this node owes no unclean-shutdown report
+    /// (it owed none, or the one it owed is stored): host the replica,
+    /// record its directory, report to the log's unclean recovery and take
+    /// the role it gives (the rest of a reconcile, not in the core yet),
+    /// with `epoch_bumps` attempts left to move a restarted leader to a
+    /// new epoch.
+    ReconcileReported {
+        /// The stored state.
+        state: LogState,
+        /// The attempts left.
+        epoch_bumps: Option<u32>,
+    },
     /// Follow `state` as [`Action::Reconcile`] does, with `epoch_bumps`
     /// attempts left to move a restarted leader to a new epoch (`None`:
     /// `state` is the result of such a move, lead in it).
@@ -388,6 +449,37 @@ pub(crate) struct NodeCore {
     /// Invariant (kept by [`PeerIncarnations`]): a listed node's
     /// incarnation never goes back.
     peer_incarnations: PeerIncarnations,
+    /// Logs whose replica here lost records in an unclean stop but whose
+    /// coordinator state still counts this node in its ISR or ELR, because
+    /// the report could not be written there (a document this version must
+    /// not change, `Error::CoordinatorDocument`), with the log end to
+    /// report (`None`: not known, see `UncleanReplica::log_end`). Such a
+    /// replica takes no part in its log (neither leads nor fetches) until
+    /// the report is recorded (SPEC 3.5): leading it could lose
+    /// acknowledged records, exactly what the report prevents. Filled in
+    /// once, by the start ([`set_unreported`](Self::set_unreported)); a
+    /// log leaves it only when its stored state holds the report, the log
+    /// is deleted, or its replica here is removed.
+    unreported: Mutex<HashMap<LogId, Option<LogEnd>>>,
+    /// Logs whose replica this node reported with its log end not known
+    /// (`UncleanReplica::log_end` `None`) because it could not be opened
+    /// then (or only with a cut of records that may have been committed),
+    /// and not because its data is lost. Once it opens, its real log end
+    /// replaces the unknown one in the log's unclean list
+    /// ([`report_end_after_open`](Self::report_end_after_open)); until
+    /// then unclean recovery waits for it as for a replica that has not
+    /// reported, since it may hold the longest log (review of the
+    /// controller, finding 3, and of dfd9830: reported as empty, it lost
+    /// to a shorter log elected before its end arrived).
+    reported_unopened: Mutex<HashSet<LogId>>,
+    /// Logs in unclean recovery whose candidate report from this node
+    /// ([`report_recovery_candidate_end`](Self::report_recovery_candidate_end))
+    /// or whose log end after an open
+    /// ([`report_end_after_open`](Self::report_end_after_open)) failed to
+    /// be written: retried on the report timer, since a log in recovery may
+    /// see no other write that would notify this node, and the controller
+    /// waits for the report (review of the controller, finding 7).
+    failed_recovery_reports: Mutex<HashSet<LogId>>,
 }
 
 impl NodeCore {
@@ -408,6 +500,328 @@ impl NodeCore {
             stop,
             incarnation: Arc::new(AtomicU64::new(0)),
             peer_incarnations: PeerIncarnations::new(),
+            unreported: Mutex::new(HashMap::new()),
+            reported_unopened: Mutex::new(HashSet::new()),
+            failed_recovery_reports: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Takes the logs whose unclean-shutdown report the start could not
+    /// write, with the log end each is owed (see the field's doc).
+    pub(crate) fn set_unreported(&self, unreported: HashMap<LogId, Option<LogEnd>>) {
+        *self.unreported.lock() = unreported;
+    }
+
+    /// The logs whose unclean-shutdown report is still pending, with the
+    /// log end each is owed, in log order.
+    pub(crate) fn pending_unclean_reports(&self) -> Vec<(LogId, Option<LogEnd>)> {
+        let mut pending: Vec<(LogId, Option<LogEnd>)> = self
+            .unreported
+            .lock()
+            .iter()
+            .map(|(log, end)| (*log, *end))
+            .collect();
+        pending.sort_by_key(|(log, _)| *log);
+        pending
+    }
+
+    /// Whether `log` still waits for this node's unclean-shutdown report:
+    /// its replica here neither leads nor fetches, nor opens with a cut.
+    pub(crate) fn is_unreported(&self, log: LogId) -> bool {
+        self.unreported.lock().contains_key(&log)
+    }
+
+    /// Forgets the unclean-shutdown report owed to `log`, whose replica
+    /// here was removed (SPEC 3.10): it is no longer this node's log.
+    pub(crate) fn forget_unreported(&self, log: LogId) {
+        self.unreported.lock().remove(&log);
+    }
+
+    /// Notes that this node reported its replica of `log` with its log end
+    /// not known because it could not open it: its end is reported once it
+    /// opens.
+    pub(crate) fn note_reported_unopened(&self, log: LogId) {
+        self.reported_unopened.lock().insert(log);
+    }
+
+    /// Forgets that `log`'s replica was reported unopened (its data is
+    /// lost: its end is reported as empty, and stays so).
+    pub(crate) fn forget_reported_unopened(&self, log: LogId) {
+        self.reported_unopened.lock().remove(&log);
+    }
+
+    /// Notes that a recovery report to `log` could not be made (its
+    /// directory could not be recorded), to be retried on the report
+    /// timer.
+    pub(crate) fn note_failed_recovery_report(&self, log: LogId) {
+        self.failed_recovery_reports.lock().insert(log);
+    }
+
+    /// Follows `state` once this node's unclean-shutdown report to its log
+    /// is stored (SPEC 3.5; see [`unclean_report`]): at once
+    /// ([`Action::ReconcileReported`]) if none is owed or the stored state
+    /// already says what it would, else after writing it. A stale write
+    /// or a failed one leaves the node out of the log: the stored state
+    /// notifies, or the report timer reads it
+    /// ([`retry_unclean_reports`](Self::retry_unclean_reports)), and the
+    /// next call decides from it.
+    pub(crate) fn report_unclean_stop(
+        &self,
+        state: &LogState,
+        epoch_bumps: Option<u32>,
+        out: &mut Vec<Action>,
+    ) {
+        let pending = self.unreported.lock().get(&state.log).copied();
+        let pending = pending.map(|end| self.end_to_report(state, end));
+        match unclean_report(state, self.node, pending) {
+            UncleanReport::NotOwed => {}
+            UncleanReport::Stored => {
+                self.unreported.lock().remove(&state.log);
+            }
+            UncleanReport::Write(update) => {
+                return Self::call(
+                    out,
+                    CoordinatorCall::CompareAndSet {
+                        log: state.log,
+                        epoch: state.leader_epoch,
+                        version: state.version,
+                        update,
+                    },
+                    Continuation::UncleanReport {
+                        log: state.log,
+                        epoch_bumps,
+                    },
+                );
+            }
+        }
+        out.push(Action::ReconcileReported {
+            state: state.clone(),
+            epoch_bumps,
+        });
+    }
+
+    /// For a replica open here, ending at `end`, whose entry in `state`'s
+    /// unclean list has its log end not known (this node could not open
+    /// it when it reported): replaces it with where its log ends (even an
+    /// empty one: unclean recovery waits for an unknown end; see
+    /// [`end_after_open`]). The duty is read from the stored list, not
+    /// only from this process's memory, so a process that started cleanly
+    /// after the one that reported (which opened the replica but failed to
+    /// write its end) still ends it (review of cdb2bd0, finding 1). A write
+    /// that fails is retried by the report timer, one that loses a race by
+    /// the next reconcile.
+    pub(crate) fn report_end_after_open(
+        &self,
+        state: &LogState,
+        end: LogEnd,
+        out: &mut Vec<Action>,
+    ) {
+        let log = state.log;
+        let Some(end) = self.end_to_report(state, Some(end)) else {
+            // Not known either way: nothing to replace.
+            self.reported_unopened.lock().remove(&log);
+            return;
+        };
+        let reported_unopened = self.reported_unopened.lock().contains(&log);
+        let Some(update) = end_after_open(state, self.node, end, reported_unopened) else {
+            self.reported_unopened.lock().remove(&log);
+            return;
+        };
+        Self::call(
+            out,
+            CoordinatorCall::CompareAndSet {
+                log,
+                epoch: state.leader_epoch,
+                version: state.version,
+                update,
+            },
+            Continuation::EndAfterOpen { log, end },
+        );
+    }
+
+    /// SPEC G1(c): reports `end` as this node's log end to `state`'s
+    /// unclean recovery, if it is a candidate
+    /// ([`LogState::recovery_candidate_update`]: outside the ISR, the ELR
+    /// and the unclean list of a log in unclean recovery). It left the ISR
+    /// earlier with its disk, so it may hold records every later member
+    /// lost, and the election compares it with the others (the controller
+    /// waits for the report while this node is live). A lost race is
+    /// retried by the next notification or resync, an error by the report
+    /// timer.
+    pub(crate) fn report_recovery_candidate_end(
+        &self,
+        state: &LogState,
+        end: Option<LogEnd>,
+        out: &mut Vec<Action>,
+    ) {
+        let end = self.end_to_report(state, end);
+        let Some(update) = state.recovery_candidate_update(self.node, end) else {
+            return;
+        };
+        Self::call(
+            out,
+            CoordinatorCall::CompareAndSet {
+                log: state.log,
+                epoch: state.leader_epoch,
+                version: state.version,
+                update,
+            },
+            Continuation::RecoveryReport {
+                log: state.log,
+                end,
+            },
+        );
+    }
+
+    /// Reads again, in log order, every log whose unclean-shutdown report
+    /// is still pending and follows it ([`Action::Reconcile`]), which tries
+    /// the report again. Notifications alone are not enough: a report
+    /// that failed on a transient error (a lost connection, a time-out)
+    /// waits for no further change of the document.
+    pub(crate) fn retry_unclean_reports(&self, out: &mut Vec<Action>) {
+        let mut logs: Vec<LogId> = self.unreported.lock().keys().copied().collect();
+        logs.sort();
+        for log in logs {
+            Self::call(
+                out,
+                CoordinatorCall::LogState(log),
+                Continuation::RetryUncleanReport(log),
+            );
+        }
+    }
+
+    /// Reads again, in log order, every log whose recovery report from
+    /// this node failed to be written, and follows it while this node is
+    /// its replica, which reports again if it is still wanted.
+    pub(crate) fn retry_recovery_reports(&self, out: &mut Vec<Action>) {
+        let mut logs: Vec<LogId> = self.failed_recovery_reports.lock().drain().collect();
+        logs.sort();
+        for log in logs {
+            Self::call(
+                out,
+                CoordinatorCall::LogState(log),
+                Continuation::RetryRecoveryReport(log),
+            );
+        }
+    }
+
+    /// `end` as this node may report it to `state`'s log
+    /// ([`LogState::possible_log_end`]: not known if its last epoch is
+    /// above the log's), warning when it is so changed.
+    fn end_to_report(&self, state: &LogState, end: Option<LogEnd>) -> Option<LogEnd> {
+        let possible = state.possible_log_end(end);
+        if possible != end {
+            crate::coordinator::warn_impossible_log_end(state, self.node, end);
+        }
+        possible
+    }
+
+    /// This node's unclean-shutdown report to `log` answered: once stored,
+    /// the node takes part in the log, from the state that holds it.
+    fn unclean_report_written(
+        &self,
+        log: LogId,
+        epoch_bumps: Option<u32>,
+        written: Result<CasOutcome>,
+        out: &mut Vec<Action>,
+    ) {
+        match written {
+            Ok(CasOutcome::Applied(stored)) => {
+                self.unreported.lock().remove(&log);
+                tracing::info!(%log, node = %self.node, "recorded this node's unclean shutdown; it takes part in the log again");
+                out.push(Action::ReconcileReported {
+                    state: stored,
+                    epoch_bumps,
+                });
+            }
+            // Someone wrote the log meanwhile, or the answer was lost: the
+            // stored state notifies, and the next call decides from it.
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error,
+                    "cannot record this node's unclean shutdown in the log; it stays out of the log");
+            }
+        }
+    }
+
+    /// The log end of a replica that opened after it was reported not
+    /// known answered.
+    fn end_after_open_written(&self, log: LogId, end: LogEnd, written: Result<CasOutcome>) {
+        match written {
+            Ok(CasOutcome::Applied(_)) => {
+                self.reported_unopened.lock().remove(&log);
+                tracing::info!(%log, node = %self.node, log_end = ?end,
+                    "reported where this replica's log ends, now that it opened (it was reported with its end not known)");
+            }
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error,
+                    "cannot report where this replica's log ends now that it opened; retrying on a timer");
+                self.failed_recovery_reports.lock().insert(log);
+            }
+        }
+    }
+
+    /// A candidate's report to a log's unclean recovery answered.
+    fn recovery_report_written(
+        &self,
+        log: LogId,
+        end: Option<LogEnd>,
+        written: Result<CasOutcome>,
+    ) {
+        match written {
+            Ok(CasOutcome::Applied(_)) => {
+                tracing::info!(%log, node = %self.node, log_end = ?end,
+                    "reported this replica's log end to the log's unclean recovery")
+            }
+            Ok(CasOutcome::Stale(_)) => {}
+            Err(error) => {
+                tracing::warn!(%log, node = %self.node, %error,
+                    "cannot report this replica's log end to the log's unclean recovery; retrying on a timer");
+                self.failed_recovery_reports.lock().insert(log);
+            }
+        }
+    }
+
+    /// The report timer's read of a log whose unclean-shutdown report is
+    /// pending.
+    fn unclean_report_retry_read(
+        &self,
+        log: LogId,
+        read: Result<Option<LogState>>,
+        out: &mut Vec<Action>,
+    ) {
+        match read {
+            Ok(Some(state)) => out.push(Action::Reconcile(state)),
+            Ok(None) => {
+                // Deleted: there is nothing left to report to.
+                self.unreported.lock().remove(&log);
+            }
+            Err(error) => {
+                tracing::debug!(%log, node = %self.node, %error,
+                    "cannot read the log to retry this node's unclean-shutdown report");
+            }
+        }
+    }
+
+    /// The report timer's read of a log whose recovery report from this
+    /// node failed.
+    fn recovery_report_retry_read(
+        &self,
+        log: LogId,
+        read: Result<Option<LogState>>,
+        out: &mut Vec<Action>,
+    ) {
+        match read {
+            Ok(Some(state)) if state.replicas.contains(&self.node) => {
+                out.push(Action::Reconcile(state))
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(%log, node = %self.node, %error,
+                    "cannot read the log to retry this node's recovery report");
+                self.failed_recovery_reports.lock().insert(log);
+            }
         }
     }
 
@@ -805,6 +1219,21 @@ impl NodeCore {
                 },
                 Answer::Cas(written),
             ) => self.resignation_written(&replica, written, out),
+            (Continuation::UncleanReport { log, epoch_bumps }, Answer::Cas(written)) => {
+                self.unclean_report_written(log, epoch_bumps, written, out)
+            }
+            (Continuation::EndAfterOpen { log, end }, Answer::Cas(written)) => {
+                self.end_after_open_written(log, end, written)
+            }
+            (Continuation::RecoveryReport { log, end }, Answer::Cas(written)) => {
+                self.recovery_report_written(log, end, written)
+            }
+            (Continuation::RetryUncleanReport(log), Answer::LogState(read)) => {
+                self.unclean_report_retry_read(log, read, out)
+            }
+            (Continuation::RetryRecoveryReport(log), Answer::LogState(read)) => {
+                self.recovery_report_retry_read(log, read, out)
+            }
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).
@@ -1479,6 +1908,77 @@ pub(crate) fn resignation(
         "a failed leader resigns from both the ISR and the ELR: {update:?}"
     );
     Resign::Write(update)
+}
+
+/// What this node's unclean-shutdown report asks of a log's stored state
+/// (SPEC 3.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum UncleanReport {
+    /// This node owes the log no report: it takes part in it.
+    NotOwed,
+    /// The stored state already says what the report would (or keeps this
+    /// node, the only replica known to hold the committed records): the
+    /// report is done, and the node takes part in the log.
+    Stored,
+    /// Write this report first; until it is stored, the node neither leads
+    /// nor fetches the log.
+    Write(LogUpdate),
+}
+
+/// Decides this node's (`me`'s) unclean-shutdown report to `state`'s log,
+/// where `pending` is the log end it still owes the log (`None`: it owes
+/// none; `Some(None)`: an end not known), as it may report it. The update
+/// itself is [`LogState::unclean_shutdown_update`]'s.
+pub(crate) fn unclean_report(
+    state: &LogState,
+    me: NodeId,
+    pending: Option<Option<LogEnd>>,
+) -> UncleanReport {
+    let Some(end) = pending else {
+        return UncleanReport::NotOwed;
+    };
+    match state.unclean_shutdown_update(me, end) {
+        None => UncleanReport::Stored,
+        Some(update) => {
+            debug_assert!(
+                !update.in_sync_replicas.contains(&me)
+                    && !update.eligible_leader_replicas.contains(&me),
+                "a stored unclean-shutdown report leaves its node neither in the ISR nor in the ELR"
+            );
+            UncleanReport::Write(update)
+        }
+    }
+}
+
+/// The update that writes `end`, where `me`'s replica of `state`'s log
+/// ends now that it opened, over the end `state`'s unclean list holds for
+/// it, or `None` if there is nothing to replace: an end recorded as not
+/// known is replaced (even by an empty one: unclean recovery waits for an
+/// unknown end); an empty one only by records, and only if this process
+/// reported it so because the replica did not open (`reported_unopened`:
+/// an earlier version reported such replicas as empty). A replica back in
+/// the ISR holds every committed record and owes nothing.
+pub(crate) fn end_after_open(
+    state: &LogState,
+    me: NodeId,
+    end: LogEnd,
+    reported_unopened: bool,
+) -> Option<LogUpdate> {
+    let recorded = state.unclean_replicas.iter().find(|r| r.node == me);
+    let replaces = match recorded.map(|r| r.log_end) {
+        Some(None) => true,
+        Some(Some(recorded)) => recorded.is_empty() && !end.is_empty() && reported_unopened,
+        None => false,
+    };
+    if !replaces || state.is_in_sync(me) {
+        return None;
+    }
+    let update = state.unclean_shutdown_update(me, Some(end))?;
+    debug_assert!(
+        update.in_sync_replicas == state.in_sync_replicas,
+        "writing a log end after an open changes no ISR"
+    );
+    Some(update)
 }
 
 #[cfg(test)]
@@ -2378,6 +2878,334 @@ mod tests {
             }
         );
         assert_eq!(replica.role(), (Role::Offline, LeaderEpoch(0)));
+    }
+
+    /// A log end with records, in epoch 2.
+    fn end_at(offset: u64) -> LogEnd {
+        LogEnd {
+            last_epoch: Some(LeaderEpoch(2)),
+            log_end_offset: crate::types::Offset(offset),
+        }
+    }
+
+    /// A log led by node 2 in epoch 3, at version 7, with ISR [2, 3] and
+    /// node 1 in its unclean list with `end`.
+    fn reported(end: Option<LogEnd>) -> LogState {
+        LogState {
+            leader: Some(n(2)),
+            in_sync_replicas: vec![n(2), n(3)],
+            unclean_replicas: vec![crate::coordinator::UncleanReplica {
+                node: n(1),
+                log_end: end,
+            }],
+            ..stored(&[2, 3])
+        }
+    }
+
+    #[test]
+    fn an_unclean_report_is_written_unless_none_is_owed_or_it_is_stored() {
+        let end = Some(end_at(40));
+        assert_eq!(
+            unclean_report(&stored(&[1, 2, 3]), n(1), None),
+            UncleanReport::NotOwed
+        );
+        // The leader leaves the ISR and the log goes to a new epoch
+        // without a leader; a follower only leaves the ISR.
+        let UncleanReport::Write(update) = unclean_report(&stored(&[1, 2, 3]), n(1), Some(end))
+        else {
+            panic!("the leader's report is written")
+        };
+        assert_eq!(
+            (
+                update.leader,
+                update.leader_epoch,
+                update.in_sync_replicas.clone()
+            ),
+            (None, LeaderEpoch(4), vec![n(2), n(3)])
+        );
+        assert_eq!(
+            update.unclean_report,
+            Some(crate::coordinator::UncleanReplica {
+                node: n(1),
+                log_end: end
+            })
+        );
+        let UncleanReport::Write(update) = unclean_report(&stored(&[1, 2, 3]), n(2), Some(end))
+        else {
+            panic!("a follower's report is written")
+        };
+        assert_eq!(
+            (update.leader, update.leader_epoch, update.in_sync_replicas),
+            (Some(n(1)), LeaderEpoch(3), vec![n(1), n(3)])
+        );
+        // Already in the unclean list with the same end: stored.
+        assert_eq!(
+            unclean_report(&reported(end), n(1), Some(end)),
+            UncleanReport::Stored
+        );
+        // The only ISR member, with records, stays (nobody else is known
+        // to hold the committed ones); one whose end is not known, or
+        // claims an epoch the log never reached, leaves.
+        assert_eq!(
+            unclean_report(&stored(&[1]), n(1), Some(end)),
+            UncleanReport::Stored
+        );
+        assert!(matches!(
+            unclean_report(&stored(&[1]), n(1), Some(None)),
+            UncleanReport::Write(_)
+        ));
+        let impossible = LogEnd {
+            last_epoch: Some(LeaderEpoch(9)),
+            ..end_at(40)
+        };
+        let UncleanReport::Write(update) =
+            unclean_report(&stored(&[1]), n(1), Some(Some(impossible)))
+        else {
+            panic!("an impossible end is reported as not known")
+        };
+        assert_eq!(update.unclean_report.map(|r| r.log_end), Some(None));
+    }
+
+    #[test]
+    fn an_end_reported_not_known_is_replaced_once_the_replica_opens() {
+        let end = end_at(40);
+        let empty = LogEnd::default();
+        let written = |state: &LogState, end: LogEnd, unopened: bool| {
+            end_after_open(state, n(1), end, unopened).map(|update| {
+                assert_eq!(update.in_sync_replicas, state.in_sync_replicas);
+                update.unclean_report
+            })
+        };
+        let report = |end: LogEnd| {
+            Some(Some(crate::coordinator::UncleanReplica {
+                node: n(1),
+                log_end: Some(end),
+            }))
+        };
+        // Not known: replaced, even by an empty end.
+        assert_eq!(written(&reported(None), end, false), report(end));
+        assert_eq!(written(&reported(None), empty, false), report(empty));
+        // Empty: replaced by records only if this process reported it so
+        // because the replica did not open.
+        assert_eq!(written(&reported(Some(empty)), end, true), report(end));
+        assert_eq!(written(&reported(Some(empty)), end, false), None);
+        assert_eq!(written(&reported(Some(empty)), empty, true), None);
+        // A known end, no entry, or back in the ISR: nothing to replace.
+        assert_eq!(written(&reported(Some(end_at(7))), end, true), None);
+        assert_eq!(written(&stored(&[2, 3]), end, true), None);
+        let in_sync = LogState {
+            in_sync_replicas: vec![n(1), n(2), n(3)],
+            ..reported(None)
+        };
+        assert_eq!(written(&in_sync, end, true), None);
+    }
+
+    #[test]
+    fn a_log_is_followed_only_once_the_unclean_report_it_is_owed_is_stored() {
+        let core = core();
+        let state = stored(&[1, 2, 3]);
+        // Owed none: followed at once.
+        let mut out = Vec::new();
+        core.report_unclean_stop(&state, Some(3), &mut out);
+        assert_eq!(
+            out,
+            vec![Action::ReconcileReported {
+                state: state.clone(),
+                epoch_bumps: Some(3)
+            }]
+        );
+        core.set_unreported(HashMap::from([(LogId(1), Some(end_at(40)))]));
+        let mut out = Vec::new();
+        core.report_unclean_stop(&state, Some(2), &mut out);
+        let (call, then) = only_call(out);
+        assert!(matches!(
+            call,
+            CoordinatorCall::CompareAndSet {
+                log: LogId(1),
+                epoch: LeaderEpoch(3),
+                version: 7,
+                ..
+            }
+        ));
+        assert_eq!(
+            then,
+            Continuation::UncleanReport {
+                log: LogId(1),
+                epoch_bumps: Some(2)
+            }
+        );
+        // Stale or failed: the node stays out of the log.
+        for failed in [
+            Answer::Cas(Ok(CasOutcome::Stale(state.clone()))),
+            Answer::Cas(Err(coordinator_error())),
+        ] {
+            assert_eq!(answer(&core, then.clone(), failed), vec![]);
+            assert!(core.is_unreported(LogId(1)));
+        }
+        let mut holding = reported(Some(end_at(40)));
+        holding.version = 8;
+        assert_eq!(
+            answer(
+                &core,
+                then,
+                Answer::Cas(Ok(CasOutcome::Applied(holding.clone())))
+            ),
+            vec![Action::ReconcileReported {
+                state: holding,
+                epoch_bumps: Some(2)
+            }]
+        );
+        assert!(!core.is_unreported(LogId(1)));
+        assert_eq!(core.pending_unclean_reports(), vec![]);
+        // A report the stored state already holds is done without a write.
+        core.set_unreported(HashMap::from([(LogId(1), Some(end_at(40)))]));
+        let mut out = Vec::new();
+        core.report_unclean_stop(&reported(Some(end_at(40))), None, &mut out);
+        assert!(matches!(out.as_slice(), [Action::ReconcileReported { .. }]));
+        assert!(!core.is_unreported(LogId(1)));
+    }
+
+    #[test]
+    fn the_report_timer_reads_pending_reports_again_in_log_order() {
+        let core = core();
+        core.set_unreported(HashMap::from([(LogId(5), None), (LogId(2), None)]));
+        let mut out = Vec::new();
+        core.retry_unclean_reports(&mut out);
+        let reads: Vec<Continuation> = out
+            .into_iter()
+            .map(|action| match action {
+                Action::Call {
+                    call: CoordinatorCall::LogState(log),
+                    then,
+                } => {
+                    assert_eq!(then, Continuation::RetryUncleanReport(log));
+                    then
+                }
+                other => panic!("a read, not {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            reads,
+            vec![
+                Continuation::RetryUncleanReport(LogId(2)),
+                Continuation::RetryUncleanReport(LogId(5))
+            ]
+        );
+        // Read: followed, which tries the report; failed: kept; deleted:
+        // nothing left to report to.
+        let state = LogState {
+            log: LogId(2),
+            ..stored(&[1, 2, 3])
+        };
+        assert_eq!(
+            answer(
+                &core,
+                reads[0].clone(),
+                Answer::LogState(Ok(Some(state.clone())))
+            ),
+            vec![Action::Reconcile(state)]
+        );
+        assert_eq!(
+            answer(
+                &core,
+                reads[1].clone(),
+                Answer::LogState(Err(coordinator_error()))
+            ),
+            vec![]
+        );
+        assert!(core.is_unreported(LogId(5)));
+        assert_eq!(
+            answer(&core, reads[1].clone(), Answer::LogState(Ok(None))),
+            vec![]
+        );
+        assert_eq!(core.pending_unclean_reports(), vec![(LogId(2), None)]);
+    }
+
+    #[test]
+    fn a_failed_recovery_report_is_read_again_on_the_report_timer() {
+        let core = core();
+        // An end after an open, written over the unknown one: failed.
+        let state = reported(None);
+        let mut out = Vec::new();
+        core.report_end_after_open(&state, end_at(40), &mut out);
+        let (_, then) = only_call(out);
+        assert_eq!(
+            then,
+            Continuation::EndAfterOpen {
+                log: LogId(1),
+                end: end_at(40)
+            }
+        );
+        assert_eq!(
+            answer(&core, then, Answer::Cas(Err(coordinator_error()))),
+            vec![]
+        );
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        let (call, then) = only_call(out);
+        assert_eq!(call, CoordinatorCall::LogState(LogId(1)));
+        // Taken off the list by the read; a failed read puts it back, a
+        // state that no longer lists this node asks for nothing.
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        assert_eq!(out, vec![]);
+        assert_eq!(
+            answer(
+                &core,
+                then.clone(),
+                Answer::LogState(Err(coordinator_error()))
+            ),
+            vec![]
+        );
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        assert_eq!(out.len(), 1);
+        let moved = LogState {
+            replicas: vec![n(2), n(3)],
+            ..reported(None)
+        };
+        assert_eq!(
+            answer(&core, then.clone(), Answer::LogState(Ok(Some(moved)))),
+            vec![]
+        );
+        assert_eq!(
+            answer(&core, then, Answer::LogState(Ok(Some(state.clone())))),
+            vec![Action::Reconcile(state)]
+        );
+    }
+
+    #[test]
+    fn a_candidate_reports_its_end_only_to_a_log_in_unclean_recovery() {
+        let core = core();
+        let mut out = Vec::new();
+        core.report_recovery_candidate_end(&stored(&[2, 3]), Some(end_at(40)), &mut out);
+        assert_eq!(out, vec![]);
+        let in_recovery = LogState {
+            leader: None,
+            in_sync_replicas: vec![],
+            unclean_replicas: vec![crate::coordinator::UncleanReplica {
+                node: n(2),
+                log_end: Some(end_at(30)),
+            }],
+            ..stored(&[2, 3])
+        };
+        assert!(in_recovery.in_unclean_recovery());
+        core.report_recovery_candidate_end(&in_recovery, Some(end_at(40)), &mut out);
+        let (_, then) = only_call(out);
+        assert_eq!(
+            then,
+            Continuation::RecoveryReport {
+                log: LogId(1),
+                end: Some(end_at(40))
+            }
+        );
+        assert_eq!(
+            answer(&core, then, Answer::Cas(Err(coordinator_error()))),
+            vec![]
+        );
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        assert_eq!(out.len(), 1, "a failed report is retried on the timer");
     }
 
     #[test]

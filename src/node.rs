@@ -2032,29 +2032,6 @@ impl NodeShared {
         false
     }
 
-    /// Makes sure the coordinator knows that this node's replica of `log`
-    /// lives on this data directory (SPEC 2.8) before the replica serves
-    /// anything; `false` if that cannot be recorded now (the next
-    /// notification or resync tries again).
-    fn record_directory(&self, log: LogId) -> bool {
-        if self.placed.lock().contains(&log) {
-            return true;
-        }
-        match self
-            .coordinator
-            .record_replica_directories(self.local(), self.directory_id, &[log])
-        {
-            Ok(()) => {
-                self.placed.lock().insert(log);
-                true
-            }
-            Err(error) => {
-                tracing::warn!(%log, node = %self.local(), %error, "cannot record the replica's data directory; it does not serve until it can");
-                false
-            }
-        }
-    }
-
     /// Sends the flush of each of `replica`'s rolls (issue 27), and the file
     /// work of its follower's log start moves (issue 25), to the node's
     /// roll flush thread instead of the appending or fetching thread.
@@ -2257,14 +2234,30 @@ impl NodeShared {
                 return;
             }
         };
-        if !self.record_directory(state.log) {
-            // Retried on the report timer too: a log in recovery may see
-            // no other write that would notify this node.
-            if state.in_unclean_recovery() {
-                self.core.note_failed_recovery_report(state.log);
-            }
-            return;
-        }
+        // `placed` is read after the replica is hosted, and its lock is
+        // released before the record is made (the core is never entered
+        // with it held), as inline: a removal on another thread unassigns
+        // the replica under that lock, and only while it is not hosted
+        // (`remove_replica`), so a re-host's record lands after the
+        // unassign, never under it (SPEC 3.10).
+        let placed = self.placed.lock().contains(&state.log);
+        self.drive_core(|core, out| {
+            core.record_directory(
+                &replica,
+                state,
+                epoch_bumps,
+                (self.directory_id, placed),
+                out,
+            )
+        });
+    }
+
+    /// The rest of [`reconcile_reported`](Self::reconcile_reported), once
+    /// `replica` is hosted and placed on this node's data directory
+    /// ([`Action::ReconcilePlaced`]): reports to the log's unclean recovery
+    /// and takes the role `state` gives it.
+    fn reconcile_placed(&self, replica: &Arc<Replica>, state: &LogState, epoch_bumps: Option<u32>) {
+        let me = self.local();
         let (role, epoch) = replica.role();
         if state.leader_epoch < epoch {
             return; // Stale notification.
@@ -2274,16 +2267,16 @@ impl NodeShared {
         // its turn comes.
         if state.in_unclean_recovery() && !state.is_unclean(me) {
             self.drive_core(|core, out| {
-                core.report_recovery_candidate_end(state, Some(replica_log_end(&replica)), out)
+                core.report_recovery_candidate_end(state, Some(replica_log_end(replica)), out)
             });
         }
         if !self.lost_replicas.contains(&state.log) {
             self.drive_core(|core, out| {
-                core.report_end_after_open(state, replica_log_end(&replica), out)
+                core.report_end_after_open(state, replica_log_end(replica), out)
             });
         }
         self.drive_core(|core, out| {
-            core.take_role(&replica, state, (role, epoch), epoch_bumps, out)
+            core.take_role(replica, state, (role, epoch), epoch_bumps, out)
         });
     }
 
@@ -3405,6 +3398,14 @@ impl NodeShared {
                 Action::ReconcileReported { state, epoch_bumps } => {
                     self.reconcile_reported(&state, epoch_bumps)
                 }
+                Action::MarkPlaced(log) => {
+                    self.placed.lock().insert(log);
+                }
+                Action::ReconcilePlaced {
+                    replica,
+                    state,
+                    epoch_bumps,
+                } => self.reconcile_placed(replica.shared(), &state, epoch_bumps),
                 Action::ReconcileWith { state, epoch_bumps } => {
                     self.reconcile_with(&state, epoch_bumps)
                 }
@@ -3441,6 +3442,10 @@ impl NodeShared {
             }
             CoordinatorCall::LiveNodes => Answer::LiveNodes(self.coordinator.live_nodes()),
             CoordinatorCall::LogState(log) => Answer::LogState(self.coordinator.log_state(log)),
+            CoordinatorCall::RecordReplicaDirectories { directory, logs } => Answer::Done(
+                self.coordinator
+                    .record_replica_directories(self.local(), directory, &logs),
+            ),
             CoordinatorCall::CompareAndSet {
                 log,
                 epoch,

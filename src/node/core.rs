@@ -30,13 +30,17 @@
 //!   part in it ([`unclean_report`]), the log end of a replica that opens
 //!   after it was reported not known ([`end_after_open`]), a candidate's
 //!   log end for a log's unclean recovery, and their retries on the
-//!   report timer.
+//!   report timer;
+//! - the record that a hosted replica lives on this node's data directory,
+//!   made before it serves anything (SPEC 2.8; the set of placed replicas
+//!   is the driver's, see [`NodeCore::record_directory`]).
 //!
-//! What it does not own yet (opening and hosting replicas, recording their
-//! directory, removing them, hand-overs, fetch serving, timers) still
+//! What it does not own yet (opening and hosting replicas, removing them,
+//! hand-overs, fetch serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
-//! [`Action::ReconcileReported`], [`Action::BeginReassignmentHandOver`]). The core names neither the public face
+//! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`],
+//! [`Action::BeginReassignmentHandOver`]). The core names neither the public face
 //! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
 //! drivers do.
 
@@ -47,7 +51,7 @@ use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
 use crate::replication::{IsrProposal, PeerIncarnations, Replica, Role};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
+use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId};
 
 /// A coordinator call the core asks its driver to make for this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +70,14 @@ pub(crate) enum CoordinatorCall {
     LiveNodes,
     /// `Coordinator::log_state`: the log's stored state.
     LogState(LogId),
+    /// `Coordinator::record_replica_directories`: this node's replicas of
+    /// `logs` live on `directory` (SPEC 2.8).
+    RecordReplicaDirectories {
+        /// The data directory.
+        directory: DirectoryId,
+        /// The logs whose replicas it holds.
+        logs: Vec<LogId>,
+    },
     /// `Coordinator::compare_and_set`: `update` if the log's stored epoch
     /// and version are still `epoch` and `version` (SPEC 3.7).
     CompareAndSet {
@@ -81,7 +93,8 @@ pub(crate) enum CoordinatorCall {
 }
 
 /// What a [`CoordinatorCall`] returned, as its driver hands it back. Each
-/// call has one kind of answer: `Heartbeat` gives `Done`, `RegisterNode`
+/// call has one kind of answer: `Heartbeat` and `RecordReplicaDirectories`
+/// give `Done`, `RegisterNode`
 /// gives `Registered`, `LiveNodeIncarnations` gives `Incarnations`,
 /// `LiveNodes` gives `LiveNodes`, `LogState` gives `LogState`,
 /// `CompareAndSet` gives `Cas`.
@@ -266,6 +279,18 @@ pub(crate) enum Continuation {
     /// A read of the log's stored state to try a recovery report from this
     /// node that failed to be written again (on the report timer).
     RetryRecoveryReport(LogId),
+    /// The record that `replica` lives on this node's data directory,
+    /// made before it serves anything; once made, `state` is followed on
+    /// with `epoch_bumps` attempts left ([`Action::ReconcilePlaced`]).
+    RecordDirectory {
+        /// The replica, hosted.
+        replica: ReplicaRef,
+        /// The stored state being followed (boxed: a continuation stays
+        /// small).
+        state: Box<LogState>,
+        /// The attempts left to move a restarted leader to a new epoch.
+        epoch_bumps: Option<u32>,
+    },
 }
 
 impl Continuation {
@@ -340,6 +365,10 @@ impl Continuation {
                     Continuation::RetryUncleanReport(_) | Continuation::RetryRecoveryReport(_),
                     CoordinatorCall::LogState(_)
                 )
+                | (
+                    Continuation::RecordDirectory { .. },
+                    CoordinatorCall::RecordReplicaDirectories { .. }
+                )
         )
     }
 }
@@ -366,6 +395,22 @@ pub(crate) enum Action {
     /// with `epoch_bumps` attempts left to move a restarted leader to a
     /// new epoch.
     ReconcileReported {
+        /// The stored state.
+        state: LogState,
+        /// The attempts left.
+        epoch_bumps: Option<u32>,
+    },
+    /// Note that the coordinator knows the log's replica lives on this
+    /// node's data directory: it need not be recorded again.
+    MarkPlaced(LogId),
+    /// Follow `state` with `replica`, hosted and placed on this node's
+    /// data directory: report to the log's unclean recovery and take the
+    /// role it gives (the rest of a reconcile, not in the core yet), with
+    /// `epoch_bumps` attempts left to move a restarted leader to a new
+    /// epoch.
+    ReconcilePlaced {
+        /// The replica.
+        replica: ReplicaRef,
         /// The stored state.
         state: LogState,
         /// The attempts left.
@@ -550,13 +595,6 @@ impl NodeCore {
         self.reported_unopened.lock().remove(&log);
     }
 
-    /// Notes that a recovery report to `log` could not be made (its
-    /// directory could not be recorded), to be retried on the report
-    /// timer.
-    pub(crate) fn note_failed_recovery_report(&self, log: LogId) {
-        self.failed_recovery_reports.lock().insert(log);
-    }
-
     /// Follows `state` once this node's unclean-shutdown report to its log
     /// is stored (SPEC 3.5; see [`unclean_report`]): at once
     /// ([`Action::ReconcileReported`]) if none is owed or the stored state
@@ -702,6 +740,72 @@ impl NodeCore {
                 CoordinatorCall::LogState(log),
                 Continuation::RetryRecoveryReport(log),
             );
+        }
+    }
+
+    /// Makes sure the coordinator knows that `replica` lives on this node's
+    /// data `directory` (SPEC 2.8) before it serves anything, then follows
+    /// `state` on ([`Action::ReconcilePlaced`]): at once if it is `placed`
+    /// already, else once the record is made ([`Action::MarkPlaced`]
+    /// first). A failed record stops here: the next notification or resync
+    /// tries again, and the report timer too for a log in unclean recovery,
+    /// which may see no other write that would notify this node.
+    pub(crate) fn record_directory(
+        &self,
+        replica: &Arc<Replica>,
+        state: &LogState,
+        epoch_bumps: Option<u32>,
+        (directory, placed): (DirectoryId, bool),
+        out: &mut Vec<Action>,
+    ) {
+        debug_assert_eq!(replica.log_id(), state.log);
+        let replica = ReplicaRef(Arc::clone(replica));
+        if placed {
+            out.push(Action::ReconcilePlaced {
+                replica,
+                state: state.clone(),
+                epoch_bumps,
+            });
+            return;
+        }
+        Self::call(
+            out,
+            CoordinatorCall::RecordReplicaDirectories {
+                directory,
+                logs: vec![state.log],
+            },
+            Continuation::RecordDirectory {
+                replica,
+                state: Box::new(state.clone()),
+                epoch_bumps,
+            },
+        );
+    }
+
+    /// A replica's directory record answered.
+    fn directory_recorded(
+        &self,
+        replica: ReplicaRef,
+        state: LogState,
+        epoch_bumps: Option<u32>,
+        recorded: Result<()>,
+        out: &mut Vec<Action>,
+    ) {
+        match recorded {
+            Ok(()) => {
+                out.push(Action::MarkPlaced(state.log));
+                out.push(Action::ReconcilePlaced {
+                    replica,
+                    state,
+                    epoch_bumps,
+                });
+            }
+            Err(error) => {
+                tracing::warn!(log = %state.log, node = %self.node, %error, "cannot record the replica's data directory; it does not serve until it can");
+                if state.in_unclean_recovery() {
+                    self.failed_recovery_reports.lock().insert(state.log);
+                }
+            }
         }
     }
 
@@ -1234,6 +1338,14 @@ impl NodeCore {
             (Continuation::RetryRecoveryReport(log), Answer::LogState(read)) => {
                 self.recovery_report_retry_read(log, read, out)
             }
+            (
+                Continuation::RecordDirectory {
+                    replica,
+                    state,
+                    epoch_bumps,
+                },
+                Answer::Done(recorded),
+            ) => self.directory_recorded(replica, *state, epoch_bumps, recorded, out),
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).
@@ -3206,6 +3318,72 @@ mod tests {
         let mut out = Vec::new();
         core.retry_recovery_reports(&mut out);
         assert_eq!(out.len(), 1, "a failed report is retried on the timer");
+    }
+
+    #[test]
+    fn a_replica_serves_only_once_its_directory_is_recorded() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let replica = fresh_replica(dir.path());
+        let core = core();
+        let state = stored(&[1, 2, 3]);
+        let directory = DirectoryId(9);
+        let placed = Action::ReconcilePlaced {
+            replica: ReplicaRef(Arc::clone(&replica)),
+            state: state.clone(),
+            epoch_bumps: Some(3),
+        };
+        // Placed already: followed at once, without a call.
+        let mut out = Vec::new();
+        core.record_directory(&replica, &state, Some(3), (directory, true), &mut out);
+        assert_eq!(out, vec![placed.clone()]);
+        let mut out = Vec::new();
+        core.record_directory(&replica, &state, Some(3), (directory, false), &mut out);
+        let (call, then) = only_call(out);
+        assert_eq!(
+            call,
+            CoordinatorCall::RecordReplicaDirectories {
+                directory,
+                logs: vec![LogId(1)]
+            }
+        );
+        assert_eq!(
+            answer(&core, then.clone(), Answer::Done(Ok(()))),
+            vec![Action::MarkPlaced(LogId(1)), placed]
+        );
+        // Failed: it does not serve; retried on the report timer only for
+        // a log in unclean recovery.
+        assert_eq!(
+            answer(&core, then, Answer::Done(Err(coordinator_error()))),
+            vec![]
+        );
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        assert_eq!(out, vec![]);
+        let in_recovery = LogState {
+            leader: None,
+            in_sync_replicas: vec![],
+            unclean_replicas: vec![crate::coordinator::UncleanReplica {
+                node: n(2),
+                log_end: None,
+            }],
+            ..stored(&[2, 3])
+        };
+        let mut out = Vec::new();
+        core.record_directory(&replica, &in_recovery, None, (directory, false), &mut out);
+        let (_, then) = only_call(out);
+        assert_eq!(
+            answer(&core, then, Answer::Done(Err(coordinator_error()))),
+            vec![]
+        );
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        assert_eq!(
+            out,
+            vec![Action::Call {
+                call: CoordinatorCall::LogState(LogId(1)),
+                then: Continuation::RetryRecoveryReport(LogId(1))
+            }]
+        );
     }
 
     #[test]

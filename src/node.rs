@@ -2826,16 +2826,7 @@ impl NodeShared {
                 false
             }
         };
-        // Under `placed`'s lock, and only while the replica is not hosted
-        // again: a reconcile that adds it back (on another thread) hosts it
-        // before it records its directory, and checks `placed` first, so
-        // its record lands after this one, never under it (helper-67's
-        // review of 3c31faa).
-        let mut placed = self.placed.lock();
-        placed.remove(&log);
-        if deleted && !self.replicas.read().contains_key(&log) {
-            unassign_directory(&*self.coordinator, me, log);
-        }
+        self.drive_core(|core, out| core.replica_removed(log, deleted, out));
     }
 
     fn stop_fetching(&self, log: LogId) {
@@ -3400,6 +3391,30 @@ impl NodeShared {
                 }
                 Action::MarkPlaced(log) => {
                     self.placed.lock().insert(log);
+                }
+                Action::Unplace { log, unassign } => {
+                    // Under `placed`'s lock, and only while the replica is
+                    // not hosted again: a reconcile that adds it back (on
+                    // another thread) hosts it before it records its
+                    // directory, and checks `placed` first, so its record
+                    // lands after this one, never under it (helper-67's
+                    // review of 3c31faa). The core is entered only once
+                    // the lock is released (it is not reentrant).
+                    let mut placed = self.placed.lock();
+                    placed.remove(&log);
+                    let answered = match unassign {
+                        Some((call, then)) if !self.replicas.read().contains_key(&log) => {
+                            Some((then, self.call_coordinator(call)))
+                        }
+                        _ => None,
+                    };
+                    drop(placed);
+                    if let Some((then, answer)) = answered {
+                        let mut next = Vec::new();
+                        self.core
+                            .handle(Input::Answered { then, answer }, &mut next);
+                        to_do.extend(next.into_iter().rev());
+                    }
                 }
                 Action::ReconcilePlaced {
                     replica,

@@ -291,6 +291,9 @@ pub(crate) enum Continuation {
         /// The attempts left to move a restarted leader to a new epoch.
         epoch_bumps: Option<u32>,
     },
+    /// The record that this node's deleted replica of the log is placed on
+    /// no directory (`DirectoryId::UNASSIGNED`, SPEC 2.8, 3.10).
+    Unassign(LogId),
 }
 
 impl Continuation {
@@ -366,7 +369,7 @@ impl Continuation {
                     CoordinatorCall::LogState(_)
                 )
                 | (
-                    Continuation::RecordDirectory { .. },
+                    Continuation::RecordDirectory { .. } | Continuation::Unassign(_),
                     CoordinatorCall::RecordReplicaDirectories { .. }
                 )
         )
@@ -403,6 +406,19 @@ pub(crate) enum Action {
     /// Note that the coordinator knows the log's replica lives on this
     /// node's data directory: it need not be recorded again.
     MarkPlaced(LogId),
+    /// Forget that `log`'s replica, removed from this node, is placed on
+    /// its data directory, and, if `unassign` is given and the replica is
+    /// not hosted again meanwhile, make that call while the set of placed
+    /// replicas is held, then hand its answer back as [`Input::Answered`]
+    /// once it is released: a re-host of the replica checks that set
+    /// before it records its directory, so its record lands after the
+    /// unassign, never under it (SPEC 3.10).
+    Unplace {
+        /// The log.
+        log: LogId,
+        /// The unassign call and its continuation, for a deleted copy.
+        unassign: Option<(CoordinatorCall, Continuation)>,
+    },
     /// Follow `state` with `replica`, hosted and placed on this node's
     /// data directory: report to the log's unclean recovery and take the
     /// role it gives (the rest of a reconcile, not in the core yet), with
@@ -780,6 +796,24 @@ impl NodeCore {
                 epoch_bumps,
             },
         );
+    }
+
+    /// This node's replica of `log` was removed (SPEC 3.10), its copy
+    /// `deleted` or not: it is placed no longer, and a deleted copy is
+    /// recorded as placed on no directory ([`DirectoryId::UNASSIGNED`]),
+    /// so that a later start does not take it for a replica that lost its
+    /// data. A copy that could not be deleted keeps its placement.
+    pub(crate) fn replica_removed(&self, log: LogId, deleted: bool, out: &mut Vec<Action>) {
+        let unassign = deleted.then(|| {
+            let call = CoordinatorCall::RecordReplicaDirectories {
+                directory: DirectoryId::UNASSIGNED,
+                logs: vec![log],
+            };
+            let then = Continuation::Unassign(log);
+            debug_assert!(then.takes_answer_of(&call));
+            (call, then)
+        });
+        out.push(Action::Unplace { log, unassign });
     }
 
     /// A replica's directory record answered.
@@ -1346,6 +1380,13 @@ impl NodeCore {
                 },
                 Answer::Done(recorded),
             ) => self.directory_recorded(replica, *state, epoch_bumps, recorded, out),
+            // A failure is only logged: the old placement stays on record,
+            // and a start before the replica is created again counts it as
+            // lost, the cautious side.
+            (Continuation::Unassign(_), Answer::Done(Ok(()))) => {}
+            (Continuation::Unassign(log), Answer::Done(Err(error))) => {
+                tracing::warn!(%log, node = %self.node, %error, "cannot record that the deleted replica is placed on no directory; its next start before it is created again counts it as lost");
+            }
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).
@@ -3384,6 +3425,39 @@ mod tests {
                 then: Continuation::RetryRecoveryReport(LogId(1))
             }]
         );
+    }
+
+    #[test]
+    fn a_removed_replica_is_unplaced_and_only_a_deleted_copy_unassigned() {
+        let core = core();
+        let mut out = Vec::new();
+        core.replica_removed(LogId(4), false, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Unplace {
+                log: LogId(4),
+                unassign: None
+            }]
+        );
+        let mut out = Vec::new();
+        core.replica_removed(LogId(4), true, &mut out);
+        let [Action::Unplace {
+            log: LogId(4),
+            unassign: Some((call, then)),
+        }] = out.as_slice()
+        else {
+            panic!("an unplace with an unassign, not {out:?}")
+        };
+        assert_eq!(
+            *call,
+            CoordinatorCall::RecordReplicaDirectories {
+                directory: DirectoryId::UNASSIGNED,
+                logs: vec![LogId(4)]
+            }
+        );
+        for done in [Ok(()), Err(coordinator_error())] {
+            assert_eq!(answer(&core, then.clone(), Answer::Done(done)), vec![]);
+        }
     }
 
     #[test]

@@ -1986,24 +1986,6 @@ impl NodeShared {
         Some(replica_log_end(replica))
     }
 
-    /// Reconciles again every log whose replica could not be opened
-    /// ([`NodeShared::unopened`]), which tries to open it again.
-    fn retry_unopened(&self) {
-        let logs = sorted(self.unopened.lock().keys().copied());
-        for log in logs {
-            match self.coordinator.log_state(log) {
-                Ok(Some(state)) if state.replicas.contains(&self.local()) => self.reconcile(&state),
-                Ok(_) => {
-                    self.unopened.lock().remove(&log);
-                }
-                Err(error) => {
-                    tracing::debug!(%log, node = %self.local(), %error,
-                        "cannot read the log to open its replica again");
-                }
-            }
-        }
-    }
-
     /// Whether this stop may write the clean-shutdown marker: `false`
     /// (with a warning) while an unclean-shutdown report is still not
     /// recorded in some log ([`NodeCore::pending_unclean_reports`]). The pending
@@ -3389,6 +3371,9 @@ impl NodeShared {
                 Action::ReconcileReported { state, epoch_bumps } => {
                     self.reconcile_reported(&state, epoch_bumps)
                 }
+                Action::ForgetUnopened(log) => {
+                    self.unopened.lock().remove(&log);
+                }
                 Action::MarkPlaced(log) => {
                     self.placed.lock().insert(log);
                 }
@@ -3955,7 +3940,8 @@ impl ControlCore {
         if now >= self.next_report_retry {
             self.next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
             shared.drive_core(NodeCore::retry_unclean_reports);
-            shared.retry_unopened();
+            let unopened = sorted(shared.unopened.lock().keys().copied());
+            shared.drive_core(|core, out| core.retry_unopened(&unopened, out));
             shared.drive_core(NodeCore::retry_recovery_reports);
         }
         if now >= self.next_heartbeat {

@@ -294,6 +294,9 @@ pub(crate) enum Continuation {
     /// The record that this node's deleted replica of the log is placed on
     /// no directory (`DirectoryId::UNASSIGNED`, SPEC 2.8, 3.10).
     Unassign(LogId),
+    /// A read of the log's stored state to open this node's replica of it
+    /// again, which could not be opened (on the report timer).
+    RetryUnopened(LogId),
 }
 
 impl Continuation {
@@ -365,7 +368,9 @@ impl Continuation {
                     CoordinatorCall::CompareAndSet { .. }
                 )
                 | (
-                    Continuation::RetryUncleanReport(_) | Continuation::RetryRecoveryReport(_),
+                    Continuation::RetryUncleanReport(_)
+                        | Continuation::RetryRecoveryReport(_)
+                        | Continuation::RetryUnopened(_),
                     CoordinatorCall::LogState(_)
                 )
                 | (
@@ -403,6 +408,10 @@ pub(crate) enum Action {
         /// The attempts left.
         epoch_bumps: Option<u32>,
     },
+    /// Forget that `log`'s replica could not be opened: this node is no
+    /// longer its replica, or the log is gone (the set is the driver's,
+    /// which opens replicas).
+    ForgetUnopened(LogId),
     /// Note that the coordinator knows the log's replica lives on this
     /// node's data directory: it need not be recorded again.
     MarkPlaced(LogId),
@@ -840,6 +849,21 @@ impl NodeCore {
                     self.failed_recovery_reports.lock().insert(state.log);
                 }
             }
+        }
+    }
+
+    /// Reads again, in the order given, every log in `unopened` (those
+    /// whose replica here could not be opened) and follows it while this
+    /// node is its replica ([`Action::Reconcile`]), which tries to open it
+    /// again; a log that no longer lists this node, or is gone, is
+    /// forgotten ([`Action::ForgetUnopened`]).
+    pub(crate) fn retry_unopened(&self, unopened: &[LogId], out: &mut Vec<Action>) {
+        for &log in unopened {
+            Self::call(
+                out,
+                CoordinatorCall::LogState(log),
+                Continuation::RetryUnopened(log),
+            );
         }
     }
 
@@ -1384,6 +1408,16 @@ impl NodeCore {
             // and a start before the replica is created again counts it as
             // lost, the cautious side.
             (Continuation::Unassign(_), Answer::Done(Ok(()))) => {}
+            (Continuation::RetryUnopened(log), Answer::LogState(read)) => match read {
+                Ok(Some(state)) if state.replicas.contains(&self.node) => {
+                    out.push(Action::Reconcile(state))
+                }
+                Ok(_) => out.push(Action::ForgetUnopened(log)),
+                Err(error) => {
+                    tracing::debug!(%log, node = %self.node, %error,
+                        "cannot read the log to open its replica again");
+                }
+            },
             (Continuation::Unassign(log), Answer::Done(Err(error))) => {
                 tracing::warn!(%log, node = %self.node, %error, "cannot record that the deleted replica is placed on no directory; its next start before it is created again counts it as lost");
             }
@@ -3458,6 +3492,49 @@ mod tests {
         for done in [Ok(()), Err(coordinator_error())] {
             assert_eq!(answer(&core, then.clone(), Answer::Done(done)), vec![]);
         }
+    }
+
+    #[test]
+    fn an_unopened_replica_is_opened_again_while_this_node_is_its_replica() {
+        let core = core();
+        let mut out = Vec::new();
+        core.retry_unopened(&[LogId(1), LogId(3)], &mut out);
+        assert_eq!(
+            out.iter()
+                .map(|action| match action {
+                    Action::Call {
+                        call: CoordinatorCall::LogState(log),
+                        then: Continuation::RetryUnopened(read),
+                    } if log == read => *log,
+                    other => panic!("a read, not {other:?}"),
+                })
+                .collect::<Vec<_>>(),
+            vec![LogId(1), LogId(3)]
+        );
+        let then = Continuation::RetryUnopened(LogId(1));
+        let state = stored(&[1, 2, 3]);
+        assert_eq!(
+            answer(
+                &core,
+                then.clone(),
+                Answer::LogState(Ok(Some(state.clone())))
+            ),
+            vec![Action::Reconcile(state)]
+        );
+        let moved = LogState {
+            replicas: vec![n(2), n(3)],
+            ..stored(&[2, 3])
+        };
+        for gone in [Ok(Some(moved)), Ok(None)] {
+            assert_eq!(
+                answer(&core, then.clone(), Answer::LogState(gone)),
+                vec![Action::ForgetUnopened(LogId(1))]
+            );
+        }
+        assert_eq!(
+            answer(&core, then, Answer::LogState(Err(coordinator_error()))),
+            vec![]
+        );
     }
 
     #[test]

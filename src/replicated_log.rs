@@ -425,12 +425,13 @@ impl ReplicatedLog {
     /// directory by the retention timer and at shutdown; call it again
     /// after a restart.
     ///
-    /// Errors: `OffsetOutOfRange` when this replica leads and `applied`
-    /// is above its log end (nothing changes). A replica that does not lead
-    /// takes a position above its log end: its log may have lost records
-    /// its application holds (a cut after corruption), and the position
-    /// lets its log restart at the leader's log start rather than wait for
-    /// a snapshot.
+    /// Errors: `OffsetOutOfRange` when `applied` is above this replica's
+    /// log end (nothing changes), unless this replica is a follower that
+    /// waits for a snapshot because its log ends below its leader's log
+    /// start ([`needs_snapshot`](Self::needs_snapshot)): its log may have
+    /// lost records its application holds (a cut after corruption), and a
+    /// position at or above that start lets its log restart there rather
+    /// than wait for a snapshot.
     pub fn set_applied(&self, applied: Offset) -> Result<()> {
         self.replica.set_applied(applied)
     }

@@ -1960,18 +1960,26 @@ impl Replica {
     /// The application's applied position on this replica (SPEC 3.9):
     /// everything below `applied` is durable in its own state. It may go
     /// down (an application restored an older checkpoint). Above the log
-    /// end it is `OffsetOutOfRange` and changes nothing on a leader; a
-    /// replica that does not lead takes it: its log may have lost records
-    /// its application holds (a cut after corruption, an unclean stop),
-    /// and its position is what lets the log restart at its leader's log
-    /// start instead of waiting for a snapshot the application does not
-    /// need (simulator seed 60060809: a flip cut node 2's log to [0, 0]
-    /// with its application at 24, the leader's start; every
-    /// `set_applied(24)` was refused, and it waited for a snapshot, with no
-    /// store, for ever).
+    /// end it is `OffsetOutOfRange` and changes nothing, except on a
+    /// follower that waits for a snapshot because its log ends below its
+    /// leader's log start: its log may have lost records its application
+    /// holds (a cut after corruption), and the position is what lets the
+    /// log restart at the leader's start instead of waiting for a snapshot
+    /// the application does not need (simulator seed 60060809: a flip cut
+    /// node 2's log to [0, 0] with its application at 24, the leader's
+    /// start; every `set_applied(24)` was refused, and with no store it
+    /// waited for a snapshot for ever). The role is read under its lock
+    /// until the position is stored, so a replica that becomes leader
+    /// meanwhile never takes one above its log end that way (review of
+    /// 3c5e304, finding 1).
     pub(crate) fn set_applied(&self, applied: Offset) -> Result<()> {
+        let role = self.role.read();
         let log_end = self.log.log_end_offset();
-        if applied > log_end && self.role.read().role == Role::Leader {
+        // Lock order: the role, then the flag (as role changes take them).
+        let mut needs = self.needs_snapshot.lock();
+        let waits_below_leader_start =
+            role.role != Role::Leader && needs.is_some_and(|leader_start| log_end < leader_start);
+        if applied > log_end && !waits_below_leader_start {
             return Err(Error::OffsetOutOfRange {
                 requested: applied,
                 log_start: self.log.log_start_offset(),
@@ -1989,7 +1997,6 @@ impl Replica {
         // Left set, `needs_snapshot()` said so until the next role change,
         // a snapshot store installed a needless snapshot, and without one
         // the replica looked stuck for ever (simulator seed 49).
-        let mut needs = self.needs_snapshot.lock();
         if needs.is_some_and(|leader_start| applied >= leader_start) {
             tracing::info!(log = %self.log_id, node = %self.local, %applied, "this replica's application reaches its leader's log start again: it needs no snapshot");
             *needs = None;

@@ -18,6 +18,23 @@ fn far() -> Instant {
     Instant::now() + HOUR
 }
 
+/// The combining models' queue (`Combiner`'s state): values pushed, taken
+/// all at once by whoever drains.
+#[derive(Debug, Default)]
+struct Queue {
+    pending: Vec<u32>,
+}
+
+impl isrlog::testing::loom_models::Combine for Queue {
+    type Taken = Vec<u32>;
+    fn take(&mut self) -> Option<Vec<u32>> {
+        (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
+    }
+    fn is_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
+
 /// The high watermark publish / `acks=all` waiter hand-off: a waiter that
 /// parks can never miss the publish that satisfies it (the lost wake-up the
 /// `PARKED` flag and the parked list's lock exist to prevent).
@@ -255,21 +272,7 @@ fn a_stop_fails_a_reservation_without_room() {
 /// cluster tests carry that check; this model guards the rest.
 #[test]
 fn combining_pipeline_never_strands_a_push() {
-    use isrlog::testing::loom_models::{Combine, Combiner};
-
-    #[derive(Debug, Default)]
-    struct Queue {
-        pending: Vec<u32>,
-    }
-    impl Combine for Queue {
-        type Taken = Vec<u32>;
-        fn take(&mut self) -> Option<Vec<u32>> {
-            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
-        }
-        fn is_pending(&self) -> bool {
-            !self.pending.is_empty()
-        }
-    }
+    use isrlog::testing::loom_models::Combiner;
 
     loom::model(|| {
         let combiner = Arc::new(Combiner::new(Queue::default()));
@@ -315,21 +318,7 @@ fn combining_pipeline_never_strands_a_push() {
 /// model deadlocks).
 #[test]
 fn a_deferred_push_is_written_by_the_fetch_it_wakes() {
-    use isrlog::testing::loom_models::{Combine, Combiner, Deferral};
-
-    #[derive(Debug, Default)]
-    struct Queue {
-        pending: Vec<u32>,
-    }
-    impl Combine for Queue {
-        type Taken = Vec<u32>;
-        fn take(&mut self) -> Option<Vec<u32>> {
-            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
-        }
-        fn is_pending(&self) -> bool {
-            !self.pending.is_empty()
-        }
-    }
+    use isrlog::testing::loom_models::{Combiner, Deferral};
 
     loom::model(|| {
         let combiner = Arc::new(Combiner::new(Queue::default()));
@@ -607,21 +596,7 @@ mod completion {
 /// fetcher took the first alone, which makes the second a `First`).
 #[test]
 fn a_deferred_push_behind_another_is_written_without_its_own_bump() {
-    use isrlog::testing::loom_models::{Combine, Combiner, Deferral};
-
-    #[derive(Debug, Default)]
-    struct Queue {
-        pending: Vec<u32>,
-    }
-    impl Combine for Queue {
-        type Taken = Vec<u32>;
-        fn take(&mut self) -> Option<Vec<u32>> {
-            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
-        }
-        fn is_pending(&self) -> bool {
-            !self.pending.is_empty()
-        }
-    }
+    use isrlog::testing::loom_models::{Combiner, Deferral};
 
     loom::model(|| {
         let combiner = Arc::new(Combiner::new(Queue::default()));
@@ -669,21 +644,7 @@ fn a_deferred_push_behind_another_is_written_without_its_own_bump() {
 /// by First pushes' bumps and by writes, never parks with one unwritten.
 #[test]
 fn a_deferred_push_behind_another_is_written_when_a_seat_holder_races() {
-    use isrlog::testing::loom_models::{Combine, Combiner, Deferral};
-
-    #[derive(Debug, Default)]
-    struct Queue {
-        pending: Vec<u32>,
-    }
-    impl Combine for Queue {
-        type Taken = Vec<u32>;
-        fn take(&mut self) -> Option<Vec<u32>> {
-            (!self.pending.is_empty()).then(|| std::mem::take(&mut self.pending))
-        }
-        fn is_pending(&self) -> bool {
-            !self.pending.is_empty()
-        }
-    }
+    use isrlog::testing::loom_models::{Combiner, Deferral};
 
     loom::model(|| {
         let combiner = Arc::new(Combiner::new(Queue::default()));

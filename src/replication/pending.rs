@@ -291,6 +291,61 @@ struct InFlight {
     stopped: AtomicBool,
 }
 
+/// A reserver's place in the line for room (`PendingAppends::reserve`),
+/// holding the queues' lock: taken on joining, given up on drop, so that a
+/// wait that ends any way, a panic included, leaves no ticket at the front
+/// holding everyone behind it, and no raised `InFlight::waiting` sending
+/// every later reservation off the fast path.
+struct PlaceInLine<'a> {
+    pending: &'a PendingAppends,
+    state: crate::sync::MutexGuard<'a, PendingState>,
+    ticket: u64,
+}
+
+impl<'a> PlaceInLine<'a> {
+    /// Takes the queues' lock and the next ticket, at the back of the line.
+    fn join(pending: &'a PendingAppends) -> PlaceInLine<'a> {
+        let mut state = pending.state.lock();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.waiting.push_back(ticket);
+        pending.in_flight.waiting.fetch_add(1, Ordering::SeqCst);
+        PlaceInLine {
+            pending,
+            state,
+            ticket,
+        }
+    }
+}
+
+impl Drop for PlaceInLine<'_> {
+    fn drop(&mut self) {
+        let ticket = self.ticket;
+        let place = self
+            .state
+            .waiting
+            .iter()
+            .position(|waiting| *waiting == ticket);
+        debug_assert!(place.is_some(), "a waiting reserver's ticket is in line");
+        if let Some(place) = place {
+            self.state.waiting.remove(place);
+        }
+        self.pending
+            .in_flight
+            .waiting
+            .fetch_sub(1, Ordering::SeqCst);
+        debug_assert_eq!(
+            self.state.waiting.len(),
+            self.pending.in_flight.waiting.load(Ordering::SeqCst)
+        );
+        // The next in line may fit in what is left, or was waiting for this
+        // one to give up.
+        if !self.state.waiting.is_empty() {
+            self.pending.space.notify_all();
+        }
+    }
+}
+
 /// How a reserver's wait in line ended (`PendingAppends::wait_in_line`).
 enum Line {
     /// Its bytes are reserved.
@@ -438,27 +493,11 @@ impl PendingAppends {
         // could keep it waiting until its `block_max` ran out. (Kafka's
         // `BufferPool` lets its first waiter gather freed memory piece by
         // piece to the same end.)
-        let mut state = self.state.lock();
-        let ticket = state.next_ticket;
-        state.next_ticket += 1;
-        state.waiting.push_back(ticket);
-        self.in_flight.waiting.fetch_add(1, Ordering::SeqCst);
-        let outcome = self.wait_in_line(&mut state, ticket, bytes, bytes_max, block_max);
-        let place = state.waiting.iter().position(|waiting| *waiting == ticket);
-        debug_assert!(place.is_some(), "a waiting reserver's ticket is in line");
-        if let Some(place) = place {
-            state.waiting.remove(place);
-        }
-        self.in_flight.waiting.fetch_sub(1, Ordering::SeqCst);
-        debug_assert_eq!(
-            state.waiting.len(),
-            self.in_flight.waiting.load(Ordering::SeqCst)
-        );
-        // The next in line may fit in what is left, or was waiting for this
-        // one to give up.
-        if !state.waiting.is_empty() {
-            self.space.notify_all();
-        }
+        let mut place = PlaceInLine::join(self);
+        let ticket = place.ticket;
+        let outcome = self.wait_in_line(&mut place.state, ticket, bytes, bytes_max, block_max);
+        // Leaving the line, however the wait ended (a panic included).
+        drop(place);
         match outcome {
             Line::Reserved => Ok(()),
             Line::TimedOut {
@@ -1255,5 +1294,30 @@ mod tests {
         assert_eq!(queue.bytes_in_flight().0, 60);
         assert!(queue.state.lock().waiting.is_empty());
         assert_eq!(queue.in_flight.waiting.load(Ordering::SeqCst), 0);
+    }
+
+    /// A reserver whose wait in line ends in a panic (here the simulation's
+    /// guard against blocking the thread that steps it) leaves the line:
+    /// its ticket would otherwise stay at the front and hold every later
+    /// reserver until its `block_max` ran out, and the raised waiting count
+    /// would keep every reservation off the fast path.
+    #[test]
+    fn a_reserver_that_panics_in_line_leaves_it() {
+        let queue = PendingAppends::default();
+        queue.reserve(LogId(3), 60, 100, Duration::ZERO).unwrap();
+        let panicked = {
+            let _simulation = crate::simulation::SimulationGuard::enter(1);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                queue.reserve(LogId(3), 50, 100, Duration::from_secs(60))
+            }))
+        };
+        assert!(panicked.is_err(), "a wait inside a simulation panics");
+        assert!(queue.state.lock().waiting.is_empty());
+        assert_eq!(queue.in_flight.waiting.load(Ordering::SeqCst), 0);
+        queue.release(60);
+        queue
+            .reserve(LogId(3), 50, 100, Duration::from_millis(50))
+            .expect("nobody is left in line ahead of it");
+        assert_eq!(queue.bytes_in_flight().0, 50);
     }
 }

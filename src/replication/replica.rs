@@ -817,13 +817,7 @@ impl Replica {
     /// log up to the state machine's last applied id when the log ends
     /// below it); Kafka has no applied positions, and SPEC 3.5 is silent.
     /// The records discarded are below the application's position: its
-    /// snapshot carries them. The position is the last one reported, by
-    /// this process or stored before a restart; the stored one is never
-    /// above what the application made durable (SPEC 3.9's contract), but
-    /// an application that restores an older checkpoint after a restart
-    /// must report it before this replica leads, or the log restarts above
-    /// it (left as it is: such an application lost its state, not the
-    /// log its records).
+    /// snapshot carries them.
     fn restart_below_own_application(&self) -> Result<()> {
         let log_end = self.log.log_end_offset();
         let Some(applied) = self

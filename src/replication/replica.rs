@@ -725,9 +725,7 @@ impl Replica {
 
     /// Makes this replica the leader of `epoch` (SPEC 3.5): records
     /// `(epoch, own LEO)` in the epoch cache before anything is written, and
-    /// never truncates its tail. A log that ends below its own
-    /// application's applied position first restarts, empty, at that
-    /// position (see [`restart_below_own_application`](Self::restart_below_own_application)).
+    /// never truncates.
     pub(crate) fn become_leader(
         &self,
         epoch: LeaderEpoch,
@@ -740,15 +738,7 @@ impl Replica {
         let mut role = self.role.write();
         *self.needs_snapshot.lock() = None;
         self.flush_pipeline_for_role_change();
-        if let Err(error) = self.restart_below_own_application() {
-            self.fail_leadership(&mut role, epoch);
-            return Err(error);
-        }
         let log_end = self.log.log_end_offset();
-        debug_assert!(self
-            .applied
-            .get(self.local)
-            .is_none_or(|applied| applied <= log_end));
         if let Err(error) = self.log.assign_epoch(epoch, log_end) {
             self.fail_leadership(&mut role, epoch);
             return Err(error);
@@ -798,41 +788,6 @@ impl Replica {
         role.isr_version = isr_version;
         self.bump_generation(&mut role, hw);
         tracing::info!(log = %self.log_id, node = %self.local, %epoch, log_end_offset = %log_end, high_watermark = %hw, "became leader");
-        Ok(())
-    }
-
-    /// Before this replica leads: when its log ends below its own
-    /// application's applied position, restarts the log, empty, at that
-    /// position. Everything below an applied position is committed (an
-    /// application applies only committed records) and durable in the
-    /// application's state, so a log ending below it lost committed
-    /// records (unflushed bytes lost in a crash, or a cut after
-    /// corruption), and the position is also stored apart from the log
-    /// (`applied-positions`). Leading from the short log would write new
-    /// records at offsets the application believes it holds already, and
-    /// it would skip them: its state would part from every other
-    /// replica's. From the position, the offsets agree with it; a follower
-    /// whose application is behind it gets the snapshot path (SPEC 3.9).
-    /// openraft does the same at start-up (its storage helper purges the
-    /// log up to the state machine's last applied id when the log ends
-    /// below it); Kafka has no applied positions, and SPEC 3.5 is silent.
-    /// The records discarded are below the application's position: its
-    /// snapshot carries them.
-    fn restart_below_own_application(&self) -> Result<()> {
-        let log_end = self.log.log_end_offset();
-        let Some(applied) = self
-            .applied
-            .get(self.local)
-            .filter(|&applied| applied > log_end)
-        else {
-            return Ok(());
-        };
-        tracing::warn!(log = %self.log_id, node = %self.local, %applied, log_start_offset = %self.log.log_start_offset(), log_end_offset = %log_end,
-            "this replica's log ends below its own application's applied position (it lost committed records): restarting the log empty at that position before it leads");
-        self.log.truncate_fully_and_start_at(applied)?;
-        if applied.0 > self.high_watermark.get() {
-            self.publish_high_watermark(applied);
-        }
         Ok(())
     }
 
@@ -3428,57 +3383,6 @@ mod tests {
             .apply_fetched(NodeId(0), LeaderEpoch(1), answer(Bytes::new()))
             .unwrap();
         assert!(!follower.needs_snapshot());
-    }
-
-    /// A replica whose log ends below its own application's applied
-    /// position (it lost committed records its application holds) leads
-    /// from that position: its log restarts there, so no new record takes
-    /// an offset the application believes it holds (review of d235d28,
-    /// helper-85's finding 2). Without the restart the next append went
-    /// to offset 5.
-    #[test]
-    fn a_leader_whose_application_is_ahead_of_its_log_restarts_the_log_at_the_applied_position() {
-        let append = |replica: &Replica| {
-            let mut builder = RecordBatchBuilder::new(1);
-            builder.push(b"v");
-            replica.append_as_leader(&builder.build().unwrap(), false, true, false)
-        };
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let replica = lone_leader(dir.path());
-            for _ in 0..10 {
-                append(&replica).unwrap();
-            }
-            replica.set_applied(Offset(10)).unwrap();
-            replica.store_applied_positions();
-        }
-        // The tail the application applied is lost (as unflushed bytes
-        // are in a crash).
-        let log = Log::open(dir.path(), LogConfig::default(), Arc::new(SystemClock)).unwrap();
-        log.truncate_to(Offset(5)).unwrap();
-        assert_eq!(log.log_end_offset(), Offset(5));
-
-        let replica = lone_leader_of(log);
-        assert_eq!(replica.log.log_start_offset(), Offset(10));
-        assert_eq!(replica.log.log_end_offset(), Offset(10));
-        assert_eq!(replica.high_watermark(), Offset(10));
-        append(&replica).unwrap();
-        assert_eq!(
-            replica.log.log_end_offset(),
-            Offset(11),
-            "the first new record takes offset 10, the application's next"
-        );
-
-        // At or below the log end, nothing moves.
-        let dir = tempfile::tempdir().unwrap();
-        let replica = lone_leader(dir.path());
-        append(&replica).unwrap();
-        replica.set_applied(Offset(1)).unwrap();
-        replica
-            .become_leader(LeaderEpoch(2), vec![NodeId(0)], vec![NodeId(0)], 1)
-            .unwrap();
-        assert_eq!(replica.log.log_start_offset(), Offset(0));
-        assert_eq!(replica.log.log_end_offset(), Offset(1));
     }
 
     /// A store whose latest snapshot is at offset `.0`, of 8 bytes.

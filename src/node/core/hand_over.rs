@@ -203,10 +203,15 @@ pub(crate) enum PhaseStep {
         /// Whether it stalled (else its deadline passed).
         stalled: bool,
     },
-    /// Waiting, the high watermark reached the stopped end and a replica
-    /// that may take over has fetched everything: read the stored state
-    /// to name a successor.
-    ReadState,
+    /// Waiting at `end` until `deadline`, the high watermark reached the
+    /// stopped end and a replica that may take over has fetched
+    /// everything: read the stored state to name a successor.
+    ReadState {
+        /// The log end at which appends stopped.
+        end: Offset,
+        /// When the wait is over.
+        deadline: Instant,
+    },
 }
 
 /// The pure transition of a hand-over in `phase` on a control pass at
@@ -239,7 +244,7 @@ pub(crate) fn phase_step(
             if high_watermark() < end || !caught_up() {
                 return PhaseStep::Stay;
             }
-            PhaseStep::ReadState
+            PhaseStep::ReadState { end, deadline }
         }
     }
 }
@@ -440,11 +445,15 @@ impl NodeCore {
                 }
             }
             Begin::Start(hand_over) => {
-                let HandOverCause::Reassignment { target } = &hand_over.cause else {
-                    unreachable!("a reassignment hand-over has the reassignment's cause");
-                };
-                tracing::info!(%log, node = %me, epoch = %state.leader_epoch, ?target,
-                    "reassignment removes this leader: handing the log to a target replica once one has caught up");
+                debug_assert!(
+                    hand_over.epoch == state.leader_epoch
+                        && matches!(hand_over.cause, HandOverCause::Reassignment { .. }),
+                    "a reassignment hand-over is the move's, in the stored epoch"
+                );
+                if let HandOverCause::Reassignment { target } = &hand_over.cause {
+                    tracing::info!(%log, node = %me, epoch = %state.leader_epoch, ?target,
+                        "reassignment removes this leader: handing the log to a target replica once one has caught up");
+                }
                 hand_overs.insert(log, hand_over);
             }
         }
@@ -741,10 +750,7 @@ impl NodeCore {
                 };
                 self.give_up_hand_over(replica, &hand_over, retry_at, stalled);
             }
-            PhaseStep::ReadState => {
-                let HandOverPhase::Waiting { end, deadline } = phase else {
-                    unreachable!("only a waiting hand-over reads the stored state");
-                };
+            PhaseStep::ReadState { end, deadline } => {
                 Self::call(
                     out,
                     CoordinatorCall::LogState(replica.log_id()),
@@ -1244,6 +1250,10 @@ mod tests {
             deadline: t0 + second,
         };
         let (below, at) = (|| Offset(4), || Offset(5));
+        let read_state = PhaseStep::ReadState {
+            end: Offset(5),
+            deadline: t0 + second,
+        };
         let give_up = |stalled| PhaseStep::GiveUp {
             retry_at: t0 + second + HAND_OVER_RETRY,
             stalled,
@@ -1291,21 +1301,14 @@ mod tests {
                 &at,
                 PhaseStep::Stay,
             ),
-            (
-                "at the end, caught up",
-                t0,
-                &yes,
-                &yes,
-                &at,
-                PhaseStep::ReadState,
-            ),
+            ("at the end, caught up", t0, &yes, &yes, &at, read_state),
             (
                 "at the end, an ISR member not fetching",
                 t0,
                 &yes,
                 &no,
                 &at,
-                PhaseStep::ReadState,
+                read_state,
             ),
         ];
         for (case, now, caught_up, isr_fetching, high_watermark, expected) in cases {

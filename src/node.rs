@@ -23,7 +23,10 @@
 //! which takes inputs and returns actions and has no thread, clock or I/O
 //! of its own; [`NodeShared::drive`] carries its actions out. So far it
 //! holds the session with the coordinator (heartbeats, registering again,
-//! the incarnations) and a leader's ISR changes.
+//! the incarnations), a leader's ISR changes, its resignation, the role
+//! choice, the reports after an unclean stop, the directory records, and a
+//! leader's reassignment and stuck-application hand-overs (see its module
+//! doc for the list).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -34,7 +37,9 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 
 mod core;
 
-use self::core::{Action, Answer, CoordinatorCall, Input, NodeCore};
+use self::core::{
+    caught_up_successor, hand_over_update, Action, Answer, CoordinatorCall, Input, NodeCore,
+};
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
@@ -87,72 +92,10 @@ const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
 /// deadline: a `Timeout` arrives at most this late (plus scheduling), well
 /// within the 100 ms SPEC 3.1 allows.
 const DEADLINE_TICK: Duration = Duration::from_millis(10);
-/// A leader's hand-over (a reassignment's, SPEC 3.10, or a stuck
-/// application's, SPEC 3.9): how long it waits, with its appends stopped,
-/// for the high watermark to reach their end and a successor to be named
-/// before it gives appends back and tries again after [`HAND_OVER_RETRY`].
-/// This bounds the stall its appenders see. The controller completes a
-/// move without the hand-over after its own, longer, wait
-/// (`REASSIGNMENT_HAND_OVER_WAIT_MAX` in the controller).
-const HAND_OVER_WAIT: Duration = Duration::from_secs(2);
-/// A leader's hand-over: how long the control thread waits, right after
-/// stopping appends, for the high watermark to reach their end (usually one
-/// fetch round) before it goes on with its other work and looks again on
-/// its next tick.
-const HAND_OVER_HW_WAIT: Duration = Duration::from_millis(20);
-/// A leader's hand-over: the pause between two attempts of one log.
-const HAND_OVER_RETRY: Duration = Duration::from_secs(1);
 /// How long a stopping node waits for its completion thread to run the
 /// callbacks still queued (the `Shutdown` outcomes of its pending appends)
 /// before it leaves the thread to finish on its own.
 const COMPLETION_DRAIN_MAX: Duration = Duration::from_secs(2);
-
-/// A leader's hand-over of a log, driven by the control thread without
-/// blocking it (see [`NodeShared::progress_hand_over`]): for one leader
-/// `epoch`, for a `cause`, in a `phase`. A log has at most one.
-#[derive(Clone, Debug)]
-struct HandOver {
-    epoch: LeaderEpoch,
-    cause: HandOverCause,
-    phase: HandOverPhase,
-}
-
-/// Why a leader hands its log over, which says who may take it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum HandOverCause {
-    /// A reassignment removes this leader (SPEC 3.10); the target replicas
-    /// are the move's, and one of them takes over.
-    Reassignment { target: Vec<NodeId> },
-    /// This leader's application is behind its log start (SPEC 3.9, issue
-    /// 25): a replica whose application reaches the log start takes over.
-    StuckApplication,
-}
-
-/// Where a [`HandOver`] stands.
-#[derive(Clone, Copy, Debug)]
-enum HandOverPhase {
-    /// The hand-over is due: appends stop as soon as a replica that may
-    /// take over has fetched everything, so that they stop for about one
-    /// fetch round rather than for a slow follower's whole catch-up.
-    Ready,
-    /// Appends stopped at log end `end`: once the high watermark reaches
-    /// it, a caught-up live replica in the ISR that may take over is named
-    /// leader. Until `deadline`.
-    Waiting { end: Offset, deadline: Instant },
-    /// The last attempt found nobody in time; appends run again and the
-    /// hand-over is ready again at `retry_at`.
-    Failed { retry_at: Instant },
-}
-
-impl HandOverCause {
-    /// The hand-over's name in log lines.
-    fn label(&self) -> &'static str {
-        match self {
-            HandOverCause::Reassignment { .. } => "reassignment hand-over",
-            HandOverCause::StuckApplication => "stuck application's hand-over",
-        }
-    }
-}
 
 /// Work for the control thread from other threads.
 #[derive(Debug)]
@@ -221,13 +164,6 @@ pub(crate) struct NodeShared {
     /// retried on a timer: a failure needs no further change of the log's
     /// state to be tried again.
     unopened: Mutex<HashMap<LogId, String>>,
-    /// Logs whose leadership this node is handing over: a reassignment
-    /// removes it (SPEC 3.10), or its application is stuck behind the log
-    /// start (SPEC 3.9). Also the lock under which a hand-over gives its
-    /// stopped appends back and a controlled shutdown sets
-    /// `winding_down`, so that no hand-over gives back appends the
-    /// shutdown has stopped too.
-    hand_overs: Mutex<HashMap<LogId, HandOver>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -242,7 +178,9 @@ pub(crate) struct NodeShared {
     /// joined. It still follows the coordinator's notifications (a log
     /// handed over makes this node a follower). Its session ends with the
     /// shutdown anyway.
-    winding_down: AtomicBool,
+    /// Shared with the core, which sets it under its hand-overs' lock
+    /// (`NodeCore::wind_down`).
+    winding_down: Arc<AtomicBool>,
     /// Where the next fetch answer starts among the logs it names, so that
     /// when the response budget runs out it is not always the same logs that
     /// go without data (Kafka's fetcher moves each fetched partition to the
@@ -255,8 +193,11 @@ pub(crate) struct NodeShared {
     pub(crate) completions: Arc<CompletionRunner>,
     /// The node's decisions without threads, clock or I/O (issue 28); so
     /// far its session with the coordinator (its own incarnation and its
-    /// view of the live nodes', SPEC 3.2) and the leaders' ISR changes
-    /// (SPEC 3.4). [`drive`](Self::drive) carries out what it asks for.
+    /// view of the live nodes', SPEC 3.2), the leaders' ISR changes
+    /// (SPEC 3.4) and the rest its module doc lists, among them the
+    /// leaders' hand-overs (SPEC 3.9, 3.10) and the map of them, under
+    /// whose lock a controlled shutdown begins (`NodeCore::wind_down`).
+    /// [`drive`](Self::drive) carries out what it asks for.
     core: NodeCore,
 }
 
@@ -563,11 +504,14 @@ impl Node {
         let events = coordinator.subscribe(me)?;
         let (commands, command_rx) = bounded(1024);
         let stop = Arc::new(AtomicBool::new(false));
+        let winding_down = Arc::new(AtomicBool::new(false));
         let core = NodeCore::new(
             me,
             config.session_timeout,
             config.replication.min_insync_replicas,
+            config.replication.fetch_wait_max,
             Arc::clone(&stop),
+            Arc::clone(&winding_down),
         );
         let shared = Arc::new(NodeShared {
             disk: Arc::clone(&disk),
@@ -588,9 +532,8 @@ impl Node {
             lost_replicas: lost.clone(),
             unclean_stop_reported: AtomicBool::new(false),
             unopened: Mutex::new(HashMap::new()),
-            hand_overs: Mutex::new(HashMap::new()),
             stop,
-            winding_down: AtomicBool::new(false),
+            winding_down,
             fetch_rotation: AtomicU64::new(0),
             warnings: RateLimitedWarnings::new(WARNING_INTERVAL),
             completions: CompletionRunner::new(),
@@ -1025,12 +968,9 @@ impl Node {
         let timeout = self.shared.config.controlled_shutdown_timeout;
         let deadline = Instant::now() + timeout;
         if !timeout.is_zero() {
-            {
-                // Under the hand-overs' lock: none gives back appends after
-                // this (see `give_appends_back`).
-                let _hand_overs = self.shared.hand_overs.lock();
-                self.shared.winding_down.store(true, Ordering::SeqCst);
-            }
+            // Under the hand-overs' lock: none gives back appends after
+            // this (see `NodeCore::wind_down`).
+            self.shared.core.wind_down();
             // A candidate not holding the controller seat is not needed any
             // more: its thread ends meanwhile (a seated controller goes on
             // electing while the logs hand over).
@@ -1493,11 +1433,8 @@ impl SteppedNode {
             });
             return 0;
         }
-        {
-            // Under the hand-overs' lock, as in `Node::shutdown`.
-            let _hand_overs = shared.hand_overs.lock();
-            shared.winding_down.store(true, Ordering::SeqCst);
-        }
+        // Under the hand-overs' lock, as in `Node::shutdown`.
+        shared.core.wind_down();
         let leading: Vec<(LogId, LeaderEpoch)> = shared
             .replicas_in_log_order()
             .into_iter()
@@ -2262,521 +2199,6 @@ impl NodeShared {
         });
     }
 
-    /// SPEC 3.10: keeps `replica`'s reassignment hand-over in line with
-    /// the stored `state`. If `state` says this node leads a log that its
-    /// reassignment removes it from, and every target replica is in the
-    /// ISR, the leadership is to go to a target replica as a controlled
-    /// shutdown hands it over (KIP-455 leaves the new leader to the
-    /// controller; here the leader, which alone knows which follower has
-    /// fetched everything, names it, so that a target replica cut off from
-    /// it, still in the ISR until `replica_lag_time_max` passes, is not
-    /// chosen). The control thread carries it out
-    /// ([`progress_hand_over`](Self::progress_hand_over)); a stuck
-    /// application's hand-over under way in the same epoch becomes this
-    /// one, appends stopped or not, since the move's target replicas come
-    /// first. Otherwise (a cancelled move, another epoch) a reassignment
-    /// hand-over under way ends and appends run again.
-    fn begin_reassignment_hand_over(&self, replica: &Replica, state: &LogState) {
-        // A stopping node's controlled shutdown owns the appends' stop:
-        // nothing here may give them back (or start another hand-over).
-        if self.winding_down.load(Ordering::SeqCst) {
-            return;
-        }
-        let me = self.local();
-        let log = state.log;
-        let target = state.target_replicas();
-        let due = state.leader == Some(me)
-            && state.removing_replicas.contains(&me)
-            && target.iter().all(|node| state.is_in_sync(*node));
-        let mut hand_overs = self.hand_overs.lock();
-        let current = hand_overs.get(&log).cloned();
-        if !due {
-            let reassigning = current
-                .filter(|hand_over| matches!(hand_over.cause, HandOverCause::Reassignment { .. }));
-            if let Some(hand_over) = reassigning {
-                hand_overs.remove(&log);
-                if self.give_appends_back(&hand_overs, replica, &hand_over) {
-                    tracing::info!(%log, node = %me, "reassignment hand-over no longer due; appends resume");
-                }
-            }
-            return;
-        }
-        let cause = HandOverCause::Reassignment {
-            target: target.clone(),
-        };
-        let phase = match current {
-            Some(hand_over) if hand_over.epoch == state.leader_epoch => {
-                if hand_over.cause == cause {
-                    return;
-                }
-                hand_over.phase
-            }
-            _ => HandOverPhase::Ready,
-        };
-        tracing::info!(%log, node = %me, epoch = %state.leader_epoch, ?target,
-            "reassignment removes this leader: handing the log to a target replica once one has caught up");
-        hand_overs.insert(
-            log,
-            HandOver {
-                epoch: state.leader_epoch,
-                cause,
-                phase,
-            },
-        );
-    }
-
-    /// Gives back the appends `hand_over` stopped, if it stopped them (it
-    /// is waiting), unless a controlled shutdown has begun: that stops them
-    /// too, for its own hand-over, and owns the stop from then on. Whether
-    /// it gave them back. `hand_overs` is the locked map, under which the
-    /// shutdown sets `winding_down`, so the check cannot pass just before
-    /// the shutdown stops the appends.
-    fn give_appends_back(
-        &self,
-        _hand_overs: &HashMap<LogId, HandOver>,
-        replica: &Replica,
-        hand_over: &HandOver,
-    ) -> bool {
-        if !matches!(hand_over.phase, HandOverPhase::Waiting { .. })
-            || self.winding_down.load(Ordering::SeqCst)
-        {
-            return false;
-        }
-        replica.resume_appends_after_hand_over(hand_over.epoch);
-        true
-    }
-
-    /// Writes `phase` into the hand-over of `log` if the map holds one of
-    /// leader `epoch` (its cause unchanged); `None` ends it. Whether it
-    /// wrote.
-    fn set_hand_over_phase(
-        hand_overs: &mut HashMap<LogId, HandOver>,
-        log: LogId,
-        epoch: LeaderEpoch,
-        phase: Option<HandOverPhase>,
-    ) -> bool {
-        match hand_overs.get_mut(&log) {
-            Some(current) if current.epoch == epoch => {
-                match phase {
-                    Some(phase) => current.phase = phase,
-                    None => {
-                        hand_overs.remove(&log);
-                    }
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Ends the wait of `hand_over` (waiting with appends stopped) when
-    /// its deadline has passed or it `stalled` (an ISR member stopped
-    /// fetching below the stopped end): gives the appends back and makes
-    /// it ready again after [`HAND_OVER_RETRY`]. Whether it ended the
-    /// wait. Needs no coordinator, so the control thread runs it even
-    /// while an ISR change waits to be settled with a coordinator that
-    /// does not answer (review of f31c327, finding 1: appends stayed
-    /// stopped for as long as the coordinator was away).
-    fn end_overdue_hand_over(
-        &self,
-        replica: &Replica,
-        hand_over: &HandOver,
-        stalled: bool,
-        now: Instant,
-    ) -> bool {
-        let HandOverPhase::Waiting { deadline, .. } = hand_over.phase else {
-            return false;
-        };
-        if now < deadline && !stalled {
-            return false;
-        }
-        let log = replica.log_id();
-        let mut hand_overs = self.hand_overs.lock();
-        let failed = Some(HandOverPhase::Failed {
-            retry_at: now + HAND_OVER_RETRY,
-        });
-        // Ended or replaced meanwhile: whoever did it gave the appends
-        // back, or owns them.
-        if !Self::set_hand_over_phase(&mut hand_overs, log, hand_over.epoch, failed) {
-            return true;
-        }
-        let resumed = self.give_appends_back(&hand_overs, replica, hand_over);
-        tracing::warn!(%log, node = %self.local(), epoch = %hand_over.epoch, stalled, resumed,
-            "{}: the high watermark did not reach the stopped appends' end, or nobody could take over, in time; appends resume, trying again later", hand_over.cause.label());
-        true
-    }
-
-    /// The hand-over deadline alone, for a tick on which `replica` has an
-    /// ISR change to settle first (see [`end_overdue_hand_over`](Self::end_overdue_hand_over)).
-    fn end_overdue_hand_over_while_unsettled(&self, replica: &Replica) {
-        if self.winding_down.load(Ordering::SeqCst) {
-            return;
-        }
-        let Some(hand_over) = self.hand_overs.lock().get(&replica.log_id()).cloned() else {
-            return;
-        };
-        if replica.role() != (Role::Leader, hand_over.epoch) {
-            return;
-        }
-        self.end_overdue_hand_over(replica, &hand_over, false, self.clock.now());
-    }
-
-    /// The coordinator's live nodes for a hand-over of `log`; `None` (logged)
-    /// when it cannot be read: the next tick tries again.
-    fn live_nodes_for(&self, log: LogId, cause: &HandOverCause) -> Option<Vec<NodeId>> {
-        self.coordinator
-            .live_nodes()
-            .map_err(|error| {
-                tracing::debug!(%log, node = %self.local(), %error, "{}: cannot read live nodes; retrying", cause.label());
-            })
-            .ok()
-    }
-
-    /// One step of `replica`'s hand-over, if one is due (a reassignment's,
-    /// see [`begin_reassignment_hand_over`](Self::begin_reassignment_hand_over),
-    /// or a stuck application's, see
-    /// [`hand_over_from_a_stuck_application`](Self::hand_over_from_a_stuck_application)),
-    /// as a controlled shutdown hands over, but without blocking: stops
-    /// appends once a replica that may take over (a target replica; a
-    /// replica whose application reaches the log start) has fetched
-    /// everything and every other ISR member is fetching; once the high
-    /// watermark reached the log end at which they stopped, names the
-    /// first such replica that is in the ISR, live and has fetched
-    /// everything, by compare-and-set; past [`HAND_OVER_WAIT`], or as soon
-    /// as an ISR member stops fetching, gives appends back and is ready
-    /// again after [`HAND_OVER_RETRY`]. Stopped appends fail with
-    /// `NotLeader` (retriable) and never wait. Under continuous load this
-    /// is what lets the hand-over complete: without the stop the leader
-    /// keeps a record its followers have not fetched yet. The control
-    /// thread calls it on every tick.
-    fn progress_hand_over(&self, replica: &Replica) {
-        // A stopping node's controlled shutdown owns the appends' stop
-        // (review of fa7cb9a: the pass began before it wound down).
-        if self.winding_down.load(Ordering::SeqCst) {
-            return;
-        }
-        let me = self.local();
-        let log = replica.log_id();
-        let Some(hand_over) = self.hand_overs.lock().get(&log).cloned() else {
-            return;
-        };
-        let HandOver { epoch, cause, .. } = hand_over.clone();
-        // Writes the hand-over's next phase (`None`: ends it), but only if
-        // the map still holds a hand-over of this epoch: the event thread
-        // may have ended it (a cancelled move, a caught-up application) or
-        // given it another cause while this pass ran (review of f31c327,
-        // finding 2), and a copy taken at the start must not bring it
-        // back. The cause stays the map's: the event thread owns it, the
-        // phase carries over. Whether it wrote.
-        let set = |phase: Option<HandOverPhase>| {
-            let mut hand_overs = self.hand_overs.lock();
-            Self::set_hand_over_phase(&mut hand_overs, log, epoch, phase)
-        };
-        if replica.role() != (Role::Leader, epoch) {
-            // Someone else moved the leadership: appends in that epoch are
-            // over anyway.
-            set(None);
-            return;
-        }
-        // The hand-over's timers (its wait's deadline, its retry) are on
-        // the node's clock, so that a simulator moves them (issue 28).
-        let now = self.clock.now();
-        let may_take_over = |node: NodeId| {
-            node != me
-                && match &cause {
-                    HandOverCause::Reassignment { target } => target.contains(&node),
-                    HandOverCause::StuckApplication => replica.application_reaches_log_start(node),
-                }
-        };
-        // Whether a replica that may take over has fetched everything (and
-        // is in `live`, if given).
-        let caught_up = |live: Option<&[NodeId]>| {
-            let candidates = match &cause {
-                HandOverCause::Reassignment { target } => target.clone(),
-                HandOverCause::StuckApplication => replica.in_sync_replicas(),
-            };
-            candidates.into_iter().any(|node| {
-                may_take_over(node)
-                    && replica.has_caught_up(node)
-                    && live.is_none_or(|live| live.contains(&node))
-            })
-        };
-        // Every other ISR member fetched lately. One that did not (cut off,
-        // stuck) holds the high watermark until `replica_lag_time_max`
-        // drops it from the ISR: stopping appends for the hand-over then
-        // would refuse `acks=1` and `acks=0` appends for nothing, and this
-        // thread, which serves every log, must not wait for it either.
-        let fresh = self.config.replication.fetch_wait_max * 2;
-        let isr_fetching = || {
-            replica.in_sync_replicas().iter().all(|node| {
-                *node == me
-                    || replica
-                        .follower_lag(*node)
-                        .is_some_and(|(_, since_caught_up)| since_caught_up <= fresh)
-            })
-        };
-        let (end, deadline) = match hand_over.phase {
-            HandOverPhase::Failed { retry_at } => {
-                if now >= retry_at {
-                    set(Some(HandOverPhase::Ready));
-                }
-                return;
-            }
-            HandOverPhase::Ready => {
-                if !caught_up(None) || !isr_fetching() {
-                    return;
-                }
-                // The caught-up replica may have died since its last fetch
-                // (a leader elected while the others go down sees one
-                // fetch from a replica that then crashes, still in the
-                // ISR): stopping appends for it would refuse them for
-                // nothing until the stall gives them back. One coordinator
-                // call, made only when this leader's own view shows a
-                // replica to hand over to.
-                let Some(live) = self.live_nodes_for(log, &cause) else {
-                    return;
-                };
-                if !caught_up(Some(&live)) {
-                    // The caught-up replica is down but, in this leader's
-                    // view, still in the ISR until `replica_lag_time_max`
-                    // drops it: ask the coordinator again after
-                    // HAND_OVER_RETRY, not on every tick (review of
-                    // f31c327). Appends were not stopped.
-                    set(Some(HandOverPhase::Failed {
-                        retry_at: now + HAND_OVER_RETRY,
-                    }));
-                    return;
-                }
-                let Some((stopped, end)) = replica.stop_appends_for_hand_over() else {
-                    set(None);
-                    return;
-                };
-                if stopped != epoch {
-                    // It leads in another epoch now: give back what this
-                    // stopped (unless a controlled shutdown stopped it too).
-                    let hand_overs = self.hand_overs.lock();
-                    let stray = HandOver {
-                        epoch: stopped,
-                        cause: cause.clone(),
-                        phase: HandOverPhase::Waiting { end, deadline: now },
-                    };
-                    self.give_appends_back(&hand_overs, replica, &stray);
-                    drop(hand_overs);
-                    set(None);
-                    return;
-                }
-                let deadline = now + HAND_OVER_WAIT;
-                let waiting = HandOverPhase::Waiting { end, deadline };
-                {
-                    let mut hand_overs = self.hand_overs.lock();
-                    if !Self::set_hand_over_phase(&mut hand_overs, log, epoch, Some(waiting)) {
-                        // Ended while this pass ran: nobody would give
-                        // back the appends just stopped.
-                        let stopped = HandOver {
-                            epoch,
-                            cause: cause.clone(),
-                            phase: waiting,
-                        };
-                        let resumed = self.give_appends_back(&hand_overs, replica, &stopped);
-                        tracing::info!(%log, node = %me, %epoch, resumed,
-                            "{}: ended while stopping appends; appends resume", cause.label());
-                        return;
-                    }
-                }
-                tracing::info!(%log, node = %me, %epoch, log_end_offset = %end,
-                    "{}: appends stopped", cause.label());
-                // The caught-up replica has its fetch parked here and
-                // brings the high watermark to `end` in about one fetch
-                // round: wait for that now, briefly, rather than a whole
-                // control tick (up to 50 ms) with appends stopped. A real
-                // wait, on real time; a node without threads does not wait
-                // (its caller steps the fetches that move the high
-                // watermark, and steps this again on its next wake-up).
-                if end > Offset::ZERO && !self.is_threadless() {
-                    let _ = replica.wait_for_high_watermark_above(
-                        Offset(end.0 - 1),
-                        Instant::now() + HAND_OVER_HW_WAIT,
-                    );
-                }
-                (end, deadline)
-            }
-            HandOverPhase::Waiting { end, deadline } => (end, deadline),
-        };
-        let hand_over = HandOver {
-            epoch,
-            cause: cause.clone(),
-            phase: HandOverPhase::Waiting { end, deadline },
-        };
-        let stalled = replica.high_watermark() < end && !isr_fetching();
-        if self.end_overdue_hand_over(replica, &hand_over, stalled, now) {
-            return;
-        }
-        if replica.high_watermark() < end || !caught_up(None) {
-            return;
-        }
-        let state = match self.coordinator.log_state(log) {
-            Ok(Some(state)) => state,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%log, node = %me, %error, "{}: cannot read the log; retrying", cause.label());
-                return;
-            }
-        };
-        if state.leader != Some(me) || state.leader_epoch != epoch {
-            return; // The event that says so brings the role change.
-        }
-        // A move cancelled or replaced (its replica set unchanged, so the
-        // epoch too) while this ran: the event thread ended this hand-over,
-        // and this call may have put it back (review of f31c327). Nothing
-        // to hand over: give the stopped appends back and end it.
-        if matches!(cause, HandOverCause::Reassignment { .. })
-            && !state.removing_replicas.contains(&me)
-        {
-            let mut hand_overs = self.hand_overs.lock();
-            let waiting = HandOver {
-                epoch,
-                cause: cause.clone(),
-                phase: HandOverPhase::Waiting { end, deadline },
-            };
-            let resumed = self.give_appends_back(&hand_overs, replica, &waiting);
-            tracing::info!(%log, node = %me, %epoch, resumed,
-                "{}: this node is no longer being removed; appends resume", cause.label());
-            if hand_overs
-                .get(&log)
-                .is_some_and(|current| current.epoch == epoch)
-            {
-                hand_overs.remove(&log);
-            }
-            return;
-        }
-        let Some(live) = self.live_nodes_for(log, &cause) else {
-            return;
-        };
-        // Target replicas first, then assignment order.
-        let candidates: Vec<NodeId> = match &cause {
-            HandOverCause::Reassignment { .. } => state.target_replicas(),
-            HandOverCause::StuckApplication => state
-                .target_replicas()
-                .into_iter()
-                .chain(state.replicas.iter().copied())
-                .filter(|node| may_take_over(*node))
-                .collect(),
-        };
-        let Some(successor) = self.caught_up_successor(replica, &state, &candidates, &live) else {
-            return;
-        };
-        debug_assert!(successor != me && state.is_in_sync(successor));
-        let update = self.hand_over_update(&state, successor);
-        match self
-            .coordinator
-            .compare_and_set(log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(new_state)) => {
-                set(None);
-                match cause {
-                    HandOverCause::Reassignment { .. } => {
-                        tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
-                        "reassignment: leadership handed to a target replica")
-                    }
-                    HandOverCause::StuckApplication => {
-                        tracing::warn!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
-                        "handed the leadership over: this replica's application needs a snapshot, which it installs as a follower")
-                    }
-                }
-                self.reconcile(&new_state);
-            }
-            // Lost a race, or the answer was lost: the next tick reads the
-            // stored state again and decides from it.
-            Ok(CasOutcome::Stale(_)) => {}
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "{}: compare-and-set failed; retrying", cause.label());
-            }
-        }
-    }
-
-    /// SPEC 3.9, issue 25: a leader whose application has applied less
-    /// than its log start (`Replica::leader_application_behind`: it was
-    /// elected while its application lagged past the cap) hands the
-    /// leadership over ([`progress_hand_over`](Self::progress_hand_over)
-    /// carries it out) to the first replica (target replicas of a
-    /// reassignment first, then assignment order) that is in the ISR,
-    /// live, has fetched everything this leader holds, and whose
-    /// application has applied at least this log start; as a follower it
-    /// then installs that replica's snapshot (the follower path of SPEC
-    /// 3.9). This begins the hand-over (or ends it, once this replica no
-    /// longer leads behind its application); it says so once per epoch
-    /// (and through `ReplicatedLog::needs_snapshot`). With no such replica
-    /// it leads on, appends included.
-    ///
-    /// SPEC 3.9 is silent; Kafka has no applied positions. Of the ways
-    /// out, this one keeps the rest as it is. Appends stop only for the
-    /// hand-over itself, as a controlled shutdown stops them (for about
-    /// one fetch round, at most [`HAND_OVER_WAIT`], and only once a
-    /// successor has caught up): under continuous `acks=all` load the
-    /// leader always holds a record its followers have not fetched yet, so
-    /// a hand-over that waited for a moment with nothing in flight could
-    /// wait for ever (review of the first version). The successor is an
-    /// ISR member that fetched up to the stopped log end, so it holds
-    /// every acknowledged record, and only a follower ever receives a
-    /// snapshot, so the transfer and install paths stay the ones tested.
-    /// Fetching a snapshot as leader from a follower would keep the
-    /// leadership but need a second transfer path; a controller that
-    /// preferred replicas not needing one would need the applied positions
-    /// in the coordinator. This leader leaves the ISR, as in
-    /// `hand_over_update` (below `min_insync_replicas` it joins the ELR: it
-    /// holds everything), where Kafka's preferred-leader election keeps
-    /// the old leader in: here it stops fetching while its snapshot
-    /// downloads and would hold the new leader's high watermark until
-    /// `replica_lag_time_max`; it rejoins by rule 3.4 once rebuilt. So
-    /// with two replicas, `acks=all` appends fail with
-    /// `NotEnoughReplicas` while it installs the snapshot, if
-    /// `min_insync_replicas` is 2.
-    fn hand_over_from_a_stuck_application(&self, replica: &Replica) {
-        // A stopping node's controlled shutdown hands the leadership over.
-        if self.winding_down.load(Ordering::SeqCst) {
-            return;
-        }
-        let me = self.local();
-        let log = replica.log_id();
-        let behind = replica.leader_application_behind();
-        let (_, epoch) = replica.role();
-        let mut hand_overs = self.hand_overs.lock();
-        let current = hand_overs.get(&log).cloned();
-        let Some((applied, log_start)) = behind else {
-            let stuck =
-                current.filter(|hand_over| hand_over.cause == HandOverCause::StuckApplication);
-            if let Some(hand_over) = stuck {
-                hand_overs.remove(&log);
-                if self.give_appends_back(&hand_overs, replica, &hand_over) {
-                    tracing::info!(%log, node = %me, "this replica's application reaches its log start again: stuck application's hand-over ended; appends resume");
-                }
-            }
-            return;
-        };
-        if replica.stuck_application_warning_due(epoch) {
-            let candidate_seen = replica.in_sync_replicas().into_iter().any(|node| {
-                node != me
-                    && replica.has_caught_up(node)
-                    && replica.application_reaches_log_start(node)
-            });
-            tracing::warn!(%log, node = %me, %epoch, %applied, %log_start, candidate_seen,
-                "leading with this replica's application behind its log start: it needs a snapshot, which only a follower receives; handing the leadership to an in-sync replica whose application reaches the log start once one has caught up (appends stop briefly for it), leading on meanwhile");
-        }
-        // A hand-over in this epoch (a reassignment's, or this one under
-        // way) moves the leadership anyway.
-        if current.is_some_and(|hand_over| hand_over.epoch == epoch) {
-            return;
-        }
-        hand_overs.insert(
-            log,
-            HandOver {
-                epoch,
-                cause: HandOverCause::StuckApplication,
-                phase: HandOverPhase::Ready,
-            },
-        );
-    }
-
     /// Stops and deletes this node's replica of `log`, which the stored
     /// state no longer lists (SPEC 3.10: a reassignment completed or was
     /// cancelled without it). Its fetcher stops, the replica goes offline
@@ -2789,7 +2211,7 @@ impl NodeShared {
         let Some(replica) = self.replicas.write().remove(&log) else {
             return;
         };
-        self.hand_overs.lock().remove(&log);
+        self.core.forget_hand_over(log);
         replica.take_offline();
         if let Err(error) = replica.log().close_in_place() {
             tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
@@ -2980,7 +2402,9 @@ impl NodeShared {
             // in-sync follower that fetched up to its log end. Waiting
             // for one stops at `deadline`.
             let successor = loop {
-                let candidate = self.caught_up_successor(replica, &state, &state.replicas, &live);
+                let candidate = caught_up_successor(&state, me, &state.replicas, &live, |node| {
+                    replica.has_caught_up(node)
+                });
                 if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
                     break candidate;
                 }
@@ -2994,7 +2418,12 @@ impl NodeShared {
                     "controlled shutdown: no live in-sync follower caught up in time; leaving the log to the controller");
                 return;
             };
-            let update = self.hand_over_update(&state, successor);
+            let update = hand_over_update(
+                &state,
+                me,
+                successor,
+                self.config.replication.min_insync_replicas,
+            );
             if out_of_time() {
                 return;
             }
@@ -3081,11 +2510,17 @@ impl NodeShared {
         let Some(live) = self.hand_over_live_nodes(log, &state) else {
             return HandOverStep::Over;
         };
-        let Some(successor) = self.caught_up_successor(replica, &state, &state.replicas, &live)
-        else {
+        let Some(successor) = caught_up_successor(&state, me, &state.replicas, &live, |node| {
+            replica.has_caught_up(node)
+        }) else {
             return HandOverStep::Waiting;
         };
-        let update = self.hand_over_update(&state, successor);
+        let update = hand_over_update(
+            &state,
+            me,
+            successor,
+            self.config.replication.min_insync_replicas,
+        );
         match self
             .coordinator
             .compare_and_set(log, state.leader_epoch, state.version, update)
@@ -3101,52 +2536,6 @@ impl NodeShared {
                 tracing::warn!(%log, node = %me, %error, "controlled shutdown: hand-over failed; leaving the log to the controller");
                 HandOverStep::Over
             }
-        }
-    }
-
-    /// Who a leader hands `state`'s leadership to (controlled shutdown,
-    /// reassignment): the first of `candidates` other than this node that
-    /// is in the ISR, live and has fetched everything `replica` holds, so
-    /// that nothing this leader acknowledged is missing on it.
-    fn caught_up_successor(
-        &self,
-        replica: &Replica,
-        state: &LogState,
-        candidates: &[NodeId],
-        live: &[NodeId],
-    ) -> Option<NodeId> {
-        let me = self.local();
-        candidates.iter().copied().find(|&node| {
-            node != me
-                && state.is_in_sync(node)
-                && live.contains(&node)
-                && replica.has_caught_up(node)
-        })
-    }
-
-    /// The update that hands `state`'s leadership from this node to
-    /// `successor` in the next epoch: this node leaves the ISR, and below
-    /// `min_insync_replicas` joins the ELR (it holds everything, and its
-    /// clean stop keeps it eligible), as Kafka's controller puts a broker in
-    /// controlled shutdown there (KIP-966).
-    fn hand_over_update(&self, state: &LogState, successor: NodeId) -> LogUpdate {
-        let me = self.local();
-        let in_sync_replicas: Vec<NodeId> = state
-            .in_sync_replicas
-            .iter()
-            .copied()
-            .filter(|&node| node != me)
-            .collect();
-        LogUpdate {
-            leader: Some(successor),
-            leader_epoch: state.leader_epoch.next(),
-            eligible_leader_replicas: state.eligible_leader_replicas_after(
-                &in_sync_replicas,
-                self.config.replication.min_insync_replicas,
-            ),
-            in_sync_replicas,
-            unclean_report: None,
-            assignment: None,
         }
     }
 
@@ -3422,8 +2811,21 @@ impl NodeShared {
                     replica,
                     epoch,
                 } => self.start_fetching(leader, Arc::clone(replica.shared()), epoch),
-                Action::BeginReassignmentHandOver { replica, state } => {
-                    self.begin_reassignment_hand_over(replica.get(), &state)
+                Action::WaitHighWatermark { above, until, then } => {
+                    // A real wait, on real time; a node without threads
+                    // does not wait (its caller steps the fetches that move
+                    // the high watermark, and steps the hand-over again on
+                    // its next wake-up).
+                    if !self.is_threadless() {
+                        let _ = then
+                            .replica()
+                            .get()
+                            .wait_for_high_watermark_above(above, Instant::now() + until);
+                    }
+                    let mut next = Vec::new();
+                    self.core
+                        .handle(Input::HighWatermarkWaited(then), &mut next);
+                    to_do.extend(next.into_iter().rev());
                 }
             }
         }
@@ -4009,11 +3411,15 @@ impl NodeShared {
         }
         if replica.unsettled_isr_change().is_some() {
             self.drive_core(|core, out| core.settle_isr(replica, out));
-            self.end_overdue_hand_over_while_unsettled(replica);
+            self.core
+                .end_overdue_hand_over_while_unsettled(replica, self.clock.now());
             return;
         }
-        self.hand_over_from_a_stuck_application(replica);
-        self.progress_hand_over(replica);
+        self.core.hand_over_from_a_stuck_application(replica);
+        // The hand-over's timers are on the node's clock, so that a
+        // simulator moves them (issue 28).
+        let now = self.clock.now();
+        self.drive_core(|core, out| core.progress_hand_over(replica, now, out));
         let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
         if let Some(proposal) = proposal {
             self.drive_core(|core, out| core.submit_isr(replica, proposal, out));

@@ -33,25 +33,34 @@
 //!   report timer;
 //! - the record that a hosted replica lives on this node's data directory,
 //!   made before it serves anything (SPEC 2.8; the set of placed replicas
-//!   is the driver's, see [`NodeCore::record_directory`]).
+//!   is the driver's, see [`NodeCore::record_directory`]);
+//! - a leader's hand-over of its log, a reassignment's (SPEC 3.10) or a
+//!   stuck application's (SPEC 3.9), in `hand_over.rs`: its phases
+//!   ([`phase_step`](hand_over::phase_step)) and the calls that name a successor; the short wait
+//!   for the high watermark it makes is the driver's
+//!   ([`Action::WaitHighWatermark`]).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! hand-overs, fetch serving, timers) still
+//! the controlled shutdown, fetch serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
-//! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`],
-//! [`Action::BeginReassignmentHandOver`]). The core names neither the public face
+//! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
 //! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
 //! drivers do.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+mod hand_over;
+
+pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
+use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
 use crate::replication::{IsrProposal, PeerIncarnations, Replica, Role};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId};
+use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// A coordinator call the core asks its driver to make for this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -297,6 +306,14 @@ pub(crate) enum Continuation {
     /// A read of the log's stored state to open this node's replica of it
     /// again, which could not be opened (on the report timer).
     RetryUnopened(LogId),
+    /// A leader's hand-over of its log on one control pass
+    /// ([`NodeCore::progress_hand_over`]), at `stage`.
+    HandOver {
+        /// The pass.
+        pass: HandOverPass,
+        /// Which call is answered.
+        stage: HandOverStage,
+    },
 }
 
 impl Continuation {
@@ -376,6 +393,28 @@ impl Continuation {
                 | (
                     Continuation::RecordDirectory { .. } | Continuation::Unassign(_),
                     CoordinatorCall::RecordReplicaDirectories { .. }
+                )
+                | (
+                    Continuation::HandOver {
+                        stage: HandOverStage::LiveBeforeStop
+                            | HandOverStage::LiveBeforeWrite { .. },
+                        ..
+                    },
+                    CoordinatorCall::LiveNodes
+                )
+                | (
+                    Continuation::HandOver {
+                        stage: HandOverStage::ReadState { .. },
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::HandOver {
+                        stage: HandOverStage::Write { .. },
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
                 )
         )
     }
@@ -468,22 +507,26 @@ pub(crate) enum Action {
         /// The leader epoch it follows in.
         epoch: LeaderEpoch,
     },
-    /// Keep `replica`'s reassignment hand-over in line with the stored
-    /// `state` it leads in (SPEC 3.10; not in the core yet).
-    BeginReassignmentHandOver {
-        /// The leader's replica.
-        replica: ReplicaRef,
-        /// The stored state.
-        state: LogState,
+    /// Wait, for at most `until` on the real clock, for the high
+    /// watermark of `then`'s replica to pass `above`, then hand `then` back
+    /// as [`Input::HighWatermarkWaited`]: a leader's hand-over that just
+    /// stopped appends waits for the caught-up replica's next fetch (about
+    /// one fetch round) rather than a whole control tick. The threaded
+    /// driver blocks for it; a driver without threads does not wait (its
+    /// caller steps the fetches that move the high watermark, and the
+    /// next control pass looks again).
+    WaitHighWatermark {
+        /// The offset the high watermark is to pass.
+        above: Offset,
+        /// How long to wait at most.
+        until: Duration,
+        /// The hand-over's pass that waits.
+        then: HandOverWait,
     },
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "an input is moved once, from its driver into `handle`, and never kept: boxing an answer (a log's state) would allocate for every coordinator call for nothing"
-)]
 pub(crate) enum Input {
     /// A coordinator call of an [`Action::Call`] returned (or failed).
     Answered {
@@ -494,6 +537,8 @@ pub(crate) enum Input {
     },
     /// The fetching of an [`Action::StopFetching`] stopped.
     FetchingStopped(RoleChange),
+    /// The wait of an [`Action::WaitHighWatermark`] is over.
+    HighWatermarkWaited(HandOverWait),
 }
 
 /// The node's core (see the module doc). Shared by the node's threads
@@ -550,18 +595,38 @@ pub(crate) struct NodeCore {
     /// see no other write that would notify this node, and the controller
     /// waits for the report (review of the controller, finding 7).
     failed_recovery_reports: Mutex<HashSet<LogId>>,
+    /// Set when a controlled shutdown begins (`NodeShared::winding_down`,
+    /// shared): it owns the appends' stop from then on, so no hand-over
+    /// here gives them back or begins. Set under `hand_overs`' lock
+    /// ([`wind_down`](Self::wind_down)).
+    winding_down: Arc<AtomicBool>,
+    /// The longest a fetch waits at its leader: a follower that fetched
+    /// within twice that is fetching, for a hand-over.
+    fetch_wait_max: Duration,
+    /// Logs whose leadership this node is handing over: a reassignment
+    /// removes it (SPEC 3.10), or its application is stuck behind the log
+    /// start (SPEC 3.9). Also the lock under which a hand-over gives its
+    /// stopped appends back and a controlled shutdown sets
+    /// `winding_down`, so that no hand-over gives back appends the
+    /// shutdown has stopped too. Lock order: before the replica's locks
+    /// (`Replica::resume_appends_after_hand_over` runs under it); never
+    /// held while an action runs.
+    hand_overs: Mutex<HashMap<LogId, HandOver>>,
 }
 
 impl NodeCore {
     /// The core of node `node`, which registers with `session_timeout`,
-    /// writes ISR changes for `min_insync_replicas` and stops when `stop`
-    /// is raised. It knows no incarnation yet, its own (0) or any other
-    /// node's.
+    /// writes ISR changes for `min_insync_replicas`, counts a follower
+    /// that fetched within twice `fetch_wait_max` as fetching, stops when
+    /// `stop` is raised and winds down when `winding_down` is. It knows no
+    /// incarnation yet, its own (0) or any other node's.
     pub(crate) fn new(
         node: NodeId,
         session_timeout: Duration,
         min_insync_replicas: usize,
+        fetch_wait_max: Duration,
         stop: Arc<AtomicBool>,
+        winding_down: Arc<AtomicBool>,
     ) -> NodeCore {
         NodeCore {
             node,
@@ -573,6 +638,9 @@ impl NodeCore {
             unreported: Mutex::new(HashMap::new()),
             reported_unopened: Mutex::new(HashSet::new()),
             failed_recovery_reports: Mutex::new(HashSet::new()),
+            winding_down,
+            fetch_wait_max,
+            hand_overs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -1134,10 +1202,7 @@ impl NodeCore {
                 replica
                     .get()
                     .update_isr(state.in_sync_replicas.clone(), state.version);
-                out.push(Action::BeginReassignmentHandOver {
-                    replica,
-                    state: state.clone(),
-                });
+                self.begin_reassignment_hand_over(replica.get(), state);
             }
             RoleStep::Lead => out.push(Action::StopFetching {
                 log: state.log,
@@ -1211,10 +1276,7 @@ impl NodeCore {
                     }
                     return;
                 }
-                out.push(Action::BeginReassignmentHandOver {
-                    replica,
-                    state: *state,
-                });
+                self.begin_reassignment_hand_over(replica.get(), &state);
             }
             RoleChange::Follow { replica, state } => {
                 replica.get().become_follower(
@@ -1270,6 +1332,7 @@ impl NodeCore {
         let (then, answer) = match input {
             Input::Answered { then, answer } => (then, answer),
             Input::FetchingStopped(change) => return self.change_role(change, out),
+            Input::HighWatermarkWaited(wait) => return self.high_watermark_waited(wait, out),
         };
         match (then, answer) {
             (Continuation::Heartbeat, Answer::Done(Ok(()))) => {}
@@ -1420,6 +1483,9 @@ impl NodeCore {
             },
             (Continuation::Unassign(log), Answer::Done(Err(error))) => {
                 tracing::warn!(%log, node = %self.node, %error, "cannot record that the deleted replica is placed on no directory; its next start before it is created again counts it as lost");
+            }
+            (Continuation::HandOver { pass, stage }, answer) => {
+                self.hand_over_answered(pass, stage, answer, out)
             }
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
@@ -2178,9 +2244,17 @@ mod tests {
     use crate::storage::{Log, LogConfig};
 
     const SESSION: Duration = Duration::from_secs(6);
+    const FETCH_WAIT_MAX: Duration = Duration::from_millis(500);
 
     fn core() -> NodeCore {
-        NodeCore::new(NodeId(1), SESSION, 2, Arc::new(AtomicBool::new(false)))
+        NodeCore::new(
+            NodeId(1),
+            SESSION,
+            2,
+            FETCH_WAIT_MAX,
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        )
     }
 
     /// Hands `core` the answer `answer` to a call continued by `then`;
@@ -2946,7 +3020,9 @@ mod tests {
 
     /// A replica the stored state names leader stops fetching, leads in
     /// the stored epoch, and then keeps its reassignment hand-over in line
-    /// with the state; as leader in that epoch already, it does only that.
+    /// with the state (none is due: nothing removes it); as leader in that
+    /// epoch already, it does only that, and begins the hand-over once a
+    /// reassignment removes it with its target replicas in the ISR.
     #[test]
     fn a_leader_stops_fetching_then_leads_in_the_stored_epoch() {
         let dir = tempfile::tempdir().expect("a temporary directory");
@@ -2959,14 +3035,19 @@ mod tests {
         let mut out = Vec::new();
         core.handle(Input::FetchingStopped(then), &mut out);
         assert_eq!(replica.role(), (Role::Leader, LeaderEpoch(3)));
-        let follow_reassignment = Action::BeginReassignmentHandOver {
-            replica: ReplicaRef(Arc::clone(&replica)),
-            state: state.clone(),
-        };
-        assert_eq!(out, vec![follow_reassignment.clone()]);
+        assert_eq!(out, vec![]);
+        assert_eq!(core.hand_over_of(state.log), None);
         let mut out = Vec::new();
         core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
-        assert_eq!(out, vec![follow_reassignment]);
+        assert_eq!(out, vec![]);
+        assert_eq!(core.hand_over_of(state.log), None);
+        let removing = LogState {
+            removing_replicas: vec![n(1)],
+            ..stored(&[1, 2, 3])
+        };
+        core.take_role(&replica, &removing, replica.role(), Some(3), &mut out);
+        assert_eq!(out, vec![]);
+        assert!(core.hand_over_of(state.log).is_some());
     }
 
     /// A restarted leader's move to a new epoch: made, it leads in the

@@ -2284,7 +2284,7 @@ impl Replica {
     /// while its application lagged past the cap (it was a live follower
     /// in the ISR), or when its application goes back to an older
     /// checkpoint. The node hands such a leadership over
-    /// (`NodeShared::hand_over_from_a_stuck_application`). `None` without
+    /// (`NodeCore::hand_over_from_a_stuck_application`). `None` without
     /// a store and without `retain_until_applied` (`BelowLeaderStart::Restart`:
     /// the application does not rely on every record, as a follower there
     /// does not), or when [`own_applied`](Self::own_applied) is `None`.

@@ -51,10 +51,16 @@ impl Trace {
         // kept lines.
         tracing::debug!(target: "isrlog::sim", "{line}");
         if self.kept_max > 0 {
-            if self.kept.len() == self.kept_max {
-                self.kept.pop_front();
-            }
-            self.kept.push_back(line.clone());
+            // The line dropped off the front lends its buffer: no
+            // allocation per line once `kept_max` lines are kept.
+            let mut kept = if self.kept.len() == self.kept_max {
+                self.kept.pop_front().unwrap_or_default()
+            } else {
+                String::new()
+            };
+            kept.clear();
+            kept.push_str(&line);
+            self.kept.push_back(kept);
         }
         self.line = line;
     }

@@ -478,6 +478,10 @@ struct Machine {
     wake_at: Option<Duration>,
     /// Its process's fetch sessions, by leader.
     sessions: Vec<Session>,
+    /// Its process's fetchers' sessions as last taken, with the
+    /// [`fetchers_version`](SteppedNode::fetchers_version) then (taken
+    /// again only once it changes; forgotten when a process starts).
+    fetch_sessions_seen: Option<(u64, Vec<FetchSession>)>,
     /// Opens that failed in a row.
     failed_opens: usize,
     /// Its process's replica was checked against what was committed up
@@ -800,6 +804,7 @@ impl Run {
                 controller: None,
                 wake_at: None,
                 sessions: Vec::new(),
+                fetch_sessions_seen: None,
                 failed_opens: 0,
                 checked_up_to: Offset::ZERO,
                 check_failed_at: None,
@@ -1414,6 +1419,7 @@ impl Run {
                     ));
                 }
                 self.machines[index].node = Some(node);
+                self.machines[index].fetch_sessions_seen = None;
                 self.machines[index].controller = controller;
                 self.machines[index].failed_opens = 0;
                 self.machines[index].checked_up_to = Offset::ZERO;
@@ -2101,8 +2107,20 @@ impl Run {
             let Some(node) = self.machines[follower].node.as_ref() else {
                 continue;
             };
-            let current = node.fetch_sessions();
+            let version = node.fetchers_version();
+            let taken = self.machines[follower]
+                .fetch_sessions_seen
+                .as_ref()
+                .is_none_or(|(seen, _)| *seen != version)
+                .then(|| node.fetch_sessions());
             let machine = &mut self.machines[follower];
+            if let Some(current) = taken {
+                machine.fetch_sessions_seen = Some((version, current));
+            }
+            let current: &[FetchSession] = machine
+                .fetch_sessions_seen
+                .as_ref()
+                .map_or(&[], |(_, current)| current);
             // A retired fetcher's thread still applies the answer to the
             // fetch it has out (it checks its stop only before the next), so
             // a retired session stays until that answer or failure.
@@ -2110,9 +2128,9 @@ impl Run {
                 kept.outstanding.is_some() || current.iter().any(|c| c.is(&kept.fetch))
             });
             for fetch in current {
-                if !machine.sessions.iter().any(|kept| kept.fetch.is(&fetch)) {
+                if !machine.sessions.iter().any(|kept| kept.fetch.is(fetch)) {
                     machine.sessions.push(Session {
-                        fetch,
+                        fetch: fetch.clone(),
                         outstanding: None,
                         resume: None,
                     });

@@ -126,6 +126,10 @@ pub(crate) struct NodeShared {
     /// Never set without `testing`.
     threadless: AtomicBool,
     fetchers: Mutex<HashMap<NodeId, Fetcher>>,
+    /// Bumped, under `fetchers`' lock, whenever a fetcher joins or leaves
+    /// `fetchers`: a simulator that drives the fetchers' sessions takes
+    /// the list again only then.
+    fetchers_version: AtomicU64,
     /// Fetchers told to stop but maybe still inside a transport call (up to
     /// its deadline): joined once finished, never on the control thread
     /// while they run, so heartbeats and role changes are not held up.
@@ -522,6 +526,7 @@ impl Node {
             replicas: RwLock::new(BTreeMap::new()),
             threadless: AtomicBool::new(false),
             fetchers: Mutex::new(HashMap::new()),
+            fetchers_version: AtomicU64::new(0),
             retired_fetchers: Mutex::new(Vec::new()),
             data_arrived: Arc::new(Watch::new(0)),
             roll_flusher: Arc::new(RollFlushThread::new(format!("isrlog-roll-flush-{}", me.0))),
@@ -1128,7 +1133,11 @@ impl Node {
             }
         }
         // Stopped in the order of their leaders' ids, not the map's.
-        let mut fetchers: Vec<(NodeId, Fetcher)> = self.shared.fetchers.lock().drain().collect();
+        let mut fetchers: Vec<(NodeId, Fetcher)> = {
+            let mut fetchers = self.shared.fetchers.lock();
+            self.shared.fetchers_version.fetch_add(1, Ordering::SeqCst);
+            fetchers.drain().collect()
+        };
         fetchers.sort_by_key(|(leader, _)| *leader);
         let mut fetchers: Vec<Fetcher> = fetchers.into_iter().map(|(_, f)| f).collect();
         fetchers.append(&mut self.shared.retired_fetchers.lock());
@@ -1335,6 +1344,12 @@ impl SteppedNode {
     /// jobs ran.
     pub(crate) fn run_background_work(&self) -> usize {
         self.node.shared.roll_flusher.run_held()
+    }
+
+    /// A value that changes whenever the fetchers (and so
+    /// [`fetch_sessions`](Self::fetch_sessions)) change.
+    pub(crate) fn fetchers_version(&self) -> u64 {
+        self.node.shared.fetchers_version.load(Ordering::SeqCst)
     }
 
     /// The sessions of this node's fetchers, by leader: a simulator asks
@@ -2247,6 +2262,9 @@ impl NodeShared {
             .collect();
         idle.sort();
         let stopped: Vec<Fetcher> = idle.iter().filter_map(|l| fetchers.remove(l)).collect();
+        if !stopped.is_empty() {
+            self.fetchers_version.fetch_add(1, Ordering::SeqCst);
+        }
         drop(fetchers);
         for fetcher in &stopped {
             fetcher.signal_stop();
@@ -2261,6 +2279,10 @@ impl NodeShared {
         epoch: crate::types::LeaderEpoch,
     ) {
         let mut fetchers = self.fetchers.lock();
+        if !fetchers.contains_key(&leader) {
+            // A fetcher joins below (or none, if it cannot be started).
+            self.fetchers_version.fetch_add(1, Ordering::SeqCst);
+        }
         let fetcher = match fetchers.entry(leader) {
             std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
             #[cfg(any(test, feature = "testing"))]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::append::{Acks, AppendOutcome};
 use crate::error::{Error, Result};
 use crate::node::{LogParts, Node, NodeShared};
-use crate::record::{BatchIter, Record, RecordBatch, RecordBatchBuilder};
+use crate::record::{Record, RecordBatch, RecordBatchBuilder};
 use crate::replication::{AppendHandle, Completion, DeferredWriter, Replica, Role};
 use crate::sync::Arc;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
@@ -285,10 +285,8 @@ impl ReplicatedLog {
         bytes_max: usize,
         isolation: Isolation,
     ) -> Result<Vec<RecordBatch>> {
-        let bytes = self
-            .replica
-            .read(from, bytes_max, isolation == Isolation::Committed)?;
-        BatchIter::new(bytes).collect()
+        self.replica
+            .read_batches(from, bytes_max, isolation == Isolation::Committed)
     }
 
     /// Like [`read`](Self::read) with `Committed`, but waits up to `timeout`

@@ -76,6 +76,13 @@ struct Shared {
 struct State {
     logs: BTreeMap<LogId, LogState>,
     sessions: BTreeMap<NodeId, Session>,
+    /// The earliest of the sessions' expiries ([`Session::expires_at`]),
+    /// and whether some session's expiry is past what an `Instant` holds;
+    /// asked on every call, so kept rather than computed each time.
+    ///
+    /// Invariant: as [`SessionExpiries::of`] gives for `sessions`
+    /// (refreshed wherever a session is added, heartbeated or removed).
+    session_expiries: SessionExpiries,
     /// Invariant: the controller, if any, has a session.
     controller: Option<NodeId>,
     /// The epoch of the last controller elected (0 before the first).
@@ -110,6 +117,38 @@ struct Session {
     last_heartbeat: Instant,
     /// This registration's incarnation.
     incarnation: Incarnation,
+}
+
+impl Session {
+    /// The instant after which the session has expired, unless heartbeated
+    /// (`None`: past what an `Instant` holds, so never). `now` is past it
+    /// exactly when more than the timeout passed since the last heartbeat.
+    fn expires_at(&self) -> Option<Instant> {
+        self.last_heartbeat.checked_add(self.session_timeout)
+    }
+}
+
+/// See [`State::session_expiries`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct SessionExpiries {
+    earliest: Option<Instant>,
+    some_unrepresentable: bool,
+}
+
+impl SessionExpiries {
+    fn of(sessions: &BTreeMap<NodeId, Session>) -> SessionExpiries {
+        let mut expiries = SessionExpiries::default();
+        for session in sessions.values() {
+            match session.expires_at() {
+                Some(at) => {
+                    expiries.earliest =
+                        Some(expiries.earliest.map_or(at, |earliest| earliest.min(at)));
+                }
+                None => expiries.some_unrepresentable = true,
+            }
+        }
+        expiries
+    }
 }
 
 #[derive(Debug)]
@@ -162,6 +201,7 @@ impl MemoryCoordinator {
             state: Mutex::new(State {
                 logs: BTreeMap::new(),
                 sessions: BTreeMap::new(),
+                session_expiries: SessionExpiries::default(),
                 controller: None,
                 controller_epoch: ControllerEpoch::default(),
                 next_producer_id: 0,
@@ -230,6 +270,9 @@ impl MemoryCoordinator {
     /// instant ends it only if the clock has moved past it.
     pub fn next_session_expiry(&self) -> Option<Instant> {
         let state = self.handle.shared.state.lock();
+        if !state.session_expiries.some_unrepresentable {
+            return state.session_expiries.earliest;
+        }
         state
             .sessions
             .values()
@@ -423,6 +466,14 @@ fn run_reaper(shared: &Shared) {
 impl State {
     /// Ends every session not heartbeated within its timeout.
     fn expire_sessions(&mut self, now: Instant) {
+        // None has expired while `now` is not past the earliest expiry.
+        if self
+            .session_expiries
+            .earliest
+            .is_none_or(|earliest| now <= earliest)
+        {
+            return;
+        }
         let expired: Vec<NodeId> = self
             .sessions
             .iter()
@@ -448,6 +499,7 @@ impl State {
         if ended.is_empty() {
             return;
         }
+        self.session_expiries = SessionExpiries::of(&self.sessions);
         let live = self.live_nodes();
         self.notify_all(CoordinatorEvent::NodesChanged { live });
         if self
@@ -757,6 +809,7 @@ impl Coordinator for MemoryCoordinator {
                 incarnation,
             },
         );
+        state.session_expiries = SessionExpiries::of(&state.sessions);
         // Announced also when the set stays the same: the node's
         // incarnation changed, and its leaders must learn it.
         let live = state.live_nodes();
@@ -773,6 +826,7 @@ impl Coordinator for MemoryCoordinator {
         match state.sessions.get_mut(&node) {
             Some(session) => {
                 session.last_heartbeat = now;
+                state.session_expiries = SessionExpiries::of(&state.sessions);
                 Ok(())
             }
             None => Err(Error::Coordinator {

@@ -482,13 +482,6 @@ impl Records {
             ),
         }))
     }
-
-    fn take(&mut self, n: usize) -> Option<Bytes> {
-        if self.rest.len() < n {
-            return None;
-        }
-        Some(self.rest.split_to(n))
-    }
 }
 
 impl Iterator for Records {
@@ -504,81 +497,148 @@ impl Iterator for Records {
             }
             return None;
         }
-        let Some(mut len_bytes) = self.take(4) else {
-            return self.malformed("truncated record length");
+        // Checked in place first: only the parts handed out become `Bytes`
+        // (each a reference taken on the buffer), not every field on the way.
+        let layout = match RecordLayout::of(&self.rest, self.index) {
+            Ok(layout) => layout,
+            Err(what) => return self.malformed(what),
         };
-        let len = len_bytes.get_u32_le() as usize;
-        let Some(mut body) = self.take(len) else {
-            return self.malformed("record length runs past the batch");
-        };
-        if body.len() < RECORD_FIXED_BYTES - 4 {
-            return self.malformed("record shorter than its fixed fields");
-        }
-        let _attributes = body.get_u8();
-        let timestamp_delta = body.get_i64_le();
-        let offset_delta = body.get_u32_le();
-        if offset_delta != self.index {
-            return self.malformed("offset delta out of order");
-        }
-        let key_len = body.get_i32_le();
-        let key = if key_len < 0 {
-            None
-        } else {
-            if body.len() < key_len as usize {
-                return self.malformed("key runs past the record");
-            }
-            Some(body.split_to(key_len as usize))
-        };
-        if body.len() < 4 {
-            return self.malformed("truncated value length");
-        }
-        let value_len = body.get_u32_le() as usize;
-        if body.len() < value_len {
-            return self.malformed("value runs past the record");
-        }
-        let value = body.split_to(value_len);
-        if body.len() < 4 {
-            return self.malformed("truncated header count");
-        }
-        let header_count = body.get_u32_le() as usize;
-        // Each header needs at least 8 bytes: bound the allocation by them.
-        if header_count > body.len() / 8 {
-            return self.malformed("header count runs past the record");
-        }
-        let mut headers = Vec::with_capacity(header_count);
-        for _ in 0..header_count {
-            if body.len() < 4 {
-                return self.malformed("truncated header key length");
-            }
-            let hk_len = body.get_u32_le() as usize;
-            if body.len() < hk_len + 4 {
-                return self.malformed("header key runs past the record");
-            }
-            let hk = body.split_to(hk_len);
-            let hv_len = body.get_i32_le();
-            let hv = if hv_len < 0 {
-                None
-            } else {
-                if body.len() < hv_len as usize {
-                    return self.malformed("header value runs past the record");
-                }
-                Some(body.split_to(hv_len as usize))
-            };
-            headers.push((hk, hv));
-        }
-        if !body.is_empty() {
-            return self.malformed("trailing bytes inside the record");
+        let mut headers = Vec::with_capacity(layout.header_count);
+        let mut at = layout.headers_at;
+        for _ in 0..layout.header_count {
+            let key_len = u32::from_le_bytes(le_bytes(&self.rest, at)) as usize;
+            let key = self.rest.slice(at + 4..at + 4 + key_len);
+            at += 4 + key_len;
+            let value_len = i32::from_le_bytes(le_bytes(&self.rest, at));
+            at += 4;
+            let value = usize::try_from(value_len).ok().map(|value_len| {
+                at += value_len;
+                self.rest.slice(at - value_len..at)
+            });
+            headers.push((key, value));
         }
         let record = Record {
             offset: self.header.base_offset.plus(u64::from(self.index)),
-            timestamp: self.header.first_timestamp.wrapping_add(timestamp_delta),
-            key,
-            value,
+            timestamp: self
+                .header
+                .first_timestamp
+                .wrapping_add(layout.timestamp_delta),
+            key: layout.key.map(|key| self.rest.slice(key)),
+            value: self.rest.slice(layout.value),
             headers,
         };
+        self.rest.advance(layout.bytes);
         self.index += 1;
         Some(Ok(record))
     }
+}
+
+/// Where the parts of the record at the start of a batch's remaining bytes
+/// lie, checked as [`Records`] hands a record out.
+struct RecordLayout {
+    /// The record's bytes, its length field included.
+    bytes: usize,
+    timestamp_delta: i64,
+    key: Option<std::ops::Range<usize>>,
+    value: std::ops::Range<usize>,
+    /// Where the first header begins; every header is checked to lie
+    /// within the record.
+    headers_at: usize,
+    header_count: usize,
+}
+
+impl RecordLayout {
+    /// The layout of the record at the start of `rest`, the `index`-th of
+    /// its batch, or what is wrong with it.
+    fn of(rest: &[u8], index: u32) -> std::result::Result<RecordLayout, &'static str> {
+        if rest.len() < 4 {
+            return Err("truncated record length");
+        }
+        let len = u32::from_le_bytes(le_bytes(rest, 0)) as usize;
+        if rest.len() - 4 < len {
+            return Err("record length runs past the batch");
+        }
+        let end = 4 + len;
+        if len < RECORD_FIXED_BYTES - 4 {
+            return Err("record shorter than its fixed fields");
+        }
+        // After the attributes byte.
+        let mut at = 5;
+        let timestamp_delta = i64::from_le_bytes(le_bytes(rest, at));
+        let offset_delta = u32::from_le_bytes(le_bytes(rest, at + 8));
+        if offset_delta != index {
+            return Err("offset delta out of order");
+        }
+        let key_len = i32::from_le_bytes(le_bytes(rest, at + 12));
+        at += 16;
+        let key = match usize::try_from(key_len) {
+            Err(_) => None,
+            Ok(key_len) => {
+                if end - at < key_len {
+                    return Err("key runs past the record");
+                }
+                at += key_len;
+                Some(at - key_len..at)
+            }
+        };
+        if end - at < 4 {
+            return Err("truncated value length");
+        }
+        let value_len = u32::from_le_bytes(le_bytes(rest, at)) as usize;
+        at += 4;
+        if end - at < value_len {
+            return Err("value runs past the record");
+        }
+        let value = at..at + value_len;
+        at += value_len;
+        if end - at < 4 {
+            return Err("truncated header count");
+        }
+        let header_count = u32::from_le_bytes(le_bytes(rest, at)) as usize;
+        at += 4;
+        // Each header needs at least 8 bytes: bound the allocation by them.
+        if header_count > (end - at) / 8 {
+            return Err("header count runs past the record");
+        }
+        let headers_at = at;
+        for _ in 0..header_count {
+            if end - at < 4 {
+                return Err("truncated header key length");
+            }
+            let key_len = u32::from_le_bytes(le_bytes(rest, at)) as usize;
+            at += 4;
+            if end - at < key_len.saturating_add(4) {
+                return Err("header key runs past the record");
+            }
+            at += key_len;
+            let value_len = i32::from_le_bytes(le_bytes(rest, at));
+            at += 4;
+            if let Ok(value_len) = usize::try_from(value_len) {
+                if end - at < value_len {
+                    return Err("header value runs past the record");
+                }
+                at += value_len;
+            }
+        }
+        if at != end {
+            return Err("trailing bytes inside the record");
+        }
+        Ok(RecordLayout {
+            bytes: end,
+            timestamp_delta,
+            key,
+            value,
+            headers_at,
+            header_count,
+        })
+    }
+}
+
+/// The `N` bytes of `bytes` at `at`, which the caller checked are there.
+fn le_bytes<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    let mut field = [0; N];
+    field.copy_from_slice(&bytes[at..at + N]);
+    field
 }
 
 /// Iterator over the whole batches in a buffer (a read result or a fetch

@@ -2985,6 +2985,28 @@ impl Replica {
         }
     }
 
+    /// Like [`read`](Self::read), but returns the batches as the log
+    /// checked them (parsed and CRC-checked once, not again by the caller).
+    pub(crate) fn read_batches(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        committed: bool,
+    ) -> Result<Vec<RecordBatch>> {
+        if committed {
+            let hw = self.high_watermark();
+            self.log.read_batches(from, bytes_max, Some(hw))
+        } else {
+            self.write_deferred(DeferredWriter::Reader);
+            let role = self.role.read();
+            if role.role != Role::Leader {
+                return Err(self.not_leader(&role));
+            }
+            drop(role);
+            self.log.read_batches(from, bytes_max, None)
+        }
+    }
+
     /// Waits until the high watermark is above `offset`. Panics inside a
     /// deterministic simulation unless it already is.
     #[track_caller]

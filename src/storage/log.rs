@@ -996,13 +996,13 @@ impl Log {
     /// a batch that fails any of these is `Error::Corrupt` naming the data
     /// file and its byte position, and no byte of it is returned.
     pub fn read(&self, from: Offset, bytes_max: usize) -> Result<ReadResult> {
-        self.read_inner(from, bytes_max, None, false)
+        self.read_inner(from, bytes_max, None, false, None)
     }
 
     /// Like [`read`](Self::read), but never returns a batch containing an
     /// offset at or above `limit` (the high watermark, for committed reads).
     pub fn read_up_to(&self, from: Offset, bytes_max: usize, limit: Offset) -> Result<ReadResult> {
-        self.read_inner(from, bytes_max, Some(limit), false)
+        self.read_inner(from, bytes_max, Some(limit), false, None)
     }
 
     /// A committed read for a replica: like [`read_up_to`](Self::read_up_to)
@@ -1019,15 +1019,32 @@ impl Log {
         bytes_max: usize,
         limit: Offset,
     ) -> Result<ReadResult> {
-        self.read_inner(from, bytes_max, Some(limit), true)
+        self.read_inner(from, bytes_max, Some(limit), true, None)
     }
 
+    /// Like [`read_committed`](Self::read_committed) (`limit` given) or
+    /// [`read`](Self::read) (`None`), but returns the batches themselves:
+    /// the ones the read checked (SPEC 2.3), so that a caller who wants
+    /// them decoded does not parse and CRC-check the bytes a second time.
+    pub(crate) fn read_batches(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        limit: Option<Offset>,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        self.read_inner(from, bytes_max, limit, limit.is_some(), Some(&mut batches))?;
+        Ok(batches)
+    }
+
+    /// `batches`, when given, receives each batch returned, as checked.
     fn read_inner(
         &self,
         from: Offset,
         bytes_max: usize,
         limit: Option<Offset>,
         within_high_watermark: bool,
+        mut batches: Option<&mut Vec<RecordBatch>>,
     ) -> Result<ReadResult> {
         // A truncation (and new appends in its place) between finding the
         // bytes and reading them can make them fail the checks below through
@@ -1077,7 +1094,11 @@ impl Log {
                     limit: limit.unwrap_or(log_end_offset).min(log_end_offset),
                 }
             };
-            match self.read_planned(from, bytes_max, &plan) {
+            if let Some(batches) = batches.as_deref_mut() {
+                // A read tried again hands out only its own batches.
+                batches.clear();
+            }
+            match self.read_planned(from, bytes_max, &plan, batches.as_deref_mut()) {
                 Err(e @ Error::Corrupt { .. }) => {
                     attempts += 1;
                     if self.state.read().truncations == plan.truncations
@@ -1097,7 +1118,13 @@ impl Log {
     /// checks catch what the CRC does not cover (a flipped base offset or
     /// leader epoch), which would otherwise serve records under wrong
     /// offsets.
-    fn read_planned(&self, from: Offset, bytes_max: usize, plan: &ReadPlan) -> Result<ReadResult> {
+    fn read_planned(
+        &self,
+        from: Offset,
+        bytes_max: usize,
+        plan: &ReadPlan,
+        mut batches: Option<&mut Vec<RecordBatch>>,
+    ) -> Result<ReadResult> {
         let file = &plan.file;
         let mut result = ReadResult {
             records: Bytes::new(),
@@ -1151,8 +1178,11 @@ impl Log {
                         }
                     }
                     let size = h.size_bytes();
-                    RecordBatch::from_parsed(h, buf.slice(used..used + size))
+                    let batch = RecordBatch::from_parsed(h, buf.slice(used..used + size))
                         .map_err(|e| corrupt(e.to_string()))?;
+                    if let Some(batches) = batches.as_deref_mut() {
+                        batches.push(batch);
+                    }
                     used += size;
                     next_offset = h.next_offset();
                 }

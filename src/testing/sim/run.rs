@@ -478,6 +478,10 @@ struct Machine {
     wake_at: Option<Duration>,
     /// Its process's fetch sessions, by leader.
     sessions: Vec<Session>,
+    /// Its process's fetchers' sessions as last taken, with the
+    /// [`fetchers_version`](SteppedNode::fetchers_version) then (taken
+    /// again only once it changes; forgotten when a process starts).
+    fetch_sessions_seen: Option<(u64, Vec<FetchSession>)>,
     /// Opens that failed in a row.
     failed_opens: usize,
     /// Its process's replica was checked against what was committed up
@@ -613,6 +617,10 @@ type LogStateSeen = (Option<NodeId>, LeaderEpoch, Vec<NodeId>, Vec<NodeId>);
 struct Run {
     /// The log's leader, epoch, ISR and ELR the trace last recorded.
     log_state_seen: Option<LogStateSeen>,
+    /// Each node's log handle during [`check_step`](Self::check_step),
+    /// taken once for all its checks (kept for its allocation; empty
+    /// between steps).
+    step_logs: Vec<Option<crate::ReplicatedLog>>,
     /// When a fetch from a follower (second) last reached a leader's
     /// process (first), for SPEC 3.4's check.
     fetch_arrivals: BTreeMap<(usize, usize), Duration>,
@@ -796,6 +804,7 @@ impl Run {
                 controller: None,
                 wake_at: None,
                 sessions: Vec::new(),
+                fetch_sessions_seen: None,
                 failed_opens: 0,
                 checked_up_to: Offset::ZERO,
                 check_failed_at: None,
@@ -827,6 +836,7 @@ impl Run {
             .map(|_| ProducerClient::new(LOG, clock.clone(), producer_config));
         Run {
             log_state_seen: None,
+            step_logs: Vec::new(),
             fetch_arrivals: BTreeMap::new(),
             leading_since: BTreeMap::new(),
             rng: SplitMix64::new(mix64(config.seed)),
@@ -1409,6 +1419,7 @@ impl Run {
                     ));
                 }
                 self.machines[index].node = Some(node);
+                self.machines[index].fetch_sessions_seen = None;
                 self.machines[index].controller = controller;
                 self.machines[index].failed_opens = 0;
                 self.machines[index].checked_up_to = Offset::ZERO;
@@ -2096,8 +2107,20 @@ impl Run {
             let Some(node) = self.machines[follower].node.as_ref() else {
                 continue;
             };
-            let current = node.fetch_sessions();
+            let version = node.fetchers_version();
+            let taken = self.machines[follower]
+                .fetch_sessions_seen
+                .as_ref()
+                .is_none_or(|(seen, _)| *seen != version)
+                .then(|| node.fetch_sessions());
             let machine = &mut self.machines[follower];
+            if let Some(current) = taken {
+                machine.fetch_sessions_seen = Some((version, current));
+            }
+            let current: &[FetchSession] = machine
+                .fetch_sessions_seen
+                .as_ref()
+                .map_or(&[], |(_, current)| current);
             // A retired fetcher's thread still applies the answer to the
             // fetch it has out (it checks its stop only before the next), so
             // a retired session stays until that answer or failure.
@@ -2105,9 +2128,9 @@ impl Run {
                 kept.outstanding.is_some() || current.iter().any(|c| c.is(&kept.fetch))
             });
             for fetch in current {
-                if !machine.sessions.iter().any(|kept| kept.fetch.is(&fetch)) {
+                if !machine.sessions.iter().any(|kept| kept.fetch.is(fetch)) {
                     machine.sessions.push(Session {
-                        fetch,
+                        fetch: fetch.clone(),
                         outstanding: None,
                         resume: None,
                     });
@@ -2338,14 +2361,31 @@ impl Run {
     /// committed end is above what earlier leaders acknowledged (SPEC 3.8).
     fn check_step(&mut self) -> Result<(), String> {
         self.trace_log_state();
-        for index in 0..self.machines.len() {
-            self.check_committed_on(index)?;
+        // Taken once for both passes: the checks change no node's
+        // replicas (looking a replica up was a tenth of the checks).
+        let mut logs = std::mem::take(&mut self.step_logs);
+        logs.extend(self.machines.iter().map(|machine| {
+            machine
+                .node
+                .as_ref()
+                .and_then(|node| node.node().log(LOG).ok())
+        }));
+        let checked = self.check_step_on(&logs);
+        logs.clear();
+        self.step_logs = logs;
+        checked
+    }
+
+    /// [`check_step`](Self::check_step) with each node's log handle, if
+    /// it has the log.
+    fn check_step_on(&mut self, logs: &[Option<crate::ReplicatedLog>]) -> Result<(), String> {
+        for (index, log) in logs.iter().enumerate() {
+            if let Some(log) = log {
+                self.check_committed_on_log(index, log)?;
+            }
         }
-        for index in 0..self.machines.len() {
-            let Some(node) = self.machines[index].node.as_ref() else {
-                continue;
-            };
-            let Ok(log) = node.node().log(LOG) else {
+        for (index, log) in logs.iter().enumerate() {
+            let Some(log) = log else {
                 continue;
             };
             if log.is_storage_failed() && !self.machines[index].restart_owed {
@@ -2378,7 +2418,7 @@ impl Run {
                     ));
                 }
             }
-            self.check_fetches_vouch_as_of_arrival(index, &log)?;
+            self.check_fetches_vouch_as_of_arrival(index, log)?;
             let shown = self
                 .leader_high_watermarks
                 .entry((index, log.leader_epoch()))
@@ -3085,6 +3125,16 @@ impl Run {
         else {
             return Ok(());
         };
+        self.check_committed_on_log(index, &log)
+    }
+
+    /// [`check_committed_on`](Self::check_committed_on) with node
+    /// `index`'s log handle.
+    fn check_committed_on_log(
+        &mut self,
+        index: usize,
+        log: &crate::ReplicatedLog,
+    ) -> Result<(), String> {
         let high_watermark = log.high_watermark();
         let mut from = self.machines[index]
             .checked_up_to

@@ -694,6 +694,14 @@ impl State {
     }
 
     fn check_invariants(&self) {
+        // Every path that changes a session refreshes the cache: one that
+        // did not would silently stop sessions expiring (review of
+        // 9dc41f1, helper-91).
+        assert_eq!(
+            self.session_expiries,
+            SessionExpiries::of(&self.sessions),
+            "the earliest session expiry is stale"
+        );
         for (log, state) in &self.logs {
             assert_eq!(*log, state.log, "log stored under the wrong id");
             state.check_invariants();

@@ -1052,6 +1052,14 @@ impl Log {
         // mismatch with no truncation in between is corruption.
         let mut attempts = 0;
         loop {
+            if let Some(batches) = batches.as_deref_mut() {
+                // A read tried again hands out only its own batches, also
+                // when the retry's plan ends it empty at once (the log now
+                // ends at `from`, or the high watermark dropped to it):
+                // the failed attempt's batches may be gone from the log
+                // (review of 7c34d31, helper-91).
+                batches.clear();
+            }
             self.commit.check_not_poisoned(&self.dir)?;
             let plan = {
                 let state = self.state.read();
@@ -1094,10 +1102,6 @@ impl Log {
                     limit: limit.unwrap_or(log_end_offset).min(log_end_offset),
                 }
             };
-            if let Some(batches) = batches.as_deref_mut() {
-                // A read tried again hands out only its own batches.
-                batches.clear();
-            }
             match self.read_planned(from, bytes_max, &plan, batches.as_deref_mut()) {
                 Err(e @ Error::Corrupt { .. }) => {
                     attempts += 1;

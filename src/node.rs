@@ -39,14 +39,14 @@ mod core;
 
 use self::core::{
     caught_up_successor, hand_over_update, Action, Answer, CoordinatorCall, Input, NodeCore,
+    HAND_OVER_ATTEMPTS_MAX,
 };
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
     cancel_reassignment, reassign_log, replace_node, AddingReplica, CasOutcome, Controller,
-    ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
-    ReassignmentProgress,
+    ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState, ReassignmentProgress,
 };
 use crate::error::{Error, Result};
 use crate::replication::CompletionRunner;
@@ -66,10 +66,6 @@ use crate::transport::{
     RateLimitedWarnings, Request, RequestHandler, Response, SnapshotResponse, Transport, Warning,
 };
 use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
-
-/// Controlled shutdown: compare-and-set attempts per log before leaving it
-/// to the controller.
-const HAND_OVER_ATTEMPTS_MAX: usize = 5;
 
 /// How often a node retries the unclean-shutdown reports it could not
 /// record yet ([`Node::pending_unclean_reports`]), besides on every change
@@ -2570,57 +2566,12 @@ impl NodeShared {
     }
 
     /// [`leave_in_sync_replicas`](Self::leave_in_sync_replicas) for one
-    /// log; no coordinator call starts once `late` says the deadline has
-    /// passed.
+    /// log ([`NodeCore::leave_in_sync_replica`]); no coordinator call
+    /// starts once `late` says the deadline has passed.
     fn leave_in_sync_replica(&self, log: LogId, late: &dyn Fn() -> bool) {
-        let me = self.local();
-        if self.core.is_unreported(log) {
-            // Its unclean-shutdown report is still pending: leaving the ISR
-            // for the ELR would keep it eligible with records it lost. The
-            // next start reports again (no clean-shutdown marker).
-            return;
-        }
-        for _ in 0..HAND_OVER_ATTEMPTS_MAX {
-            if late() {
-                return;
-            }
-            let state = match self.coordinator.log_state(log) {
-                Ok(Some(state)) => state,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state to leave its ISR");
-                    return;
-                }
-            };
-            if state.leader == Some(me) || !state.in_sync_replicas.contains(&me) {
-                return;
-            }
-            let isr: Vec<NodeId> = state
-                .in_sync_replicas
-                .iter()
-                .copied()
-                .filter(|&node| node != me)
-                .collect();
-            let update = LogUpdate::in_sync_replicas(
-                &state,
-                isr,
-                self.config.replication.min_insync_replicas,
-            );
-            if late() {
-                return;
-            }
-            match self
-                .coordinator
-                .compare_and_set(log, state.leader_epoch, state.version, update)
-            {
-                Ok(CasOutcome::Applied(_)) => return,
-                Ok(CasOutcome::Stale(_)) => continue,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot leave the ISR");
-                    return;
-                }
-            }
-        }
+        let mut actions = Vec::new();
+        self.core.leave_in_sync_replica(log, &mut actions);
+        self.drive_until(actions, late);
     }
 
     /// Runs `work` on every item, on up to [`SHUTDOWN_WORKERS_MAX`] threads
@@ -2745,11 +2696,24 @@ impl NodeShared {
     /// were (issue 28). The caller holds no node lock: the core may be
     /// entered again.
     fn drive(&self, actions: Vec<Action>) {
+        self.drive_until(actions, &|| false);
+    }
+
+    /// [`drive`](Self::drive) for a controlled shutdown's worker with a
+    /// deadline: a call of a continuation the deadline bounds
+    /// ([`Continuation::is_bounded_by_shutdown_deadline`]) is not made
+    /// once `late` says the deadline passed, which ends its chain (its
+    /// log is left to the controller). Every other call is made as
+    /// `drive` makes it.
+    fn drive_until(&self, actions: Vec<Action>, late: &dyn Fn() -> bool) {
         // A stack of what is still to do, the next action on top.
         let mut to_do: Vec<Action> = actions.into_iter().rev().collect();
         while let Some(action) = to_do.pop() {
             match action {
                 Action::Call { call, then } => {
+                    if then.is_bounded_by_shutdown_deadline() && late() {
+                        continue;
+                    }
                     let answer = self.call_coordinator(call);
                     let mut next = Vec::new();
                     self.core

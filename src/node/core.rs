@@ -38,10 +38,13 @@
 //!   stuck application's (SPEC 3.9), in `hand_over.rs`: its phases
 //!   ([`phase_step`](hand_over::phase_step)) and the calls that name a successor; the short wait
 //!   for the high watermark it makes is the driver's
-//!   ([`Action::WaitHighWatermark`]).
+//!   ([`Action::WaitHighWatermark`]);
+//! - a controlled shutdown's leaving of the in-sync replica sets this
+//!   node is in, in `shutdown.rs` ([`leave_isr`](shutdown::leave_isr)).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! the controlled shutdown, fetch serving, timers) still
+//! the controlled shutdown's hand-overs and the order of its steps, fetch
+//! serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
 //! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
@@ -52,9 +55,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 mod hand_over;
+mod shutdown;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+use self::shutdown::LeaveIsrStage;
+pub(crate) use self::shutdown::HAND_OVER_ATTEMPTS_MAX;
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
@@ -314,9 +320,29 @@ pub(crate) enum Continuation {
         /// Which call is answered.
         stage: HandOverStage,
     },
+    /// A controlled shutdown's leaving of `log`'s in-sync replica set
+    /// ([`NodeCore::leave_in_sync_replica`]) on its `attempt` (from 0,
+    /// below [`HAND_OVER_ATTEMPTS_MAX`]), at `stage`.
+    LeaveIsr {
+        /// The log.
+        log: LogId,
+        /// The attempt, counted from 0.
+        attempt: u32,
+        /// Which call is answered.
+        stage: LeaveIsrStage,
+    },
 }
 
 impl Continuation {
+    /// Whether this is a controlled shutdown's, whose calls start only
+    /// before the shutdown's deadline: a driver that has one (the
+    /// threaded one's shutdown workers) makes no such call once it has
+    /// passed, and the continuation's chain ends there, its log left to
+    /// the controller.
+    pub(crate) fn is_bounded_by_shutdown_deadline(&self) -> bool {
+        matches!(self, Continuation::LeaveIsr { .. })
+    }
+
     /// Whether `call` is one whose answer this continuation takes: the
     /// pairing every [`Action::Call`] the core emits holds.
     fn takes_answer_of(&self, call: &CoordinatorCall) -> bool {
@@ -412,6 +438,20 @@ impl Continuation {
                 | (
                     Continuation::HandOver {
                         stage: HandOverStage::Write { .. },
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (
+                    Continuation::LeaveIsr {
+                        stage: LeaveIsrStage::ReadState,
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::LeaveIsr {
+                        stage: LeaveIsrStage::Write,
                         ..
                     },
                     CoordinatorCall::CompareAndSet { .. }
@@ -1487,6 +1527,22 @@ impl NodeCore {
             (Continuation::HandOver { pass, stage }, answer) => {
                 self.hand_over_answered(pass, stage, answer, out)
             }
+            (
+                Continuation::LeaveIsr {
+                    log,
+                    attempt,
+                    stage: LeaveIsrStage::ReadState,
+                },
+                Answer::LogState(read),
+            ) => self.leave_isr_read(log, attempt, read, out),
+            (
+                Continuation::LeaveIsr {
+                    log,
+                    attempt,
+                    stage: LeaveIsrStage::Write,
+                },
+                Answer::Cas(written),
+            ) => self.leave_isr_written(log, attempt, written, out),
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).

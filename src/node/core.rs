@@ -39,12 +39,13 @@
 //!   ([`phase_step`](hand_over::phase_step)) and the calls that name a successor; the short wait
 //!   for the high watermark it makes is the driver's
 //!   ([`Action::WaitHighWatermark`]);
-//! - a controlled shutdown's leaving of the in-sync replica sets this
-//!   node is in, in `shutdown.rs` ([`leave_isr`](shutdown::leave_isr)).
+//! - a controlled shutdown's hand-over of the logs this node leads and its
+//!   leaving of the in-sync replica sets it is in, in `shutdown.rs`, one
+//!   machine for both drivers; the waits, the deadline and the pool of
+//!   workers are the driver's ([`Action::ShutdownWait`]).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! the controlled shutdown's hand-overs and the order of its steps, fetch
-//! serving, timers) still
+//! the order of a controlled shutdown's steps, fetch serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
 //! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
@@ -59,8 +60,8 @@ mod shutdown;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
-use self::shutdown::LeaveIsrStage;
-pub(crate) use self::shutdown::HAND_OVER_ATTEMPTS_MAX;
+use self::shutdown::{LeaveIsrStage, ShutdownStage};
+pub(crate) use self::shutdown::{ShutdownPass, ShutdownWait};
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
@@ -320,9 +321,17 @@ pub(crate) enum Continuation {
         /// Which call is answered.
         stage: HandOverStage,
     },
+    /// A controlled shutdown's attempt to hand over a log this node leads
+    /// ([`NodeCore::begin_shutdown_hand_over`]), at `stage`.
+    ShutdownHandOver {
+        /// The attempt.
+        pass: ShutdownPass,
+        /// Which call is answered.
+        stage: ShutdownStage,
+    },
     /// A controlled shutdown's leaving of `log`'s in-sync replica set
     /// ([`NodeCore::leave_in_sync_replica`]) on its `attempt` (from 0,
-    /// below [`HAND_OVER_ATTEMPTS_MAX`]), at `stage`.
+    /// below [`HAND_OVER_ATTEMPTS_MAX`](shutdown::HAND_OVER_ATTEMPTS_MAX)), at `stage`.
     LeaveIsr {
         /// The log.
         log: LogId,
@@ -340,7 +349,10 @@ impl Continuation {
     /// passed, and the continuation's chain ends there, its log left to
     /// the controller.
     pub(crate) fn is_bounded_by_shutdown_deadline(&self) -> bool {
-        matches!(self, Continuation::LeaveIsr { .. })
+        matches!(
+            self,
+            Continuation::ShutdownHandOver { .. } | Continuation::LeaveIsr { .. }
+        )
     }
 
     /// Whether `call` is one whose answer this continuation takes: the
@@ -438,6 +450,28 @@ impl Continuation {
                 | (
                     Continuation::HandOver {
                         stage: HandOverStage::Write { .. },
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (
+                    Continuation::ShutdownHandOver {
+                        stage: ShutdownStage::ReadState,
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::ShutdownHandOver {
+                        stage: ShutdownStage::LiveNodes { .. }
+                            | ShutdownStage::LiveAfterWait { .. },
+                        ..
+                    },
+                    CoordinatorCall::LiveNodeIncarnations
+                )
+                | (
+                    Continuation::ShutdownHandOver {
+                        stage: ShutdownStage::Write { .. },
                         ..
                     },
                     CoordinatorCall::CompareAndSet { .. }
@@ -563,6 +597,32 @@ pub(crate) enum Action {
         /// The hand-over's pass that waits.
         then: HandOverWait,
     },
+    /// A controlled shutdown's hand-over of `pass`'s log waits as `wait`
+    /// says. The threaded driver waits (for the high watermark until the
+    /// shutdown's deadline, for a successor a millisecond, for the next
+    /// attempt not at all) and hands it back as [`Input::ShutdownWaited`],
+    /// which says whether the wait for a successor ran out (the deadline
+    /// passed, or the node stopped); a driver without threads does not
+    /// wait for the high watermark (its caller steps the fetches that
+    /// move it), and begins a waiting attempt again on its next step.
+    ShutdownWait {
+        /// The attempt that waits.
+        pass: ShutdownPass,
+        /// What it waits for.
+        wait: ShutdownWait,
+    },
+    /// A controlled shutdown named `successor` leader of `log`: the
+    /// driver follows `state`, the stored state the compare-and-set
+    /// wrote, unless its logs are being closed (a late answer changes
+    /// nothing then).
+    ShutdownHandedOver {
+        /// The log.
+        log: LogId,
+        /// The new leader.
+        successor: NodeId,
+        /// The stored state now.
+        state: LogState,
+    },
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
@@ -579,6 +639,15 @@ pub(crate) enum Input {
     FetchingStopped(RoleChange),
     /// The wait of an [`Action::WaitHighWatermark`] is over.
     HighWatermarkWaited(HandOverWait),
+    /// The wait of an [`Action::ShutdownWait`] is over.
+    ShutdownWaited {
+        /// The attempt that waited.
+        pass: ShutdownPass,
+        /// What it waited for.
+        wait: ShutdownWait,
+        /// Whether the wait for a successor ran out.
+        expired: bool,
+    },
 }
 
 /// The node's core (see the module doc). Shared by the node's threads
@@ -1373,6 +1442,11 @@ impl NodeCore {
             Input::Answered { then, answer } => (then, answer),
             Input::FetchingStopped(change) => return self.change_role(change, out),
             Input::HighWatermarkWaited(wait) => return self.high_watermark_waited(wait, out),
+            Input::ShutdownWaited {
+                pass,
+                wait,
+                expired,
+            } => return self.shutdown_waited(pass, wait, expired, out),
         };
         match (then, answer) {
             (Continuation::Heartbeat, Answer::Done(Ok(()))) => {}
@@ -1526,6 +1600,9 @@ impl NodeCore {
             }
             (Continuation::HandOver { pass, stage }, answer) => {
                 self.hand_over_answered(pass, stage, answer, out)
+            }
+            (Continuation::ShutdownHandOver { pass, stage }, answer) => {
+                self.shutdown_hand_over_answered(pass, stage, answer, out)
             }
             (
                 Continuation::LeaveIsr {

@@ -38,15 +38,14 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 mod core;
 
 use self::core::{
-    caught_up_successor, hand_over_update, Action, Answer, CoordinatorCall, Input, NodeCore,
+    Action, Answer, Continuation, CoordinatorCall, Input, NodeCore, ShutdownPass, ShutdownWait,
 };
 
 use crate::clock::Clock;
 use crate::config::NodeConfig;
 use crate::coordinator::{
-    cancel_reassignment, reassign_log, replace_node, AddingReplica, CasOutcome, Controller,
-    ControllerConfig, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate,
-    ReassignmentProgress,
+    cancel_reassignment, reassign_log, replace_node, AddingReplica, Controller, ControllerConfig,
+    Coordinator, CoordinatorEvent, LogEnd, LogState, ReassignmentProgress,
 };
 use crate::error::{Error, Result};
 use crate::replication::CompletionRunner;
@@ -66,10 +65,6 @@ use crate::transport::{
     RateLimitedWarnings, Request, RequestHandler, Response, SnapshotResponse, Transport, Warning,
 };
 use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
-
-/// Controlled shutdown: compare-and-set attempts per log before leaving it
-/// to the controller.
-const HAND_OVER_ATTEMPTS_MAX: usize = 5;
 
 /// How often a node retries the unclean-shutdown reports it could not
 /// record yet ([`Node::pending_unclean_reports`]), besides on every change
@@ -1218,8 +1213,8 @@ pub(crate) struct SteppedNode {
 }
 
 /// A stepped node's controlled shutdown under way: the logs it led when
-/// it began, each with the leader epoch in which their appends stopped,
-/// still to hand over until `deadline` (the node's clock), and how many
+/// it began ([`SteppedHandOver`]), still to hand over until `deadline`
+/// (the node's clock), and how many
 /// its hand-overs named a successor for so far. `wound_down` is false for
 /// a zero [`NodeConfig::controlled_shutdown_timeout`], which, as in
 /// [`Node::shutdown`], skips the winding down, the hand-overs and leaving
@@ -1228,9 +1223,24 @@ pub(crate) struct SteppedNode {
 #[derive(Debug)]
 struct SteppedShutdown {
     deadline: Instant,
-    leading: Vec<(LogId, LeaderEpoch)>,
+    leading: Vec<SteppedHandOver>,
     handed_over: usize,
     wound_down: bool,
+}
+
+/// A log a stepped controlled shutdown still has to hand over.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Clone, Copy, Debug)]
+struct SteppedHandOver {
+    /// The log.
+    log: LogId,
+    /// The leader epoch in which its appends stopped.
+    epoch: LeaderEpoch,
+    /// The log end at which they stopped.
+    end: Offset,
+    /// The attempt to begin on the next step (see
+    /// [`NodeCore::begin_shutdown_hand_over`]).
+    attempt: u32,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -1450,12 +1460,17 @@ impl SteppedNode {
         }
         // Under the hand-overs' lock, as in `Node::shutdown`.
         shared.core.wind_down();
-        let leading: Vec<(LogId, LeaderEpoch)> = shared
+        let leading: Vec<SteppedHandOver> = shared
             .replicas_in_log_order()
             .into_iter()
             .filter_map(|replica| {
-                let (epoch, _end) = replica.stop_appends_for_shutdown()?;
-                Some((replica.log_id(), epoch))
+                let (epoch, end) = replica.stop_appends_for_shutdown()?;
+                Some(SteppedHandOver {
+                    log: replica.log_id(),
+                    epoch,
+                    end,
+                    attempt: 0,
+                })
             })
             .collect();
         let count = leading.len();
@@ -1487,12 +1502,20 @@ impl SteppedNode {
             shutdown.leading.clear();
         }
         let mut handed_over = 0;
-        shutdown.leading.retain(|(log, epoch)| {
-            let step = shared.replica(*log).map_or(HandOverStep::Over, |replica| {
-                shared.hand_over_step(&replica, *epoch)
-            });
+        shutdown.leading.retain_mut(|hand_over| {
+            let step = shared
+                .replica(hand_over.log)
+                .map_or(HandOverStep::Over, |replica| {
+                    shared.hand_over_step(&replica, hand_over)
+                });
             handed_over += usize::from(step == HandOverStep::HandedOver);
-            step == HandOverStep::Waiting
+            match step {
+                HandOverStep::Waiting { attempt } => {
+                    hand_over.attempt = attempt;
+                    true
+                }
+                HandOverStep::HandedOver | HandOverStep::Over => false,
+            }
         });
         shutdown.handed_over += handed_over;
         shutdown.leading.is_empty().then_some(shutdown.handed_over)
@@ -1533,7 +1556,7 @@ impl SteppedNode {
         // deadline, which bounds the threaded path's slow calls, has no
         // call to cut short here.
         for replica in shared.replicas_in_log_order() {
-            shared.leave_in_sync_replica(replica.log_id(), &|| false);
+            shared.leave_in_sync_replica(replica.log_id(), &ShutdownStep::default());
         }
         node.close_logs_and_mark_clean()
     }
@@ -1562,16 +1585,21 @@ impl Drop for MarkerTaken<'_> {
     }
 }
 
-/// What one [`NodeShared::hand_over_step`] left.
+/// What one step of a stepped controlled shutdown's hand-over left
+/// ([`ShutdownStep`]).
 #[cfg(any(test, feature = "testing"))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum HandOverStep {
-    /// Nobody has caught up yet, or a compare-and-set lost a race: try
-    /// again on the next step.
-    Waiting,
+    /// Nobody has caught up yet, or a compare-and-set lost a race: begin
+    /// `attempt` on the next step.
+    Waiting {
+        /// The attempt to begin.
+        attempt: u32,
+    },
     /// This step named a successor.
     HandedOver,
     /// Moved by someone else, or left to the controller.
+    #[default]
     Over,
 }
 
@@ -1731,6 +1759,158 @@ impl ShutdownGate {
     /// Refuses every change from now on, once those under way finished.
     fn close(&self) {
         *self.open.write() = false;
+    }
+}
+
+/// How a driver carries out a controlled shutdown's actions in
+/// [`NodeShared::drive_with`]: the threaded runtime's shutdown workers
+/// ([`ShutdownWorker`]) and the stepped node ([`ShutdownStep`]) differ
+/// only here (the core's machine is the same, `node/core/shutdown.rs`).
+trait ShutdownRun {
+    /// Whether the call `then` is for must not start: the shutdown's
+    /// deadline bounds it ([`Continuation::is_bounded_by_shutdown_deadline`])
+    /// and has passed.
+    fn late(&self, shared: &NodeShared, then: &Continuation) -> bool;
+
+    /// Carries out `wait` of `pass`'s hand-over; the input to hand back
+    /// now, or `None`: the attempt ends here (the stepped node begins it
+    /// again on its next step).
+    fn wait(&self, shared: &NodeShared, pass: ShutdownPass, wait: ShutdownWait) -> Option<Input>;
+
+    /// A hand-over named `successor` leader of `log` in `state`: follows
+    /// it.
+    fn handed_over(&self, shared: &NodeShared, log: LogId, successor: NodeId, state: &LogState);
+}
+
+/// [`NodeShared::drive`]'s: no controlled shutdown under way (the core
+/// asks for a shutdown's actions only from the shutdown's own steps,
+/// which run with one of the others). Never late, never waits, follows a
+/// handed-over state.
+struct NoShutdown;
+
+impl ShutdownRun for NoShutdown {
+    fn late(&self, _shared: &NodeShared, _then: &Continuation) -> bool {
+        false
+    }
+
+    fn wait(
+        &self,
+        _shared: &NodeShared,
+        _pass: ShutdownPass,
+        _wait: ShutdownWait,
+    ) -> Option<Input> {
+        None
+    }
+
+    fn handed_over(&self, shared: &NodeShared, _log: LogId, _successor: NodeId, state: &LogState) {
+        shared.reconcile(state);
+    }
+}
+
+/// A threaded controlled shutdown's worker ([`Node::shutdown`]): starts no
+/// call of the shutdown's past `deadline` or once `gate` (the hand-overs')
+/// closed, waits for the high watermark until `deadline` and for a
+/// successor one [`HAND_OVER_POLL`] at a time, and follows a handed-over
+/// state only through `gate`.
+struct ShutdownWorker<'a> {
+    /// The shutdown's deadline, on the real clock.
+    deadline: Instant,
+    /// The hand-overs' gate; `None` for leaving the ISRs, which changes
+    /// nothing on this node.
+    gate: Option<&'a ShutdownGate>,
+}
+
+impl ShutdownRun for ShutdownWorker<'_> {
+    fn late(&self, shared: &NodeShared, then: &Continuation) -> bool {
+        let late = Instant::now() >= self.deadline || self.gate.is_some_and(|gate| !gate.is_open());
+        if late {
+            if let Continuation::ShutdownHandOver { pass, .. } = then {
+                tracing::warn!(log = %pass.log(), node = %shared.local(), "controlled shutdown: out of time; leaving the log to the controller");
+            }
+        }
+        late
+    }
+
+    fn wait(&self, shared: &NodeShared, pass: ShutdownPass, wait: ShutdownWait) -> Option<Input> {
+        let expired = match &wait {
+            ShutdownWait::HighWatermark { above, .. } => {
+                let _ = pass
+                    .replica()
+                    .wait_for_high_watermark_above(*above, self.deadline);
+                false
+            }
+            ShutdownWait::Successor { .. } => {
+                let expired = Instant::now() >= self.deadline || shared.is_stopped();
+                if !expired {
+                    crate::simulation::forbid_in_simulation(
+                        "a sleep waiting for a hand-over successor",
+                    );
+                    std::thread::sleep(HAND_OVER_POLL);
+                }
+                expired
+            }
+            ShutdownWait::NextAttempt => false,
+        };
+        Some(Input::ShutdownWaited {
+            pass,
+            wait,
+            expired,
+        })
+    }
+
+    fn handed_over(&self, shared: &NodeShared, log: LogId, successor: NodeId, state: &LogState) {
+        let followed = match self.gate {
+            Some(gate) => gate.act(|| shared.reconcile(state)).is_some(),
+            None => {
+                shared.reconcile(state);
+                true
+            }
+        };
+        tracing::info!(%log, node = %shared.local(), leader = %successor, epoch = %state.leader_epoch,
+            followed, "controlled shutdown: leadership handed over");
+    }
+}
+
+/// A stepped controlled shutdown's ([`SteppedNode`]): no deadline inside a
+/// step (the step checks it first), no wait for the high watermark (its
+/// caller steps the fetches that move it), and a hand-over that waits
+/// for a successor or its next attempt ends its step, to begin that
+/// attempt again on the next; `outcome` says what the step left.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Default)]
+struct ShutdownStep {
+    /// What the hand-over's step left (`Over` until it waits or names a
+    /// successor).
+    outcome: std::cell::Cell<HandOverStep>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl ShutdownRun for ShutdownStep {
+    fn late(&self, _shared: &NodeShared, _then: &Continuation) -> bool {
+        false
+    }
+
+    fn wait(&self, _shared: &NodeShared, pass: ShutdownPass, wait: ShutdownWait) -> Option<Input> {
+        match wait {
+            ShutdownWait::HighWatermark { .. } => Some(Input::ShutdownWaited {
+                pass,
+                wait,
+                expired: false,
+            }),
+            ShutdownWait::Successor { .. } | ShutdownWait::NextAttempt => {
+                self.outcome.set(HandOverStep::Waiting {
+                    attempt: pass.attempt(),
+                });
+                None
+            }
+        }
+    }
+
+    fn handed_over(&self, shared: &NodeShared, log: LogId, successor: NodeId, state: &LogState) {
+        shared.reconcile(state);
+        tracing::info!(%log, node = %shared.local(), leader = %successor, epoch = %state.leader_epoch,
+            "controlled shutdown: leadership handed over");
+        self.outcome.set(HandOverStep::HandedOver);
     }
 }
 
@@ -2334,7 +2514,10 @@ impl NodeShared {
     /// call then is abandoned. Its call may still take effect (a
     /// compare-and-set naming a caught-up successor, which is as good as
     /// one made in time), but from then on it changes nothing on this node:
-    /// the [`ShutdownGate`] is closed before this returns.
+    /// the [`ShutdownGate`] is closed before this returns. The decisions
+    /// and calls of each log are the core's
+    /// ([`NodeCore::begin_shutdown_hand_over`]); its waits, the deadline
+    /// and the gate are this driver's ([`ShutdownWorker`]).
     fn hand_over_leadership(shared: &Arc<NodeShared>, deadline: Instant) {
         let replicas = shared.replicas_in_log_order();
         let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
@@ -2371,194 +2554,49 @@ impl NodeShared {
     /// through `gate`.
     fn hand_over(
         &self,
-        replica: &Replica,
+        replica: &Arc<Replica>,
         epoch: LeaderEpoch,
         end: Offset,
         deadline: Instant,
         gate: &ShutdownGate,
     ) {
-        let me = self.local();
-        let log = replica.log_id();
-        let out_of_time = || {
-            let late = Instant::now() >= deadline || !gate.is_open();
-            if late {
-                tracing::warn!(%log, node = %me, "controlled shutdown: out of time; leaving the log to the controller");
-            }
-            late
-        };
-        for attempt in 0..HAND_OVER_ATTEMPTS_MAX {
-            if out_of_time() {
-                return;
-            }
-            // `None` also when someone else moved it already.
-            let Some(state) = self.hand_over_state(log, epoch) else {
-                return;
-            };
-            if out_of_time() {
-                return;
-            }
-            // Nobody to hand over to: no wait. The wait below reads the
-            // live nodes again but not the ISR, so it could not find
-            // anyone.
-            let Some(mut live) = self.hand_over_live_nodes(log, &state) else {
-                return;
-            };
-            // Usually one fetch round: followers park their fetches on the
-            // leader and are woken by every append.
-            if attempt == 0 && end > Offset::ZERO {
-                let _ = replica.wait_for_high_watermark_above(Offset(end.0 - 1), deadline);
-                // The wait may have taken seconds: a follower seen live
-                // before it may have died since. Read liveness again.
-                if out_of_time() {
-                    return;
-                }
-                match self.live_nodes_learning_incarnations() {
-                    Ok(now_live) => live = now_live,
-                    Err(error) => {
-                        tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
-                        return;
-                    }
-                }
-            }
-            // The successor must hold everything this leader has: an
-            // in-sync follower that fetched up to its log end. Waiting
-            // for one stops at `deadline`.
-            let successor = loop {
-                let candidate = caught_up_successor(&state, me, &state.replicas, &live, |node| {
-                    replica.has_caught_up(node)
-                });
-                if candidate.is_some() || Instant::now() >= deadline || self.is_stopped() {
-                    break candidate;
-                }
-                crate::simulation::forbid_in_simulation(
-                    "a sleep waiting for a hand-over successor",
-                );
-                std::thread::sleep(HAND_OVER_POLL);
-            };
-            let Some(successor) = successor else {
-                tracing::warn!(%log, node = %me, isr = ?state.in_sync_replicas,
-                    "controlled shutdown: no live in-sync follower caught up in time; leaving the log to the controller");
-                return;
-            };
-            let update = hand_over_update(
-                &state,
-                me,
-                successor,
-                self.config.replication.min_insync_replicas,
-            );
-            if out_of_time() {
-                return;
-            }
-            match self
-                .coordinator
-                .compare_and_set(log, state.leader_epoch, state.version, update)
-            {
-                Ok(CasOutcome::Applied(new_state)) => {
-                    let followed = gate.act(|| self.reconcile(&new_state));
-                    tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
-                        followed = followed.is_some(), "controlled shutdown: leadership handed over");
-                    return;
-                }
-                Ok(CasOutcome::Stale(_)) => continue,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: hand-over failed; leaving the log to the controller");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// The state of `log`, which this node leads in `epoch`, for a
-    /// hand-over; `None` when the log is gone, someone else moved it
-    /// already, or the state cannot be read (logged: the log is left to
-    /// the controller).
-    fn hand_over_state(&self, log: LogId, epoch: LeaderEpoch) -> Option<LogState> {
-        let me = self.local();
-        let state = match self.coordinator.log_state(log) {
-            Ok(state) => state?,
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state; leaving it to the controller");
-                return None;
-            }
-        };
-        // A later epoch in which this node still leads is the same
-        // leadership to hand over: a reassignment's completion bumps the
-        // epoch of a leader it keeps (simulator seed 20009429: the stop
-        // gave the log up as moved, and the node stopped leading it).
-        (state.leader == Some(me) && state.leader_epoch >= epoch).then_some(state)
-    }
-
-    /// The live nodes, for a hand-over of `log` (in `state`); `None`
-    /// (logged) when they cannot be read or when no other in-sync replica
-    /// is live: nobody to hand over to, as when the last live replica of
-    /// the log stops (a whole cluster stopping), which is not a failure.
-    fn hand_over_live_nodes(&self, log: LogId, state: &LogState) -> Option<Vec<NodeId>> {
-        let me = self.local();
-        let live = match self.live_nodes_learning_incarnations() {
-            Ok(live) => live,
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read live nodes; leaving the log to the controller");
-                return None;
-            }
-        };
-        if !state
-            .in_sync_replicas
-            .iter()
-            .any(|&node| node != me && live.contains(&node))
-        {
-            tracing::info!(%log, node = %me, isr = ?state.in_sync_replicas,
-                "controlled shutdown: no other in-sync replica is live; leaving the log to the controller");
-            return None;
-        }
-        Some(live)
-    }
-
-    /// One attempt of a stepped controlled shutdown to hand over
-    /// `replica`'s log, led in `epoch` with appends stopped: the same
-    /// decisions as [`hand_over`](Self::hand_over) takes on its thread,
-    /// without its waits (the caller steps the fetches they wait for, and
-    /// calls again). Over when someone else moved the leadership, when no
-    /// other in-sync replica is live, when a coordinator call fails (each
-    /// as `hand_over` leaves the log to the controller), or once a caught-up
-    /// successor is named; waiting while no live in-sync follower has
-    /// fetched up to the stopped end, or after a lost race.
-    #[cfg(any(test, feature = "testing"))]
-    fn hand_over_step(&self, replica: &Replica, epoch: LeaderEpoch) -> HandOverStep {
-        let me = self.local();
-        let log = replica.log_id();
-        let Some(state) = self.hand_over_state(log, epoch) else {
-            return HandOverStep::Over;
-        };
-        let Some(live) = self.hand_over_live_nodes(log, &state) else {
-            return HandOverStep::Over;
-        };
-        let Some(successor) = caught_up_successor(&state, me, &state.replicas, &live, |node| {
-            replica.has_caught_up(node)
-        }) else {
-            return HandOverStep::Waiting;
-        };
-        let update = hand_over_update(
-            &state,
-            me,
-            successor,
-            self.config.replication.min_insync_replicas,
+        let mut actions = Vec::new();
+        self.core
+            .begin_shutdown_hand_over(replica, epoch, end, 0, &mut actions);
+        self.drive_with(
+            actions,
+            &ShutdownWorker {
+                deadline,
+                gate: Some(gate),
+            },
         );
-        match self
-            .coordinator
-            .compare_and_set(log, state.leader_epoch, state.version, update)
-        {
-            Ok(CasOutcome::Applied(new_state)) => {
-                self.reconcile(&new_state);
-                tracing::info!(%log, node = %me, leader = %successor, epoch = %new_state.leader_epoch,
-                    "controlled shutdown: leadership handed over");
-                HandOverStep::HandedOver
-            }
-            Ok(CasOutcome::Stale(_)) => HandOverStep::Waiting,
-            Err(error) => {
-                tracing::warn!(%log, node = %me, %error, "controlled shutdown: hand-over failed; leaving the log to the controller");
-                HandOverStep::Over
-            }
-        }
+    }
+
+    /// One step of a stepped controlled shutdown's hand-over of
+    /// `replica`'s log, led in `hand_over.epoch` with appends stopped at
+    /// `hand_over.end`: the attempt `hand_over.attempt` of the machine
+    /// [`hand_over`](Self::hand_over) runs on its thread
+    /// ([`NodeCore::begin_shutdown_hand_over`]), without its waits (the
+    /// caller steps the fetches they wait for, and calls again). Over when
+    /// someone else moved the leadership, when no other in-sync replica is
+    /// live, when a coordinator call fails or no attempt is left (each
+    /// leaves the log to the controller), or once a caught-up successor is
+    /// named; waiting while no live in-sync follower has fetched up to the
+    /// stopped end (the same attempt begins again), or after a lost race
+    /// (the next attempt).
+    #[cfg(any(test, feature = "testing"))]
+    fn hand_over_step(&self, replica: &Arc<Replica>, hand_over: &SteppedHandOver) -> HandOverStep {
+        let step = ShutdownStep::default();
+        let mut actions = Vec::new();
+        self.core.begin_shutdown_hand_over(
+            replica,
+            hand_over.epoch,
+            hand_over.end,
+            hand_over.attempt,
+            &mut actions,
+        );
+        self.drive_with(actions, &step);
+        step.outcome.get()
     }
 
     /// Controlled shutdown, step 2, once this node's fetchers stopped: it
@@ -2583,7 +2621,15 @@ impl NodeShared {
             "leave the ISR",
             logs,
             deadline,
-            move |shared, log| shared.leave_in_sync_replica(log, &|| Instant::now() >= deadline),
+            move |shared, log| {
+                shared.leave_in_sync_replica(
+                    log,
+                    &ShutdownWorker {
+                        deadline,
+                        gate: None,
+                    },
+                )
+            },
         );
         if finished < count {
             tracing::warn!(node = %shared.local(), logs = count, finished,
@@ -2592,57 +2638,11 @@ impl NodeShared {
     }
 
     /// [`leave_in_sync_replicas`](Self::leave_in_sync_replicas) for one
-    /// log; no coordinator call starts once `late` says the deadline has
-    /// passed.
-    fn leave_in_sync_replica(&self, log: LogId, late: &dyn Fn() -> bool) {
-        let me = self.local();
-        if self.core.is_unreported(log) {
-            // Its unclean-shutdown report is still pending: leaving the ISR
-            // for the ELR would keep it eligible with records it lost. The
-            // next start reports again (no clean-shutdown marker).
-            return;
-        }
-        for _ in 0..HAND_OVER_ATTEMPTS_MAX {
-            if late() {
-                return;
-            }
-            let state = match self.coordinator.log_state(log) {
-                Ok(Some(state)) => state,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot read the log's state to leave its ISR");
-                    return;
-                }
-            };
-            if state.leader == Some(me) || !state.in_sync_replicas.contains(&me) {
-                return;
-            }
-            let isr: Vec<NodeId> = state
-                .in_sync_replicas
-                .iter()
-                .copied()
-                .filter(|&node| node != me)
-                .collect();
-            let update = LogUpdate::in_sync_replicas(
-                &state,
-                isr,
-                self.config.replication.min_insync_replicas,
-            );
-            if late() {
-                return;
-            }
-            match self
-                .coordinator
-                .compare_and_set(log, state.leader_epoch, state.version, update)
-            {
-                Ok(CasOutcome::Applied(_)) => return,
-                Ok(CasOutcome::Stale(_)) => continue,
-                Err(error) => {
-                    tracing::warn!(%log, node = %me, %error, "controlled shutdown: cannot leave the ISR");
-                    return;
-                }
-            }
-        }
+    /// log ([`NodeCore::leave_in_sync_replica`]), carried out by `run`.
+    fn leave_in_sync_replica(&self, log: LogId, run: &dyn ShutdownRun) {
+        let mut actions = Vec::new();
+        self.core.leave_in_sync_replica(log, &mut actions);
+        self.drive_with(actions, run);
     }
 
     /// Runs `work` on every item, on up to [`SHUTDOWN_WORKERS_MAX`] threads
@@ -2732,23 +2732,6 @@ impl NodeShared {
         Finished { count, finished }
     }
 
-    /// The live nodes, for a hand-over, read with their incarnations,
-    /// which this node learns
-    /// ([`PeerIncarnations::learn`](crate::replication::PeerIncarnations::learn)).
-    /// A winding-down node's control thread reads the coordinator no more
-    /// (it ignores the announcements of registrations and the unverified
-    /// fetches' requests), so without this a follower that registered
-    /// after the view was last read (it restarted, or the shutdown began
-    /// right after this node's start) has every fetch refused as
-    /// unverified, never catches up, and the hand-over waits out its
-    /// deadline for nothing (simulator seed 60004986: the shutdown began
-    /// at 7 ms, before the first read).
-    fn live_nodes_learning_incarnations(&self) -> Result<Vec<NodeId>> {
-        let live = self.coordinator.live_node_incarnations()?;
-        self.core.peer_incarnations().learn(&live);
-        Ok(live.into_iter().map(|(node, _)| node).collect())
-    }
-
     /// Runs one step of the core and [`drive`](Self::drive)s what it
     /// asks for.
     fn drive_core(&self, step: impl FnOnce(&NodeCore, &mut Vec<Action>)) {
@@ -2767,11 +2750,26 @@ impl NodeShared {
     /// were (issue 28). The caller holds no node lock: the core may be
     /// entered again.
     fn drive(&self, actions: Vec<Action>) {
+        self.drive_with(actions, &NoShutdown);
+    }
+
+    /// [`drive`](Self::drive) with a controlled shutdown's actions carried
+    /// out by `run` (the threaded workers' or the stepped node's): a call
+    /// of a continuation the shutdown's deadline bounds
+    /// ([`Continuation::is_bounded_by_shutdown_deadline`]) is not made
+    /// once `run` says it is late, which ends its chain (its log is left
+    /// to the controller); its waits and what a hand-over that named a
+    /// successor does are `run`'s. Every other action is carried out as
+    /// `drive` does.
+    fn drive_with(&self, actions: Vec<Action>, run: &dyn ShutdownRun) {
         // A stack of what is still to do, the next action on top.
         let mut to_do: Vec<Action> = actions.into_iter().rev().collect();
         while let Some(action) = to_do.pop() {
             match action {
                 Action::Call { call, then } => {
+                    if then.is_bounded_by_shutdown_deadline() && run.late(self, &then) {
+                        continue;
+                    }
                     let answer = self.call_coordinator(call);
                     let mut next = Vec::new();
                     self.core
@@ -2849,6 +2847,18 @@ impl NodeShared {
                         .handle(Input::HighWatermarkWaited(then), &mut next);
                     to_do.extend(next.into_iter().rev());
                 }
+                Action::ShutdownWait { pass, wait } => {
+                    if let Some(waited) = run.wait(self, pass, wait) {
+                        let mut next = Vec::new();
+                        self.core.handle(waited, &mut next);
+                        to_do.extend(next.into_iter().rev());
+                    }
+                }
+                Action::ShutdownHandedOver {
+                    log,
+                    successor,
+                    state,
+                } => run.handed_over(self, log, successor, &state),
             }
         }
     }

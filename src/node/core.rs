@@ -38,10 +38,14 @@
 //!   stuck application's (SPEC 3.9), in `hand_over.rs`: its phases
 //!   ([`phase_step`](hand_over::phase_step)) and the calls that name a successor; the short wait
 //!   for the high watermark it makes is the driver's
-//!   ([`Action::WaitHighWatermark`]).
+//!   ([`Action::WaitHighWatermark`]);
+//! - a controlled shutdown's hand-over of the logs this node leads and its
+//!   leaving of the in-sync replica sets it is in, in `shutdown.rs`, one
+//!   machine for both drivers; the waits, the deadline and the pool of
+//!   workers are the driver's ([`Action::ShutdownWait`]).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! the controlled shutdown, fetch serving, timers) still
+//! the order of a controlled shutdown's steps, fetch serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
 //! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
@@ -52,9 +56,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 mod hand_over;
+mod shutdown;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+use self::shutdown::{LeaveIsrStage, ShutdownStage};
+pub(crate) use self::shutdown::{ShutdownPass, ShutdownWait};
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
@@ -314,9 +321,40 @@ pub(crate) enum Continuation {
         /// Which call is answered.
         stage: HandOverStage,
     },
+    /// A controlled shutdown's attempt to hand over a log this node leads
+    /// ([`NodeCore::begin_shutdown_hand_over`]), at `stage`.
+    ShutdownHandOver {
+        /// The attempt.
+        pass: ShutdownPass,
+        /// Which call is answered.
+        stage: ShutdownStage,
+    },
+    /// A controlled shutdown's leaving of `log`'s in-sync replica set
+    /// ([`NodeCore::leave_in_sync_replica`]) on its `attempt` (from 0,
+    /// below [`HAND_OVER_ATTEMPTS_MAX`](shutdown::HAND_OVER_ATTEMPTS_MAX)), at `stage`.
+    LeaveIsr {
+        /// The log.
+        log: LogId,
+        /// The attempt, counted from 0.
+        attempt: u32,
+        /// Which call is answered.
+        stage: LeaveIsrStage,
+    },
 }
 
 impl Continuation {
+    /// Whether this is a controlled shutdown's, whose calls start only
+    /// before the shutdown's deadline: a driver that has one (the
+    /// threaded one's shutdown workers) makes no such call once it has
+    /// passed, and the continuation's chain ends there, its log left to
+    /// the controller.
+    pub(crate) fn is_bounded_by_shutdown_deadline(&self) -> bool {
+        matches!(
+            self,
+            Continuation::ShutdownHandOver { .. } | Continuation::LeaveIsr { .. }
+        )
+    }
+
     /// Whether `call` is one whose answer this continuation takes: the
     /// pairing every [`Action::Call`] the core emits holds.
     fn takes_answer_of(&self, call: &CoordinatorCall) -> bool {
@@ -412,6 +450,42 @@ impl Continuation {
                 | (
                     Continuation::HandOver {
                         stage: HandOverStage::Write { .. },
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (
+                    Continuation::ShutdownHandOver {
+                        stage: ShutdownStage::ReadState,
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::ShutdownHandOver {
+                        stage: ShutdownStage::LiveNodes { .. }
+                            | ShutdownStage::LiveAfterWait { .. },
+                        ..
+                    },
+                    CoordinatorCall::LiveNodeIncarnations
+                )
+                | (
+                    Continuation::ShutdownHandOver {
+                        stage: ShutdownStage::Write { .. },
+                        ..
+                    },
+                    CoordinatorCall::CompareAndSet { .. }
+                )
+                | (
+                    Continuation::LeaveIsr {
+                        stage: LeaveIsrStage::ReadState,
+                        ..
+                    },
+                    CoordinatorCall::LogState(_)
+                )
+                | (
+                    Continuation::LeaveIsr {
+                        stage: LeaveIsrStage::Write,
                         ..
                     },
                     CoordinatorCall::CompareAndSet { .. }
@@ -523,6 +597,32 @@ pub(crate) enum Action {
         /// The hand-over's pass that waits.
         then: HandOverWait,
     },
+    /// A controlled shutdown's hand-over of `pass`'s log waits as `wait`
+    /// says. The threaded driver waits (for the high watermark until the
+    /// shutdown's deadline, for a successor a millisecond, for the next
+    /// attempt not at all) and hands it back as [`Input::ShutdownWaited`],
+    /// which says whether the wait for a successor ran out (the deadline
+    /// passed, or the node stopped); a driver without threads does not
+    /// wait for the high watermark (its caller steps the fetches that
+    /// move it), and begins a waiting attempt again on its next step.
+    ShutdownWait {
+        /// The attempt that waits.
+        pass: ShutdownPass,
+        /// What it waits for.
+        wait: ShutdownWait,
+    },
+    /// A controlled shutdown named `successor` leader of `log`: the
+    /// driver follows `state`, the stored state the compare-and-set
+    /// wrote, unless its logs are being closed (a late answer changes
+    /// nothing then).
+    ShutdownHandedOver {
+        /// The log.
+        log: LogId,
+        /// The new leader.
+        successor: NodeId,
+        /// The stored state now.
+        state: LogState,
+    },
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
@@ -539,6 +639,15 @@ pub(crate) enum Input {
     FetchingStopped(RoleChange),
     /// The wait of an [`Action::WaitHighWatermark`] is over.
     HighWatermarkWaited(HandOverWait),
+    /// The wait of an [`Action::ShutdownWait`] is over.
+    ShutdownWaited {
+        /// The attempt that waited.
+        pass: ShutdownPass,
+        /// What it waited for.
+        wait: ShutdownWait,
+        /// Whether the wait for a successor ran out.
+        expired: bool,
+    },
 }
 
 /// The node's core (see the module doc). Shared by the node's threads
@@ -1333,6 +1442,11 @@ impl NodeCore {
             Input::Answered { then, answer } => (then, answer),
             Input::FetchingStopped(change) => return self.change_role(change, out),
             Input::HighWatermarkWaited(wait) => return self.high_watermark_waited(wait, out),
+            Input::ShutdownWaited {
+                pass,
+                wait,
+                expired,
+            } => return self.shutdown_waited(pass, wait, expired, out),
         };
         match (then, answer) {
             (Continuation::Heartbeat, Answer::Done(Ok(()))) => {}
@@ -1487,6 +1601,25 @@ impl NodeCore {
             (Continuation::HandOver { pass, stage }, answer) => {
                 self.hand_over_answered(pass, stage, answer, out)
             }
+            (Continuation::ShutdownHandOver { pass, stage }, answer) => {
+                self.shutdown_hand_over_answered(pass, stage, answer, out)
+            }
+            (
+                Continuation::LeaveIsr {
+                    log,
+                    attempt,
+                    stage: LeaveIsrStage::ReadState,
+                },
+                Answer::LogState(read),
+            ) => self.leave_isr_read(log, attempt, read, out),
+            (
+                Continuation::LeaveIsr {
+                    log,
+                    attempt,
+                    stage: LeaveIsrStage::Write,
+                },
+                Answer::Cas(written),
+            ) => self.leave_isr_written(log, attempt, written, out),
             (then, answer) => {
                 // A driver bug: every call's answer comes back with the
                 // continuation the core sent with it (`Continuation::takes_answer_of`).

@@ -8,7 +8,7 @@
 //! short wait for the high watermark after appends stop is the driver's
 //! ([`Action::WaitHighWatermark`]): the threaded one blocks for it on the
 //! real clock, the simulator does not wait. What this does not own: the
-//! controlled shutdown's hand-over (`node.rs`), which shares only
+//! controlled shutdown's hand-over (`shutdown.rs`), which shares only
 //! [`caught_up_successor`] and [`hand_over_update`], and the lock under
 //! which a shutdown begins, which it takes through
 //! [`NodeCore::wind_down`].

@@ -1799,6 +1799,10 @@ impl ShutdownRun for NoShutdown {
         _pass: ShutdownPass,
         _wait: ShutdownWait,
     ) -> Option<Input> {
+        // Only a controlled shutdown's pass asks for a wait, and it is
+        // driven by its own run: one reaching plain `drive` would end the
+        // hand-over silently (review of a7cb8ca, helper-92).
+        debug_assert!(false, "a shutdown wait reached a driver with no shutdown");
         None
     }
 

@@ -71,7 +71,8 @@ impl ShutdownPass {
         self.replica.get()
     }
 
-    /// The attempt, counted from 0.
+    /// The attempt, counted from 0 (read by the stepped driver only).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn attempt(&self) -> u32 {
         self.attempt
     }

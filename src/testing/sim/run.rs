@@ -4305,6 +4305,46 @@ mod tests {
         run(&config).unwrap_or_else(|failure| panic!("{failure}"));
     }
 
+    /// A tripwire while the simulator moves onto the shared cluster
+    /// harness (issue 28, "One cluster harness"): these seeds' trace
+    /// hashes, taken on main 1bad5d5 before the move began, must not
+    /// change. Chosen to cover controlled stops (0, 2, 17, 23, 41, 55),
+    /// applications with snapshot stores that lose their disk (0, 10, 13,
+    /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
+    /// reassignments with a cancel (0, 35, 45), a run without power
+    /// losses (6) and one without operator actions or flips (14).
+    #[test]
+    fn trace_hashes_of_pinned_seeds_do_not_change() {
+        let pinned: [(u64, u64); 12] = [
+            (0, 0x5869_79c6_969c_97af),
+            (2, 0x04e1_0557_afac_f5b2),
+            (6, 0x33d9_a2ca_8dc5_50b7),
+            (10, 0x1397_9ccb_2f98_a44e),
+            (13, 0x1628_9591_890e_1c8b),
+            (14, 0x27e8_19e6_96ab_bc26),
+            (17, 0x1d3f_97fc_3996_2ccb),
+            (23, 0x4dd5_38e1_3351_ba20),
+            (35, 0xc77b_c082_2a28_fbd7),
+            (41, 0xeac4_ee10_a54b_689c),
+            (45, 0x6bbc_5965_1eda_96c9),
+            (55, 0x934a_3e76_e6bc_6a35),
+        ];
+        let changed: Vec<String> = pinned
+            .iter()
+            .filter_map(|&(seed, pinned_hash)| {
+                let report =
+                    run(&SimConfig::new(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+                (report.trace_hash != pinned_hash).then(|| {
+                    format!(
+                        "seed {seed}: trace {:016x}, pinned {pinned_hash:016x}",
+                        report.trace_hash
+                    )
+                })
+            })
+            .collect();
+        assert!(changed.is_empty(), "runs changed: {changed:?}");
+    }
+
     #[test]
     fn a_seed_replays_byte_for_byte() {
         let mut config = SimConfig::new(7);

@@ -392,7 +392,7 @@ impl ZkCluster {
         let nodes = self.harness.nodes().lock();
         nodes
             .values()
-            .filter_map(|running| running.node.log(log).ok())
+            .filter_map(|running| running.process.log(log).ok())
             .filter(|handle| handle.is_leader())
             .max_by_key(|handle| handle.leader_epoch())
     }

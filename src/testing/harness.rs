@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::node::{controller_config, Node, SteppedNode};
 use crate::replicated_log::ReplicatedLog;
 use crate::snapshot::Snapshots;
-use crate::storage::disk::{Disk, StdDisk};
+use crate::storage::disk::{Disk, SimDisk, StdDisk};
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::transport::{MemoryNetwork, Transport};
@@ -113,37 +113,137 @@ impl NodeSettings {
     }
 }
 
-/// The nodes of a harness: their directories, each under one temporary
-/// directory that lives as long as the harness, and the running ones.
+/// What a crash loses of a node's data, on whichever disks the harness
+/// keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// A process crash: every byte written survives.
+    Nothing,
+    /// A power loss on the real file system: each segment file is cut back
+    /// to what its last fsync covered, keeping none or a random prefix
+    /// (chosen by `seed`) of the rest.
+    Unsynced { seed: u64 },
+    /// A power loss of a simulated disk: every unsynced byte and directory
+    /// entry is lost, or, `torn`, a random prefix of each file's unsynced
+    /// writes is kept (drawn by the disk).
+    // Only this crate's tests lose a simulated disk's power through the
+    // harness until the simulator runs on it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Power { torn: bool },
+}
+
+impl From<Lose> for Loss {
+    fn from(lose: Lose) -> Loss {
+        match lose {
+            Lose::Nothing => Loss::Nothing,
+            Lose::UnflushedBytes { seed } => Loss::Unsynced { seed },
+        }
+    }
+}
+
+/// Where the nodes of a harness keep their data: node `i`'s directory is
+/// `node-i` under one root, on the real file system or on a simulated disk
+/// of its own.
+#[derive(Debug)]
+pub(crate) enum Disks {
+    /// The real file system, under a temporary directory that lives as
+    /// long as the harness.
+    Std { dir: tempfile::TempDir },
+    /// One simulated disk per node (by id), each with its node's directory
+    /// under `root`. Building it touches no disk: a simulated run's disks
+    /// count their operations.
+    // Only this crate's tests build it until the simulator runs on the
+    // harness.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Sim { root: PathBuf, disks: Vec<SimDisk> },
+}
+
+impl Disks {
+    /// The real file system, under a fresh temporary directory.
+    pub(crate) fn temporary() -> Result<Disks> {
+        let dir = tempfile::tempdir()
+            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
+        Ok(Disks::Std { dir })
+    }
+
+    /// The root directory of all nodes.
+    fn root(&self) -> &Path {
+        match self {
+            Disks::Std { dir } => dir.path(),
+            Disks::Sim { root, .. } => root,
+        }
+    }
+
+    /// The disk node `id` keeps its data on.
+    fn disk(&self, id: NodeId) -> Arc<dyn Disk> {
+        match self {
+            Disks::Std { .. } => StdDisk::shared(),
+            Disks::Sim { disks, .. } => disks[id.0 as usize].shared(),
+        }
+    }
+
+    /// Loses what `loss` says of node `id`'s data once its process halted
+    /// for a crash (`durable`: each segment file with the length its last
+    /// fsync covered, which only the real file system needs). A power loss
+    /// must be of the kind its disks have: a broken test otherwise.
+    fn lose(&self, id: NodeId, durable: Vec<(PathBuf, u64)>, loss: Loss) {
+        match (self, loss) {
+            (Disks::Std { .. }, Loss::Nothing) => {}
+            (Disks::Std { .. }, Loss::Unsynced { seed }) => {
+                let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
+                for (path, durable_bytes) in durable {
+                    if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
+                        tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
+                    }
+                }
+            }
+            (Disks::Sim { disks, .. }, Loss::Nothing) => disks[id.0 as usize].crash(),
+            (Disks::Sim { disks, .. }, Loss::Power { torn }) => {
+                let disk = &disks[id.0 as usize];
+                disk.set_torn_writes(torn);
+                disk.lose_power();
+            }
+            (Disks::Std { .. }, Loss::Power { .. })
+            | (Disks::Sim { .. }, Loss::Unsynced { .. }) => {
+                panic!(
+                    "node {id} cannot lose {loss:?} on {}",
+                    match self {
+                        Disks::Std { .. } => "the real file system",
+                        Disks::Sim { .. } => "a simulated disk",
+                    }
+                )
+            }
+        }
+    }
+}
+
+/// The nodes of a harness: their directories, on the harness's disks, and
+/// the running ones.
 #[derive(Debug)]
 pub(crate) struct Nodes<E> {
     count: usize,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
+    disks: Disks,
     running: Mutex<BTreeMap<NodeId, E>>,
 }
 
 impl<E: Hosted> Nodes<E> {
-    /// `count` nodes, none running yet, in a fresh temporary directory.
-    pub(crate) fn new(count: usize) -> Result<Nodes<E>> {
-        let dir = tempfile::tempdir()
-            .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
-        Ok(Nodes {
+    /// `count` nodes on `disks`, none running yet.
+    pub(crate) fn new(count: usize, disks: Disks) -> Nodes<E> {
+        Nodes {
             count,
-            root: dir.path().to_path_buf(),
-            _dir: dir,
+            disks,
             running: Mutex::new(BTreeMap::new()),
-        })
+        }
     }
 
     /// The directory of node `id`.
     pub(crate) fn node_dir(&self, id: NodeId) -> PathBuf {
-        self.root.join(format!("node-{}", id.0))
+        self.disks.root().join(format!("node-{}", id.0))
     }
 
     /// The root directory of all nodes.
     pub(crate) fn root(&self) -> &Path {
-        &self.root
+        self.disks.root()
     }
 
     /// Ids of all nodes, running or not.
@@ -238,22 +338,6 @@ impl<W, C> Nodes<Running<Node, W, C>> {
                 return Err(Error::LeaderNotAvailable(log));
             }
             std::thread::sleep(poll);
-        }
-    }
-}
-
-/// Loses what `lose` says of node `id`'s data once it halted for a crash
-/// (`durable`: each segment file with the length its last fsync covered):
-/// under a power loss every segment file is cut back to that, keeping none
-/// or a random prefix of the rest (see
-/// [`Cluster::crash_losing_unflushed`](super::Cluster::crash_losing_unflushed)).
-fn lose_unsynced(id: NodeId, durable: Vec<(PathBuf, u64)>, lose: Lose) {
-    if let Lose::UnflushedBytes { seed } = lose {
-        let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
-        for (path, durable_bytes) in durable {
-            if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
-                tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
-            }
         }
     }
 }
@@ -683,27 +767,28 @@ pub(crate) struct Harness<W: Wire, C: Coordination, R: Runtime = Threads> {
 }
 
 impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
-    /// A harness of `settings.nodes` nodes run by `runtime`, none started
-    /// yet; `poll` is how often its waits poll.
+    /// A harness of `settings.nodes` nodes on `disks`, run by `runtime`,
+    /// none started yet. Its waits poll every millisecond and a created
+    /// log is waited for until its first replica leads (see
+    /// [`Harness::start`] for a harness that waits otherwise).
     pub(crate) fn new(
         runtime: R,
         wire: W,
         coordination: C,
+        disks: Disks,
         settings: NodeSettings,
         clock: Arc<dyn Clock>,
-        leader_wait: LeaderWait,
-        poll: Duration,
-    ) -> Result<Harness<W, C, R>> {
-        Ok(Harness {
+    ) -> Harness<W, C, R> {
+        Harness {
             runtime,
             wire,
             coordination,
-            nodes: Nodes::new(settings.nodes)?,
+            nodes: Nodes::new(settings.nodes, disks),
             settings,
             clock,
-            leader_wait,
-            poll,
-        })
+            leader_wait: LeaderWait::FirstReplica,
+            poll: Duration::from_millis(1),
+        }
     }
 
     /// The coordination.
@@ -733,7 +818,7 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
         let (transport, pending) = self.wire.transport(id)?;
         let config = self.settings.node_config(id, self.nodes.node_dir(id));
         let process = self.runtime.open(
-            StdDisk::shared(),
+            self.nodes.disks.disk(id),
             config,
             transport,
             coordinator,
@@ -764,9 +849,9 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
     }
 
     /// Crashes node `id`: the wire stops reaching it, its threads stop,
-    /// nothing is flushed or closed, `lose` says what of its data survives
+    /// nothing is flushed or closed, `loss` says what of its data survives
     /// and `session` when the coordinator hears of it.
-    pub(crate) fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
+    pub(crate) fn crash_with(&self, id: NodeId, loss: Loss, session: SessionEnd) {
         self.wire.cut(id);
         let running = self.nodes.remove(id);
         // The crash happens before the coordinator hears of it: a node
@@ -788,7 +873,7 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
         if let Some((process, wire)) = running {
             // Threads first, then the lengths: they only grow while it runs.
             let durable = R::halt_for_crash(process);
-            lose_unsynced(id, durable, lose);
+            self.nodes.disks.lose(id, durable, loss);
             self.wire.release(wire);
         }
     }
@@ -877,15 +962,16 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         leader_wait: LeaderWait,
         poll: Duration,
     ) -> Result<Harness<W, C>> {
-        let harness = Harness::new(
+        let mut harness = Harness::new(
             Threads,
             wire,
             coordination,
+            Disks::temporary()?,
             settings,
             clock,
-            leader_wait,
-            poll,
-        )?;
+        );
+        harness.leader_wait = leader_wait;
+        harness.poll = poll;
         for id in harness.nodes.ids() {
             harness.start_node(id)?;
         }
@@ -1050,9 +1136,10 @@ mod tests {
     use super::*;
     use crate::{ManualClock, PreviousShutdown};
 
-    /// A harness of stepped nodes opens a node with its controller and no
-    /// thread, stops it cleanly (the next open finds the marker), and
-    /// crashes it (the next open finds its log without the marker).
+    /// A harness of stepped nodes on simulated disks opens a node with its
+    /// controller and no thread, stops it cleanly (the next open finds the
+    /// marker), and crashes it with its machine's power (the next open
+    /// finds its log without the marker).
     #[test]
     fn a_stepped_harness_opens_stops_and_crashes_a_node() {
         let clock = ManualClock::default();
@@ -1061,16 +1148,18 @@ mod tests {
             NodeSettings::for_tests(Duration::from_secs(1), Some(ControllerConfig::default()));
         settings.nodes = 1;
         settings.replication.min_insync_replicas = 1;
+        let disk = SimDisk::new(1);
         let harness = Harness::new(
             Stepped,
             MemoryWire::new(MemoryNetwork::new(1)),
             MemoryCoordination::new(coordinator.clone(), false),
+            Disks::Sim {
+                root: PathBuf::from("/sim"),
+                disks: vec![disk.clone()],
+            },
             settings,
             Arc::new(clock),
-            LeaderWait::FirstReplica,
-            Duration::from_millis(1),
-        )
-        .unwrap();
+        );
         let id = NodeId(0);
         let previous = |harness: &Harness<_, _, Stepped>| {
             harness.nodes().with_node(id, Node::previous_shutdown)
@@ -1099,10 +1188,13 @@ mod tests {
         harness.start_node(id).unwrap();
         assert_eq!(previous(&harness), Some(PreviousShutdown::Clean));
 
-        harness.crash_with(id, Lose::Nothing, SessionEnd::Immediately);
+        harness.crash_with(id, Loss::Power { torn: false }, SessionEnd::Immediately);
         assert!(!harness.nodes().is_running(id));
         harness.start_node(id).unwrap();
         assert_eq!(previous(&harness), Some(PreviousShutdown::Unclean));
+        // Nothing reached the real file system.
+        assert!(!Path::new("/sim/node-0").exists());
+        assert!(disk.exists(&Path::new("/sim/node-0").join("identity.properties")));
         // Dropping the harness halts the node.
     }
 }

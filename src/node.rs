@@ -964,7 +964,14 @@ impl Node {
     /// waited for (see that setting for what happens to its log). Stopping
     /// the threads waits at most for the coordinator call the control
     /// thread is in.
-    pub fn shutdown(mut self) -> Result<()> {
+    pub fn shutdown(self) -> Result<()> {
+        self.shutdown_marked().map(|_marked| ())
+    }
+
+    /// [`shutdown`](Self::shutdown), and whether it wrote the
+    /// clean-shutdown marker (not while this start's unclean report is
+    /// unrecorded somewhere).
+    pub(crate) fn shutdown_marked(mut self) -> Result<bool> {
         let timeout = self.shared.config.controlled_shutdown_timeout;
         let deadline = Instant::now() + timeout;
         if !timeout.is_zero() {
@@ -1023,7 +1030,7 @@ impl Node {
                 tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
             }
         }
-        self.close_logs_and_mark_clean().map(|_marked| ())
+        self.close_logs_and_mark_clean()
     }
 
     /// A stop's last step, once its threads stopped: flushes and closes

@@ -196,7 +196,7 @@ impl Cluster {
     /// Every handle of the crashed node fails from now on (its logs are
     /// poisoned), as a dead process answers nobody.
     pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
-        self.harness.crash_with(id, lose, session);
+        self.harness.crash_with(id, lose.into(), session);
     }
 
     /// Stops node `id` cleanly: its logs are flushed and closed (a clean

@@ -26,12 +26,13 @@ use super::{CoordinatorDelay, SlowCoordinator};
 use crate::clock::Clock;
 use crate::config::{NodeConfig, ReplicationConfig};
 use crate::coordinator::{
-    assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator,
+    assign_replicas, ControllerConfig, Coordinator, LogState, MemoryCoordinator, SteppedController,
 };
 use crate::error::{Error, Result};
-use crate::node::Node;
+use crate::node::{controller_config, Node, SteppedNode};
 use crate::replicated_log::ReplicatedLog;
 use crate::snapshot::Snapshots;
+use crate::storage::disk::{Disk, SimDisk, StdDisk};
 use crate::storage::LogConfig;
 use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::transport::{MemoryNetwork, Transport};
@@ -112,37 +113,137 @@ impl NodeSettings {
     }
 }
 
-/// The nodes of a harness: their directories, each under one temporary
-/// directory that lives as long as the harness, and the running ones.
-#[derive(Debug)]
-pub(crate) struct Nodes<R> {
-    count: usize,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
-    running: Mutex<BTreeMap<NodeId, R>>,
+/// What a crash loses of a node's data, on whichever disks the harness
+/// keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// A process crash: every byte written survives.
+    Nothing,
+    /// A power loss on the real file system: each segment file is cut back
+    /// to what its last fsync covered, keeping none or a random prefix
+    /// (chosen by `seed`) of the rest.
+    Unsynced { seed: u64 },
+    /// A power loss of a simulated disk: every unsynced byte and directory
+    /// entry is lost, or, `torn`, a random prefix of each file's unsynced
+    /// writes is kept (drawn by the disk).
+    // Only this crate's tests lose a simulated disk's power through the
+    // harness until the simulator runs on it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Power { torn: bool },
 }
 
-impl<R: Hosted> Nodes<R> {
-    /// `count` nodes, none running yet, in a fresh temporary directory.
-    pub(crate) fn new(count: usize) -> Result<Nodes<R>> {
+impl From<Lose> for Loss {
+    fn from(lose: Lose) -> Loss {
+        match lose {
+            Lose::Nothing => Loss::Nothing,
+            Lose::UnflushedBytes { seed } => Loss::Unsynced { seed },
+        }
+    }
+}
+
+/// Where the nodes of a harness keep their data: node `i`'s directory is
+/// `node-i` under one root, on the real file system or on a simulated disk
+/// of its own.
+#[derive(Debug)]
+pub(crate) enum Disks {
+    /// The real file system, under a temporary directory that lives as
+    /// long as the harness.
+    Std { dir: tempfile::TempDir },
+    /// One simulated disk per node (by id), each with its node's directory
+    /// under `root`. Building it touches no disk: a simulated run's disks
+    /// count their operations.
+    // Only this crate's tests build it until the simulator runs on the
+    // harness.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Sim { root: PathBuf, disks: Vec<SimDisk> },
+}
+
+impl Disks {
+    /// The real file system, under a fresh temporary directory.
+    pub(crate) fn temporary() -> Result<Disks> {
         let dir = tempfile::tempdir()
             .map_err(|e| Error::io(std::env::temp_dir(), "create temp dir", e))?;
-        Ok(Nodes {
+        Ok(Disks::Std { dir })
+    }
+
+    /// The root directory of all nodes.
+    fn root(&self) -> &Path {
+        match self {
+            Disks::Std { dir } => dir.path(),
+            Disks::Sim { root, .. } => root,
+        }
+    }
+
+    /// The disk node `id` keeps its data on.
+    fn disk(&self, id: NodeId) -> Arc<dyn Disk> {
+        match self {
+            Disks::Std { .. } => StdDisk::shared(),
+            Disks::Sim { disks, .. } => disks[id.0 as usize].shared(),
+        }
+    }
+
+    /// Loses what `loss` says of node `id`'s data once its process halted
+    /// for a crash (`durable`: each segment file with the length its last
+    /// fsync covered, which only the real file system needs). A power loss
+    /// must be of the kind its disks have: a broken test otherwise.
+    fn lose(&self, id: NodeId, durable: Vec<(PathBuf, u64)>, loss: Loss) {
+        match (self, loss) {
+            (Disks::Std { .. }, Loss::Nothing) => {}
+            (Disks::Std { .. }, Loss::Unsynced { seed }) => {
+                let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
+                for (path, durable_bytes) in durable {
+                    if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
+                        tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
+                    }
+                }
+            }
+            (Disks::Sim { disks, .. }, Loss::Nothing) => disks[id.0 as usize].crash(),
+            (Disks::Sim { disks, .. }, Loss::Power { torn }) => {
+                let disk = &disks[id.0 as usize];
+                disk.set_torn_writes(torn);
+                disk.lose_power();
+            }
+            (Disks::Std { .. }, Loss::Power { .. })
+            | (Disks::Sim { .. }, Loss::Unsynced { .. }) => {
+                panic!(
+                    "node {id} cannot lose {loss:?} on {}",
+                    match self {
+                        Disks::Std { .. } => "the real file system",
+                        Disks::Sim { .. } => "a simulated disk",
+                    }
+                )
+            }
+        }
+    }
+}
+
+/// The nodes of a harness: their directories, on the harness's disks, and
+/// the running ones.
+#[derive(Debug)]
+pub(crate) struct Nodes<E> {
+    count: usize,
+    disks: Disks,
+    running: Mutex<BTreeMap<NodeId, E>>,
+}
+
+impl<E: Hosted> Nodes<E> {
+    /// `count` nodes on `disks`, none running yet.
+    pub(crate) fn new(count: usize, disks: Disks) -> Nodes<E> {
+        Nodes {
             count,
-            root: dir.path().to_path_buf(),
-            _dir: dir,
+            disks,
             running: Mutex::new(BTreeMap::new()),
-        })
+        }
     }
 
     /// The directory of node `id`.
     pub(crate) fn node_dir(&self, id: NodeId) -> PathBuf {
-        self.root.join(format!("node-{}", id.0))
+        self.disks.root().join(format!("node-{}", id.0))
     }
 
     /// The root directory of all nodes.
     pub(crate) fn root(&self) -> &Path {
-        &self.root
+        self.disks.root()
     }
 
     /// Ids of all nodes, running or not.
@@ -151,12 +252,12 @@ impl<R: Hosted> Nodes<R> {
     }
 
     /// Takes node `id` out of the running ones.
-    pub(crate) fn remove(&self, id: NodeId) -> Option<R> {
+    pub(crate) fn remove(&self, id: NodeId) -> Option<E> {
         self.running.lock().remove(&id)
     }
 
     /// Takes every running node out, in id order.
-    pub(crate) fn take_all(&self) -> Vec<R> {
+    pub(crate) fn take_all(&self) -> Vec<E> {
         std::mem::take(&mut *self.running.lock())
             .into_values()
             .collect()
@@ -168,14 +269,14 @@ impl<R: Hosted> Nodes<R> {
     }
 
     /// Runs `f` on what the harness keeps of node `id`, if it is running.
-    pub(crate) fn with_running<T>(&self, id: NodeId, f: impl FnOnce(&R) -> T) -> Option<T> {
+    pub(crate) fn with_running<T>(&self, id: NodeId, f: impl FnOnce(&E) -> T) -> Option<T> {
         self.running.lock().get(&id).map(f)
     }
 
     /// The running nodes, locked: for a harness that must see or change
     /// them all at once (a node's new address told to every other node
     /// before it is recorded as running).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<NodeId, R>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<NodeId, E>> {
         self.running.lock()
     }
 
@@ -190,7 +291,13 @@ impl<R: Hosted> Nodes<R> {
         let running = running.get(&node).ok_or(Error::Shutdown)?;
         running.node().log(log)
     }
+}
 
+/// What only a harness of threaded nodes may do: wait, polling, for its
+/// nodes to get somewhere. A stepped node gets nowhere while the caller
+/// waits (and a wait inside a [`SimulationGuard`](crate::testing::SimulationGuard)
+/// panics), so a stepped harness cannot name these.
+impl<W, C> Nodes<Running<Node, W, C>> {
     /// The handle of `log` on `node`, once the node hosts it.
     pub(crate) fn wait_for_handle(
         &self,
@@ -231,23 +338,6 @@ impl<R: Hosted> Nodes<R> {
                 return Err(Error::LeaderNotAvailable(log));
             }
             std::thread::sleep(poll);
-        }
-    }
-}
-
-/// Halts `node` (node `id`) as a crash does, and then loses what `lose`
-/// says of its data: under a power loss every segment file is cut back to
-/// what its last fsync covered, keeping none or a random prefix of the
-/// rest (see [`Cluster::crash_losing_unflushed`](super::Cluster::crash_losing_unflushed)).
-pub(crate) fn halt_losing(node: Node, id: NodeId, lose: Lose) {
-    // Threads first, then the lengths: they only grow while it runs.
-    let durable = node.halt_for_crash();
-    if let Lose::UnflushedBytes { seed } = lose {
-        let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
-        for (path, durable_bytes) in durable {
-            if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
-                tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");
-            }
         }
     }
 }
@@ -507,62 +597,198 @@ pub(crate) enum LeaderWait {
     FirstReplica,
 }
 
-/// A running node with its wiring.
+/// How a harness's nodes run: on threads of their own ([`Threads`]), or
+/// stepped by the caller ([`Stepped`], the simulator's way). A process
+/// ends only through [`stop`](Self::stop), [`halt_for_crash`](Self::halt_for_crash)
+/// or [`halt`](Self::halt), never by being dropped: a dropped [`Node`]
+/// that was neither halted nor stopped shuts itself down cleanly.
+pub(crate) trait Runtime: std::fmt::Debug {
+    /// A running node process as this runtime keeps it.
+    type Process: Hosted + std::fmt::Debug;
+
+    /// Opens node `config.node_id` on `disk` with the given wiring and
+    /// clock, ready to run.
+    fn open(
+        &self,
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self::Process>;
+
+    /// Stops `process` cleanly; whether it wrote the clean-shutdown
+    /// marker.
+    fn stop(process: Self::Process) -> Result<bool>;
+
+    /// Halts `process` as a crash does, once it was marked crashed
+    /// ([`Node::mark_crashed`]); each segment file with the length its last
+    /// fsync covered.
+    fn halt_for_crash(process: Self::Process) -> Vec<(PathBuf, u64)>;
+
+    /// Halts `process` as a killed process stops, losing nothing of what
+    /// it wrote.
+    fn halt(process: Self::Process);
+}
+
+/// Nodes on threads of their own, as in production.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Threads;
+
+impl Runtime for Threads {
+    type Process = Node;
+
+    fn open(
+        &self,
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Node> {
+        Node::start_on_disk(disk, config, transport, coordinator, clock)
+    }
+
+    fn stop(process: Node) -> Result<bool> {
+        process.shutdown_marked()
+    }
+
+    fn halt_for_crash(process: Node) -> Vec<(PathBuf, u64)> {
+        process.halt_for_crash()
+    }
+
+    fn halt(process: Node) {
+        process.halt();
+    }
+}
+
+/// Nodes opened without threads ([`SteppedNode`]), each with its
+/// controller candidate ([`SteppedController`]), that the caller steps on
+/// its own thread and clock.
+// Only this crate's tests use it until the simulator runs on the harness.
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Stepped;
+
+/// A stepped node process: the node and its controller candidate, if it
+/// runs one.
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug)]
-pub(crate) struct Running<W, C> {
-    pub(crate) node: Node,
+pub(crate) struct SteppedProcess {
+    pub(crate) node: SteppedNode,
+    pub(crate) controller: Option<SteppedController>,
+}
+
+impl Hosted for SteppedProcess {
+    fn node(&self) -> &Node {
+        self.node.node()
+    }
+}
+
+impl Runtime for Stepped {
+    type Process = SteppedProcess;
+
+    /// Opens the controller first: it subscribes to the coordinator before
+    /// the node registers, the order a simulated run's events depend on.
+    fn open(
+        &self,
+        disk: Arc<dyn Disk>,
+        config: NodeConfig,
+        transport: Arc<dyn Transport>,
+        coordinator: Arc<dyn Coordinator>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<SteppedProcess> {
+        let controller = match controller_config(&config) {
+            Some(controller) => Some(SteppedController::open(
+                config.node_id,
+                Arc::clone(&coordinator),
+                controller,
+                Arc::clone(&clock),
+            )?),
+            None => None,
+        };
+        let node = Node::open_on_disk(disk, config, transport, coordinator, clock)?;
+        Ok(SteppedProcess { node, controller })
+    }
+
+    /// Ends the process's controlled shutdown (its hand-overs, if any, were
+    /// stepped by the caller); its controller resigns nothing.
+    fn stop(process: SteppedProcess) -> Result<bool> {
+        process.node.finish_controlled_shutdown()
+    }
+
+    fn halt_for_crash(process: SteppedProcess) -> Vec<(PathBuf, u64)> {
+        process.node.into_node().halt_for_crash()
+    }
+
+    /// Halts it as a crash does: a stepped node has no threads to stop
+    /// otherwise, and its logs must let go of their files.
+    fn halt(process: SteppedProcess) {
+        let node = process.node.into_node();
+        node.mark_crashed();
+        let _durable = node.halt_for_crash();
+    }
+}
+
+/// A running node process with its wiring.
+#[derive(Debug)]
+pub(crate) struct Running<P, W, C> {
+    pub(crate) process: P,
     pub(crate) wire: W,
     pub(crate) coordinator: C,
 }
 
-impl<W, C> Hosted for Running<W, C> {
+impl<P: Hosted, W, C> Hosted for Running<P, W, C> {
     fn node(&self) -> &Node {
-        &self.node
+        self.process.node()
     }
 }
 
-/// The running node as a harness on wire `W` and coordination `C` keeps it.
-pub(crate) type RunningOn<W, C> = Running<<W as Wire>::Held, <C as Coordination>::Held>;
+/// The running node as a harness on wire `W`, coordination `C` and
+/// runtime `R` keeps it.
+pub(crate) type RunningOn<W, C, R = Threads> =
+    Running<<R as Runtime>::Process, <W as Wire>::Held, <C as Coordination>::Held>;
 
-/// N nodes on a wire and a coordination: the one harness that
-/// [`Cluster`](super::Cluster), [`TcpCluster`](super::TcpCluster) and
-/// `ZkCluster` are faces of. Dropping it halts every node still running.
+/// N nodes on a wire and a coordination, run by a runtime: the one
+/// harness that [`Cluster`](super::Cluster), [`TcpCluster`](super::TcpCluster)
+/// and `ZkCluster` are faces of (on [`Threads`]). Dropping it halts every
+/// node still running.
 #[derive(Debug)]
-pub(crate) struct Harness<W: Wire, C: Coordination> {
+pub(crate) struct Harness<W: Wire, C: Coordination, R: Runtime = Threads> {
+    runtime: R,
     wire: W,
     coordination: C,
     settings: NodeSettings,
     clock: Arc<dyn Clock>,
-    nodes: Nodes<RunningOn<W, C>>,
+    nodes: Nodes<RunningOn<W, C, R>>,
     leader_wait: LeaderWait,
     /// How often waits poll.
     poll: Duration,
 }
 
-impl<W: Wire, C: Coordination> Harness<W, C> {
-    /// A harness of `settings.nodes` nodes, every one started; `poll` is
-    /// how often its waits poll.
-    pub(crate) fn start(
+impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
+    /// A harness of `settings.nodes` nodes on `disks`, run by `runtime`,
+    /// none started yet. Its waits poll every millisecond and a created
+    /// log is waited for until its first replica leads (see
+    /// [`Harness::start`] for a harness that waits otherwise).
+    pub(crate) fn new(
+        runtime: R,
         wire: W,
         coordination: C,
+        disks: Disks,
         settings: NodeSettings,
         clock: Arc<dyn Clock>,
-        leader_wait: LeaderWait,
-        poll: Duration,
-    ) -> Result<Harness<W, C>> {
-        let harness = Harness {
+    ) -> Harness<W, C, R> {
+        Harness {
+            runtime,
             wire,
             coordination,
-            nodes: Nodes::new(settings.nodes)?,
+            nodes: Nodes::new(settings.nodes, disks),
             settings,
             clock,
-            leader_wait,
-            poll,
-        };
-        for id in harness.nodes.ids() {
-            harness.start_node(id)?;
+            leader_wait: LeaderWait::FirstReplica,
+            poll: Duration::from_millis(1),
         }
-        Ok(harness)
     }
 
     /// The coordination.
@@ -571,7 +797,7 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
     }
 
     /// The nodes.
-    pub(crate) fn nodes(&self) -> &Nodes<RunningOn<W, C>> {
+    pub(crate) fn nodes(&self) -> &Nodes<RunningOn<W, C, R>> {
         &self.nodes
     }
 
@@ -591,11 +817,17 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         let (coordinator, coordinator_held) = self.coordination.connect(id)?;
         let (transport, pending) = self.wire.transport(id)?;
         let config = self.settings.node_config(id, self.nodes.node_dir(id));
-        let node = Node::start(config, transport, coordinator, Arc::clone(&self.clock))?;
-        let wire = match self.wire.connect(id, &node, pending) {
+        let process = self.runtime.open(
+            self.nodes.disks.disk(id),
+            config,
+            transport,
+            coordinator,
+            Arc::clone(&self.clock),
+        )?;
+        let wire = match self.wire.connect(id, process.node(), pending) {
             Ok(wire) => wire,
             Err(error) => {
-                node.halt();
+                R::halt(process);
                 return Err(error);
             }
         };
@@ -608,7 +840,7 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         running.insert(
             id,
             Running {
-                node,
+                process,
                 wire,
                 coordinator: coordinator_held,
             },
@@ -617,9 +849,9 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
     }
 
     /// Crashes node `id`: the wire stops reaching it, its threads stop,
-    /// nothing is flushed or closed, `lose` says what of its data survives
+    /// nothing is flushed or closed, `loss` says what of its data survives
     /// and `session` when the coordinator hears of it.
-    pub(crate) fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
+    pub(crate) fn crash_with(&self, id: NodeId, loss: Loss, session: SessionEnd) {
         self.wire.cut(id);
         let running = self.nodes.remove(id);
         // The crash happens before the coordinator hears of it: a node
@@ -627,19 +859,21 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         // one (found as a flaky unclean-election test: the crashed node
         // re-registered and rejoined the ISR).
         if let Some(running) = &running {
-            running.node.mark_crashed();
+            running.node().mark_crashed();
         }
         let (running, coordinator) = match running {
             Some(Running {
-                node,
+                process,
                 wire,
                 coordinator,
-            }) => (Some((node, wire)), Some(coordinator)),
+            }) => (Some((process, wire)), Some(coordinator)),
             None => (None, None),
         };
         self.coordination.crashed(id, coordinator, session);
-        if let Some((node, wire)) = running {
-            halt_losing(node, id, lose);
+        if let Some((process, wire)) = running {
+            // Threads first, then the lengths: they only grow while it runs.
+            let durable = R::halt_for_crash(process);
+            self.nodes.disks.lose(id, durable, loss);
             self.wire.release(wire);
         }
     }
@@ -654,7 +888,7 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         // Halting first wakes the node's parked long-poll fetches (they then
         // answer `Shutdown`), so a server's handler threads are free by the
         // time the server waits for them.
-        running.node.halt();
+        R::halt(running.process);
         drop(running.coordinator);
         self.wire.release(running.wire);
     }
@@ -666,7 +900,7 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
     pub(crate) fn stop_node(&self, id: NodeId) -> Result<()> {
         let outcome = match self.nodes.remove(id) {
             Some(running) => {
-                let outcome = running.node.shutdown();
+                let outcome = R::stop(running.process).map(drop);
                 drop(running.coordinator);
                 self.wire.release(running.wire);
                 outcome
@@ -675,6 +909,73 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         };
         self.wire.cut(id);
         outcome
+    }
+
+    /// The coordinator's record of `log`; `None` before the log is created.
+    /// The harness's own handle is never cut off, so an error means a
+    /// broken test: it panics rather than read as "no leader" or "no ISR",
+    /// which an assertion could take for the outcome it waits for.
+    pub(crate) fn log_state(&self, log: LogId) -> Option<LogState> {
+        self.coordination
+            .log_state(log)
+            .unwrap_or_else(|error| panic!("cannot read {log} from {}: {error}", C::NAME))
+    }
+
+    /// The in-sync replicas the coordinator holds for `log`.
+    pub(crate) fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
+        self.log_state(log)
+            .map(|state| state.in_sync_replicas)
+            .unwrap_or_default()
+    }
+
+    /// The node the coordinator names as leader of `log`.
+    pub(crate) fn leader_of(&self, log: LogId) -> Option<NodeId> {
+        self.log_state(log).and_then(|state| state.leader)
+    }
+
+    /// Stops every node cleanly, then its wiring; the first error, if any,
+    /// after all have stopped.
+    pub(crate) fn shutdown(self) -> Result<()> {
+        let mut outcome = Ok(());
+        for running in self.nodes.take_all() {
+            let stopped = R::stop(running.process).map(drop);
+            drop(running.coordinator);
+            self.wire.release(running.wire);
+            if outcome.is_ok() {
+                outcome = stopped;
+            }
+        }
+        outcome
+    }
+}
+
+/// What only a harness of threaded nodes does: start every node at once,
+/// and wait for its nodes to get somewhere (see [`Nodes::wait_for_handle`]).
+impl<W: Wire, C: Coordination> Harness<W, C> {
+    /// A harness of `settings.nodes` nodes, every one started; `poll` is
+    /// how often its waits poll.
+    pub(crate) fn start(
+        wire: W,
+        coordination: C,
+        settings: NodeSettings,
+        clock: Arc<dyn Clock>,
+        leader_wait: LeaderWait,
+        poll: Duration,
+    ) -> Result<Harness<W, C>> {
+        let mut harness = Harness::new(
+            Threads,
+            wire,
+            coordination,
+            Disks::temporary()?,
+            settings,
+            clock,
+        );
+        harness.leader_wait = leader_wait;
+        harness.poll = poll;
+        for id in harness.nodes.ids() {
+            harness.start_node(id)?;
+        }
+        Ok(harness)
     }
 
     /// Creates `log` with `replication_factor` replicas placed by
@@ -701,28 +1002,6 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         Ok(replicas)
     }
 
-    /// The coordinator's record of `log`; `None` before the log is created.
-    /// The harness's own handle is never cut off, so an error means a
-    /// broken test: it panics rather than read as "no leader" or "no ISR",
-    /// which an assertion could take for the outcome it waits for.
-    pub(crate) fn log_state(&self, log: LogId) -> Option<LogState> {
-        self.coordination
-            .log_state(log)
-            .unwrap_or_else(|error| panic!("cannot read {log} from {}: {error}", C::NAME))
-    }
-
-    /// The in-sync replicas the coordinator holds for `log`.
-    pub(crate) fn in_sync_replicas(&self, log: LogId) -> Vec<NodeId> {
-        self.log_state(log)
-            .map(|state| state.in_sync_replicas)
-            .unwrap_or_default()
-    }
-
-    /// The node the coordinator names as leader of `log`.
-    pub(crate) fn leader_of(&self, log: LogId) -> Option<NodeId> {
-        self.log_state(log).and_then(|state| state.leader)
-    }
-
     /// The leader's handle of `log`, once that node knows it leads in the
     /// coordinator's current epoch (up to 10 s).
     pub(crate) fn leader_log(&self, log: LogId) -> Result<ReplicatedLog> {
@@ -733,24 +1012,9 @@ impl<W: Wire, C: Coordination> Harness<W, C> {
         self.nodes
             .leader_log_by(log, deadline, self.poll, || self.log_state(log))
     }
-
-    /// Stops every node cleanly, then its wiring; the first error, if any,
-    /// after all have stopped.
-    pub(crate) fn shutdown(self) -> Result<()> {
-        let mut outcome = Ok(());
-        for running in self.nodes.take_all() {
-            let stopped = running.node.shutdown();
-            drop(running.coordinator);
-            self.wire.release(running.wire);
-            if outcome.is_ok() {
-                outcome = stopped;
-            }
-        }
-        outcome
-    }
 }
 
-impl<W: Wire, C: Coordination> Drop for Harness<W, C> {
+impl<W: Wire, C: Coordination, R: Runtime> Drop for Harness<W, C, R> {
     /// Halts every node still running and closes its wiring, then lets the
     /// coordination and the wire go. The memory network holds each node's
     /// request handler and each node holds a transport into the network:
@@ -761,7 +1025,7 @@ impl<W: Wire, C: Coordination> Drop for Harness<W, C> {
         // Nodes first: a node being stopped stops its fetchers, which may
         // be waiting on a peer's server.
         for running in self.nodes.take_all() {
-            running.node.halt();
+            R::halt(running.process);
             drop(running.coordinator);
             self.wire.release(running.wire);
         }
@@ -864,5 +1128,73 @@ impl Coordination for MemoryCoordination {
 
     fn log_state(&self, log: LogId) -> Result<Option<LogState>> {
         self.coordinator.log_state(log)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, PreviousShutdown};
+
+    /// A harness of stepped nodes on simulated disks opens a node with its
+    /// controller and no thread, stops it cleanly (the next open finds the
+    /// marker), and crashes it with its machine's power (the next open
+    /// finds its log without the marker).
+    #[test]
+    fn a_stepped_harness_opens_stops_and_crashes_a_node() {
+        let clock = ManualClock::default();
+        let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
+        let mut settings =
+            NodeSettings::for_tests(Duration::from_secs(1), Some(ControllerConfig::default()));
+        settings.nodes = 1;
+        settings.replication.min_insync_replicas = 1;
+        let disk = SimDisk::new(1);
+        let harness = Harness::new(
+            Stepped,
+            MemoryWire::new(MemoryNetwork::new(1)),
+            MemoryCoordination::new(coordinator.clone(), false),
+            Disks::Sim {
+                root: PathBuf::from("/sim"),
+                disks: vec![disk.clone()],
+            },
+            settings,
+            Arc::new(clock),
+        );
+        let id = NodeId(0);
+        let previous = |harness: &Harness<_, _, Stepped>| {
+            harness.nodes().with_node(id, Node::previous_shutdown)
+        };
+
+        // Created before the open, the log is opened by it: a crash then
+        // leaves data behind.
+        coordinator.create_log(LogId(1), vec![id]).unwrap();
+        harness.start_node(id).unwrap();
+        assert_eq!(previous(&harness), Some(PreviousShutdown::Fresh));
+        assert!(harness.nodes().log(id, LogId(1)).is_ok());
+        let (controller, threads) = harness
+            .nodes()
+            .with_running(id, |running| {
+                (
+                    running.process.controller.is_some(),
+                    running.node().fetcher_thread_count(),
+                )
+            })
+            .unwrap();
+        assert!(controller);
+        assert_eq!(threads, 0);
+
+        harness.stop_node(id).unwrap();
+        assert!(!harness.nodes().is_running(id));
+        harness.start_node(id).unwrap();
+        assert_eq!(previous(&harness), Some(PreviousShutdown::Clean));
+
+        harness.crash_with(id, Loss::Power { torn: false }, SessionEnd::Immediately);
+        assert!(!harness.nodes().is_running(id));
+        harness.start_node(id).unwrap();
+        assert_eq!(previous(&harness), Some(PreviousShutdown::Unclean));
+        // Nothing reached the real file system.
+        assert!(!Path::new("/sim/node-0").exists());
+        assert!(disk.exists(&Path::new("/sim/node-0").join("identity.properties")));
+        // Dropping the harness halts the node.
     }
 }

@@ -303,7 +303,7 @@ impl ZkCluster {
     /// die), or one session timeout later (its coordinator stays open but
     /// nothing renews the node's lease, as in a hung process).
     pub fn crash_with(&self, id: NodeId, lose: Lose, session: SessionEnd) {
-        self.harness.crash_with(id, lose, session);
+        self.harness.crash_with(id, lose.into(), session);
     }
 
     /// Crashes node `id` (a process crash), its sessions closing at once.
@@ -392,7 +392,7 @@ impl ZkCluster {
         let nodes = self.harness.nodes().lock();
         nodes
             .values()
-            .filter_map(|running| running.node.log(log).ok())
+            .filter_map(|running| running.process.log(log).ok())
             .filter(|handle| handle.is_leader())
             .max_by_key(|handle| handle.leader_epoch())
     }

@@ -30,9 +30,10 @@ use bytes::Bytes;
 use super::{Event, Run, LOG, REQUEST_TIMEOUT};
 use crate::snapshot::{SnapshotInfo, SnapshotStore, Snapshots};
 use crate::sync::Mutex;
+use crate::testing::harness::NodeSettings;
 use crate::transport::{mix64, Request, Response, SnapshotRequest, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
-use crate::{Clock, Error, Isolation, LogId, NodeConfig, NodeId, Offset};
+use crate::{Clock, Error, Isolation, LogId, NodeId, Offset};
 
 /// Salt of the applications' generator: a stream apart from the faults'
 /// and the operator's.
@@ -369,6 +370,34 @@ impl Applications {
     pub(super) fn allow_reassignments(&self) -> bool {
         self.with_store
     }
+
+    /// Gives `settings` what the nodes of a run with applications need:
+    /// retention until applied, deletion that deletes, and each node's
+    /// snapshot store if the run has stores.
+    pub(super) fn configure_settings(&self, settings: &mut NodeSettings) {
+        settings.replication.retain_until_applied = true;
+        settings.replication.applied_hold_bytes_max = self.hold_bytes_max;
+        settings.replication.applied_hold_age_max = self.hold_age_max;
+        // Snapshots of a few chunks; fetches of a few dozen records.
+        settings.replication.fetch_bytes_max = 4096;
+        settings.retention_check_interval = Some(Duration::from_secs(1));
+        settings.log.retention_bytes = self.retention_bytes;
+        // Segments of a few dozen records, so that deletion deletes.
+        settings.log.segment_bytes_max = 6 * 1024;
+        if self.with_store {
+            for index in 0..self.apps.len() {
+                settings
+                    .snapshots
+                    .insert(NodeId(index as u32), self.store_of(index));
+            }
+        }
+    }
+
+    /// Node `index`'s snapshot store, as its configuration holds it.
+    fn store_of(&self, index: usize) -> Snapshots {
+        let store: std::sync::Arc<dyn SnapshotStore> = self.apps[index].store.clone();
+        Snapshots(store)
+    }
 }
 
 impl Run {
@@ -400,26 +429,6 @@ impl Run {
         self.record(format_args!(
             "applications: snapshot stores {store}, capped {capped}"
         ));
-    }
-
-    /// Node `index`'s settings for applications.
-    pub(super) fn configure_application(&self, index: usize, config: &mut NodeConfig) {
-        let Some(apps) = self.applications.as_ref() else {
-            return;
-        };
-        config.replication.retain_until_applied = true;
-        config.replication.applied_hold_bytes_max = apps.hold_bytes_max;
-        config.replication.applied_hold_age_max = apps.hold_age_max;
-        // Snapshots of a few chunks; fetches of a few dozen records.
-        config.replication.fetch_bytes_max = 4096;
-        config.retention_check_interval = Duration::from_secs(1);
-        config.log.retention_bytes = apps.retention_bytes;
-        // Segments of a few dozen records, so that deletion deletes.
-        config.log.segment_bytes_max = 6 * 1024;
-        if apps.with_store {
-            let store: std::sync::Arc<dyn SnapshotStore> = apps.apps[index].store.clone();
-            config.snapshots = Some(Snapshots(store));
-        }
     }
 
     pub(super) fn application_event(&mut self, event: AppEvent) -> Result<(), String> {
@@ -478,6 +487,11 @@ impl Run {
             return;
         };
         apps.apps[index] = App::new();
+        // Its next process opens with the new store.
+        if apps.with_store {
+            let store = apps.store_of(index);
+            self.settings.snapshots.insert(NodeId(index as u32), store);
+        }
     }
 
     /// Takes in the snapshots installed into node `index`'s store since it

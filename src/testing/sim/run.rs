@@ -35,6 +35,7 @@
 
 use std::collections::{btree_map, BTreeMap};
 use std::fmt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 #[path = "application.rs"]
@@ -46,7 +47,8 @@ use super::network::{NetworkFaults, SimNetwork};
 use super::producer::ProducerClient;
 use super::schedule::Schedule;
 use super::trace::Trace;
-use crate::coordinator::SteppedController;
+use crate::config::ReplicationConfig;
+use crate::coordinator::{ControllerConfig, SteppedController};
 use crate::node::{controller_config, FetchPoll, SteppedNode};
 use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
@@ -54,11 +56,12 @@ use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
 use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
+use crate::testing::harness::NodeSettings;
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{
-    Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogId, ManualClock, MemoryCoordinator,
-    MemoryNetwork, Node, NodeConfig, NodeId, Offset, PreviousShutdown, ProducerConfig,
+    Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogConfig, LogId, ManualClock,
+    MemoryCoordinator, MemoryNetwork, Node, NodeId, Offset, PreviousShutdown, ProducerConfig,
 };
 
 /// The one log every run replicates.
@@ -627,6 +630,9 @@ struct Run {
     /// When each leader process was first seen leading in an epoch.
     leading_since: BTreeMap<(usize, LeaderEpoch), Duration>,
     config: SimConfig,
+    /// What every node's configuration is made of (a node whose disk is
+    /// lost gets a new snapshot store here).
+    settings: NodeSettings,
     rng: SplitMix64,
     schedule: Schedule<Event>,
     trace: Trace,
@@ -792,6 +798,10 @@ impl Run {
             .applications
             .then(|| Applications::draw(config.seed, config.nodes, config.application_restores))
             .flatten();
+        let mut settings = sim_settings(config.nodes);
+        if let Some(applications) = &applications {
+            applications.configure_settings(&mut settings);
+        }
         let all_nodes: Vec<NodeId> = (0..config.nodes).map(|i| NodeId(i as u32)).collect();
         let clock = ManualClock::default();
         let epoch = clock.now();
@@ -853,6 +863,7 @@ impl Run {
             read_position: Offset::ZERO,
             committed_seen: BTreeMap::new(),
             config,
+            settings,
             clock,
             epoch,
             coordinator,
@@ -1355,30 +1366,6 @@ impl Run {
             .after(after, Event::Crash { node, power_loss });
     }
 
-    fn config_for(&self, index: usize) -> NodeConfig {
-        let mut config = NodeConfig::new(self.machines[index].id, data_dir(index));
-        config.replication.min_insync_replicas = self.machines.len().min(2);
-        // Timeouts of a test cluster (the threaded fault test's, a little
-        // longer): failures are noticed within a simulated second.
-        config.session_timeout = SESSION_TIMEOUT;
-        config.replication.replica_lag_time_max = Duration::from_secs(1);
-        config.replication.fetch_wait_max = Duration::from_millis(100);
-        config.replication.request_timeout = REQUEST_TIMEOUT;
-        config.log.flush_policy = FlushPolicy::Always;
-        // Room for 8,192 entries, plenty for a run; the default 10 MiB
-        // would make every restart's index check read 10 MiB.
-        config.log.index_bytes_max = 64 * 1024;
-        // Segments of a few hundred records: a run rolls, and its
-        // background flushes race with crashes.
-        config.log.segment_bytes_max = 16 * 1024;
-        // A controlled stop hands logs over in steps
-        // (`SteppedNode::step_controlled_shutdown`); `Node::shutdown` is
-        // never called here.
-        config.controlled_shutdown_timeout = CONTROLLED_SHUTDOWN_TIMEOUT;
-        self.configure_application(index, &mut config);
-        config
-    }
-
     fn open(&mut self, index: usize) -> Result<(), String> {
         if self.machines[index].node.is_some() {
             return Ok(());
@@ -1388,7 +1375,9 @@ impl Run {
         // only the first open after the stop is held to finding it.
         let expect_clean = std::mem::take(&mut self.machines[index].stopped_cleanly);
         let machine = &self.machines[index];
-        let config = self.config_for(index);
+        let config = self
+            .settings
+            .node_config(machine.id, PathBuf::from(data_dir(index)));
         let coordinator = Arc::new(self.coordinator.for_node(machine.id));
         let controller = match controller_config(&config) {
             Some(controller) => Some(
@@ -3419,6 +3408,40 @@ fn name_and_extension(path: &std::path::Path) -> (&str, Option<&str>) {
     (std::str::from_utf8(last).unwrap_or(""), extension)
 }
 
+/// The settings of a run's `nodes` nodes before its applications add
+/// theirs: the timeouts of a test cluster (the threaded fault test's, a
+/// little longer), so that failures are noticed within a simulated second.
+fn sim_settings(nodes: usize) -> NodeSettings {
+    NodeSettings {
+        nodes,
+        replication: ReplicationConfig {
+            min_insync_replicas: nodes.min(2),
+            replica_lag_time_max: Duration::from_secs(1),
+            fetch_wait_max: Duration::from_millis(100),
+            request_timeout: REQUEST_TIMEOUT,
+            ..ReplicationConfig::default()
+        },
+        log: LogConfig {
+            flush_policy: FlushPolicy::Always,
+            // Room for 8,192 entries, plenty for a run; the default 10 MiB
+            // would make every restart's index check read 10 MiB.
+            index_bytes_max: 64 * 1024,
+            // Segments of a few hundred records: a run rolls, and its
+            // background flushes race with crashes.
+            segment_bytes_max: 16 * 1024,
+            ..LogConfig::default()
+        },
+        session_timeout: SESSION_TIMEOUT,
+        controller: Some(ControllerConfig::default()),
+        snapshots: BTreeMap::new(),
+        retention_check_interval: None,
+        // A controlled stop hands logs over in steps
+        // (`SteppedNode::step_controlled_shutdown`); `Node::shutdown` is
+        // never called here.
+        controlled_shutdown_timeout: Some(CONTROLLED_SHUTDOWN_TIMEOUT),
+    }
+}
+
 /// Node `index`'s data directory on its disk: every file it writes is
 /// below it.
 fn data_dir(index: usize) -> String {
@@ -4303,6 +4326,46 @@ mod tests {
     /// Runs `config`'s simulation; a failure panics with its report.
     fn passes_with(config: SimConfig) {
         run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+    }
+
+    /// A tripwire while the simulator moves onto the shared cluster
+    /// harness (issue 28, "One cluster harness"): these seeds' trace
+    /// hashes, taken on main 1bad5d5 before the move began, must not
+    /// change. Chosen to cover controlled stops (0, 2, 17, 23, 41, 55),
+    /// applications with snapshot stores that lose their disk (0, 10, 13,
+    /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
+    /// reassignments with a cancel (0, 35, 45), a run without power
+    /// losses (6) and one without operator actions or flips (14).
+    #[test]
+    fn trace_hashes_of_pinned_seeds_do_not_change() {
+        let pinned: [(u64, u64); 12] = [
+            (0, 0x5869_79c6_969c_97af),
+            (2, 0x04e1_0557_afac_f5b2),
+            (6, 0x33d9_a2ca_8dc5_50b7),
+            (10, 0x1397_9ccb_2f98_a44e),
+            (13, 0x1628_9591_890e_1c8b),
+            (14, 0x27e8_19e6_96ab_bc26),
+            (17, 0x1d3f_97fc_3996_2ccb),
+            (23, 0x4dd5_38e1_3351_ba20),
+            (35, 0xc77b_c082_2a28_fbd7),
+            (41, 0xeac4_ee10_a54b_689c),
+            (45, 0x6bbc_5965_1eda_96c9),
+            (55, 0x934a_3e76_e6bc_6a35),
+        ];
+        let changed: Vec<String> = pinned
+            .iter()
+            .filter_map(|&(seed, pinned_hash)| {
+                let report =
+                    run(&SimConfig::new(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+                (report.trace_hash != pinned_hash).then(|| {
+                    format!(
+                        "seed {seed}: trace {:016x}, pinned {pinned_hash:016x}",
+                        report.trace_hash
+                    )
+                })
+            })
+            .collect();
+        assert!(changed.is_empty(), "runs changed: {changed:?}");
     }
 
     #[test]

@@ -38,7 +38,8 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 mod core;
 
 use self::core::{
-    Action, Answer, Continuation, CoordinatorCall, Input, NodeCore, ShutdownPass, ShutdownWait,
+    controlled_shutdown_steps, Action, Answer, Continuation, ControlledShutdownStep,
+    CoordinatorCall, Input, NodeCore, ShutdownPass, ShutdownWait,
 };
 
 use crate::clock::Clock;
@@ -974,63 +975,91 @@ impl Node {
     pub(crate) fn shutdown_marked(mut self) -> Result<bool> {
         let timeout = self.shared.config.controlled_shutdown_timeout;
         let deadline = Instant::now() + timeout;
-        if !timeout.is_zero() {
-            // Under the hand-overs' lock: none gives back appends after
-            // this (see `NodeCore::wind_down`).
-            self.shared.core.wind_down();
-            // A candidate not holding the controller seat is not needed any
-            // more: its thread ends meanwhile (a seated controller goes on
-            // electing while the logs hand over).
-            if let Some(controller) = self.controller.as_mut() {
-                if !controller.is_active() {
-                    controller.signal_stop();
+        let hands_over = !timeout.is_zero();
+        let me = self.shared.config.node_id;
+        let mut leading = Vec::new();
+        // The session's end, once started on a worker, and when.
+        let mut unregistering: Option<(Finished, Instant)> = None;
+        let mut closed = Ok(false);
+        // The order is the core's, the same as a stepped node's
+        // (`controlled_shutdown_steps`); how each step is done is this
+        // driver's.
+        for step in controlled_shutdown_steps(hands_over) {
+            match step {
+                ControlledShutdownStep::WindDown => {
+                    // Under the hand-overs' lock: none gives back appends
+                    // after this (see `NodeCore::wind_down`).
+                    self.shared.core.wind_down();
+                    // A candidate not holding the controller seat is not
+                    // needed any more: its thread ends meanwhile (a seated
+                    // controller goes on electing while the logs hand
+                    // over).
+                    if let Some(controller) = self.controller.as_mut() {
+                        if !controller.is_active() {
+                            controller.signal_stop();
+                        }
+                    }
+                }
+                ControlledShutdownStep::StopAppends => {
+                    leading = self.shared.stop_appends_for_shutdown();
+                }
+                ControlledShutdownStep::HandOver => NodeShared::hand_over_leadership(
+                    &self.shared,
+                    std::mem::take(&mut leading),
+                    deadline,
+                ),
+                ControlledShutdownStep::RaiseStop => {
+                    self.shared.stop.store(true, Ordering::SeqCst);
+                    if let Some(controller) = self.controller.as_mut() {
+                        controller.signal_stop();
+                    }
+                }
+                ControlledShutdownStep::EndSession if hands_over => {
+                    // The session ends while the threads stop, so that
+                    // waiting for the call the control thread is in does
+                    // not add to it.
+                    let started = NodeShared::spawn_bounded(
+                        &self.shared,
+                        "end the session",
+                        vec![me],
+                        |shared, _node| shared.drive_core(|core, out| core.end_session(true, out)),
+                    );
+                    unregistering = Some((started, Instant::now()));
+                }
+                ControlledShutdownStep::EndSession => {
+                    self.shared
+                        .drive_core(|core, out| core.end_session(false, out));
+                }
+                ControlledShutdownStep::StopThreads => {
+                    // Ending the session frees the controller seat: no
+                    // resignation, and no waiting past the deadline for a
+                    // controller thread in a slow coordinator call.
+                    if unregistering.is_some() {
+                        if let Some(controller) = self.controller.as_mut() {
+                            controller.stop_by(deadline);
+                        }
+                    }
+                    self.stop_threads(Stop::Clean);
+                }
+                ControlledShutdownStep::LeaveIsrs => {
+                    NodeShared::leave_in_sync_replicas(&self.shared, deadline);
+                }
+                ControlledShutdownStep::CloseLogs => {
+                    if let Some((unregistering, started)) = unregistering.take() {
+                        // Past the deadline, ending the session still gets
+                        // a moment: a session left to expire delays the
+                        // election of every log not handed over by a whole
+                        // session timeout.
+                        let until = deadline.max(started + UNREGISTER_AFTER_DEADLINE);
+                        if wait_finished(unregistering, until) < 1 {
+                            tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
+                        }
+                    }
+                    closed = self.close_logs_and_mark_clean();
                 }
             }
-            NodeShared::hand_over_leadership(&self.shared, deadline);
         }
-        let me = self.shared.config.node_id;
-        if timeout.is_zero() {
-            self.stop_threads(Stop::Clean);
-            let _ = self.shared.coordinator.unregister_node(me);
-        } else {
-            // The session ends while the threads stop, so that waiting for
-            // the call the control thread is in does not add to it. Set
-            // first: a stopping node never registers again, so its control
-            // thread's next heartbeat failing revives nothing.
-            self.shared.stop.store(true, Ordering::SeqCst);
-            if let Some(controller) = self.controller.as_mut() {
-                controller.signal_stop();
-            }
-            let unregistering = NodeShared::spawn_bounded(
-                &self.shared,
-                "end the session",
-                vec![me],
-                |shared, node| {
-                    if let Err(error) = shared.coordinator.unregister_node(node) {
-                        tracing::warn!(%node, %error, "controlled shutdown: cannot end the session; it expires");
-                    }
-                },
-            );
-            let unregister_started = Instant::now();
-            // Ending the session frees the controller seat: no resignation,
-            // and no waiting past the deadline for a controller thread in a
-            // slow coordinator call.
-            if let Some(controller) = self.controller.as_mut() {
-                controller.stop_by(deadline);
-            }
-            self.stop_threads(Stop::Clean);
-            // Not live any more, this node cannot be added back to an ISR
-            // it leaves now (leaders check liveness before adding).
-            NodeShared::leave_in_sync_replicas(&self.shared, deadline);
-            // Past the deadline, ending the session still gets a moment:
-            // a session left to expire delays the election of every log
-            // not handed over by a whole session timeout.
-            let until = deadline.max(unregister_started + UNREGISTER_AFTER_DEADLINE);
-            if wait_finished(unregistering, until) < 1 {
-                tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
-            }
-        }
-        self.close_logs_and_mark_clean()
+        closed
     }
 
     /// A stop's last step, once its threads stopped: flushes and closes
@@ -1455,38 +1484,26 @@ impl SteppedNode {
         if self.shutdown.is_some() {
             return 0;
         }
-        let shared = &self.node.shared;
-        if shared.config.controlled_shutdown_timeout.is_zero() {
-            self.shutdown = Some(SteppedShutdown {
-                deadline: now,
-                leading: Vec::new(),
-                handed_over: 0,
-                wound_down: false,
-            });
-            return 0;
+        let shared = Arc::clone(&self.node.shared);
+        let timeout = shared.config.controlled_shutdown_timeout;
+        let hands_over = !timeout.is_zero();
+        let (before, _) = around_hand_over(controlled_shutdown_steps(hands_over));
+        let mut leading = Vec::new();
+        for step in before {
+            // Nothing before the hand-over closes the logs.
+            let _closed = self
+                .node
+                .stepped_shutdown_step(*step, hands_over, &mut leading);
         }
-        // Under the hand-overs' lock, as in `Node::shutdown`.
-        shared.core.wind_down();
-        let leading: Vec<SteppedHandOver> = shared
-            .replicas_in_log_order()
-            .into_iter()
-            .filter_map(|replica| {
-                let (epoch, end) = replica.stop_appends_for_shutdown()?;
-                Some(SteppedHandOver {
-                    log: replica.log_id(),
-                    epoch,
-                    end,
-                    attempt: 0,
-                })
-            })
-            .collect();
         let count = leading.len();
-        tracing::info!(node = %shared.local(), logs = count, "controlled shutdown begins (stepped)");
+        if hands_over {
+            tracing::info!(node = %shared.local(), logs = count, "controlled shutdown begins (stepped)");
+        }
         self.shutdown = Some(SteppedShutdown {
-            deadline: now + shared.config.controlled_shutdown_timeout,
+            deadline: now + timeout,
             leading,
             handed_over: 0,
-            wound_down: true,
+            wound_down: hands_over,
         });
         count
     }
@@ -1535,7 +1552,7 @@ impl SteppedNode {
     /// marker. Whether it wrote the marker (not while this start's unclean
     /// report is unrecorded somewhere).
     pub(crate) fn finish_controlled_shutdown(self) -> Result<bool> {
-        let wound_down = match &self.shutdown {
+        let hands_over = match &self.shutdown {
             Some(shutdown) => shutdown.wound_down,
             None => !self
                 .node
@@ -1545,27 +1562,84 @@ impl SteppedNode {
                 .is_zero(),
         };
         let mut node = self.node;
-        let shared = Arc::clone(&node.shared);
-        let me = shared.local();
-        if !wound_down {
-            // A zero timeout, as in `Node::shutdown`: stop, end the
-            // session, close; no ISR is left.
-            node.stop_threads(Stop::Clean);
-            let _ = shared.coordinator.unregister_node(me);
-            return node.close_logs_and_mark_clean();
+        let (_, after) = around_hand_over(controlled_shutdown_steps(hands_over));
+        let mut closed = Ok(false);
+        for step in after {
+            if let Some(result) = node.stepped_shutdown_step(*step, hands_over, &mut Vec::new()) {
+                closed = result;
+            }
         }
-        shared.stop.store(true, Ordering::SeqCst);
-        if let Err(error) = shared.coordinator.unregister_node(me) {
-            tracing::warn!(node = %me, %error, "controlled shutdown: cannot end the session; it expires");
+        closed
+    }
+}
+
+/// The steps of a controlled shutdown before its hand-over and after it
+/// (all after it when there is none): a stepped node carries out the
+/// first when the shutdown begins and the others when it finishes, the
+/// hand-over being stepped in between.
+#[cfg(any(test, feature = "testing"))]
+fn around_hand_over(
+    steps: &'static [ControlledShutdownStep],
+) -> (
+    &'static [ControlledShutdownStep],
+    &'static [ControlledShutdownStep],
+) {
+    match steps
+        .iter()
+        .position(|step| *step == ControlledShutdownStep::HandOver)
+    {
+        Some(at) => (&steps[..at], &steps[at + 1..]),
+        None => (&[], steps),
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl Node {
+    /// Carries out `step` of a stepped node's controlled shutdown (see
+    /// [`SteppedNode::begin_controlled_shutdown`]) as [`Node::shutdown`]
+    /// does, one step after the other on this thread, with no deadline:
+    /// the coordinator calls of a simulation return at once, so the
+    /// deadline, which bounds the threaded path's slow calls, has no call
+    /// to cut short here. `hands_over`: the timeout is not zero.
+    /// [`StopAppends`](ControlledShutdownStep::StopAppends) fills
+    /// `leading`; [`HandOver`](ControlledShutdownStep::HandOver) is
+    /// stepped by the caller. What closing the logs returned, once they
+    /// are.
+    fn stepped_shutdown_step(
+        &mut self,
+        step: ControlledShutdownStep,
+        hands_over: bool,
+        leading: &mut Vec<SteppedHandOver>,
+    ) -> Option<Result<bool>> {
+        let shared = Arc::clone(&self.shared);
+        match step {
+            ControlledShutdownStep::WindDown => shared.core.wind_down(),
+            ControlledShutdownStep::StopAppends => {
+                *leading = shared
+                    .stop_appends_for_shutdown()
+                    .into_iter()
+                    .map(|(replica, epoch, end)| SteppedHandOver {
+                        log: replica.log_id(),
+                        epoch,
+                        end,
+                        attempt: 0,
+                    })
+                    .collect();
+            }
+            ControlledShutdownStep::HandOver => {}
+            ControlledShutdownStep::RaiseStop => shared.stop.store(true, Ordering::SeqCst),
+            ControlledShutdownStep::EndSession => {
+                shared.drive_core(|core, out| core.end_session(hands_over, out));
+            }
+            ControlledShutdownStep::StopThreads => self.stop_threads(Stop::Clean),
+            ControlledShutdownStep::LeaveIsrs => {
+                for replica in shared.replicas_in_log_order() {
+                    shared.leave_in_sync_replica(replica.log_id(), &ShutdownStep::default());
+                }
+            }
+            ControlledShutdownStep::CloseLogs => return Some(self.close_logs_and_mark_clean()),
         }
-        node.stop_threads(Stop::Clean);
-        // The coordinator calls of a simulation return at once: the
-        // deadline, which bounds the threaded path's slow calls, has no
-        // call to cut short here.
-        for replica in shared.replicas_in_log_order() {
-            shared.leave_in_sync_replica(replica.log_id(), &ShutdownStep::default());
-        }
-        node.close_logs_and_mark_clean()
+        None
     }
 }
 
@@ -1936,10 +2010,8 @@ impl Drop for Node {
     fn drop(&mut self) {
         if self.control.is_some() || self.stepped {
             self.stop_threads(Stop::Clean);
-            let _ = self
-                .shared
-                .coordinator
-                .unregister_node(self.shared.config.node_id);
+            self.shared
+                .drive_core(|core, out| core.end_session(false, out));
             let replicas = self.shared.replicas_in_log_order();
             let failed = close_replicas(replicas);
             for (log, error) in &failed {
@@ -2507,8 +2579,23 @@ impl NodeShared {
         fetcher.add(replica, epoch);
     }
 
-    /// Controlled shutdown, step 1 (Kafka's `controlled.shutdown.enable`):
-    /// every log this node leads stops taking appends, waits until its
+    /// Controlled shutdown, [`ControlledShutdownStep::StopAppends`]: every
+    /// log this node leads stops taking appends
+    /// ([`Replica::stop_appends_for_shutdown`]), in log order; each with
+    /// the epoch and the log end at which they stopped.
+    fn stop_appends_for_shutdown(&self) -> Vec<(Arc<Replica>, LeaderEpoch, Offset)> {
+        self.replicas_in_log_order()
+            .into_iter()
+            .filter_map(|replica| {
+                let (epoch, end) = replica.stop_appends_for_shutdown()?;
+                Some((replica, epoch, end))
+            })
+            .collect()
+    }
+
+    /// Controlled shutdown, [`ControlledShutdownStep::HandOver`] (Kafka's
+    /// `controlled.shutdown.enable`): every log of `leading`, which this
+    /// node leads and whose appends stopped, waits until its
     /// in-sync followers hold everything it has (so appends in flight are
     /// committed and acknowledged), and names the first live in-sync
     /// follower, in assignment order, leader in a new epoch, without this
@@ -2529,15 +2616,11 @@ impl NodeShared {
     /// and calls of each log are the core's
     /// ([`NodeCore::begin_shutdown_hand_over`]); its waits, the deadline
     /// and the gate are this driver's ([`ShutdownWorker`]).
-    fn hand_over_leadership(shared: &Arc<NodeShared>, deadline: Instant) {
-        let replicas = shared.replicas_in_log_order();
-        let leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)> = replicas
-            .into_iter()
-            .filter_map(|replica| {
-                let (epoch, end) = replica.stop_appends_for_shutdown()?;
-                Some((replica, epoch, end))
-            })
-            .collect();
+    fn hand_over_leadership(
+        shared: &Arc<NodeShared>,
+        leading: Vec<(Arc<Replica>, LeaderEpoch, Offset)>,
+        deadline: Instant,
+    ) {
         let count = leading.len();
         let gate = Arc::new(ShutdownGate::default());
         let worker_gate = Arc::clone(&gate);
@@ -2884,6 +2967,9 @@ impl NodeShared {
             ),
             CoordinatorCall::LiveNodeIncarnations => {
                 Answer::Incarnations(self.coordinator.live_node_incarnations())
+            }
+            CoordinatorCall::UnregisterNode => {
+                Answer::Done(self.coordinator.unregister_node(self.local()))
             }
             CoordinatorCall::LiveNodes => Answer::LiveNodes(self.coordinator.live_nodes()),
             CoordinatorCall::LogState(log) => Answer::LogState(self.coordinator.log_state(log)),

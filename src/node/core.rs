@@ -39,13 +39,15 @@
 //!   ([`phase_step`](hand_over::phase_step)) and the calls that name a successor; the short wait
 //!   for the high watermark it makes is the driver's
 //!   ([`Action::WaitHighWatermark`]);
-//! - a controlled shutdown's hand-over of the logs this node leads and its
-//!   leaving of the in-sync replica sets it is in, in `shutdown.rs`, one
-//!   machine for both drivers; the waits, the deadline and the pool of
-//!   workers are the driver's ([`Action::ShutdownWait`]).
+//! - a controlled shutdown, in `shutdown.rs`: the order of its steps
+//!   ([`controlled_shutdown_steps`], which both drivers follow), the end of
+//!   the node's session, the hand-over of the logs this node leads and its
+//!   leaving of the in-sync replica sets it is in, one machine for both
+//!   drivers; the waits, the deadline and the pool of workers are the
+//!   driver's ([`Action::ShutdownWait`]).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! the order of a controlled shutdown's steps, fetch serving, timers) still
+//! fetch serving, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
 //! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
@@ -60,8 +62,10 @@ mod shutdown;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+pub(crate) use self::shutdown::{
+    controlled_shutdown_steps, ControlledShutdownStep, ShutdownPass, ShutdownWait,
+};
 use self::shutdown::{LeaveIsrStage, ShutdownStage};
-pub(crate) use self::shutdown::{ShutdownPass, ShutdownWait};
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
@@ -79,6 +83,9 @@ pub(crate) enum CoordinatorCall {
         /// The session timeout to register with.
         session_timeout: Duration,
     },
+    /// `Coordinator::unregister_node`: ends this node's session (a
+    /// controlled shutdown's [`ControlledShutdownStep::EndSession`]).
+    UnregisterNode,
     /// `Coordinator::live_node_incarnations`: every live node with its
     /// current incarnation.
     LiveNodeIncarnations,
@@ -109,8 +116,8 @@ pub(crate) enum CoordinatorCall {
 }
 
 /// What a [`CoordinatorCall`] returned, as its driver hands it back. Each
-/// call has one kind of answer: `Heartbeat` and `RecordReplicaDirectories`
-/// give `Done`, `RegisterNode`
+/// call has one kind of answer: `Heartbeat`, `UnregisterNode` and
+/// `RecordReplicaDirectories` give `Done`, `RegisterNode`
 /// gives `Registered`, `LiveNodeIncarnations` gives `Incarnations`,
 /// `LiveNodes` gives `LiveNodes`, `LogState` gives `LogState`,
 /// `CompareAndSet` gives `Cas`.
@@ -329,6 +336,14 @@ pub(crate) enum Continuation {
         /// Which call is answered.
         stage: ShutdownStage,
     },
+    /// The end of this node's session as a shutdown's
+    /// [`ControlledShutdownStep::EndSession`] ([`NodeCore::end_session`]);
+    /// `report_failure`: a failure is logged (it is not on a stop without
+    /// hand-overs, as before).
+    EndSession {
+        /// Whether a failure is logged.
+        report_failure: bool,
+    },
     /// A controlled shutdown's leaving of `log`'s in-sync replica set
     /// ([`NodeCore::leave_in_sync_replica`]) on its `attempt` (from 0,
     /// below [`HAND_OVER_ATTEMPTS_MAX`](shutdown::HAND_OVER_ATTEMPTS_MAX)), at `stage`.
@@ -361,6 +376,10 @@ impl Continuation {
         matches!(
             (self, call),
             (Continuation::Heartbeat, CoordinatorCall::Heartbeat)
+                | (
+                    Continuation::EndSession { .. },
+                    CoordinatorCall::UnregisterNode
+                )
                 | (
                     Continuation::RegisterAgain,
                     CoordinatorCall::RegisterNode { .. }
@@ -1603,6 +1622,9 @@ impl NodeCore {
             }
             (Continuation::ShutdownHandOver { pass, stage }, answer) => {
                 self.shutdown_hand_over_answered(pass, stage, answer, out)
+            }
+            (Continuation::EndSession { report_failure }, Answer::Done(ended)) => {
+                self.session_ended(report_failure, ended)
             }
             (
                 Continuation::LeaveIsr {

@@ -17,8 +17,10 @@
 //! the high watermark until then and polls for a caught-up successor
 //! every millisecond; the simulator's stepped node makes the calls of each
 //! log one after the other, never waits, and begins a waiting attempt
-//! again on its next step. What this does not own: the order of the
-//! shutdown's steps, the stop of appends, and the gate that keeps a late
+//! again on its next step. The order of the shutdown's steps is the
+//! core's too ([`controlled_shutdown_steps`], the session's end
+//! [`NodeCore::end_session`]); what each step does is the driver's. What
+//! this does not own: the stop of appends, and the gate that keeps a late
 //! answer from changing a node that closed its logs (`node.rs`).
 
 use super::{
@@ -129,6 +131,117 @@ pub(crate) enum ShutdownWait {
     /// The next attempt, after a compare-and-set lost a race: the pass
     /// already counts it.
     NextAttempt,
+}
+
+/// One step of a controlled shutdown (SPEC 3.5), in the order
+/// [`controlled_shutdown_steps`] gives. What each step does is the
+/// driver's (threads, a pool of workers and a deadline for the threaded
+/// runtime, one step after the other for the simulator's stepped node);
+/// the order is the core's, so that both drivers follow the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ControlledShutdownStep {
+    /// The node winds down ([`NodeCore::wind_down`]): its control makes
+    /// no coordinator call of its own from here on, and no hand-over gives
+    /// stopped appends back.
+    WindDown,
+    /// Every log this node leads stops taking appends, at an end the
+    /// high watermark must pass before anyone takes over.
+    StopAppends,
+    /// Each of those logs is handed over to a caught-up in-sync replica
+    /// ([`NodeCore::begin_shutdown_hand_over`]) until the shutdown's
+    /// deadline.
+    HandOver,
+    /// The node's stop is raised: a stopping node never registers again,
+    /// so the session's end below revives nothing.
+    RaiseStop,
+    /// The node's session ends ([`NodeCore::end_session`]): live no more,
+    /// it frees the controller seat and cannot be added back to an ISR it
+    /// leaves. A driver may carry this call on alongside the steps that
+    /// follow, but waits for it (for a bounded time) before
+    /// [`CloseLogs`](Self::CloseLogs).
+    EndSession,
+    /// The node's threads (or stepped work) stop: the control, the
+    /// fetchers, the deadlines, the roll flushes, the completions.
+    StopThreads,
+    /// Once its fetchers stopped, the node leaves the in-sync replica set
+    /// of every log it follows ([`NodeCore::leave_in_sync_replica`]).
+    LeaveIsrs,
+    /// The logs are flushed and closed, and the clean-shutdown marker is
+    /// written if every one closed.
+    CloseLogs,
+}
+
+/// The steps of a controlled shutdown that hands its logs over (its
+/// timeout is not zero).
+const HANDING_OVER_STEPS: [ControlledShutdownStep; 8] = [
+    ControlledShutdownStep::WindDown,
+    ControlledShutdownStep::StopAppends,
+    ControlledShutdownStep::HandOver,
+    ControlledShutdownStep::RaiseStop,
+    ControlledShutdownStep::EndSession,
+    ControlledShutdownStep::StopThreads,
+    ControlledShutdownStep::LeaveIsrs,
+    ControlledShutdownStep::CloseLogs,
+];
+
+/// The steps of a shutdown with a zero timeout: it only stops, ends the
+/// session and closes; nothing is handed over and no ISR is left.
+const STOPPING_STEPS: [ControlledShutdownStep; 3] = [
+    ControlledShutdownStep::StopThreads,
+    ControlledShutdownStep::EndSession,
+    ControlledShutdownStep::CloseLogs,
+];
+
+/// The steps of a controlled shutdown, in order: with `hands_over` (a
+/// timeout above zero) the node winds down, stops its leaders' appends,
+/// hands those logs over, raises its stop, ends its session, stops its
+/// threads, leaves the ISRs it is in and closes its logs; without, it
+/// stops its threads, ends its session and closes its logs.
+pub(crate) fn controlled_shutdown_steps(hands_over: bool) -> &'static [ControlledShutdownStep] {
+    let steps: &'static [ControlledShutdownStep] = if hands_over {
+        &HANDING_OVER_STEPS
+    } else {
+        &STOPPING_STEPS
+    };
+    debug_assert!(
+        shutdown_order_holds(steps),
+        "a controlled shutdown's steps out of order: {steps:?}"
+    );
+    steps
+}
+
+/// Whether `steps` keep a controlled shutdown's order: closing the logs
+/// comes last; the session ends only once the stop is raised (by
+/// [`RaiseStop`](ControlledShutdownStep::RaiseStop) or by stopping the
+/// threads), so a failed heartbeat cannot register the node again; the
+/// appends stop after the wind-down (no hand-over gives them back) and
+/// before the hand-over (which waits for the high watermark to pass the
+/// stopped end); the ISRs are left only once the threads (the fetchers)
+/// stopped and the session ended; each step comes at most once.
+fn shutdown_order_holds(steps: &[ControlledShutdownStep]) -> bool {
+    use ControlledShutdownStep as Step;
+    let at = |step: Step| steps.iter().position(|s| *s == step);
+    let before = |first: Step, then: Step| match (at(first), at(then)) {
+        (Some(first), Some(then)) => first < then,
+        (None, _) | (_, None) => true,
+    };
+    let stop_raised = match (at(Step::RaiseStop), at(Step::StopThreads)) {
+        (Some(raise), Some(stop)) => raise.min(stop),
+        (Some(raise), None) => raise,
+        (None, Some(stop)) => stop,
+        (None, None) => usize::MAX,
+    };
+    let once = steps
+        .iter()
+        .enumerate()
+        .all(|(i, step)| !steps[i + 1..].contains(step));
+    once && steps.last() == Some(&Step::CloseLogs)
+        && at(Step::EndSession).is_some_and(|end| stop_raised < end)
+        && before(Step::WindDown, Step::StopAppends)
+        && before(Step::StopAppends, Step::HandOver)
+        && before(Step::HandOver, Step::RaiseStop)
+        && before(Step::StopThreads, Step::LeaveIsrs)
+        && before(Step::EndSession, Step::LeaveIsrs)
 }
 
 /// Whether this node still leads `state`'s log in `epoch`, in which its
@@ -414,6 +527,27 @@ impl NodeCore {
         }
     }
 
+    /// A shutdown's [`ControlledShutdownStep::EndSession`]: this node's
+    /// session ends, as one [`CoordinatorCall::UnregisterNode`].
+    /// `report_failure`: a failure is logged (the session then expires,
+    /// which delays the election of every log not handed over by a whole
+    /// session timeout); a shutdown without hand-overs ignores it.
+    pub(crate) fn end_session(&self, report_failure: bool, out: &mut Vec<Action>) {
+        Self::call(
+            out,
+            CoordinatorCall::UnregisterNode,
+            Continuation::EndSession { report_failure },
+        );
+    }
+
+    /// The answer of [`end_session`](Self::end_session)'s call: nothing
+    /// follows it, a failure is only logged.
+    pub(super) fn session_ended(&self, report_failure: bool, ended: Result<()>) {
+        if let (true, Err(error)) = (report_failure, ended) {
+            tracing::warn!(node = %self.node, %error, "controlled shutdown: cannot end the session; it expires");
+        }
+    }
+
     /// Controlled shutdown, once this node's fetchers stopped: it leaves
     /// `log`'s in-sync replica set, so the log's leader's `acks=all`
     /// appends and high watermark stop waiting for it now rather than when
@@ -587,6 +721,98 @@ mod tests {
             log: LogId(1),
             attempt,
             stage,
+        }
+    }
+
+    /// The order both drivers follow: a shutdown that hands over winds
+    /// down, stops its leaders' appends and hands over before it raises
+    /// its stop; its session ends only once the stop is raised (a failed
+    /// heartbeat must not register it again) and before it leaves the
+    /// ISRs, which waits for its threads to stop; closing comes last. A
+    /// zero timeout only stops, ends the session and closes. Orders that
+    /// break one of these are refused by the check the steps are
+    /// asserted with.
+    #[test]
+    fn a_controlled_shutdown_ends_its_session_once_stopped_and_leaves_the_isrs_after_it() {
+        use ControlledShutdownStep as Step;
+        assert_eq!(
+            controlled_shutdown_steps(true),
+            [
+                Step::WindDown,
+                Step::StopAppends,
+                Step::HandOver,
+                Step::RaiseStop,
+                Step::EndSession,
+                Step::StopThreads,
+                Step::LeaveIsrs,
+                Step::CloseLogs,
+            ]
+        );
+        assert_eq!(
+            controlled_shutdown_steps(false),
+            [Step::StopThreads, Step::EndSession, Step::CloseLogs]
+        );
+        let broken: [&[Step]; 7] = [
+            &[Step::EndSession, Step::StopThreads, Step::CloseLogs],
+            &[Step::StopThreads, Step::CloseLogs],
+            &[
+                Step::StopThreads,
+                Step::EndSession,
+                Step::CloseLogs,
+                Step::LeaveIsrs,
+            ],
+            &[
+                Step::RaiseStop,
+                Step::EndSession,
+                Step::LeaveIsrs,
+                Step::StopThreads,
+                Step::CloseLogs,
+            ],
+            &[
+                Step::StopThreads,
+                Step::LeaveIsrs,
+                Step::EndSession,
+                Step::CloseLogs,
+            ],
+            &[
+                Step::StopAppends,
+                Step::WindDown,
+                Step::HandOver,
+                Step::StopThreads,
+                Step::EndSession,
+                Step::CloseLogs,
+            ],
+            &[
+                Step::StopThreads,
+                Step::EndSession,
+                Step::EndSession,
+                Step::CloseLogs,
+            ],
+        ];
+        for steps in broken {
+            assert!(!shutdown_order_holds(steps), "{steps:?}");
+        }
+    }
+
+    /// The session's end is one unregister call whose answer, done or
+    /// failed, asks for nothing more (a failure is only logged).
+    #[test]
+    fn ending_the_session_is_one_unregister_call_and_nothing_follows_it() {
+        let core = core();
+        for report_failure in [true, false] {
+            let mut out = Vec::new();
+            core.end_session(report_failure, &mut out);
+            let (call, then) = only_call(out);
+            assert_eq!(call, CoordinatorCall::UnregisterNode);
+            assert_eq!(then, Continuation::EndSession { report_failure });
+            let failed = || {
+                Err(Error::Coordinator {
+                    reason: "down".into(),
+                })
+            };
+            for ended in [Ok(()), failed()] {
+                assert!(answer(&core, then.clone(), Answer::Done(ended)).is_empty());
+            }
         }
     }
 

@@ -2911,17 +2911,7 @@ mod tests {
     /// Node 1's replica of log 1, leading in epoch 3 at ISR version 7
     /// with ISR {1, 2}, on a manual clock.
     fn leader(dir: &std::path::Path) -> Arc<Replica> {
-        let clock = Arc::new(ManualClock::new(0));
-        let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
-        let replica = Arc::new(Replica::new(
-            LogId(1),
-            n(1),
-            log,
-            ReplicationConfig::default(),
-            clock,
-            Arc::new(Watch::new(0)),
-            false,
-        ));
+        let (replica, _clock) = replica_on_clock(dir, false);
         replica
             .become_leader(LeaderEpoch(3), vec![n(1), n(2)], vec![n(1), n(2)], 7)
             .expect("the replica leads");
@@ -3107,17 +3097,70 @@ mod tests {
     /// Node 1's new replica of log 1 (no role yet, a directory of its
     /// own, not a restart), on a manual clock.
     fn fresh_replica(dir: &std::path::Path) -> Arc<Replica> {
+        replica_on_clock(dir, false).0
+    }
+
+    /// Node 1's replica of log 1 on a new log in `dir`, with no role yet,
+    /// on a manual clock at 0 (returned); `restarted` as `Replica::new`
+    /// takes it. The core's tests and its children's build on it.
+    pub(super) fn replica_on_clock(
+        dir: &std::path::Path,
+        restarted: bool,
+    ) -> (Arc<Replica>, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new(0));
         let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
-        Arc::new(Replica::new(
+        let replica = Arc::new(Replica::new(
             LogId(1),
             n(1),
             log,
             ReplicationConfig::default(),
-            clock,
+            clock.clone(),
             Arc::new(Watch::new(0)),
-            false,
-        ))
+            restarted,
+        ));
+        (replica, clock)
+    }
+
+    /// Node 1 leading log 1 in epoch 3 (ISR 1, 2 and 3, version 7) with
+    /// one record, which nodes 2 and 3 fetched: both caught up, the high
+    /// watermark 1; its clock. The hand-over and shutdown tests start
+    /// from it.
+    pub(super) fn leader_fetched_by_2_and_3(
+        dir: &std::path::Path,
+    ) -> (Arc<Replica>, Arc<ManualClock>) {
+        use crate::clock::Clock;
+        use crate::record::RecordBatchBuilder;
+        use crate::replication::FetchArrival;
+        use crate::transport::FetchLog;
+        use crate::types::Offset;
+
+        let (replica, clock) = replica_on_clock(dir, false);
+        let all = vec![n(1), n(2), n(3)];
+        replica
+            .become_leader(LeaderEpoch(3), all.clone(), all, 7)
+            .expect("the replica leads");
+        let mut builder = RecordBatchBuilder::new(1);
+        builder.push(b"v");
+        let batch = builder.build().expect("a batch");
+        replica
+            .append_as_leader(&batch, false, true, false)
+            .expect("a record is appended");
+        for follower in [n(2), n(3)] {
+            let fetch = FetchLog {
+                log: LogId(1),
+                current_leader_epoch: LeaderEpoch(3),
+                fetch_offset: Offset(1),
+                last_fetched_epoch: Some(LeaderEpoch(3)),
+                log_start_offset: Offset::ZERO,
+                bytes_max: 1 << 20,
+                applied_offset: None,
+            };
+            let arrival = FetchArrival::New(clock.now());
+            replica.answer_fetch(follower, &fetch, 1 << 20, false, arrival, Incarnation(1));
+        }
+        assert!(replica.has_caught_up(n(2)) && replica.has_caught_up(n(3)));
+        assert_eq!(replica.high_watermark(), Offset(1));
+        (replica, clock)
     }
 
     /// The role change a single `StopFetching` carries, checked to be for
@@ -3263,18 +3306,7 @@ mod tests {
     #[test]
     fn a_restarted_leaders_first_state_asks_for_a_new_epoch() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let clock = Arc::new(ManualClock::new(0));
-        let log =
-            Log::open(dir.path(), LogConfig::default(), clock.clone()).expect("a new log opens");
-        let replica = Arc::new(Replica::new(
-            LogId(1),
-            n(1),
-            log,
-            ReplicationConfig::default(),
-            clock,
-            Arc::new(Watch::new(0)),
-            true,
-        ));
+        let (replica, _clock) = replica_on_clock(dir.path(), true);
         let core = core();
         let mut out = Vec::new();
         let state = stored(&[1, 2]);
@@ -3790,18 +3822,7 @@ mod tests {
     #[test]
     fn a_replica_that_cannot_become_leader_resigns_at_most_once_a_second() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let clock = Arc::new(ManualClock::new(0));
-        let log =
-            Log::open(dir.path(), LogConfig::default(), clock.clone()).expect("a new log opens");
-        let replica = Arc::new(Replica::new(
-            LogId(1),
-            n(1),
-            log,
-            ReplicationConfig::default(),
-            clock.clone(),
-            Arc::new(Watch::new(0)),
-            false,
-        ));
+        let (replica, clock) = replica_on_clock(dir.path(), false);
         let core = core();
         let lead = || {
             let mut out = Vec::new();
@@ -3841,18 +3862,7 @@ mod tests {
     #[test]
     fn a_restarted_leader_asks_for_no_second_epoch_once_it_bumped_one() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let clock = Arc::new(ManualClock::new(0));
-        let log =
-            Log::open(dir.path(), LogConfig::default(), clock.clone()).expect("a new log opens");
-        let replica = Arc::new(Replica::new(
-            LogId(1),
-            n(1),
-            log,
-            ReplicationConfig::default(),
-            clock,
-            Arc::new(Watch::new(0)),
-            true,
-        ));
+        let (replica, _clock) = replica_on_clock(dir.path(), true);
         replica.mark_epoch_bumped();
         let core = core();
         let mut out = Vec::new();

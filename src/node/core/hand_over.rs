@@ -1050,15 +1050,11 @@ impl NodeCore {
 mod tests {
     use super::super::{Answer, Input};
     use super::*;
-    use crate::clock::{Clock, ManualClock};
-    use crate::config::ReplicationConfig;
+    use crate::clock::Clock;
     use crate::error::Error;
+    use crate::node::core::tests::leader_fetched_by_2_and_3;
     use crate::record::RecordBatchBuilder;
-    use crate::replication::{FetchArrival, Watch};
-    use crate::storage::{Log, LogConfig};
     use crate::sync::AtomicBool;
-    use crate::transport::FetchLog;
-    use crate::types::Incarnation;
 
     const FETCH_WAIT_MAX: Duration = Duration::from_millis(500);
 
@@ -1361,42 +1357,6 @@ mod tests {
         let update = hand_over_update(&pair, n(1), n(2), 2);
         assert_eq!(update.in_sync_replicas, nodes(&[2]));
         assert!(update.eligible_leader_replicas.contains(&n(1)));
-    }
-
-    /// Node 1 leading log 1 in epoch 3 with ISR 1, 2, 3 and one record,
-    /// which 2 and 3 have fetched; its clock.
-    fn leader_fetched_by_2_and_3(dir: &std::path::Path) -> (Arc<Replica>, Arc<ManualClock>) {
-        let clock = Arc::new(ManualClock::new(0));
-        let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
-        let replica = Arc::new(Replica::new(
-            LogId(1),
-            n(1),
-            log,
-            ReplicationConfig::default(),
-            clock.clone(),
-            Arc::new(Watch::new(0)),
-            false,
-        ));
-        replica
-            .become_leader(LeaderEpoch(3), nodes(&[1, 2, 3]), nodes(&[1, 2, 3]), 7)
-            .expect("the replica leads");
-        append(&replica).expect("a record is appended");
-        for follower in [n(2), n(3)] {
-            let fetch = FetchLog {
-                log: LogId(1),
-                current_leader_epoch: LeaderEpoch(3),
-                fetch_offset: Offset(1),
-                last_fetched_epoch: Some(LeaderEpoch(3)),
-                log_start_offset: Offset::ZERO,
-                bytes_max: 1 << 20,
-                applied_offset: None,
-            };
-            let arrival = FetchArrival::New(clock.now());
-            replica.answer_fetch(follower, &fetch, 1 << 20, false, arrival, Incarnation(1));
-        }
-        assert!(replica.has_caught_up(n(2)) && replica.has_caught_up(n(3)));
-        assert_eq!(replica.high_watermark(), Offset(1));
-        (replica, clock)
     }
 
     fn append(replica: &Replica) -> Result<()> {

@@ -657,14 +657,10 @@ mod tests {
 
     use super::super::{Answer, Input};
     use super::*;
-    use crate::clock::{Clock, ManualClock};
-    use crate::config::ReplicationConfig;
     use crate::error::Error;
+    use crate::node::core::tests::leader_fetched_by_2_and_3;
     use crate::record::RecordBatchBuilder;
-    use crate::replication::{FetchArrival, Watch};
-    use crate::storage::{Log, LogConfig};
     use crate::sync::AtomicBool;
-    use crate::transport::FetchLog;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
@@ -963,41 +959,6 @@ mod tests {
         ));
     }
 
-    /// Node 1 leading log 1 in epoch 3 (ISR 1, 2 and 3) with one record,
-    /// which nodes 2 and 3 fetched: both caught up, the high watermark 1.
-    fn leader_fetched_by_2_and_3(dir: &std::path::Path) -> Arc<Replica> {
-        let clock = Arc::new(ManualClock::new(0));
-        let log = Log::open(dir, LogConfig::default(), clock.clone()).expect("a new log opens");
-        let replica = Arc::new(Replica::new(
-            LogId(1),
-            n(1),
-            log,
-            ReplicationConfig::default(),
-            clock.clone(),
-            Arc::new(Watch::new(0)),
-            false,
-        ));
-        replica
-            .become_leader(LeaderEpoch(3), nodes(&[1, 2, 3]), nodes(&[1, 2, 3]), 7)
-            .expect("the replica leads");
-        append(&replica);
-        for follower in [n(2), n(3)] {
-            let fetch = FetchLog {
-                log: LogId(1),
-                current_leader_epoch: LeaderEpoch(3),
-                fetch_offset: Offset(1),
-                last_fetched_epoch: Some(LeaderEpoch(3)),
-                log_start_offset: Offset::ZERO,
-                bytes_max: 1 << 20,
-                applied_offset: None,
-            };
-            let arrival = FetchArrival::New(clock.now());
-            replica.answer_fetch(follower, &fetch, 1 << 20, false, arrival, Incarnation(1));
-        }
-        assert!(replica.has_caught_up(n(2)) && replica.has_caught_up(n(3)));
-        replica
-    }
-
     fn append(replica: &Replica) {
         let mut builder = RecordBatchBuilder::new(1);
         builder.push(b"v");
@@ -1042,7 +1003,7 @@ mod tests {
     #[test]
     fn a_shutdown_hand_over_waits_once_reads_liveness_again_and_names_a_live_caught_up_follower() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let replica = leader_fetched_by_2_and_3(dir.path());
+        let (replica, _clock) = leader_fetched_by_2_and_3(dir.path());
         let core = core_of(n(1));
         let stored = state(1, &[1, 2, 3]);
         let mut out = Vec::new();
@@ -1144,7 +1105,7 @@ mod tests {
     #[test]
     fn a_shutdown_hand_over_ends_without_a_leadership_or_a_successor_in_time() {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let replica = leader_fetched_by_2_and_3(dir.path());
+        let (replica, _clock) = leader_fetched_by_2_and_3(dir.path());
         append(&replica);
         let core = core_of(n(1));
         let begin = || {

@@ -115,6 +115,20 @@ pub(crate) enum CoordinatorCall {
     },
 }
 
+impl CoordinatorCall {
+    /// A compare-and-set of `update` on the stored `state` it was built
+    /// from: on that state's log, leader epoch and version, so that it
+    /// applies only if nothing changed the log since it was read.
+    pub(crate) fn compare_and_set_on(state: &LogState, update: LogUpdate) -> CoordinatorCall {
+        CoordinatorCall::CompareAndSet {
+            log: state.log,
+            epoch: state.leader_epoch,
+            version: state.version,
+            update,
+        }
+    }
+}
+
 /// What a [`CoordinatorCall`] returned, as its driver hands it back. Each
 /// call has one kind of answer: `Heartbeat`, `UnregisterNode` and
 /// `RecordReplicaDirectories` give `Done`, `RegisterNode`
@@ -840,12 +854,7 @@ impl NodeCore {
             UncleanReport::Write(update) => {
                 return Self::call(
                     out,
-                    CoordinatorCall::CompareAndSet {
-                        log: state.log,
-                        epoch: state.leader_epoch,
-                        version: state.version,
-                        update,
-                    },
+                    CoordinatorCall::compare_and_set_on(state, update),
                     Continuation::UncleanReport {
                         log: state.log,
                         epoch_bumps,
@@ -919,12 +928,7 @@ impl NodeCore {
         };
         Self::call(
             out,
-            CoordinatorCall::CompareAndSet {
-                log: state.log,
-                epoch: state.leader_epoch,
-                version: state.version,
-                update,
-            },
+            CoordinatorCall::compare_and_set_on(state, update),
             Continuation::RecoveryReport {
                 log: state.log,
                 end,
@@ -1311,12 +1315,7 @@ impl NodeCore {
         ) {
             RoleStep::BumpEpoch(update) => Self::call(
                 out,
-                CoordinatorCall::CompareAndSet {
-                    log: state.log,
-                    epoch: state.leader_epoch,
-                    version: state.version,
-                    update,
-                },
+                CoordinatorCall::compare_and_set_on(state, update),
                 Continuation::EpochBump {
                     replica,
                     epoch_bumps,
@@ -3125,11 +3124,20 @@ mod tests {
     /// one record, which nodes 2 and 3 fetched: both caught up, the high
     /// watermark 1; its clock. The hand-over and shutdown tests start
     /// from it.
+    /// Appends one record, "v", to the leading `replica`.
+    pub(super) fn append_one(replica: &Replica) -> crate::error::Result<()> {
+        let mut builder = crate::record::RecordBatchBuilder::new(1);
+        builder.push(b"v");
+        let batch = builder.build().expect("a batch");
+        replica
+            .append_as_leader(&batch, false, true, false)
+            .map(|_| ())
+    }
+
     pub(super) fn leader_fetched_by_2_and_3(
         dir: &std::path::Path,
     ) -> (Arc<Replica>, Arc<ManualClock>) {
         use crate::clock::Clock;
-        use crate::record::RecordBatchBuilder;
         use crate::replication::FetchArrival;
         use crate::transport::FetchLog;
         use crate::types::Offset;
@@ -3139,12 +3147,7 @@ mod tests {
         replica
             .become_leader(LeaderEpoch(3), all.clone(), all, 7)
             .expect("the replica leads");
-        let mut builder = RecordBatchBuilder::new(1);
-        builder.push(b"v");
-        let batch = builder.build().expect("a batch");
-        replica
-            .append_as_leader(&batch, false, true, false)
-            .expect("a record is appended");
+        append_one(&replica).expect("a record is appended");
         for follower in [n(2), n(3)] {
             let fetch = FetchLog {
                 log: LogId(1),

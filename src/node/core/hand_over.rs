@@ -996,12 +996,7 @@ impl NodeCore {
         let update = hand_over_update(state, self.node, successor, self.min_insync_replicas);
         Self::call(
             out,
-            CoordinatorCall::CompareAndSet {
-                log: state.log,
-                epoch: state.leader_epoch,
-                version: state.version,
-                update,
-            },
+            CoordinatorCall::compare_and_set_on(state, update),
             Continuation::HandOver {
                 pass,
                 stage: HandOverStage::Write { successor },
@@ -1052,8 +1047,7 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::error::Error;
-    use crate::node::core::tests::leader_fetched_by_2_and_3;
-    use crate::record::RecordBatchBuilder;
+    use crate::node::core::tests::{append_one, leader_fetched_by_2_and_3};
     use crate::sync::AtomicBool;
 
     const FETCH_WAIT_MAX: Duration = Duration::from_millis(500);
@@ -1359,15 +1353,6 @@ mod tests {
         assert!(update.eligible_leader_replicas.contains(&n(1)));
     }
 
-    fn append(replica: &Replica) -> Result<()> {
-        let mut builder = RecordBatchBuilder::new(1);
-        builder.push(b"v");
-        let batch = builder.build().expect("a batch");
-        replica
-            .append_as_leader(&batch, false, true, false)
-            .map(|_| ())
-    }
-
     fn answer(core: &NodeCore, then: Continuation, answer: Answer) -> Vec<Action> {
         let mut out = Vec::new();
         core.handle(Input::Answered { then, answer }, &mut out);
@@ -1408,7 +1393,7 @@ mod tests {
                 deadline: now + HAND_OVER_WAIT,
             })
         );
-        assert!(matches!(append(replica), Err(Error::NotLeader { .. })));
+        assert!(matches!(append_one(replica), Err(Error::NotLeader { .. })));
         wait
     }
 
@@ -1492,7 +1477,7 @@ mod tests {
         assert_eq!(out, vec![]);
         let retry_at = t0 + HAND_OVER_WAIT + HAND_OVER_RETRY;
         assert_eq!(phase_of(&core), Some(HandOverPhase::Failed { retry_at }));
-        append(&replica).expect("appends run again");
+        append_one(&replica).expect("appends run again");
         core.progress_hand_over(&replica, retry_at, &mut out);
         assert_eq!(out, vec![]);
         assert_eq!(phase_of(&core), Some(HandOverPhase::Ready));

@@ -658,8 +658,7 @@ mod tests {
     use super::super::{Answer, Input};
     use super::*;
     use crate::error::Error;
-    use crate::node::core::tests::leader_fetched_by_2_and_3;
-    use crate::record::RecordBatchBuilder;
+    use crate::node::core::tests::{append_one, leader_fetched_by_2_and_3};
     use crate::sync::AtomicBool;
 
     fn n(id: u32) -> NodeId {
@@ -959,15 +958,6 @@ mod tests {
         ));
     }
 
-    fn append(replica: &Replica) {
-        let mut builder = RecordBatchBuilder::new(1);
-        builder.push(b"v");
-        let batch = builder.build().expect("a batch");
-        replica
-            .append_as_leader(&batch, false, true, false)
-            .expect("a record is appended");
-    }
-
     fn live(ids: &[u32]) -> Answer {
         Answer::Incarnations(Ok(ids.iter().map(|&id| (n(id), Incarnation(1))).collect()))
     }
@@ -1106,7 +1096,7 @@ mod tests {
     fn a_shutdown_hand_over_ends_without_a_leadership_or_a_successor_in_time() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let (replica, _clock) = leader_fetched_by_2_and_3(dir.path());
-        append(&replica);
+        append_one(&replica).expect("a record is appended");
         let core = core_of(n(1));
         let begin = || {
             let mut out = Vec::new();

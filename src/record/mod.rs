@@ -9,7 +9,7 @@ pub use batch::{BatchHeader, BatchIter, Record, RecordBatch, Records};
 // Used by the storage layer and the transport codecs.
 #[allow(unused_imports)]
 pub(crate) use batch::{
-    decode_header_fields, merge_records, parse_header, parse_whole_header, seal_crc,
+    compute_crc, decode_header_fields, merge_records, parse_header, parse_whole_header, seal_crc,
     set_base_offset, set_leader_epoch, HeaderError, BATCH_BYTES_MAX, BATCH_HEADER_BYTES,
     BATCH_OVERHEAD_BYTES,
 };

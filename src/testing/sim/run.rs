@@ -3917,6 +3917,21 @@ mod tests {
         passes(740_121);
     }
 
+    /// Seed 60105060 failed G1 ("acknowledged p285 at 1152 is not in node
+    /// 0's committed log (it holds None)"). Node 2's disk flipped bit 16 of
+    /// the base sequence of the batch at 1152 (p246, sequence 245), below
+    /// its recovery point. Rebuilding its producer state read headers only
+    /// and took 65781 as the sequence; leading in epoch 8, node 2 refused
+    /// p246's retry (and every later record) with "expected 65782, got
+    /// 245". The producer released sequence 245, as a refusal from the
+    /// newest leader proves, and sent p285 with it; node 0, leading in
+    /// epoch 10, answered p285 as a duplicate of p246 at 1152. The rebuild
+    /// now checks the CRC of each batch that names a producer.
+    #[test]
+    fn seed_60105060_a_flipped_sequence_does_not_feed_the_producer_state() {
+        passes(60_105_060);
+    }
+
     #[test]
     fn seed_510_no_disk_fault_hits_after_the_calm() {
         passes(510);
@@ -4331,7 +4346,9 @@ mod tests {
     /// A tripwire while the simulator moves onto the shared cluster
     /// harness (issue 28, "One cluster harness"): these seeds' trace
     /// hashes, taken on main 1bad5d5 before the move began, must not
-    /// change. Chosen to cover controlled stops (0, 2, 17, 23, 41, 55),
+    /// change. Retaken once, on purpose, when the producer state's rebuild
+    /// began reading and checking the batches that name a producer (seed
+    /// 60105060): those reads take simulated disk time. Chosen to cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
     /// reassignments with a cancel (0, 35, 45), a run without power
@@ -4339,18 +4356,18 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x5869_79c6_969c_97af),
-            (2, 0x04e1_0557_afac_f5b2),
-            (6, 0x33d9_a2ca_8dc5_50b7),
-            (10, 0x1397_9ccb_2f98_a44e),
-            (13, 0x1628_9591_890e_1c8b),
-            (14, 0x27e8_19e6_96ab_bc26),
+            (0, 0x10b0_7b05_a904_248d),
+            (2, 0x1b41_f515_27de_c324),
+            (6, 0x78e6_b949_5f74_0f6c),
+            (10, 0xdc34_d0e6_e90c_84f7),
+            (13, 0xd3e5_0021_1c9e_468f),
+            (14, 0x0e60_880c_12a5_5719),
             (17, 0x1d3f_97fc_3996_2ccb),
-            (23, 0x4dd5_38e1_3351_ba20),
-            (35, 0xc77b_c082_2a28_fbd7),
-            (41, 0xeac4_ee10_a54b_689c),
+            (23, 0x39eb_7290_7a26_dda2),
+            (35, 0x9939_2de8_edcd_5000),
+            (41, 0x308c_5b33_7e74_506b),
             (45, 0x6bbc_5965_1eda_96c9),
-            (55, 0x934a_3e76_e6bc_6a35),
+            (55, 0x1328_d629_fb88_8854),
         ];
         let changed: Vec<String> = pinned
             .iter()

@@ -629,6 +629,9 @@ struct Run {
     fetch_arrivals: BTreeMap<(usize, usize), Duration>,
     /// When each leader process was first seen leading in an epoch.
     leading_since: BTreeMap<(usize, LeaderEpoch), Duration>,
+    /// When each replica was last seen leaving the ISR, or outside it
+    /// in a new epoch, for SPEC 3.4's check of expansions.
+    outside_isr_since: BTreeMap<NodeId, Duration>,
     config: SimConfig,
     /// What every node's configuration is made of (a node whose disk is
     /// lost gets a new snapshot store here).
@@ -849,6 +852,7 @@ impl Run {
             step_logs: Vec::new(),
             fetch_arrivals: BTreeMap::new(),
             leading_since: BTreeMap::new(),
+            outside_isr_since: BTreeMap::new(),
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
@@ -2349,7 +2353,7 @@ impl Run {
     /// within its epoch (G3) and never passes its log end, and a leader's
     /// committed end is above what earlier leaders acknowledged (SPEC 3.8).
     fn check_step(&mut self) -> Result<(), String> {
-        self.trace_log_state();
+        self.trace_log_state()?;
         // Taken once for both passes: the checks change no node's
         // replicas (looking a replica up was a tenth of the checks).
         let mut logs = std::mem::take(&mut self.step_logs);
@@ -2481,8 +2485,10 @@ impl Run {
 
     /// Records the coordinator's leader, epoch, ISR and ELR of the log
     /// when they changed since the last step (a replay's trace then shows
-    /// elections and ISR changes between the clients' lines).
-    fn trace_log_state(&mut self) {
+    /// elections and ISR changes between the clients' lines), and checks
+    /// the ISR expansions among the changes
+    /// ([`check_expansions_vouched`](Self::check_expansions_vouched)).
+    fn trace_log_state(&mut self) -> Result<(), String> {
         // Compared where it is, and copied only when something changed:
         // most steps change nothing, and copying the state and its lists
         // to compare them was 4% of a `cargo test` simulator run.
@@ -2504,7 +2510,7 @@ impl Run {
                 .then(|| (replicas_changed, state_changed, state.clone()))
         });
         let Ok(Some(Some((replicas_changed, state_changed, state)))) = looked else {
-            return;
+            return Ok(());
         };
         // Recorded only once they change, so that the traces of runs
         // without reassignments stay as they were.
@@ -2538,7 +2544,7 @@ impl Run {
             self.replicas_seen = replicas;
         }
         if !state_changed {
-            return;
+            return Ok(());
         }
         let seen = (
             state.leader,
@@ -2553,7 +2559,73 @@ impl Run {
             seen.2.iter().map(|n| n.0).collect::<Vec<_>>(),
             seen.3.iter().map(|n| n.0).collect::<Vec<_>>()
         ));
-        self.log_state_seen = Some(seen);
+        let previous = self.log_state_seen.replace(seen);
+        self.check_expansions_vouched(previous)
+    }
+
+    /// SPEC 3.4: a fetch vouches for its follower only as of its arrival,
+    /// so a follower its leader adds back to the ISR (same leader, same
+    /// epoch) must have had a fetch reach that leader since it was last
+    /// seen leaving the ISR (or outside it when the epoch began). A fetch
+    /// held in a long poll since before the follower left must not
+    /// re-admit it: the follower may have been cut off meanwhile, and
+    /// every `acks=all` append would wait for it until the lag timeout.
+    /// [`check_fetches_vouch_as_of_arrival`](Self::check_fetches_vouch_as_of_arrival)
+    /// checks the catch-up time; a leader that took the held fetch's
+    /// arrival for its catch-up time but proposed the expansion all the
+    /// same passed it (a planted bug, 3,000 seeds).
+    ///
+    /// Observed once per step: a removal is seen at the end of the step
+    /// that made it, and no fetch can arrive at a leader that already
+    /// knew of it earlier than that.
+    fn check_expansions_vouched(&mut self, previous: Option<LogStateSeen>) -> Result<(), String> {
+        let Some((leader, epoch, isr, _)) = self.log_state_seen.clone() else {
+            return Ok(());
+        };
+        let now = self.schedule.now();
+        let index_of =
+            |machines: &[Machine], node: NodeId| machines.iter().position(|m| m.id == node);
+        let same_tenure = previous
+            .as_ref()
+            .is_some_and(|(before, before_epoch, _, _)| {
+                *before == leader && *before_epoch == epoch
+            });
+        if let (true, Some(leader), Some((_, _, before_isr, _))) = (same_tenure, leader, &previous)
+        {
+            let leader_index = index_of(&self.machines, leader);
+            for &added in isr
+                .iter()
+                .filter(|n| **n != leader && !before_isr.contains(n))
+            {
+                let left_at = self
+                    .outside_isr_since
+                    .get(&added)
+                    .copied()
+                    .unwrap_or(Duration::ZERO);
+                let arrived = leader_index
+                    .zip(index_of(&self.machines, added))
+                    .and_then(|key| self.fetch_arrivals.get(&key).copied());
+                if arrived.is_none_or(|arrived| arrived < left_at) {
+                    return Err(format!(
+                        "SPEC 3.4: node {}, leader in epoch {epoch}, added node {} to the ISR at {now:?}, but no fetch from it reached the leader since it left the ISR at {left_at:?} (last arrival {arrived:?})",
+                        leader.0, added.0
+                    ));
+                }
+            }
+        }
+        for machine in &self.machines {
+            let outside = !isr.contains(&machine.id);
+            let left = match &previous {
+                Some((_, before_epoch, before_isr, _)) => {
+                    *before_epoch != epoch || before_isr.contains(&machine.id)
+                }
+                None => true,
+            };
+            if outside && left {
+                self.outside_isr_since.insert(machine.id, now);
+            }
+        }
+        Ok(())
     }
 
     /// The node that leads the log, if one does.

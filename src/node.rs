@@ -16,7 +16,7 @@
 //! the control thread of [`ControlCore`], the deadline timer of
 //! [`NodeShared::expire_deadlines`], the completion thread of
 //! [`CompletionRunner::run_pending`], a fetch answer's long poll of
-//! [`NodeShared::poll_fetch`]. A simulator drives the same steps in one
+//! [`NodeShared::serve_fetch`]. A simulator drives the same steps in one
 //! thread (`SteppedNode`, tests only).
 //!
 //! The node's decisions move, step by step, into [`NodeCore`] (`core.rs`),
@@ -24,9 +24,9 @@
 //! of its own; [`NodeShared::drive`] carries its actions out. So far it
 //! holds the session with the coordinator (heartbeats, registering again,
 //! the incarnations), a leader's ISR changes, its resignation, the role
-//! choice, the reports after an unclean stop, the directory records, and a
-//! leader's reassignment and stuck-application hand-overs (see its module
-//! doc for the list).
+//! choice, the reports after an unclean stop, the directory records, a
+//! leader's reassignment and stuck-application hand-overs, and a leader's
+//! answer to a fetch (see its module doc for the list).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -38,8 +38,8 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 mod core;
 
 use self::core::{
-    controlled_shutdown_steps, Action, Answer, Continuation, ControlledShutdownStep,
-    CoordinatorCall, Input, NodeCore, ShutdownPass, ShutdownWait,
+    controlled_shutdown_steps, unknown_log, Action, Answer, Continuation, ControlledShutdownStep,
+    CoordinatorCall, FetchBudget, FetchLook, Input, NodeCore, ShutdownPass, ShutdownWait,
 };
 
 use crate::clock::Clock;
@@ -52,9 +52,7 @@ use crate::error::{Error, Result};
 use crate::replication::CompletionRunner;
 #[cfg(any(test, feature = "testing"))]
 use crate::replication::FetchSession;
-use crate::replication::{
-    BelowLeaderStart, FetchArrival, Fetcher, IncarnationCheck, Replica, Role, Watch,
-};
+use crate::replication::{BelowLeaderStart, FetchArrival, Fetcher, Replica, Role, Watch};
 use crate::storage::{
     create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
     DamageAboveRecoveryPoint, DirectoryIdentity, DirectoryLock, Disk, FlushPolicy, Log,
@@ -62,8 +60,8 @@ use crate::storage::{
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
-    EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchResponse, FetchedLog,
-    RateLimitedWarnings, Request, RequestHandler, Response, SnapshotResponse, Transport, Warning,
+    EpochAnswer, EpochEndOffsetsResponse, ErrorCode, FetchRequest, FetchedLog, RateLimitedWarnings,
+    Request, RequestHandler, Response, SnapshotResponse, Transport, Warning,
 };
 use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
@@ -1414,9 +1412,10 @@ impl SteppedNode {
     }
 
     /// A follower's fetch arriving, as this node's handler takes it: the
-    /// refusals (a stopping node, a bad list of logs, a stale incarnation)
-    /// and then the first look ([`poll_fetch`](Self::poll_fetch)), with
-    /// the wait already over if `expired`.
+    /// refusals (a stopping node, a bad list of logs, then the core's: a
+    /// stale incarnation) and then the first look
+    /// ([`NodeShared::serve_fetch`]), with the wait already over if
+    /// `expired`.
     pub(crate) fn receive_fetch(
         &self,
         from: NodeId,
@@ -1424,14 +1423,19 @@ impl SteppedNode {
         expired: bool,
     ) -> FetchPoll {
         let shared = &self.node.shared;
-        let refusal = shared
-            .refuse_listed(from, request.logs.iter().map(|l| l.log))
-            .or_else(|| shared.refuse_fetch(from, request));
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = shared.refuse_listed(from, request.logs.iter().map(|l| l.log)) {
             return FetchPoll::Answer(refusal);
         }
-        let arrival = FetchArrival::New(shared.clock.now());
-        self.poll_fetch(from, request, arrival, expired)
+        let mut actions = Vec::new();
+        shared.core.handle(
+            Input::FetchArrived {
+                from,
+                incarnation: request.incarnation,
+                now: shared.clock.now(),
+            },
+            &mut actions,
+        );
+        shared.serve_fetch(from, request, actions, || expired)
     }
 
     /// Whether data arrived (the leader's data watch moved) since `seen`,
@@ -1442,7 +1446,8 @@ impl SteppedNode {
     }
 
     /// One look at a follower's fetch as this node's handler would take it
-    /// ([`NodeShared::poll_fetch`]), without the incarnation check and
+    /// after a park ([`Input::FetchRecheck`], then
+    /// [`NodeShared::serve_fetch`]), without the incarnation check and
     /// without waiting: `expired` says the fetch's wait is over.
     pub(crate) fn poll_fetch(
         &self,
@@ -1451,9 +1456,12 @@ impl SteppedNode {
         arrival: FetchArrival,
         expired: bool,
     ) -> FetchPoll {
-        self.node
-            .shared
-            .poll_fetch(from, request, arrival, || expired)
+        let shared = &self.node.shared;
+        let mut actions = Vec::new();
+        shared
+            .core
+            .handle(Input::FetchRecheck { arrival }, &mut actions);
+        shared.serve_fetch(from, request, actions, || expired)
     }
 
     /// The completion thread's pass ([`CompletionRunner::run_pending`]):
@@ -2953,6 +2961,28 @@ impl NodeShared {
                     successor,
                     state,
                 } => run.handed_over(self, log, successor, &state),
+                Action::QueueIsrProposal(log) => {
+                    let _ = self.commands.try_send(Command::IsrProposal(log));
+                }
+                Action::QueueIncarnationRefresh => {
+                    let _ = self.commands.try_send(Command::RefreshIncarnations);
+                }
+                Action::NoteStaleFetch {
+                    from,
+                    incarnation,
+                    check,
+                } => {
+                    if let Some(suppressed) = self.warnings.admit(Warning::StaleIncarnation) {
+                        tracing::warn!(node = %self.local(), %from, %incarnation,
+                            current = ?self.core.peer_incarnations().get(from), ?check, suppressed,
+                            "refusing a fetch that is not from its sender's current incarnation");
+                    }
+                }
+                Action::LookAtFetch { .. } | Action::Respond(_) | Action::Park { .. } => {
+                    // Only a fetch's serving asks for these, and it carries
+                    // them out itself (`serve_fetch`), knowing the fetch.
+                    debug_assert!(false, "{action:?} reached drive: a fetch's serving left it");
+                }
             }
         }
     }
@@ -3002,25 +3032,28 @@ impl NodeShared {
         }
     }
 
-    /// A leader's answer to a follower's fetch: refused if not from the
-    /// sender's current incarnation, else [`poll_fetch`](Self::poll_fetch)
-    /// until it answers, parked on the data watch in between (the long
-    /// poll), for at most the request's `wait_max` (capped by
-    /// `request_timeout`).
+    /// A leader's answer to a follower's fetch: the core's
+    /// ([`Input::FetchArrived`]; refused if not from the sender's current
+    /// incarnation), served by [`serve_fetch`](Self::serve_fetch) until it
+    /// answers, parked on the data watch in between (the long poll), for
+    /// at most the request's `wait_max` (capped by `request_timeout`).
     fn handle_fetch(&self, from: NodeId, request: &FetchRequest) -> Response {
-        if let Some(refusal) = self.refuse_fetch(from, request) {
-            return refusal;
-        }
+        let mut actions = Vec::new();
+        self.core.handle(
+            Input::FetchArrived {
+                from,
+                incarnation: request.incarnation,
+                now: self.clock.now(),
+            },
+            &mut actions,
+        );
         let wait_max = request
             .wait_max
             .min(self.config.replication.request_timeout);
         let deadline = Instant::now() + wait_max;
-        // The fetch vouches for its follower only as of now, however long it
-        // is held (SPEC 3.4): every later evaluation says `Held`.
-        let mut arrival = FetchArrival::New(self.clock.now());
         loop {
-            let (held, seen, crowded) =
-                match self.poll_fetch(from, request, arrival, || Instant::now() >= deadline) {
+            let (arrival, seen, crowded) =
+                match self.serve_fetch(from, request, actions, || Instant::now() >= deadline) {
                     FetchPoll::Answer(response) => return response,
                     FetchPoll::Park {
                         arrival,
@@ -3028,7 +3061,6 @@ impl NodeShared {
                         crowded,
                     } => (arrival, seen, crowded),
                 };
-            arrival = held;
             // Spin only while few producers wait on these logs: with
             // dozens of threads blocked in `append`, the cores have other
             // work, and every yield of the spin is a context switch (as
@@ -3039,7 +3071,67 @@ impl NodeShared {
                 self.config.replication.spin_before_park
             };
             let _ = self.data_arrived.wait_at_least(seen + 1, deadline, spin);
+            actions = Vec::new();
+            self.core
+                .handle(Input::FetchRecheck { arrival }, &mut actions);
         }
+    }
+
+    /// Carries out the core's `actions` for `from`'s fetch `request`,
+    /// depth-first as [`drive`](Self::drive) does, until the core answers
+    /// it or parks it: a look ([`Action::LookAtFetch`]) reads the logs
+    /// ([`look_at_fetch`](Self::look_at_fetch)) and hands the look back to
+    /// the core, with `expired()` (asked after the look) saying whether the
+    /// fetch's wait is over. Other actions go to `drive`. Never waits: the
+    /// threaded handler parks on the data watch; a simulator looks again
+    /// when it likes (issue 28).
+    fn serve_fetch(
+        &self,
+        from: NodeId,
+        request: &FetchRequest,
+        actions: Vec<Action>,
+        expired: impl Fn() -> bool,
+    ) -> FetchPoll {
+        // A stack of what is still to do, the next action on top.
+        let mut to_do: Vec<Action> = actions.into_iter().rev().collect();
+        while let Some(action) = to_do.pop() {
+            match action {
+                Action::LookAtFetch { arrival } => {
+                    let look = self.look_at_fetch(from, request, arrival);
+                    let expired = expired();
+                    let mut next = Vec::new();
+                    self.core.handle(
+                        Input::FetchLooked {
+                            arrival,
+                            look,
+                            expired,
+                        },
+                        &mut next,
+                    );
+                    to_do.extend(next.into_iter().rev());
+                }
+                Action::Respond(response) => {
+                    debug_assert!(to_do.is_empty(), "actions after a fetch's answer");
+                    return FetchPoll::Answer(response);
+                }
+                Action::Park {
+                    arrival,
+                    seen,
+                    crowded,
+                } => {
+                    debug_assert!(to_do.is_empty(), "actions after a fetch's park");
+                    return FetchPoll::Park {
+                        arrival,
+                        seen,
+                        crowded,
+                    };
+                }
+                other => self.drive(vec![other]),
+            }
+        }
+        // Every fetch input ends in an answer, a park or another look
+        // (`NodeCore::fetch_arrived`, `fetch_looked`, `Input::FetchRecheck`).
+        panic!("the core left a fetch neither answered nor parked")
     }
 
     /// The refusal of any request a stopping node, or its list of logs,
@@ -3071,63 +3163,25 @@ impl NodeShared {
         Some(Response::Error(ErrorCode::InvalidRequest))
     }
 
-    /// The refusal of a fetch not from its sender's current incarnation
-    /// (SPEC 3.2), or `None` to answer it.
-    fn refuse_fetch(&self, from: NodeId, request: &FetchRequest) -> Option<Response> {
-        // SPEC 3.2 (Kafka's broker epoch, KIP-903): only the sender's
-        // current incarnation counts. A fetch from an earlier process of
-        // the follower, or from someone who does not know its incarnation,
-        // is refused before it reaches any log, and changes nothing.
-        match self
-            .core
-            .peer_incarnations()
-            .check(from, request.incarnation)
-        {
-            IncarnationCheck::Current => None,
-            check => {
-                if check == IncarnationCheck::Unverified
-                    && self.core.peer_incarnations().refresh_due(self.clock.now())
-                {
-                    let _ = self.commands.try_send(Command::RefreshIncarnations);
-                }
-                if let Some(suppressed) = self.warnings.admit(Warning::StaleIncarnation) {
-                    tracing::warn!(node = %self.local(), %from, incarnation = %request.incarnation,
-                        current = ?self.core.peer_incarnations().get(from), ?check, suppressed,
-                        "refusing a fetch that is not from its sender's current incarnation");
-                }
-                Some(Response::Error(ErrorCode::StaleIncarnation))
-            }
-        }
-    }
-
-    /// One look at an admitted fetch ([`refuse_fetch`](Self::refuse_fetch)
-    /// first), without blocking: the answer if any log has data, an error
-    /// or a divergence for the follower, or if the node stopped or
-    /// `expired()` says the fetch waited long enough (asked only then);
-    /// otherwise where to park it until data arrives. `arrival` is
-    /// [`FetchArrival::New`] at the first look and the returned held
-    /// arrival after. The threaded handler parks on the data watch; a
-    /// simulator looks again when it likes, never blocking in the long
-    /// poll (issue 28).
-    pub(crate) fn poll_fetch(
+    /// One look at `from`'s fetch `request`, dated by `arrival`, without
+    /// blocking ([`Action::LookAtFetch`]): each log's answer
+    /// (`Replica::answer_fetch`, which records the follower's progress),
+    /// starting at the next log of a rotation so that no log is always
+    /// last in the budget ([`FetchBudget`]), then whether the node is
+    /// stopping.
+    fn look_at_fetch(
         &self,
         from: NodeId,
         request: &FetchRequest,
         arrival: FetchArrival,
-        expired: impl FnOnce() -> bool,
-    ) -> FetchPoll {
+    ) -> FetchLook {
         let incarnation = request.incarnation;
         let count = request.logs.len();
         let seen = self.data_arrived.get();
-        // A peer's request cannot make this node read more than its own
-        // configured response size. As in Kafka (`ReplicaManager.
-        // readFromLog`'s `minOneMessage`), only the first log that
-        // returns data may go over it, with one batch, so that a batch
-        // larger than the budget still makes progress.
-        let mut budget = (request.bytes_max as usize)
-            .min(self.config.replication.fetch_response_bytes_max as usize);
-        let mut min_one_batch = true;
-        let mut ready = false;
+        let mut budget = FetchBudget::new(
+            request.bytes_max,
+            self.config.replication.fetch_response_bytes_max,
+        );
         let mut proposals = false;
         let mut crowded = false;
         let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
@@ -3142,8 +3196,8 @@ impl NodeShared {
                     let answer = replica.answer_fetch(
                         from,
                         fetch,
-                        budget,
-                        min_one_batch,
+                        budget.bytes_max(),
+                        budget.min_one_batch(),
                         arrival,
                         incarnation,
                     );
@@ -3151,43 +3205,25 @@ impl NodeShared {
                     crowded |= replica.producers_crowded();
                     answer
                 }
-                None => FetchedLog {
-                    log: fetch.log,
-                    error: ErrorCode::UnknownLog,
-                    high_watermark: Offset::ZERO,
-                    log_start_offset: Offset::ZERO,
-                    log_end_offset: Offset::ZERO,
-                    diverging: None,
-                    records: bytes::Bytes::new(),
-                    applied_offsets: Vec::new(),
-                },
+                None => unknown_log(fetch.log),
             };
-            budget = budget.saturating_sub(answer.records.len());
-            min_one_batch &= answer.records.is_empty();
-            ready |=
-                !answer.records.is_empty() || !answer.error.is_none() || answer.diverging.is_some();
+            budget.spend(&answer);
             answers[index] = Some(answer);
         }
         // Every index of 0..count was visited once above.
         let logs: Vec<FetchedLog> = answers.into_iter().flatten().collect();
         debug_assert_eq!(logs.len(), count);
-        if proposals {
-            for fetch in &request.logs {
-                let _ = self.commands.try_send(Command::IsrProposal(fetch.log));
-            }
-        }
-        if ready || self.stop.load(Ordering::SeqCst) || expired() {
-            return FetchPoll::Answer(Response::Fetch(FetchResponse { logs }));
-        }
-        FetchPoll::Park {
-            arrival: FetchArrival::Held(arrival.arrived_at()),
+        FetchLook {
+            logs,
             seen,
             crowded,
+            proposals,
+            stopped: self.stop.load(Ordering::SeqCst),
         }
     }
 }
 
-/// One look at a fetch ([`NodeShared::poll_fetch`]).
+/// Where a fetch's serving ([`NodeShared::serve_fetch`]) stands.
 #[derive(Debug)]
 pub(crate) enum FetchPoll {
     /// The response to send now.

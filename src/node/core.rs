@@ -44,10 +44,16 @@
 //!   the node's session, the hand-over of the logs this node leads and its
 //!   leaving of the in-sync replica sets it is in, one machine for both
 //!   drivers; the waits, the deadline and the pool of workers are the
-//!   driver's ([`Action::ShutdownWait`]).
+//!   driver's ([`Action::ShutdownWait`]);
+//! - a leader's answer to a fetch (SPEC 3.2), in `serve.rs`: its admission
+//!   by the sender's incarnation, the bytes its answer may carry, and after
+//!   each look at its logs whether it is answered now or parked until data
+//!   arrives or its wait is over ([`Input::FetchArrived`],
+//!   [`Input::FetchLooked`], [`Action::Respond`], [`Action::Park`]); the
+//!   look (reading the logs) and the wait are the driver's.
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! fetch serving, timers) still
+//! fetching, timers) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
 //! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
@@ -55,13 +61,15 @@
 //! drivers do.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod hand_over;
+mod serve;
 mod shutdown;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+pub(crate) use self::serve::{unknown_log, FetchBudget, FetchLook};
 pub(crate) use self::shutdown::{
     controlled_shutdown_steps, ControlledShutdownStep, ShutdownPass, ShutdownWait,
 };
@@ -69,8 +77,11 @@ use self::shutdown::{LeaveIsrStage, ShutdownStage};
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
-use crate::replication::{IsrProposal, PeerIncarnations, Replica, Role};
+use crate::replication::{
+    FetchArrival, IncarnationCheck, IsrProposal, PeerIncarnations, Replica, Role,
+};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::transport::Response;
 use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// A coordinator call the core asks its driver to make for this node.
@@ -656,11 +667,76 @@ pub(crate) enum Action {
         /// The stored state now.
         state: LogState,
     },
+    /// Look at the fetch being served: read each of its logs (in the
+    /// order the driver's rotation gives, within a [`FetchBudget`],
+    /// answering [`unknown_log`] for a log not hosted), then hand what it
+    /// found back as [`Input::FetchLooked`] with `arrival` and whether the
+    /// fetch's wait is over.
+    LookAtFetch {
+        /// When the fetch arrived, and whether it is held.
+        arrival: FetchArrival,
+    },
+    /// Answer the fetch being served with `0`: its serving ends.
+    Respond(Response),
+    /// Hold the fetch being served until the data watch passes `seen` or
+    /// its wait is over (the long poll), then hand it back as
+    /// [`Input::FetchRecheck`] with `arrival`.
+    Park {
+        /// When the fetch arrived (held since).
+        arrival: FetchArrival,
+        /// The data watch's value the fetch waits to pass.
+        seen: u64,
+        /// Whether many producers wait on its logs: a waiting thread
+        /// should not spin.
+        crowded: bool,
+    },
+    /// Ask the control pass to submit `0`'s ISR proposal (the command
+    /// channel is bounded: dropped when it is full).
+    QueueIsrProposal(LogId),
+    /// Ask the control pass to read the live nodes' incarnations again
+    /// (dropped when the command channel is full).
+    QueueIncarnationRefresh,
+    /// Note (rate-limited, the driver's warnings) that a fetch from
+    /// `from` naming `incarnation` was refused as `check` says.
+    NoteStaleFetch {
+        /// The sender.
+        from: NodeId,
+        /// The incarnation it named.
+        incarnation: Incarnation,
+        /// What this node made of it.
+        check: IncarnationCheck,
+    },
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
 #[derive(Debug)]
 pub(crate) enum Input {
+    /// A fetch from `from`'s `incarnation` arrived `now`, and no refusal
+    /// common to every request ruled it out.
+    FetchArrived {
+        /// The sender.
+        from: NodeId,
+        /// The incarnation it named.
+        incarnation: Incarnation,
+        /// When it arrived, by the node's clock.
+        now: Instant,
+    },
+    /// The look of an [`Action::LookAtFetch`] found `look`; `expired`:
+    /// the fetch's wait is over (asked after the look).
+    FetchLooked {
+        /// The look's arrival.
+        arrival: FetchArrival,
+        /// What it found.
+        look: FetchLook,
+        /// Whether the fetch's wait is over.
+        expired: bool,
+    },
+    /// A fetch parked by [`Action::Park`] is due another look: the data
+    /// watch moved (or closed), or its wait is over.
+    FetchRecheck {
+        /// The park's arrival.
+        arrival: FetchArrival,
+    },
     /// A coordinator call of an [`Action::Call`] returned (or failed).
     Answered {
         /// The call's continuation, as the action carried it.
@@ -1205,8 +1281,8 @@ impl NodeCore {
         self.incarnation.store(incarnation.0, Ordering::SeqCst);
     }
 
-    /// The view of the live nodes' incarnations, for the steps not moved
-    /// into the core yet: the fetch check on the handler threads, and the
+    /// The view of the live nodes' incarnations, for the drivers: the
+    /// warning of a refused fetch ([`Action::NoteStaleFetch`]), and the
     /// controlled shutdown's hand-overs, which learn from their own reads
     /// ([`PeerIncarnations::learn`]).
     pub(crate) fn peer_incarnations(&self) -> &PeerIncarnations {
@@ -1465,6 +1541,19 @@ impl NodeCore {
                 wait,
                 expired,
             } => return self.shutdown_waited(pass, wait, expired, out),
+            Input::FetchArrived {
+                from,
+                incarnation,
+                now,
+            } => return self.fetch_arrived(from, incarnation, now, out),
+            Input::FetchLooked {
+                arrival,
+                look,
+                expired,
+            } => return self.fetch_looked(arrival, look, expired, out),
+            Input::FetchRecheck { arrival } => {
+                return out.push(Action::LookAtFetch { arrival });
+            }
         };
         match (then, answer) {
             (Continuation::Heartbeat, Answer::Done(Ok(()))) => {}

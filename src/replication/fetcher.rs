@@ -7,7 +7,9 @@
 //! and in the pure follower state machine. Its loop is a thin driver of the
 //! fetch session's two steps, `next_request(now)` and `on_response(answer,
 //! now)`, which never block; the thread does the blocking call and the
-//! waits.
+//! waits. What an answer leads to is decided by pure functions
+//! (`answer_step` for the answer as a whole, `after_log_answer` for each
+//! log's part once applied); `on_response` carries it out.
 
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
@@ -22,7 +24,9 @@ use super::watch::Watch;
 use crate::config::ReplicationConfig;
 use crate::snapshot::Snapshots;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
-use crate::transport::{ErrorCode, FetchRequest, Request, Response, Transport, TransportError};
+use crate::transport::{
+    ErrorCode, FetchRequest, FetchResponse, Request, Response, Transport, TransportError,
+};
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId};
 
 #[derive(Debug)]
@@ -440,8 +444,8 @@ impl Shared {
         now: Instant,
     ) -> Option<Instant> {
         let config = &self.config;
-        match answer {
-            Ok(Response::Fetch(response)) => {
+        match answer_step(answer) {
+            AnswerStep::Apply(response) => {
                 for answer in response.logs {
                     let Some((replica, epoch)) = in_flight
                         .epochs
@@ -459,10 +463,11 @@ impl Shared {
                             ErrorCode::Unknown
                         }
                     };
-                    if code == ErrorCode::OffsetOutOfRange && replica.needs_snapshot() {
+                    let after = after_log_answer(code, || replica.needs_snapshot());
+                    if after.start_transfer {
                         start_transfer(self, replica, *epoch);
                     }
-                    if !code.is_none() {
+                    if after.back_off {
                         // NotLeader / FencedLeaderEpoch: our metadata is old and
                         // the control loop will move us; UnknownLeaderEpoch:
                         // the leader has not caught up with the coordinator
@@ -475,22 +480,85 @@ impl Shared {
                 }
                 None
             }
-            Ok(Response::Error(ErrorCode::StaleIncarnation)) => {
-                // The leader has not read this node's newest registration
-                // yet (it will, the coordinator announces it), or this node
-                // registered again since the fetch left: ask again later.
-                tracing::debug!(leader = %self.leader, "fetch refused: the leader does not know this node's current incarnation yet; backing off");
-                Some(now + config.fetch_backoff)
-            }
-            Ok(other) => {
-                tracing::debug!(leader = %self.leader, response = ?other, "unexpected fetch response; backing off");
-                Some(now + config.fetch_backoff)
-            }
-            Err(error) => {
-                tracing::debug!(leader = %self.leader, %error, "fetch failed; backing off");
+            AnswerStep::BackOff(cause) => {
+                match cause {
+                    BackOffCause::StaleIncarnation => {
+                        // The leader has not read this node's newest
+                        // registration yet (it will, the coordinator
+                        // announces it), or this node registered again since
+                        // the fetch left: ask again later.
+                        tracing::debug!(leader = %self.leader, "fetch refused: the leader does not know this node's current incarnation yet; backing off");
+                    }
+                    BackOffCause::Unexpected(other) => {
+                        tracing::debug!(leader = %self.leader, response = ?other, "unexpected fetch response; backing off");
+                    }
+                    BackOffCause::Failed(error) => {
+                        tracing::debug!(leader = %self.leader, %error, "fetch failed; backing off");
+                    }
+                }
                 Some(now + config.fetch_backoff)
             }
         }
+    }
+}
+
+/// What a fetch session does with the answer to its fetch as a whole
+/// (SPEC 3.2): [`answer_step`].
+#[derive(Debug)]
+enum AnswerStep {
+    /// The leader answered: each log's part goes to the replica it was
+    /// asked for, and [`after_log_answer`] says what follows.
+    Apply(FetchResponse),
+    /// The fetch was refused or failed as a whole: the session backs off
+    /// for `fetch_backoff` (sooner if its targets change).
+    BackOff(BackOffCause),
+}
+
+/// Why a fetch session backs off as a whole.
+#[derive(Debug)]
+enum BackOffCause {
+    /// The leader did not take this node's incarnation (SPEC 3.2).
+    StaleIncarnation,
+    /// The leader answered something other than a fetch's answer.
+    Unexpected(Response),
+    /// The call failed (unreachable, timed out, dropped).
+    Failed(TransportError),
+}
+
+/// Decides what a fetch session does with `answer`, the leader's answer
+/// to its fetch or the call's failure.
+fn answer_step(answer: Result<Response, TransportError>) -> AnswerStep {
+    match answer {
+        Ok(Response::Fetch(response)) => AnswerStep::Apply(response),
+        Ok(Response::Error(ErrorCode::StaleIncarnation)) => {
+            AnswerStep::BackOff(BackOffCause::StaleIncarnation)
+        }
+        Ok(other) => AnswerStep::BackOff(BackOffCause::Unexpected(other)),
+        Err(error) => AnswerStep::BackOff(BackOffCause::Failed(error)),
+    }
+}
+
+/// What a fetch session does once one log's part of an answer was applied
+/// ([`after_log_answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AfterLogAnswer {
+    /// Start the download of the leader's snapshot (SPEC 3.9; the replica
+    /// still checks whether it installs one, and a running transfer is
+    /// not started again).
+    start_transfer: bool,
+    /// The log sits out for `fetch_backoff` (the others go on).
+    back_off: bool,
+}
+
+/// Decides what follows a log's part applied with `code`: a log whose
+/// fetch offset is below the leader's log start and whose application
+/// `needs_snapshot` (asked only then) starts a snapshot transfer; a log
+/// answered with any error backs off alone (an old leader epoch is the
+/// control pass's to mend, a newer one the leader's).
+fn after_log_answer(code: ErrorCode, needs_snapshot: impl FnOnce() -> bool) -> AfterLogAnswer {
+    AfterLogAnswer {
+        start_transfer: code == ErrorCode::OffsetOutOfRange && needs_snapshot(),
+        back_off: !code.is_none(),
     }
 }
 
@@ -715,5 +783,78 @@ fn start_transfer(shared: &Arc<Shared>, replica: &Arc<Replica>, epoch: LeaderEpo
     match spawned {
         Ok(thread) => target.transfer = Some(RunningTransfer { thread, cancel }),
         Err(error) => tracing::error!(%log, %error, "cannot start a snapshot transfer thread"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::FetchedLog;
+    use crate::types::Offset;
+
+    #[test]
+    fn an_answer_is_applied_and_anything_else_backs_the_session_off() {
+        let logs = vec![FetchedLog {
+            log: LogId(1),
+            error: ErrorCode::None,
+            high_watermark: Offset(3),
+            log_start_offset: Offset::ZERO,
+            log_end_offset: Offset(3),
+            diverging: None,
+            records: bytes::Bytes::new(),
+            applied_offsets: Vec::new(),
+        }];
+        let step = answer_step(Ok(Response::Fetch(FetchResponse { logs: logs.clone() })));
+        assert!(matches!(step, AnswerStep::Apply(response) if response.logs == logs));
+        assert!(matches!(
+            answer_step(Ok(Response::Error(ErrorCode::StaleIncarnation))),
+            AnswerStep::BackOff(BackOffCause::StaleIncarnation)
+        ));
+        assert!(matches!(
+            answer_step(Ok(Response::Error(ErrorCode::Shutdown))),
+            AnswerStep::BackOff(BackOffCause::Unexpected(Response::Error(
+                ErrorCode::Shutdown
+            )))
+        ));
+        let unreachable = TransportError::Unreachable {
+            to: NodeId(2),
+            reason: "no process".to_owned(),
+        };
+        assert!(matches!(
+            answer_step(Err(unreachable)),
+            AnswerStep::BackOff(BackOffCause::Failed(TransportError::Unreachable { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_log_answered_with_an_error_backs_off_and_one_below_the_start_may_transfer() {
+        // (code, needs a snapshot, start a transfer, back off)
+        let rows = [
+            (ErrorCode::None, true, false, false),
+            (ErrorCode::NotLeader, false, false, true),
+            (ErrorCode::FencedLeaderEpoch, true, false, true),
+            (ErrorCode::UnknownLeaderEpoch, false, false, true),
+            (ErrorCode::OffsetOutOfRange, false, false, true),
+            (ErrorCode::OffsetOutOfRange, true, true, true),
+            (ErrorCode::Unknown, true, false, true),
+        ];
+        for (row, (code, needs, start_transfer, back_off)) in rows.into_iter().enumerate() {
+            assert_eq!(
+                after_log_answer(code, || needs),
+                AfterLogAnswer {
+                    start_transfer,
+                    back_off
+                },
+                "row {row}"
+            );
+        }
+        // The replica is asked whether it needs a snapshot only when the
+        // log's fetch offset was out of range.
+        let asked = std::cell::Cell::new(false);
+        after_log_answer(ErrorCode::NotLeader, || {
+            asked.set(true);
+            true
+        });
+        assert!(!asked.get());
     }
 }

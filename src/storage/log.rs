@@ -1815,13 +1815,17 @@ pub(super) fn rebuild_producer_state(
         // as the refusal proved, and its next record, sent with the same
         // sequence, was answered as a duplicate at the first batch's
         // offset: an acknowledgement of a record no log held (simulator,
-        // seed 60105060, G1). Batches without a producer id (-1, all bits
-        // set, which no single flip of a real id gives) feed nothing here,
-        // so damage in them stays what it is elsewhere below the recovery
-        // point: `Corrupt` when read. The reads are bounded: the walk
-        // starts at the newest producer snapshot, written at every roll and
-        // clean close. (Kafka's rebuild reads the batches without checking
-        // their CRCs.)
+        // seed 60105060, G1). A batch is checked unless its producer id
+        // is exactly `ProducerId::NONE` (-1, all bits set): testing
+        // `is_some` (id >= 0) instead let a flip of a real id's bit 63 turn
+        // the batch into one the state skips, unchecked (review of
+        // d95fdb1). Only a plain batch is not read: it feeds nothing here,
+        // so damage in it stays what it is elsewhere below the recovery
+        // point, `Corrupt` when read. What the walk reads is the data after
+        // the newest producer snapshot (written at every roll's flush and
+        // at a clean close): usually the active segment, the whole log if
+        // no snapshot survived. (Kafka's rebuild reads the batches without
+        // checking their CRCs.)
         let corrupt = |position: u64, reason: String| Error::Corrupt {
             path: segment.log_path().to_path_buf(),
             position,
@@ -1844,7 +1848,7 @@ pub(super) fn rebuild_producer_state(
                 ));
                 return;
             }
-            if header.producer_id.is_some() {
+            if header.producer_id != ProducerId::NONE {
                 let crc = segment
                     .file()
                     .read_bytes(at, header.size_bytes())

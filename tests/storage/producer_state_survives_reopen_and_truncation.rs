@@ -130,18 +130,14 @@ fn damaged_snapshot_is_reported_and_rebuilt_from_the_batches() {
     assert!(!newest.exists(), "the damaged snapshot is removed");
 }
 
-/// A flipped bit in the base sequence of a flushed batch (below the
-/// recovery point, which recovery does not scan) is `Corrupt` naming the
-/// file and the batch's position when the state is rebuilt from the
-/// batches, never a producer state with a wrong sequence (simulator, seed
-/// 60105060: sequence 245 read as 65781 made a leader refuse a batch it
-/// held, and the producer's next record was acknowledged as its
-/// duplicate).
-#[test]
-fn a_flipped_sequence_below_the_recovery_point_is_corrupt_not_state() {
+/// A log of four flushed idempotent batches of 2 records (sequences 0, 2,
+/// 4, 6), left by a crash (no snapshot at its end); its directory, its
+/// open handle, the data file and where each batch starts.
+fn four_flushed_batches(
+    clock: &isrlog::ManualClock,
+) -> (tempfile::TempDir, Log, std::path::PathBuf, Vec<u64>) {
     let dir = tempfile::tempdir().unwrap();
-    let clock = clock();
-    let log = open_with(dir.path(), dense_index(), &clock).unwrap();
+    let log = open_with(dir.path(), dense_index(), clock).unwrap();
     let mut starts = Vec::new();
     let mut at = 0;
     for i in 0..4 {
@@ -150,31 +146,87 @@ fn a_flipped_sequence_below_the_recovery_point_is_corrupt_not_state() {
         at += log.read(info.base_offset, 1).unwrap().records.len() as u64;
     }
     log.flush().unwrap();
-    drop(log); // a crash: no snapshot at the log end, the batches are rebuilt
     assert!(snapshots(dir.path()).is_empty());
     let file = segment_files(dir.path()).remove(0);
-    // Bit 16 of batch 2's base sequence (4 -> 65540): the header at byte 53.
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes[starts[2] as usize + 53 + 2] ^= 0x01;
-    std::fs::write(&file, bytes).unwrap();
+    (dir, log, file, starts)
+}
 
-    match open_with(dir.path(), dense_index(), &clock) {
+/// Flips `mask` in the byte at `position` of `file`.
+fn flip(file: &std::path::Path, position: u64, mask: u8) {
+    let mut bytes = std::fs::read(file).unwrap();
+    bytes[position as usize] ^= mask;
+    std::fs::write(file, bytes).unwrap();
+}
+
+/// `result` is `Corrupt` naming `file` at `position` as a CRC mismatch
+/// found rebuilding the producer state; `what` names the damage.
+fn assert_corrupt_rebuild<T: std::fmt::Debug>(
+    result: isrlog::Result<T>,
+    file: &std::path::Path,
+    position: u64,
+    what: &str,
+) {
+    match result {
         Err(Error::Corrupt {
             path,
-            position,
+            position: at,
             reason,
         }) => {
-            assert_eq!(path, file);
-            assert_eq!(position, starts[2]);
-            assert!(reason.contains("CRC mismatch"), "{reason}");
-            assert!(reason.contains("producer state"), "{reason}");
+            assert_eq!(path, file, "{what}");
+            assert_eq!(at, position, "{what}");
+            assert!(reason.contains("CRC mismatch"), "{what}: {reason}");
+            assert!(reason.contains("producer state"), "{what}: {reason}");
         }
-        Ok(log) => panic!(
-            "opened with producer state {:?}",
-            log.producer_last_sequence(P)
-        ),
-        Err(other) => panic!("expected Corrupt, got {other}"),
+        other => panic!("{what}: expected Corrupt at {position}, got {other:?}"),
     }
+}
+
+/// A flipped bit in a flushed batch (below the recovery point, which
+/// recovery does not scan) is `Corrupt` naming the file and the batch's
+/// position when the producer state is rebuilt from the batches, never a
+/// state with a wrong sequence (simulator, seed 60105060: sequence 245
+/// read as 65781 made a leader refuse a batch it held, and the producer's
+/// next record was acknowledged as its duplicate), nor one that skips the
+/// batch (bit 63 of the producer id makes it negative, which is not
+/// "some").
+#[test]
+fn a_flipped_producer_field_below_the_recovery_point_is_corrupt_not_state() {
+    // (what, batch, byte in the header, mask)
+    let flips: [(&str, usize, u64, u8); 2] = [
+        ("bit 16 of the base sequence (4 -> 65540)", 2, 53 + 2, 0x01),
+        (
+            "bit 63 of the producer id (11 -> negative)",
+            3,
+            43 + 7,
+            0x80,
+        ),
+    ];
+    for (what, batch, byte, mask) in flips {
+        let clock = clock();
+        let (dir, log, file, starts) = four_flushed_batches(&clock);
+        drop(log); // a crash
+        flip(&file, starts[batch] + byte, mask);
+        let reopened =
+            open_with(dir.path(), dense_index(), &clock).map(|log| log.producer_last_sequence(P));
+        assert_corrupt_rebuild(reopened, &file, starts[batch], what);
+    }
+}
+
+/// The same damage found by the rebuild after a truncation: the truncation
+/// fails with `Corrupt` (and the log is poisoned), instead of leaving a
+/// producer state with a wrong sequence.
+#[test]
+fn a_flipped_sequence_found_at_truncation_is_corrupt_not_state() {
+    let clock = clock();
+    let (_dir, log, file, starts) = four_flushed_batches(&clock);
+    flip(&file, starts[2] + 53 + 2, 0x01);
+    // Keep batches 0..=2 (offsets 0..6): the rebuild walks batch 2.
+    assert_corrupt_rebuild(
+        log.truncate_to(Offset(6)),
+        &file,
+        starts[2],
+        "bit 16 of the base sequence",
+    );
 }
 
 #[test]

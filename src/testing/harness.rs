@@ -152,9 +152,6 @@ pub(crate) enum Disks {
     /// One simulated disk per node (by id), each with its node's directory
     /// under `root`. Building it touches no disk: a simulated run's disks
     /// count their operations.
-    // Only this crate's tests build it until the simulator runs on the
-    // harness.
-    #[cfg_attr(not(test), allow(dead_code))]
     Sim { root: PathBuf, disks: Vec<SimDisk> },
 }
 
@@ -179,6 +176,32 @@ impl Disks {
         match self {
             Disks::Std { .. } => StdDisk::shared(),
             Disks::Sim { disks, .. } => disks[id.0 as usize].shared(),
+        }
+    }
+
+    /// Node `id`'s simulated disk. Only simulated disks have one: asked of
+    /// the real file system, a broken test.
+    pub(crate) fn sim(&self, id: NodeId) -> &SimDisk {
+        match self {
+            Disks::Sim { disks, .. } => &disks[id.0 as usize],
+            Disks::Std { .. } => panic!("node {id} has no simulated disk"),
+        }
+    }
+
+    /// Every simulated disk, by node id; none on the real file system.
+    pub(crate) fn sims(&self) -> &[SimDisk] {
+        match self {
+            Disks::Sim { disks, .. } => disks,
+            Disks::Std { .. } => &[],
+        }
+    }
+
+    /// Gives node `id` the simulated disk `disk` in place of its own (a
+    /// machine whose disk was lost, while its process is down).
+    pub(crate) fn replace(&mut self, id: NodeId, disk: SimDisk) {
+        match self {
+            Disks::Sim { disks, .. } => disks[id.0 as usize] = disk,
+            Disks::Std { .. } => panic!("node {id} has no simulated disk to replace"),
         }
     }
 
@@ -244,6 +267,11 @@ impl<E: Hosted> Nodes<E> {
     /// The root directory of all nodes.
     pub(crate) fn root(&self) -> &Path {
         self.disks.root()
+    }
+
+    /// The disks the nodes keep their data on.
+    pub(crate) fn disks(&self) -> &Disks {
+        &self.disks
     }
 
     /// Ids of all nodes, running or not.
@@ -665,17 +693,17 @@ impl Runtime for Threads {
 /// Nodes opened without threads ([`SteppedNode`]), each with its
 /// controller candidate ([`SteppedController`]), that the caller steps on
 /// its own thread and clock.
-// Only this crate's tests use it until the simulator runs on the harness.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Stepped;
 
 /// A stepped node process: the node and its controller candidate, if it
 /// runs one.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) struct SteppedProcess {
     pub(crate) node: SteppedNode,
+    // Only this crate's tests read it until the simulator's nodes open
+    // through the harness.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) controller: Option<SteppedController>,
 }
 
@@ -799,6 +827,28 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
     /// The nodes.
     pub(crate) fn nodes(&self) -> &Nodes<RunningOn<W, C, R>> {
         &self.nodes
+    }
+
+    /// The wire.
+    pub(crate) fn wire(&self) -> &W {
+        &self.wire
+    }
+
+    /// The settings every node opens with.
+    pub(crate) fn settings(&self) -> &NodeSettings {
+        &self.settings
+    }
+
+    /// The settings every node opens with, to change before its next open
+    /// (a node whose disk was lost gets a new snapshot store).
+    pub(crate) fn settings_mut(&mut self) -> &mut NodeSettings {
+        &mut self.settings
+    }
+
+    /// The disks the nodes keep their data on, to replace one of a node
+    /// that is down.
+    pub(crate) fn disks_mut(&mut self) -> &mut Disks {
+        &mut self.nodes.disks
     }
 
     /// The clock every node uses.
@@ -1074,6 +1124,57 @@ impl Wire for MemoryWire {
     }
 }
 
+/// The nodes of a simulated run on one [`MemoryNetwork`] that only hands
+/// out their transports and holds their request handlers: the run carries
+/// every fetch itself, so nothing is routed through it. A cut node's
+/// handler goes (unlike [`MemoryWire`]'s, which keeps it for `node_up`):
+/// the handler holds the node and the node's transport the network, a
+/// cycle that would keep every crashed process alive.
+#[derive(Debug)]
+pub(crate) struct SteppedWire {
+    network: MemoryNetwork,
+}
+
+impl SteppedWire {
+    /// The nodes on a new network seeded by `seed`.
+    pub(crate) fn new(seed: u64) -> SteppedWire {
+        SteppedWire {
+            network: MemoryNetwork::new(seed),
+        }
+    }
+
+    /// The network the nodes' transports and handlers are on.
+    pub(crate) fn network(&self) -> &MemoryNetwork {
+        &self.network
+    }
+}
+
+impl Wire for SteppedWire {
+    type Pending = ();
+    type Held = ();
+
+    fn transport(&self, id: NodeId) -> Result<(Arc<dyn Transport>, ())> {
+        Ok((Arc::new(self.network.transport(id)), ()))
+    }
+
+    fn connect(&self, id: NodeId, node: &Node, _pending: ()) -> Result<()> {
+        self.network.register(id, node.handler());
+        Ok(())
+    }
+
+    fn cut(&self, id: NodeId) {
+        self.network.unregister(id);
+    }
+
+    fn release(&self, _held: ()) {}
+
+    fn close(&self, ids: &[NodeId]) {
+        for &id in ids {
+            self.network.unregister(id);
+        }
+    }
+}
+
 /// Every node on its own view ([`MemoryCoordinator::for_node`]) of one
 /// shared [`MemoryCoordinator`], optionally through a [`SlowCoordinator`]
 /// whose knob a test turns.
@@ -1093,6 +1194,11 @@ impl MemoryCoordination {
             coordinator,
             delays: slow.then(|| Mutex::new(BTreeMap::new())),
         }
+    }
+
+    /// The shared coordinator the nodes' views are of.
+    pub(crate) fn coordinator(&self) -> &MemoryCoordinator {
+        &self.coordinator
     }
 
     /// The knob that slows node `id`'s coordinator calls down; `None` if

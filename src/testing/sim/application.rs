@@ -490,7 +490,10 @@ impl Run {
         // Its next process opens with the new store.
         if apps.with_store {
             let store = apps.store_of(index);
-            self.settings.snapshots.insert(NodeId(index as u32), store);
+            self.harness
+                .settings_mut()
+                .snapshots
+                .insert(NodeId(index as u32), store);
         }
     }
 
@@ -561,8 +564,8 @@ impl Run {
                 return Ok(());
             };
             let position = apps.apps[index].position;
-            let read = self.machines[index]
-                .disk
+            let read = self
+                .disk(index)
                 .unobserved(|| log.read(position, 16 * 1024, Isolation::Committed));
             let batches = match read {
                 Ok(batches) if batches.is_empty() => break,

@@ -56,12 +56,14 @@ use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
 use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
-use crate::testing::harness::NodeSettings;
+use crate::testing::harness::{
+    Disks, Harness, MemoryCoordination, NodeSettings, Stepped, SteppedWire,
+};
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{
     Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogConfig, LogId, ManualClock,
-    MemoryCoordinator, MemoryNetwork, Node, NodeId, Offset, PreviousShutdown, ProducerConfig,
+    MemoryCoordinator, Node, NodeId, Offset, PreviousShutdown, ProducerConfig,
 };
 
 /// The one log every run replicates.
@@ -470,10 +472,10 @@ enum Event {
     Calm,
 }
 
-/// One machine: its disk outlives its processes.
+/// One machine: its disk (the harness's, [`Run::disk`]) outlives its
+/// processes.
 struct Machine {
     id: NodeId,
-    disk: SimDisk,
     node: Option<SteppedNode>,
     /// The node process's controller candidate, stepped with it.
     controller: Option<SteppedController>,
@@ -630,19 +632,17 @@ struct Run {
     /// When each leader process was first seen leading in an epoch.
     leading_since: BTreeMap<(usize, LeaderEpoch), Duration>,
     config: SimConfig,
-    /// What every node's configuration is made of (a node whose disk is
-    /// lost gets a new snapshot store here).
-    settings: NodeSettings,
+    /// The nodes' settings (a node whose disk is lost gets a new snapshot
+    /// store there), the coordinator, the network that only hands out the
+    /// nodes' transports (a stepped node's fetchers never call theirs: the
+    /// run carries their fetches over `wire`), and the machines' disks.
+    harness: Harness<SteppedWire, MemoryCoordination, Stepped>,
     rng: SplitMix64,
     schedule: Schedule<Event>,
     trace: Trace,
     clock: ManualClock,
     /// The clock's `now` at zero simulated time.
     epoch: Instant,
-    coordinator: MemoryCoordinator,
-    /// Only for the nodes' `Transport` argument: a stepped node's fetchers
-    /// never call it, the run carries their fetches over `wire`.
-    network: MemoryNetwork,
     wire: SimNetwork,
     machines: Vec<Machine>,
     parked: Vec<Parked>,
@@ -756,9 +756,12 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         full_disks: run.full_disks,
         full_disk_refusals: run.full_disk_refusals_of_lost_disks
             + run
-                .machines
+                .harness
+                .nodes()
+                .disks()
+                .sims()
                 .iter()
-                .map(|m| m.disk.stats().full_disk_failures)
+                .map(|disk| disk.stats().full_disk_failures)
                 .sum::<u64>(),
         bit_flips: run.bit_flips,
         corrupt_errors: run.corrupt_errors,
@@ -806,10 +809,23 @@ impl Run {
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
+        let disks = Disks::Sim {
+            root: PathBuf::from("/sim"),
+            disks: (0..config.nodes)
+                .map(|i| SimDisk::new(mix64(config.seed ^ (0xD15C + i as u64))))
+                .collect(),
+        };
+        let harness = Harness::new(
+            Stepped,
+            SteppedWire::new(config.seed),
+            MemoryCoordination::new(coordinator, false),
+            disks,
+            settings,
+            Arc::new(clock.clone()),
+        );
         let machines = (0..config.nodes)
             .map(|i| Machine {
                 id: NodeId(i as u32),
-                disk: SimDisk::new(mix64(config.seed ^ (0xD15C + i as u64))),
                 node: None,
                 controller: None,
                 wake_at: None,
@@ -852,7 +868,6 @@ impl Run {
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
-            network: MemoryNetwork::new(config.seed),
             wire: SimNetwork::new(mix64(config.seed ^ 0x0E7), config.network.clone()),
             parked: Vec::new(),
             next_sequence: 0,
@@ -863,10 +878,9 @@ impl Run {
             read_position: Offset::ZERO,
             committed_seen: BTreeMap::new(),
             config,
-            settings,
+            harness,
             clock,
             epoch,
-            coordinator,
             machines,
             expiry_at: None,
             in_flight: Vec::new(),
@@ -928,7 +942,7 @@ impl Run {
 
     fn run(&mut self) -> Result<(), String> {
         let replicas: Vec<NodeId> = self.machines.iter().map(|m| m.id).collect();
-        self.coordinator
+        self.coordinator()
             .create_log(LOG, replicas)
             .map_err(|error| format!("creating the log: {error}"))?;
         if self.config.disk_latency {
@@ -1098,7 +1112,7 @@ impl Run {
                 if !self.calm {
                     self.faults += 1;
                     let operation = 1 + self.rng.next_u64() % 50;
-                    self.machines[index].disk.fail_with_eio(
+                    self.disk(index).fail_with_eio(
                         EioPlan::Nth(operation),
                         &[
                             DiskOperation::Write,
@@ -1119,10 +1133,9 @@ impl Run {
                 if !self.calm {
                     self.faults += 1;
                     self.machines[index].disk_full = true;
-                    let disk = &self.machines[index].disk;
-                    let used = disk.used_bytes();
+                    let used = self.disk(index).used_bytes();
                     let slack = self.rng.next_u64() % (FULL_DISK_SLACK_BYTES_MAX + 1);
-                    disk.set_space_bytes_max(Some(used + slack));
+                    self.disk(index).set_space_bytes_max(Some(used + slack));
                     self.full_disks += 1;
                     self.record(format_args!(
                         "node {index}'s disk is full: {used} bytes used, {slack} more fit"
@@ -1138,7 +1151,7 @@ impl Run {
             // filled has no budget.
             Event::DiskFreed(index) => {
                 self.machines[index].disk_full = false;
-                self.machines[index].disk.set_space_bytes_max(None);
+                self.disk(index).set_space_bytes_max(None);
                 self.record(format_args!("node {index}'s disk has space again"));
             }
             Event::BitFlip => {
@@ -1157,7 +1170,7 @@ impl Run {
                             _ => !matches!(extension, Some("log" | "index")),
                         }
                     };
-                    let disk = &self.machines[index].disk;
+                    let disk = self.disk(index);
                     let flipped = disk
                         .flip_random_bit(chosen)
                         .or_else(|| disk.flip_random_bit(|_| true));
@@ -1200,7 +1213,7 @@ impl Run {
             }
             Event::ExpireSessions => {
                 self.expiry_at = None;
-                self.coordinator.tick();
+                self.coordinator().tick();
                 self.record(format_args!("coordinator expires sessions"));
             }
             Event::FetchArrives {
@@ -1245,7 +1258,7 @@ impl Run {
                     // lead (a zombie leader, SPEC 3.7).
                     let from_coordinator = self.config.coordinator_faults && self.rng.chance(0.5);
                     if from_coordinator {
-                        self.coordinator.set_node_unavailable(alone[0], true);
+                        self.coordinator().set_node_unavailable(alone[0], true);
                     }
                     self.record(format_args!(
                         "node {index} is cut off{}",
@@ -1263,7 +1276,7 @@ impl Run {
                 self.partitioned = false;
                 self.wire.heal();
                 for machine in &self.machines {
-                    self.coordinator.set_node_unavailable(machine.id, false);
+                    self.coordinator().set_node_unavailable(machine.id, false);
                 }
                 self.record(format_args!("network heals"));
                 if let (false, Some(mean)) = (self.calm, self.config.partition_interval_mean) {
@@ -1276,7 +1289,7 @@ impl Run {
                     self.faults += 1;
                     let id = self.machines[index].id;
                     let count = 1 + (self.rng.next_u64() % 2) as usize;
-                    self.coordinator.lose_compare_and_set_replies(id, count);
+                    self.coordinator().lose_compare_and_set_replies(id, count);
                     self.record(format_args!(
                         "node {index} will lose the replies of its next {count} coordinator writes"
                     ));
@@ -1289,7 +1302,7 @@ impl Run {
             }
             Event::Reconnect(index) => {
                 let id = self.machines[index].id;
-                self.coordinator.set_node_unavailable(id, false);
+                self.coordinator().set_node_unavailable(id, false);
                 self.record(format_args!("node {index} reconnects to the coordinator"));
             }
             Event::ControlledStop(index) => {
@@ -1329,17 +1342,18 @@ impl Run {
                     machine.disk_full = false;
                 }
                 for machine in &self.machines {
-                    self.coordinator.lose_compare_and_set_replies(machine.id, 0);
-                    self.coordinator.set_node_unavailable(machine.id, false);
+                    self.coordinator()
+                        .lose_compare_and_set_replies(machine.id, 0);
+                    self.coordinator().set_node_unavailable(machine.id, false);
                 }
                 self.wire.heal();
                 self.wire.set_faults(NetworkFaults::default());
                 // Disk faults planned before the calm that did not hit yet
                 // are called off too.
                 // So are full disks: an operator frees their space.
-                for machine in &self.machines {
-                    machine.disk.fail_with_eio(EioPlan::Never, &[]);
-                    machine.disk.set_space_bytes_max(None);
+                for disk in self.harness.nodes().disks().sims() {
+                    disk.fail_with_eio(EioPlan::Never, &[]);
+                    disk.set_space_bytes_max(None);
                 }
                 self.record(format_args!("calm"));
                 self.replace_flipped_disk();
@@ -1376,9 +1390,10 @@ impl Run {
         let expect_clean = std::mem::take(&mut self.machines[index].stopped_cleanly);
         let machine = &self.machines[index];
         let config = self
-            .settings
+            .harness
+            .settings()
             .node_config(machine.id, PathBuf::from(data_dir(index)));
-        let coordinator = Arc::new(self.coordinator.for_node(machine.id));
+        let coordinator = Arc::new(self.coordinator().for_node(machine.id));
         let controller = match controller_config(&config) {
             Some(controller) => Some(
                 SteppedController::open(
@@ -1392,15 +1407,15 @@ impl Run {
             None => None,
         };
         let opened = Node::open_on_disk(
-            machine.disk.shared(),
+            self.disk(index).shared(),
             config,
-            Arc::new(self.network.transport(machine.id)),
+            Arc::new(self.network().transport(machine.id)),
             coordinator,
             Arc::new(self.clock.clone()),
         );
         match opened {
             Ok(node) => {
-                self.network.register(machine.id, node.node().handler());
+                self.network().register(machine.id, node.node().handler());
                 let previous = node.node().previous_shutdown();
                 if expect_clean && previous != PreviousShutdown::Clean {
                     return Err(format!(
@@ -1452,23 +1467,24 @@ impl Run {
         self.machines[index].stopping = None;
         self.crashes += 1;
         let id = self.machines[index].id;
-        self.network.unregister(id);
+        self.network().unregister(id);
         let node = node.into_node();
         node.mark_crashed();
         let _durable = node.halt_for_crash();
-        let disk = &self.machines[index].disk;
         if power_loss {
             self.power_losses += 1;
             // Half the power losses keep a random prefix of each file's
             // unsynced writes, the last maybe torn in its middle.
-            disk.set_torn_writes(self.rng.chance(0.5));
+            let torn = self.rng.chance(0.5);
+            let disk = self.disk(index);
+            disk.set_torn_writes(torn);
             disk.lose_power();
         } else {
-            disk.crash();
+            self.disk(index).crash();
         }
         // A planned fault that did not hit yet is called off: it was meant
         // for this process.
-        disk.fail_with_eio(EioPlan::Never, &[]);
+        self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         // Bit flips damage one disk, a lost disk another would leave a
         // committed record on one intact copy at most (G1(c) promises it
         // only with one replica from the ISR back with its disk; G5 a clear
@@ -1552,13 +1568,13 @@ impl Run {
     /// (the third joins at a drawn place). One time in five, a move under
     /// way is cancelled instead. The controller and the nodes carry it out.
     fn reassign(&mut self) {
-        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+        let Ok(Some(state)) = self.coordinator().log_state(LOG) else {
             return;
         };
         let min_insync_replicas = self.machines.len().min(2);
         let cancel = state.is_reassigning() && self.reassigner.chance(0.2);
         let outcome = if cancel {
-            crate::coordinator::cancel_reassignment(&self.coordinator, LOG, min_insync_replicas)
+            crate::coordinator::cancel_reassignment(self.coordinator(), LOG, min_insync_replicas)
         } else {
             let mut target = state.target_replicas();
             if target.len() == self.machines.len() {
@@ -1575,7 +1591,7 @@ impl Run {
                     target.insert(at, joining);
                 }
             }
-            crate::coordinator::reassign_log(&self.coordinator, LOG, &target, min_insync_replicas)
+            crate::coordinator::reassign_log(self.coordinator(), LOG, &target, min_insync_replicas)
         };
         let what = if cancel { "cancel" } else { "reassign" };
         match outcome {
@@ -1605,7 +1621,7 @@ impl Run {
         let machine = &self.machines[index];
         !self.partitioned
             && !machine.disk_full
-            && !self.coordinator.is_node_faulty(machine.id)
+            && !self.coordinator().is_node_faulty(machine.id)
             && !machine.restart_owed
             && machine.flipped == 0
             && machine.stopping.is_none()
@@ -1644,8 +1660,8 @@ impl Run {
         if !seated {
             self.retire_controller(index);
         }
-        let live = self.coordinator.live_nodes().unwrap_or_default();
-        let state = self.coordinator.log_state(LOG).ok().flatten();
+        let live = self.coordinator().live_nodes().unwrap_or_default();
+        let state = self.coordinator().log_state(LOG).ok().flatten();
         // A node that still believes it leads though the coordinator named
         // another (deposed, not yet told) has nothing to hand over: the
         // leadership already moved (seed 9000226).
@@ -1711,9 +1727,12 @@ impl Run {
         self.faults
             + self.eio_failures_of_lost_disks
             + self
-                .machines
+                .harness
+                .nodes()
+                .disks()
+                .sims()
                 .iter()
-                .map(|machine| machine.disk.stats().eio_failures)
+                .map(|disk| disk.stats().eio_failures)
                 .sum::<u64>()
     }
 
@@ -1819,7 +1838,7 @@ impl Run {
         };
         let me = self.machines[index].id;
         let leader = self
-            .coordinator
+            .coordinator()
             .log_state(LOG)
             .ok()
             .flatten()
@@ -1844,7 +1863,7 @@ impl Run {
         };
         self.retire_controller(index);
         self.machines[index].restart_owed = false;
-        self.network.unregister(me);
+        self.network().unregister(me);
         let stopped = node.finish_controlled_shutdown();
         // A stop right after an unclean start whose report is not yet
         // recorded everywhere writes no marker (seed 143), on purpose. A
@@ -1854,7 +1873,7 @@ impl Run {
         self.machines[index].stopped_cleanly =
             matches!(stopped, Ok(true)) && self.machines[index].flipped == 0;
         // A planned disk fault that did not hit was meant for this process.
-        self.machines[index].disk.fail_with_eio(EioPlan::Never, &[]);
+        self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         self.process_ended(index);
         self.record(format_args!(
             "node {index} stops cleanly (leader then: {:?}){}",
@@ -1899,7 +1918,7 @@ impl Run {
             };
             self.sync_latency_max = self.sync_latency_max.max(disk_time(sync_micros));
             self.machines[index].latency = latency;
-            self.machines[index].disk.set_latency(latency);
+            self.disk(index).set_latency(latency);
         }
         self.record(format_args!(
             "disk latencies: {:?}",
@@ -1931,8 +1950,8 @@ impl Run {
     /// run on.
     fn busy_for(&mut self, index: usize) -> Duration {
         let now = self.schedule.now();
+        let elapsed = self.disk(index).elapsed();
         let machine = &mut self.machines[index];
-        let elapsed = machine.disk.elapsed();
         let spent = disk_time(elapsed.saturating_sub(machine.disk_time_charged));
         machine.disk_time_charged = elapsed;
         machine.busy_until = machine.busy_until.max(now) + spent;
@@ -1942,15 +1961,16 @@ impl Run {
 
     /// Gives machine `index` an empty disk (its process is down).
     fn new_disk(&mut self, index: usize) {
-        let old = &self.machines[index].disk;
-        self.full_disk_refusals_of_lost_disks += old.stats().full_disk_failures;
+        let old = self.disk(index).stats();
+        self.full_disk_refusals_of_lost_disks += old.full_disk_failures;
         // `fault_count` must never go down (helper-60).
-        self.eio_failures_of_lost_disks += old.stats().eio_failures;
+        self.eio_failures_of_lost_disks += old.eio_failures;
         let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
-        self.machines[index].disk = SimDisk::new(seed);
-        self.machines[index]
-            .disk
-            .set_latency(self.machines[index].latency);
+        let disk = SimDisk::new(seed);
+        disk.set_latency(self.machines[index].latency);
+        self.harness
+            .disks_mut()
+            .replace(self.machines[index].id, disk);
         self.machines[index].disk_time_charged = 0;
         self.machines[index].flipped = 0;
         self.machines[index].stopped_cleanly = false;
@@ -2037,7 +2057,7 @@ impl Run {
         if self.acknowledged.is_empty() {
             return None;
         }
-        let replicas = self.coordinator.log_state(LOG).ok()??.replicas;
+        let replicas = self.coordinator().log_state(LOG).ok()??.replicas;
         // Each other replica's batches, `(base, last, epoch)` in offset
         // order, as its disk holds them (down or not, read without touching
         // the run).
@@ -2046,9 +2066,10 @@ impl Run {
             if other == index || !replicas.contains(&machine.id) {
                 continue;
             }
-            let disk = machine.disk.shared();
+            let sim_disk = self.disk(other);
+            let disk = sim_disk.shared();
             let dir = std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", LOG.0));
-            let batches: Vec<(Offset, Offset, LeaderEpoch)> = machine.disk.unobserved(|| {
+            let batches: Vec<(Offset, Offset, LeaderEpoch)> = sim_disk.unobserved(|| {
                 if !disk.exists(&dir) {
                     return Some(Vec::new());
                 }
@@ -2487,7 +2508,7 @@ impl Run {
         // most steps change nothing, and copying the state and its lists
         // to compare them was 4% of a `cargo test` simulator run.
         let (replicas_seen, state_seen) = (&self.replicas_seen, &self.log_state_seen);
-        let looked = self.coordinator.look_at_log_state(LOG, |state| {
+        let looked = self.coordinator().look_at_log_state(LOG, |state| {
             let (replicas, adding, removing) = replicas_seen;
             let replicas_changed = state.replicas != *replicas
                 || state.adding_replicas != *adding
@@ -2917,7 +2938,7 @@ impl Run {
             return false;
         };
         // A reassignment under way completes (liveness, SPEC 3.10).
-        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+        let Ok(Some(state)) = self.coordinator().log_state(LOG) else {
             return false;
         };
         if state.is_reassigning() {
@@ -2961,8 +2982,8 @@ impl Run {
         let Some((index, log)) = self.leader() else {
             return Err("no leader at the end".to_owned());
         };
-        let committed = self.machines[index]
-            .disk
+        let committed = self
+            .disk(index)
             .unobserved(|| committed_records(index, &log))?;
         // G4: offsets are dense from the log start.
         let start = log.log_start_offset();
@@ -3047,7 +3068,7 @@ impl Run {
         // completed: nothing being added or removed, the leader, the ISR
         // and the ELR within the replicas, and every running node that is
         // not a replica rid of its copy.
-        let Some(state) = self.coordinator.log_state(LOG).ok().flatten() else {
+        let Some(state) = self.coordinator().log_state(LOG).ok().flatten() else {
             return Err("SPEC 3.10: the log has no state at the end".to_owned());
         };
         if state.replicas != self.replicas_wanted {
@@ -3141,8 +3162,8 @@ impl Run {
         }
         self.machines[index].check_failed_at = None;
         while from < high_watermark {
-            let read = self.machines[index]
-                .disk
+            let read = self
+                .disk(index)
                 .unobserved(|| log.read(from, 64 * 1024, Isolation::Committed));
             let batches = match read {
                 Ok(batches) if !batches.is_empty() => batches,
@@ -3233,8 +3254,8 @@ impl Run {
             ));
         }
         if !machine.excused_at_step_start && !self.has_excusing_flip(index) {
-            let seen: Vec<String> = machine
-                .disk
+            let seen: Vec<String> = self
+                .disk(index)
                 .flipped_bits()
                 .iter()
                 .map(|flip| format!("{} at {}", flip.path.display(), flip.position))
@@ -3263,7 +3284,7 @@ impl Run {
         if machine.flipped == 0 {
             return Vec::new();
         }
-        let mut flips = machine.disk.flipped_bits();
+        let mut flips = self.disk(index).flipped_bits();
         flips.retain(|flip| FileKind::of(&flip.path).excuses_corruption());
         flips
     }
@@ -3273,8 +3294,8 @@ impl Run {
     fn has_excusing_flip(&self, index: usize) -> bool {
         let machine = &self.machines[index];
         machine.flipped > 0
-            && machine
-                .disk
+            && self
+                .disk(index)
                 .any_flipped_bit(|path| FileKind::of(path).excuses_corruption())
     }
 
@@ -3299,7 +3320,7 @@ impl Run {
                 self.schedule.at(at, Event::Wake(index));
             }
         }
-        if let Some(expiry) = self.coordinator.next_session_expiry() {
+        if let Some(expiry) = self.coordinator().next_session_expiry() {
             // A session expires once its timeout has passed strictly.
             let at = self.since_epoch(expiry) + Duration::from_micros(1);
             if self.expiry_at.is_none_or(|scheduled| at < scheduled) {
@@ -3307,6 +3328,21 @@ impl Run {
                 self.schedule.at(at, Event::ExpireSessions);
             }
         }
+    }
+
+    /// The coordinator every node's view is of.
+    fn coordinator(&self) -> &MemoryCoordinator {
+        self.harness.coordination().coordinator()
+    }
+
+    /// The network the nodes' transports and request handlers are on.
+    fn network(&self) -> &crate::MemoryNetwork {
+        self.harness.wire().network()
+    }
+
+    /// Machine `index`'s disk.
+    fn disk(&self, index: usize) -> &SimDisk {
+        self.harness.nodes().disks().sim(NodeId(index as u32))
     }
 
     fn since_epoch(&self, at: Instant) -> Duration {
@@ -3333,7 +3369,7 @@ impl Run {
                 // holds the network: a node left registered is never freed
                 // (a run leaked its whole cluster, 5 MB, and every later
                 // run's memory was fresh pages to fault in).
-                self.network.unregister(machine.id);
+                self.harness.wire().network().unregister(machine.id);
                 let node = node.into_node();
                 node.mark_crashed();
                 let _ = node.halt_for_crash();

@@ -291,9 +291,26 @@ impl<E: Hosted> Nodes<E> {
             .collect()
     }
 
+    /// How many nodes are running.
+    pub(crate) fn running_count(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    /// Runs `f` on every running node at once, by id (locked while it
+    /// runs: `f` must not reach the harness again).
+    pub(crate) fn with_each<T>(&self, f: impl FnOnce(&BTreeMap<NodeId, E>) -> T) -> T {
+        f(&self.running.lock())
+    }
+
     /// Whether node `id` is running.
     pub(crate) fn is_running(&self, id: NodeId) -> bool {
         self.running.lock().contains_key(&id)
+    }
+
+    /// The running nodes, for a caller that owns the harness: no lock (a
+    /// stepped harness's nodes are stepped through it on every event).
+    pub(crate) fn running_mut(&mut self) -> &mut BTreeMap<NodeId, E> {
+        self.running.get_mut()
     }
 
     /// Runs `f` on what the harness keeps of node `id`, if it is running.
@@ -701,10 +718,24 @@ pub(crate) struct Stepped;
 #[derive(Debug)]
 pub(crate) struct SteppedProcess {
     pub(crate) node: SteppedNode,
-    // Only this crate's tests read it until the simulator's nodes open
-    // through the harness.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) controller: Option<SteppedController>,
+}
+
+impl SteppedProcess {
+    /// Whether its control or its controller would wake at `now`.
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
+        self.node.is_control_due(now)
+            || self
+                .controller
+                .as_ref()
+                .is_some_and(|controller| controller.is_due(now))
+    }
+
+    /// Whether it has work at `now`: its control or controller would wake,
+    /// or completions wait to run.
+    pub(crate) fn has_work(&self, now: Instant) -> bool {
+        self.is_due(now) || self.node.has_pending_completions()
+    }
 }
 
 impl Hosted for SteppedProcess {
@@ -829,14 +860,14 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
         &self.nodes
     }
 
+    /// The running nodes, for a caller that owns the harness: no lock.
+    pub(crate) fn running_mut(&mut self) -> &mut BTreeMap<NodeId, RunningOn<W, C, R>> {
+        self.nodes.running_mut()
+    }
+
     /// The wire.
     pub(crate) fn wire(&self) -> &W {
         &self.wire
-    }
-
-    /// The settings every node opens with.
-    pub(crate) fn settings(&self) -> &NodeSettings {
-        &self.settings
     }
 
     /// The settings every node opens with, to change before its next open

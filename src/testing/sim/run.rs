@@ -15,8 +15,10 @@
 //! ([`FetchSession`](crate::replication::FetchSession)); the run carries
 //! each fetch over the simulated network ([`SimNetwork`]: loss, delay,
 //! duplication, partitions) to the leader, which looks at it as its handler
-//! would ([`SteppedNode::receive_fetch`]) and, with nothing to answer yet,
-//! parks it until data arrives or its wait is over; a fetch that gets no
+//! would
+//! ([`SteppedNode::receive_fetch`](crate::node::SteppedNode::receive_fetch))
+//! and, with nothing to answer yet, parks it until data arrives or its
+//! wait is over; a fetch that gets no
 //! answer fails at its deadline, as a transport call would. Faults are
 //! process crashes and power losses, half of them tearing unsynced writes
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
@@ -28,8 +30,9 @@
 //!
 //! In half the runs an operator also stops nodes cleanly now and then and
 //! starts them again (controlled shutdowns, SPEC 3.5, stepped:
-//! [`SteppedNode::step_controlled_shutdown`]); its actions are drawn from
-//! a stream of their own, so that a run that draws none is, event for
+//! [`SteppedNode::step_controlled_shutdown`](crate::node::SteppedNode::step_controlled_shutdown));
+//! its actions are drawn from a stream of their own, so that a run that
+//! draws none is, event for
 //! event, the run it was before. So are the applications of
 //! [`application`] (SPEC 3.9: applied positions, deletion, snapshots).
 
@@ -48,8 +51,8 @@ use super::producer::ProducerClient;
 use super::schedule::Schedule;
 use super::trace::Trace;
 use crate::config::ReplicationConfig;
-use crate::coordinator::{ControllerConfig, SteppedController};
-use crate::node::{controller_config, FetchPoll, SteppedNode};
+use crate::coordinator::ControllerConfig;
+use crate::node::FetchPoll;
 use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
@@ -57,13 +60,13 @@ use crate::simulation::SimulationGuard;
 use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
 use crate::testing::harness::{
-    Disks, Harness, MemoryCoordination, NodeSettings, Stepped, SteppedWire,
+    Disks, Harness, MemoryCoordination, NodeSettings, Stepped, SteppedProcess, SteppedWire,
 };
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{
     Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogConfig, LogId, ManualClock,
-    MemoryCoordinator, Node, NodeId, Offset, PreviousShutdown, ProducerConfig,
+    MemoryCoordinator, NodeId, Offset, PreviousShutdown, ProducerConfig,
 };
 
 /// The one log every run replicates.
@@ -472,19 +475,16 @@ enum Event {
     Calm,
 }
 
-/// One machine: its disk (the harness's, [`Run::disk`]) outlives its
-/// processes.
+/// One machine: its disk ([`Run::disk`]) outlives its processes
+/// ([`Run::process`]), both the harness's.
 struct Machine {
     id: NodeId,
-    node: Option<SteppedNode>,
-    /// The node process's controller candidate, stepped with it.
-    controller: Option<SteppedController>,
     /// When its `Wake` is scheduled, so that one is not scheduled twice.
     wake_at: Option<Duration>,
     /// Its process's fetch sessions, by leader.
     sessions: Vec<Session>,
     /// Its process's fetchers' sessions as last taken, with the
-    /// [`fetchers_version`](SteppedNode::fetchers_version) then (taken
+    /// [`fetchers_version`](crate::node::SteppedNode::fetchers_version) then (taken
     /// again only once it changes; forgotten when a process starts).
     fetch_sessions_seen: Option<(u64, Vec<FetchSession>)>,
     /// Opens that failed in a row.
@@ -553,29 +553,6 @@ struct Disturbances {
     last_at: Option<Duration>,
 }
 
-impl Machine {
-    /// Whether its process has work at `now`: its control or controller
-    /// would wake, or completions wait to run.
-    fn has_work(&self, now: Instant) -> bool {
-        self.is_due(now)
-            || self
-                .node
-                .as_ref()
-                .is_some_and(SteppedNode::has_pending_completions)
-    }
-
-    /// Whether its process's control or controller would wake at `now`.
-    fn is_due(&self, now: Instant) -> bool {
-        self.node
-            .as_ref()
-            .is_some_and(|node| node.is_control_due(now))
-            || self
-                .controller
-                .as_ref()
-                .is_some_and(|controller| controller.is_due(now))
-    }
-}
-
 /// Where a replica's log stood when a check's read of it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LogShape {
@@ -636,7 +613,7 @@ struct Run {
     /// store there), the coordinator, the network that only hands out the
     /// nodes' transports (a stepped node's fetchers never call theirs: the
     /// run carries their fetches over `wire`), and the machines' disks.
-    harness: Harness<SteppedWire, MemoryCoordination, Stepped>,
+    harness: SimHarness,
     rng: SplitMix64,
     schedule: Schedule<Event>,
     trace: Trace,
@@ -826,8 +803,6 @@ impl Run {
         let machines = (0..config.nodes)
             .map(|i| Machine {
                 id: NodeId(i as u32),
-                node: None,
-                controller: None,
                 wake_at: None,
                 sessions: Vec::new(),
                 fetch_sessions_seen: None,
@@ -1201,8 +1176,8 @@ impl Run {
                 }
             }
             Event::BackgroundWork(index) => {
-                if let Some(node) = self.machines[index].node.as_ref() {
-                    let ran = node.run_background_work();
+                if let Some(process) = self.process(index) {
+                    let ran = process.node.run_background_work();
                     self.background_jobs += ran as u64;
                     if ran > 0 {
                         self.record(format_args!("node {index} runs {ran} background jobs"));
@@ -1359,7 +1334,7 @@ impl Run {
                 self.replace_flipped_disk();
                 // Whoever is down comes back.
                 for index in 0..self.machines.len() {
-                    if self.machines[index].node.is_none() {
+                    if self.process(index).is_none() {
                         self.open(index)?;
                     }
                 }
@@ -1380,51 +1355,32 @@ impl Run {
             .after(after, Event::Crash { node, power_loss });
     }
 
+    /// Opens node `index`'s process (the harness opens its controller
+    /// candidate first, then the node, and registers the node's handler),
+    /// unless it runs. A failed open is retried by the supervisor.
     fn open(&mut self, index: usize) -> Result<(), String> {
-        if self.machines[index].node.is_some() {
+        if self.process(index).is_some() {
             return Ok(());
         }
         // A start removes the marker first and puts it back only if it
         // fails before registering, so a failed open may have used it up:
         // only the first open after the stop is held to finding it.
         let expect_clean = std::mem::take(&mut self.machines[index].stopped_cleanly);
-        let machine = &self.machines[index];
-        let config = self
-            .harness
-            .settings()
-            .node_config(machine.id, PathBuf::from(data_dir(index)));
-        let coordinator = Arc::new(self.coordinator().for_node(machine.id));
-        let controller = match controller_config(&config) {
-            Some(controller) => Some(
-                SteppedController::open(
-                    machine.id,
-                    coordinator.clone(),
-                    controller,
-                    Arc::new(self.clock.clone()),
-                )
-                .map_err(|error| format!("node {index}'s controller: {error}"))?,
-            ),
-            None => None,
-        };
-        let opened = Node::open_on_disk(
-            self.disk(index).shared(),
-            config,
-            Arc::new(self.network().transport(machine.id)),
-            coordinator,
-            Arc::new(self.clock.clone()),
-        );
-        match opened {
-            Ok(node) => {
-                self.network().register(machine.id, node.node().handler());
-                let previous = node.node().previous_shutdown();
+        let id = self.machines[index].id;
+        match self.harness.start_node(id) {
+            Ok(()) => {
+                let previous = self
+                    .process(index)
+                    .expect("a node that just started runs")
+                    .node
+                    .node()
+                    .previous_shutdown();
                 if expect_clean && previous != PreviousShutdown::Clean {
                     return Err(format!(
                         "SPEC 3.5: node {index}'s last process stopped cleanly (its controlled shutdown wrote the clean-shutdown marker) and nothing touched its disk since, yet it opens as {previous:?}"
                     ));
                 }
-                self.machines[index].node = Some(node);
                 self.machines[index].fetch_sessions_seen = None;
-                self.machines[index].controller = controller;
                 self.machines[index].failed_opens = 0;
                 self.machines[index].checked_up_to = Offset::ZERO;
                 self.machines[index].check_failed_at = None;
@@ -1458,17 +1414,20 @@ impl Run {
     }
 
     fn crash(&mut self, index: usize, power_loss: bool) {
-        let Some(node) = self.machines[index].node.take() else {
+        if self.process(index).is_none() {
             return;
-        };
+        }
         // A crashed process's controller resigns nothing.
         self.retire_controller(index);
+        let id = self.machines[index].id;
+        let Some(running) = self.harness.running_mut().remove(&id) else {
+            return;
+        };
         self.machines[index].restart_owed = false;
         self.machines[index].stopping = None;
         self.crashes += 1;
-        let id = self.machines[index].id;
         self.network().unregister(id);
-        let node = node.into_node();
+        let node = running.process.node.into_node();
         node.mark_crashed();
         let _durable = node.halt_for_crash();
         if power_loss {
@@ -1625,10 +1584,7 @@ impl Run {
             && !machine.restart_owed
             && machine.flipped == 0
             && machine.stopping.is_none()
-            && machine
-                .node
-                .as_ref()
-                .is_some_and(|node| node.node().log(LOG).is_ok())
+            && self.log_on(index).is_some()
     }
 
     /// Node `index` begins a controlled shutdown (SPEC 3.5), if it runs
@@ -1649,11 +1605,11 @@ impl Run {
         }
         let now = self.clock.now();
         let me = self.machines[index].id;
-        let Some(node) = self.machines[index].node.as_mut() else {
+        let Some(process) = self.process(index) else {
             return;
         };
-        let led = node.begin_controlled_shutdown(now) > 0;
-        let seated = self.machines[index]
+        let led = process.node.begin_controlled_shutdown(now) > 0;
+        let seated = process
             .controller
             .as_ref()
             .is_some_and(|controller| controller.controller_epoch().is_some());
@@ -1756,11 +1712,13 @@ impl Run {
         self.note_disturbances();
         let now = self.clock.now();
         for index in 0..self.machines.len() {
-            let machine = &mut self.machines[index];
-            let Some(node) = machine.node.as_mut().filter(|_| machine.stopping.is_some()) else {
+            if self.machines[index].stopping.is_none() {
+                continue;
+            }
+            let Some(process) = self.process(index) else {
                 continue;
             };
-            if let Some(handed_over) = node.step_controlled_shutdown(now) {
+            if let Some(handed_over) = process.node.step_controlled_shutdown(now) {
                 self.end_controlled_stop(index, handed_over > 0)?;
                 continue;
             }
@@ -1858,13 +1816,16 @@ impl Run {
                 }
             }
         }
-        let Some(node) = self.machines[index].node.take() else {
+        if self.process(index).is_none() {
+            return Ok(());
+        }
+        self.retire_controller(index);
+        let Some(running) = self.harness.running_mut().remove(&me) else {
             return Ok(());
         };
-        self.retire_controller(index);
         self.machines[index].restart_owed = false;
         self.network().unregister(me);
-        let stopped = node.finish_controlled_shutdown();
+        let stopped = running.process.node.finish_controlled_shutdown();
         // A stop right after an unclean start whose report is not yet
         // recorded everywhere writes no marker (seed 143), on purpose. A
         // flip on the disk, even one before the stop, may have the next
@@ -2114,9 +2075,10 @@ impl Run {
         let now = self.schedule.now();
         let clock_now = self.clock.now();
         for follower in 0..self.machines.len() {
-            let Some(node) = self.machines[follower].node.as_ref() else {
+            let Some(process) = process_mut(&mut self.harness, follower) else {
                 continue;
             };
+            let node = &process.node;
             let version = node.fetchers_version();
             let taken = self.machines[follower]
                 .fetch_sessions_seen
@@ -2229,7 +2191,7 @@ impl Run {
         sequence: u64,
         request: FetchRequest,
     ) {
-        let Some(node) = self.machines.get(leader).and_then(|m| m.node.as_ref()) else {
+        let Some(process) = process_mut(&mut self.harness, leader) else {
             // Nobody listens: the call fails at once, as the memory and TCP
             // transports' calls to a dead node do.
             let to = self.machines[leader].id;
@@ -2248,7 +2210,7 @@ impl Run {
         let wait = request.wait_max.min(REQUEST_TIMEOUT);
         self.fetch_arrivals
             .insert((leader, follower), self.schedule.now());
-        match node.receive_fetch(from, &request, wait.is_zero()) {
+        match process.node.receive_fetch(from, &request, wait.is_zero()) {
             FetchPoll::Answer(response) => self.answer_fetch(leader, follower, sequence, response),
             FetchPoll::Park { arrival, seen, .. } => {
                 let wait_over_at = self.schedule.now() + wait;
@@ -2273,9 +2235,10 @@ impl Run {
         let parked = std::mem::take(&mut self.parked);
         let mut answers = Vec::new();
         for mut fetch in parked {
-            let Some(node) = self.machines[fetch.leader].node.as_ref() else {
+            let Some(process) = process_mut(&mut self.harness, fetch.leader) else {
                 continue;
             };
+            let node = &process.node;
             let over = now >= fetch.wait_over_at;
             if !over && !node.data_arrived_since(fetch.seen) {
                 self.parked.push(fetch);
@@ -2334,10 +2297,10 @@ impl Run {
     ) {
         let now = self.clock.now();
         let epoch = self.epoch;
-        let machine = &mut self.machines[follower];
-        if machine.node.is_none() {
+        if process_mut(&mut self.harness, follower).is_none() {
             return;
         }
+        let machine = &mut self.machines[follower];
         let Some(session) = machine.sessions.iter_mut().find(|s| {
             s.fetch.leader() == leader
                 && s.outstanding.as_ref().is_some_and(|(q, _)| *q == sequence)
@@ -2374,12 +2337,11 @@ impl Run {
         // Taken once for both passes: the checks change no node's
         // replicas (looking a replica up was a tenth of the checks).
         let mut logs = std::mem::take(&mut self.step_logs);
-        logs.extend(self.machines.iter().map(|machine| {
-            machine
-                .node
-                .as_ref()
-                .and_then(|node| node.node().log(LOG).ok())
-        }));
+        for index in 0..self.machines.len() {
+            let log = process_mut(&mut self.harness, index)
+                .and_then(|process| process.node.node().log(LOG).ok());
+            logs.push(log);
+        }
         let checked = self.check_step_on(&logs);
         logs.clear();
         self.step_logs = logs;
@@ -2579,13 +2541,10 @@ impl Run {
 
     /// The node that leads the log, if one does.
     fn leader(&self) -> Option<(usize, crate::ReplicatedLog)> {
-        self.machines
-            .iter()
-            .enumerate()
-            .find_map(|(index, machine)| {
-                let log = machine.node.as_ref()?.node().log(LOG).ok()?;
-                log.is_leader().then_some((index, log))
-            })
+        (0..self.machines.len()).find_map(|index| {
+            let log = self.log_on(index)?;
+            log.is_leader().then_some((index, log))
+        })
     }
 
     /// Reads from the reader's position what the leader serves as
@@ -2740,7 +2699,12 @@ impl Run {
             self.drive_fetchers();
             self.drive_snapshot_transfers();
             self.look_at_parked_fetches();
-            if !self.machines.iter().any(|m| m.has_work(now)) {
+            if !self
+                .harness
+                .running_mut()
+                .values()
+                .any(|running| running.process.has_work(now))
+            {
                 return Ok(());
             }
         }
@@ -2755,15 +2719,15 @@ impl Run {
         while *rounds < SETTLE_ROUNDS_MAX {
             *rounds += 1;
             let mut handled = 0;
-            for machine in &mut self.machines {
-                if let Some(node) = machine.node.as_mut() {
-                    if node.is_control_due(now) {
-                        handled += node.step_control(now);
-                    }
-                    node.expire_deadlines();
-                    handled += node.run_completions();
+            for running in self.harness.running_mut().values_mut() {
+                let process = &mut running.process;
+                let node = &mut process.node;
+                if node.is_control_due(now) {
+                    handled += node.step_control(now);
                 }
-                if let Some(controller) = machine.controller.as_mut() {
+                node.expire_deadlines();
+                handled += node.run_completions();
+                if let Some(controller) = process.controller.as_mut() {
                     if controller.is_due(now) {
                         handled += controller.step(now);
                     }
@@ -2771,7 +2735,13 @@ impl Run {
             }
             // A step may have left work for a node stepped before it in
             // this round (a coordinator write notifies every node).
-            if handled == 0 && !self.machines.iter().any(|m| m.is_due(now)) {
+            if handled == 0
+                && !self
+                    .harness
+                    .running_mut()
+                    .values()
+                    .any(|running| running.process.is_due(now))
+            {
                 return Ok(());
             }
         }
@@ -2922,18 +2892,15 @@ impl Run {
             || self
                 .machines
                 .iter()
-                .any(|m| m.node.is_none() || m.restart_owed || m.stopping.is_some())
+                .any(|m| m.restart_owed || m.stopping.is_some())
+            || self.harness.nodes().running_count() < self.machines.len()
         {
             return false;
         }
         // A controller takes the seat on its next pass after it hears the
         // seat is free, or on its next poll after a failed one (a lost
         // write reply): as its thread would, not after every event.
-        let seated = self.machines.iter().any(|m| {
-            m.controller
-                .as_ref()
-                .is_some_and(|controller| controller.controller_epoch().is_some())
-        });
+        let seated = self.seated_controller_epoch().is_some();
         let Some((_, leader)) = self.leader().filter(|_| seated) else {
             return false;
         };
@@ -2948,12 +2915,8 @@ impl Run {
         // what `check_final` holds it to): seed 1000745's node 1, cut off
         // while its removal completed, hears of it only with its owed
         // resync after the calm.
-        let removed_copy_left = self.machines.iter().any(|machine| {
-            !state.replicas.contains(&machine.id)
-                && machine
-                    .node
-                    .as_ref()
-                    .is_some_and(|node| node.node().log(LOG).is_ok())
+        let removed_copy_left = self.machines.iter().enumerate().any(|(index, machine)| {
+            !state.replicas.contains(&machine.id) && self.log_on(index).is_some()
         });
         if removed_copy_left {
             return false;
@@ -2966,12 +2929,10 @@ impl Run {
                 .iter()
                 .enumerate()
                 .filter(|(_, machine)| state.replicas.contains(&machine.id))
-                .all(|(index, machine)| {
+                .all(|(index, _)| {
                     self.excused_as_needing_a_snapshot(index, &leader)
-                        || machine
-                            .node
-                            .as_ref()
-                            .and_then(|node| node.node().log(LOG).ok())
+                        || self
+                            .log_on(index)
                             .is_some_and(|log| log.log_end_offset() == end)
                 })
     }
@@ -3056,12 +3017,7 @@ impl Run {
             self.machines[index].check_failed_at = None;
             self.check_committed_on(index)?;
         }
-        let seated = self
-            .machines
-            .iter()
-            .filter_map(|m| m.controller.as_ref()?.controller_epoch())
-            .max();
-        if seated.is_none() {
+        if self.seated_controller_epoch().is_none() {
             return Err("no controller holds the seat at the end".to_owned());
         }
         // SPEC 3.10: the last reassignment (or cancel) took effect, and
@@ -3105,11 +3061,8 @@ impl Run {
                 state.eligible_leader_replicas
             ));
         }
-        for machine in &self.machines {
-            let hosts = machine
-                .node
-                .as_ref()
-                .is_some_and(|node| node.node().log(LOG).is_ok());
+        for (index, machine) in self.machines.iter().enumerate() {
+            let hosts = self.log_on(index).is_some();
             if hosts && !state.replicas.contains(&machine.id) {
                 return Err(format!(
                     "SPEC 3.10: node {} still holds a copy of the log at the end, though the replicas are {:?}",
@@ -3128,11 +3081,7 @@ impl Run {
     /// to its high watermark with what was committed (served below a high
     /// watermark anywhere) at those offsets.
     fn check_committed_on(&mut self, index: usize) -> Result<(), String> {
-        let Some(log) = self.machines[index]
-            .node
-            .as_ref()
-            .and_then(|node| node.node().log(LOG).ok())
-        else {
+        let Some(log) = self.log_on(index) else {
             return Ok(());
         };
         self.check_committed_on_log(index, &log)
@@ -3303,14 +3252,13 @@ impl Run {
     /// expiry, unless one is already scheduled as early.
     fn schedule_wakes(&mut self) {
         for index in 0..self.machines.len() {
-            let Some(node) = self.machines[index].node.as_ref() else {
+            let Some(process) = process_mut(&mut self.harness, index) else {
                 continue;
             };
-            let controller_wake = self.machines[index]
-                .controller
-                .as_ref()
-                .map(SteppedController::next_wake);
-            let wake = controller_wake.map_or(node.next_wake(), |at| at.min(node.next_wake()));
+            let node_wake = process.node.next_wake();
+            let wake = process.controller.as_ref().map_or(node_wake, |controller| {
+                controller.next_wake().min(node_wake)
+            });
             let at = self.since_epoch(wake);
             if self.machines[index]
                 .wake_at
@@ -3345,6 +3293,27 @@ impl Run {
         self.harness.nodes().disks().sim(NodeId(index as u32))
     }
 
+    /// Node `index`'s running process, if it runs.
+    fn process(&mut self, index: usize) -> Option<&mut SteppedProcess> {
+        process_mut(&mut self.harness, index)
+    }
+
+    /// Node `index`'s handle of the log, if it runs and hosts it.
+    fn log_on(&self, index: usize) -> Option<crate::ReplicatedLog> {
+        self.harness.nodes().log(NodeId(index as u32), LOG).ok()
+    }
+
+    /// The highest controller epoch a running node's controller holds the
+    /// seat in, if one does.
+    fn seated_controller_epoch(&self) -> Option<crate::ControllerEpoch> {
+        self.harness.nodes().with_each(|running| {
+            running
+                .values()
+                .filter_map(|running| running.process.controller.as_ref()?.controller_epoch())
+                .max()
+        })
+    }
+
     fn since_epoch(&self, at: Instant) -> Duration {
         at.saturating_duration_since(self.epoch)
     }
@@ -3352,7 +3321,10 @@ impl Run {
     /// Drops a machine's controller with its process, counting its
     /// elections.
     fn retire_controller(&mut self, index: usize) {
-        if let Some(controller) = self.machines[index].controller.take() {
+        let controller = self
+            .process(index)
+            .and_then(|process| process.controller.take());
+        if let Some(controller) = controller {
             let (all, unclean) = controller.elections();
             self.elections.0 += all;
             self.elections.1 += unclean;
@@ -3364,19 +3336,31 @@ impl Run {
             self.retire_controller(index);
         }
         for machine in &mut self.machines {
-            if let Some(node) = machine.node.take() {
+            if let Some(running) = self.harness.running_mut().remove(&machine.id) {
                 // The network's handler holds the node, whose transport
                 // holds the network: a node left registered is never freed
                 // (a run leaked its whole cluster, 5 MB, and every later
                 // run's memory was fresh pages to fault in).
                 self.harness.wire().network().unregister(machine.id);
-                let node = node.into_node();
+                let node = running.process.node.into_node();
                 node.mark_crashed();
                 let _ = node.halt_for_crash();
             }
         }
     }
 }
+
+/// Node `index`'s running process in `harness`, if it runs: no lock, for
+/// the run's steps, which go through every node after every event.
+fn process_mut(harness: &mut SimHarness, index: usize) -> Option<&mut SteppedProcess> {
+    harness
+        .running_mut()
+        .get_mut(&NodeId(index as u32))
+        .map(|running| &mut running.process)
+}
+
+/// The harness a run's nodes live in.
+type SimHarness = Harness<SteppedWire, MemoryCoordination, Stepped>;
 
 /// What a stored file is, as far as a bit flipped in it may excuse what
 /// the node then does (see [`Run::corrupt_error`]).

@@ -126,9 +126,6 @@ pub(crate) enum Loss {
     /// A power loss of a simulated disk: every unsynced byte and directory
     /// entry is lost, or, `torn`, a random prefix of each file's unsynced
     /// writes is kept (drawn by the disk).
-    // Only this crate's tests lose a simulated disk's power through the
-    // harness until the simulator runs on it.
-    #[cfg_attr(not(test), allow(dead_code))]
     Power { torn: bool },
 }
 

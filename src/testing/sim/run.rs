@@ -60,8 +60,9 @@ use crate::simulation::SimulationGuard;
 use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
 use crate::testing::harness::{
-    Disks, Harness, MemoryCoordination, NodeSettings, Stepped, SteppedProcess, SteppedWire,
+    Disks, Harness, Loss, MemoryCoordination, NodeSettings, Stepped, SteppedProcess, SteppedWire,
 };
+use crate::testing::SessionEnd;
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{
@@ -1417,30 +1418,27 @@ impl Run {
         if self.process(index).is_none() {
             return;
         }
-        // A crashed process's controller resigns nothing.
+        // A crashed process's controller resigns nothing (taken before the
+        // harness halts the process, which would drop it uncounted).
         self.retire_controller(index);
-        let id = self.machines[index].id;
-        let Some(running) = self.harness.running_mut().remove(&id) else {
-            return;
-        };
         self.machines[index].restart_owed = false;
         self.machines[index].stopping = None;
         self.crashes += 1;
-        self.network().unregister(id);
-        let node = running.process.node.into_node();
-        node.mark_crashed();
-        let _durable = node.halt_for_crash();
-        if power_loss {
+        let loss = if power_loss {
             self.power_losses += 1;
             // Half the power losses keep a random prefix of each file's
             // unsynced writes, the last maybe torn in its middle.
-            let torn = self.rng.chance(0.5);
-            let disk = self.disk(index);
-            disk.set_torn_writes(torn);
-            disk.lose_power();
+            Loss::Power {
+                torn: self.rng.chance(0.5),
+            }
         } else {
-            self.disk(index).crash();
-        }
+            Loss::Nothing
+        };
+        // The network drops its handler, the process halts, then its disk
+        // loses what `loss` says; the coordinator hears of it only when its
+        // session expires.
+        self.harness
+            .crash_with(self.machines[index].id, loss, SessionEnd::OnExpiry);
         // A planned fault that did not hit yet is called off: it was meant
         // for this process.
         self.disk(index).fail_with_eio(EioPlan::Never, &[]);

@@ -862,11 +862,6 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
         self.nodes.running_mut()
     }
 
-    /// The wire.
-    pub(crate) fn wire(&self) -> &W {
-        &self.wire
-    }
-
     /// The settings every node opens with, to change before its next open
     /// (a node whose disk was lost gets a new snapshot store).
     pub(crate) fn settings_mut(&mut self) -> &mut NodeSettings {
@@ -976,17 +971,33 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
     /// a real process does, so that its controlled shutdown lets followers
     /// catch up before it hands its leadership over.
     pub(crate) fn stop_node(&self, id: NodeId) -> Result<()> {
+        self.stop_node_marked(id).map(drop)
+    }
+
+    /// [`stop_node`](Self::stop_node), telling whether the node wrote the
+    /// clean-shutdown marker (`false` if it was not running).
+    pub(crate) fn stop_node_marked(&self, id: NodeId) -> Result<bool> {
         let outcome = match self.nodes.remove(id) {
             Some(running) => {
-                let outcome = R::stop(running.process).map(drop);
+                let outcome = R::stop(running.process);
                 drop(running.coordinator);
                 self.wire.release(running.wire);
                 outcome
             }
-            None => Ok(()),
+            None => Ok(false),
         };
         self.wire.cut(id);
         outcome
+    }
+
+    /// Halts every node still running, as [`halt`](Self::halt) does one,
+    /// in id order.
+    pub(crate) fn halt_all(&self) {
+        for running in self.nodes.take_all() {
+            R::halt(running.process);
+            drop(running.coordinator);
+            self.wire.release(running.wire);
+        }
     }
 
     /// The coordinator's record of `log`; `None` before the log is created.
@@ -1102,11 +1113,7 @@ impl<W: Wire, C: Coordination, R: Runtime> Drop for Harness<W, C, R> {
     fn drop(&mut self) {
         // Nodes first: a node being stopped stops its fetchers, which may
         // be waiting on a peer's server.
-        for running in self.nodes.take_all() {
-            R::halt(running.process);
-            drop(running.coordinator);
-            self.wire.release(running.wire);
-        }
+        self.halt_all();
         self.coordination.close();
         self.wire.close(&self.nodes.ids());
     }
@@ -1169,11 +1176,6 @@ impl SteppedWire {
         SteppedWire {
             network: MemoryNetwork::new(seed),
         }
-    }
-
-    /// The network the nodes' transports and handlers are on.
-    pub(crate) fn network(&self) -> &MemoryNetwork {
-        &self.network
     }
 }
 

@@ -1817,13 +1817,14 @@ impl Run {
         if self.process(index).is_none() {
             return Ok(());
         }
+        // Taken before the harness stops the process, which would drop it
+        // uncounted.
         self.retire_controller(index);
-        let Some(running) = self.harness.running_mut().remove(&me) else {
-            return Ok(());
-        };
         self.machines[index].restart_owed = false;
-        self.network().unregister(me);
-        let stopped = running.process.node.finish_controlled_shutdown();
+        // The harness finishes the controlled shutdown, then the network
+        // drops the node's handler (nothing routes through it: the run
+        // carries every fetch).
+        let stopped = self.harness.stop_node_marked(me);
         // A stop right after an unclean start whose report is not yet
         // recorded everywhere writes no marker (seed 143), on purpose. A
         // flip on the disk, even one before the stop, may have the next
@@ -3281,11 +3282,6 @@ impl Run {
         self.harness.coordination().coordinator()
     }
 
-    /// The network the nodes' transports and request handlers are on.
-    fn network(&self) -> &crate::MemoryNetwork {
-        self.harness.wire().network()
-    }
-
     /// Machine `index`'s disk.
     fn disk(&self, index: usize) -> &SimDisk {
         self.harness.nodes().disks().sim(NodeId(index as u32))
@@ -3329,22 +3325,17 @@ impl Run {
         }
     }
 
+    /// Halts every node still running, as a crash does, once every
+    /// controller's elections are counted. Dropping the harness then
+    /// unregisters every handler: the network's handler holds the node,
+    /// whose transport holds the network, and a node left registered is
+    /// never freed (a run leaked its whole cluster, 5 MB, and every later
+    /// run's memory was fresh pages to fault in).
     fn stop_all(&mut self) {
         for index in 0..self.machines.len() {
             self.retire_controller(index);
         }
-        for machine in &mut self.machines {
-            if let Some(running) = self.harness.running_mut().remove(&machine.id) {
-                // The network's handler holds the node, whose transport
-                // holds the network: a node left registered is never freed
-                // (a run leaked its whole cluster, 5 MB, and every later
-                // run's memory was fresh pages to fault in).
-                self.harness.wire().network().unregister(machine.id);
-                let node = running.process.node.into_node();
-                node.mark_crashed();
-                let _ = node.halt_for_crash();
-            }
-        }
+        self.harness.halt_all();
     }
 }
 

@@ -126,9 +126,6 @@ pub(crate) enum Loss {
     /// A power loss of a simulated disk: every unsynced byte and directory
     /// entry is lost, or, `torn`, a random prefix of each file's unsynced
     /// writes is kept (drawn by the disk).
-    // Only this crate's tests lose a simulated disk's power through the
-    // harness until the simulator runs on it.
-    #[cfg_attr(not(test), allow(dead_code))]
     Power { torn: bool },
 }
 
@@ -152,9 +149,6 @@ pub(crate) enum Disks {
     /// One simulated disk per node (by id), each with its node's directory
     /// under `root`. Building it touches no disk: a simulated run's disks
     /// count their operations.
-    // Only this crate's tests build it until the simulator runs on the
-    // harness.
-    #[cfg_attr(not(test), allow(dead_code))]
     Sim { root: PathBuf, disks: Vec<SimDisk> },
 }
 
@@ -179,6 +173,32 @@ impl Disks {
         match self {
             Disks::Std { .. } => StdDisk::shared(),
             Disks::Sim { disks, .. } => disks[id.0 as usize].shared(),
+        }
+    }
+
+    /// Node `id`'s simulated disk. Only simulated disks have one: asked of
+    /// the real file system, a broken test.
+    pub(crate) fn sim(&self, id: NodeId) -> &SimDisk {
+        match self {
+            Disks::Sim { disks, .. } => &disks[id.0 as usize],
+            Disks::Std { .. } => panic!("node {id} has no simulated disk"),
+        }
+    }
+
+    /// Every simulated disk, by node id; none on the real file system.
+    pub(crate) fn sims(&self) -> &[SimDisk] {
+        match self {
+            Disks::Sim { disks, .. } => disks,
+            Disks::Std { .. } => &[],
+        }
+    }
+
+    /// Gives node `id` the simulated disk `disk` in place of its own (a
+    /// machine whose disk was lost, while its process is down).
+    pub(crate) fn replace(&mut self, id: NodeId, disk: SimDisk) {
+        match self {
+            Disks::Sim { disks, .. } => disks[id.0 as usize] = disk,
+            Disks::Std { .. } => panic!("node {id} has no simulated disk to replace"),
         }
     }
 
@@ -246,6 +266,11 @@ impl<E: Hosted> Nodes<E> {
         self.disks.root()
     }
 
+    /// The disks the nodes keep their data on.
+    pub(crate) fn disks(&self) -> &Disks {
+        &self.disks
+    }
+
     /// Ids of all nodes, running or not.
     pub(crate) fn ids(&self) -> Vec<NodeId> {
         (0..self.count).map(|i| NodeId(i as u32)).collect()
@@ -263,9 +288,26 @@ impl<E: Hosted> Nodes<E> {
             .collect()
     }
 
+    /// How many nodes are running.
+    pub(crate) fn running_count(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    /// Runs `f` on every running node at once, by id (locked while it
+    /// runs: `f` must not reach the harness again).
+    pub(crate) fn with_each<T>(&self, f: impl FnOnce(&BTreeMap<NodeId, E>) -> T) -> T {
+        f(&self.running.lock())
+    }
+
     /// Whether node `id` is running.
     pub(crate) fn is_running(&self, id: NodeId) -> bool {
         self.running.lock().contains_key(&id)
+    }
+
+    /// The running nodes, for a caller that owns the harness: no lock (a
+    /// stepped harness's nodes are stepped through it on every event).
+    pub(crate) fn running_mut(&mut self) -> &mut BTreeMap<NodeId, E> {
+        self.running.get_mut()
     }
 
     /// Runs `f` on what the harness keeps of node `id`, if it is running.
@@ -665,18 +707,32 @@ impl Runtime for Threads {
 /// Nodes opened without threads ([`SteppedNode`]), each with its
 /// controller candidate ([`SteppedController`]), that the caller steps on
 /// its own thread and clock.
-// Only this crate's tests use it until the simulator runs on the harness.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Stepped;
 
 /// A stepped node process: the node and its controller candidate, if it
 /// runs one.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) struct SteppedProcess {
     pub(crate) node: SteppedNode,
     pub(crate) controller: Option<SteppedController>,
+}
+
+impl SteppedProcess {
+    /// Whether its control or its controller would wake at `now`.
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
+        self.node.is_control_due(now)
+            || self
+                .controller
+                .as_ref()
+                .is_some_and(|controller| controller.is_due(now))
+    }
+
+    /// Whether it has work at `now`: its control or controller would wake,
+    /// or completions wait to run.
+    pub(crate) fn has_work(&self, now: Instant) -> bool {
+        self.is_due(now) || self.node.has_pending_completions()
+    }
 }
 
 impl Hosted for SteppedProcess {
@@ -801,6 +857,23 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
         &self.nodes
     }
 
+    /// The running nodes, for a caller that owns the harness: no lock.
+    pub(crate) fn running_mut(&mut self) -> &mut BTreeMap<NodeId, RunningOn<W, C, R>> {
+        self.nodes.running_mut()
+    }
+
+    /// The settings every node opens with, to change before its next open
+    /// (a node whose disk was lost gets a new snapshot store).
+    pub(crate) fn settings_mut(&mut self) -> &mut NodeSettings {
+        &mut self.settings
+    }
+
+    /// The disks the nodes keep their data on, to replace one of a node
+    /// that is down.
+    pub(crate) fn disks_mut(&mut self) -> &mut Disks {
+        &mut self.nodes.disks
+    }
+
     /// The clock every node uses.
     pub(crate) fn clock(&self) -> Arc<dyn Clock> {
         Arc::clone(&self.clock)
@@ -898,17 +971,33 @@ impl<W: Wire, C: Coordination, R: Runtime> Harness<W, C, R> {
     /// a real process does, so that its controlled shutdown lets followers
     /// catch up before it hands its leadership over.
     pub(crate) fn stop_node(&self, id: NodeId) -> Result<()> {
+        self.stop_node_marked(id).map(drop)
+    }
+
+    /// [`stop_node`](Self::stop_node), telling whether the node wrote the
+    /// clean-shutdown marker (`false` if it was not running).
+    pub(crate) fn stop_node_marked(&self, id: NodeId) -> Result<bool> {
         let outcome = match self.nodes.remove(id) {
             Some(running) => {
-                let outcome = R::stop(running.process).map(drop);
+                let outcome = R::stop(running.process);
                 drop(running.coordinator);
                 self.wire.release(running.wire);
                 outcome
             }
-            None => Ok(()),
+            None => Ok(false),
         };
         self.wire.cut(id);
         outcome
+    }
+
+    /// Halts every node still running, as [`halt`](Self::halt) does one,
+    /// in id order.
+    pub(crate) fn halt_all(&self) {
+        for running in self.nodes.take_all() {
+            R::halt(running.process);
+            drop(running.coordinator);
+            self.wire.release(running.wire);
+        }
     }
 
     /// The coordinator's record of `log`; `None` before the log is created.
@@ -1024,11 +1113,7 @@ impl<W: Wire, C: Coordination, R: Runtime> Drop for Harness<W, C, R> {
     fn drop(&mut self) {
         // Nodes first: a node being stopped stops its fetchers, which may
         // be waiting on a peer's server.
-        for running in self.nodes.take_all() {
-            R::halt(running.process);
-            drop(running.coordinator);
-            self.wire.release(running.wire);
-        }
+        self.halt_all();
         self.coordination.close();
         self.wire.close(&self.nodes.ids());
     }
@@ -1074,6 +1159,52 @@ impl Wire for MemoryWire {
     }
 }
 
+/// The nodes of a simulated run on one [`MemoryNetwork`] that only hands
+/// out their transports and holds their request handlers: the run carries
+/// every fetch itself, so nothing is routed through it. A cut node's
+/// handler goes (unlike [`MemoryWire`]'s, which keeps it for `node_up`):
+/// the handler holds the node and the node's transport the network, a
+/// cycle that would keep every crashed process alive.
+#[derive(Debug)]
+pub(crate) struct SteppedWire {
+    network: MemoryNetwork,
+}
+
+impl SteppedWire {
+    /// The nodes on a new network seeded by `seed`.
+    pub(crate) fn new(seed: u64) -> SteppedWire {
+        SteppedWire {
+            network: MemoryNetwork::new(seed),
+        }
+    }
+}
+
+impl Wire for SteppedWire {
+    type Pending = ();
+    type Held = ();
+
+    fn transport(&self, id: NodeId) -> Result<(Arc<dyn Transport>, ())> {
+        Ok((Arc::new(self.network.transport(id)), ()))
+    }
+
+    fn connect(&self, id: NodeId, node: &Node, _pending: ()) -> Result<()> {
+        self.network.register(id, node.handler());
+        Ok(())
+    }
+
+    fn cut(&self, id: NodeId) {
+        self.network.unregister(id);
+    }
+
+    fn release(&self, _held: ()) {}
+
+    fn close(&self, ids: &[NodeId]) {
+        for &id in ids {
+            self.network.unregister(id);
+        }
+    }
+}
+
 /// Every node on its own view ([`MemoryCoordinator::for_node`]) of one
 /// shared [`MemoryCoordinator`], optionally through a [`SlowCoordinator`]
 /// whose knob a test turns.
@@ -1093,6 +1224,11 @@ impl MemoryCoordination {
             coordinator,
             delays: slow.then(|| Mutex::new(BTreeMap::new())),
         }
+    }
+
+    /// The shared coordinator the nodes' views are of.
+    pub(crate) fn coordinator(&self) -> &MemoryCoordinator {
+        &self.coordinator
     }
 
     /// The knob that slows node `id`'s coordinator calls down; `None` if

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Event, Run, LOG, REQUEST_TIMEOUT};
+use super::{Event, Run, REQUEST_TIMEOUT};
 use crate::snapshot::{SnapshotInfo, SnapshotStore, Snapshots};
 use crate::sync::Mutex;
 use crate::testing::harness::NodeSettings;
@@ -490,7 +490,10 @@ impl Run {
         // Its next process opens with the new store.
         if apps.with_store {
             let store = apps.store_of(index);
-            self.settings.snapshots.insert(NodeId(index as u32), store);
+            self.harness
+                .settings_mut()
+                .snapshots
+                .insert(NodeId(index as u32), store);
         }
     }
 
@@ -547,11 +550,7 @@ impl Run {
         if stalled {
             return Ok(());
         }
-        let Some(log) = self.machines[index]
-            .node
-            .as_ref()
-            .and_then(|node| node.node().log(LOG).ok())
-        else {
+        let Some(log) = self.log_on(index) else {
             return Ok(());
         };
         self.take_installs(index)?;
@@ -561,8 +560,8 @@ impl Run {
                 return Ok(());
             };
             let position = apps.apps[index].position;
-            let read = self.machines[index]
-                .disk
+            let read = self
+                .disk(index)
                 .unobserved(|| log.read(position, 16 * 1024, Isolation::Committed));
             let batches = match read {
                 Ok(batches) if batches.is_empty() => break,
@@ -643,11 +642,7 @@ impl Run {
         let next = apps.interval(CHECKPOINT_INTERVAL_MEAN);
         self.schedule
             .after(next, Event::Application(AppEvent::Checkpoint(index)));
-        let Some(log) = self.machines[index]
-            .node
-            .as_ref()
-            .and_then(|node| node.node().log(LOG).ok())
-        else {
+        let Some(log) = self.log_on(index) else {
             return;
         };
         // A snapshot installed meanwhile is taken in first (an error is
@@ -752,11 +747,7 @@ impl Run {
         let Some(index) = self.leader().map(|(index, _)| index) else {
             return;
         };
-        let Some(log) = self.machines[index]
-            .node
-            .as_ref()
-            .and_then(|node| node.node().log(LOG).ok())
-        else {
+        let Some(log) = self.log_on(index) else {
             return;
         };
         let Some(apps) = self.applications.as_mut() else {
@@ -789,7 +780,7 @@ impl Run {
         }
         let mut sends = Vec::new();
         for follower in 0..self.machines.len() {
-            if self.machines[follower].node.is_none() {
+            if self.process(follower).is_none() {
                 continue;
             }
             for session in &self.machines[follower].sessions {
@@ -849,7 +840,7 @@ impl Run {
         let from = self.machines[follower].id;
         let to = self.machines[leader].id;
         let log = request.log;
-        let Some(node) = self.machines[leader].node.as_ref() else {
+        let Some(process) = self.process(leader) else {
             self.snapshot_answered(
                 follower,
                 to,
@@ -862,7 +853,8 @@ impl Run {
             );
             return;
         };
-        let response = node
+        let response = process
+            .node
             .node()
             .handler()
             .handle(from, Request::Snapshot(request));
@@ -893,7 +885,7 @@ impl Run {
         log: LogId,
         answer: Result<Response, TransportError>,
     ) {
-        if self.machines[follower].node.is_none() {
+        if self.process(follower).is_none() {
             return;
         }
         let now = self.clock.now();
@@ -937,11 +929,7 @@ impl Run {
         }
         let min_insync = self.machines.len().min(2);
         for index in 0..self.machines.len() {
-            let log = self.machines[index]
-                .node
-                .as_ref()
-                .and_then(|node| node.node().log(LOG).ok())
-                .filter(crate::ReplicatedLog::is_leader);
+            let log = self.log_on(index).filter(crate::ReplicatedLog::is_leader);
             let Some(apps) = self.applications.as_mut() else {
                 return Ok(());
             };
@@ -1017,11 +1005,7 @@ impl Run {
     ) -> bool {
         self.applications.as_ref().is_some_and(|apps| {
             !apps.with_store && apps.apps[index].position < leader.log_start_offset()
-        }) && self.machines[index]
-            .node
-            .as_ref()
-            .and_then(|node| node.node().log(LOG).ok())
-            .is_some_and(|log| log.needs_snapshot())
+        }) && self.log_on(index).is_some_and(|log| log.needs_snapshot())
     }
 
     /// A run with applications settles only once no replica says it needs
@@ -1034,25 +1018,21 @@ impl Run {
             return true;
         };
         let leader_start = leader.log_start_offset();
-        self.machines.iter().enumerate().all(|(index, machine)| {
+        (0..self.machines.len()).all(|index| {
             let position = apps.apps[index].position;
-            machine
-                .node
-                .as_ref()
-                .and_then(|node| node.node().log(LOG).ok())
-                .is_none_or(|log| match apps.with_store {
-                    true => !log.needs_snapshot() && position >= log.log_start_offset(),
-                    // And one whose application is below its own log
-                    // start waits until it says so: a replica that just
-                    // became a follower (seed 9000472: a leader whose
-                    // application was behind handed over) says so on its
-                    // first fetch answer, which the end check must not
-                    // run before.
-                    false => {
-                        (!log.needs_snapshot() || position < leader_start)
-                            && (position >= log.log_start_offset() || log.needs_snapshot())
-                    }
-                })
+            self.log_on(index).is_none_or(|log| match apps.with_store {
+                true => !log.needs_snapshot() && position >= log.log_start_offset(),
+                // And one whose application is below its own log
+                // start waits until it says so: a replica that just
+                // became a follower (seed 9000472: a leader whose
+                // application was behind handed over) says so on its
+                // first fetch answer, which the end check must not
+                // run before.
+                false => {
+                    (!log.needs_snapshot() || position < leader_start)
+                        && (position >= log.log_start_offset() || log.needs_snapshot())
+                }
+            })
         })
     }
 
@@ -1095,11 +1075,7 @@ impl Run {
         }
         let mut reported = 0;
         for index in 0..self.machines.len() {
-            let Some(log) = self.machines[index]
-                .node
-                .as_ref()
-                .and_then(|node| node.node().log(LOG).ok())
-            else {
+            let Some(log) = self.log_on(index) else {
                 continue;
             };
             let position = apps.apps[index].position;

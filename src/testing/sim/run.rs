@@ -15,8 +15,10 @@
 //! ([`FetchSession`](crate::replication::FetchSession)); the run carries
 //! each fetch over the simulated network ([`SimNetwork`]: loss, delay,
 //! duplication, partitions) to the leader, which looks at it as its handler
-//! would ([`SteppedNode::receive_fetch`]) and, with nothing to answer yet,
-//! parks it until data arrives or its wait is over; a fetch that gets no
+//! would
+//! ([`SteppedNode::receive_fetch`](crate::node::SteppedNode::receive_fetch))
+//! and, with nothing to answer yet, parks it until data arrives or its
+//! wait is over; a fetch that gets no
 //! answer fails at its deadline, as a transport call would. Faults are
 //! process crashes and power losses, half of them tearing unsynced writes
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
@@ -28,8 +30,9 @@
 //!
 //! In half the runs an operator also stops nodes cleanly now and then and
 //! starts them again (controlled shutdowns, SPEC 3.5, stepped:
-//! [`SteppedNode::step_controlled_shutdown`]); its actions are drawn from
-//! a stream of their own, so that a run that draws none is, event for
+//! [`SteppedNode::step_controlled_shutdown`](crate::node::SteppedNode::step_controlled_shutdown));
+//! its actions are drawn from a stream of their own, so that a run that
+//! draws none is, event for
 //! event, the run it was before. So are the applications of
 //! [`application`] (SPEC 3.9: applied positions, deletion, snapshots).
 
@@ -48,20 +51,23 @@ use super::producer::ProducerClient;
 use super::schedule::Schedule;
 use super::trace::Trace;
 use crate::config::ReplicationConfig;
-use crate::coordinator::{ControllerConfig, SteppedController};
-use crate::node::{controller_config, FetchPoll, SteppedNode};
+use crate::coordinator::ControllerConfig;
+use crate::node::FetchPoll;
 use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
 use crate::simulation::SimulationGuard;
 use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
-use crate::testing::harness::NodeSettings;
+use crate::testing::harness::{
+    Disks, Harness, Loss, MemoryCoordination, NodeSettings, Stepped, SteppedProcess, SteppedWire,
+};
+use crate::testing::SessionEnd;
 use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{
     Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogConfig, LogId, ManualClock,
-    MemoryCoordinator, MemoryNetwork, Node, NodeId, Offset, PreviousShutdown, ProducerConfig,
+    MemoryCoordinator, NodeId, Offset, PreviousShutdown, ProducerConfig,
 };
 
 /// The one log every run replicates.
@@ -470,19 +476,16 @@ enum Event {
     Calm,
 }
 
-/// One machine: its disk outlives its processes.
+/// One machine: its disk ([`Run::disk`]) outlives its processes
+/// ([`Run::process`]), both the harness's.
 struct Machine {
     id: NodeId,
-    disk: SimDisk,
-    node: Option<SteppedNode>,
-    /// The node process's controller candidate, stepped with it.
-    controller: Option<SteppedController>,
     /// When its `Wake` is scheduled, so that one is not scheduled twice.
     wake_at: Option<Duration>,
     /// Its process's fetch sessions, by leader.
     sessions: Vec<Session>,
     /// Its process's fetchers' sessions as last taken, with the
-    /// [`fetchers_version`](SteppedNode::fetchers_version) then (taken
+    /// [`fetchers_version`](crate::node::SteppedNode::fetchers_version) then (taken
     /// again only once it changes; forgotten when a process starts).
     fetch_sessions_seen: Option<(u64, Vec<FetchSession>)>,
     /// Opens that failed in a row.
@@ -551,29 +554,6 @@ struct Disturbances {
     last_at: Option<Duration>,
 }
 
-impl Machine {
-    /// Whether its process has work at `now`: its control or controller
-    /// would wake, or completions wait to run.
-    fn has_work(&self, now: Instant) -> bool {
-        self.is_due(now)
-            || self
-                .node
-                .as_ref()
-                .is_some_and(SteppedNode::has_pending_completions)
-    }
-
-    /// Whether its process's control or controller would wake at `now`.
-    fn is_due(&self, now: Instant) -> bool {
-        self.node
-            .as_ref()
-            .is_some_and(|node| node.is_control_due(now))
-            || self
-                .controller
-                .as_ref()
-                .is_some_and(|controller| controller.is_due(now))
-    }
-}
-
 /// Where a replica's log stood when a check's read of it failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct LogShape {
@@ -633,19 +613,17 @@ struct Run {
     /// in a new epoch, for SPEC 3.4's check of expansions.
     outside_isr_since: BTreeMap<NodeId, Duration>,
     config: SimConfig,
-    /// What every node's configuration is made of (a node whose disk is
-    /// lost gets a new snapshot store here).
-    settings: NodeSettings,
+    /// The nodes' settings (a node whose disk is lost gets a new snapshot
+    /// store there), the coordinator, the network that only hands out the
+    /// nodes' transports (a stepped node's fetchers never call theirs: the
+    /// run carries their fetches over `wire`), and the machines' disks.
+    harness: SimHarness,
     rng: SplitMix64,
     schedule: Schedule<Event>,
     trace: Trace,
     clock: ManualClock,
     /// The clock's `now` at zero simulated time.
     epoch: Instant,
-    coordinator: MemoryCoordinator,
-    /// Only for the nodes' `Transport` argument: a stepped node's fetchers
-    /// never call it, the run carries their fetches over `wire`.
-    network: MemoryNetwork,
     wire: SimNetwork,
     machines: Vec<Machine>,
     parked: Vec<Parked>,
@@ -759,9 +737,12 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         full_disks: run.full_disks,
         full_disk_refusals: run.full_disk_refusals_of_lost_disks
             + run
-                .machines
+                .harness
+                .nodes()
+                .disks()
+                .sims()
                 .iter()
-                .map(|m| m.disk.stats().full_disk_failures)
+                .map(|disk| disk.stats().full_disk_failures)
                 .sum::<u64>(),
         bit_flips: run.bit_flips,
         corrupt_errors: run.corrupt_errors,
@@ -809,12 +790,23 @@ impl Run {
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
+        let disks = Disks::Sim {
+            root: PathBuf::from("/sim"),
+            disks: (0..config.nodes)
+                .map(|i| SimDisk::new(mix64(config.seed ^ (0xD15C + i as u64))))
+                .collect(),
+        };
+        let harness = Harness::new(
+            Stepped,
+            SteppedWire::new(config.seed),
+            MemoryCoordination::new(coordinator, false),
+            disks,
+            settings,
+            Arc::new(clock.clone()),
+        );
         let machines = (0..config.nodes)
             .map(|i| Machine {
                 id: NodeId(i as u32),
-                disk: SimDisk::new(mix64(config.seed ^ (0xD15C + i as u64))),
-                node: None,
-                controller: None,
                 wake_at: None,
                 sessions: Vec::new(),
                 fetch_sessions_seen: None,
@@ -856,7 +848,6 @@ impl Run {
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
-            network: MemoryNetwork::new(config.seed),
             wire: SimNetwork::new(mix64(config.seed ^ 0x0E7), config.network.clone()),
             parked: Vec::new(),
             next_sequence: 0,
@@ -867,10 +858,9 @@ impl Run {
             read_position: Offset::ZERO,
             committed_seen: BTreeMap::new(),
             config,
-            settings,
+            harness,
             clock,
             epoch,
-            coordinator,
             machines,
             expiry_at: None,
             in_flight: Vec::new(),
@@ -932,7 +922,7 @@ impl Run {
 
     fn run(&mut self) -> Result<(), String> {
         let replicas: Vec<NodeId> = self.machines.iter().map(|m| m.id).collect();
-        self.coordinator
+        self.coordinator()
             .create_log(LOG, replicas)
             .map_err(|error| format!("creating the log: {error}"))?;
         if self.config.disk_latency {
@@ -1102,7 +1092,7 @@ impl Run {
                 if !self.calm {
                     self.faults += 1;
                     let operation = 1 + self.rng.next_u64() % 50;
-                    self.machines[index].disk.fail_with_eio(
+                    self.disk(index).fail_with_eio(
                         EioPlan::Nth(operation),
                         &[
                             DiskOperation::Write,
@@ -1123,10 +1113,9 @@ impl Run {
                 if !self.calm {
                     self.faults += 1;
                     self.machines[index].disk_full = true;
-                    let disk = &self.machines[index].disk;
-                    let used = disk.used_bytes();
+                    let used = self.disk(index).used_bytes();
                     let slack = self.rng.next_u64() % (FULL_DISK_SLACK_BYTES_MAX + 1);
-                    disk.set_space_bytes_max(Some(used + slack));
+                    self.disk(index).set_space_bytes_max(Some(used + slack));
                     self.full_disks += 1;
                     self.record(format_args!(
                         "node {index}'s disk is full: {used} bytes used, {slack} more fit"
@@ -1142,7 +1131,7 @@ impl Run {
             // filled has no budget.
             Event::DiskFreed(index) => {
                 self.machines[index].disk_full = false;
-                self.machines[index].disk.set_space_bytes_max(None);
+                self.disk(index).set_space_bytes_max(None);
                 self.record(format_args!("node {index}'s disk has space again"));
             }
             Event::BitFlip => {
@@ -1161,7 +1150,7 @@ impl Run {
                             _ => !matches!(extension, Some("log" | "index")),
                         }
                     };
-                    let disk = &self.machines[index].disk;
+                    let disk = self.disk(index);
                     let flipped = disk
                         .flip_random_bit(chosen)
                         .or_else(|| disk.flip_random_bit(|_| true));
@@ -1192,8 +1181,8 @@ impl Run {
                 }
             }
             Event::BackgroundWork(index) => {
-                if let Some(node) = self.machines[index].node.as_ref() {
-                    let ran = node.run_background_work();
+                if let Some(process) = self.process(index) {
+                    let ran = process.node.run_background_work();
                     self.background_jobs += ran as u64;
                     if ran > 0 {
                         self.record(format_args!("node {index} runs {ran} background jobs"));
@@ -1204,7 +1193,7 @@ impl Run {
             }
             Event::ExpireSessions => {
                 self.expiry_at = None;
-                self.coordinator.tick();
+                self.coordinator().tick();
                 self.record(format_args!("coordinator expires sessions"));
             }
             Event::FetchArrives {
@@ -1249,7 +1238,7 @@ impl Run {
                     // lead (a zombie leader, SPEC 3.7).
                     let from_coordinator = self.config.coordinator_faults && self.rng.chance(0.5);
                     if from_coordinator {
-                        self.coordinator.set_node_unavailable(alone[0], true);
+                        self.coordinator().set_node_unavailable(alone[0], true);
                     }
                     self.record(format_args!(
                         "node {index} is cut off{}",
@@ -1267,7 +1256,7 @@ impl Run {
                 self.partitioned = false;
                 self.wire.heal();
                 for machine in &self.machines {
-                    self.coordinator.set_node_unavailable(machine.id, false);
+                    self.coordinator().set_node_unavailable(machine.id, false);
                 }
                 self.record(format_args!("network heals"));
                 if let (false, Some(mean)) = (self.calm, self.config.partition_interval_mean) {
@@ -1280,7 +1269,7 @@ impl Run {
                     self.faults += 1;
                     let id = self.machines[index].id;
                     let count = 1 + (self.rng.next_u64() % 2) as usize;
-                    self.coordinator.lose_compare_and_set_replies(id, count);
+                    self.coordinator().lose_compare_and_set_replies(id, count);
                     self.record(format_args!(
                         "node {index} will lose the replies of its next {count} coordinator writes"
                     ));
@@ -1293,7 +1282,7 @@ impl Run {
             }
             Event::Reconnect(index) => {
                 let id = self.machines[index].id;
-                self.coordinator.set_node_unavailable(id, false);
+                self.coordinator().set_node_unavailable(id, false);
                 self.record(format_args!("node {index} reconnects to the coordinator"));
             }
             Event::ControlledStop(index) => {
@@ -1333,23 +1322,24 @@ impl Run {
                     machine.disk_full = false;
                 }
                 for machine in &self.machines {
-                    self.coordinator.lose_compare_and_set_replies(machine.id, 0);
-                    self.coordinator.set_node_unavailable(machine.id, false);
+                    self.coordinator()
+                        .lose_compare_and_set_replies(machine.id, 0);
+                    self.coordinator().set_node_unavailable(machine.id, false);
                 }
                 self.wire.heal();
                 self.wire.set_faults(NetworkFaults::default());
                 // Disk faults planned before the calm that did not hit yet
                 // are called off too.
                 // So are full disks: an operator frees their space.
-                for machine in &self.machines {
-                    machine.disk.fail_with_eio(EioPlan::Never, &[]);
-                    machine.disk.set_space_bytes_max(None);
+                for disk in self.harness.nodes().disks().sims() {
+                    disk.fail_with_eio(EioPlan::Never, &[]);
+                    disk.set_space_bytes_max(None);
                 }
                 self.record(format_args!("calm"));
                 self.replace_flipped_disk();
                 // Whoever is down comes back.
                 for index in 0..self.machines.len() {
-                    if self.machines[index].node.is_none() {
+                    if self.process(index).is_none() {
                         self.open(index)?;
                     }
                 }
@@ -1370,50 +1360,32 @@ impl Run {
             .after(after, Event::Crash { node, power_loss });
     }
 
+    /// Opens node `index`'s process (the harness opens its controller
+    /// candidate first, then the node, and registers the node's handler),
+    /// unless it runs. A failed open is retried by the supervisor.
     fn open(&mut self, index: usize) -> Result<(), String> {
-        if self.machines[index].node.is_some() {
+        if self.process(index).is_some() {
             return Ok(());
         }
         // A start removes the marker first and puts it back only if it
         // fails before registering, so a failed open may have used it up:
         // only the first open after the stop is held to finding it.
         let expect_clean = std::mem::take(&mut self.machines[index].stopped_cleanly);
-        let machine = &self.machines[index];
-        let config = self
-            .settings
-            .node_config(machine.id, PathBuf::from(data_dir(index)));
-        let coordinator = Arc::new(self.coordinator.for_node(machine.id));
-        let controller = match controller_config(&config) {
-            Some(controller) => Some(
-                SteppedController::open(
-                    machine.id,
-                    coordinator.clone(),
-                    controller,
-                    Arc::new(self.clock.clone()),
-                )
-                .map_err(|error| format!("node {index}'s controller: {error}"))?,
-            ),
-            None => None,
-        };
-        let opened = Node::open_on_disk(
-            machine.disk.shared(),
-            config,
-            Arc::new(self.network.transport(machine.id)),
-            coordinator,
-            Arc::new(self.clock.clone()),
-        );
-        match opened {
-            Ok(node) => {
-                self.network.register(machine.id, node.node().handler());
-                let previous = node.node().previous_shutdown();
+        let id = self.machines[index].id;
+        match self.harness.start_node(id) {
+            Ok(()) => {
+                let previous = self
+                    .process(index)
+                    .expect("a node that just started runs")
+                    .node
+                    .node()
+                    .previous_shutdown();
                 if expect_clean && previous != PreviousShutdown::Clean {
                     return Err(format!(
                         "SPEC 3.5: node {index}'s last process stopped cleanly (its controlled shutdown wrote the clean-shutdown marker) and nothing touched its disk since, yet it opens as {previous:?}"
                     ));
                 }
-                self.machines[index].node = Some(node);
                 self.machines[index].fetch_sessions_seen = None;
-                self.machines[index].controller = controller;
                 self.machines[index].failed_opens = 0;
                 self.machines[index].checked_up_to = Offset::ZERO;
                 self.machines[index].check_failed_at = None;
@@ -1447,32 +1419,33 @@ impl Run {
     }
 
     fn crash(&mut self, index: usize, power_loss: bool) {
-        let Some(node) = self.machines[index].node.take() else {
+        if self.process(index).is_none() {
             return;
-        };
-        // A crashed process's controller resigns nothing.
+        }
+        // A crashed process's controller resigns nothing (taken before the
+        // harness halts the process, which would drop it uncounted).
         self.retire_controller(index);
         self.machines[index].restart_owed = false;
         self.machines[index].stopping = None;
         self.crashes += 1;
-        let id = self.machines[index].id;
-        self.network.unregister(id);
-        let node = node.into_node();
-        node.mark_crashed();
-        let _durable = node.halt_for_crash();
-        let disk = &self.machines[index].disk;
-        if power_loss {
+        let loss = if power_loss {
             self.power_losses += 1;
             // Half the power losses keep a random prefix of each file's
             // unsynced writes, the last maybe torn in its middle.
-            disk.set_torn_writes(self.rng.chance(0.5));
-            disk.lose_power();
+            Loss::Power {
+                torn: self.rng.chance(0.5),
+            }
         } else {
-            disk.crash();
-        }
+            Loss::Nothing
+        };
+        // The network drops its handler, the process halts, then its disk
+        // loses what `loss` says; the coordinator hears of it only when its
+        // session expires.
+        self.harness
+            .crash_with(self.machines[index].id, loss, SessionEnd::OnExpiry);
         // A planned fault that did not hit yet is called off: it was meant
         // for this process.
-        disk.fail_with_eio(EioPlan::Never, &[]);
+        self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         // Bit flips damage one disk, a lost disk another would leave a
         // committed record on one intact copy at most (G1(c) promises it
         // only with one replica from the ISR back with its disk; G5 a clear
@@ -1556,13 +1529,13 @@ impl Run {
     /// (the third joins at a drawn place). One time in five, a move under
     /// way is cancelled instead. The controller and the nodes carry it out.
     fn reassign(&mut self) {
-        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+        let Ok(Some(state)) = self.coordinator().log_state(LOG) else {
             return;
         };
         let min_insync_replicas = self.machines.len().min(2);
         let cancel = state.is_reassigning() && self.reassigner.chance(0.2);
         let outcome = if cancel {
-            crate::coordinator::cancel_reassignment(&self.coordinator, LOG, min_insync_replicas)
+            crate::coordinator::cancel_reassignment(self.coordinator(), LOG, min_insync_replicas)
         } else {
             let mut target = state.target_replicas();
             if target.len() == self.machines.len() {
@@ -1579,7 +1552,7 @@ impl Run {
                     target.insert(at, joining);
                 }
             }
-            crate::coordinator::reassign_log(&self.coordinator, LOG, &target, min_insync_replicas)
+            crate::coordinator::reassign_log(self.coordinator(), LOG, &target, min_insync_replicas)
         };
         let what = if cancel { "cancel" } else { "reassign" };
         match outcome {
@@ -1609,14 +1582,11 @@ impl Run {
         let machine = &self.machines[index];
         !self.partitioned
             && !machine.disk_full
-            && !self.coordinator.is_node_faulty(machine.id)
+            && !self.coordinator().is_node_faulty(machine.id)
             && !machine.restart_owed
             && machine.flipped == 0
             && machine.stopping.is_none()
-            && machine
-                .node
-                .as_ref()
-                .is_some_and(|node| node.node().log(LOG).is_ok())
+            && self.log_on(index).is_some()
     }
 
     /// Node `index` begins a controlled shutdown (SPEC 3.5), if it runs
@@ -1637,19 +1607,19 @@ impl Run {
         }
         let now = self.clock.now();
         let me = self.machines[index].id;
-        let Some(node) = self.machines[index].node.as_mut() else {
+        let Some(process) = self.process(index) else {
             return;
         };
-        let led = node.begin_controlled_shutdown(now) > 0;
-        let seated = self.machines[index]
+        let led = process.node.begin_controlled_shutdown(now) > 0;
+        let seated = process
             .controller
             .as_ref()
             .is_some_and(|controller| controller.controller_epoch().is_some());
         if !seated {
             self.retire_controller(index);
         }
-        let live = self.coordinator.live_nodes().unwrap_or_default();
-        let state = self.coordinator.log_state(LOG).ok().flatten();
+        let live = self.coordinator().live_nodes().unwrap_or_default();
+        let state = self.coordinator().log_state(LOG).ok().flatten();
         // A node that still believes it leads though the coordinator named
         // another (deposed, not yet told) has nothing to hand over: the
         // leadership already moved (seed 9000226).
@@ -1715,9 +1685,12 @@ impl Run {
         self.faults
             + self.eio_failures_of_lost_disks
             + self
-                .machines
+                .harness
+                .nodes()
+                .disks()
+                .sims()
                 .iter()
-                .map(|machine| machine.disk.stats().eio_failures)
+                .map(|disk| disk.stats().eio_failures)
                 .sum::<u64>()
     }
 
@@ -1741,11 +1714,13 @@ impl Run {
         self.note_disturbances();
         let now = self.clock.now();
         for index in 0..self.machines.len() {
-            let machine = &mut self.machines[index];
-            let Some(node) = machine.node.as_mut().filter(|_| machine.stopping.is_some()) else {
+            if self.machines[index].stopping.is_none() {
+                continue;
+            }
+            let Some(process) = self.process(index) else {
                 continue;
             };
-            if let Some(handed_over) = node.step_controlled_shutdown(now) {
+            if let Some(handed_over) = process.node.step_controlled_shutdown(now) {
                 self.end_controlled_stop(index, handed_over > 0)?;
                 continue;
             }
@@ -1823,7 +1798,7 @@ impl Run {
         };
         let me = self.machines[index].id;
         let leader = self
-            .coordinator
+            .coordinator()
             .log_state(LOG)
             .ok()
             .flatten()
@@ -1843,13 +1818,17 @@ impl Run {
                 }
             }
         }
-        let Some(node) = self.machines[index].node.take() else {
+        if self.process(index).is_none() {
             return Ok(());
-        };
+        }
+        // Taken before the harness stops the process, which would drop it
+        // uncounted.
         self.retire_controller(index);
         self.machines[index].restart_owed = false;
-        self.network.unregister(me);
-        let stopped = node.finish_controlled_shutdown();
+        // The harness finishes the controlled shutdown, then the network
+        // drops the node's handler (nothing routes through it: the run
+        // carries every fetch).
+        let stopped = self.harness.stop_node_marked(me);
         // A stop right after an unclean start whose report is not yet
         // recorded everywhere writes no marker (seed 143), on purpose. A
         // flip on the disk, even one before the stop, may have the next
@@ -1858,7 +1837,7 @@ impl Run {
         self.machines[index].stopped_cleanly =
             matches!(stopped, Ok(true)) && self.machines[index].flipped == 0;
         // A planned disk fault that did not hit was meant for this process.
-        self.machines[index].disk.fail_with_eio(EioPlan::Never, &[]);
+        self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         self.process_ended(index);
         self.record(format_args!(
             "node {index} stops cleanly (leader then: {:?}){}",
@@ -1903,7 +1882,7 @@ impl Run {
             };
             self.sync_latency_max = self.sync_latency_max.max(disk_time(sync_micros));
             self.machines[index].latency = latency;
-            self.machines[index].disk.set_latency(latency);
+            self.disk(index).set_latency(latency);
         }
         self.record(format_args!(
             "disk latencies: {:?}",
@@ -1935,8 +1914,8 @@ impl Run {
     /// run on.
     fn busy_for(&mut self, index: usize) -> Duration {
         let now = self.schedule.now();
+        let elapsed = self.disk(index).elapsed();
         let machine = &mut self.machines[index];
-        let elapsed = machine.disk.elapsed();
         let spent = disk_time(elapsed.saturating_sub(machine.disk_time_charged));
         machine.disk_time_charged = elapsed;
         machine.busy_until = machine.busy_until.max(now) + spent;
@@ -1946,15 +1925,16 @@ impl Run {
 
     /// Gives machine `index` an empty disk (its process is down).
     fn new_disk(&mut self, index: usize) {
-        let old = &self.machines[index].disk;
-        self.full_disk_refusals_of_lost_disks += old.stats().full_disk_failures;
+        let old = self.disk(index).stats();
+        self.full_disk_refusals_of_lost_disks += old.full_disk_failures;
         // `fault_count` must never go down (helper-60).
-        self.eio_failures_of_lost_disks += old.stats().eio_failures;
+        self.eio_failures_of_lost_disks += old.eio_failures;
         let seed = mix64(self.config.seed ^ self.crashes ^ 0xD15C_1057);
-        self.machines[index].disk = SimDisk::new(seed);
-        self.machines[index]
-            .disk
-            .set_latency(self.machines[index].latency);
+        let disk = SimDisk::new(seed);
+        disk.set_latency(self.machines[index].latency);
+        self.harness
+            .disks_mut()
+            .replace(self.machines[index].id, disk);
         self.machines[index].disk_time_charged = 0;
         self.machines[index].flipped = 0;
         self.machines[index].stopped_cleanly = false;
@@ -2041,7 +2021,7 @@ impl Run {
         if self.acknowledged.is_empty() {
             return None;
         }
-        let replicas = self.coordinator.log_state(LOG).ok()??.replicas;
+        let replicas = self.coordinator().log_state(LOG).ok()??.replicas;
         // Each other replica's batches, `(base, last, epoch)` in offset
         // order, as its disk holds them (down or not, read without touching
         // the run).
@@ -2050,9 +2030,10 @@ impl Run {
             if other == index || !replicas.contains(&machine.id) {
                 continue;
             }
-            let disk = machine.disk.shared();
+            let sim_disk = self.disk(other);
+            let disk = sim_disk.shared();
             let dir = std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", LOG.0));
-            let batches: Vec<(Offset, Offset, LeaderEpoch)> = machine.disk.unobserved(|| {
+            let batches: Vec<(Offset, Offset, LeaderEpoch)> = sim_disk.unobserved(|| {
                 if !disk.exists(&dir) {
                     return Some(Vec::new());
                 }
@@ -2097,9 +2078,10 @@ impl Run {
         let now = self.schedule.now();
         let clock_now = self.clock.now();
         for follower in 0..self.machines.len() {
-            let Some(node) = self.machines[follower].node.as_ref() else {
+            let Some(process) = process_mut(&mut self.harness, follower) else {
                 continue;
             };
+            let node = &process.node;
             let version = node.fetchers_version();
             let taken = self.machines[follower]
                 .fetch_sessions_seen
@@ -2212,7 +2194,7 @@ impl Run {
         sequence: u64,
         request: FetchRequest,
     ) {
-        let Some(node) = self.machines.get(leader).and_then(|m| m.node.as_ref()) else {
+        let Some(process) = process_mut(&mut self.harness, leader) else {
             // Nobody listens: the call fails at once, as the memory and TCP
             // transports' calls to a dead node do.
             let to = self.machines[leader].id;
@@ -2231,7 +2213,7 @@ impl Run {
         let wait = request.wait_max.min(REQUEST_TIMEOUT);
         self.fetch_arrivals
             .insert((leader, follower), self.schedule.now());
-        match node.receive_fetch(from, &request, wait.is_zero()) {
+        match process.node.receive_fetch(from, &request, wait.is_zero()) {
             FetchPoll::Answer(response) => self.answer_fetch(leader, follower, sequence, response),
             FetchPoll::Park { arrival, seen, .. } => {
                 let wait_over_at = self.schedule.now() + wait;
@@ -2256,9 +2238,10 @@ impl Run {
         let parked = std::mem::take(&mut self.parked);
         let mut answers = Vec::new();
         for mut fetch in parked {
-            let Some(node) = self.machines[fetch.leader].node.as_ref() else {
+            let Some(process) = process_mut(&mut self.harness, fetch.leader) else {
                 continue;
             };
+            let node = &process.node;
             let over = now >= fetch.wait_over_at;
             if !over && !node.data_arrived_since(fetch.seen) {
                 self.parked.push(fetch);
@@ -2317,10 +2300,10 @@ impl Run {
     ) {
         let now = self.clock.now();
         let epoch = self.epoch;
-        let machine = &mut self.machines[follower];
-        if machine.node.is_none() {
+        if process_mut(&mut self.harness, follower).is_none() {
             return;
         }
+        let machine = &mut self.machines[follower];
         let Some(session) = machine.sessions.iter_mut().find(|s| {
             s.fetch.leader() == leader
                 && s.outstanding.as_ref().is_some_and(|(q, _)| *q == sequence)
@@ -2357,12 +2340,11 @@ impl Run {
         // Taken once for both passes: the checks change no node's
         // replicas (looking a replica up was a tenth of the checks).
         let mut logs = std::mem::take(&mut self.step_logs);
-        logs.extend(self.machines.iter().map(|machine| {
-            machine
-                .node
-                .as_ref()
-                .and_then(|node| node.node().log(LOG).ok())
-        }));
+        for index in 0..self.machines.len() {
+            let log = process_mut(&mut self.harness, index)
+                .and_then(|process| process.node.node().log(LOG).ok());
+            logs.push(log);
+        }
         let checked = self.check_step_on(&logs);
         logs.clear();
         self.step_logs = logs;
@@ -2493,7 +2475,7 @@ impl Run {
         // most steps change nothing, and copying the state and its lists
         // to compare them was 4% of a `cargo test` simulator run.
         let (replicas_seen, state_seen) = (&self.replicas_seen, &self.log_state_seen);
-        let looked = self.coordinator.look_at_log_state(LOG, |state| {
+        let looked = self.coordinator().look_at_log_state(LOG, |state| {
             let (replicas, adding, removing) = replicas_seen;
             let replicas_changed = state.replicas != *replicas
                 || state.adding_replicas != *adding
@@ -2635,13 +2617,10 @@ impl Run {
 
     /// The node that leads the log, if one does.
     fn leader(&self) -> Option<(usize, crate::ReplicatedLog)> {
-        self.machines
-            .iter()
-            .enumerate()
-            .find_map(|(index, machine)| {
-                let log = machine.node.as_ref()?.node().log(LOG).ok()?;
-                log.is_leader().then_some((index, log))
-            })
+        (0..self.machines.len()).find_map(|index| {
+            let log = self.log_on(index)?;
+            log.is_leader().then_some((index, log))
+        })
     }
 
     /// Reads from the reader's position what the leader serves as
@@ -2796,7 +2775,12 @@ impl Run {
             self.drive_fetchers();
             self.drive_snapshot_transfers();
             self.look_at_parked_fetches();
-            if !self.machines.iter().any(|m| m.has_work(now)) {
+            if !self
+                .harness
+                .running_mut()
+                .values()
+                .any(|running| running.process.has_work(now))
+            {
                 return Ok(());
             }
         }
@@ -2811,15 +2795,15 @@ impl Run {
         while *rounds < SETTLE_ROUNDS_MAX {
             *rounds += 1;
             let mut handled = 0;
-            for machine in &mut self.machines {
-                if let Some(node) = machine.node.as_mut() {
-                    if node.is_control_due(now) {
-                        handled += node.step_control(now);
-                    }
-                    node.expire_deadlines();
-                    handled += node.run_completions();
+            for running in self.harness.running_mut().values_mut() {
+                let process = &mut running.process;
+                let node = &mut process.node;
+                if node.is_control_due(now) {
+                    handled += node.step_control(now);
                 }
-                if let Some(controller) = machine.controller.as_mut() {
+                node.expire_deadlines();
+                handled += node.run_completions();
+                if let Some(controller) = process.controller.as_mut() {
                     if controller.is_due(now) {
                         handled += controller.step(now);
                     }
@@ -2827,7 +2811,13 @@ impl Run {
             }
             // A step may have left work for a node stepped before it in
             // this round (a coordinator write notifies every node).
-            if handled == 0 && !self.machines.iter().any(|m| m.is_due(now)) {
+            if handled == 0
+                && !self
+                    .harness
+                    .running_mut()
+                    .values()
+                    .any(|running| running.process.is_due(now))
+            {
                 return Ok(());
             }
         }
@@ -2978,23 +2968,20 @@ impl Run {
             || self
                 .machines
                 .iter()
-                .any(|m| m.node.is_none() || m.restart_owed || m.stopping.is_some())
+                .any(|m| m.restart_owed || m.stopping.is_some())
+            || self.harness.nodes().running_count() < self.machines.len()
         {
             return false;
         }
         // A controller takes the seat on its next pass after it hears the
         // seat is free, or on its next poll after a failed one (a lost
         // write reply): as its thread would, not after every event.
-        let seated = self.machines.iter().any(|m| {
-            m.controller
-                .as_ref()
-                .is_some_and(|controller| controller.controller_epoch().is_some())
-        });
+        let seated = self.seated_controller_epoch().is_some();
         let Some((_, leader)) = self.leader().filter(|_| seated) else {
             return false;
         };
         // A reassignment under way completes (liveness, SPEC 3.10).
-        let Ok(Some(state)) = self.coordinator.log_state(LOG) else {
+        let Ok(Some(state)) = self.coordinator().log_state(LOG) else {
             return false;
         };
         if state.is_reassigning() {
@@ -3004,12 +2991,8 @@ impl Run {
         // what `check_final` holds it to): seed 1000745's node 1, cut off
         // while its removal completed, hears of it only with its owed
         // resync after the calm.
-        let removed_copy_left = self.machines.iter().any(|machine| {
-            !state.replicas.contains(&machine.id)
-                && machine
-                    .node
-                    .as_ref()
-                    .is_some_and(|node| node.node().log(LOG).is_ok())
+        let removed_copy_left = self.machines.iter().enumerate().any(|(index, machine)| {
+            !state.replicas.contains(&machine.id) && self.log_on(index).is_some()
         });
         if removed_copy_left {
             return false;
@@ -3022,12 +3005,10 @@ impl Run {
                 .iter()
                 .enumerate()
                 .filter(|(_, machine)| state.replicas.contains(&machine.id))
-                .all(|(index, machine)| {
+                .all(|(index, _)| {
                     self.excused_as_needing_a_snapshot(index, &leader)
-                        || machine
-                            .node
-                            .as_ref()
-                            .and_then(|node| node.node().log(LOG).ok())
+                        || self
+                            .log_on(index)
                             .is_some_and(|log| log.log_end_offset() == end)
                 })
     }
@@ -3038,8 +3019,8 @@ impl Run {
         let Some((index, log)) = self.leader() else {
             return Err("no leader at the end".to_owned());
         };
-        let committed = self.machines[index]
-            .disk
+        let committed = self
+            .disk(index)
             .unobserved(|| committed_records(index, &log))?;
         // G4: offsets are dense from the log start.
         let start = log.log_start_offset();
@@ -3112,19 +3093,14 @@ impl Run {
             self.machines[index].check_failed_at = None;
             self.check_committed_on(index)?;
         }
-        let seated = self
-            .machines
-            .iter()
-            .filter_map(|m| m.controller.as_ref()?.controller_epoch())
-            .max();
-        if seated.is_none() {
+        if self.seated_controller_epoch().is_none() {
             return Err("no controller holds the seat at the end".to_owned());
         }
         // SPEC 3.10: the last reassignment (or cancel) took effect, and
         // completed: nothing being added or removed, the leader, the ISR
         // and the ELR within the replicas, and every running node that is
         // not a replica rid of its copy.
-        let Some(state) = self.coordinator.log_state(LOG).ok().flatten() else {
+        let Some(state) = self.coordinator().log_state(LOG).ok().flatten() else {
             return Err("SPEC 3.10: the log has no state at the end".to_owned());
         };
         if state.replicas != self.replicas_wanted {
@@ -3161,11 +3137,8 @@ impl Run {
                 state.eligible_leader_replicas
             ));
         }
-        for machine in &self.machines {
-            let hosts = machine
-                .node
-                .as_ref()
-                .is_some_and(|node| node.node().log(LOG).is_ok());
+        for (index, machine) in self.machines.iter().enumerate() {
+            let hosts = self.log_on(index).is_some();
             if hosts && !state.replicas.contains(&machine.id) {
                 return Err(format!(
                     "SPEC 3.10: node {} still holds a copy of the log at the end, though the replicas are {:?}",
@@ -3184,11 +3157,7 @@ impl Run {
     /// to its high watermark with what was committed (served below a high
     /// watermark anywhere) at those offsets.
     fn check_committed_on(&mut self, index: usize) -> Result<(), String> {
-        let Some(log) = self.machines[index]
-            .node
-            .as_ref()
-            .and_then(|node| node.node().log(LOG).ok())
-        else {
+        let Some(log) = self.log_on(index) else {
             return Ok(());
         };
         self.check_committed_on_log(index, &log)
@@ -3218,8 +3187,8 @@ impl Run {
         }
         self.machines[index].check_failed_at = None;
         while from < high_watermark {
-            let read = self.machines[index]
-                .disk
+            let read = self
+                .disk(index)
                 .unobserved(|| log.read(from, 64 * 1024, Isolation::Committed));
             let batches = match read {
                 Ok(batches) if !batches.is_empty() => batches,
@@ -3310,8 +3279,8 @@ impl Run {
             ));
         }
         if !machine.excused_at_step_start && !self.has_excusing_flip(index) {
-            let seen: Vec<String> = machine
-                .disk
+            let seen: Vec<String> = self
+                .disk(index)
                 .flipped_bits()
                 .iter()
                 .map(|flip| format!("{} at {}", flip.path.display(), flip.position))
@@ -3340,7 +3309,7 @@ impl Run {
         if machine.flipped == 0 {
             return Vec::new();
         }
-        let mut flips = machine.disk.flipped_bits();
+        let mut flips = self.disk(index).flipped_bits();
         flips.retain(|flip| FileKind::of(&flip.path).excuses_corruption());
         flips
     }
@@ -3350,8 +3319,8 @@ impl Run {
     fn has_excusing_flip(&self, index: usize) -> bool {
         let machine = &self.machines[index];
         machine.flipped > 0
-            && machine
-                .disk
+            && self
+                .disk(index)
                 .any_flipped_bit(|path| FileKind::of(path).excuses_corruption())
     }
 
@@ -3359,14 +3328,13 @@ impl Run {
     /// expiry, unless one is already scheduled as early.
     fn schedule_wakes(&mut self) {
         for index in 0..self.machines.len() {
-            let Some(node) = self.machines[index].node.as_ref() else {
+            let Some(process) = process_mut(&mut self.harness, index) else {
                 continue;
             };
-            let controller_wake = self.machines[index]
-                .controller
-                .as_ref()
-                .map(SteppedController::next_wake);
-            let wake = controller_wake.map_or(node.next_wake(), |at| at.min(node.next_wake()));
+            let node_wake = process.node.next_wake();
+            let wake = process.controller.as_ref().map_or(node_wake, |controller| {
+                controller.next_wake().min(node_wake)
+            });
             let at = self.since_epoch(wake);
             if self.machines[index]
                 .wake_at
@@ -3376,7 +3344,7 @@ impl Run {
                 self.schedule.at(at, Event::Wake(index));
             }
         }
-        if let Some(expiry) = self.coordinator.next_session_expiry() {
+        if let Some(expiry) = self.coordinator().next_session_expiry() {
             // A session expires once its timeout has passed strictly.
             let at = self.since_epoch(expiry) + Duration::from_micros(1);
             if self.expiry_at.is_none_or(|scheduled| at < scheduled) {
@@ -3386,6 +3354,37 @@ impl Run {
         }
     }
 
+    /// The coordinator every node's view is of.
+    fn coordinator(&self) -> &MemoryCoordinator {
+        self.harness.coordination().coordinator()
+    }
+
+    /// Machine `index`'s disk.
+    fn disk(&self, index: usize) -> &SimDisk {
+        self.harness.nodes().disks().sim(NodeId(index as u32))
+    }
+
+    /// Node `index`'s running process, if it runs.
+    fn process(&mut self, index: usize) -> Option<&mut SteppedProcess> {
+        process_mut(&mut self.harness, index)
+    }
+
+    /// Node `index`'s handle of the log, if it runs and hosts it.
+    fn log_on(&self, index: usize) -> Option<crate::ReplicatedLog> {
+        self.harness.nodes().log(NodeId(index as u32), LOG).ok()
+    }
+
+    /// The highest controller epoch a running node's controller holds the
+    /// seat in, if one does.
+    fn seated_controller_epoch(&self) -> Option<crate::ControllerEpoch> {
+        self.harness.nodes().with_each(|running| {
+            running
+                .values()
+                .filter_map(|running| running.process.controller.as_ref()?.controller_epoch())
+                .max()
+        })
+    }
+
     fn since_epoch(&self, at: Instant) -> Duration {
         at.saturating_duration_since(self.epoch)
     }
@@ -3393,31 +3392,41 @@ impl Run {
     /// Drops a machine's controller with its process, counting its
     /// elections.
     fn retire_controller(&mut self, index: usize) {
-        if let Some(controller) = self.machines[index].controller.take() {
+        let controller = self
+            .process(index)
+            .and_then(|process| process.controller.take());
+        if let Some(controller) = controller {
             let (all, unclean) = controller.elections();
             self.elections.0 += all;
             self.elections.1 += unclean;
         }
     }
 
+    /// Halts every node still running, as a crash does, once every
+    /// controller's elections are counted. Dropping the harness then
+    /// unregisters every handler: the network's handler holds the node,
+    /// whose transport holds the network, and a node left registered is
+    /// never freed (a run leaked its whole cluster, 5 MB, and every later
+    /// run's memory was fresh pages to fault in).
     fn stop_all(&mut self) {
         for index in 0..self.machines.len() {
             self.retire_controller(index);
         }
-        for machine in &mut self.machines {
-            if let Some(node) = machine.node.take() {
-                // The network's handler holds the node, whose transport
-                // holds the network: a node left registered is never freed
-                // (a run leaked its whole cluster, 5 MB, and every later
-                // run's memory was fresh pages to fault in).
-                self.network.unregister(machine.id);
-                let node = node.into_node();
-                node.mark_crashed();
-                let _ = node.halt_for_crash();
-            }
-        }
+        self.harness.halt_all();
     }
 }
+
+/// Node `index`'s running process in `harness`, if it runs: no lock, for
+/// the run's steps, which go through every node after every event.
+fn process_mut(harness: &mut SimHarness, index: usize) -> Option<&mut SteppedProcess> {
+    harness
+        .running_mut()
+        .get_mut(&NodeId(index as u32))
+        .map(|running| &mut running.process)
+}
+
+/// The harness a run's nodes live in.
+type SimHarness = Harness<SteppedWire, MemoryCoordination, Stepped>;
 
 /// What a stored file is, as far as a bit flipped in it may excuse what
 /// the node then does (see [`Run::corrupt_error`]).

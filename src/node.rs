@@ -83,10 +83,6 @@ const SHUTDOWN_WORKERS_MAX: usize = 128;
 /// leaders of the logs not handed over now rather than at session expiry,
 /// and is usually one quick call; a slow one is not waited for.
 const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
-/// How often the deadline timer looks for pipelined appends past their
-/// deadline: a `Timeout` arrives at most this late (plus scheduling), well
-/// within the 100 ms SPEC 3.1 allows.
-const DEADLINE_TICK: Duration = Duration::from_millis(10);
 /// How long a stopping node waits for its completion thread to run the
 /// callbacks still queued (the `Shutdown` outcomes of its pending appends)
 /// before it leaves the thread to finish on its own.
@@ -1379,9 +1375,11 @@ impl SteppedNode {
         now >= self.control.next_wake() || !self.events.is_empty() || !self.commands.is_empty()
     }
 
-    /// The deadline thread's pass ([`NodeShared::expire_deadlines`]).
+    /// The deadline thread's pass: the core's deadline timer fires
+    /// ([`NodeCore::deadlines_due`], which asks for
+    /// [`NodeShared::expire_deadlines`]).
     pub(crate) fn expire_deadlines(&self) {
-        self.node.shared.expire_deadlines();
+        self.node.shared.drive_core(NodeCore::deadlines_due);
     }
 
     /// The roll flusher thread's work: runs the background log work
@@ -2977,6 +2975,7 @@ impl NodeShared {
                     idle_flush,
                     retention,
                 } => self.run_control_duties(idle_flush, retention),
+                Action::ExpireDeadlines => self.expire_deadlines(),
                 Action::QueueIsrProposal(log) => {
                     let _ = self.commands.try_send(Command::IsrProposal(log));
                 }
@@ -3314,22 +3313,25 @@ impl RequestHandler for NodeHandler {
     }
 }
 
-/// The deadline timer: every [`DEADLINE_TICK`], fails the pipelined
-/// appends past their deadline. It never calls the coordinator, so a
-/// coordinator that hangs does not make timeouts late (the control loop,
-/// which does, could not promise that).
+/// The deadline timer: every [`NodeCore::deadline_tick`], the core's
+/// [`NodeCore::deadlines_due`] (which fails the pipelined appends past
+/// their deadline). It never calls the coordinator, so a coordinator that
+/// hangs does not make timeouts late (the control loop, which does, could
+/// not promise that).
 fn deadline_loop(shared: &NodeShared) {
     while !shared.stop.load(Ordering::SeqCst) {
-        std::thread::sleep(DEADLINE_TICK);
-        shared.expire_deadlines();
+        std::thread::sleep(shared.core.deadline_tick());
+        shared.drive_core(NodeCore::deadlines_due);
     }
 }
 
 impl NodeShared {
     /// One pass of the deadline timer: fails every pipelined append past
     /// its deadline with `Timeout`. It never blocks and never calls the
-    /// coordinator; the deadline thread runs it every [`DEADLINE_TICK`],
-    /// a simulator whenever it likes (issue 28).
+    /// coordinator; the core asks for it ([`Action::ExpireDeadlines`])
+    /// when its deadline timer fires: on the deadline thread every
+    /// [`NodeCore::deadline_tick`], on a stepped node whenever its driver
+    /// likes (issue 28).
     pub(crate) fn expire_deadlines(&self) {
         for replica in self.replicas.read().values() {
             replica.expire_pipelined();

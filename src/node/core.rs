@@ -54,9 +54,11 @@
 //! - the control pass's timers, in `timers.rs`: when the report retries,
 //!   the heartbeat, the idle flush and retention are due, which fire on a
 //!   control tick and in what order, and when the pass wants its next tick
-//!   ([`ControlTimers`], [`NodeCore::control_tick`]); the waiting, the
-//!   flush, retention and the replicas' ticks are the driver's
-//!   ([`Action::ControlDuties`]).
+//!   ([`ControlTimers`], [`NodeCore::control_tick`]), and the deadline
+//!   timer of the pipelined appends ([`NodeCore::deadlines_due`]); the
+//!   waiting, the flush, retention, the expiry pass and the replicas'
+//!   ticks are the driver's ([`Action::ControlDuties`],
+//!   [`Action::ExpireDeadlines`]).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
 //! fetching) still
@@ -718,6 +720,9 @@ pub(crate) enum Action {
         /// Whether retention fired.
         retention: bool,
     },
+    /// Fail every pipelined append past its deadline with `Timeout` (the
+    /// pending appends are the replicas'): the deadline timer fired.
+    ExpireDeadlines,
     /// Ask the control pass to submit `0`'s ISR proposal (the command
     /// channel is bounded: dropped when it is full).
     QueueIsrProposal(LogId),

@@ -4,6 +4,10 @@
 //! ([`ControlTimers::fire`]), in what order, and when the control pass
 //! wants its next tick ([`ControlTimers::next_wake`]). A control tick in
 //! the core ([`NodeCore::control_tick`]) turns what fired into actions.
+//! Apart from them, the deadline timer: how often the pipelined appends
+//! past their deadline are failed ([`NodeCore::deadline_tick`],
+//! [`NodeCore::deadlines_due`]), on a thread of its own in production so
+//! that no coordinator call makes a `Timeout` late.
 //!
 //! Not owned here: the waiting (the control thread's `select!`, which
 //! waits at most one [`tick`](ControlTimers::tick) between two passes, and
@@ -16,6 +20,15 @@ use std::time::{Duration, Instant};
 
 use super::{Action, NodeCore};
 use crate::sync::Ordering;
+
+/// How often the deadline timer fires: a pipelined append's `Timeout`
+/// arrives at most this late (plus scheduling), well within the 100 ms
+/// SPEC 3.1 allows.
+const DEADLINE_TICK: Duration = Duration::from_millis(10);
+const _: () = assert!(
+    DEADLINE_TICK.as_millis() < 100,
+    "SPEC 3.1: a Timeout within 100 ms"
+);
 
 /// A timed duty of the control pass. When several fire on one tick they
 /// run in this order.
@@ -222,6 +235,24 @@ impl NodeCore {
     }
 }
 
+impl NodeCore {
+    /// How long the deadline timer waits between two firings
+    /// ([`deadlines_due`](Self::deadlines_due)). It is apart from the
+    /// control pass's timers: the control pass may wait for a coordinator
+    /// call, and a `Timeout` must not (SPEC 3.1).
+    pub(crate) fn deadline_tick(&self) -> Duration {
+        DEADLINE_TICK
+    }
+
+    /// The deadline timer fired: asks for the pass that fails the
+    /// pipelined appends past their deadline ([`Action::ExpireDeadlines`]).
+    /// It takes no lock of the core and asks for no coordinator call, so
+    /// a call in flight on another thread never makes it late.
+    pub(crate) fn deadlines_due(&self, out: &mut Vec<Action>) {
+        out.push(Action::ExpireDeadlines);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::core as node_core;
@@ -365,6 +396,19 @@ mod tests {
                 retention: false
             }]
         );
+    }
+
+    #[test]
+    fn the_deadline_timer_asks_for_the_expiry_pass_alone_well_within_a_timeout() {
+        let core = node_core();
+        // Stopping or winding down, pipelined appends still time out.
+        core.winding_down.store(true, Ordering::SeqCst);
+        core.stop.store(true, Ordering::SeqCst);
+        let mut out = Vec::new();
+        core.deadlines_due(&mut out);
+        assert_eq!(out, vec![Action::ExpireDeadlines]);
+        assert!(core.deadline_tick() > Duration::ZERO);
+        assert!(core.deadline_tick() < Duration::from_millis(100));
     }
 
     #[test]

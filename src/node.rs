@@ -38,8 +38,9 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 mod core;
 
 use self::core::{
-    controlled_shutdown_steps, unknown_log, Action, Answer, Continuation, ControlledShutdownStep,
-    CoordinatorCall, FetchBudget, FetchLook, Input, NodeCore, ShutdownPass, ShutdownWait,
+    controlled_shutdown_steps, unknown_log, Action, Answer, Continuation, ControlTimers,
+    ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input, NodeCore, ShutdownPass,
+    ShutdownWait, TimerIntervals,
 };
 
 use crate::clock::Clock;
@@ -82,10 +83,6 @@ const SHUTDOWN_WORKERS_MAX: usize = 128;
 /// leaders of the logs not handed over now rather than at session expiry,
 /// and is usually one quick call; a slow one is not waited for.
 const UNREGISTER_AFTER_DEADLINE: Duration = Duration::from_millis(200);
-/// How often the deadline timer looks for pipelined appends past their
-/// deadline: a `Timeout` arrives at most this late (plus scheduling), well
-/// within the 100 ms SPEC 3.1 allows.
-const DEADLINE_TICK: Duration = Duration::from_millis(10);
 /// How long a stopping node waits for its completion thread to run the
 /// callbacks still queued (the `Shutdown` outcomes of its pending appends)
 /// before it leaves the thread to finish on its own.
@@ -1378,9 +1375,11 @@ impl SteppedNode {
         now >= self.control.next_wake() || !self.events.is_empty() || !self.commands.is_empty()
     }
 
-    /// The deadline thread's pass ([`NodeShared::expire_deadlines`]).
+    /// The deadline thread's pass: the core's deadline timer fires
+    /// ([`NodeCore::deadlines_due`], which asks for
+    /// [`NodeShared::expire_deadlines`]).
     pub(crate) fn expire_deadlines(&self) {
-        self.node.shared.expire_deadlines();
+        self.node.shared.drive_core(NodeCore::deadlines_due);
     }
 
     /// The roll flusher thread's work: runs the background log work
@@ -2961,6 +2960,22 @@ impl NodeShared {
                     successor,
                     state,
                 } => run.handed_over(self, log, successor, &state),
+                Action::RetryUnopened => {
+                    let unopened = sorted(self.unopened.lock().keys().copied());
+                    let mut next = Vec::new();
+                    self.core.retry_unopened(&unopened, &mut next);
+                    to_do.extend(next.into_iter().rev());
+                }
+                Action::RetryRecoveryReports => {
+                    let mut next = Vec::new();
+                    self.core.retry_recovery_reports(&mut next);
+                    to_do.extend(next.into_iter().rev());
+                }
+                Action::ControlDuties {
+                    idle_flush,
+                    retention,
+                } => self.run_control_duties(idle_flush, retention),
+                Action::ExpireDeadlines => self.expire_deadlines(),
                 Action::QueueIsrProposal(log) => {
                     let _ = self.commands.try_send(Command::IsrProposal(log));
                 }
@@ -3298,22 +3313,25 @@ impl RequestHandler for NodeHandler {
     }
 }
 
-/// The deadline timer: every [`DEADLINE_TICK`], fails the pipelined
-/// appends past their deadline. It never calls the coordinator, so a
-/// coordinator that hangs does not make timeouts late (the control loop,
-/// which does, could not promise that).
+/// The deadline timer: every [`NodeCore::deadline_tick`], the core's
+/// [`NodeCore::deadlines_due`] (which fails the pipelined appends past
+/// their deadline). It never calls the coordinator, so a coordinator that
+/// hangs does not make timeouts late (the control loop, which does, could
+/// not promise that).
 fn deadline_loop(shared: &NodeShared) {
     while !shared.stop.load(Ordering::SeqCst) {
-        std::thread::sleep(DEADLINE_TICK);
-        shared.expire_deadlines();
+        std::thread::sleep(shared.core.deadline_tick());
+        shared.drive_core(NodeCore::deadlines_due);
     }
 }
 
 impl NodeShared {
     /// One pass of the deadline timer: fails every pipelined append past
     /// its deadline with `Timeout`. It never blocks and never calls the
-    /// coordinator; the deadline thread runs it every [`DEADLINE_TICK`],
-    /// a simulator whenever it likes (issue 28).
+    /// coordinator; the core asks for it ([`Action::ExpireDeadlines`])
+    /// when its deadline timer fires: on the deadline thread every
+    /// [`NodeCore::deadline_tick`], on a stepped node whenever its driver
+    /// likes (issue 28).
     pub(crate) fn expire_deadlines(&self) {
         for replica in self.replicas.read().values() {
             replica.expire_pipelined();
@@ -3358,32 +3376,13 @@ fn control_loop(
 /// and each command to [`on_command`](Self::on_command), and after every
 /// wake-up (an event, a command, or [`next_wake`](Self::next_wake)
 /// reached) calls [`on_tick`](Self::on_tick) with the node's clock's time.
-/// It owns only its timers; everything else lives in [`NodeShared`].
+/// It holds only the timers, which the core keeps and fires
+/// ([`ControlTimers`], [`NodeCore::control_tick`]); everything else lives
+/// in [`NodeShared`].
 #[derive(Debug)]
 pub(crate) struct ControlCore {
-    /// The longest wait between two passes: replica ticks (ISR lag, the
-    /// pipelined appends' tick, hand-overs) run at least this often.
-    tick: Duration,
-    heartbeat_every: Duration,
-    /// `FlushPolicy::Every { interval }` is checked by the log on append;
-    /// an idle log is flushed here, as Kafka's log flusher task does.
-    flush_interval: Option<Duration>,
-    next_heartbeat: Instant,
-    next_retention: Instant,
-    /// Some exactly when `flush_interval` is.
-    next_flush: Option<Instant>,
-    next_report_retry: Instant,
-    /// When [`on_tick`](Self::on_tick) last ran (or the core was made).
-    last_tick: Instant,
-    /// Whether the last [`on_tick`](Self::on_tick) skipped the timed
-    /// duties (a stopped or winding-down node): the ones overdue then are
-    /// not due again before the next tick.
-    duties_paused: bool,
-    /// [`wake_at`](Self::wake_at) of the fields above, kept because a
-    /// simulator asks for it several times per event. Only [`new`](Self::new)
-    /// and [`on_tick`](Self::on_tick) change those fields, and both end by
-    /// setting it again.
-    next_wake: Instant,
+    /// The control pass's timers.
+    timers: ControlTimers,
 }
 
 impl ControlCore {
@@ -3391,58 +3390,32 @@ impl ControlCore {
     /// heartbeat is due at once, the other duties one interval later.
     pub(crate) fn new(shared: &NodeShared, now: Instant) -> ControlCore {
         let lag_max = shared.config.replication.replica_lag_time_max;
-        let flush_interval = match shared.config.log.flush_policy {
+        let idle_flush = match shared.config.log.flush_policy {
             FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
             _ => None,
         };
-        let mut core = ControlCore {
+        let intervals = TimerIntervals {
             tick: (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50)),
-            heartbeat_every: shared.config.session_timeout / 3,
-            flush_interval,
-            next_heartbeat: now,
-            next_retention: now + shared.config.retention_check_interval,
-            next_flush: flush_interval.map(|interval| now + interval),
-            next_report_retry: now + UNCLEAN_REPORT_RETRY_INTERVAL,
-            last_tick: now,
-            duties_paused: false,
-            next_wake: now,
+            heartbeat: shared.config.session_timeout / 3,
+            retention: shared.config.retention_check_interval,
+            idle_flush,
+            report_retry: UNCLEAN_REPORT_RETRY_INTERVAL,
         };
-        core.next_wake = core.wake_at();
-        core
+        ControlCore {
+            timers: ControlTimers::new(intervals, now),
+        }
     }
 
     /// The longest a driver waits between two [`on_tick`](Self::on_tick)s.
     pub(crate) fn tick(&self) -> Duration {
-        self.tick
+        self.timers.tick()
     }
 
     /// When the next [`on_tick`](Self::on_tick) is due, on the node's
     /// clock: the earliest timed duty, and at most one tick after the last.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn next_wake(&self) -> Instant {
-        self.next_wake
-    }
-
-    /// The next wake-up as the timers now stand (see
-    /// [`next_wake`](Self::next_wake)).
-    fn wake_at(&self) -> Instant {
-        debug_assert_eq!(
-            self.next_flush.is_some(),
-            self.flush_interval.is_some(),
-            "the idle flush is timed exactly when it has an interval"
-        );
-        let next_tick = self.last_tick + self.tick;
-        if self.duties_paused {
-            return next_tick;
-        }
-        let mut wake = next_tick
-            .min(self.next_heartbeat)
-            .min(self.next_retention)
-            .min(self.next_report_retry);
-        if let Some(flush) = self.next_flush {
-            wake = wake.min(flush);
-        }
-        wake
+        self.timers.next_wake()
     }
 
     /// Follows one coordinator notification. A winding-down node follows
@@ -3486,45 +3459,27 @@ impl ControlCore {
     /// report retries, heartbeat (or registering again), the periodic
     /// flush, joining retired fetchers, retention, then each replica's
     /// tick (pipelined appends, a failed leader's resignation, settling or
-    /// submitting ISR changes, hand-overs). A stopped or winding-down node
-    /// does none of them.
+    /// submitting ISR changes, hand-overs). The core decides which are due
+    /// ([`NodeCore::control_tick`]). A stopped or winding-down node does
+    /// none of them.
     pub(crate) fn on_tick(&mut self, shared: &NodeShared, now: Instant) {
-        self.run_duties(shared, now);
-        self.next_wake = self.wake_at();
+        let timers = &mut self.timers;
+        shared.drive_core(|core, out| core.control_tick(timers, now, out));
     }
+}
 
-    /// [`on_tick`](Self::on_tick)'s duties, which move the timers.
-    fn run_duties(&mut self, shared: &NodeShared, now: Instant) {
-        self.last_tick = now;
-        // A stop noticed here makes no further coordinator call: a
-        // controlled shutdown waits for this thread, and each call may take
-        // the coordinator's whole call timeout.
-        self.duties_paused =
-            shared.stop.load(Ordering::SeqCst) || shared.winding_down.load(Ordering::SeqCst);
-        if self.duties_paused {
-            return;
-        }
-        if now >= self.next_report_retry {
-            self.next_report_retry = now + UNCLEAN_REPORT_RETRY_INTERVAL;
-            shared.drive_core(NodeCore::retry_unclean_reports);
-            let unopened = sorted(shared.unopened.lock().keys().copied());
-            shared.drive_core(|core, out| core.retry_unopened(&unopened, out));
-            shared.drive_core(NodeCore::retry_recovery_reports);
-        }
-        if now >= self.next_heartbeat {
-            shared.drive_core(NodeCore::heartbeat);
-            self.next_heartbeat = now + self.heartbeat_every;
-        }
-        if let (Some(due), Some(interval)) = (self.next_flush, self.flush_interval) {
-            if now >= due {
-                shared.flush_idle_logs();
-                self.next_flush = Some(now + interval);
-            }
+impl NodeShared {
+    /// The driver's part of a control pass ([`Action::ControlDuties`]):
+    /// the idle flush if it fired, joining the fetchers that finished,
+    /// retention if it fired, then each replica's tick.
+    fn run_control_duties(&self, idle_flush: bool, retention: bool) {
+        if idle_flush {
+            self.flush_idle_logs();
         }
         // Join fetchers that have finished since they were told to stop.
-        shared.retired_fetchers.lock().retain(|f| !f.is_finished());
-        let replicas: Vec<Arc<Replica>> = shared.replicas.read().values().cloned().collect();
-        if now >= self.next_retention {
+        self.retired_fetchers.lock().retain(|f| !f.is_finished());
+        let replicas: Vec<Arc<Replica>> = self.replicas.read().values().cloned().collect();
+        if retention {
             for replica in &replicas {
                 replica.apply_retention();
                 // Producer ids idle past `producer_id_expiration` are
@@ -3534,16 +3489,15 @@ impl ControlCore {
                     tracing::debug!(log = %replica.log_id(), expired, "expired idle producer ids");
                 }
             }
-            self.next_retention = now + shared.config.retention_check_interval;
         }
         for replica in replicas {
             // Each step below may call the coordinator: a stopping node's
             // control thread ends after the call it is in, not after one
             // call per log.
-            if shared.is_stopped() {
+            if self.is_stopped() {
                 break;
             }
-            shared.tick_replica(&replica);
+            self.tick_replica(&replica);
         }
     }
 }

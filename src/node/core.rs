@@ -50,10 +50,18 @@
 //!   each look at its logs whether it is answered now or parked until data
 //!   arrives or its wait is over ([`Input::FetchArrived`],
 //!   [`Input::FetchLooked`], [`Action::Respond`], [`Action::Park`]); the
-//!   look (reading the logs) and the wait are the driver's.
+//!   look (reading the logs) and the wait are the driver's;
+//! - the control pass's timers, in `timers.rs`: when the report retries,
+//!   the heartbeat, the idle flush and retention are due, which fire on a
+//!   control tick and in what order, and when the pass wants its next tick
+//!   ([`ControlTimers`], [`NodeCore::control_tick`]), and the deadline
+//!   timer of the pipelined appends ([`NodeCore::deadlines_due`]); the
+//!   waiting, the flush, retention, the expiry pass and the replicas'
+//!   ticks are the driver's ([`Action::ControlDuties`],
+//!   [`Action::ExpireDeadlines`]).
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
-//! fetching, timers) still
+//! fetching) still
 //! lives in `node.rs` and calls the coordinator inline; where the core
 //! needs it, it asks with an action ([`Action::Reconcile`],
 //! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
@@ -66,6 +74,7 @@ use std::time::{Duration, Instant};
 mod hand_over;
 mod serve;
 mod shutdown;
+mod timers;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
@@ -74,6 +83,7 @@ pub(crate) use self::shutdown::{
     controlled_shutdown_steps, ControlledShutdownStep, ShutdownPass, ShutdownWait,
 };
 use self::shutdown::{LeaveIsrStage, ShutdownStage};
+pub(crate) use self::timers::{ControlTimers, TimerIntervals};
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
 use crate::error::Result;
@@ -690,6 +700,29 @@ pub(crate) enum Action {
         /// should not spin.
         crowded: bool,
     },
+    /// Retry, in log order, the logs whose replica could not be opened
+    /// (the set is the driver's, which opens replicas): the driver hands
+    /// them to [`NodeCore::retry_unopened`] and carries out what it asks
+    /// for before the next action.
+    RetryUnopened,
+    /// Retry the recovery reports that failed to be written
+    /// ([`NodeCore::retry_recovery_reports`]), read only now: the actions
+    /// before it may have added to them.
+    RetryRecoveryReports,
+    /// The control pass's own work after its timers: flush every log with
+    /// unflushed records if `idle_flush`, join the fetchers that finished,
+    /// apply retention (and forget idle producer ids) if `retention`, then
+    /// tick every replica (the pipelined appends, a failed leader's
+    /// resignation, settling or submitting ISR changes, hand-overs).
+    ControlDuties {
+        /// Whether the idle flush fired.
+        idle_flush: bool,
+        /// Whether retention fired.
+        retention: bool,
+    },
+    /// Fail every pipelined append past its deadline with `Timeout` (the
+    /// pending appends are the replicas'): the deadline timer fired.
+    ExpireDeadlines,
     /// Ask the control pass to submit `0`'s ISR proposal (the command
     /// channel is bounded: dropped when it is full).
     QueueIsrProposal(LogId),
@@ -2489,7 +2522,7 @@ mod tests {
     const SESSION: Duration = Duration::from_secs(6);
     const FETCH_WAIT_MAX: Duration = Duration::from_millis(500);
 
-    fn core() -> NodeCore {
+    pub(super) fn core() -> NodeCore {
         NodeCore::new(
             NodeId(1),
             SESSION,

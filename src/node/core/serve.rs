@@ -414,6 +414,31 @@ mod tests {
                 Action::Respond(Response::Fetch(FetchResponse { logs })),
             ]
         );
+        // And a look that parks the fetch queues them too: a proposal
+        // waits for no answer (review of 36d73a0: only the simulator's
+        // trace hashes caught queueing them on answers alone).
+        let out = handle(
+            &core(),
+            Input::FetchLooked {
+                arrival: FetchArrival::New(now),
+                look: FetchLook {
+                    proposals: true,
+                    ..look(vec![answer(3, 0)])
+                },
+                expired: false,
+            },
+        );
+        assert_eq!(
+            out,
+            vec![
+                Action::QueueIsrProposal(LogId(3)),
+                Action::Park {
+                    arrival: FetchArrival::Held(now),
+                    seen: 7,
+                    crowded: true,
+                },
+            ]
+        );
     }
 
     #[test]

@@ -2238,36 +2238,41 @@ impl NodeShared {
 
     /// Sends the flush of each of `replica`'s rolls (issue 27), and the file
     /// work of its follower's log start moves (issue 25), to the node's
-    /// roll flush thread instead of the appending or fetching thread.
+    /// roll flush thread instead of the appending or fetching thread: the
+    /// log's hook asks the core ([`NodeCore::background_wanted`]) and
+    /// carries out its [`Action::Background`] by queueing a job there,
+    /// which runs the work if the replica still lives and hands its end to
+    /// the core ([`NodeCore::background_done`]). The hook takes no node
+    /// lock; it answers whether the work was taken.
     fn flush_rolls_in_background(&self, replica: &Arc<Replica>) {
         let flusher = Arc::clone(&self.roll_flusher);
         let weak = Arc::downgrade(replica);
+        let log_id = replica.log_id();
         replica
             .log()
             .set_roll_flusher(RollFlusher(Box::new(move |work| {
-                let weak = weak.clone();
-                flusher.submit(Box::new(move || {
-                    if let Some(replica) = weak.upgrade() {
-                        let done = match work {
-                            BackgroundWork::FlushRoll => replica.log().flush(),
-                            BackgroundWork::FinishLogStartMoves => {
-                                replica.log().finish_log_start_moves()
-                            }
-                        };
-                        match done {
-                            Ok(()) => {}
-                            // Poisoned: the failure that poisoned it was
-                            // logged then (or the process was halted).
-                            Err(error @ Error::Poisoned { .. }) => {
-                                tracing::debug!(log = %replica.log_id(), ?work, %error, "background log work skipped: the log is poisoned");
-                            }
-                            Err(error) => {
-                                tracing::error!(log = %replica.log_id(), ?work, %error, "background log work failed");
-                                crate::simulation::note_handled_error(&error);
-                            }
+                let mut actions = Vec::new();
+                NodeCore::background_wanted(log_id, work, &mut actions);
+                let mut taken = true;
+                for action in actions {
+                    let Action::Background { log, work } = action else {
+                        debug_assert!(false, "{action:?} asked for by a log's hand-off");
+                        continue;
+                    };
+                    let weak = weak.clone();
+                    taken &= flusher.submit(Box::new(move || {
+                        if let Some(replica) = weak.upgrade() {
+                            let result = match work {
+                                BackgroundWork::FlushRoll => replica.log().flush(),
+                                BackgroundWork::FinishLogStartMoves => {
+                                    replica.log().finish_log_start_moves()
+                                }
+                            };
+                            NodeCore::background_done(log, work, result);
                         }
-                    }
-                }))
+                    }));
+                }
+                taken
             })));
     }
 
@@ -2992,6 +2997,12 @@ impl NodeShared {
                             current = ?self.core.peer_incarnations().get(from), ?check, suppressed,
                             "refusing a fetch that is not from its sender's current incarnation");
                     }
+                }
+                Action::Background { .. } => {
+                    // Only a log's hand-off asks for it, and its hook
+                    // carries it out itself (`flush_rolls_in_background`),
+                    // telling the log whether the work was taken.
+                    debug_assert!(false, "{action:?} reached drive: a log's hand-off left it");
                 }
                 Action::LookAtFetch { .. } | Action::Respond(_) | Action::Park { .. } => {
                     // Only a fetch's serving asks for these, and it carries

@@ -58,7 +58,13 @@
 //!   timer of the pipelined appends ([`NodeCore::deadlines_due`]); the
 //!   waiting, the flush, retention, the expiry pass and the replicas'
 //!   ticks are the driver's ([`Action::ControlDuties`],
-//!   [`Action::ExpireDeadlines`]).
+//!   [`Action::ExpireDeadlines`]);
+//! - a log's background work, in `background.rs`: the flush a roll needs
+//!   and a follower's log start moves, which a log hands off its caller's
+//!   thread, run in the background ([`Action::Background`]) and what their
+//!   end means ([`NodeCore::background_done`]); where they run (the roll
+//!   flush thread, the simulator's held jobs) and the work are the
+//!   driver's and the log's.
 //!
 //! What it does not own yet (opening and hosting replicas, removing them,
 //! fetching) still
@@ -71,6 +77,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+mod background;
 mod hand_over;
 mod serve;
 mod shutdown;
@@ -90,6 +97,7 @@ use crate::error::Result;
 use crate::replication::{
     FetchArrival, IncarnationCheck, IsrProposal, PeerIncarnations, Replica, Role,
 };
+use crate::storage::BackgroundWork;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::transport::Response;
 use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
@@ -719,6 +727,17 @@ pub(crate) enum Action {
         idle_flush: bool,
         /// Whether retention fired.
         retention: bool,
+    },
+    /// Run `work` for `log` in the background (the log handed it off its
+    /// caller's thread), then hand its end to
+    /// [`NodeCore::background_done`]. Asked for only where a log's hook
+    /// hands work off, which carries it out itself: the hook tells the log
+    /// whether the work was taken.
+    Background {
+        /// The log.
+        log: LogId,
+        /// The work.
+        work: BackgroundWork,
     },
     /// Fail every pipelined append past its deadline with `Timeout` (the
     /// pending appends are the replicas'): the deadline timer fired.

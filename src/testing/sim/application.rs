@@ -929,7 +929,9 @@ impl Run {
         }
         let min_insync = self.machines.len().min(2);
         for index in 0..self.machines.len() {
-            let log = self.log_on(index).filter(crate::ReplicatedLog::is_leader);
+            let log = self
+                .log_unlocked(index)
+                .filter(crate::ReplicatedLog::is_leader);
             let Some(apps) = self.applications.as_mut() else {
                 return Ok(());
             };

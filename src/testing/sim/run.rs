@@ -2615,11 +2615,12 @@ impl Run {
         Ok(())
     }
 
-    /// The node that leads the log, if one does.
-    fn leader(&self) -> Option<(usize, crate::ReplicatedLog)> {
-        (0..self.machines.len()).find_map(|index| {
-            let log = self.log_on(index)?;
-            log.is_leader().then_some((index, log))
+    /// The node that leads the log, if one does. Asked after most events:
+    /// through [`running_mut`](Harness::running_mut), without the lock.
+    fn leader(&mut self) -> Option<(usize, crate::ReplicatedLog)> {
+        self.harness.running_mut().iter().find_map(|(id, running)| {
+            let log = running.process.node.node().log(LOG).ok()?;
+            log.is_leader().then_some((id.0 as usize, log))
         })
     }
 
@@ -2958,7 +2959,7 @@ impl Run {
     /// every node runs, a controller holds the seat, the log has a leader
     /// whose high watermark is its log end (a new leader's lags until its
     /// followers fetch), and every replica holds that much.
-    fn is_settled(&self) -> bool {
+    fn is_settled(&mut self) -> bool {
         if !self.in_flight.is_empty()
             || self.blocking.any_calling()
             || self
@@ -3374,6 +3375,16 @@ impl Run {
         self.harness.nodes().log(NodeId(index as u32), LOG).ok()
     }
 
+    /// [`log_on`](Self::log_on) without the harness's lock, for the checks
+    /// that ask every node after every event.
+    fn log_unlocked(&mut self, index: usize) -> Option<crate::ReplicatedLog> {
+        process_mut(&mut self.harness, index)?
+            .node
+            .node()
+            .log(LOG)
+            .ok()
+    }
+
     /// The highest controller epoch a running node's controller holds the
     /// seat in, if one does.
     fn seated_controller_epoch(&self) -> Option<crate::ControllerEpoch> {
@@ -3421,7 +3432,7 @@ impl Run {
 fn process_mut(harness: &mut SimHarness, index: usize) -> Option<&mut SteppedProcess> {
     harness
         .running_mut()
-        .get_mut(&NodeId(index as u32))
+        .get_mut(NodeId(index as u32))
         .map(|running| &mut running.process)
 }
 

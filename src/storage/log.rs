@@ -1135,19 +1135,13 @@ impl Log {
             log_start_offset: plan.log_start_offset,
             log_end_offset: plan.log_end_offset,
         };
-        let found = match Segment::find_batch(file, plan.start, plan.end_bytes, from) {
-            // The batch at the index entry does not start at the offset the
-            // entry names: the index may be what is wrong (only its last
-            // entry is checked at open). Walking from the segment's start
-            // tells: damaged data fails there too, at its own position.
-            Err(Error::Corrupt {
-                position, reason, ..
-            }) if plan.start.1 > 0 && position == plan.start.1 => {
-                tracing::warn!(path = %file.path().display(), position, %reason, "offset index entry does not match the data: reading from the segment start");
-                Segment::find_batch(file, (plan.segment_base, 0), plan.end_bytes, from)?
-            }
-            found => found?,
-        };
+        let found = Segment::find_batch_via_index(
+            file,
+            plan.start,
+            plan.segment_base,
+            plan.end_bytes,
+            from,
+        )?;
         let Found::Batch { position, header } = found else {
             return Ok(result);
         };
@@ -1235,12 +1229,7 @@ impl Log {
             return Ok(());
         };
         let base = segment.base_offset();
-        let found = Segment::find_batch(
-            segment.file(),
-            segment.index_floor(offset),
-            segment.size_bytes(),
-            offset,
-        )?;
+        let found = segment.find_indexed(offset)?;
         let (position, new_end) = match found {
             Found::Batch { position, header } => (position, header.base_offset.min(offset)),
             Found::End { position, .. } => (position, segment.next_offset()),
@@ -1789,12 +1778,7 @@ pub(super) fn rebuild_producer_state(
         let (position, first_offset) = if segment.base_offset() >= from {
             (0, segment.base_offset())
         } else {
-            match Segment::find_batch(
-                segment.file(),
-                segment.index_floor(from),
-                segment.size_bytes(),
-                from,
-            )? {
+            match segment.find_indexed(from)? {
                 Found::Batch { position, header } => (position, header.base_offset),
                 Found::End { .. } => continue,
             }
@@ -1899,12 +1883,7 @@ pub(super) fn epoch_of_last_batch_below(
     let Some((_, segment)) = state.segments.range(..=last).next_back() else {
         return Ok(None);
     };
-    let found = Segment::find_batch(
-        segment.file(),
-        segment.index_floor(last),
-        segment.size_bytes(),
-        last,
-    )?;
+    let found = segment.find_indexed(last)?;
     Ok(match found {
         Found::Batch { header, .. } => Some(header.leader_epoch),
         Found::End { .. } => None,

@@ -444,9 +444,10 @@ pub(crate) fn recover(
         if scan_from > 0 {
             // The epoch of the batch just before the scan, so the scan can
             // check that epochs never go backwards.
-            if let Found::Batch { header, position } = Segment::find_batch(
+            if let Found::Batch { header, position } = Segment::find_batch_via_index(
                 seg.file(),
                 seg.index_floor(Offset(start_offset.0.saturating_sub(1))),
+                seg.base_offset(),
                 scan_from,
                 Offset(start_offset.0.saturating_sub(1)),
             )? {

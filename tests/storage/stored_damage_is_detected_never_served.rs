@@ -578,6 +578,37 @@ fn an_index_entry_that_misses_its_batch_does_not_fail_reads() {
     assert_eq!(walk.records_correct, RECORDS);
 }
 
+/// Seed 60134360: a flipped bit in an index entry's position led a walk
+/// into the middle of a batch, where no header parses ("batch length
+/// 1174405120 exceeds the maximum"), and the node reported its intact data
+/// file corrupt. Reads already fell back to a walk from the segment start;
+/// truncation, the producer state rebuild and the epoch lookups did not.
+/// With the entry pointing 4 bytes into its batch, every read serves the
+/// right records, and a truncation inside the entry's range cuts where it
+/// was asked to.
+#[test]
+fn an_index_entry_inside_a_batch_fails_no_read_or_truncation() {
+    let dir = copy();
+    let index = dir.path().join("00000000000000001000.index");
+    let mut bytes = std::fs::read(&index).unwrap();
+    assert!(bytes.len() >= 8 * 5, "the middle segment has index entries");
+    let slot = 3 * 8;
+    let relative = u32::from_le_bytes(bytes[slot..slot + 4].try_into().unwrap());
+    let position = u32::from_le_bytes(bytes[slot + 4..slot + 8].try_into().unwrap());
+    bytes[slot + 4..slot + 8].copy_from_slice(&(position + 4).to_le_bytes());
+    std::fs::write(&index, bytes).unwrap();
+    let log = open(dir.path(), config());
+    let found = walk(&log, "index entry inside a batch");
+    assert!(found.corrupt.is_empty(), "{:?}", found.corrupt);
+    assert_eq!(found.records_correct, RECORDS);
+    let cut = 1000 + u64::from(relative) + PER_BATCH + 3;
+    log.truncate_to(Offset(cut)).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(cut - 3));
+    let found = walk(&log, "truncated through an index entry inside a batch");
+    assert!(found.corrupt.is_empty(), "{:?}", found.corrupt);
+    assert_eq!(found.records_correct, cut - 3);
+}
+
 /// Writes a log checkpoint with these fields into `dir`.
 fn write_checkpoint(dir: &Path, recovery_point: u64, high_watermark: u64) {
     use isrlog::testing::fuzz::{encode_log_checkpoint, LogCheckpointFields};

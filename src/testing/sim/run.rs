@@ -4029,6 +4029,17 @@ mod tests {
         passes(60_105_060);
     }
 
+    /// Seed 60134360: a flip at byte 4 of an index file moved an entry's
+    /// position into the middle of a batch; a walk from it read no header
+    /// there, and node 0 reported its intact data file corrupt (G5: the
+    /// index is derived data, a flip in it excuses no error). Every walk
+    /// from an index entry now falls back to the segment start when the
+    /// data at the entry does not match it (`Segment::find_batch_via_index`).
+    #[test]
+    fn seed_60134360_a_flipped_index_position_blames_no_data_file() {
+        passes(60_134_360);
+    }
+
     #[test]
     fn seed_510_no_disk_fault_hits_after_the_calm() {
         passes(510);

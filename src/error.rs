@@ -220,6 +220,18 @@ pub enum Error {
     /// is off).
     #[error("{0} has no leader")]
     LeaderNotAvailable(LogId),
+    /// This node's replica of the log failed to open, and its next attempt
+    /// is not due yet: repeated failures are retried with a growing pause
+    /// ([`OPEN_RETRY_BACKOFF_MAX`](crate::OPEN_RETRY_BACKOFF_MAX)).
+    #[error("the replica of {log} is not opened again yet: its last attempt failed ({last_error}); next attempt in {retry_in:?}")]
+    ReplicaOpenDeferred {
+        /// The log.
+        log: LogId,
+        /// The error of the last attempt.
+        last_error: String,
+        /// How long until the next attempt.
+        retry_in: Duration,
+    },
     /// Replication factor larger than the number of nodes.
     #[error("replication factor {replication_factor} exceeds the {nodes} available nodes")]
     ReplicationFactorTooLarge {
@@ -395,6 +407,15 @@ impl Error {
             },
             Error::InvalidBatch { reason } => Error::InvalidBatch {
                 reason: reason.clone(),
+            },
+            Error::ReplicaOpenDeferred {
+                log,
+                last_error,
+                retry_in,
+            } => Error::ReplicaOpenDeferred {
+                log: *log,
+                last_error: last_error.clone(),
+                retry_in: *retry_in,
             },
             Error::InvalidConfig {
                 field,

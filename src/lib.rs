@@ -171,7 +171,7 @@ pub use coordinator::{
 #[cfg(feature = "zookeeper")]
 pub use coordinator::{ZkCoordinator, ZkCoordinatorConfig};
 pub use error::{Error, Result};
-pub use node::{Node, NodeHandler, UNCLEAN_REPORT_RETRY_INTERVAL};
+pub use node::{Node, NodeHandler, OPEN_RETRY_BACKOFF_MAX, UNCLEAN_REPORT_RETRY_INTERVAL};
 pub use producer::{IdempotentProducer, LeaderRouter, ProducerConfig, ProducerSend, IN_FLIGHT_MAX};
 pub use record::{
     BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordData, Records,

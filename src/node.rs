@@ -71,6 +71,18 @@ use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset}
 /// of those logs' documents: a retry that failed on a transient error
 /// would otherwise wait for a change that may never come.
 pub const UNCLEAN_REPORT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest pause between two attempts to open a replica that keeps
+/// failing to open ([`Node::logs_not_opened`]). The first retry comes
+/// [`UNCLEAN_REPORT_RETRY_INTERVAL`] after the first failure and each
+/// further failure doubles the pause up to this. An attempt recovers the
+/// log (after an unclean stop, it scans and checks every batch above the
+/// recovery point), so retrying a full or failing disk every second, and
+/// again on every change of the log's state, could keep the disk busy for
+/// longer than the time between attempts (simulator seed 60135209: 0.9 s
+/// of disk time per attempt, several attempts a second, one node 21 s
+/// behind its own disk). Kafka does not retry: a failed log directory
+/// stays offline until the broker restarts.
+pub const OPEN_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(8);
 /// Controlled shutdown: how often to look for a caught-up successor.
 const HAND_OVER_POLL: Duration = Duration::from_millis(1);
 /// Controlled shutdown: the most threads handing logs over (or leaving
@@ -158,7 +170,7 @@ pub(crate) struct NodeShared {
     /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
     /// retried on a timer: a failure needs no further change of the log's
     /// state to be tried again.
-    unopened: Mutex<HashMap<LogId, String>>,
+    unopened: Mutex<HashMap<LogId, OpenFailure>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -928,7 +940,7 @@ impl Node {
             .unopened
             .lock()
             .iter()
-            .map(|(log, error)| (*log, error.clone()))
+            .map(|(log, failure)| (*log, failure.error.clone()))
             .collect();
         logs.sort();
         logs
@@ -2276,10 +2288,25 @@ impl NodeShared {
             })));
     }
 
-    /// Opens the local replica of `log` if needed.
+    /// Opens the local replica of `log` if needed: not before the pause
+    /// after its last failed attempt is over ([`OpenFailure`]); until then
+    /// it is [`Error::ReplicaOpenDeferred`].
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
+        }
+        let now = self.clock.now();
+        // An open that may cut what one refused to (the node's unclean-stop
+        // report for the log is now stored) is a new attempt, not a retry.
+        let may_cut = self.open_may_cut(log);
+        if let Some(failure) = self.unopened.lock().get(&log) {
+            if let Some(retry_in) = failure.retry_in(now, may_cut) {
+                return Err(Error::ReplicaOpenDeferred {
+                    log,
+                    last_error: failure.error.clone(),
+                    retry_in,
+                });
+            }
         }
         let hosted = self.open_replica(log);
         let mut unopened = self.unopened.lock();
@@ -2294,10 +2321,23 @@ impl NodeShared {
                 }
             }
             Err(error) => {
-                unopened.insert(log, error.to_string());
+                let failures = unopened
+                    .get(&log)
+                    .filter(|f| f.may_cut == may_cut)
+                    .map_or(0, |f| f.failures);
+                unopened.insert(log, OpenFailure::after(failures + 1, may_cut, error, now));
             }
         }
         hosted
+    }
+
+    /// Whether an open of `log`'s replica now may cut damage above the
+    /// recovery point even where valid batches follow it
+    /// ([`open_replica`](Self::open_replica)).
+    fn open_may_cut(&self, log: LogId) -> bool {
+        self.previous_shutdown.is_reported_unclean()
+            && self.unclean_stop_reported.load(Ordering::SeqCst)
+            && !self.core.is_unreported(log)
     }
 
     /// Opens the local replica of `log` ([`host`](Self::host)'s work).
@@ -2312,9 +2352,7 @@ impl NodeShared {
         // Only once the report is stored for this log: a cut that reached
         // the disk first would outlive a start that fails before its report
         // (`unclean_stop_reported`).
-        let may_cut = self.previous_shutdown.is_reported_unclean()
-            && self.unclean_stop_reported.load(Ordering::SeqCst)
-            && !self.core.is_unreported(log);
+        let may_cut = self.open_may_cut(log);
         let damage = if may_cut {
             DamageAboveRecoveryPoint::CutAfterReportedUncleanStop
         } else {
@@ -2415,7 +2453,11 @@ impl NodeShared {
         let replica = match self.host(state.log) {
             Ok(replica) => replica,
             Err(error) => {
-                tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
+                if matches!(error, Error::ReplicaOpenDeferred { .. }) {
+                    tracing::debug!(log = %state.log, node = %me, %error, "not opening the log yet");
+                } else {
+                    tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
+                }
                 crate::simulation::note_handled_error(&error);
                 // Unclean recovery waits for this live replica's log end:
                 // one that cannot be opened reports it as not known (review
@@ -3557,9 +3599,79 @@ impl NodeShared {
     }
 }
 
+/// The last failed attempt to open a replica ([`NodeShared::host`]).
+///
+/// Invariant: `failures >= 1`, and `retry_at` is the attempt's time plus
+/// [`open_retry_pause`]`(failures)`.
+#[derive(Debug)]
+struct OpenFailure {
+    /// Its error, for [`Node::logs_not_opened`].
+    error: String,
+    /// Failed attempts in a row, each with the same `may_cut`.
+    failures: u32,
+    /// Whether the attempts could cut damage
+    /// ([`NodeShared::open_may_cut`]).
+    may_cut: bool,
+    /// No attempt before this.
+    retry_at: Instant,
+}
+
+impl OpenFailure {
+    /// The `failures`-th failed attempt in a row, at `now`.
+    fn after(failures: u32, may_cut: bool, error: &Error, now: Instant) -> OpenFailure {
+        debug_assert!(failures >= 1, "a failure counts itself");
+        OpenFailure {
+            error: error.to_string(),
+            failures,
+            may_cut,
+            retry_at: now + open_retry_pause(failures),
+        }
+    }
+
+    /// How long from `now` until the next attempt, which `may_cut` or
+    /// not, may run, if it may not run now: at once if it may do what
+    /// these attempts could not.
+    fn retry_in(&self, now: Instant, may_cut: bool) -> Option<Duration> {
+        if may_cut != self.may_cut {
+            return None;
+        }
+        Some(self.retry_at.saturating_duration_since(now)).filter(|pause| !pause.is_zero())
+    }
+}
+
+/// The pause after the `failures`-th failed attempt in a row to open a
+/// replica: [`UNCLEAN_REPORT_RETRY_INTERVAL`], doubled per further failure,
+/// at most [`OPEN_RETRY_BACKOFF_MAX`].
+fn open_retry_pause(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    UNCLEAN_REPORT_RETRY_INTERVAL
+        .saturating_mul(1 << doublings)
+        .min(OPEN_RETRY_BACKOFF_MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_open_is_retried_after_a_doubling_pause() {
+        let pauses: Vec<u64> = (1..=6).map(|n| open_retry_pause(n).as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 8, 8]);
+        assert_eq!(open_retry_pause(u32::MAX), OPEN_RETRY_BACKOFF_MAX);
+        let now = Instant::now();
+        let error = Error::Shutdown;
+        let failure = OpenFailure::after(3, false, &error, now);
+        assert_eq!(failure.retry_in(now, false), Some(Duration::from_secs(4)));
+        assert_eq!(
+            failure.retry_in(now + Duration::from_secs(3), false),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(failure.retry_in(now + Duration::from_secs(4), false), None);
+        assert_eq!(failure.retry_in(now + Duration::from_secs(60), false), None);
+        // Once the node's report is stored, the open that may cut is tried
+        // at once.
+        assert_eq!(failure.retry_in(now, true), None);
+    }
 
     #[test]
     fn log_list_rule_table() {

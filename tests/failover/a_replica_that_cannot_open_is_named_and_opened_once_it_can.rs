@@ -68,7 +68,8 @@ fn a_replica_that_cannot_open_is_named_and_opened_once_it_can() {
     // The others go on without it.
     leader.append_values(&["without it"], Acks::All).unwrap();
 
-    // Put it back: the node opens the log within its retry interval, with
+    // Put it back: the node opens the log within its retry pause (at most
+    // `OPEN_RETRY_BACKOFF_MAX`, 8 s), with
     // nothing else happening to the log, catches up and rejoins the ISR.
     std::fs::rename(&aside, &middle).unwrap();
     assert!(

@@ -249,6 +249,10 @@ pub(crate) struct SimConfig {
     pub(crate) blocking_clients: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
+    /// Test only: the run panics at its first step at or after this much
+    /// simulated time, as a failed assertion in a node would.
+    #[cfg(test)]
+    pub(crate) panic_at: Option<Duration>,
 }
 
 impl SimConfig {
@@ -283,6 +287,8 @@ impl SimConfig {
             produce_interval_mean: Some(Duration::from_millis(40)),
             crash_interval_mean: Some(Duration::from_secs(5)),
             trace_lines: 64,
+            #[cfg(test)]
+            panic_at: None,
         }
     }
 }
@@ -714,11 +720,34 @@ struct Run {
     applications: Option<Applications>,
 }
 
+/// The message a panic carries, if it is text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)")
+}
+
 /// Runs `config`'s simulation to its end on the calling thread.
 pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     let _guard = SimulationGuard::enter(config.seed);
     let mut run = Run::new(config.clone());
-    let outcome = run.run();
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.run())) {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            // An assertion of the nodes' (or the simulator's own) failed:
+            // reported with the trace the run kept, as a failed check is.
+            // The nodes are dropped as the panic left them, not stopped: a
+            // stop could meet whatever the panic broke.
+            return Err(SimFailure {
+                seed: config.seed,
+                at: run.schedule.now(),
+                message: format!("panicked: {}", panic_message(&*panic)),
+                last_lines: run.trace.last_lines().map(str::to_owned).collect(),
+            });
+        }
+    };
     // Stop the nodes inside the guard: a stop must not block either.
     run.stop_all();
     let report = SimReport {
@@ -1003,6 +1032,10 @@ impl Run {
                 ));
             }
             self.advance_clock(at);
+            #[cfg(test)]
+            if self.config.panic_at.is_some_and(|panic_at| at >= panic_at) {
+                panic!("planted panic at {at:?}");
+            }
             if let Some(index) = self.flip_node {
                 self.machines[index].excused_at_step_start = self.has_excusing_flip(index);
             }
@@ -3805,11 +3838,7 @@ mod tests {
                     continue;
                 }
                 Err(panic) => {
-                    let message = panic
-                        .downcast_ref::<String>()
-                        .map(String::as_str)
-                        .or_else(|| panic.downcast_ref::<&str>().copied())
-                        .unwrap_or("(no message)");
+                    let message = panic_message(&*panic);
                     work.lock().fail(
                         seed,
                         format!(
@@ -4026,7 +4055,7 @@ mod tests {
     /// now checks the CRC of each batch that names a producer.
     #[test]
     fn seed_60105060_a_flipped_sequence_does_not_feed_the_producer_state() {
-        passes(60_105_060);
+        passes_with(SimConfig::new(60_105_060));
     }
 
     /// Seed 60134360: a flip at byte 4 of an index file moved an entry's
@@ -4037,7 +4066,7 @@ mod tests {
     /// data at the entry does not match it (`Segment::find_batch_via_index`).
     #[test]
     fn seed_60134360_a_flipped_index_position_blames_no_data_file() {
-        passes(60_134_360);
+        passes_with(SimConfig::new(60_134_360));
     }
 
     /// Seed 60135209: node 0 (an 18 ms fsync) came back after a crash with
@@ -4050,7 +4079,7 @@ mod tests {
     /// `OPEN_RETRY_BACKOFF_MAX`, before its next attempt.
     #[test]
     fn seed_60135209_a_replica_that_cannot_open_does_not_bury_its_disk() {
-        passes(60_135_209);
+        passes_with(SimConfig::new(60_135_209));
     }
 
     #[test]
@@ -4507,6 +4536,31 @@ mod tests {
             })
             .collect();
         assert!(changed.is_empty(), "runs changed: {changed:?}");
+    }
+
+    /// A run that panics (a node's own assertion) is reported as a failed
+    /// check is: its seed, the replay command and the trace lines it kept.
+    #[test]
+    fn a_panicking_run_reports_its_last_events() {
+        let failure = run(&SimConfig {
+            panic_at: Some(Duration::from_secs(2)),
+            ..SimConfig::new(7)
+        })
+        .expect_err("the run panicked");
+        let report = failure.to_string();
+        assert!(
+            report.contains("simulation seed 7 failed at 2") && report.contains("planted panic"),
+            "{report}"
+        );
+        assert!(report.contains("replay: ISRLOG_SIM_SEED=7"), "{report}");
+        assert_eq!(failure.last_lines.len(), 64, "{report}");
+        assert!(
+            failure
+                .last_lines
+                .iter()
+                .any(|line| line.contains("append")),
+            "{report}"
+        );
     }
 
     #[test]

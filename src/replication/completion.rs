@@ -81,7 +81,9 @@ enum RunsOn {
     /// models).
     #[default]
     ResolvingThread,
-    /// On this runner's thread.
+    /// On this runner's thread (made only by `Completion::new_pair_on`,
+    /// which the tests and the loom models use).
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     Runner(Arc<CompletionRunner>),
     /// On the runner of the pass that resolves it
     /// ([`Wakeups::on`]): a pipelined append's cell, resolved by its
@@ -121,6 +123,7 @@ impl Completion {
 
     /// A cell and the handle that reads it; its callback or waker runs on
     /// `runner`'s thread.
+    #[cfg(any(test, feature = "testing"))]
     pub fn new_pair_on(runner: &Arc<CompletionRunner>) -> (Arc<Completion>, AppendHandle) {
         Self::pair(RunsOn::Runner(Arc::clone(runner)))
     }
@@ -414,6 +417,7 @@ impl CompletionRunner {
     }
 
     /// Whether jobs wait for the next pass ([`run_pending`](Self::run_pending)).
+    #[cfg(any(test, feature = "testing"))]
     pub fn has_pending(&self) -> bool {
         !self.state.lock().jobs.is_empty()
     }

@@ -322,6 +322,7 @@ impl FollowerProgress {
     }
 
     /// The last time it held everything the leader had.
+    #[cfg(test)]
     pub(crate) fn last_caught_up_time(&self) -> Instant {
         self.last_caught_up_time
     }

@@ -631,11 +631,13 @@ impl LeaderState {
     }
 
     /// The ISR the coordinator accepted.
+    #[cfg(test)]
     pub(crate) fn in_sync_replicas(&self) -> &[NodeId] {
         &self.in_sync_replicas
     }
 
     /// The coordinator's version of the accepted ISR.
+    #[cfg(test)]
     pub(crate) fn isr_version(&self) -> u64 {
         self.isr_version
     }
@@ -646,6 +648,7 @@ impl LeaderState {
     }
 
     /// The ISR change in flight, if any.
+    #[cfg(test)]
     pub(crate) fn pending_isr_change(&self) -> Option<&PendingIsrChange> {
         self.pending_isr_change.as_ref()
     }
@@ -679,13 +682,9 @@ impl LeaderState {
     }
 
     /// The leader's log start offset.
+    #[cfg(test)]
     pub(crate) fn log_start_offset(&self) -> Offset {
         self.log_start_offset
-    }
-
-    /// Every replica, in assignment order.
-    pub(crate) fn replicas(&self) -> &[NodeId] {
-        &self.replicas
     }
 
     /// The log end offset `node` last showed by fetching in this epoch;

@@ -1,18 +1,26 @@
-//! Replication state machines: the leader's view of its followers (ISR, high
-//! watermark, fencing of fetches, divergence checks) and a follower's view of
-//! its own log (high watermark, truncation after divergence, reset below the
-//! leader's log start).
+//! Replication: the pure state machines that decide SPEC §3.2–3.6, and the
+//! runtime pieces of a replica built around them.
 //!
-//! This module owns the *decisions* of SPEC §3.2–3.6 and nothing else: it
-//! does no I/O, starts no thread and reads no clock. Every input is a method
-//! call carrying the event and, where time matters, the caller's `now`; every
-//! output is the new state plus what the caller must do (propose an ISR
-//! change, truncate the log, wake waiters). The node's thread loop, the
-//! storage layer's epoch cache and the coordinator live elsewhere.
-//! (The shape follows openraft's `engine/`.)
-
-// Some getters and table-test helpers are not used by the node yet.
-#![allow(dead_code, unused_imports)]
+//! The machines, `follower`, `high_watermark`, `isr`, `leader` and
+//! `recent_writes`: the leader's view of its followers (ISR, high
+//! watermark, fencing of fetches, divergence checks) and a follower's view
+//! of its own log (high watermark, truncation after divergence, reset below
+//! the leader's log start). They do no I/O, start no thread, take no lock
+//! and read no clock. Every input is a method call carrying the event and,
+//! where time matters, the caller's `now`; every output is the new state
+//! plus what the caller must do (propose an ISR change, truncate the log,
+//! wake waiters). (The shape follows openraft's `engine/`.)
+//!
+//! The runtime pieces, which do lock, wait, read the clock or reach the
+//! log, the transport and the disk: `replica` (a hosted replica: its log,
+//! role and the machines' state behind locks), `fetcher` (a follower's
+//! fetch loop, threaded or stepped), `pending` and `completion` (appends
+//! waiting for the high watermark, and the thread that completes them),
+//! `combiner` (appends that arrive together written as one batch),
+//! `applied` (applications' applied positions), `snapshot_transfer` and
+//! `stepped_snapshot` (snapshot downloads, threaded and stepped),
+//! `incarnations` and `watch`. The node's decisions live in
+//! `crate::node::core`; the coordinator and the storage layer elsewhere.
 
 mod applied;
 mod combiner;
@@ -32,31 +40,39 @@ mod stepped_snapshot;
 mod tests;
 mod watch;
 
+// The machines' types, for the table tests in `tests.rs`; the runtime
+// pieces name them by their modules.
+#[cfg(test)]
 pub(crate) use follower::{
     truncation_for_divergence, DivergenceAction, FetchPosition, FetchedUpdate, FollowerState,
-    OutOfRangeAction, Truncation,
+    Truncation,
 };
-pub(crate) use high_watermark::{next_high_watermark, HighWatermarkInputs, HighWatermarkUpdate};
-pub(crate) use isr::{
-    FetchArrival, FetchCounted, FollowerProgress, IsrChangeKind, IsrProposal, PendingIsrChange,
-};
+#[cfg(test)]
+pub(crate) use high_watermark::HighWatermarkUpdate;
+#[cfg(test)]
+pub(crate) use isr::IsrChangeKind;
+pub(crate) use isr::{FetchArrival, IsrProposal};
+#[cfg(test)]
 pub(crate) use leader::{
-    check_divergence, AcksAllProgress, Divergence, FetchDecision, FetchRejection, FollowerLag,
-    LeaderAssignment, LeaderConfig, LeaderState, RereadCoordinatorState,
+    check_divergence, Divergence, FetchDecision, LeaderAssignment, LeaderConfig, LeaderState,
 };
 
+#[cfg(any(test, feature = "testing"))]
 pub use combiner::{Combine, Combiner, Deferral};
 pub use completion::{AppendHandle, Completion, CompletionRunner};
 pub(crate) use fetcher::Fetcher;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use fetcher::{FetchSession, InFlight as FetchInFlight, NextFetch};
 pub(crate) use incarnations::{IncarnationCheck, PeerIncarnations};
+#[cfg(any(test, feature = "testing"))]
 pub use pending::PendingAppends;
 pub(crate) use replica::{BelowLeaderStart, DeferredWriter, Replica};
 pub use replica::{DeletionBound, Role};
-pub use watch::{WaitOutcome, Watch};
+pub use watch::Watch;
+#[cfg(any(test, feature = "testing"))]
+pub use watch::WaitOutcome;
 
-use crate::types::{LeaderEpoch, Offset};
+use crate::types::Offset;
 
 pub(crate) use crate::types::EpochEndOffset;
 

@@ -56,6 +56,7 @@ pub(crate) struct PendingAppend {
 
 impl PendingAppend {
     /// Hands the append its outcome.
+    #[cfg(test)]
     pub(crate) fn resolve(mut self, outcome: Result<AppendOutcome>) {
         self.resolved = true;
         self.cell.resolve(outcome);

@@ -1897,11 +1897,6 @@ impl Replica {
         answer
     }
 
-    /// The ISR version this replica knows.
-    pub(crate) fn isr_version(&self) -> u64 {
-        self.role.read().isr_version
-    }
-
     /// Whether an ISR proposal waits for the control loop.
     pub(crate) fn has_isr_proposal(&self) -> bool {
         self.isr_proposal.lock().is_some()
@@ -2969,6 +2964,7 @@ impl Replica {
     /// high watermark lowered meanwhile (a follower's, SPEC 3.2) is obeyed.
     /// A follower's may fall after the read; what it returned was committed
     /// nonetheless (see `ReplicatedLog::read`).
+    #[cfg(test)]
     pub(crate) fn read(&self, from: Offset, bytes_max: usize, committed: bool) -> Result<Bytes> {
         if committed {
             let hw = self.high_watermark();

@@ -317,6 +317,7 @@ impl Watch {
     }
 
     /// Whether the watch is closed.
+    #[cfg(any(test, feature = "testing"))]
     pub fn is_closed(&self) -> bool {
         self.word.load(Ordering::SeqCst) & CLOSED != 0
     }

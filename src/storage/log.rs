@@ -1013,6 +1013,7 @@ impl Log {
     /// truncations. (The bytes are read after the log's lock is let go: a
     /// truncation *below* the high watermark in that instant — possible
     /// only after an unclean election or a power loss — is not covered.)
+    #[cfg(test)]
     pub(crate) fn read_committed(
         &self,
         from: Offset,

@@ -479,31 +479,9 @@ impl Node {
             .collect();
         let recorded: HashMap<LogId, DirectoryId> =
             coordinator.replica_directories(me)?.into_iter().collect();
-        // A replica lost its data when the coordinator placed it on a
-        // directory (so it may have held records) and this directory is
-        // another one (a new, emptied or swapped disk has a new or another
-        // id) or no longer holds its log. A replica never placed on any
-        // directory never held a record (it is placed before it serves,
-        // see `record_directory`), so it has nothing to lose: counting it
-        // as lost would leave a log created before its nodes first
-        // started with every replica "unclean" and nobody to lead it.
-        // KIP-858 likewise leaves a new replica's directory unassigned
-        // until its broker places it.
-        // A replica whose copy this node deleted is placed nowhere
-        // (`DirectoryId::UNASSIGNED`): added back later, it holds nothing
-        // until it is placed again (simulator seed 20005277: a replica
-        // removed, added back, and not yet created when the node stopped
-        // cleanly made its next start count as one that lost data, and
-        // leave the ISR and ELR of every log).
-        let lost: HashSet<LogId> = hosted
-            .iter()
-            .copied()
-            .filter(|log| match recorded.get(log) {
-                Some(placed) if *placed == DirectoryId::UNASSIGNED => false,
-                Some(placed) => *placed != directory_id || !disk.exists(&log_dir(&data_dir, *log)),
-                None => false,
-            })
-            .collect();
+        let lost = lost_replicas(&hosted, &recorded, directory_id, |log| {
+            disk.exists(&log_dir(&data_dir, log))
+        });
         if !lost.is_empty() {
             previous_shutdown = PreviousShutdown::LostData;
             marker_taken.restore_on_drop = false;
@@ -904,6 +882,35 @@ impl Node {
     /// coordinator).
     pub fn previous_shutdown(&self) -> PreviousShutdown {
         self.shared.previous_shutdown
+    }
+
+    /// The logs whose replica the next start of a node on this data
+    /// directory would count as having lost its data, were the node to
+    /// stop now ([`lost_replicas`], as the coordinator `coordinator` has
+    /// them placed): a replica lost with its disk and not placed here
+    /// since, which a clean stop does not bring back.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn replicas_lost_at_next_start(
+        &self,
+        coordinator: &dyn Coordinator,
+    ) -> Result<Vec<LogId>> {
+        let shared = &self.shared;
+        let me = shared.local();
+        let hosted: Vec<LogId> = coordinator
+            .logs()?
+            .into_iter()
+            .filter(|state| state.replicas.contains(&me))
+            .map(|state| state.log)
+            .collect();
+        let recorded: HashMap<LogId, DirectoryId> =
+            coordinator.replica_directories(me)?.into_iter().collect();
+        let mut lost: Vec<LogId> = lost_replicas(&hosted, &recorded, shared.directory_id, |log| {
+            shared.disk.exists(&log_dir(&shared.config.data_dir, log))
+        })
+        .into_iter()
+        .collect();
+        lost.sort();
+        Ok(lost)
     }
 
     /// The handler to register with the network.
@@ -1818,6 +1825,42 @@ fn unassign_directory(coordinator: &dyn Coordinator, node: NodeId, log: LogId) {
 }
 
 /// The directory of `log`'s replica inside a node's data directory.
+/// The logs among `hosted` whose replica on the data directory
+/// `directory_id` lost its data (SPEC 2.8), as a start counts them
+/// ([`PreviousShutdown::LostData`]); `holds(log)` says whether the
+/// directory holds the log's directory.
+///
+/// A replica lost its data when the coordinator placed it on a directory
+/// (`recorded`: so it may have held records) and this directory is another
+/// one (a new, emptied or swapped disk has a new or another id) or no
+/// longer holds its log. A replica never placed on any directory never held
+/// a record (it is placed before it serves, see `record_directory`), so it
+/// has nothing to lose: counting it as lost would leave a log created
+/// before its nodes first started with every replica "unclean" and nobody
+/// to lead it. KIP-858 likewise leaves a new replica's directory
+/// unassigned until its broker places it. A replica whose copy this node
+/// deleted is placed nowhere (`DirectoryId::UNASSIGNED`): added back later,
+/// it holds nothing until it is placed again (simulator seed 20005277: a
+/// replica removed, added back, and not yet created when the node stopped
+/// cleanly made its next start count as one that lost data, and leave the
+/// ISR and ELR of every log).
+pub(crate) fn lost_replicas(
+    hosted: &[LogId],
+    recorded: &HashMap<LogId, DirectoryId>,
+    directory_id: DirectoryId,
+    holds: impl Fn(LogId) -> bool,
+) -> HashSet<LogId> {
+    hosted
+        .iter()
+        .copied()
+        .filter(|log| match recorded.get(log) {
+            Some(placed) if *placed == DirectoryId::UNASSIGNED => false,
+            Some(placed) => *placed != directory_id || !holds(*log),
+            None => false,
+        })
+        .collect()
+}
+
 fn log_dir(data_dir: &Path, log: LogId) -> PathBuf {
     data_dir.join(format!("log-{}", log.0))
 }
@@ -3652,6 +3695,24 @@ fn open_retry_pause(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_lost_its_data_only_if_placed_on_another_directory_or_gone() {
+        let here = DirectoryId(7);
+        let hosted = [LogId(1), LogId(2), LogId(3), LogId(4), LogId(5)];
+        let recorded: HashMap<LogId, DirectoryId> = [
+            (LogId(1), here),                    // placed here, held: kept
+            (LogId(2), DirectoryId(8)),          // placed on another disk: lost
+            (LogId(3), here),                    // placed here, its directory gone: lost
+            (LogId(4), DirectoryId::UNASSIGNED), // its copy deleted: nothing to lose
+        ]
+        .into_iter()
+        .collect(); // LogId(5): never placed, never held a record
+        let lost = lost_replicas(&hosted, &recorded, here, |log| log != LogId(3));
+        let mut lost: Vec<LogId> = lost.into_iter().collect();
+        lost.sort();
+        assert_eq!(lost, [LogId(2), LogId(3)]);
+    }
 
     #[test]
     fn a_failing_open_is_retried_after_a_doubling_pause() {

@@ -68,9 +68,9 @@ pub(crate) use incarnations::{IncarnationCheck, PeerIncarnations};
 pub use pending::PendingAppends;
 pub(crate) use replica::{BelowLeaderStart, DeferredWriter, Replica};
 pub use replica::{DeletionBound, Role};
-pub use watch::Watch;
 #[cfg(any(test, feature = "testing"))]
 pub use watch::WaitOutcome;
+pub use watch::Watch;
 
 use crate::types::Offset;
 

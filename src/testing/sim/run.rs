@@ -1861,14 +1861,26 @@ impl Run {
         // The harness finishes the controlled shutdown, then the network
         // drops the node's handler (nothing routes through it: the run
         // carries every fetch).
+        // A replica lost with an earlier disk and not placed on this one
+        // since (it never opened: a full or failing disk) is still lost
+        // after a clean stop, and the next start says so (SPEC 2.8, seed
+        // 60151104: LostData after a clean stop, right).
+        let coordinator = self.coordinator().clone();
+        let lost_before_stop = self.process(index).map(|process| {
+            process
+                .node
+                .node()
+                .replicas_lost_at_next_start(&coordinator)
+        });
         let stopped = self.harness.stop_node_marked(me);
         // A stop right after an unclean start whose report is not yet
         // recorded everywhere writes no marker (seed 143), on purpose. A
         // flip on the disk, even one before the stop, may have the next
         // start find the node other than clean (seed 8000062: a flip in
         // identity.properties, a directory it no longer knows: LostData).
-        self.machines[index].stopped_cleanly =
-            matches!(stopped, Ok(true)) && self.machines[index].flipped == 0;
+        self.machines[index].stopped_cleanly = matches!(stopped, Ok(true))
+            && self.machines[index].flipped == 0
+            && matches!(&lost_before_stop, Some(Ok(lost)) if lost.is_empty());
         // A planned disk fault that did not hit was meant for this process.
         self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         self.process_ended(index);
@@ -4080,6 +4092,18 @@ mod tests {
     #[test]
     fn seed_60135209_a_replica_that_cannot_open_does_not_bury_its_disk() {
         passes_with(SimConfig::new(60_135_209));
+    }
+
+    /// Seed 60151104: node 1 lost its disk, and on the new one its
+    /// replica never opened (a full disk, then an `EIO`) before a
+    /// controlled shutdown that wrote the clean-shutdown marker. The next
+    /// start counted the replica as lost (placed on the old directory) and
+    /// opened as `LostData`, which is right (SPEC 2.8); the simulator
+    /// expected `Clean`. It now expects a clean start only if no replica
+    /// would count as lost (`Node::replicas_lost_at_next_start`).
+    #[test]
+    fn seed_60151104_a_replica_lost_before_a_clean_stop_is_still_lost() {
+        passes_with(SimConfig::new(60_151_104));
     }
 
     #[test]

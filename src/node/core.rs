@@ -64,15 +64,27 @@
 //!   thread, run in the background ([`Action::Background`]) and what their
 //!   end means ([`NodeCore::background_done`]); where they run (the roll
 //!   flush thread, the simulator's held jobs) and the work are the
-//!   driver's and the log's.
+//!   driver's and the log's;
+//! - a log's reconciliation with its stored state, in `reconcile.rs`
+//!   (SPEC 3.5, 3.10): a stopped node changes nothing, a state that no
+//!   longer lists this node removes its replica unless the state is older
+//!   than the replica's role, and forgets an unopened one, else the
+//!   unclean-stop report comes first ([`NodeCore::reconcile`]); what a
+//!   replica that cannot be opened reports to the log's unclean recovery
+//!   ([`NodeCore::replica_unopened`]); and the stale check and the order
+//!   in which a hosted, placed replica reports to its log and takes its
+//!   role ([`placed_steps`]). The driver says what it knows
+//!   ([`LocalReplica`]: whether the node stopped, the hosted replica's
+//!   role) and does the work the actions name ([`Action::HostReplica`],
+//!   [`Action::RemoveReplica`], [`Action::ForgetUnopened`],
+//!   [`Action::ReconcilePlaced`]).
 //!
-//! What it does not own yet (opening and hosting replicas, removing them,
-//! fetching) still
-//! lives in `node.rs` and calls the coordinator inline; where the core
-//! needs it, it asks with an action ([`Action::Reconcile`],
-//! [`Action::HostReplica`], [`Action::ReconcilePlaced`]). The core names neither the public face
-//! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
-//! drivers do.
+//! What it does not own yet still lives in `node.rs`: opening and hosting
+//! replicas (the open's retries and pauses, the set of unopened replicas,
+//! the set of placed ones), removing a replica's files, reading where a
+//! replica's log ends, and fetching. The core names neither the public
+//! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
+//! the drivers do.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -215,13 +215,7 @@ mod tests {
             Action::ForgetUnopened(LogId(1)),
         );
         let hosted = |epoch: u32| Some((Role::Follower { leader: n(2) }, LeaderEpoch(epoch)));
-        let cases: [(
-            &str,
-            &LogState,
-            bool,
-            Option<(Role, LeaderEpoch)>,
-            Vec<Action>,
-        ); 8] = [
+        let cases = [
             ("stopped, listed", &listed, true, hosted(3), vec![]),
             ("stopped, dropped", &dropped, true, hosted(3), vec![]),
             (
@@ -310,7 +304,7 @@ mod tests {
             retry_in: Duration::from_millis(10),
         };
         let empty = Some(LogEnd::default());
-        let cases: [(&str, LogState, &Error, bool, Option<Option<LogEnd>>, bool); 6] = [
+        let cases = [
             (
                 "not in recovery",
                 led(&[1, 2, 3]),
@@ -396,7 +390,7 @@ mod tests {
         use PlacedStep::{
             ReportEndAfterOpen as EndAfterOpen, ReportRecoveryCandidateEnd as Candidate, TakeRole,
         };
-        let cases: [(&str, LogState, u32, bool, Vec<PlacedStep>); 7] = [
+        let cases = [
             ("stale", led(&[1, 2, 3]), 4, false, vec![]),
             ("stale in recovery", in_recovery(&[2]), 4, true, vec![]),
             (

@@ -38,9 +38,9 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 mod core;
 
 use self::core::{
-    controlled_shutdown_steps, unknown_log, Action, Answer, Continuation, ControlTimers,
-    ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input, NodeCore, ShutdownPass,
-    ShutdownWait, TimerIntervals,
+    controlled_shutdown_steps, placed_steps, unknown_log, Action, Answer, Continuation,
+    ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input,
+    LocalReplica, NodeCore, PlacedStep, ShutdownPass, ShutdownWait, TimerIntervals,
 };
 
 use crate::clock::Clock;
@@ -2453,78 +2453,33 @@ impl NodeShared {
 
     /// [`reconcile`](Self::reconcile), with up to `epoch_bumps` attempts to
     /// move a restarted leader to a new epoch (`None`: this state is the
-    /// result of such a move, lead in it).
+    /// result of such a move, lead in it). The core decides
+    /// ([`NodeCore::reconcile`]) from what this node knows: whether it
+    /// stopped, and its hosted replica's role.
     fn reconcile_with(&self, state: &LogState, epoch_bumps: Option<u32>) {
-        let me = self.local();
-        // A stopping node changes no role any more: its threads are being
-        // joined, and each coordinator call here may take the call timeout.
-        if self.is_stopped() {
-            return;
-        }
-        if !state.replicas.contains(&me) {
-            // SPEC 3.10: a reassignment removed this replica, and the
-            // coordinator stored it: only now may its copy go. One that
-            // never opened is no longer owed an open either. A state older
-            // than the replica's role (a stale notification from before a
-            // move added it back) removes nothing: every change of the
-            // replica set raises the epoch.
-            if let Some(replica) = self.replica(state.log) {
-                if state.leader_epoch < replica.role().1 {
-                    return;
-                }
-                self.remove_replica(state.log);
-            }
-            self.unopened.lock().remove(&state.log);
-            return;
-        }
-        // An unclean-shutdown report this node still owes the log is
-        // written first; the rest follows once it is stored
-        // (`reconcile_reported`, asked for by the core).
-        self.drive_core(|core, out| core.report_unclean_stop(state, epoch_bumps, out));
+        let local = LocalReplica {
+            stopped: self.is_stopped(),
+            hosted: self.replica(state.log).map(|replica| replica.role()),
+        };
+        self.drive_core(|core, out| core.reconcile(state, epoch_bumps, local, out));
     }
 
-    /// The rest of [`reconcile_with`](Self::reconcile_with), once `state`
-    /// holds whatever unclean-shutdown report this node owed its log
-    /// ([`Action::ReconcileReported`]): hosts the replica, records its
-    /// directory, reports to the log's unclean recovery and takes the role
-    /// `state` gives it.
-    fn reconcile_reported(&self, state: &LogState, epoch_bumps: Option<u32>) {
-        let me = self.local();
+    /// Hosts this node's replica of `state`'s log once `state` holds
+    /// whatever unclean-shutdown report this node owed its log
+    /// ([`Action::HostReplica`]), then hands it to the core: one that
+    /// cannot be opened to [`NodeCore::replica_unopened`], a hosted one to
+    /// [`NodeCore::record_directory`], which records its directory and
+    /// follows `state` on ([`Action::ReconcilePlaced`]).
+    fn host_replica(&self, state: &LogState, epoch_bumps: Option<u32>) {
         // SPEC 3.5: past here the log's stored state no longer counts this
         // node eligible with records it lost in an unclean stop.
         debug_assert!(!self.core.is_unreported(state.log));
         let replica = match self.host(state.log) {
             Ok(replica) => replica,
             Err(error) => {
-                if matches!(error, Error::ReplicaOpenDeferred { .. }) {
-                    tracing::debug!(log = %state.log, node = %me, %error, "not opening the log yet");
-                } else {
-                    tracing::error!(log = %state.log, node = %me, %error, "cannot open the log");
-                }
                 crate::simulation::note_handled_error(&error);
-                // Unclean recovery waits for this live replica's log end:
-                // one that cannot be opened reports it as not known (review
-                // of 56af0b4, finding 4), which recovery waits for all the
-                // same, until only the unclean switch may pass it over; it
-                // reports its real end once it opens.
-                // A replica this node knows it lost (SPEC 2.8) holds
-                // nothing of what was acknowledged, opened or not: its
-                // end is reported as empty, as the start reports it
-                // (simulator seed 20002248: reported as not known, and
-                // never again once it opened, it held a log's unclean
-                // recovery, and the log leaderless, for ever).
-                if state.in_unclean_recovery() && !state.is_unclean(me) {
-                    if self.lost_replicas.contains(&state.log) {
-                        self.drive_core(|core, out| {
-                            core.report_recovery_candidate_end(state, Some(LogEnd::default()), out)
-                        });
-                    } else {
-                        self.drive_core(|core, out| {
-                            core.report_recovery_candidate_end(state, None, out)
-                        });
-                        self.core.note_reported_unopened(state.log);
-                    }
-                }
+                let lost = self.lost_replicas.contains(&state.log);
+                self.drive_core(|core, out| core.replica_unopened(state, &error, lost, out));
                 return;
             }
         };
@@ -2546,32 +2501,28 @@ impl NodeShared {
         });
     }
 
-    /// The rest of [`reconcile_reported`](Self::reconcile_reported), once
-    /// `replica` is hosted and placed on this node's data directory
-    /// ([`Action::ReconcilePlaced`]): reports to the log's unclean recovery
-    /// and takes the role `state` gives it.
+    /// Follows `state` with `replica`, hosted and placed on this node's
+    /// data directory ([`Action::ReconcilePlaced`]): takes the steps the
+    /// core gives ([`placed_steps`]: reports to the log's unclean recovery,
+    /// then the role), one at a time, each driven to its end before the
+    /// next and each with where the log ends when its turn comes, as when
+    /// the reports were made inline.
     fn reconcile_placed(&self, replica: &Arc<Replica>, state: &LogState, epoch_bumps: Option<u32>) {
-        let me = self.local();
         let (role, epoch) = replica.role();
-        if state.leader_epoch < epoch {
-            return; // Stale notification.
+        let lost = self.lost_replicas.contains(&state.log);
+        for step in placed_steps(state, self.local(), epoch, lost) {
+            match step {
+                PlacedStep::ReportRecoveryCandidateEnd => self.drive_core(|core, out| {
+                    core.report_recovery_candidate_end(state, Some(replica_log_end(replica)), out)
+                }),
+                PlacedStep::ReportEndAfterOpen => self.drive_core(|core, out| {
+                    core.report_end_after_open(state, replica_log_end(replica), out)
+                }),
+                PlacedStep::TakeRole => self.drive_core(|core, out| {
+                    core.take_role(replica, state, (role, epoch), epoch_bumps, out)
+                }),
+            }
         }
-        // One step each, in this order, as when the reports were made
-        // inline: each decides on `state` and on where the log ends when
-        // its turn comes.
-        if state.in_unclean_recovery() && !state.is_unclean(me) {
-            self.drive_core(|core, out| {
-                core.report_recovery_candidate_end(state, Some(replica_log_end(replica)), out)
-            });
-        }
-        if !self.lost_replicas.contains(&state.log) {
-            self.drive_core(|core, out| {
-                core.report_end_after_open(state, replica_log_end(replica), out)
-            });
-        }
-        self.drive_core(|core, out| {
-            core.take_role(replica, state, (role, epoch), epoch_bumps, out)
-        });
     }
 
     /// Stops and deletes this node's replica of `log`, which the stored
@@ -2968,12 +2919,13 @@ impl NodeShared {
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::Reconcile(state) => self.reconcile(&state),
-                Action::ReconcileReported { state, epoch_bumps } => {
-                    self.reconcile_reported(&state, epoch_bumps)
+                Action::HostReplica { state, epoch_bumps } => {
+                    self.host_replica(&state, epoch_bumps)
                 }
                 Action::ForgetUnopened(log) => {
                     self.unopened.lock().remove(&log);
                 }
+                Action::RemoveReplica(log) => self.remove_replica(log),
                 Action::MarkPlaced(log) => {
                     self.placed.lock().insert(log);
                 }

@@ -64,27 +64,41 @@
 //!   thread, run in the background ([`Action::Background`]) and what their
 //!   end means ([`NodeCore::background_done`]); where they run (the roll
 //!   flush thread, the simulator's held jobs) and the work are the
-//!   driver's and the log's.
+//!   driver's and the log's;
+//! - a log's reconciliation with its stored state, in `reconcile.rs`
+//!   (SPEC 3.5, 3.10): a stopped node changes nothing, a state that no
+//!   longer lists this node removes its replica unless the state is older
+//!   than the replica's role, and forgets an unopened one, else the
+//!   unclean-stop report comes first ([`NodeCore::reconcile`]); what a
+//!   replica that cannot be opened reports to the log's unclean recovery
+//!   ([`NodeCore::replica_unopened`]); and the stale check and the order
+//!   in which a hosted, placed replica reports to its log and takes its
+//!   role ([`placed_steps`]). The driver says what it knows
+//!   ([`LocalReplica`]: whether the node stopped, the hosted replica's
+//!   role) and does the work the actions name ([`Action::HostReplica`],
+//!   [`Action::RemoveReplica`], [`Action::ForgetUnopened`],
+//!   [`Action::ReconcilePlaced`]).
 //!
-//! What it does not own yet (opening and hosting replicas, removing them,
-//! fetching) still
-//! lives in `node.rs` and calls the coordinator inline; where the core
-//! needs it, it asks with an action ([`Action::Reconcile`],
-//! [`Action::ReconcileReported`], [`Action::ReconcilePlaced`]). The core names neither the public face
-//! (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`: the
-//! drivers do.
+//! What it does not own yet still lives in `node.rs`: opening and hosting
+//! replicas (the open's retries and pauses, the set of unopened replicas,
+//! the set of placed ones), removing a replica's files, reading where a
+//! replica's log ends, and fetching. The core names neither the public
+//! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
+//! the drivers do.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 mod background;
 mod hand_over;
+mod reconcile;
 mod serve;
 mod shutdown;
 mod timers;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+pub(crate) use self::reconcile::{placed_steps, LocalReplica, PlacedStep};
 pub(crate) use self::serve::{unknown_log, FetchBudget, FetchLook};
 pub(crate) use self::shutdown::{
     controlled_shutdown_steps, ControlledShutdownStep, ShutdownPass, ShutdownWait,
@@ -568,16 +582,19 @@ pub(crate) enum Action {
         then: Continuation,
     },
     /// Follow `state`, the stored state of a log this node found it was
-    /// behind on, as a coordinator notification of it would be followed
-    /// (the roles, not in the core yet).
+    /// behind on, as a coordinator notification of it would be followed:
+    /// the driver hands it to [`NodeCore::reconcile`] with what it knows
+    /// of the node and its replica of the log ([`LocalReplica`]), with 3
+    /// attempts to move a restarted leader to a new epoch.
     Reconcile(LogState),
-    /// Follow `state`, in which this node owes no unclean-shutdown report
-    /// (it owed none, or the one it owed is stored): host the replica,
-    /// record its directory, report to the log's unclean recovery and take
-    /// the role it gives (the rest of a reconcile, not in the core yet),
-    /// with `epoch_bumps` attempts left to move a restarted leader to a
-    /// new epoch.
-    ReconcileReported {
+    /// Host (open, if it is not open) this node's replica of `state`'s
+    /// log, in which this node owes no unclean-shutdown report (it owed
+    /// none, or the one it owed is stored), then hand it back: a replica
+    /// that cannot be opened to [`NodeCore::replica_unopened`], a hosted
+    /// one, with whether it is placed, to
+    /// [`NodeCore::record_directory`]; `epoch_bumps` attempts are left to
+    /// move a restarted leader to a new epoch.
+    HostReplica {
         /// The stored state.
         state: LogState,
         /// The attempts left.
@@ -587,6 +604,10 @@ pub(crate) enum Action {
     /// longer its replica, or the log is gone (the set is the driver's,
     /// which opens replicas).
     ForgetUnopened(LogId),
+    /// Stop and delete this node's replica of `log`, which the stored
+    /// state no longer lists (SPEC 3.10; the files and the map of hosted
+    /// replicas are the driver's). Nothing if none is hosted.
+    RemoveReplica(LogId),
     /// Note that the coordinator knows the log's replica lives on this
     /// node's data directory: it need not be recorded again.
     MarkPlaced(LogId),
@@ -604,10 +625,11 @@ pub(crate) enum Action {
         unassign: Option<(CoordinatorCall, Continuation)>,
     },
     /// Follow `state` with `replica`, hosted and placed on this node's
-    /// data directory: report to the log's unclean recovery and take the
-    /// role it gives (the rest of a reconcile, not in the core yet), with
-    /// `epoch_bumps` attempts left to move a restarted leader to a new
-    /// epoch.
+    /// data directory: take the steps [`placed_steps`] gives for the
+    /// replica's role (reports to the log's unclean recovery, then the
+    /// role), each with where the replica's log ends when its turn comes,
+    /// with `epoch_bumps` attempts left to move a restarted leader to a
+    /// new epoch.
     ReconcilePlaced {
         /// The replica.
         replica: ReplicaRef,
@@ -618,7 +640,8 @@ pub(crate) enum Action {
     },
     /// Follow `state` as [`Action::Reconcile`] does, with `epoch_bumps`
     /// attempts left to move a restarted leader to a new epoch (`None`:
-    /// `state` is the result of such a move, lead in it).
+    /// `state` is the result of such a move, lead in it), through
+    /// [`NodeCore::reconcile`].
     ReconcileWith {
         /// The stored state.
         state: LogState,
@@ -960,7 +983,7 @@ impl NodeCore {
 
     /// Follows `state` once this node's unclean-shutdown report to its log
     /// is stored (SPEC 3.5; see [`unclean_report`]): at once
-    /// ([`Action::ReconcileReported`]) if none is owed or the stored state
+    /// ([`Action::HostReplica`]) if none is owed or the stored state
     /// already says what it would, else after writing it. A stale write
     /// or a failed one leaves the node out of the log: the stored state
     /// notifies, or the report timer reads it
@@ -990,7 +1013,7 @@ impl NodeCore {
                 );
             }
         }
-        out.push(Action::ReconcileReported {
+        out.push(Action::HostReplica {
             state: state.clone(),
             epoch_bumps,
         });
@@ -1219,7 +1242,7 @@ impl NodeCore {
             Ok(CasOutcome::Applied(stored)) => {
                 self.unreported.lock().remove(&log);
                 tracing::info!(%log, node = %self.node, "recorded this node's unclean shutdown; it takes part in the log again");
-                out.push(Action::ReconcileReported {
+                out.push(Action::HostReplica {
                     state: stored,
                     epoch_bumps,
                 });
@@ -3608,7 +3631,7 @@ mod tests {
         core.report_unclean_stop(&state, Some(3), &mut out);
         assert_eq!(
             out,
-            vec![Action::ReconcileReported {
+            vec![Action::HostReplica {
                 state: state.clone(),
                 epoch_bumps: Some(3)
             }]
@@ -3649,7 +3672,7 @@ mod tests {
                 then,
                 Answer::Cas(Ok(CasOutcome::Applied(holding.clone())))
             ),
-            vec![Action::ReconcileReported {
+            vec![Action::HostReplica {
                 state: holding,
                 epoch_bumps: Some(2)
             }]
@@ -3660,7 +3683,7 @@ mod tests {
         core.set_unreported(HashMap::from([(LogId(1), Some(end_at(40)))]));
         let mut out = Vec::new();
         core.report_unclean_stop(&reported(Some(end_at(40))), None, &mut out);
-        assert!(matches!(out.as_slice(), [Action::ReconcileReported { .. }]));
+        assert!(matches!(out.as_slice(), [Action::HostReplica { .. }]));
         assert!(!core.is_unreported(LogId(1)));
     }
 

@@ -938,9 +938,11 @@ impl Node {
 
     /// The logs this node is a replica of but could not open, with the
     /// last error (a damaged log that refuses to open, a full disk): they
-    /// take no part in replication until they open. Retried every
-    /// [`UNCLEAN_REPORT_RETRY_INTERVAL`]; an application can export the
-    /// count as a metric and alert on it.
+    /// take no part in replication until they open. Retried
+    /// [`UNCLEAN_REPORT_RETRY_INTERVAL`] after the first failure, then
+    /// after a pause that doubles per failure up to
+    /// [`OPEN_RETRY_BACKOFF_MAX`]; an application can export the count as
+    /// a metric and alert on it.
     pub fn logs_not_opened(&self) -> Vec<(LogId, String)> {
         let mut logs: Vec<(LogId, String)> = self
             .shared

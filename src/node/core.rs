@@ -3439,7 +3439,7 @@ mod tests {
         let mut out = Vec::new();
         core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
         let then = only_stop_fetching(out);
-        let mut out = drive_role_change(&core, then);
+        let out = drive_role_change(&core, then);
         assert_eq!(replica.role(), (Role::Leader, LeaderEpoch(3)));
         assert_eq!(out, vec![]);
         assert_eq!(core.hand_over_of(state.log), None);

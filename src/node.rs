@@ -40,7 +40,7 @@ mod core;
 use self::core::{
     controlled_shutdown_steps, placed_steps, unknown_log, Action, Answer, Continuation,
     ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input,
-    LocalReplica, NodeCore, PlacedStep, ShutdownPass, ShutdownWait, TimerIntervals,
+    LocalReplica, NodeCore, PlacedStep, RoleChange, ShutdownPass, ShutdownWait, TimerIntervals,
 };
 
 use crate::clock::Clock;
@@ -1795,6 +1795,31 @@ fn close_replicas(replicas: Vec<Arc<Replica>>) -> Vec<(LogId, Error)> {
     failed.into_inner()
 }
 
+/// Carries out a role change of the core ([`Action::ChangeRole`]) on its
+/// replica: `become_leader`, which records the new epoch in the log's
+/// leader-epoch checkpoint and may fail, or `become_follower`, which
+/// cannot. Its result goes back to the core as [`Input::RoleChanged`].
+fn change_role(change: &RoleChange) -> Result<()> {
+    match change {
+        RoleChange::Lead { replica, state } => replica.get().become_leader(
+            state.leader_epoch,
+            state.replicas.clone(),
+            state.in_sync_replicas.clone(),
+            state.version,
+        ),
+        RoleChange::Follow { replica, state } => {
+            replica.get().become_follower(
+                state.leader,
+                state.leader_epoch,
+                state.replicas.clone(),
+                state.in_sync_replicas.clone(),
+                state.version,
+            );
+            Ok(())
+        }
+    }
+}
+
 /// `logs` sorted: the node's sets and maps of logs are hash maps, looked
 /// up on hot paths, and a pass over one of them that reconciles or calls
 /// the coordinator must go in the same order every run (issue 28: a seed
@@ -2969,6 +2994,13 @@ impl NodeShared {
                     self.stop_fetching(log);
                     let mut next = Vec::new();
                     self.core.handle(Input::FetchingStopped(then), &mut next);
+                    to_do.extend(next.into_iter().rev());
+                }
+                Action::ChangeRole(change) => {
+                    let result = change_role(&change);
+                    let mut next = Vec::new();
+                    self.core
+                        .handle(Input::RoleChanged { change, result }, &mut next);
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::StartFetching {

@@ -22,9 +22,15 @@
 //!   other in-sync replicas, or to a live eligible one ([`resignation`]);
 //! - the role a log's stored state gives its replica, and a restarted
 //!   leader's move to a new epoch first ([`role_step`]): the role change
-//!   itself waits for the log's fetching to stop ([`Action::StopFetching`])
-//!   and a follower asks to fetch ([`Action::StartFetching`]); the
-//!   fetchers, threads or stepped, are the driver's;
+//!   waits for the log's fetching to stop ([`Action::StopFetching`]), is
+//!   then made by the driver ([`Action::ChangeRole`]: `become_leader`
+//!   writes the log's leader-epoch checkpoint and reads the replica's
+//!   clock), and its result comes back ([`Input::RoleChanged`]) for the
+//!   core to decide on: a leader that could not take the role resigns
+//!   (at most once a second), one that did begins its reassignment
+//!   hand-over if one is due, and a follower asks to fetch
+//!   ([`Action::StartFetching`]); the fetchers, threads or stepped, are
+//!   the driver's;
 //! - this node's reports to its logs after an unclean stop (SPEC 3.5): the
 //!   unclean-shutdown report a log must hold before the node takes any
 //!   part in it ([`unclean_report`]), the log end of a replica that opens
@@ -84,7 +90,10 @@
 //! the set of placed ones), removing a replica's files, reading where a
 //! replica's log ends, and fetching. The core names neither the public
 //! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
-//! the drivers do.
+//! the drivers do. It still calls a replica's methods that only change or
+//! read its state in memory (its ISR, its appends' stop for a hand-over);
+//! one of them, the failed leader's rate limit (`Replica::resign_due`),
+//! reads the replica's clock.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -262,7 +271,9 @@ pub(crate) enum ResignStage {
 
 /// A role change that waits for the log's fetching to stop
 /// ([`Action::StopFetching`]): a replica fetches for no role but the
-/// follower's, and stops before it takes any other.
+/// follower's, and stops before it takes any other. The driver then makes
+/// it ([`Action::ChangeRole`]) and hands it back with its result
+/// ([`Input::RoleChanged`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum RoleChange {
     /// Become the leader `state` names this replica.
@@ -656,6 +667,12 @@ pub(crate) enum Action {
         /// The role change that waits for it.
         then: RoleChange,
     },
+    /// Change the role of `0`'s replica as it says, on the replica
+    /// (`Replica::become_leader`, which records the new epoch in the
+    /// log's leader-epoch checkpoint, or `Replica::become_follower`), then
+    /// hand the change back with its result as [`Input::RoleChanged`]:
+    /// the storage work and the replica's clock are the driver's.
+    ChangeRole(RoleChange),
     /// Fetch `replica`'s log from `leader` in `epoch`, starting a fetcher
     /// for `leader` if there is none.
     StartFetching {
@@ -821,6 +838,15 @@ pub(crate) enum Input {
     },
     /// The fetching of an [`Action::StopFetching`] stopped.
     FetchingStopped(RoleChange),
+    /// The role change of an [`Action::ChangeRole`] was made: `result`
+    /// is `become_leader`'s for a leader (an error: the replica cannot
+    /// lead), always `Ok` for a follower (`become_follower` cannot fail).
+    RoleChanged {
+        /// The change, as the action carried it.
+        change: RoleChange,
+        /// Whether the replica took the role.
+        result: Result<()>,
+    },
     /// The wait of an [`Action::WaitHighWatermark`] is over.
     HighWatermarkWaited(HandOverWait),
     /// The wait of an [`Action::ShutdownWait`] is over.
@@ -1533,16 +1559,16 @@ impl NodeCore {
         }
     }
 
-    /// The log's fetching stopped: change its role.
-    fn change_role(&self, change: RoleChange, out: &mut Vec<Action>) {
+    /// What a role change's result asks for (the change itself, the
+    /// storage work of `become_leader`, is the driver's: see
+    /// [`Action::ChangeRole`]). A leader that took the role begins its
+    /// reassignment hand-over if one is due; one that could not resigns,
+    /// at most once a second (`Replica::resign_due`). A follower fetches
+    /// from its leader, if the state names one.
+    fn role_changed(&self, change: RoleChange, result: Result<()>, out: &mut Vec<Action>) {
         match change {
             RoleChange::Lead { replica, state } => {
-                if let Err(error) = replica.get().become_leader(
-                    state.leader_epoch,
-                    state.replicas.clone(),
-                    state.in_sync_replicas.clone(),
-                    state.version,
-                ) {
+                if let Err(error) = result {
                     // Most likely its storage failed (it cannot even record
                     // the epoch). Leading is impossible, and staying the
                     // leader of record would keep the log unavailable: hand
@@ -1557,13 +1583,7 @@ impl NodeCore {
                 self.begin_reassignment_hand_over(replica.get(), &state);
             }
             RoleChange::Follow { replica, state } => {
-                replica.get().become_follower(
-                    state.leader,
-                    state.leader_epoch,
-                    state.replicas.clone(),
-                    state.in_sync_replicas.clone(),
-                    state.version,
-                );
+                debug_assert!(result.is_ok(), "become_follower cannot fail");
                 if let Some(leader) = state.leader {
                     out.push(Action::StartFetching {
                         leader,
@@ -1609,7 +1629,10 @@ impl NodeCore {
     pub(crate) fn handle(&self, input: Input, out: &mut Vec<Action>) {
         let (then, answer) = match input {
             Input::Answered { then, answer } => (then, answer),
-            Input::FetchingStopped(change) => return self.change_role(change, out),
+            Input::FetchingStopped(change) => return out.push(Action::ChangeRole(change)),
+            Input::RoleChanged { change, result } => {
+                return self.role_changed(change, result, out);
+            }
             Input::HighWatermarkWaited(wait) => return self.high_watermark_waited(wait, out),
             Input::ShutdownWaited {
                 pass,
@@ -3342,6 +3365,26 @@ mod tests {
         }
     }
 
+    /// A role change whose fetching stopped, driven as the driver does:
+    /// the core asks for it ([`Action::ChangeRole`]), the driver's
+    /// `change_role` makes it on the replica, and the core decides on its
+    /// result ([`Input::RoleChanged`]); what it asks for then.
+    fn drive_role_change(core: &NodeCore, then: RoleChange) -> Vec<Action> {
+        let mut out = Vec::new();
+        core.handle(Input::FetchingStopped(then.clone()), &mut out);
+        assert_eq!(out, vec![Action::ChangeRole(then.clone())]);
+        let result = crate::node::change_role(&then);
+        let mut out = Vec::new();
+        core.handle(
+            Input::RoleChanged {
+                change: then,
+                result,
+            },
+            &mut out,
+        );
+        out
+    }
+
     /// A replica changes role only once its log's fetching stopped; a
     /// follower then fetches from its leader in the stored epoch, and a
     /// state it already follows in only updates its ISR.
@@ -3358,8 +3401,7 @@ mod tests {
         core.take_role(&replica, &led_by_2, replica.role(), Some(3), &mut out);
         let then = only_stop_fetching(out);
         assert_eq!(replica.role(), (Role::Offline, LeaderEpoch(0)));
-        let mut out = Vec::new();
-        core.handle(Input::FetchingStopped(then), &mut out);
+        let out = drive_role_change(&core, then);
         let follower = Role::Follower { leader: n(2) };
         assert_eq!(replica.role(), (follower, LeaderEpoch(3)));
         assert_eq!(
@@ -3397,8 +3439,7 @@ mod tests {
         let mut out = Vec::new();
         core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
         let then = only_stop_fetching(out);
-        let mut out = Vec::new();
-        core.handle(Input::FetchingStopped(then), &mut out);
+        let out = drive_role_change(&core, then);
         assert_eq!(replica.role(), (Role::Leader, LeaderEpoch(3)));
         assert_eq!(out, vec![]);
         assert_eq!(core.hand_over_of(state.log), None);
@@ -3992,15 +4033,13 @@ mod tests {
         let (replica, clock) = replica_on_clock(dir.path(), false);
         let core = core();
         let lead = || {
-            let mut out = Vec::new();
-            core.handle(
-                Input::FetchingStopped(RoleChange::Lead {
+            drive_role_change(
+                &core,
+                RoleChange::Lead {
                     replica: ReplicaRef(Arc::clone(&replica)),
                     state: Box::new(stored(&[2, 3])),
-                }),
-                &mut out,
-            );
-            out
+                },
+            )
         };
         let resign = Continuation::Resign {
             replica: ReplicaRef(Arc::clone(&replica)),
@@ -4019,6 +4058,95 @@ mod tests {
             only_call(lead()),
             (CoordinatorCall::LogState(LogId(1)), resign)
         );
+    }
+
+    /// The core decides on a role change's result and no longer makes the
+    /// change itself (issue 28, core step 11: `become_leader` writes the
+    /// leader-epoch checkpoint and reads the replica's clock, the
+    /// driver's work). A failed `become_leader` resigns when due and not
+    /// otherwise, and begins no hand-over; a success never resigns, even
+    /// with a resignation due, takes no turn of its rate limit, and begins
+    /// the reassignment hand-over its state asks for. A follower fetches
+    /// from the leader its state names, and from none if it names none.
+    /// The replica's role is left as the driver made it (here: never).
+    #[test]
+    fn a_role_changes_result_decides_whether_the_replica_resigns_or_fetches() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, clock) = replica_on_clock(dir.path(), false);
+        let core = core();
+        let changed = |change: &RoleChange, result: Result<()>| {
+            let mut out = Vec::new();
+            core.handle(
+                Input::RoleChanged {
+                    change: change.clone(),
+                    result,
+                },
+                &mut out,
+            );
+            out
+        };
+        let failed = || {
+            Err(Error::Io {
+                path: "leader-epoch-checkpoint".into(),
+                operation: "fsync",
+                source: std::io::Error::other("injected"),
+            })
+        };
+        let removing = LogState {
+            removing_replicas: vec![n(1)],
+            ..stored(&[1, 2, 3])
+        };
+        let lead = RoleChange::Lead {
+            replica: ReplicaRef(Arc::clone(&replica)),
+            state: Box::new(removing.clone()),
+        };
+        let resign = (
+            CoordinatorCall::LogState(LogId(1)),
+            Continuation::Resign {
+                replica: ReplicaRef(Arc::clone(&replica)),
+                stage: ResignStage::ReadState,
+            },
+        );
+        assert_eq!(only_call(changed(&lead, failed())), resign.clone());
+        assert_eq!(
+            changed(&lead, failed()),
+            vec![],
+            "not due within the second"
+        );
+        assert_eq!(
+            core.hand_over_of(LogId(1)),
+            None,
+            "a failure hands nothing over"
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(changed(&lead, Ok(())), vec![], "a success does not resign");
+        assert!(
+            core.hand_over_of(LogId(1)).is_some(),
+            "it hands over as asked"
+        );
+        assert_eq!(
+            only_call(changed(&lead, failed())),
+            resign,
+            "the success took no turn of the rate limit"
+        );
+        let follow = |leader| RoleChange::Follow {
+            replica: ReplicaRef(Arc::clone(&replica)),
+            state: Box::new(LogState {
+                leader,
+                ..stored(&[1, 2])
+            }),
+        };
+        assert_eq!(
+            changed(&follow(Some(n(2))), Ok(())),
+            vec![Action::StartFetching {
+                leader: n(2),
+                replica: ReplicaRef(Arc::clone(&replica)),
+                epoch: LeaderEpoch(3),
+            }]
+        );
+        assert_eq!(changed(&follow(None), Ok(())), vec![]);
+        assert_eq!(replica.role(), (Role::Offline, LeaderEpoch(0)));
+        assert!(!replica.leadership_failed(), "the core made no change");
     }
 
     /// A restarted replica asks for a new epoch only before it first leads

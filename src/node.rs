@@ -1851,7 +1851,6 @@ fn unassign_directory(coordinator: &dyn Coordinator, node: NodeId, log: LogId) {
     }
 }
 
-/// The directory of `log`'s replica inside a node's data directory.
 /// The logs among `hosted` whose replica on the data directory
 /// `directory_id` lost its data (SPEC 2.8), as a start counts them
 /// ([`PreviousShutdown::LostData`]); `holds(log)` says whether the
@@ -1888,6 +1887,7 @@ pub(crate) fn lost_replicas(
         .collect()
 }
 
+/// The directory of `log`'s replica inside a node's data directory.
 fn log_dir(data_dir: &Path, log: LogId) -> PathBuf {
     data_dir.join(format!("log-{}", log.0))
 }

@@ -571,8 +571,22 @@ impl OffsetIndex {
     /// Drops every entry for a batch at or after `position` (truncation).
     /// The slots are zeroed so the file reads back the same after a crash.
     pub(crate) fn truncate_to_position(&mut self, position: u64) {
+        self.truncate_to(position, Offset(u64::MAX));
+    }
+
+    /// Drops every entry from the first one at or after `position`, or
+    /// naming an offset at or after `end` (the segment's new end): a
+    /// truncation that found its cut by walking from the segment start,
+    /// because an entry did not match the data, must not keep that entry
+    /// when its flipped position fell below the cut (review of d224180:
+    /// the next append at `end` would be indexed after an entry naming
+    /// `end` already).
+    pub(crate) fn truncate_to(&mut self, position: u64, end: Offset) {
         let keep = (0..self.entries)
-            .take_while(|&slot| self.entry(slot).position < position)
+            .take_while(|&slot| {
+                let entry = self.entry(slot);
+                entry.position < position && entry.offset < end
+            })
             .count();
         self.drop_entries_from(keep);
     }
@@ -812,6 +826,27 @@ mod tests {
                 bytes[at] = 0;
             }
         }
+    }
+
+    /// A truncation whose cut was found by walking past a misplaced entry
+    /// (its position flipped below the cut) drops that entry by its
+    /// offset: kept, the next append at the new end would be indexed after
+    /// an entry naming that very offset.
+    #[test]
+    fn truncation_drops_entries_naming_the_new_end_or_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.index");
+        let mut index = OffsetIndex::create(&StdDisk, &path, Offset(0), 64).unwrap();
+        index.append(Offset(3), 100);
+        index.append(Offset(6), 200);
+        index.append(Offset(9), 300);
+        // Cut at the batch of offset 6, at byte 400 (the entry's position
+        // said 200): by position alone every entry stays.
+        index.truncate_to(400, Offset(6));
+        assert_eq!(index.entries(), 1);
+        assert_eq!(index.last_entry(), Some(entry(3, 100)));
+        assert!(index.append(Offset(6), 400));
+        assert!(index.check_invariants());
     }
 
     #[test]

@@ -513,6 +513,18 @@ impl Segment {
         end_bytes: u64,
         target: Offset,
     ) -> Result<Found> {
+        if start.1 > 0 && start.1 >= end_bytes {
+            // An entry past the data names nothing the walk could check:
+            // it would find the end there, without a word (review of
+            // d224180).
+            tracing::warn!(
+                path = %file.path().display(),
+                position = start.1,
+                end_bytes,
+                "offset index entry lies past the data: reading from the segment start"
+            );
+            return Segment::find_batch(file, (segment_base, 0), end_bytes, target);
+        }
         match Segment::find_batch(file, start, end_bytes, target) {
             Err(Error::Corrupt {
                 position, reason, ..
@@ -982,7 +994,7 @@ impl Segment {
         last_epoch: Option<LeaderEpoch>,
     ) -> Result<()> {
         self.file.truncate(position)?;
-        self.index.truncate_to_position(position);
+        self.index.truncate_to(position, next_offset);
         self.size_bytes = position;
         self.next_offset = next_offset;
         self.last_epoch = last_epoch;

@@ -609,6 +609,48 @@ fn an_index_entry_inside_a_batch_fails_no_read_or_truncation() {
     assert_eq!(found.records_correct, cut - 3);
 }
 
+/// The same fallback in the active segment, with the entry moved down into
+/// an earlier batch, more than `index_interval_bytes` below its own: the
+/// truncation cuts at the entry's batch, and the log takes appends there
+/// and serves them. (That the misplaced entry itself is dropped, so that
+/// an append at its offset is not indexed after it, is
+/// `truncation_drops_entries_naming_the_new_end_or_later` in
+/// `offset_index.rs`: here the reopened active segment's index is full,
+/// and indexes nothing.)
+#[test]
+fn a_truncation_through_a_misplaced_index_entry_cuts_where_asked() {
+    let dir = copy();
+    let index = dir.path().join("00000000000000002000.index");
+    let mut bytes = std::fs::read(&index).unwrap();
+    let slot = 3 * 8;
+    let relative = u32::from_le_bytes(bytes[slot..slot + 4].try_into().unwrap());
+    let position = u32::from_le_bytes(bytes[slot + 4..slot + 8].try_into().unwrap());
+    let interval = LogConfig::default().index_interval_bytes as u32;
+    assert!(
+        position > interval + 100,
+        "entry 3 lies past the first interval"
+    );
+    bytes[slot + 4..slot + 8].copy_from_slice(&(position - interval - 100).to_le_bytes());
+    std::fs::write(&index, bytes).unwrap();
+    let log = open(dir.path(), config());
+    let end = 2000 + u64::from(relative);
+    log.truncate_to(Offset(end + 3)).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(end));
+    let epoch = LeaderEpoch(9);
+    log.assign_epoch(epoch, log.log_end_offset()).unwrap();
+    for index in end / PER_BATCH..end / PER_BATCH + 3 {
+        log.append_as_leader(&batch_for(index), epoch).unwrap();
+    }
+    assert_eq!(log.log_end_offset(), Offset(end + 3 * PER_BATCH));
+    let mut next = end - PER_BATCH;
+    while next < end + 3 * PER_BATCH {
+        let read = log.read(Offset(next), 1).unwrap();
+        let batch = read.batches().next().unwrap().unwrap();
+        assert_eq!(batch.base_offset(), Offset(next));
+        next = batch.next_offset().0;
+    }
+}
+
 /// Writes a log checkpoint with these fields into `dir`.
 fn write_checkpoint(dir: &Path, recovery_point: u64, high_watermark: u64) {
     use isrlog::testing::fuzz::{encode_log_checkpoint, LogCheckpointFields};

@@ -510,9 +510,11 @@ struct Machine {
     /// Bits flipped on its disk (since it was last replaced).
     flipped: u64,
     /// Its last process ended in a controlled stop that wrote the
-    /// clean-shutdown marker, and no bit ever flipped on its disk: its
-    /// next open, if it succeeds, must find the marker (SPEC 3.5).
-    stopped_cleanly: bool,
+    /// clean-shutdown marker, and no bit ever flipped on its disk: how its
+    /// next open, if it succeeds, must find its previous stop (SPEC 3.5):
+    /// clean, or, with a replica lost with an earlier disk and not placed
+    /// on this one since, as one that lost data (SPEC 2.8).
+    start_expected: Option<PreviousShutdown>,
     /// Whether, when the step began, its disk had a flip its reads saw in
     /// a segment or checkpoint (see [`Run::excusing_flips`]): a `Corrupt`
     /// error in the step is excused by one then or at its end (the step
@@ -738,14 +740,17 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         Err(panic) => {
             // An assertion of the nodes' (or the simulator's own) failed:
             // reported with the trace the run kept, as a failed check is.
-            // The nodes are dropped as the panic left them, not stopped: a
-            // stop could meet whatever the panic broke.
-            return Err(SimFailure {
+            // The run is dropped as the panic left it, without `stop_all`;
+            // a panic while dropping it (it meets whatever the first one
+            // broke) must not take the report with it (review of 5f24ee1).
+            let failure = SimFailure {
                 seed: config.seed,
                 at: run.schedule.now(),
                 message: format!("panicked: {}", panic_message(&*panic)),
                 last_lines: run.trace.last_lines().map(str::to_owned).collect(),
-            });
+            };
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(run)));
+            return Err(failure);
         }
     };
     // Stop the nodes inside the guard: a stop must not block either.
@@ -843,7 +848,7 @@ impl Run {
                 checked_up_to: Offset::ZERO,
                 check_failed_at: None,
                 restart_owed: false,
-                stopped_cleanly: false,
+                start_expected: None,
                 flipped: 0,
                 excused_at_step_start: false,
                 last_corrupt: None,
@@ -1191,7 +1196,7 @@ impl Run {
                         Some((path, position, bit)) => {
                             self.bit_flips += 1;
                             self.machines[index].flipped += 1;
-                            self.machines[index].stopped_cleanly = false;
+                            self.machines[index].start_expected = None;
                             self.record(format_args!(
                                 "node {index}'s disk flips bit {bit} of byte {position} of {} ({:?})",
                                 path.display(),
@@ -1403,7 +1408,7 @@ impl Run {
         // A start removes the marker first and puts it back only if it
         // fails before registering, so a failed open may have used it up:
         // only the first open after the stop is held to finding it.
-        let expect_clean = std::mem::take(&mut self.machines[index].stopped_cleanly);
+        let expected = self.machines[index].start_expected.take();
         let id = self.machines[index].id;
         match self.harness.start_node(id) {
             Ok(()) => {
@@ -1413,9 +1418,9 @@ impl Run {
                     .node
                     .node()
                     .previous_shutdown();
-                if expect_clean && previous != PreviousShutdown::Clean {
+                if let Some(expected) = expected.filter(|expected| previous != *expected) {
                     return Err(format!(
-                        "SPEC 3.5: node {index}'s last process stopped cleanly (its controlled shutdown wrote the clean-shutdown marker) and nothing touched its disk since, yet it opens as {previous:?}"
+                        "SPEC 3.5: node {index}'s last process stopped cleanly (its controlled shutdown wrote the clean-shutdown marker) and nothing touched its disk since, yet it opens as {previous:?}, not {expected:?}"
                     ));
                 }
                 self.machines[index].fetch_sessions_seen = None;
@@ -1865,12 +1870,15 @@ impl Run {
         // since (it never opened: a full or failing disk) is still lost
         // after a clean stop, and the next start says so (SPEC 2.8, seed
         // 60151104: LostData after a clean stop, right).
+        // Only a replica the node does not host counts: one it hosts was
+        // placed on this directory before it served (`record_directory`),
+        // so a record that says otherwise is a bug the check must see.
         let coordinator = self.coordinator().clone();
         let lost_before_stop = self.process(index).map(|process| {
-            process
-                .node
-                .node()
-                .replicas_lost_at_next_start(&coordinator)
+            let node = process.node.node();
+            let hosted = node.logs();
+            node.replicas_lost_at_next_start(&coordinator)
+                .map(|lost| lost.into_iter().filter(|log| !hosted.contains(log)).count())
         });
         let stopped = self.harness.stop_node_marked(me);
         // A stop right after an unclean start whose report is not yet
@@ -1878,9 +1886,16 @@ impl Run {
         // flip on the disk, even one before the stop, may have the next
         // start find the node other than clean (seed 8000062: a flip in
         // identity.properties, a directory it no longer knows: LostData).
-        self.machines[index].stopped_cleanly = matches!(stopped, Ok(true))
-            && self.machines[index].flipped == 0
-            && matches!(&lost_before_stop, Some(Ok(lost)) if lost.is_empty());
+        self.machines[index].start_expected = match lost_before_stop {
+            Some(Ok(lost)) if matches!(stopped, Ok(true)) && self.machines[index].flipped == 0 => {
+                Some(if lost == 0 {
+                    PreviousShutdown::Clean
+                } else {
+                    PreviousShutdown::LostData
+                })
+            }
+            _ => None,
+        };
         // A planned disk fault that did not hit was meant for this process.
         self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         self.process_ended(index);
@@ -1982,7 +1997,7 @@ impl Run {
             .replace(self.machines[index].id, disk);
         self.machines[index].disk_time_charged = 0;
         self.machines[index].flipped = 0;
-        self.machines[index].stopped_cleanly = false;
+        self.machines[index].start_expected = None;
         self.machines[index].excused_at_step_start = false;
         self.machines[index].last_corrupt = None;
         self.application_disk_lost(index);

@@ -2378,7 +2378,7 @@ impl NodeShared {
                 });
             }
         }
-        let hosted = self.open_replica(log);
+        let hosted = self.open_replica(log, may_cut);
         let mut unopened = self.unopened.lock();
         match &hosted {
             Ok(replica) => {
@@ -2410,8 +2410,10 @@ impl NodeShared {
             && !self.core.is_unreported(log)
     }
 
-    /// Opens the local replica of `log` ([`host`](Self::host)'s work).
-    fn open_replica(&self, log: LogId) -> Result<Arc<Replica>> {
+    /// Opens the local replica of `log` ([`host`](Self::host)'s work);
+    /// `may_cut` is [`open_may_cut`](Self::open_may_cut) as `host` read it,
+    /// so the attempt and the failure it may record agree on it.
+    fn open_replica(&self, log: LogId, may_cut: bool) -> Result<Arc<Replica>> {
         let dir = log_dir(&self.config.data_dir, log);
         let restarted = self.disk.exists(&dir) || self.lost_replicas.contains(&log);
         // After an unclean stop this node reported before it registered
@@ -2422,7 +2424,6 @@ impl NodeShared {
         // Only once the report is stored for this log: a cut that reached
         // the disk first would outlive a start that fails before its report
         // (`unclean_stop_reported`).
-        let may_cut = self.open_may_cut(log);
         let damage = if may_cut {
             DamageAboveRecoveryPoint::CutAfterReportedUncleanStop
         } else {

@@ -13,6 +13,12 @@
 //! In the runs whose nodes have no store, such a replica must say that it
 //! needs a snapshot instead of starting past a gap.
 //!
+//! Applications run only in single-log runs, on the first log
+//! ([`SimConfig::applications`](super::SimConfig::applications)): their
+//! settings (retention until applied, retention by size) are the nodes'
+//! and would hold every log a node hosts, and per-log applications are
+//! not built yet.
+//!
 //! An application's state is a fold, a hash chain over `(offset, value)`
 //! from offset 0, so that any two states at one position can be compared:
 //! every state an application reaches (by applying, or by installing a
@@ -1007,7 +1013,9 @@ impl Run {
     ) -> bool {
         self.applications.as_ref().is_some_and(|apps| {
             !apps.with_store && apps.apps[index].position < leader.log_start_offset()
-        }) && self.log_on(0, index).is_some_and(|log| log.needs_snapshot())
+        }) && self
+            .log_on(0, index)
+            .is_some_and(|log| log.needs_snapshot())
     }
 
     /// A run with applications settles only once no replica says it needs
@@ -1022,19 +1030,20 @@ impl Run {
         let leader_start = leader.log_start_offset();
         (0..self.machines.len()).all(|index| {
             let position = apps.apps[index].position;
-            self.log_on(0, index).is_none_or(|log| match apps.with_store {
-                true => !log.needs_snapshot() && position >= log.log_start_offset(),
-                // And one whose application is below its own log
-                // start waits until it says so: a replica that just
-                // became a follower (seed 9000472: a leader whose
-                // application was behind handed over) says so on its
-                // first fetch answer, which the end check must not
-                // run before.
-                false => {
-                    (!log.needs_snapshot() || position < leader_start)
-                        && (position >= log.log_start_offset() || log.needs_snapshot())
-                }
-            })
+            self.log_on(0, index)
+                .is_none_or(|log| match apps.with_store {
+                    true => !log.needs_snapshot() && position >= log.log_start_offset(),
+                    // And one whose application is below its own log
+                    // start waits until it says so: a replica that just
+                    // became a follower (seed 9000472: a leader whose
+                    // application was behind handed over) says so on its
+                    // first fetch answer, which the end check must not
+                    // run before.
+                    false => {
+                        (!log.needs_snapshot() || position < leader_start)
+                            && (position >= log.log_start_offset() || log.needs_snapshot())
+                    }
+                })
         })
     }
 

@@ -5,6 +5,12 @@
 //! producer: [`ProducerClient`]), and faults, all stepped on the calling
 //! thread from one seed.
 //!
+//! A run replicates one, two or three logs on its nodes
+//! ([`SimConfig::logs`]), each with its own clients and checks
+//! ([`LogRun`]); the nodes' sessions, fetches (one carries every log a
+//! follower fetches from that leader), controlled stops, background work
+//! and faults are shared by a node's logs, as in production.
+//!
 //! The run owns the agenda and the checks: after every event every live
 //! node handles what reached it (coordinator events, commands, its timers,
 //! its deadline and completion passes) until nothing more happens, and the
@@ -450,7 +456,8 @@ impl fmt::Display for SimFailure {
 enum Event {
     /// A node's control core asked to be woken now.
     Wake(usize),
-    /// A client appends one record to the log's leader.
+    /// A client appends one record to the leader of a log (drawn when the
+    /// run has several).
     Append,
     /// Blocking client `n` calls `append` (see [`BlockingClients`]).
     BlockingCall(usize),
@@ -459,8 +466,8 @@ enum Event {
     /// The producer's retry round falls due (its pipeline is driven after
     /// every event).
     ProducerRetry,
-    /// A reader reads what the leader says is committed, from where it
-    /// left off.
+    /// A reader reads what the leader of each log says is committed, from
+    /// where it left off there.
     Read,
     /// A node's process dies; with `power_loss` its machine loses power too.
     Crash { node: usize, power_loss: bool },
@@ -521,7 +528,8 @@ enum Event {
     /// An operator stops a node cleanly (a controlled shutdown), to start
     /// it again a little later.
     ControlledStop(usize),
-    /// An operator reassigns the log (or cancels its reassignment).
+    /// An operator reassigns a log (drawn when the run has several), or
+    /// cancels its reassignment.
     Reassign,
     /// In a run with controlled stops, an operator stops the leader once
     /// after the calm, when nothing fails any more, so that every such
@@ -903,10 +911,18 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         trace_hash: run.trace.hash(),
         events: run.trace.events(),
         appends: run.appends,
-        acknowledged: run.logs.iter().map(|log| log.acknowledged.len() as u64).sum(),
+        acknowledged: run
+            .logs
+            .iter()
+            .map(|log| log.acknowledged.len() as u64)
+            .sum(),
         produced: run.producer.as_ref().map_or((0, 0), ProducerClient::counts),
         blocking: run.blocking.counts(),
-        read: run.logs.iter().map(|log| log.committed_seen.len() as u64).sum(),
+        read: run
+            .logs
+            .iter()
+            .map(|log| log.committed_seen.len() as u64)
+            .sum(),
         crashes: run.crashes,
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
@@ -1013,9 +1029,9 @@ impl Run {
         };
         let mut log_picker = SplitMix64::new(mix64(config_seed ^ LOG_PICK_STREAM_SALT));
         let producer_log = pick_log(&mut log_picker, config.logs);
-        let producer = config.produce_interval_mean.map(|_| {
-            ProducerClient::new(log_id(producer_log), clock.clone(), producer_config)
-        });
+        let producer = config
+            .produce_interval_mean
+            .map(|_| ProducerClient::new(log_id(producer_log), clock.clone(), producer_config));
         Run {
             logs: (0..config.logs)
                 .map(|log| LogRun::new(log, config.logs, &all_nodes))
@@ -1172,7 +1188,15 @@ impl Run {
                     .collect();
                 let leaders = match leaders.as_slice() {
                     [leader] => format!("leader {leader:?}"),
-                    leaders => format!("leaders (by log) {leaders:?}"),
+                    leaders => {
+                        let mut unsettled = Vec::new();
+                        for log in 0..self.logs.len() {
+                            if !self.is_log_settled(log) {
+                                unsettled.push(self.logs[log].id.0);
+                            }
+                        }
+                        format!("leaders (by log) {leaders:?}, logs not settled {unsettled:?}")
+                    }
                 };
                 return Err(format!(
                     "not settled {:?} after the calm: {} appends without an outcome, {leaders}",
@@ -1823,7 +1847,11 @@ impl Run {
         let mut named_count = 0;
         let mut successor_ready = quiet;
         for log in 0..self.logs.len() {
-            let state = self.coordinator().log_state(self.logs[log].id).ok().flatten();
+            let state = self
+                .coordinator()
+                .log_state(self.logs[log].id)
+                .ok()
+                .flatten();
             // A node that still believes it leads though the coordinator
             // named another (deposed, not yet told) has nothing to hand
             // over: the leadership already moved (seed 9000226).
@@ -3063,9 +3091,7 @@ impl Run {
         let name = String::from_utf8_lossy(&value).into_owned();
         match began {
             Began::Written => {
-                self.record(format_args!(
-                    "{tag}blocking append {name} to node {index}"
-                ));
+                self.record(format_args!("{tag}blocking append {name} to node {index}"));
                 if self.machines[index].stopping.is_some() {
                     return Err(format!(
                         "{tag}SPEC 3.5: node {index} took blocking append {name} during its controlled shutdown"
@@ -3073,9 +3099,7 @@ impl Run {
                 }
             }
             Began::Refused(error) => {
-                self.record(format_args!(
-                    "{tag}blocking append {name} refused: {error}"
-                ));
+                self.record(format_args!("{tag}blocking append {name} refused: {error}"));
             }
         }
         Ok(())
@@ -3165,10 +3189,9 @@ impl Run {
             if !in_flight.iter().any(|append| append.handle.is_done()) {
                 continue;
             }
-            let (done, waiting): (Vec<ClientAppend>, Vec<ClientAppend>) =
-                std::mem::take(in_flight)
-                    .into_iter()
-                    .partition(|append| append.handle.is_done());
+            let (done, waiting): (Vec<ClientAppend>, Vec<ClientAppend>) = std::mem::take(in_flight)
+                .into_iter()
+                .partition(|append| append.handle.is_done());
             *in_flight = waiting;
             for ClientAppend { value, handle } in done {
                 self.client_learns(log, value, handle.wait())?;
@@ -3513,7 +3536,10 @@ impl Run {
                 ));
             }
         }
-        let (tag, acknowledged) = (self.logs[log_index].tag.clone(), self.logs[log_index].acknowledged.len());
+        let (tag, acknowledged) = (
+            self.logs[log_index].tag.clone(),
+            self.logs[log_index].acknowledged.len(),
+        );
         self.record(format_args!(
             "{tag}end: {acknowledged} acknowledged, all committed on node {index}"
         ));
@@ -4905,8 +4931,7 @@ mod tests {
         let changed: Vec<String> = pinned
             .iter()
             .filter_map(|&(seed, pinned_hash)| {
-                let report =
-                    run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+                let report = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
                 (report.trace_hash != pinned_hash).then(|| {
                     format!(
                         "seed {seed}: trace {:016x}, pinned {pinned_hash:016x}",

@@ -82,13 +82,20 @@
 //!   role ([`placed_steps`]). The driver says what it knows
 //!   ([`LocalReplica`]: whether the node stopped, the hosted replica's
 //!   role) and does the work the actions name ([`Action::HostReplica`],
-//!   [`Action::RemoveReplica`], [`Action::ForgetUnopened`],
-//!   [`Action::ReconcilePlaced`]).
+//!   [`Action::RemoveReplica`], [`Action::ReconcilePlaced`]);
+//! - the opening of this node's replicas, in `open.rs`: the set of
+//!   replicas that could not be opened, each with its last error, whether
+//!   an open may run now or waits out the doubling pause after its failed
+//!   attempts ([`NodeCore::open_due`], [`OpenDue`], on the time the
+//!   driver passes), what each attempt's result does to the set
+//!   ([`NodeCore::open_attempted`]), and the set's retries on the report
+//!   timer ([`NodeCore::retry_unopened`]); the open itself (the disk, the
+//!   log's recovery) and whether it may cut damage are the driver's.
 //!
 //! What it does not own yet still lives in `node.rs`: opening and hosting
-//! replicas (the open's retries and pauses, the set of unopened replicas,
-//! the set of placed ones), removing a replica's files, reading where a
-//! replica's log ends, and fetching. The core names neither the public
+//! replicas (the open's work, the map of hosted replicas, the set of
+//! placed ones), removing a replica's files, reading where a replica's log
+//! ends, and fetching. The core names neither the public
 //! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
 //! the drivers do. It still calls a replica's methods that only change or
 //! read its state in memory (its ISR, its appends' stop for a hand-over);
@@ -100,6 +107,7 @@ use std::time::{Duration, Instant};
 
 mod background;
 mod hand_over;
+mod open;
 mod reconcile;
 mod serve;
 mod shutdown;
@@ -107,6 +115,8 @@ mod timers;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+pub(crate) use self::open::OpenDue;
+use self::open::Unopened;
 pub(crate) use self::reconcile::{placed_steps, LocalReplica, PlacedStep};
 pub(crate) use self::serve::{unknown_log, FetchBudget, FetchLook};
 pub(crate) use self::shutdown::{
@@ -386,7 +396,8 @@ pub(crate) enum Continuation {
     /// no directory (`DirectoryId::UNASSIGNED`, SPEC 2.8, 3.10).
     Unassign(LogId),
     /// A read of the log's stored state to open this node's replica of it
-    /// again, which could not be opened (on the report timer).
+    /// again, which could not be opened (on the report timer,
+    /// [`NodeCore::retry_unopened`]).
     RetryUnopened(LogId),
     /// A leader's hand-over of its log on one control pass
     /// ([`NodeCore::progress_hand_over`]), at `stage`.
@@ -611,10 +622,6 @@ pub(crate) enum Action {
         /// The attempts left.
         epoch_bumps: Option<u32>,
     },
-    /// Forget that `log`'s replica could not be opened: this node is no
-    /// longer its replica, or the log is gone (the set is the driver's,
-    /// which opens replicas).
-    ForgetUnopened(LogId),
     /// Stop and delete this node's replica of `log`, which the stored
     /// state no longer lists (SPEC 3.10; the files and the map of hosted
     /// replicas are the driver's). Nothing if none is hosted.
@@ -748,10 +755,10 @@ pub(crate) enum Action {
         /// should not spin.
         crowded: bool,
     },
-    /// Retry, in log order, the logs whose replica could not be opened
-    /// (the set is the driver's, which opens replicas): the driver hands
-    /// them to [`NodeCore::retry_unopened`] and carries out what it asks
-    /// for before the next action.
+    /// Retry, in log order, the logs whose replica could not be opened,
+    /// read only now (the actions before it may have added to them): the
+    /// driver calls [`NodeCore::retry_unopened`] and carries out what it
+    /// asks for before the next action.
     RetryUnopened,
     /// Retry the recovery reports that failed to be written
     /// ([`NodeCore::retry_recovery_reports`]), read only now: the actions
@@ -931,6 +938,9 @@ pub(crate) struct NodeCore {
     /// (`Replica::resume_appends_after_hand_over` runs under it); never
     /// held while an action runs.
     hand_overs: Mutex<HashMap<LogId, HandOver>>,
+    /// The replicas here that could not be opened, with their last failed
+    /// attempt, in `open.rs` ([`open_due`](Self::open_due)).
+    unopened: Unopened,
 }
 
 impl NodeCore {
@@ -960,6 +970,7 @@ impl NodeCore {
             winding_down,
             fetch_wait_max,
             hand_overs: Mutex::new(HashMap::new()),
+            unopened: Unopened::default(),
         }
     }
 
@@ -1226,21 +1237,6 @@ impl NodeCore {
                     self.failed_recovery_reports.lock().insert(state.log);
                 }
             }
-        }
-    }
-
-    /// Reads again, in the order given, every log in `unopened` (those
-    /// whose replica here could not be opened) and follows it while this
-    /// node is its replica ([`Action::Reconcile`]), which tries to open it
-    /// again; a log that no longer lists this node, or is gone, is
-    /// forgotten ([`Action::ForgetUnopened`]).
-    pub(crate) fn retry_unopened(&self, unopened: &[LogId], out: &mut Vec<Action>) {
-        for &log in unopened {
-            Self::call(
-                out,
-                CoordinatorCall::LogState(log),
-                Continuation::RetryUnopened(log),
-            );
         }
     }
 
@@ -1794,7 +1790,7 @@ impl NodeCore {
                 Ok(Some(state)) if state.replicas.contains(&self.node) => {
                     out.push(Action::Reconcile(state))
                 }
-                Ok(_) => out.push(Action::ForgetUnopened(log)),
+                Ok(_) => self.forget_unopened(log),
                 Err(error) => {
                     tracing::debug!(%log, node = %self.node, %error,
                         "cannot read the log to open its replica again");
@@ -3974,7 +3970,11 @@ mod tests {
     fn an_unopened_replica_is_opened_again_while_this_node_is_its_replica() {
         let core = core();
         let mut out = Vec::new();
-        core.retry_unopened(&[LogId(1), LogId(3)], &mut out);
+        let now = Instant::now();
+        for log in [LogId(3), LogId(1)] {
+            core.open_attempted(log, false, now, Some(&Error::Shutdown));
+        }
+        core.retry_unopened(&mut out);
         assert_eq!(
             out.iter()
                 .map(|action| match action {
@@ -4002,10 +4002,9 @@ mod tests {
             ..stored(&[2, 3])
         };
         for gone in [Ok(Some(moved)), Ok(None)] {
-            assert_eq!(
-                answer(&core, then.clone(), Answer::LogState(gone)),
-                vec![Action::ForgetUnopened(LogId(1))]
-            );
+            core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
+            assert_eq!(answer(&core, then.clone(), Answer::LogState(gone)), vec![]);
+            assert_eq!(core.unopened_logs(), vec![LogId(3)], "forgotten");
         }
         assert_eq!(
             answer(&core, then, Answer::LogState(Err(coordinator_error()))),

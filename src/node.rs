@@ -2968,9 +2968,18 @@ impl NodeShared {
                 }
                 Action::ChangeRole(change) => {
                     let result = change_role(&change);
+                    // The time of the change, for a failed leader's
+                    // resignation rate limit: the core reads no clock.
+                    let now = self.clock.now();
                     let mut next = Vec::new();
-                    self.core
-                        .handle(Input::RoleChanged { change, result }, &mut next);
+                    self.core.handle(
+                        Input::RoleChanged {
+                            change,
+                            result,
+                            now,
+                        },
+                        &mut next,
+                    );
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::StartFetching {
@@ -3574,9 +3583,8 @@ impl NodeShared {
         let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
             || replica.leadership_failed();
         if failed_leader {
-            if replica.resign_due() {
-                self.drive_core(|core, out| core.resign_failed_leader(replica, out));
-            }
+            let now = self.clock.now();
+            self.drive_core(|core, out| core.resign_failed_leader_when_due(replica, now, out));
             return;
         }
         if replica.unsettled_isr_change().is_some() {

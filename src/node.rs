@@ -40,7 +40,8 @@ mod core;
 use self::core::{
     controlled_shutdown_steps, placed_steps, unknown_log, Action, Answer, Continuation,
     ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input,
-    LocalReplica, NodeCore, PlacedStep, RoleChange, ShutdownPass, ShutdownWait, TimerIntervals,
+    LocalReplica, NodeCore, OpenDue, PlacedStep, RoleChange, ShutdownPass, ShutdownWait,
+    TimerIntervals,
 };
 
 use crate::clock::Clock;
@@ -166,11 +167,6 @@ pub(crate) struct NodeShared {
     /// had this start died or failed before its report (review of
     /// 0379721, finding 1).
     unclean_stop_reported: AtomicBool,
-    /// Logs this node is a replica of whose local replica could not be
-    /// opened, with the last error ([`Node::logs_not_opened`]). Opening is
-    /// retried on a timer: a failure needs no further change of the log's
-    /// state to be tried again.
-    unopened: Mutex<HashMap<LogId, OpenFailure>>,
     /// Set once the node stops (shutdown, halt, crash) and never cleared:
     /// its threads wind down, and appends through its handles fail with
     /// `Error::Shutdown` from then on, as does an `acks=all` append still
@@ -517,7 +513,6 @@ impl Node {
             placed: Mutex::new(HashSet::new()),
             lost_replicas: lost.clone(),
             unclean_stop_reported: AtomicBool::new(false),
-            unopened: Mutex::new(HashMap::new()),
             stop,
             winding_down,
             fetch_rotation: AtomicU64::new(0),
@@ -944,15 +939,7 @@ impl Node {
     /// [`OPEN_RETRY_BACKOFF_MAX`]; an application can export the count as
     /// a metric and alert on it.
     pub fn logs_not_opened(&self) -> Vec<(LogId, String)> {
-        let mut logs: Vec<(LogId, String)> = self
-            .shared
-            .unopened
-            .lock()
-            .iter()
-            .map(|(log, failure)| (*log, failure.error.clone()))
-            .collect();
-        logs.sort();
-        logs
+        self.shared.core.logs_not_opened()
     }
 
     /// The logs this node hosts.
@@ -1820,16 +1807,6 @@ fn change_role(change: &RoleChange) -> Result<()> {
     }
 }
 
-/// `logs` sorted: the node's sets and maps of logs are hash maps, looked
-/// up on hot paths, and a pass over one of them that reconciles or calls
-/// the coordinator must go in the same order every run (issue 28: a seed
-/// replays only if the order of the node's actions is fixed).
-fn sorted<T: Ord>(logs: impl Iterator<Item = T>) -> Vec<T> {
-    let mut logs: Vec<T> = logs.collect();
-    logs.sort_unstable();
-    logs
-}
-
 /// Where `replica`'s log ends, as reported to the coordinator.
 fn replica_log_end(replica: &Replica) -> LogEnd {
     LogEnd {
@@ -2302,9 +2279,9 @@ impl NodeShared {
         // after a clean stop, which refuses the damage a power loss left
         // instead of cutting it (review of c6bd2e8, finding 3).
         if self.previous_shutdown.is_reported_unclean() {
-            let unopened = self.unopened.lock();
+            let unopened = self.core.unopened_logs();
             if !unopened.is_empty() {
-                tracing::warn!(node = %self.local(), logs = ?unopened.keys().collect::<Vec<_>>(),
+                tracing::warn!(node = %self.local(), logs = ?unopened,
                     "not writing the clean-shutdown marker: replicas of this unclean start never opened, so the next start recovers them as after an unclean stop");
                 return false;
             }
@@ -2358,9 +2335,11 @@ impl NodeShared {
             })));
     }
 
-    /// Opens the local replica of `log` if needed: not before the pause
-    /// after its last failed attempt is over ([`OpenFailure`]); until then
-    /// it is [`Error::ReplicaOpenDeferred`].
+    /// Opens the local replica of `log` if needed, when the core says it
+    /// may ([`NodeCore::open_due`]: not before the pause after its last
+    /// failed attempt is over; until then it is
+    /// [`Error::ReplicaOpenDeferred`]), and tells the core how the attempt
+    /// ended ([`NodeCore::open_attempted`]).
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
@@ -2369,33 +2348,26 @@ impl NodeShared {
         // An open that may cut what one refused to (the node's unclean-stop
         // report for the log is now stored) is a new attempt, not a retry.
         let may_cut = self.open_may_cut(log);
-        if let Some(failure) = self.unopened.lock().get(&log) {
-            if let Some(retry_in) = failure.retry_in(now, may_cut) {
-                return Err(Error::ReplicaOpenDeferred {
-                    log,
-                    last_error: failure.error.clone(),
-                    retry_in,
-                });
-            }
+        if let OpenDue::Deferred {
+            last_error,
+            retry_in,
+        } = self.core.open_due(log, may_cut, now)
+        {
+            return Err(Error::ReplicaOpenDeferred {
+                log,
+                last_error,
+                retry_in,
+            });
         }
         let hosted = self.open_replica(log, may_cut);
-        let mut unopened = self.unopened.lock();
-        match &hosted {
-            Ok(replica) => {
-                unopened.remove(&log);
-                // Opened after a controlled shutdown began (after it
-                // stopped the replicas it found, or too late to be
-                // found): it takes no append either (SPEC 3.5).
-                if self.winding_down.load(Ordering::SeqCst) {
-                    replica.stop_appends_for_shutdown();
-                }
-            }
-            Err(error) => {
-                let failures = unopened
-                    .get(&log)
-                    .filter(|f| f.may_cut == may_cut)
-                    .map_or(0, |f| f.failures);
-                unopened.insert(log, OpenFailure::after(failures + 1, may_cut, error, now));
+        self.core
+            .open_attempted(log, may_cut, now, hosted.as_ref().err());
+        if let Ok(replica) = &hosted {
+            // Opened after a controlled shutdown began (after it stopped
+            // the replicas it found, or too late to be found): it takes no
+            // append either (SPEC 3.5).
+            if self.winding_down.load(Ordering::SeqCst) {
+                replica.stop_appends_for_shutdown();
             }
         }
         hosted
@@ -2570,7 +2542,7 @@ impl NodeShared {
         if let Err(error) = replica.log().close_in_place() {
             tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
         }
-        self.unopened.lock().remove(&log);
+        self.core.forget_unopened(log);
         self.core.forget_unreported(log);
         let dir = log_dir(&self.config.data_dir, log);
         let deleted = match self.disk.remove_dir_all(&dir) {
@@ -2950,9 +2922,6 @@ impl NodeShared {
                 Action::HostReplica { state, epoch_bumps } => {
                     self.host_replica(&state, epoch_bumps)
                 }
-                Action::ForgetUnopened(log) => {
-                    self.unopened.lock().remove(&log);
-                }
                 Action::RemoveReplica(log) => self.remove_replica(log),
                 Action::MarkPlaced(log) => {
                     self.placed.lock().insert(log);
@@ -2999,9 +2968,18 @@ impl NodeShared {
                 }
                 Action::ChangeRole(change) => {
                     let result = change_role(&change);
+                    // The time of the change, for a failed leader's
+                    // resignation rate limit: the core reads no clock.
+                    let now = self.clock.now();
                     let mut next = Vec::new();
-                    self.core
-                        .handle(Input::RoleChanged { change, result }, &mut next);
+                    self.core.handle(
+                        Input::RoleChanged {
+                            change,
+                            result,
+                            now,
+                        },
+                        &mut next,
+                    );
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::StartFetching {
@@ -3038,9 +3016,8 @@ impl NodeShared {
                     state,
                 } => run.handed_over(self, log, successor, &state),
                 Action::RetryUnopened => {
-                    let unopened = sorted(self.unopened.lock().keys().copied());
                     let mut next = Vec::new();
-                    self.core.retry_unopened(&unopened, &mut next);
+                    self.core.retry_unopened(&mut next);
                     to_do.extend(next.into_iter().rev());
                 }
                 Action::RetryRecoveryReports => {
@@ -3606,9 +3583,8 @@ impl NodeShared {
         let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
             || replica.leadership_failed();
         if failed_leader {
-            if replica.resign_due() {
-                self.drive_core(|core, out| core.resign_failed_leader(replica, out));
-            }
+            let now = self.clock.now();
+            self.drive_core(|core, out| core.resign_failed_leader_when_due(replica, now, out));
             return;
         }
         if replica.unsettled_isr_change().is_some() {
@@ -3627,56 +3603,6 @@ impl NodeShared {
             self.drive_core(|core, out| core.submit_isr(replica, proposal, out));
         }
     }
-}
-
-/// The last failed attempt to open a replica ([`NodeShared::host`]).
-///
-/// Invariant: `failures >= 1`, and `retry_at` is the attempt's time plus
-/// [`open_retry_pause`]`(failures)`.
-#[derive(Debug)]
-struct OpenFailure {
-    /// Its error, for [`Node::logs_not_opened`].
-    error: String,
-    /// Failed attempts in a row, each with the same `may_cut`.
-    failures: u32,
-    /// Whether the attempts could cut damage
-    /// ([`NodeShared::open_may_cut`]).
-    may_cut: bool,
-    /// No attempt before this.
-    retry_at: Instant,
-}
-
-impl OpenFailure {
-    /// The `failures`-th failed attempt in a row, at `now`.
-    fn after(failures: u32, may_cut: bool, error: &Error, now: Instant) -> OpenFailure {
-        debug_assert!(failures >= 1, "a failure counts itself");
-        OpenFailure {
-            error: error.to_string(),
-            failures,
-            may_cut,
-            retry_at: now + open_retry_pause(failures),
-        }
-    }
-
-    /// How long from `now` until the next attempt, which `may_cut` or
-    /// not, may run, if it may not run now: at once if it may do what
-    /// these attempts could not.
-    fn retry_in(&self, now: Instant, may_cut: bool) -> Option<Duration> {
-        if may_cut != self.may_cut {
-            return None;
-        }
-        Some(self.retry_at.saturating_duration_since(now)).filter(|pause| !pause.is_zero())
-    }
-}
-
-/// The pause after the `failures`-th failed attempt in a row to open a
-/// replica: [`UNCLEAN_REPORT_RETRY_INTERVAL`], doubled per further failure,
-/// at most [`OPEN_RETRY_BACKOFF_MAX`].
-fn open_retry_pause(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    UNCLEAN_REPORT_RETRY_INTERVAL
-        .saturating_mul(1 << doublings)
-        .min(OPEN_RETRY_BACKOFF_MAX)
 }
 
 #[cfg(test)]
@@ -3699,26 +3625,6 @@ mod tests {
         let mut lost: Vec<LogId> = lost.into_iter().collect();
         lost.sort();
         assert_eq!(lost, [LogId(2), LogId(3)]);
-    }
-
-    #[test]
-    fn a_failing_open_is_retried_after_a_doubling_pause() {
-        let pauses: Vec<u64> = (1..=6).map(|n| open_retry_pause(n).as_secs()).collect();
-        assert_eq!(pauses, [1, 2, 4, 8, 8, 8]);
-        assert_eq!(open_retry_pause(u32::MAX), OPEN_RETRY_BACKOFF_MAX);
-        let now = Instant::now();
-        let error = Error::Shutdown;
-        let failure = OpenFailure::after(3, false, &error, now);
-        assert_eq!(failure.retry_in(now, false), Some(Duration::from_secs(4)));
-        assert_eq!(
-            failure.retry_in(now + Duration::from_secs(3), false),
-            Some(Duration::from_secs(1))
-        );
-        assert_eq!(failure.retry_in(now + Duration::from_secs(4), false), None);
-        assert_eq!(failure.retry_in(now + Duration::from_secs(60), false), None);
-        // Once the node's report is stored, the open that may cut is tried
-        // at once.
-        assert_eq!(failure.retry_in(now, true), None);
     }
 
     #[test]

@@ -19,15 +19,17 @@
 //!   incarnations ([`vet_stored`], [`vet_joining`]), and settling one whose
 //!   outcome is unknown by a read ([`settle`]);
 //! - a failed leader's resignation (SPEC 3.5): handing the log on to the
-//!   other in-sync replicas, or to a live eligible one ([`resignation`]);
+//!   other in-sync replicas, or to a live eligible one ([`resignation`]),
+//!   at most once a second on the time the driver passes in
+//!   ([`NodeCore::resign_failed_leader_when_due`]);
 //! - the role a log's stored state gives its replica, and a restarted
 //!   leader's move to a new epoch first ([`role_step`]): the role change
 //!   waits for the log's fetching to stop ([`Action::StopFetching`]), is
 //!   then made by the driver ([`Action::ChangeRole`]: `become_leader`
 //!   writes the log's leader-epoch checkpoint and reads the replica's
 //!   clock), and its result comes back ([`Input::RoleChanged`]) for the
-//!   core to decide on: a leader that could not take the role resigns
-//!   (at most once a second), one that did begins its reassignment
+//!   core to decide on, with the time it was made: a leader that could
+//!   not take the role resigns (at most once a second), one that did begins its reassignment
 //!   hand-over if one is due, and a follower asks to fetch
 //!   ([`Action::StartFetching`]); the fetchers, threads or stepped, are
 //!   the driver's;
@@ -82,24 +84,32 @@
 //!   role ([`placed_steps`]). The driver says what it knows
 //!   ([`LocalReplica`]: whether the node stopped, the hosted replica's
 //!   role) and does the work the actions name ([`Action::HostReplica`],
-//!   [`Action::RemoveReplica`], [`Action::ForgetUnopened`],
-//!   [`Action::ReconcilePlaced`]).
+//!   [`Action::RemoveReplica`], [`Action::ReconcilePlaced`]);
+//! - the opening of this node's replicas, in `open.rs`: the set of
+//!   replicas that could not be opened, each with its last error, whether
+//!   an open may run now or waits out the doubling pause after its failed
+//!   attempts ([`NodeCore::open_due`], [`OpenDue`], on the time the
+//!   driver passes), what each attempt's result does to the set
+//!   ([`NodeCore::open_attempted`]), and the set's retries on the report
+//!   timer ([`NodeCore::retry_unopened`]); the open itself (the disk, the
+//!   log's recovery) and whether it may cut damage are the driver's.
 //!
 //! What it does not own yet still lives in `node.rs`: opening and hosting
-//! replicas (the open's retries and pauses, the set of unopened replicas,
-//! the set of placed ones), removing a replica's files, reading where a
-//! replica's log ends, and fetching. The core names neither the public
+//! replicas (the open's work, the map of hosted replicas, the set of
+//! placed ones), removing a replica's files, reading where a replica's log
+//! ends, and fetching. The core names neither the public
 //! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
 //! the drivers do. It still calls a replica's methods that only change or
-//! read its state in memory (its ISR, its appends' stop for a hand-over);
-//! one of them, the failed leader's rate limit (`Replica::resign_due`),
-//! reads the replica's clock.
+//! read its state in memory (its ISR, its appends' stop for a hand-over,
+//! a failed leader's resignation rate limit (`Replica::resign_due`), which
+//! is given the time the driver passes in).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 mod background;
 mod hand_over;
+mod open;
 mod reconcile;
 mod serve;
 mod shutdown;
@@ -107,6 +117,8 @@ mod timers;
 
 pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOverWait};
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
+pub(crate) use self::open::OpenDue;
+use self::open::Unopened;
 pub(crate) use self::reconcile::{placed_steps, LocalReplica, PlacedStep};
 pub(crate) use self::serve::{unknown_log, FetchBudget, FetchLook};
 pub(crate) use self::shutdown::{
@@ -386,7 +398,8 @@ pub(crate) enum Continuation {
     /// no directory (`DirectoryId::UNASSIGNED`, SPEC 2.8, 3.10).
     Unassign(LogId),
     /// A read of the log's stored state to open this node's replica of it
-    /// again, which could not be opened (on the report timer).
+    /// again, which could not be opened (on the report timer,
+    /// [`NodeCore::retry_unopened`]).
     RetryUnopened(LogId),
     /// A leader's hand-over of its log on one control pass
     /// ([`NodeCore::progress_hand_over`]), at `stage`.
@@ -611,10 +624,6 @@ pub(crate) enum Action {
         /// The attempts left.
         epoch_bumps: Option<u32>,
     },
-    /// Forget that `log`'s replica could not be opened: this node is no
-    /// longer its replica, or the log is gone (the set is the driver's,
-    /// which opens replicas).
-    ForgetUnopened(LogId),
     /// Stop and delete this node's replica of `log`, which the stored
     /// state no longer lists (SPEC 3.10; the files and the map of hosted
     /// replicas are the driver's). Nothing if none is hosted.
@@ -748,10 +757,10 @@ pub(crate) enum Action {
         /// should not spin.
         crowded: bool,
     },
-    /// Retry, in log order, the logs whose replica could not be opened
-    /// (the set is the driver's, which opens replicas): the driver hands
-    /// them to [`NodeCore::retry_unopened`] and carries out what it asks
-    /// for before the next action.
+    /// Retry, in log order, the logs whose replica could not be opened,
+    /// read only now (the actions before it may have added to them): the
+    /// driver calls [`NodeCore::retry_unopened`] and carries out what it
+    /// asks for before the next action.
     RetryUnopened,
     /// Retry the recovery reports that failed to be written
     /// ([`NodeCore::retry_recovery_reports`]), read only now: the actions
@@ -846,6 +855,9 @@ pub(crate) enum Input {
         change: RoleChange,
         /// Whether the replica took the role.
         result: Result<()>,
+        /// When the change was made (the node's clock): a leader that
+        /// could not take the role resigns at most once a second.
+        now: Instant,
     },
     /// The wait of an [`Action::WaitHighWatermark`] is over.
     HighWatermarkWaited(HandOverWait),
@@ -931,6 +943,9 @@ pub(crate) struct NodeCore {
     /// (`Replica::resume_appends_after_hand_over` runs under it); never
     /// held while an action runs.
     hand_overs: Mutex<HashMap<LogId, HandOver>>,
+    /// The replicas here that could not be opened, with their last failed
+    /// attempt, in `open.rs` ([`open_due`](Self::open_due)).
+    unopened: Unopened,
 }
 
 impl NodeCore {
@@ -960,6 +975,7 @@ impl NodeCore {
             winding_down,
             fetch_wait_max,
             hand_overs: Mutex::new(HashMap::new()),
+            unopened: Unopened::default(),
         }
     }
 
@@ -1226,21 +1242,6 @@ impl NodeCore {
                     self.failed_recovery_reports.lock().insert(state.log);
                 }
             }
-        }
-    }
-
-    /// Reads again, in the order given, every log in `unopened` (those
-    /// whose replica here could not be opened) and follows it while this
-    /// node is its replica ([`Action::Reconcile`]), which tries to open it
-    /// again; a log that no longer lists this node, or is gone, is
-    /// forgotten ([`Action::ForgetUnopened`]).
-    pub(crate) fn retry_unopened(&self, unopened: &[LogId], out: &mut Vec<Action>) {
-        for &log in unopened {
-            Self::call(
-                out,
-                CoordinatorCall::LogState(log),
-                Continuation::RetryUnopened(log),
-            );
         }
     }
 
@@ -1563,9 +1564,16 @@ impl NodeCore {
     /// storage work of `become_leader`, is the driver's: see
     /// [`Action::ChangeRole`]). A leader that took the role begins its
     /// reassignment hand-over if one is due; one that could not resigns,
-    /// at most once a second (`Replica::resign_due`). A follower fetches
-    /// from its leader, if the state names one.
-    fn role_changed(&self, change: RoleChange, result: Result<()>, out: &mut Vec<Action>) {
+    /// at most once a second at `now`
+    /// ([`resign_failed_leader_when_due`](Self::resign_failed_leader_when_due)).
+    /// A follower fetches from its leader, if the state names one.
+    fn role_changed(
+        &self,
+        change: RoleChange,
+        result: Result<()>,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
         match change {
             RoleChange::Lead { replica, state } => {
                 if let Err(error) = result {
@@ -1575,9 +1583,7 @@ impl NodeCore {
                     // it on, as a leader whose storage fails under it does.
                     tracing::error!(log = %state.log, node = %self.node, %error, "cannot become leader; resigning");
                     crate::simulation::note_handled_error(&error);
-                    if replica.get().resign_due() {
-                        self.resign_failed_leader(replica.shared(), out);
-                    }
+                    self.resign_failed_leader_when_due(replica.shared(), now, out);
                     return;
                 }
                 self.begin_reassignment_hand_over(replica.get(), &state);
@@ -1595,6 +1601,21 @@ impl NodeCore {
         }
     }
 
+    /// A failed leader's resignation ([`resign_failed_leader`](Self::resign_failed_leader)),
+    /// at most once a second: asked for only if its last attempt was a
+    /// second or more before `now`, the node's clock as the driver read it
+    /// (`Replica::resign_due`, which notes this attempt).
+    pub(crate) fn resign_failed_leader_when_due(
+        &self,
+        replica: &Arc<Replica>,
+        now: Instant,
+        out: &mut Vec<Action>,
+    ) {
+        if replica.resign_due(now) {
+            self.resign_failed_leader(replica, out);
+        }
+    }
+
     /// A leader whose storage failed (a failed fsync poisons the log) can
     /// neither append nor serve fetches, and a replica elected leader that
     /// cannot take the role (`become_leader` failed) cannot either: it
@@ -1606,8 +1627,8 @@ impl NodeCore {
     /// read first, then, if the ELR holds another replica, the live nodes
     /// (see [`resignation`] for the decision); the resignation is a
     /// compare-and-set on the stored epoch and version. The caller rate
-    /// limits it (`Replica::resign_due`).
-    pub(crate) fn resign_failed_leader(&self, replica: &Arc<Replica>, out: &mut Vec<Action>) {
+    /// limits it ([`resign_failed_leader_when_due`](Self::resign_failed_leader_when_due)).
+    fn resign_failed_leader(&self, replica: &Arc<Replica>, out: &mut Vec<Action>) {
         // A stopping or crashed node takes no more part: a simulated crash
         // poisons its logs before its threads end, and a dead process
         // would not resign (review of c6bd2e8, finding 2).
@@ -1630,8 +1651,12 @@ impl NodeCore {
         let (then, answer) = match input {
             Input::Answered { then, answer } => (then, answer),
             Input::FetchingStopped(change) => return out.push(Action::ChangeRole(change)),
-            Input::RoleChanged { change, result } => {
-                return self.role_changed(change, result, out);
+            Input::RoleChanged {
+                change,
+                result,
+                now,
+            } => {
+                return self.role_changed(change, result, now, out);
             }
             Input::HighWatermarkWaited(wait) => return self.high_watermark_waited(wait, out),
             Input::ShutdownWaited {
@@ -1794,7 +1819,7 @@ impl NodeCore {
                 Ok(Some(state)) if state.replicas.contains(&self.node) => {
                     out.push(Action::Reconcile(state))
                 }
-                Ok(_) => out.push(Action::ForgetUnopened(log)),
+                Ok(_) => self.forget_unopened(log),
                 Err(error) => {
                     tracing::debug!(%log, node = %self.node, %error,
                         "cannot read the log to open its replica again");
@@ -2578,7 +2603,7 @@ pub(crate) fn end_after_open(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::{Clock, ManualClock};
     use crate::config::ReplicationConfig;
     use crate::error::Error;
     use crate::replication::{IncarnationCheck, IsrChangeKind, Watch};
@@ -3368,8 +3393,9 @@ mod tests {
     /// A role change whose fetching stopped, driven as the driver does:
     /// the core asks for it ([`Action::ChangeRole`]), the driver's
     /// `change_role` makes it on the replica, and the core decides on its
-    /// result ([`Input::RoleChanged`]); what it asks for then.
-    fn drive_role_change(core: &NodeCore, then: RoleChange) -> Vec<Action> {
+    /// result ([`Input::RoleChanged`], made at `now`); what it asks for
+    /// then.
+    fn drive_role_change(core: &NodeCore, then: RoleChange, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         core.handle(Input::FetchingStopped(then.clone()), &mut out);
         assert_eq!(out, vec![Action::ChangeRole(then.clone())]);
@@ -3379,6 +3405,7 @@ mod tests {
             Input::RoleChanged {
                 change: then,
                 result,
+                now,
             },
             &mut out,
         );
@@ -3401,7 +3428,7 @@ mod tests {
         core.take_role(&replica, &led_by_2, replica.role(), Some(3), &mut out);
         let then = only_stop_fetching(out);
         assert_eq!(replica.role(), (Role::Offline, LeaderEpoch(0)));
-        let out = drive_role_change(&core, then);
+        let out = drive_role_change(&core, then, Instant::now());
         let follower = Role::Follower { leader: n(2) };
         assert_eq!(replica.role(), (follower, LeaderEpoch(3)));
         assert_eq!(
@@ -3439,7 +3466,7 @@ mod tests {
         let mut out = Vec::new();
         core.take_role(&replica, &state, replica.role(), Some(3), &mut out);
         let then = only_stop_fetching(out);
-        let out = drive_role_change(&core, then);
+        let out = drive_role_change(&core, then, Instant::now());
         assert_eq!(replica.role(), (Role::Leader, LeaderEpoch(3)));
         assert_eq!(out, vec![]);
         assert_eq!(core.hand_over_of(state.log), None);
@@ -3974,7 +4001,11 @@ mod tests {
     fn an_unopened_replica_is_opened_again_while_this_node_is_its_replica() {
         let core = core();
         let mut out = Vec::new();
-        core.retry_unopened(&[LogId(1), LogId(3)], &mut out);
+        let now = Instant::now();
+        for log in [LogId(3), LogId(1)] {
+            core.open_attempted(log, false, now, Some(&Error::Shutdown));
+        }
+        core.retry_unopened(&mut out);
         assert_eq!(
             out.iter()
                 .map(|action| match action {
@@ -4002,10 +4033,9 @@ mod tests {
             ..stored(&[2, 3])
         };
         for gone in [Ok(Some(moved)), Ok(None)] {
-            assert_eq!(
-                answer(&core, then.clone(), Answer::LogState(gone)),
-                vec![Action::ForgetUnopened(LogId(1))]
-            );
+            core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
+            assert_eq!(answer(&core, then.clone(), Answer::LogState(gone)), vec![]);
+            assert_eq!(core.unopened_logs(), vec![LogId(3)], "forgotten");
         }
         assert_eq!(
             answer(&core, then, Answer::LogState(Err(coordinator_error()))),
@@ -4039,6 +4069,7 @@ mod tests {
                     replica: ReplicaRef(Arc::clone(&replica)),
                     state: Box::new(stored(&[2, 3])),
                 },
+                clock.now(),
             )
         };
         let resign = Continuation::Resign {
@@ -4080,6 +4111,7 @@ mod tests {
                 Input::RoleChanged {
                     change: change.clone(),
                     result,
+                    now: clock.now(),
                 },
                 &mut out,
             );

@@ -512,9 +512,9 @@ impl Replica {
     }
 
     /// Whether a leader whose storage failed should try (again) to resign
-    /// now: at most once a second on the replica's clock.
-    pub(crate) fn resign_due(&self) -> bool {
-        let now = self.clock.now();
+    /// at `now` (the node's clock, read by its driver): at most once a
+    /// second.
+    pub(crate) fn resign_due(&self, now: Instant) -> bool {
         let mut last = self.resign_attempted_at.lock();
         match *last {
             Some(at) if now.duration_since(at) < Duration::from_secs(1) => false,

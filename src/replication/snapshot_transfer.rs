@@ -14,15 +14,14 @@
 //! answering (at most `REQUESTS_IN_FLIGHT_MAX`).
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::io::{BufReader, Read};
+use std::path::Path;
 use std::time::Instant;
 
 use super::replica::Replica;
 use crate::config::ReplicationConfig;
 use crate::snapshot::{SnapshotInfo, SnapshotStore};
+use crate::storage::disk::{Disk, DiskFile, OpenMode};
 use crate::storage::SNAPSHOT_DOWNLOAD_PREFIX;
 use crate::sync::{AtomicBool, Mutex, Ordering};
 use crate::transport::{
@@ -38,13 +37,13 @@ static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 const RESTARTS_MAX: u32 = 3;
 
 /// Deletes a download when dropped, on every way out of a transfer.
-struct DiscardOnDrop<'a>(&'a Path);
+struct DiscardOnDrop<'a>(&'a dyn Disk, &'a Path);
 
 impl Drop for DiscardOnDrop<'_> {
     fn drop(&mut self) {
-        if let Err(error) = std::fs::remove_file(self.0) {
+        if let Err(error) = self.0.remove_file(self.1) {
             if error.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %self.0.display(), %error,
+                tracing::warn!(path = %self.1.display(), %error,
                     "cannot delete a snapshot download; the next recovery of the log deletes it");
             }
         }
@@ -80,21 +79,30 @@ impl Transfer<'_> {
         // Whatever happens, the download is not kept, even if the
         // application's install panics: a later transfer starts from the
         // beginning (the leader's latest may differ).
-        let _discard = DiscardOnDrop(&path);
+        let _discard = DiscardOnDrop(self.disk(), &path);
         self.download_and_install(&path)
     }
 
-    fn download_and_install(&self, path: &PathBuf) -> Result<Offset, String> {
+    /// The disk of the replica's log: the download is a file of the log's
+    /// directory, reached as every stored file is (issue 28: through one
+    /// small interface, which a simulated disk can stand in for).
+    fn disk(&self) -> &dyn Disk {
+        &**self.replica.log().disk()
+    }
+
+    fn download_and_install(&self, path: &Path) -> Result<Offset, String> {
         let started = Instant::now();
         for _attempt in 0..=RESTARTS_MAX {
             let Some(info) = self.download(path)? else {
                 continue;
             };
-            let mut file =
-                File::open(path).map_err(|e| format!("reopen {}: {e}", path.display()))?;
+            let file = self
+                .disk()
+                .open(path, OpenMode::Read)
+                .map_err(|e| format!("reopen {}: {e}", path.display()))?;
             let length = file
-                .seek(SeekFrom::End(0))
-                .map_err(|e| format!("seek {}: {e}", path.display()))?;
+                .length_bytes()
+                .map_err(|e| format!("stat {}: {e}", path.display()))?;
             if length != info.size_bytes {
                 return Err(format!(
                     "{} holds {length} bytes, the snapshot has {}",
@@ -102,8 +110,6 @@ impl Transfer<'_> {
                     info.size_bytes
                 ));
             }
-            file.seek(SeekFrom::Start(0))
-                .map_err(|e| format!("seek {}: {e}", path.display()))?;
             // A transfer cancelled (the log's leader or epoch changed, the
             // fetcher stopped) installs nothing, even when complete.
             if self.cancel.load(Ordering::SeqCst) {
@@ -128,7 +134,13 @@ impl Transfer<'_> {
                         self.replica.log_id()
                     )
                 })?;
-            let mut reader = BufReader::new(file.take(info.size_bytes));
+            let mut reader = BufReader::new(
+                FileReader {
+                    file: &*file,
+                    position: 0,
+                }
+                .take(info.size_bytes),
+            );
             self.store
                 .install(self.replica.log_id(), info, &mut reader)
                 .map_err(|e| {
@@ -166,11 +178,9 @@ impl Transfer<'_> {
     /// downloads), so only the application's install makes anything
     /// durable.
     fn download(&self, path: &Path) -> Result<Option<SnapshotInfo>, String> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
+        let file = self
+            .disk()
+            .open(path, OpenMode::CreateTruncate)
             .map_err(|e| format!("create {}: {e}", path.display()))?;
         let download = Download {
             file,
@@ -390,7 +400,7 @@ impl Transfer<'_> {
         let _writing = download.writing.lock();
         download
             .file
-            .write_all_at(&chunk.data, position)
+            .write_all_at(position, &chunk.data)
             .map_err(|e| format!("write {}: {e}", download.path.display()))?;
         Ok(Chunk {
             snapshot: now,
@@ -420,7 +430,7 @@ impl Transfer<'_> {
 
 /// The file a transfer downloads into, and its path (for errors).
 struct Download<'a> {
-    file: File,
+    file: Box<dyn DiskFile>,
     /// Held by the asker writing a chunk. Writes to one file take turns in
     /// the kernel anyway (its inode lock), where the waiting askers spun:
     /// about 5% of a transfer's CPU time on 2 cores (issue 25). Here they
@@ -437,20 +447,29 @@ impl Download<'_> {
     /// the bytes (about 40% of a 256 MiB download's write time, issue 25),
     /// and a disk without room fails the transfer before any chunk is
     /// asked for past the first. A file system without `fallocate` is
-    /// written as the chunks arrive, as before.
+    /// written as the chunks arrive ([`DiskFile::reserve`]).
     fn reserve(&self, bytes: u64) -> Result<(), String> {
-        use rustix::fs::{fallocate, FallocateFlags};
-        match fallocate(&self.file, FallocateFlags::KEEP_SIZE, 0, bytes) {
-            Ok(()) => Ok(()),
-            Err(rustix::io::Errno::NOSPC) => Err(format!(
-                "no room for the snapshot's {bytes} bytes in {}",
+        self.file.reserve(bytes).map_err(|e| {
+            format!(
+                "no room for the snapshot's {bytes} bytes in {}: {e}",
                 self.path.display()
-            )),
-            Err(error) => {
-                tracing::debug!(path = %self.path.display(), %error, "cannot reserve a snapshot download's blocks; writing it as it arrives");
-                Ok(())
-            }
-        }
+            )
+        })
+    }
+}
+
+/// Reads a file from its start, for the application's install
+/// ([`SnapshotStore::install`] takes a reader).
+struct FileReader<'a> {
+    file: &'a dyn DiskFile,
+    position: u64,
+}
+
+impl Read for FileReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.file.read_at(self.position, buf)?;
+        self.position += read as u64;
+        Ok(read)
     }
 }
 

@@ -116,6 +116,16 @@ pub trait DiskFile: Debug + Send + Sync {
     /// Cuts or extends (with zeros) the file to `len` bytes.
     fn set_len(&self, len: u64) -> io::Result<()>;
 
+    /// Reserves the blocks of the file's first `bytes` bytes without
+    /// changing its length (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so
+    /// that a disk without room fails here, before the writes. `Ok(())`
+    /// where the file system cannot reserve: the writes then allocate as
+    /// they go. The default reserves nothing.
+    fn reserve(&self, bytes: u64) -> io::Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
+
     /// The file's current length.
     fn length_bytes(&self) -> io::Result<u64>;
 

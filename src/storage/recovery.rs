@@ -362,7 +362,7 @@ pub(crate) fn recover(
                 segments.insert(base, seg);
                 continue;
             }
-            seg.discard_index()?;
+            seg.discard_index(config.index_bytes_max)?;
             index_problem = Some(IndexProblem(
                 "its last entry does not point at the batch it names".to_string(),
             ));
@@ -385,7 +385,7 @@ pub(crate) fn recover(
                     Err(Error::Corrupt { reason, .. })
                         if index_problem.is_none() && floor.1 > 0 =>
                     {
-                        seg.discard_index()?;
+                        seg.discard_index(config.index_bytes_max)?;
                         index_problem = Some(IndexProblem(format!(
                             "an entry does not match the data ({reason})"
                         )));
@@ -423,7 +423,7 @@ pub(crate) fn recover(
             if let Some((offset, position)) =
                 seg.index_entry_contradicting(trusted_until_position, offset_there)
             {
-                seg.discard_index()?;
+                seg.discard_index(config.index_bytes_max)?;
                 index_problem = Some(IndexProblem(format!(
                     "an entry names offset {offset} at position {position}, before the batch of \
                      offset {offset_there} at position {trusted_until_position}"
@@ -436,11 +436,13 @@ pub(crate) fn recover(
                 .indexes_rebuilt
                 .push((seg.index_path().to_path_buf(), problem.0.clone()));
         }
-        let (scan_from, start_offset) = if index_problem.is_some() {
+        let (mut scan_from, mut start_offset) = if index_problem.is_some() {
             (0, base)
         } else {
             (trusted_until_position, offset_there)
         };
+        let epoch_before_segment = last_epoch;
+        let mut index_rebuilt = index_problem.is_some();
         if scan_from > 0 {
             // The epoch of the batch just before the scan, so the scan can
             // check that epochs never go backwards.
@@ -480,6 +482,21 @@ pub(crate) fn recover(
                     }
                 }
                 last_epoch = Some(header.leader_epoch);
+            }
+            if seg.file().index_distrusted() {
+                // The walk to that batch went around an index entry that
+                // does not match the data (`find_batch_via_index`): rebuild
+                // the index, scanning the segment whole, instead of leaving
+                // every read of it to walk around the entry.
+                let problem = "an entry does not match the data".to_string();
+                tracing::warn!(path = %seg.index_path().display(), reason = %problem, "rebuilding offset index");
+                report
+                    .indexes_rebuilt
+                    .push((seg.index_path().to_path_buf(), problem));
+                seg.discard_index(config.index_bytes_max)?;
+                index_rebuilt = true;
+                (scan_from, start_offset) = (0, base);
+                last_epoch = epoch_before_segment;
             }
         }
         let size_before = seg.size_bytes();
@@ -624,6 +641,11 @@ pub(crate) fn recover(
         // point past this segment: otherwise a power loss could bring back
         // entries that name batches the cut removed, under data appended
         // later, in a segment recovery then trusts (see `Log::truncate_to`).
+        if index_rebuilt {
+            // Rebuilt with room for every entry: trimmed to them, as a roll
+            // seals a segment (the active one gets its room back below).
+            seg.seal()?;
+        }
         seg.sync_index()?;
         segments.insert(base, seg);
     }

@@ -22,7 +22,7 @@ use crate::record::{
     decode_header_fields, parse_header, parse_whole_header, BatchHeader, HeaderError, RecordBatch,
     BATCH_HEADER_BYTES,
 };
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::types::{LeaderEpoch, Offset};
 
 /// Suffix of a segment's data file.
@@ -72,6 +72,12 @@ pub(crate) struct SegmentFile {
     /// [`Durability`]. Writes, truncations and syncs update it under its
     /// lock.
     durability: Mutex<Durability>,
+    /// Set once a walk found that an entry of this segment's offset index
+    /// does not match the data ([`Segment::find_batch_via_index`]): from
+    /// then on walks start at the segment start, and the mismatch is
+    /// logged once, not on every read that would have used the entry.
+    /// Cleared when the index is rebuilt ([`Segment::discard_index`]).
+    index_distrusted: AtomicBool,
 }
 
 /// The bookkeeping a power-loss crash simulation needs: how many bytes were
@@ -126,7 +132,20 @@ impl SegmentFile {
                 durable_bytes: length_bytes,
                 ..Durability::default()
             }),
+            index_distrusted: AtomicBool::new(false),
         })
+    }
+
+    /// Whether a walk found this file's offset index wrong (see
+    /// `index_distrusted`).
+    pub(crate) fn index_distrusted(&self) -> bool {
+        self.index_distrusted.load(Ordering::Acquire)
+    }
+
+    /// Notes that this file's offset index does not match it; `true` the
+    /// first time.
+    fn distrust_index(&self) -> bool {
+        !self.index_distrusted.swap(true, Ordering::AcqRel)
     }
 
     fn halted_error(&self) -> Error {
@@ -504,8 +523,10 @@ impl Segment {
     /// fails there too, at its own position, and an index that was wrong
     /// costs only the longer walk (found by the simulated disk, seed
     /// 60134360: a flip in an entry's position made a node report its
-    /// intact data file corrupt). Kafka does not check index entries on
-    /// reads; it rebuilds an index it finds invalid at open.
+    /// intact data file corrupt). Once an entry was found wrong, the
+    /// segment's walks all start at its start, and recovery rebuilds the
+    /// index it walked around. Kafka does not check index entries on reads;
+    /// it rebuilds an index it finds invalid at open.
     pub(crate) fn find_batch_via_index(
         file: &SegmentFile,
         start: (Offset, u64),
@@ -513,31 +534,46 @@ impl Segment {
         end_bytes: u64,
         target: Offset,
     ) -> Result<Found> {
-        if start.1 > 0 && start.1 >= end_bytes {
+        let from_start = (segment_base, 0);
+        if start.1 == 0 {
+            return Segment::find_batch(file, start, end_bytes, target);
+        }
+        if file.index_distrusted() {
+            return Segment::find_batch(file, from_start, end_bytes, target);
+        }
+        if start.1 >= end_bytes {
             // An entry past the data names nothing the walk could check:
             // it would find the end there, without a word (review of
             // d224180).
-            tracing::warn!(
-                path = %file.path().display(),
-                position = start.1,
-                end_bytes,
-                "offset index entry lies past the data: reading from the segment start"
-            );
-            return Segment::find_batch(file, (segment_base, 0), end_bytes, target);
+            Segment::distrusted_index(file, start.1, || {
+                format!("the entry lies past the data, which ends at byte {end_bytes}")
+            });
+            return Segment::find_batch(file, from_start, end_bytes, target);
         }
         match Segment::find_batch(file, start, end_bytes, target) {
             Err(Error::Corrupt {
                 position, reason, ..
-            }) if start.1 > 0 && position == start.1 => {
-                tracing::warn!(
-                    path = %file.path().display(),
-                    position,
-                    %reason,
-                    "offset index entry does not match the data: reading from the segment start"
-                );
-                Segment::find_batch(file, (segment_base, 0), end_bytes, target)
+            }) if position == start.1 => {
+                Segment::distrusted_index(file, position, || reason);
+                Segment::find_batch(file, from_start, end_bytes, target)
             }
             found => found,
+        }
+    }
+
+    /// Marks `file`'s index as wrong at the entry naming `position`,
+    /// logging it the first time only: every later walk of the segment
+    /// starts at its start (a long-lived log would otherwise log each read
+    /// of the segment). Recovery rebuilds such an index at the next open
+    /// that checks it; a running log keeps walking around it.
+    fn distrusted_index(file: &SegmentFile, position: u64, reason: impl FnOnce() -> String) {
+        if file.distrust_index() {
+            tracing::warn!(
+                path = %file.path().display(),
+                position,
+                reason = %reason(),
+                "offset index entry does not match the data: this segment's reads now walk from its start"
+            );
         }
     }
 
@@ -651,6 +687,9 @@ impl Segment {
     /// Where a walk to `target` starts: the index entry at or below it, as
     /// `(offset, position)`, or the segment's base at position 0.
     pub(crate) fn index_floor(&self, target: Offset) -> (Offset, u64) {
+        if self.file.index_distrusted() {
+            return (self.base_offset, 0);
+        }
         self.index
             .lookup(target)
             .map_or((self.base_offset, 0), |e| (e.offset, e.position))
@@ -975,12 +1014,16 @@ impl Segment {
             .map(|e| (e.offset, e.position))
     }
 
-    /// Replaces the offset index with an empty one, to be rebuilt by
-    /// [`recover_from`](Self::recover_from) from position 0.
-    pub(crate) fn discard_index(&mut self) -> Result<()> {
+    /// Replaces the offset index with an empty one of `index_bytes_max`
+    /// bytes, to be rebuilt by [`recover_from`](Self::recover_from) from
+    /// position 0 and then [sealed](Self::seal). (It was created with no
+    /// room, so that a rebuilt index held no entry at all, and every read
+    /// of its segment walked from the segment start.)
+    pub(crate) fn discard_index(&mut self, index_bytes_max: u64) -> Result<()> {
         let path = self.index.path().to_path_buf();
-        self.index = OffsetIndex::create(&*self.disk, &path, self.base_offset, 0)?;
+        self.index = OffsetIndex::create(&*self.disk, &path, self.base_offset, index_bytes_max)?;
         self.bytes_since_index_entry = 0;
+        self.file.index_distrusted.store(false, Ordering::Release);
         Ok(())
     }
 

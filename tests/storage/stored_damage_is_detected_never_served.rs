@@ -651,6 +651,42 @@ fn a_truncation_through_a_misplaced_index_entry_cuts_where_asked() {
     }
 }
 
+/// Recovery rebuilds an index whose entry it had to walk around: the walk
+/// to the batch just below the recovery point (whose epoch recovery checks)
+/// starts at a misplaced entry, falls back to the segment start, and the
+/// index is rebuilt and reported, instead of being left for every read of
+/// the segment to walk around (before, it was left as it was).
+#[test]
+fn recovery_rebuilds_an_index_it_walked_around() {
+    let dir = copy();
+    let index = dir.path().join("00000000000000001000.index");
+    let mut bytes = std::fs::read(&index).unwrap();
+    assert!(bytes.len() >= 8 * 5, "the middle segment has index entries");
+    // Entry 3 is misplaced into its batch; the recovery point is entry 4's
+    // offset, so recovery finds the recovery point through entry 4 and the
+    // batch below it through entry 3.
+    let slot = 3 * 8;
+    let position = u32::from_le_bytes(bytes[slot + 4..slot + 8].try_into().unwrap());
+    let next_relative = u32::from_le_bytes(bytes[slot + 8..slot + 12].try_into().unwrap());
+    bytes[slot + 4..slot + 8].copy_from_slice(&(position + 4).to_le_bytes());
+    std::fs::write(&index, bytes).unwrap();
+    write_checkpoint(dir.path(), 1000 + u64::from(next_relative), RECORDS);
+    let log = open_with(dir.path(), config(), &clock()).unwrap();
+    let rebuilt = &log.recovery_report().indexes_rebuilt;
+    assert_eq!(rebuilt.len(), 1, "{rebuilt:?}");
+    assert_eq!(rebuilt[0].0, index);
+    let found = walk(&log, "index rebuilt after a walk around one of its entries");
+    assert!(found.corrupt.is_empty(), "{:?}", found.corrupt);
+    assert_eq!(found.records_correct, RECORDS);
+    log.close().unwrap();
+    let bytes = std::fs::read(&index).unwrap();
+    let entry = u32::from_le_bytes(bytes[slot + 4..slot + 8].try_into().unwrap());
+    assert_eq!(
+        entry, position,
+        "the rebuilt index has the entry where it was written"
+    );
+}
+
 /// Writes a log checkpoint with these fields into `dir`.
 fn write_checkpoint(dir: &Path, recovery_point: u64, high_watermark: u64) {
     use isrlog::testing::fuzz::{encode_log_checkpoint, LogCheckpointFields};

@@ -10,8 +10,7 @@
 //! It does not own the work: hosting and opening a replica, removing its
 //! files, the set of placed replicas, and reading where a replica's log
 //! ends are the driver's ([`Action::HostReplica`],
-//! [`Action::RemoveReplica`], [`Action::ForgetUnopened`],
-//! [`Action::ReconcilePlaced`]).
+//! [`Action::RemoveReplica`], [`Action::ReconcilePlaced`]).
 
 use super::{Action, NodeCore};
 use crate::coordinator::{LogEnd, LogState};
@@ -81,7 +80,7 @@ impl NodeCore {
     /// joined, and each coordinator call may take the call timeout. A
     /// state that does not list this node removes the hosted replica
     /// ([`Action::RemoveReplica`]) and forgets an unopened one
-    /// ([`Action::ForgetUnopened`]), unless it is older than the hosted
+    /// ([`forget_unopened`](Self::forget_unopened)), unless it is older than the hosted
     /// replica's role. Else the unclean-shutdown report this node still
     /// owes the log is written first
     /// ([`report_unclean_stop`](Self::report_unclean_stop)), and the
@@ -109,7 +108,7 @@ impl NodeCore {
                 }
                 out.push(Action::RemoveReplica(state.log));
             }
-            out.push(Action::ForgetUnopened(state.log));
+            self.forget_unopened(state.log);
             return;
         }
         self.report_unclean_stop(state, epoch_bumps, out);
@@ -210,34 +209,25 @@ mod tests {
     fn a_reconcile_removes_a_replica_the_state_drops_and_hosts_one_it_lists() {
         let listed = led(&[1, 2, 3]);
         let dropped = led(&[2, 3]);
-        let (removed, forgot) = (
-            Action::RemoveReplica(LogId(1)),
-            Action::ForgetUnopened(LogId(1)),
-        );
+        let removed = Action::RemoveReplica(LogId(1));
         let hosted = |epoch: u32| Some((Role::Follower { leader: n(2) }, LeaderEpoch(epoch)));
         let cases = [
             ("stopped, listed", &listed, true, hosted(3), vec![]),
             ("stopped, dropped", &dropped, true, hosted(3), vec![]),
-            (
-                "dropped, not hosted",
-                &dropped,
-                false,
-                None,
-                vec![forgot.clone()],
-            ),
+            ("dropped, not hosted", &dropped, false, None, vec![]),
             (
                 "dropped, same epoch",
                 &dropped,
                 false,
                 hosted(3),
-                vec![removed.clone(), forgot.clone()],
+                vec![removed.clone()],
             ),
             (
                 "dropped, newer state",
                 &dropped,
                 false,
                 hosted(2),
-                vec![removed, forgot],
+                vec![removed],
             ),
             ("dropped, stale state", &dropped, false, hosted(4), vec![]),
             (
@@ -256,9 +246,19 @@ mod tests {
             ),
         ];
         for (case, state, stopped, hosted, expected) in cases {
+            let core = core();
+            let now = std::time::Instant::now();
+            core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
             let mut out = Vec::new();
-            core().reconcile(state, Some(2), LocalReplica { stopped, hosted }, &mut out);
+            core.reconcile(state, Some(2), LocalReplica { stopped, hosted }, &mut out);
             assert_eq!(out, expected, "{case}");
+            // Exactly the states that remove a hosted replica forget an
+            // unopened one.
+            let forgets = !stopped
+                && !state.replicas.contains(&n(1))
+                && hosted.is_none_or(|(_, epoch)| state.leader_epoch >= epoch);
+            let unopened = if forgets { vec![] } else { vec![LogId(1)] };
+            assert_eq!(core.unopened_logs(), unopened, "{case}");
         }
     }
 

@@ -193,10 +193,11 @@ impl ControlTimers {
 impl NodeCore {
     /// A control tick at `now` (the node's clock): fires the due timers of
     /// `timers` and asks for their duties in order. The report retries are
-    /// the core's own (the unclean reports, then, through the driver, the
-    /// unopened replicas ([`Action::RetryUnopened`]), then the failed
-    /// recovery reports ([`Action::RetryRecoveryReports`], read only once
-    /// the unopened retries ran, which may add to them)); then the
+    /// the core's own (the unclean reports, then the unopened replicas
+    /// ([`Action::RetryUnopened`], read only once the unclean retries ran,
+    /// which may add to them), then the failed recovery reports
+    /// ([`Action::RetryRecoveryReports`], read only once the unopened
+    /// retries ran, which may add to them)); then the
     /// heartbeat; then [`Action::ControlDuties`]: the idle flush and
     /// retention if they fired, and every replica's tick. A stopped or
     /// winding-down node asks for nothing: it makes no further coordinator

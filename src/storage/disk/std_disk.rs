@@ -199,6 +199,18 @@ impl DiskFile for StdFile {
         self.file.set_len(len)
     }
 
+    fn reserve(&self, bytes: u64) -> io::Result<()> {
+        use rustix::fs::{fallocate, FallocateFlags};
+        match fallocate(&self.file, FallocateFlags::KEEP_SIZE, 0, bytes) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::NOSPC) => Err(io::Error::from(rustix::io::Errno::NOSPC)),
+            Err(error) => {
+                tracing::debug!(%error, "cannot reserve a file's blocks; its writes allocate them");
+                Ok(())
+            }
+        }
+    }
+
     fn length_bytes(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
@@ -224,5 +236,24 @@ impl DiskFile for StdFile {
         let mapping = FileMapping::new(&self.file)?;
         debug_assert_eq!(mapping.bytes().len() as u64, len, "the file's length");
         Ok(Box::new(mapping))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reservation keeps the file's length (the download's length check
+    /// reads it) and the bytes written after it read back.
+    #[test]
+    fn a_reservation_keeps_the_length_and_the_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("download");
+        let file = StdDisk.open(&path, OpenMode::CreateTruncate).unwrap();
+        file.reserve(1 << 20).unwrap();
+        assert_eq!(file.length_bytes().unwrap(), 0);
+        file.write_all_at(4096, b"chunk").unwrap();
+        assert_eq!(file.length_bytes().unwrap(), 4101);
+        assert_eq!(file.read_vec_at(4096, 5).unwrap(), b"chunk");
     }
 }

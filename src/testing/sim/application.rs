@@ -13,6 +13,12 @@
 //! In the runs whose nodes have no store, such a replica must say that it
 //! needs a snapshot instead of starting past a gap.
 //!
+//! Applications run only in single-log runs, on the first log
+//! ([`SimConfig::applications`](super::SimConfig::applications)): their
+//! settings (retention until applied, retention by size) are the nodes'
+//! and would hold every log a node hosts, and per-log applications are
+//! not built yet.
+//!
 //! An application's state is a fold, a hash chain over `(offset, value)`
 //! from offset 0, so that any two states at one position can be compared:
 //! every state an application reaches (by applying, or by installing a
@@ -550,7 +556,7 @@ impl Run {
         if stalled {
             return Ok(());
         }
-        let Some(log) = self.log_on(index) else {
+        let Some(log) = self.log_on(0, index) else {
             return Ok(());
         };
         self.take_installs(index)?;
@@ -642,7 +648,7 @@ impl Run {
         let next = apps.interval(CHECKPOINT_INTERVAL_MEAN);
         self.schedule
             .after(next, Event::Application(AppEvent::Checkpoint(index)));
-        let Some(log) = self.log_on(index) else {
+        let Some(log) = self.log_on(0, index) else {
             return;
         };
         // A snapshot installed meanwhile is taken in first (an error is
@@ -699,7 +705,7 @@ impl Run {
         let next = apps.interval(DELETE_INTERVAL_MEAN);
         self.schedule
             .after(next, Event::Application(AppEvent::Delete));
-        let Some((index, log)) = self.leader() else {
+        let Some((index, log)) = self.leader(0) else {
             return;
         };
         let Ok(bound) = log.deletion_bound() else {
@@ -744,10 +750,10 @@ impl Run {
         if self.calm {
             return;
         }
-        let Some(index) = self.leader().map(|(index, _)| index) else {
+        let Some(index) = self.leader(0).map(|(index, _)| index) else {
             return;
         };
-        let Some(log) = self.log_on(index) else {
+        let Some(log) = self.log_on(0, index) else {
             return;
         };
         let Some(apps) = self.applications.as_mut() else {
@@ -930,7 +936,7 @@ impl Run {
         let min_insync = self.machines.len().min(2);
         for index in 0..self.machines.len() {
             let log = self
-                .log_unlocked(index)
+                .log_unlocked(0, index)
                 .filter(crate::ReplicatedLog::is_leader);
             let Some(apps) = self.applications.as_mut() else {
                 return Ok(());
@@ -979,7 +985,7 @@ impl Run {
         }
         // A leader whose application needs a snapshot hands over.
         let leader = self
-            .leader()
+            .leader(0)
             .map(|(index, log)| (index, log.leader_epoch(), log.needs_snapshot()));
         let Some(apps) = self.applications.as_mut() else {
             return Ok(());
@@ -1007,7 +1013,9 @@ impl Run {
     ) -> bool {
         self.applications.as_ref().is_some_and(|apps| {
             !apps.with_store && apps.apps[index].position < leader.log_start_offset()
-        }) && self.log_on(index).is_some_and(|log| log.needs_snapshot())
+        }) && self
+            .log_on(0, index)
+            .is_some_and(|log| log.needs_snapshot())
     }
 
     /// A run with applications settles only once no replica says it needs
@@ -1022,19 +1030,20 @@ impl Run {
         let leader_start = leader.log_start_offset();
         (0..self.machines.len()).all(|index| {
             let position = apps.apps[index].position;
-            self.log_on(index).is_none_or(|log| match apps.with_store {
-                true => !log.needs_snapshot() && position >= log.log_start_offset(),
-                // And one whose application is below its own log
-                // start waits until it says so: a replica that just
-                // became a follower (seed 9000472: a leader whose
-                // application was behind handed over) says so on its
-                // first fetch answer, which the end check must not
-                // run before.
-                false => {
-                    (!log.needs_snapshot() || position < leader_start)
-                        && (position >= log.log_start_offset() || log.needs_snapshot())
-                }
-            })
+            self.log_on(0, index)
+                .is_none_or(|log| match apps.with_store {
+                    true => !log.needs_snapshot() && position >= log.log_start_offset(),
+                    // And one whose application is below its own log
+                    // start waits until it says so: a replica that just
+                    // became a follower (seed 9000472: a leader whose
+                    // application was behind handed over) says so on its
+                    // first fetch answer, which the end check must not
+                    // run before.
+                    false => {
+                        (!log.needs_snapshot() || position < leader_start)
+                            && (position >= log.log_start_offset() || log.needs_snapshot())
+                    }
+                })
         })
     }
 
@@ -1077,7 +1086,7 @@ impl Run {
         }
         let mut reported = 0;
         for index in 0..self.machines.len() {
-            let Some(log) = self.log_on(index) else {
+            let Some(log) = self.log_on(0, index) else {
                 continue;
             };
             let position = apps.apps[index].position;

@@ -150,11 +150,15 @@ impl BlockingClients {
         }
     }
 
-    /// The calls whose outcome is known at `now`, with their values, in
-    /// client order; they return, and their clients may call again.
-    pub(super) fn returned(&mut self, now: Duration) -> Vec<(Vec<u8>, Result<AppendOutcome>)> {
+    /// The calls whose outcome is known at `now`, with their clients and
+    /// values, in client order; they return, and their clients may call
+    /// again.
+    pub(super) fn returned(
+        &mut self,
+        now: Duration,
+    ) -> Vec<(usize, Vec<u8>, Result<AppendOutcome>)> {
         let mut returned = Vec::new();
-        for slot in &mut self.calls {
+        for (client, slot) in self.calls.iter_mut().enumerate() {
             let Some(call) = slot.as_ref() else {
                 continue;
             };
@@ -166,7 +170,7 @@ impl BlockingClients {
             };
             self.acknowledged += u64::from(outcome.is_ok());
             if let Some(call) = slot.take() {
-                returned.push((call.value, outcome));
+                returned.push((client, call.value, outcome));
             }
         }
         returned

@@ -5,6 +5,12 @@
 //! producer: [`ProducerClient`]), and faults, all stepped on the calling
 //! thread from one seed.
 //!
+//! A run replicates one, two or three logs on its nodes
+//! ([`SimConfig::logs`]), each with its own clients and checks
+//! ([`LogRun`]); the nodes' sessions, fetches (one carries every log a
+//! follower fetches from that leader), controlled stops, background work
+//! and faults are shared by a node's logs, as in production.
+//!
 //! The run owns the agenda and the checks: after every event every live
 //! node handles what reached it (coordinator events, commands, its timers,
 //! its deadline and completion passes) until nothing more happens, and the
@@ -70,8 +76,20 @@ use crate::{
     MemoryCoordinator, NodeId, Offset, PreviousShutdown, ProducerConfig,
 };
 
-/// The one log every run replicates.
-const LOG: LogId = LogId(1);
+/// The id of a run's `log`-th log (from 0): 1, 2, 3.
+fn log_id(log: usize) -> LogId {
+    LogId(log as u32 + 1)
+}
+
+/// Salt of the draw of a run's number of logs ([`SimConfig::new`]): a
+/// stream apart from the run's, so that a single-log run is, event for
+/// event, the run it was before runs had several logs.
+const LOGS_STREAM_SALT: u64 = 0x0_1065_C0DE;
+
+/// Salt of the generator that spreads the clients' appends, the
+/// reassignments and the producer over the logs of a run with several (a
+/// single-log run draws nothing from it).
+const LOG_PICK_STREAM_SALT: u64 = 0x0_1065_91C4;
 
 /// How many rounds of "every node handles what reached it" may follow one
 /// event (in all, across [`Run::settle`]'s passes) before the run counts as
@@ -189,8 +207,12 @@ const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 pub(crate) struct SimConfig {
     /// Fixes every choice of the run.
     pub(crate) seed: u64,
-    /// Nodes, each a replica of the run's one log.
+    /// Nodes, each a replica of every log of the run.
     pub(crate) nodes: usize,
+    /// Logs, each replicated on every node (each with its own clients and
+    /// checks; faults hit a node's or disk's logs all at once). A run with
+    /// several has no applications (see [`SimConfig::applications`]).
+    pub(crate) logs: usize,
     /// How the network treats messages until the calm.
     pub(crate) network: NetworkFaults,
     /// Mean simulated time between two partitions that cut one node off
@@ -238,7 +260,10 @@ pub(crate) struct SimConfig {
     pub(crate) reassignments: bool,
     /// Whether two runs in three run an application on every node that
     /// applies the log, reports its position and takes snapshots, while
-    /// the leader deletes records (see [`application`]).
+    /// the leader deletes records (see [`application`]). Only in a
+    /// single-log run: the applications' settings (retention until
+    /// applied, retention by size) are the nodes', so they would hold every
+    /// log of a node, and per-log applications are left for later.
     pub(crate) applications: bool,
     /// Whether, in runs with applications, a cap and snapshot stores, an
     /// application now and then restores its state from scratch (the
@@ -260,10 +285,20 @@ impl SimConfig {
     /// 60 simulated seconds, an append every 20 ms, a crash every 5 s and a
     /// partition every 10 s on average; 1% of messages lost, 1% delivered
     /// twice, 0.1 to 2 ms in flight.
+    ///
+    /// The number of logs is drawn from a stream of its own (see
+    /// [`LOGS_STREAM_SALT`]): one in half the runs, two in a quarter,
+    /// three in a quarter.
     pub(crate) fn new(seed: u64) -> SimConfig {
+        let logs = match mix64(seed ^ LOGS_STREAM_SALT) % 4 {
+            0 | 1 => 1,
+            2 => 2,
+            _ => 3,
+        };
         SimConfig {
             seed,
             nodes: 3,
+            logs,
             network: NetworkFaults {
                 loss: 0.01,
                 duplication: 0.01,
@@ -291,6 +326,27 @@ impl SimConfig {
             panic_at: None,
         }
     }
+}
+
+impl SimConfig {
+    /// This configuration with `logs` logs (at least one).
+    pub(crate) fn with_logs(self, logs: usize) -> SimConfig {
+        SimConfig {
+            logs: logs.max(1),
+            ..self
+        }
+    }
+}
+
+/// What one log of a run that passed went through.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LogCounts {
+    /// Records acknowledged on the log.
+    pub(crate) acknowledged: u64,
+    /// Records the reader was served as committed on it.
+    pub(crate) read: u64,
+    /// Leaders the coordinator named for it, each (leader, epoch) once.
+    pub(crate) leaders: u64,
 }
 
 /// What a run that passed did.
@@ -361,6 +417,8 @@ pub(crate) struct SimReport {
     pub(crate) reassignments: (u64, u64, u64),
     /// What the applications did (all zero in a run without them).
     pub(crate) applications: ApplicationCounts,
+    /// What each log went through, in the order of their ids.
+    pub(crate) logs: Vec<LogCounts>,
 }
 
 /// A run that broke a rule: the seed, what broke, and the last lines of
@@ -398,7 +456,8 @@ impl fmt::Display for SimFailure {
 enum Event {
     /// A node's control core asked to be woken now.
     Wake(usize),
-    /// A client appends one record to the log's leader.
+    /// A client appends one record to the leader of a log (drawn when the
+    /// run has several).
     Append,
     /// Blocking client `n` calls `append` (see [`BlockingClients`]).
     BlockingCall(usize),
@@ -407,8 +466,8 @@ enum Event {
     /// The producer's retry round falls due (its pipeline is driven after
     /// every event).
     ProducerRetry,
-    /// A reader reads what the leader says is committed, from where it
-    /// left off.
+    /// A reader reads what the leader of each log says is committed, from
+    /// where it left off there.
     Read,
     /// A node's process dies; with `power_loss` its machine loses power too.
     Crash { node: usize, power_loss: bool },
@@ -469,7 +528,8 @@ enum Event {
     /// An operator stops a node cleanly (a controlled shutdown), to start
     /// it again a little later.
     ControlledStop(usize),
-    /// An operator reassigns the log (or cancels its reassignment).
+    /// An operator reassigns a log (drawn when the run has several), or
+    /// cancels its reassignment.
     Reassign,
     /// In a run with controlled stops, an operator stops the leader once
     /// after the calm, when nothing fails any more, so that every such
@@ -496,15 +556,6 @@ struct Machine {
     fetch_sessions_seen: Option<(u64, Vec<FetchSession>)>,
     /// Opens that failed in a row.
     failed_opens: usize,
-    /// Its process's replica was checked against what was committed up
-    /// to here (its high watermark then).
-    checked_up_to: Offset,
-    /// The log's shape when reading it from `checked_up_to` last failed (a
-    /// corrupt batch, failed storage): the check reads again once it or
-    /// the disk changes (a corrupt batch fails every read until the calm
-    /// replaces its disk; reading it again after every event was a fifth
-    /// of a run).
-    check_failed_at: Option<LogShape>,
     /// A restart after its storage failed is scheduled.
     restart_owed: bool,
     /// Bits flipped on its disk (since it was last replaced).
@@ -539,11 +590,16 @@ struct Machine {
 /// A controlled stop under way, as the run's check needs it.
 #[derive(Clone, Copy, Debug)]
 struct ControlledStop {
-    /// Whether the node led the log when it began.
+    /// Whether the node led a log when it began.
     led: bool,
-    /// Whether, when it began, another replica that is in the ISR, live
-    /// and healthy (see [`Run::healthy`]) could take the leadership over.
+    /// Whether, when it began, for each log the node led or the
+    /// coordinator named it leader of, another replica that is in the
+    /// ISR, live and healthy (see [`Run::healthy`]) could take the
+    /// leadership over.
     successor_ready: bool,
+    /// The logs the coordinator named the node leader of when it began:
+    /// a stop held to SPEC 3.5 strictly hands over every one.
+    named: usize,
     /// The run's fault count then.
     faults: u64,
     /// When it began.
@@ -601,25 +657,138 @@ struct ClientAppend {
     handle: AppendHandle,
 }
 
+/// How far a check read one node's replica of a log.
+#[derive(Clone, Copy, Debug, Default)]
+struct ReplicaCheck {
+    /// Its process's replica was checked against what was committed up
+    /// to here (its high watermark then).
+    checked_up_to: Offset,
+    /// The log's shape when reading it from `checked_up_to` last failed (a
+    /// corrupt batch, failed storage): the check reads again once it or
+    /// the disk changes (a corrupt batch fails every read until the calm
+    /// replaces its disk; reading it again after every event was a fifth
+    /// of a run).
+    check_failed_at: Option<LogShape>,
+}
+
+/// One log of a run: its clients' appends and what they were told, the
+/// reader's position, and the checker's state for it (G1-G5, SPEC 3.4,
+/// 3.8, 3.10), each log's apart from the others'.
+struct LogRun {
+    /// The log's id.
+    id: LogId,
+    /// How the trace and the failures name the log: `log` in a single-log
+    /// run (whose trace stays as it was before runs had several logs),
+    /// `log 2` otherwise.
+    name: String,
+    /// What the trace lines and failures about the log begin with: empty
+    /// in a single-log run, `log 2: ` otherwise.
+    tag: String,
+    /// The log's leader, epoch, ISR and ELR the trace last recorded.
+    log_state_seen: Option<LogStateSeen>,
+    /// When each leader process was first seen leading in an epoch.
+    leading_since: BTreeMap<(usize, LeaderEpoch), Duration>,
+    /// When each replica was last seen leaving the ISR, or outside it
+    /// in a new epoch, for SPEC 3.4's check of expansions.
+    outside_isr_since: BTreeMap<NodeId, Duration>,
+    /// The highest high watermark each leader (node, epoch) showed: G3
+    /// says it never moves backwards.
+    leader_high_watermarks: BTreeMap<(usize, LeaderEpoch), Offset>,
+    /// The last offset acknowledged in each leader epoch (an append is
+    /// acknowledged by the leader it was written by).
+    acknowledged_by_epoch: BTreeMap<LeaderEpoch, Offset>,
+    /// An epoch and the last offset acknowledged before it, as last
+    /// computed from `acknowledged_by_epoch`; `None` once that changed
+    /// (see [`Run::acknowledged_before`]).
+    acknowledged_before: Option<(LeaderEpoch, Option<Offset>)>,
+    /// Where the reader goes on reading.
+    read_position: Offset,
+    /// Every record served as committed so far, by the reader or by any
+    /// replica below its high watermark, with its batch's leader epoch: a
+    /// committed offset holds one record, everywhere and for good (G1, G2).
+    committed_seen: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
+    /// The client's appends whose outcome it does not know yet.
+    in_flight: Vec<ClientAppend>,
+    /// Acknowledged records by offset: what the clients were told is
+    /// committed.
+    acknowledged: BTreeMap<Offset, Vec<u8>>,
+    /// The epoch each acknowledged record was written in.
+    acknowledged_epochs: BTreeMap<Offset, LeaderEpoch>,
+    /// The replicas the log is to end with: the last reassignment's target,
+    /// or the original replicas after a cancel (checked at the end).
+    replicas_wanted: Vec<NodeId>,
+    /// The log's replicas, adding and removing replicas the trace last
+    /// recorded.
+    replicas_seen: (Vec<NodeId>, Vec<NodeId>, Vec<NodeId>),
+    /// Each machine's replica's check, by machine index.
+    checks: Vec<ReplicaCheck>,
+    /// Leaders (leader, epoch) the trace recorded, for the report.
+    leaders: u64,
+}
+
+impl LogRun {
+    /// Log `log` (from 0) of a run of `logs` logs on `nodes`, all of them
+    /// its replicas, before anything happened.
+    fn new(log: usize, logs: usize, nodes: &[NodeId]) -> LogRun {
+        let id = log_id(log);
+        let (name, tag) = if logs == 1 {
+            ("log".to_owned(), String::new())
+        } else {
+            (format!("log {}", id.0), format!("log {}: ", id.0))
+        };
+        LogRun {
+            id,
+            name,
+            tag,
+            log_state_seen: None,
+            leading_since: BTreeMap::new(),
+            outside_isr_since: BTreeMap::new(),
+            leader_high_watermarks: BTreeMap::new(),
+            acknowledged_by_epoch: BTreeMap::new(),
+            acknowledged_before: None,
+            read_position: Offset::ZERO,
+            committed_seen: BTreeMap::new(),
+            in_flight: Vec::new(),
+            acknowledged: BTreeMap::new(),
+            acknowledged_epochs: BTreeMap::new(),
+            replicas_wanted: nodes.to_vec(),
+            replicas_seen: (nodes.to_vec(), Vec::new(), Vec::new()),
+            checks: vec![ReplicaCheck::default(); nodes.len()],
+            leaders: 0,
+        }
+    }
+
+    /// What the log went through, for the report.
+    fn counts(&self) -> LogCounts {
+        LogCounts {
+            acknowledged: self.acknowledged.len() as u64,
+            read: self.committed_seen.len() as u64,
+            leaders: self.leaders,
+        }
+    }
+}
+
 /// The log's leader, epoch, ISR and ELR, as the trace records them.
 type LogStateSeen = (Option<NodeId>, LeaderEpoch, Vec<NodeId>, Vec<NodeId>);
 
 /// Everything a run holds; see the module docs.
 struct Run {
-    /// The log's leader, epoch, ISR and ELR the trace last recorded.
-    log_state_seen: Option<LogStateSeen>,
+    /// The run's logs, by index (log `i` has id `i + 1`).
+    logs: Vec<LogRun>,
+    /// Draws which log an append, a reassignment or the producer goes to;
+    /// see [`LOG_PICK_STREAM_SALT`].
+    log_picker: SplitMix64,
+    /// The log the idempotent producer sends to (drawn once per run).
+    producer_log: usize,
     /// Each node's log handle during [`check_step`](Self::check_step),
     /// taken once for all its checks (kept for its allocation; empty
     /// between steps).
     step_logs: Vec<Option<crate::ReplicatedLog>>,
     /// When a fetch from a follower (second) last reached a leader's
     /// process (first), for SPEC 3.4's check.
+    /// One fetch carries every log the follower fetches from that leader,
+    /// so it vouches for each.
     fetch_arrivals: BTreeMap<(usize, usize), Duration>,
-    /// When each leader process was first seen leading in an epoch.
-    leading_since: BTreeMap<(usize, LeaderEpoch), Duration>,
-    /// When each replica was last seen leaving the ISR, or outside it
-    /// in a new epoch, for SPEC 3.4's check of expansions.
-    outside_isr_since: BTreeMap<NodeId, Duration>,
     config: SimConfig,
     /// The nodes' settings (a node whose disk is lost gets a new snapshot
     /// store there), the coordinator, the network that only hands out the
@@ -636,36 +805,14 @@ struct Run {
     machines: Vec<Machine>,
     parked: Vec<Parked>,
     next_sequence: u64,
-    /// The highest high watermark each leader (node, epoch) showed: G3
-    /// says it never moves backwards.
-    leader_high_watermarks: BTreeMap<(usize, LeaderEpoch), Offset>,
     fetches: u64,
-    /// The last offset acknowledged in each leader epoch (an append is
-    /// acknowledged by the leader it was written by).
-    acknowledged_by_epoch: BTreeMap<LeaderEpoch, Offset>,
-    /// An epoch and the last offset acknowledged before it, as last
-    /// computed from `acknowledged_by_epoch`; `None` once that changed
-    /// (see [`Run::acknowledged_before`]).
-    acknowledged_before: Option<(LeaderEpoch, Option<Offset>)>,
-    /// Where the reader goes on reading.
-    read_position: Offset,
-    /// Every record served as committed so far, by the reader or by any
-    /// replica below its high watermark, with its batch's leader epoch: a
-    /// committed offset holds one record, everywhere and for good (G1, G2).
-    committed_seen: BTreeMap<Offset, (LeaderEpoch, Vec<u8>)>,
     expiry_at: Option<Duration>,
-    in_flight: Vec<ClientAppend>,
     /// The blocking clients and their calls under way.
     blocking: BlockingClients,
     /// The idempotent producer, if the run has one.
     producer: Option<ProducerClient>,
     /// When its `ProducerRetry` is scheduled.
     producer_retry_at: Option<Duration>,
-    /// Acknowledged records by offset: what the clients were told is
-    /// committed.
-    acknowledged: BTreeMap<Offset, Vec<u8>>,
-    /// The epoch each acknowledged record was written in.
-    acknowledged_epochs: BTreeMap<Offset, LeaderEpoch>,
     calm: bool,
     appends: u64,
     crashes: u64,
@@ -711,15 +858,19 @@ struct Run {
     lost_between: BTreeMap<(usize, usize), Duration>,
     /// Draws the reassignments; see [`REASSIGNMENT_STREAM_SALT`].
     reassigner: SplitMix64,
-    /// The replicas the log is to end with: the last reassignment's target,
-    /// or the original replicas after a cancel (checked at the end).
-    replicas_wanted: Vec<NodeId>,
-    /// The log's replicas, adding and removing replicas the trace last
-    /// recorded.
-    replicas_seen: (Vec<NodeId>, Vec<NodeId>, Vec<NodeId>),
     reassignments: (u64, u64, u64),
     /// The run's applications, if it draws them.
     applications: Option<Applications>,
+}
+
+/// A log of `logs` drawn from `picker`; the first without a draw when
+/// there is one.
+fn pick_log(picker: &mut SplitMix64, logs: usize) -> usize {
+    if logs <= 1 {
+        0
+    } else {
+        (picker.next_u64() % logs as u64) as usize
+    }
 }
 
 /// The message a panic carries, if it is text.
@@ -760,10 +911,18 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         trace_hash: run.trace.hash(),
         events: run.trace.events(),
         appends: run.appends,
-        acknowledged: run.acknowledged.len() as u64,
+        acknowledged: run
+            .logs
+            .iter()
+            .map(|log| log.acknowledged.len() as u64)
+            .sum(),
         produced: run.producer.as_ref().map_or((0, 0), ProducerClient::counts),
         blocking: run.blocking.counts(),
-        read: run.committed_seen.len() as u64,
+        read: run
+            .logs
+            .iter()
+            .map(|log| log.committed_seen.len() as u64)
+            .sum(),
         crashes: run.crashes,
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
@@ -795,6 +954,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
             .applications
             .as_ref()
             .map_or_else(ApplicationCounts::default, Applications::counts),
+        logs: run.logs.iter().map(LogRun::counts).collect(),
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
@@ -812,8 +972,7 @@ impl Run {
     fn new(config: SimConfig) -> Run {
         let config_seed = config.seed;
         let blocking_clients = config.blocking_clients;
-        let applications = config
-            .applications
+        let applications = (config.applications && config.logs == 1)
             .then(|| Applications::draw(config.seed, config.nodes, config.application_restores))
             .flatten();
         let mut settings = sim_settings(config.nodes);
@@ -845,8 +1004,6 @@ impl Run {
                 sessions: Vec::new(),
                 fetch_sessions_seen: None,
                 failed_opens: 0,
-                checked_up_to: Offset::ZERO,
-                check_failed_at: None,
                 restart_owed: false,
                 start_expected: None,
                 flipped: 0,
@@ -870,42 +1027,38 @@ impl Run {
                 ..ProducerConfig::default()
             }
         };
+        let mut log_picker = SplitMix64::new(mix64(config_seed ^ LOG_PICK_STREAM_SALT));
+        let producer_log = pick_log(&mut log_picker, config.logs);
         let producer = config
             .produce_interval_mean
-            .map(|_| ProducerClient::new(LOG, clock.clone(), producer_config));
+            .map(|_| ProducerClient::new(log_id(producer_log), clock.clone(), producer_config));
         Run {
-            log_state_seen: None,
+            logs: (0..config.logs)
+                .map(|log| LogRun::new(log, config.logs, &all_nodes))
+                .collect(),
+            log_picker,
+            producer_log,
             step_logs: Vec::new(),
             fetch_arrivals: BTreeMap::new(),
-            leading_since: BTreeMap::new(),
-            outside_isr_since: BTreeMap::new(),
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
             wire: SimNetwork::new(mix64(config.seed ^ 0x0E7), config.network.clone()),
             parked: Vec::new(),
             next_sequence: 0,
-            leader_high_watermarks: BTreeMap::new(),
             fetches: 0,
-            acknowledged_by_epoch: BTreeMap::new(),
-            acknowledged_before: None,
-            read_position: Offset::ZERO,
-            committed_seen: BTreeMap::new(),
             config,
             harness,
             clock,
             epoch,
             machines,
             expiry_at: None,
-            in_flight: Vec::new(),
             blocking: BlockingClients::new(
                 mix64(config_seed ^ BLOCKING_STREAM_SALT),
                 blocking_clients,
             ),
             producer,
             producer_retry_at: None,
-            acknowledged: BTreeMap::new(),
-            acknowledged_epochs: BTreeMap::new(),
             calm: false,
             appends: 0,
             crashes: 0,
@@ -935,8 +1088,6 @@ impl Run {
             disturbances: Disturbances::default(),
             lost_between: BTreeMap::new(),
             reassigner: SplitMix64::new(mix64(config_seed ^ REASSIGNMENT_STREAM_SALT)),
-            replicas_wanted: all_nodes.clone(),
-            replicas_seen: (all_nodes, Vec::new(), Vec::new()),
             reassignments: (0, 0, 0),
             applications,
         }
@@ -956,9 +1107,11 @@ impl Run {
 
     fn run(&mut self) -> Result<(), String> {
         let replicas: Vec<NodeId> = self.machines.iter().map(|m| m.id).collect();
-        self.coordinator()
-            .create_log(LOG, replicas)
-            .map_err(|error| format!("creating the log: {error}"))?;
+        for log in 0..self.logs.len() {
+            self.coordinator()
+                .create_log(log_id(log), replicas.clone())
+                .map_err(|error| format!("creating log {}: {error}", log_id(log).0))?;
+        }
         if self.config.disk_latency {
             self.draw_latencies();
         }
@@ -1029,11 +1182,26 @@ impl Run {
         let settle_by = self.config.simulated + SETTLE_WITHIN;
         while let Some((at, event)) = self.schedule.next() {
             if at > settle_by {
+                let in_flight: usize = self.logs.iter().map(|log| log.in_flight.len()).sum();
+                let leaders: Vec<Option<usize>> = (0..self.logs.len())
+                    .map(|log| self.leader(log).map(|(i, _)| i))
+                    .collect();
+                let leaders = match leaders.as_slice() {
+                    [leader] => format!("leader {leader:?}"),
+                    leaders => {
+                        let mut unsettled = Vec::new();
+                        for log in 0..self.logs.len() {
+                            if !self.is_log_settled(log) {
+                                unsettled.push(self.logs[log].id.0);
+                            }
+                        }
+                        format!("leaders (by log) {leaders:?}, logs not settled {unsettled:?}")
+                    }
+                };
                 return Err(format!(
-                    "not settled {:?} after the calm: {} appends without an outcome, leader {:?}",
+                    "not settled {:?} after the calm: {} appends without an outcome, {leaders}",
                     settle_by - self.config.simulated,
-                    self.in_flight.len() + self.blocking.calling(),
-                    self.leader().map(|(i, _)| i)
+                    in_flight + self.blocking.calling(),
                 ));
             }
             self.advance_clock(at);
@@ -1084,7 +1252,8 @@ impl Run {
                 self.machines[index].wake_at = None;
             }
             Event::Append => {
-                self.append()?;
+                let log = pick_log(&mut self.log_picker, self.logs.len());
+                self.append(log)?;
                 if !self.calm {
                     let next = self.draw_interval(self.config.append_interval_mean);
                     self.schedule.after(next, Event::Append);
@@ -1106,7 +1275,9 @@ impl Run {
             }
             Event::ProducerRetry => self.producer_retry_at = None,
             Event::Read => {
-                self.read()?;
+                for log in 0..self.logs.len() {
+                    self.read(log)?;
+                }
                 if !self.calm {
                     let next = self.draw_interval(READ_INTERVAL_MEAN);
                     self.schedule.after(next, Event::Read);
@@ -1332,13 +1503,14 @@ impl Run {
             Event::Reassign => {
                 if !self.calm {
                     self.faults += 1;
-                    self.reassign();
+                    let log = pick_log(&mut self.log_picker, self.logs.len());
+                    self.reassign(log);
                     self.schedule_reassignment();
                 }
             }
             Event::FinalLeaderStop => {
                 self.final_leader_stop_pending = false;
-                match self.leader() {
+                match self.leader(0) {
                     Some((index, _)) => {
                         self.record(format_args!("operator: stops the leader after the calm"));
                         self.begin_controlled_stop(index);
@@ -1425,8 +1597,9 @@ impl Run {
                 }
                 self.machines[index].fetch_sessions_seen = None;
                 self.machines[index].failed_opens = 0;
-                self.machines[index].checked_up_to = Offset::ZERO;
-                self.machines[index].check_failed_at = None;
+                for log in &mut self.logs {
+                    log.checks[index] = ReplicaCheck::default();
+                }
                 self.record(format_args!("node {index} opens ({previous:?})"));
                 Ok(())
             }
@@ -1524,16 +1697,18 @@ impl Run {
         self.busy_for(index);
         self.machines[index].busy_until = self.schedule.now();
         // A new process is a new leader tenure, even in the same epoch.
-        self.leader_high_watermarks
-            .retain(|(leader, _), _| *leader != index);
-        self.leading_since.retain(|(leader, _), _| *leader != index);
+        for log in &mut self.logs {
+            log.leader_high_watermarks
+                .retain(|(leader, _), _| *leader != index);
+            log.leading_since.retain(|(leader, _), _| *leader != index);
+            // The client's appends to a dead process get no answer: to the
+            // client, their outcome stays unknown (SPEC 3.4).
+            log.in_flight.retain(|append| append.handle.is_done());
+        }
         self.fetch_arrivals
             .retain(|(leader, _), _| *leader != index);
         // A dead leader answers none of the fetches it held.
         self.parked.retain(|parked| parked.leader != index);
-        // The client's appends to a dead process get no answer: to the
-        // client, their outcome stays unknown (SPEC 3.4).
-        self.in_flight.retain(|append| append.handle.is_done());
         for value in self.blocking.process_ended(index) {
             let name = String::from_utf8_lossy(&value).into_owned();
             self.record(format_args!("{name}: its process ended, outcome unknown"));
@@ -1566,14 +1741,15 @@ impl Run {
     /// drawn leaves, the leader as likely as any); with two, back to three
     /// (the third joins at a drawn place). One time in five, a move under
     /// way is cancelled instead. The controller and the nodes carry it out.
-    fn reassign(&mut self) {
-        let Ok(Some(state)) = self.coordinator().log_state(LOG) else {
+    fn reassign(&mut self, log: usize) {
+        let id = self.logs[log].id;
+        let Ok(Some(state)) = self.coordinator().log_state(id) else {
             return;
         };
         let min_insync_replicas = self.machines.len().min(2);
         let cancel = state.is_reassigning() && self.reassigner.chance(0.2);
         let outcome = if cancel {
-            crate::coordinator::cancel_reassignment(self.coordinator(), LOG, min_insync_replicas)
+            crate::coordinator::cancel_reassignment(self.coordinator(), id, min_insync_replicas)
         } else {
             let mut target = state.target_replicas();
             if target.len() == self.machines.len() {
@@ -1590,7 +1766,7 @@ impl Run {
                     target.insert(at, joining);
                 }
             }
-            crate::coordinator::reassign_log(self.coordinator(), LOG, &target, min_insync_replicas)
+            crate::coordinator::reassign_log(self.coordinator(), id, &target, min_insync_replicas)
         };
         let what = if cancel { "cancel" } else { "reassign" };
         match outcome {
@@ -1600,14 +1776,20 @@ impl Run {
                 } else {
                     self.reassignments.0 += 1;
                 }
-                self.replicas_wanted = state.target_replicas();
-                self.record(format_args!(
-                    "operator: {what} the log, to {:?}",
-                    self.replicas_wanted.iter().map(|n| n.0).collect::<Vec<_>>()
-                ));
+                self.logs[log].replicas_wanted = state.target_replicas();
+                let wanted: Vec<u32> = self.logs[log].replicas_wanted.iter().map(|n| n.0).collect();
+                let name = if self.logs.len() == 1 {
+                    "the log".to_owned()
+                } else {
+                    self.logs[log].name.clone()
+                };
+                self.record(format_args!("operator: {what} {name}, to {wanted:?}"));
             }
             // An added node not live, say: the operator tries again later.
-            Err(error) => self.record(format_args!("operator: {what} refused: {error}")),
+            Err(error) => {
+                let tag = self.logs[log].tag.clone();
+                self.record(format_args!("operator: {tag}{what} refused: {error}"));
+            }
         }
     }
 
@@ -1615,8 +1797,8 @@ impl Run {
     /// the way of its replication: no partition in effect, its disk
     /// neither full nor flipped, its coordinator calls answered (not cut
     /// off, no answer to lose), no restart owed, not stopping, its replica
-    /// open.
-    fn healthy(&self, index: usize) -> bool {
+    /// of `log` open.
+    fn healthy(&self, log: usize, index: usize) -> bool {
         let machine = &self.machines[index];
         !self.partitioned
             && !machine.disk_full
@@ -1624,7 +1806,7 @@ impl Run {
             && !machine.restart_owed
             && machine.flipped == 0
             && machine.stopping.is_none()
-            && self.log_on(index).is_some()
+            && self.log_on(log, index).is_some()
     }
 
     /// Node `index` begins a controlled shutdown (SPEC 3.5), if it runs
@@ -1657,32 +1839,52 @@ impl Run {
             self.retire_controller(index);
         }
         let live = self.coordinator().live_nodes().unwrap_or_default();
-        let state = self.coordinator().log_state(LOG).ok().flatten();
-        // A node that still believes it leads though the coordinator named
-        // another (deposed, not yet told) has nothing to hand over: the
-        // leadership already moved (seed 9000226).
-        let named = state.as_ref().is_some_and(|state| state.leader == Some(me));
-        let in_sync = state
-            .map(|state| state.in_sync_replicas)
-            .unwrap_or_default();
-        let self_healthy = quiet && named && self.healthy(index);
         // A fetch lost shortly before is fetched again only after its
         // request timeout.
         let lingering = self.schedule.now().saturating_sub(DISTURBANCE_LINGERS);
-        let successor_ready = self_healthy
-            && (0..self.machines.len()).any(|other| {
-                let id = self.machines[other].id;
-                other != index
-                    && in_sync.contains(&id)
-                    && live.contains(&id)
-                    && self.healthy(other)
-                    && !self.lost_since(index, other, lingering)
-            });
+        // Held strictly only if every log the node leads, or is named
+        // leader of, has a successor ready.
+        let mut named_count = 0;
+        let mut successor_ready = quiet;
+        for log in 0..self.logs.len() {
+            let state = self
+                .coordinator()
+                .log_state(self.logs[log].id)
+                .ok()
+                .flatten();
+            // A node that still believes it leads though the coordinator
+            // named another (deposed, not yet told) has nothing to hand
+            // over: the leadership already moved (seed 9000226).
+            let named = state.as_ref().is_some_and(|state| state.leader == Some(me));
+            let leads = self
+                .log_on(log, index)
+                .is_some_and(|replica| replica.is_leader());
+            if !named && !leads && self.logs.len() > 1 {
+                continue;
+            }
+            named_count += usize::from(named);
+            let in_sync = state
+                .map(|state| state.in_sync_replicas)
+                .unwrap_or_default();
+            let self_healthy = named && self.healthy(log, index);
+            successor_ready = successor_ready
+                && self_healthy
+                && (0..self.machines.len()).any(|other| {
+                    let id = self.machines[other].id;
+                    other != index
+                        && in_sync.contains(&id)
+                        && live.contains(&id)
+                        && self.healthy(log, other)
+                        && !self.lost_since(index, other, lingering)
+                });
+        }
+        let successor_ready = successor_ready && named_count > 0;
         self.controlled_stops.0 += 1;
         self.controlled_stops.1 += u64::from(led);
         self.machines[index].stopping = Some(ControlledStop {
             led,
             successor_ready,
+            named: named_count,
             faults: self.fault_count(),
             began_at: self.schedule.now(),
             disk_time_at_begin: self.disk_time,
@@ -1695,7 +1897,13 @@ impl Run {
         });
         self.record(format_args!(
             "node {index} ({me}) begins a controlled shutdown{}{}",
-            if led { ", leading the log" } else { "" },
+            if !led {
+                ""
+            } else if self.logs.len() == 1 {
+                ", leading the log"
+            } else {
+                ", leading a log"
+            },
             if successor_ready {
                 ", a healthy in-sync replica is live"
             } else {
@@ -1759,7 +1967,7 @@ impl Run {
                 continue;
             };
             if let Some(handed_over) = process.node.step_controlled_shutdown(now) {
-                self.end_controlled_stop(index, handed_over > 0)?;
+                self.end_controlled_stop(index, handed_over)?;
                 continue;
             }
             let Some(stop) = self.machines[index].stopping else {
@@ -1830,28 +2038,42 @@ impl Run {
     /// no loss until the stop's end, which such a stop is long enough to
     /// see). Otherwise the stop may leave the log to the controller once
     /// its deadline passes, as SPEC 3.5 allows.
-    fn end_controlled_stop(&mut self, index: usize, handed_over: bool) -> Result<(), String> {
+    ///
+    /// With several logs, `handed_over` counts the logs the stop's own
+    /// hand-overs named a successor for; one held strictly must have
+    /// handed over every log the coordinator named the node leader of.
+    fn end_controlled_stop(&mut self, index: usize, handed_over: usize) -> Result<(), String> {
         let Some(stop) = self.machines[index].stopping.take() else {
             return Ok(());
         };
         let me = self.machines[index].id;
-        let leader = self
-            .coordinator()
-            .log_state(LOG)
-            .ok()
-            .flatten()
-            .and_then(|state| state.leader);
+        let leaders: Vec<Option<u32>> = self
+            .logs
+            .iter()
+            .map(|log| {
+                self.coordinator()
+                    .log_state(log.id)
+                    .ok()
+                    .flatten()
+                    .and_then(|state| state.leader)
+                    .map(|n| n.0)
+            })
+            .collect();
+        let leader = match leaders.as_slice() {
+            [leader] => format!("{leader:?}"),
+            leaders => format!("{leaders:?} (by log)"),
+        };
         let took = self.schedule.now() - stop.began_at;
         if stop.led {
-            if handed_over {
+            if handed_over > 0 {
                 self.leaderships_handed_over.0 += 1;
             }
             if took < self.hand_over_bound(&stop) && self.is_undisturbed(index, &stop) {
                 self.leaderships_handed_over.1 += 1;
-                if !handed_over {
+                if handed_over < stop.named {
                     return Err(format!(
-                        "SPEC 3.5: node {index}'s controlled shutdown ends after {took:?}, the log's leader {:?}, without handing the leadership over, though another in-sync replica was live and healthy and nothing failed meanwhile",
-                        leader.map(|n| n.0)
+                        "SPEC 3.5: node {index}'s controlled shutdown ends after {took:?}, the log's leader {leader}, having handed over {handed_over} of the {} logs it led, though another in-sync replica was live and healthy and nothing failed meanwhile",
+                        stop.named
                     ));
                 }
             }
@@ -1900,8 +2122,7 @@ impl Run {
         self.disk(index).fail_with_eio(EioPlan::Never, &[]);
         self.process_ended(index);
         self.record(format_args!(
-            "node {index} stops cleanly (leader then: {:?}){}",
-            leader.map(|n| n.0),
+            "node {index} stops cleanly (leader then: {leader}){}",
             match &stopped {
                 Ok(true) => String::new(),
                 Ok(false) => ", without the clean-shutdown marker".to_owned(),
@@ -2041,10 +2262,11 @@ impl Run {
             ));
             return;
         }
-        if let Some(from) = self.acknowledged_held_only_by(index) {
+        if let Some((log, from)) = self.acknowledged_held_only_by(index) {
             self.only_copy_flipped = true;
+            let tag = self.logs[log].tag.clone();
             self.record(format_args!(
-                "node {index}'s flipped disk holds the only copy of acknowledged records from {from} (every other replica's log ends there): G1 cannot hold for them, whether the disk is replaced or kept; the run ends at the calm"
+                "node {index}'s flipped disk holds the only copy of {tag}acknowledged records from {from} (every other replica's log ends there): G1 cannot hold for them, whether the disk is replaced or kept; the run ends at the calm"
             ));
             return;
         }
@@ -2060,7 +2282,7 @@ impl Run {
         ));
     }
 
-    /// The first acknowledged offset that no replica of the log but node
+    /// A log and its first acknowledged offset that no replica of it but node
     /// `index` holds: none of the others' disks has a batch of the epoch it
     /// was acknowledged in there (a log end past it is not enough: seed
     /// 20027069's node 2 held a deposed leader's record there, which the
@@ -2077,11 +2299,21 @@ impl Run {
     /// acknowledged up to 390, so no follower could fetch past 326, and the
     /// replacement lost them). A bit flip in the last copy of a record is
     /// a loss no replication protocol repairs: G1 assumes a surviving copy.
-    fn acknowledged_held_only_by(&self, index: usize) -> Option<Offset> {
-        if self.acknowledged.is_empty() {
+    fn acknowledged_held_only_by(&self, index: usize) -> Option<(usize, Offset)> {
+        (0..self.logs.len()).find_map(|log| {
+            self.acknowledged_held_only_by_on(log, index)
+                .map(|offset| (log, offset))
+        })
+    }
+
+    /// [`acknowledged_held_only_by`](Self::acknowledged_held_only_by) for
+    /// one log.
+    fn acknowledged_held_only_by_on(&self, log: usize, index: usize) -> Option<Offset> {
+        let log_run = &self.logs[log];
+        if log_run.acknowledged.is_empty() {
             return None;
         }
-        let replicas = self.coordinator().log_state(LOG).ok()??.replicas;
+        let replicas = self.coordinator().log_state(log_run.id).ok()??.replicas;
         // Each other replica's batches, `(base, last, epoch)` in offset
         // order, as its disk holds them (down or not, read without touching
         // the run).
@@ -2092,7 +2324,8 @@ impl Run {
             }
             let sim_disk = self.disk(other);
             let disk = sim_disk.shared();
-            let dir = std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", LOG.0));
+            let dir =
+                std::path::PathBuf::from(data_dir(other)).join(format!("log-{}", log_run.id.0));
             let batches: Vec<(Offset, Offset, LeaderEpoch)> = sim_disk.unobserved(|| {
                 if !disk.exists(&dir) {
                     return Some(Vec::new());
@@ -2120,7 +2353,8 @@ impl Run {
                     .get(at)
                     .is_some_and(|(base, _, e)| *base <= offset && *e == epoch)
         };
-        self.acknowledged_epochs
+        log_run
+            .acknowledged_epochs
             .iter()
             .find(|(offset, epoch)| {
                 others
@@ -2395,31 +2629,48 @@ impl Run {
     /// is compared once), a leader's high watermark never moves backwards
     /// within its epoch (G3) and never passes its log end, and a leader's
     /// committed end is above what earlier leaders acknowledged (SPEC 3.8).
+    ///
+    /// Each log is checked apart; a failure names its log.
     fn check_step(&mut self) -> Result<(), String> {
-        self.trace_log_state()?;
+        for log in 0..self.logs.len() {
+            if let Err(error) = self.check_step_of(log) {
+                return Err(format!("{}{error}", self.logs[log].tag));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`check_step`](Self::check_step) for log `log`.
+    fn check_step_of(&mut self, log: usize) -> Result<(), String> {
+        self.trace_log_state(log)?;
         // Taken once for both passes: the checks change no node's
         // replicas (looking a replica up was a tenth of the checks).
-        let mut logs = std::mem::take(&mut self.step_logs);
+        let id = self.logs[log].id;
+        let mut handles = std::mem::take(&mut self.step_logs);
         for index in 0..self.machines.len() {
-            let log = process_mut(&mut self.harness, index)
-                .and_then(|process| process.node.node().log(LOG).ok());
-            logs.push(log);
+            let handle = process_mut(&mut self.harness, index)
+                .and_then(|process| process.node.node().log(id).ok());
+            handles.push(handle);
         }
-        let checked = self.check_step_on(&logs);
-        logs.clear();
-        self.step_logs = logs;
+        let checked = self.check_step_on(log, &handles);
+        handles.clear();
+        self.step_logs = handles;
         checked
     }
 
-    /// [`check_step`](Self::check_step) with each node's log handle, if
-    /// it has the log.
-    fn check_step_on(&mut self, logs: &[Option<crate::ReplicatedLog>]) -> Result<(), String> {
-        for (index, log) in logs.iter().enumerate() {
+    /// [`check_step_of`](Self::check_step_of) log `log` with each node's
+    /// handle of it, if it has the log.
+    fn check_step_on(
+        &mut self,
+        log_index: usize,
+        handles: &[Option<crate::ReplicatedLog>],
+    ) -> Result<(), String> {
+        for (index, log) in handles.iter().enumerate() {
             if let Some(log) = log {
-                self.check_committed_on_log(index, log)?;
+                self.check_committed_on_log(log_index, index, log)?;
             }
         }
-        for (index, log) in logs.iter().enumerate() {
+        for (index, log) in handles.iter().enumerate() {
             let Some(log) = log else {
                 continue;
             };
@@ -2446,15 +2697,15 @@ impl Run {
             // is above every offset an earlier leader acknowledged.
             let epoch = log.leader_epoch();
             if let Ok(committed_end) = log.committed_end() {
-                let earlier = self.acknowledged_before(epoch);
+                let earlier = self.acknowledged_before(log_index, epoch);
                 if let Some(acknowledged) = earlier.filter(|o| committed_end <= *o) {
                     return Err(format!(
                         "SPEC 3.8: node {index}, leader in epoch {epoch}, says the committed end is {committed_end}, but an earlier leader acknowledged {acknowledged}"
                     ));
                 }
             }
-            self.check_fetches_vouch_as_of_arrival(index, log)?;
-            let shown = self
+            self.check_fetches_vouch_as_of_arrival(log_index, index, log)?;
+            let shown = self.logs[log_index]
                 .leader_high_watermarks
                 .entry((index, log.leader_epoch()))
                 .or_insert(high_watermark);
@@ -2473,16 +2724,17 @@ impl Run {
     /// The highest offset acknowledged in an epoch before `epoch`. Kept
     /// until an acknowledgement changes it: the leader's check after every
     /// step went through the epochs each time.
-    fn acknowledged_before(&mut self, epoch: LeaderEpoch) -> Option<Offset> {
-        match self.acknowledged_before {
+    fn acknowledged_before(&mut self, log: usize, epoch: LeaderEpoch) -> Option<Offset> {
+        let log = &mut self.logs[log];
+        match log.acknowledged_before {
             Some((before, earlier)) if before == epoch => earlier,
             _ => {
-                let earlier = self
+                let earlier = log
                     .acknowledged_by_epoch
                     .range(..epoch)
                     .map(|(_, o)| *o)
                     .max();
-                self.acknowledged_before = Some((epoch, earlier));
+                log.acknowledged_before = Some((epoch, earlier));
                 earlier
             }
         }
@@ -2497,12 +2749,16 @@ impl Run {
     /// every `acks=all` append until the lag timeout.
     fn check_fetches_vouch_as_of_arrival(
         &mut self,
+        log_index: usize,
         index: usize,
         log: &crate::ReplicatedLog,
     ) -> Result<(), String> {
         let now = self.schedule.now();
         let epoch = log.leader_epoch();
-        let since = *self.leading_since.entry((index, epoch)).or_insert(now);
+        let since = *self.logs[log_index]
+            .leading_since
+            .entry((index, epoch))
+            .or_insert(now);
         for follower in 0..self.machines.len() {
             if follower == index {
                 continue;
@@ -2530,12 +2786,13 @@ impl Run {
     /// elections and ISR changes between the clients' lines), and checks
     /// the ISR expansions among the changes
     /// ([`check_expansions_vouched`](Self::check_expansions_vouched)).
-    fn trace_log_state(&mut self) -> Result<(), String> {
+    fn trace_log_state(&mut self, log: usize) -> Result<(), String> {
         // Compared where it is, and copied only when something changed:
         // most steps change nothing, and copying the state and its lists
         // to compare them was 4% of a `cargo test` simulator run.
-        let (replicas_seen, state_seen) = (&self.replicas_seen, &self.log_state_seen);
-        let looked = self.coordinator().look_at_log_state(LOG, |state| {
+        let log_run = &self.logs[log];
+        let (replicas_seen, state_seen) = (&log_run.replicas_seen, &log_run.log_state_seen);
+        let looked = self.coordinator().look_at_log_state(log_run.id, |state| {
             let (replicas, adding, removing) = replicas_seen;
             let replicas_changed = state.replicas != *replicas
                 || state.adding_replicas != *adding
@@ -2563,27 +2820,28 @@ impl Run {
                 state.removing_replicas.clone(),
             );
             let ids = |nodes: &[NodeId]| nodes.iter().map(|n| n.0).collect::<Vec<_>>();
+            let name = self.logs[log].name.clone();
             self.record(format_args!(
-                "log: replicas {:?} adding {:?} removing {:?}",
+                "{name}: replicas {:?} adding {:?} removing {:?}",
                 ids(&replicas.0),
                 ids(&replicas.1),
                 ids(&replicas.2)
             ));
-            if self.replicas_seen.1.len() + self.replicas_seen.2.len() > 0
+            let log_run = &mut self.logs[log];
+            if log_run.replicas_seen.1.len() + log_run.replicas_seen.2.len() > 0
                 && !state.is_reassigning()
-                && state.replicas == self.replicas_wanted
+                && state.replicas == log_run.replicas_wanted
             {
                 self.reassignments.2 += 1;
             }
             // A node that left the log and comes back later starts from
             // an empty replica: check it from its start then.
-            for machine in &mut self.machines {
+            for (machine, check) in self.machines.iter().zip(&mut log_run.checks) {
                 if !replicas.0.contains(&machine.id) {
-                    machine.checked_up_to = Offset::ZERO;
-                    machine.check_failed_at = None;
+                    *check = ReplicaCheck::default();
                 }
             }
-            self.replicas_seen = replicas;
+            log_run.replicas_seen = replicas;
         }
         if !state_changed {
             return Ok(());
@@ -2594,15 +2852,23 @@ impl Run {
             state.in_sync_replicas,
             state.eligible_leader_replicas,
         );
+        let name = self.logs[log].name.clone();
         self.record(format_args!(
-            "log: leader {:?} epoch {} ISR {:?} ELR {:?}",
+            "{name}: leader {:?} epoch {} ISR {:?} ELR {:?}",
             seen.0.map(|n| n.0),
             seen.1,
             seen.2.iter().map(|n| n.0).collect::<Vec<_>>(),
             seen.3.iter().map(|n| n.0).collect::<Vec<_>>()
         ));
-        let previous = self.log_state_seen.replace(seen);
-        self.check_expansions_vouched(previous)
+        let tenure = (seen.0, seen.1);
+        let previous = self.logs[log].log_state_seen.replace(seen);
+        let new_tenure = previous
+            .as_ref()
+            .is_none_or(|(leader, epoch, _, _)| (*leader, *epoch) != tenure);
+        if tenure.0.is_some() && new_tenure {
+            self.logs[log].leaders += 1;
+        }
+        self.check_expansions_vouched(log, previous)
     }
 
     /// SPEC 3.4: a fetch vouches for its follower only as of its arrival,
@@ -2625,8 +2891,12 @@ impl Run {
     /// removal is seen at the end of the step that made it (a removal and
     /// a re-admission within one step are not seen), and any fetch that
     /// reached the leader counts, even one it refused.
-    fn check_expansions_vouched(&mut self, previous: Option<LogStateSeen>) -> Result<(), String> {
-        let Some((leader, epoch, isr, _)) = self.log_state_seen.clone() else {
+    fn check_expansions_vouched(
+        &mut self,
+        log: usize,
+        previous: Option<LogStateSeen>,
+    ) -> Result<(), String> {
+        let Some((leader, epoch, isr, _)) = self.logs[log].log_state_seen.clone() else {
             return Ok(());
         };
         let now = self.schedule.now();
@@ -2644,7 +2914,7 @@ impl Run {
                 .iter()
                 .filter(|n| **n != leader && !before_isr.contains(n))
             {
-                let left_at = self
+                let left_at = self.logs[log]
                     .outside_isr_since
                     .get(&added)
                     .copied()
@@ -2660,6 +2930,7 @@ impl Run {
                 }
             }
         }
+        let log_run = &mut self.logs[log];
         for machine in &self.machines {
             let outside = !isr.contains(&machine.id);
             let left = match &previous {
@@ -2669,17 +2940,18 @@ impl Run {
                 None => true,
             };
             if outside && left {
-                self.outside_isr_since.insert(machine.id, now);
+                log_run.outside_isr_since.insert(machine.id, now);
             }
         }
         Ok(())
     }
 
-    /// The node that leads the log, if one does. Asked after most events:
+    /// The node that leads log `log`, if one does. Asked after most events:
     /// through [`running_mut`](Harness::running_mut), without the lock.
-    fn leader(&mut self) -> Option<(usize, crate::ReplicatedLog)> {
+    fn leader(&mut self, log: usize) -> Option<(usize, crate::ReplicatedLog)> {
+        let log_id = self.logs[log].id;
         self.harness.running_mut().iter().find_map(|(id, running)| {
-            let log = running.process.node.node().log(LOG).ok()?;
+            let log = running.process.node.node().log(log_id).ok()?;
             log.is_leader().then_some((id.0 as usize, log))
         })
     }
@@ -2689,54 +2961,63 @@ impl Run {
     /// readers: a record read as committed is never truncated) and never be
     /// at or above the leader's high watermark (G3); the end checks that
     /// every record read is in the final log.
-    fn read(&mut self) -> Result<(), String> {
-        let Some((index, log)) = self.leader() else {
+    fn read(&mut self, log_index: usize) -> Result<(), String> {
+        let Some((index, log)) = self.leader(log_index) else {
             return Ok(());
         };
-        let from = self.read_position.max(log.log_start_offset());
+        let tag = self.logs[log_index].tag.clone();
+        let from = self.logs[log_index]
+            .read_position
+            .max(log.log_start_offset());
         let batches = match log.read(from, 64 * 1024, Isolation::Committed) {
             Ok(batches) => batches,
             Err(error @ Error::Corrupt { .. }) => {
                 self.corrupt_error(index, &error)?;
-                self.record(format_args!("read from node {index} at {from}: {error}"));
+                self.record(format_args!(
+                    "{tag}read from node {index} at {from}: {error}"
+                ));
                 return Ok(());
             }
             Err(error) => {
-                self.record(format_args!("read from node {index} at {from}: {error}"));
+                self.record(format_args!(
+                    "{tag}read from node {index} at {from}: {error}"
+                ));
                 return Ok(());
             }
         };
+        let log_run = &mut self.logs[log_index];
         let high_watermark = log.high_watermark();
         let mut read = 0;
         for batch in &batches {
             for record in batch.records() {
-                let record = record.map_err(|error| format!("read from node {index}: {error}"))?;
+                let record =
+                    record.map_err(|error| format!("{tag}read from node {index}: {error}"))?;
                 if record.offset >= high_watermark {
                     return Err(format!(
-                        "G3: node {index} served {} as committed at or above its high watermark {high_watermark}",
+                        "{tag}G3: node {index} served {} as committed at or above its high watermark {high_watermark}",
                         record.offset
                     ));
                 }
                 let seen = (batch.leader_epoch(), record.value.to_vec());
-                if let Some(earlier) = self.committed_seen.get(&record.offset) {
+                if let Some(earlier) = log_run.committed_seen.get(&record.offset) {
                     if *earlier != seen {
                         return Err(format!(
-                            "G1: node {index} served {:?} at {} as committed, where {:?} was read as committed before",
+                            "{tag}G1: node {index} served {:?} at {} as committed, where {:?} was read as committed before",
                             (seen.0, String::from_utf8_lossy(&seen.1)),
                             record.offset,
                             (earlier.0, String::from_utf8_lossy(&earlier.1))
                         ));
                     }
                 }
-                self.committed_seen.insert(record.offset, seen);
+                log_run.committed_seen.insert(record.offset, seen);
                 read += 1;
             }
-            self.read_position = batch.next_offset();
+            log_run.read_position = batch.next_offset();
         }
         if read > 0 {
-            let position = self.read_position;
+            let position = log_run.read_position;
             self.record(format_args!(
-                "read {read} from node {index} up to {position}"
+                "{tag}read {read} from node {index} up to {position}"
             ));
         }
         Ok(())
@@ -2747,12 +3028,13 @@ impl Run {
     /// way: SPEC 3.5, the old leader stops taking appends when its
     /// shutdown begins (and never gives them back, as a reassignment's
     /// hand-over may).
-    fn append(&mut self) -> Result<(), String> {
+    fn append(&mut self, log_index: usize) -> Result<(), String> {
         if self.calm {
             return Ok(());
         }
-        let Some((index, log)) = self.leader() else {
-            self.record(format_args!("append: no leader"));
+        let tag = self.logs[log_index].tag.clone();
+        let Some((index, log)) = self.leader(log_index) else {
+            self.record(format_args!("{tag}append: no leader"));
             return Ok(());
         };
         self.appends += 1;
@@ -2763,22 +3045,24 @@ impl Run {
         let batch = match builder.build() {
             Ok(batch) => batch,
             Err(error) => {
-                self.record(format_args!("append: batch refused: {error}"));
+                self.record(format_args!("{tag}append: batch refused: {error}"));
                 return Ok(());
             }
         };
         match log.append_pipelined(&batch, Acks::All) {
             Ok(handle) => {
-                self.record(format_args!("append r{number} to node {index}"));
-                self.in_flight.push(ClientAppend { value, handle });
+                self.record(format_args!("{tag}append r{number} to node {index}"));
+                self.logs[log_index]
+                    .in_flight
+                    .push(ClientAppend { value, handle });
                 if self.machines[index].stopping.is_some() {
                     return Err(format!(
-                        "SPEC 3.5: node {index} took append r{number} during its controlled shutdown"
+                        "{tag}SPEC 3.5: node {index} took append r{number} during its controlled shutdown"
                     ));
                 }
             }
             Err(error) => {
-                self.record(format_args!("append r{number} refused: {error}"));
+                self.record(format_args!("{tag}append r{number} refused: {error}"));
             }
         }
         Ok(())
@@ -2787,13 +3071,16 @@ impl Run {
     /// Blocking client `client` calls `append` on the node that leads,
     /// unless it is still inside its last call (then it calls after its
     /// next think time). Fails the run, as [`append`](Self::append) does,
-    /// if a leader takes it during its controlled shutdown.
+    /// if a leader takes it during its controlled shutdown. Client `n`
+    /// appends to log `n` modulo the run's logs.
     fn blocking_call(&mut self, client: usize) -> Result<(), String> {
         if self.calm || self.blocking.is_calling(client) {
             return Ok(());
         }
-        let Some((index, log)) = self.leader() else {
-            self.record(format_args!("blocking append: no leader"));
+        let log_index = self.blocking_log(client);
+        let tag = self.logs[log_index].tag.clone();
+        let Some((index, log)) = self.leader(log_index) else {
+            self.record(format_args!("{tag}blocking append: no leader"));
             return Ok(());
         };
         let now = self.schedule.now();
@@ -2804,15 +3091,15 @@ impl Run {
         let name = String::from_utf8_lossy(&value).into_owned();
         match began {
             Began::Written => {
-                self.record(format_args!("blocking append {name} to node {index}"));
+                self.record(format_args!("{tag}blocking append {name} to node {index}"));
                 if self.machines[index].stopping.is_some() {
                     return Err(format!(
-                        "SPEC 3.5: node {index} took blocking append {name} during its controlled shutdown"
+                        "{tag}SPEC 3.5: node {index} took blocking append {name} during its controlled shutdown"
                     ));
                 }
             }
             Began::Refused(error) => {
-                self.record(format_args!("blocking append {name} refused: {error}"));
+                self.record(format_args!("{tag}blocking append {name} refused: {error}"));
             }
         }
         Ok(())
@@ -2891,37 +3178,47 @@ impl Run {
     fn collect_outcomes(&mut self) -> Result<(), String> {
         if self.blocking.any_calling() {
             let now = self.schedule.now();
-            for (value, outcome) in self.blocking.returned(now) {
-                self.client_learns(value, outcome)?;
+            for (client, value, outcome) in self.blocking.returned(now) {
+                let log = self.blocking_log(client);
+                self.client_learns(log, value, outcome)?;
             }
         }
-        // Most steps decide no append: no new lists then.
-        if !self.in_flight.iter().any(|append| append.handle.is_done()) {
-            return Ok(());
-        }
-        let (done, waiting): (Vec<ClientAppend>, Vec<ClientAppend>) =
-            std::mem::take(&mut self.in_flight)
+        for log in 0..self.logs.len() {
+            // Most steps decide no append: no new lists then.
+            let in_flight = &mut self.logs[log].in_flight;
+            if !in_flight.iter().any(|append| append.handle.is_done()) {
+                continue;
+            }
+            let (done, waiting): (Vec<ClientAppend>, Vec<ClientAppend>) = std::mem::take(in_flight)
                 .into_iter()
                 .partition(|append| append.handle.is_done());
-        self.in_flight = waiting;
-        for ClientAppend { value, handle } in done {
-            self.client_learns(value, handle.wait())?;
+            *in_flight = waiting;
+            for ClientAppend { value, handle } in done {
+                self.client_learns(log, value, handle.wait())?;
+            }
         }
         Ok(())
     }
 
+    /// The log blocking client `client` appends to.
+    fn blocking_log(&self, client: usize) -> usize {
+        client % self.logs.len()
+    }
+
     /// A client learns its append's outcome: an acknowledgement is a
-    /// promise G1 holds the run to.
+    /// promise G1 holds the run to, on log `log`.
     fn client_learns(
         &mut self,
+        log: usize,
         value: Vec<u8>,
         outcome: crate::Result<crate::AppendOutcome>,
     ) -> Result<(), String> {
+        let tag = self.logs[log].tag.clone();
         let name = String::from_utf8_lossy(&value).into_owned();
         match outcome {
             Ok(outcome) => {
                 self.record(format_args!(
-                    "ack {name} at {}{}",
+                    "{tag}ack {name} at {}{}",
                     outcome.base_offset,
                     if outcome.duplicate {
                         " (duplicate)"
@@ -2929,21 +3226,23 @@ impl Run {
                         ""
                     }
                 ));
-                let last = self
+                let log_run = &mut self.logs[log];
+                let last = log_run
                     .acknowledged_by_epoch
                     .entry(outcome.leader_epoch)
                     .or_insert(outcome.last_offset);
                 *last = (*last).max(outcome.last_offset);
-                self.acknowledged_epochs
+                log_run
+                    .acknowledged_epochs
                     .insert(outcome.base_offset, outcome.leader_epoch);
-                self.acknowledged_before = None;
-                match self.acknowledged.insert(outcome.base_offset, value) {
+                log_run.acknowledged_before = None;
+                match log_run.acknowledged.insert(outcome.base_offset, value) {
                     // The producer's batch in doubt, re-sent and answered
                     // as a duplicate of where it first landed.
                     Some(earlier) if earlier == name.as_bytes() => {}
                     Some(earlier) => {
                         return Err(format!(
-                            "two acknowledged records at offset {}: {} and {name}",
+                            "{tag}two acknowledged records at offset {}: {} and {name}",
                             outcome.base_offset,
                             String::from_utf8_lossy(&earlier)
                         ));
@@ -2952,21 +3251,24 @@ impl Run {
                 }
             }
             Err(error) => match error {
-                Error::Shutdown => self.record(format_args!("{name} failed: shutdown")),
-                Error::Timeout { .. } => self.record(format_args!("{name} failed: timeout")),
+                Error::Shutdown => self.record(format_args!("{tag}{name} failed: shutdown")),
+                Error::Timeout { .. } => {
+                    self.record(format_args!("{tag}{name} failed: timeout"));
+                }
                 // Say which error: a full disk's must be a clear one.
-                error => self.record(format_args!("{name} failed: {error}")),
+                error => self.record(format_args!("{tag}{name} failed: {error}")),
             },
         }
         Ok(())
     }
 
-    /// The idempotent producer sends its next record to whoever leads.
+    /// The idempotent producer sends its next record to whoever leads its
+    /// log.
     fn produce(&mut self) {
         if self.calm {
             return;
         }
-        let leader = self.leader();
+        let leader = self.leader(self.producer_log);
         let Some(producer) = self.producer.as_mut() else {
             return;
         };
@@ -2985,7 +3287,7 @@ impl Run {
     /// doubt out, to whoever leads now), takes the outcomes it knows, and
     /// schedules its next retry round.
     fn drive_producer(&mut self) -> Result<(), String> {
-        let leader = self.leader().map(|(_, log)| log);
+        let leader = self.leader(self.producer_log).map(|(_, log)| log);
         let Some(producer) = self.producer.as_mut() else {
             return Ok(());
         };
@@ -3000,7 +3302,7 @@ impl Run {
             self.record(format_args!("producer re-sends {resent} batches in doubt"));
         }
         for (value, outcome) in outcomes {
-            self.client_learns(value, outcome)?;
+            self.client_learns(self.producer_log, value, outcome)?;
         }
         if let Some(at) = retry_at {
             let at = self.since_epoch(at);
@@ -3016,11 +3318,12 @@ impl Run {
     }
 
     /// Nothing left to happen but timers: every append has its outcome,
-    /// every node runs, a controller holds the seat, the log has a leader
-    /// whose high watermark is its log end (a new leader's lags until its
-    /// followers fetch), and every replica holds that much.
+    /// every node runs, a controller holds the seat, and every log has a
+    /// leader whose high watermark is its log end (a new leader's lags
+    /// until its followers fetch), and every replica holds that much (see
+    /// [`is_log_settled`](Self::is_log_settled)).
     fn is_settled(&mut self) -> bool {
-        if !self.in_flight.is_empty()
+        if self.logs.iter().any(|log| !log.in_flight.is_empty())
             || self.blocking.any_calling()
             || self
                 .producer
@@ -3038,11 +3341,18 @@ impl Run {
         // seat is free, or on its next poll after a failed one (a lost
         // write reply): as its thread would, not after every event.
         let seated = self.seated_controller_epoch().is_some();
-        let Some((_, leader)) = self.leader().filter(|_| seated) else {
+        seated && (0..self.logs.len()).all(|log| self.is_log_settled(log))
+    }
+
+    /// [`is_settled`](Self::is_settled) for log `log`: it has a leader
+    /// whose high watermark is its log end, no reassignment under way, and
+    /// every replica holds that much.
+    fn is_log_settled(&mut self, log: usize) -> bool {
+        let Some((_, leader)) = self.leader(log) else {
             return false;
         };
         // A reassignment under way completes (liveness, SPEC 3.10).
-        let Ok(Some(state)) = self.coordinator().log_state(LOG) else {
+        let Ok(Some(state)) = self.coordinator().log_state(self.logs[log].id) else {
             return false;
         };
         if state.is_reassigning() {
@@ -3053,31 +3363,46 @@ impl Run {
         // while its removal completed, hears of it only with its owed
         // resync after the calm.
         let removed_copy_left = self.machines.iter().enumerate().any(|(index, machine)| {
-            !state.replicas.contains(&machine.id) && self.log_on(index).is_some()
+            !state.replicas.contains(&machine.id) && self.log_on(log, index).is_some()
         });
         if removed_copy_left {
             return false;
         }
         let end = leader.log_end_offset();
+        // The applications are of the first log only.
         leader.high_watermark() == end
-            && self.applications_settled(&leader)
+            && (log > 0 || self.applications_settled(&leader))
             && self
                 .machines
                 .iter()
                 .enumerate()
                 .filter(|(_, machine)| state.replicas.contains(&machine.id))
                 .all(|(index, _)| {
-                    self.excused_as_needing_a_snapshot(index, &leader)
+                    (log == 0 && self.excused_as_needing_a_snapshot(index, &leader))
                         || self
-                            .log_on(index)
+                            .log_on(log, index)
                             .is_some_and(|log| log.log_end_offset() == end)
                 })
     }
 
-    /// G1: every acknowledged record is in the leader's committed log, at
-    /// the offset it was acknowledged with.
+    /// The end checks of every log ([`check_final_of`](Self::check_final_of));
+    /// a failure names its log.
     fn check_final(&mut self) -> Result<(), String> {
-        let Some((index, log)) = self.leader() else {
+        for log in 0..self.logs.len() {
+            if let Err(error) = self.check_final_of(log) {
+                return Err(format!("{}{error}", self.logs[log].tag));
+            }
+        }
+        if self.seated_controller_epoch().is_none() {
+            return Err("no controller holds the seat at the end".to_owned());
+        }
+        Ok(())
+    }
+
+    /// G1: every acknowledged record of log `log_index` is in the
+    /// leader's committed log, at the offset it was acknowledged with.
+    fn check_final_of(&mut self, log_index: usize) -> Result<(), String> {
+        let Some((index, log)) = self.leader(log_index) else {
             return Err("no leader at the end".to_owned());
         };
         let committed = self
@@ -3096,8 +3421,13 @@ impl Run {
         }
         // G1 counts a record deleted below the log start as kept when the
         // applications hold it (SPEC 3.9).
-        for (offset, value) in &self.acknowledged {
-            if *offset < start && self.kept_by_applications(*offset, value) {
+        // The applications are of the first log only.
+        let kept_by_applications = |run: &Run, offset: Offset, value: &[u8]| {
+            log_index == 0 && run.kept_by_applications(offset, value)
+        };
+        let log_run = &self.logs[log_index];
+        for (offset, value) in &log_run.acknowledged {
+            if *offset < start && kept_by_applications(self, *offset, value) {
                 continue;
             }
             let held = committed.get(offset).map(|(_, v)| v);
@@ -3132,8 +3462,8 @@ impl Run {
             }
             last_produced = Some((number, *offset));
         }
-        for (offset, record) in &self.committed_seen {
-            if *offset < start && self.kept_by_applications(*offset, &record.1) {
+        for (offset, record) in &log_run.committed_seen {
+            if *offset < start && kept_by_applications(self, *offset, &record.1) {
                 continue;
             }
             let held = committed.get(offset);
@@ -3145,29 +3475,28 @@ impl Run {
                 ));
             }
         }
-        self.check_applications_final(index, &committed, start)?;
+        if log_index == 0 {
+            self.check_applications_final(index, &committed, start)?;
+        }
         // G2 over whole logs once more: the step checks see each replica's
         // records once, so one rewritten below where its replica was
         // already checked would go unseen.
         for index in 0..self.machines.len() {
-            self.machines[index].checked_up_to = Offset::ZERO;
-            self.machines[index].check_failed_at = None;
-            self.check_committed_on(index)?;
-        }
-        if self.seated_controller_epoch().is_none() {
-            return Err("no controller holds the seat at the end".to_owned());
+            self.logs[log_index].checks[index] = ReplicaCheck::default();
+            self.check_committed_on(log_index, index)?;
         }
         // SPEC 3.10: the last reassignment (or cancel) took effect, and
         // completed: nothing being added or removed, the leader, the ISR
         // and the ELR within the replicas, and every running node that is
         // not a replica rid of its copy.
-        let Some(state) = self.coordinator().log_state(LOG).ok().flatten() else {
+        let log_run = &self.logs[log_index];
+        let Some(state) = self.coordinator().log_state(log_run.id).ok().flatten() else {
             return Err("SPEC 3.10: the log has no state at the end".to_owned());
         };
-        if state.replicas != self.replicas_wanted {
+        if state.replicas != log_run.replicas_wanted {
             return Err(format!(
                 "SPEC 3.10: the log ends with replicas {:?}, the operator's last word was {:?}",
-                state.replicas, self.replicas_wanted
+                state.replicas, log_run.replicas_wanted
             ));
         }
         let outside = |nodes: &[NodeId]| {
@@ -3199,7 +3528,7 @@ impl Run {
             ));
         }
         for (index, machine) in self.machines.iter().enumerate() {
-            let hosts = self.log_on(index).is_some();
+            let hosts = self.log_on(log_index, index).is_some();
             if hosts && !state.replicas.contains(&machine.id) {
                 return Err(format!(
                     "SPEC 3.10: node {} still holds a copy of the log at the end, though the replicas are {:?}",
@@ -3207,32 +3536,36 @@ impl Run {
                 ));
             }
         }
+        let (tag, acknowledged) = (
+            self.logs[log_index].tag.clone(),
+            self.logs[log_index].acknowledged.len(),
+        );
         self.record(format_args!(
-            "end: {} acknowledged, all committed on node {index}",
-            self.acknowledged.len()
+            "{tag}end: {acknowledged} acknowledged, all committed on node {index}"
         ));
         Ok(())
     }
 
-    /// Compares node `index`'s records from where it was last checked up
+    /// Compares node `index`'s records of log `log` from where it was last checked up
     /// to its high watermark with what was committed (served below a high
     /// watermark anywhere) at those offsets.
-    fn check_committed_on(&mut self, index: usize) -> Result<(), String> {
-        let Some(log) = self.log_on(index) else {
+    fn check_committed_on(&mut self, log: usize, index: usize) -> Result<(), String> {
+        let Some(handle) = self.log_on(log, index) else {
             return Ok(());
         };
-        self.check_committed_on_log(index, &log)
+        self.check_committed_on_log(log, index, &handle)
     }
 
     /// [`check_committed_on`](Self::check_committed_on) with node
     /// `index`'s log handle.
     fn check_committed_on_log(
         &mut self,
+        log_index: usize,
         index: usize,
         log: &crate::ReplicatedLog,
     ) -> Result<(), String> {
         let high_watermark = log.high_watermark();
-        let mut from = self.machines[index]
+        let mut from = self.logs[log_index].checks[index]
             .checked_up_to
             .max(log.log_start_offset());
         let flipped = self.machines[index].flipped;
@@ -3243,10 +3576,11 @@ impl Run {
             log_end: log.log_end_offset(),
             flipped,
         };
-        if from < high_watermark && self.machines[index].check_failed_at == Some(shape(from)) {
+        let check = &mut self.logs[log_index].checks[index];
+        if from < high_watermark && check.check_failed_at == Some(shape(from)) {
             return Ok(());
         }
-        self.machines[index].check_failed_at = None;
+        check.check_failed_at = None;
         while from < high_watermark {
             let read = self
                 .disk(index)
@@ -3254,7 +3588,7 @@ impl Run {
             let batches = match read {
                 Ok(batches) if !batches.is_empty() => batches,
                 Err(error @ Error::Corrupt { .. }) => {
-                    self.machines[index].check_failed_at = Some(shape(from));
+                    self.logs[log_index].checks[index].check_failed_at = Some(shape(from));
                     self.corrupt_error(index, &error)?;
                     break;
                 }
@@ -3262,7 +3596,7 @@ impl Run {
                 // the high watermark after all: look again once the log
                 // changes.
                 _ => {
-                    self.machines[index].check_failed_at = Some(shape(from));
+                    self.logs[log_index].checks[index].check_failed_at = Some(shape(from));
                     break;
                 }
             };
@@ -3272,7 +3606,7 @@ impl Run {
                         record.map_err(|error| format!("node {index}, a record: {error}"))?;
                     let epoch = batch.leader_epoch();
                     // Compared in place; only a record seen first is copied.
-                    match self.committed_seen.entry(record.offset) {
+                    match self.logs[log_index].committed_seen.entry(record.offset) {
                         btree_map::Entry::Occupied(committed)
                             if committed.get().0 != epoch
                                 || committed.get().1 != record.value[..] =>
@@ -3294,7 +3628,7 @@ impl Run {
                 from = batch.next_offset();
             }
         }
-        self.machines[index].checked_up_to = from;
+        self.logs[log_index].checks[index].checked_up_to = from;
         Ok(())
     }
 
@@ -3430,18 +3764,22 @@ impl Run {
         process_mut(&mut self.harness, index)
     }
 
-    /// Node `index`'s handle of the log, if it runs and hosts it.
-    fn log_on(&self, index: usize) -> Option<crate::ReplicatedLog> {
-        self.harness.nodes().log(NodeId(index as u32), LOG).ok()
+    /// Node `index`'s handle of log `log`, if it runs and hosts it.
+    fn log_on(&self, log: usize, index: usize) -> Option<crate::ReplicatedLog> {
+        self.harness
+            .nodes()
+            .log(NodeId(index as u32), self.logs[log].id)
+            .ok()
     }
 
     /// [`log_on`](Self::log_on) without the harness's lock, for the checks
     /// that ask every node after every event.
-    fn log_unlocked(&mut self, index: usize) -> Option<crate::ReplicatedLog> {
+    fn log_unlocked(&mut self, log: usize, index: usize) -> Option<crate::ReplicatedLog> {
+        let id = self.logs[log].id;
         process_mut(&mut self.harness, index)?
             .node
             .node()
-            .log(LOG)
+            .log(id)
             .ok()
     }
 
@@ -3733,6 +4071,8 @@ mod tests {
         moves: [u64; 4],
         /// What the applications did, summed.
         apps: ApplicationCounts,
+        /// Runs with one, two and three (or more) logs.
+        logs: [u64; 3],
         /// The lowest and highest seed run.
         range: Option<(u64, u64)>,
     }
@@ -3775,6 +4115,7 @@ mod tests {
                 *total += count;
             }
             self.apps.add(&report.applications);
+            self.logs[report.logs.len().clamp(1, 3) - 1] += 1;
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -3804,6 +4145,9 @@ mod tests {
                 *total += count;
             }
             self.apps.add(&other.apps);
+            for (total, count) in self.logs.iter_mut().zip(other.logs) {
+                *total += count;
+            }
             self.widen(other.range);
         }
     }
@@ -3847,6 +4191,12 @@ mod tests {
                 return totals;
             };
             let mut config = SimConfig::new(seed);
+            // `ISRLOG_SIM_LOGS=1` runs every seed with one log: as the
+            // simulator ran it before runs had several (the single-log runs
+            // are unchanged, the others are not).
+            if let Some(logs) = variable("ISRLOG_SIM_LOGS") {
+                config = config.with_logs(logs as usize);
+            }
             if let Some(lines) = trace_lines {
                 config.trace_lines = lines;
             }
@@ -3880,7 +4230,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}{}",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -3907,7 +4257,14 @@ mod tests {
                 report.controlled_stops,
                 report.leaderships_handed_over,
                 report.reassignments,
-                report.applications
+                report.applications,
+                // Only for several logs: a single-log summary stays as it
+                // was before runs had several.
+                if report.logs.len() > 1 {
+                    format!(", logs={}", report.logs.len())
+                } else {
+                    String::new()
+                }
             );
         }
     }
@@ -3969,6 +4326,7 @@ mod tests {
             operator,
             moves,
             apps,
+            logs,
             range,
         } = totals;
         let elapsed = started.elapsed().as_secs_f64();
@@ -3987,6 +4345,8 @@ mod tests {
         eprintln!(
             "operator: {stop_runs} runs with controlled stops, {stops} stops ({leader_stops} of the leader; {handed_over} handed the leadership over before stopping, {held} held to it)"
         );
+        let [one_log, two_logs, three_logs] = logs;
+        eprintln!("logs: {one_log} runs with one, {two_logs} with two, {three_logs} with three");
         let [move_runs, started, cancelled, completed] = moves;
         eprintln!(
             "reassignments: {move_runs} runs with them, {started} started, {cancelled} cancelled, {completed} completed"
@@ -4082,7 +4442,7 @@ mod tests {
     /// now checks the CRC of each batch that names a producer.
     #[test]
     fn seed_60105060_a_flipped_sequence_does_not_feed_the_producer_state() {
-        passes_with(SimConfig::new(60_105_060));
+        passes_with(single_log(60_105_060));
     }
 
     /// Seed 60134360: a flip at byte 4 of an index file moved an entry's
@@ -4093,7 +4453,7 @@ mod tests {
     /// data at the entry does not match it (`Segment::find_batch_via_index`).
     #[test]
     fn seed_60134360_a_flipped_index_position_blames_no_data_file() {
-        passes_with(SimConfig::new(60_134_360));
+        passes_with(single_log(60_134_360));
     }
 
     /// Seed 60135209: node 0 (an 18 ms fsync) came back after a crash with
@@ -4106,7 +4466,7 @@ mod tests {
     /// `OPEN_RETRY_BACKOFF_MAX`, before its next attempt.
     #[test]
     fn seed_60135209_a_replica_that_cannot_open_does_not_bury_its_disk() {
-        passes_with(SimConfig::new(60_135_209));
+        passes_with(single_log(60_135_209));
     }
 
     /// Seed 60151104: node 1 lost its disk, and on the new one its
@@ -4118,7 +4478,7 @@ mod tests {
     /// would count as lost (`Node::replicas_lost_at_next_start`).
     #[test]
     fn seed_60151104_a_replica_lost_before_a_clean_stop_is_still_lost() {
-        passes_with(SimConfig::new(60_151_104));
+        passes_with(single_log(60_151_104));
     }
 
     #[test]
@@ -4405,7 +4765,7 @@ mod tests {
     /// the flag once the position reaches the leader's start.
     #[test]
     fn seed_49_a_follower_whose_application_reports_past_the_log_start_needs_no_snapshot() {
-        passes_with(SimConfig::new(49));
+        passes_with(single_log(49));
     }
 
     /// Seed 1122 (applications with snapshot stores, no cap) never
@@ -4424,7 +4784,7 @@ mod tests {
         // As found: before applications restored from scratch.
         passes_with(SimConfig {
             application_restores: false,
-            ..SimConfig::new(1122)
+            ..single_log(1122)
         });
     }
 
@@ -4437,7 +4797,7 @@ mod tests {
     /// the node their incarnations.
     #[test]
     fn seed_60004986_a_shutdown_begun_before_the_incarnations_were_read_hands_over() {
-        passes_with(SimConfig::new(60_004_986));
+        passes_with(single_log(60_004_986));
     }
 
     /// Seed 60012908 (found by a sweep at 29a4640), a real bug, liveness:
@@ -4450,8 +4810,8 @@ mod tests {
     /// Seed 60016791 (the same sweep) is the same case.
     #[test]
     fn seed_60012908_an_empty_follower_of_an_unknown_epoch_restarts_and_catches_up() {
-        passes_with(SimConfig::new(60_012_908));
-        passes_with(SimConfig::new(60_016_791));
+        passes_with(single_log(60_012_908));
+        passes_with(single_log(60_016_791));
     }
 
     /// A disk that holds the only copy of acknowledged records is not lost
@@ -4462,8 +4822,8 @@ mod tests {
     /// flips may lose.
     #[test]
     fn seed_60027858_the_only_copy_of_acknowledged_records_keeps_its_disk() {
-        passes_with(SimConfig::new(60_027_858));
-        passes_with(SimConfig::new(60_040_931));
+        passes_with(single_log(60_027_858));
+        passes_with(single_log(60_040_931));
     }
 
     /// A follower told that its log and the leader's agree at most up to
@@ -4472,7 +4832,7 @@ mod tests {
     /// with its log ending there, below records committed up to 464.
     #[test]
     fn seed_60047659_a_follower_discarding_below_the_leaders_start_restarts_there() {
-        passes_with(SimConfig::new(60_047_659));
+        passes_with(single_log(60_047_659));
     }
 
     /// A reassignment's cancellation may not drop a replica of the unclean
@@ -4482,7 +4842,7 @@ mod tests {
     /// lost its disk; a replica ending at 461 was elected.
     #[test]
     fn seed_60044893_a_cancelled_move_keeps_the_unclean_holder_of_acknowledged_records() {
-        passes_with(SimConfig::new(60_044_893));
+        passes_with(single_log(60_044_893));
     }
 
     /// Nor may a replica of the unclean list count among the holders a
@@ -4491,7 +4851,7 @@ mod tests {
     /// leader then lost its disk.
     #[test]
     fn seed_60050634_an_unclean_replica_is_no_holder_a_cancelled_move_keeps() {
-        passes_with(SimConfig::new(60_050_634));
+        passes_with(single_log(60_050_634));
     }
 
     /// A follower takes its application's position above its log end: a
@@ -4501,7 +4861,7 @@ mod tests {
     /// log at 24.
     #[test]
     fn seed_60060809_a_follower_behind_its_application_restarts_at_the_leaders_start() {
-        passes_with(SimConfig::new(60_060_809));
+        passes_with(single_log(60_060_809));
     }
 
     /// Runs `seed`'s simulation with the default configuration as it was
@@ -4514,7 +4874,7 @@ mod tests {
             controlled_stops: false,
             reassignments: false,
             applications: false,
-            ..SimConfig::new(seed)
+            ..single_log(seed)
         });
     }
 
@@ -4523,8 +4883,15 @@ mod tests {
     fn passes_as_before_blocking_clients(seed: u64) {
         passes_with(SimConfig {
             blocking_clients: false,
-            ..SimConfig::new(seed)
+            ..single_log(seed)
         });
+    }
+
+    /// `seed`'s run with one log, whatever [`SimConfig::new`] draws: the
+    /// run the named regression seeds and the pinned hashes were taken
+    /// from (before runs had several logs).
+    fn single_log(seed: u64) -> SimConfig {
+        SimConfig::new(seed).with_logs(1)
     }
 
     /// Runs `config`'s simulation; a failure panics with its report.
@@ -4568,8 +4935,7 @@ mod tests {
         let changed: Vec<String> = pinned
             .iter()
             .filter_map(|&(seed, pinned_hash)| {
-                let report =
-                    run(&SimConfig::new(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+                let report = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
                 (report.trace_hash != pinned_hash).then(|| {
                     format!(
                         "seed {seed}: trace {:016x}, pinned {pinned_hash:016x}",
@@ -4604,6 +4970,39 @@ mod tests {
                 .any(|line| line.contains("append")),
             "{report}"
         );
+    }
+
+    /// A run of three logs passes, and each log had a leader, acknowledged
+    /// records and served the reader: the workload and the checks reach
+    /// every log, not only the first.
+    #[test]
+    fn a_run_of_three_logs_checks_each() {
+        let mut config = SimConfig::new(7).with_logs(3);
+        config.simulated = Duration::from_secs(20);
+        let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(report.logs.len(), 3, "{report:?}");
+        for (log, counts) in report.logs.iter().enumerate() {
+            assert!(
+                counts.leaders > 0 && counts.acknowledged > 0 && counts.read > 0,
+                "log {}: {counts:?}",
+                log + 1
+            );
+        }
+        assert_eq!(
+            report.acknowledged,
+            report.logs.iter().map(|log| log.acknowledged).sum::<u64>()
+        );
+    }
+
+    /// [`SimConfig::new`] draws one log in about half the runs, two and
+    /// three in about a quarter each, apart from the run's own draws.
+    #[test]
+    fn the_number_of_logs_is_drawn_per_seed() {
+        let mut runs = [0u32; 3];
+        for seed in 0..400 {
+            runs[SimConfig::new(seed).logs - 1] += 1;
+        }
+        assert!(runs[0] > 150 && runs[1] > 60 && runs[2] > 60, "{runs:?}");
     }
 
     #[test]

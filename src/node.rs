@@ -931,15 +931,20 @@ impl Node {
         })
     }
 
-    /// The logs this node is a replica of but could not open, with the
-    /// last error (a damaged log that refuses to open, a full disk): they
-    /// take no part in replication until they open. Retried
+    /// The logs this node is a replica of but could not open, in log
+    /// order, each with a text that gives the last error (a damaged log
+    /// that refuses to open, a full disk), when the node tries again and
+    /// how many attempts failed in a row, for example `"<error>; next
+    /// attempt in 3.2s (3 failed attempts)"` (or `"...; next attempt on
+    /// the next retry (...)"` once the pause is over). They take no part
+    /// in replication until they open. Retried
     /// [`UNCLEAN_REPORT_RETRY_INTERVAL`] after the first failure, then
     /// after a pause that doubles per failure up to
-    /// [`OPEN_RETRY_BACKOFF_MAX`]; an application can export the count as
-    /// a metric and alert on it.
+    /// [`OPEN_RETRY_BACKOFF_MAX`], by the node's clock; an application
+    /// can export the count as a metric and alert on it. The text is for
+    /// people: its wording may change.
     pub fn logs_not_opened(&self) -> Vec<(LogId, String)> {
-        self.shared.core.logs_not_opened()
+        self.shared.core.logs_not_opened(self.shared.clock.now())
     }
 
     /// The logs this node hosts.

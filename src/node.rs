@@ -2534,18 +2534,24 @@ impl NodeShared {
     /// state no longer lists (SPEC 3.10: a reassignment completed or was
     /// cancelled without it). Its fetcher stops, the replica goes offline
     /// (appends and waiters fail with `NotLeader`, follower I/O ends) and
-    /// leaves the node's map, then its directory is deleted. Kafka's
-    /// `StopReplica(delete = true)`.
+    /// leaves the node's map, then its directory is deleted and, once
+    /// deleted, recorded as placed on no directory
+    /// ([`NodeCore::replica_removed`]). Kafka's `StopReplica(delete =
+    /// true)`. A replica that never opened (damaged files, EIO) has its
+    /// directory deleted and unassigned all the same: left behind, its
+    /// damaged copy would be opened again, and fail again, if a later move
+    /// added the replica back, and the record of an earlier start would
+    /// keep naming this node's directory for a log it is not in.
     fn remove_replica(&self, log: LogId) {
         let me = self.local();
         self.stop_fetching(log);
-        let Some(replica) = self.replicas.write().remove(&log) else {
-            return;
-        };
-        self.core.forget_hand_over(log);
-        replica.take_offline();
-        if let Err(error) = replica.log().close_in_place() {
-            tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
+        let removed = self.replicas.write().remove(&log);
+        if let Some(replica) = removed {
+            self.core.forget_hand_over(log);
+            replica.take_offline();
+            if let Err(error) = replica.log().close_in_place() {
+                tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
+            }
         }
         self.core.forget_unopened(log);
         self.core.forget_unreported(log);

@@ -93,6 +93,11 @@ impl NodeCore {
         self.unopened.failures.lock().remove(&log);
     }
 
+    /// Whether `log`'s replica here could not be opened.
+    pub(crate) fn is_unopened(&self, log: LogId) -> bool {
+        self.unopened.failures.lock().contains_key(&log)
+    }
+
     /// The logs whose replica here could not be opened, in log order.
     pub(crate) fn unopened_logs(&self) -> Vec<LogId> {
         let mut logs: Vec<LogId> = self.unopened.failures.lock().keys().copied().collect();
@@ -121,8 +126,9 @@ impl NodeCore {
     /// Reads again, in log order, every log whose replica here could not
     /// be opened, as the set is now ([`Action::RetryUnopened`]), and
     /// follows it while this node is its replica ([`Action::Reconcile`]),
-    /// which tries to open it again; a log that no longer lists this node,
-    /// or is gone, is forgotten.
+    /// which tries to open it again; one that no longer lists this node is
+    /// removed ([`Action::RemoveReplica`]: its copy is deleted and its
+    /// directory record unassigned), and one that is gone is forgotten.
     pub(crate) fn retry_unopened(&self, out: &mut Vec<Action>) {
         for log in self.unopened_logs() {
             Self::call(

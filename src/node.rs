@@ -1070,12 +1070,15 @@ impl Node {
         closed
     }
 
-    /// A stop's last step, once its threads stopped: flushes and closes
+    /// A stop's last step, once its threads stopped: tries once more to
+    /// open the replicas of an unclean start that never opened
+    /// ([`NodeShared::open_unopened_before_marker`]), flushes and closes
     /// every log and, if every one closed, writes the clean-shutdown
     /// marker (SPEC 3.5) unless this start's unclean report is not yet
     /// recorded everywhere ([`NodeShared::may_mark_clean_shutdown`]).
     /// Whether it wrote the marker.
     fn close_logs_and_mark_clean(&self) -> Result<bool> {
+        self.shared.open_unopened_before_marker();
         let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
@@ -2340,12 +2343,54 @@ impl NodeShared {
             })));
     }
 
+    /// A controlled stop's last try, once its threads stopped and before
+    /// it decides on the clean-shutdown marker, to open each replica of
+    /// this unclean start that never opened, pause or not (review of the
+    /// open's backoff, finding 3): without it, a stop that came during
+    /// the pause after a failed attempt (up to [`OPEN_RETRY_BACKOFF_MAX`])
+    /// never tried again, wrote no marker
+    /// ([`may_mark_clean_shutdown`](Self::may_mark_clean_shutdown)) and
+    /// left the next start unclean again, even when the replica could
+    /// open by then. One that opens is recovered as any open after this
+    /// unclean start is ([`open_may_cut`](Self::open_may_cut)), then
+    /// flushed and closed with the others; opened after the threads
+    /// stopped, it takes no role, fetches nothing and takes no append
+    /// ([`host`](Self::host): winding down). Nothing is opened when the
+    /// marker is withheld anyway (a report still pending) or was never in
+    /// question (a clean start).
+    fn open_unopened_before_marker(&self) {
+        if !self.previous_shutdown.is_reported_unclean()
+            || !self.core.pending_unclean_reports().is_empty()
+        {
+            return;
+        }
+        for log in self.core.unopened_logs() {
+            match self.host_heeding_pause(log, false) {
+                Ok(_) => {
+                    tracing::info!(%log, node = %self.local(),
+                        "controlled shutdown: the replica that could not be opened opened at the last try; it is closed with the others");
+                }
+                Err(error) => {
+                    tracing::warn!(%log, node = %self.local(), %error,
+                        "controlled shutdown: the replica still cannot be opened");
+                }
+            }
+        }
+    }
+
     /// Opens the local replica of `log` if needed, when the core says it
     /// may ([`NodeCore::open_due`]: not before the pause after its last
     /// failed attempt is over; until then it is
     /// [`Error::ReplicaOpenDeferred`]), and tells the core how the attempt
     /// ended ([`NodeCore::open_attempted`]).
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
+        self.host_heeding_pause(log, true)
+    }
+
+    /// [`host`](Self::host), which heeds the pause after failed attempts
+    /// only if `heed_pause` (a controlled stop's last try does not,
+    /// [`open_unopened_before_marker`](Self::open_unopened_before_marker)).
+    fn host_heeding_pause(&self, log: LogId, heed_pause: bool) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
         }
@@ -2358,11 +2403,13 @@ impl NodeShared {
             retry_in,
         } = self.core.open_due(log, may_cut, now)
         {
-            return Err(Error::ReplicaOpenDeferred {
-                log,
-                last_error,
-                retry_in,
-            });
+            if heed_pause {
+                return Err(Error::ReplicaOpenDeferred {
+                    log,
+                    last_error,
+                    retry_in,
+                });
+            }
         }
         let hosted = self.open_replica(log, may_cut);
         self.core

@@ -931,15 +931,20 @@ impl Node {
         })
     }
 
-    /// The logs this node is a replica of but could not open, with the
-    /// last error (a damaged log that refuses to open, a full disk): they
-    /// take no part in replication until they open. Retried
+    /// The logs this node is a replica of but could not open, in log
+    /// order, each with a text that gives the last error (a damaged log
+    /// that refuses to open, a full disk), when the node tries again and
+    /// how many attempts failed in a row, for example `"<error>; next
+    /// attempt in 3.2s (3 failed attempts)"` (or `"...; next attempt on
+    /// the next retry (...)"` once the pause is over). They take no part
+    /// in replication until they open. Retried
     /// [`UNCLEAN_REPORT_RETRY_INTERVAL`] after the first failure, then
     /// after a pause that doubles per failure up to
-    /// [`OPEN_RETRY_BACKOFF_MAX`]; an application can export the count as
-    /// a metric and alert on it.
+    /// [`OPEN_RETRY_BACKOFF_MAX`], by the node's clock; an application
+    /// can export the count as a metric and alert on it. The text is for
+    /// people: its wording may change.
     pub fn logs_not_opened(&self) -> Vec<(LogId, String)> {
-        self.shared.core.logs_not_opened()
+        self.shared.core.logs_not_opened(self.shared.clock.now())
     }
 
     /// The logs this node hosts.
@@ -1065,12 +1070,15 @@ impl Node {
         closed
     }
 
-    /// A stop's last step, once its threads stopped: flushes and closes
+    /// A stop's last step, once its threads stopped: tries once more to
+    /// open the replicas of an unclean start that never opened
+    /// ([`NodeShared::open_unopened_before_marker`]), flushes and closes
     /// every log and, if every one closed, writes the clean-shutdown
     /// marker (SPEC 3.5) unless this start's unclean report is not yet
     /// recorded everywhere ([`NodeShared::may_mark_clean_shutdown`]).
     /// Whether it wrote the marker.
     fn close_logs_and_mark_clean(&self) -> Result<bool> {
+        self.shared.open_unopened_before_marker();
         let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
@@ -2335,12 +2343,54 @@ impl NodeShared {
             })));
     }
 
+    /// A controlled stop's last try, once its threads stopped and before
+    /// it decides on the clean-shutdown marker, to open each replica of
+    /// this unclean start that never opened, pause or not (review of the
+    /// open's backoff, finding 3): without it, a stop that came during
+    /// the pause after a failed attempt (up to [`OPEN_RETRY_BACKOFF_MAX`])
+    /// never tried again, wrote no marker
+    /// ([`may_mark_clean_shutdown`](Self::may_mark_clean_shutdown)) and
+    /// left the next start unclean again, even when the replica could
+    /// open by then. One that opens is recovered as any open after this
+    /// unclean start is ([`open_may_cut`](Self::open_may_cut)), then
+    /// flushed and closed with the others; opened after the threads
+    /// stopped, it takes no role, fetches nothing and takes no append
+    /// ([`host`](Self::host): winding down). Nothing is opened when the
+    /// marker is withheld anyway (a report still pending) or was never in
+    /// question (a clean start).
+    fn open_unopened_before_marker(&self) {
+        if !self.previous_shutdown.is_reported_unclean()
+            || !self.core.pending_unclean_reports().is_empty()
+        {
+            return;
+        }
+        for log in self.core.unopened_logs() {
+            match self.host_heeding_pause(log, false) {
+                Ok(_) => {
+                    tracing::info!(%log, node = %self.local(),
+                        "controlled shutdown: the replica that could not be opened opened at the last try; it is closed with the others");
+                }
+                Err(error) => {
+                    tracing::warn!(%log, node = %self.local(), %error,
+                        "controlled shutdown: the replica still cannot be opened");
+                }
+            }
+        }
+    }
+
     /// Opens the local replica of `log` if needed, when the core says it
     /// may ([`NodeCore::open_due`]: not before the pause after its last
     /// failed attempt is over; until then it is
     /// [`Error::ReplicaOpenDeferred`]), and tells the core how the attempt
     /// ended ([`NodeCore::open_attempted`]).
     fn host(&self, log: LogId) -> Result<Arc<Replica>> {
+        self.host_heeding_pause(log, true)
+    }
+
+    /// [`host`](Self::host), which heeds the pause after failed attempts
+    /// only if `heed_pause` (a controlled stop's last try does not,
+    /// [`open_unopened_before_marker`](Self::open_unopened_before_marker)).
+    fn host_heeding_pause(&self, log: LogId, heed_pause: bool) -> Result<Arc<Replica>> {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
         }
@@ -2353,11 +2403,13 @@ impl NodeShared {
             retry_in,
         } = self.core.open_due(log, may_cut, now)
         {
-            return Err(Error::ReplicaOpenDeferred {
-                log,
-                last_error,
-                retry_in,
-            });
+            if heed_pause {
+                return Err(Error::ReplicaOpenDeferred {
+                    log,
+                    last_error,
+                    retry_in,
+                });
+            }
         }
         let hosted = self.open_replica(log, may_cut);
         self.core
@@ -2529,18 +2581,24 @@ impl NodeShared {
     /// state no longer lists (SPEC 3.10: a reassignment completed or was
     /// cancelled without it). Its fetcher stops, the replica goes offline
     /// (appends and waiters fail with `NotLeader`, follower I/O ends) and
-    /// leaves the node's map, then its directory is deleted. Kafka's
-    /// `StopReplica(delete = true)`.
+    /// leaves the node's map, then its directory is deleted and, once
+    /// deleted, recorded as placed on no directory
+    /// ([`NodeCore::replica_removed`]). Kafka's `StopReplica(delete =
+    /// true)`. A replica that never opened (damaged files, EIO) has its
+    /// directory deleted and unassigned all the same: left behind, its
+    /// damaged copy would be opened again, and fail again, if a later move
+    /// added the replica back, and the record of an earlier start would
+    /// keep naming this node's directory for a log it is not in.
     fn remove_replica(&self, log: LogId) {
         let me = self.local();
         self.stop_fetching(log);
-        let Some(replica) = self.replicas.write().remove(&log) else {
-            return;
-        };
-        self.core.forget_hand_over(log);
-        replica.take_offline();
-        if let Err(error) = replica.log().close_in_place() {
-            tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
+        let removed = self.replicas.write().remove(&log);
+        if let Some(replica) = removed {
+            self.core.forget_hand_over(log);
+            replica.take_offline();
+            if let Err(error) = replica.log().close_in_place() {
+                tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
+            }
         }
         self.core.forget_unopened(log);
         self.core.forget_unreported(log);

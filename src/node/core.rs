@@ -626,7 +626,8 @@ pub(crate) enum Action {
     },
     /// Stop and delete this node's replica of `log`, which the stored
     /// state no longer lists (SPEC 3.10; the files and the map of hosted
-    /// replicas are the driver's). Nothing if none is hosted.
+    /// replicas are the driver's): a hosted one is stopped first; the copy
+    /// of one that never opened is deleted all the same.
     RemoveReplica(LogId),
     /// Note that the coordinator knows the log's replica lives on this
     /// node's data directory: it need not be recorded again.
@@ -1819,7 +1820,13 @@ impl NodeCore {
                 Ok(Some(state)) if state.replicas.contains(&self.node) => {
                     out.push(Action::Reconcile(state))
                 }
-                Ok(_) => self.forget_unopened(log),
+                // SPEC 3.10: the read is up to date, so no move adds the
+                // replica back behind it: its copy goes, and its directory
+                // record with it, as a hosted replica's does.
+                Ok(Some(_)) => out.push(Action::RemoveReplica(log)),
+                // A log the coordinator no longer knows: its directory is
+                // left alone, as at start.
+                Ok(None) => self.forget_unopened(log),
                 Err(error) => {
                     tracing::debug!(%log, node = %self.node, %error,
                         "cannot read the log to open its replica again");
@@ -4032,11 +4039,21 @@ mod tests {
             replicas: vec![n(2), n(3)],
             ..stored(&[2, 3])
         };
-        for gone in [Ok(Some(moved)), Ok(None)] {
-            core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
-            assert_eq!(answer(&core, then.clone(), Answer::LogState(gone)), vec![]);
-            assert_eq!(core.unopened_logs(), vec![LogId(3)], "forgotten");
-        }
+        // An up-to-date state without this node removes the replica: its
+        // copy is deleted and its directory record unassigned, as a hosted
+        // one's (review: it was only forgotten); a log that is gone is
+        // forgotten.
+        core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
+        assert_eq!(
+            answer(&core, then.clone(), Answer::LogState(Ok(Some(moved)))),
+            vec![Action::RemoveReplica(LogId(1))]
+        );
+        core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
+        assert_eq!(
+            answer(&core, then.clone(), Answer::LogState(Ok(None))),
+            vec![]
+        );
+        assert_eq!(core.unopened_logs(), vec![LogId(3)], "forgotten");
         assert_eq!(
             answer(&core, then, Answer::LogState(Err(coordinator_error()))),
             vec![]

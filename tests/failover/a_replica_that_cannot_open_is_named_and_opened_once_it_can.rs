@@ -61,6 +61,13 @@ fn a_replica_that_cannot_open_is_named_and_opened_once_it_can() {
     );
     let named = cluster.with_node(stopped, |n| n.logs_not_opened()).unwrap();
     println!("not opened: {named:?}");
+    // The text says the node waits before it tries again, and how many
+    // attempts failed, not only the last error.
+    let (_, text) = named.iter().find(|(log, _)| *log == LOG).unwrap();
+    assert!(
+        text.contains("; next attempt ") && text.contains("failed attempt"),
+        "{text}"
+    );
     assert!(
         cluster.log(stopped, LOG).is_err(),
         "no handle while it cannot open"

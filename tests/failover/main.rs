@@ -7,6 +7,7 @@
 #[path = "../support/failover_support.rs"]
 mod failover_support;
 
+mod a_controlled_shutdown_tries_an_unopened_replica_once_more_before_its_marker;
 mod a_fetch_from_a_followers_previous_incarnation_counts_for_nothing;
 mod a_lost_coordinator_reply_never_loses_acknowledged_records;
 mod a_pending_unclean_report_carries_the_replicas_real_end_and_is_retried_on_a_timer;

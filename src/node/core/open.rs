@@ -93,6 +93,11 @@ impl NodeCore {
         self.unopened.failures.lock().remove(&log);
     }
 
+    /// Whether `log`'s replica here could not be opened.
+    pub(crate) fn is_unopened(&self, log: LogId) -> bool {
+        self.unopened.failures.lock().contains_key(&log)
+    }
+
     /// The logs whose replica here could not be opened, in log order.
     pub(crate) fn unopened_logs(&self) -> Vec<LogId> {
         let mut logs: Vec<LogId> = self.unopened.failures.lock().keys().copied().collect();
@@ -100,15 +105,19 @@ impl NodeCore {
         logs
     }
 
-    /// The logs whose replica here could not be opened, with the last
-    /// error, in log order (`Node::logs_not_opened`).
-    pub(crate) fn logs_not_opened(&self) -> Vec<(LogId, String)> {
+    /// The logs whose replica here could not be opened, in log order,
+    /// each with the last error and, as of `now`, when the next attempt
+    /// may run and after how many failed attempts in a row
+    /// (`Node::logs_not_opened`): "<error>; next attempt in 3.2s (3 failed
+    /// attempts)", or "...; next attempt on the next retry (...)" once the
+    /// pause is over.
+    pub(crate) fn logs_not_opened(&self, now: Instant) -> Vec<(LogId, String)> {
         let mut logs: Vec<(LogId, String)> = self
             .unopened
             .failures
             .lock()
             .iter()
-            .map(|(log, failure)| (*log, failure.error.clone()))
+            .map(|(log, failure)| (*log, failure.describe(now)))
             .collect();
         logs.sort();
         logs
@@ -117,8 +126,9 @@ impl NodeCore {
     /// Reads again, in log order, every log whose replica here could not
     /// be opened, as the set is now ([`Action::RetryUnopened`]), and
     /// follows it while this node is its replica ([`Action::Reconcile`]),
-    /// which tries to open it again; a log that no longer lists this node,
-    /// or is gone, is forgotten.
+    /// which tries to open it again; one that no longer lists this node is
+    /// removed ([`Action::RemoveReplica`]: its copy is deleted and its
+    /// directory record unassigned), and one that is gone is forgotten.
     pub(crate) fn retry_unopened(&self, out: &mut Vec<Action>) {
         for log in self.unopened_logs() {
             Self::call(
@@ -156,6 +166,28 @@ impl OpenFailure {
             failures,
             may_cut,
             retry_at: now + open_retry_pause(failures),
+        }
+    }
+
+    /// The last error, with when the next attempt may run as of `now`
+    /// (the pause for an attempt that cuts as much as these) and how many
+    /// attempts failed in a row.
+    fn describe(&self, now: Instant) -> String {
+        let attempts = if self.failures == 1 {
+            "1 failed attempt".to_owned()
+        } else {
+            format!("{} failed attempts", self.failures)
+        };
+        match self.retry_in(now, self.may_cut) {
+            Some(pause) => format!(
+                "{}; next attempt in {:.1}s ({attempts})",
+                self.error,
+                pause.as_secs_f64()
+            ),
+            None => format!(
+                "{}; next attempt on the next retry ({attempts})",
+                self.error
+            ),
         }
     }
 
@@ -227,9 +259,29 @@ mod tests {
         core.open_attempted(log, false, at(1), Some(&Error::Shutdown));
         assert_eq!(core.open_due(log, false, at(1)), deferred(2), "doubled");
         assert_eq!(core.unopened_logs(), vec![log]);
+        // The report says the last error, when the next attempt may run
+        // and how many failed (review: it said only the error).
+        let error = Error::Shutdown.to_string();
         assert_eq!(
-            core.logs_not_opened(),
-            vec![(log, Error::Shutdown.to_string())]
+            core.logs_not_opened(at(1)),
+            vec![(
+                log,
+                format!("{error}; next attempt in 2.0s (2 failed attempts)")
+            )]
+        );
+        assert_eq!(
+            core.logs_not_opened(at(2) + Duration::from_millis(500)),
+            vec![(
+                log,
+                format!("{error}; next attempt in 0.5s (2 failed attempts)")
+            )]
+        );
+        assert_eq!(
+            core.logs_not_opened(at(3)),
+            vec![(
+                log,
+                format!("{error}; next attempt on the next retry (2 failed attempts)")
+            )]
         );
         // An attempt that may cut starts the count again.
         core.open_attempted(log, true, at(3), Some(&Error::Shutdown));

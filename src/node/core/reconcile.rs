@@ -12,7 +12,7 @@
 //! ends are the driver's ([`Action::HostReplica`],
 //! [`Action::RemoveReplica`], [`Action::ReconcilePlaced`]).
 
-use super::{Action, NodeCore};
+use super::{Action, Continuation, CoordinatorCall, NodeCore};
 use crate::coordinator::{LogEnd, LogState};
 use crate::error::Error;
 use crate::replication::Role;
@@ -79,9 +79,11 @@ impl NodeCore {
     /// in it). A stopped node changes nothing: its threads are being
     /// joined, and each coordinator call may take the call timeout. A
     /// state that does not list this node removes the hosted replica
-    /// ([`Action::RemoveReplica`]) and forgets an unopened one
-    /// ([`forget_unopened`](Self::forget_unopened)), unless it is older than the hosted
-    /// replica's role. Else the unclean-shutdown report this node still
+    /// ([`Action::RemoveReplica`]), unless it is older than the hosted
+    /// replica's role; an unopened one, which has no role to tell a stale
+    /// state by, is removed once an up-to-date read of the log confirms it
+    /// ([`Continuation::RetryUnopened`](super::Continuation::RetryUnopened)).
+    /// Else the unclean-shutdown report this node still
     /// owes the log is written first
     /// ([`report_unclean_stop`](Self::report_unclean_stop)), and the
     /// replica is hosted once it is stored ([`Action::HostReplica`]).
@@ -97,18 +99,30 @@ impl NodeCore {
         }
         if !state.replicas.contains(&self.node) {
             // SPEC 3.10: a reassignment removed this replica, and the
-            // coordinator stored it: only now may its copy go. One that
-            // never opened is no longer owed an open either. A state older
-            // than the replica's role (a stale notification from before a
-            // move added it back) removes nothing: every change of the
-            // replica set raises the epoch.
+            // coordinator stored it: only now may its copy go. A state
+            // older than the replica's role (a stale notification from
+            // before a move added it back) removes nothing: every change
+            // of the replica set raises the epoch.
             if let Some((_, epoch)) = local.hosted {
                 if state.leader_epoch < epoch {
                     return;
                 }
                 out.push(Action::RemoveReplica(state.log));
+                return;
             }
-            self.forget_unopened(state.log);
+            // One that never opened has no role to tell a stale state by:
+            // its copy (and the directory record an earlier start made of
+            // it) goes once an up-to-date read of the log confirms
+            // (`RetryUnopened`, which removes it), as a start deletes a
+            // stray only after such a read (review: it was only
+            // forgotten, its files and record left behind).
+            if self.is_unopened(state.log) {
+                Self::call(
+                    out,
+                    CoordinatorCall::LogState(state.log),
+                    Continuation::RetryUnopened(state.log),
+                );
+            }
             return;
         }
         self.report_unclean_stop(state, epoch_bumps, out);
@@ -157,7 +171,7 @@ mod tests {
 
     use super::*;
     use crate::coordinator::{LogUpdate, UncleanReplica};
-    use crate::node::core::{tests::core, Continuation, CoordinatorCall};
+    use crate::node::core::tests::core;
     use crate::types::LogId;
 
     fn n(id: u32) -> NodeId {
@@ -203,18 +217,30 @@ mod tests {
     /// SPEC 3.5, 3.10: the decisions of a reconcile, case by case: a
     /// stopped node changes nothing; a state without this node removes a
     /// hosted replica (unless it is older than the replica's role) and
-    /// forgets an unopened one; a state with it hosts the replica, with
-    /// the attempts given.
+    /// reads the log again, up to date, for an unopened one (which the
+    /// read's answer removes, see
+    /// `an_unopened_replica_is_opened_again_while_this_node_is_its_replica`);
+    /// a state with it hosts the replica, with the attempts given.
     #[test]
     fn a_reconcile_removes_a_replica_the_state_drops_and_hosts_one_it_lists() {
         let listed = led(&[1, 2, 3]);
         let dropped = led(&[2, 3]);
         let removed = Action::RemoveReplica(LogId(1));
+        let read_again = Action::Call {
+            call: CoordinatorCall::LogState(LogId(1)),
+            then: Continuation::RetryUnopened(LogId(1)),
+        };
         let hosted = |epoch: u32| Some((Role::Follower { leader: n(2) }, LeaderEpoch(epoch)));
         let cases = [
             ("stopped, listed", &listed, true, hosted(3), vec![]),
             ("stopped, dropped", &dropped, true, hosted(3), vec![]),
-            ("dropped, not hosted", &dropped, false, None, vec![]),
+            (
+                "dropped, not hosted",
+                &dropped,
+                false,
+                None,
+                vec![read_again],
+            ),
             (
                 "dropped, same epoch",
                 &dropped,
@@ -248,18 +274,28 @@ mod tests {
         for (case, state, stopped, hosted, expected) in cases {
             let core = core();
             let now = std::time::Instant::now();
-            core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
+            if hosted.is_none() {
+                core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
+            }
             let mut out = Vec::new();
             core.reconcile(state, Some(2), LocalReplica { stopped, hosted }, &mut out);
             assert_eq!(out, expected, "{case}");
-            // Exactly the states that remove a hosted replica forget an
-            // unopened one.
-            let forgets = !stopped
-                && !state.replicas.contains(&n(1))
-                && hosted.is_none_or(|(_, epoch)| state.leader_epoch >= epoch);
-            let unopened = if forgets { vec![] } else { vec![LogId(1)] };
+            // An unopened replica stays so until it is removed or opens.
+            let unopened = if hosted.is_none() {
+                vec![LogId(1)]
+            } else {
+                vec![]
+            };
             assert_eq!(core.unopened_logs(), unopened, "{case}");
         }
+        // A replica neither hosted nor unopened: nothing to remove.
+        let mut out = Vec::new();
+        let local = LocalReplica {
+            stopped: false,
+            hosted: None,
+        };
+        core().reconcile(&dropped, Some(2), local, &mut out);
+        assert_eq!(out, vec![], "dropped, neither hosted nor unopened");
     }
 
     /// SPEC 3.5: a listed replica is hosted only once the unclean-shutdown

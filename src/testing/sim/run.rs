@@ -4932,7 +4932,11 @@ mod tests {
     /// (bit flips in index files) when recovery began rebuilding an index
     /// it had walked around, with room for its entries, and a running
     /// segment's walks began starting at its start once one of its entries
-    /// was found wrong. Chosen to cover controlled stops (0, 2, 17, 23, 41, 55),
+    /// was found wrong. Retaken for seed 2 when a replica that a
+    /// reassignment removed while it could not be opened began to be
+    /// deleted and unassigned as a hosted one is (node 1's log 1 there),
+    /// not only forgotten: a read, a deletion and a record more. Chosen to
+    /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
     /// reassignments with a cancel (0, 35, 45), a run without power
@@ -4941,7 +4945,7 @@ mod tests {
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
             (0, 0x91d2_1966_34be_7f74),
-            (2, 0x0b05_147d_8095_47f5),
+            (2, 0x071a_8790_6d4d_e5ab),
             (6, 0x78e6_b949_5f74_0f6c),
             (10, 0xeffb_1d89_6d2c_e099),
             (13, 0xf469_717c_1667_6089),

@@ -96,8 +96,20 @@
 //!
 //! What it does not own yet still lives in `node.rs`: opening and hosting
 //! replicas (the open's work, the map of hosted replicas, the set of
-//! placed ones), removing a replica's files, reading where a replica's log
-//! ends, and fetching. The core names neither the public
+//! placed ones; a controlled stop's last attempt, past the pause, to open
+//! the replicas of an unclean start before it decides on its clean-shutdown
+//! marker, `NodeShared::open_unopened_before_marker`), removing a replica's
+//! files, reading where a replica's log ends, a start's own reports (the
+//! unclean-shutdown report and the deletion of stray replicas, before the
+//! core runs), each replica's tick on the control pass
+//! (`NodeShared::tick_replica`: which of resigning, settling an ISR change
+//! or a hand-over comes first) and the timer intervals the pass derives
+//! from the configuration. Fetching is the fetch session's
+//! (`replication::fetcher`: `next_request` and `on_response`, which both
+//! drivers step, the threads and the simulator), except a snapshot's
+//! download: the threads download with several chunks in flight into a
+//! file (`snapshot_transfer`), the simulator one chunk at a time in
+//! memory (`stepped_snapshot`), with the same checks. The core names neither the public
 //! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
 //! the drivers do. It still calls a replica's methods that only change or
 //! read its state in memory (its ISR, its appends' stop for a hand-over,

@@ -426,6 +426,9 @@ pub(crate) struct SimReport {
 #[derive(Debug)]
 pub(crate) struct SimFailure {
     pub(crate) seed: u64,
+    /// The variables besides the seed the replay command must set to run
+    /// this run again ([`replay_variables`]).
+    pub(crate) replay_variables: String,
     pub(crate) at: Duration,
     pub(crate) message: String,
     pub(crate) last_lines: Vec<String>,
@@ -440,8 +443,8 @@ impl fmt::Display for SimFailure {
         )?;
         writeln!(
             f,
-            "replay: ISRLOG_SIM_SEED={} ISRLOG_SIM_TRACE_LINES=100000 cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture",
-            self.seed
+            "replay: ISRLOG_SIM_SEED={} {}ISRLOG_SIM_TRACE_LINES=100000 cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture",
+            self.seed, self.replay_variables
         )?;
         writeln!(f, "last events:")?;
         for line in &self.last_lines {
@@ -882,11 +885,37 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
+/// The variables a replay of `config` sets besides its seed: those of the
+/// overrides [`run_seeds`] reads that make it differ from
+/// `SimConfig::new(seed)` (review of 33a8e22: a failure found with
+/// `ISRLOG_SIM_LOGS=1` printed a command that replayed another run).
+fn replay_variables(config: &SimConfig) -> String {
+    let drawn = SimConfig::new(config.seed);
+    let mut variables = String::new();
+    if config.logs != drawn.logs {
+        variables.push_str(&format!("ISRLOG_SIM_LOGS={} ", config.logs));
+    }
+    if config.blocking_clients != drawn.blocking_clients {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_BLOCKING_CLIENTS={} ",
+            u8::from(config.blocking_clients)
+        ));
+    }
+    variables
+}
+
 /// Runs `config`'s simulation to its end on the calling thread.
 pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     let _guard = SimulationGuard::enter(config.seed);
     let mut run = Run::new(config.clone());
-    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.run())) {
+    // The nodes stop inside the guard (a stop must not block either) and
+    // inside the catch: a panic while they stop is the run's failure too,
+    // with its trace (review of 33a8e22).
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let outcome = run.run();
+        run.stop_all();
+        outcome
+    })) {
         Ok(outcome) => outcome,
         Err(panic) => {
             // An assertion of the nodes' (or the simulator's own) failed:
@@ -896,6 +925,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
             // broke) must not take the report with it (review of 5f24ee1).
             let failure = SimFailure {
                 seed: config.seed,
+                replay_variables: replay_variables(config),
                 at: run.schedule.now(),
                 message: format!("panicked: {}", panic_message(&*panic)),
                 last_lines: run.trace.last_lines().map(str::to_owned).collect(),
@@ -904,8 +934,6 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
             return Err(failure);
         }
     };
-    // Stop the nodes inside the guard: a stop must not block either.
-    run.stop_all();
     let report = SimReport {
         seed: config.seed,
         trace_hash: run.trace.hash(),
@@ -958,6 +986,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     };
     let failure = outcome.err().map(|message| SimFailure {
         seed: config.seed,
+        replay_variables: replay_variables(config),
         at: run.schedule.now(),
         message,
         last_lines: run.trace.last_lines().map(str::to_owned).collect(),
@@ -4230,7 +4259,8 @@ mod tests {
                     work.lock().fail(
                         seed,
                         format!(
-                            "simulation seed {seed} panicked: {message}\nreplay: ISRLOG_SIM_SEED={seed} RUST_BACKTRACE=1 cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture"
+                            "simulation seed {seed} panicked: {message}\nreplay: ISRLOG_SIM_SEED={seed} {}RUST_BACKTRACE=1 cargo test --lib testing::sim::run::tests::simulated_runs -- --nocapture",
+                            replay_variables(&config)
                         ),
                     );
                     continue;
@@ -4492,7 +4522,7 @@ mod tests {
         passes_with(single_log(60_151_104));
     }
 
-    /// Seeds 60214414 and 60215859 (three and two logs): false alarms of
+    /// Seeds 60214414 and 60215859 (three logs each): false alarms of
     /// the simulator's SPEC 3.8 check, which counted a duplicate's
     /// acknowledgement under the original batch's epoch (see
     /// `client_learns`).
@@ -4994,6 +5024,27 @@ mod tests {
                 .iter()
                 .any(|line| line.contains("append")),
             "{report}"
+        );
+    }
+
+    /// A failure found with the number of logs or the blocking clients
+    /// overridden prints a replay command that sets them again; one of the
+    /// drawn run sets nothing more.
+    #[test]
+    fn a_replay_command_sets_the_overrides_that_made_the_run() {
+        let drawn = SimConfig::new(7);
+        assert_eq!(replay_variables(&drawn), "");
+        let logs = if drawn.logs == 1 { 2 } else { 1 };
+        let overridden = SimConfig {
+            blocking_clients: !drawn.blocking_clients,
+            ..SimConfig::new(7).with_logs(logs)
+        };
+        assert_eq!(
+            replay_variables(&overridden),
+            format!(
+                "ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ",
+                u8::from(!drawn.blocking_clients)
+            )
         );
     }
 

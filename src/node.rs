@@ -41,7 +41,7 @@ use self::core::{
     controlled_shutdown_steps, placed_steps, unknown_log, Action, Answer, Continuation,
     ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input,
     LocalReplica, NodeCore, OpenDue, PlacedStep, RoleChange, ShutdownPass, ShutdownWait,
-    TimerIntervals,
+    TimerIntervals, EPOCH_BUMP_ATTEMPTS,
 };
 
 use crate::clock::Clock;
@@ -1063,7 +1063,7 @@ impl Node {
                             tracing::warn!(node = %me, "controlled shutdown: ending the session took past the deadline; not waiting (it ends when the call completes, or expires)");
                         }
                     }
-                    closed = self.close_logs_and_mark_clean();
+                    closed = self.close_logs_and_mark_clean(Some(deadline));
                 }
             }
         }
@@ -1077,8 +1077,8 @@ impl Node {
     /// marker (SPEC 3.5) unless this start's unclean report is not yet
     /// recorded everywhere ([`NodeShared::may_mark_clean_shutdown`]).
     /// Whether it wrote the marker.
-    fn close_logs_and_mark_clean(&self) -> Result<bool> {
-        self.shared.open_unopened_before_marker();
+    fn close_logs_and_mark_clean(&self, deadline: Option<Instant>) -> Result<bool> {
+        self.shared.open_unopened_before_marker(deadline);
         let replicas = self.shared.take_replicas();
         if let Some((_, error)) = close_replicas(replicas).into_iter().next() {
             return Err(error);
@@ -1660,7 +1660,7 @@ impl Node {
                     shared.leave_in_sync_replica(replica.log_id(), &ShutdownStep::default());
                 }
             }
-            ControlledShutdownStep::CloseLogs => return Some(self.close_logs_and_mark_clean()),
+            ControlledShutdownStep::CloseLogs => return Some(self.close_logs_and_mark_clean(None)),
         }
         None
     }
@@ -2358,13 +2358,23 @@ impl NodeShared {
     /// ([`host`](Self::host): winding down). Nothing is opened when the
     /// marker is withheld anyway (a report still pending) or was never in
     /// question (a clean start).
-    fn open_unopened_before_marker(&self) {
+    ///
+    /// Past the stop's `deadline` (the threaded stop's; the stepped one
+    /// has none) no attempt is made: each is a whole recovery of the
+    /// replica, and a replica that fails for good would hold every stop
+    /// past its deadline (review of 3f8a3c1).
+    fn open_unopened_before_marker(&self, deadline: Option<Instant>) {
         if !self.previous_shutdown.is_reported_unclean()
             || !self.core.pending_unclean_reports().is_empty()
         {
             return;
         }
         for log in self.core.unopened_logs() {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                tracing::warn!(%log, node = %self.local(),
+                    "controlled shutdown: past its deadline, not trying again to open the replica that could not be opened");
+                continue;
+            }
             match self.host_heeding_pause(log, false) {
                 Ok(_) => {
                     tracing::info!(%log, node = %self.local(),
@@ -2500,7 +2510,7 @@ impl NodeShared {
     /// Brings the local replica in line with the coordinator's state of its
     /// log (SPEC 3.5): become leader, follower, or offline.
     fn reconcile(&self, state: &LogState) {
-        self.reconcile_with(state, Some(3));
+        self.reconcile_with(state, Some(EPOCH_BUMP_ATTEMPTS));
     }
 
     /// [`reconcile`](Self::reconcile), with up to `epoch_bumps` attempts to
@@ -2976,11 +2986,20 @@ impl NodeShared {
                         .handle(Input::Answered { then, answer }, &mut next);
                     to_do.extend(next.into_iter().rev());
                 }
-                Action::Reconcile(state) => self.reconcile(&state),
                 Action::HostReplica { state, epoch_bumps } => {
                     self.host_replica(&state, epoch_bumps)
                 }
                 Action::RemoveReplica(log) => self.remove_replica(log),
+                Action::RemoveUnopened(log) => {
+                    // Decided on a read made while the replica was not
+                    // open: one that opened since (another thread's
+                    // reconcile) is left to the next notification, which
+                    // has the epoch check a hosted replica's removal needs
+                    // (review of 72edcf2).
+                    if self.replica(log).is_none() && self.core.is_unopened(log) {
+                        self.remove_replica(log);
+                    }
+                }
                 Action::MarkPlaced(log) => {
                     self.placed.lock().insert(log);
                 }
@@ -3013,7 +3032,7 @@ impl NodeShared {
                     state,
                     epoch_bumps,
                 } => self.reconcile_placed(replica.shared(), &state, epoch_bumps),
-                Action::ReconcileWith { state, epoch_bumps } => {
+                Action::Reconcile { state, epoch_bumps } => {
                     self.reconcile_with(&state, epoch_bumps)
                 }
                 Action::StopFetching { log, then } => {

@@ -620,9 +620,17 @@ pub(crate) enum Action {
     /// Follow `state`, the stored state of a log this node found it was
     /// behind on, as a coordinator notification of it would be followed:
     /// the driver hands it to [`NodeCore::reconcile`] with what it knows
-    /// of the node and its replica of the log ([`LocalReplica`]), with 3
-    /// attempts to move a restarted leader to a new epoch.
-    Reconcile(LogState),
+    /// of the node and its replica of the log ([`LocalReplica`]), with
+    /// `epoch_bumps` attempts left to move a restarted leader to a new
+    /// epoch (`None`: `state` is the result of such a move, lead in it;
+    /// [`Action::reconcile`] gives a notification's
+    /// [`EPOCH_BUMP_ATTEMPTS`]).
+    Reconcile {
+        /// The stored state.
+        state: LogState,
+        /// The attempts left.
+        epoch_bumps: Option<u32>,
+    },
     /// Host (open, if it is not open) this node's replica of `state`'s
     /// log, in which this node owes no unclean-shutdown report (it owed
     /// none, or the one it owed is stored), then hand it back: a replica
@@ -641,6 +649,10 @@ pub(crate) enum Action {
     /// replicas are the driver's): a hosted one is stopped first; the copy
     /// of one that never opened is deleted all the same.
     RemoveReplica(LogId),
+    /// [`Action::RemoveReplica`] for a replica that never opened, decided
+    /// on a read of the log's state: the driver removes it only if it is
+    /// still unopened and not hosted when its turn comes.
+    RemoveUnopened(LogId),
     /// Note that the coordinator knows the log's replica lives on this
     /// node's data directory: it need not be recorded again.
     MarkPlaced(LogId),
@@ -666,16 +678,6 @@ pub(crate) enum Action {
     ReconcilePlaced {
         /// The replica.
         replica: ReplicaRef,
-        /// The stored state.
-        state: LogState,
-        /// The attempts left.
-        epoch_bumps: Option<u32>,
-    },
-    /// Follow `state` as [`Action::Reconcile`] does, with `epoch_bumps`
-    /// attempts left to move a restarted leader to a new epoch (`None`:
-    /// `state` is the result of such a move, lead in it), through
-    /// [`NodeCore::reconcile`].
-    ReconcileWith {
         /// The stored state.
         state: LogState,
         /// The attempts left.
@@ -820,6 +822,21 @@ pub(crate) enum Action {
         /// What this node made of it.
         check: IncarnationCheck,
     },
+}
+
+/// The attempts a notification of a log's state leaves to move a restarted
+/// leader to a new epoch ([`Action::Reconcile`]).
+pub(crate) const EPOCH_BUMP_ATTEMPTS: u32 = 3;
+
+impl Action {
+    /// [`Action::Reconcile`] as a notification of `state` is followed:
+    /// with [`EPOCH_BUMP_ATTEMPTS`].
+    pub(crate) fn reconcile(state: LogState) -> Action {
+        Action::Reconcile {
+            state,
+            epoch_bumps: Some(EPOCH_BUMP_ATTEMPTS),
+        }
+    }
 }
 
 /// What happened, as a driver hands it to [`NodeCore::handle`].
@@ -1345,7 +1362,7 @@ impl NodeCore {
         out: &mut Vec<Action>,
     ) {
         match read {
-            Ok(Some(state)) => out.push(Action::Reconcile(state)),
+            Ok(Some(state)) => out.push(Action::reconcile(state)),
             Ok(None) => {
                 // Deleted: there is nothing left to report to.
                 self.unreported.lock().remove(&log);
@@ -1367,7 +1384,7 @@ impl NodeCore {
     ) {
         match read {
             Ok(Some(state)) if state.replicas.contains(&self.node) => {
-                out.push(Action::Reconcile(state))
+                out.push(Action::reconcile(state))
             }
             Ok(_) => {}
             Err(error) => {
@@ -1555,12 +1572,12 @@ impl NodeCore {
         match written {
             Ok(CasOutcome::Applied(bumped)) => {
                 replica.get().mark_epoch_bumped();
-                out.push(Action::ReconcileWith {
+                out.push(Action::Reconcile {
                     state: bumped,
                     epoch_bumps: None,
                 });
             }
-            Ok(CasOutcome::Stale(current)) => out.push(Action::ReconcileWith {
+            Ok(CasOutcome::Stale(current)) => out.push(Action::Reconcile {
                 state: current,
                 epoch_bumps: epoch_bumps.map(|n| n.saturating_sub(1)),
             }),
@@ -1830,12 +1847,12 @@ impl NodeCore {
             (Continuation::Unassign(_), Answer::Done(Ok(()))) => {}
             (Continuation::RetryUnopened(log), Answer::LogState(read)) => match read {
                 Ok(Some(state)) if state.replicas.contains(&self.node) => {
-                    out.push(Action::Reconcile(state))
+                    out.push(Action::reconcile(state))
                 }
                 // SPEC 3.10: the read is up to date, so no move adds the
                 // replica back behind it: its copy goes, and its directory
                 // record with it, as a hosted replica's does.
-                Ok(Some(_)) => out.push(Action::RemoveReplica(log)),
+                Ok(Some(_)) => out.push(Action::RemoveUnopened(log)),
                 // A log the coordinator no longer knows: its directory is
                 // left alone, as at start.
                 Ok(None) => self.forget_unopened(log),
@@ -1911,7 +1928,7 @@ impl NodeCore {
             StoredVet::Stale => {
                 tracing::info!(%log, node = %self.node, current_epoch = %stored.leader_epoch, "ISR change is stale; re-reading state");
                 replica.get().isr_proposal_rejected();
-                out.push(Action::Reconcile(stored));
+                out.push(Action::reconcile(stored));
             }
             StoredVet::Write => self.write_isr(replica, proposal, &stored, out),
             StoredVet::CheckJoining(joining) => {
@@ -2030,7 +2047,7 @@ impl NodeCore {
             Ok(CasOutcome::Stale(current)) => {
                 tracing::info!(%log, node = %self.node, current_epoch = %current.leader_epoch, "ISR change rejected as stale; re-reading state");
                 replica.get().isr_proposal_rejected();
-                out.push(Action::Reconcile(current));
+                out.push(Action::reconcile(current));
             }
             Err(error) if error.is_outcome_unknown() => {
                 // Maybe stored, maybe not (SPEC 3.4): keep it pending, and
@@ -2072,7 +2089,7 @@ impl NodeCore {
             Settled::Deposed => {
                 tracing::info!(%log, node = %self.node, current_epoch = %stored.leader_epoch, "ISR change settled: the log moved to another epoch");
                 replica.get().isr_proposal_rejected();
-                out.push(Action::Reconcile(stored));
+                out.push(Action::reconcile(stored));
             }
             Settled::Adopted => {
                 tracing::info!(%log, node = %self.node, isr = ?stored.in_sync_replicas, version = stored.version, "ISR change settled: adopting the stored ISR");
@@ -2173,7 +2190,7 @@ impl NodeCore {
                 // Nobody to hand over to: try to lead again (at most once a
                 // second, like the resignation), in case the failure passed.
                 tracing::error!(%log, node = %self.node, "the only in-sync replica cannot lead; retrying");
-                out.push(Action::Reconcile(stored));
+                out.push(Action::reconcile(stored));
             }
             Resign::Stay => {
                 tracing::error!(%log, node = %self.node, "storage failed on the only in-sync replica: the log stays unavailable");
@@ -2193,9 +2210,9 @@ impl NodeCore {
         match written {
             Ok(CasOutcome::Applied(stored)) => {
                 tracing::error!(%log, node = %self.node, epoch = %stored.leader_epoch, "storage failed: resigned leadership");
-                out.push(Action::Reconcile(stored));
+                out.push(Action::reconcile(stored));
             }
-            Ok(CasOutcome::Stale(current)) => out.push(Action::Reconcile(current)),
+            Ok(CasOutcome::Stale(current)) => out.push(Action::reconcile(current)),
             Err(error) => {
                 tracing::warn!(%log, node = %self.node, %error, "storage failed; resigning leadership failed, will retry");
             }
@@ -3033,7 +3050,7 @@ mod tests {
             ..stored(&[2])
         };
         let out = answer(&core, then, Answer::LogState(Ok(Some(moved_on.clone()))));
-        assert_eq!(out, vec![Action::Reconcile(moved_on)]);
+        assert_eq!(out, vec![Action::reconcile(moved_on)]);
         assert_eq!(replica.in_sync_replicas(), vec![n(1), n(2)]);
     }
 
@@ -3191,7 +3208,7 @@ mod tests {
             };
             assert_eq!(
                 answer(&core, then, Answer::Cas(Ok(written))),
-                vec![Action::Reconcile(now)],
+                vec![Action::reconcile(now)],
                 "{outcome}"
             );
         }
@@ -3529,7 +3546,7 @@ mod tests {
                 bump(Some(3)),
                 Answer::Cas(Ok(CasOutcome::Stale(current.clone())))
             ),
-            vec![Action::ReconcileWith {
+            vec![Action::Reconcile {
                 state: current,
                 epoch_bumps: Some(2),
             }]
@@ -3546,7 +3563,7 @@ mod tests {
                 bump(Some(2)),
                 Answer::Cas(Ok(CasOutcome::Applied(bumped.clone())))
             ),
-            vec![Action::ReconcileWith {
+            vec![Action::Reconcile {
                 state: bumped,
                 epoch_bumps: None,
             }]
@@ -3812,7 +3829,7 @@ mod tests {
                 reads[0].clone(),
                 Answer::LogState(Ok(Some(state.clone())))
             ),
-            vec![Action::Reconcile(state)]
+            vec![Action::reconcile(state)]
         );
         assert_eq!(
             answer(
@@ -3879,7 +3896,7 @@ mod tests {
         );
         assert_eq!(
             answer(&core, then, Answer::LogState(Ok(Some(state.clone())))),
-            vec![Action::Reconcile(state)]
+            vec![Action::reconcile(state)]
         );
     }
 
@@ -4045,7 +4062,7 @@ mod tests {
                 then.clone(),
                 Answer::LogState(Ok(Some(state.clone())))
             ),
-            vec![Action::Reconcile(state)]
+            vec![Action::reconcile(state)]
         );
         let moved = LogState {
             replicas: vec![n(2), n(3)],
@@ -4058,7 +4075,7 @@ mod tests {
         core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
         assert_eq!(
             answer(&core, then.clone(), Answer::LogState(Ok(Some(moved)))),
-            vec![Action::RemoveReplica(LogId(1))]
+            vec![Action::RemoveUnopened(LogId(1))]
         );
         core.open_attempted(LogId(1), false, now, Some(&Error::Shutdown));
         assert_eq!(

@@ -298,6 +298,12 @@ pub(crate) fn recover(
             continue;
         }
         let (mut seg, mut index_problem) = Segment::open(disk, dir, base, now)?;
+        if index_problem.is_some() {
+            // `Segment::open` replaced the index with an empty one without
+            // room: give it room for the entries the scan rebuilds (review
+            // of a3e99ce; `discard_index`).
+            seg.discard_index(config.index_bytes_max)?;
+        }
         let expected = segments.values().next_back().map(Segment::next_offset);
         if let Some(expected) = expected {
             if base != expected {

@@ -1029,7 +1029,7 @@ impl NodeCore {
                         "handed the leadership over: this replica's application needs a snapshot, which it installs as a follower")
                     }
                 }
-                out.push(Action::Reconcile(new_state));
+                out.push(Action::reconcile(new_state));
             }
             // Lost a race, or the answer was lost: the next pass reads the
             // stored state again and decides from it.
@@ -1456,7 +1456,7 @@ mod tests {
             then,
             Answer::Cas(Ok(CasOutcome::Applied(handed.clone()))),
         );
-        assert_eq!(out, vec![Action::Reconcile(handed)]);
+        assert_eq!(out, vec![Action::reconcile(handed)]);
         assert_eq!(phase_of(&core), None);
     }
 

@@ -913,8 +913,14 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
     // with its trace (review of 33a8e22).
     let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let outcome = run.run();
-        run.stop_all();
-        outcome
+        let stopped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.stop_all()));
+        match (outcome, stopped) {
+            // A check that failed is the run's failure, whatever the stop
+            // then met (review of 490da45).
+            (Err(message), _) => Err(message),
+            (Ok(()), Err(panic)) => std::panic::resume_unwind(panic),
+            (Ok(()), Ok(())) => Ok(()),
+        }
     })) {
         Ok(outcome) => outcome,
         Err(panic) => {

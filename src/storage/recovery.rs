@@ -145,6 +145,14 @@ fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<Offset>> {
     Ok(bases)
 }
 
+/// Logs and reports that `seg`'s offset index is rebuilt, for `reason`.
+fn note_index_rebuilt(report: &mut RecoveryReport, seg: &Segment, reason: String) {
+    tracing::warn!(path = %seg.index_path().display(), %reason, "rebuilding offset index");
+    report
+        .indexes_rebuilt
+        .push((seg.index_path().to_path_buf(), reason));
+}
+
 /// Counts whole batch frames from `position` to `end` by their length
 /// fields, for the report.
 fn count_frames(segment: &Segment, mut position: u64, end: u64) -> Result<u64> {
@@ -297,13 +305,8 @@ pub(crate) fn recover(
             report.segments_deleted.push(path);
             continue;
         }
-        let (mut seg, mut index_problem) = Segment::open(disk, dir, base, now)?;
-        if index_problem.is_some() {
-            // `Segment::open` replaced the index with an empty one without
-            // room: give it room for the entries the scan rebuilds (review
-            // of a3e99ce; `discard_index`).
-            seg.discard_index(config.index_bytes_max)?;
-        }
+        let (mut seg, mut index_problem) =
+            Segment::open(disk, dir, base, config.index_bytes_max, now)?;
         let expected = segments.values().next_back().map(Segment::next_offset);
         if let Some(expected) = expected {
             if base != expected {
@@ -437,10 +440,7 @@ pub(crate) fn recover(
             }
         }
         if let Some(problem) = &index_problem {
-            tracing::warn!(path = %seg.index_path().display(), reason = %problem.0, "rebuilding offset index");
-            report
-                .indexes_rebuilt
-                .push((seg.index_path().to_path_buf(), problem.0.clone()));
+            note_index_rebuilt(&mut report, &seg, problem.0.clone());
         }
         let (mut scan_from, mut start_offset) = if index_problem.is_some() {
             (0, base)
@@ -494,11 +494,11 @@ pub(crate) fn recover(
                 // does not match the data (`find_batch_via_index`): rebuild
                 // the index, scanning the segment whole, instead of leaving
                 // every read of it to walk around the entry.
-                let problem = "an entry does not match the data".to_string();
-                tracing::warn!(path = %seg.index_path().display(), reason = %problem, "rebuilding offset index");
-                report
-                    .indexes_rebuilt
-                    .push((seg.index_path().to_path_buf(), problem));
+                note_index_rebuilt(
+                    &mut report,
+                    &seg,
+                    "an entry does not match the data".to_string(),
+                );
                 seg.discard_index(config.index_bytes_max)?;
                 index_rebuilt = true;
                 (scan_from, start_offset) = (0, base);

@@ -371,11 +371,13 @@ impl Segment {
     /// offset is not yet known (`next_offset` = base) until
     /// [`recover_from`](Self::recover_from) or [`walk_to_end`](Self::walk_to_end)
     /// says so. Returns the problem with the index file when it had to be
-    /// replaced by an empty one (the caller rebuilds it).
+    /// replaced by an empty one of `index_bytes_max` bytes (the caller
+    /// rebuilds it, then [seals](Self::seal) it).
     pub(crate) fn open(
         disk: &Arc<dyn Disk>,
         dir: &Path,
         base: Offset,
+        index_bytes_max: u64,
         now: Instant,
     ) -> Result<(Segment, Option<IndexProblem>)> {
         let file = SegmentFile::open(&**disk, &log_path(dir, base), false)?;
@@ -385,7 +387,7 @@ impl Segment {
             match OffsetIndex::open_checked(&**disk, &index_file, base, size_bytes)? {
                 Ok(index) => (index, None),
                 Err(problem) => (
-                    OffsetIndex::create(&**disk, &index_file, base, 0)?,
+                    OffsetIndex::create(&**disk, &index_file, base, index_bytes_max)?,
                     Some(problem),
                 ),
             };
@@ -536,6 +538,9 @@ impl Segment {
     ) -> Result<Found> {
         let from_start = (segment_base, 0);
         if start.1 == 0 {
+            // Position 0 is the segment's first batch, at its base offset:
+            // the index has no entry there (`note_batch`).
+            debug_assert_eq!(start.0, segment_base, "{}", file.path().display());
             return Segment::find_batch(file, start, end_bytes, target);
         }
         if file.index_distrusted() {

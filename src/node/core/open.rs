@@ -127,7 +127,7 @@ impl NodeCore {
     /// be opened, as the set is now ([`Action::RetryUnopened`]), and
     /// follows it while this node is its replica ([`Action::Reconcile`]),
     /// which tries to open it again; one that no longer lists this node is
-    /// removed ([`Action::RemoveReplica`]: its copy is deleted and its
+    /// removed ([`Action::RemoveUnopened`]: its copy is deleted and its
     /// directory record unassigned), and one that is gone is forgotten.
     pub(crate) fn retry_unopened(&self, out: &mut Vec<Action>) {
         for log in self.unopened_logs() {

@@ -1815,11 +1815,19 @@ fn change_role(change: &RoleChange) -> Result<()> {
     }
 }
 
-/// Where `replica`'s log ends, as reported to the coordinator.
+/// Where `replica`'s log ends, as reported to the coordinator, with its
+/// line epoch ([`Log::line_epoch`](crate::Log::line_epoch)) and its
+/// newest epoch cache entries, which unclean recovery compares
+/// ([`LogState::longest_line`]).
 fn replica_log_end(replica: &Replica) -> LogEnd {
+    let log = replica.log();
+    let mut epochs = log.epoch_entries();
+    epochs.drain(..epochs.len().saturating_sub(LogEnd::EPOCHS_REPORTED));
     LogEnd {
-        last_epoch: replica.log().last_batch_epoch(),
-        log_end_offset: replica.log().log_end_offset(),
+        last_epoch: log.last_batch_epoch(),
+        log_end_offset: log.log_end_offset(),
+        line_epoch: log.line_epoch(),
+        epochs,
     }
 }
 
@@ -2190,10 +2198,10 @@ impl NodeShared {
             let reported = log_ends
                 .iter()
                 .find(|(reported, _)| *reported == log)
-                .map(|(_, end)| *end);
+                .map(|(_, end)| end.clone());
             let pending = match self.coordinator.log_state(log) {
                 Ok(Some(state)) => {
-                    let end = reported.unwrap_or(Some(LogEnd::default()));
+                    let end = reported.clone().unwrap_or(Some(LogEnd::default()));
                     state.replicas.contains(&me) && state.unclean_shutdown_update(me, end).is_some()
                 }
                 Ok(None) => false,

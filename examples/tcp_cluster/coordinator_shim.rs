@@ -144,17 +144,29 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
-/// `node:last_epoch:log_end`, with `-` for a log without batches, or
-/// `node:?` for a log end not known yet.
+/// `node:last_epoch:log_end:line_epoch:epochs`, with `-` for a log without
+/// batches or line, epochs as `epoch@start` joined by `;` (`-` for none),
+/// or `node:?` for a log end not known yet.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
-    let Some(end) = replica.log_end else {
+    let Some(end) = &replica.log_end else {
         return format!("{}:?", replica.node.0);
     };
+    let epoch = |epoch: Option<LeaderEpoch>| epoch.map_or("-".into(), |e| e.0.to_string());
+    let epochs = if end.epochs.is_empty() {
+        "-".to_string()
+    } else {
+        end.epochs
+            .iter()
+            .map(|(epoch, start)| format!("{}@{}", epoch.0, start.0))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
     format!(
-        "{}:{}:{}",
+        "{}:{}:{}:{}:{epochs}",
         replica.node.0,
-        end.last_epoch.map_or("-".into(), |e| e.0.to_string()),
-        end.log_end_offset.0
+        epoch(end.last_epoch),
+        end.log_end_offset.0,
+        epoch(end.line_epoch),
     )
 }
 
@@ -172,11 +184,33 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
         other => Some(LeaderEpoch(number(other)?)),
     };
     let log_end_offset = Offset(number(parts.next())?);
+    let line_epoch = match parts.next() {
+        Some("-") => None,
+        other => Some(LeaderEpoch(number(other)?)),
+    };
+    let epochs = match parts.next() {
+        Some("-") => Vec::new(),
+        Some(list) => list
+            .split(';')
+            .map(|entry| {
+                let (epoch, start) = entry
+                    .split_once('@')
+                    .ok_or_else(|| error(format!("bad epoch entry {entry:?}")))?;
+                Ok((
+                    LeaderEpoch(number(Some(epoch))?),
+                    Offset(number(Some(start))?),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        None => return Err(error(format!("no epochs in {text:?}"))),
+    };
     Ok(UncleanReplica {
         node,
         log_end: Some(LogEnd {
             last_epoch,
             log_end_offset,
+            line_epoch,
+            epochs,
         }),
     })
 }

@@ -398,14 +398,14 @@ pub(crate) fn elect_leader(
         // After the recovery wait, prefer what the reports say: a replica
         // known to hold records, then one that may, then any.
         let reported = state
-            .replicas
-            .iter()
-            .rev()
-            .filter(|node| is_live(node))
-            .filter_map(|node| state.unclean_replicas.iter().find(|r| r.node == *node))
-            .filter_map(|r| state.holding_records(r).map(|end| (end, r.node)))
-            .max_by_key(|(end, _)| *end)
-            .map(|(_, node)| node);
+            .longest_line(
+                state
+                    .replicas
+                    .iter()
+                    .filter(|node| is_live(node))
+                    .filter_map(|node| state.unclean_replicas.iter().find(|r| r.node == *node)),
+            )
+            .map(|r| r.node);
         let unknown = || {
             state
                 .replicas
@@ -2055,6 +2055,7 @@ mod tests {
                     log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: (offset > 0).then_some(LeaderEpoch(4)),
                         log_end_offset: Offset(offset),
+                        ..Default::default()
                     }),
                 })
                 .collect();
@@ -2101,6 +2102,7 @@ mod tests {
                 log_end: Some(LogEnd {
                     last_epoch: Some(LeaderEpoch(4)),
                     log_end_offset: Offset(offset),
+                    ..Default::default()
                 }),
             })
             .collect();
@@ -2154,6 +2156,7 @@ mod tests {
             log_end: Some(LogEnd {
                 last_epoch: Some(LeaderEpoch(4)),
                 log_end_offset: Offset(9),
+                ..Default::default()
             }),
         }];
         recovering.check_invariants();

@@ -102,24 +102,101 @@ pub struct LogState {
 /// Warns that `node`'s `log_end` will be reported as not known because
 /// its last epoch is above `state`'s ([`LogState::possible_log_end`]),
 /// saying what an operator can do about it.
-pub(crate) fn warn_impossible_log_end(state: &LogState, node: NodeId, log_end: Option<LogEnd>) {
+pub(crate) fn warn_impossible_log_end(state: &LogState, node: NodeId, log_end: Option<&LogEnd>) {
     tracing::warn!(log = %state.log, %node, ?log_end, leader_epoch = %state.leader_epoch,
         "this replica's log ends in a batch of an epoch the log never reached: its data is corrupt (a changed epoch field, with an epoch cache rebuilt from the batches) and its end is reported as not known. Like a replica that cannot open, it holds the log's unclean recovery until the unclean switch passes it over or its directory is deleted (it then fetches the log again)");
 }
 
 /// Where a replica's log ends, as a node reports it after an unclean
-/// shutdown ([`Coordinator::report_unclean_shutdown`]). Ordered as Kafka's
-/// unclean recovery compares replicas: by the epoch of the last batch
-/// first (`None`, an empty log, is lowest), then by log end offset.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// shutdown ([`Coordinator::report_unclean_shutdown`]), with what unclean
+/// recovery needs to tell which replicas' logs are prefixes of which
+/// ([`LogState::recovery_leader`]): the replica's line epoch and the newest
+/// entries of its epoch cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LogEnd {
     /// The leader epoch of the log's last batch; `None` if it has none.
     pub last_epoch: Option<LeaderEpoch>,
     /// The log end offset (the offset the next record would get).
     pub log_end_offset: Offset,
+    /// The newest leader epoch whose leader's log this log is known to be
+    /// a prefix of: the epoch the replica last led, or the last one in
+    /// which its fetch passed the leader's divergence check
+    /// ([`Log::line_epoch`](crate::Log::line_epoch)). `None` in a report
+    /// that predates it; [`LogEnd::line`] then falls back on `last_epoch`.
+    pub line_epoch: Option<LeaderEpoch>,
+    /// The newest entries of the replica's epoch cache, `(epoch, start
+    /// offset)` oldest first, at most [`LogEnd::EPOCHS_REPORTED`]: where
+    /// each epoch's records begin in this log, so that recovery can tell
+    /// whether it holds another replica's last batch. Empty in a report
+    /// that predates it.
+    pub epochs: Vec<(LeaderEpoch, Offset)>,
 }
 
 impl LogEnd {
+    /// How many of the newest epoch cache entries a report carries
+    /// ([`LogEnd::epochs`]). Recovery looks up one epoch: the last batch's
+    /// of a replica on a newer line, in a longer log on an older line
+    /// ([`LogEnd::extends`]); that log saw fewer leaders append since
+    /// than this, or recovery keeps the newer line.
+    pub const EPOCHS_REPORTED: usize = 64;
+
+    /// A report of a log whose last batch is in `last_epoch` and that ends
+    /// at `log_end_offset`, with no line epoch or epoch cache: what a
+    /// report that predates them says.
+    pub fn new(last_epoch: Option<LeaderEpoch>, log_end_offset: Offset) -> LogEnd {
+        LogEnd {
+            last_epoch,
+            log_end_offset,
+            ..LogEnd::default()
+        }
+    }
+
+    /// The log's line: the newest leader epoch whose leader's log it is
+    /// known to be a prefix of, never below its last batch's epoch
+    /// ([`LogEnd::line_epoch`]). Two logs on one line are prefixes of one
+    /// leader's log, so the shorter is a prefix of the longer.
+    pub fn line(&self) -> Option<LeaderEpoch> {
+        self.line_epoch.max(self.last_epoch)
+    }
+
+    /// Whether this log is longer than `other` and holds `other`'s last
+    /// batch, so holds all of `other` (one leader writes an epoch's
+    /// batches, each on top of the log it had: two logs with the same
+    /// batch at an offset agree below it, KIP-279's premise). Known from
+    /// the reports only when this log's last batch is in `other`'s last
+    /// epoch, or later with that epoch among its reported
+    /// [`epochs`](LogEnd::epochs); `other` with no batch is held by a
+    /// longer log on the same line. Otherwise `false`: recovery then keeps
+    /// `other`, on the newer line.
+    pub fn extends(&self, other: &LogEnd) -> bool {
+        if self.log_end_offset <= other.log_end_offset {
+            return false;
+        }
+        let Some(epoch) = other.last_epoch else {
+            return self.line() == other.line();
+        };
+        let last_offset = Offset(other.log_end_offset.0 - 1);
+        match self.last_epoch {
+            Some(mine) if mine == epoch => true,
+            Some(mine) if mine > epoch => self.epoch_holds(epoch, last_offset),
+            _ => false,
+        }
+    }
+
+    /// Whether [`epochs`](LogEnd::epochs) says this log's records of
+    /// `epoch` cover `offset`.
+    fn epoch_holds(&self, epoch: LeaderEpoch, offset: Offset) -> bool {
+        let Some(index) = self.epochs.iter().position(|(e, _)| *e == epoch) else {
+            return false;
+        };
+        let start = self.epochs[index].1;
+        let end = self
+            .epochs
+            .get(index + 1)
+            .map_or(self.log_end_offset, |(_, next)| *next);
+        start <= offset && offset < end
+    }
+
     /// Whether the log lost everything: it ends at offset 0. Such a log is
     /// never "the longest" in unclean recovery
     /// ([`LogState::recovery_leader`]): electing it would truncate every
@@ -137,7 +214,7 @@ impl LogEnd {
 
 /// A replica taken out of the ISR or ELR by its node's unclean restart,
 /// with the end of its log at that restart ([`LogState::unclean_replicas`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct UncleanReplica {
     /// The replica's node.
     pub node: NodeId,
@@ -154,7 +231,7 @@ impl UncleanReplica {
     /// Whether its reported log is known to hold no record (a lost disk,
     /// a replica that never held any): never whether its end is unknown.
     pub fn reported_empty(&self) -> bool {
-        self.log_end.is_some_and(|end| end.is_empty())
+        self.log_end.as_ref().is_some_and(LogEnd::is_empty)
     }
 }
 
@@ -232,38 +309,79 @@ impl LogState {
     }
 
     /// The replica to elect when neither the ISR nor the ELR has a member
-    /// left: the one of [`LogState::unclean_replicas`] with the greatest
-    /// [`LogEnd`] (ties go to assignment order), or `None` if the ISR or
-    /// ELR is not empty or no listed replica reported a log that holds
-    /// records ([`LogEnd::is_empty`]: an empty log is never the longest;
-    /// the controller then waits for a replica that may hold more).
-    /// KIP-966's unclean recovery compares the same way. Each of these
-    /// replicas held every committed record before its crash, and a log
-    /// only loses a suffix in a crash, so if any of them came back with
-    /// its disk, the greatest log end holds every committed record. The caller elects it only once it is
-    /// live: waiting for it, rather than taking whichever is live first,
-    /// is what keeps the records a replica still holds from being
-    /// truncated away by one that lost them (SPEC G1(c)).
+    /// left: the one of [`LogState::unclean_replicas`] whose log holds the
+    /// most of the newest line ([`LogState::longest_line`]), or `None` if
+    /// the ISR or ELR is not empty or no listed replica reported a log
+    /// that holds records ([`LogEnd::is_empty`]: an empty log is never the
+    /// longest; the controller then waits for a replica that may hold
+    /// more). Each of these replicas held every record committed while it
+    /// was in the ISR or ELR, and a log only loses a suffix in a crash, so
+    /// if any of them came back with its disk, the choice holds every
+    /// record committed while one that came back was a member. The caller
+    /// elects it only once it is live: waiting for it, rather than taking
+    /// whichever is live first, is what keeps the records a replica still
+    /// holds from being truncated away by one that lost them (SPEC G1(c)).
     pub fn recovery_leader(&self) -> Option<UncleanReplica> {
         if !self.in_sync_replicas.is_empty() || !self.eligible_leader_replicas.is_empty() {
             return None;
         }
-        // `max_by_key` keeps the last of equal keys; iterate in reverse
-        // assignment order so ties go to the earliest replica.
-        self.replicas
-            .iter()
-            .rev()
-            .filter_map(|node| self.unclean_replicas.iter().find(|r| r.node == *node))
-            .filter_map(|r| self.holding_records(r).map(|end| (end, r)))
-            .max_by_key(|(end, _)| *end)
-            .map(|(_, r)| *r)
+        self.longest_line(
+            self.replicas
+                .iter()
+                .filter_map(|node| self.unclean_replicas.iter().find(|r| r.node == *node)),
+        )
+        .cloned()
+    }
+
+    /// Of `reported` (in assignment order), the replica unclean recovery
+    /// elects: the longest log on the newest line. It starts from a
+    /// replica on the newest line ([`LogEnd::line`]; the longest of them,
+    /// ties to assignment order), then takes, newest line first, each log
+    /// that holds all of the one taken and more ([`LogEnd::extends`]).
+    /// Only reports whose end is known, possible and not empty count
+    /// ([`holding_records`](Self::holding_records)).
+    ///
+    /// Why lines and not the last batch's epoch, as KIP-966 compares: a
+    /// leader may commit older epochs' records and append none of its
+    /// own, so its followers' last batches stay in an older epoch than a
+    /// deposed leader's uncommitted appends, which then won (simulator
+    /// seeds 60208586, 60219295 and 60238744). A record committed in
+    /// epoch `e` is held by members that fetched in `e` (line `e` or
+    /// newer), and by every later leader, so where a log on an older line
+    /// parts from one on a newer line, its records there were never
+    /// committed. But a log on a newer line may be short (a replica that
+    /// was still catching up, or lost its tail), and one on an older line
+    /// that holds all of it and more holds what was committed above it
+    /// (named seeds 20005277 and 60040931): it is taken.
+    pub fn longest_line<'a>(
+        &self,
+        reported: impl Iterator<Item = &'a UncleanReplica>,
+    ) -> Option<&'a UncleanReplica> {
+        let mut candidates: Vec<(&UncleanReplica, LogEnd)> = reported
+            .filter_map(|r| self.holding_records(r).map(|end| (r, end)))
+            .collect();
+        // Stable: ties keep assignment order.
+        candidates.sort_by(|(_, a), (_, b)| {
+            b.line()
+                .cmp(&a.line())
+                .then(b.log_end_offset.cmp(&a.log_end_offset))
+        });
+        let mut candidates = candidates.into_iter();
+        let (mut best, mut best_end) = candidates.next()?;
+        for (reported, end) in candidates {
+            if end.extends(&best_end) {
+                debug_assert!(end.line() <= best_end.line());
+                (best, best_end) = (reported, end);
+            }
+        }
+        Some(best)
     }
 
     /// `reported`'s log end if it is known, possible
     /// ([`possible_log_end`](Self::possible_log_end)) and holds records:
     /// the candidates unclean recovery compares.
     pub fn holding_records(&self, reported: &UncleanReplica) -> Option<LogEnd> {
-        self.possible_log_end(reported.log_end)
+        self.possible_log_end(reported.log_end.clone())
             .filter(|end| !end.is_empty())
     }
 
@@ -272,7 +390,7 @@ impl LogState {
     /// list with its end not known yet ([`UncleanReplica::log_end`]).
     pub fn log_end_unknown(&self, node: NodeId) -> bool {
         match self.unclean_replicas.iter().find(|r| r.node == node) {
-            Some(reported) => self.possible_log_end(reported.log_end).is_none(),
+            Some(reported) => self.possible_log_end(reported.log_end.clone()).is_none(),
             None => true,
         }
     }
@@ -337,6 +455,9 @@ impl LogState {
         log_end: Option<LogEnd>,
     ) -> Option<LogUpdate> {
         let log_end = self.possible_log_end(log_end);
+        let holds_records = log_end
+            .as_ref()
+            .is_some_and(|end| end.log_end_offset != Offset::ZERO);
         let reported = UncleanReplica { node, log_end };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
             match self.unclean_replicas.iter().find(|r| r.node == node) {
@@ -369,7 +490,7 @@ impl LogState {
         if in_sync_replicas.is_empty()
             && eligible_leader_replicas.is_empty()
             && !others_unclean
-            && log_end.is_some_and(|end| end.log_end_offset != Offset::ZERO)
+            && holds_records
         {
             return None;
         }
@@ -422,13 +543,14 @@ impl LogState {
     }
 
     /// `log_end` as a report may carry it: not known (`None`) if its last
-    /// batch's epoch is above this log's leader epoch. No leader ever
+    /// batch's epoch, its line or an epoch it lists is above this log's
+    /// leader epoch. No leader ever
     /// wrote in an epoch the log has not reached, so such a log is corrupt:
     /// the epoch field, which the batch CRC does not cover (nor does
     /// Kafka's), changed on the disk, and the epoch cache that would have
     /// caught it was rebuilt from the batches because its own file was
     /// damaged too. Compared as it is, it would win unclean recovery
-    /// ([`recovery_leader`](Self::recovery_leader) orders by last epoch
+    /// ([`recovery_leader`](Self::recovery_leader) takes the newest line
     /// first) and truncate the replicas that hold the committed records
     /// (the simulator, seed 4009053: a flipped epoch 1048577 at offset 134
     /// beat a log ending at 498 in epoch 10). Kafka has no such check;
@@ -439,11 +561,12 @@ impl LogState {
     /// [`log_end_unknown`](Self::log_end_unknown)): the leader epoch only
     /// grows, so no end it let through is refused later.
     pub fn possible_log_end(&self, log_end: Option<LogEnd>) -> Option<LogEnd> {
+        // The line is never below the last batch's epoch.
+        let above = |epoch: &LeaderEpoch| *epoch > self.leader_epoch;
         match log_end {
             Some(end)
-                if end
-                    .last_epoch
-                    .is_some_and(|epoch| epoch > self.leader_epoch) =>
+                if end.line().as_ref().is_some_and(above)
+                    || end.epochs.iter().any(|(epoch, _)| above(epoch)) =>
             {
                 None
             }
@@ -464,13 +587,13 @@ impl LogState {
         replicas
             .iter()
             .filter(|node| !update.in_sync_replicas.contains(node))
-            .filter_map(|node| match update.unclean_report {
-                Some(report) if report.node == *node => Some(report),
+            .filter_map(|node| match &update.unclean_report {
+                Some(report) if report.node == *node => Some(report.clone()),
                 _ => self
                     .unclean_replicas
                     .iter()
                     .find(|r| r.node == *node)
-                    .copied(),
+                    .cloned(),
             })
             .collect()
     }
@@ -572,7 +695,7 @@ impl LogState {
                 self.in_sync_replicas, self.eligible_leader_replicas
             )));
         }
-        if let Some(report) = update.unclean_report {
+        if let Some(report) = &update.unclean_report {
             let node = report.node;
             // Or a recovery candidate (`recovery_candidate_update`).
             let candidate = self.in_unclean_recovery() && replicas.contains(&node);
@@ -594,6 +717,7 @@ impl LogState {
             }
             if let Some(epoch) = report
                 .log_end
+                .as_ref()
                 .and_then(|end| end.last_epoch)
                 .filter(|epoch| *epoch > self.leader_epoch)
             {
@@ -1097,17 +1221,17 @@ pub trait Coordinator: Send + Sync + 'static {
             let log_end = log_ends
                 .iter()
                 .find(|(log, _)| *log == state.log)
-                .map(|(_, end)| *end)
+                .map(|(_, end)| end.clone())
                 .unwrap_or(Some(LogEnd::default()));
-            if state.possible_log_end(log_end) != log_end {
-                warn_impossible_log_end(&state, node, log_end);
+            if state.possible_log_end(log_end.clone()) != log_end {
+                warn_impossible_log_end(&state, node, log_end.as_ref());
             }
             let mut current = state;
             // A lost race means someone else wrote the log meanwhile:
             // decide again from what they wrote. Bounded, as every loop.
             let mut attempts = 0;
             loop {
-                let (update, fence) = match current.unclean_shutdown_update(node, log_end) {
+                let (update, fence) = match current.unclean_shutdown_update(node, log_end.clone()) {
                     Some(update) => (update, false),
                     // Nothing to report: write the state unchanged, so
                     // that its version moves on (see above). Only this
@@ -1524,6 +1648,7 @@ mod tests {
         LogEnd {
             last_epoch: Some(LeaderEpoch(epoch)),
             log_end_offset: Offset(offset),
+            ..Default::default()
         }
     }
 
@@ -1889,6 +2014,7 @@ mod tests {
                     log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: epoch.map(LeaderEpoch),
                         log_end_offset: Offset(offset),
+                        ..Default::default()
                     }),
                 })
                 .collect();
@@ -1896,6 +2022,91 @@ mod tests {
             assert_eq!(
                 current.recovery_leader().map(|r| r.node),
                 expected.map(n),
+                "{name}"
+            );
+        }
+    }
+
+    /// Unclean recovery takes the newest line, and a longer log on an
+    /// older line only if it holds the newer one's last batch (SPEC 3.5,
+    /// `LogState::longest_line`). The first two cases are the shapes of
+    /// simulator seeds 60208586 (a deposed leader's uncommitted tail in
+    /// a newer last epoch) and 20005277 (a log on the newest line, short).
+    #[test]
+    fn recovery_takes_the_newest_line_and_longer_logs_that_hold_it() {
+        // (node, last batch epoch, log end, line epoch, epochs).
+        type Entry = (u32, u32, u64, u32, &'static [(u32, u64)]);
+        let cases: &[(&str, &[Entry], u32)] = &[
+            (
+                "a deposed leader's tail of a newer epoch loses to the newer line",
+                &[
+                    (1, 2, 1744, 6, &[(0, 0), (2, 1000)]),
+                    (2, 4, 2334, 4, &[(0, 0), (2, 1000), (4, 1690)]),
+                ],
+                1,
+            ),
+            (
+                "a longer log on an older line that holds the newer one's last batch",
+                &[
+                    (1, 3, 619, 5, &[(3, 100)]),
+                    (2, 4, 873, 4, &[(3, 100), (4, 700)]),
+                ],
+                2,
+            ),
+            (
+                "a longer log on an older line that parts from it below its end",
+                &[
+                    (1, 3, 619, 5, &[(3, 100)]),
+                    (2, 4, 873, 4, &[(3, 100), (4, 610)]),
+                ],
+                1,
+            ),
+            (
+                "a longer log ending in the same epoch holds the shorter",
+                &[(1, 3, 619, 5, &[(3, 100)]), (2, 3, 873, 3, &[(3, 100)])],
+                2,
+            ),
+            (
+                "a longer log whose last epoch is older holds nothing newer",
+                &[(1, 3, 619, 5, &[(3, 100)]), (2, 2, 873, 2, &[(2, 100)])],
+                1,
+            ),
+            (
+                "the epoch it needs is not among those reported: the newer line stays",
+                &[(1, 3, 619, 5, &[(3, 100)]), (2, 4, 873, 4, &[(4, 700)])],
+                1,
+            ),
+            (
+                "a chain: a parted log on a middle line is passed over",
+                &[
+                    (1, 3, 619, 10, &[(3, 100)]),
+                    (2, 9, 900, 9, &[(3, 100), (9, 500)]),
+                    (3, 4, 873, 4, &[(3, 100), (4, 700)]),
+                ],
+                3,
+            ),
+        ];
+        for (name, list, expected) in cases {
+            let mut current = state(None, 10, &[]);
+            current.unclean_replicas = list
+                .iter()
+                .map(|&(node, last, end, line, epochs)| UncleanReplica {
+                    node: n(node),
+                    log_end: Some(LogEnd {
+                        last_epoch: Some(LeaderEpoch(last)),
+                        log_end_offset: Offset(end),
+                        line_epoch: Some(LeaderEpoch(line)),
+                        epochs: epochs
+                            .iter()
+                            .map(|&(epoch, start)| (LeaderEpoch(epoch), Offset(start)))
+                            .collect(),
+                    }),
+                })
+                .collect();
+            current.check_invariants();
+            assert_eq!(
+                current.recovery_leader().map(|r| r.node),
+                Some(n(*expected)),
                 "{name}"
             );
         }

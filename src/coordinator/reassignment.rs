@@ -606,6 +606,7 @@ mod tests {
             log_end: Some(crate::coordinator::LogEnd {
                 last_epoch: Some(LeaderEpoch(3)),
                 log_end_offset: crate::types::Offset(end),
+                ..Default::default()
             }),
         };
         let mut unclean = moving.clone();
@@ -633,6 +634,7 @@ mod tests {
                 log_end: Some(crate::coordinator::LogEnd {
                     last_epoch: None,
                     log_end_offset: crate::types::Offset(0),
+                    ..Default::default()
                 }),
             },
         ];
@@ -659,7 +661,7 @@ mod tests {
         // one must stay all the same, or no rule elects a leader any more
         // (simulator seed 20019365).
         let mut only_empty = empty_5.clone();
-        only_empty.unclean_replicas = vec![only_empty.unclean_replicas[2]];
+        only_empty.unclean_replicas = vec![only_empty.unclean_replicas[2].clone()];
         let error = start_update(&only_empty, &nodes(&[0, 1, 2, 3, 4]), &live, 2).unwrap_err();
         assert!(
             error.to_string().contains("nobody it could elect"),
@@ -686,6 +688,7 @@ mod tests {
             log_end: Some(crate::coordinator::LogEnd {
                 last_epoch: (end > 0).then_some(LeaderEpoch(3)),
                 log_end_offset: crate::types::Offset(end),
+                ..Default::default()
             }),
         };
         moving.unclean_replicas = vec![reported_end(559)];

@@ -1022,7 +1022,7 @@ impl NodeCore {
             .unreported
             .lock()
             .iter()
-            .map(|(log, end)| (*log, *end))
+            .map(|(log, end)| (*log, end.clone()))
             .collect();
         pending.sort_by_key(|(log, _)| *log);
         pending
@@ -1067,7 +1067,7 @@ impl NodeCore {
         epoch_bumps: Option<u32>,
         out: &mut Vec<Action>,
     ) {
-        let pending = self.unreported.lock().get(&state.log).copied();
+        let pending = self.unreported.lock().get(&state.log).cloned();
         let pending = pending.map(|end| self.end_to_report(state, end));
         match unclean_report(state, self.node, pending) {
             UncleanReport::NotOwed => {}
@@ -1114,7 +1114,7 @@ impl NodeCore {
             return;
         };
         let reported_unopened = self.reported_unopened.lock().contains(&log);
-        let Some(update) = end_after_open(state, self.node, end, reported_unopened) else {
+        let Some(update) = end_after_open(state, self.node, end.clone(), reported_unopened) else {
             self.reported_unopened.lock().remove(&log);
             return;
         };
@@ -1146,7 +1146,7 @@ impl NodeCore {
         out: &mut Vec<Action>,
     ) {
         let end = self.end_to_report(state, end);
-        let Some(update) = state.recovery_candidate_update(self.node, end) else {
+        let Some(update) = state.recovery_candidate_update(self.node, end.clone()) else {
             return;
         };
         Self::call(
@@ -1279,9 +1279,9 @@ impl NodeCore {
     /// ([`LogState::possible_log_end`]: not known if its last epoch is
     /// above the log's), warning when it is so changed.
     fn end_to_report(&self, state: &LogState, end: Option<LogEnd>) -> Option<LogEnd> {
-        let possible = state.possible_log_end(end);
+        let possible = state.possible_log_end(end.clone());
         if possible != end {
-            crate::coordinator::warn_impossible_log_end(state, self.node, end);
+            crate::coordinator::warn_impossible_log_end(state, self.node, end.as_ref());
         }
         possible
     }
@@ -2620,7 +2620,7 @@ pub(crate) fn end_after_open(
     reported_unopened: bool,
 ) -> Option<LogUpdate> {
     let recorded = state.unclean_replicas.iter().find(|r| r.node == me);
-    let replaces = match recorded.map(|r| r.log_end) {
+    let replaces = match recorded.map(|r| &r.log_end) {
         Some(None) => true,
         Some(Some(recorded)) => recorded.is_empty() && !end.is_empty() && reported_unopened,
         None => false,
@@ -3611,6 +3611,7 @@ mod tests {
         LogEnd {
             last_epoch: Some(LeaderEpoch(2)),
             log_end_offset: crate::types::Offset(offset),
+            ..Default::default()
         }
     }
 
@@ -3622,7 +3623,7 @@ mod tests {
             in_sync_replicas: vec![n(2), n(3)],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(1),
-                log_end: end,
+                log_end: end.clone(),
             }],
             ..stored(&[2, 3])
         }
@@ -3637,7 +3638,8 @@ mod tests {
         );
         // The leader leaves the ISR and the log goes to a new epoch
         // without a leader; a follower only leaves the ISR.
-        let UncleanReport::Write(update) = unclean_report(&stored(&[1, 2, 3]), n(1), Some(end))
+        let UncleanReport::Write(update) =
+            unclean_report(&stored(&[1, 2, 3]), n(1), Some(end.clone()))
         else {
             panic!("the leader's report is written")
         };
@@ -3653,10 +3655,11 @@ mod tests {
             update.unclean_report,
             Some(crate::coordinator::UncleanReplica {
                 node: n(1),
-                log_end: end
+                log_end: end.clone()
             })
         );
-        let UncleanReport::Write(update) = unclean_report(&stored(&[1, 2, 3]), n(2), Some(end))
+        let UncleanReport::Write(update) =
+            unclean_report(&stored(&[1, 2, 3]), n(2), Some(end.clone()))
         else {
             panic!("a follower's report is written")
         };
@@ -3666,14 +3669,14 @@ mod tests {
         );
         // Already in the unclean list with the same end: stored.
         assert_eq!(
-            unclean_report(&reported(end), n(1), Some(end)),
+            unclean_report(&reported(end.clone()), n(1), Some(end.clone())),
             UncleanReport::Stored
         );
         // The only ISR member, with records, stays (nobody else is known
         // to hold the committed ones); one whose end is not known, or
         // claims an epoch the log never reached, leaves.
         assert_eq!(
-            unclean_report(&stored(&[1]), n(1), Some(end)),
+            unclean_report(&stored(&[1]), n(1), Some(end.clone())),
             UncleanReport::Stored
         );
         assert!(matches!(
@@ -3685,7 +3688,7 @@ mod tests {
             ..end_at(40)
         };
         let UncleanReport::Write(update) =
-            unclean_report(&stored(&[1]), n(1), Some(Some(impossible)))
+            unclean_report(&stored(&[1]), n(1), Some(Some(impossible.clone())))
         else {
             panic!("an impossible end is reported as not known")
         };
@@ -3705,20 +3708,35 @@ mod tests {
         let report = |end: LogEnd| {
             Some(Some(crate::coordinator::UncleanReplica {
                 node: n(1),
-                log_end: Some(end),
+                log_end: Some(end.clone()),
             }))
         };
         // Not known: replaced, even by an empty end.
-        assert_eq!(written(&reported(None), end, false), report(end));
-        assert_eq!(written(&reported(None), empty, false), report(empty));
+        assert_eq!(
+            written(&reported(None), end.clone(), false),
+            report(end.clone())
+        );
+        assert_eq!(
+            written(&reported(None), empty.clone(), false),
+            report(empty.clone())
+        );
         // Empty: replaced by records only if this process reported it so
         // because the replica did not open.
-        assert_eq!(written(&reported(Some(empty)), end, true), report(end));
-        assert_eq!(written(&reported(Some(empty)), end, false), None);
-        assert_eq!(written(&reported(Some(empty)), empty, true), None);
+        assert_eq!(
+            written(&reported(Some(empty.clone())), end.clone(), true),
+            report(end.clone())
+        );
+        assert_eq!(
+            written(&reported(Some(empty.clone())), end.clone(), false),
+            None
+        );
+        assert_eq!(
+            written(&reported(Some(empty.clone())), empty.clone(), true),
+            None
+        );
         // A known end, no entry, or back in the ISR: nothing to replace.
-        assert_eq!(written(&reported(Some(end_at(7))), end, true), None);
-        assert_eq!(written(&stored(&[2, 3]), end, true), None);
+        assert_eq!(written(&reported(Some(end_at(7))), end.clone(), true), None);
+        assert_eq!(written(&stored(&[2, 3]), end.clone(), true), None);
         let in_sync = LogState {
             in_sync_replicas: vec![n(1), n(2), n(3)],
             ..reported(None)

@@ -739,7 +739,12 @@ impl Replica {
         *self.needs_snapshot.lock() = None;
         self.flush_pipeline_for_role_change();
         let log_end = self.log.log_end_offset();
-        if let Err(error) = self.log.assign_epoch(epoch, log_end) {
+        // The log is this epoch's line from here on (`Log::line_epoch`).
+        if let Err(error) = self
+            .log
+            .assign_epoch(epoch, log_end)
+            .and_then(|()| self.log.note_line_epoch(epoch))
+        {
             self.fail_leadership(&mut role, epoch);
             return Err(error);
         }
@@ -2771,6 +2776,9 @@ impl Replica {
                 DivergenceAction::BackOff => return Ok(ErrorCode::Unknown),
             }
         }
+        // The leader found no divergence: this log is a prefix of the
+        // leader's, on its epoch's line (`Log::line_epoch`).
+        self.log.note_line_epoch(state.leader_epoch())?;
         if !answer.records.is_empty() {
             self.append_fetched(&answer.records)?;
         }

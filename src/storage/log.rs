@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::checkpoint::{sync_dir, write_atomically, LogCheckpoint};
+use super::checkpoint::{self, sync_dir, write_atomically, LogCheckpoint};
 use super::config::LogConfig;
 use super::disk::{Disk, StdDisk};
 use super::flush::{FlushPolicy, GroupCommit, SyncOutcome};
@@ -287,6 +287,38 @@ pub struct Log {
     /// Deferred log start moves. Lock order: `checkpoint_lock`, then
     /// `state`, then this.
     pub(super) start_moves: Mutex<StartMoves>,
+    /// The newest leader epoch whose leader's log this log is known to be
+    /// a prefix of ([`line_epoch`](Log::line_epoch)), as stored in
+    /// [`LINE_EPOCH_FILE`]; held while it is written, taken after no other
+    /// lock of the log.
+    line_epoch: Mutex<Option<LeaderEpoch>>,
+}
+
+/// The file that keeps a log's line epoch ([`Log::line_epoch`]) across
+/// restarts.
+pub(crate) const LINE_EPOCH_FILE: &str = "line-epoch.checkpoint";
+const LINE_EPOCH_KIND: &str = "line-epoch";
+
+/// The line epoch stored in `dir`: `None` if there is none, or (with a
+/// warning) if the file cannot be used: the epoch is a lower bound that
+/// only makes unclean recovery prefer this log, so losing it errs on the
+/// side of the other replicas.
+fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> Option<LeaderEpoch> {
+    let path = dir.join(LINE_EPOCH_FILE);
+    match checkpoint::load_pairs(disk, &path, LINE_EPOCH_KIND) {
+        Ok(Some(pairs)) => match pairs.as_slice() {
+            [(epoch, _)] => u32::try_from(*epoch).ok().map(LeaderEpoch),
+            _ => {
+                tracing::warn!(path = %path.display(), entries = pairs.len(), "line epoch file does not hold one entry: ignoring it");
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(error) => {
+            tracing::warn!(%error, "unusable line epoch file: ignoring it");
+            None
+        }
+    }
 }
 
 /// Queues work a log hands off its caller's thread (the flush a roll
@@ -423,6 +455,7 @@ impl Log {
         let mut report = recovered.report;
         let rebuilt =
             rebuild_producer_state(&*disk, &dir, &mut state, &config, clock.wall_clock_ms())?;
+        let line_epoch = load_line_epoch(&*disk, &dir);
         report.producer_snapshot = rebuilt.snapshot;
         report.producer_batches_scanned = rebuilt.batches_scanned;
         report.checkpoint_problems.extend(rebuilt.problems);
@@ -441,6 +474,7 @@ impl Log {
             report,
             roll_flusher: std::sync::OnceLock::new(),
             start_moves: Mutex::new(StartMoves::default()),
+            line_epoch: Mutex::new(line_epoch),
         };
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
@@ -1409,6 +1443,57 @@ impl Log {
         self.state.read().last_batch_epoch
     }
 
+    /// The newest leader epoch whose leader's log this log is known to be
+    /// a prefix of (its "line"): the epoch this replica last led, or the
+    /// last epoch in which its fetch passed the leader's divergence check
+    /// ([`note_line_epoch`](Self::note_line_epoch)), and never below the
+    /// epochs of its records. A log's last batch alone does not say it: a
+    /// leader may commit older epochs' records and append none of its
+    /// own, and its followers' logs then end in an older epoch than a
+    /// deposed leader's uncommitted appends of an epoch in between. Unclean
+    /// recovery compares replicas by it (SPEC 3.5,
+    /// [`LogState::longest_line`](crate::LogState::longest_line);
+    /// simulator seeds 60208586, 60219295 and 60238744). `None`: the log holds no record and never
+    /// followed or led.
+    pub fn line_epoch(&self) -> Option<LeaderEpoch> {
+        let stored = *self.line_epoch.lock();
+        let state = self.state.read();
+        stored
+            .max(state.epochs.latest_epoch())
+            .max(state.last_batch_epoch)
+    }
+
+    /// Notes that this log is now a prefix of the log of `epoch`'s leader
+    /// (this replica leads `epoch`, or its fetch in `epoch` passed the
+    /// divergence check), storing it durably if it is newer than the one
+    /// stored: once per epoch at most.
+    ///
+    /// A follower stores it on the answer to its first fetch of an epoch,
+    /// which the leader may already have counted towards its high
+    /// watermark: if the follower crashes in between, records it held
+    /// from before the epoch may have been committed in it while its
+    /// stored line is older. Recovery then compares it as a log of its
+    /// older line, which loses them only if the leader's copy is lost too
+    /// and another replica parted from it on a line in between. Making
+    /// the leader count a follower's fetches only from its second of the
+    /// epoch would close this window; it is left open.
+    pub(crate) fn note_line_epoch(&self, epoch: LeaderEpoch) -> Result<()> {
+        let mut line_epoch = self.line_epoch.lock();
+        if line_epoch.is_some_and(|stored| stored >= epoch) {
+            return Ok(());
+        }
+        self.commit.check_not_poisoned(&self.dir)?;
+        let stored = checkpoint::store_pairs(
+            &*self.disk,
+            &self.dir.join(LINE_EPOCH_FILE),
+            LINE_EPOCH_KIND,
+            &[(u64::from(epoch.0), 0)],
+        );
+        self.poison_on_error(stored)?;
+        *line_epoch = Some(epoch);
+        Ok(())
+    }
+
     /// The newest epoch in the epoch cache.
     pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
         self.state.read().epochs.latest_epoch()
@@ -1896,3 +1981,42 @@ const _: fn() = || {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Log>();
 };
+
+#[cfg(test)]
+mod line_epoch_tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::record::RecordBatchBuilder;
+
+    fn open(dir: &Path) -> Log {
+        Log::open(dir, LogConfig::default(), Arc::new(SystemClock)).unwrap()
+    }
+
+    /// The line epoch survives a reopen, never goes back, and is never
+    /// below the epochs the log holds; an unusable file is ignored.
+    #[test]
+    fn the_line_epoch_is_kept_across_reopens_and_never_goes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        assert_eq!(log.line_epoch(), None);
+        log.assign_epoch(LeaderEpoch(2), Offset::ZERO).unwrap();
+        let mut batch = RecordBatchBuilder::new(0);
+        batch.push(b"a");
+        log.append_as_leader(&batch.build().unwrap(), LeaderEpoch(2))
+            .unwrap();
+        assert_eq!(log.line_epoch(), Some(LeaderEpoch(2)));
+        // A leader of epoch 6 that appends nothing: its last batch stays
+        // in epoch 2, its line is epoch 6's.
+        log.note_line_epoch(LeaderEpoch(6)).unwrap();
+        log.note_line_epoch(LeaderEpoch(4)).unwrap();
+        assert_eq!(log.last_batch_epoch(), Some(LeaderEpoch(2)));
+        assert_eq!(log.line_epoch(), Some(LeaderEpoch(6)));
+        drop(log);
+        let log = open(dir.path());
+        assert_eq!(log.line_epoch(), Some(LeaderEpoch(6)));
+        drop(log);
+        std::fs::write(dir.path().join(LINE_EPOCH_FILE), b"garbage").unwrap();
+        let log = open(dir.path());
+        assert_eq!(log.line_epoch(), Some(LeaderEpoch(2)), "the records' epoch");
+    }
+}

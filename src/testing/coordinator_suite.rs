@@ -631,10 +631,14 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     let end_1 = Some(LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(5),
+        ..Default::default()
     });
     // Log 3's end is not reported: it counts as empty.
     let changed = c
-        .report_unclean_shutdown(NodeId(1), &[(LogId(1), end_1), (LogId(4), end_1)])
+        .report_unclean_shutdown(
+            NodeId(1),
+            &[(LogId(1), end_1.clone()), (LogId(4), end_1.clone())],
+        )
         .unwrap();
     let changed_logs: Vec<LogId> = changed.iter().map(|state| state.log).collect();
     assert_eq!(changed_logs, vec![LogId(1), LogId(3)]);
@@ -646,7 +650,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         log_1.unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            log_end: end_1
+            log_end: end_1.clone()
         }],
         "the reported log end is stored"
     );
@@ -691,9 +695,12 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     // A second report changes no content (it fences again: versions move).
     let before: Vec<LogState> = c.logs().unwrap();
     assert!(
-        c.report_unclean_shutdown(NodeId(1), &[(LogId(1), end_1), (LogId(4), end_1)])
-            .unwrap()
-            .is_empty(),
+        c.report_unclean_shutdown(
+            NodeId(1),
+            &[(LogId(1), end_1.clone()), (LogId(4), end_1.clone())]
+        )
+        .unwrap()
+        .is_empty(),
         "a second report changes nothing"
     );
     for before in before {
@@ -709,16 +716,20 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     let shorter = Some(LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(2),
+        ..Default::default()
     });
     let changed = c
-        .report_unclean_shutdown(NodeId(1), &[(LogId(1), shorter), (LogId(4), shorter)])
+        .report_unclean_shutdown(
+            NodeId(1),
+            &[(LogId(1), shorter.clone()), (LogId(4), shorter.clone())],
+        )
         .unwrap();
     assert_eq!(changed.len(), 1, "only log 1's end changed: {changed:?}");
     assert_eq!(
         stored(c, LogId(1)).unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            log_end: shorter
+            log_end: shorter.clone()
         }]
     );
     // An end not known (the replica could not be opened) is stored as
@@ -788,6 +799,7 @@ fn an_unclean_report_fences_isr_changes_built_before_it<C: Coordinator>(c: &C, t
                 Some(LogEnd {
                     last_epoch: Some(LeaderEpoch(0)),
                     log_end_offset: Offset(3),
+                    ..Default::default()
                 }),
             )],
         )

@@ -67,16 +67,19 @@ fn a_pending_unclean_report_carries_the_replicas_real_end_and_is_retried_on_a_ti
     document.refuse_document(LOG);
     cluster.crash_with(follower, Lose::Nothing, SessionEnd::OnExpiry);
     cluster.restart(follower).unwrap();
+    let reports = pending(&cluster, follower);
+    let [(LOG, Some(end))] = reports.as_slice() else {
+        panic!("one pending report of {LOG} with a known end, not {reports:?}");
+    };
     assert_eq!(
-        pending(&cluster, follower),
-        vec![(
-            LOG,
-            Some(LogEnd {
-                last_epoch: Some(epoch),
-                log_end_offset: Offset(10),
-            })
-        )],
-        "the pending report must carry what the replica holds"
+        (end.last_epoch, end.log_end_offset, end.line_epoch),
+        (Some(epoch), Offset(10), Some(epoch)),
+        "the pending report must carry what the replica holds, and its line"
+    );
+    assert_eq!(
+        end.epochs.last().map(|(last, _)| *last),
+        Some(epoch),
+        "and its epoch cache: {end:?}"
     );
 
     // It keeps out of the log: no fetch while the leader appends.

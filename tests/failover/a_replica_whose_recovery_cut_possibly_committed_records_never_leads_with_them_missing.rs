@@ -164,7 +164,10 @@ fn assert_reported_lost_and_recovered(damaged: Damaged) {
         cluster.wait_until(WAIT, |c| {
             let state = c.coordinator.log_state(LOG).unwrap().unwrap();
             state.unclean_replicas.iter().any(|u| {
-                u.node == victim && u.log_end.is_some_and(|end| end.log_end_offset == cut_end)
+                u.node == victim
+                    && u.log_end
+                        .as_ref()
+                        .is_some_and(|end| end.log_end_offset == cut_end)
             })
         }),
         "the victim's recorded end is not its end after the cut ({cut_end}): {:?}",

@@ -41,6 +41,7 @@ fn end(offset: u64) -> LogEnd {
     LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(offset),
+        ..Default::default()
     }
 }
 
@@ -74,7 +75,7 @@ fn every_replica_restarted_uncleanly(coordinator: &MemoryCoordinator, live: &[No
             .unclean_replicas
             .iter()
             .find(|r| r.node == C)
-            .map(|r| r.log_end),
+            .map(|r| r.log_end.clone()),
         Some(None),
         "{state:?}"
     );

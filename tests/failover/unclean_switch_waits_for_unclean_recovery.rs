@@ -45,10 +45,11 @@ fn recovering_log(coordinator: &MemoryCoordinator) {
     let end = LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(5),
+        ..Default::default()
     };
     coordinator.fail_node(N1);
     coordinator
-        .report_unclean_shutdown(N1, &[(LOG, Some(end))])
+        .report_unclean_shutdown(N1, &[(LOG, Some(end.clone()))])
         .unwrap();
     coordinator.register_node(N1, SESSION_LONG).unwrap();
     let state = stored(coordinator);

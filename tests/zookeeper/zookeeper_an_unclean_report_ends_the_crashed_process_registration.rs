@@ -79,6 +79,7 @@ fn an_unclean_report_ends_the_crashed_process_registration() {
                 Some(LogEnd {
                     last_epoch: Some(LeaderEpoch(0)),
                     log_end_offset: Offset(2),
+                    ..Default::default()
                 }),
             )],
         )

@@ -271,7 +271,10 @@ fn newer_documents_in_a_running_cluster_stop_only_their_own_changes() {
         vec![unknown_field, newer_format],
         "{pending:?}"
     );
-    let end = pending[1].1.expect("the replica opened: its end is known");
+    let end = pending[1]
+        .1
+        .clone()
+        .expect("the replica opened: its end is known");
     assert_eq!(end.log_end_offset, isrlog::Offset(1), "{pending:?}");
     assert!(end.last_epoch.is_some(), "{pending:?}");
     let stored = coordinator

@@ -255,6 +255,17 @@ struct UncleanReplicaDocument {
     /// that has it (a newer version's field).
     #[serde(default, skip_serializing_if = "is_false")]
     log_end_unknown: bool,
+    /// Added with line epochs ([`LogEnd::line_epoch`]): absent reads as
+    /// none (recovery then falls back on `last_epoch`), and none is not
+    /// written. A version that predates it does not write over a
+    /// document that has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    line_epoch: Option<u32>,
+    /// Added with line epochs too ([`LogEnd::epochs`]): `[epoch, start
+    /// offset]` pairs, oldest first; absent and empty read the same, and
+    /// empty is not written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    epochs: Vec<(u32, u64)>,
     /// Fields of a newer version, only read to refuse writing over them.
     #[serde(flatten, skip_serializing)]
     unknown: Extra,
@@ -282,12 +293,18 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
             .unclean_replicas
             .iter()
             .map(|r| {
-                let end = r.log_end.unwrap_or_default();
+                let end = r.log_end.clone().unwrap_or_default();
                 UncleanReplicaDocument {
                     node: r.node.0,
                     last_epoch: end.last_epoch.map(|epoch| epoch.0),
                     log_end_offset: end.log_end_offset.0,
                     log_end_unknown: r.log_end.is_none(),
+                    line_epoch: end.line_epoch.map(|epoch| epoch.0),
+                    epochs: end
+                        .epochs
+                        .iter()
+                        .map(|(epoch, start)| (epoch.0, start.0))
+                        .collect(),
                     unknown: Extra::new(),
                 }
             })
@@ -311,6 +328,23 @@ pub(super) fn decode_log(
     let document: LogDocument = decode(&path, bytes)?;
     let mut unknown: UnknownFields = document.unknown.keys().cloned().collect();
     for (i, replica) in document.unclean_replicas.iter().enumerate() {
+        let ordered = replica
+            .epochs
+            .windows(2)
+            .all(|pair| pair[0].0 < pair[1].0 && pair[0].1 < pair[1].1);
+        let within = replica
+            .epochs
+            .iter()
+            .all(|(_, start)| *start <= replica.log_end_offset);
+        if !ordered || !within {
+            return Err(decode_error(
+                &path,
+                format!(
+                    "unclean_replicas[{i}].epochs {:?} is not increasing in epoch and start offset, each start at most log_end_offset {}",
+                    replica.epochs, replica.log_end_offset
+                ),
+            ));
+        }
         unknown.extend(
             replica
                 .unknown
@@ -333,9 +367,15 @@ pub(super) fn decode_log(
             .iter()
             .map(|r| UncleanReplica {
                 node: NodeId(r.node),
-                log_end: (!r.log_end_unknown).then_some(LogEnd {
+                log_end: (!r.log_end_unknown).then(|| LogEnd {
                     last_epoch: r.last_epoch.map(LeaderEpoch),
                     log_end_offset: Offset(r.log_end_offset),
+                    line_epoch: r.line_epoch.map(LeaderEpoch),
+                    epochs: r
+                        .epochs
+                        .iter()
+                        .map(|(epoch, start)| (LeaderEpoch(*epoch), Offset(*start)))
+                        .collect(),
                 }),
             })
             .collect(),
@@ -727,6 +767,8 @@ mod tests {
                     log_end: Some(LogEnd {
                         last_epoch: Some(LeaderEpoch(4)),
                         log_end_offset: Offset(12),
+                        line_epoch: Some(LeaderEpoch(4)),
+                        epochs: vec![(LeaderEpoch(2), Offset(3)), (LeaderEpoch(3), Offset(9))],
                     }),
                 },
                 UncleanReplica {
@@ -743,9 +785,19 @@ mod tests {
         let bytes = encode_log(&recovering);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"epochs":[[2,3],[3,9]]},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
+        // Epochs out of order, or starting past the log end, are named.
+        for bad in [r#"[[3,3],[2,9]]"#, r#"[[2,3],[3,13]]"#] {
+            let text = std::str::from_utf8(&bytes)
+                .unwrap()
+                .replace(r#"[[2,3],[3,9]]"#, bad);
+            let error = decode_log(LogId(7), text.as_bytes(), 9)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("unclean_replicas[0].epochs"), "{error}");
+        }
     }
 
     /// A log in the middle of a reassignment (SPEC 3.10) stores KIP-455's

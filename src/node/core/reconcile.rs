@@ -402,8 +402,12 @@ mod tests {
                         then: Continuation::RecoveryReport { log: LogId(1), end },
                     } => {
                         let LogUpdate { unclean_report, .. } = update;
-                        assert_eq!(unclean_report.map(|r| r.log_end), Some(*end), "{case}");
-                        *end
+                        assert_eq!(
+                            unclean_report.as_ref().map(|r| r.log_end.clone()),
+                            Some(end.clone()),
+                            "{case}"
+                        );
+                        end.clone()
                     }
                     other => panic!("{case}: a recovery report, not {other:?}"),
                 })

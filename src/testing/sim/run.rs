@@ -4528,6 +4528,21 @@ mod tests {
         passes_with(single_log(60_151_104));
     }
 
+    /// Seeds 60208586, 60219295 (one log) and 60238744 (log 1 of several),
+    /// G2: unclean recovery elected a deposed leader's log, which ended in
+    /// its own epoch's uncommitted appends (2334 in epoch 4; 1829 in epoch
+    /// 5), over a log holding what later leaders had committed at the same
+    /// offsets in older epochs, whose last batch was older (1744 in epoch
+    /// 2, though it had led epoch 6; 1610 with no batch, though it had led
+    /// epoch 11). Recovery now takes the newest line, then a longer log
+    /// only if it holds that line's last batch (`LogState::longest_line`).
+    #[test]
+    fn seeds_60208586_60219295_60238744_a_deposed_leaders_tail_never_wins_unclean_recovery() {
+        passes_with(single_log(60_208_586));
+        passes_with(single_log(60_219_295));
+        passes_with(SimConfig::new(60_238_744));
+    }
+
     /// Seeds 60214414 and 60215859 (three logs each): false alarms of
     /// the simulator's SPEC 3.8 check, which counted a duplicate's
     /// acknowledgement under the original batch's epoch (see
@@ -4971,7 +4986,10 @@ mod tests {
     /// was found wrong. Retaken for seed 2 when a replica that a
     /// reassignment removed while it could not be opened began to be
     /// deleted and unassigned as a hosted one is (node 1's log 1 there),
-    /// not only forgotten: a read, a deletion and a record more. Chosen to
+    /// not only forgotten: a read, a deletion and a record more. Retaken
+    /// for all twelve when replicas began storing their line epoch
+    /// (`Log::line_epoch`, a durable write at each election and at a
+    /// follower's first fetch in an epoch): simulated disk time. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -4980,18 +4998,18 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x91d2_1966_34be_7f74),
-            (2, 0x071a_8790_6d4d_e5ab),
-            (6, 0x78e6_b949_5f74_0f6c),
-            (10, 0xeffb_1d89_6d2c_e099),
-            (13, 0xf469_717c_1667_6089),
-            (14, 0x0e60_880c_12a5_5719),
-            (17, 0x911a_fa9b_2a59_a8e6),
-            (23, 0x39eb_7290_7a26_dda2),
-            (35, 0x18dd_c7d8_4371_6e5f),
-            (41, 0xaa81_de66_629a_6a82),
-            (45, 0x6bbc_5965_1eda_96c9),
-            (55, 0x1328_d629_fb88_8854),
+            (0, 0xe6f9_15b2_71b3_fe45),
+            (2, 0x9566_a84d_e401_a7fa),
+            (6, 0xcdb8_f24d_4315_5b47),
+            (10, 0x9597_7b9c_cca6_804a),
+            (13, 0x93f9_5785_5369_0bc9),
+            (14, 0x8818_005d_4ef6_0015),
+            (17, 0xb054_90ec_96db_0d3f),
+            (23, 0xa213_db7e_a8fb_9057),
+            (35, 0x36e7_e51a_bfd1_614c),
+            (41, 0x1dbc_cd02_8a67_5dde),
+            (45, 0x92cc_6377_bef6_0879),
+            (55, 0x59fb_7d8c_cb95_04f7),
         ];
         let changed: Vec<String> = pinned
             .iter()

@@ -1816,18 +1816,24 @@ fn change_role(change: &RoleChange) -> Result<()> {
 }
 
 /// Where `replica`'s log ends, as reported to the coordinator, with its
-/// line epoch ([`Log::line_epoch`](crate::Log::line_epoch)) and its
+/// line epoch ([`Log::line_epoch`](crate::Log::line_epoch)), log start and
 /// newest epoch cache entries, which unclean recovery compares
-/// ([`LogState::longest_line`]).
-fn replica_log_end(replica: &Replica) -> LogEnd {
-    let log = replica.log();
-    let mut epochs = log.epoch_entries();
-    epochs.drain(..epochs.len().saturating_sub(LogEnd::EPOCHS_REPORTED));
-    LogEnd {
-        last_epoch: log.last_batch_epoch(),
-        log_end_offset: log.log_end_offset(),
-        line_epoch: log.line_epoch(),
-        epochs,
+/// ([`LogState::longest_line`]), all read at one instant. Not known
+/// (`None`, with a warning) while its stored line epoch is unusable.
+fn replica_log_end(replica: &Replica) -> Option<LogEnd> {
+    match replica.log().end_report(LogEnd::EPOCHS_REPORTED) {
+        Ok(report) => Some(LogEnd {
+            last_epoch: report.last_batch_epoch,
+            log_end_offset: report.log_end_offset,
+            log_start_offset: report.log_start_offset,
+            line_epoch: report.line_epoch,
+            epochs: report.epochs,
+        }),
+        Err(reason) => {
+            tracing::warn!(log = %replica.log_id(), %reason,
+                "this replica's line epoch is not known: reporting its log end as not known");
+            None
+        }
     }
 }
 
@@ -2280,7 +2286,7 @@ impl NodeShared {
                 "recovery cut records that may have been committed: reporting this replica's log end as not known");
             return None;
         }
-        Some(replica_log_end(replica))
+        replica_log_end(replica)
     }
 
     /// Whether this stop may write the clean-shutdown marker: `false`
@@ -2583,10 +2589,13 @@ impl NodeShared {
         for step in placed_steps(state, self.local(), epoch, lost) {
             match step {
                 PlacedStep::ReportRecoveryCandidateEnd => self.drive_core(|core, out| {
-                    core.report_recovery_candidate_end(state, Some(replica_log_end(replica)), out)
+                    core.report_recovery_candidate_end(state, replica_log_end(replica), out)
                 }),
                 PlacedStep::ReportEndAfterOpen => self.drive_core(|core, out| {
-                    core.report_end_after_open(state, replica_log_end(replica), out)
+                    // Still not known: nothing to replace the report with.
+                    if let Some(end) = replica_log_end(replica) {
+                        core.report_end_after_open(state, end, out);
+                    }
                 }),
                 PlacedStep::TakeRole => self.drive_core(|core, out| {
                     core.take_role(replica, state, (role, epoch), epoch_bumps, out)

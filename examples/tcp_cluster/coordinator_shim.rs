@@ -9,7 +9,7 @@
 //! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
 //! absent values are `-`, and a log state is the eight fields `log replicas
 //! leader epoch isr elr version unclean` (`elr`: the eligible leader
-//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end`).
+//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start`, see `unclean_to_text`).
 //! Cluster and directory ids are 32 hex digits; a node's replica
 //! directories are `log:directory` pairs, comma-separated.
 //!
@@ -144,9 +144,10 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
-/// `node:last_epoch:log_end:line_epoch:epochs`, with `-` for a log without
-/// batches or line, epochs as `epoch@start` joined by `;` (`-` for none),
-/// or `node:?` for a log end not known yet.
+/// `node:last_epoch:log_end:line_epoch:epochs:log_start`, with `-` for a
+/// log without batches or line, epochs as `epoch@start` joined by `;` (`-`
+/// for none), or `node:?` for a log end not known yet. The last three
+/// fields came later; absent, they read as none and 0.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
     let Some(end) = &replica.log_end else {
         return format!("{}:?", replica.node.0);
@@ -162,11 +163,12 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
             .join(";")
     };
     format!(
-        "{}:{}:{}:{}:{epochs}",
+        "{}:{}:{}:{}:{epochs}:{}",
         replica.node.0,
         epoch(end.last_epoch),
         end.log_end_offset.0,
         epoch(end.line_epoch),
+        end.log_start_offset.0,
     )
 }
 
@@ -184,12 +186,13 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
         other => Some(LeaderEpoch(number(other)?)),
     };
     let log_end_offset = Offset(number(parts.next())?);
+    // The fields after the log end came later: absent, they read as none.
     let line_epoch = match parts.next() {
-        Some("-") => None,
+        Some("-") | None => None,
         other => Some(LeaderEpoch(number(other)?)),
     };
     let epochs = match parts.next() {
-        Some("-") => Vec::new(),
+        Some("-") | None => Vec::new(),
         Some(list) => list
             .split(';')
             .map(|entry| {
@@ -202,13 +205,17 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
                 ))
             })
             .collect::<Result<Vec<_>>>()?,
-        None => return Err(error(format!("no epochs in {text:?}"))),
+    };
+    let log_start_offset = match parts.next() {
+        None => Offset::ZERO,
+        other => Offset(number(other)?),
     };
     Ok(UncleanReplica {
         node,
         log_end: Some(LogEnd {
             last_epoch,
             log_end_offset,
+            log_start_offset,
             line_epoch,
             epochs,
         }),
@@ -356,7 +363,7 @@ fn error_from_text(answer: &str) -> Error {
 /// The fields of a compare-and-set request after its method (and, for
 /// `cas_controller`, the controller and its epoch): `log expected_epoch
 /// expected_version leader leader_epoch isr elr unclean_report assignment`
-/// (the report `-` or `node:last_epoch:log_end`, the assignment `-` or
+/// (the report `-` or as in `unclean_to_text`, the assignment `-` or
 /// `replicas;adding;removing`).
 fn cas_to_text(
     log: LogId,

@@ -305,10 +305,11 @@ impl Election {
 ///   members then join the ELR, per [`Election::update`].
 /// - ISR and ELR both empty (every replica that held the committed records
 ///   restarted after an unclean shutdown): the one of
-///   [`LogState::unclean_replicas`] with the greatest reported log end
-///   ([`LogState::recovery_leader`]) leads with ISR = {itself}, once it is
-///   live (KIP-966's unclean recovery, which also compares last epoch, then
-///   log end offset). Not counted as unclean: if any of them kept its disk,
+///   [`LogState::unclean_replicas`] whose log holds the most of the newest
+///   line ([`LogState::recovery_leader`], [`LogState::longest_line`]) leads
+///   with ISR = {itself}, once it is live (KIP-966's unclean recovery,
+///   which compares last epoch, then log end offset: see `longest_line`
+///   for why not here). Not counted as unclean: if any of them kept its disk,
 ///   nothing committed is lost (unless a replica that may hold more was
 ///   passed over, below). A log reported empty is never the longest
 ///   ([`recovery_election`]). Every replica outside the list that is
@@ -322,7 +323,8 @@ impl Election {
 ///   reported logs may be elected over one that may hold records.
 /// - No ISR or ELR member live, `unclean` on: a live replica leads with
 ///   ISR = {itself}: the live one of [`LogState::unclean_replicas`] with
-///   the greatest non-empty reported log end, else the first live replica
+///   the non-empty reported log end [`LogState::longest_line`] picks among
+///   the live ones, else the first live replica
 ///   whose log end is not known, else the first live replica. The caller
 ///   passes `unclean` on only once the log has waited
 ///   [`ControllerConfig::unclean_recovery_wait_max`] if it is in unclean
@@ -383,7 +385,7 @@ pub(crate) fn elect_leader(
     }
     // Unclean recovery: no ISR or ELR member is left at all, every replica
     // that held the committed records restarted after an unclean shutdown.
-    // The one with the greatest log end leads once it is live; until then
+    // The one `longest_line` picks leads once it is live; until then
     // the log waits for it (SPEC G1(c)), unless unclean election decides.
     if let Some((leader, passed_over)) = recovery_election(state, &is_live, recovery_waited) {
         return Election::Leader {
@@ -1401,7 +1403,7 @@ impl Shared {
                 tracing::warn!(%log, leader = ?after.leader, epoch = %after.leader_epoch,
                     unclean_replicas = ?before.unclean_replicas,
                     "unclean recovery: every replica that held the committed records restarted \
-                     after an unclean shutdown; the one with the greatest log end leads");
+                     after an unclean shutdown; the longest log of the newest line leads");
             }
             Election::Leader { .. } => {
                 self.elections.fetch_add(1, Ordering::SeqCst);
@@ -1829,7 +1831,8 @@ mod tests {
     }
 
     /// Unclean recovery (ISR and ELR empty, every former holder restarted
-    /// uncleanly): the greatest reported log end leads, once it is live; an
+    /// uncleanly): the longest reported log (of the newest line) leads,
+    /// once it is live; an
     /// empty log is never the longest; an ELR member still away is waited
     /// for; and once the recovery wait is over (the caller passes `unclean`
     /// on), the unclean switch prefers what the reports say. The restart

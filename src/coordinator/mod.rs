@@ -90,8 +90,8 @@ pub struct LogState {
     /// log ends its unclean recovery asks for, KIP-966). Each of them held
     /// every committed record before it crashed and may or may not have
     /// lost some since. When the ISR and ELR are both empty, the controller
-    /// elects the one with the greatest [`LogEnd`], once that one is live
-    /// ([`LogState::recovery_leader`]). A replica leaves this list when it
+    /// elects the one whose log holds the most of the newest line, once
+    /// that one is live ([`LogState::recovery_leader`]). A replica leaves this list when it
     /// is back in the ISR.
     pub unclean_replicas: Vec<UncleanReplica>,
     /// Bumped by the coordinator on every accepted update; the second half of
@@ -104,7 +104,7 @@ pub struct LogState {
 /// saying what an operator can do about it.
 pub(crate) fn warn_impossible_log_end(state: &LogState, node: NodeId, log_end: Option<&LogEnd>) {
     tracing::warn!(log = %state.log, %node, ?log_end, leader_epoch = %state.leader_epoch,
-        "this replica's log ends in a batch of an epoch the log never reached: its data is corrupt (a changed epoch field, with an epoch cache rebuilt from the batches) and its end is reported as not known. Like a replica that cannot open, it holds the log's unclean recovery until the unclean switch passes it over or its directory is deleted (it then fetches the log again)");
+        "this replica's log ends in a batch of, is on the line of, or lists an epoch the log never reached: its data is corrupt (a changed epoch field, with an epoch cache rebuilt from the batches) and its end is reported as not known. Like a replica that cannot open, it holds the log's unclean recovery until the unclean switch passes it over or its directory is deleted (it then fetches the log again)");
 }
 
 /// Where a replica's log ends, as a node reports it after an unclean
@@ -118,6 +118,9 @@ pub struct LogEnd {
     pub last_epoch: Option<LeaderEpoch>,
     /// The log end offset (the offset the next record would get).
     pub log_end_offset: Offset,
+    /// The log start offset: records below it were deleted once committed
+    /// (SPEC 3.9). 0 in a report that predates it.
+    pub log_start_offset: Offset,
     /// The newest leader epoch whose leader's log this log is known to be
     /// a prefix of: the epoch the replica last led, or the last one in
     /// which its fetch passed the leader's divergence check
@@ -163,19 +166,36 @@ impl LogEnd {
     /// batch, so holds all of `other` (one leader writes an epoch's
     /// batches, each on top of the log it had: two logs with the same
     /// batch at an offset agree below it, KIP-279's premise). Known from
-    /// the reports only when this log's last batch is in `other`'s last
-    /// epoch, or later with that epoch among its reported
-    /// [`epochs`](LogEnd::epochs); `other` with no batch is held by a
-    /// longer log on the same line. Otherwise `false`: recovery then keeps
-    /// `other`, on the newer line.
+    /// the reports when this log's last batch is in `other`'s last epoch,
+    /// or later with that epoch among its reported
+    /// [`epochs`](LogEnd::epochs) covering that batch's offset. Also
+    /// `true` when that offset lies below this log's start (deleted here
+    /// once committed, SPEC 3.9).
+    ///
+    /// `other` with no batch (empty at its end: its start moved there, or
+    /// it restarted there from a leader's start or snapshot) is held by a
+    /// longer log that starts at or above its end (nothing to compare: the
+    /// review of c3e63a5 found a follower reset to a leader's start on the
+    /// newest line beating an ELR member holding what was committed above
+    /// it) or is on its line. One that starts below its end and is on an
+    /// older line may hold other records there: a deposed leader's tail
+    /// did, under a leader of a newer epoch empty at 1610 (simulator seed
+    /// 60219295). The reports cannot tell, and `other` is kept: a log on
+    /// an older line that holds what was committed above such a log's end
+    /// and also below it is lost with it.
+    ///
+    /// Otherwise `false`: recovery then keeps `other`, on the newer line.
     pub fn extends(&self, other: &LogEnd) -> bool {
         if self.log_end_offset <= other.log_end_offset {
             return false;
         }
         let Some(epoch) = other.last_epoch else {
-            return self.line() == other.line();
+            return self.log_start_offset >= other.log_end_offset || self.line() == other.line();
         };
         let last_offset = Offset(other.log_end_offset.0 - 1);
+        if last_offset < self.log_start_offset {
+            return true;
+        }
         match self.last_epoch {
             Some(mine) if mine == epoch => true,
             Some(mine) if mine > epoch => self.epoch_holds(epoch, last_offset),
@@ -317,7 +337,8 @@ impl LogState {
     /// more). Each of these replicas held every record committed while it
     /// was in the ISR or ELR, and a log only loses a suffix in a crash, so
     /// if any of them came back with its disk, the choice holds every
-    /// record committed while one that came back was a member. The caller
+    /// record committed while one that came back was a member (where the
+    /// reports can tell: see [`LogEnd::extends`] for what they cannot). The caller
     /// elects it only once it is live: waiting for it, rather than taking
     /// whichever is live first, is what keeps the records a replica still
     /// holds from being truncated away by one that lost them (SPEC G1(c)).
@@ -439,8 +460,8 @@ impl LogState {
     /// whatever `unclean.leader.election.enable` says). With nobody else
     /// known to have held the committed records, keeping it is the same
     /// outcome without a leaderless window. When others are in the list,
-    /// `node` joins them and the controller elects the greatest log end
-    /// among them ([`LogState::recovery_leader`]): the replicas that
+    /// `node` joins them and the controller elects the longest log of the
+    /// newest line among them ([`LogState::recovery_leader`]): the replicas that
     /// restarted first may be the ones that kept the records. A replica
     /// that comes back with its log ending at offset 0 (a lost or swapped
     /// disk, SPEC 2.8) always leaves: a replica outside the ISR may still hold what it lost, and
@@ -1945,8 +1966,9 @@ mod tests {
     }
 
     /// The replica unclean recovery elects: only with the ISR and ELR
-    /// empty; the greatest (last epoch, log end offset), ties to the
-    /// earliest in assignment order.
+    /// empty; without line epochs (reports that predate them) the greatest
+    /// (last epoch, log end offset), ties to the earliest in assignment
+    /// order.
     #[test]
     fn recovery_leader_table() {
         // Unclean list entries: (node, last epoch, log end offset).
@@ -2034,54 +2056,82 @@ mod tests {
     /// a newer last epoch) and 20005277 (a log on the newest line, short).
     #[test]
     fn recovery_takes_the_newest_line_and_longer_logs_that_hold_it() {
-        // (node, last batch epoch, log end, line epoch, epochs).
-        type Entry = (u32, u32, u64, u32, &'static [(u32, u64)]);
+        // (node, last batch epoch (0: none), log start, log end, line
+        // epoch, epochs).
+        type Entry = (u32, u32, u64, u64, u32, &'static [(u32, u64)]);
         let cases: &[(&str, &[Entry], u32)] = &[
             (
                 "a deposed leader's tail of a newer epoch loses to the newer line",
                 &[
-                    (1, 2, 1744, 6, &[(0, 0), (2, 1000)]),
-                    (2, 4, 2334, 4, &[(0, 0), (2, 1000), (4, 1690)]),
+                    (1, 2, 0, 1744, 6, &[(0, 0), (2, 1000)]),
+                    (2, 4, 0, 2334, 4, &[(0, 0), (2, 1000), (4, 1690)]),
                 ],
                 1,
             ),
             (
                 "a longer log on an older line that holds the newer one's last batch",
                 &[
-                    (1, 3, 619, 5, &[(3, 100)]),
-                    (2, 4, 873, 4, &[(3, 100), (4, 700)]),
+                    (1, 3, 0, 619, 5, &[(3, 100)]),
+                    (2, 4, 0, 873, 4, &[(3, 100), (4, 700)]),
                 ],
                 2,
             ),
             (
                 "a longer log on an older line that parts from it below its end",
                 &[
-                    (1, 3, 619, 5, &[(3, 100)]),
-                    (2, 4, 873, 4, &[(3, 100), (4, 610)]),
+                    (1, 3, 0, 619, 5, &[(3, 100)]),
+                    (2, 4, 0, 873, 4, &[(3, 100), (4, 610)]),
                 ],
                 1,
             ),
             (
                 "a longer log ending in the same epoch holds the shorter",
-                &[(1, 3, 619, 5, &[(3, 100)]), (2, 3, 873, 3, &[(3, 100)])],
+                &[
+                    (1, 3, 0, 619, 5, &[(3, 100)]),
+                    (2, 3, 0, 873, 3, &[(3, 100)]),
+                ],
                 2,
             ),
             (
                 "a longer log whose last epoch is older holds nothing newer",
-                &[(1, 3, 619, 5, &[(3, 100)]), (2, 2, 873, 2, &[(2, 100)])],
+                &[
+                    (1, 3, 0, 619, 5, &[(3, 100)]),
+                    (2, 2, 0, 873, 2, &[(2, 100)]),
+                ],
                 1,
             ),
             (
                 "the epoch it needs is not among those reported: the newer line stays",
-                &[(1, 3, 619, 5, &[(3, 100)]), (2, 4, 873, 4, &[(4, 700)])],
+                &[
+                    (1, 3, 0, 619, 5, &[(3, 100)]),
+                    (2, 4, 0, 873, 4, &[(4, 700)]),
+                ],
                 1,
+            ),
+            (
+                "a log on the newest line empty at its end is held by a longer one starting there",
+                &[(1, 0, 300, 300, 6, &[]), (2, 5, 300, 500, 5, &[(5, 300)])],
+                2,
+            ),
+            (
+                "but not by one on an older line that starts below its end",
+                &[(1, 0, 1610, 1610, 9, &[]), (2, 5, 0, 1829, 5, &[(5, 1538)])],
+                1,
+            ),
+            (
+                "the newest line's last batch lies below a longer log's start",
+                &[
+                    (1, 3, 0, 619, 5, &[(3, 100)]),
+                    (3, 4, 700, 873, 4, &[(4, 700)]),
+                ],
+                3,
             ),
             (
                 "a chain: a parted log on a middle line is passed over",
                 &[
-                    (1, 3, 619, 10, &[(3, 100)]),
-                    (2, 9, 900, 9, &[(3, 100), (9, 500)]),
-                    (3, 4, 873, 4, &[(3, 100), (4, 700)]),
+                    (1, 3, 0, 619, 10, &[(3, 100)]),
+                    (2, 9, 0, 900, 9, &[(3, 100), (9, 500)]),
+                    (3, 4, 0, 873, 4, &[(3, 100), (4, 700)]),
                 ],
                 3,
             ),
@@ -2090,11 +2140,12 @@ mod tests {
             let mut current = state(None, 10, &[]);
             current.unclean_replicas = list
                 .iter()
-                .map(|&(node, last, end, line, epochs)| UncleanReplica {
+                .map(|&(node, last, start, end, line, epochs)| UncleanReplica {
                     node: n(node),
                     log_end: Some(LogEnd {
-                        last_epoch: Some(LeaderEpoch(last)),
+                        last_epoch: (last > 0).then_some(LeaderEpoch(last)),
                         log_end_offset: Offset(end),
+                        log_start_offset: Offset(start),
                         line_epoch: Some(LeaderEpoch(line)),
                         epochs: epochs
                             .iter()

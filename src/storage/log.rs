@@ -289,9 +289,36 @@ pub struct Log {
     pub(super) start_moves: Mutex<StartMoves>,
     /// The newest leader epoch whose leader's log this log is known to be
     /// a prefix of ([`line_epoch`](Log::line_epoch)), as stored in
-    /// [`LINE_EPOCH_FILE`]; held while it is written, taken after no other
-    /// lock of the log.
-    line_epoch: Mutex<Option<LeaderEpoch>>,
+    /// [`LINE_EPOCH_FILE`]; held while it is written, taken while no other
+    /// lock of the log is held.
+    line_epoch: Mutex<LineEpoch>,
+}
+
+/// A log's line epoch as stored ([`Log::line_epoch`]).
+#[derive(Debug, Default)]
+struct LineEpoch {
+    /// The newest one stored; `None` if none was (a new log, or one
+    /// written before line epochs existed).
+    stored: Option<LeaderEpoch>,
+    /// Why the stored file could not be used, until a newer line replaces
+    /// it: the line is then not known ([`Log::end_report`]).
+    unusable: Option<String>,
+}
+
+/// Where a log ends and what unclean recovery compares of it, read at one
+/// instant ([`Log::end_report`]; SPEC 3.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EndReport {
+    /// The epoch of the last batch; `None` if the log holds none.
+    pub(crate) last_batch_epoch: Option<LeaderEpoch>,
+    /// The log start offset.
+    pub(crate) log_start_offset: Offset,
+    /// The log end offset.
+    pub(crate) log_end_offset: Offset,
+    /// [`Log::line_epoch`].
+    pub(crate) line_epoch: Option<LeaderEpoch>,
+    /// The newest epoch cache entries, oldest first.
+    pub(crate) epochs: Vec<(LeaderEpoch, Offset)>,
 }
 
 /// The file that keeps a log's line epoch ([`Log::line_epoch`]) across
@@ -299,25 +326,36 @@ pub struct Log {
 pub(crate) const LINE_EPOCH_FILE: &str = "line-epoch.checkpoint";
 const LINE_EPOCH_KIND: &str = "line-epoch";
 
-/// The line epoch stored in `dir`: `None` if there is none, or (with a
-/// warning) if the file cannot be used: the epoch is a lower bound that
-/// only makes unclean recovery prefer this log, so losing it errs on the
-/// side of the other replicas.
-fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> Option<LeaderEpoch> {
+/// The line epoch stored in `dir`; none if there is no file. A file that
+/// cannot be used leaves the line not known (with a warning): too low, it
+/// would let a deposed leader's uncommitted tail beat this log in unclean
+/// recovery; too high, this log beat one holding what was committed.
+fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> LineEpoch {
     let path = dir.join(LINE_EPOCH_FILE);
-    match checkpoint::load_pairs(disk, &path, LINE_EPOCH_KIND) {
+    let unusable = match checkpoint::load_pairs(disk, &path, LINE_EPOCH_KIND) {
+        Ok(None) => return LineEpoch::default(),
         Ok(Some(pairs)) => match pairs.as_slice() {
-            [(epoch, _)] => u32::try_from(*epoch).ok().map(LeaderEpoch),
-            _ => {
-                tracing::warn!(path = %path.display(), entries = pairs.len(), "line epoch file does not hold one entry: ignoring it");
-                None
-            }
+            [(epoch, _)] => match u32::try_from(*epoch) {
+                Ok(epoch) => {
+                    return LineEpoch {
+                        stored: Some(LeaderEpoch(epoch)),
+                        unusable: None,
+                    }
+                }
+                Err(_) => format!("{}: epoch {epoch} does not fit in 32 bits", path.display()),
+            },
+            _ => format!(
+                "{}: {} entries where one belongs",
+                path.display(),
+                pairs.len()
+            ),
         },
-        Ok(None) => None,
-        Err(error) => {
-            tracing::warn!(%error, "unusable line epoch file: ignoring it");
-            None
-        }
+        Err(error) => error.to_string(),
+    };
+    tracing::warn!(reason = %unusable, "unusable line epoch file: this replica's line is not known, and unclean recovery counts its log end as not known until a leader's fetch answer or a leadership of its own stores a new one");
+    LineEpoch {
+        stored: None,
+        unusable: Some(unusable),
     }
 }
 
@@ -1446,7 +1484,7 @@ impl Log {
     /// The newest leader epoch whose leader's log this log is known to be
     /// a prefix of (its "line"): the epoch this replica last led, or the
     /// last epoch in which its fetch passed the leader's divergence check
-    /// ([`note_line_epoch`](Self::note_line_epoch)), and never below the
+    /// (`note_line_epoch`, at elections and fetch answers), and never below the
     /// epochs of its records. A log's last batch alone does not say it: a
     /// leader may commit older epochs' records and append none of its
     /// own, and its followers' logs then end in an older epoch than a
@@ -1456,11 +1494,38 @@ impl Log {
     /// simulator seeds 60208586, 60219295 and 60238744). `None`: the log holds no record and never
     /// followed or led.
     pub fn line_epoch(&self) -> Option<LeaderEpoch> {
-        let stored = *self.line_epoch.lock();
+        let stored = self.line_epoch.lock().stored;
         let state = self.state.read();
         stored
             .max(state.epochs.latest_epoch())
             .max(state.last_batch_epoch)
+    }
+
+    /// Where this log ends, with its line epoch and newest `epochs_max`
+    /// epoch cache entries, read at one instant: what its replica reports
+    /// to unclean recovery (SPEC 3.5). `Err` names the unusable line epoch
+    /// file: the line, and so the report, is then not known.
+    pub(crate) fn end_report(&self, epochs_max: usize) -> std::result::Result<EndReport, String> {
+        let line = self.line_epoch.lock();
+        if let Some(unusable) = &line.unusable {
+            return Err(unusable.clone());
+        }
+        let state = self.state.read();
+        let entries = state.epochs.entries();
+        let epochs = entries[entries.len().saturating_sub(epochs_max)..]
+            .iter()
+            .map(|entry| (entry.epoch, entry.start_offset))
+            .collect();
+        Ok(EndReport {
+            last_batch_epoch: state.last_batch_epoch,
+            log_start_offset: state.log_start_offset,
+            log_end_offset: state.log_end_offset(),
+            line_epoch: line
+                .stored
+                .max(state.epochs.latest_epoch())
+                .max(state.last_batch_epoch),
+            epochs,
+        })
     }
 
     /// Notes that this log is now a prefix of the log of `epoch`'s leader
@@ -1468,18 +1533,20 @@ impl Log {
     /// divergence check), storing it durably if it is newer than the one
     /// stored: once per epoch at most.
     ///
-    /// A follower stores it on the answer to its first fetch of an epoch,
-    /// which the leader may already have counted towards its high
-    /// watermark: if the follower crashes in between, records it held
-    /// from before the epoch may have been committed in it while its
-    /// stored line is older. Recovery then compares it as a log of its
+    /// A follower stores it on the first answer of an epoch that it can
+    /// apply (no error, no divergence), while the leader counts each
+    /// fetch towards its high watermark as it arrives: if the follower
+    /// crashes before such an answer (a lost answer, one carrying a read
+    /// error), records it held from before the epoch may have been
+    /// committed in it while its stored line is older. Recovery then compares it as a log of its
     /// older line, which loses them only if the leader's copy is lost too
     /// and another replica parted from it on a line in between. Making
     /// the leader count a follower's fetches only from its second of the
     /// epoch would close this window; it is left open.
     pub(crate) fn note_line_epoch(&self, epoch: LeaderEpoch) -> Result<()> {
         let mut line_epoch = self.line_epoch.lock();
-        if line_epoch.is_some_and(|stored| stored >= epoch) {
+        if line_epoch.unusable.is_none() && line_epoch.stored.is_some_and(|stored| stored >= epoch)
+        {
             return Ok(());
         }
         self.commit.check_not_poisoned(&self.dir)?;
@@ -1490,7 +1557,12 @@ impl Log {
             &[(u64::from(epoch.0), 0)],
         );
         self.poison_on_error(stored)?;
-        *line_epoch = Some(epoch);
+        // An epoch this replica leads or follows in is newer than every
+        // line it was on before: it replaces an unusable file's too.
+        *line_epoch = LineEpoch {
+            stored: Some(epoch),
+            unusable: None,
+        };
         Ok(())
     }
 
@@ -1993,7 +2065,8 @@ mod line_epoch_tests {
     }
 
     /// The line epoch survives a reopen, never goes back, and is never
-    /// below the epochs the log holds; an unusable file is ignored.
+    /// below the epochs the log holds; an unusable file leaves the report
+    /// not known, naming the file, until a newer line is stored.
     #[test]
     fn the_line_epoch_is_kept_across_reopens_and_never_goes_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -2014,9 +2087,23 @@ mod line_epoch_tests {
         drop(log);
         let log = open(dir.path());
         assert_eq!(log.line_epoch(), Some(LeaderEpoch(6)));
+        let report = log.end_report(64).unwrap();
+        assert_eq!(
+            (
+                report.last_batch_epoch,
+                report.log_end_offset,
+                report.line_epoch
+            ),
+            (Some(LeaderEpoch(2)), Offset(1), Some(LeaderEpoch(6)))
+        );
+        assert_eq!(report.epochs, vec![(LeaderEpoch(2), Offset::ZERO)]);
+        assert!(log.end_report(0).unwrap().epochs.is_empty());
         drop(log);
         std::fs::write(dir.path().join(LINE_EPOCH_FILE), b"garbage").unwrap();
         let log = open(dir.path());
-        assert_eq!(log.line_epoch(), Some(LeaderEpoch(2)), "the records' epoch");
+        let error = log.end_report(64).unwrap_err();
+        assert!(error.contains(LINE_EPOCH_FILE), "{error}");
+        log.note_line_epoch(LeaderEpoch(3)).unwrap();
+        assert_eq!(log.end_report(64).unwrap().line_epoch, Some(LeaderEpoch(3)));
     }
 }

@@ -14,7 +14,8 @@
 //! when it leaves the ISR of one; the leader, restarting without its
 //! clean-shutdown marker, reports an unclean shutdown and leaves the ISR;
 //! the log stays leaderless until follower 2 is back; then the replica with
-//! the greatest log end among those that restarted uncleanly leads
+//! the longest log (of the newest line) among those that restarted
+//! uncleanly leads
 //! (`LogState::recovery_leader`): follower 2.
 //!
 //! Run three ways: controllers on the cluster's nodes (the seat moves as the
@@ -244,7 +245,7 @@ fn reproduction(controllers: Controllers, flush_policy: FlushPolicy) {
         PreviousShutdown::Unclean
     );
     // Follower 2 restarted uncleanly too: the ISR and ELR are empty, and
-    // the controller elects the greatest log end among the replicas that
+    // the controller elects the longest log among the replicas that
     // restarted uncleanly (unclean recovery, `LogState::recovery_leader`):
     // follower 2, which kept "a" and "b", where the old leader lost them
     // under `FlushPolicy::Never`. Under `FlushPolicy::Always` the old leader

@@ -258,9 +258,16 @@ struct UncleanReplicaDocument {
     /// Added with line epochs ([`LogEnd::line_epoch`]): absent reads as
     /// none (recovery then falls back on `last_epoch`), and none is not
     /// written. A version that predates it does not write over a
-    /// document that has it.
+    /// document that has it: during a rolling upgrade, once an upgraded
+    /// node reported an unclean restart of a log, nodes and controllers
+    /// of the older version leave that log's document alone (no election,
+    /// no ISR change by them) until they are upgraded too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     line_epoch: Option<u32>,
+    /// Added with line epochs too ([`LogEnd::log_start_offset`]): absent
+    /// and 0 read the same, and 0 is not written.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    log_start_offset: u64,
     /// Added with line epochs too ([`LogEnd::epochs`]): `[epoch, start
     /// offset]` pairs, oldest first; absent and empty read the same, and
     /// empty is not written.
@@ -300,6 +307,7 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
                     log_end_offset: end.log_end_offset.0,
                     log_end_unknown: r.log_end.is_none(),
                     line_epoch: end.line_epoch.map(|epoch| epoch.0),
+                    log_start_offset: end.log_start_offset.0,
                     epochs: end
                         .epochs
                         .iter()
@@ -345,6 +353,15 @@ pub(super) fn decode_log(
                 ),
             ));
         }
+        if replica.log_start_offset > replica.log_end_offset {
+            return Err(decode_error(
+                &path,
+                format!(
+                    "unclean_replicas[{i}].log_start_offset {} is above its log_end_offset {}",
+                    replica.log_start_offset, replica.log_end_offset
+                ),
+            ));
+        }
         unknown.extend(
             replica
                 .unknown
@@ -371,6 +388,7 @@ pub(super) fn decode_log(
                     last_epoch: r.last_epoch.map(LeaderEpoch),
                     log_end_offset: Offset(r.log_end_offset),
                     line_epoch: r.line_epoch.map(LeaderEpoch),
+                    log_start_offset: Offset(r.log_start_offset),
                     epochs: r
                         .epochs
                         .iter()
@@ -767,6 +785,7 @@ mod tests {
                     log_end: Some(LogEnd {
                         last_epoch: Some(LeaderEpoch(4)),
                         log_end_offset: Offset(12),
+                        log_start_offset: Offset(3),
                         line_epoch: Some(LeaderEpoch(4)),
                         epochs: vec![(LeaderEpoch(2), Offset(3)), (LeaderEpoch(3), Offset(9))],
                     }),
@@ -785,18 +804,32 @@ mod tests {
         let bytes = encode_log(&recovering);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"epochs":[[2,3],[3,9]]},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"epochs":[[2,3],[3,9]]},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
         // Epochs out of order, or starting past the log end, are named.
-        for bad in [r#"[[3,3],[2,9]]"#, r#"[[2,3],[3,13]]"#] {
-            let text = std::str::from_utf8(&bytes)
-                .unwrap()
-                .replace(r#"[[2,3],[3,9]]"#, bad);
+        for (from, bad, named) in [
+            (
+                r#"[[2,3],[3,9]]"#,
+                r#"[[3,3],[2,9]]"#,
+                "unclean_replicas[0].epochs",
+            ),
+            (
+                r#"[[2,3],[3,9]]"#,
+                r#"[[2,3],[3,13]]"#,
+                "unclean_replicas[0].epochs",
+            ),
+            (
+                r#""log_start_offset":3"#,
+                r#""log_start_offset":13"#,
+                "unclean_replicas[0].log_start_offset 13",
+            ),
+        ] {
+            let text = std::str::from_utf8(&bytes).unwrap().replace(from, bad);
             let error = decode_log(LogId(7), text.as_bytes(), 9)
                 .unwrap_err()
                 .to_string();
-            assert!(error.contains("unclean_replicas[0].epochs"), "{error}");
+            assert!(error.contains(named), "{error}");
         }
     }
 

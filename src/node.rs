@@ -1826,6 +1826,7 @@ fn replica_log_end(replica: &Replica) -> Option<LogEnd> {
             last_epoch: report.last_batch_epoch,
             log_end_offset: report.log_end_offset,
             log_start_offset: report.log_start_offset,
+            high_watermark: report.high_watermark,
             line_epoch: report.line_epoch,
             epochs: report.epochs,
         }),

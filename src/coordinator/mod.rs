@@ -121,6 +121,10 @@ pub struct LogEnd {
     /// The log start offset: records below it were deleted once committed
     /// (SPEC 3.9). 0 in a report that predates it.
     pub log_start_offset: Offset,
+    /// The replica's high watermark when it reported (after a restart, as
+    /// last checkpointed: maybe lower than it was, never higher): every
+    /// record below it was committed. 0 in a report that predates it.
+    pub high_watermark: Offset,
     /// The newest leader epoch whose leader's log this log is known to be
     /// a prefix of: the epoch the replica last led, or the last one in
     /// which its fetch passed the leader's divergence check
@@ -162,40 +166,42 @@ impl LogEnd {
         self.line_epoch.max(self.last_epoch)
     }
 
-    /// Whether this log is longer than `other` and holds `other`'s last
-    /// batch, so holds all of `other` (one leader writes an epoch's
-    /// batches, each on top of the log it had: two logs with the same
-    /// batch at an offset agree below it, KIP-279's premise). Known from
-    /// the reports when this log's last batch is in `other`'s last epoch,
-    /// or later with that epoch among its reported
-    /// [`epochs`](LogEnd::epochs) covering that batch's offset. Also
-    /// `true` when that offset lies below this log's start (deleted here
-    /// once committed, SPEC 3.9).
+    /// Whether this log is longer than `other` and holds all that `other`
+    /// may hold of what was committed:
+    /// - its high watermark is at or above `other`'s end: everything of
+    ///   this log below `other`'s end was committed, so where `other`
+    ///   differs there it holds no committed record (G2). This covers a
+    ///   log that deleted up to there too (its start is at most its high
+    ///   watermark), and the reviews of c3e63a5 and 4c6f4ba (an ELR member
+    ///   holding committed records above a newer line's log that lost
+    ///   them, or that restarted empty at its start);
+    /// - or it holds `other`'s last batch (one leader writes an epoch's
+    ///   batches, each on top of the log it had: two logs with the same
+    ///   batch at an offset agree below it, KIP-279's premise): its last
+    ///   batch is in `other`'s last epoch, or in a later one with that
+    ///   epoch among its reported [`epochs`](LogEnd::epochs) covering the
+    ///   batch's offset;
+    /// - or `other` holds no batch (empty at its end: its start moved
+    ///   there, or it restarted there from a leader's start or snapshot)
+    ///   and this log is on its line.
     ///
-    /// `other` with no batch (empty at its end: its start moved there, or
-    /// it restarted there from a leader's start or snapshot) is held by a
-    /// longer log that starts at or above its end (nothing to compare: the
-    /// review of c3e63a5 found a follower reset to a leader's start on the
-    /// newest line beating an ELR member holding what was committed above
-    /// it) or is on its line. One that starts below its end and is on an
-    /// older line may hold other records there: a deposed leader's tail
-    /// did, under a leader of a newer epoch empty at 1610 (simulator seed
-    /// 60219295). The reports cannot tell, and `other` is kept: a log on
-    /// an older line that holds what was committed above such a log's end
-    /// and also below it is lost with it.
-    ///
-    /// Otherwise `false`: recovery then keeps `other`, on the newer line.
+    /// Otherwise `false`: recovery keeps `other`, on the newer line. So a
+    /// log on an older line whose high watermark, as last checkpointed,
+    /// lies below `other`'s end and that holds no batch of `other`'s is
+    /// not taken, whatever it holds: under a leader of a newer epoch empty
+    /// at 1610, such a log held a deposed leader's tail below it
+    /// (simulator seed 60219295).
     pub fn extends(&self, other: &LogEnd) -> bool {
         if self.log_end_offset <= other.log_end_offset {
             return false;
         }
-        let Some(epoch) = other.last_epoch else {
-            return self.log_start_offset >= other.log_end_offset || self.line() == other.line();
-        };
-        let last_offset = Offset(other.log_end_offset.0 - 1);
-        if last_offset < self.log_start_offset {
+        if other.log_end_offset <= self.high_watermark {
             return true;
         }
+        let Some(epoch) = other.last_epoch else {
+            return self.line() == other.line();
+        };
+        let last_offset = Offset(other.log_end_offset.0 - 1);
         match self.last_epoch {
             Some(mine) if mine == epoch => true,
             Some(mine) if mine > epoch => self.epoch_holds(epoch, last_offset),
@@ -2056,82 +2062,106 @@ mod tests {
     /// a newer last epoch) and 20005277 (a log on the newest line, short).
     #[test]
     fn recovery_takes_the_newest_line_and_longer_logs_that_hold_it() {
-        // (node, last batch epoch (0: none), log start, log end, line
-        // epoch, epochs).
-        type Entry = (u32, u32, u64, u64, u32, &'static [(u32, u64)]);
+        // (node, last batch epoch (0: none), log start, high watermark,
+        // log end, line epoch, epochs).
+        type Entry = (u32, u32, u64, u64, u64, u32, &'static [(u32, u64)]);
         let cases: &[(&str, &[Entry], u32)] = &[
             (
                 "a deposed leader's tail of a newer epoch loses to the newer line",
                 &[
-                    (1, 2, 0, 1744, 6, &[(0, 0), (2, 1000)]),
-                    (2, 4, 0, 2334, 4, &[(0, 0), (2, 1000), (4, 1690)]),
+                    (1, 2, 0, 0, 1744, 6, &[(0, 0), (2, 1000)]),
+                    (2, 4, 0, 0, 2334, 4, &[(0, 0), (2, 1000), (4, 1690)]),
                 ],
                 1,
             ),
             (
                 "a longer log on an older line that holds the newer one's last batch",
                 &[
-                    (1, 3, 0, 619, 5, &[(3, 100)]),
-                    (2, 4, 0, 873, 4, &[(3, 100), (4, 700)]),
+                    (1, 3, 0, 0, 619, 5, &[(3, 100)]),
+                    (2, 4, 0, 0, 873, 4, &[(3, 100), (4, 700)]),
                 ],
                 2,
             ),
             (
                 "a longer log on an older line that parts from it below its end",
                 &[
-                    (1, 3, 0, 619, 5, &[(3, 100)]),
-                    (2, 4, 0, 873, 4, &[(3, 100), (4, 610)]),
+                    (1, 3, 0, 0, 619, 5, &[(3, 100)]),
+                    (2, 4, 0, 0, 873, 4, &[(3, 100), (4, 610)]),
                 ],
                 1,
             ),
             (
                 "a longer log ending in the same epoch holds the shorter",
                 &[
-                    (1, 3, 0, 619, 5, &[(3, 100)]),
-                    (2, 3, 0, 873, 3, &[(3, 100)]),
+                    (1, 3, 0, 0, 619, 5, &[(3, 100)]),
+                    (2, 3, 0, 0, 873, 3, &[(3, 100)]),
                 ],
                 2,
             ),
             (
                 "a longer log whose last epoch is older holds nothing newer",
                 &[
-                    (1, 3, 0, 619, 5, &[(3, 100)]),
-                    (2, 2, 0, 873, 2, &[(2, 100)]),
+                    (1, 3, 0, 0, 619, 5, &[(3, 100)]),
+                    (2, 2, 0, 0, 873, 2, &[(2, 100)]),
                 ],
                 1,
             ),
             (
                 "the epoch it needs is not among those reported: the newer line stays",
                 &[
-                    (1, 3, 0, 619, 5, &[(3, 100)]),
-                    (2, 4, 0, 873, 4, &[(4, 700)]),
+                    (1, 3, 0, 0, 619, 5, &[(3, 100)]),
+                    (2, 4, 0, 0, 873, 4, &[(4, 700)]),
                 ],
                 1,
             ),
             (
                 "a log on the newest line empty at its end is held by a longer one starting there",
-                &[(1, 0, 300, 300, 6, &[]), (2, 5, 300, 500, 5, &[(5, 300)])],
+                &[
+                    (1, 0, 300, 300, 300, 6, &[]),
+                    (2, 5, 300, 300, 500, 5, &[(5, 300)]),
+                ],
                 2,
             ),
             (
                 "but not by one on an older line that starts below its end",
-                &[(1, 0, 1610, 1610, 9, &[]), (2, 5, 0, 1829, 5, &[(5, 1538)])],
+                &[
+                    (1, 0, 1610, 1610, 1610, 9, &[]),
+                    (2, 5, 0, 1538, 1829, 5, &[(5, 1538)]),
+                ],
                 1,
             ),
             (
                 "the newest line's last batch lies below a longer log's start",
                 &[
-                    (1, 3, 0, 619, 5, &[(3, 100)]),
-                    (3, 4, 700, 873, 4, &[(4, 700)]),
+                    (1, 3, 0, 0, 619, 5, &[(3, 100)]),
+                    (3, 4, 700, 700, 873, 4, &[(4, 700)]),
                 ],
                 3,
             ),
             (
+                "an ELR member's committed records above a newer line's logs that lost them",
+                &[
+                    (1, 1, 0, 0, 15, 3, &[(1, 0)]),
+                    (2, 0, 20, 20, 20, 2, &[]),
+                    (3, 1, 0, 30, 30, 1, &[(1, 0)]),
+                ],
+                3,
+            ),
+            (
+                "committed records above a newer line's empty log, a deposed tail longer",
+                &[
+                    (1, 0, 10, 10, 10, 3, &[]),
+                    (2, 2, 0, 13, 13, 2, &[(1, 0), (2, 10)]),
+                    (3, 1, 10, 10, 15, 1, &[(1, 10)]),
+                ],
+                2,
+            ),
+            (
                 "a chain: a parted log on a middle line is passed over",
                 &[
-                    (1, 3, 0, 619, 10, &[(3, 100)]),
-                    (2, 9, 0, 900, 9, &[(3, 100), (9, 500)]),
-                    (3, 4, 0, 873, 4, &[(3, 100), (4, 700)]),
+                    (1, 3, 0, 0, 619, 10, &[(3, 100)]),
+                    (2, 9, 0, 0, 900, 9, &[(3, 100), (9, 500)]),
+                    (3, 4, 0, 0, 873, 4, &[(3, 100), (4, 700)]),
                 ],
                 3,
             ),
@@ -2140,19 +2170,22 @@ mod tests {
             let mut current = state(None, 10, &[]);
             current.unclean_replicas = list
                 .iter()
-                .map(|&(node, last, start, end, line, epochs)| UncleanReplica {
-                    node: n(node),
-                    log_end: Some(LogEnd {
-                        last_epoch: (last > 0).then_some(LeaderEpoch(last)),
-                        log_end_offset: Offset(end),
-                        log_start_offset: Offset(start),
-                        line_epoch: Some(LeaderEpoch(line)),
-                        epochs: epochs
-                            .iter()
-                            .map(|&(epoch, start)| (LeaderEpoch(epoch), Offset(start)))
-                            .collect(),
-                    }),
-                })
+                .map(
+                    |&(node, last, start, high_watermark, end, line, epochs)| UncleanReplica {
+                        node: n(node),
+                        log_end: Some(LogEnd {
+                            last_epoch: (last > 0).then_some(LeaderEpoch(last)),
+                            log_end_offset: Offset(end),
+                            log_start_offset: Offset(start),
+                            high_watermark: Offset(high_watermark),
+                            line_epoch: Some(LeaderEpoch(line)),
+                            epochs: epochs
+                                .iter()
+                                .map(|&(epoch, start)| (LeaderEpoch(epoch), Offset(start)))
+                                .collect(),
+                        }),
+                    },
+                )
                 .collect();
             current.check_invariants();
             assert_eq!(

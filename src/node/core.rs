@@ -2368,6 +2368,10 @@ pub(crate) fn settle(
 }
 
 /// The role a log's stored state gives this node's replica (SPEC 3.5).
+// A decision returned and acted on at once, never stored: a boxed
+// `LogUpdate` (large since unclean reports carry epoch caches) would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum RoleStep {
     /// A restarted leader's first lead: write this update, the same
@@ -2455,6 +2459,10 @@ pub(crate) fn role_step(
 
 /// What a failed leader does about its log (SPEC 3.5; see
 /// [`NodeCore::resign_failed_leader`]).
+// A decision returned and acted on at once, never stored: a boxed
+// `LogUpdate` (large since unclean reports carry epoch caches) would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Resign {
     /// The stored state names another leader, or none: nothing is left to
@@ -2567,6 +2575,10 @@ pub(crate) fn resignation(
 
 /// What this node's unclean-shutdown report asks of a log's stored state
 /// (SPEC 3.5).
+// A decision returned and acted on at once, never stored: a boxed
+// `LogUpdate` (large since unclean reports carry epoch caches) would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum UncleanReport {
     /// This node owes the log no report: it takes part in it.

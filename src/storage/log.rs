@@ -315,6 +315,9 @@ pub(crate) struct EndReport {
     pub(crate) log_start_offset: Offset,
     /// The log end offset.
     pub(crate) log_end_offset: Offset,
+    /// The high watermark as this log knows it: every record below it
+    /// was committed.
+    pub(crate) high_watermark: Offset,
     /// [`Log::line_epoch`].
     pub(crate) line_epoch: Option<LeaderEpoch>,
     /// The newest epoch cache entries, oldest first.
@@ -352,7 +355,7 @@ fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> LineEpoch {
         },
         Err(error) => error.to_string(),
     };
-    tracing::warn!(reason = %unusable, "unusable line epoch file: this replica's line is not known, and unclean recovery counts its log end as not known until a leader's fetch answer or a leadership of its own stores a new one");
+    tracing::error!(reason = %unusable, "unusable line epoch file: this replica's line is not known, so its log end is reported as not known; should the log need unclean recovery, it waits for this replica as for one that cannot open (a leadership or a fetch answer in a later epoch stores a new line, but recovery has no leader to give either). An operator may delete the file, and the node reports the line its records show at its next start (which may let another replica's uncommitted records win), or let the unclean switch decide");
     LineEpoch {
         stored: None,
         unusable: Some(unusable),
@@ -1520,6 +1523,7 @@ impl Log {
             last_batch_epoch: state.last_batch_epoch,
             log_start_offset: state.log_start_offset,
             log_end_offset: state.log_end_offset(),
+            high_watermark: state.high_watermark,
             line_epoch: line
                 .stored
                 .max(state.epochs.latest_epoch())

@@ -268,6 +268,10 @@ struct UncleanReplicaDocument {
     /// and 0 read the same, and 0 is not written.
     #[serde(default, skip_serializing_if = "is_zero")]
     log_start_offset: u64,
+    /// Added with line epochs too ([`LogEnd::high_watermark`]), as
+    /// `log_start_offset`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    high_watermark: u64,
     /// Added with line epochs too ([`LogEnd::epochs`]): `[epoch, start
     /// offset]` pairs, oldest first; absent and empty read the same, and
     /// empty is not written.
@@ -308,6 +312,7 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
                     log_end_unknown: r.log_end.is_none(),
                     line_epoch: end.line_epoch.map(|epoch| epoch.0),
                     log_start_offset: end.log_start_offset.0,
+                    high_watermark: end.high_watermark.0,
                     epochs: end
                         .epochs
                         .iter()
@@ -353,12 +358,14 @@ pub(super) fn decode_log(
                 ),
             ));
         }
-        if replica.log_start_offset > replica.log_end_offset {
+        if replica.log_start_offset > replica.log_end_offset
+            || replica.high_watermark > replica.log_end_offset
+        {
             return Err(decode_error(
                 &path,
                 format!(
-                    "unclean_replicas[{i}].log_start_offset {} is above its log_end_offset {}",
-                    replica.log_start_offset, replica.log_end_offset
+                    "unclean_replicas[{i}].log_start_offset {} or high_watermark {} is above its log_end_offset {}",
+                    replica.log_start_offset, replica.high_watermark, replica.log_end_offset
                 ),
             ));
         }
@@ -389,6 +396,7 @@ pub(super) fn decode_log(
                     log_end_offset: Offset(r.log_end_offset),
                     line_epoch: r.line_epoch.map(LeaderEpoch),
                     log_start_offset: Offset(r.log_start_offset),
+                    high_watermark: Offset(r.high_watermark),
                     epochs: r
                         .epochs
                         .iter()
@@ -786,6 +794,7 @@ mod tests {
                         last_epoch: Some(LeaderEpoch(4)),
                         log_end_offset: Offset(12),
                         log_start_offset: Offset(3),
+                        high_watermark: Offset(11),
                         line_epoch: Some(LeaderEpoch(4)),
                         epochs: vec![(LeaderEpoch(2), Offset(3)), (LeaderEpoch(3), Offset(9))],
                     }),
@@ -804,7 +813,7 @@ mod tests {
         let bytes = encode_log(&recovering);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"epochs":[[2,3],[3,9]]},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"high_watermark":11,"epochs":[[2,3],[3,9]]},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
         // Epochs out of order, or starting past the log end, are named.
@@ -823,6 +832,11 @@ mod tests {
                 r#""log_start_offset":3"#,
                 r#""log_start_offset":13"#,
                 "unclean_replicas[0].log_start_offset 13",
+            ),
+            (
+                r#""high_watermark":11"#,
+                r#""high_watermark":14"#,
+                "high_watermark 14 is above",
             ),
         ] {
             let text = std::str::from_utf8(&bytes).unwrap().replace(from, bad);

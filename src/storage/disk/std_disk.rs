@@ -43,6 +43,7 @@ impl Disk for StdDisk {
         let file = options.open(path)?;
         Ok(Box::new(StdFile {
             file,
+            path: path.into(),
             read_only: mode == OpenMode::Read,
             cursor: Mutex::new(()),
         }))
@@ -112,6 +113,8 @@ impl LockGuard for StdLock {}
 #[derive(Debug)]
 struct StdFile {
     file: File,
+    /// Where it was opened, for the messages that name it.
+    path: std::sync::Arc<Path>,
     /// Opened for reading only: its file position is nobody else's, so
     /// bulk reads may seek it and `read_to_end` into an unzeroed buffer
     /// (zeroing 1 MiB costs a third of reading it from the page cache). An
@@ -205,7 +208,8 @@ impl DiskFile for StdFile {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::NOSPC) => Err(io::Error::from(rustix::io::Errno::NOSPC)),
             Err(error) => {
-                tracing::debug!(%error, "cannot reserve a file's blocks; its writes allocate them");
+                tracing::debug!(%error, path = %self.path.display(),
+                    "cannot reserve a file's blocks; its writes allocate them");
                 Ok(())
             }
         }
@@ -226,6 +230,7 @@ impl DiskFile for StdFile {
     fn try_clone(&self) -> io::Result<Box<dyn DiskFile>> {
         Ok(Box::new(StdFile {
             file: self.file.try_clone()?,
+            path: std::sync::Arc::clone(&self.path),
             // A clone shares the file position: it never seeks.
             read_only: false,
             cursor: Mutex::new(()),

@@ -122,8 +122,12 @@ pub struct LogEnd {
     /// (SPEC 3.9). 0 in a report that predates it.
     pub log_start_offset: Offset,
     /// The replica's high watermark when it reported (after a restart, as
-    /// last checkpointed: maybe lower than it was, never higher): every
-    /// record below it was committed. 0 in a report that predates it.
+    /// last checkpointed): every record below it was committed in the
+    /// history it followed. 0 in a report that predates it. (A follower
+    /// whose high watermark a new leader's lower one lowered stores no
+    /// checkpoint for it, so a restart may bring back the higher value;
+    /// the records below it are the same ones, as every truncation stores
+    /// a lowered checkpoint first.)
     pub high_watermark: Offset,
     /// The newest leader epoch whose leader's log this log is known to be
     /// a prefix of: the epoch the replica last led, or the last one in
@@ -168,13 +172,20 @@ impl LogEnd {
 
     /// Whether this log is longer than `other` and holds all that `other`
     /// may hold of what was committed:
-    /// - its high watermark is at or above `other`'s end: everything of
-    ///   this log below `other`'s end was committed, so where `other`
+    /// - its high watermark is at or above `other`'s end, and `other`
+    ///   holds no batch of an epoch newer than this log's line: everything
+    ///   of this log below `other`'s end was committed, so where `other`
     ///   differs there it holds no committed record (G2). This covers a
     ///   log that deleted up to there too (its start is at most its high
     ///   watermark), and the reviews of c3e63a5 and 4c6f4ba (an ELR member
     ///   holding committed records above a newer line's log that lost
-    ///   them, or that restarted empty at its start);
+    ///   them, or that restarted empty at its start). The epoch condition
+    ///   is for histories that forked: an unclean election (or a recovery
+    ///   the unclean switch let pass over a replica) starts a second one,
+    ///   and a replica that never followed it keeps its old high
+    ///   watermark; `other`'s batches of an epoch this log never reached
+    ///   are then the newer history's, maybe committed (review of
+    ///   4caeeaf);
     /// - or it holds `other`'s last batch (one leader writes an epoch's
     ///   batches, each on top of the log it had: two logs with the same
     ///   batch at an offset agree below it, KIP-279's premise): its last
@@ -195,7 +206,9 @@ impl LogEnd {
         if self.log_end_offset <= other.log_end_offset {
             return false;
         }
-        if other.log_end_offset <= self.high_watermark {
+        if other.log_end_offset <= self.high_watermark
+            && other.holds_nothing_newer_than(self.line())
+        {
             return true;
         }
         let Some(epoch) = other.last_epoch else {
@@ -207,6 +220,18 @@ impl LogEnd {
             Some(mine) if mine > epoch => self.epoch_holds(epoch, last_offset),
             _ => false,
         }
+    }
+
+    /// Whether this log holds no batch of an epoch above `line`: its last
+    /// batch's and its reported epochs that begin below its end (an epoch
+    /// entry at the end, a leader's that appended nothing, holds none).
+    fn holds_nothing_newer_than(&self, line: Option<LeaderEpoch>) -> bool {
+        self.last_epoch <= line
+            && self
+                .epochs
+                .iter()
+                .filter(|(_, start)| *start < self.log_end_offset)
+                .all(|(epoch, _)| Some(*epoch) <= line)
     }
 
     /// Whether [`epochs`](LogEnd::epochs) says this log's records of
@@ -2153,6 +2178,14 @@ mod tests {
                     (1, 0, 10, 10, 10, 3, &[]),
                     (2, 2, 0, 13, 13, 2, &[(1, 0), (2, 10)]),
                     (3, 1, 10, 10, 15, 1, &[(1, 10)]),
+                ],
+                2,
+            ),
+            (
+                "a high watermark from before an unclean election: the newer history stays",
+                &[
+                    (2, 2, 0, 70, 85, 2, &[(1, 0), (2, 70)]),
+                    (3, 1, 0, 100, 100, 1, &[(1, 0)]),
                 ],
                 2,
             ),

@@ -214,6 +214,8 @@ impl LogEnd {
         let Some(epoch) = other.last_epoch else {
             return self.line() == other.line();
         };
+        // A log with a batch ends past it.
+        debug_assert!(other.log_end_offset > Offset::ZERO, "{other:?}");
         let last_offset = Offset(other.log_end_offset.0 - 1);
         match self.last_epoch {
             Some(mine) if mine == epoch => true,

@@ -305,6 +305,15 @@ struct LineEpoch {
     unusable: Option<String>,
 }
 
+/// `stored`, the line epoch a log stored, raised to the epochs its records
+/// and epoch cache show: a log is on the line of every epoch it holds a
+/// batch of or led ([`Log::line_epoch`]).
+fn line_with_records(stored: Option<LeaderEpoch>, state: &LogState) -> Option<LeaderEpoch> {
+    stored
+        .max(state.epochs.latest_epoch())
+        .max(state.last_batch_epoch)
+}
+
 /// Where a log ends and what unclean recovery compares of it, read at one
 /// instant ([`Log::end_report`]; SPEC 3.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1496,12 +1505,12 @@ impl Log {
     /// [`LogState::longest_line`](crate::LogState::longest_line);
     /// simulator seeds 60208586, 60219295 and 60238744). `None`: the log holds no record and never
     /// followed or led.
+    ///
+    /// With an unusable stored file, this is the line the records show;
+    /// [`end_report`](Self::end_report) says "not known" instead.
     pub fn line_epoch(&self) -> Option<LeaderEpoch> {
         let stored = self.line_epoch.lock().stored;
-        let state = self.state.read();
-        stored
-            .max(state.epochs.latest_epoch())
-            .max(state.last_batch_epoch)
+        line_with_records(stored, &self.state.read())
     }
 
     /// Where this log ends, with its line epoch and newest `epochs_max`
@@ -1514,22 +1523,45 @@ impl Log {
             return Err(unusable.clone());
         }
         let state = self.state.read();
+        // The cache may still hold entries past the log end, which a
+        // recovery cut or a truncation left for a later trim (simulator
+        // seed 510: epoch 5 at 538 in a log ending at 524). They describe
+        // nothing the log holds: reported, they would stretch the last
+        // held epoch's range past the end (`LogEnd::extends`), and a
+        // ZooKeeper document holding them cannot be read back.
+        let log_end = state.log_end_offset();
         let entries = state.epochs.entries();
-        let epochs = entries[entries.len().saturating_sub(epochs_max)..]
+        let held = entries.partition_point(|entry| entry.start_offset <= log_end);
+        let epochs = entries[held.saturating_sub(epochs_max)..held]
             .iter()
             .map(|entry| (entry.epoch, entry.start_offset))
             .collect();
-        Ok(EndReport {
+        let report = EndReport {
             last_batch_epoch: state.last_batch_epoch,
             log_start_offset: state.log_start_offset,
             log_end_offset: state.log_end_offset(),
             high_watermark: state.high_watermark,
-            line_epoch: line
-                .stored
-                .max(state.epochs.latest_epoch())
-                .max(state.last_batch_epoch),
+            line_epoch: line_with_records(line.stored, &state),
             epochs,
-        })
+        };
+        // What unclean recovery and the ZooKeeper document rely on
+        // (`LogEnd::extends`, `decode_log`).
+        debug_assert!(
+            report.log_start_offset <= report.high_watermark
+                && report.high_watermark <= report.log_end_offset
+                && report.last_batch_epoch <= report.line_epoch
+                && report
+                    .epochs
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1)
+                && report
+                    .epochs
+                    .iter()
+                    .all(|(epoch, start)| Some(*epoch) <= report.line_epoch
+                        && *start <= report.log_end_offset),
+            "{report:?}"
+        );
+        Ok(report)
     }
 
     /// Notes that this log is now a prefix of the log of `epoch`'s leader

@@ -1507,7 +1507,7 @@ impl Log {
     /// followed or led.
     ///
     /// With an unusable stored file, this is the line the records show;
-    /// [`end_report`](Self::end_report) says "not known" instead.
+    /// the report to unclean recovery (`end_report`) says "not known" instead.
     pub fn line_epoch(&self) -> Option<LeaderEpoch> {
         let stored = self.line_epoch.lock().stored;
         line_with_records(stored, &self.state.read())

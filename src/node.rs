@@ -1829,6 +1829,7 @@ fn replica_log_end(replica: &Replica) -> Option<LogEnd> {
             high_watermark: report.high_watermark,
             line_epoch: report.line_epoch,
             epochs: report.epochs,
+            start_line: report.start_line,
         }),
         Err(reason) => {
             tracing::warn!(log = %replica.log_id(), %reason,

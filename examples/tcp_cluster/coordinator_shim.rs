@@ -9,7 +9,7 @@
 //! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
 //! absent values are `-`, and a log state is the eight fields `log replicas
 //! leader epoch isr elr version unclean` (`elr`: the eligible leader
-//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark`, see `unclean_to_text`).
+//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line`, see `unclean_to_text`).
 //! Cluster and directory ids are 32 hex digits; a node's replica
 //! directories are `log:directory` pairs, comma-separated.
 //!
@@ -144,10 +144,11 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
-/// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark`,
-/// with `-` for a log without batches or line, epochs as `epoch@start`
-/// joined by `;` (`-` for none), or `node:?` for a log end not known yet.
-/// The last four fields came later; absent, they read as none and 0.
+/// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line`,
+/// with `-` for a log without batches, line or start line, epochs as
+/// `epoch@start` joined by `;` (`-` for none), or `node:?` for a log end
+/// not known yet. The last five fields came later; absent, they read as
+/// none and 0.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
     let Some(end) = &replica.log_end else {
         return format!("{}:?", replica.node.0);
@@ -163,13 +164,14 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
             .join(";")
     };
     format!(
-        "{}:{}:{}:{}:{epochs}:{}:{}",
+        "{}:{}:{}:{}:{epochs}:{}:{}:{}",
         replica.node.0,
         epoch(end.last_epoch),
         end.log_end_offset.0,
         epoch(end.line_epoch),
         end.log_start_offset.0,
         end.high_watermark.0,
+        epoch(end.start_line),
     )
 }
 
@@ -215,6 +217,10 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
         None => Offset::ZERO,
         other => Offset(number(other)?),
     };
+    let start_line = match parts.next() {
+        Some("-") | None => None,
+        other => Some(LeaderEpoch(number(other)?)),
+    };
     Ok(UncleanReplica {
         node,
         log_end: Some(LogEnd {
@@ -224,6 +230,7 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
             high_watermark,
             line_epoch,
             epochs,
+            start_line,
         }),
     })
 }

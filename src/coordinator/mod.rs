@@ -141,6 +141,13 @@ pub struct LogEnd {
     /// whether it holds another replica's last batch. Empty in a report
     /// that predates it.
     pub epochs: Vec<(LeaderEpoch, Offset)>,
+    /// The epoch whose leader's log holds this log's records below its
+    /// start: the replica installed that leader's snapshot, or restarted
+    /// at that leader's log start, in that epoch, and its start has not
+    /// moved since. `None` when not known (a report that predates it, a
+    /// start moved by deletion, a log that never restarted). Recovery
+    /// uses it for a log that holds no batch ([`LogEnd::extends`]).
+    pub start_line: Option<LeaderEpoch>,
 }
 
 impl LogEnd {
@@ -194,12 +201,20 @@ impl LogEnd {
     ///   batch's offset;
     /// - or `other` holds no batch (empty at its end: its start moved
     ///   there, or it restarted there from a leader's start or snapshot)
-    ///   and this log is on its line.
+    ///   and this log is on its line, or on a line at least `other`'s
+    ///   [`start_line`](LogEnd::start_line): `other`'s records below its
+    ///   start are then this log's (committed ones, which every later
+    ///   leader holds), and above it `other` holds nothing to lose
+    ///   (simulator seed 60267254: empty at 1467, where it had installed
+    ///   epoch 12's leader's snapshot, a replica that had led epoch 13
+    ///   was kept over epoch 12's leader, which held the acknowledged
+    ///   record at 1467).
     ///
     /// Otherwise `false`: recovery keeps `other`, on the newer line. So a
     /// log on an older line whose high watermark, as last checkpointed,
     /// lies below `other`'s end and that holds no batch of `other`'s is
-    /// not taken, whatever it holds: under a leader of a newer epoch empty
+    /// not taken, whatever it holds, unless `other`'s start came from its
+    /// line: under a leader of a newer epoch empty
     /// at 1610, such a log held a deposed leader's tail below it
     /// (simulator seed 60219295).
     pub fn extends(&self, other: &LogEnd) -> bool {
@@ -212,7 +227,10 @@ impl LogEnd {
             return true;
         }
         let Some(epoch) = other.last_epoch else {
-            return self.line() == other.line();
+            return self.line() == other.line()
+                || other
+                    .start_line
+                    .is_some_and(|start_line| self.line() >= Some(start_line));
         };
         // A log with a batch ends past it.
         debug_assert!(other.log_end_offset > Offset::ZERO, "{other:?}");
@@ -597,8 +615,8 @@ impl LogState {
     }
 
     /// `log_end` as a report may carry it: not known (`None`) if its last
-    /// batch's epoch, its line or an epoch it lists is above this log's
-    /// leader epoch. No leader ever
+    /// batch's epoch, its line, its start line or an epoch it lists is
+    /// above this log's leader epoch. No leader ever
     /// wrote in an epoch the log has not reached, so such a log is corrupt:
     /// the epoch field, which the batch CRC does not cover (nor does
     /// Kafka's), changed on the disk, and the epoch cache that would have
@@ -620,6 +638,7 @@ impl LogState {
         match log_end {
             Some(end)
                 if end.line().as_ref().is_some_and(above)
+                    || end.start_line.as_ref().is_some_and(above)
                     || end.epochs.iter().any(|(epoch, _)| above(epoch)) =>
             {
                 None
@@ -2082,6 +2101,69 @@ mod tests {
         }
     }
 
+    /// A log empty at its start (no batch) on a newer line, and a longer
+    /// log on an older line whose high watermark is below that start: the
+    /// longer one is taken only when the empty one's start came from a
+    /// line it is on (simulator seed 60267254), never otherwise (the
+    /// deposed tail of seed 60219295 may lie below that start).
+    #[test]
+    fn recovery_takes_a_longer_log_on_the_line_an_empty_log_started_from() {
+        let empty = |start_line: Option<u32>| UncleanReplica {
+            node: n(1),
+            log_end: Some(LogEnd {
+                last_epoch: None,
+                log_end_offset: Offset(1467),
+                log_start_offset: Offset(1467),
+                high_watermark: Offset(1467),
+                line_epoch: Some(LeaderEpoch(14)),
+                epochs: Vec::new(),
+                start_line: start_line.map(LeaderEpoch),
+            }),
+        };
+        let longer = |line: u32| UncleanReplica {
+            node: n(2),
+            log_end: Some(LogEnd {
+                last_epoch: Some(LeaderEpoch(10)),
+                log_end_offset: Offset(1468),
+                log_start_offset: Offset(391),
+                high_watermark: Offset(1464),
+                line_epoch: Some(LeaderEpoch(line)),
+                epochs: vec![
+                    (LeaderEpoch(8), Offset(496)),
+                    (LeaderEpoch(10), Offset(1106)),
+                ],
+                start_line: None,
+            }),
+        };
+        let cases = [
+            ("started on the longer log's line", Some(12), 12, 2),
+            (
+                "the longer log's line is newer than the start's",
+                Some(12),
+                13,
+                2,
+            ),
+            ("the longer log is on the empty one's line", None, 14, 2),
+            (
+                "the start is of a newer line than the longer log's",
+                Some(12),
+                11,
+                1,
+            ),
+            ("where the start came from is not known", None, 12, 1),
+        ];
+        for (name, start_line, line, expected) in cases {
+            let mut current = state(None, 15, &[]);
+            current.unclean_replicas = vec![empty(start_line), longer(line)];
+            current.check_invariants();
+            assert_eq!(
+                current.recovery_leader().map(|r| r.node),
+                Some(n(expected)),
+                "{name}"
+            );
+        }
+    }
+
     /// Unclean recovery takes the newest line, and a longer log on an
     /// older line only if it holds the newer one's last batch (SPEC 3.5,
     /// `LogState::longest_line`). The first two cases are the shapes of
@@ -2218,6 +2300,7 @@ mod tests {
                                 .iter()
                                 .map(|&(epoch, start)| (LeaderEpoch(epoch), Offset(start)))
                                 .collect(),
+                            start_line: None,
                         }),
                     },
                 )

@@ -2515,6 +2515,8 @@ impl Replica {
                 self.publish_high_watermark(offset);
             }
         }
+        // Below its start the log is now this epoch's leader's.
+        self.log.note_start_line(epoch)?;
         self.resync_follower(state);
         self.applied.set(self.local, offset);
         self.store_applied_positions();
@@ -2731,6 +2733,7 @@ impl Replica {
                     diverging_end_offset = %diverging.end_offset, %leader_start, %own_start,
                     "the logs diverge at or below the leader's log start: discarding every record below it and restarting the log there");
                 self.log.truncate_fully_and_start_at(leader_start)?;
+                self.log.note_start_line(state.leader_epoch())?;
                 // The machine's log start moves with the log's.
                 self.resync_follower(state);
                 return Ok(ErrorCode::None);
@@ -2759,6 +2762,7 @@ impl Replica {
                     log_end_offset = %self.log.log_end_offset(),
                     "the logs agree nowhere past the leader's log start, where this log starts or above: restarting it empty at the leader's start");
                 self.log.truncate_fully_and_start_at(leader_start)?;
+                self.log.note_start_line(state.leader_epoch())?;
                 // The machine's log start moves with the log's.
                 self.resync_follower(state);
                 return Ok(ErrorCode::None);
@@ -2898,6 +2902,7 @@ impl Replica {
     fn reset_follower_log(&self, state: &FollowerState, log_start_offset: Offset) -> Result<()> {
         tracing::warn!(log = %self.log_id, leader = %state.leader(), leader_log_start = %log_start_offset, "follower is below the leader's log start; discarding its log");
         self.log.truncate_fully_and_start_at(log_start_offset)?;
+        self.log.note_start_line(state.leader_epoch())?;
         // Everything below the leader's log start was committed (retention
         // never deletes at or above the high watermark); Kafka's
         // `truncateFullyAndStartAt` likewise moves the high watermark to

@@ -303,6 +303,10 @@ struct LineEpoch {
     /// Why the stored file could not be used, until a newer line replaces
     /// it: the line is then not known ([`Log::end_report`]).
     unusable: Option<String>,
+    /// The start line as stored in [`START_LINE_FILE`]
+    /// ([`Log::note_start_line`]): an epoch, and the log start it was
+    /// noted at. It says nothing once the start moved.
+    start: Option<(LeaderEpoch, Offset)>,
 }
 
 /// `stored`, the line epoch a log stored, raised to the epochs its records
@@ -331,12 +335,45 @@ pub(crate) struct EndReport {
     pub(crate) line_epoch: Option<LeaderEpoch>,
     /// The newest epoch cache entries, oldest first.
     pub(crate) epochs: Vec<(LeaderEpoch, Offset)>,
+    /// The epoch whose leader's log holds this log's records below its
+    /// start ([`Log::note_start_line`]); `None` when not known.
+    pub(crate) start_line: Option<LeaderEpoch>,
 }
 
 /// The file that keeps a log's line epoch ([`Log::line_epoch`]) across
 /// restarts.
 pub(crate) const LINE_EPOCH_FILE: &str = "line-epoch.checkpoint";
 const LINE_EPOCH_KIND: &str = "line-epoch";
+
+/// The file that keeps where a log's start came from
+/// ([`Log::note_start_line`]).
+pub(crate) const START_LINE_FILE: &str = "start-line.checkpoint";
+const START_LINE_KIND: &str = "start-line";
+
+/// The start line stored in `dir` with the log start it was noted at;
+/// none if there is no file, or it cannot be used (with a warning): the
+/// start line is then not known, which unclean recovery reads as it did
+/// before start lines existed.
+fn load_start_line(disk: &dyn Disk, dir: &Path) -> Option<(LeaderEpoch, Offset)> {
+    let path = dir.join(START_LINE_FILE);
+    let problem = match checkpoint::load_pairs(disk, &path, START_LINE_KIND) {
+        Ok(None) => return None,
+        Ok(Some(pairs)) => match pairs.as_slice() {
+            [(epoch, start)] => match u32::try_from(*epoch) {
+                Ok(epoch) => return Some((LeaderEpoch(epoch), Offset(*start))),
+                Err(_) => format!("{}: epoch {epoch} does not fit in 32 bits", path.display()),
+            },
+            _ => format!(
+                "{}: {} entries where one belongs",
+                path.display(),
+                pairs.len()
+            ),
+        },
+        Err(error) => error.to_string(),
+    };
+    tracing::warn!(reason = %problem, "unusable start line file: where this log's start came from is not known; should the log need unclean recovery with this replica's log empty at its start, a longer log of an older line is not taken over it");
+    None
+}
 
 /// The line epoch stored in `dir`; none if there is no file. A file that
 /// cannot be used leaves the line not known (with a warning): too low, it
@@ -352,6 +389,7 @@ fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> LineEpoch {
                     return LineEpoch {
                         stored: Some(LeaderEpoch(epoch)),
                         unusable: None,
+                        start: None,
                     }
                 }
                 Err(_) => format!("{}: epoch {epoch} does not fit in 32 bits", path.display()),
@@ -368,6 +406,7 @@ fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> LineEpoch {
     LineEpoch {
         stored: None,
         unusable: Some(unusable),
+        start: None,
     }
 }
 
@@ -505,7 +544,8 @@ impl Log {
         let mut report = recovered.report;
         let rebuilt =
             rebuild_producer_state(&*disk, &dir, &mut state, &config, clock.wall_clock_ms())?;
-        let line_epoch = load_line_epoch(&*disk, &dir);
+        let mut line_epoch = load_line_epoch(&*disk, &dir);
+        line_epoch.start = load_start_line(&*disk, &dir);
         report.producer_snapshot = rebuilt.snapshot;
         report.producer_batches_scanned = rebuilt.batches_scanned;
         report.checkpoint_problems.extend(rebuilt.problems);
@@ -1543,6 +1583,10 @@ impl Log {
             high_watermark: state.high_watermark,
             line_epoch: line_with_records(line.stored, &state),
             epochs,
+            start_line: line
+                .start
+                .filter(|(_, at)| *at == state.log_start_offset)
+                .map(|(epoch, _)| epoch),
         };
         // What unclean recovery and the ZooKeeper document rely on
         // (`LogEnd::extends`, `decode_log`).
@@ -1598,7 +1642,40 @@ impl Log {
         *line_epoch = LineEpoch {
             stored: Some(epoch),
             unusable: None,
+            start: line_epoch.start,
         };
+        Ok(())
+    }
+
+    /// Notes that this log's records below its start, as it is now, are
+    /// those of the log of `epoch`'s leader: it installed that leader's
+    /// snapshot, or restarted at that leader's start, in `epoch`. Stored
+    /// durably, with the start it holds for: a later move of the start
+    /// voids it.
+    ///
+    /// Unclean recovery needs it for a log that holds no batch (SPEC 3.5,
+    /// [`LogEnd::extends`](crate::LogEnd::extends)): a longer log on a
+    /// line at least `epoch` holds the same records below that start, so
+    /// taking it loses nothing this log holds (simulator seed 60267254:
+    /// node 0 installed node 1's snapshot at 1467 in epoch 12, led epoch
+    /// 13, and lost its one batch to a flipped bit; node 1, which had led
+    /// epoch 12 and held the acknowledged record at 1467, was passed over
+    /// for it).
+    pub(crate) fn note_start_line(&self, epoch: LeaderEpoch) -> Result<()> {
+        let mut line_epoch = self.line_epoch.lock();
+        let start = self.state.read().log_start_offset;
+        if line_epoch.start == Some((epoch, start)) {
+            return Ok(());
+        }
+        self.commit.check_not_poisoned(&self.dir)?;
+        let stored = checkpoint::store_pairs(
+            &*self.disk,
+            &self.dir.join(START_LINE_FILE),
+            START_LINE_KIND,
+            &[(u64::from(epoch.0), start.0)],
+        );
+        self.poison_on_error(stored)?;
+        line_epoch.start = Some((epoch, start));
         Ok(())
     }
 
@@ -2141,5 +2218,44 @@ mod line_epoch_tests {
         assert!(error.contains(LINE_EPOCH_FILE), "{error}");
         log.note_line_epoch(LeaderEpoch(3)).unwrap();
         assert_eq!(log.end_report(64).unwrap().line_epoch, Some(LeaderEpoch(3)));
+    }
+
+    /// The start line survives a reopen and holds only for the start it
+    /// was noted at; an unusable file leaves it not known, and the report
+    /// stands.
+    #[test]
+    fn the_start_line_holds_for_the_start_it_was_noted_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        assert_eq!(log.end_report(64).unwrap().start_line, None);
+        log.truncate_fully_and_start_at(Offset(40)).unwrap();
+        log.note_start_line(LeaderEpoch(12)).unwrap();
+        let report = log.end_report(64).unwrap();
+        assert_eq!(
+            (
+                report.log_start_offset,
+                report.log_end_offset,
+                report.start_line
+            ),
+            (Offset(40), Offset(40), Some(LeaderEpoch(12)))
+        );
+        drop(log);
+        let log = open(dir.path());
+        assert_eq!(
+            log.end_report(64).unwrap().start_line,
+            Some(LeaderEpoch(12))
+        );
+        // Restarted elsewhere without a note: not known.
+        log.truncate_fully_and_start_at(Offset(50)).unwrap();
+        assert_eq!(log.end_report(64).unwrap().start_line, None);
+        drop(log);
+        std::fs::write(dir.path().join(START_LINE_FILE), b"garbage").unwrap();
+        let log = open(dir.path());
+        assert_eq!(log.end_report(64).unwrap().start_line, None);
+        log.note_start_line(LeaderEpoch(14)).unwrap();
+        assert_eq!(
+            log.end_report(64).unwrap().start_line,
+            Some(LeaderEpoch(14))
+        );
     }
 }

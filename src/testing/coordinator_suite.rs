@@ -628,10 +628,15 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     );
     drain(&events);
 
+    // Every field set: each must come back as stored.
     let end_1 = Some(LogEnd {
         last_epoch: Some(LeaderEpoch(0)),
         log_end_offset: Offset(5),
-        ..Default::default()
+        log_start_offset: Offset(1),
+        high_watermark: Offset(4),
+        line_epoch: Some(LeaderEpoch(0)),
+        epochs: vec![(LeaderEpoch(0), Offset(1))],
+        start_line: Some(LeaderEpoch(0)),
     });
     // Log 3's end is not reported: it counts as empty.
     let changed = c

@@ -277,6 +277,11 @@ struct UncleanReplicaDocument {
     /// empty is not written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     epochs: Vec<(u32, u64)>,
+    /// Added with start lines ([`LogEnd::start_line`]): absent reads as
+    /// none, and none is not written. A version that predates it does
+    /// not write over a document that has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start_line: Option<u32>,
     /// Fields of a newer version, only read to refuse writing over them.
     #[serde(flatten, skip_serializing)]
     unknown: Extra,
@@ -318,6 +323,7 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
                         .iter()
                         .map(|(epoch, start)| (epoch.0, start.0))
                         .collect(),
+                    start_line: end.start_line.map(|epoch| epoch.0),
                     unknown: Extra::new(),
                 }
             })
@@ -402,6 +408,7 @@ pub(super) fn decode_log(
                         .iter()
                         .map(|(epoch, start)| (LeaderEpoch(*epoch), Offset(*start)))
                         .collect(),
+                    start_line: r.start_line.map(LeaderEpoch),
                 }),
             })
             .collect(),
@@ -797,6 +804,7 @@ mod tests {
                         high_watermark: Offset(11),
                         line_epoch: Some(LeaderEpoch(4)),
                         epochs: vec![(LeaderEpoch(2), Offset(3)), (LeaderEpoch(3), Offset(9))],
+                        start_line: Some(LeaderEpoch(2)),
                     }),
                 },
                 UncleanReplica {
@@ -813,7 +821,7 @@ mod tests {
         let bytes = encode_log(&recovering);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"high_watermark":11,"epochs":[[2,3],[3,9]]},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"high_watermark":11,"epochs":[[2,3],[3,9]],"start_line":2},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
         // Epochs out of order, or starting past the log end, are named.

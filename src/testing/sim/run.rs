@@ -4543,6 +4543,20 @@ mod tests {
         passes_with(SimConfig::new(60_238_744));
     }
 
+    /// Seed 60267254 (one log), G1: r1509, acknowledged at 1467 in epoch
+    /// 10, was lost. Node 0 lost its disk, installed node 1's snapshot at
+    /// 1467 in epoch 12, fetched 1467, led epoch 13 alone (its high
+    /// watermark frozen at 1467), and lost that one batch to flipped bits
+    /// at its next, unclean, start. Node 1 had led epoch 12 and still held
+    /// 1467, but unclean recovery kept node 0's empty log, of the newer
+    /// line, over it. A log now notes the line its start came from
+    /// (`Log::note_start_line`), and a longer log on that line or a newer
+    /// one is taken over an empty one (`LogEnd::extends`).
+    #[test]
+    fn seed_60267254_an_empty_log_does_not_beat_the_leader_its_start_came_from() {
+        passes_with(single_log(60_267_254));
+    }
+
     /// Seeds 60214414 and 60215859 (three logs each): false alarms of
     /// the simulator's SPEC 3.8 check, which counted a duplicate's
     /// acknowledgement under the original batch's epoch (see
@@ -4989,7 +5003,11 @@ mod tests {
     /// not only forgotten: a read, a deletion and a record more. Retaken
     /// for all twelve when replicas began storing their line epoch
     /// (`Log::line_epoch`, a durable write at each election and at a
-    /// follower's first fetch in an epoch): simulated disk time. Chosen to
+    /// follower's first fetch in an epoch): simulated disk time. Retaken for
+    /// all twelve when logs began keeping a start line file
+    /// (`Log::note_start_line`): read at each open (alone, it changes six
+    /// of them), written at each snapshot install and restart at a
+    /// leader's start. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -4998,18 +5016,18 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0xe6f9_15b2_71b3_fe45),
-            (2, 0x9566_a84d_e401_a7fa),
-            (6, 0xcdb8_f24d_4315_5b47),
-            (10, 0x9597_7b9c_cca6_804a),
-            (13, 0x93f9_5785_5369_0bc9),
-            (14, 0x8818_005d_4ef6_0015),
-            (17, 0xb054_90ec_96db_0d3f),
-            (23, 0xa213_db7e_a8fb_9057),
-            (35, 0x36e7_e51a_bfd1_614c),
-            (41, 0x1dbc_cd02_8a67_5dde),
-            (45, 0x92cc_6377_bef6_0879),
-            (55, 0x59fb_7d8c_cb95_04f7),
+            (0, 0xb28c_62bd_6b5f_6584),
+            (2, 0x1e3e_2f66_ed95_9e7c),
+            (6, 0x8a51_f826_1d33_4d69),
+            (10, 0x07fa_868d_6854_d0b2),
+            (13, 0x41a2_b66c_5ca4_f663),
+            (14, 0xb2cf_309c_19e6_607d),
+            (17, 0xb4da_16e3_9e2f_fa73),
+            (23, 0x88a2_2a16_0127_bc6f),
+            (35, 0xe3a2_e252_41f9_0627),
+            (41, 0xdb70_2a8d_d267_6e41),
+            (45, 0x0afa_0366_84bf_4916),
+            (55, 0x48ee_d741_2065_9e89),
         ];
         let changed: Vec<String> = pinned
             .iter()

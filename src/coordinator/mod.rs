@@ -141,12 +141,14 @@ pub struct LogEnd {
     /// whether it holds another replica's last batch. Empty in a report
     /// that predates it.
     pub epochs: Vec<(LeaderEpoch, Offset)>,
-    /// The epoch whose leader's log holds this log's records below its
-    /// start: the replica installed that leader's snapshot, or restarted
-    /// at that leader's log start, in that epoch, and its start has not
-    /// moved since. `None` when not known (a report that predates it, a
-    /// start moved by deletion, a log that never restarted). Recovery
-    /// uses it for a log that holds no batch ([`LogEnd::extends`]).
+    /// An epoch whose leader's log held, at some point of that epoch,
+    /// exactly this log's records below its start: the replica installed
+    /// that leader's snapshot, or restarted at that leader's log start, in
+    /// that epoch, or its epoch cache names that epoch at its start (the
+    /// epoch of the batch there, even one a recovery cut removed, or of a
+    /// leader that appended nothing there). `None` when not known (a
+    /// report that predates it). Recovery uses it for a log that holds no
+    /// batch ([`LogEnd::extends`]).
     pub start_line: Option<LeaderEpoch>,
 }
 
@@ -201,14 +203,17 @@ impl LogEnd {
     ///   batch's offset;
     /// - or `other` holds no batch (empty at its end: its start moved
     ///   there, or it restarted there from a leader's start or snapshot)
-    ///   and this log is on its line, or on a line at least `other`'s
-    ///   [`start_line`](LogEnd::start_line): `other`'s records below its
-    ///   start are then this log's (committed ones, which every later
-    ///   leader holds), and above it `other` holds nothing to lose
-    ///   (simulator seed 60267254: empty at 1467, where it had installed
-    ///   epoch 12's leader's snapshot, a replica that had led epoch 13
-    ///   was kept over epoch 12's leader, which held the acknowledged
-    ///   record at 1467).
+    ///   and this log is on its line, or on its
+    ///   [`start_line`](LogEnd::start_line) `e`, or holds a batch of `e`
+    ///   at or past `other`'s end: this log then agrees with `e`'s
+    ///   leader's log up to past that end, as `other` does below it, and
+    ///   above it `other` holds nothing to lose (simulator seed 60267254:
+    ///   empty at 1467, where it had installed epoch 12's leader's
+    ///   snapshot, a replica that had led epoch 13 was kept over epoch
+    ///   12's leader, which held the acknowledged record at 1467). Not a
+    ///   log on a line newer than `e`: a leader after `e` may have
+    ///   replaced records below that end which a later one committed in
+    ///   `e`'s version.
     ///
     /// Otherwise `false`: recovery keeps `other`, on the newer line. So a
     /// log on an older line whose high watermark, as last checkpointed,
@@ -228,9 +233,10 @@ impl LogEnd {
         }
         let Some(epoch) = other.last_epoch else {
             return self.line() == other.line()
-                || other
-                    .start_line
-                    .is_some_and(|start_line| self.line() >= Some(start_line));
+                || other.start_line.is_some_and(|start_line| {
+                    self.line() == Some(start_line)
+                        || self.epoch_reaches(start_line, other.log_end_offset)
+                });
         };
         // A log with a batch ends past it.
         debug_assert!(other.log_end_offset > Offset::ZERO, "{other:?}");
@@ -252,6 +258,26 @@ impl LogEnd {
                 .iter()
                 .filter(|(_, start)| *start < self.log_end_offset)
                 .all(|(epoch, _)| Some(*epoch) <= line)
+    }
+
+    /// Whether this log holds a batch of `epoch` at or past `offset`: its
+    /// last batch is of `epoch`, or its records of `epoch` (as
+    /// [`epochs`](LogEnd::epochs) gives them) end past `offset`.
+    fn epoch_reaches(&self, epoch: LeaderEpoch, offset: Offset) -> bool {
+        if self.log_end_offset <= offset || self.last_epoch.is_none() {
+            return false;
+        }
+        if self.last_epoch == Some(epoch) {
+            return true;
+        }
+        let Some(index) = self.epochs.iter().position(|(e, _)| *e == epoch) else {
+            return false;
+        };
+        let end = self
+            .epochs
+            .get(index + 1)
+            .map_or(self.log_end_offset, |(_, next)| *next);
+        end > offset
     }
 
     /// Whether [`epochs`](LogEnd::epochs) says this log's records of
@@ -615,8 +641,8 @@ impl LogState {
     }
 
     /// `log_end` as a report may carry it: not known (`None`) if its last
-    /// batch's epoch, its line, its start line or an epoch it lists is
-    /// above this log's leader epoch. No leader ever
+    /// batch's epoch, its line or an epoch it lists is above this log's
+    /// leader epoch; without its start line if that is. No leader ever
     /// wrote in an epoch the log has not reached, so such a log is corrupt:
     /// the epoch field, which the batch CRC does not cover (nor does
     /// Kafka's), changed on the disk, and the epoch cache that would have
@@ -638,11 +664,16 @@ impl LogState {
         match log_end {
             Some(end)
                 if end.line().as_ref().is_some_and(above)
-                    || end.start_line.as_ref().is_some_and(above)
                     || end.epochs.iter().any(|(epoch, _)| above(epoch)) =>
             {
                 None
             }
+            // A start line above it only lets fewer logs be taken over
+            // this one ([`LogEnd::extends`]): it is dropped, the end stands.
+            Some(end) if end.start_line.as_ref().is_some_and(above) => Some(LogEnd {
+                start_line: None,
+                ..end
+            }),
             other => other,
         }
     }
@@ -2138,19 +2169,15 @@ mod tests {
         let cases = [
             ("started on the longer log's line", Some(12), 12, 2),
             (
-                "the longer log's line is newer than the start's",
+                "the longer log's line is newer than the start's: it may have replaced what was below",
                 Some(12),
                 13,
-                2,
-            ),
-            ("the longer log is on the empty one's line", None, 14, 2),
-            (
-                "the start is of a newer line than the longer log's",
-                Some(12),
-                11,
                 1,
             ),
+            ("the start is of a newer line than the longer log's", Some(12), 11, 1),
             ("where the start came from is not known", None, 12, 1),
+            ("the longer log holds a batch of the start's epoch past it", Some(10), 13, 2),
+            ("the longer log's batches of the start's epoch end below it", Some(8), 13, 1),
         ];
         for (name, start_line, line, expected) in cases {
             let mut current = state(None, 15, &[]);

@@ -318,6 +318,18 @@ fn line_with_records(stored: Option<LeaderEpoch>, state: &LogState) -> Option<Le
         .max(state.last_batch_epoch)
 }
 
+/// For a log that holds no batch, the epoch its cache gives its start
+/// (an entry a deletion moved there, or a leader's that appended nothing
+/// there): that epoch's leader's log held its records below the start.
+fn start_epoch_of_empty_log(state: &LogState) -> Option<LeaderEpoch> {
+    if state.last_batch_epoch.is_some() {
+        return None;
+    }
+    let entries = state.epochs.entries();
+    let held = entries.partition_point(|entry| entry.start_offset <= state.log_start_offset);
+    held.checked_sub(1).map(|last| entries[last].epoch)
+}
+
 /// Where a log ends and what unclean recovery compares of it, read at one
 /// instant ([`Log::end_report`]; SPEC 3.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -520,6 +532,7 @@ impl Log {
         let dir = dir.as_ref().to_path_buf();
         let now = clock.now();
         let recovered = recovery::recover(&disk, &dir, &config, now, damage)?;
+        let start_epoch = recovered.start_epoch;
         let log_end = recovered
             .segments
             .values()
@@ -568,6 +581,15 @@ impl Log {
         };
         // From here on a crash is not a clean shutdown.
         log.store_checkpoint(false)?;
+        // A log empty at its start keeps where its start came from, which
+        // the cut that emptied it took out of the epoch cache (simulator
+        // seed 60267254). One noted for this start already says it.
+        if let Some(epoch) = start_epoch {
+            let noted = log.line_epoch.lock().start;
+            if noted.is_none_or(|(_, at)| at != log.log_start_offset()) {
+                log.note_start_line(epoch)?;
+            }
+        }
         Ok(log)
     }
 
@@ -1586,7 +1608,8 @@ impl Log {
             start_line: line
                 .start
                 .filter(|(_, at)| *at == state.log_start_offset)
-                .map(|(epoch, _)| epoch),
+                .map(|(epoch, _)| epoch)
+                .or_else(|| start_epoch_of_empty_log(&state)),
         };
         // What unclean recovery and the ZooKeeper document rely on
         // (`LogEnd::extends`, `decode_log`).
@@ -2257,5 +2280,38 @@ mod line_epoch_tests {
             log.end_report(64).unwrap().start_line,
             Some(LeaderEpoch(14))
         );
+    }
+
+    /// A recovery cut that empties the log at its start keeps the epoch
+    /// its cache gave the start (the cut batch's), across later opens.
+    #[test]
+    fn a_cut_that_empties_the_log_keeps_the_epoch_at_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = open(dir.path());
+            log.truncate_fully_and_start_at(Offset(40)).unwrap();
+            log.assign_epoch(LeaderEpoch(7), Offset(40)).unwrap();
+            let mut batch = RecordBatchBuilder::new(0);
+            batch.push(b"a");
+            log.append_as_leader(&batch.build().unwrap(), LeaderEpoch(7))
+                .unwrap();
+            assert_eq!(log.end_report(64).unwrap().start_line, None);
+            // Dropped without a close: a crash.
+        }
+        let segment = dir.path().join("00000000000000000040.log");
+        let bytes = std::fs::read(&segment).unwrap();
+        std::fs::write(&segment, &bytes[..bytes.len() / 2]).unwrap();
+        for _ in 0..2 {
+            let log = open(dir.path());
+            let report = log.end_report(64).unwrap();
+            assert_eq!(
+                (
+                    report.last_batch_epoch,
+                    report.log_end_offset,
+                    report.start_line
+                ),
+                (None, Offset(40), Some(LeaderEpoch(7)))
+            );
+        }
     }
 }

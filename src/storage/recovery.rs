@@ -119,6 +119,13 @@ pub(crate) struct Recovered {
     pub high_watermark: Offset,
     pub epochs: LeaderEpochCache,
     pub report: RecoveryReport,
+    /// For a log that recovers empty at its start, the epoch its cache
+    /// gave the start before the cut (the epoch of the batch that was
+    /// there, or of a leader that appended nothing there): that epoch's
+    /// leader's log held this log's records below the start
+    /// ([`Log::note_start_line`](super::Log::note_start_line)). The cut
+    /// removes the entry from the cache.
+    pub start_epoch: Option<LeaderEpoch>,
 }
 
 fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<Offset>> {
@@ -735,6 +742,9 @@ pub(crate) fn recover(
         report.epoch_cache_rebuilt = true;
         epochs_changed = true;
     }
+    let start_epoch = (log_end == log_start_offset)
+        .then(|| expected_epoch(epochs.entries(), log_start_offset))
+        .flatten();
     epochs.truncate_from_end(log_end)?;
     epochs.truncate_from_start(log_start_offset)?;
     if epochs_changed {
@@ -758,5 +768,6 @@ pub(crate) fn recover(
         high_watermark,
         epochs,
         report,
+        start_epoch,
     })
 }

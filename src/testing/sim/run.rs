@@ -4549,9 +4549,12 @@ mod tests {
     /// watermark frozen at 1467), and lost that one batch to flipped bits
     /// at its next, unclean, start. Node 1 had led epoch 12 and still held
     /// 1467, but unclean recovery kept node 0's empty log, of the newer
-    /// line, over it. A log now notes the line its start came from
-    /// (`Log::note_start_line`), and a longer log on that line or a newer
-    /// one is taken over an empty one (`LogEnd::extends`).
+    /// line, over it. A log now notes an epoch whose leader's log held its
+    /// records below its start (`Log::note_start_line`), and a longer log
+    /// on that epoch's line, or holding a batch of it past the start, is
+    /// taken over an empty one (`LogEnd::extends`). Without that rule,
+    /// with the new file's reads and writes in place, the seed still
+    /// fails.
     #[test]
     fn seed_60267254_an_empty_log_does_not_beat_the_leader_its_start_came_from() {
         passes_with(single_log(60_267_254));

@@ -135,9 +135,24 @@ impl GroupCommit {
 
     /// Marks the log as poisoned (the first reason wins) and wakes waiters.
     pub(crate) fn poison(&self, reason: String) {
+        self.refuse_all(reason, true);
+    }
+
+    /// As [`poison`](Self::poison), for a log its owner is done with
+    /// ([`Log::retire`](super::Log::retire)): no failure, so no error is
+    /// logged.
+    pub(crate) fn retire(&self, reason: String) {
+        self.refuse_all(reason, false);
+    }
+
+    fn refuse_all(&self, reason: String, failed: bool) {
         let mut state = self.state.lock();
         if state.poisoned.is_none() {
-            tracing::error!(%reason, "log poisoned: refusing all further work until reopened");
+            if failed {
+                tracing::error!(%reason, "log poisoned: refusing all further work until reopened");
+            } else {
+                tracing::debug!(%reason, "log retired: refusing all further work");
+            }
             state.poisoned = Some(reason);
         }
         self.poisoned.store(true, Ordering::Release);

@@ -1955,6 +1955,25 @@ impl Log {
         self.commit.poison(reason.to_string());
     }
 
+    /// Ends this log object's work for good, before its directory is
+    /// deleted: every later call fails with `Error::Poisoned`, and a write
+    /// already holding one of the log's locks (an append, a checkpoint, a
+    /// log start move, a line note) has ended when this returns. Without
+    /// it, work still holding the object (a rolled segment's flush queued
+    /// in the background) writes its checkpoint, by path, into the
+    /// directory a later replica of the same log re-created, and that
+    /// replica's next recovery trusts a recovery point it never reached
+    /// (simulator seed 60279870: a torn batch below it, refused as
+    /// corrupt).
+    pub(crate) fn retire(&self, reason: &str) {
+        self.commit
+            .retire(format!("retired (no I/O failed): {reason}"));
+        drop(self.line_epoch.lock());
+        drop(self.checkpoint_lock.lock());
+        drop(self.state.write());
+        drop(self.start_moves.lock());
+    }
+
     /// Test harness only: poisons the log as a failed fsync would.
     #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
@@ -2280,6 +2299,35 @@ mod line_epoch_tests {
             log.end_report(64).unwrap().start_line,
             Some(LeaderEpoch(14))
         );
+    }
+
+    /// A retired log refuses every later call, and writes nothing more
+    /// into its directory, where a new log of the same name may live.
+    #[test]
+    fn a_retired_log_writes_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = open(dir.path());
+        let mut batch = RecordBatchBuilder::new(0);
+        batch.push(b"a");
+        let batch = batch.build().unwrap();
+        old.append_as_leader(&batch, LeaderEpoch(0)).unwrap();
+        old.retire("removed");
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        let new = open(dir.path());
+        let before = std::fs::read(dir.path().join(LogCheckpoint::FILE_NAME)).unwrap();
+        assert!(matches!(old.flush(), Err(Error::Poisoned { .. })));
+        assert!(matches!(
+            old.append_as_leader(&batch, LeaderEpoch(0)),
+            Err(Error::Poisoned { .. })
+        ));
+        assert!(old.note_line_epoch(LeaderEpoch(3)).is_err());
+        assert!(old.note_start_line(LeaderEpoch(3)).is_err());
+        assert!(old.close_in_place().is_err());
+        let after = std::fs::read(dir.path().join(LogCheckpoint::FILE_NAME)).unwrap();
+        assert_eq!(before, after);
+        assert!(!dir.path().join(LINE_EPOCH_FILE).exists());
+        assert!(!dir.path().join(START_LINE_FILE).exists());
+        assert_eq!(new.log_end_offset(), Offset::ZERO);
     }
 
     /// A recovery cut that empties the log at its start keeps the epoch

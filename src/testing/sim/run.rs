@@ -4560,6 +4560,22 @@ mod tests {
         passes_with(single_log(60_267_254));
     }
 
+    /// Seed 60279870 (two logs), G5: "node 2, whose disk has no flipped
+    /// bit, finds corrupt data" (a torn batch in segment 349 of log 1,
+    /// below the recovery point). A reassignment removed node 2's replica
+    /// of log 1 (closed, directory deleted) and added it back 95 ms later;
+    /// the new replica fetched from 0, rolled at 175 and 349, and its
+    /// next write failed (EIO). In between, the removed replica's rolled
+    /// segment flush, queued in the background, still ran on the old log
+    /// object and wrote its checkpoint, recovery point past 1000, into the
+    /// new replica's directory; after a crash, recovery trusted it. A
+    /// removed replica's log is now retired before its directory goes
+    /// (`Log::retire`): every later call on it fails.
+    #[test]
+    fn seed_60279870_a_removed_replicas_queued_flush_never_writes_into_its_successor() {
+        passes_with(SimConfig::new(60_279_870));
+    }
+
     /// Seeds 60214414 and 60215859 (three logs each): false alarms of
     /// the simulator's SPEC 3.8 check, which counted a duplicate's
     /// acknowledgement under the original batch's epoch (see

@@ -362,29 +362,44 @@ const LINE_EPOCH_KIND: &str = "line-epoch";
 pub(crate) const START_LINE_FILE: &str = "start-line.checkpoint";
 const START_LINE_KIND: &str = "start-line";
 
+/// The one `(epoch, value)` entry of the file `name` in `dir`: `Ok(None)`
+/// if there is no file, `Err` naming the file and what is wrong with it
+/// if it cannot be used.
+fn load_epoch_entry(
+    disk: &dyn Disk,
+    dir: &Path,
+    name: &str,
+    kind: &str,
+) -> std::result::Result<Option<(LeaderEpoch, u64)>, String> {
+    let path = dir.join(name);
+    match checkpoint::load_pairs(disk, &path, kind) {
+        Ok(None) => Ok(None),
+        Ok(Some(pairs)) => match pairs.as_slice() {
+            [(epoch, value)] => u32::try_from(*epoch)
+                .map(|epoch| Some((LeaderEpoch(epoch), *value)))
+                .map_err(|_| format!("{}: epoch {epoch} does not fit in 32 bits", path.display())),
+            _ => Err(format!(
+                "{}: {} entries where one belongs",
+                path.display(),
+                pairs.len()
+            )),
+        },
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 /// The start line stored in `dir` with the log start it was noted at;
 /// none if there is no file, or it cannot be used (with a warning): the
 /// start line is then not known, which unclean recovery reads as it did
 /// before start lines existed.
 fn load_start_line(disk: &dyn Disk, dir: &Path) -> Option<(LeaderEpoch, Offset)> {
-    let path = dir.join(START_LINE_FILE);
-    let problem = match checkpoint::load_pairs(disk, &path, START_LINE_KIND) {
-        Ok(None) => return None,
-        Ok(Some(pairs)) => match pairs.as_slice() {
-            [(epoch, start)] => match u32::try_from(*epoch) {
-                Ok(epoch) => return Some((LeaderEpoch(epoch), Offset(*start))),
-                Err(_) => format!("{}: epoch {epoch} does not fit in 32 bits", path.display()),
-            },
-            _ => format!(
-                "{}: {} entries where one belongs",
-                path.display(),
-                pairs.len()
-            ),
-        },
-        Err(error) => error.to_string(),
-    };
-    tracing::warn!(reason = %problem, "unusable start line file: where this log's start came from is not known; should the log need unclean recovery with this replica's log empty at its start, a longer log of an older line is not taken over it");
-    None
+    match load_epoch_entry(disk, dir, START_LINE_FILE, START_LINE_KIND) {
+        Ok(entry) => entry.map(|(epoch, start)| (epoch, Offset(start))),
+        Err(problem) => {
+            tracing::warn!(reason = %problem, "unusable start line file: where this log's start came from is not known; should the log need unclean recovery with this replica's log empty at its start, a longer log of an older line is not taken over it");
+            None
+        }
+    }
 }
 
 /// The line epoch stored in `dir`; none if there is no file. A file that
@@ -392,33 +407,20 @@ fn load_start_line(disk: &dyn Disk, dir: &Path) -> Option<(LeaderEpoch, Offset)>
 /// would let a deposed leader's uncommitted tail beat this log in unclean
 /// recovery; too high, this log beat one holding what was committed.
 fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> LineEpoch {
-    let path = dir.join(LINE_EPOCH_FILE);
-    let unusable = match checkpoint::load_pairs(disk, &path, LINE_EPOCH_KIND) {
-        Ok(None) => return LineEpoch::default(),
-        Ok(Some(pairs)) => match pairs.as_slice() {
-            [(epoch, _)] => match u32::try_from(*epoch) {
-                Ok(epoch) => {
-                    return LineEpoch {
-                        stored: Some(LeaderEpoch(epoch)),
-                        unusable: None,
-                        start: None,
-                    }
-                }
-                Err(_) => format!("{}: epoch {epoch} does not fit in 32 bits", path.display()),
-            },
-            _ => format!(
-                "{}: {} entries where one belongs",
-                path.display(),
-                pairs.len()
-            ),
+    match load_epoch_entry(disk, dir, LINE_EPOCH_FILE, LINE_EPOCH_KIND) {
+        Ok(entry) => LineEpoch {
+            stored: entry.map(|(epoch, _)| epoch),
+            unusable: None,
+            start: None,
         },
-        Err(error) => error.to_string(),
-    };
-    tracing::error!(reason = %unusable, "unusable line epoch file: this replica's line is not known, so its log end is reported as not known; should the log need unclean recovery, it waits for this replica as for one that cannot open (a leadership or a fetch answer in a later epoch stores a new line, but recovery has no leader to give either). An operator may delete the file, and the node reports the line its records show at its next start (which may let another replica's uncommitted records win), or let the unclean switch decide");
-    LineEpoch {
-        stored: None,
-        unusable: Some(unusable),
-        start: None,
+        Err(unusable) => {
+            tracing::error!(reason = %unusable, "unusable line epoch file: this replica's line is not known, so its log end is reported as not known; should the log need unclean recovery, it waits for this replica as for one that cannot open (a leadership or a fetch answer in a later epoch stores a new line, but recovery has no leader to give either). An operator may delete the file, and the node reports the line its records show at its next start (which may let another replica's uncommitted records win), or let the unclean switch decide");
+            LineEpoch {
+                stored: None,
+                unusable: Some(unusable),
+                start: None,
+            }
+        }
     }
 }
 

@@ -2628,9 +2628,7 @@ impl NodeShared {
             if let Err(error) = replica.log().close_in_place() {
                 tracing::warn!(%log, node = %me, %error, "closing a removed replica failed; deleting it anyway");
             }
-            replica
-                .log()
-                .retire("the replica was removed by a reassignment and its directory deleted");
+            replica.retire("the replica was removed by a reassignment and its directory deleted");
         }
         self.core.forget_unopened(log);
         self.core.forget_unreported(log);

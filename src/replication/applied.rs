@@ -42,7 +42,8 @@ pub(crate) struct AppliedPositions {
     inner: Mutex<Inner>,
     /// Serialises [`store`](Self::store): its writers (the retention
     /// timer, a snapshot install, close) share the file's temporary name.
-    storing: Mutex<()>,
+    /// Holds whether the positions are retired ([`retire`](Self::retire)).
+    storing: Mutex<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -88,7 +89,7 @@ impl AppliedPositions {
                 positions,
                 dirty: false,
             }),
-            storing: Mutex::new(()),
+            storing: Mutex::new(false),
         }
     }
 
@@ -188,9 +189,23 @@ impl AppliedPositions {
             .find(|replica| inner.positions.get(replica) == Some(&applied))
     }
 
-    /// Writes the positions if they changed since the last write.
+    /// Ends this object's writes for good, before its replica's directory
+    /// is deleted (see `Log::retire`): a store running now ends first,
+    /// and every later one writes nothing. A removed replica's retention
+    /// pass, already under way on another thread, would otherwise write
+    /// its positions into the directory of the replica that re-hosts the
+    /// log (review of 3898024).
+    pub(crate) fn retire(&self) {
+        *self.storing.lock() = true;
+    }
+
+    /// Writes the positions if they changed since the last write; nothing
+    /// once [`retire`](Self::retire)d.
     pub(crate) fn store(&self) -> Result<()> {
-        let _storing = self.storing.lock();
+        let storing = self.storing.lock();
+        if *storing {
+            return Ok(());
+        }
         let pairs: Vec<(u64, u64)> = {
             let mut inner = self.inner.lock();
             if !inner.dirty {
@@ -232,6 +247,17 @@ mod tests {
                 .all()
                 .is_empty()
         );
+    }
+
+    /// Retired positions write nothing more, even when changed.
+    #[test]
+    fn retired_positions_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let positions = AppliedPositions::open(crate::storage::StdDisk::shared(), dir.path());
+        positions.set(NodeId(1), Offset(10));
+        positions.retire();
+        positions.store().unwrap();
+        assert!(!dir.path().join(APPLIED_POSITIONS_FILE).exists());
     }
 
     #[test]

@@ -2009,6 +2009,15 @@ impl Replica {
         self.applied.all()
     }
 
+    /// Ends every write of this replica to its directory, before the
+    /// directory is deleted ([`Log::retire`], and the applied positions'
+    /// file): a thread still holding the replica then writes nothing into
+    /// the directory of a replica that re-hosts the log.
+    pub(crate) fn retire(&self, reason: &str) {
+        self.log.retire(reason);
+        self.applied.retire();
+    }
+
     /// Writes the applied positions to the log's directory if they changed
     /// (the retention timer and close call it).
     pub(crate) fn store_applied_positions(&self) {

@@ -2332,6 +2332,45 @@ mod line_epoch_tests {
         assert_eq!(new.log_end_offset(), Offset::ZERO);
     }
 
+    /// A crash inside a restart at a higher offset, after the new segment
+    /// was made and before the cache was emptied: the old log's cache
+    /// says nothing of the records below the new start, so no start line
+    /// comes from it (review of c7e156c).
+    #[test]
+    fn a_restart_cut_short_names_no_start_line_from_the_old_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = open(dir.path());
+            log.assign_epoch(LeaderEpoch(3), Offset::ZERO).unwrap();
+            let mut batch = RecordBatchBuilder::new(0);
+            batch.push(b"a");
+            log.append_as_leader(&batch.build().unwrap(), LeaderEpoch(3))
+                .unwrap();
+            // Dropped without a close or a flush: the recovery point
+            // stays at the start, as the restart's first checkpoint
+            // leaves it.
+        }
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            if name.starts_with("00000000000000000000.") {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        std::fs::write(dir.path().join("00000000000000001000.log"), b"").unwrap();
+        let log = open(dir.path());
+        let report = log.end_report(64).unwrap();
+        assert_eq!(
+            (
+                report.log_start_offset,
+                report.log_end_offset,
+                report.start_line
+            ),
+            (Offset(1000), Offset(1000), None)
+        );
+        assert!(report.epochs.is_empty(), "{report:?}");
+    }
+
     /// A recovery cut that empties the log at its start keeps the epoch
     /// its cache gave the start (the cut batch's), across later opens.
     #[test]

@@ -262,6 +262,7 @@ pub(crate) fn recover(
         report.checkpoint_problems.push(problem);
     }
     let mut log_start_offset = checkpoint.map_or(Offset::ZERO, |c| c.log_start_offset);
+    let checkpointed_start = log_start_offset;
     if let Some(&first) = bases.first() {
         // Retention checkpoints the new log start before it deletes files,
         // so a first segment after the checkpointed start is either a
@@ -740,6 +741,16 @@ pub(crate) fn recover(
             }
         }
         report.epoch_cache_rebuilt = true;
+        epochs_changed = true;
+    }
+    // An empty log whose first segment raised its start: a crash inside
+    // `truncate_fully_and_start_at` after the new segment was made. The
+    // cache is still the old log's and says nothing of the records below
+    // the new start; moved up to it, it would name an epoch whose leader
+    // never held them (review of c7e156c). The restart would have emptied
+    // it.
+    if log_end == log_start_offset && log_start_offset != checkpointed_start {
+        epochs = LeaderEpochCache::empty(disk, dir);
         epochs_changed = true;
     }
     let start_epoch = (log_end == log_start_offset)

@@ -52,12 +52,15 @@ pub enum Error {
         reason: String,
     },
     /// A previous fsync (or write) failed, so the log's durable state is
-    /// unknown; the log refuses all further work until reopened.
-    #[error("log {path} is poisoned by an earlier I/O failure: {reason}")]
+    /// unknown; the log refuses all further work until reopened. Also what
+    /// a handle to a replica this node no longer hosts gets (a
+    /// reassignment removed it and deleted its directory): the reason then
+    /// says so, and no I/O failed.
+    #[error("log {path} is poisoned and refuses all further work: {reason}")]
     Poisoned {
         /// The log directory.
         path: PathBuf,
-        /// The failure that poisoned it.
+        /// The failure that poisoned it, or why it was retired.
         reason: String,
     },
     /// A batch handed in by a caller or a peer is malformed.

@@ -152,6 +152,14 @@ pub(crate) struct NodeShared {
     /// a replica serves (leads or fetches) only once it is in this set,
     /// so that the coordinator can tell when its data is lost.
     placed: Mutex<HashSet<LogId>>,
+    /// One lock per log, held while its replica is opened and put in
+    /// `replicas` ([`host`](Self::host)), and while it is taken out and
+    /// its directory deleted ([`remove_replica`](Self::remove_replica)):
+    /// reconciles of one log on two threads (the coordinator's events,
+    /// the control thread) never open its directory twice, and a removal
+    /// never deletes the files of a replica re-hosted meanwhile (review
+    /// of 3898024). Never held while the core is driven.
+    lifecycles: Mutex<HashMap<LogId, Arc<Mutex<()>>>>,
     /// Replicas whose data this start found lost (SPEC 2.8): opened as
     /// restarted replicas, so a leadership they still hold moves to a new
     /// epoch before they lead.
@@ -511,6 +519,7 @@ impl Node {
             previous_shutdown,
             directory_id,
             placed: Mutex::new(HashSet::new()),
+            lifecycles: Mutex::new(HashMap::new()),
             lost_replicas: lost.clone(),
             unclean_stop_reported: AtomicBool::new(false),
             stop,
@@ -2420,6 +2429,12 @@ impl NodeShared {
         if let Some(replica) = self.replica(log) {
             return Ok(replica);
         }
+        let lifecycle = self.lifecycle(log);
+        let _hosting = lifecycle.lock();
+        // Another thread may have hosted it while this one waited.
+        if let Some(replica) = self.replica(log) {
+            return Ok(replica);
+        }
         let now = self.clock.now();
         // An open that may cut what one refused to (the node's unclean-stop
         // report for the log is now stored) is a new attempt, not a retry.
@@ -2620,6 +2635,8 @@ impl NodeShared {
     /// keep naming this node's directory for a log it is not in.
     fn remove_replica(&self, log: LogId) {
         let me = self.local();
+        let lifecycle = self.lifecycle(log);
+        let removing = lifecycle.lock();
         self.stop_fetching(log);
         let removed = self.replicas.write().remove(&log);
         if let Some(replica) = removed {
@@ -2644,7 +2661,13 @@ impl NodeShared {
                 false
             }
         };
+        drop(removing);
         self.drive_core(|core, out| core.replica_removed(log, deleted, out));
+    }
+
+    /// `log`'s lock of [`lifecycles`](Self::lifecycles).
+    fn lifecycle(&self, log: LogId) -> Arc<Mutex<()>> {
+        Arc::clone(self.lifecycles.lock().entry(log).or_default())
     }
 
     fn stop_fetching(&self, log: LogId) {

@@ -1645,9 +1645,12 @@ impl Log {
     /// error), records it held from before the epoch may have been
     /// committed in it while its stored line is older. Recovery then compares it as a log of its
     /// older line, which loses them only if the leader's copy is lost too
-    /// and another replica parted from it on a line in between. Making
-    /// the leader count a follower's fetches only from its second of the
-    /// epoch would close this window; it is left open.
+    /// and another replica parted from it on a line in between. Counting
+    /// a follower's fetches only from its second of the epoch would not
+    /// close this window (a fetch sent again after a lost answer is a
+    /// second one); counting them only once its fetch offset grew in the
+    /// epoch would, but holds the high watermark until the epoch's first
+    /// append (KRaft appends a leader-change record for this). Left open.
     pub(crate) fn note_line_epoch(&self, epoch: LeaderEpoch) -> Result<()> {
         let mut line_epoch = self.line_epoch.lock();
         if line_epoch.unusable.is_none() && line_epoch.stored.is_some_and(|stored| stored >= epoch)
@@ -1679,9 +1682,10 @@ impl Log {
     /// voids it.
     ///
     /// Unclean recovery needs it for a log that holds no batch (SPEC 3.5,
-    /// [`LogEnd::extends`](crate::LogEnd::extends)): a longer log on a
-    /// line at least `epoch` holds the same records below that start, so
-    /// taking it loses nothing this log holds (simulator seed 60267254:
+    /// [`LogEnd::extends`](crate::LogEnd::extends)): a longer log on
+    /// `epoch`'s line, or holding a batch of `epoch` past the start,
+    /// holds the same records below it, so taking it loses nothing this
+    /// log holds (simulator seed 60267254:
     /// node 0 installed node 1's snapshot at 1467 in epoch 12, led epoch
     /// 13, and lost its one batch to a flipped bit; node 1, which had led
     /// epoch 12 and held the acknowledged record at 1467, was passed over
@@ -2014,6 +2018,9 @@ impl Log {
         self.flush()?;
         {
             let mut state = self.state.write();
+            // A retire may have come since the flush (it waits for this
+            // lock, so none comes from here on).
+            self.commit.check_not_poisoned(&self.dir)?;
             let log_end = state.log_end_offset();
             let snapshot = self.snapshot_producers(&mut state, log_end);
             self.poison_on_error(snapshot)?;

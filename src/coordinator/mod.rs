@@ -267,31 +267,27 @@ impl LogEnd {
         if self.log_end_offset <= offset || self.last_epoch.is_none() {
             return false;
         }
-        if self.last_epoch == Some(epoch) {
-            return true;
-        }
-        let Some(index) = self.epochs.iter().position(|(e, _)| *e == epoch) else {
-            return false;
-        };
-        let end = self
-            .epochs
-            .get(index + 1)
-            .map_or(self.log_end_offset, |(_, next)| *next);
-        end > offset
+        self.last_epoch == Some(epoch)
+            || self.epoch_range(epoch).is_some_and(|(_, end)| end > offset)
     }
 
     /// Whether [`epochs`](LogEnd::epochs) says this log's records of
     /// `epoch` cover `offset`.
     fn epoch_holds(&self, epoch: LeaderEpoch, offset: Offset) -> bool {
-        let Some(index) = self.epochs.iter().position(|(e, _)| *e == epoch) else {
-            return false;
-        };
-        let start = self.epochs[index].1;
+        self.epoch_range(epoch)
+            .is_some_and(|(start, end)| start <= offset && offset < end)
+    }
+
+    /// Where this log's records of `epoch` begin and end, as
+    /// [`epochs`](LogEnd::epochs) gives them; `None` if it lists no such
+    /// epoch.
+    fn epoch_range(&self, epoch: LeaderEpoch) -> Option<(Offset, Offset)> {
+        let index = self.epochs.iter().position(|(e, _)| *e == epoch)?;
         let end = self
             .epochs
             .get(index + 1)
             .map_or(self.log_end_offset, |(_, next)| *next);
-        start <= offset && offset < end
+        Some((self.epochs[index].1, end))
     }
 
     /// Whether the log lost everything: it ends at offset 0. Such a log is

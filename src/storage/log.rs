@@ -325,9 +325,13 @@ fn start_epoch_of_empty_log(state: &LogState) -> Option<LeaderEpoch> {
     if state.last_batch_epoch.is_some() {
         return None;
     }
-    let entries = state.epochs.entries();
-    let held = entries.partition_point(|entry| entry.start_offset <= state.log_start_offset);
-    held.checked_sub(1).map(|last| entries[last].epoch)
+    // The log holds no batch, so no entry starts past its start.
+    debug_assert!(state
+        .epochs
+        .entries()
+        .iter()
+        .all(|entry| entry.start_offset <= state.log_start_offset));
+    expected_epoch(state.epochs.entries(), state.log_start_offset)
 }
 
 /// Where a log ends and what unclean recovery compares of it, read at one
@@ -1657,14 +1661,7 @@ impl Log {
         {
             return Ok(());
         }
-        self.commit.check_not_poisoned(&self.dir)?;
-        let stored = checkpoint::store_pairs(
-            &*self.disk,
-            &self.dir.join(LINE_EPOCH_FILE),
-            LINE_EPOCH_KIND,
-            &[(u64::from(epoch.0), 0)],
-        );
-        self.poison_on_error(stored)?;
+        self.store_epoch_entry(LINE_EPOCH_FILE, LINE_EPOCH_KIND, epoch, 0)?;
         // An epoch this replica leads or follows in is newer than every
         // line it was on before: it replaces an unusable file's too.
         *line_epoch = LineEpoch {
@@ -1696,16 +1693,29 @@ impl Log {
         if line_epoch.start == Some((epoch, start)) {
             return Ok(());
         }
+        self.store_epoch_entry(START_LINE_FILE, START_LINE_KIND, epoch, start.0)?;
+        line_epoch.start = Some((epoch, start));
+        Ok(())
+    }
+
+    /// Writes `(epoch, value)` as the one entry of the file `name` (read
+    /// back by `load_epoch_entry`), durably; a failed write poisons the
+    /// log. The caller holds `line_epoch`.
+    fn store_epoch_entry(
+        &self,
+        name: &str,
+        kind: &str,
+        epoch: LeaderEpoch,
+        value: u64,
+    ) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let stored = checkpoint::store_pairs(
             &*self.disk,
-            &self.dir.join(START_LINE_FILE),
-            START_LINE_KIND,
-            &[(u64::from(epoch.0), start.0)],
+            &self.dir.join(name),
+            kind,
+            &[(u64::from(epoch.0), value)],
         );
-        self.poison_on_error(stored)?;
-        line_epoch.start = Some((epoch, start));
-        Ok(())
+        self.poison_on_error(stored)
     }
 
     /// The newest epoch in the epoch cache.

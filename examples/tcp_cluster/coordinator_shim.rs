@@ -9,7 +9,7 @@
 //! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
 //! absent values are `-`, and a log state is the eight fields `log replicas
 //! leader epoch isr elr version unclean` (`elr`: the eligible leader
-//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line`, see `unclean_to_text`).
+//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:resigned`, see `unclean_to_text`).
 //! Cluster and directory ids are 32 hex digits; a node's replica
 //! directories are `log:directory` pairs, comma-separated.
 //!
@@ -144,14 +144,17 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
-/// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line`,
+/// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:resigned`,
 /// with `-` for a log without batches, line or start line, epochs as
-/// `epoch@start` joined by `;` (`-` for none), or `node:?` for a log end
-/// not known yet. The last five fields came later; absent, they read as
-/// none and 0.
+/// `epoch@start` joined by `;` (`-` for none), `resigned` `r` for an entry
+/// a resigning leader wrote ([`UncleanReplica::resigned`]) and `-` for
+/// one an unclean restart wrote; or `node:?:resigned` for a log end not
+/// known yet. The fields after the log end came later; absent, they read
+/// as none, 0 and `-`.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
+    let resigned = if replica.resigned { "r" } else { "-" };
     let Some(end) = &replica.log_end else {
-        return format!("{}:?", replica.node.0);
+        return format!("{}:?:{resigned}", replica.node.0);
     };
     let epoch = |epoch: Option<LeaderEpoch>| epoch.map_or("-".into(), |e| e.0.to_string());
     let epochs = if end.epochs.is_empty() {
@@ -164,7 +167,7 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
             .join(";")
     };
     format!(
-        "{}:{}:{}:{}:{epochs}:{}:{}:{}",
+        "{}:{}:{}:{}:{epochs}:{}:{}:{}:{resigned}",
         replica.node.0,
         epoch(end.last_epoch),
         end.log_end_offset.0,
@@ -178,10 +181,16 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
 fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
     let mut parts = text.split(':');
     let node = NodeId(number(parts.next())?);
+    let resigned = |field: Option<&str>| match field {
+        Some("r") => Ok(true),
+        Some("-") | None => Ok(false),
+        Some(other) => Err(error(format!("bad resigned field {other:?}"))),
+    };
     let last_epoch = match parts.next() {
         Some("?") => {
             return Ok(UncleanReplica {
                 node,
+                resigned: resigned(parts.next())?,
                 log_end: None,
             })
         }
@@ -221,8 +230,10 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
         Some("-") | None => None,
         other => Some(LeaderEpoch(number(other)?)),
     };
+    let resigned = resigned(parts.next())?;
     Ok(UncleanReplica {
         node,
+        resigned,
         log_end: Some(LogEnd {
             last_epoch,
             log_end_offset,

@@ -2055,6 +2055,7 @@ mod tests {
                 .iter()
                 .map(|&(node, offset)| UncleanReplica {
                     node: NodeId(node),
+                    resigned: false,
                     log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: (offset > 0).then_some(LeaderEpoch(4)),
                         log_end_offset: Offset(offset),
@@ -2102,6 +2103,7 @@ mod tests {
             .iter()
             .map(|&(node, offset)| UncleanReplica {
                 node: NodeId(node),
+                resigned: false,
                 log_end: Some(LogEnd {
                     last_epoch: Some(LeaderEpoch(4)),
                     log_end_offset: Offset(offset),
@@ -2156,6 +2158,7 @@ mod tests {
         let mut recovering = state_with_elr(None, &[], &[3]);
         recovering.unclean_replicas = vec![UncleanReplica {
             node: NodeId(1),
+            resigned: false,
             log_end: Some(LogEnd {
                 last_epoch: Some(LeaderEpoch(4)),
                 log_end_offset: Offset(9),

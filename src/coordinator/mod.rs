@@ -306,11 +306,22 @@ impl LogEnd {
 }
 
 /// A replica taken out of the ISR or ELR by its node's unclean restart,
-/// with the end of its log at that restart ([`LogState::unclean_replicas`]).
+/// with the end of its log at that restart, or a leader that resigned
+/// because its storage failed ([`LogState::unclean_replicas`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct UncleanReplica {
     /// The replica's node.
     pub node: NodeId,
+    /// Whether the replica listed itself as it resigned the leadership
+    /// because its storage failed, rather than at an unclean restart. Its
+    /// log end's high watermark is then the leader's own, final one (a
+    /// leader whose log failed counts no more fetches, so it acknowledges
+    /// nothing after its resignation reads it): every record acknowledged
+    /// with `acks=all` lies below it. A replica that holds at least that
+    /// much holds everything this one can add ([`LogState::unclean_shutdown_update`]).
+    /// A later report of the node's own (an unclean restart) replaces the
+    /// entry and clears it.
+    pub resigned: bool,
     /// Where its log ended when it reported; `None` while its end is not
     /// known: the node could not open the replica when it reported (its
     /// recovery needed a cut that waits for the report to be stored, or
@@ -527,7 +538,12 @@ impl LogState {
     /// As Kafka's `ReplicationControlManager.handleBrokerUncleanShutdown`,
     /// with one difference: when `node` is the only member left of the ISR
     /// and the ELR, no other replica is in the unclean list and its log is
-    /// not empty, it stays.
+    /// not empty, it stays. A leader that resigned because its storage
+    /// failed lists itself ([`UncleanReplica::resigned`]) and counts as
+    /// another replica in the list unless `node`'s log reaches its high
+    /// watermark (simulator seed 60336922: node 0 resigned from epoch 9
+    /// holding the acknowledged 348, node 1, left alone in the ISR, lost
+    /// 348 in a power loss and, staying, led without it).
     /// Kafka removes it and then, with ISR and ELR empty, elects the last
     /// known leader anyway (`PartitionChangeBuilder.canElectLastKnownLeader`,
     /// whatever `unclean.leader.election.enable` says). With nobody else
@@ -552,7 +568,11 @@ impl LogState {
         let holds_records = log_end
             .as_ref()
             .is_some_and(|end| end.log_end_offset != Offset::ZERO);
-        let reported = UncleanReplica { node, log_end };
+        let reported = UncleanReplica {
+            node,
+            resigned: false,
+            log_end,
+        };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
             match self.unclean_replicas.iter().find(|r| r.node == node) {
                 Some(known) if *known == reported => return None,
@@ -576,7 +596,24 @@ impl LogState {
         };
         let in_sync_replicas = without(&self.in_sync_replicas);
         let eligible_leader_replicas = without(&self.eligible_leader_replicas);
-        let others_unclean = self.unclean_replicas.iter().any(|r| r.node != node);
+        // A resigned leader's entry counts only while this log may lack a
+        // record it acknowledged: its high watermark is final (see
+        // `UncleanReplica::resigned`), and this replica, a member since,
+        // holds the same records below its end.
+        let reported_end = reported
+            .log_end
+            .as_ref()
+            .map_or(Offset::ZERO, |end| end.log_end_offset);
+        let covered = |r: &UncleanReplica| {
+            r.resigned
+                && r.log_end
+                    .as_ref()
+                    .is_some_and(|end| end.high_watermark <= reported_end)
+        };
+        let others_unclean = self
+            .unclean_replicas
+            .iter()
+            .any(|r| r.node != node && !covered(r));
         // A log that restarted at an offset with no batch since (after a
         // snapshot install, say) holds what it must: only one that ends at
         // offset 0 lost everything. One whose end is not known may have
@@ -1765,6 +1802,7 @@ mod tests {
         list.iter()
             .map(|&(node, offset)| UncleanReplica {
                 node: n(node),
+                resigned: false,
                 log_end: reported(1, offset),
             })
             .collect()
@@ -1784,6 +1822,7 @@ mod tests {
             .expect("node 2 leaves the ISR");
         let not_known = UncleanReplica {
             node: n(2),
+            resigned: false,
             log_end: None,
         };
         assert_eq!(update.unclean_report, Some(not_known));
@@ -1791,6 +1830,7 @@ mod tests {
         let mut forged = update;
         forged.unclean_report = Some(UncleanReplica {
             node: n(2),
+            resigned: false,
             log_end: Some(end(6, 135)),
         });
         let error = current.validate_update(&forged).unwrap_err().to_string();
@@ -2044,6 +2084,104 @@ mod tests {
         }
     }
 
+    /// A leader that resigned because its storage failed lists itself
+    /// (simulator seed 60336922). The last ISR or ELR member, back from
+    /// an unclean restart, stays only if its log reaches that leader's
+    /// high watermark: below it, it may lack an acknowledged record the
+    /// resigned leader holds, and leaves for unclean recovery. An entry an
+    /// unclean restart wrote counts whatever its high watermark (a
+    /// restarted replica's checkpointed one lags).
+    #[test]
+    fn a_resigned_leader_keeps_the_last_member_only_if_it_reaches_its_high_watermark() {
+        let listed = |resigned: bool| UncleanReplica {
+            node: n(1),
+            resigned,
+            log_end: Some(LogEnd {
+                high_watermark: Offset(349),
+                ..end(1, 351)
+            }),
+        };
+        // (name, ISR, ELR, node 1's entry, node 2's log end, stays)
+        let cases = [
+            (
+                "below the high watermark: it leaves",
+                &[2][..],
+                &[][..],
+                listed(true),
+                348,
+                false,
+            ),
+            (
+                "at the high watermark: it stays",
+                &[2],
+                &[],
+                listed(true),
+                349,
+                true,
+            ),
+            (
+                "past the leader's end: it stays",
+                &[2],
+                &[],
+                listed(true),
+                360,
+                true,
+            ),
+            (
+                "the last ELR member, below: it leaves",
+                &[],
+                &[2],
+                listed(true),
+                348,
+                false,
+            ),
+            (
+                "the last ELR member, at: it stays",
+                &[],
+                &[2],
+                listed(true),
+                349,
+                true,
+            ),
+            (
+                "a restart's entry, at: it leaves",
+                &[2],
+                &[],
+                listed(false),
+                349,
+                false,
+            ),
+        ];
+        for (name, isr, elr, entry, offset, stays) in cases {
+            let mut stored = with_elr(state(None, 2, isr), elr);
+            stored.unclean_replicas = vec![entry.clone()];
+            stored.check_invariants();
+            let update = stored.unclean_shutdown_update(n(2), reported(1, offset));
+            if stays {
+                assert_eq!(update, None, "{name}");
+                continue;
+            }
+            let update = update.unwrap_or_else(|| panic!("{name}: it stayed"));
+            stored
+                .validate_update(&update)
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
+            let next = stored.with_update(update);
+            assert!(next.in_unclean_recovery(), "{name}: {next:?}");
+            assert_eq!(
+                next.unclean_replicas,
+                vec![
+                    entry,
+                    UncleanReplica {
+                        node: n(2),
+                        resigned: false,
+                        log_end: reported(1, offset),
+                    }
+                ],
+                "{name}"
+            );
+        }
+    }
+
     /// The replica unclean recovery elects: only with the ISR and ELR
     /// empty; without line epochs (reports that predate them) the greatest
     /// (last epoch, log end offset), ties to the earliest in assignment
@@ -2112,6 +2250,7 @@ mod tests {
                 .iter()
                 .map(|&(node, epoch, offset)| UncleanReplica {
                     node: n(node),
+                    resigned: false,
                     log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: epoch.map(LeaderEpoch),
                         log_end_offset: Offset(offset),
@@ -2137,6 +2276,7 @@ mod tests {
     fn recovery_takes_a_longer_log_on_the_line_an_empty_log_started_from() {
         let empty = |start_line: Option<u32>| UncleanReplica {
             node: n(1),
+            resigned: false,
             log_end: Some(LogEnd {
                 last_epoch: None,
                 log_end_offset: Offset(1467),
@@ -2149,6 +2289,7 @@ mod tests {
         };
         let longer = |line: u32| UncleanReplica {
             node: n(2),
+            resigned: false,
             log_end: Some(LogEnd {
                 last_epoch: Some(LeaderEpoch(10)),
                 log_end_offset: Offset(1468),
@@ -2313,6 +2454,7 @@ mod tests {
                 .map(
                     |&(node, last, start, high_watermark, end, line, epochs)| UncleanReplica {
                         node: n(node),
+                        resigned: false,
                         log_end: Some(LogEnd {
                             last_epoch: (last > 0).then_some(LeaderEpoch(last)),
                             log_end_offset: Offset(end),
@@ -2360,6 +2502,7 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             unclean_report: Some(UncleanReplica {
                 node: n(node),
+                resigned: false,
                 log_end: Some(end(1, 3)),
             }),
             assignment: None,

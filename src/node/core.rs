@@ -139,7 +139,7 @@ pub(crate) use self::shutdown::{
 use self::shutdown::{LeaveIsrStage, ShutdownStage};
 pub(crate) use self::timers::{ControlTimers, TimerIntervals};
 
-use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate};
+use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate, UncleanReplica};
 use crate::error::Result;
 use crate::replication::{
     FetchArrival, IncarnationCheck, IsrProposal, PeerIncarnations, Replica, Role,
@@ -2156,6 +2156,7 @@ impl NodeCore {
             live,
             self.min_insync_replicas,
             replica.get().leadership_failed(),
+            super::replica_log_end(replica.get()),
         );
         match decision {
             Resign::NotLeader => {
@@ -2508,13 +2509,36 @@ pub(crate) enum Resign {
 /// The live nodes are read whenever the ELR holds another replica, even
 /// when the ISR does too (and the answer then decides nothing): a failed
 /// read means no resignation this time, as when the code was inline.
+///
+/// A resignation that writes lists `me` among the log's unclean replicas
+/// ([`UncleanReplica::resigned`]) with `log_end`, its log's end as it
+/// reports it, when known: it held every committed record when it left,
+/// and may be the only replica that still does. Without it, a replica
+/// left alone in the ISR, restarting after a power loss that took its
+/// unflushed tail, stayed in the ISR as the only one known to hold the
+/// committed records, and led without a record this replica held
+/// (simulator seed 60336922: node 0, its disk full, resigned from epoch 9
+/// holding the acknowledged 348; node 1, alone in the ISR, lost 348 to a
+/// power loss and led epoch 11). Listed, it makes such a restart leave
+/// the ISR when the restarted log ends below this one's high watermark
+/// (final: a leader whose log failed counts no more fetches), and unclean
+/// recovery then compares its log with theirs; a restarted log that
+/// reaches it stays, as before. An end not known is not listed: recovery
+/// would wait for an end this replica cannot report. It never joins the
+/// ISR or ELR.
 pub(crate) fn resignation(
     stored: &LogState,
     me: NodeId,
     live: Option<&[NodeId]>,
     min_insync_replicas: usize,
     leadership_failed: bool,
+    log_end: Option<LogEnd>,
 ) -> Resign {
+    let unclean_report = log_end.map(|end| UncleanReplica {
+        node: me,
+        resigned: true,
+        log_end: Some(end),
+    });
     if stored.leader != Some(me) {
         return Resign::NotLeader;
     }
@@ -2548,7 +2572,7 @@ pub(crate) fn resignation(
             leader_epoch: stored.leader_epoch.next(),
             in_sync_replicas: Vec::new(),
             eligible_leader_replicas: eligible_others,
-            unclean_report: None,
+            unclean_report: unclean_report.clone(),
             assignment: None,
         }
     } else {
@@ -2562,7 +2586,7 @@ pub(crate) fn resignation(
             leader_epoch: stored.leader_epoch.next(),
             in_sync_replicas: others,
             eligible_leader_replicas,
-            unclean_report: None,
+            unclean_report,
             assignment: None,
         }
     };
@@ -3160,7 +3184,7 @@ mod tests {
         ];
         for (stored, live, leadership_failed, expected) in cases {
             assert_eq!(
-                resignation(&stored, n(1), live, 2, leadership_failed),
+                resignation(&stored, n(1), live, 2, leadership_failed, None),
                 expected,
                 "{stored:?} live {live:?} leadership failed {leadership_failed}"
             );
@@ -3196,9 +3220,17 @@ mod tests {
                 Answer::LogState(Ok(Some(led_by_1(&[1, 2], &[])))),
             );
             let (call, then) = only_call(out);
-            let Resign::Write(expected) = resigned(&[2], &[]) else {
+            let Resign::Write(mut expected) = resigned(&[2], &[]) else {
                 unreachable!("a resignation is a write")
             };
+            // It lists itself with its log's end (seed 60336922).
+            let end = crate::node::replica_log_end(&replica);
+            assert!(end.is_some());
+            expected.unclean_report = Some(UncleanReplica {
+                node: n(1),
+                resigned: true,
+                log_end: end,
+            });
             assert_eq!(
                 call,
                 CoordinatorCall::CompareAndSet {
@@ -3635,6 +3667,7 @@ mod tests {
             in_sync_replicas: vec![n(2), n(3)],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(1),
+                resigned: false,
                 log_end: end.clone(),
             }],
             ..stored(&[2, 3])
@@ -3667,6 +3700,7 @@ mod tests {
             update.unclean_report,
             Some(crate::coordinator::UncleanReplica {
                 node: n(1),
+                resigned: false,
                 log_end: end.clone()
             })
         );
@@ -3720,6 +3754,7 @@ mod tests {
         let report = |end: LogEnd| {
             Some(Some(crate::coordinator::UncleanReplica {
                 node: n(1),
+                resigned: false,
                 log_end: Some(end.clone()),
             }))
         };
@@ -3941,6 +3976,7 @@ mod tests {
             in_sync_replicas: vec![],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(2),
+                resigned: false,
                 log_end: Some(end_at(30)),
             }],
             ..stored(&[2, 3])
@@ -4008,6 +4044,7 @@ mod tests {
             in_sync_replicas: vec![],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(2),
+                resigned: false,
                 log_end: None,
             }],
             ..stored(&[2, 3])
@@ -4282,6 +4319,44 @@ mod tests {
         );
     }
 
+    /// A resignation that writes lists the failed leader among the
+    /// unclean replicas with its log end, when known, in both of its
+    /// writes (to the ISR's others, to a live eligible replica); never
+    /// when its end is not known (seed 60336922).
+    #[test]
+    fn a_resigning_leader_lists_itself_with_its_log_end() {
+        let end = LogEnd {
+            last_epoch: Some(LeaderEpoch(3)),
+            log_end_offset: Offset(351),
+            line_epoch: Some(LeaderEpoch(3)),
+            ..LogEnd::default()
+        };
+        let listed = Some(UncleanReplica {
+            node: n(1),
+            resigned: true,
+            log_end: Some(end.clone()),
+        });
+        let node_2: &[NodeId] = &[n(2)];
+        for (stored, live) in [
+            (led_by_1(&[1, 2], &[]), None),
+            (led_by_1(&[1], &[2]), Some(node_2)),
+        ] {
+            let Resign::Write(update) =
+                resignation(&stored, n(1), live, 2, false, Some(end.clone()))
+            else {
+                panic!("{stored:?}: a resignation is a write");
+            };
+            assert_eq!(update.unclean_report, listed, "{stored:?}");
+            stored
+                .validate_update(&update)
+                .unwrap_or_else(|error| panic!("{stored:?}: {error}"));
+            let Resign::Write(update) = resignation(&stored, n(1), live, 2, false, None) else {
+                panic!("{stored:?}: a resignation is a write");
+            };
+            assert_eq!(update.unclean_report, None, "{stored:?}");
+        }
+    }
+
     /// The resignation when this replica is itself named in the ELR (a
     /// state it should never see, but the decision must not count it as
     /// someone to hand over to, nor write it back): helper-84's missing
@@ -4291,23 +4366,37 @@ mod tests {
         let me_only: &[NodeId] = &[n(1)];
         let node_2: &[NodeId] = &[n(2)];
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1]), n(1), None, 2, false),
+            resignation(&led_by_1(&[1], &[1]), n(1), None, 2, false, None),
             Resign::Stay
         );
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(me_only), 2, false),
+            resignation(
+                &led_by_1(&[1], &[1, 2]),
+                n(1),
+                Some(me_only),
+                2,
+                false,
+                None
+            ),
             Resign::Stay
         );
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(me_only), 2, true),
+            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(me_only), 2, true, None),
             Resign::LeadAgain
         );
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(node_2), 2, false),
+            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(node_2), 2, false, None),
             resigned(&[], &[2])
         );
         assert_eq!(
-            resignation(&led_by_1(&[1, 2], &[1, 3]), n(1), Some(node_2), 2, false),
+            resignation(
+                &led_by_1(&[1, 2], &[1, 3]),
+                n(1),
+                Some(node_2),
+                2,
+                false,
+                None
+            ),
             resigned(&[2], &[3])
         );
     }

@@ -1741,6 +1741,15 @@ impl Replica {
             answer.error = ErrorCode::NotLeader;
             return answer;
         }
+        // 0. A leader whose log failed is on its way out (it resigns): it
+        // counts no fetch, so its high watermark, and what it acknowledged,
+        // stay where its resignation reads them (`UncleanReplica::resigned`).
+        // Kafka likewise takes a failed log directory's partitions offline
+        // (`ReplicaManager.handleLogDirFailure`) and serves them no more.
+        if self.log.is_poisoned() {
+            answer.error = ErrorCode::NotLeader;
+            return answer;
+        }
         // 1. Fencing (checked again by the state machine).
         if request.current_leader_epoch < role.leader_epoch {
             answer.error = ErrorCode::FencedLeaderEpoch;

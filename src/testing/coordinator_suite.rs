@@ -146,6 +146,10 @@ pub fn checks<C: Coordinator>() -> Vec<(&'static str, Check<C>)> {
             report_unclean_shutdown_takes_the_node_out_of_isr_and_elr::<C>,
         ),
         (
+            "a_resigning_leaders_entry_is_stored_until_its_restart_replaces_it",
+            a_resigning_leaders_entry_is_stored_until_its_restart_replaces_it::<C>,
+        ),
+        (
             "an_unclean_report_fences_isr_changes_built_before_it",
             an_unclean_report_fences_isr_changes_built_before_it::<C>,
         ),
@@ -577,6 +581,63 @@ fn eligible_leader_replicas_are_stored_and_checked<C: Coordinator>(c: &C, _time:
     assert_eq!(stored(c, LogId(1)), expanded);
 }
 
+/// A leader whose storage failed resigns listing itself among the unclean
+/// replicas (`UncleanReplica::resigned`, every field of its log end set):
+/// the entry comes back as written, and the node's own unclean restart
+/// later replaces it with an ordinary one.
+fn a_resigning_leaders_entry_is_stored_until_its_restart_replaces_it<C: Coordinator>(
+    c: &C,
+    _time: &SuiteTime,
+) {
+    c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
+    let entry = UncleanReplica {
+        node: NodeId(1),
+        resigned: true,
+        log_end: Some(LogEnd {
+            last_epoch: Some(LeaderEpoch(0)),
+            log_end_offset: Offset(9),
+            log_start_offset: Offset(2),
+            high_watermark: Offset(7),
+            line_epoch: Some(LeaderEpoch(0)),
+            epochs: vec![(LeaderEpoch(0), Offset(2))],
+            start_line: Some(LeaderEpoch(0)),
+        }),
+    };
+    let resigned = applied(
+        c.compare_and_set(
+            LogId(1),
+            LeaderEpoch(0),
+            0,
+            LogUpdate {
+                leader: None,
+                leader_epoch: LeaderEpoch(1),
+                in_sync_replicas: nodes(&[2, 3]),
+                eligible_leader_replicas: Vec::new(),
+                unclean_report: Some(entry.clone()),
+                assignment: None,
+            },
+        )
+        .unwrap(),
+    );
+    assert_eq!(resigned.unclean_replicas, vec![entry]);
+    assert_eq!(stored(c, LogId(1)), resigned);
+    let restarted = Some(LogEnd {
+        last_epoch: Some(LeaderEpoch(0)),
+        log_end_offset: Offset(8),
+        ..Default::default()
+    });
+    c.report_unclean_shutdown(NodeId(1), &[(LogId(1), restarted.clone())])
+        .unwrap();
+    assert_eq!(
+        stored(c, LogId(1)).unclean_replicas,
+        vec![UncleanReplica {
+            node: NodeId(1),
+            resigned: false,
+            log_end: restarted,
+        }]
+    );
+}
+
 /// `report_unclean_shutdown` applies `LogState::unclean_shutdown_update` to
 /// every log hosted by the node, notifies, and is idempotent.
 fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
@@ -655,6 +716,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         log_1.unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
+            resigned: false,
             log_end: end_1.clone()
         }],
         "the reported log end is stored"
@@ -668,6 +730,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         log_3_after.unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
+            resigned: false,
             log_end: Some(LogEnd::default())
         }]
     );
@@ -734,6 +797,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         stored(c, LogId(1)).unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
+            resigned: false,
             log_end: shorter.clone()
         }]
     );
@@ -747,6 +811,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     assert_eq!(changed_logs, vec![LogId(1), LogId(4)], "{changed:?}");
     let unknown = vec![UncleanReplica {
         node: NodeId(1),
+        resigned: false,
         log_end: None,
     }];
     assert_eq!(stored(c, LogId(1)).unclean_replicas, unknown);

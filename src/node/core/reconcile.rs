@@ -200,6 +200,7 @@ mod tests {
                 .iter()
                 .map(|&id| UncleanReplica {
                     node: n(id),
+                    resigned: false,
                     log_end: None,
                 })
                 .collect(),

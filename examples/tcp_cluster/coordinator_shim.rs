@@ -9,7 +9,7 @@
 //! its connection into a stream of event lines. Node lists are comma-separated (`-` when empty),
 //! absent values are `-`, and a log state is the eight fields `log replicas
 //! leader epoch isr elr version unclean` (`elr`: the eligible leader
-//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:resigned`, see `unclean_to_text`).
+//! replicas; `unclean`: the unclean replicas as `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:acknowledged_end`, see `unclean_to_text`).
 //! Cluster and directory ids are 32 hex digits; a node's replica
 //! directories are `log:directory` pairs, comma-separated.
 //!
@@ -144,17 +144,18 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
     }
 }
 
-/// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:resigned`,
-/// with `-` for a log without batches, line or start line, epochs as
-/// `epoch@start` joined by `;` (`-` for none), `resigned` `r` for an entry
-/// a resigning leader wrote ([`UncleanReplica::resigned`]) and `-` for
-/// one an unclean restart wrote; or `node:?:resigned` for a log end not
-/// known yet. The fields after the log end came later; absent, they read
-/// as none, 0 and `-`.
+/// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:acknowledged_end`,
+/// with `-` for a log without batches, line, start line or acknowledged
+/// end (an entry an unclean restart wrote, [`UncleanReplica::acknowledged_end`]),
+/// epochs as `epoch@start` joined by `;` (`-` for none); or
+/// `node:?:acknowledged_end` for a log end not known yet. The fields after
+/// the log end came later; absent, they read as none and 0.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
-    let resigned = if replica.resigned { "r" } else { "-" };
+    let acknowledged = replica
+        .acknowledged_end
+        .map_or("-".into(), |end| end.0.to_string());
     let Some(end) = &replica.log_end else {
-        return format!("{}:?:{resigned}", replica.node.0);
+        return format!("{}:?:{acknowledged}", replica.node.0);
     };
     let epoch = |epoch: Option<LeaderEpoch>| epoch.map_or("-".into(), |e| e.0.to_string());
     let epochs = if end.epochs.is_empty() {
@@ -167,7 +168,7 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
             .join(";")
     };
     format!(
-        "{}:{}:{}:{}:{epochs}:{}:{}:{}:{resigned}",
+        "{}:{}:{}:{}:{epochs}:{}:{}:{}:{acknowledged}",
         replica.node.0,
         epoch(end.last_epoch),
         end.log_end_offset.0,
@@ -181,16 +182,15 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
 fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
     let mut parts = text.split(':');
     let node = NodeId(number(parts.next())?);
-    let resigned = |field: Option<&str>| match field {
-        Some("r") => Ok(true),
-        Some("-") | None => Ok(false),
-        Some(other) => Err(error(format!("bad resigned field {other:?}"))),
+    let acknowledged_end = |field: Option<&str>| match field {
+        Some("-") | None => Ok(None),
+        other => number(other).map(|end| Some(Offset(end))),
     };
     let last_epoch = match parts.next() {
         Some("?") => {
             return Ok(UncleanReplica {
                 node,
-                resigned: resigned(parts.next())?,
+                acknowledged_end: acknowledged_end(parts.next())?,
                 log_end: None,
             })
         }
@@ -230,10 +230,10 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
         Some("-") | None => None,
         other => Some(LeaderEpoch(number(other)?)),
     };
-    let resigned = resigned(parts.next())?;
+    let acknowledged_end = acknowledged_end(parts.next())?;
     Ok(UncleanReplica {
         node,
-        resigned,
+        acknowledged_end,
         log_end: Some(LogEnd {
             last_epoch,
             log_end_offset,

@@ -200,6 +200,10 @@ impl ControllerConfig {
 /// What the controller should write for one log, as decided by
 /// [`elect_leader`] or [`elect_preferred_leader`] from the stored state and
 /// the live nodes.
+// A decision returned and written at once, never stored: boxing the
+// `LogUpdate` (large since unclean entries carry epoch caches) would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Election {
     /// Nothing to write.
@@ -2055,7 +2059,7 @@ mod tests {
                 .iter()
                 .map(|&(node, offset)| UncleanReplica {
                     node: NodeId(node),
-                    resigned: false,
+                    acknowledged_end: None,
                     log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: (offset > 0).then_some(LeaderEpoch(4)),
                         log_end_offset: Offset(offset),
@@ -2103,7 +2107,7 @@ mod tests {
             .iter()
             .map(|&(node, offset)| UncleanReplica {
                 node: NodeId(node),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: Some(LogEnd {
                     last_epoch: Some(LeaderEpoch(4)),
                     log_end_offset: Offset(offset),
@@ -2158,7 +2162,7 @@ mod tests {
         let mut recovering = state_with_elr(None, &[], &[3]);
         recovering.unclean_replicas = vec![UncleanReplica {
             node: NodeId(1),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(LogEnd {
                 last_epoch: Some(LeaderEpoch(4)),
                 log_end_offset: Offset(9),

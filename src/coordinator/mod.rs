@@ -85,11 +85,12 @@ pub struct LogState {
     /// ([`LogState::unclean_shutdown_update`]).
     pub eligible_leader_replicas: Vec<NodeId>,
     /// Replicas that left the ISR or ELR because their node restarted
-    /// after an unclean shutdown, each with the end of its log as it
-    /// reported it, in assignment order (Kafka's `LastKnownElr` plus the
-    /// log ends its unclean recovery asks for, KIP-966). Each of them held
-    /// every committed record before it crashed and may or may not have
-    /// lost some since. When the ISR and ELR are both empty, the controller
+    /// after an unclean shutdown, or because they resigned a leadership
+    /// their storage could not keep ([`UncleanReplica::acknowledged_end`]),
+    /// each with the end of its log as it reported it, in assignment order
+    /// (Kafka's `LastKnownElr` plus the log ends its unclean recovery asks
+    /// for, KIP-966). Each of them held every committed record when it
+    /// left and may or may not have lost some since. When the ISR and ELR are both empty, the controller
     /// elects the one whose log holds the most of the newest line, once
     /// that one is live ([`LogState::recovery_leader`]). A replica leaves this list when it
     /// is back in the ISR.
@@ -312,16 +313,15 @@ impl LogEnd {
 pub struct UncleanReplica {
     /// The replica's node.
     pub node: NodeId,
-    /// Whether the replica listed itself as it resigned the leadership
-    /// because its storage failed, rather than at an unclean restart. Its
-    /// log end's high watermark is then the leader's own, final one (a
-    /// leader whose log failed counts no more fetches, so it acknowledges
-    /// nothing after its resignation reads it): every record acknowledged
-    /// with `acks=all` lies below it. A replica that holds at least that
-    /// much holds everything this one can add ([`LogState::unclean_shutdown_update`]).
-    /// A later report of the node's own (an unclean restart) replaces the
-    /// entry and clears it.
-    pub resigned: bool,
+    /// Set only when the replica listed itself as it resigned a
+    /// leadership it could not keep (its storage failed): every record
+    /// acknowledged with `acks=all` before the resignation lies below
+    /// this offset, by this leader (it stopped acknowledging before
+    /// reading it) or an earlier one. A replica whose log reaches it
+    /// holds every such record ([`LogState::unclean_shutdown_update`]).
+    /// `None` in an entry an unclean restart wrote; the node's own later
+    /// report replaces the entry and clears it.
+    pub acknowledged_end: Option<Offset>,
     /// Where its log ended when it reported; `None` while its end is not
     /// known: the node could not open the replica when it reported (its
     /// recovery needed a cut that waits for the report to be stored, or
@@ -539,9 +539,9 @@ impl LogState {
     /// with one difference: when `node` is the only member left of the ISR
     /// and the ELR, no other replica is in the unclean list and its log is
     /// not empty, it stays. A leader that resigned because its storage
-    /// failed lists itself ([`UncleanReplica::resigned`]) and counts as
-    /// another replica in the list unless `node`'s log reaches its high
-    /// watermark (simulator seed 60336922: node 0 resigned from epoch 9
+    /// failed lists itself ([`UncleanReplica::acknowledged_end`]) and counts as
+    /// another replica in the list unless `node`'s log reaches the end of
+    /// what was acknowledged before it resigned (simulator seed 60336922: node 0 resigned from epoch 9
     /// holding the acknowledged 348, node 1, left alone in the ISR, lost
     /// 348 in a power loss and, staying, led without it).
     /// Kafka removes it and then, with ISR and ELR empty, elects the last
@@ -570,7 +570,7 @@ impl LogState {
             .is_some_and(|end| end.log_end_offset != Offset::ZERO);
         let reported = UncleanReplica {
             node,
-            resigned: false,
+            acknowledged_end: None,
             log_end,
         };
         if !self.is_in_sync(node) && !self.is_eligible(node) {
@@ -597,19 +597,14 @@ impl LogState {
         let in_sync_replicas = without(&self.in_sync_replicas);
         let eligible_leader_replicas = without(&self.eligible_leader_replicas);
         // A resigned leader's entry counts only while this log may lack a
-        // record it acknowledged: its high watermark is final (see
-        // `UncleanReplica::resigned`), and this replica, a member since,
-        // holds the same records below its end.
+        // record acknowledged before the resignation: this replica, a
+        // member since, holds the same records below its end.
         let reported_end = reported
             .log_end
             .as_ref()
             .map_or(Offset::ZERO, |end| end.log_end_offset);
-        let covered = |r: &UncleanReplica| {
-            r.resigned
-                && r.log_end
-                    .as_ref()
-                    .is_some_and(|end| end.high_watermark <= reported_end)
-        };
+        let covered =
+            |r: &UncleanReplica| r.acknowledged_end.is_some_and(|end| end <= reported_end);
         let others_unclean = self
             .unclean_replicas
             .iter()
@@ -642,7 +637,8 @@ impl LogState {
 
     /// Whether this log is in unclean recovery (SPEC 3.5): no leader, the
     /// ISR and the ELR empty, and some replica that held the committed
-    /// records reported an unclean restart.
+    /// records reported an unclean restart or resigned a failed
+    /// leadership.
     pub fn in_unclean_recovery(&self) -> bool {
         self.leader.is_none()
             && self.in_sync_replicas.is_empty()
@@ -863,6 +859,24 @@ impl LogState {
                     self.leader_epoch
                 )));
             }
+            // Only a leader's resignation writes an acknowledged end, with
+            // its log end, which bounds it.
+            if let Some(acknowledged_end) = report.acknowledged_end {
+                let resigns = self.leader == Some(node)
+                    && update.leader.is_none()
+                    && update.leader_epoch > self.leader_epoch;
+                let bounded = report
+                    .log_end
+                    .as_ref()
+                    .is_some_and(|end| acknowledged_end <= end.log_end_offset);
+                if !resigns || !bounded {
+                    return Err(coordinator_error(format!(
+                        "invalid update of {log}: unclean_report gives {node} an acknowledged_end {acknowledged_end}, which only the leader ({:?}) resigning into a leaderless later epoch may, at most at its known log end ({:?})",
+                        self.leader,
+                        report.log_end.as_ref().map(|end| end.log_end_offset)
+                    )));
+                }
+            }
         }
         if update.leader_epoch < self.leader_epoch {
             return Err(coordinator_error(format!(
@@ -1071,9 +1085,11 @@ pub struct LogUpdate {
     pub eligible_leader_replicas: Vec<NodeId>,
     /// A replica whose node restarted after an unclean shutdown, with its
     /// log end: it joins (or is updated in) [`LogState::unclean_replicas`].
-    /// Only [`LogState::unclean_shutdown_update`] sets it; every other
-    /// update leaves it `None`, and the stored list then only loses the
-    /// members of the new ISR.
+    /// Set by [`LogState::unclean_shutdown_update`], and by a failed
+    /// leader's resignation, which lists the leader itself with the end of
+    /// what was acknowledged ([`UncleanReplica::acknowledged_end`]); every
+    /// other update leaves it `None`, and the stored list then only loses
+    /// the members of the new ISR.
     pub unclean_report: Option<UncleanReplica>,
     /// New replicas, with the ones being added and removed (SPEC 3.10), or
     /// `None` to keep the stored ones: only a reassignment, its
@@ -1802,7 +1818,7 @@ mod tests {
         list.iter()
             .map(|&(node, offset)| UncleanReplica {
                 node: n(node),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: reported(1, offset),
             })
             .collect()
@@ -1822,7 +1838,7 @@ mod tests {
             .expect("node 2 leaves the ISR");
         let not_known = UncleanReplica {
             node: n(2),
-            resigned: false,
+            acknowledged_end: None,
             log_end: None,
         };
         assert_eq!(update.unclean_report, Some(not_known));
@@ -1830,7 +1846,7 @@ mod tests {
         let mut forged = update;
         forged.unclean_report = Some(UncleanReplica {
             node: n(2),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(end(6, 135)),
         });
         let error = current.validate_update(&forged).unwrap_err().to_string();
@@ -2086,16 +2102,16 @@ mod tests {
 
     /// A leader that resigned because its storage failed lists itself
     /// (simulator seed 60336922). The last ISR or ELR member, back from
-    /// an unclean restart, stays only if its log reaches that leader's
-    /// high watermark: below it, it may lack an acknowledged record the
-    /// resigned leader holds, and leaves for unclean recovery. An entry an
-    /// unclean restart wrote counts whatever its high watermark (a
-    /// restarted replica's checkpointed one lags).
+    /// an unclean restart, stays only if its log reaches the end of what
+    /// was acknowledged before: below it, it may lack an acknowledged
+    /// record the resigned leader holds, and leaves for unclean recovery.
+    /// An entry an unclean restart wrote counts whatever its high
+    /// watermark (a restarted replica's checkpointed one lags).
     #[test]
-    fn a_resigned_leader_keeps_the_last_member_only_if_it_reaches_its_high_watermark() {
+    fn a_resigned_leader_keeps_the_last_member_only_if_it_reaches_its_acknowledged_end() {
         let listed = |resigned: bool| UncleanReplica {
             node: n(1),
-            resigned,
+            acknowledged_end: resigned.then_some(Offset(349)),
             log_end: Some(LogEnd {
                 high_watermark: Offset(349),
                 ..end(1, 351)
@@ -2104,7 +2120,7 @@ mod tests {
         // (name, ISR, ELR, node 1's entry, node 2's log end, stays)
         let cases = [
             (
-                "below the high watermark: it leaves",
+                "below the acknowledged end: it leaves",
                 &[2][..],
                 &[][..],
                 listed(true),
@@ -2112,7 +2128,7 @@ mod tests {
                 false,
             ),
             (
-                "at the high watermark: it stays",
+                "at the acknowledged end: it stays",
                 &[2],
                 &[],
                 listed(true),
@@ -2173,7 +2189,7 @@ mod tests {
                     entry,
                     UncleanReplica {
                         node: n(2),
-                        resigned: false,
+                        acknowledged_end: None,
                         log_end: reported(1, offset),
                     }
                 ],
@@ -2250,7 +2266,7 @@ mod tests {
                 .iter()
                 .map(|&(node, epoch, offset)| UncleanReplica {
                     node: n(node),
-                    resigned: false,
+                    acknowledged_end: None,
                     log_end: (offset != UNKNOWN).then_some(LogEnd {
                         last_epoch: epoch.map(LeaderEpoch),
                         log_end_offset: Offset(offset),
@@ -2276,7 +2292,7 @@ mod tests {
     fn recovery_takes_a_longer_log_on_the_line_an_empty_log_started_from() {
         let empty = |start_line: Option<u32>| UncleanReplica {
             node: n(1),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(LogEnd {
                 last_epoch: None,
                 log_end_offset: Offset(1467),
@@ -2289,7 +2305,7 @@ mod tests {
         };
         let longer = |line: u32| UncleanReplica {
             node: n(2),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(LogEnd {
                 last_epoch: Some(LeaderEpoch(10)),
                 log_end_offset: Offset(1468),
@@ -2454,7 +2470,7 @@ mod tests {
                 .map(
                     |&(node, last, start, high_watermark, end, line, epochs)| UncleanReplica {
                         node: n(node),
-                        resigned: false,
+                        acknowledged_end: None,
                         log_end: Some(LogEnd {
                             last_epoch: (last > 0).then_some(LeaderEpoch(last)),
                             log_end_offset: Offset(end),
@@ -2502,7 +2518,7 @@ mod tests {
             eligible_leader_replicas: Vec::new(),
             unclean_report: Some(UncleanReplica {
                 node: n(node),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: Some(end(1, 3)),
             }),
             assignment: None,
@@ -2512,6 +2528,33 @@ mod tests {
         assert!(error.contains("unclean_report names node-3"), "{error}");
         let error = current.validate_update(&report(1)).unwrap_err().to_string();
         assert!(error.contains("keeps in in_sync_replicas"), "{error}");
+        // An acknowledged end: only the leader's resignation into a
+        // leaderless later epoch, at most at its log end.
+        let resignation =
+            |node: u32, leader: Option<u32>, epoch: u32, acknowledged: u64| LogUpdate {
+                leader: leader.map(n),
+                leader_epoch: LeaderEpoch(epoch),
+                in_sync_replicas: nodes(&[2]),
+                eligible_leader_replicas: Vec::new(),
+                unclean_report: Some(UncleanReplica {
+                    node: n(node),
+                    acknowledged_end: Some(Offset(acknowledged)),
+                    log_end: Some(end(2, 3)),
+                }),
+                assignment: None,
+            };
+        let current = state(Some(1), 2, &[1, 2, 3]);
+        current
+            .validate_update(&resignation(1, None, 3, 3))
+            .unwrap();
+        for (name, update) in [
+            ("not the leader", resignation(3, None, 3, 3)),
+            ("a leader stays", resignation(1, Some(2), 3, 3)),
+            ("past the log end", resignation(1, None, 3, 4)),
+        ] {
+            let error = current.validate_update(&update).unwrap_err().to_string();
+            assert!(error.contains("acknowledged_end"), "{name}: {error}");
+        }
     }
 
     #[test]

@@ -603,7 +603,7 @@ mod tests {
         // 5683f2c: keeping 0, with 5 records, lost 3's 100).
         let unclean_at = |node: u32, end: u64| crate::coordinator::UncleanReplica {
             node: NodeId(node),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(crate::coordinator::LogEnd {
                 last_epoch: Some(LeaderEpoch(3)),
                 log_end_offset: crate::types::Offset(end),
@@ -632,7 +632,7 @@ mod tests {
             unclean_at(0, 5),
             crate::coordinator::UncleanReplica {
                 node: NodeId(1),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: Some(crate::coordinator::LogEnd {
                     last_epoch: None,
                     log_end_offset: crate::types::Offset(0),
@@ -687,7 +687,7 @@ mod tests {
         moving.eligible_leader_replicas = nodes(&[2]);
         let reported_end = |end: u64| crate::coordinator::UncleanReplica {
             node: NodeId(0),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(crate::coordinator::LogEnd {
                 last_epoch: (end > 0).then_some(LeaderEpoch(3)),
                 log_end_offset: crate::types::Offset(end),
@@ -718,7 +718,7 @@ mod tests {
         adding.in_sync_replicas = nodes(&[0, 1]);
         adding.unclean_replicas = vec![crate::coordinator::UncleanReplica {
             node: NodeId(2),
-            resigned: false,
+            acknowledged_end: None,
             ..reported_end(927)
         }];
         adding.check_invariants();

@@ -150,6 +150,10 @@ use crate::transport::Response;
 use crate::types::{DirectoryId, Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 /// A coordinator call the core asks its driver to make for this node.
+// Made once and dropped when carried out: boxing the `LogUpdate` of a
+// write (large since unclean entries carry epoch caches) would only add an
+// allocation per write.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum CoordinatorCall {
     /// `Coordinator::heartbeat`: renews this node's session.
@@ -2156,7 +2160,10 @@ impl NodeCore {
             live,
             self.min_insync_replicas,
             replica.get().leadership_failed(),
-            super::replica_log_end(replica.get()),
+            || {
+                let acknowledged_end = replica.get().stop_acknowledging_to_resign();
+                super::replica_log_end(replica.get()).map(|end| (end, acknowledged_end))
+            },
         );
         match decision {
             Resign::NotLeader => {
@@ -2511,34 +2518,31 @@ pub(crate) enum Resign {
 /// read means no resignation this time, as when the code was inline.
 ///
 /// A resignation that writes lists `me` among the log's unclean replicas
-/// ([`UncleanReplica::resigned`]) with `log_end`, its log's end as it
-/// reports it, when known: it held every committed record when it left,
-/// and may be the only replica that still does. Without it, a replica
+/// with what `listing` answers, called only then: its log's end as it
+/// reports it, when known, and the end of what was acknowledged before
+/// ([`UncleanReplica::acknowledged_end`]; the call stops this replica
+/// acknowledging, `Replica::stop_acknowledging_to_resign`). It held every
+/// committed record when it left, and may be the only replica that still
+/// does. Without it, a replica
 /// left alone in the ISR, restarting after a power loss that took its
 /// unflushed tail, stayed in the ISR as the only one known to hold the
 /// committed records, and led without a record this replica held
 /// (simulator seed 60336922: node 0, its disk full, resigned from epoch 9
 /// holding the acknowledged 348; node 1, alone in the ISR, lost 348 to a
 /// power loss and led epoch 11). Listed, it makes such a restart leave
-/// the ISR when the restarted log ends below this one's high watermark
-/// (final: a leader whose log failed counts no more fetches), and unclean
-/// recovery then compares its log with theirs; a restarted log that
-/// reaches it stays, as before. An end not known is not listed: recovery
-/// would wait for an end this replica cannot report. It never joins the
-/// ISR or ELR.
+/// the ISR when the restarted log ends below the acknowledged end, and
+/// unclean recovery then compares its log with theirs; a restarted log
+/// that reaches it stays, as before. An end not known is not listed:
+/// recovery would wait for an end this replica cannot report. It never
+/// joins the ISR or ELR.
 pub(crate) fn resignation(
     stored: &LogState,
     me: NodeId,
     live: Option<&[NodeId]>,
     min_insync_replicas: usize,
     leadership_failed: bool,
-    log_end: Option<LogEnd>,
+    listing: impl FnOnce() -> Option<(LogEnd, Offset)>,
 ) -> Resign {
-    let unclean_report = log_end.map(|end| UncleanReplica {
-        node: me,
-        resigned: true,
-        log_end: Some(end),
-    });
     if stored.leader != Some(me) {
         return Resign::NotLeader;
     }
@@ -2559,20 +2563,25 @@ pub(crate) fn resignation(
         (false, None) => return Resign::ReadLiveNodes,
         (false, Some(live)) => eligible_others.iter().any(|node| live.contains(node)),
     };
+    if others.is_empty() && !eligible_live {
+        return if leadership_failed {
+            Resign::LeadAgain
+        } else {
+            Resign::Stay
+        };
+    }
+    let unclean_report = listing().map(|(end, acknowledged_end)| UncleanReplica {
+        node: me,
+        acknowledged_end: Some(acknowledged_end),
+        log_end: Some(end),
+    });
     let update = if others.is_empty() {
-        if !eligible_live {
-            return if leadership_failed {
-                Resign::LeadAgain
-            } else {
-                Resign::Stay
-            };
-        }
         LogUpdate {
             leader: None,
             leader_epoch: stored.leader_epoch.next(),
             in_sync_replicas: Vec::new(),
             eligible_leader_replicas: eligible_others,
-            unclean_report: unclean_report.clone(),
+            unclean_report,
             assignment: None,
         }
     } else {
@@ -3183,9 +3192,20 @@ mod tests {
             (led_by_1(&[1], &[]), None, true, Resign::LeadAgain),
         ];
         for (stored, live, leadership_failed, expected) in cases {
+            // The listing, which stops the replica acknowledging, is
+            // asked for only by a write.
+            let asked = std::cell::Cell::new(false);
             assert_eq!(
-                resignation(&stored, n(1), live, 2, leadership_failed, None),
+                resignation(&stored, n(1), live, 2, leadership_failed, || {
+                    asked.set(true);
+                    None
+                }),
                 expected,
+                "{stored:?} live {live:?} leadership failed {leadership_failed}"
+            );
+            assert_eq!(
+                asked.get(),
+                matches!(expected, Resign::Write(_)),
                 "{stored:?} live {live:?} leadership failed {leadership_failed}"
             );
         }
@@ -3223,14 +3243,24 @@ mod tests {
             let Resign::Write(mut expected) = resigned(&[2], &[]) else {
                 unreachable!("a resignation is a write")
             };
-            // It lists itself with its log's end (seed 60336922).
-            let end = crate::node::replica_log_end(&replica);
-            assert!(end.is_some());
-            expected.unclean_report = Some(UncleanReplica {
-                node: n(1),
-                resigned: true,
-                log_end: end,
-            });
+            // It lists itself with its log's end (seed 60336922), having
+            // stopped acknowledging: what it acknowledged ends at its
+            // final high watermark or later, at most at its log end.
+            let CoordinatorCall::CompareAndSet { update, .. } = &call else {
+                panic!("{call:?}: a resignation is a write");
+            };
+            let listed = update.unclean_report.clone().expect("it lists itself");
+            let end = crate::node::replica_log_end(&replica).expect("its end is known");
+            let acknowledged_end = listed.acknowledged_end.expect("an acknowledged end");
+            assert!(
+                replica.log().high_watermark() <= acknowledged_end
+                    && acknowledged_end <= end.log_end_offset,
+                "{listed:?}"
+            );
+            assert!(replica.role().0 != Role::Leader && replica.leadership_failed());
+            assert_eq!(listed.node, n(1));
+            assert_eq!(listed.log_end, Some(end));
+            expected.unclean_report = Some(listed);
             assert_eq!(
                 call,
                 CoordinatorCall::CompareAndSet {
@@ -3667,7 +3697,7 @@ mod tests {
             in_sync_replicas: vec![n(2), n(3)],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(1),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: end.clone(),
             }],
             ..stored(&[2, 3])
@@ -3700,7 +3730,7 @@ mod tests {
             update.unclean_report,
             Some(crate::coordinator::UncleanReplica {
                 node: n(1),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: end.clone()
             })
         );
@@ -3754,7 +3784,7 @@ mod tests {
         let report = |end: LogEnd| {
             Some(Some(crate::coordinator::UncleanReplica {
                 node: n(1),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: Some(end.clone()),
             }))
         };
@@ -3976,7 +4006,7 @@ mod tests {
             in_sync_replicas: vec![],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(2),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: Some(end_at(30)),
             }],
             ..stored(&[2, 3])
@@ -4044,7 +4074,7 @@ mod tests {
             in_sync_replicas: vec![],
             unclean_replicas: vec![crate::coordinator::UncleanReplica {
                 node: n(2),
-                resigned: false,
+                acknowledged_end: None,
                 log_end: None,
             }],
             ..stored(&[2, 3])
@@ -4320,9 +4350,11 @@ mod tests {
     }
 
     /// A resignation that writes lists the failed leader among the
-    /// unclean replicas with its log end, when known, in both of its
-    /// writes (to the ISR's others, to a live eligible replica); never
-    /// when its end is not known (seed 60336922).
+    /// unclean replicas with its log end and acknowledged end, when
+    /// known, in both of its writes (to the ISR's others, to a live
+    /// eligible replica); never when its end is not known (seed
+    /// 60336922). Nothing is asked (which would stop the replica
+    /// acknowledging) when it does not write.
     #[test]
     fn a_resigning_leader_lists_itself_with_its_log_end() {
         let end = LogEnd {
@@ -4333,7 +4365,7 @@ mod tests {
         };
         let listed = Some(UncleanReplica {
             node: n(1),
-            resigned: true,
+            acknowledged_end: Some(Offset(349)),
             log_end: Some(end.clone()),
         });
         let node_2: &[NodeId] = &[n(2)];
@@ -4341,16 +4373,16 @@ mod tests {
             (led_by_1(&[1, 2], &[]), None),
             (led_by_1(&[1], &[2]), Some(node_2)),
         ] {
-            let Resign::Write(update) =
-                resignation(&stored, n(1), live, 2, false, Some(end.clone()))
-            else {
+            let Resign::Write(update) = resignation(&stored, n(1), live, 2, false, || {
+                Some((end.clone(), Offset(349)))
+            }) else {
                 panic!("{stored:?}: a resignation is a write");
             };
             assert_eq!(update.unclean_report, listed, "{stored:?}");
             stored
                 .validate_update(&update)
                 .unwrap_or_else(|error| panic!("{stored:?}: {error}"));
-            let Resign::Write(update) = resignation(&stored, n(1), live, 2, false, None) else {
+            let Resign::Write(update) = resignation(&stored, n(1), live, 2, false, || None) else {
                 panic!("{stored:?}: a resignation is a write");
             };
             assert_eq!(update.unclean_report, None, "{stored:?}");
@@ -4366,7 +4398,7 @@ mod tests {
         let me_only: &[NodeId] = &[n(1)];
         let node_2: &[NodeId] = &[n(2)];
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1]), n(1), None, 2, false, None),
+            resignation(&led_by_1(&[1], &[1]), n(1), None, 2, false, || None),
             Resign::Stay
         );
         assert_eq!(
@@ -4376,16 +4408,30 @@ mod tests {
                 Some(me_only),
                 2,
                 false,
-                None
+                || None
             ),
             Resign::Stay
         );
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(me_only), 2, true, None),
+            resignation(
+                &led_by_1(&[1], &[1, 2]),
+                n(1),
+                Some(me_only),
+                2,
+                true,
+                || None
+            ),
             Resign::LeadAgain
         );
         assert_eq!(
-            resignation(&led_by_1(&[1], &[1, 2]), n(1), Some(node_2), 2, false, None),
+            resignation(
+                &led_by_1(&[1], &[1, 2]),
+                n(1),
+                Some(node_2),
+                2,
+                false,
+                || None
+            ),
             resigned(&[], &[2])
         );
         assert_eq!(
@@ -4395,7 +4441,7 @@ mod tests {
                 Some(node_2),
                 2,
                 false,
-                None
+                || None
             ),
             resigned(&[2], &[3])
         );

@@ -543,6 +543,42 @@ impl Replica {
         }
     }
 
+    /// Stops this failed leader acknowledging anything, ahead of the
+    /// resignation that lists it among the unclean replicas (SPEC 3.5,
+    /// `UncleanReplica::acknowledged_end`), and returns the end of what was
+    /// acknowledged with `acks=all` before, by it or by an earlier leader:
+    /// - Leading (its log failed), it stops as after a failed
+    ///   `become_leader` (appends fail, waiters are released, and the
+    ///   resignation is retried until the coordinator names another
+    ///   leader); its high watermark is then final. An earlier leader's
+    ///   records lie below its epoch's start (it was elected holding
+    ///   them), which a new leader's high watermark may not have reached
+    ///   yet (SPEC 3.8).
+    /// - Not leading (its `become_leader` failed), it acknowledged nothing
+    ///   in its epoch, and an earlier leader's records lie below its log
+    ///   end: nothing narrower is known.
+    pub(crate) fn stop_acknowledging_to_resign(&self) -> Offset {
+        let _resolve = self.resolve_on_drop(false);
+        let _io = self.follower_io.lock();
+        let mut role = self.role.write();
+        if role.role != Role::Leader {
+            return self.log.log_end_offset();
+        }
+        let epoch = role.leader_epoch;
+        self.fail_leadership(&mut role, epoch);
+        let high_watermark = Offset(self.high_watermark.get());
+        // `become_leader` wrote the epoch's entry before leading; without
+        // it, the log end bounds everything.
+        let epoch_start = self
+            .log
+            .epoch_entries()
+            .into_iter()
+            .find(|(entry, _)| *entry == epoch)
+            .map_or_else(|| self.log.log_end_offset(), |(_, start)| start);
+        debug_assert!(high_watermark <= self.log.log_end_offset());
+        high_watermark.max(epoch_start)
+    }
+
     /// `become_leader` for `epoch` failed: stop acting as leader of any
     /// older epoch (appends fail, waiters are released) and remember it.
     fn fail_leadership(&self, role: &mut RoleState, epoch: LeaderEpoch) {
@@ -1738,15 +1774,6 @@ impl Replica {
         };
         let role = self.role.read();
         if role.role != Role::Leader {
-            answer.error = ErrorCode::NotLeader;
-            return answer;
-        }
-        // 0. A leader whose log failed is on its way out (it resigns): it
-        // counts no fetch, so its high watermark, and what it acknowledged,
-        // stay where its resignation reads them (`UncleanReplica::resigned`).
-        // Kafka likewise takes a failed log directory's partitions offline
-        // (`ReplicaManager.handleLogDirFailure`) and serves them no more.
-        if self.log.is_poisoned() {
             answer.error = ErrorCode::NotLeader;
             return answer;
         }

@@ -592,7 +592,7 @@ fn a_resigning_leaders_entry_is_stored_until_its_restart_replaces_it<C: Coordina
     c.create_log(LogId(1), nodes(&[1, 2, 3])).unwrap();
     let entry = UncleanReplica {
         node: NodeId(1),
-        resigned: true,
+        acknowledged_end: Some(Offset(8)),
         log_end: Some(LogEnd {
             last_epoch: Some(LeaderEpoch(0)),
             log_end_offset: Offset(9),
@@ -632,7 +632,7 @@ fn a_resigning_leaders_entry_is_stored_until_its_restart_replaces_it<C: Coordina
         stored(c, LogId(1)).unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            resigned: false,
+            acknowledged_end: None,
             log_end: restarted,
         }]
     );
@@ -716,7 +716,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         log_1.unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            resigned: false,
+            acknowledged_end: None,
             log_end: end_1.clone()
         }],
         "the reported log end is stored"
@@ -730,7 +730,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         log_3_after.unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(LogEnd::default())
         }]
     );
@@ -797,7 +797,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
         stored(c, LogId(1)).unclean_replicas,
         vec![UncleanReplica {
             node: NodeId(1),
-            resigned: false,
+            acknowledged_end: None,
             log_end: shorter.clone()
         }]
     );
@@ -811,7 +811,7 @@ fn report_unclean_shutdown_takes_the_node_out_of_isr_and_elr<C: Coordinator>(
     assert_eq!(changed_logs, vec![LogId(1), LogId(4)], "{changed:?}");
     let unknown = vec![UncleanReplica {
         node: NodeId(1),
-        resigned: false,
+        acknowledged_end: None,
         log_end: None,
     }];
     assert_eq!(stored(c, LogId(1)).unclean_replicas, unknown);

@@ -59,7 +59,7 @@ fn recovering_log(coordinator: &MemoryCoordinator) {
         state.unclean_replicas,
         vec![UncleanReplica {
             node: N1,
-            resigned: false,
+            acknowledged_end: None,
             log_end: Some(end)
         }]
     );

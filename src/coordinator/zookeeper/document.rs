@@ -282,12 +282,12 @@ struct UncleanReplicaDocument {
     /// not write over a document that has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     start_line: Option<u32>,
-    /// Added with resigning leaders' entries ([`UncleanReplica::resigned`]):
-    /// absent and `false` read the same, and `false` is not written. A
-    /// version that predates it does not write over a document that has
-    /// it.
-    #[serde(default, skip_serializing_if = "is_false")]
-    resigned: bool,
+    /// Added with resigning leaders' entries
+    /// ([`UncleanReplica::acknowledged_end`]): absent reads as none, and
+    /// none is not written. A version that predates it does not write
+    /// over a document that has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acknowledged_end: Option<u64>,
     /// Fields of a newer version, only read to refuse writing over them.
     #[serde(flatten, skip_serializing)]
     unknown: Extra,
@@ -330,7 +330,7 @@ pub(super) fn encode_log(state: &LogState) -> Vec<u8> {
                         .map(|(epoch, start)| (epoch.0, start.0))
                         .collect(),
                     start_line: end.start_line.map(|epoch| epoch.0),
-                    resigned: r.resigned,
+                    acknowledged_end: r.acknowledged_end.map(|end| end.0),
                     unknown: Extra::new(),
                 }
             })
@@ -404,7 +404,7 @@ pub(super) fn decode_log(
             .iter()
             .map(|r| UncleanReplica {
                 node: NodeId(r.node),
-                resigned: r.resigned,
+                acknowledged_end: r.acknowledged_end.map(Offset),
                 log_end: (!r.log_end_unknown).then(|| LogEnd {
                     last_epoch: r.last_epoch.map(LeaderEpoch),
                     log_end_offset: Offset(r.log_end_offset),
@@ -805,7 +805,7 @@ mod tests {
             unclean_replicas: vec![
                 UncleanReplica {
                     node: NodeId(3),
-                    resigned: true,
+                    acknowledged_end: Some(Offset(11)),
                     log_end: Some(LogEnd {
                         last_epoch: Some(LeaderEpoch(4)),
                         log_end_offset: Offset(12),
@@ -818,12 +818,12 @@ mod tests {
                 },
                 UncleanReplica {
                     node: NodeId(1),
-                    resigned: false,
+                    acknowledged_end: None,
                     log_end: Some(LogEnd::default()),
                 },
                 UncleanReplica {
                     node: NodeId(2),
-                    resigned: false,
+                    acknowledged_end: None,
                     log_end: None,
                 },
             ],
@@ -832,7 +832,7 @@ mod tests {
         let bytes = encode_log(&recovering);
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
-            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"high_watermark":11,"epochs":[[2,3],[3,9]],"start_line":2,"resigned":true},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
+            r#"{"format":1,"replicas":[3,1,2],"leader":null,"leader_epoch":4,"in_sync_replicas":[],"unclean_replicas":[{"node":3,"last_epoch":4,"log_end_offset":12,"line_epoch":4,"log_start_offset":3,"high_watermark":11,"epochs":[[2,3],[3,9]],"start_line":2,"acknowledged_end":11},{"node":1,"last_epoch":null,"log_end_offset":0},{"node":2,"last_epoch":null,"log_end_offset":0,"log_end_unknown":true}]}"#
         );
         assert_eq!(decode_log(LogId(7), &bytes, 9).unwrap().0, recovering);
         // Epochs out of order, or starting past the log end, are named.

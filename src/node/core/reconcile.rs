@@ -200,7 +200,7 @@ mod tests {
                 .iter()
                 .map(|&id| UncleanReplica {
                     node: n(id),
-                    resigned: false,
+                    acknowledged_end: None,
                     log_end: None,
                 })
                 .collect(),

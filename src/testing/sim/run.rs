@@ -4583,8 +4583,8 @@ mod tests {
     /// restart (the only replica known to hold the committed records) and
     /// led epoch 11 without it. A failed leader's resignation now lists it
     /// among the unclean replicas with its log end (`resignation`,
-    /// `UncleanReplica::resigned`): node 1's restart, its log ending below
-    /// node 0's high watermark, then leaves the ISR, and unclean recovery
+    /// `UncleanReplica::acknowledged_end`): node 1's restart, its log ending
+    /// below what node 0 acknowledged, then leaves the ISR, and unclean recovery
     /// compares the two logs.
     #[test]
     fn seed_60336922_a_resigned_leaders_log_is_compared_before_the_isr_it_left_leads() {
@@ -5043,9 +5043,8 @@ mod tests {
     /// of them), written at each snapshot install and restart at a
     /// leader's start. Retaken for ten of them when `Error::Poisoned`'s
     /// message changed (traces hold failures' messages). Retaken for
-    /// seeds 13 and 45 when a failed leader's resignation began listing it
-    /// among the unclean replicas and a failed leader stopped counting
-    /// fetches (seed 60336922). Chosen to
+    /// seed 45 when a failed leader's resignation began listing it among
+    /// the unclean replicas (seed 60336922). Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5058,13 +5057,13 @@ mod tests {
             (2, 0x7e49_03a5_0938_8a60),
             (6, 0x8667_98a0_1820_5b01),
             (10, 0x8444_3031_981e_e5bc),
-            (13, 0x6eac_984e_8030_221d),
+            (13, 0x4b88_4223_e4f6_e9cb),
             (14, 0xb2cf_309c_19e6_607d),
             (17, 0x66df_6bd3_eaaf_11bb),
             (23, 0x8abe_0e7c_8aa3_47f7),
             (35, 0x74fe_a002_70e9_19e3),
             (41, 0x0307_8326_309e_60f7),
-            (45, 0x4dfe_8fef_3667_3d67),
+            (45, 0x5eb3_3849_7e1d_f41a),
             (55, 0x48ee_d741_2065_9e89),
         ];
         let changed: Vec<String> = pinned

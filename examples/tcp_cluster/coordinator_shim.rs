@@ -147,15 +147,16 @@ fn optional_node(text: Option<&str>) -> Result<Option<NodeId>> {
 /// `node:last_epoch:log_end:line_epoch:epochs:log_start:high_watermark:start_line:acknowledged_end`,
 /// with `-` for a log without batches, line, start line or acknowledged
 /// end (an entry an unclean restart wrote, [`UncleanReplica::acknowledged_end`]),
-/// epochs as `epoch@start` joined by `;` (`-` for none); or
-/// `node:?:acknowledged_end` for a log end not known yet. The fields after
-/// the log end came later; absent, they read as none and 0.
+/// epochs as `epoch@start` joined by `;` (`-` for none); or `node:?` for
+/// a log end not known yet (never with an acknowledged end, which
+/// `LogState::validate_update` refuses). The fields after the log end came
+/// later; absent, they read as none and 0.
 fn unclean_to_text(replica: &UncleanReplica) -> String {
     let acknowledged = replica
         .acknowledged_end
         .map_or("-".into(), |end| end.0.to_string());
     let Some(end) = &replica.log_end else {
-        return format!("{}:?:{acknowledged}", replica.node.0);
+        return format!("{}:?", replica.node.0);
     };
     let epoch = |epoch: Option<LeaderEpoch>| epoch.map_or("-".into(), |e| e.0.to_string());
     let epochs = if end.epochs.is_empty() {
@@ -182,15 +183,11 @@ fn unclean_to_text(replica: &UncleanReplica) -> String {
 fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
     let mut parts = text.split(':');
     let node = NodeId(number(parts.next())?);
-    let acknowledged_end = |field: Option<&str>| match field {
-        Some("-") | None => Ok(None),
-        other => number(other).map(|end| Some(Offset(end))),
-    };
     let last_epoch = match parts.next() {
         Some("?") => {
             return Ok(UncleanReplica {
                 node,
-                acknowledged_end: acknowledged_end(parts.next())?,
+                acknowledged_end: None,
                 log_end: None,
             })
         }
@@ -230,7 +227,15 @@ fn unclean_from_text(text: &str) -> Result<UncleanReplica> {
         Some("-") | None => None,
         other => Some(LeaderEpoch(number(other)?)),
     };
-    let acknowledged_end = acknowledged_end(parts.next())?;
+    let acknowledged_end = match parts.next() {
+        Some("-") | None => None,
+        other => Some(Offset(number(other)?)),
+    };
+    if acknowledged_end.is_some_and(|end| end > log_end_offset) {
+        return Err(error(format!(
+            "acknowledged end {acknowledged_end:?} above the log end {log_end_offset:?} in {text:?}"
+        )));
+    }
     Ok(UncleanReplica {
         node,
         acknowledged_end,

@@ -2161,7 +2161,9 @@ impl NodeCore {
             self.min_insync_replicas,
             replica.get().leadership_failed(),
             || {
-                let acknowledged_end = replica.get().stop_acknowledging_to_resign();
+                let acknowledged_end = replica
+                    .get()
+                    .stop_acknowledging_to_resign(stored.leader_epoch);
                 super::replica_log_end(replica.get()).map(|end| (end, acknowledged_end))
             },
         );
@@ -3442,10 +3444,6 @@ mod tests {
         (replica, clock)
     }
 
-    /// Node 1 leading log 1 in epoch 3 (ISR 1, 2 and 3, version 7) with
-    /// one record, which nodes 2 and 3 fetched: both caught up, the high
-    /// watermark 1; its clock. The hand-over and shutdown tests start
-    /// from it.
     /// Appends one record, "v", to the leading `replica`.
     pub(super) fn append_one(replica: &Replica) -> crate::error::Result<()> {
         let mut builder = crate::record::RecordBatchBuilder::new(1);
@@ -3456,6 +3454,63 @@ mod tests {
             .map(|_| ())
     }
 
+    /// A failed leader stops acknowledging before it lists itself (seed
+    /// 60336922). The end it returns is its final high watermark or its
+    /// epoch's start, whichever is later; a retry of the resignation gets
+    /// the same end; a resignation read in another epoch stops nothing
+    /// and gets the log end.
+    #[test]
+    fn a_resigning_leader_stops_acknowledging_and_keeps_its_acknowledged_end() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        // High watermark 1, log end 3: nodes 2 and 3 fetched only the first.
+        let (replica, _clock) = leader_fetched_by_2_and_3(dir.path());
+        append_one(&replica).expect("appended");
+        append_one(&replica).expect("appended");
+        assert_eq!(replica.log().log_end_offset(), Offset(3));
+        assert_eq!(
+            replica.stop_acknowledging_to_resign(LeaderEpoch(2)),
+            Offset(3)
+        );
+        assert_eq!(
+            replica.role().0,
+            Role::Leader,
+            "another epoch stops nothing"
+        );
+        assert_eq!(
+            replica.stop_acknowledging_to_resign(LeaderEpoch(3)),
+            Offset(1)
+        );
+        assert!(replica.role().0 != Role::Leader && replica.leadership_failed());
+        assert!(append_one(&replica).is_err(), "it no longer appends");
+        assert_eq!(
+            replica.stop_acknowledging_to_resign(LeaderEpoch(3)),
+            Offset(1)
+        );
+
+        // A new leader whose high watermark is below its epoch's start:
+        // the start bounds what an earlier leader acknowledged.
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, _clock) = replica_on_clock(dir.path(), false);
+        let all = vec![n(1), n(2)];
+        replica
+            .become_leader(LeaderEpoch(1), all.clone(), all.clone(), 1)
+            .expect("the replica leads");
+        append_one(&replica).expect("appended");
+        append_one(&replica).expect("appended");
+        replica
+            .become_leader(LeaderEpoch(4), all.clone(), all, 2)
+            .expect("the replica leads again");
+        assert_eq!(replica.log().high_watermark(), Offset::ZERO);
+        assert_eq!(
+            replica.stop_acknowledging_to_resign(LeaderEpoch(4)),
+            Offset(2)
+        );
+    }
+
+    /// Node 1 leading log 1 in epoch 3 (ISR 1, 2 and 3, version 7) with
+    /// one record, which nodes 2 and 3 fetched: both caught up, the high
+    /// watermark 1; its clock. The hand-over and shutdown tests start
+    /// from it.
     pub(super) fn leader_fetched_by_2_and_3(
         dir: &std::path::Path,
     ) -> (Arc<Replica>, Arc<ManualClock>) {

@@ -290,6 +290,11 @@ pub(crate) struct Replica {
     /// Cleared by the next role change, or once the coordinator names
     /// another leader in that epoch or a later one.
     leadership_failed: Mutex<Option<LeaderEpoch>>,
+    /// The end of what was acknowledged before this replica stopped
+    /// leading in an epoch to resign it
+    /// (`stop_acknowledging_to_resign`), kept for the resignation's
+    /// retries.
+    resigned_acknowledged_end: Mutex<Option<(LeaderEpoch, Offset)>>,
     /// Controlled shutdown: the leader epoch (plus one; 0 for none) in
     /// which this replica stopped taking appends to hand its leadership
     /// over. A later epoch is not affected.
@@ -465,6 +470,7 @@ impl Replica {
             epoch_bumped: AtomicBool::new(false),
             resign_attempted_at: Mutex::new(None),
             leadership_failed: Mutex::new(None),
+            resigned_acknowledged_end: Mutex::new(None),
             appends_stopped_in: AtomicU64::new(0),
             stopped_for_shutdown: AtomicBool::new(false),
             pipeline: AppendPipeline {
@@ -543,28 +549,35 @@ impl Replica {
         }
     }
 
-    /// Stops this failed leader acknowledging anything, ahead of the
-    /// resignation that lists it among the unclean replicas (SPEC 3.5,
-    /// `UncleanReplica::acknowledged_end`), and returns the end of what was
-    /// acknowledged with `acks=all` before, by it or by an earlier leader:
-    /// - Leading (its log failed), it stops as after a failed
-    ///   `become_leader` (appends fail, waiters are released, and the
-    ///   resignation is retried until the coordinator names another
-    ///   leader); its high watermark is then final. An earlier leader's
-    ///   records lie below its epoch's start (it was elected holding
-    ///   them), which a new leader's high watermark may not have reached
-    ///   yet (SPEC 3.8).
-    /// - Not leading (its `become_leader` failed), it acknowledged nothing
-    ///   in its epoch, and an earlier leader's records lie below its log
-    ///   end: nothing narrower is known.
-    pub(crate) fn stop_acknowledging_to_resign(&self) -> Offset {
+    /// Stops this failed leader acknowledging anything in `epoch`, the
+    /// epoch it resigns, ahead of the resignation that lists it among the
+    /// unclean replicas (SPEC 3.5, `UncleanReplica::acknowledged_end`), and
+    /// returns the end of what was acknowledged with `acks=all` before, by
+    /// it or by an earlier leader:
+    /// - Leading in `epoch` (its log failed), it stops as after a failed
+    ///   `become_leader` (what the pipeline queued is written or fails,
+    ///   appends fail, waiters are released, and the resignation is
+    ///   retried until the coordinator names another leader); its high
+    ///   watermark is then final. An earlier leader's records lie below
+    ///   its epoch's start (it was elected holding them), which a new
+    ///   leader's high watermark may not have reached yet (SPEC 3.8). The
+    ///   end is kept for the resignation's retries.
+    /// - Stopped so before in `epoch` (a retry): the end it kept.
+    /// - Else (its `become_leader` failed, or it leads another epoch than
+    ///   the resignation read, which then fails as stale), it
+    ///   acknowledged nothing in `epoch`, and an earlier leader's records
+    ///   lie below its log end: nothing narrower is known.
+    pub(crate) fn stop_acknowledging_to_resign(&self, epoch: LeaderEpoch) -> Offset {
         let _resolve = self.resolve_on_drop(false);
         let _io = self.follower_io.lock();
         let mut role = self.role.write();
-        if role.role != Role::Leader {
-            return self.log.log_end_offset();
+        if role.role != Role::Leader || role.leader_epoch != epoch {
+            return match *self.resigned_acknowledged_end.lock() {
+                Some((stopped, end)) if stopped == epoch => end,
+                _ => self.log.log_end_offset(),
+            };
         }
-        let epoch = role.leader_epoch;
+        self.flush_pipeline_for_role_change();
         self.fail_leadership(&mut role, epoch);
         let high_watermark = Offset(self.high_watermark.get());
         // `become_leader` wrote the epoch's entry before leading; without
@@ -576,11 +589,15 @@ impl Replica {
             .find(|(entry, _)| *entry == epoch)
             .map_or_else(|| self.log.log_end_offset(), |(_, start)| start);
         debug_assert!(high_watermark <= self.log.log_end_offset());
-        high_watermark.max(epoch_start)
+        let end = high_watermark.max(epoch_start);
+        *self.resigned_acknowledged_end.lock() = Some((epoch, end));
+        end
     }
 
-    /// `become_leader` for `epoch` failed: stop acting as leader of any
-    /// older epoch (appends fail, waiters are released) and remember it.
+    /// `become_leader` for `epoch` failed, or a failed leader stops to
+    /// resign it (`stop_acknowledging_to_resign`): stop acting as leader
+    /// of `epoch` or an older one (appends fail, waiters are released) and
+    /// remember it.
     fn fail_leadership(&self, role: &mut RoleState, epoch: LeaderEpoch) {
         *self.leadership_failed.lock() = Some(epoch);
         if role.role == Role::Leader {

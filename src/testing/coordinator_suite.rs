@@ -582,7 +582,7 @@ fn eligible_leader_replicas_are_stored_and_checked<C: Coordinator>(c: &C, _time:
 }
 
 /// A leader whose storage failed resigns listing itself among the unclean
-/// replicas (`UncleanReplica::resigned`, every field of its log end set):
+/// replicas (`UncleanReplica::acknowledged_end`, every field of its log end set):
 /// the entry comes back as written, and the node's own unclean restart
 /// later replaces it with an ordinary one.
 fn a_resigning_leaders_entry_is_stored_until_its_restart_replaces_it<C: Coordinator>(

@@ -382,6 +382,19 @@ pub(super) fn decode_log(
                 ),
             ));
         }
+        // A resigning leader writes its acknowledged end with its known
+        // log end, at most that (`LogState::validate_update`).
+        if let Some(acknowledged_end) = replica.acknowledged_end {
+            if replica.log_end_unknown || acknowledged_end > replica.log_end_offset {
+                return Err(decode_error(
+                    &path,
+                    format!(
+                        "unclean_replicas[{i}].acknowledged_end {acknowledged_end} is above its log_end_offset {} or its log end is unknown",
+                        replica.log_end_offset
+                    ),
+                ));
+            }
+        }
         unknown.extend(
             replica
                 .unknown
@@ -856,6 +869,11 @@ mod tests {
                 r#""high_watermark":11"#,
                 r#""high_watermark":14"#,
                 "high_watermark 14 is above",
+            ),
+            (
+                r#""acknowledged_end":11"#,
+                r#""acknowledged_end":13"#,
+                "unclean_replicas[0].acknowledged_end 13 is above",
             ),
         ] {
             let text = std::str::from_utf8(&bytes).unwrap().replace(from, bad);

@@ -4576,6 +4576,16 @@ mod tests {
         passes_with(SimConfig::new(60_279_870));
     }
 
+    /// Seed 60349931: a debug assertion (no epoch entry past an empty
+    /// log's start, `start_epoch_of_empty_log`) failed on a follower whose
+    /// fetched write failed on a full disk: the epoch cache had learned the
+    /// batches' epochs, up to 136, before the write; the poisoned log then
+    /// reported its end at 0. Entries past the start are now ignored there.
+    #[test]
+    fn seed_60349931_a_failed_fetched_write_leaves_epochs_past_an_empty_log() {
+        passes_with(SimConfig::new(60_349_931));
+    }
+
     /// Seed 60336922 (log 3 of three), G1: the record acknowledged at
     /// 348 in epoch 9 (ISR [0, 1]) was lost. Node 0, the leader, found its
     /// disk full and resigned, leaving the ISR to node 1; node 1 lost 348

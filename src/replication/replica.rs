@@ -2930,12 +2930,31 @@ impl Replica {
     /// `Partition.appendRecordsToFollowerOrFutureReplica` (on
     /// `UnexpectedAppendOffsetException`). Malformed bytes are left to
     /// `append_as_follower`, which names what is wrong.
+    ///
+    /// An empty log past offset 0 whose first fetched batch starts at its
+    /// end first notes that batch's epoch as its start line
+    /// (`Log::note_start_line`): that epoch's leader held the same batch
+    /// there, so the same records below it (KIP-279's premise), which are
+    /// this log's. A log holding a batch of that epoch at or past the
+    /// start then agrees with this one below it, though it never followed
+    /// this log's leader: if the batch is lost before it is on disk,
+    /// unclean recovery can take such a log, which may hold the batch
+    /// acknowledged (simulator seed 60357926: node 0 installed node 1's
+    /// snapshot at 471 in epoch 8 and failed to write the batch of epoch 3
+    /// at 471; node 2, on epoch 4's line, held it, and lost to node 0's
+    /// newer line).
     fn append_fetched(&self, records: &Bytes) -> Result<()> {
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
         let spans_empty_end = |first: &crate::record::BatchHeader| {
             end == start && first.base_offset < end && first.last_offset() >= end
         };
-        let Some(first) = parse_header(records).ok().filter(spans_empty_end) else {
+        let first = parse_header(records).ok();
+        if let Some(first) = &first {
+            if end == start && end != Offset::ZERO && first.base_offset == end {
+                self.log.note_start_line(first.leader_epoch)?;
+            }
+        }
+        let Some(first) = first.filter(spans_empty_end) else {
             self.log.append_as_follower(records)?;
             return Ok(());
         };

@@ -1673,7 +1673,9 @@ impl Log {
 
     /// Notes that this log's records below its start, as it is now, are
     /// those of the log of `epoch`'s leader: it installed that leader's
-    /// snapshot, or restarted at that leader's start, in `epoch`. Stored
+    /// snapshot, or restarted at that leader's start, in `epoch`; or the
+    /// first batch it fetched at its start is of `epoch` (a leader that
+    /// held that batch held the same records below it). Stored
     /// durably, with the start it holds for: a later move of the start
     /// voids it.
     ///

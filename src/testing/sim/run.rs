@@ -4576,6 +4576,19 @@ mod tests {
         passes_with(SimConfig::new(60_279_870));
     }
 
+    /// Seed 60357926, G1: the record acknowledged at 471 was lost. Node 0
+    /// installed node 1's snapshot at 471 in epoch 8 (start line 8) and
+    /// failed to write the fetched batch of epoch 3 at 471; node 2, on
+    /// epoch 4's line, held it; unclean recovery took node 0's empty log,
+    /// on the newer line, over node 2's. An empty log's first fetched
+    /// batch at its start now sets its start line to the batch's epoch
+    /// (`append_fetched`), so node 2's epoch-3 batch at 471 shows it holds
+    /// the same records below.
+    #[test]
+    fn seed_60357926_an_empty_logs_first_fetched_batch_names_its_start_line() {
+        passes_with(SimConfig::new(60_357_926));
+    }
+
     /// Seed 60349931: a debug assertion (no epoch entry past an empty
     /// log's start, `start_epoch_of_empty_log`) failed on a follower whose
     /// fetched write failed on a full disk: the epoch cache had learned the
@@ -5054,7 +5067,9 @@ mod tests {
     /// leader's start. Retaken for ten of them when `Error::Poisoned`'s
     /// message changed (traces hold failures' messages). Retaken for
     /// seed 45 when a failed leader's resignation began listing it among
-    /// the unclean replicas (seed 60336922). Chosen to
+    /// the unclean replicas (seed 60336922), and for seeds 0, 6, 10, 13
+    /// and 23 when an empty log's first fetched batch began writing its
+    /// start line (seed 60357926). Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5063,14 +5078,14 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x13b0_4ae3_3b70_c4b4),
+            (0, 0xec88_f49d_ab06_14f9),
             (2, 0x7e49_03a5_0938_8a60),
-            (6, 0x8667_98a0_1820_5b01),
-            (10, 0x8444_3031_981e_e5bc),
-            (13, 0x4b88_4223_e4f6_e9cb),
+            (6, 0xfddd_58e8_2930_391d),
+            (10, 0x166f_5e61_9bd0_46bf),
+            (13, 0x2555_0efe_c541_6652),
             (14, 0xb2cf_309c_19e6_607d),
             (17, 0x66df_6bd3_eaaf_11bb),
-            (23, 0x8abe_0e7c_8aa3_47f7),
+            (23, 0x1031_9381_4f71_0b26),
             (35, 0x74fe_a002_70e9_19e3),
             (41, 0x0307_8326_309e_60f7),
             (45, 0x5eb3_3849_7e1d_f41a),

@@ -145,7 +145,9 @@ pub struct LogEnd {
     /// An epoch whose leader's log held, at some point of that epoch,
     /// exactly this log's records below its start: the replica installed
     /// that leader's snapshot, or restarted at that leader's log start, in
-    /// that epoch, or its epoch cache names that epoch at its start (the
+    /// that epoch; or the first batch it fetched there is of that epoch (a
+    /// leader that held that batch held the same records below it); or
+    /// its epoch cache names that epoch at its start (the
     /// epoch of the batch there, even one a recovery cut removed, or of a
     /// leader that appended nothing there). `None` when not known (a
     /// report that predates it). Recovery uses it for a log that holds no

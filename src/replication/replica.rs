@@ -2950,7 +2950,11 @@ impl Replica {
         };
         let first = parse_header(records).ok();
         if let Some(first) = &first {
-            if end == start && end != Offset::ZERO && first.base_offset == end {
+            if end == start
+                && end != Offset::ZERO
+                && first.base_offset == end
+                && self.log.start_line() != Some(first.leader_epoch)
+            {
                 self.log.note_start_line(first.leader_epoch)?;
             }
         }
@@ -2966,6 +2970,8 @@ impl Replica {
             "the first fetched batch starts below this empty log's end; restarting the log at the batch's base"
         );
         self.log.truncate_fully_and_start_at(first.base_offset)?;
+        // As above: the batch's leader held this log's records below it.
+        self.log.note_start_line(first.leader_epoch)?;
         self.log.append_as_follower(records)?;
         // The restart set the log's own high watermark to the batch's base;
         // the published one (at most the old end) holds again now that the

@@ -325,12 +325,25 @@ fn start_epoch_of_empty_log(state: &LogState) -> Option<LeaderEpoch> {
     if state.last_batch_epoch.is_some() {
         return None;
     }
-    // The entry that covers the start: entries past it describe no data.
-    // A follower's write that failed leaves the epochs it learned ahead of
-    // the batches in memory (the log is poisoned then, and recovery drops
-    // them at the next open): simulator seed 60349931, where the assertion
-    // that no entry starts past an empty log's start failed on such a log.
-    expected_epoch(state.epochs.entries(), state.log_start_offset)
+    // The entry that covers the start, if one does: entries past it
+    // describe no data. A follower's write that failed leaves the epochs
+    // it learned ahead of the batches in memory (the log is poisoned then,
+    // and recovery drops them at the next open): simulator seed 60349931,
+    // where the assertion that no entry starts past an empty log's start
+    // failed on such a log.
+    let entries = state.epochs.entries();
+    let covering = entries.partition_point(|entry| entry.start_offset <= state.log_start_offset);
+    covering.checked_sub(1).map(|at| entries[at].epoch)
+}
+
+/// The start line a log reports ([`EndReport::start_line`]): the one
+/// noted at its current start (`start`, as [`Log::note_start_line`]
+/// stored it), or else, for a log that holds no batch, its cache's.
+fn start_line_of(start: Option<(LeaderEpoch, Offset)>, state: &LogState) -> Option<LeaderEpoch> {
+    start
+        .filter(|(_, at)| *at == state.log_start_offset)
+        .map(|(epoch, _)| epoch)
+        .or_else(|| start_epoch_of_empty_log(state))
 }
 
 /// Where a log ends and what unclean recovery compares of it, read at one
@@ -1610,11 +1623,7 @@ impl Log {
             high_watermark: state.high_watermark,
             line_epoch: line_with_records(line.stored, &state),
             epochs,
-            start_line: line
-                .start
-                .filter(|(_, at)| *at == state.log_start_offset)
-                .map(|(epoch, _)| epoch)
-                .or_else(|| start_epoch_of_empty_log(&state)),
+            start_line: start_line_of(line.start, &state),
         };
         // What unclean recovery and the ZooKeeper document rely on
         // (`LogEnd::extends`, `decode_log`).
@@ -1697,6 +1706,12 @@ impl Log {
         self.store_epoch_entry(START_LINE_FILE, START_LINE_KIND, epoch, start.0)?;
         line_epoch.start = Some((epoch, start));
         Ok(())
+    }
+
+    /// The start line this log reports now ([`EndReport::start_line`]).
+    pub(crate) fn start_line(&self) -> Option<LeaderEpoch> {
+        let line_epoch = self.line_epoch.lock();
+        start_line_of(line_epoch.start, &self.state.read())
     }
 
     /// Writes `(epoch, value)` as the one entry of the file `name` (read

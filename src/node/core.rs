@@ -2525,10 +2525,10 @@ pub(crate) enum Resign {
 /// ([`UncleanReplica::acknowledged_end`]; the call stops this replica
 /// acknowledging, `Replica::stop_acknowledging_to_resign`). It held every
 /// committed record when it left, and may be the only replica that still
-/// does. Without it, a replica
-/// left alone in the ISR, restarting after a power loss that took its
-/// unflushed tail, stayed in the ISR as the only one known to hold the
-/// committed records, and led without a record this replica held
+/// does. Without it, a replica left alone in the ISR, restarting after a
+/// power loss that took its unflushed tail, stayed in the ISR as the only
+/// one known to hold the committed records, and led without a record this
+/// replica held
 /// (simulator seed 60336922: node 0, its disk full, resigned from epoch 9
 /// holding the acknowledged 348; node 1, alone in the ISR, lost 348 to a
 /// power loss and led epoch 11). Listed, it makes such a restart leave

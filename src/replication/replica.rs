@@ -3340,6 +3340,65 @@ mod tests {
         assert_eq!(follower.log().log_end_offset(), Offset(5));
     }
 
+    /// Simulator seed 60357926: a follower that restarts empty at its
+    /// leader's start notes the leader's epoch as its start line, then the
+    /// epoch of the first batch it fetches there, before writing it: that
+    /// batch's leader held the same records below it.
+    #[test]
+    fn an_empty_logs_first_fetched_batch_names_its_start_line() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = lone_leader(leader_dir.path());
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_without_a_store(dir.path());
+        // It follows a leader of epoch 2 whose log holds epoch 1's batches.
+        let replicas = vec![NodeId(0), NodeId(1)];
+        follower.become_follower(
+            Some(NodeId(0)),
+            LeaderEpoch(2),
+            replicas.clone(),
+            replicas,
+            2,
+        );
+        follower.applied.set(NodeId(1), Offset(7));
+        let below_the_start = FetchedLog {
+            error: ErrorCode::OffsetOutOfRange,
+            ..ten_records_answer(Offset(10), Offset(5), None, Bytes::new())
+        };
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(2), below_the_start)
+            .unwrap();
+        let log = follower.log();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(5), Offset(5))
+        );
+        assert_eq!(log.start_line(), Some(LeaderEpoch(2)));
+        let records = leader.read(Offset(5), 1 << 20, false).unwrap();
+        follower
+            .apply_fetched(
+                NodeId(0),
+                LeaderEpoch(2),
+                ten_records_answer(Offset(10), Offset(5), None, records),
+            )
+            .unwrap();
+        let log = follower.log();
+        assert_eq!(log.log_end_offset(), Offset(10));
+        assert_eq!(log.start_line(), Some(LeaderEpoch(1)));
+        assert_eq!(
+            log.end_report(crate::coordinator::LogEnd::EPOCHS_REPORTED)
+                .unwrap()
+                .start_line,
+            Some(LeaderEpoch(1))
+        );
+    }
+
     /// A follower without a snapshot store in `dir` holding what a lone
     /// leader wrote in epoch 1: ten one-record batches, offsets 0 to 9,
     /// its high watermark still 0.

@@ -3170,6 +3170,20 @@ mod tests {
         lone_leader_of(Log::open(dir, LogConfig::default(), Arc::new(SystemClock)).unwrap())
     }
 
+    /// A lone leader of epoch 1 in `dir` holding ten one-record batches,
+    /// offsets 0 to 9.
+    fn leader_of_ten_records(dir: &std::path::Path) -> Replica {
+        let leader = lone_leader(dir);
+        for _ in 0..10 {
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        leader
+    }
+
     /// A replica of `log` leading alone in epoch 1.
     fn lone_leader_of(log: Log) -> Replica {
         let replica = Replica::new(
@@ -3347,14 +3361,7 @@ mod tests {
     #[test]
     fn an_empty_logs_first_fetched_batch_names_its_start_line() {
         let leader_dir = tempfile::tempdir().unwrap();
-        let leader = lone_leader(leader_dir.path());
-        for _ in 0..10 {
-            let mut builder = RecordBatchBuilder::new(1);
-            builder.push(b"v");
-            leader
-                .append_as_leader(&builder.build().unwrap(), false, true, false)
-                .unwrap();
-        }
+        let leader = leader_of_ten_records(leader_dir.path());
         let dir = tempfile::tempdir().unwrap();
         let follower = follower_without_a_store(dir.path());
         // It follows a leader of epoch 2 whose log holds epoch 1's batches.
@@ -3404,14 +3411,7 @@ mod tests {
     /// its high watermark still 0.
     fn follower_of_ten_records(dir: &std::path::Path) -> Replica {
         let leader_dir = tempfile::tempdir().unwrap();
-        let leader = lone_leader(leader_dir.path());
-        for _ in 0..10 {
-            let mut builder = RecordBatchBuilder::new(1);
-            builder.push(b"v");
-            leader
-                .append_as_leader(&builder.build().unwrap(), false, true, false)
-                .unwrap();
-        }
+        let leader = leader_of_ten_records(leader_dir.path());
         let records = leader.read(Offset(0), 1 << 20, false).unwrap();
         let follower = follower_without_a_store(dir);
         follower
@@ -3521,14 +3521,7 @@ mod tests {
     #[test]
     fn a_follower_whose_application_catches_up_with_the_log_start_needs_no_snapshot() {
         let leader_dir = tempfile::tempdir().unwrap();
-        let leader = lone_leader(leader_dir.path());
-        for _ in 0..10 {
-            let mut builder = RecordBatchBuilder::new(1);
-            builder.push(b"v");
-            leader
-                .append_as_leader(&builder.build().unwrap(), false, true, false)
-                .unwrap();
-        }
+        let leader = leader_of_ten_records(leader_dir.path());
         let records = leader.read(Offset(0), 1 << 20, false).unwrap();
 
         let dir = tempfile::tempdir().unwrap();

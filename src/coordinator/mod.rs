@@ -933,6 +933,19 @@ impl LogState {
     /// stores states that pass, so a failure here is a bug, not bad input.
     pub fn check_invariants(&self) {
         assert!(!self.replicas.is_empty(), "{}: no replicas", self.log);
+        // Only a resigning leader writes an acknowledged end, with its
+        // known log end, which bounds it (`validate_update`, `decode_log`).
+        assert!(
+            self.unclean_replicas
+                .iter()
+                .all(|r| r.acknowledged_end.is_none_or(|acknowledged| r
+                    .log_end
+                    .as_ref()
+                    .is_some_and(|end| acknowledged <= end.log_end_offset))),
+            "{}: an acknowledged end past its log end in {:?}",
+            self.log,
+            self.unclean_replicas
+        );
         assert!(
             first_duplicate(&self.replicas).is_none(),
             "{}: repeated replica in {:?}",

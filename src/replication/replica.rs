@@ -590,6 +590,9 @@ impl Replica {
             .map_or_else(|| self.log.log_end_offset(), |(_, start)| start);
         debug_assert!(high_watermark <= self.log.log_end_offset());
         let end = high_watermark.max(epoch_start);
+        // The coordinator takes it only at most at the log end it is
+        // listed with (`LogState::validate_update`).
+        debug_assert!(end <= self.log.log_end_offset(), "{end} past the log end");
         *self.resigned_acknowledged_end.lock() = Some((epoch, end));
         end
     }

@@ -143,10 +143,12 @@ pub struct LogEnd {
     /// that predates it.
     pub epochs: Vec<(LeaderEpoch, Offset)>,
     /// An epoch whose leader's log held, at some point of that epoch,
-    /// exactly this log's records below its start: the replica installed
-    /// that leader's snapshot, or restarted at that leader's log start, in
-    /// that epoch; or the first batch it fetched there is of that epoch (a
-    /// leader that held that batch held the same records below it); or
+    /// exactly this log's records below its start: the epoch of the
+    /// record below the start, as the leader whose snapshot the replica
+    /// installed, or at whose log start it restarted, named it; without
+    /// one, that leader's own epoch; or the first batch it fetched there
+    /// is of that epoch (a leader that held that batch held the same
+    /// records below it); or
     /// its epoch cache names that epoch at its start (the
     /// epoch of the batch there, even one a recovery cut removed, or of a
     /// leader that appended nothing there). `None` when not known (a
@@ -208,9 +210,9 @@ impl LogEnd {
     ///   there, or it restarted there from a leader's start or snapshot)
     ///   and this log is on its line, or on its
     ///   [`start_line`](LogEnd::start_line) `e`, or holds a batch of `e`
-    ///   at or past `other`'s end: this log then agrees with `e`'s
-    ///   leader's log up to past that end, as `other` does below it, and
-    ///   above it `other` holds nothing to lose (simulator seed 60267254:
+    ///   at or past the offset below `other`'s end: this log then agrees
+    ///   with `e`'s leader's log up to that offset, as `other` does below
+    ///   its end, and above it `other` holds nothing to lose (simulator seed 60267254:
     ///   empty at 1467, where it had installed epoch 12's leader's
     ///   snapshot, a replica that had led epoch 13 was kept over epoch
     ///   12's leader, which held the acknowledged record at 1467). Not a
@@ -238,7 +240,11 @@ impl LogEnd {
             return self.line() == other.line()
                 || other.start_line.is_some_and(|start_line| {
                     self.line() == Some(start_line)
-                        || self.epoch_reaches(start_line, other.log_end_offset)
+                        || other
+                            .log_end_offset
+                            .0
+                            .checked_sub(1)
+                            .is_some_and(|below| self.epoch_reaches(start_line, Offset(below)))
                 });
         };
         // A log with a batch ends past it.
@@ -2355,6 +2361,56 @@ mod tests {
                 current.recovery_leader().map(|r| r.node),
                 Some(n(expected)),
                 "{name}"
+            );
+        }
+    }
+
+    /// A log empty at 1467 whose start line is the epoch of the record
+    /// below its start (a snapshot's epoch, as its leader names it): a
+    /// longer log holding a record of that epoch at 1466 holds the same
+    /// records below 1467 and is taken, even when its records from 1467
+    /// on are of a newer epoch; one whose records of that epoch end below
+    /// 1466 is not.
+    #[test]
+    fn recovery_takes_a_longer_log_holding_the_start_lines_epoch_below_the_start() {
+        let empty = UncleanReplica {
+            node: n(1),
+            acknowledged_end: None,
+            log_end: Some(LogEnd {
+                last_epoch: None,
+                log_end_offset: Offset(1467),
+                log_start_offset: Offset(1467),
+                high_watermark: Offset(1467),
+                line_epoch: Some(LeaderEpoch(14)),
+                epochs: Vec::new(),
+                start_line: Some(LeaderEpoch(10)),
+            }),
+        };
+        let longer = |newer_from: u64| UncleanReplica {
+            node: n(2),
+            acknowledged_end: None,
+            log_end: Some(LogEnd {
+                last_epoch: Some(LeaderEpoch(12)),
+                log_end_offset: Offset(1468),
+                log_start_offset: Offset(391),
+                high_watermark: Offset(1464),
+                line_epoch: Some(LeaderEpoch(12)),
+                epochs: vec![
+                    (LeaderEpoch(8), Offset(496)),
+                    (LeaderEpoch(10), Offset(1106)),
+                    (LeaderEpoch(12), Offset(newer_from)),
+                ],
+                start_line: None,
+            }),
+        };
+        for (newer_from, expected) in [(1467, 2), (1466, 1)] {
+            let mut current = state(None, 15, &[]);
+            current.unclean_replicas = vec![empty.clone(), longer(newer_from)];
+            current.check_invariants();
+            assert_eq!(
+                current.recovery_leader().map(|r| r.node),
+                Some(n(expected)),
+                "epoch 12 from {newer_from}"
             );
         }
     }

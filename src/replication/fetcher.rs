@@ -686,7 +686,7 @@ impl Shared {
         &self,
         replica: &Replica,
         epoch: LeaderEpoch,
-        info: crate::snapshot::SnapshotInfo,
+        info: crate::snapshot::SnapshotId,
         bytes: &[u8],
     ) -> Result<crate::types::Offset, String> {
         let Some(snapshots) = self.snapshots.as_ref() else {
@@ -708,7 +708,7 @@ impl Shared {
         let mut data = bytes;
         snapshots
             .0
-            .install(replica.log_id(), info, &mut data)
+            .install(replica.log_id(), info.info(), &mut data)
             .map_err(|e| {
                 format!(
                     "the application's install of the snapshot at {} failed: {e}",
@@ -716,7 +716,7 @@ impl Shared {
                 )
             })?;
         replica
-            .snapshot_installed(self.leader, epoch, info.offset)
+            .snapshot_installed(self.leader, epoch, info.offset, info.epoch)
             .map_err(|e| {
                 format!(
                     "installed the snapshot at {}, but cannot restart the log there: {e}",
@@ -800,6 +800,7 @@ mod tests {
             high_watermark: Offset(3),
             log_start_offset: Offset::ZERO,
             log_end_offset: Offset(3),
+            log_start_epoch: None,
             diverging: None,
             records: bytes::Bytes::new(),
             applied_offsets: Vec::new(),

@@ -365,6 +365,34 @@ pub(crate) enum DeferredWriter {
     Reader,
 }
 
+/// The leader's log start as a fetch answer named it: the offset, and an
+/// epoch whose leader's log held the records below it
+/// (`FetchedLog::log_start_epoch`; named only on answers that may restart
+/// a log there, so a restart on an answer without an error,
+/// `FetchedUpdate::ResetTo`, falls back to the leader's epoch).
+#[derive(Clone, Copy, Debug)]
+struct StartNamed {
+    offset: Offset,
+    epoch: Option<LeaderEpoch>,
+}
+
+impl StartNamed {
+    /// The start line of a follower's log restarted at `start` on this
+    /// answer: the epoch the leader named for its start, if the log
+    /// restarts there; else `leader_epoch`, the epoch of the leader whose
+    /// start it is, whose log held the records below it too, but of which
+    /// a longer log may hold no record (SPEC 3.5: unclean recovery would
+    /// then keep the empty log over one holding records past it, should
+    /// the first batch's own start line, `Replica::append_fetched`, not
+    /// be written).
+    fn line_at(self, start: Offset, leader_epoch: LeaderEpoch) -> LeaderEpoch {
+        match self.epoch {
+            Some(epoch) if self.offset == start => epoch,
+            _ => leader_epoch,
+        }
+    }
+}
+
 /// What a follower whose log ends below its leader's log start does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BelowLeaderStart {
@@ -1768,7 +1796,51 @@ impl Replica {
     /// `min_one_batch` the first batch is returned whatever its size (Kafka's
     /// `minOneMessage`: the first log of a fetch answer with data may exceed
     /// the budget so that a large batch still moves).
+    ///
+    /// An answer that may restart the follower's log at this log's start
+    /// (`OffsetOutOfRange`, or diverging) names an epoch whose leader's
+    /// log held the records below that start (`Log::epoch_below`:
+    /// `FetchedLog::log_start_epoch`), which the follower notes as its
+    /// start line: looked up only for those, off the path of the answers
+    /// that carry records.
     pub(crate) fn answer_fetch(
+        &self,
+        follower: NodeId,
+        request: &FetchLog,
+        bytes_max: usize,
+        min_one_batch: bool,
+        arrival: FetchArrival,
+        incarnation: Incarnation,
+    ) -> FetchedLog {
+        let mut answer = self.answer_fetch_unnamed(
+            follower,
+            request,
+            bytes_max,
+            min_one_batch,
+            arrival,
+            incarnation,
+        );
+        if answer.error == ErrorCode::OffsetOutOfRange || answer.diverging.is_some() {
+            answer.log_start_epoch = self
+                .epoch_below_as_leader_of(request.current_leader_epoch, answer.log_start_offset);
+        }
+        answer
+    }
+
+    /// `Log::epoch_below(offset)`, named only while this replica leads in
+    /// `epoch`, under the role's lock as the rest of an answer made in it:
+    /// after a demotion, a restart of this log at the same offset on
+    /// another history would name an epoch of that one.
+    fn epoch_below_as_leader_of(&self, epoch: LeaderEpoch, offset: Offset) -> Option<LeaderEpoch> {
+        let role = self.role.read();
+        (role.role == Role::Leader && role.leader_epoch == epoch)
+            .then(|| self.log.epoch_below(offset))
+            .flatten()
+    }
+
+    /// [`answer_fetch`](Self::answer_fetch) without the epoch below the
+    /// log start.
+    fn answer_fetch_unnamed(
         &self,
         follower: NodeId,
         request: &FetchLog,
@@ -1788,6 +1860,7 @@ impl Replica {
             high_watermark: self.high_watermark(),
             log_start_offset: self.log.log_start_offset(),
             log_end_offset: self.log.log_end_offset(),
+            log_start_epoch: None,
             diverging: None,
             records: Bytes::new(),
             applied_offsets: Vec::new(),
@@ -2429,6 +2502,7 @@ impl Replica {
             log: self.log_id,
             error: ErrorCode::None,
             snapshot_offset: Offset::ZERO,
+            snapshot_epoch: None,
             snapshot_bytes: 0,
             position: request.position,
             crc32: 0,
@@ -2477,6 +2551,8 @@ impl Replica {
             return answer;
         }
         answer.snapshot_offset = info.offset;
+        answer.snapshot_epoch =
+            self.epoch_below_as_leader_of(request.current_leader_epoch, info.offset);
         answer.snapshot_bytes = info.size_bytes;
         if request.position > info.size_bytes {
             answer.error = ErrorCode::OffsetOutOfRange;
@@ -2539,11 +2615,25 @@ impl Replica {
     /// taken at `offset` (SPEC 3.9): the log restarts, empty, there, the
     /// applied position is `offset`, and fetching goes on from it. Refused
     /// (`NotLeader`) when the role changed since the transfer began.
+    ///
+    /// The log's start line (`Log::note_start_line`) is `snapshot_epoch`,
+    /// an epoch whose leader's log held the records below `offset` (the
+    /// epoch of the leader's record below it, `Log::epoch_below`), when
+    /// the leader named it: any log holding a record of that epoch at or
+    /// past the offset below `offset` holds the same records below it.
+    /// Without it, the leader's
+    /// epoch `epoch`, whose leader's log held them too, but of which a
+    /// longer log may hold no record, so that unclean recovery would keep
+    /// this empty log over one holding records past it: with the first
+    /// fetched batch failing to be written, and the write of its own
+    /// epoch as the start line before it failing too, that was simulator
+    /// seed 60357926's loss again.
     pub(crate) fn snapshot_installed(
         &self,
         leader: NodeId,
         epoch: LeaderEpoch,
         offset: Offset,
+        snapshot_epoch: Option<LeaderEpoch>,
     ) -> Result<()> {
         let _io = self.follower_io.lock();
         {
@@ -2580,8 +2670,8 @@ impl Replica {
                 self.publish_high_watermark(offset);
             }
         }
-        // Below its start the log is now this epoch's leader's.
-        self.log.note_start_line(epoch)?;
+        // Below its start the log is now the leader's.
+        self.log.note_start_line(snapshot_epoch.unwrap_or(epoch))?;
         self.resync_follower(state);
         self.applied.set(self.local, offset);
         self.store_applied_positions();
@@ -2734,6 +2824,10 @@ impl Replica {
     }
 
     fn apply_fetched_to(&self, state: &mut FollowerState, answer: FetchedLog) -> Result<ErrorCode> {
+        let named_start = StartNamed {
+            offset: answer.log_start_offset,
+            epoch: answer.log_start_epoch,
+        };
         if !answer.error.is_none() {
             let below_start = answer.error == ErrorCode::OffsetOutOfRange
                 && state.log_end_offset() < answer.log_start_offset
@@ -2763,7 +2857,7 @@ impl Replica {
             if answer.error == ErrorCode::OffsetOutOfRange {
                 match state.on_offset_out_of_range(answer.log_start_offset, answer.log_end_offset) {
                     OutOfRangeAction::ResetTo { log_start_offset } => {
-                        self.reset_follower_log(state, log_start_offset)?;
+                        self.reset_follower_log(state, log_start_offset, named_start)?;
                         return Ok(ErrorCode::None);
                     }
                     OutOfRangeAction::TruncateTo { log_end_offset } => {
@@ -2798,7 +2892,8 @@ impl Replica {
                     diverging_end_offset = %diverging.end_offset, %leader_start, %own_start,
                     "the logs diverge at or below the leader's log start: discarding every record below it and restarting the log there");
                 self.log.truncate_fully_and_start_at(leader_start)?;
-                self.log.note_start_line(state.leader_epoch())?;
+                self.log
+                    .note_start_line(named_start.line_at(leader_start, state.leader_epoch()))?;
                 // The machine's log start moves with the log's.
                 self.resync_follower(state);
                 return Ok(ErrorCode::None);
@@ -2827,7 +2922,8 @@ impl Replica {
                     log_end_offset = %self.log.log_end_offset(),
                     "the logs agree nowhere past the leader's log start, where this log starts or above: restarting it empty at the leader's start");
                 self.log.truncate_fully_and_start_at(leader_start)?;
-                self.log.note_start_line(state.leader_epoch())?;
+                self.log
+                    .note_start_line(named_start.line_at(leader_start, state.leader_epoch()))?;
                 // The machine's log start moves with the log's.
                 self.resync_follower(state);
                 return Ok(ErrorCode::None);
@@ -2916,7 +3012,7 @@ impl Replica {
                 }
             }
             FetchedUpdate::ResetTo { log_start_offset } => {
-                self.reset_follower_log(state, log_start_offset)?;
+                self.reset_follower_log(state, log_start_offset, named_start)?;
             }
         }
         Ok(ErrorCode::None)
@@ -2989,10 +3085,16 @@ impl Replica {
 
     /// SPEC 3.6: the follower's log ends below the leader's log start; the
     /// machine already moved to `log_start_offset`, the log follows.
-    fn reset_follower_log(&self, state: &FollowerState, log_start_offset: Offset) -> Result<()> {
+    fn reset_follower_log(
+        &self,
+        state: &FollowerState,
+        log_start_offset: Offset,
+        named: StartNamed,
+    ) -> Result<()> {
         tracing::warn!(log = %self.log_id, leader = %state.leader(), leader_log_start = %log_start_offset, "follower is below the leader's log start; discarding its log");
         self.log.truncate_fully_and_start_at(log_start_offset)?;
-        self.log.note_start_line(state.leader_epoch())?;
+        self.log
+            .note_start_line(named.line_at(log_start_offset, state.leader_epoch()))?;
         // Everything below the leader's log start was committed (retention
         // never deletes at or above the high watermark); Kafka's
         // `truncateFullyAndStartAt` likewise moves the high watermark to
@@ -3345,6 +3447,7 @@ mod tests {
             high_watermark: Offset(10),
             log_start_offset: Offset(5),
             log_end_offset: Offset(10),
+            log_start_epoch: None,
             diverging: None,
             records: Bytes::new(),
             applied_offsets: Vec::new(),
@@ -3366,29 +3469,9 @@ mod tests {
         let leader_dir = tempfile::tempdir().unwrap();
         let leader = leader_of_ten_records(leader_dir.path());
         let dir = tempfile::tempdir().unwrap();
-        let follower = follower_without_a_store(dir.path());
         // It follows a leader of epoch 2 whose log holds epoch 1's batches.
-        let replicas = vec![NodeId(0), NodeId(1)];
-        follower.become_follower(
-            Some(NodeId(0)),
-            LeaderEpoch(2),
-            replicas.clone(),
-            replicas,
-            2,
-        );
-        follower.applied.set(NodeId(1), Offset(7));
-        let below_the_start = FetchedLog {
-            error: ErrorCode::OffsetOutOfRange,
-            ..ten_records_answer(Offset(10), Offset(5), None, Bytes::new())
-        };
-        follower
-            .apply_fetched(NodeId(0), LeaderEpoch(2), below_the_start)
-            .unwrap();
+        let follower = follower_restarted_at_5(dir.path(), LeaderEpoch(2), None);
         let log = follower.log();
-        assert_eq!(
-            (log.log_start_offset(), log.log_end_offset()),
-            (Offset(5), Offset(5))
-        );
         assert_eq!(log.start_line(), Some(LeaderEpoch(2)));
         let records = leader.read(Offset(5), 1 << 20, false).unwrap();
         follower
@@ -3407,6 +3490,91 @@ mod tests {
                 .start_line,
             Some(LeaderEpoch(1))
         );
+    }
+
+    /// SPEC 3.5: a fetch below the leader's log start is answered
+    /// `OffsetOutOfRange` naming the epoch of the leader's record below
+    /// that start, and the follower that restarts its log there notes
+    /// that epoch as its start line, not the leader's own (which a longer
+    /// log holding the records past the start may never have held a
+    /// record of). An answer naming none leaves it the leader's epoch.
+    #[test]
+    fn a_restart_at_the_leaders_start_names_the_epoch_below_it() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = leader_of_ten_records(leader_dir.path());
+        leader.log().set_log_start_offset(Offset(5)).unwrap();
+        let replicas = vec![NodeId(0), NodeId(1)];
+        leader
+            .become_leader(LeaderEpoch(3), replicas.clone(), replicas.clone(), 1)
+            .unwrap();
+        let fetch = FetchLog {
+            log: LogId(0),
+            current_leader_epoch: LeaderEpoch(3),
+            fetch_offset: Offset(2),
+            last_fetched_epoch: Some(LeaderEpoch(1)),
+            log_start_offset: Offset::ZERO,
+            bytes_max: 1 << 20,
+            applied_offset: None,
+        };
+        let arrival = FetchArrival::New(Instant::now());
+        let answer =
+            leader.answer_fetch(NodeId(1), &fetch, 1 << 20, false, arrival, Incarnation(1));
+        assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
+        assert_eq!(
+            (answer.log_start_offset, answer.log_start_epoch),
+            (Offset(5), Some(LeaderEpoch(1)))
+        );
+        let at_start = FetchLog {
+            fetch_offset: Offset(5),
+            ..fetch
+        };
+        let answer = leader.answer_fetch(
+            NodeId(1),
+            &at_start,
+            1 << 20,
+            false,
+            arrival,
+            Incarnation(1),
+        );
+        assert_eq!(answer.error, ErrorCode::None);
+        assert_eq!(
+            answer.log_start_epoch, None,
+            "only answers that restart a log name it"
+        );
+        for (named, noted) in [(Some(LeaderEpoch(1)), 1), (None, 3)] {
+            let dir = tempfile::tempdir().unwrap();
+            let follower = follower_restarted_at_5(dir.path(), LeaderEpoch(3), named);
+            let log = follower.log();
+            assert_eq!(log.start_line(), Some(LeaderEpoch(noted)), "{named:?}");
+        }
+    }
+
+    /// A follower of node 0 in `epoch`, its application at 7, whose
+    /// log restarted, empty, at 5 on an `OffsetOutOfRange` answer of a
+    /// leader starting there that named `named` below its start.
+    fn follower_restarted_at_5(
+        dir: &std::path::Path,
+        epoch: LeaderEpoch,
+        named: Option<LeaderEpoch>,
+    ) -> Replica {
+        let follower = follower_without_a_store(dir);
+        let replicas = vec![NodeId(0), NodeId(1)];
+        follower.become_follower(Some(NodeId(0)), epoch, replicas.clone(), replicas, 2);
+        follower.applied.set(NodeId(1), Offset(7));
+        let below_the_start = FetchedLog {
+            error: ErrorCode::OffsetOutOfRange,
+            log_start_epoch: named,
+            ..ten_records_answer(Offset(10), Offset(5), None, Bytes::new())
+        };
+        follower
+            .apply_fetched(NodeId(0), epoch, below_the_start)
+            .unwrap();
+        let log = follower.log();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(5), Offset(5))
+        );
+        follower
     }
 
     /// A follower without a snapshot store in `dir` holding what a lone
@@ -3442,6 +3610,7 @@ mod tests {
             high_watermark,
             log_start_offset,
             log_end_offset: Offset(10),
+            log_start_epoch: None,
             diverging,
             records,
             applied_offsets: Vec::new(),
@@ -3461,7 +3630,11 @@ mod tests {
             epoch: LeaderEpoch(1),
             end_offset: Offset(5),
         };
-        let answer = ten_records_answer(Offset(0), Offset(5), Some(at_the_start), Bytes::new());
+        let answer = FetchedLog {
+            // The leader names the epoch below its start (SPEC 3.5).
+            log_start_epoch: Some(LeaderEpoch(0)),
+            ..ten_records_answer(Offset(0), Offset(5), Some(at_the_start), Bytes::new())
+        };
         follower
             .apply_fetched(NodeId(0), LeaderEpoch(1), answer)
             .unwrap();
@@ -3471,6 +3644,7 @@ mod tests {
             (Offset(5), Offset(5)),
             "records below 5 kept, or a log ending below the leader's start (seed 60047659)"
         );
+        assert_eq!(log.start_line(), Some(LeaderEpoch(0)), "the named epoch");
     }
 
     /// The same answer to a follower whose log is empty at the leader's
@@ -3535,6 +3709,7 @@ mod tests {
             high_watermark: Offset(10),
             log_start_offset: Offset(5),
             log_end_offset: Offset(10),
+            log_start_epoch: None,
             diverging: None,
             records,
             applied_offsets: Vec::new(),
@@ -3638,6 +3813,64 @@ mod tests {
         assert_eq!(answer.data.len(), 8);
         let answer = leader.answer_snapshot(&request, Some(&LatestAt(Offset(10))));
         assert_eq!(answer.error, ErrorCode::None, "the log end itself");
+    }
+
+    /// SPEC 3.5, 3.9: a snapshot's chunks name the epoch of the leader's
+    /// record below the snapshot's offset (not the leader's own epoch),
+    /// and the follower that installs it notes that epoch as its start
+    /// line; a leader that does not name one leaves it the leader's
+    /// epoch. With the leader's epoch, a longer log holding the records
+    /// past the snapshot but none of that epoch was passed over by
+    /// unclean recovery for the empty one (the loss of simulator seed
+    /// 60357926, should the first batch's own start line not be written).
+    #[test]
+    fn an_installed_snapshot_names_the_epoch_of_the_record_below_it() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = leader_of_ten_records(leader_dir.path());
+        let replicas = vec![NodeId(0), NodeId(1)];
+        leader
+            .become_leader(LeaderEpoch(3), replicas.clone(), replicas.clone(), 1)
+            .unwrap();
+        let mut builder = RecordBatchBuilder::new(1);
+        builder.push(b"v");
+        leader
+            .append_as_leader(&builder.build().unwrap(), false, true, false)
+            .unwrap();
+        let request = SnapshotRequest {
+            replica: NodeId(1),
+            log: LogId(0),
+            current_leader_epoch: LeaderEpoch(3),
+            position: 0,
+            bytes_max: 1024,
+        };
+        let epoch_at = |offset: u64| {
+            let answer = leader.answer_snapshot(&request, Some(&LatestAt(Offset(offset))));
+            assert_eq!(answer.error, ErrorCode::None, "{offset}");
+            answer.snapshot_epoch
+        };
+        assert_eq!(epoch_at(0), None, "nothing lies below offset 0");
+        assert_eq!(epoch_at(10), Some(LeaderEpoch(1)), "record 9 is epoch 1's");
+        assert_eq!(epoch_at(11), Some(LeaderEpoch(3)), "record 10 is epoch 3's");
+        for (named, noted) in [(Some(LeaderEpoch(1)), 1), (None, 3)] {
+            let dir = tempfile::tempdir().unwrap();
+            let follower = follower_without_a_store(dir.path());
+            follower.become_follower(
+                Some(NodeId(0)),
+                LeaderEpoch(3),
+                replicas.clone(),
+                replicas.clone(),
+                2,
+            );
+            follower
+                .snapshot_installed(NodeId(0), LeaderEpoch(3), Offset(10), named)
+                .unwrap();
+            let log = follower.log();
+            assert_eq!(
+                (log.log_start_offset(), log.log_end_offset()),
+                (Offset(10), Offset(10))
+            );
+            assert_eq!(log.start_line(), Some(LeaderEpoch(noted)), "{named:?}");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use super::replica::Replica;
 use crate::config::ReplicationConfig;
-use crate::snapshot::{SnapshotInfo, SnapshotStore};
+use crate::snapshot::{SnapshotId, SnapshotStore};
 use crate::storage::disk::{Disk, DiskFile, OpenMode};
 use crate::storage::SNAPSHOT_DOWNLOAD_PREFIX;
 use crate::sync::{AtomicBool, Mutex, Ordering};
@@ -142,7 +142,7 @@ impl Transfer<'_> {
                 .take(info.size_bytes),
             );
             self.store
-                .install(self.replica.log_id(), info, &mut reader)
+                .install(self.replica.log_id(), info.info(), &mut reader)
                 .map_err(|e| {
                     format!(
                         "the application's install of the snapshot at {} failed: {e}",
@@ -150,7 +150,7 @@ impl Transfer<'_> {
                     )
                 })?;
             self.replica
-                .snapshot_installed(self.leader, self.epoch, info.offset)
+                .snapshot_installed(self.leader, self.epoch, info.offset, info.epoch)
                 .map_err(|e| {
                     format!(
                         "installed the snapshot at {}, but cannot restart the log there: {e}",
@@ -177,7 +177,7 @@ impl Transfer<'_> {
     /// install ends discards it (recovery deletes a log directory's
     /// downloads), so only the application's install makes anything
     /// durable.
-    fn download(&self, path: &Path) -> Result<Option<SnapshotInfo>, String> {
+    fn download(&self, path: &Path) -> Result<Option<SnapshotId>, String> {
         let file = self
             .disk()
             .open(path, OpenMode::CreateTruncate)
@@ -219,7 +219,7 @@ impl Transfer<'_> {
     /// transfer is complete only when every chunk before the last was
     /// checked and written; a chunk written past a failed one is discarded
     /// with the download.
-    fn receive(&self, download: &Download<'_>) -> Result<Option<SnapshotInfo>, String> {
+    fn receive(&self, download: &Download<'_>) -> Result<Option<SnapshotId>, String> {
         // Set once the transfer ends: positions still queued are not asked
         // for (a leader change would otherwise cost their requests and hold
         // the join up to `request_timeout`).
@@ -261,7 +261,7 @@ impl Transfer<'_> {
                 });
             }
             drop(asked);
-            let ask = |position: u64, expected: Option<SnapshotInfo>| {
+            let ask = |position: u64, expected: Option<SnapshotId>| {
                 let (answer, answered) = crossbeam_channel::bounded(1);
                 asks.send(Ask {
                     position,
@@ -273,7 +273,7 @@ impl Transfer<'_> {
             };
             let outcome = (|| {
                 let mut in_flight = VecDeque::with_capacity(REQUESTS_IN_FLIGHT_MAX);
-                let mut info: Option<SnapshotInfo> = None;
+                let mut info: Option<SnapshotId> = None;
                 let mut position = 0u64;
                 // The next position to ask for, once the chunk size is known.
                 let mut asked_to = 0u64;
@@ -309,7 +309,7 @@ impl Transfer<'_> {
                             info = Some(chunk.snapshot);
                             download.reserve(chunk.snapshot.size_bytes)?;
                         }
-                        Some(known) if known != chunk.snapshot => {
+                        Some(known) if known.is_other(chunk.snapshot) => {
                             tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?chunk.snapshot, "the leader's latest snapshot changed during the transfer; starting again");
                             return Ok(None);
                         }
@@ -318,7 +318,10 @@ impl Transfer<'_> {
                     // The asker wrote the chunk only after these held for
                     // the snapshot the chunk belongs to.
                     debug_assert!(chunk.written);
-                    let now = chunk.snapshot;
+                    // The first chunk's, with the epoch it named.
+                    let Some(now) = info else {
+                        return Err(format!("no snapshot known at byte {position}"));
+                    };
                     let len = chunk.len;
                     let remaining = now.size_bytes.saturating_sub(position);
                     debug_assert!(len <= remaining && (len > 0 || remaining == 0));
@@ -357,7 +360,7 @@ impl Transfer<'_> {
     fn fetch_chunk(
         &self,
         position: u64,
-        expected: Option<SnapshotInfo>,
+        expected: Option<SnapshotId>,
         download: &Download<'_>,
     ) -> Result<Chunk, String> {
         let chunk = self.ask(position)?;
@@ -372,12 +375,9 @@ impl Transfer<'_> {
         if chunk.error != ErrorCode::None {
             return Err(format!("the leader answered {}", chunk.error));
         }
-        let now = SnapshotInfo {
-            offset: chunk.snapshot_offset,
-            size_bytes: chunk.snapshot_bytes,
-        };
+        let now = SnapshotId::of(&chunk);
         let len = chunk.data.len() as u64;
-        if expected.is_some_and(|known| known != now) {
+        if expected.is_some_and(|known| known.is_other(now)) {
             return Ok(Chunk {
                 snapshot: now,
                 len,
@@ -478,14 +478,14 @@ struct Ask {
     position: u64,
     /// The snapshot the transfer is downloading; `None` before its first
     /// chunk told which.
-    expected: Option<SnapshotInfo>,
+    expected: Option<SnapshotId>,
     answer: crossbeam_channel::Sender<Result<Chunk, String>>,
 }
 
 /// What an asker hands back of one chunk it checked.
 struct Chunk {
     /// The snapshot the leader answered from.
-    snapshot: SnapshotInfo,
+    snapshot: SnapshotId,
     /// The chunk's length in bytes.
     len: u64,
     /// Whether its bytes are in the download: false only when `snapshot`

@@ -20,7 +20,7 @@
 // Only a simulator (tests, the `testing` feature) steps a transfer.
 #![cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
 
-use crate::snapshot::SnapshotInfo;
+use crate::snapshot::SnapshotId;
 use crate::transport::{ErrorCode, Response, SnapshotRequest, SnapshotResponse, TransportError};
 use crate::types::{LeaderEpoch, LogId, NodeId};
 
@@ -34,7 +34,7 @@ pub(crate) struct SteppedTransfer {
     /// The leader epoch the transfer began in: it installs only in it.
     epoch: LeaderEpoch,
     /// The snapshot being downloaded, once the first chunk said which.
-    snapshot: Option<SnapshotInfo>,
+    snapshot: Option<SnapshotId>,
     /// Every byte checked so far, from the snapshot's start.
     received: Vec<u8>,
     /// Times the leader's snapshot changed under the transfer.
@@ -49,7 +49,7 @@ pub(crate) enum ChunkStep {
     /// More to ask for.
     More,
     /// The whole snapshot arrived and was checked: install it.
-    Complete(SnapshotInfo, Vec<u8>),
+    Complete(SnapshotId, Vec<u8>),
     /// The transfer failed; it ends (the follower asks again later).
     Failed(String),
     /// Not the answer the transfer waits for (a late or duplicated
@@ -130,11 +130,8 @@ impl SteppedTransfer {
         if chunk.error != ErrorCode::None {
             return ChunkStep::Failed(format!("the leader answered {}", chunk.error));
         }
-        let now = SnapshotInfo {
-            offset: chunk.snapshot_offset,
-            size_bytes: chunk.snapshot_bytes,
-        };
-        if self.snapshot.is_some_and(|known| known != now) {
+        let now = SnapshotId::of(&chunk);
+        if self.snapshot.is_some_and(|known| known.is_other(now)) {
             self.restarts += 1;
             if self.restarts > RESTARTS_MAX {
                 return ChunkStep::Failed(format!(
@@ -161,7 +158,8 @@ impl SteppedTransfer {
                 "chunk at byte {position} has {len} bytes, {remaining} remain"
             ));
         }
-        self.snapshot = Some(now);
+        // The first chunk's, with the epoch it named.
+        let now = *self.snapshot.get_or_insert(now);
         self.received.extend_from_slice(&chunk.data);
         if self.received.len() as u64 == now.size_bytes {
             return ChunkStep::Complete(now, std::mem::take(&mut self.received));
@@ -182,6 +180,7 @@ mod tests {
             log: LogId(1),
             error: ErrorCode::None,
             snapshot_offset: Offset(offset),
+            snapshot_epoch: Some(LeaderEpoch(2)),
             snapshot_bytes: size,
             position,
             crc32: crc32fast::hash(data),
@@ -232,9 +231,16 @@ mod tests {
             ChunkStep::More
         ));
         transfer.next_request(5, NodeId(2), log, 4).unwrap();
-        match transfer.on_answer(5, log, Ok(chunk(4, b"uv", 12, 6))) {
+        // A deletion up to the snapshot meanwhile changed the epoch the
+        // leader names with it: the same snapshot, the first chunk's epoch.
+        let Response::Snapshot(mut renamed) = chunk(4, b"uv", 12, 6) else {
+            unreachable!()
+        };
+        renamed.snapshot_epoch = Some(LeaderEpoch(5));
+        match transfer.on_answer(5, log, Ok(Response::Snapshot(renamed))) {
             ChunkStep::Complete(info, bytes) => {
                 assert_eq!(info.offset, Offset(12));
+                assert_eq!(info.epoch, Some(LeaderEpoch(2)));
                 assert_eq!(bytes, b"wxyzuv");
             }
             other => panic!("{other:?}"),

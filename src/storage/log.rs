@@ -1681,17 +1681,19 @@ impl Log {
     }
 
     /// Notes that this log's records below its start, as it is now, are
-    /// those of the log of `epoch`'s leader: it installed that leader's
-    /// snapshot, or restarted at that leader's start, in `epoch`; or the
-    /// first batch it fetched at its start is of `epoch` (a leader that
-    /// held that batch held the same records below it). Stored
-    /// durably, with the start it holds for: a later move of the start
-    /// voids it.
+    /// those of the log of `epoch`'s leader at some point of `epoch`: the
+    /// leader whose snapshot it installed, or at whose start it restarted,
+    /// named `epoch` for them ([`Log::epoch_below`]), or, naming none, led
+    /// in `epoch`; or the first batch it fetched at its start is of
+    /// `epoch` (a leader that held that batch held the same records below
+    /// it). Stored durably, with the start it holds for: a later move of
+    /// the start voids it.
     ///
     /// Unclean recovery needs it for a log that holds no batch (SPEC 3.5,
     /// [`LogEnd::extends`](crate::LogEnd::extends)): a longer log on
-    /// `epoch`'s line, or holding a batch of `epoch` past the start,
-    /// holds the same records below it, so taking it loses nothing this
+    /// `epoch`'s line, or holding a batch of `epoch` at or past the offset
+    /// below the start, holds the same records below it (a leader never
+    /// replaces its own records in its epoch), so taking it loses nothing this
     /// log holds (simulator seed 60267254:
     /// node 0 installed node 1's snapshot at 1467 in epoch 12, led epoch
     /// 13, and lost its one batch to a flipped bit; node 1, which had led
@@ -1706,6 +1708,33 @@ impl Log {
         self.store_epoch_entry(START_LINE_FILE, START_LINE_KIND, epoch, start.0)?;
         line_epoch.start = Some((epoch, start));
         Ok(())
+    }
+
+    /// An epoch whose leader's log held this log's records below `offset`
+    /// (a snapshot's end, SPEC 3.9), for a follower that restarts there
+    /// to note as its start line: its cache's entry covering `offset - 1`,
+    /// the epoch of that record. At the log start, where that record is
+    /// gone, its start line, or else the epoch of the batch at the start
+    /// (that leader wrote it on top of the same records). `None` when the
+    /// log does not know one: `offset` is 0, below the start or past the
+    /// end, or no entry covers it.
+    pub(crate) fn epoch_below(&self, offset: Offset) -> Option<LeaderEpoch> {
+        let line_epoch = self.line_epoch.lock();
+        let state = self.state.read();
+        let end = state.log_end_offset();
+        if offset == Offset::ZERO || offset < state.log_start_offset || offset > end {
+            return None;
+        }
+        let covering = |at: Offset| {
+            let entries = state.epochs.entries();
+            let covering = entries.partition_point(|entry| entry.start_offset <= at);
+            covering.checked_sub(1).map(|index| entries[index].epoch)
+        };
+        if offset == state.log_start_offset {
+            return start_line_of(line_epoch.start, &state)
+                .or_else(|| (offset < end).then(|| covering(offset)).flatten());
+        }
+        covering(Offset(offset.0 - 1))
     }
 
     /// The start line this log reports now ([`EndReport::start_line`]).
@@ -2316,6 +2345,10 @@ mod line_epoch_tests {
             ),
             (Offset(40), Offset(40), Some(LeaderEpoch(12)))
         );
+        // A snapshot at the start is named by the start line.
+        assert_eq!(log.epoch_below(Offset(40)), Some(LeaderEpoch(12)));
+        assert_eq!(log.epoch_below(Offset(39)), None, "below the start");
+        assert_eq!(log.epoch_below(Offset(41)), None, "past the end");
         drop(log);
         let log = open(dir.path());
         assert_eq!(
@@ -2334,6 +2367,34 @@ mod line_epoch_tests {
             log.end_report(64).unwrap().start_line,
             Some(LeaderEpoch(14))
         );
+    }
+
+    /// The epoch a leader names below an offset (`Log::epoch_below`): the
+    /// epoch of the record below it; at the log start, once the records
+    /// below are deleted, the epoch of the batch there (whose leader wrote
+    /// it on top of them); nothing at 0 or past the end.
+    #[test]
+    fn the_epoch_below_an_offset_is_the_epoch_of_the_record_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(dir.path());
+        for epoch in [1, 1, 1, 1, 1, 3, 3, 3, 3, 3] {
+            let mut batch = RecordBatchBuilder::new(0);
+            batch.push(b"a");
+            log.append_as_leader(&batch.build().unwrap(), LeaderEpoch(epoch))
+                .unwrap();
+        }
+        let below = |offset: u64| log.epoch_below(Offset(offset));
+        assert_eq!(below(0), None);
+        assert_eq!(below(5), Some(LeaderEpoch(1)), "record 4 is epoch 1's");
+        assert_eq!(below(6), Some(LeaderEpoch(3)));
+        assert_eq!(below(10), Some(LeaderEpoch(3)), "the log end");
+        assert_eq!(below(11), None, "past the end");
+        log.raise_high_watermark(Offset(10));
+        log.set_log_start_offset(Offset(5)).unwrap();
+        assert_eq!(below(4), None, "below the start");
+        assert_eq!(below(5), Some(LeaderEpoch(3)), "the batch at the start");
+        log.note_start_line(LeaderEpoch(1)).unwrap();
+        assert_eq!(below(5), Some(LeaderEpoch(1)), "the start line noted");
     }
 
     /// A retired log refuses every later call, and writes nothing more

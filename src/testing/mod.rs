@@ -123,6 +123,7 @@ pub fn echo_response(me: NodeId, from: NodeId, request: &Request) -> Response {
                     high_watermark: Offset(u64::from(from.0)),
                     log_start_offset: log.log_start_offset,
                     log_end_offset: log.fetch_offset,
+                    log_start_epoch: None,
                     diverging: log.last_fetched_epoch.map(|epoch| EpochEndOffset {
                         epoch,
                         end_offset: Offset(u64::from(me.0)),
@@ -168,6 +169,7 @@ pub fn echo_response(me: NodeId, from: NodeId, request: &Request) -> Response {
                 log: snapshot.log,
                 error: ErrorCode::None,
                 snapshot_offset: Offset(u64::from(snapshot.current_leader_epoch.0)),
+                snapshot_epoch: None,
                 snapshot_bytes: snapshot.position + data.len() as u64,
                 position: snapshot.position,
                 crc32: crc32fast::hash(&data),

@@ -207,7 +207,8 @@ pub struct FetchedLog {
     /// The log.
     pub log: LogId,
     /// [`ErrorCode::None`] on success; otherwise the other fields are not
-    /// meaningful.
+    /// meaningful, but for the log start and end offsets and
+    /// `log_start_epoch` of an `OffsetOutOfRange` answer.
     pub error: ErrorCode,
     /// The leader's high watermark.
     pub high_watermark: Offset,
@@ -218,6 +219,13 @@ pub struct FetchedLog {
     /// Set when the follower's log diverges from the leader's (SPEC §3.2 step
     /// 2): the follower must truncate first; `records` is then empty.
     pub diverging: Option<EpochEndOffset>,
+    /// An epoch whose leader's log held the leader's records below
+    /// `log_start_offset` (its start line, or the epoch of its batch at
+    /// the start), on the answers that may restart the follower's log
+    /// there (`OffsetOutOfRange`, `diverging`); `None` on the others, or
+    /// when the leader knows none. The follower notes it as its log's
+    /// start line (SPEC 3.5), as it does a snapshot's epoch.
+    pub log_start_epoch: Option<LeaderEpoch>,
     /// Whole record batches starting at the requested `fetch_offset`.
     pub records: Bytes,
     /// Every applied position the leader knows, by replica (SPEC 3.9): the
@@ -284,6 +292,17 @@ pub struct SnapshotResponse {
     /// it. A change between chunks means the leader's latest snapshot
     /// changed: the transfer starts again.
     pub snapshot_offset: Offset,
+    /// An epoch whose leader's log held the records below
+    /// `snapshot_offset`: the epoch of the leader's record just below it,
+    /// the last one the snapshot holds (KRaft names a snapshot by its end
+    /// offset and this epoch), or, where the leader's log starts at that
+    /// offset, its start line or the epoch of its batch there. `None` when
+    /// the leader knows none (the offset is 0, or its log keeps no epoch
+    /// there). It may change between chunks of one snapshot (a deletion up
+    /// to its offset meanwhile). The installing follower notes it as its
+    /// log's start line, so that unclean recovery can tell which longer
+    /// logs hold the same records below (SPEC 3.5).
+    pub snapshot_epoch: Option<LeaderEpoch>,
     /// The snapshot's whole length in bytes.
     pub snapshot_bytes: u64,
     /// Byte of the snapshot `data` starts at (the request's position).

@@ -429,6 +429,7 @@ fn response() -> impl Strategy<Value = Response> {
                 high_watermark: Offset(hw),
                 log_start_offset: Offset(start),
                 log_end_offset: Offset(end),
+                log_start_epoch: (hw % 2 == 0).then_some(LeaderEpoch(log)),
                 diverging,
                 records: records.into(),
                 applied_offsets: (0..hw % 3)

@@ -86,6 +86,7 @@ fn fetch_response_throughput_over_loopback() {
                 high_watermark: Offset(1),
                 log_start_offset: Offset(0),
                 log_end_offset: Offset(1),
+                log_start_epoch: None,
                 diverging: None,
                 records: served.clone(),
                 applied_offsets: Vec::new(),

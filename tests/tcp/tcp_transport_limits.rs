@@ -334,6 +334,7 @@ fn a_response_over_the_frame_limit_becomes_an_error_response() {
                 high_watermark: Offset(0),
                 log_start_offset: Offset(0),
                 log_end_offset: Offset(0),
+                log_start_epoch: None,
                 diverging: None,
                 records: Bytes::from(vec![7u8; 2000]),
                 applied_offsets: Vec::new(),

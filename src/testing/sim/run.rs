@@ -5069,7 +5069,11 @@ mod tests {
     /// seed 45 when a failed leader's resignation began listing it among
     /// the unclean replicas (seed 60336922), and for seeds 0, 6, 10, 13
     /// and 23 when an empty log's first fetched batch began writing its
-    /// start line (seed 60357926). Chosen to
+    /// start line (seed 60357926), and again for the same five when a
+    /// snapshot's chunks and the fetch answers that restart a log at the
+    /// leader's start began naming an epoch below that offset, which the
+    /// restarted log notes as its start line (the start lines the logs
+    /// write changed, and with them their disk writes). Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5078,14 +5082,14 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0xec88_f49d_ab06_14f9),
+            (0, 0x13b0_4ae3_3b70_c4b4),
             (2, 0x7e49_03a5_0938_8a60),
-            (6, 0xfddd_58e8_2930_391d),
-            (10, 0x166f_5e61_9bd0_46bf),
-            (13, 0x2555_0efe_c541_6652),
+            (6, 0x8667_98a0_1820_5b01),
+            (10, 0x8444_3031_981e_e5bc),
+            (13, 0x4b88_4223_e4f6_e9cb),
             (14, 0xb2cf_309c_19e6_607d),
             (17, 0x66df_6bd3_eaaf_11bb),
-            (23, 0x1031_9381_4f71_0b26),
+            (23, 0x8abe_0e7c_8aa3_47f7),
             (35, 0x74fe_a002_70e9_19e3),
             (41, 0x0307_8326_309e_60f7),
             (45, 0x5eb3_3849_7e1d_f41a),

@@ -12,7 +12,7 @@
 //! | at | field | type |
 //! |---:|---|---|
 //! | 0 | magic, the ASCII bytes `ISRL` | [u8; 4] |
-//! | 4 | version (= 2) | u8 |
+//! | 4 | version (= 3) | u8 |
 //! | 5 | message type (table below) | u8 |
 //! | 6 | body length: bytes after the header | u32 |
 //! | 10 | request id, chosen by the caller, echoed by the response | u64 |
@@ -32,7 +32,7 @@
 //! | `0x81` | fetch response |
 //! | `0x82` | epoch end offsets response |
 //! | `0x03` | snapshot request: sender, replica, log id, current leader epoch (u32 ×4), position u64, bytes_max u32 |
-//! | `0x83` | snapshot response: log id u32, error code u16, snapshot offset, snapshot bytes, position (u64 ×3), CRC-32 of the data u32, data length u32, data |
+//! | `0x83` | snapshot response: log id u32, error code u16, snapshot offset u64, snapshot epoch (presence byte, then u32), snapshot bytes, position (u64 ×2), CRC-32 of the data u32, data length u32, data |
 //!
 //! A request body starts with the **sender**: the caller's node id (u32), which
 //! the server hands to its handler as `from`. Then:
@@ -77,6 +77,8 @@
 //! | per log: high watermark, log start offset, log end offset | u64 ×3 |
 //! | per log: diverging present (0 or 1) | u8 |
 //! | per log: diverging epoch, end offset, only if present | u32, u64 |
+//! | per log: log start epoch present (0 or 1) | u8 |
+//! | per log: log start epoch, only if present | u32 |
 //! | per log: records length | u32 |
 //! | per log: records (whole record batches, opaque here) | bytes |
 //! | per log: applied position count | u32 |
@@ -125,8 +127,10 @@ use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
 /// The only frame version this code speaks. Version 2 added the
 /// follower's incarnation to the fetch request, applied positions to
-/// fetches and their answers, and the snapshot messages (SPEC 3.9).
-pub(crate) const VERSION: u8 = 2;
+/// fetches and their answers, and the snapshot messages (SPEC 3.9);
+/// version 3 the epoch below the log start to fetch answers and the
+/// snapshot's epoch to its chunks.
+pub(crate) const VERSION: u8 = 3;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
 
@@ -147,11 +151,11 @@ const _: () = assert!(REQUEST_ID_AT + 8 == HEADER_BYTES);
 const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 8 + 4 + 1;
 /// Smallest encoding of one `FetchedLog` (not diverging, no records, no
 /// applied positions).
-const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 4 + 4;
+const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 1 + 4 + 4;
 /// Encoding of a `SnapshotRequest` after the sender.
 const SNAPSHOT_REQUEST_BYTES: usize = 4 + 4 + 4 + 8 + 4;
 /// Smallest encoding of a `SnapshotResponse` (no data).
-const SNAPSHOT_RESPONSE_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 4 + 4;
+const SNAPSHOT_RESPONSE_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 4 + 4;
 /// Encoding of one applied position in a `FetchedLog`.
 const APPLIED_POSITION_BYTES: usize = 4 + 8;
 /// Encoding of one `EpochQuery`.
@@ -325,13 +329,7 @@ pub(crate) fn encode_request(
                 out.put_u32_le(log.log.0);
                 out.put_u32_le(log.current_leader_epoch.0);
                 out.put_u64_le(log.fetch_offset.0);
-                match log.last_fetched_epoch {
-                    Some(epoch) => {
-                        out.put_u8(1);
-                        out.put_u32_le(epoch.0);
-                    }
-                    None => out.put_u8(0),
-                }
+                put_epoch(&mut out, log.last_fetched_epoch);
                 out.put_u64_le(log.log_start_offset.0);
                 out.put_u32_le(log.bytes_max);
                 match log.applied_offset {
@@ -504,7 +502,7 @@ pub(crate) fn encode_response_pieces(
         Response::Error(_) => (MessageType::ErrorResponse, 2),
         Response::Snapshot(chunk) => (
             MessageType::SnapshotResponse,
-            SNAPSHOT_RESPONSE_BYTES_MIN + chunk.data.len(),
+            SNAPSHOT_RESPONSE_BYTES_MIN + chunk.snapshot_epoch.map_or(0, |_| 4) + chunk.data.len(),
         ),
     };
     let shared = shared_payload_bytes(response);
@@ -531,6 +529,7 @@ pub(crate) fn encode_response_pieces(
                 w.out.put_u64_le(log.log_start_offset.0);
                 w.out.put_u64_le(log.log_end_offset.0);
                 put_epoch_end(&mut w.out, log.diverging);
+                put_epoch(&mut w.out, log.log_start_epoch);
                 put_count(&mut w.out, log.records.len());
                 w.put_payload(&log.records);
                 put_count(&mut w.out, log.applied_offsets.len());
@@ -553,6 +552,7 @@ pub(crate) fn encode_response_pieces(
             w.out.put_u32_le(chunk.log.0);
             w.out.put_u16_le(chunk.error.as_u16());
             w.out.put_u64_le(chunk.snapshot_offset.0);
+            put_epoch(&mut w.out, chunk.snapshot_epoch);
             w.out.put_u64_le(chunk.snapshot_bytes);
             w.out.put_u64_le(chunk.position);
             w.out.put_u32_le(chunk.crc32);
@@ -588,6 +588,7 @@ fn fetch_response_bytes(fetch: &FetchResponse) -> usize {
         .map(|log| {
             FETCHED_LOG_BYTES_MIN
                 + log.diverging.map_or(0, |_| 4 + 8)
+                + log.log_start_epoch.map_or(0, |_| 4)
                 + log.records.len()
                 + APPLIED_POSITION_BYTES * log.applied_offsets.len()
         })
@@ -655,6 +656,17 @@ fn finish_frame(out: Vec<u8>, body_bytes: usize) -> Result<Vec<u8>, FrameTooLarg
 fn put_count(out: &mut Vec<u8>, count: usize) {
     debug_assert!(u32::try_from(count).is_ok());
     out.put_u32_le(count as u32);
+}
+
+/// An optional epoch: a presence byte, then the epoch if present.
+fn put_epoch(out: &mut Vec<u8>, epoch: Option<LeaderEpoch>) {
+    match epoch {
+        Some(epoch) => {
+            out.put_u8(1);
+            out.put_u32_le(epoch.0);
+        }
+        None => out.put_u8(0),
+    }
 }
 
 fn put_epoch_end(out: &mut Vec<u8>, end: Option<EpochEndOffset>) {
@@ -769,6 +781,7 @@ pub(crate) fn decode_body(header: &FrameHeader, body: Bytes) -> Result<Message, 
             let log = LogId(reader.u32("snapshot chunk log id")?);
             let error = ErrorCode::from_u16(reader.u16("snapshot chunk error code")?);
             let snapshot_offset = Offset(reader.u64("snapshot chunk snapshot offset")?);
+            let snapshot_epoch = reader.epoch("snapshot chunk snapshot epoch")?;
             let snapshot_bytes = reader.u64("snapshot chunk snapshot bytes")?;
             let position = reader.u64("snapshot chunk position")?;
             let crc32 = reader.u32("snapshot chunk crc32")?;
@@ -778,6 +791,7 @@ pub(crate) fn decode_body(header: &FrameHeader, body: Bytes) -> Result<Message, 
                 log,
                 error,
                 snapshot_offset,
+                snapshot_epoch,
                 snapshot_bytes,
                 position,
                 crc32,
@@ -832,11 +846,7 @@ fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError>
         let log = LogId(reader.u32("fetch log id")?);
         let current_leader_epoch = LeaderEpoch(reader.u32("fetch current leader epoch")?);
         let fetch_offset = Offset(reader.u64("fetch offset")?);
-        let last_fetched_epoch = if reader.presence("fetch last fetched epoch present")? {
-            Some(LeaderEpoch(reader.u32("fetch last fetched epoch")?))
-        } else {
-            None
-        };
+        let last_fetched_epoch = reader.epoch("fetch last fetched epoch")?;
         let log_start_offset = Offset(reader.u64("fetch log start offset")?);
         let log_bytes_max = reader.u32("fetch log bytes_max")?;
         let applied_offset = if reader.presence("fetch applied offset present")? {
@@ -889,6 +899,7 @@ fn decode_fetch_response(reader: &mut Reader) -> Result<FetchResponse, FrameErro
         let log_start_offset = Offset(reader.u64("fetched log start offset")?);
         let log_end_offset = Offset(reader.u64("fetched log end offset")?);
         let diverging = reader.epoch_end("fetched diverging")?;
+        let log_start_epoch = reader.epoch("fetched log start epoch")?;
         let records_bytes = reader.u32("fetched records length")? as usize;
         let records = reader.bytes("fetched records", records_bytes)?;
         let applied_count =
@@ -906,6 +917,7 @@ fn decode_fetch_response(reader: &mut Reader) -> Result<FetchResponse, FrameErro
             log_start_offset,
             log_end_offset,
             diverging,
+            log_start_epoch,
             records,
             applied_offsets,
         });
@@ -976,6 +988,14 @@ impl Reader {
                 format!("presence byte {other} is neither 0 nor 1"),
             )),
         }
+    }
+
+    /// An optional epoch ([`put_epoch`]).
+    fn epoch(&mut self, field: &'static str) -> Result<Option<LeaderEpoch>, FrameError> {
+        if !self.presence(field)? {
+            return Ok(None);
+        }
+        Ok(Some(LeaderEpoch(self.u32(field)?)))
     }
 
     fn epoch_end(&mut self, field: &'static str) -> Result<Option<EpochEndOffset>, FrameError> {
@@ -1107,6 +1127,7 @@ mod tests {
             log: LogId(3),
             error: ErrorCode::None,
             snapshot_offset: Offset(10),
+            snapshot_epoch: Some(LeaderEpoch(4)),
             snapshot_bytes: 1 << 20,
             position: 4096,
             crc32: crc32fast::hash(&data),
@@ -1123,6 +1144,7 @@ mod tests {
             log: LogId(3),
             error: ErrorCode::None,
             snapshot_offset: Offset(10),
+            snapshot_epoch: None,
             snapshot_bytes: 3,
             position: 0,
             crc32: 0,
@@ -1324,22 +1346,26 @@ mod tests {
             any::<u64>(),
             any::<u64>(),
             arb_epoch_end(),
+            proptest::option::of(any::<u32>()),
             proptest::collection::vec(any::<u8>(), 0..64),
             proptest::collection::vec((any::<u32>(), any::<u64>()), 0..4),
         )
             .prop_map(
-                |(log, error, hw, start, end, diverging, records, applied)| FetchedLog {
-                    log: LogId(log),
-                    error,
-                    high_watermark: Offset(hw),
-                    log_start_offset: Offset(start),
-                    log_end_offset: Offset(end),
-                    diverging,
-                    records: Bytes::from(records),
-                    applied_offsets: applied
-                        .into_iter()
-                        .map(|(node, offset)| (NodeId(node), Offset(offset)))
-                        .collect(),
+                |(log, error, hw, start, end, diverging, start_epoch, records, applied)| {
+                    FetchedLog {
+                        log: LogId(log),
+                        error,
+                        high_watermark: Offset(hw),
+                        log_start_offset: Offset(start),
+                        log_end_offset: Offset(end),
+                        diverging,
+                        log_start_epoch: start_epoch.map(LeaderEpoch),
+                        records: Bytes::from(records),
+                        applied_offsets: applied
+                            .into_iter()
+                            .map(|(node, offset)| (NodeId(node), Offset(offset)))
+                            .collect(),
+                    }
                 },
             );
         let fetch = proptest::collection::vec(fetched, 0..4)
@@ -1356,22 +1382,26 @@ mod tests {
             any::<u32>(),
             arb_code(),
             any::<u64>(),
+            proptest::option::of(any::<u32>()),
             any::<u64>(),
             any::<u64>(),
             any::<u32>(),
             proptest::collection::vec(any::<u8>(), 0..64),
         )
-            .prop_map(|(log, error, offset, bytes, position, crc32, data)| {
-                Response::Snapshot(SnapshotResponse {
-                    log: LogId(log),
-                    error,
-                    snapshot_offset: Offset(offset),
-                    snapshot_bytes: bytes,
-                    position,
-                    crc32,
-                    data: Bytes::from(data),
-                })
-            });
+            .prop_map(
+                |(log, error, offset, epoch, bytes, position, crc32, data)| {
+                    Response::Snapshot(SnapshotResponse {
+                        log: LogId(log),
+                        error,
+                        snapshot_offset: Offset(offset),
+                        snapshot_epoch: epoch.map(LeaderEpoch),
+                        snapshot_bytes: bytes,
+                        position,
+                        crc32,
+                        data: Bytes::from(data),
+                    })
+                },
+            );
         prop_oneof![
             fetch,
             epochs,

@@ -621,6 +621,7 @@ mod tests {
                 log: LogId(1),
                 error: ErrorCode::None,
                 snapshot_offset: Offset(5),
+                snapshot_epoch: None,
                 snapshot_bytes: 1 << 20,
                 position,
                 crc32: crc32fast::hash(&data),

@@ -4589,6 +4589,20 @@ mod tests {
         passes_with(SimConfig::new(60_357_926));
     }
 
+    /// Seed 60413293 (liveness; the simulator's own expectation was
+    /// wrong): node 2 lost its disk, its application restarted at 0, and
+    /// its log restarted at a deposed leader's start, 2 (told the logs
+    /// agree only up to there); it said it needs a snapshot, in a run
+    /// without stores. The next leader's log starts at 0, and the run
+    /// held such a replica unsettled, and wrong at the end, because its
+    /// application "can read on from the leader's log start", though it
+    /// cannot from its own log. It waits for an operator, as SPEC 3.9
+    /// has it (`waits_for_an_operator`).
+    #[test]
+    fn seed_60413293_an_application_below_its_own_log_start_waits_for_an_operator() {
+        passes_with(SimConfig::new(60_413_293));
+    }
+
     /// Seed 60349931: a debug assertion (no epoch entry past an empty
     /// log's start, `start_epoch_of_empty_log`) failed on a follower whose
     /// fetched write failed on a full disk: the epoch cache had learned the

@@ -1462,6 +1462,13 @@ impl SteppedNode {
         shared.serve_fetch(from, request, actions, || expired)
     }
 
+    /// How long a fetch `request` parked on this node waits for data at
+    /// most before it is answered with what there is
+    /// ([`NodeShared::fetch_wait`], the threaded handler's rule).
+    pub(crate) fn fetch_wait(&self, request: &FetchRequest) -> Duration {
+        self.node.shared.fetch_wait(request)
+    }
+
     /// Whether data arrived (the leader's data watch moved) since `seen`,
     /// as returned by a parked [`FetchPoll`]: a parked fetch is looked at
     /// again then.
@@ -3242,10 +3249,7 @@ impl NodeShared {
             },
             &mut actions,
         );
-        let wait_max = request
-            .wait_max
-            .min(self.config.replication.request_timeout);
-        let deadline = Instant::now() + wait_max;
+        let deadline = Instant::now() + self.fetch_wait(request);
         loop {
             let (arrival, seen, crowded) =
                 match self.serve_fetch(from, request, actions, || Instant::now() >= deadline) {
@@ -3270,6 +3274,17 @@ impl NodeShared {
             self.core
                 .handle(Input::FetchRecheck { arrival }, &mut actions);
         }
+    }
+
+    /// How long a parked fetch waits for data at most (the long poll):
+    /// the request's `wait_max`, capped by `request_timeout`, so that the
+    /// follower's call, which ends by its own timeout, gets an answer
+    /// first. The rule of both drivers: this handler's, and a
+    /// simulator's, through [`SteppedNode::fetch_wait`] (issue 28).
+    fn fetch_wait(&self, request: &FetchRequest) -> Duration {
+        request
+            .wait_max
+            .min(self.config.replication.request_timeout)
     }
 
     /// Carries out the core's `actions` for `from`'s fetch `request`,

@@ -2539,7 +2539,8 @@ impl Run {
             return;
         };
         let from = self.machines[follower].id;
-        let wait = request.wait_max.min(REQUEST_TIMEOUT);
+        // The threaded handler's cap on the wait (`request_timeout`).
+        let wait = process.node.fetch_wait(&request);
         self.fetch_arrivals
             .insert((leader, follower), self.schedule.now());
         match process.node.receive_fetch(from, &request, wait.is_zero()) {

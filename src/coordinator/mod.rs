@@ -2304,14 +2304,10 @@ mod tests {
         }
     }
 
-    /// A log empty at its start (no batch) on a newer line, and a longer
-    /// log on an older line whose high watermark is below that start: the
-    /// longer one is taken only when the empty one's start came from a
-    /// line it is on (simulator seed 60267254), never otherwise (the
-    /// deposed tail of seed 60219295 may lie below that start).
-    #[test]
-    fn recovery_takes_a_longer_log_on_the_line_an_empty_log_started_from() {
-        let empty = |start_line: Option<u32>| UncleanReplica {
+    /// Node 1's unclean entry: its log empty at 1467 (its start), on line
+    /// 14, with `start_line`.
+    fn empty_at_1467(start_line: Option<u32>) -> UncleanReplica {
+        UncleanReplica {
             node: n(1),
             acknowledged_end: None,
             log_end: Some(LogEnd {
@@ -2323,7 +2319,17 @@ mod tests {
                 epochs: Vec::new(),
                 start_line: start_line.map(LeaderEpoch),
             }),
-        };
+        }
+    }
+
+    /// A log empty at its start (no batch) on a newer line, and a longer
+    /// log on an older line whose high watermark is below that start: the
+    /// longer one is taken only when the empty one's start came from a
+    /// line it is on (simulator seed 60267254), never otherwise (the
+    /// deposed tail of seed 60219295 may lie below that start).
+    #[test]
+    fn recovery_takes_a_longer_log_on_the_line_an_empty_log_started_from() {
+        let empty = empty_at_1467;
         let longer = |line: u32| UncleanReplica {
             node: n(2),
             acknowledged_end: None,
@@ -2373,19 +2379,7 @@ mod tests {
     /// 1466 is not.
     #[test]
     fn recovery_takes_a_longer_log_holding_the_start_lines_epoch_below_the_start() {
-        let empty = UncleanReplica {
-            node: n(1),
-            acknowledged_end: None,
-            log_end: Some(LogEnd {
-                last_epoch: None,
-                log_end_offset: Offset(1467),
-                log_start_offset: Offset(1467),
-                high_watermark: Offset(1467),
-                line_epoch: Some(LeaderEpoch(14)),
-                epochs: Vec::new(),
-                start_line: Some(LeaderEpoch(10)),
-            }),
-        };
+        let empty = empty_at_1467(Some(10));
         let longer = |newer_from: u64| UncleanReplica {
             node: n(2),
             acknowledged_end: None,

@@ -3549,6 +3549,25 @@ mod tests {
         }
     }
 
+    /// The epoch a fetch answer named below the leader's start is the
+    /// start line only of a log restarted at that very start; at another
+    /// offset (the machine's own restart point), or named by none, the
+    /// leader's epoch.
+    #[test]
+    fn a_named_start_epoch_holds_only_at_the_start_it_was_named_for() {
+        let named = StartNamed {
+            offset: Offset(5),
+            epoch: Some(LeaderEpoch(1)),
+        };
+        assert_eq!(named.line_at(Offset(5), LeaderEpoch(3)), LeaderEpoch(1));
+        assert_eq!(named.line_at(Offset(6), LeaderEpoch(3)), LeaderEpoch(3));
+        let unnamed = StartNamed {
+            offset: Offset(5),
+            epoch: None,
+        };
+        assert_eq!(unnamed.line_at(Offset(5), LeaderEpoch(3)), LeaderEpoch(3));
+    }
+
     /// A follower of node 0 in `epoch`, its application at 7, whose
     /// log restarted, empty, at 5 on an `OffsetOutOfRange` answer of a
     /// leader starting there that named `named` below its start.

@@ -143,10 +143,12 @@ pub struct LogEnd {
     /// that predates it.
     pub epochs: Vec<(LeaderEpoch, Offset)>,
     /// An epoch whose leader's log held, at some point of that epoch,
-    /// exactly this log's records below its start: the epoch of the
-    /// record below the start, as the leader whose snapshot the replica
-    /// installed, or at whose log start it restarted, named it; without
-    /// one, that leader's own epoch; or the first batch it fetched there
+    /// exactly this log's records below its start: the epoch that the
+    /// leader whose snapshot the replica installed, or at whose log start
+    /// it restarted, named for them (the epoch of its record below that
+    /// offset; at its own log start, its start line or the epoch of its
+    /// batch there); without one, that leader's own epoch; or the first
+    /// batch it fetched there
     /// is of that epoch (a leader that held that batch held the same
     /// records below it); or
     /// its epoch cache names that epoch at its start (the

@@ -716,7 +716,7 @@ impl Shared {
                 )
             })?;
         replica
-            .snapshot_installed(self.leader, epoch, info.offset, info.epoch)
+            .snapshot_installed(self.leader, epoch, info)
             .map_err(|e| {
                 format!(
                     "installed the snapshot at {}, but cannot restart the log there: {e}",

@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::record::{
     merge_records, parse_header, seal_crc, set_base_offset, set_leader_epoch, RecordBatch,
 };
-use crate::snapshot::{SnapshotInfo, SnapshotStore};
+use crate::snapshot::{SnapshotId, SnapshotInfo, SnapshotStore};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};
@@ -372,7 +372,9 @@ pub(crate) enum DeferredWriter {
 /// `FetchedUpdate::ResetTo`, falls back to the leader's epoch).
 #[derive(Clone, Copy, Debug)]
 struct StartNamed {
+    /// `FetchedLog::log_start_offset`.
     offset: Offset,
+    /// `FetchedLog::log_start_epoch`.
     epoch: Option<LeaderEpoch>,
 }
 
@@ -2612,16 +2614,16 @@ impl Replica {
     }
 
     /// Follower only: the application installed the leader's snapshot
-    /// taken at `offset` (SPEC 3.9): the log restarts, empty, there, the
-    /// applied position is `offset`, and fetching goes on from it. Refused
-    /// (`NotLeader`) when the role changed since the transfer began.
+    /// `snapshot` (SPEC 3.9): the log restarts, empty, at its offset, the
+    /// applied position is that offset, and fetching goes on from it.
+    /// Refused (`NotLeader`) when the role changed since the transfer
+    /// began.
     ///
-    /// The log's start line (`Log::note_start_line`) is `snapshot_epoch`,
-    /// an epoch whose leader's log held the records below `offset` (the
-    /// epoch of the leader's record below it, `Log::epoch_below`), when
-    /// the leader named it: any log holding a record of that epoch at or
-    /// past the offset below `offset` holds the same records below it.
-    /// Without it, the leader's
+    /// The log's start line (`Log::note_start_line`) is the snapshot's
+    /// epoch, one whose leader's log held the records below its offset
+    /// (`Log::epoch_below`), when the leader named it: any log holding a
+    /// record of that epoch at or past the offset below the snapshot's
+    /// holds the same records below it. Without it, the leader's
     /// epoch `epoch`, whose leader's log held them too, but of which a
     /// longer log may hold no record, so that unclean recovery would keep
     /// this empty log over one holding records past it: with the first
@@ -2632,9 +2634,9 @@ impl Replica {
         &self,
         leader: NodeId,
         epoch: LeaderEpoch,
-        offset: Offset,
-        snapshot_epoch: Option<LeaderEpoch>,
+        snapshot: SnapshotId,
     ) -> Result<()> {
+        let (offset, snapshot_epoch) = (snapshot.offset, snapshot.epoch);
         let _io = self.follower_io.lock();
         {
             let role = self.role.read();
@@ -3493,15 +3495,29 @@ mod tests {
     }
 
     /// SPEC 3.5: a fetch below the leader's log start is answered
-    /// `OffsetOutOfRange` naming the epoch of the leader's record below
-    /// that start, and the follower that restarts its log there notes
-    /// that epoch as its start line, not the leader's own (which a longer
-    /// log holding the records past the start may never have held a
-    /// record of). An answer naming none leaves it the leader's epoch.
+    /// `OffsetOutOfRange` naming an epoch whose leader held the records
+    /// below that start (the record below it deleted, the epoch of the
+    /// batch at the start, 2, not of the record below, 1), and the
+    /// follower that restarts its log there notes that epoch as its start
+    /// line, not the leader's own (which a longer log holding the records
+    /// past the start may never have held a record of). An answer naming
+    /// none leaves it the leader's epoch.
     #[test]
-    fn a_restart_at_the_leaders_start_names_the_epoch_below_it() {
+    fn a_restart_at_the_leaders_start_notes_the_epoch_the_leader_names() {
         let leader_dir = tempfile::tempdir().unwrap();
-        let leader = leader_of_ten_records(leader_dir.path());
+        let leader = lone_leader(leader_dir.path());
+        for epoch in [1, 1, 1, 1, 1, 2, 2, 2, 2, 2] {
+            if epoch == 2 && leader.role().1 != LeaderEpoch(2) {
+                leader
+                    .become_leader(LeaderEpoch(2), vec![NodeId(0)], vec![NodeId(0)], 1)
+                    .unwrap();
+            }
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
         leader.log().set_log_start_offset(Offset(5)).unwrap();
         let replicas = vec![NodeId(0), NodeId(1)];
         leader
@@ -3522,10 +3538,11 @@ mod tests {
         assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
         assert_eq!(
             (answer.log_start_offset, answer.log_start_epoch),
-            (Offset(5), Some(LeaderEpoch(1)))
+            (Offset(5), Some(LeaderEpoch(2)))
         );
         let at_start = FetchLog {
             fetch_offset: Offset(5),
+            last_fetched_epoch: None,
             ..fetch
         };
         let answer = leader.answer_fetch(
@@ -3881,7 +3898,15 @@ mod tests {
                 2,
             );
             follower
-                .snapshot_installed(NodeId(0), LeaderEpoch(3), Offset(10), named)
+                .snapshot_installed(
+                    NodeId(0),
+                    LeaderEpoch(3),
+                    SnapshotId {
+                        offset: Offset(10),
+                        size_bytes: 0,
+                        epoch: named,
+                    },
+                )
                 .unwrap();
             let log = follower.log();
             assert_eq!(

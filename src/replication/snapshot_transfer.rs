@@ -150,7 +150,7 @@ impl Transfer<'_> {
                     )
                 })?;
             self.replica
-                .snapshot_installed(self.leader, self.epoch, info.offset, info.epoch)
+                .snapshot_installed(self.leader, self.epoch, info)
                 .map_err(|e| {
                     format!(
                         "installed the snapshot at {}, but cannot restart the log there: {e}",

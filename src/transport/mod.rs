@@ -298,7 +298,7 @@ pub struct SnapshotResponse {
     /// offset and this epoch), or, where the leader's log starts at that
     /// offset, its start line or the epoch of its batch there. `None` when
     /// the leader knows none (the offset is 0, or its log keeps no epoch
-    /// there). It may change between chunks of one snapshot (a deletion up
+    /// there), or stopped leading in the request's epoch meanwhile. It may change between chunks of one snapshot (a deletion up
     /// to its offset meanwhile). The installing follower notes it as its
     /// log's start line, so that unclean recovery can tell which longer
     /// logs hold the same records below (SPEC 3.5).

@@ -1003,28 +1003,36 @@ impl Run {
 
     /// Whether node `index`'s replica may end the run behind `leader`'s
     /// log end: in a run without snapshot stores, one that says it needs a
-    /// snapshot while its application cannot read on
-    /// ([`waits_for_an_operator`](Self::waits_for_an_operator)).
+    /// snapshot while its application is below the leader's log start
+    /// (one that says so with its application past it is not settled: its
+    /// application's next report must end that). Not one whose application
+    /// is only below its own log start: that one goes on fetching.
     pub(super) fn excused_as_needing_a_snapshot(
         &self,
         index: usize,
         leader: &crate::ReplicatedLog,
     ) -> bool {
-        self.log_on(0, index)
-            .is_some_and(|log| self.waits_for_an_operator(index, &log, leader.log_start_offset()))
+        self.applications.as_ref().is_some_and(|apps| {
+            !apps.with_store && apps.apps[index].position < leader.log_start_offset()
+        }) && self
+            .log_on(0, index)
+            .is_some_and(|log| log.needs_snapshot())
     }
 
     /// Whether node `index`'s replica `log`, in a run without snapshot
     /// stores, rightly says it needs a snapshot and waits for an operator
     /// (SPEC 3.9): its application is below the leader's log start
-    /// `leader_start`, or below its own log start, where it cannot read on
-    /// either. Seed 60413293: a follower's log restarted at a deposed
-    /// leader's start, 2, when its application was at 0 after a lost disk
-    /// (the divergence restart of `apply_fetched_to`); the next leader's
-    /// log starts at 0, but a log does not grow downwards, and restarting
-    /// a caught-up member of the ISR empty to refetch would leave the log
-    /// one copy short. One that says so with its application past both
-    /// is not settled: its application's next report must end that.
+    /// `leader_start`, or below the start of its own log, which holds
+    /// records, where it cannot read on either. Seed 60413293: a
+    /// follower's log restarted at a deposed leader's start, 2, when its
+    /// application was at 0 after a lost disk (the divergence restart of
+    /// `apply_fetched_to`, which, unlike the out-of-range path, restarts
+    /// with the application behind); the next leader's log starts at 0,
+    /// but a log does not grow downwards, and restarting a caught-up
+    /// member of the ISR empty to refetch would leave the log one copy
+    /// short. An empty log would lose nothing by restarting lower: it is
+    /// not excused. One that says so with its application past both is
+    /// not settled: its application's next report must end that.
     fn waits_for_an_operator(
         &self,
         index: usize,
@@ -1035,13 +1043,16 @@ impl Run {
             let position = apps.apps[index].position;
             !apps.with_store
                 && log.needs_snapshot()
-                && (position < leader_start || position < log.log_start_offset())
+                && (position < leader_start
+                    || (position < log.log_start_offset()
+                        && log.log_start_offset() < log.log_end_offset()))
         })
     }
 
     /// A run with applications settles only once no replica says it needs
-    /// a snapshot, but one whose application is below `leader`'s log start
-    /// in a run without stores (which waits for an operator), and, with
+    /// a snapshot, but one that waits for an operator in a run without
+    /// stores ([`waits_for_an_operator`](Self::waits_for_an_operator)),
+    /// and, with
     /// stores, every live application can read on from its replica (a
     /// replica that fell below the log start was rebuilt).
     pub(super) fn applications_settled(&self, leader: &crate::ReplicatedLog) -> bool {
@@ -1115,10 +1126,11 @@ impl Run {
             let needs = log.needs_snapshot();
             if !apps.with_store && needs {
                 reported += 1;
-                if position >= start && position >= log.log_start_offset() {
+                if !self.waits_for_an_operator(index, &log, start) {
                     return Err(format!(
-                        "SPEC 3.9: node {index} says it needs a snapshot, but its application at {position} can read on from the leader's log start {start} and its own {}",
-                        log.log_start_offset()
+                        "SPEC 3.9: node {index} says it needs a snapshot, but its application at {position} can read on from the leader's log start {start} (its own log holds {}..{})",
+                        log.log_start_offset(),
+                        log.log_end_offset()
                     ));
                 }
             }

@@ -1835,9 +1835,16 @@ impl Replica {
     /// another history would name an epoch of that one.
     fn epoch_below_as_leader_of(&self, epoch: LeaderEpoch, offset: Offset) -> Option<LeaderEpoch> {
         let role = self.role.read();
-        (role.role == Role::Leader && role.leader_epoch == epoch)
+        let named = (role.role == Role::Leader && role.leader_epoch == epoch)
             .then(|| self.log.epoch_below(offset))
-            .flatten()
+            .flatten();
+        // A leader's log holds no epoch newer than the one it leads in.
+        debug_assert!(
+            named <= Some(role.leader_epoch),
+            "{named:?} named by the leader of {:?}",
+            role.leader_epoch
+        );
+        named
     }
 
     /// [`answer_fetch`](Self::answer_fetch) without the epoch below the

@@ -331,9 +331,15 @@ fn start_epoch_of_empty_log(state: &LogState) -> Option<LeaderEpoch> {
     // and recovery drops them at the next open): simulator seed 60349931,
     // where the assertion that no entry starts past an empty log's start
     // failed on such a log.
+    epoch_covering(state, state.log_start_offset)
+}
+
+/// The epoch of the cache's entry covering offset `at`: the last entry
+/// starting at or below it, if any.
+fn epoch_covering(state: &LogState, at: Offset) -> Option<LeaderEpoch> {
     let entries = state.epochs.entries();
-    let covering = entries.partition_point(|entry| entry.start_offset <= state.log_start_offset);
-    covering.checked_sub(1).map(|at| entries[at].epoch)
+    let covering = entries.partition_point(|entry| entry.start_offset <= at);
+    covering.checked_sub(1).map(|index| entries[index].epoch)
 }
 
 /// The start line a log reports ([`EndReport::start_line`]): the one
@@ -1725,16 +1731,14 @@ impl Log {
         if offset == Offset::ZERO || offset < state.log_start_offset || offset > end {
             return None;
         }
-        let covering = |at: Offset| {
-            let entries = state.epochs.entries();
-            let covering = entries.partition_point(|entry| entry.start_offset <= at);
-            covering.checked_sub(1).map(|index| entries[index].epoch)
-        };
         if offset == state.log_start_offset {
-            return start_line_of(line_epoch.start, &state)
-                .or_else(|| (offset < end).then(|| covering(offset)).flatten());
+            return start_line_of(line_epoch.start, &state).or_else(|| {
+                (offset < end)
+                    .then(|| epoch_covering(&state, offset))
+                    .flatten()
+            });
         }
-        covering(Offset(offset.0 - 1))
+        epoch_covering(&state, Offset(offset.0 - 1))
     }
 
     /// The start line this log reports now ([`EndReport::start_line`]).

@@ -801,6 +801,7 @@ mod tests {
             log_start_offset: Offset::ZERO,
             log_end_offset: Offset(3),
             log_start_epoch: None,
+            log_end_epoch: None,
             diverging: None,
             records: bytes::Bytes::new(),
             applied_offsets: Vec::new(),

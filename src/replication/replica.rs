@@ -365,16 +365,17 @@ pub(crate) enum DeferredWriter {
     Reader,
 }
 
-/// The leader's log start as a fetch answer named it: the offset, and an
-/// epoch whose leader's log held the records below it
-/// (`FetchedLog::log_start_epoch`; named only on answers that may restart
-/// a log there, so a restart on an answer without an error,
-/// `FetchedUpdate::ResetTo`, falls back to the leader's epoch).
+/// The leader's log start (or, for a follower whose log starts past it,
+/// its log end) as a fetch answer named it: the offset, and an epoch whose
+/// leader's log held the records below it (`FetchedLog::log_start_epoch`,
+/// `log_end_epoch`; named only on answers that may restart a log there,
+/// so a restart on an answer without an error, `FetchedUpdate::ResetTo`,
+/// falls back to the leader's epoch).
 #[derive(Clone, Copy, Debug)]
 struct StartNamed {
-    /// `FetchedLog::log_start_offset`.
+    /// `FetchedLog::log_start_offset` (or `log_end_offset`).
     offset: Offset,
-    /// `FetchedLog::log_start_epoch`.
+    /// `FetchedLog::log_start_epoch` (or `log_end_epoch`).
     epoch: Option<LeaderEpoch>,
 }
 
@@ -1803,8 +1804,10 @@ impl Replica {
     /// (`OffsetOutOfRange`, or diverging) names an epoch whose leader's
     /// log held the records below that start (`Log::epoch_below`:
     /// `FetchedLog::log_start_epoch`), which the follower notes as its
-    /// start line: looked up only for those, off the path of the answers
-    /// that carry records.
+    /// start line; an `OffsetOutOfRange` answer, which restarts a
+    /// follower whose log starts past this log's end at that end, names
+    /// one below the end too (`FetchedLog::log_end_epoch`). Looked up
+    /// only for those, off the path of the answers that carry records.
     pub(crate) fn answer_fetch(
         &self,
         follower: NodeId,
@@ -1825,6 +1828,10 @@ impl Replica {
         if answer.error == ErrorCode::OffsetOutOfRange || answer.diverging.is_some() {
             answer.log_start_epoch = self
                 .epoch_below_as_leader_of(request.current_leader_epoch, answer.log_start_offset);
+        }
+        if answer.error == ErrorCode::OffsetOutOfRange {
+            answer.log_end_epoch =
+                self.epoch_below_as_leader_of(request.current_leader_epoch, answer.log_end_offset);
         }
         answer
     }
@@ -1870,6 +1877,7 @@ impl Replica {
             log_start_offset: self.log.log_start_offset(),
             log_end_offset: self.log.log_end_offset(),
             log_start_epoch: None,
+            log_end_epoch: None,
             diverging: None,
             records: Bytes::new(),
             applied_offsets: Vec::new(),
@@ -2870,8 +2878,21 @@ impl Replica {
                         return Ok(ErrorCode::None);
                     }
                     OutOfRangeAction::TruncateTo { log_end_offset } => {
-                        // Below this log's start it restarts the log there.
+                        // Below this log's start it restarts the log there
+                        // (only after an unclean election or a lost disk),
+                        // on the line of the epoch the leader named below
+                        // its end, as a restart at its start does.
+                        let restarts = log_end_offset < self.log.log_start_offset();
                         self.log.truncate_to(log_end_offset)?;
+                        if restarts {
+                            let named_end = StartNamed {
+                                offset: answer.log_end_offset,
+                                epoch: answer.log_end_epoch,
+                            };
+                            self.log.note_start_line(
+                                named_end.line_at(log_end_offset, state.leader_epoch()),
+                            )?;
+                        }
                         state.on_truncated(self.log.log_end_offset());
                         self.lower_follower_high_watermark(state);
                         return Ok(ErrorCode::None);
@@ -3457,6 +3478,7 @@ mod tests {
             log_start_offset: Offset(5),
             log_end_offset: Offset(10),
             log_start_epoch: None,
+            log_end_epoch: None,
             diverging: None,
             records: Bytes::new(),
             applied_offsets: Vec::new(),
@@ -3573,6 +3595,86 @@ mod tests {
         }
     }
 
+    /// SPEC 3.5: a follower whose log starts past its leader's log end
+    /// (after an unclean election or a lost disk) restarts empty at that
+    /// end on an `OffsetOutOfRange` answer, and notes as its start line
+    /// the epoch the leader names below its end, that of its last record;
+    /// an answer naming none leaves it the leader's epoch. It noted none
+    /// before (review helper-122): unclean recovery could not tell which
+    /// longer log holds the records below it.
+    #[test]
+    fn a_restart_at_the_leaders_end_notes_the_epoch_the_leader_names_below_it() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = lone_leader(leader_dir.path());
+        for epoch in [1, 1, 1, 1, 1, 2, 2, 2, 2, 2] {
+            if epoch == 2 && leader.role().1 != LeaderEpoch(2) {
+                leader
+                    .become_leader(LeaderEpoch(2), vec![NodeId(0)], vec![NodeId(0)], 1)
+                    .unwrap();
+            }
+            let mut builder = RecordBatchBuilder::new(1);
+            builder.push(b"v");
+            leader
+                .append_as_leader(&builder.build().unwrap(), false, true, false)
+                .unwrap();
+        }
+        let replicas = vec![NodeId(0), NodeId(1)];
+        leader
+            .become_leader(LeaderEpoch(3), replicas.clone(), replicas.clone(), 1)
+            .unwrap();
+        let past_the_end = FetchLog {
+            log: LogId(0),
+            current_leader_epoch: LeaderEpoch(3),
+            fetch_offset: Offset(15),
+            last_fetched_epoch: None,
+            log_start_offset: Offset(15),
+            bytes_max: 1 << 20,
+            applied_offset: None,
+        };
+        let answer = leader.answer_fetch(
+            NodeId(1),
+            &past_the_end,
+            1 << 20,
+            false,
+            FetchArrival::New(Instant::now()),
+            Incarnation(1),
+        );
+        assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
+        assert_eq!(
+            (answer.log_end_offset, answer.log_end_epoch),
+            (Offset(10), Some(LeaderEpoch(2)))
+        );
+        for (named, noted) in [(Some(LeaderEpoch(2)), 2), (None, 3)] {
+            let dir = tempfile::tempdir().unwrap();
+            let follower = follower_without_a_store(dir.path());
+            follower
+                .log()
+                .truncate_fully_and_start_at(Offset(15))
+                .unwrap();
+            follower.become_follower(
+                Some(NodeId(0)),
+                LeaderEpoch(3),
+                replicas.clone(),
+                replicas.clone(),
+                2,
+            );
+            let past_the_end = FetchedLog {
+                error: ErrorCode::OffsetOutOfRange,
+                log_end_epoch: named,
+                ..ten_records_answer(Offset(10), Offset(0), None, Bytes::new())
+            };
+            follower
+                .apply_fetched(NodeId(0), LeaderEpoch(3), past_the_end)
+                .unwrap();
+            let log = follower.log();
+            assert_eq!(
+                (log.log_start_offset(), log.log_end_offset()),
+                (Offset(10), Offset(10))
+            );
+            assert_eq!(log.start_line(), Some(LeaderEpoch(noted)), "{named:?}");
+        }
+    }
+
     /// The epoch a fetch answer named below the leader's start is the
     /// start line only of a log restarted at that very start; at another
     /// offset (the machine's own restart point), or named by none, the
@@ -3654,6 +3756,7 @@ mod tests {
             log_start_offset,
             log_end_offset: Offset(10),
             log_start_epoch: None,
+            log_end_epoch: None,
             diverging,
             records,
             applied_offsets: Vec::new(),
@@ -3753,6 +3856,7 @@ mod tests {
             log_start_offset: Offset(5),
             log_end_offset: Offset(10),
             log_start_epoch: None,
+            log_end_epoch: None,
             diverging: None,
             records,
             applied_offsets: Vec::new(),

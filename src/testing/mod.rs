@@ -124,6 +124,7 @@ pub fn echo_response(me: NodeId, from: NodeId, request: &Request) -> Response {
                     log_start_offset: log.log_start_offset,
                     log_end_offset: log.fetch_offset,
                     log_start_epoch: None,
+                    log_end_epoch: None,
                     diverging: log.last_fetched_epoch.map(|epoch| EpochEndOffset {
                         epoch,
                         end_offset: Offset(u64::from(me.0)),

@@ -213,6 +213,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
                 log_start_offset: Offset(3),
                 log_end_offset: Offset(46),
                 log_start_epoch: None,
+                log_end_epoch: None,
                 diverging: None,
                 records: sample_records(),
                 applied_offsets: vec![(NodeId(1), Offset(3)), (NodeId(u32::MAX), Offset(u64::MAX))],
@@ -224,6 +225,7 @@ pub fn round_trip_every_message_type<F: TransportFactory>(factory: &mut F) {
                 log_start_offset: Offset(0),
                 log_end_offset: Offset(u64::MAX),
                 log_start_epoch: Some(LeaderEpoch(u32::MAX)),
+                log_end_epoch: Some(LeaderEpoch(u32::MAX - 1)),
                 diverging: Some(EpochEndOffset {
                     epoch: LeaderEpoch(u32::MAX),
                     end_offset: Offset(u64::MAX),
@@ -348,6 +350,7 @@ pub fn round_trip_every_error_code<F: TransportFactory>(factory: &mut F) {
                 log_start_offset: Offset(0),
                 log_end_offset: Offset(2 * index as u64),
                 log_start_epoch: None,
+                log_end_epoch: None,
                 diverging: None,
                 records: Bytes::new(),
                 applied_offsets: Vec::new(),

@@ -207,8 +207,8 @@ pub struct FetchedLog {
     /// The log.
     pub log: LogId,
     /// [`ErrorCode::None`] on success; otherwise the other fields are not
-    /// meaningful, but for the log start and end offsets and
-    /// `log_start_epoch` of an `OffsetOutOfRange` answer.
+    /// meaningful, but for the log start and end offsets, `log_start_epoch`
+    /// and `log_end_epoch` of an `OffsetOutOfRange` answer.
     pub error: ErrorCode,
     /// The leader's high watermark.
     pub high_watermark: Offset,
@@ -226,6 +226,14 @@ pub struct FetchedLog {
     /// when the leader knows none. The follower notes it as its log's
     /// start line (SPEC 3.5), as it does a snapshot's epoch.
     pub log_start_epoch: Option<LeaderEpoch>,
+    /// An epoch whose leader's log held the leader's records below
+    /// `log_end_offset` (the epoch of its last record, or its start line
+    /// when it holds none), on `OffsetOutOfRange` answers only, which
+    /// restart a follower's log at the leader's end when that end is below
+    /// the follower's own log start; `None` on the others, or when the
+    /// leader knows none. The follower notes it as its log's start line
+    /// (SPEC 3.5).
+    pub log_end_epoch: Option<LeaderEpoch>,
     /// Whole record batches starting at the requested `fetch_offset`.
     pub records: Bytes,
     /// Every applied position the leader knows, by replica (SPEC 3.9): the

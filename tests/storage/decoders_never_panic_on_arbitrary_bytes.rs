@@ -430,6 +430,7 @@ fn response() -> impl Strategy<Value = Response> {
                 log_start_offset: Offset(start),
                 log_end_offset: Offset(end),
                 log_start_epoch: (hw % 2 == 0).then_some(LeaderEpoch(log)),
+                log_end_epoch: (start % 2 == 0).then_some(LeaderEpoch(log ^ 1)),
                 diverging,
                 records: records.into(),
                 applied_offsets: (0..hw % 3)

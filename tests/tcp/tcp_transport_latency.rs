@@ -87,6 +87,7 @@ fn fetch_response_throughput_over_loopback() {
                 log_start_offset: Offset(0),
                 log_end_offset: Offset(1),
                 log_start_epoch: None,
+                log_end_epoch: None,
                 diverging: None,
                 records: served.clone(),
                 applied_offsets: Vec::new(),

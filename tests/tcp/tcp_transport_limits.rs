@@ -335,6 +335,7 @@ fn a_response_over_the_frame_limit_becomes_an_error_response() {
                 log_start_offset: Offset(0),
                 log_end_offset: Offset(0),
                 log_start_epoch: None,
+                log_end_epoch: None,
                 diverging: None,
                 records: Bytes::from(vec![7u8; 2000]),
                 applied_offsets: Vec::new(),

@@ -91,6 +91,7 @@ pub(crate) fn unknown_log(log: LogId) -> FetchedLog {
         log_start_offset: Offset::ZERO,
         log_end_offset: Offset::ZERO,
         log_start_epoch: None,
+        log_end_epoch: None,
         diverging: None,
         records: bytes::Bytes::new(),
         applied_offsets: Vec::new(),

@@ -129,8 +129,9 @@ pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
 /// follower's incarnation to the fetch request, applied positions to
 /// fetches and their answers, and the snapshot messages (SPEC 3.9);
 /// version 3 the epoch below the log start to fetch answers and the
-/// snapshot's epoch to its chunks.
-pub(crate) const VERSION: u8 = 3;
+/// snapshot's epoch to its chunks; version 4 the epoch below the log end
+/// to fetch answers.
+pub(crate) const VERSION: u8 = 4;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
 
@@ -151,7 +152,7 @@ const _: () = assert!(REQUEST_ID_AT + 8 == HEADER_BYTES);
 const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 8 + 4 + 1;
 /// Smallest encoding of one `FetchedLog` (not diverging, no records, no
 /// applied positions).
-const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 1 + 4 + 4;
+const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 1 + 1 + 4 + 4;
 /// Encoding of a `SnapshotRequest` after the sender.
 const SNAPSHOT_REQUEST_BYTES: usize = 4 + 4 + 4 + 8 + 4;
 /// Smallest encoding of a `SnapshotResponse` (no data).
@@ -530,6 +531,7 @@ pub(crate) fn encode_response_pieces(
                 w.out.put_u64_le(log.log_end_offset.0);
                 put_epoch_end(&mut w.out, log.diverging);
                 put_epoch(&mut w.out, log.log_start_epoch);
+                put_epoch(&mut w.out, log.log_end_epoch);
                 put_count(&mut w.out, log.records.len());
                 w.put_payload(&log.records);
                 put_count(&mut w.out, log.applied_offsets.len());
@@ -589,6 +591,7 @@ fn fetch_response_bytes(fetch: &FetchResponse) -> usize {
             FETCHED_LOG_BYTES_MIN
                 + log.diverging.map_or(0, |_| 4 + 8)
                 + log.log_start_epoch.map_or(0, |_| 4)
+                + log.log_end_epoch.map_or(0, |_| 4)
                 + log.records.len()
                 + APPLIED_POSITION_BYTES * log.applied_offsets.len()
         })
@@ -900,6 +903,7 @@ fn decode_fetch_response(reader: &mut Reader) -> Result<FetchResponse, FrameErro
         let log_end_offset = Offset(reader.u64("fetched log end offset")?);
         let diverging = reader.epoch_end("fetched diverging")?;
         let log_start_epoch = reader.epoch("fetched log start epoch")?;
+        let log_end_epoch = reader.epoch("fetched log end epoch")?;
         let records_bytes = reader.u32("fetched records length")? as usize;
         let records = reader.bytes("fetched records", records_bytes)?;
         let applied_count =
@@ -918,6 +922,7 @@ fn decode_fetch_response(reader: &mut Reader) -> Result<FetchResponse, FrameErro
             log_end_offset,
             diverging,
             log_start_epoch,
+            log_end_epoch,
             records,
             applied_offsets,
         });
@@ -1347,11 +1352,23 @@ mod tests {
             any::<u64>(),
             arb_epoch_end(),
             proptest::option::of(any::<u32>()),
+            proptest::option::of(any::<u32>()),
             proptest::collection::vec(any::<u8>(), 0..64),
             proptest::collection::vec((any::<u32>(), any::<u64>()), 0..4),
         )
             .prop_map(
-                |(log, error, hw, start, end, diverging, start_epoch, records, applied)| {
+                |(
+                    log,
+                    error,
+                    hw,
+                    start,
+                    end,
+                    diverging,
+                    start_epoch,
+                    end_epoch,
+                    records,
+                    applied,
+                )| {
                     FetchedLog {
                         log: LogId(log),
                         error,
@@ -1360,6 +1377,7 @@ mod tests {
                         log_end_offset: Offset(end),
                         diverging,
                         log_start_epoch: start_epoch.map(LeaderEpoch),
+                        log_end_epoch: end_epoch.map(LeaderEpoch),
                         records: Bytes::from(records),
                         applied_offsets: applied
                             .into_iter()

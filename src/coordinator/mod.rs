@@ -209,7 +209,8 @@ impl LogEnd {
     ///   epoch among its reported [`epochs`](LogEnd::epochs) covering the
     ///   batch's offset;
     /// - or `other` holds no batch (empty at its end: its start moved
-    ///   there, or it restarted there from a leader's start or snapshot)
+    ///   there, or it restarted there from a leader's start, end or
+    ///   snapshot)
     ///   and this log is on its line, or on its
     ///   [`start_line`](LogEnd::start_line) `e`, or holds a batch of `e`
     ///   at or past the offset below `other`'s end: this log then agrees

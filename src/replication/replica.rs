@@ -1854,8 +1854,8 @@ impl Replica {
         named
     }
 
-    /// [`answer_fetch`](Self::answer_fetch) without the epoch below the
-    /// log start.
+    /// [`answer_fetch`](Self::answer_fetch) without the epochs below the
+    /// log start and end.
     fn answer_fetch_unnamed(
         &self,
         follower: NodeId,
@@ -2884,6 +2884,15 @@ impl Replica {
                         // its end, as a restart at its start does.
                         let restarts = log_end_offset < self.log.log_start_offset();
                         self.log.truncate_to(log_end_offset)?;
+                        // Only this fetcher moves a follower's log start
+                        // (it holds `follower_io`): the truncation did
+                        // restart the log exactly when it started past
+                        // the cut.
+                        debug_assert!(
+                            !restarts || self.log.log_start_offset() == log_end_offset,
+                            "restarted at {log_end_offset}, starts at {}",
+                            self.log.log_start_offset()
+                        );
                         if restarts {
                             let named_end = StartNamed {
                                 offset: answer.log_end_offset,
@@ -3673,6 +3682,48 @@ mod tests {
             );
             assert_eq!(log.start_line(), Some(LeaderEpoch(noted)), "{named:?}");
         }
+        // A log cut to the leader's end without restarting notes nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_of_ten_records(dir.path());
+        let below_its_end = FetchedLog {
+            error: ErrorCode::OffsetOutOfRange,
+            log_end_offset: Offset(7),
+            log_end_epoch: Some(LeaderEpoch(1)),
+            ..ten_records_answer(Offset(0), Offset(0), None, Bytes::new())
+        };
+        follower
+            .apply_fetched(NodeId(0), LeaderEpoch(1), below_its_end)
+            .unwrap();
+        let log = follower.log();
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(0), Offset(7))
+        );
+        assert_eq!(log.start_line(), None, "no restart, no start line");
+        // A leader holding no record names its start line below its end.
+        let empty_dir = tempfile::tempdir().unwrap();
+        let empty = lone_leader(empty_dir.path());
+        empty.log().truncate_fully_and_start_at(Offset(5)).unwrap();
+        empty.log().note_start_line(LeaderEpoch(1)).unwrap();
+        empty
+            .become_leader(LeaderEpoch(3), replicas.clone(), replicas, 1)
+            .unwrap();
+        let answer = empty.answer_fetch(
+            NodeId(1),
+            &FetchLog {
+                fetch_offset: Offset(8),
+                ..past_the_end
+            },
+            1 << 20,
+            false,
+            FetchArrival::New(Instant::now()),
+            Incarnation(1),
+        );
+        assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
+        assert_eq!(
+            (answer.log_end_offset, answer.log_end_epoch),
+            (Offset(5), Some(LeaderEpoch(1)))
+        );
     }
 
     /// The epoch a fetch answer named below the leader's start is the

@@ -1688,9 +1688,9 @@ impl Log {
 
     /// Notes that this log's records below its start, as it is now, are
     /// those of the log of `epoch`'s leader at some point of `epoch`: the
-    /// leader whose snapshot it installed, or at whose start it restarted,
-    /// named `epoch` for them ([`Log::epoch_below`]), or, naming none, led
-    /// in `epoch`; or the first batch it fetched at its start is of
+    /// leader whose snapshot it installed, or at whose start (or end) it
+    /// restarted, named `epoch` for them ([`Log::epoch_below`]), or,
+    /// naming none, led in `epoch`; or the first batch it fetched at its start is of
     /// `epoch` (a leader that held that batch held the same records below
     /// it). Stored durably, with the start it holds for: a later move of
     /// the start voids it.

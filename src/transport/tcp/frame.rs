@@ -12,7 +12,7 @@
 //! | at | field | type |
 //! |---:|---|---|
 //! | 0 | magic, the ASCII bytes `ISRL` | [u8; 4] |
-//! | 4 | version (= 3) | u8 |
+//! | 4 | version (= 4) | u8 |
 //! | 5 | message type (table below) | u8 |
 //! | 6 | body length: bytes after the header | u32 |
 //! | 10 | request id, chosen by the caller, echoed by the response | u64 |
@@ -79,6 +79,8 @@
 //! | per log: diverging epoch, end offset, only if present | u32, u64 |
 //! | per log: log start epoch present (0 or 1) | u8 |
 //! | per log: log start epoch, only if present | u32 |
+//! | per log: log end epoch present (0 or 1) | u8 |
+//! | per log: log end epoch, only if present | u32 |
 //! | per log: records length | u32 |
 //! | per log: records (whole record batches, opaque here) | bytes |
 //! | per log: applied position count | u32 |

@@ -38,10 +38,10 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 mod core;
 
 use self::core::{
-    controlled_shutdown_steps, placed_steps, unknown_log, Action, Answer, Continuation,
-    ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook, Input,
-    LocalReplica, NodeCore, OpenDue, PlacedStep, RoleChange, ShutdownPass, ShutdownWait,
-    TimerIntervals, EPOCH_BUMP_ATTEMPTS,
+    controlled_shutdown_steps, placed_steps, replica_tick, unknown_log, Action, Answer,
+    Continuation, ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook,
+    Input, LocalReplica, NodeCore, OpenDue, PlacedStep, ReplicaTick, RoleChange, ShutdownPass,
+    ShutdownWait, TimerIntervals, EPOCH_BUMP_ATTEMPTS,
 };
 
 use crate::clock::Clock;
@@ -57,8 +57,8 @@ use crate::replication::FetchSession;
 use crate::replication::{BelowLeaderStart, FetchArrival, Fetcher, Replica, Role, Watch};
 use crate::storage::{
     create_dir_durably, take_clean_shutdown_marker, write_clean_shutdown_marker, BackgroundWork,
-    DamageAboveRecoveryPoint, DirectoryIdentity, DirectoryLock, Disk, FlushPolicy, Log,
-    PreviousShutdown, RollFlushThread, RollFlusher, StdDisk,
+    DamageAboveRecoveryPoint, DirectoryIdentity, DirectoryLock, Disk, Log, PreviousShutdown,
+    RollFlushThread, RollFlusher, StdDisk,
 };
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
 use crate::transport::{
@@ -3586,20 +3586,8 @@ impl ControlCore {
     /// The core of a node starting at `now` (its clock's time): the first
     /// heartbeat is due at once, the other duties one interval later.
     pub(crate) fn new(shared: &NodeShared, now: Instant) -> ControlCore {
-        let lag_max = shared.config.replication.replica_lag_time_max;
-        let idle_flush = match shared.config.log.flush_policy {
-            FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
-            _ => None,
-        };
-        let intervals = TimerIntervals {
-            tick: (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50)),
-            heartbeat: shared.config.session_timeout / 3,
-            retention: shared.config.retention_check_interval,
-            idle_flush,
-            report_retry: UNCLEAN_REPORT_RETRY_INTERVAL,
-        };
         ControlCore {
-            timers: ControlTimers::new(intervals, now),
+            timers: ControlTimers::new(TimerIntervals::of(&shared.config), now),
         }
     }
 
@@ -3713,31 +3701,36 @@ impl NodeShared {
     }
 
     /// One replica's share of a control pass: the pipelined appends' tick,
-    /// then either a failed leader's resignation, or settling an ISR change
-    /// in flight, or the hand-overs and the ISR's own tick.
+    /// then what the core decides comes first ([`replica_tick`]): a
+    /// failed leader's resignation, or settling an ISR change in flight,
+    /// or the hand-overs and the ISR's own tick. Each step's actions are
+    /// carried out before the next step reads the replica.
     fn tick_replica(&self, replica: &Arc<Replica>) {
         replica.tick_pipelined();
         let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
             || replica.leadership_failed();
-        if failed_leader {
-            let now = self.clock.now();
-            self.drive_core(|core, out| core.resign_failed_leader_when_due(replica, now, out));
-            return;
-        }
-        if replica.unsettled_isr_change().is_some() {
-            self.drive_core(|core, out| core.settle_isr(replica, out));
-            self.core
-                .end_overdue_hand_over_while_unsettled(replica, self.clock.now());
-            return;
-        }
-        self.core.hand_over_from_a_stuck_application(replica);
-        // The hand-over's timers are on the node's clock, so that a
-        // simulator moves them (issue 28).
-        let now = self.clock.now();
-        self.drive_core(|core, out| core.progress_hand_over(replica, now, out));
-        let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
-        if let Some(proposal) = proposal {
-            self.drive_core(|core, out| core.submit_isr(replica, proposal, out));
+        let unsettled = replica.unsettled_isr_change().is_some();
+        // The hand-overs' and the resignation's timers are on the node's
+        // clock, so that a simulator moves them (issue 28).
+        match replica_tick(failed_leader, unsettled) {
+            ReplicaTick::Resign => {
+                let now = self.clock.now();
+                self.drive_core(|core, out| core.resign_failed_leader_when_due(replica, now, out));
+            }
+            ReplicaTick::SettleIsrChange => {
+                self.drive_core(|core, out| core.settle_isr(replica, out));
+                self.core
+                    .end_overdue_hand_over_while_unsettled(replica, self.clock.now());
+            }
+            ReplicaTick::HandOversAndIsr => {
+                self.core.hand_over_from_a_stuck_application(replica);
+                let now = self.clock.now();
+                self.drive_core(|core, out| core.progress_hand_over(replica, now, out));
+                let proposal = replica.take_isr_proposal().or_else(|| replica.tick());
+                if let Some(proposal) = proposal {
+                    self.drive_core(|core, out| core.submit_isr(replica, proposal, out));
+                }
+            }
         }
     }
 }

@@ -101,10 +101,12 @@
 //! marker, `NodeShared::open_unopened_before_marker`), removing a replica's
 //! files, reading where a replica's log ends, a start's own reports (the
 //! unclean-shutdown report and the deletion of stray replicas, before the
-//! core runs), each replica's tick on the control pass
-//! (`NodeShared::tick_replica`: which of resigning, settling an ISR change
-//! or a hand-over comes first) and the timer intervals the pass derives
-//! from the configuration. Fetching is the fetch session's
+//! core runs). Each replica's tick on the control pass is carried out by
+//! the driver (`NodeShared::tick_replica`), in the order the core decides
+//! ([`replica_tick`]: resigning, else settling an ISR change, else the
+//! hand-overs and the ISR's proposal), and the pass's timer intervals are
+//! the core's reading of the configuration ([`TimerIntervals::of`]).
+//! Fetching is the fetch session's
 //! (`replication::fetcher`: `next_request` and `on_response`, which both
 //! drivers step, the threads and the simulator), except a snapshot's
 //! download: the threads download with several chunks in flight into a
@@ -137,7 +139,7 @@ pub(crate) use self::shutdown::{
     controlled_shutdown_steps, ControlledShutdownStep, ShutdownPass, ShutdownWait,
 };
 use self::shutdown::{LeaveIsrStage, ShutdownStage};
-pub(crate) use self::timers::{ControlTimers, TimerIntervals};
+pub(crate) use self::timers::{replica_tick, ControlTimers, ReplicaTick, TimerIntervals};
 
 use crate::coordinator::{CasOutcome, LogEnd, LogState, LogUpdate, UncleanReplica};
 use crate::error::Result;

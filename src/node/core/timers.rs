@@ -19,6 +19,9 @@
 use std::time::{Duration, Instant};
 
 use super::{Action, NodeCore};
+use crate::config::NodeConfig;
+use crate::node::UNCLEAN_REPORT_RETRY_INTERVAL;
+use crate::storage::FlushPolicy;
 use crate::sync::Ordering;
 
 /// How often the deadline timer fires: a pipelined append's `Timeout`
@@ -61,6 +64,64 @@ pub(crate) struct TimerIntervals {
     pub(crate) idle_flush: Option<Duration>,
     /// Between two report retries.
     pub(crate) report_retry: Duration,
+}
+
+/// What one replica's share of a control pass does after its pipelined
+/// appends' tick (which always runs): exactly one of these, the first
+/// that applies ([`replica_tick`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplicaTick {
+    /// A leader whose log failed, or whose leadership failed: it resigns
+    /// when its rate limit lets it, and proposes no ISR change and hands
+    /// nothing over.
+    Resign,
+    /// An ISR change of this replica whose outcome is not known yet (SPEC
+    /// 3.4): it learns the outcome before proposing another, and a
+    /// hand-over past its bound meanwhile ends.
+    SettleIsrChange,
+    /// The hand-overs (from a stuck application, and the progress of one
+    /// under way), then the ISR's own proposal (a shrink or expansion, or
+    /// one a fetch left).
+    HandOversAndIsr,
+}
+
+/// The one [`ReplicaTick`] for a replica: `failed_leader` (a leader with a
+/// poisoned log, or whose leadership failed) goes before
+/// `isr_change_unsettled`.
+pub(crate) fn replica_tick(failed_leader: bool, isr_change_unsettled: bool) -> ReplicaTick {
+    if failed_leader {
+        ReplicaTick::Resign
+    } else if isr_change_unsettled {
+        ReplicaTick::SettleIsrChange
+    } else {
+        ReplicaTick::HandOversAndIsr
+    }
+}
+
+impl TimerIntervals {
+    /// The intervals a node's configuration gives: a tick of an eighth of
+    /// `replica_lag_time_max` (between 1 and 50 ms), so that a lagging
+    /// follower leaves the ISR within an eighth past its lag bound; a
+    /// heartbeat three times per `session_timeout`, as ZooKeeper clients
+    /// ping (a third of the timeout); retention every
+    /// `retention_check_interval` (Kafka's
+    /// `log.retention.check.interval.ms`); the idle flush every interval
+    /// of `FlushPolicy::Every` (none when it is zero or the policy is
+    /// another); report retries every [`UNCLEAN_REPORT_RETRY_INTERVAL`].
+    pub(crate) fn of(config: &NodeConfig) -> TimerIntervals {
+        let lag_max = config.replication.replica_lag_time_max;
+        let idle_flush = match config.log.flush_policy {
+            FlushPolicy::Every { interval, .. } if !interval.is_zero() => Some(interval),
+            _ => None,
+        };
+        TimerIntervals {
+            tick: (lag_max / 8).clamp(Duration::from_millis(1), Duration::from_millis(50)),
+            heartbeat: config.session_timeout / 3,
+            retention: config.retention_check_interval,
+            idle_flush,
+            report_retry: UNCLEAN_REPORT_RETRY_INTERVAL,
+        }
+    }
 }
 
 /// The control pass's timers on the node's clock: when each duty is next
@@ -441,5 +502,47 @@ mod tests {
             );
             assert_eq!(timers.next_wake(), start + RETENTION + TICK);
         }
+    }
+
+    /// A failed leader only resigns, whatever else is pending; an ISR
+    /// change in flight is settled before any hand-over or new proposal.
+    #[test]
+    fn a_replica_tick_resigns_first_then_settles_then_hands_over() {
+        assert_eq!(replica_tick(true, true), ReplicaTick::Resign);
+        assert_eq!(replica_tick(true, false), ReplicaTick::Resign);
+        assert_eq!(replica_tick(false, true), ReplicaTick::SettleIsrChange);
+        assert_eq!(replica_tick(false, false), ReplicaTick::HandOversAndIsr);
+    }
+
+    /// The intervals a configuration gives: the tick bounded to 1..=50 ms,
+    /// a third of the session, the idle flush only for a non-zero
+    /// `Every`.
+    #[test]
+    fn the_intervals_follow_the_configuration() {
+        let mut config = NodeConfig::new(crate::types::NodeId(1), "/unused");
+        config.session_timeout = Duration::from_secs(6);
+        config.retention_check_interval = Duration::from_secs(30);
+        config.replication.replica_lag_time_max = Duration::from_secs(10);
+        config.log.flush_policy = FlushPolicy::Every {
+            messages: 10,
+            interval: Duration::from_millis(200),
+        };
+        let of = TimerIntervals::of(&config);
+        assert_eq!(
+            of,
+            TimerIntervals {
+                tick: Duration::from_millis(50),
+                heartbeat: Duration::from_secs(2),
+                retention: Duration::from_secs(30),
+                idle_flush: Some(Duration::from_millis(200)),
+                report_retry: UNCLEAN_REPORT_RETRY_INTERVAL,
+            }
+        );
+        config.replication.replica_lag_time_max = Duration::from_millis(4);
+        config.log.flush_policy = FlushPolicy::Never;
+        let of = TimerIntervals::of(&config);
+        assert_eq!((of.tick, of.idle_flush), (Duration::from_millis(1), None));
+        config.replication.replica_lag_time_max = Duration::from_millis(80);
+        assert_eq!(TimerIntervals::of(&config).tick, Duration::from_millis(10));
     }
 }

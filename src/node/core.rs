@@ -108,10 +108,12 @@
 //! the core's reading of the configuration ([`TimerIntervals::of`]).
 //! Fetching is the fetch session's
 //! (`replication::fetcher`: `next_request` and `on_response`, which both
-//! drivers step, the threads and the simulator), except a snapshot's
-//! download: the threads download with several chunks in flight into a
-//! file (`snapshot_transfer`), the simulator one chunk at a time in
-//! memory (`stepped_snapshot`), with the same checks. The core names neither the public
+//! drivers step, the threads and the simulator), and so is a snapshot's
+//! download, whose chunk checks, restarts and install are one code
+//! (`replication::snapshot_download`) that both drivers call; only how the
+//! bytes move differs: the threads download with several chunks in flight
+//! into a file (`snapshot_transfer`), the simulator one chunk at a time in
+//! memory (`stepped_snapshot`). The core names neither the public
 //! face (`ReplicatedLog`) nor the `Coordinator` trait or the `Transport`:
 //! the drivers do. It still calls a replica's methods that only change or
 //! read its state in memory (its ISR, its appends' stop for a hand-over,

@@ -16,6 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::replica::{BelowLeaderStart, Replica};
+#[cfg(any(test, feature = "testing"))]
+use super::snapshot_download::install_downloaded;
 use super::snapshot_transfer::Transfer;
 #[cfg(any(test, feature = "testing"))]
 use super::stepped_snapshot::ChunkStep;
@@ -680,8 +682,9 @@ impl FetchSession {
 
 #[cfg(any(test, feature = "testing"))]
 impl Shared {
-    /// Installs a stepped transfer's snapshot as `Transfer::download_and_install`
-    /// does once its download is whole.
+    /// Installs a stepped transfer's snapshot with the install the
+    /// threaded transfer calls once its download is whole
+    /// ([`install_downloaded`]), from the bytes held in memory.
     fn install_stepped(
         &self,
         replica: &Replica,
@@ -692,37 +695,8 @@ impl Shared {
         let Some(snapshots) = self.snapshots.as_ref() else {
             return Err("no snapshot store".to_owned());
         };
-        // As `Transfer::download_and_install`: not once the application
-        // reached the leader's log start.
-        if !replica.needs_snapshot() {
-            return Err("not installed: the application no longer needs a snapshot".to_owned());
-        }
-        replica
-            .check_snapshot_offset(self.leader, info.offset)
-            .map_err(|e| {
-                format!(
-                    "refused the snapshot at {} before the application's install: {e}",
-                    info.offset
-                )
-            })?;
         let mut data = bytes;
-        snapshots
-            .0
-            .install(replica.log_id(), info.info(), &mut data)
-            .map_err(|e| {
-                format!(
-                    "the application's install of the snapshot at {} failed: {e}",
-                    info.offset
-                )
-            })?;
-        replica
-            .snapshot_installed(self.leader, epoch, info)
-            .map_err(|e| {
-                format!(
-                    "installed the snapshot at {}, but cannot restart the log there: {e}",
-                    info.offset
-                )
-            })?;
+        install_downloaded(replica, &*snapshots.0, self.leader, epoch, info, &mut data)?;
         tracing::info!(log = %replica.log_id(), leader = %self.leader, snapshot_offset = %info.offset, bytes = info.size_bytes, "snapshot transfer complete (stepped)");
         Ok(info.offset)
     }

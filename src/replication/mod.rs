@@ -18,7 +18,9 @@
 //! waiting for the high watermark, and the thread that completes them),
 //! `combiner` (appends that arrive together written as one batch),
 //! `applied` (applications' applied positions), `snapshot_transfer` and
-//! `stepped_snapshot` (snapshot downloads, threaded and stepped),
+//! `stepped_snapshot` (snapshot downloads, threaded and stepped: how the
+//! bytes move) around `snapshot_download` (the chunk checks, restarts and
+//! install both call),
 //! `incarnations` and `watch`. The node's decisions live in
 //! `crate::node::core`; the coordinator and the storage layer elsewhere.
 
@@ -34,6 +36,7 @@ mod leader;
 mod pending;
 mod recent_writes;
 mod replica;
+mod snapshot_download;
 mod snapshot_transfer;
 mod stepped_snapshot;
 #[cfg(test)]

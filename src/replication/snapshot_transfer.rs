@@ -1,9 +1,17 @@
-//! A follower's download of its leader's snapshot (SPEC 3.9): chunk after
-//! chunk over the transport into a file of the log's directory, each chunk
-//! checked by its CRC-32 and its position, then handed whole to the
+//! A follower's download of its leader's snapshot (SPEC 3.9), the threaded
+//! driver: chunk after chunk over the transport into a file of the log's
+//! directory, several requests in flight, then handed whole to the
 //! application's [`SnapshotStore::install`]. Runs on a thread of its own
 //! (started by the fetcher), so the other logs fetched from that leader go
 //! on meanwhile.
+//!
+//! The rules are not its own (issue 28): each chunk is checked by
+//! [`check_chunk`], the restarts are bounded by [`RESTARTS_MAX`] and the
+//! download is installed by [`install_downloaded`], all in
+//! [`snapshot_download`](super::snapshot_download), which the simulator's
+//! driver ([`stepped_snapshot`](super::stepped_snapshot)) calls too. This
+//! module owns only how the bytes move: the asker threads, the file, its
+//! length and the cancel flag checked before the install.
 //!
 //! Memory: a transfer holds at most `REQUESTS_IN_FLIGHT_MAX` chunks of
 //! `fetch_bytes_max` bytes (the leader's chunk size) at once: one per
@@ -19,22 +27,19 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::replica::Replica;
+use super::snapshot_download::{
+    changed_too_often, check_chunk, chunk_of, install_downloaded, ChunkCheck, RESTARTS_MAX,
+};
 use crate::config::ReplicationConfig;
 use crate::snapshot::{SnapshotId, SnapshotStore};
 use crate::storage::disk::{Disk, DiskFile, OpenMode};
 use crate::storage::SNAPSHOT_DOWNLOAD_PREFIX;
 use crate::sync::{AtomicBool, Mutex, Ordering};
-use crate::transport::{
-    ErrorCode, Request, Response, SnapshotRequest, SnapshotResponse, Transport,
-};
+use crate::transport::{Request, SnapshotRequest, SnapshotResponse, Transport};
 use crate::types::{LeaderEpoch, NodeId, Offset};
 
 /// Numbers the transfers of this process, for their file names.
 static TRANSFERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How often a transfer starts again because the leader's latest snapshot
-/// changed under it before it gives up (the fetcher tries again later).
-const RESTARTS_MAX: u32 = 3;
 
 /// Deletes a download when dropped, on every way out of a transfer.
 struct DiscardOnDrop<'a>(&'a dyn Disk, &'a Path);
@@ -115,25 +120,6 @@ impl Transfer<'_> {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err("cancelled before install".to_string());
             }
-            // Its application reached the leader's log start since the
-            // transfer began (`Replica::set_applied` cleared the flag): a
-            // snapshot would replace its newer state with an older one.
-            if !self.replica.needs_snapshot() {
-                return Err("not installed: the application no longer needs a snapshot".to_string());
-            }
-            // SPEC 2.6, 3.9: a snapshot below this replica's log start,
-            // while its log holds records, is refused before the
-            // application's state is touched (`snapshot_installed` checks
-            // again: the log start can move meanwhile).
-            self.replica
-                .check_snapshot_offset(self.leader, info.offset)
-                .map_err(|e| {
-                    format!(
-                        "refused the snapshot at {} for {} before the application's install: {e}",
-                        info.offset,
-                        self.replica.log_id()
-                    )
-                })?;
             let mut reader = BufReader::new(
                 FileReader {
                     file: &*file,
@@ -141,29 +127,18 @@ impl Transfer<'_> {
                 }
                 .take(info.size_bytes),
             );
-            self.store
-                .install(self.replica.log_id(), info.info(), &mut reader)
-                .map_err(|e| {
-                    format!(
-                        "the application's install of the snapshot at {} failed: {e}",
-                        info.offset
-                    )
-                })?;
-            self.replica
-                .snapshot_installed(self.leader, self.epoch, info)
-                .map_err(|e| {
-                    format!(
-                        "installed the snapshot at {}, but cannot restart the log there: {e}",
-                        info.offset
-                    )
-                })?;
+            install_downloaded(
+                self.replica,
+                self.store,
+                self.leader,
+                self.epoch,
+                info,
+                &mut reader,
+            )?;
             tracing::info!(log = %self.replica.log_id(), leader = %self.leader, snapshot_offset = %info.offset, bytes = info.size_bytes, took = ?started.elapsed(), "snapshot transfer complete");
             return Ok(info.offset);
         }
-        Err(format!(
-            "the leader's latest snapshot changed {} times during the transfer",
-            RESTARTS_MAX + 1
-        ))
+        Err(changed_too_often())
     }
 
     /// Downloads the whole snapshot into `path`. `Ok(None)`: the leader's
@@ -350,13 +325,14 @@ impl Transfer<'_> {
         })
     }
 
-    /// Asks for the chunk at byte `position` and checks the answer: the
-    /// log and position asked for, no error, its CRC-32, a length that
-    /// fits its snapshot. A chunk of the snapshot `expected` (or of any,
-    /// for the first chunk, `None`) that passes is written at `position`
-    /// of the download; a chunk of another snapshot is not written, and
-    /// said so ([`Chunk::written`] false), so that the transfer starts
-    /// again. Every byte in the download was thus checked.
+    /// Asks for the chunk at byte `position` and checks the answer
+    /// ([`check_chunk`]: the log and position asked for, no error, its
+    /// CRC-32, a length that fits its snapshot). A chunk of the snapshot
+    /// `expected` (or of any, for the first chunk, `None`) that passes is
+    /// written at `position` of the download; a chunk of another
+    /// snapshot is not written, and said so ([`Chunk::written`] false), so
+    /// that the transfer starts again. Every byte in the download was thus
+    /// checked.
     fn fetch_chunk(
         &self,
         position: u64,
@@ -364,39 +340,16 @@ impl Transfer<'_> {
         download: &Download<'_>,
     ) -> Result<Chunk, String> {
         let chunk = self.ask(position)?;
-        if chunk.log != self.replica.log_id() || chunk.position != position {
-            return Err(format!(
-                "the leader answered for log {} at byte {}, asked for log {} at byte {position}",
-                chunk.log,
-                chunk.position,
-                self.replica.log_id()
-            ));
-        }
-        if chunk.error != ErrorCode::None {
-            return Err(format!("the leader answered {}", chunk.error));
-        }
-        let now = SnapshotId::of(&chunk);
-        let len = chunk.data.len() as u64;
-        if expected.is_some_and(|known| known.is_other(now)) {
-            return Ok(Chunk {
-                snapshot: now,
-                len,
-                written: false,
-            });
-        }
-        let crc = crc32fast::hash(&chunk.data);
-        if crc != chunk.crc32 {
-            return Err(format!(
-                "chunk at byte {position} of the snapshot at {} is corrupt: CRC-32 {crc:#010x}, the leader sent {:#010x}",
-                now.offset, chunk.crc32
-            ));
-        }
-        let remaining = now.size_bytes.saturating_sub(position);
-        if len > remaining || (len == 0 && remaining > 0) {
-            return Err(format!(
-                "chunk at byte {position} has {len} bytes, {remaining} remain"
-            ));
-        }
+        let (now, len) = match check_chunk(self.replica.log_id(), position, expected, &chunk)? {
+            ChunkCheck::Fits { snapshot, len } => (snapshot, len),
+            ChunkCheck::OtherSnapshot(snapshot) => {
+                return Ok(Chunk {
+                    snapshot,
+                    len: chunk.data.len() as u64,
+                    written: false,
+                })
+            }
+        };
         let _writing = download.writing.lock();
         download
             .file
@@ -419,12 +372,7 @@ impl Transfer<'_> {
             bytes_max: self.config.fetch_bytes_max,
         });
         let deadline = Instant::now() + self.config.request_timeout;
-        match self.transport.call(self.leader, request, deadline) {
-            Ok(Response::Snapshot(chunk)) => Ok(chunk),
-            Ok(Response::Error(code)) => Err(format!("the leader answered {code}")),
-            Ok(other) => Err(format!("unexpected answer {other:?}")),
-            Err(error) => Err(format!("snapshot request failed: {error}")),
-        }
+        chunk_of(self.transport.call(self.leader, request, deadline))
     }
 }
 

@@ -6,27 +6,26 @@
 //! over its own network to the leader's handler, and hands the answer (or
 //! the call's failure) back.
 //!
-//! It checks each chunk as the threaded transfer does (the log and
-//! position asked for, no error, its CRC-32, a length that fits its
-//! snapshot; a snapshot that changed between chunks starts the transfer
-//! again, at most [`RESTARTS_MAX`] times), one request at a time, and keeps
-//! the chunks in memory (a simulated snapshot is small) instead of a file
-//! of the log's directory. Installing it is the fetcher's: the same
-//! [`Replica::check_snapshot_offset`](super::Replica::check_snapshot_offset),
-//! [`SnapshotStore::install`](crate::SnapshotStore::install) and
-//! [`Replica::snapshot_installed`](super::Replica::snapshot_installed) the
-//! threaded transfer calls.
+//! The rules are the threaded transfer's, one code for both (issue 28,
+//! [`snapshot_download`](super::snapshot_download)): each chunk is checked
+//! by [`check_chunk`] (the log and position asked for, no error, a
+//! snapshot that changed between chunks starts the transfer again, at most
+//! [`RESTARTS_MAX`] times, its CRC-32, a length that fits its snapshot),
+//! and the fetcher installs the whole download with the same
+//! [`install_downloaded`](super::snapshot_download::install_downloaded).
+//! Only how the bytes move is this module's: one request at a time, the
+//! chunks kept in memory (a simulated snapshot is small) instead of a file
+//! of the log's directory.
 
 // Only a simulator (tests, the `testing` feature) steps a transfer.
 #![cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
 
+use super::snapshot_download::{
+    changed_too_often, check_chunk, chunk_of, ChunkCheck, RESTARTS_MAX,
+};
 use crate::snapshot::SnapshotId;
-use crate::transport::{ErrorCode, Response, SnapshotRequest, SnapshotResponse, TransportError};
+use crate::transport::{Response, SnapshotRequest, SnapshotResponse, TransportError};
 use crate::types::{LeaderEpoch, LogId, NodeId};
-
-/// How often a transfer starts again because the leader's latest snapshot
-/// changed under it before it gives up (as the threaded transfer).
-const RESTARTS_MAX: u32 = 3;
 
 /// One log's snapshot download, stepped.
 #[derive(Debug)]
@@ -107,57 +106,30 @@ impl SteppedTransfer {
             return ChunkStep::Stale;
         }
         self.asked = None;
-        let chunk = match answer {
-            Ok(Response::Snapshot(chunk)) => chunk,
-            Ok(Response::Error(code)) => {
-                return ChunkStep::Failed(format!("the leader answered {code}"))
-            }
-            Ok(other) => return ChunkStep::Failed(format!("unexpected answer {other:?}")),
-            Err(error) => return ChunkStep::Failed(format!("snapshot request failed: {error}")),
-        };
-        self.take_chunk(log, chunk)
+        match chunk_of(answer) {
+            Ok(chunk) => self.take_chunk(log, chunk),
+            Err(why) => ChunkStep::Failed(why),
+        }
     }
 
-    /// Checks `chunk` (as `Transfer::fetch_chunk` does) and keeps its bytes.
+    /// Checks `chunk` ([`check_chunk`], as `Transfer::fetch_chunk` does)
+    /// and keeps its bytes.
     fn take_chunk(&mut self, log: LogId, chunk: SnapshotResponse) -> ChunkStep {
         let position = self.received.len() as u64;
-        if chunk.log != log || chunk.position != position {
-            return ChunkStep::Failed(format!(
-                "the leader answered for log {} at byte {}, asked for log {log} at byte {position}",
-                chunk.log, chunk.position
-            ));
-        }
-        if chunk.error != ErrorCode::None {
-            return ChunkStep::Failed(format!("the leader answered {}", chunk.error));
-        }
-        let now = SnapshotId::of(&chunk);
-        if self.snapshot.is_some_and(|known| known.is_other(now)) {
-            self.restarts += 1;
-            if self.restarts > RESTARTS_MAX {
-                return ChunkStep::Failed(format!(
-                    "the leader's latest snapshot changed {} times during the transfer",
-                    self.restarts
-                ));
+        let now = match check_chunk(log, position, self.snapshot, &chunk) {
+            Ok(ChunkCheck::Fits { snapshot, .. }) => snapshot,
+            Ok(ChunkCheck::OtherSnapshot(now)) => {
+                self.restarts += 1;
+                if self.restarts > RESTARTS_MAX {
+                    return ChunkStep::Failed(changed_too_often());
+                }
+                tracing::info!(%log, was = ?self.snapshot, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
+                self.snapshot = None;
+                self.received.clear();
+                return ChunkStep::More;
             }
-            tracing::info!(%log, was = ?self.snapshot, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
-            self.snapshot = None;
-            self.received.clear();
-            return ChunkStep::More;
-        }
-        let crc = crc32fast::hash(&chunk.data);
-        if crc != chunk.crc32 {
-            return ChunkStep::Failed(format!(
-                "chunk at byte {position} of the snapshot at {} is corrupt: CRC-32 {crc:#010x}, the leader sent {:#010x}",
-                now.offset, chunk.crc32
-            ));
-        }
-        let len = chunk.data.len() as u64;
-        let remaining = now.size_bytes.saturating_sub(position);
-        if len > remaining || (len == 0 && remaining > 0) {
-            return ChunkStep::Failed(format!(
-                "chunk at byte {position} has {len} bytes, {remaining} remain"
-            ));
-        }
+            Err(why) => return ChunkStep::Failed(why),
+        };
         // The first chunk's, with the epoch it named.
         let now = *self.snapshot.get_or_insert(now);
         self.received.extend_from_slice(&chunk.data);
@@ -173,6 +145,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::transport::ErrorCode;
     use crate::types::Offset;
 
     fn chunk(position: u64, data: &[u8], offset: u64, size: u64) -> Response {

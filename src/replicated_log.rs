@@ -105,11 +105,14 @@ impl ReplicatedLog {
         if self.node.is_stopped() {
             return Err(Error::Shutdown);
         }
+        // An acks=all append waits for the followers' fetches anyway: it
+        // may leave its write to the next one when other appends wait
+        // too, which then writes them together (`append_as_leader`).
         let appended = match self.replica.append_as_leader(
             batch,
             acks == Acks::All,
             acks == Acks::Leader,
-            false,
+            acks == Acks::All,
         ) {
             Ok(appended) => appended,
             Err(error) if acks == Acks::None => {

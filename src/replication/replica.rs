@@ -1056,12 +1056,17 @@ impl Replica {
     /// batch is in the log (`acks=1`); otherwise once it is queued for the
     /// log (`acks=0`, or `acks=all`, which waits for the high watermark).
     ///
-    /// With `defer` (a pipelined `acks=all` append, whose caller needs its
-    /// offsets now and its outcome later) the write may be left to the next
-    /// follower fetch (see `write_deferred`), when other pipelined appends
-    /// are in flight and followers must fetch before anything commits:
-    /// those fetches then write many appends with one write, and a lone
-    /// appender, which finds nothing in flight, still writes at once.
+    /// With `defer` (an `acks=all` append, whose caller needs its offsets
+    /// now and its outcome only once followers have fetched it: a
+    /// pipelined one, or a blocking one, which then waits for the high
+    /// watermark) the write may be left to the next follower fetch (see
+    /// `write_deferred`), when other appends are in flight (pipelined ones
+    /// queued, or blocking ones waiting for the high watermark) and
+    /// followers must fetch before anything commits: those fetches then
+    /// write many appends with one write, and a lone appender, which finds
+    /// nothing in flight, still writes at once. (64 OS threads appending
+    /// 1 KiB records with the blocking `append`: 7% more appends a second
+    /// than when each wrote its own, issue 27.)
     pub(crate) fn append_as_leader(
         &self,
         batch: &RecordBatch,
@@ -1143,7 +1148,7 @@ impl Replica {
         let defer = defer
             && !self.flush_always
             && role.in_sync_replicas.len() > 1
-            && self.pending.queued() > 0;
+            && (self.pending.queued() > 0 || self.high_watermark.has_waiters());
         let stamp = |queue: &mut AppendQueue| {
             let base_offset = queue.next_offset;
             // Offsets handed out are never below the log's end: they would

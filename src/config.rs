@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::coordinator::ControllerConfig;
 use crate::error::{Error, Result};
 use crate::storage::LogConfig;
-use crate::types::NodeId;
+use crate::types::{NodeId, DURATION_MAX};
 
 /// Configuration of one [`Node`](crate::Node).
 #[derive(Clone, Debug)]
@@ -100,12 +100,6 @@ impl NodeConfig {
         Ok(())
     }
 }
-
-/// The longest duration any setting takes: a year. Deadlines are the
-/// current instant plus a setting, and an instant that far out cannot be
-/// represented (a panic in `Instant + Duration`); Kafka's own time
-/// settings stop at about 24.8 days (`Integer.MAX_VALUE` milliseconds).
-pub const DURATION_MAX: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// `Ok` if `duration`, the value of `field`, is at most [`DURATION_MAX`].
 fn at_most_duration_max(field: &'static str, duration: Duration) -> Result<()> {

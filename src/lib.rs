@@ -119,7 +119,7 @@
 //! config.rs     the node's and replication's settings
 //! storage/  transport/  coordinator/    (none imports another)
 //! base          record/, append.rs (Acks, AppendOutcome), snapshot.rs, types.rs,
-//!               error.rs, clock.rs, sync.rs
+//!               error.rs, clock.rs, sync.rs, rng.rs, simulation.rs
 //! ```
 //!
 //! `testing/` sits above them all. A type that a lower layer and the face
@@ -141,6 +141,7 @@ mod producer;
 mod record;
 mod replicated_log;
 mod replication;
+mod rng;
 mod simulation;
 pub mod snapshot;
 mod storage;
@@ -162,7 +163,7 @@ pub use append::{Acks, AppendOutcome};
 pub use builder::{NodeBuilder, TcpNode};
 pub use client::LogClient;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{NodeConfig, ReplicationConfig, DURATION_MAX};
+pub use config::{NodeConfig, ReplicationConfig};
 pub use coordinator::{
     assign_replicas, AddingReplica, Assignment, CasOutcome, Controller, ControllerConfig,
     ControllerEpoch, Coordinator, CoordinatorEvent, LogEnd, LogState, LogUpdate, MemoryCoordinator,
@@ -189,7 +190,7 @@ pub use transport::{MemoryNetwork, MemoryTransport, RequestHandler, Transport};
 pub use transport::{TcpConfig, TcpServer, TcpServerStats, TcpTransport};
 pub use types::{
     ClusterId, DirectoryId, EpochEndOffset, Incarnation, LeaderEpoch, LogId, NodeId, Offset,
-    ProducerEpoch, ProducerId, Sequence,
+    ProducerEpoch, ProducerId, Sequence, DURATION_MAX,
 };
 
 /// A read-only inspector of a log directory (what the `isrlog-inspect` binary

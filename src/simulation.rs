@@ -27,7 +27,7 @@ use std::marker::PhantomData;
 use std::panic::Location;
 
 use crate::error::Error;
-use crate::transport::{mix64, SplitMix64};
+use crate::rng::{mix64, SplitMix64};
 
 thread_local! {
     /// Set while a [`SimulationGuard`] lives on this thread. A `const`

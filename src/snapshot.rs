@@ -50,8 +50,7 @@ use std::io;
 
 use bytes::Bytes;
 
-use crate::transport::SnapshotResponse;
-use crate::types::{LeaderEpoch, LogId, Offset};
+use crate::types::{LogId, Offset};
 
 /// One snapshot of an application's state for one log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,48 +60,6 @@ pub struct SnapshotInfo {
     pub offset: Offset,
     /// The snapshot's length in bytes.
     pub size_bytes: u64,
-}
-
-/// A leader's snapshot as a follower downloads it: what the chunks say of
-/// it, the application's [`SnapshotInfo`] and an epoch below it. A chunk
-/// naming another offset or size is of another snapshot (the transfer
-/// starts again, [`SnapshotId::is_other`]); the epoch the leader names may
-/// change between chunks of one snapshot (a deletion up to its offset
-/// meanwhile), and the first chunk's is kept.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SnapshotId {
-    /// As [`SnapshotInfo::offset`].
-    pub(crate) offset: Offset,
-    /// As [`SnapshotInfo::size_bytes`].
-    pub(crate) size_bytes: u64,
-    /// An epoch whose leader's log held the records below `offset`, as
-    /// the leader named it ([`SnapshotResponse::snapshot_epoch`]).
-    pub(crate) epoch: Option<LeaderEpoch>,
-}
-
-impl SnapshotId {
-    /// The snapshot a chunk is of.
-    pub(crate) fn of(chunk: &SnapshotResponse) -> SnapshotId {
-        SnapshotId {
-            offset: chunk.snapshot_offset,
-            size_bytes: chunk.snapshot_bytes,
-            epoch: chunk.snapshot_epoch,
-        }
-    }
-
-    /// Whether `other` is another snapshot than this one: its offset or
-    /// size differ (not only the epoch named with it).
-    pub(crate) fn is_other(self, other: SnapshotId) -> bool {
-        self.info() != other.info()
-    }
-
-    /// What the application's store is told of it.
-    pub(crate) fn info(self) -> SnapshotInfo {
-        SnapshotInfo {
-            offset: self.offset,
-            size_bytes: self.size_bytes,
-        }
-    }
 }
 
 /// Where a node's application keeps its snapshots, one series per log.

@@ -1,10 +1,19 @@
-//! Domain newtypes shared by every layer: offsets, epochs and identifiers.
+//! Domain newtypes shared by every layer: offsets, epochs and identifiers
+//! (and the longest duration a setting may take, [`DURATION_MAX`]).
 //!
 //! No bare `u64`/`u32` crosses a module boundary when it means one of these:
 //! mixing up an offset and a byte position, or a leader epoch and a producer
 //! epoch, is a class of bug the compiler can rule out.
 
 use std::fmt;
+use std::time::Duration;
+
+/// The longest duration any setting takes: a year. Deadlines are the
+/// current instant plus a setting (a node's or a coordinator's), and an
+/// instant that far out cannot be represented (a panic in
+/// `Instant + Duration`); Kafka's own time settings stop at about 24.8
+/// days (`Integer.MAX_VALUE` milliseconds).
+pub const DURATION_MAX: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Position of a record in a log. Dense, starting at 0 (or at the log start
 /// offset once retention has deleted the front).

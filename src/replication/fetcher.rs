@@ -689,7 +689,7 @@ impl Shared {
         &self,
         replica: &Replica,
         epoch: LeaderEpoch,
-        info: crate::snapshot::SnapshotId,
+        info: super::snapshot_download::SnapshotId,
         bytes: &[u8],
     ) -> Result<crate::types::Offset, String> {
         let Some(snapshots) = self.snapshots.as_ref() else {

@@ -31,6 +31,7 @@ use super::leader::{
 };
 use super::pending::{PendingAppend, PendingAppends, Snapshot, Verdict};
 use super::recent_writes::RecentWrites;
+use super::snapshot_download::SnapshotId;
 use super::watch::{WaitOutcome, Watch};
 use super::LogOffsets;
 use crate::append::AppendOutcome;
@@ -40,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::record::{
     merge_records, parse_header, seal_crc, set_base_offset, set_leader_epoch, RecordBatch,
 };
-use crate::snapshot::{SnapshotId, SnapshotInfo, SnapshotStore};
+use crate::snapshot::{SnapshotInfo, SnapshotStore};
 use crate::storage::{AppendInfo, FlushPolicy, Log};
 use crate::sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock};
 use crate::transport::{ErrorCode, FetchLog, FetchedLog, SnapshotRequest, SnapshotResponse};

@@ -17,7 +17,7 @@
 use std::io::Read;
 
 use super::replica::Replica;
-use crate::snapshot::{SnapshotId, SnapshotStore};
+use crate::snapshot::{SnapshotInfo, SnapshotStore};
 use crate::transport::{ErrorCode, Response, SnapshotResponse, TransportError};
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
@@ -158,6 +158,48 @@ pub(super) fn install_downloaded(
             )
         })?;
     Ok(info.offset)
+}
+
+/// A leader's snapshot as a follower downloads it: what the chunks say of
+/// it, the application's [`SnapshotInfo`] and an epoch below it. A chunk
+/// naming another offset or size is of another snapshot (the transfer
+/// starts again, [`SnapshotId::is_other`]); the epoch the leader names may
+/// change between chunks of one snapshot (a deletion up to its offset
+/// meanwhile), and the first chunk's is kept.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SnapshotId {
+    /// As [`SnapshotInfo::offset`].
+    pub(crate) offset: Offset,
+    /// As [`SnapshotInfo::size_bytes`].
+    pub(crate) size_bytes: u64,
+    /// An epoch whose leader's log held the records below `offset`, as
+    /// the leader named it (`SnapshotResponse::snapshot_epoch`).
+    pub(crate) epoch: Option<LeaderEpoch>,
+}
+
+impl SnapshotId {
+    /// The snapshot a chunk is of.
+    pub(crate) fn of(chunk: &SnapshotResponse) -> SnapshotId {
+        SnapshotId {
+            offset: chunk.snapshot_offset,
+            size_bytes: chunk.snapshot_bytes,
+            epoch: chunk.snapshot_epoch,
+        }
+    }
+
+    /// Whether `other` is another snapshot than this one: its offset or
+    /// size differ (not only the epoch named with it).
+    pub(crate) fn is_other(self, other: SnapshotId) -> bool {
+        self.info() != other.info()
+    }
+
+    /// What the application's store is told of it.
+    pub(crate) fn info(self) -> SnapshotInfo {
+        SnapshotInfo {
+            offset: self.offset,
+            size_bytes: self.size_bytes,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -27,11 +27,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::replica::Replica;
+use super::snapshot_download::SnapshotId;
 use super::snapshot_download::{
     changed_too_often, check_chunk, chunk_of, install_downloaded, ChunkCheck, RESTARTS_MAX,
 };
 use crate::config::ReplicationConfig;
-use crate::snapshot::{SnapshotId, SnapshotStore};
+use crate::snapshot::SnapshotStore;
 use crate::storage::disk::{Disk, DiskFile, OpenMode};
 use crate::storage::SNAPSHOT_DOWNLOAD_PREFIX;
 use crate::sync::{AtomicBool, Mutex, Ordering};

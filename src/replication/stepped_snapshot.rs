@@ -20,10 +20,10 @@
 // Only a simulator (tests, the `testing` feature) steps a transfer.
 #![cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
 
+use super::snapshot_download::SnapshotId;
 use super::snapshot_download::{
     changed_too_often, check_chunk, chunk_of, ChunkCheck, RESTARTS_MAX,
 };
-use crate::snapshot::SnapshotId;
 use crate::transport::{Response, SnapshotRequest, SnapshotResponse, TransportError};
 use crate::types::{LeaderEpoch, LogId, NodeId};
 

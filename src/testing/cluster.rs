@@ -54,7 +54,7 @@ pub enum SessionEnd {
 pub(crate) fn cut_to_durable(
     path: &Path,
     durable_bytes: u64,
-    rng: &mut crate::transport::SplitMix64,
+    rng: &mut crate::rng::SplitMix64,
 ) -> std::io::Result<()> {
     let file = match std::fs::OpenOptions::new().write(true).open(path) {
         Ok(file) => file,

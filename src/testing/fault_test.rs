@@ -53,11 +53,12 @@ use crate::error::{Error, Result};
 use crate::producer::{IdempotentProducer, LeaderRouter, ProducerConfig};
 use crate::record::RecordBatch;
 use crate::replicated_log::{Isolation, ReplicatedLog};
+use crate::rng::SplitMix64;
 use crate::storage::{FlushPolicy, LogConfig};
 use crate::sync::{Arc, AtomicBool, Mutex, Ordering};
 use crate::testing::cluster::{Cluster, Lose, SessionEnd};
 use crate::testing::fault_apps::FaultApps;
-use crate::transport::{MemoryNetwork, SplitMix64};
+use crate::transport::MemoryNetwork;
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
 /// Which crashes a run injects, and so which guarantee it proves.

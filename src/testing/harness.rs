@@ -210,7 +210,7 @@ impl Disks {
         match (self, loss) {
             (Disks::Std { .. }, Loss::Nothing) => {}
             (Disks::Std { .. }, Loss::Unsynced { seed }) => {
-                let mut rng = crate::transport::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
+                let mut rng = crate::rng::SplitMix64::new(seed ^ (u64::from(id.0) << 32));
                 for (path, durable_bytes) in durable {
                     if let Err(error) = cut_to_durable(&path, durable_bytes, &mut rng) {
                         tracing::warn!(path = %path.display(), %error, "cannot simulate power loss");

@@ -46,8 +46,8 @@ use std::time::{Duration, Instant};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 use crate::types::NodeId;
 
-use super::rng::{mix64, SplitMix64};
 use super::{Request, RequestHandler, Response, Transport, TransportError};
+use crate::rng::{mix64, SplitMix64};
 
 /// At most this many late or duplicate requests are on their way at once;
 /// more are simply lost (each waits on a thread of its own).

@@ -18,12 +18,9 @@
 //! `testing::transport_suite::run` (feature `testing`).
 
 mod memory;
-mod rng;
 mod tcp;
 
 #[allow(unused_imports)]
-pub(crate) use rng::{mix64, SplitMix64};
-
 use std::fmt;
 use std::time::{Duration, Instant};
 

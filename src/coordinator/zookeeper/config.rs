@@ -90,7 +90,7 @@ impl ZkCoordinatorConfig {
             ));
         }
         // Deadlines are now plus the call timeout (see `DURATION_MAX`).
-        if self.call_timeout > crate::config::DURATION_MAX {
+        if self.call_timeout > crate::types::DURATION_MAX {
             return Err(invalid(
                 "call_timeout",
                 &format!("{:?}", self.call_timeout),

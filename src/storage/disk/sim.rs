@@ -37,8 +37,8 @@ use std::path::{Path, PathBuf};
 
 use self::name::Name;
 use super::{Disk, DiskFile, LockGuard, MappedRegion, OpenMode};
+use crate::rng::SplitMix64;
 use crate::sync::{Arc, Mutex, MutexGuard, Weak};
-use crate::transport::SplitMix64;
 
 /// `EIO`, as the kernel reports a failed device.
 mod name;

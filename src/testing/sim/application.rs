@@ -34,10 +34,11 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Event, Run, REQUEST_TIMEOUT};
+use crate::rng::{mix64, SplitMix64};
 use crate::snapshot::{SnapshotInfo, SnapshotStore, Snapshots};
 use crate::sync::Mutex;
 use crate::testing::harness::NodeSettings;
-use crate::transport::{mix64, Request, Response, SnapshotRequest, SplitMix64, TransportError};
+use crate::transport::{Request, Response, SnapshotRequest, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{Clock, Error, Isolation, LogId, NodeId, Offset};
 

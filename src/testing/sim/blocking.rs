@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use crate::replicated_log::BlockingAppend;
-use crate::transport::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::{AppendOutcome, RecordBatchBuilder, ReplicatedLog, Result};
 
 /// How often, on average, each blocking client calls once its last call

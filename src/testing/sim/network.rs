@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::transport::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::types::NodeId;
 
 /// How the network treats the messages it carries. The default is a

@@ -62,6 +62,7 @@ use crate::node::FetchPoll;
 use crate::record::RecordBatchBuilder;
 use crate::replication::AppendHandle;
 use crate::replication::{FetchArrival, FetchInFlight, FetchSession, NextFetch};
+use crate::rng::{mix64, SplitMix64};
 use crate::simulation::SimulationGuard;
 use crate::storage::disk::{DiskOperation, EioPlan, FlippedBit, Latency, SimDisk};
 use crate::sync::Arc;
@@ -69,7 +70,7 @@ use crate::testing::harness::{
     Disks, Harness, Loss, MemoryCoordination, NodeSettings, Stepped, SteppedProcess, SteppedWire,
 };
 use crate::testing::SessionEnd;
-use crate::transport::{mix64, FetchRequest, Response, SplitMix64, TransportError};
+use crate::transport::{FetchRequest, Response, TransportError};
 use crate::types::LeaderEpoch;
 use crate::{
     Acks, Clock, Coordinator, Error, FlushPolicy, Isolation, LogConfig, LogId, ManualClock,
@@ -4415,16 +4416,6 @@ mod tests {
         );
     }
 
-    /// Seed 510 failed its end check on a leader whose log a disk fault
-    /// planned before the calm had poisoned after it (reading it at the end
-    /// failed): the calm now calls off planned disk faults, and a run is
-    /// settled only once no node waits for its supervisor's restart.
-    /// Seed 710069 failed its end check ("no controller holds the seat at
-    /// the end") a millisecond after the calm: the controller had lost its
-    /// seat just before (node 2 lost its coordinator write replies at
-    /// 58.9 s), and the log already looked settled. A run is settled only
-    /// once a controller holds the seat again (f327a04, found with seed
-    /// 900415), within the 20 s after the calm.
     #[test]
     fn name_and_extension_agree_with_path() {
         for path in [
@@ -4455,6 +4446,12 @@ mod tests {
         }
     }
 
+    /// Seed 710069 failed its end check ("no controller holds the seat at
+    /// the end") a millisecond after the calm: the controller had lost its
+    /// seat just before (node 2 lost its coordinator write replies at
+    /// 58.9 s), and the log already looked settled. A run is settled only
+    /// once a controller holds the seat again (f327a04, found with seed
+    /// 900415), within the 20 s after the calm.
     #[test]
     fn seed_710069_settled_only_once_a_controller_holds_the_seat() {
         passes(710_069);
@@ -4639,6 +4636,10 @@ mod tests {
         passes_with(SimConfig::new(60_215_859));
     }
 
+    /// Seed 510 failed its end check on a leader whose log a disk fault
+    /// planned before the calm had poisoned after it (reading it at the end
+    /// failed): the calm now calls off planned disk faults, and a run is
+    /// settled only once no node waits for its supervisor's restart.
     #[test]
     fn seed_510_no_disk_fault_hits_after_the_calm() {
         passes(510);

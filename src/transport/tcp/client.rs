@@ -21,8 +21,8 @@ use super::stream::{ReadHalf, Security, WriteHalf};
 use super::worker::Worker;
 use super::TcpConfig;
 use crate::error::Result;
+use crate::rng::{mix64, SplitMix64};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, RwLock};
-use crate::transport::rng::{mix64, SplitMix64};
 use crate::transport::{Request, Response, Transport, TransportError};
 use crate::types::NodeId;
 

@@ -2152,9 +2152,28 @@ pub(super) fn rebuild_producer_state(
         .copied()
         .unwrap_or(state.log_start_offset);
     let from = rebuild.snapshot.unwrap_or(first_held).max(first_held);
+    // The producer state as of each segment base the walk passes: the
+    // snapshot the roll that made the segment took, lost when the process
+    // stopped before the roll's flush wrote it. It goes to the pending
+    // snapshots, as a roll's does, so the next flush, or a log start move
+    // that leaves the segment first (`write_covering_snapshot`, before its
+    // checkpoint), writes it. Without it, a move past the batches after
+    // the newest snapshot deleted them and kept that older snapshot, and
+    // the next rebuild read it and the batches from the first segment on,
+    // forgetting those in between: node 1 (simulator, seed 60512796)
+    // reopened with a snapshot at 911 and its first segment at 975, and
+    // as leader refused the retry of a batch it had written at 965
+    // with "expected 136, got 139"; the producer released that sequence,
+    // and its next record, sent with it, was answered as a duplicate of
+    // the record at 965 by the next leader (G1).
+    let mut covering = Vec::new();
     for segment in state.segments.values() {
         if segment.next_offset() <= from {
             continue;
+        }
+        if segment.base_offset() > from {
+            let base = segment.base_offset();
+            covering.push((base, producers.encode_snapshot(base)));
         }
         let (position, first_offset) = if segment.base_offset() >= from {
             (0, segment.base_offset())
@@ -2243,6 +2262,15 @@ pub(super) fn rebuild_producer_state(
         })?;
         if let Some(e) = problem {
             return Err(e);
+        }
+    }
+    for (base, bytes) in covering {
+        if !state
+            .pending_snapshots
+            .iter()
+            .any(|(offset, _)| *offset == base)
+        {
+            state.pending_snapshots.push((base, bytes));
         }
     }
     producers.remove_expired(now_ms, config.producer_id_expiration);

@@ -362,8 +362,12 @@ impl Log {
     /// holds `checkpoint_lock` (not the state lock).
     ///
     /// The newest snapshot at or below `first` stays even when it is older
-    /// than `first` (a first segment no roll of this process made): it
-    /// still holds the producers of the batches before it. As Kafka, a
+    /// than `first`: it still holds the producers of the batches before
+    /// it. (A first segment that no roll of this process made has one at
+    /// its base too, left pending by the rebuild at open when it walked
+    /// past it, unless it was the first segment walked: keeping only an
+    /// older snapshot forgot the batches of the segments deleted between
+    /// the two, simulator seed 60512796.) As Kafka, a
     /// segment's snapshot is otherwise deleted with the segments below it;
     /// the in-memory state keeps the producers.
     fn delete_below_first_segment(

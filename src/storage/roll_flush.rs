@@ -569,6 +569,63 @@ mod tests {
         }
     }
 
+    /// Simulator seed 60512796 (G1): a process that stopped before its
+    /// rolls' flush lost their producer snapshots; the reopened log
+    /// rebuilt its producers from an older snapshot and the batches after
+    /// it, but wrote no snapshot for the segments it walked. A log start
+    /// move into the last segment then deleted the batches after that
+    /// older snapshot and kept it, and the next reopen read it and the
+    /// batches of the last segment only: it forgot the producer's last
+    /// batches. The rebuild now leaves a snapshot at each segment base it
+    /// walks past to the next flush or start move, as a roll does.
+    #[test]
+    fn a_start_move_after_a_reopen_keeps_the_producers_of_the_walked_segments() {
+        use crate::clock::ManualClock;
+        use crate::types::{ProducerEpoch, Sequence};
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let (log, _given) = open_with_idle_flusher(dir.path(), &config, clock.clone());
+        append_batches(&log, "before", 10, LeaderEpoch(0));
+        log.flush().unwrap();
+        let older = snapshot_files(dir.path());
+        assert!(!older.is_empty(), "no roll before the producer's batches");
+        let (producer, idempotent, end) = producer_batches_then_more(&log);
+        assert!(
+            log.state.read().pending_snapshots.len() >= 2,
+            "the producer's batches span no roll"
+        );
+        // The process stops before the rolls' flush: their snapshots are
+        // lost, the batches stay.
+        crash(log);
+        let log = Log::open(dir.path(), config.clone(), clock.clone()).unwrap();
+        assert_eq!(snapshot_files(dir.path()), older);
+        assert_eq!(
+            log.producer_last_sequence(producer),
+            Some((ProducerEpoch(0), Sequence(19)))
+        );
+        log.set_high_watermark(end);
+        log.set_log_start_offset(Offset(end.0 - 1)).unwrap();
+        assert!(
+            snapshot_files(dir.path())
+                .iter()
+                .all(|&o| o > *older.last().unwrap()),
+            "the move kept a snapshot older than the batches it deleted: {:?}",
+            snapshot_files(dir.path())
+        );
+        crash(log);
+        let log = Log::open(dir.path(), config, clock).unwrap();
+        assert_eq!(
+            log.producer_last_sequence(producer),
+            Some((ProducerEpoch(0), Sequence(19))),
+            "the reopened log forgot the producer"
+        );
+        let retry = log
+            .append_as_leader(&idempotent(18), LeaderEpoch(0))
+            .unwrap();
+        assert!(retry.duplicate, "written twice");
+    }
+
     /// Review of 075daca (G4): a truncation while a deferred move waited
     /// wrote a checkpoint naming the moved start without the snapshot
     /// covering the new first segment, and rebuilt the producers in memory

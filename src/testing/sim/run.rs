@@ -4490,6 +4490,26 @@ mod tests {
         passes_with(single_log(60_105_060));
     }
 
+    /// Seed 60512796 failed G1 ("acknowledged p183 at 965 is not in node
+    /// 2's committed log (it holds None)"). Node 1, leading in epoch 6,
+    /// wrote p137-p144 (sequences 136-143, the last five unanswered) at
+    /// 917-972 and rolled a segment at 975; power failed before the
+    /// roll's flush wrote its producer snapshot. Reopened, node 1 rebuilt
+    /// its producers from the snapshot at 911 and the batches after it,
+    /// and wrote no snapshot of them. Installing node 2's snapshot at 978
+    /// moved its log start into the segment at 975: the segments below
+    /// went, the snapshot at 911 stayed. After the next power loss the
+    /// rebuild read the snapshot at 911 and the segment at 975 only, and
+    /// leading in epoch 13 node 1 refused p140's retry with "expected
+    /// 136, got 139"; the producer released sequence 139 and sent p183
+    /// with it, and node 2, leading in epoch 15, answered it as a
+    /// duplicate of p140 at 965. A rebuild now leaves a snapshot at each
+    /// segment base it walks past to the next flush or log start move.
+    #[test]
+    fn seed_60512796_a_reopened_log_keeps_snapshots_of_the_segments_it_walked() {
+        passes_with(SimConfig::new(60_512_796));
+    }
+
     /// Seed 60134360: a flip at byte 4 of an index file moved an entry's
     /// position into the middle of a batch; a walk from it read no header
     /// there, and node 0 reported its intact data file corrupt (G5: the
@@ -5089,7 +5109,11 @@ mod tests {
     /// snapshot's chunks and the fetch answers that restart a log at the
     /// leader's start began naming an epoch below that offset, which the
     /// restarted log notes as its start line (the start lines the logs
-    /// write changed, and with them their disk writes). Chosen to
+    /// write changed, and with them their disk writes). Retaken for
+    /// seeds 0, 10, 23 and 35 when a log's rebuild of its producer state
+    /// at open began leaving a snapshot at each segment base it walked
+    /// past, written by the next flush or log start move (seed 60512796):
+    /// simulated disk time. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5098,15 +5122,15 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x13b0_4ae3_3b70_c4b4),
+            (0, 0xf593_dc9c_7ea1_b4b4),
             (2, 0x7e49_03a5_0938_8a60),
             (6, 0x8667_98a0_1820_5b01),
-            (10, 0x8444_3031_981e_e5bc),
+            (10, 0x9a04_aa4f_4dca_c22f),
             (13, 0x4b88_4223_e4f6_e9cb),
             (14, 0xb2cf_309c_19e6_607d),
             (17, 0x66df_6bd3_eaaf_11bb),
-            (23, 0x8abe_0e7c_8aa3_47f7),
-            (35, 0x74fe_a002_70e9_19e3),
+            (23, 0x82a1_5459_d745_dbb5),
+            (35, 0x4663_5e7f_b145_8de2),
             (41, 0x0307_8326_309e_60f7),
             (45, 0x5eb3_3849_7e1d_f41a),
             (55, 0x48ee_d741_2065_9e89),

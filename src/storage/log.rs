@@ -1496,6 +1496,14 @@ impl Log {
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
         self.commit.check_not_poisoned(&self.dir)?;
         let serial = self.checkpoint_lock.lock();
+        // A deferred log start move finishes first, as in `truncate_to`:
+        // the restart's first checkpoint names the moved start, and the
+        // move's covering producer snapshot must be on disk before any
+        // checkpoint does (G4: a crash before the restart deletes the
+        // snapshots would otherwise reopen the log, its segments below the
+        // moved start gone, on an older snapshot that misses their
+        // producers; review of 384bcd1, simulator seed 60512796's class).
+        self.finish_log_start_moves_locked(&serial)?;
         let mut state = self.state.write();
         self.commit.check_not_poisoned(&self.dir)?;
         self.restart_at_locked(&serial, &mut state, offset)?;

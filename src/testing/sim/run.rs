@@ -5113,7 +5113,8 @@ mod tests {
     /// seeds 0, 10, 23 and 35 when a log's rebuild of its producer state
     /// at open began leaving a snapshot at each segment base it walked
     /// past, written by the next flush or log start move (seed 60512796):
-    /// simulated disk time. Chosen to
+    /// simulated disk time; and for seed 23 when a log's restart began
+    /// finishing a deferred log start move first. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5129,7 +5130,7 @@ mod tests {
             (13, 0x4b88_4223_e4f6_e9cb),
             (14, 0xb2cf_309c_19e6_607d),
             (17, 0x66df_6bd3_eaaf_11bb),
-            (23, 0x82a1_5459_d745_dbb5),
+            (23, 0x0bde_e0e7_1a92_2ed2),
             (35, 0x4663_5e7f_b145_8de2),
             (41, 0x0307_8326_309e_60f7),
             (45, 0x5eb3_3849_7e1d_f41a),

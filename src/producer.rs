@@ -45,7 +45,10 @@
 //!   reached; `InvalidBatch`), or on any non-retriable error if no attempt
 //!   could have written it. An `OutOfOrderSequence` from an older leader (a
 //!   zombie, cut off and not told it was replaced) is retried: its log
-//!   does not speak for its successor's. The later batches then cannot be in the log
+//!   does not speak for its successor's. So is one whose leader expects a
+//!   sequence below the batch's (every lower sequence went to a batch a
+//!   leader acknowledged): that leader lost acknowledged batches, and its
+//!   refusal proves nothing either. The later batches then cannot be in the log
 //!   either (a leader takes sequence s + 1 only after s), so they are
 //!   renumbered down to follow what the log holds and re-sent (Kafka's
 //!   `adjustSequencesDueToFailedBatch`). `ProducerFenced` fails every
@@ -1139,6 +1142,27 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             Error::OutOfOrderSequence { leader_epoch, .. }
                 if epoch_seen.is_some_and(|newest| *leader_epoch < newest)
         );
+        // A leader that expects a sequence below the oldest unresolved
+        // batch's has forgotten batches a leader acknowledged: every
+        // sequence below that batch's went to a batch acknowledged (a
+        // released one's went on to the next batch). Its producer state
+        // is wrong, and its refusal proves nothing either: released on it,
+        // the sequence went to the next batch, which a leader that holds
+        // the forgotten batch then answered as a duplicate of it
+        // (simulator seed 60512796, where a lost producer snapshot made a
+        // leader expect 136 after 138 was acknowledged). Retried, or in
+        // doubt once the budget is spent, the batch keeps its sequence.
+        let forgetful_refusal = matches!(
+            &error,
+            Error::OutOfOrderSequence { expected, .. }
+                if sequence_below(*expected, front.batch.header().base_sequence)
+        );
+        if forgetful_refusal {
+            tracing::error!(%log, producer = %self.producer_id, %error,
+                oldest_unresolved = %front.batch.header().base_sequence,
+                "the leader expects a sequence below one already acknowledged: its producer state lost acknowledged batches; retrying instead of releasing the sequence");
+        }
+        let stale_refusal = stale_refusal || forgetful_refusal;
         if stale_refusal
             || is_retriable_in_flight(&error, from_handle, front.sent_behind_unresolved)
         {
@@ -1435,6 +1459,15 @@ fn proves_not_in_log(error: &Error) -> bool {
             | Error::OutOfOrderSequence { .. }
             | Error::InvalidBatch { .. }
     )
+}
+
+/// Whether sequence `a` comes before `b`, sequences wrapping from
+/// `i32::MAX` to 0 (as [`next_after`]): `b` is less than half the range
+/// past `a`.
+fn sequence_below(a: Sequence, b: Sequence) -> bool {
+    let range = i64::from(i32::MAX) + 1;
+    let distance = (i64::from(b.0) - i64::from(a.0)).rem_euclid(range);
+    distance > 0 && distance < range / 2
 }
 
 fn next_after(last: Sequence) -> Sequence {
@@ -1768,6 +1801,42 @@ mod tests {
         assert_eq!(send_sequences(&router), vec![0, 1, 1, 1]);
         router.answer(3, written(4));
         assert_eq!(b.wait().unwrap().base_offset, Offset(4));
+    }
+
+    /// A leader whose producer state lost acknowledged batches (simulator
+    /// seed 60512796: a lost producer snapshot) refuses the next batch,
+    /// expecting a sequence below it: that proves nothing, even from the
+    /// newest leader. The batch is retried, not released; released, its
+    /// sequence went to the next batch, which a leader holding the
+    /// forgotten batch answered as a duplicate of it.
+    #[test]
+    fn an_out_of_order_refusal_expecting_an_acknowledged_sequence_does_not_release_the_batch() {
+        let router = ScriptedRouter::default();
+        *router.placed_in.lock() = Some(LeaderEpoch(1));
+        let producer = producer(&router, quick());
+        let a = producer.send_values_pipelined(LOG, &["a"]).unwrap();
+        router.answer(0, written(3));
+        assert_eq!(a.wait().unwrap().base_offset, Offset(3));
+        let b = producer.send_values_pipelined(LOG, &["b"]).unwrap();
+        router.answer(1, Err(out_of_order(0, 1)));
+        until_attempts(&producer, 3);
+        assert!(!b.is_done(), "released on a forgetful leader's refusal");
+        assert_eq!(send_sequences(&router), vec![0, 1, 1]);
+        router.answer(2, written(4));
+        assert_eq!(b.wait().unwrap().base_offset, Offset(4));
+        assert_eq!(producer.next_sequence(LOG), Sequence(2));
+    }
+
+    /// Sequences compare in the wrapping order the producer numbers them
+    /// in.
+    #[test]
+    fn a_sequence_is_below_the_next_ones_across_the_wrap() {
+        assert!(sequence_below(Sequence(0), Sequence(1)));
+        assert!(!sequence_below(Sequence(1), Sequence(1)));
+        assert!(!sequence_below(Sequence(2), Sequence(1)));
+        assert!(sequence_below(Sequence(i32::MAX), Sequence(0)));
+        assert!(sequence_below(Sequence(i32::MAX - 5), Sequence(3)));
+        assert!(!sequence_below(Sequence(3), Sequence(i32::MAX - 5)));
     }
 
     fn send_sequences(router: &ScriptedRouter) -> Vec<i32> {

@@ -46,9 +46,10 @@
 //!   could have written it. An `OutOfOrderSequence` from an older leader (a
 //!   zombie, cut off and not told it was replaced) is retried: its log
 //!   does not speak for its successor's. So is one whose leader expects a
-//!   sequence below the batch's (every lower sequence went to a batch a
-//!   leader acknowledged): that leader lost acknowledged batches, and its
-//!   refusal proves nothing either. The later batches then cannot be in the log
+//!   sequence below the batch's (the lower sequences went to batches a
+//!   leader acknowledged): that leader's state of the producer is behind
+//!   (it lost acknowledged batches, or holds an earlier producer epoch's),
+//!   and its refusal proves nothing either. The later batches then cannot be in the log
 //!   either (a leader takes sequence s + 1 only after s), so they are
 //!   renumbered down to follow what the log holds and re-sent (Kafka's
 //!   `adjustSequencesDueToFailedBatch`). `ProducerFenced` fails every
@@ -90,7 +91,8 @@ use crate::types::{LeaderEpoch, LogId, ProducerEpoch, ProducerId, Sequence};
 /// the producer judges them by: an [`Error::OutOfOrderSequence`] names the
 /// epoch of the leader that refused the batch (the producer releases a
 /// batch's sequence only on a refusal from a leader no older than every
-/// leader it has seen), and an [`AppendHandle`] the epoch of the leader
+/// leader it has seen) and the sequence that leader expected, unchanged
+/// (one below the batch's releases nothing), and an [`AppendHandle`] the epoch of the leader
 /// that placed the append ([`AppendHandle::leader_epoch`]). A router that
 /// cannot know the refusing leader's epoch should answer with a retriable
 /// error instead of an `OutOfOrderSequence` with a made-up epoch.
@@ -1143,10 +1145,11 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 if epoch_seen.is_some_and(|newest| *leader_epoch < newest)
         );
         // A leader that expects a sequence below the oldest unresolved
-        // batch's has forgotten batches a leader acknowledged: every
-        // sequence below that batch's went to a batch acknowledged (a
-        // released one's went on to the next batch). Its producer state
-        // is wrong, and its refusal proves nothing either: released on it,
+        // batch's has lost the producer's state (or holds that of an
+        // earlier producer epoch): the sequences below that batch's went
+        // to batches a leader acknowledged (a released one's goes on to
+        // the next batch), but for sequences released and never reused.
+        // Its refusal proves nothing about this batch: released on it,
         // the sequence went to the next batch, which a leader that holds
         // the forgotten batch then answered as a duplicate of it
         // (simulator seed 60512796, where a lost producer snapshot made a
@@ -1157,10 +1160,17 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             Error::OutOfOrderSequence { expected, .. }
                 if sequence_below(*expected, front.batch.header().base_sequence)
         );
+        // At error level on the batch's first attempt only: the same
+        // leader refuses it again at every retry.
         if forgetful_refusal {
-            tracing::error!(%log, producer = %self.producer_id, %error,
-                oldest_unresolved = %front.batch.header().base_sequence,
-                "the leader expects a sequence below one already acknowledged: its producer state lost acknowledged batches; retrying instead of releasing the sequence");
+            let oldest_unresolved = front.batch.header().base_sequence;
+            if front.retries == 0 {
+                tracing::error!(%log, producer = %self.producer_id, %error, %oldest_unresolved,
+                    "the leader expects a sequence below the oldest unresolved batch's: its state of this producer is behind what leaders acknowledged; retrying instead of releasing the sequence");
+            } else {
+                tracing::debug!(%log, producer = %self.producer_id, %error, %oldest_unresolved,
+                    "refused again by a leader whose state of this producer is behind; retrying");
+            }
         }
         let stale_refusal = stale_refusal || forgetful_refusal;
         if stale_refusal

@@ -3538,18 +3538,10 @@ mod tests {
         );
     }
 
-    /// SPEC 3.5: a fetch below the leader's log start is answered
-    /// `OffsetOutOfRange` naming an epoch whose leader held the records
-    /// below that start (the record below it deleted, the epoch of the
-    /// batch at the start, 2, not of the record below, 1), and the
-    /// follower that restarts its log there notes that epoch as its start
-    /// line, not the leader's own (which a longer log holding the records
-    /// past the start may never have held a record of). An answer naming
-    /// none leaves it the leader's epoch.
-    #[test]
-    fn a_restart_at_the_leaders_start_notes_the_epoch_the_leader_names() {
-        let leader_dir = tempfile::tempdir().unwrap();
-        let leader = lone_leader(leader_dir.path());
+    /// A lone leader in `dir` holding ten one-record batches, offsets 0
+    /// to 4 written in epoch 1 and 5 to 9 in epoch 2, leading in epoch 2.
+    fn lone_leader_of_two_epochs(dir: &std::path::Path) -> Replica {
+        let leader = lone_leader(dir);
         for epoch in [1, 1, 1, 1, 1, 2, 2, 2, 2, 2] {
             if epoch == 2 && leader.role().1 != LeaderEpoch(2) {
                 leader
@@ -3562,6 +3554,21 @@ mod tests {
                 .append_as_leader(&builder.build().unwrap(), false, true, false)
                 .unwrap();
         }
+        leader
+    }
+
+    /// SPEC 3.5: a fetch below the leader's log start is answered
+    /// `OffsetOutOfRange` naming an epoch whose leader held the records
+    /// below that start (the record below it deleted, the epoch of the
+    /// batch at the start, 2, not of the record below, 1), and the
+    /// follower that restarts its log there notes that epoch as its start
+    /// line, not the leader's own (which a longer log holding the records
+    /// past the start may never have held a record of). An answer naming
+    /// none leaves it the leader's epoch.
+    #[test]
+    fn a_restart_at_the_leaders_start_notes_the_epoch_the_leader_names() {
+        let leader_dir = tempfile::tempdir().unwrap();
+        let leader = lone_leader_of_two_epochs(leader_dir.path());
         leader.log().set_log_start_offset(Offset(5)).unwrap();
         let replicas = vec![NodeId(0), NodeId(1)];
         leader
@@ -3620,19 +3627,7 @@ mod tests {
     #[test]
     fn a_restart_at_the_leaders_end_notes_the_epoch_the_leader_names_below_it() {
         let leader_dir = tempfile::tempdir().unwrap();
-        let leader = lone_leader(leader_dir.path());
-        for epoch in [1, 1, 1, 1, 1, 2, 2, 2, 2, 2] {
-            if epoch == 2 && leader.role().1 != LeaderEpoch(2) {
-                leader
-                    .become_leader(LeaderEpoch(2), vec![NodeId(0)], vec![NodeId(0)], 1)
-                    .unwrap();
-            }
-            let mut builder = RecordBatchBuilder::new(1);
-            builder.push(b"v");
-            leader
-                .append_as_leader(&builder.build().unwrap(), false, true, false)
-                .unwrap();
-        }
+        let leader = lone_leader_of_two_epochs(leader_dir.path());
         let replicas = vec![NodeId(0), NodeId(1)];
         leader
             .become_leader(LeaderEpoch(3), replicas.clone(), replicas.clone(), 1)

@@ -203,14 +203,19 @@ impl SnapshotId {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use bytes::Bytes;
 
     use super::*;
 
     /// A chunk of log 1's snapshot at `offset` of `size` bytes, named with
     /// epoch 2, at byte `position`, holding `data` with its CRC-32.
-    fn chunk(position: u64, data: &[u8], offset: u64, size: u64) -> SnapshotResponse {
+    pub(in crate::replication) fn chunk(
+        position: u64,
+        data: &[u8],
+        offset: u64,
+        size: u64,
+    ) -> SnapshotResponse {
         SnapshotResponse {
             log: LogId(1),
             error: ErrorCode::None,

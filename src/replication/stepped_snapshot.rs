@@ -142,23 +142,14 @@ impl SteppedTransfer {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
-    use crate::transport::ErrorCode;
     use crate::types::Offset;
 
+    /// `snapshot_download`'s test chunk as a transport answer.
     fn chunk(position: u64, data: &[u8], offset: u64, size: u64) -> Response {
-        Response::Snapshot(SnapshotResponse {
-            log: LogId(1),
-            error: ErrorCode::None,
-            snapshot_offset: Offset(offset),
-            snapshot_epoch: Some(LeaderEpoch(2)),
-            snapshot_bytes: size,
-            position,
-            crc32: crc32fast::hash(data),
-            data: Bytes::copy_from_slice(data),
-        })
+        Response::Snapshot(super::super::snapshot_download::tests::chunk(
+            position, data, offset, size,
+        ))
     }
 
     /// Chunks are asked for one at a time and taken in order; a stale

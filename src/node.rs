@@ -3709,7 +3709,8 @@ impl NodeShared {
         replica.tick_pipelined();
         let failed_leader = (replica.role().0 == Role::Leader && replica.log().is_poisoned())
             || replica.leadership_failed();
-        let unsettled = replica.unsettled_isr_change().is_some();
+        // Read only when it decides something: not for a failed leader.
+        let unsettled = !failed_leader && replica.unsettled_isr_change().is_some();
         // The hand-overs' and the resignation's timers are on the node's
         // clock, so that a simulator moves them (issue 28).
         match replica_tick(failed_leader, unsettled) {

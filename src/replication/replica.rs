@@ -3538,6 +3538,13 @@ mod tests {
         );
     }
 
+    /// `leader`'s answer to `fetch`, new from node 1 (incarnation 1), with
+    /// a budget of 1 MiB.
+    fn answer_node_1(leader: &Replica, fetch: &FetchLog) -> FetchedLog {
+        let arrival = FetchArrival::New(Instant::now());
+        leader.answer_fetch(NodeId(1), fetch, 1 << 20, false, arrival, Incarnation(1))
+    }
+
     /// A lone leader in `dir` holding ten one-record batches, offsets 0
     /// to 4 written in epoch 1 and 5 to 9 in epoch 2, leading in epoch 2.
     fn lone_leader_of_two_epochs(dir: &std::path::Path) -> Replica {
@@ -3583,9 +3590,7 @@ mod tests {
             bytes_max: 1 << 20,
             applied_offset: None,
         };
-        let arrival = FetchArrival::New(Instant::now());
-        let answer =
-            leader.answer_fetch(NodeId(1), &fetch, 1 << 20, false, arrival, Incarnation(1));
+        let answer = answer_node_1(&leader, &fetch);
         assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
         assert_eq!(
             (answer.log_start_offset, answer.log_start_epoch),
@@ -3596,14 +3601,7 @@ mod tests {
             last_fetched_epoch: None,
             ..fetch
         };
-        let answer = leader.answer_fetch(
-            NodeId(1),
-            &at_start,
-            1 << 20,
-            false,
-            arrival,
-            Incarnation(1),
-        );
+        let answer = answer_node_1(&leader, &at_start);
         assert_eq!(answer.error, ErrorCode::None);
         assert_eq!(
             answer.log_start_epoch, None,
@@ -3641,14 +3639,7 @@ mod tests {
             bytes_max: 1 << 20,
             applied_offset: None,
         };
-        let answer = leader.answer_fetch(
-            NodeId(1),
-            &past_the_end,
-            1 << 20,
-            false,
-            FetchArrival::New(Instant::now()),
-            Incarnation(1),
-        );
+        let answer = answer_node_1(&leader, &past_the_end);
         assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
         assert_eq!(
             (answer.log_end_offset, answer.log_end_epoch),
@@ -3709,16 +3700,12 @@ mod tests {
         empty
             .become_leader(LeaderEpoch(3), replicas.clone(), replicas, 1)
             .unwrap();
-        let answer = empty.answer_fetch(
-            NodeId(1),
+        let answer = answer_node_1(
+            &empty,
             &FetchLog {
                 fetch_offset: Offset(8),
                 ..past_the_end
             },
-            1 << 20,
-            false,
-            FetchArrival::New(Instant::now()),
-            Incarnation(1),
         );
         assert_eq!(answer.error, ErrorCode::OffsetOutOfRange);
         assert_eq!(

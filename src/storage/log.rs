@@ -1523,10 +1523,11 @@ impl Log {
         // A crash from here on rescans whatever is left: the recovery
         // point goes to the lower of the old start and the new offset, the
         // checkpointed start stays the old one. The old segments, deleted
-        // newest first, leave a prefix of the old log from its start; once
-        // they are gone, the only segment (new and empty at `offset`, or
-        // none yet) is not below the recovery point (one above it would
-        // refuse to open), and the log reopens empty.
+        // newest first, leave a prefix of the old log from its start, with
+        // its producer snapshots (deleted after the segments); once they
+        // are gone, the only segment (new and empty at `offset`, or none
+        // yet) is not below the recovery point (one above it would refuse
+        // to open), and the log reopens empty.
         let first = state.log_start_offset;
         let low = first.min(offset);
         state.truncations += 1;
@@ -1540,7 +1541,6 @@ impl Log {
                 segment.delete()?;
             }
             state.pending_snapshots.clear();
-            producer_state::delete_snapshots(&*self.disk, &self.dir, |_| true)?;
             state.producers = ProducerStateManager::empty();
             let bases: Vec<Offset> = state.segments.keys().copied().collect();
             for base in bases.into_iter().rev() {
@@ -1548,6 +1548,13 @@ impl Log {
                     segment.delete()?;
                 }
             }
+            // The producer snapshots go last: a failure among the segments
+            // leaves a prefix of the old log with the snapshots at or below
+            // its end, which its reopening reads (deleting those above
+            // it). Deleted first, they left the prefix knowing no producer
+            // whose batches the log start had already deleted (review of
+            // 384bcd1).
+            producer_state::delete_snapshots(&*self.disk, &self.dir, |_| true)?;
             let segment = Segment::create(
                 &self.disk,
                 &self.dir,

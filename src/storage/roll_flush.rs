@@ -1168,4 +1168,59 @@ mod tests {
             assert_eq!(log.log_end_offset(), Offset(end.0 + 2));
         }
     }
+
+    /// Review of 384bcd1 (helper-128): a restart (`truncate_fully_and_start_at`)
+    /// deleted every producer snapshot before the segments, so a failure
+    /// in between (`EIO` on a removal, then a crash) reopened a prefix of
+    /// the old log without the snapshot of the producers whose batches
+    /// the log start had already deleted: the reopened log forgot them. It
+    /// now deletes the segments first, newest first, and the snapshots
+    /// last: every prefix a failure leaves keeps the snapshots at or below
+    /// its end. Each directory operation of the restart fails in turn.
+    #[test]
+    fn a_restart_cut_short_leaves_a_prefix_that_knows_its_producers() {
+        use crate::clock::ManualClock;
+        use crate::storage::disk::{DiskOperation, EioPlan, SimDisk};
+        use crate::types::{ProducerEpoch, Sequence};
+        let config = small_segments();
+        let dir = Path::new("/log");
+        let mut failed_at = Vec::new();
+        for nth in 1.. {
+            let disk = SimDisk::new(nth);
+            let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+            let log = Log::open_on_disk(disk.shared(), dir, config.clone(), clock.clone()).unwrap();
+            let (producer, _, end) = producer_batches_then_more(&log);
+            // Past the producer's batches: from here on only a snapshot
+            // knows it.
+            log.set_log_start_offset(Offset(end.0 - 4)).unwrap();
+            log.flush().unwrap();
+            assert_eq!(
+                log.producer_last_sequence(producer),
+                Some((ProducerEpoch(0), Sequence(19)))
+            );
+            disk.fail_with_eio(EioPlan::Nth(nth), &[DiskOperation::Directory]);
+            let restarted = log.truncate_fully_and_start_at(Offset(end.0 + 100));
+            disk.fail_with_eio(EioPlan::Never, &[]);
+            disk.crash();
+            drop(log);
+            let reopened = Log::open_on_disk(disk.shared(), dir, config.clone(), clock)
+                .unwrap_or_else(|e| panic!("directory operation {nth} failed: {e}"));
+            let (start, log_end) = (reopened.log_start_offset(), reopened.log_end_offset());
+            assert!(
+                log_end == start
+                    || reopened.producer_last_sequence(producer)
+                        == Some((ProducerEpoch(0), Sequence(19))),
+                "directory operation {nth} failed: the reopened log holds {start}..{log_end} and forgot the producer"
+            );
+            if restarted.is_ok() {
+                assert_eq!((start, log_end), (Offset(end.0 + 100), Offset(end.0 + 100)));
+                break;
+            }
+            failed_at.push(nth);
+        }
+        assert!(
+            failed_at.len() >= 3,
+            "the restart's directory operations: {failed_at:?}"
+        );
+    }
 }

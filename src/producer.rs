@@ -1837,6 +1837,57 @@ mod tests {
         assert_eq!(producer.next_sequence(LOG), Sequence(2));
     }
 
+    /// The same refusal once the batch's retry budget is spent: the batch
+    /// goes in doubt, keeping its sequence (its caller gets the refusal),
+    /// and the next send re-sends it first with that sequence. Released
+    /// instead, its sequence would go to the next batch.
+    #[test]
+    fn a_forgetful_refusal_with_the_budget_spent_puts_the_batch_in_doubt() {
+        let router = ScriptedRouter::default();
+        *router.placed_in.lock() = Some(LeaderEpoch(1));
+        let config = ProducerConfig {
+            retries_max: 1,
+            ..quick()
+        };
+        let producer = producer(&router, config);
+        let a = producer.send_values_pipelined(LOG, &["a"]).unwrap();
+        router.answer(0, written(3));
+        assert_eq!(a.wait().unwrap().base_offset, Offset(3));
+        let b = producer.send_values_pipelined(LOG, &["b"]).unwrap();
+        router.answer(1, Err(out_of_order(0, 1)));
+        until_attempts(&producer, 3);
+        router.answer(2, Err(out_of_order(0, 1)));
+        assert!(matches!(
+            b.wait(),
+            Err(Error::OutOfOrderSequence { expected, .. }) if expected == Sequence(0)
+        ));
+        assert!(
+            producer.has_in_doubt(LOG),
+            "released on a forgetful leader's refusal"
+        );
+        assert_eq!(producer.next_sequence(LOG), Sequence(1));
+        assert_eq!(producer.batches_unresolved(LOG), 1);
+        std::thread::scope(|scope| {
+            let next = scope.spawn(|| {
+                producer
+                    .send_values_pipelined(LOG, &["c"])
+                    .map(|send| send.wait())
+            });
+            until_attempts(&producer, 4);
+            assert_eq!(router.sent()[3], (1, b"b".to_vec()));
+            router.answer(3, written(4));
+            until_attempts(&producer, 5);
+            assert_eq!(router.sent()[4], (2, b"c".to_vec()));
+            router.answer(4, written(5));
+            assert_eq!(
+                next.join().unwrap().unwrap().unwrap().base_offset,
+                Offset(5)
+            );
+        });
+        assert!(!producer.has_in_doubt(LOG));
+        assert_eq!(producer.next_sequence(LOG), Sequence(3));
+    }
+
     /// Sequences compare in the wrapping order the producer numbers them
     /// in.
     #[test]

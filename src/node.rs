@@ -39,9 +39,9 @@ mod core;
 
 use self::core::{
     controlled_shutdown_steps, placed_steps, replica_tick, unknown_log, Action, Answer,
-    Continuation, ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget, FetchLook,
-    Input, LocalReplica, NodeCore, OpenDue, PlacedStep, ReplicaTick, RoleChange, ShutdownPass,
-    ShutdownWait, TimerIntervals, EPOCH_BUMP_ATTEMPTS,
+    CleanMarker, Continuation, ControlTimers, ControlledShutdownStep, CoordinatorCall, FetchBudget,
+    FetchLook, Input, LocalReplica, NodeCore, OpenDue, PlacedStep, ReplicaTick, RoleChange,
+    ShutdownPass, ShutdownWait, TimerIntervals, EPOCH_BUMP_ATTEMPTS,
 };
 
 use crate::clock::Clock;
@@ -2307,32 +2307,26 @@ impl NodeShared {
         replica_log_end(replica)
     }
 
-    /// Whether this stop may write the clean-shutdown marker: `false`
-    /// (with a warning) while an unclean-shutdown report is still not
-    /// recorded in some log ([`NodeCore::pending_unclean_reports`]). The pending
-    /// reports live only in memory, so a marker would make the next start
-    /// `Clean` and let this replica take part in those logs as if it had
-    /// lost nothing; without it the next start reports again.
+    /// Whether this stop may write the clean-shutdown marker: the core's
+    /// decision ([`NodeCore::clean_marker`]), with a warning when it may
+    /// not.
     fn may_mark_clean_shutdown(&self) -> bool {
-        // A replica of an unclean start that never opened has not been
-        // recovered: a clean marker would have the next start open it as
-        // after a clean stop, which refuses the damage a power loss left
-        // instead of cutting it (review of c6bd2e8, finding 3).
-        if self.previous_shutdown.is_reported_unclean() {
-            let unopened = self.core.unopened_logs();
-            if !unopened.is_empty() {
-                tracing::warn!(node = %self.local(), logs = ?unopened,
+        match self
+            .core
+            .clean_marker(self.previous_shutdown.is_reported_unclean())
+        {
+            CleanMarker::Write => true,
+            CleanMarker::Unopened(logs) => {
+                tracing::warn!(node = %self.local(), ?logs,
                     "not writing the clean-shutdown marker: replicas of this unclean start never opened, so the next start recovers them as after an unclean stop");
-                return false;
+                false
+            }
+            CleanMarker::Unreported(logs) => {
+                tracing::warn!(node = %self.local(), ?logs,
+                    "not writing the clean-shutdown marker: this node's unclean shutdown is still unrecorded in these logs, so the next start reports it again");
+                false
             }
         }
-        let unreported = self.core.pending_unclean_reports();
-        if unreported.is_empty() {
-            return true;
-        }
-        tracing::warn!(node = %self.local(), logs = ?unreported.iter().map(|(log, _)| log).collect::<Vec<_>>(),
-            "not writing the clean-shutdown marker: this node's unclean shutdown is still unrecorded in these logs, so the next start reports it again");
-        false
     }
 
     /// Sends the flush of each of `replica`'s rolls (issue 27), and the file

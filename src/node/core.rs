@@ -138,7 +138,7 @@ use self::open::Unopened;
 pub(crate) use self::reconcile::{placed_steps, LocalReplica, PlacedStep};
 pub(crate) use self::serve::{unknown_log, FetchBudget, FetchLook};
 pub(crate) use self::shutdown::{
-    controlled_shutdown_steps, ControlledShutdownStep, ShutdownPass, ShutdownWait,
+    controlled_shutdown_steps, CleanMarker, ControlledShutdownStep, ShutdownPass, ShutdownWait,
 };
 use self::shutdown::{LeaveIsrStage, ShutdownStage};
 pub(crate) use self::timers::{replica_tick, ControlTimers, ReplicaTick, TimerIntervals};

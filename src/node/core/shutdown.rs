@@ -21,7 +21,9 @@
 //! core's too ([`controlled_shutdown_steps`], the session's end
 //! [`NodeCore::end_session`]); what each step does is the driver's. What
 //! this does not own: the stop of appends, and the gate that keeps a late
-//! answer from changing a node that closed its logs (`node.rs`).
+//! answer from changing a node that closed its logs (`node.rs`). Whether a
+//! stop may then write the clean-shutdown marker is the core's decision
+//! too ([`clean_marker`]); writing it is the driver's.
 
 use super::{
     caught_up_successor, hand_over_update, Action, Continuation, CoordinatorCall, NodeCore,
@@ -208,6 +210,62 @@ pub(crate) fn controlled_shutdown_steps(hands_over: bool) -> &'static [Controlle
         "a controlled shutdown's steps out of order: {steps:?}"
     );
     steps
+}
+
+/// Whether a stop may write the clean-shutdown marker (SPEC 3.5), and if
+/// not, why ([`clean_marker`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CleanMarker {
+    /// Nothing stands in the way: the stop writes the marker (once every
+    /// log closed).
+    Write,
+    /// Replicas of this unclean start never opened, so they were never
+    /// recovered: a marker would have the next start open them as after a
+    /// clean stop, which refuses the damage a power loss left instead of
+    /// cutting it (review of c6bd2e8, finding 3).
+    Unopened(Vec<LogId>),
+    /// This node's unclean-shutdown report is still not recorded in these
+    /// logs. The pending reports live only in memory, so a marker would
+    /// make the next start clean and let this replica take part in those
+    /// logs as if it had lost nothing; without it the next start reports
+    /// again.
+    Unreported(Vec<LogId>),
+}
+
+/// The clean-marker decision of a stop: `reported_unclean` when this start
+/// followed an unclean stop (or lost data) and reported it, `unopened` the
+/// logs whose replica never opened, `unreported` those whose report is
+/// still pending, each in log order.
+pub(crate) fn clean_marker(
+    reported_unclean: bool,
+    unopened: Vec<LogId>,
+    unreported: Vec<LogId>,
+) -> CleanMarker {
+    if reported_unclean && !unopened.is_empty() {
+        CleanMarker::Unopened(unopened)
+    } else if !unreported.is_empty() {
+        CleanMarker::Unreported(unreported)
+    } else {
+        CleanMarker::Write
+    }
+}
+
+impl NodeCore {
+    /// [`clean_marker`] on this node's unopened replicas and pending
+    /// unclean-shutdown reports.
+    pub(crate) fn clean_marker(&self, reported_unclean: bool) -> CleanMarker {
+        let unopened = if reported_unclean {
+            self.unopened_logs()
+        } else {
+            Vec::new()
+        };
+        let unreported = self
+            .pending_unclean_reports()
+            .into_iter()
+            .map(|(log, _)| log)
+            .collect();
+        clean_marker(reported_unclean, unopened, unreported)
+    }
 }
 
 /// Whether `steps` keep a controlled shutdown's order: closing the logs
@@ -663,6 +721,52 @@ mod tests {
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
+    }
+
+    /// A stop writes the clean-shutdown marker only when no replica of an
+    /// unclean start is left unopened and every unclean report is
+    /// recorded; unopened replicas of a clean start do not stop it (they
+    /// open as after a clean stop next time, as they would have now).
+    #[test]
+    fn the_clean_marker_waits_for_unopened_replicas_and_unrecorded_reports() {
+        let logs = |ids: &[u32]| ids.iter().copied().map(LogId).collect::<Vec<_>>();
+        let table = [
+            (false, logs(&[]), logs(&[]), CleanMarker::Write),
+            (true, logs(&[]), logs(&[]), CleanMarker::Write),
+            (false, logs(&[1]), logs(&[]), CleanMarker::Write),
+            (
+                true,
+                logs(&[1]),
+                logs(&[]),
+                CleanMarker::Unopened(logs(&[1])),
+            ),
+            (
+                true,
+                logs(&[1]),
+                logs(&[2]),
+                CleanMarker::Unopened(logs(&[1])),
+            ),
+            (
+                false,
+                logs(&[1]),
+                logs(&[2]),
+                CleanMarker::Unreported(logs(&[2])),
+            ),
+            (
+                true,
+                logs(&[]),
+                logs(&[2, 3]),
+                CleanMarker::Unreported(logs(&[2, 3])),
+            ),
+        ];
+        for (reported_unclean, unopened, unreported, expected) in table {
+            let case = format!("{reported_unclean} {unopened:?} {unreported:?}");
+            assert_eq!(
+                clean_marker(reported_unclean, unopened, unreported),
+                expected,
+                "{case}"
+            );
+        }
     }
 
     fn nodes(ids: &[u32]) -> Vec<NodeId> {

@@ -1084,7 +1084,8 @@ impl Node {
     /// ([`NodeShared::open_unopened_before_marker`]), flushes and closes
     /// every log and, if every one closed, writes the clean-shutdown
     /// marker (SPEC 3.5) unless this start's unclean report is not yet
-    /// recorded everywhere ([`NodeShared::may_mark_clean_shutdown`]).
+    /// recorded everywhere or a replica of this unclean start never opened
+    /// ([`NodeShared::may_mark_clean_shutdown`]).
     /// Whether it wrote the marker.
     fn close_logs_and_mark_clean(&self, deadline: Option<Instant>) -> Result<bool> {
         self.shared.open_unopened_before_marker(deadline);

@@ -1855,6 +1855,7 @@ mod tests {
         assert_eq!(a.wait().unwrap().base_offset, Offset(3));
         let b = producer.send_values_pipelined(LOG, &["b"]).unwrap();
         router.answer(1, Err(out_of_order(0, 1)));
+        assert!(!b.is_done(), "released on a forgetful leader's refusal");
         until_attempts(&producer, 3);
         router.answer(2, Err(out_of_order(0, 1)));
         assert!(matches!(

@@ -1525,9 +1525,12 @@ impl Log {
         // checkpointed start stays the old one. The old segments, deleted
         // newest first, leave a prefix of the old log from its start, with
         // its producer snapshots (deleted after the segments); once they
-        // are gone, the only segment (new and empty at `offset`, or none
-        // yet) is not below the recovery point (one above it would refuse
-        // to open), and the log reopens empty.
+        // are gone, the log reopens empty: at the old start, with the
+        // newest snapshot at or below it that the deletions left (a
+        // producer state that may miss batches between that snapshot and
+        // an exact start, but never one the prefix holds), until the new
+        // segment exists; then at `offset`, which is not below the
+        // recovery point (a segment above it would refuse to open).
         let first = state.log_start_offset;
         let low = first.min(offset);
         state.truncations += 1;

@@ -1176,51 +1176,109 @@ mod tests {
     /// the log start had already deleted: the reopened log forgot them. It
     /// now deletes the segments first, newest first, and the snapshots
     /// last: every prefix a failure leaves keeps the snapshots at or below
-    /// its end. Each directory operation of the restart fails in turn.
+    /// its end. Each operation of the restart fails in turn (`EIO`, then a
+    /// process crash), then each is where the power goes.
     #[test]
     fn a_restart_cut_short_leaves_a_prefix_that_knows_its_producers() {
+        use crate::storage::disk::{DiskOperation, EioPlan};
+        const EVERY_KIND: [DiskOperation; 7] = [
+            DiskOperation::Open,
+            DiskOperation::Read,
+            DiskOperation::Write,
+            DiskOperation::SetLength,
+            DiskOperation::Sync,
+            DiskOperation::SyncDirectory,
+            DiskOperation::Directory,
+        ];
+        let mut prefixes = Vec::new();
+        for nth in 1.. {
+            let reopened = restart_cut_short(nth, |disk| {
+                disk.fail_with_eio(EioPlan::Nth(nth), &EVERY_KIND);
+            });
+            if let Some((start, end)) = reopened.prefix {
+                prefixes.push((start, end));
+            }
+            if reopened.restarted {
+                break;
+            }
+        }
+        assert!(
+            !prefixes.is_empty(),
+            "no failure left a shorter prefix of the old log: the test tests nothing"
+        );
+        for nth in 1.. {
+            let reopened = restart_cut_short(nth, |disk| disk.lose_power_at_operation(nth));
+            if reopened.restarted {
+                break;
+            }
+        }
+    }
+
+    /// What a reopened log held after [`restart_cut_short`].
+    struct Reopened {
+        /// Whether the restart returned `Ok`.
+        restarted: bool,
+        /// The start and end of a non-empty log shorter than the old one.
+        prefix: Option<(Offset, Offset)>,
+    }
+
+    /// A log whose producer's batches lie below its start (only snapshots
+    /// know it), restarted at an offset past its end with `cut` set on
+    /// its disk first; then the process crashes (or the power went) and
+    /// the log reopens, which must succeed and find either the old log or
+    /// a prefix of it knowing the producer, or an empty log at the old
+    /// start or at the new offset.
+    fn restart_cut_short(nth: u64, cut: impl Fn(&crate::storage::disk::SimDisk)) -> Reopened {
         use crate::clock::ManualClock;
-        use crate::storage::disk::{DiskOperation, EioPlan, SimDisk};
+        use crate::storage::disk::{EioPlan, SimDisk};
         use crate::types::{ProducerEpoch, Sequence};
         let config = small_segments();
         let dir = Path::new("/log");
-        let mut failed_at = Vec::new();
-        for nth in 1.. {
-            let disk = SimDisk::new(nth);
-            let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-            let log = Log::open_on_disk(disk.shared(), dir, config.clone(), clock.clone()).unwrap();
-            let (producer, _, end) = producer_batches_then_more(&log);
-            // Past the producer's batches: from here on only a snapshot
-            // knows it.
-            log.set_log_start_offset(Offset(end.0 - 4)).unwrap();
-            log.flush().unwrap();
-            assert_eq!(
-                log.producer_last_sequence(producer),
-                Some((ProducerEpoch(0), Sequence(19)))
-            );
-            disk.fail_with_eio(EioPlan::Nth(nth), &[DiskOperation::Directory]);
-            let restarted = log.truncate_fully_and_start_at(Offset(end.0 + 100));
-            disk.fail_with_eio(EioPlan::Never, &[]);
-            disk.crash();
-            drop(log);
-            let reopened = Log::open_on_disk(disk.shared(), dir, config.clone(), clock)
-                .unwrap_or_else(|e| panic!("directory operation {nth} failed: {e}"));
-            let (start, log_end) = (reopened.log_start_offset(), reopened.log_end_offset());
-            assert!(
-                log_end == start
-                    || reopened.producer_last_sequence(producer)
-                        == Some((ProducerEpoch(0), Sequence(19))),
-                "directory operation {nth} failed: the reopened log holds {start}..{log_end} and forgot the producer"
-            );
-            if restarted.is_ok() {
-                assert_eq!((start, log_end), (Offset(end.0 + 100), Offset(end.0 + 100)));
-                break;
-            }
-            failed_at.push(nth);
-        }
+        let disk = SimDisk::new(nth);
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let log = Log::open_on_disk(disk.shared(), dir, config.clone(), clock.clone()).unwrap();
+        let (producer, _, end) = producer_batches_then_more(&log);
+        let old_start = Offset(24);
+        log.set_log_start_offset(old_start).unwrap();
+        log.flush().unwrap();
         assert!(
-            failed_at.len() >= 3,
-            "the restart's directory operations: {failed_at:?}"
+            log.state.read().segments.len() >= 4,
+            "too few segments for prefixes"
         );
+        let knows = |log: &Log| {
+            log.producer_last_sequence(producer) == Some((ProducerEpoch(0), Sequence(19)))
+        };
+        assert!(knows(&log));
+        let new_start = Offset(end.0 + 100);
+        cut(&disk);
+        let restarted = log.truncate_fully_and_start_at(new_start).is_ok();
+        disk.fail_with_eio(EioPlan::Never, &[]);
+        let power_lost = disk.stats().power_losses > 0;
+        disk.cancel_power_loss();
+        disk.crash();
+        drop(log);
+        let case = format!("operation {nth} (power lost: {power_lost})");
+        let reopened = Log::open_on_disk(disk.shared(), dir, config, clock)
+            .unwrap_or_else(|e| panic!("{case}: the log does not reopen: {e}"));
+        let (start, log_end) = (reopened.log_start_offset(), reopened.log_end_offset());
+        if log_end == start {
+            assert!(
+                start == old_start || start == new_start,
+                "{case}: the reopened log is empty at {start}"
+            );
+        } else {
+            assert!(
+                knows(&reopened),
+                "{case}: the reopened log holds {start}..{log_end} and forgot the producer"
+            );
+            assert!(log_end <= end, "{case}: {start}..{log_end}");
+        }
+        if restarted {
+            assert_eq!((start, log_end), (new_start, new_start), "{case}");
+        }
+        Reopened {
+            restarted,
+            prefix: (log_end > start && log_end < end).then_some((start, log_end)),
+        }
     }
 }

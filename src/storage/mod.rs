@@ -5,6 +5,8 @@
 mod checkpoint;
 mod clean_shutdown;
 mod config;
+#[cfg(test)]
+mod crash_points;
 pub(crate) mod disk;
 mod flush;
 mod identity;

@@ -50,7 +50,7 @@ const P1: ProducerId = ProducerId(7);
 const P2: ProducerId = ProducerId(8);
 
 /// The kinds of operation the `EIO` sweeps fail, each in turn.
-const KINDS: [DiskOperation; 7] = [
+pub(super) const KINDS: [DiskOperation; 7] = [
     DiskOperation::Open,
     DiskOperation::Read,
     DiskOperation::Write,

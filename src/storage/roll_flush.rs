@@ -1180,16 +1180,8 @@ mod tests {
     /// process crash), then each is where the power goes.
     #[test]
     fn a_restart_cut_short_leaves_a_prefix_that_knows_its_producers() {
-        use crate::storage::disk::{DiskOperation, EioPlan};
-        const EVERY_KIND: [DiskOperation; 7] = [
-            DiskOperation::Open,
-            DiskOperation::Read,
-            DiskOperation::Write,
-            DiskOperation::SetLength,
-            DiskOperation::Sync,
-            DiskOperation::SyncDirectory,
-            DiskOperation::Directory,
-        ];
+        use crate::storage::crash_points::KINDS as EVERY_KIND;
+        use crate::storage::disk::EioPlan;
         let mut prefixes = Vec::new();
         for nth in 1.. {
             let reopened = restart_cut_short(nth, |disk| {

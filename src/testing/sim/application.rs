@@ -11,7 +11,11 @@
 //! the node's restarts) carried over the simulated network
 //! ([`FetchSession::next_snapshot_request`](crate::replication::FetchSession::next_snapshot_request)).
 //! In the runs whose nodes have no store, such a replica must say that it
-//! needs a snapshot instead of starting past a gap.
+//! needs a snapshot instead of starting past a gap. A node that holds no
+//! replica of the log (a run of more than three nodes) applies nothing
+//! until a reassignment places one on it; its application then starts
+//! from offset 0, below the leader's log start perhaps, as a lost disk's
+//! does.
 //!
 //! Applications run only in single-log runs, on the first log
 //! ([`SimConfig::applications`](super::SimConfig::applications)): their
@@ -33,7 +37,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Event, Run, REQUEST_TIMEOUT};
+use super::{Event, Run, MIN_INSYNC_REPLICAS, REQUEST_TIMEOUT};
 use crate::rng::{mix64, SplitMix64};
 use crate::snapshot::{SnapshotInfo, SnapshotStore, Snapshots};
 use crate::sync::Mutex;
@@ -934,7 +938,7 @@ impl Run {
         for index in 0..self.machines.len() {
             self.take_installs(index)?;
         }
-        let min_insync = self.machines.len().min(2);
+        let min_insync = MIN_INSYNC_REPLICAS;
         for index in 0..self.machines.len() {
             let log = self
                 .log_unlocked(0, index)

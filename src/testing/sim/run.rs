@@ -5,9 +5,13 @@
 //! producer: [`ProducerClient`]), and faults, all stepped on the calling
 //! thread from one seed.
 //!
-//! A run replicates one, two or three logs on its nodes
-//! ([`SimConfig::logs`]), each with its own clients and checks
-//! ([`LogRun`]); the nodes' sessions, fetches (one carries every log a
+//! A run has three, four or five nodes ([`SimConfig::nodes`]) and
+//! replicates one, two or three logs on them ([`SimConfig::logs`]), each
+//! on three of the nodes (replication factor 3, drawn per log when there
+//! are more nodes: [`initial_replicas`]), with its own clients and checks
+//! ([`LogRun`]); a node that holds no replica of a log still runs (it may
+//! lead another, hold the controller's seat, and be a reassignment's
+//! target). The nodes' sessions, fetches (one carries every log a
 //! follower fetches from that leader), controlled stops, background work
 //! and faults are shared by a node's logs, as in production.
 //!
@@ -86,6 +90,24 @@ fn log_id(log: usize) -> LogId {
 /// stream apart from the run's, so that a single-log run is, event for
 /// event, the run it was before runs had several logs.
 const LOGS_STREAM_SALT: u64 = 0x0_1065_C0DE;
+
+/// Salt of the draw of a run's number of nodes ([`SimConfig::new`]): a
+/// stream apart from the run's, so that a three-node run is, event for
+/// event, the run it was before runs had more nodes.
+const NODES_STREAM_SALT: u64 = 0x9_0DE5_C0DE;
+
+/// Salt of the generator that places each log's replicas on three of a
+/// run's nodes when it has more ([`initial_replicas`]; a three-node run
+/// draws nothing from it).
+const REPLICAS_STREAM_SALT: u64 = 0x0_2E91_1CA5;
+
+/// How many replicas each log has (on the first ones of its nodes, when
+/// a run has fewer): a real deployment's replication factor.
+const REPLICATION_FACTOR: usize = 3;
+
+/// The nodes' `min_insync_replicas`, whatever the number of nodes: an
+/// `acks=all` append needs two copies of three.
+const MIN_INSYNC_REPLICAS: usize = 2;
 
 /// Salt of the generator that spreads the clients' appends, the
 /// reassignments and the producer over the logs of a run with several (a
@@ -208,11 +230,14 @@ const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 pub(crate) struct SimConfig {
     /// Fixes every choice of the run.
     pub(crate) seed: u64,
-    /// Nodes, each a replica of every log of the run.
+    /// Nodes (at least three): each log has three replicas among them
+    /// ([`REPLICATION_FACTOR`], see [`initial_replicas`]); the others run
+    /// all the same.
     pub(crate) nodes: usize,
-    /// Logs, each replicated on every node (each with its own clients and
-    /// checks; faults hit a node's or disk's logs all at once). A run with
-    /// several has no applications (see [`SimConfig::applications`]).
+    /// Logs, each replicated on three of the nodes (each with its own
+    /// clients and checks; faults hit a node's or disk's logs all at
+    /// once). A run with several has no applications (see
+    /// [`SimConfig::applications`]).
     pub(crate) logs: usize,
     /// How the network treats messages until the calm.
     pub(crate) network: NetworkFaults,
@@ -257,7 +282,8 @@ pub(crate) struct SimConfig {
     pub(crate) controlled_stops: bool,
     /// Whether half the runs reassign the log now and then (SPEC 3.10):
     /// from three replicas to two and back, in an order drawn each time,
-    /// and now and then a move is cancelled.
+    /// and, with more than three nodes, onto a node that holds no copy
+    /// (one replaced, or the third); now and then a move is cancelled.
     pub(crate) reassignments: bool,
     /// Whether two runs in three run an application on every node that
     /// applies the log, reports its position and takes snapshots, while
@@ -282,23 +308,33 @@ pub(crate) struct SimConfig {
 }
 
 impl SimConfig {
-    /// A run of `seed` with the default workload and faults: three nodes,
-    /// 60 simulated seconds, an append every 20 ms, a crash every 5 s and a
+    /// A run of `seed` with the default workload and faults: 60
+    /// simulated seconds, an append every 20 ms, a crash every 5 s and a
     /// partition every 10 s on average; 1% of messages lost, 1% delivered
     /// twice, 0.1 to 2 ms in flight.
     ///
     /// The number of logs is drawn from a stream of its own (see
     /// [`LOGS_STREAM_SALT`]): one in half the runs, two in a quarter,
-    /// three in a quarter.
+    /// three in a quarter. So is the number of nodes (see
+    /// [`NODES_STREAM_SALT`]): three in three runs of four, four in an
+    /// eighth, five in an eighth. (Four and five in a quarter each cost
+    /// 15-17% of the seeds an hour: a run of more nodes steps and checks
+    /// more of them, 10% more events in all. A seed that draws four or
+    /// five nodes drew as many then.)
     pub(crate) fn new(seed: u64) -> SimConfig {
         let logs = match mix64(seed ^ LOGS_STREAM_SALT) % 4 {
             0 | 1 => 1,
             2 => 2,
             _ => 3,
         };
+        let nodes = match mix64(seed ^ NODES_STREAM_SALT) % 8 {
+            0..=5 => 3,
+            6 => 4,
+            _ => 5,
+        };
         SimConfig {
             seed,
-            nodes: 3,
+            nodes,
             logs,
             network: NetworkFaults {
                 loss: 0.01,
@@ -337,6 +373,40 @@ impl SimConfig {
             ..self
         }
     }
+
+    /// This configuration with `nodes` nodes (at least
+    /// [`REPLICATION_FACTOR`]).
+    pub(crate) fn with_nodes(self, nodes: usize) -> SimConfig {
+        SimConfig {
+            nodes: nodes.max(REPLICATION_FACTOR),
+            ..self
+        }
+    }
+}
+
+/// The replicas each of a run's `logs` logs is created with: with
+/// [`REPLICATION_FACTOR`] nodes or fewer, every node, in id order (no
+/// draw: such a run is the run it was before runs had more nodes); with
+/// more, three of them drawn per log, in a drawn order (the first is the
+/// log's preferred leader), from a stream of their own
+/// ([`REPLICAS_STREAM_SALT`]).
+fn initial_replicas(seed: u64, nodes: usize, logs: usize) -> Vec<Vec<NodeId>> {
+    let mut rng = SplitMix64::new(mix64(seed ^ REPLICAS_STREAM_SALT));
+    (0..logs)
+        .map(|_| {
+            let mut ids: Vec<NodeId> = (0..nodes).map(|i| NodeId(i as u32)).collect();
+            if nodes > REPLICATION_FACTOR {
+                // The first REPLICATION_FACTOR places of a Fisher-Yates
+                // shuffle.
+                for place in 0..REPLICATION_FACTOR {
+                    let from = place + (rng.next_u64() % (nodes - place) as u64) as usize;
+                    ids.swap(place, from);
+                }
+                ids.truncate(REPLICATION_FACTOR);
+            }
+            ids
+        })
+        .collect()
 }
 
 /// What one log of a run that passed went through.
@@ -416,6 +486,10 @@ pub(crate) struct SimReport {
     /// stored replicas became the operator's last word: the target, or the
     /// original replicas after a cancel).
     pub(crate) reassignments: (u64, u64, u64),
+    /// Reassignments started whose target names a node that was no
+    /// replica of the log when the run began (only in runs of more than
+    /// three nodes): moves of the log's data onto a new node.
+    pub(crate) moves_to_new_nodes: u64,
     /// What the applications did (all zero in a run without them).
     pub(crate) applications: ApplicationCounts,
     /// What each log went through, in the order of their ids.
@@ -718,6 +792,8 @@ struct LogRun {
     acknowledged: BTreeMap<Offset, Vec<u8>>,
     /// The epoch each acknowledged record was written in.
     acknowledged_epochs: BTreeMap<Offset, LeaderEpoch>,
+    /// The replicas the log was created with.
+    created_on: Vec<NodeId>,
     /// The replicas the log is to end with: the last reassignment's target,
     /// or the original replicas after a cancel (checked at the end).
     replicas_wanted: Vec<NodeId>,
@@ -731,9 +807,9 @@ struct LogRun {
 }
 
 impl LogRun {
-    /// Log `log` (from 0) of a run of `logs` logs on `nodes`, all of them
-    /// its replicas, before anything happened.
-    fn new(log: usize, logs: usize, nodes: &[NodeId]) -> LogRun {
+    /// Log `log` (from 0) of a run of `logs` logs on `nodes` nodes,
+    /// created with `replicas`, before anything happened.
+    fn new(log: usize, logs: usize, replicas: &[NodeId], nodes: usize) -> LogRun {
         let id = log_id(log);
         let (name, tag) = if logs == 1 {
             ("log".to_owned(), String::new())
@@ -755,9 +831,10 @@ impl LogRun {
             in_flight: Vec::new(),
             acknowledged: BTreeMap::new(),
             acknowledged_epochs: BTreeMap::new(),
-            replicas_wanted: nodes.to_vec(),
-            replicas_seen: (nodes.to_vec(), Vec::new(), Vec::new()),
-            checks: vec![ReplicaCheck::default(); nodes.len()],
+            created_on: replicas.to_vec(),
+            replicas_wanted: replicas.to_vec(),
+            replicas_seen: (replicas.to_vec(), Vec::new(), Vec::new()),
+            checks: vec![ReplicaCheck::default(); nodes],
             leaders: 0,
         }
     }
@@ -863,6 +940,8 @@ struct Run {
     /// Draws the reassignments; see [`REASSIGNMENT_STREAM_SALT`].
     reassigner: SplitMix64,
     reassignments: (u64, u64, u64),
+    /// See [`SimReport::moves_to_new_nodes`].
+    moves_to_new_nodes: u64,
     /// The run's applications, if it draws them.
     applications: Option<Applications>,
 }
@@ -893,6 +972,9 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 fn replay_variables(config: &SimConfig) -> String {
     let drawn = SimConfig::new(config.seed);
     let mut variables = String::new();
+    if config.nodes != drawn.nodes {
+        variables.push_str(&format!("ISRLOG_SIM_NODES={} ", config.nodes));
+    }
     if config.logs != drawn.logs {
         variables.push_str(&format!("ISRLOG_SIM_LOGS={} ", config.logs));
     }
@@ -985,6 +1067,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         controlled_stops: run.controlled_stops,
         leaderships_handed_over: run.leaderships_handed_over,
         reassignments: run.reassignments,
+        moves_to_new_nodes: run.moves_to_new_nodes,
         applications: run
             .applications
             .as_ref()
@@ -1015,7 +1098,7 @@ impl Run {
         if let Some(applications) = &applications {
             applications.configure_settings(&mut settings);
         }
-        let all_nodes: Vec<NodeId> = (0..config.nodes).map(|i| NodeId(i as u32)).collect();
+        let replicas = initial_replicas(config.seed, config.nodes, config.logs);
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
@@ -1069,8 +1152,10 @@ impl Run {
             .produce_interval_mean
             .map(|_| ProducerClient::new(log_id(producer_log), clock.clone(), producer_config));
         Run {
-            logs: (0..config.logs)
-                .map(|log| LogRun::new(log, config.logs, &all_nodes))
+            logs: replicas
+                .iter()
+                .enumerate()
+                .map(|(log, replicas)| LogRun::new(log, config.logs, replicas, config.nodes))
                 .collect(),
             log_picker,
             producer_log,
@@ -1125,6 +1210,7 @@ impl Run {
             lost_between: BTreeMap::new(),
             reassigner: SplitMix64::new(mix64(config_seed ^ REASSIGNMENT_STREAM_SALT)),
             reassignments: (0, 0, 0),
+            moves_to_new_nodes: 0,
             applications,
         }
     }
@@ -1142,10 +1228,17 @@ impl Run {
     }
 
     fn run(&mut self) -> Result<(), String> {
-        let replicas: Vec<NodeId> = self.machines.iter().map(|m| m.id).collect();
         for log in 0..self.logs.len() {
+            let replicas = self.logs[log].replicas_wanted.clone();
+            // Traced only where drawn: a three-node run's trace stays as it
+            // was before runs had more nodes.
+            if self.machines.len() > REPLICATION_FACTOR {
+                let name = self.logs[log].name.clone();
+                let ids: Vec<u32> = replicas.iter().map(|n| n.0).collect();
+                self.record(format_args!("{name}: created on nodes {ids:?}"));
+            }
             self.coordinator()
-                .create_log(log_id(log), replicas.clone())
+                .create_log(log_id(log), replicas)
                 .map_err(|error| format!("creating log {}: {error}", log_id(log).0))?;
         }
         if self.config.disk_latency {
@@ -1774,35 +1867,55 @@ impl Run {
 
     /// An operator moves the log (SPEC 3.10) through the coordinator, as an
     /// admin tool would: with three target replicas, to two of them (one
-    /// drawn leaves, the leader as likely as any); with two, back to three
-    /// (the third joins at a drawn place). One time in five, a move under
-    /// way is cancelled instead. The controller and the nodes carry it out.
+    /// drawn leaves, the leader as likely as any), or, in a run with nodes
+    /// that hold no copy, one time in two to another three, a node drawn
+    /// from those taking the leaving one's place (a real data move: it
+    /// fetches the log from its start); with two, back to three (a node
+    /// outside the two, drawn when there are several, joins at a drawn
+    /// place). One time in five, a move under way is cancelled instead.
+    /// The controller and the nodes carry it out.
+    ///
+    /// A three-node run draws here what it drew before runs had more
+    /// nodes: with none outside the target, nothing more is drawn.
     fn reassign(&mut self, log: usize) {
         let id = self.logs[log].id;
         let Ok(Some(state)) = self.coordinator().log_state(id) else {
             return;
         };
-        let min_insync_replicas = self.machines.len().min(2);
         let cancel = state.is_reassigning() && self.reassigner.chance(0.2);
         let outcome = if cancel {
-            crate::coordinator::cancel_reassignment(self.coordinator(), id, min_insync_replicas)
+            crate::coordinator::cancel_reassignment(self.coordinator(), id, MIN_INSYNC_REPLICAS)
         } else {
             let mut target = state.target_replicas();
-            if target.len() == self.machines.len() {
+            let outside: Vec<NodeId> = self
+                .machines
+                .iter()
+                .map(|m| m.id)
+                .filter(|id| !target.contains(id))
+                .collect();
+            let pick = |reassigner: &mut SplitMix64, nodes: &[NodeId]| match nodes {
+                [] => None,
+                [only] => Some(*only),
+                nodes => Some(nodes[(reassigner.next_u64() % nodes.len() as u64) as usize]),
+            };
+            if target.len() >= REPLICATION_FACTOR {
                 let leaving = (self.reassigner.next_u64() % target.len() as u64) as usize;
-                target.remove(leaving);
-            } else {
-                let joining = self
-                    .machines
-                    .iter()
-                    .map(|m| m.id)
-                    .find(|id| !target.contains(id));
-                if let Some(joining) = joining {
-                    let at = (self.reassigner.next_u64() % (target.len() as u64 + 1)) as usize;
-                    target.insert(at, joining);
+                let joining = if !outside.is_empty() && self.reassigner.chance(0.5) {
+                    pick(&mut self.reassigner, &outside)
+                } else {
+                    None
+                };
+                match joining {
+                    Some(joining) => target[leaving] = joining,
+                    None => {
+                        target.remove(leaving);
+                    }
                 }
+            } else if let Some(joining) = pick(&mut self.reassigner, &outside) {
+                let at = (self.reassigner.next_u64() % (target.len() as u64 + 1)) as usize;
+                target.insert(at, joining);
             }
-            crate::coordinator::reassign_log(self.coordinator(), id, &target, min_insync_replicas)
+            crate::coordinator::reassign_log(self.coordinator(), id, &target, MIN_INSYNC_REPLICAS)
         };
         let what = if cancel { "cancel" } else { "reassign" };
         match outcome {
@@ -1811,6 +1924,10 @@ impl Run {
                     self.reassignments.1 += 1;
                 } else {
                     self.reassignments.0 += 1;
+                    let created_on = &self.logs[log].created_on;
+                    let target = state.target_replicas();
+                    self.moves_to_new_nodes +=
+                        u64::from(target.iter().any(|node| !created_on.contains(node)));
                 }
                 self.logs[log].replicas_wanted = state.target_replicas();
                 let wanted: Vec<u32> = self.logs[log].replicas_wanted.iter().map(|n| n.0).collect();
@@ -2279,9 +2396,9 @@ impl Run {
     /// recovery finds damage below what may have been committed refuses to
     /// open (2.3). That is where an operator steps in, so the liveness
     /// check after the calm (every replica at the leader's log end within
-    /// 20 s) is made of the other two disks, which hold every committed
-    /// record (at least one of the two ISR members a commit needs), and
-    /// the flipped node's refetch.
+    /// 20 s) is made of the other replicas' disks, which hold every
+    /// committed record (at least one of the two ISR members a commit
+    /// needs), and the flipped node's refetch.
     fn replace_flipped_disk(&mut self) {
         let Some(index) = self.flip_node else {
             return;
@@ -3953,12 +4070,14 @@ fn name_and_extension(path: &std::path::Path) -> (&str, Option<&str>) {
 
 /// The settings of a run's `nodes` nodes before its applications add
 /// theirs: the timeouts of a test cluster (the threaded fault test's, a
-/// little longer), so that failures are noticed within a simulated second.
+/// little longer), so that failures are noticed within a simulated second,
+/// and [`MIN_INSYNC_REPLICAS`] of each log's three replicas, however many
+/// nodes there are.
 fn sim_settings(nodes: usize) -> NodeSettings {
     NodeSettings {
         nodes,
         replication: ReplicationConfig {
-            min_insync_replicas: nodes.min(2),
+            min_insync_replicas: MIN_INSYNC_REPLICAS,
             replica_lag_time_max: Duration::from_secs(1),
             fetch_wait_max: Duration::from_millis(100),
             request_timeout: REQUEST_TIMEOUT,
@@ -4115,12 +4234,14 @@ mod tests {
         /// to it strictly (see [`SimReport::leaderships_handed_over`]).
         operator: [u64; 5],
         /// Runs with reassignments; reassignments started, cancelled,
-        /// completed.
-        moves: [u64; 4],
+        /// completed, and those started onto a new node.
+        moves: [u64; 5],
         /// What the applications did, summed.
         apps: ApplicationCounts,
         /// Runs with one, two and three (or more) logs.
         logs: [u64; 3],
+        /// Runs with three, four and five (or more) nodes.
+        nodes: [u64; 3],
         /// The lowest and highest seed run.
         range: Option<(u64, u64)>,
     }
@@ -4159,11 +4280,13 @@ mod tests {
                 report.reassignments.0,
                 report.reassignments.1,
                 report.reassignments.2,
+                report.moves_to_new_nodes,
             ]) {
                 *total += count;
             }
             self.apps.add(&report.applications);
             self.logs[report.logs.len().clamp(1, 3) - 1] += 1;
+            self.nodes[config.nodes.clamp(3, 5) - 3] += 1;
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -4194,6 +4317,9 @@ mod tests {
             }
             self.apps.add(&other.apps);
             for (total, count) in self.logs.iter_mut().zip(other.logs) {
+                *total += count;
+            }
+            for (total, count) in self.nodes.iter_mut().zip(other.nodes) {
                 *total += count;
             }
             self.widen(other.range);
@@ -4245,6 +4371,12 @@ mod tests {
             if let Some(logs) = variable("ISRLOG_SIM_LOGS") {
                 config = config.with_logs(logs as usize);
             }
+            // `ISRLOG_SIM_NODES=3` runs every seed on three nodes: as the
+            // simulator ran it before runs had more (the three-node runs
+            // are unchanged, the others are not).
+            if let Some(nodes) = variable("ISRLOG_SIM_NODES") {
+                config = config.with_nodes(nodes as usize);
+            }
             if let Some(lines) = trace_lines {
                 config.trace_lines = lines;
             }
@@ -4279,7 +4411,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}{}",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}{}{}",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -4311,6 +4443,12 @@ mod tests {
                 // was before runs had several.
                 if report.logs.len() > 1 {
                     format!(", logs={}", report.logs.len())
+                } else {
+                    String::new()
+                },
+                // Only for more than three nodes, for the same reason.
+                if config.nodes > REPLICATION_FACTOR {
+                    format!(", nodes={}", config.nodes)
                 } else {
                     String::new()
                 }
@@ -4376,6 +4514,7 @@ mod tests {
             moves,
             apps,
             logs,
+            nodes,
             range,
         } = totals;
         let elapsed = started.elapsed().as_secs_f64();
@@ -4396,9 +4535,13 @@ mod tests {
         );
         let [one_log, two_logs, three_logs] = logs;
         eprintln!("logs: {one_log} runs with one, {two_logs} with two, {three_logs} with three");
-        let [move_runs, started, cancelled, completed] = moves;
+        let [three_nodes, four_nodes, five_nodes] = nodes;
         eprintln!(
-            "reassignments: {move_runs} runs with them, {started} started, {cancelled} cancelled, {completed} completed"
+            "nodes: {three_nodes} runs with three, {four_nodes} with four, {five_nodes} with five"
+        );
+        let [move_runs, started, cancelled, completed, to_new_nodes] = moves;
+        eprintln!(
+            "reassignments: {move_runs} runs with them, {started} started ({to_new_nodes} onto a node that held no replica at the start), {cancelled} cancelled, {completed} completed"
         );
         eprintln!(
             "applications: {} runs with them ({} with snapshot stores, {} capped), {} records applied, {} set_applied calls, {} deletions ({} leader log start moves), {} snapshots installed, {:?} applications restored from scratch (leading, following), {} hand-overs for needs_snapshot, {} replicas left reporting needs_snapshot",
@@ -4507,7 +4650,7 @@ mod tests {
     /// segment base it walks past to the next flush or log start move.
     #[test]
     fn seed_60512796_a_reopened_log_keeps_snapshots_of_the_segments_it_walked() {
-        passes_with(SimConfig::new(60_512_796));
+        passes_with(as_found(60_512_796));
     }
 
     /// Seed 60134360: a flip at byte 4 of an index file moved an entry's
@@ -4558,7 +4701,7 @@ mod tests {
     fn seeds_60208586_60219295_60238744_a_deposed_leaders_tail_never_wins_unclean_recovery() {
         passes_with(single_log(60_208_586));
         passes_with(single_log(60_219_295));
-        passes_with(SimConfig::new(60_238_744));
+        passes_with(as_found(60_238_744));
     }
 
     /// Seed 60267254 (one log), G1: r1509, acknowledged at 1467 in epoch
@@ -4591,7 +4734,7 @@ mod tests {
     /// (`Log::retire`): every later call on it fails.
     #[test]
     fn seed_60279870_a_removed_replicas_queued_flush_never_writes_into_its_successor() {
-        passes_with(SimConfig::new(60_279_870));
+        passes_with(as_found(60_279_870));
     }
 
     /// Seed 60357926, G1: the record acknowledged at 471 was lost. Node 0
@@ -4604,7 +4747,7 @@ mod tests {
     /// the same records below.
     #[test]
     fn seed_60357926_an_empty_logs_first_fetched_batch_names_its_start_line() {
-        passes_with(SimConfig::new(60_357_926));
+        passes_with(as_found(60_357_926));
     }
 
     /// Seed 60413293 (liveness; the simulator's own expectation was
@@ -4618,7 +4761,7 @@ mod tests {
     /// has it (`waits_for_an_operator`).
     #[test]
     fn seed_60413293_an_application_below_its_own_log_start_waits_for_an_operator() {
-        passes_with(SimConfig::new(60_413_293));
+        passes_with(as_found(60_413_293));
     }
 
     /// Seed 60349931: a debug assertion (no epoch entry past an empty
@@ -4628,7 +4771,7 @@ mod tests {
     /// reported its end at 0. Entries past the start are now ignored there.
     #[test]
     fn seed_60349931_a_failed_fetched_write_leaves_epochs_past_an_empty_log() {
-        passes_with(SimConfig::new(60_349_931));
+        passes_with(as_found(60_349_931));
     }
 
     /// Seed 60336922 (log 3 of three), G1: the record acknowledged at
@@ -4643,7 +4786,7 @@ mod tests {
     /// compares the two logs.
     #[test]
     fn seed_60336922_a_resigned_leaders_log_is_compared_before_the_isr_it_left_leads() {
-        passes_with(SimConfig::new(60_336_922));
+        passes_with(as_found(60_336_922));
     }
 
     /// Seeds 60214414 and 60215859 (three logs each): false alarms of
@@ -4652,8 +4795,8 @@ mod tests {
     /// `client_learns`).
     #[test]
     fn seeds_60214414_and_60215859_a_duplicates_ack_is_not_an_earlier_epochs() {
-        passes_with(SimConfig::new(60_214_414));
-        passes_with(SimConfig::new(60_215_859));
+        passes_with(as_found(60_214_414));
+        passes_with(as_found(60_215_859));
     }
 
     /// Seed 510 failed its end check on a leader whose log a disk fault
@@ -5066,11 +5209,19 @@ mod tests {
         });
     }
 
-    /// `seed`'s run with one log, whatever [`SimConfig::new`] draws: the
-    /// run the named regression seeds and the pinned hashes were taken
-    /// from (before runs had several logs).
+    /// `seed`'s run with one log on three nodes, whatever
+    /// [`SimConfig::new`] draws: the run the named regression seeds and the
+    /// pinned hashes were taken from (before runs had several logs, or more
+    /// than three nodes).
     fn single_log(seed: u64) -> SimConfig {
-        SimConfig::new(seed).with_logs(1)
+        as_found(seed).with_logs(1)
+    }
+
+    /// `seed`'s run with the logs [`SimConfig::new`] draws, on three
+    /// nodes whatever it draws: the run a named regression seed found
+    /// after runs had several logs, before they had more than three nodes.
+    fn as_found(seed: u64) -> SimConfig {
+        SimConfig::new(seed).with_nodes(3)
     }
 
     /// Runs `config`'s simulation; a failure panics with its report.
@@ -5119,7 +5270,9 @@ mod tests {
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
     /// reassignments with a cancel (0, 35, 45), a run without power
-    /// losses (6) and one without operator actions or flips (14).
+    /// losses (6) and one without operator actions or flips (14). Each
+    /// runs on three nodes ([`single_log`]), as when its hash was taken:
+    /// the draw of more nodes left them as they were.
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
@@ -5176,22 +5329,23 @@ mod tests {
         );
     }
 
-    /// A failure found with the number of logs or the blocking clients
-    /// overridden prints a replay command that sets them again; one of the
-    /// drawn run sets nothing more.
+    /// A failure found with the number of nodes or logs or the blocking
+    /// clients overridden prints a replay command that sets them again;
+    /// one of the drawn run sets nothing more.
     #[test]
     fn a_replay_command_sets_the_overrides_that_made_the_run() {
         let drawn = SimConfig::new(7);
         assert_eq!(replay_variables(&drawn), "");
         let logs = if drawn.logs == 1 { 2 } else { 1 };
+        let nodes = if drawn.nodes == 3 { 5 } else { 3 };
         let overridden = SimConfig {
             blocking_clients: !drawn.blocking_clients,
-            ..SimConfig::new(7).with_logs(logs)
+            ..SimConfig::new(7).with_logs(logs).with_nodes(nodes)
         };
         assert_eq!(
             replay_variables(&overridden),
             format!(
-                "ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ",
+                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ",
                 u8::from(!drawn.blocking_clients)
             )
         );
@@ -5228,6 +5382,62 @@ mod tests {
             runs[SimConfig::new(seed).logs - 1] += 1;
         }
         assert!(runs[0] > 150 && runs[1] > 60 && runs[2] > 60, "{runs:?}");
+    }
+
+    /// [`SimConfig::new`] draws three nodes in about three runs of four,
+    /// four and five in about an eighth each, apart from the number of
+    /// logs.
+    #[test]
+    fn the_number_of_nodes_is_drawn_per_seed() {
+        let mut runs = [[0u32; 3]; 3];
+        for seed in 0..1600 {
+            let config = SimConfig::new(seed);
+            runs[config.nodes - 3][config.logs - 1] += 1;
+        }
+        let by_nodes: Vec<u32> = runs.iter().map(|logs| logs.iter().sum()).collect();
+        assert!(
+            by_nodes[0] > 1050 && by_nodes[1] > 140 && by_nodes[2] > 140,
+            "{runs:?}"
+        );
+        // Every pairing happens: the two draws are apart.
+        assert!(runs.iter().flatten().all(|count| *count > 20), "{runs:?}");
+    }
+
+    /// A log's replicas are every node of a three-node run, in id order
+    /// (as before runs had more nodes), and three distinct nodes of a
+    /// larger run's, drawn per log.
+    #[test]
+    fn each_log_is_placed_on_three_nodes() {
+        let ids = |ids: &[u32]| ids.iter().map(|id| NodeId(*id)).collect::<Vec<_>>();
+        assert_eq!(initial_replicas(7, 3, 2), vec![ids(&[0, 1, 2]); 2]);
+        let mut placements = std::collections::BTreeSet::new();
+        for seed in 0..50 {
+            for replicas in initial_replicas(seed, 5, 3) {
+                assert_eq!(replicas.len(), REPLICATION_FACTOR, "{replicas:?}");
+                let distinct: std::collections::BTreeSet<_> = replicas.iter().collect();
+                assert_eq!(distinct.len(), REPLICATION_FACTOR, "{replicas:?}");
+                assert!(replicas.iter().all(|node| node.0 < 5), "{replicas:?}");
+                placements.insert(replicas);
+            }
+        }
+        assert!(placements.len() > 30, "{placements:?}");
+    }
+
+    /// A run of five nodes and three logs passes, each log on three of
+    /// them, and each log had a leader, acknowledged records and served
+    /// the reader.
+    #[test]
+    fn a_run_of_five_nodes_checks_each_log() {
+        let mut config = SimConfig::new(7).with_logs(3).with_nodes(5);
+        config.simulated = Duration::from_secs(20);
+        let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+        for (log, counts) in report.logs.iter().enumerate() {
+            assert!(
+                counts.leaders > 0 && counts.acknowledged > 0 && counts.read > 0,
+                "log {}: {counts:?}",
+                log + 1
+            );
+        }
     }
 
     #[test]

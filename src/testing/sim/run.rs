@@ -96,6 +96,9 @@ const LOGS_STREAM_SALT: u64 = 0x0_1065_C0DE;
 /// event, the run it was before runs had more nodes.
 const NODES_STREAM_SALT: u64 = 0x9_0DE5_C0DE;
 
+/// The most nodes a run has (drawn, or asked for with `ISRLOG_SIM_NODES`).
+const NODES_MAX: usize = 5;
+
 /// Salt of the generator that places each log's replicas on three of a
 /// run's nodes when it has more ([`initial_replicas`]; a three-node run
 /// draws nothing from it).
@@ -378,7 +381,7 @@ impl SimConfig {
     /// [`REPLICATION_FACTOR`]).
     pub(crate) fn with_nodes(self, nodes: usize) -> SimConfig {
         SimConfig {
-            nodes: nodes.max(REPLICATION_FACTOR),
+            nodes: nodes.clamp(REPLICATION_FACTOR, NODES_MAX),
             ..self
         }
     }
@@ -1285,7 +1288,12 @@ impl Run {
             self.schedule.after(first, Event::DiskFull(node));
         }
         if self.config.bit_flips && self.rng.chance(0.5) {
-            let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
+            // Among the nodes the logs were created on (with three nodes,
+            // all of them, drawn as before): a node that holds no replica
+            // would take the run's only lost disk and its flips away from
+            // every log (review of b33ad1c).
+            let candidates = self.initial_replica_nodes();
+            let node = candidates[(self.rng.next_u64() % candidates.len() as u64) as usize];
             self.flip_node = Some(node);
             let first = self.draw_interval(BIT_FLIP_INTERVAL_MEAN);
             self.schedule.after(first, Event::BitFlip);
@@ -1856,6 +1864,16 @@ impl Run {
         self.schedule.after(after, Event::ControlledStop(node));
     }
 
+    /// The nodes (by index, in order) that some log was created on.
+    fn initial_replica_nodes(&self) -> Vec<usize> {
+        (0..self.machines.len())
+            .filter(|&index| {
+                let id = self.machines[index].id;
+                self.logs.iter().any(|log| log.created_on.contains(&id))
+            })
+            .collect()
+    }
+
     /// Schedules the next reassignment.
     fn schedule_reassignment(&mut self) {
         let uniform = 1.0 - self.reassigner.next_f64();
@@ -1924,10 +1942,16 @@ impl Run {
                     self.reassignments.1 += 1;
                 } else {
                     self.reassignments.0 += 1;
+                    // A node added now that neither held a replica before
+                    // the call nor was one at the start: data moves to it.
                     let created_on = &self.logs[log].created_on;
-                    let target = state.target_replicas();
-                    self.moves_to_new_nodes +=
-                        u64::from(target.iter().any(|node| !created_on.contains(node)));
+                    let before = &self.logs[log].replicas_seen.0;
+                    self.moves_to_new_nodes += u64::from(
+                        state
+                            .adding_replicas
+                            .iter()
+                            .any(|node| !created_on.contains(node) && !before.contains(node)),
+                    );
                 }
                 self.logs[log].replicas_wanted = state.target_replicas();
                 let wanted: Vec<u32> = self.logs[log].replicas_wanted.iter().map(|n| n.0).collect();
@@ -2989,9 +3013,14 @@ impl Run {
                 self.reassignments.2 += 1;
             }
             // A node that left the log and comes back later starts from
-            // an empty replica: check it from its start then.
+            // an empty replica: check it from its start then. Reset again
+            // when it is added back: a removed node cut off from the
+            // coordinator keeps its old copy for a while, which the step
+            // checks go on reading (review of b33ad1c).
             for (machine, check) in self.machines.iter().zip(&mut log_run.checks) {
-                if !replicas.0.contains(&machine.id) {
+                if !replicas.0.contains(&machine.id)
+                    || !log_run.replicas_seen.0.contains(&machine.id)
+                {
                     *check = ReplicaCheck::default();
                 }
             }

@@ -254,17 +254,12 @@ impl NodeCore {
     /// [`clean_marker`] on this node's unopened replicas and pending
     /// unclean-shutdown reports.
     pub(crate) fn clean_marker(&self, reported_unclean: bool) -> CleanMarker {
-        let unopened = if reported_unclean {
-            self.unopened_logs()
-        } else {
-            Vec::new()
-        };
         let unreported = self
             .pending_unclean_reports()
             .into_iter()
             .map(|(log, _)| log)
             .collect();
-        clean_marker(reported_unclean, unopened, unreported)
+        clean_marker(reported_unclean, self.unopened_logs(), unreported)
     }
 }
 

@@ -489,8 +489,8 @@ pub(crate) struct SimReport {
     /// stored replicas became the operator's last word: the target, or the
     /// original replicas after a cancel).
     pub(crate) reassignments: (u64, u64, u64),
-    /// Reassignments started whose target names a node that was no
-    /// replica of the log when the run began (only in runs of more than
+    /// Reassignments started that add a node that was no replica of the
+    /// log before them nor when the run began (only in runs of more than
     /// three nodes): moves of the log's data onto a new node.
     pub(crate) moves_to_new_nodes: u64,
     /// What the applications did (all zero in a run without them).
@@ -4315,7 +4315,7 @@ mod tests {
             }
             self.apps.add(&report.applications);
             self.logs[report.logs.len().clamp(1, 3) - 1] += 1;
-            self.nodes[config.nodes.clamp(3, 5) - 3] += 1;
+            self.nodes[config.nodes.clamp(REPLICATION_FACTOR, NODES_MAX) - REPLICATION_FACTOR] += 1;
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -4570,7 +4570,7 @@ mod tests {
         );
         let [move_runs, started, cancelled, completed, to_new_nodes] = moves;
         eprintln!(
-            "reassignments: {move_runs} runs with them, {started} started ({to_new_nodes} onto a node that held no replica at the start), {cancelled} cancelled, {completed} completed"
+            "reassignments: {move_runs} runs with them, {started} started ({to_new_nodes} adding a node that was no replica of the log before it nor at the start), {cancelled} cancelled, {completed} completed"
         );
         eprintln!(
             "applications: {} runs with them ({} with snapshot stores, {} capped), {} records applied, {} set_applied calls, {} deletions ({} leader log start moves), {} snapshots installed, {:?} applications restored from scratch (leading, following), {} hand-overs for needs_snapshot, {} replicas left reporting needs_snapshot",

@@ -386,6 +386,14 @@ impl Entry {
     fn is_acknowledged(&self) -> bool {
         matches!(self.attempt, Attempt::Answered { outcome: Ok(_), .. })
     }
+
+    /// A blocking attempt the simulator deferred has not returned yet (see
+    /// [`DeferredCalls`]); never so otherwise, as a blocking attempt is
+    /// answered by the call that makes it.
+    fn is_call_under_way(&self) -> bool {
+        self.blocking
+            && matches!(&self.attempt, Attempt::Sent(cell) if cell.outcome.lock().is_none())
+    }
 }
 
 /// Per log: the sequence the next new batch gets and the batches stamped
@@ -511,6 +519,43 @@ pub struct IdempotentProducer<R> {
     /// is to hash (which was 2% of a debug simulator run, whose producer
     /// is driven after every step).
     logs: Mutex<BTreeMap<LogId, Arc<LogShared>>>,
+    /// The simulator's stand-in for blocking attempts (see
+    /// [`DeferredCalls`]); `None`: they call [`LeaderRouter::append`].
+    #[cfg(any(test, feature = "testing"))]
+    deferred_calls: Option<Arc<dyn DeferredCalls>>,
+}
+
+/// Lets the simulator make the producer's blocking attempts without
+/// blocking its one thread: an attempt begins the call
+/// ([`begin_append`](Self::begin_append)) and the simulator answers it
+/// when the real call would have returned. Until then the log's pipeline
+/// stands still, as it does while a real blocking attempt holds the
+/// pipeline's lock inside [`LeaderRouter::append`]: nothing is driven, and
+/// the round's later batches are sent after the call returns, in order.
+#[cfg(any(test, feature = "testing"))]
+pub(crate) trait DeferredCalls: Send + Sync + std::fmt::Debug {
+    /// Begins `append(log, batch, Acks::All)`. `Err` is what the call
+    /// returned at once, before writing; `Ok`: the call is under way, its
+    /// outcome to be given to `answer` (exactly what the call returns).
+    fn begin_append(&self, log: LogId, batch: &RecordBatch, answer: CallAnswer) -> Result<()>;
+}
+
+/// Where the outcome of a call begun by [`DeferredCalls::begin_append`]
+/// goes.
+#[cfg(any(test, feature = "testing"))]
+#[derive(Debug)]
+pub(crate) struct CallAnswer {
+    cell: Arc<AttemptCell>,
+    progress: Arc<Progress>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl CallAnswer {
+    /// The call returned `outcome`.
+    pub(crate) fn answer(self, outcome: Result<AppendOutcome>) {
+        *self.cell.outcome.lock() = Some(outcome);
+        self.progress.bump();
+    }
 }
 
 /// A pipelined send's outcome to come (from
@@ -659,6 +704,8 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             config,
             clock: Arc::new(SystemClock),
             logs: Mutex::new(BTreeMap::new()),
+            #[cfg(any(test, feature = "testing"))]
+            deferred_calls: None,
         }
     }
 
@@ -955,6 +1002,20 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             if sequence.in_doubt.is_some() || sequence.queue.is_empty() {
                 break Next::Idle;
             }
+            #[cfg(any(test, feature = "testing"))]
+            match take_returned_call(sequence) {
+                // The caller's thread is inside the call, holding the
+                // pipeline's lock: nothing moves.
+                Some(false) => break Next::Answer,
+                // The call returned: the round goes on where it stopped,
+                // as after a real blocking attempt.
+                Some(true) => {
+                    self.send_unsent(log, shared, sequence);
+                    changed = true;
+                    continue;
+                }
+                None => {}
+            }
             let now = self.clock.now();
             let mut epoch_seen = sequence.epoch_seen;
             for entry in sequence.queue.iter_mut() {
@@ -1019,10 +1080,16 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     }
 
     /// Sends every batch not yet sent in this round, in sequence order.
+    /// A blocking attempt returns before the next batch is sent; one that
+    /// the simulator defers (see [`DeferredCalls`]) stops the round here,
+    /// and [`drive`](Self::drive) goes on with it once the call returned.
     fn send_unsent(&self, log: LogId, shared: &LogShared, sequence: &mut LogSequence) {
         let mut earlier_unresolved = false;
         let mut epoch_seen = sequence.epoch_seen;
         for entry in sequence.queue.iter_mut() {
+            if entry.is_call_under_way() {
+                break;
+            }
             if matches!(entry.attempt, Attempt::Unsent) {
                 entry.sent_behind_unresolved = earlier_unresolved;
                 let (attempt, placed_in) = self.attempt(log, shared, entry);
@@ -1034,6 +1101,9 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 }
                 epoch_seen = epoch_seen.max(placed_in);
                 entry.attempt = attempt;
+                if entry.is_call_under_way() {
+                    break;
+                }
             }
             earlier_unresolved |= !entry.is_acknowledged();
         }
@@ -1049,6 +1119,22 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         entry: &Entry,
     ) -> (Attempt, Option<LeaderEpoch>) {
         if entry.blocking {
+            #[cfg(any(test, feature = "testing"))]
+            if let Some(calls) = &self.deferred_calls {
+                let cell = Arc::new(AttemptCell::default());
+                let answer = CallAnswer {
+                    cell: Arc::clone(&cell),
+                    progress: Arc::clone(&shared.progress),
+                };
+                let attempt = match calls.begin_append(log, &entry.batch, answer) {
+                    Ok(()) => Attempt::Sent(cell),
+                    Err(error) => Attempt::Answered {
+                        outcome: Err(error),
+                        from_handle: false,
+                    },
+                };
+                return (attempt, None);
+            }
             let outcome = self.router.append(log, &entry.batch, Acks::All);
             let placed_in = outcome.as_ref().ok().map(|outcome| outcome.leader_epoch);
             let attempt = Attempt::Answered {
@@ -1325,6 +1411,29 @@ impl<R> ProducerSend<'_, R> {
 /// call returns at once, and retry rounds are the caller's to time.
 #[cfg(any(test, feature = "testing"))]
 impl<R: LeaderRouter> IdempotentProducer<R> {
+    /// Makes blocking attempts through `calls` (see [`DeferredCalls`]).
+    pub(crate) fn with_deferred_calls(mut self, calls: Arc<dyn DeferredCalls>) -> Self {
+        self.deferred_calls = Some(calls);
+        self
+    }
+
+    /// Stamps and sends a batch of `values` as the blocking
+    /// [`send_values`](Self::send_values) does, without waiting for its
+    /// outcome: its attempts are blocking ones, which the producer's
+    /// [`DeferredCalls`] make. Call only when
+    /// [`can_send_without_waiting`](Self::can_send_without_waiting) (else
+    /// it would wait, as `send` does). The caller is inside the send until
+    /// the returned send has its outcome, and sends nothing else.
+    pub(crate) fn send_values_blocking_without_waiting<V: AsRef<[u8]>>(
+        &self,
+        log: LogId,
+        values: &[V],
+    ) -> Result<DetachedSend> {
+        debug_assert!(self.can_send_without_waiting(log), "the send would wait");
+        let (_, cell) = self.enqueue(log, self.builder_of(values), true)?;
+        Ok(DetachedSend { cell })
+    }
+
     /// Whether a send to `log` would go out without waiting: nothing in
     /// doubt and room among the batches in flight. Call
     /// [`drive_without_waiting`](Self::drive_without_waiting) first, so
@@ -1332,7 +1441,9 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     pub(crate) fn can_send_without_waiting(&self, log: LogId) -> bool {
         let shared = self.log_shared(log);
         let sequence = shared.sequence.lock();
-        sequence.in_doubt.is_none() && sequence.queue.len() < IN_FLIGHT_MAX
+        sequence.in_doubt.is_none()
+            && sequence.queue.len() < IN_FLIGHT_MAX
+            && !sequence.queue.iter().any(Entry::is_call_under_way)
     }
 
     /// Drives `log`'s pipeline until a pass changes nothing (answers taken
@@ -1377,6 +1488,37 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         self.drive_without_waiting(log);
         sends
     }
+}
+
+/// Takes in the answer of the blocking attempt the simulator deferred, if
+/// one was made (see [`DeferredCalls`]): `None` if none is, `Some(false)`
+/// while it is under way, `Some(true)` once it returned (its answer is
+/// then taken in as [`IdempotentProducer::send_unsent`] takes in a
+/// blocking attempt's).
+#[cfg(any(test, feature = "testing"))]
+fn take_returned_call(sequence: &mut LogSequence) -> Option<bool> {
+    let entry = sequence
+        .queue
+        .iter_mut()
+        .find(|entry| entry.blocking && matches!(entry.attempt, Attempt::Sent(_)))?;
+    let Attempt::Sent(cell) = &entry.attempt else {
+        return None;
+    };
+    let Some(outcome) = cell.outcome.lock().take() else {
+        return Some(false);
+    };
+    // As for a blocking attempt in `send_unsent`: an acknowledgement says
+    // where the batch was placed, and the epoch it or a refusal names is
+    // seen.
+    if outcome.is_ok() {
+        entry.may_have_been_written();
+    }
+    sequence.epoch_seen = sequence.epoch_seen.max(epoch_named(&outcome));
+    entry.attempt = Attempt::Answered {
+        outcome,
+        from_handle: false,
+    };
+    Some(true)
 }
 
 /// When a waiter should look again, at the latest.
@@ -2246,6 +2388,106 @@ mod tests {
                 (appended_nothing, not_in_log),
                 "{error:?}"
             );
+        }
+    }
+
+    /// The simulator's stand-in for blocking calls: records each call's
+    /// base sequence and answer, for the test to answer by hand.
+    #[derive(Debug, Default)]
+    struct DeferredScript {
+        calls: Mutex<Vec<(i32, Option<CallAnswer>)>>,
+    }
+
+    impl DeferredScript {
+        fn answer(&self, index: usize, outcome: Result<AppendOutcome>) {
+            let answer = self.calls.lock()[index].1.take();
+            answer.expect("answered once").answer(outcome);
+        }
+    }
+
+    impl DeferredCalls for DeferredScript {
+        fn begin_append(&self, _: LogId, batch: &RecordBatch, answer: CallAnswer) -> Result<()> {
+            self.calls
+                .lock()
+                .push((batch.header().base_sequence.0, Some(answer)));
+            Ok(())
+        }
+    }
+
+    /// A blocking attempt made through [`DeferredCalls`] holds the
+    /// pipeline as the real call holds its lock: the batches before it are
+    /// not resolved, however they are answered, until the call returns;
+    /// the caller cannot send meanwhile; then every batch resolves in
+    /// order, the blocking one with the call's outcome.
+    #[test]
+    fn a_deferred_blocking_send_holds_the_pipeline_until_its_call_returns() {
+        let router = ScriptedRouter::default();
+        let calls = Arc::new(DeferredScript::default());
+        let producer = producer(&router, quick())
+            .with_deferred_calls(Arc::clone(&calls) as Arc<dyn DeferredCalls>);
+        let first = producer
+            .send_values_pipelined(LOG, &[b"p0"])
+            .expect("sent")
+            .detach();
+        let second = producer
+            .send_values_pipelined(LOG, &[b"p1"])
+            .expect("sent")
+            .detach();
+        let blocking = producer
+            .send_values_blocking_without_waiting(LOG, &[b"p2"])
+            .expect("sent");
+        assert_eq!(router.sent().len(), 2, "the pipelined attempts");
+        assert_eq!(calls.calls.lock().len(), 1, "the blocking call");
+        assert_eq!(calls.calls.lock()[0].0, 2);
+        assert!(!producer.can_send_without_waiting(LOG), "inside the send");
+
+        router.answer(0, written(0));
+        router.answer(1, written(1));
+        assert_eq!(producer.drive_without_waiting(LOG), None);
+        assert!(
+            first.outcome().is_none() && second.outcome().is_none(),
+            "nothing moves while the call is under way"
+        );
+
+        calls.answer(0, written(2));
+        assert_eq!(producer.drive_without_waiting(LOG), None);
+        for (send, offset) in [(&first, 0), (&second, 1), (&blocking, 2)] {
+            match send.outcome() {
+                Some(Ok(outcome)) => assert_eq!(outcome.base_offset, Offset(offset)),
+                other => panic!("offset {offset}: {other:?}"),
+            }
+        }
+        assert_eq!(producer.batches_unresolved(LOG), 0);
+        assert!(producer.can_send_without_waiting(LOG));
+    }
+
+    /// A deferred blocking call that returns a retriable error is retried
+    /// as a blocking call, after the backoff, and its retry's outcome is
+    /// the send's; the error is taken in as the call's own (not a
+    /// handle's).
+    #[test]
+    fn a_deferred_blocking_send_retries_through_another_call() {
+        let router = ScriptedRouter::default();
+        let calls = Arc::new(DeferredScript::default());
+        let producer = producer(&router, quick())
+            .with_deferred_calls(Arc::clone(&calls) as Arc<dyn DeferredCalls>);
+        let send = producer
+            .send_values_blocking_without_waiting(LOG, &[b"p0"])
+            .expect("sent");
+        calls.answer(0, Err(not_leader()));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while calls.calls.lock().len() < 2 {
+            assert!(Instant::now() < deadline, "no retry");
+            producer.drive_without_waiting(LOG);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(send.outcome().is_none());
+        assert!(router.sent().is_empty(), "no pipelined attempt");
+        calls.answer(1, written(0));
+        producer.drive_without_waiting(LOG);
+        match send.outcome() {
+            Some(Ok(outcome)) => assert_eq!(outcome.base_offset, Offset(0)),
+            other => panic!("{other:?}"),
         }
     }
 }

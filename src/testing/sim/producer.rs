@@ -1,27 +1,99 @@
 //! The simulator's idempotent client: one real
-//! [`IdempotentProducer`] sending pipelined batches of one record (`p1`,
-//! `p2`, ...) to whichever node leads, stepped from the run's thread.
+//! [`IdempotentProducer`] sending batches of one record (`p1`, `p2`, ...)
+//! to whichever node leads, stepped from the run's thread: pipelined
+//! ([`IdempotentProducer::send_pipelined`]) and, in half the runs that
+//! draw them (a stream of their own: a run without them is the run it
+//! was), some with the blocking [`IdempotentProducer::send`].
 //!
 //! The producer is the library's own, with its retry rules (SPEC 4): the
 //! run only decides when it sends and when its pipeline is driven (after
 //! every step, and when a retry round falls due), and never waits on it:
 //! a send is made only when it would not wait (nothing in doubt, room
 //! among the [`IN_FLIGHT_MAX`](crate::IN_FLIGHT_MAX) batches in flight),
-//! and batches in doubt are re-sent at once, as the next send would.
+//! and batches in doubt are re-sent at once, pipelined, as the next
+//! pipelined send would. A blocking send's attempts are blocking calls
+//! ([`LeaderRouter::append`]), which [`SimRouter`] makes in two halves, as
+//! the blocking clients do (see [`super::blocking`]): the write when the
+//! attempt is made, the outcome after a later step, when the call would
+//! return (at the latest at its `request_timeout` on the run's clock).
+//! Until the send returns, the client sends nothing else (its thread is
+//! inside it) and the pipeline stands still (the call holds its lock).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::producer::DetachedSend;
+use crate::clock::Clock;
+use crate::producer::{CallAnswer, DeferredCalls, DetachedSend};
+use crate::replicated_log::BlockingAppend;
+use crate::rng::SplitMix64;
 use crate::sync::{Arc, Mutex};
 use crate::{
     Acks, AppendHandle, AppendOutcome, Error, IdempotentProducer, LeaderRouter, LogId, ManualClock,
     ProducerConfig, ProducerEpoch, ProducerId, RecordBatch, ReplicatedLog, Result,
 };
 
-/// Routes the producer to the replica the run last found leading, if any.
-#[derive(Debug, Default)]
+/// Routes the producer to the replica the run last found leading, if any,
+/// and makes its blocking calls (see the module docs).
+#[derive(Debug)]
 pub(super) struct SimRouter {
     leader: Mutex<Option<ReplicatedLog>>,
+    /// The blocking calls under way.
+    calls: Mutex<Vec<Call>>,
+    clock: ManualClock,
+    /// The nodes' `request_timeout`: a blocking call's wait ends then.
+    request_timeout: Duration,
+}
+
+/// A blocking call under way: the leader's log it was made on, the write,
+/// when its wait ends and where its outcome goes.
+#[derive(Debug)]
+struct Call {
+    log: ReplicatedLog,
+    append: BlockingAppend,
+    deadline: Instant,
+    answer: CallAnswer,
+}
+
+impl SimRouter {
+    /// Gives each blocking call whose outcome is known now that outcome
+    /// (what `append` returns once its wait decides, see
+    /// [`ReplicatedLog::blocking_append_outcome`]). Returns how many
+    /// returned.
+    fn return_calls(&self) -> usize {
+        let now = self.clock.now();
+        let mut calls = self.calls.lock();
+        let mut returned = 0;
+        let mut index = 0;
+        while index < calls.len() {
+            let call = &calls[index];
+            match call
+                .log
+                .blocking_append_outcome(&call.append, now >= call.deadline)
+            {
+                Some(outcome) => {
+                    calls.remove(index).answer.answer(outcome);
+                    returned += 1;
+                }
+                None => index += 1,
+            }
+        }
+        returned
+    }
+}
+
+impl DeferredCalls for SimRouter {
+    /// `append` on the replica that leads (as [`LeaderRouter::append`]
+    /// would call it), up to its wait.
+    fn begin_append(&self, log: LogId, batch: &RecordBatch, answer: CallAnswer) -> Result<()> {
+        let leader = self.leader_log(log)?;
+        let append = leader.begin_blocking_append(batch)?;
+        self.calls.lock().push(Call {
+            log: leader,
+            append,
+            deadline: self.clock.now() + self.request_timeout,
+            answer,
+        });
+        Ok(())
+    }
 }
 
 impl LeaderRouter for SimRouter {
@@ -32,8 +104,9 @@ impl LeaderRouter for SimRouter {
             .ok_or(Error::LeaderNotAvailable(log))
     }
 
-    /// A blocking append would wait on the run's own thread: the run only
-    /// sends pipelined.
+    /// A blocking append would wait on the run's own thread: the producer
+    /// makes its blocking calls through [`DeferredCalls`] instead, and
+    /// never calls this.
     fn append(&self, log: LogId, _batch: &RecordBatch, _acks: Acks) -> Result<AppendOutcome> {
         Err(Error::LeaderNotAvailable(log))
     }
@@ -52,6 +125,21 @@ impl LeaderRouter for SimRouter {
 struct Pending {
     value: Vec<u8>,
     send: DetachedSend,
+    /// A blocking send: the client is inside it until it has its outcome.
+    blocking: bool,
+}
+
+/// What [`ProducerClient::send`] did.
+pub(super) enum Sent {
+    /// Sent pipelined, this value.
+    Pipelined(Vec<u8>),
+    /// Sent with the blocking `send`, this value: the client is inside the
+    /// send until it returns.
+    Blocking(Vec<u8>),
+    /// Nothing: the send would wait (or its batch could not be stamped).
+    WouldWait,
+    /// Nothing: the client is inside a blocking send.
+    InsideSend,
 }
 
 /// The run's idempotent client; see the module docs.
@@ -60,29 +148,60 @@ pub(super) struct ProducerClient {
     router: Arc<SimRouter>,
     log: LogId,
     pending: Vec<Pending>,
+    /// Draws which sends are blocking ones (one in two); `None`: none is.
+    blocking: Option<SplitMix64>,
     sent: u64,
     resent: u64,
+    /// Sends made with the blocking `send`.
+    sent_blocking: u64,
 }
 
 impl ProducerClient {
-    /// A producer with a fixed identity (one per run) on `clock`.
-    pub(super) fn new(log: LogId, clock: ManualClock, config: ProducerConfig) -> ProducerClient {
-        let router = Arc::new(SimRouter::default());
+    /// A producer with a fixed identity (one per run) on `clock`; its
+    /// blocking calls wait up to `request_timeout`. In half the runs whose
+    /// `blocking_seed` is drawn from (`Some`), one send in two is a
+    /// blocking one, drawn from that seed's stream.
+    pub(super) fn new(
+        log: LogId,
+        clock: ManualClock,
+        config: ProducerConfig,
+        request_timeout: Duration,
+        blocking_seed: Option<u64>,
+    ) -> ProducerClient {
+        let router = Arc::new(SimRouter {
+            leader: Mutex::new(None),
+            calls: Mutex::new(Vec::new()),
+            clock: clock.clone(),
+            request_timeout,
+        });
         let producer = IdempotentProducer::with_identity(
             ProducerId(1),
             ProducerEpoch(0),
             Arc::clone(&router),
             config,
         )
-        .with_clock(Arc::new(clock));
+        .with_clock(Arc::new(clock))
+        .with_deferred_calls(Arc::clone(&router) as Arc<dyn DeferredCalls>);
+        let blocking = blocking_seed
+            .map(SplitMix64::new)
+            .and_then(|mut rng| rng.next_u64().is_multiple_of(2).then_some(rng));
         ProducerClient {
             producer,
             router,
             log,
             pending: Vec::new(),
+            blocking,
             sent: 0,
             resent: 0,
+            sent_blocking: 0,
         }
+    }
+
+    /// Whether the client is inside a blocking send.
+    fn is_inside_send(&self) -> bool {
+        self.pending
+            .iter()
+            .any(|pending| pending.blocking && pending.send.outcome().is_none())
     }
 
     /// Where the producer's next attempts go.
@@ -90,30 +209,49 @@ impl ProducerClient {
         *self.router.leader.lock() = leader;
     }
 
-    /// Sends the next value, unless the send would wait (then nothing is
-    /// sent, as a client that does not block would skip it). Returns the
-    /// value sent.
-    pub(super) fn send(&mut self) -> Option<Vec<u8>> {
+    /// Sends the next value, pipelined or blocking as drawn, unless the
+    /// client is inside a blocking send or the send would wait (then
+    /// nothing is sent, as a client that does not block would skip it).
+    pub(super) fn send(&mut self) -> Sent {
+        self.router.return_calls();
         self.producer.drive_without_waiting(self.log);
+        if self.is_inside_send() {
+            return Sent::InsideSend;
+        }
         self.resend_in_doubt();
         if !self.producer.can_send_without_waiting(self.log) {
-            return None;
+            return Sent::WouldWait;
         }
+        let blocking = self
+            .blocking
+            .as_mut()
+            .is_some_and(|rng| rng.next_u64().is_multiple_of(2));
         self.sent += 1;
         let value = format!("p{}", self.sent).into_bytes();
-        match self
-            .producer
-            .send_values_pipelined(self.log, &[value.as_slice()])
-        {
+        let send = if blocking {
+            self.producer
+                .send_values_blocking_without_waiting(self.log, &[value.as_slice()])
+        } else {
+            self.producer
+                .send_values_pipelined(self.log, &[value.as_slice()])
+                .map(|send| send.detach())
+        };
+        match send {
             Ok(send) => {
                 self.pending.push(Pending {
                     value: value.clone(),
-                    send: send.detach(),
+                    send,
+                    blocking,
                 });
-                Some(value)
+                if blocking {
+                    self.sent_blocking += 1;
+                    Sent::Blocking(value)
+                } else {
+                    Sent::Pipelined(value)
+                }
             }
             // Stamping the batch failed: nothing was sent.
-            Err(_) => None,
+            Err(_) => Sent::WouldWait,
         }
     }
 
@@ -138,15 +276,21 @@ impl ProducerClient {
                 .and_then(|record| record.ok())
                 .map(|record| record.value.to_vec())
                 .unwrap_or_default();
-            self.pending.push(Pending { value, send });
+            self.pending.push(Pending {
+                value,
+                send,
+                blocking: false,
+            });
         }
         self.resent += count as u64;
         count
     }
 
-    /// Drives the pipeline (answers in, retries out) and returns when the
-    /// next retry round falls due, if one waits.
+    /// Returns the blocking calls whose outcome is known now, then drives
+    /// the pipeline (answers in, retries out) and returns when the next
+    /// retry round falls due, if one waits.
     pub(super) fn drive(&self) -> Option<Instant> {
+        self.router.return_calls();
         self.producer.drive_without_waiting(self.log)
     }
 
@@ -172,5 +316,10 @@ impl ProducerClient {
     /// Values sent, and batches re-sent after they went in doubt.
     pub(super) fn counts(&self) -> (u64, u64) {
         (self.sent, self.resent)
+    }
+
+    /// Values sent with the blocking `send`.
+    pub(super) fn sent_blocking(&self) -> u64 {
+        self.sent_blocking
     }
 }

@@ -57,7 +57,7 @@ mod application;
 use self::application::{AppEvent, ApplicationCounts, Applications};
 use super::blocking::{Began, BlockingClients};
 use super::network::{NetworkFaults, SimNetwork};
-use super::producer::ProducerClient;
+use super::producer::{ProducerClient, Sent};
 use super::schedule::Schedule;
 use super::trace::Trace;
 use crate::config::ReplicationConfig;
@@ -225,6 +225,11 @@ const REASSIGNMENT_STREAM_SALT: u64 = 0x0_2EA5_5160;
 /// stream apart from the others for the same reason.
 const BLOCKING_STREAM_SALT: u64 = 0x0_B10C_C0A1;
 
+/// Salt of the generator of the producer's blocking sends
+/// ([`ProducerClient::new`]), a stream apart from the others for the same
+/// reason.
+const BLOCKING_SENDS_STREAM_SALT: u64 = 0x0_B10C_5E4D;
+
 /// Mean simulated time between two reassignments, in a run that has them.
 const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 
@@ -302,6 +307,9 @@ pub(crate) struct SimConfig {
     /// Whether half the runs have blocking clients (see
     /// [`BlockingClients`]).
     pub(crate) blocking_clients: bool,
+    /// Whether, in half the runs with a producer, one of its sends in two
+    /// is made with the blocking `send` (see [`ProducerClient`]).
+    pub(crate) blocking_sends: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
     /// Test only: the run panics at its first step at or after this much
@@ -356,6 +364,7 @@ impl SimConfig {
             applications: true,
             application_restores: true,
             blocking_clients: true,
+            blocking_sends: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -433,9 +442,9 @@ pub(crate) struct SimReport {
     pub(crate) appends: u64,
     /// Records acknowledged, the producer's included.
     pub(crate) acknowledged: u64,
-    /// The idempotent producer's sends, and its batches re-sent after
-    /// they went in doubt.
-    pub(crate) produced: (u64, u64),
+    /// The idempotent producer's sends, its batches re-sent after they
+    /// went in doubt, and its sends made with the blocking `send`.
+    pub(crate) produced: (u64, u64, u64),
     /// The blocking clients' calls begun and acknowledged.
     pub(crate) blocking: (u64, u64),
     /// Records the reader was served as committed.
@@ -987,6 +996,12 @@ fn replay_variables(config: &SimConfig) -> String {
             u8::from(config.blocking_clients)
         ));
     }
+    if config.blocking_sends != drawn.blocking_sends {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_BLOCKING_SENDS={} ",
+            u8::from(config.blocking_sends)
+        ));
+    }
     variables
 }
 
@@ -1036,7 +1051,10 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
             .iter()
             .map(|log| log.acknowledged.len() as u64)
             .sum(),
-        produced: run.producer.as_ref().map_or((0, 0), ProducerClient::counts),
+        produced: run.producer.as_ref().map_or((0, 0, 0), |producer| {
+            let (sent, resent) = producer.counts();
+            (sent, resent, producer.sent_blocking())
+        }),
         blocking: run.blocking.counts(),
         read: run
             .logs
@@ -1151,9 +1169,17 @@ impl Run {
         };
         let mut log_picker = SplitMix64::new(mix64(config_seed ^ LOG_PICK_STREAM_SALT));
         let producer_log = pick_log(&mut log_picker, config.logs);
-        let producer = config
-            .produce_interval_mean
-            .map(|_| ProducerClient::new(log_id(producer_log), clock.clone(), producer_config));
+        let producer = config.produce_interval_mean.map(|_| {
+            ProducerClient::new(
+                log_id(producer_log),
+                clock.clone(),
+                producer_config,
+                REQUEST_TIMEOUT,
+                config
+                    .blocking_sends
+                    .then(|| mix64(config_seed ^ BLOCKING_SENDS_STREAM_SALT)),
+            )
+        });
         Run {
             logs: replicas
                 .iter()
@@ -3469,11 +3495,18 @@ impl Run {
         let to = leader.as_ref().map(|(index, _)| *index);
         producer.route_to(leader.map(|(_, log)| log));
         match producer.send() {
-            Some(value) => {
+            Sent::Pipelined(value) => {
                 let name = String::from_utf8_lossy(&value).into_owned();
                 self.record(format_args!("produce {name} to node {to:?}"));
             }
-            None => self.record(format_args!("produce: would wait, skipped")),
+            Sent::Blocking(value) => {
+                let name = String::from_utf8_lossy(&value).into_owned();
+                self.record(format_args!("produce {name} to node {to:?}, blocking"));
+            }
+            Sent::WouldWait => self.record(format_args!("produce: would wait, skipped")),
+            Sent::InsideSend => {
+                self.record(format_args!("produce: inside a blocking send, skipped"));
+            }
         }
     }
 
@@ -4271,6 +4304,10 @@ mod tests {
         logs: [u64; 3],
         /// Runs with three, four and five (or more) nodes.
         nodes: [u64; 3],
+        /// The producer's sends, its batches re-sent after doubt, its
+        /// blocking sends and the runs with them; the blocking clients'
+        /// calls begun and acknowledged.
+        clients: [u64; 6],
         /// The lowest and highest seed run.
         range: Option<(u64, u64)>,
     }
@@ -4289,6 +4326,18 @@ mod tests {
                 report.flipped_disks_replaced,
                 report.flipped_disks_kept,
                 u64::from(report.only_copy_flipped),
+            ]) {
+                *total += count;
+            }
+            let (sent, resent, blocking_sends) = report.produced;
+            let (calls, acknowledged) = report.blocking;
+            for (total, count) in self.clients.iter_mut().zip([
+                sent,
+                resent,
+                blocking_sends,
+                u64::from(blocking_sends > 0),
+                calls,
+                acknowledged,
             ]) {
                 *total += count;
             }
@@ -4346,6 +4395,9 @@ mod tests {
             }
             self.apps.add(&other.apps);
             for (total, count) in self.logs.iter_mut().zip(other.logs) {
+                *total += count;
+            }
+            for (total, count) in self.clients.iter_mut().zip(other.clients) {
                 *total += count;
             }
             for (total, count) in self.nodes.iter_mut().zip(other.nodes) {
@@ -4413,6 +4465,9 @@ mod tests {
             // simulator ran it before it had blocking clients (runs without
             // them are unchanged, the others are not).
             config.blocking_clients = variable("ISRLOG_SIM_BLOCKING_CLIENTS") != Some(0);
+            // `ISRLOG_SIM_BLOCKING_SENDS=0`: as before the producer made
+            // blocking sends (runs that draw none are unchanged).
+            config.blocking_sends = variable("ISRLOG_SIM_BLOCKING_SENDS") != Some(0);
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.
@@ -4440,7 +4495,7 @@ mod tests {
                 continue;
             }
             eprintln!(
-                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}{}{}",
+                "seed {seed}: trace {:016x}, {} events, {} appends, {:?} produced (sent, re-sent, blocking), {:?} blocking appends (begun, acknowledged), {} acknowledged, {} read, {} crashes ({} power losses, {} disks lost, {} disk faults, {} full disks ({} ENOSPC), {} bit flips ({} corrupt errors, {} disks replaced, {} kept, only copy flipped: {}), {} supervisor restarts), disk time {:?} (slowest fsync {:?}), {:?} elections (all, unclean), {} background jobs, {:?} controlled stops (all, of the leader), {:?} leaderships handed over (all, held to it), {:?} reassignments (started, cancelled, completed), applications {:?}{}{}",
                 report.trace_hash,
                 report.events,
                 report.appends,
@@ -4544,6 +4599,7 @@ mod tests {
             apps,
             logs,
             nodes,
+            clients,
             range,
         } = totals;
         let elapsed = started.elapsed().as_secs_f64();
@@ -4564,6 +4620,10 @@ mod tests {
         );
         let [one_log, two_logs, three_logs] = logs;
         eprintln!("logs: {one_log} runs with one, {two_logs} with two, {three_logs} with three");
+        let [sent, resent, blocking_sends, blocking_send_runs, calls, calls_acknowledged] = clients;
+        eprintln!(
+            "clients: the producer sent {sent} records ({resent} batches re-sent after doubt; {blocking_sends} blocking sends, in {blocking_send_runs} runs); blocking clients made {calls} calls ({calls_acknowledged} acknowledged)"
+        );
         let [three_nodes, four_nodes, five_nodes] = nodes;
         eprintln!(
             "nodes: {three_nodes} runs with three, {four_nodes} with four, {five_nodes} with five"
@@ -5247,10 +5307,14 @@ mod tests {
     }
 
     /// `seed`'s run with the logs [`SimConfig::new`] draws, on three
-    /// nodes whatever it draws: the run a named regression seed found
-    /// after runs had several logs, before they had more than three nodes.
+    /// nodes whatever it draws, with no blocking sends of the producer:
+    /// the run a named regression seed found after runs had several logs,
+    /// before they had more than three nodes or blocking sends.
     fn as_found(seed: u64) -> SimConfig {
-        SimConfig::new(seed).with_nodes(3)
+        SimConfig {
+            blocking_sends: false,
+            ..SimConfig::new(seed).with_nodes(3)
+        }
     }
 
     /// Runs `config`'s simulation; a failure panics with its report.
@@ -5369,13 +5433,15 @@ mod tests {
         let nodes = if drawn.nodes == 3 { 5 } else { 3 };
         let overridden = SimConfig {
             blocking_clients: !drawn.blocking_clients,
+            blocking_sends: !drawn.blocking_sends,
             ..SimConfig::new(7).with_logs(logs).with_nodes(nodes)
         };
         assert_eq!(
             replay_variables(&overridden),
             format!(
-                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ",
-                u8::from(!drawn.blocking_clients)
+                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ",
+                u8::from(!drawn.blocking_clients),
+                u8::from(!drawn.blocking_sends)
             )
         );
     }

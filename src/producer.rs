@@ -868,6 +868,12 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         loop {
             let seen = shared.progress.generation();
             let mut sequence = shared.sequence.lock();
+            // A real blocking attempt holds this lock until it returns; a
+            // deferred one's caller sends nothing meanwhile.
+            debug_assert!(
+                !sequence.queue.iter().any(Entry::is_call_under_way),
+                "a send while a blocking call is under way"
+            );
             if sequence.in_doubt.is_some() {
                 let cells = self.resume_in_doubt(&mut sequence, blocking);
                 drop(sequence);
@@ -1006,15 +1012,15 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             match take_returned_call(sequence) {
                 // The caller's thread is inside the call, holding the
                 // pipeline's lock: nothing moves.
-                Some(false) => break Next::Answer,
+                DeferredCall::UnderWay => break Next::Answer,
                 // The call returned: the round goes on where it stopped,
                 // as after a real blocking attempt.
-                Some(true) => {
+                DeferredCall::Returned => {
                     self.send_unsent(log, shared, sequence);
                     changed = true;
                     continue;
                 }
-                None => {}
+                DeferredCall::None => {}
             }
             let now = self.clock.now();
             let mut epoch_seen = sequence.epoch_seen;
@@ -1127,7 +1133,13 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                     progress: Arc::clone(&shared.progress),
                 };
                 let attempt = match calls.begin_append(log, &entry.batch, answer) {
-                    Ok(()) => Attempt::Sent(cell),
+                    Ok(()) => {
+                        debug_assert!(
+                            cell.outcome.lock().is_none(),
+                            "a deferred call is answered after begin_append returns"
+                        );
+                        Attempt::Sent(cell)
+                    }
                     Err(error) => Attempt::Answered {
                         outcome: Err(error),
                         from_handle: false,
@@ -1136,7 +1148,7 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
                 return (attempt, None);
             }
             let outcome = self.router.append(log, &entry.batch, Acks::All);
-            let placed_in = outcome.as_ref().ok().map(|outcome| outcome.leader_epoch);
+            let placed_in = blocking_call_placed_in(&outcome);
             let attempt = Attempt::Answered {
                 outcome,
                 from_handle: false,
@@ -1490,35 +1502,49 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
     }
 }
 
-/// Takes in the answer of the blocking attempt the simulator deferred, if
-/// one was made (see [`DeferredCalls`]): `None` if none is, `Some(false)`
-/// while it is under way, `Some(true)` once it returned (its answer is
-/// then taken in as [`IdempotentProducer::send_unsent`] takes in a
-/// blocking attempt's).
+/// Where the blocking attempt the simulator deferred stands (see
+/// [`DeferredCalls`]).
 #[cfg(any(test, feature = "testing"))]
-fn take_returned_call(sequence: &mut LogSequence) -> Option<bool> {
-    let entry = sequence
-        .queue
-        .iter_mut()
-        .find(|entry| entry.blocking && matches!(entry.attempt, Attempt::Sent(_)))?;
-    let Attempt::Sent(cell) = &entry.attempt else {
-        return None;
+enum DeferredCall {
+    /// None was made, or its answer was taken in.
+    None,
+    /// Made; the call has not returned.
+    UnderWay,
+    /// It returned; its answer was just taken in.
+    Returned,
+}
+
+/// Takes in the answer of the blocking attempt the simulator deferred, if
+/// it returned: as [`IdempotentProducer::send_unsent`] takes in a blocking
+/// attempt's.
+#[cfg(any(test, feature = "testing"))]
+fn take_returned_call(sequence: &mut LogSequence) -> DeferredCall {
+    let Some((entry, outcome)) = sequence.queue.iter_mut().find_map(|entry| {
+        let outcome = match &entry.attempt {
+            Attempt::Sent(cell) if entry.blocking => cell.outcome.lock().take(),
+            _ => return None,
+        };
+        Some((entry, outcome))
+    }) else {
+        return DeferredCall::None;
     };
-    let Some(outcome) = cell.outcome.lock().take() else {
-        return Some(false);
+    let Some(outcome) = outcome else {
+        return DeferredCall::UnderWay;
     };
-    // As for a blocking attempt in `send_unsent`: an acknowledgement says
-    // where the batch was placed, and the epoch it or a refusal names is
-    // seen.
-    if outcome.is_ok() {
+    // As a blocking attempt's answer is taken in by `send_unsent`.
+    let placed_in = blocking_call_placed_in(&outcome);
+    if placed_in.is_some() {
         entry.may_have_been_written();
     }
-    sequence.epoch_seen = sequence.epoch_seen.max(epoch_named(&outcome));
+    sequence.epoch_seen = sequence
+        .epoch_seen
+        .max(epoch_named(&outcome))
+        .max(placed_in);
     entry.attempt = Attempt::Answered {
         outcome,
         from_handle: false,
     };
-    Some(true)
+    DeferredCall::Returned
 }
 
 /// When a waiter should look again, at the latest.
@@ -1562,6 +1588,24 @@ fn epoch_named(outcome: &Result<AppendOutcome>) -> Option<LeaderEpoch> {
     }
 }
 
+/// The leader epoch in which a blocking call's batch may have been
+/// placed, at the latest, if the call may have written it: an
+/// acknowledgement's, or a `NotLeader`'s. `ReplicatedLog::append` returns
+/// `NotLeader` both when it refused the batch and when its leadership ended
+/// while it waited for the commit, after the write (as Kafka's
+/// `NOT_LEADER_OR_FOLLOWER` may come from a produce request that was
+/// appended), so it proves nothing; the epoch it names is the replica's
+/// role's, no older than the one it wrote in. Seen, that epoch makes a
+/// refusal by an older leader a stale one (see `handle_front_error`), as a
+/// pipelined attempt's [`AppendHandle::leader_epoch`] does.
+fn blocking_call_placed_in(outcome: &Result<AppendOutcome>) -> Option<LeaderEpoch> {
+    match outcome {
+        Ok(outcome) => Some(outcome.leader_epoch),
+        Err(Error::NotLeader { epoch, .. }) => Some(*epoch),
+        Err(_) => None,
+    }
+}
+
 /// A copy of an outcome (errors are rebuilt field by field).
 fn copy_outcome(outcome: &Result<AppendOutcome>) -> Result<AppendOutcome> {
     match outcome {
@@ -1574,7 +1618,9 @@ fn copy_outcome(outcome: &Result<AppendOutcome>) -> Result<AppendOutcome> {
 /// nothing: the leader refused the batch before writing it, or there was
 /// no leader to send it to. Anything else (a timeout, a transport failure,
 /// a leader that crashed or was poisoned mid-call, `Shutdown` of a handle)
-/// may come after the append, so the outcome is unknown.
+/// may come after the append, so the outcome is unknown. A blocking
+/// call's `NotLeader` may come after it too: the attempt marks it so
+/// ([`blocking_call_placed_in`]).
 fn attempt_appended_nothing(error: &Error) -> bool {
     matches!(
         error,
@@ -2392,10 +2438,12 @@ mod tests {
     }
 
     /// The simulator's stand-in for blocking calls: records each call's
-    /// base sequence and answer, for the test to answer by hand.
+    /// base sequence and answer, for the test to answer by hand; `refuse`
+    /// makes the call return that error at once instead.
     #[derive(Debug, Default)]
     struct DeferredScript {
         calls: Mutex<Vec<(i32, Option<CallAnswer>)>>,
+        refuse: Mutex<Option<Error>>,
     }
 
     impl DeferredScript {
@@ -2403,10 +2451,44 @@ mod tests {
             let answer = self.calls.lock()[index].1.take();
             answer.expect("answered once").answer(outcome);
         }
+
+        fn count(&self) -> usize {
+            self.calls.lock().len()
+        }
+    }
+
+    /// Drives `producer` (bounded, in real time: the retry backoff is
+    /// 1 ms) until `calls` has seen `count` calls.
+    fn until_calls(
+        producer: &IdempotentProducer<&ScriptedRouter>,
+        calls: &DeferredScript,
+        count: usize,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while calls.count() < count {
+            assert!(
+                Instant::now() < deadline,
+                "{} calls, not {count}",
+                calls.count()
+            );
+            producer.drive_without_waiting(LOG);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A producer of `router` whose blocking calls `calls` makes.
+    fn deferring<'a>(
+        router: &'a ScriptedRouter,
+        calls: &Arc<DeferredScript>,
+    ) -> IdempotentProducer<&'a ScriptedRouter> {
+        producer(router, quick()).with_deferred_calls(Arc::clone(calls) as Arc<dyn DeferredCalls>)
     }
 
     impl DeferredCalls for DeferredScript {
         fn begin_append(&self, _: LogId, batch: &RecordBatch, answer: CallAnswer) -> Result<()> {
+            if let Some(error) = self.refuse.lock().as_ref() {
+                return Err(error.duplicate());
+            }
             self.calls
                 .lock()
                 .push((batch.header().base_sequence.0, Some(answer)));
@@ -2489,5 +2571,117 @@ mod tests {
             Some(Ok(outcome)) => assert_eq!(outcome.base_offset, Offset(0)),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A blocking call's `NotLeader` may come after its write (its
+    /// leadership ended while it waited): the batch may be in the log, in
+    /// the epoch that error names at the latest. A later refusal as out of
+    /// order by an older leader (a zombie) must not release its sequence:
+    /// it is retried. Released, the next batch would take the sequence of
+    /// one the log may hold (seed 46's failure, through the blocking path).
+    #[test]
+    fn a_blocking_calls_not_leader_keeps_the_batch_from_a_stale_refusal() {
+        let router = ScriptedRouter::default();
+        let calls = Arc::new(DeferredScript::default());
+        let producer = deferring(&router, &calls);
+        let send = producer
+            .send_values_blocking_without_waiting(LOG, &[b"p0"])
+            .expect("sent");
+        calls.answer(
+            0,
+            Err(Error::NotLeader {
+                log: LOG,
+                epoch: LeaderEpoch(5),
+                leader: None,
+            }),
+        );
+        until_calls(&producer, &calls, 2);
+        calls.answer(
+            1,
+            Err(Error::OutOfOrderSequence {
+                producer: ProducerId(7),
+                expected: Sequence(3),
+                received: Sequence(0),
+                leader_epoch: LeaderEpoch(4),
+            }),
+        );
+        producer.drive_without_waiting(LOG);
+        assert!(send.outcome().is_none(), "{:?}", send.outcome());
+        until_calls(&producer, &calls, 3);
+        calls.answer(2, written(0));
+        producer.drive_without_waiting(LOG);
+        assert!(
+            matches!(send.outcome(), Some(Ok(_))),
+            "{:?}",
+            send.outcome()
+        );
+    }
+
+    /// A retry round that reaches a blocking call sends the batches after
+    /// it only once the call returned, in order, as the real call (which
+    /// blocks inside the round) does.
+    #[test]
+    fn a_round_sends_past_a_blocking_call_only_once_it_returned() {
+        let router = ScriptedRouter::default();
+        let calls = Arc::new(DeferredScript::default());
+        let producer = deferring(&router, &calls);
+        let blocking = producer
+            .send_values_blocking_without_waiting(LOG, &[b"p0"])
+            .expect("sent");
+        calls.answer(0, Err(not_leader()));
+        producer.drive_without_waiting(LOG);
+        assert!(producer.can_send_without_waiting(LOG));
+        let later = producer
+            .send_values_pipelined(LOG, &[b"p1"])
+            .expect("sent")
+            .detach();
+        until_calls(&producer, &calls, 2);
+        for _ in 0..5 {
+            producer.drive_without_waiting(LOG);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(router.sent().is_empty(), "{:?}", router.sent());
+        calls.answer(1, written(0));
+        producer.drive_without_waiting(LOG);
+        assert_eq!(router.sent(), vec![(1, b"p1".to_vec())]);
+        router.answer(0, written(1));
+        producer.drive_without_waiting(LOG);
+        assert!(matches!(blocking.outcome(), Some(Ok(_))));
+        assert!(matches!(later.outcome(), Some(Ok(_))));
+    }
+
+    /// A blocking call's answers are the call's own, not a handle's:
+    /// `Shutdown` from the call (its node stopped after the write) puts
+    /// the batch in doubt, with no other call (a handle's would be
+    /// retried); a call refused at once (no leader) is retried through
+    /// another call.
+    #[test]
+    fn a_blocking_calls_answers_are_judged_as_the_calls_own() {
+        let router = ScriptedRouter::default();
+        let calls = Arc::new(DeferredScript::default());
+        let producer = deferring(&router, &calls);
+        let send = producer
+            .send_values_blocking_without_waiting(LOG, &[b"p0"])
+            .expect("sent");
+        calls.answer(0, Err(Error::Shutdown));
+        producer.drive_without_waiting(LOG);
+        assert!(matches!(send.outcome(), Some(Err(Error::Shutdown))));
+        assert!(producer.has_in_doubt(LOG));
+        assert_eq!(calls.count(), 1);
+
+        let router = ScriptedRouter::default();
+        let calls = Arc::new(DeferredScript::default());
+        let producer = deferring(&router, &calls);
+        *calls.refuse.lock() = Some(Error::LeaderNotAvailable(LOG));
+        let send = producer
+            .send_values_blocking_without_waiting(LOG, &[b"p0"])
+            .expect("sent");
+        assert_eq!(calls.count(), 0);
+        *calls.refuse.lock() = None;
+        until_calls(&producer, &calls, 1);
+        assert!(send.outcome().is_none());
+        calls.answer(0, written(0));
+        producer.drive_without_waiting(LOG);
+        assert!(matches!(send.outcome(), Some(Ok(_))));
     }
 }

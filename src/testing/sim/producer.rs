@@ -56,12 +56,10 @@ struct Call {
 impl SimRouter {
     /// Gives each blocking call whose outcome is known now that outcome
     /// (what `append` returns once its wait decides, see
-    /// [`ReplicatedLog::blocking_append_outcome`]). Returns how many
-    /// returned.
-    fn return_calls(&self) -> usize {
+    /// [`ReplicatedLog::blocking_append_outcome`]).
+    fn return_calls(&self) {
         let now = self.clock.now();
         let mut calls = self.calls.lock();
-        let mut returned = 0;
         let mut index = 0;
         while index < calls.len() {
             let call = &calls[index];
@@ -69,14 +67,10 @@ impl SimRouter {
                 .log
                 .blocking_append_outcome(&call.append, now >= call.deadline)
             {
-                Some(outcome) => {
-                    calls.remove(index).answer.answer(outcome);
-                    returned += 1;
-                }
+                Some(outcome) => calls.remove(index).answer.answer(outcome),
                 None => index += 1,
             }
         }
-        returned
     }
 }
 

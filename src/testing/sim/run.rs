@@ -5446,6 +5446,38 @@ mod tests {
         );
     }
 
+    /// The producer's blocking sends are drawn apart: a run that draws
+    /// none is event for event the run it is without them, and one that
+    /// draws them makes some, passes and replays byte for byte.
+    #[test]
+    fn the_producers_blocking_sends_are_drawn_apart() {
+        let (mut with, mut without) = (None, None);
+        for seed in 0..16 {
+            let config = SimConfig {
+                blocking_sends: true,
+                ..single_log(seed)
+            };
+            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+            if report.produced.2 > 0 {
+                with.get_or_insert((config, report.trace_hash));
+            } else {
+                without.get_or_insert((seed, report.trace_hash));
+            }
+            if with.is_some() && without.is_some() {
+                break;
+            }
+        }
+        let (config, hash) = with.expect("a run among 16 draws blocking sends");
+        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
+        let (seed, hash) = without.expect("a run among 16 draws none");
+        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(
+            before.trace_hash, hash,
+            "seed {seed} without blocking sends"
+        );
+    }
+
     /// A run of three logs passes, and each log had a leader, acknowledged
     /// records and served the reader: the workload and the checks reach
     /// every log, not only the first.

@@ -2505,8 +2505,7 @@ mod tests {
     fn a_deferred_blocking_send_holds_the_pipeline_until_its_call_returns() {
         let router = ScriptedRouter::default();
         let calls = Arc::new(DeferredScript::default());
-        let producer = producer(&router, quick())
-            .with_deferred_calls(Arc::clone(&calls) as Arc<dyn DeferredCalls>);
+        let producer = deferring(&router, &calls);
         let first = producer
             .send_values_pipelined(LOG, &[b"p0"])
             .expect("sent")
@@ -2519,7 +2518,7 @@ mod tests {
             .send_values_blocking_without_waiting(LOG, &[b"p2"])
             .expect("sent");
         assert_eq!(router.sent().len(), 2, "the pipelined attempts");
-        assert_eq!(calls.calls.lock().len(), 1, "the blocking call");
+        assert_eq!(calls.count(), 1, "the blocking call");
         assert_eq!(calls.calls.lock()[0].0, 2);
         assert!(!producer.can_send_without_waiting(LOG), "inside the send");
 
@@ -2541,36 +2540,6 @@ mod tests {
         }
         assert_eq!(producer.batches_unresolved(LOG), 0);
         assert!(producer.can_send_without_waiting(LOG));
-    }
-
-    /// A deferred blocking call that returns a retriable error is retried
-    /// as a blocking call, after the backoff, and its retry's outcome is
-    /// the send's; the error is taken in as the call's own (not a
-    /// handle's).
-    #[test]
-    fn a_deferred_blocking_send_retries_through_another_call() {
-        let router = ScriptedRouter::default();
-        let calls = Arc::new(DeferredScript::default());
-        let producer = producer(&router, quick())
-            .with_deferred_calls(Arc::clone(&calls) as Arc<dyn DeferredCalls>);
-        let send = producer
-            .send_values_blocking_without_waiting(LOG, &[b"p0"])
-            .expect("sent");
-        calls.answer(0, Err(not_leader()));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while calls.calls.lock().len() < 2 {
-            assert!(Instant::now() < deadline, "no retry");
-            producer.drive_without_waiting(LOG);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(send.outcome().is_none());
-        assert!(router.sent().is_empty(), "no pipelined attempt");
-        calls.answer(1, written(0));
-        producer.drive_without_waiting(LOG);
-        match send.outcome() {
-            Some(Ok(outcome)) => assert_eq!(outcome.base_offset, Offset(0)),
-            other => panic!("{other:?}"),
-        }
     }
 
     /// A blocking call's `NotLeader` may come after its write (its
@@ -2617,9 +2586,10 @@ mod tests {
         );
     }
 
-    /// A retry round that reaches a blocking call sends the batches after
-    /// it only once the call returned, in order, as the real call (which
-    /// blocks inside the round) does.
+    /// A blocking call that returns a retriable error is retried through
+    /// another call, and the retry round that reaches it sends the batches
+    /// after it only once that call returned, in order, as the real call
+    /// (which blocks inside the round) does.
     #[test]
     fn a_round_sends_past_a_blocking_call_only_once_it_returned() {
         let router = ScriptedRouter::default();

@@ -387,6 +387,26 @@ impl Entry {
         matches!(self.attempt, Attempt::Answered { outcome: Ok(_), .. })
     }
 
+    /// Takes in an attempt just made, or the answer of a blocking call the
+    /// simulator deferred: an epoch that placed the batch (`placed_in`)
+    /// marks it maybe written, and is seen with any epoch the answer
+    /// names.
+    fn take_in(
+        &mut self,
+        attempt: Attempt,
+        placed_in: Option<LeaderEpoch>,
+        epoch_seen: &mut Option<LeaderEpoch>,
+    ) {
+        if placed_in.is_some() {
+            self.may_have_been_written();
+        }
+        if let Attempt::Answered { outcome, .. } = &attempt {
+            *epoch_seen = (*epoch_seen).max(epoch_named(outcome));
+        }
+        *epoch_seen = (*epoch_seen).max(placed_in);
+        self.attempt = attempt;
+    }
+
     /// A blocking attempt the simulator deferred has not returned yet (see
     /// [`DeferredCalls`]); never so otherwise, as a blocking attempt is
     /// answered by the call that makes it.
@@ -1093,20 +1113,12 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
         let mut earlier_unresolved = false;
         let mut epoch_seen = sequence.epoch_seen;
         for entry in sequence.queue.iter_mut() {
-            if entry.is_call_under_way() {
-                break;
-            }
+            // `drive` goes on with a round only once its call returned.
+            debug_assert!(!entry.is_call_under_way(), "a round past a call under way");
             if matches!(entry.attempt, Attempt::Unsent) {
                 entry.sent_behind_unresolved = earlier_unresolved;
                 let (attempt, placed_in) = self.attempt(log, shared, entry);
-                if placed_in.is_some() {
-                    entry.may_have_been_written();
-                }
-                if let Attempt::Answered { outcome, .. } = &attempt {
-                    epoch_seen = epoch_seen.max(epoch_named(outcome));
-                }
-                epoch_seen = epoch_seen.max(placed_in);
-                entry.attempt = attempt;
+                entry.take_in(attempt, placed_in, &mut epoch_seen);
                 if entry.is_call_under_way() {
                     break;
                 }
@@ -1515,8 +1527,8 @@ enum DeferredCall {
 }
 
 /// Takes in the answer of the blocking attempt the simulator deferred, if
-/// it returned: as [`IdempotentProducer::send_unsent`] takes in a blocking
-/// attempt's.
+/// it returned ([`Entry::take_in`], as `send_unsent` takes in a blocking
+/// attempt's).
 #[cfg(any(test, feature = "testing"))]
 fn take_returned_call(sequence: &mut LogSequence) -> DeferredCall {
     let Some((entry, outcome)) = sequence.queue.iter_mut().find_map(|entry| {
@@ -1531,19 +1543,13 @@ fn take_returned_call(sequence: &mut LogSequence) -> DeferredCall {
     let Some(outcome) = outcome else {
         return DeferredCall::UnderWay;
     };
-    // As a blocking attempt's answer is taken in by `send_unsent`.
+    // As `attempt` answers a blocking call that returned at once.
     let placed_in = blocking_call_placed_in(&outcome);
-    if placed_in.is_some() {
-        entry.may_have_been_written();
-    }
-    sequence.epoch_seen = sequence
-        .epoch_seen
-        .max(epoch_named(&outcome))
-        .max(placed_in);
-    entry.attempt = Attempt::Answered {
+    let answered = Attempt::Answered {
         outcome,
         from_handle: false,
     };
+    entry.take_in(answered, placed_in, &mut sequence.epoch_seen);
     DeferredCall::Returned
 }
 

@@ -207,8 +207,7 @@ impl ProducerClient {
     /// client is inside a blocking send or the send would wait (then
     /// nothing is sent, as a client that does not block would skip it).
     pub(super) fn send(&mut self) -> Sent {
-        self.router.return_calls();
-        self.producer.drive_without_waiting(self.log);
+        self.drive();
         if self.is_inside_send() {
             return Sent::InsideSend;
         }

@@ -29,9 +29,14 @@ use crate::types::Offset;
 /// When the log fsyncs its data (SPEC 2.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum FlushPolicy {
-    /// Never fsync on append; the operating system writes the data back when
-    /// it likes (Kafka's default). Data reaches the disk on roll, `flush`
-    /// and `close`.
+    /// No fsync for the append's own records; the operating system writes
+    /// the data back when it likes (Kafka's default). Data reaches the disk
+    /// when a segment rolls, on `flush` and on `close`. A node's logs make
+    /// a rolled segment durable on a background thread, as Kafka does; a
+    /// standalone [`Log`](crate::Log) has no such thread, so the
+    /// append that rolls a segment also fsyncs it (seconds per GiB of
+    /// unsynced data): call `flush` from a thread of your own, or keep
+    /// segments small, if that stall matters.
     #[default]
     Never,
     /// Fsync once `messages` records were appended since the last fsync, or

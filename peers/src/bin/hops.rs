@@ -13,6 +13,11 @@
 //!                        (process user + system time over the window)
 //!   hops threads<clients>x<bytes>         e.g. threads64x1024: the same with OS threads
 //!                        calling the blocking `append_values` (side_by_side's thread clients)
+//!   TIMELINE_MS=250 hops tput256x100      also a line per 250 ms slice of the window: its
+//!                        end (unix ms), ops/s, appends per leader write, and per kind of
+//!                        thread (tokio workers, fetchers, completion runner, ...) CPU use
+//!                        and voluntary/involuntary context switches a second (from
+//!                        /proc/self/task)
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -192,6 +197,39 @@ fn main() {
     c.shutdown().unwrap();
 }
 
+/// Per thread kind (the name up to its first digit): CPU seconds, voluntary and
+/// involuntary context switches, from /proc/self/task.
+fn thread_stats() -> std::collections::BTreeMap<String, (f64, u64, u64)> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let path = task.path();
+        let (Ok(stat), Ok(status)) = (
+            std::fs::read_to_string(path.join("stat")),
+            std::fs::read_to_string(path.join("status")),
+        ) else {
+            continue;
+        };
+        let name = stat[stat.find('(').unwrap() + 1..stat.rfind(')').unwrap()].to_string();
+        let kind: String = name.chars().take_while(|c| !c.is_ascii_digit()).collect();
+        let kind = kind.trim_end_matches('-').to_string();
+        let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .collect();
+        let cpu = (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0;
+        let field = |key: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map_or(0, |v| v.trim().parse().unwrap())
+        };
+        let entry = kinds.entry(kind).or_insert((0.0, 0, 0));
+        entry.0 += cpu;
+        entry.1 += field("voluntary_ctxt_switches:");
+        entry.2 += field("nonvoluntary_ctxt_switches:");
+    }
+    kinds
+}
+
 /// CPU seconds of this process (user + system), from /proc/self/stat.
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -219,7 +257,59 @@ fn measure(
     let n0 = c.memory_network_calls();
     let cpu0 = cpu_secs();
     let t0 = Instant::now();
-    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+    // TIMELINE_MS=<ms>: also print each slice of the window (ops/s, appends per leader
+    // write, and per kind of thread its CPU and context switches), to see whether a run
+    // keeps one speed or changes speed within the run, and what changes with it.
+    match std::env::var("TIMELINE_MS")
+        .ok()
+        .map(|ms| ms.parse::<u64>().unwrap())
+    {
+        Some(slice_ms) => {
+            let slice = std::time::Duration::from_millis(slice_ms);
+            let (mut d, mut s, mut at) = (d0, s0.appends, t0);
+            let mut threads = thread_stats();
+            let mut line = String::new();
+            while t0.elapsed().as_secs_f64() < secs {
+                std::thread::sleep(slice);
+                let (d2, s2, at2) = (
+                    done.load(Ordering::Relaxed),
+                    log.log_stats().appends,
+                    Instant::now(),
+                );
+                let threads2 = thread_stats();
+                let dt = at2.duration_since(at).as_secs_f64();
+                // Wall-clock milliseconds (to line slices up with another process's record).
+                let wall_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis();
+                line.push_str(&format!(
+                    "{wall_ms} {:5.0}k/s {:3.0}/write |",
+                    (d2 - d) as f64 / dt / 1e3,
+                    (d2 - d) as f64 / (s2 - s).max(1) as f64
+                ));
+                for (name, (cpu, vol, invol)) in &threads2 {
+                    let (c0, v0, i0) = threads.get(name).copied().unwrap_or_default();
+                    if cpu - c0 < 0.005 * dt {
+                        continue;
+                    }
+                    line.push_str(&format!(
+                        " {name} {:3.0}% {:4.0}k {:4.0}k |",
+                        (cpu - c0) / dt * 100.0,
+                        (vol - v0) as f64 / dt / 1e3,
+                        (invol - i0) as f64 / dt / 1e3
+                    ));
+                }
+                line.push('\n');
+                (d, s, at, threads) = (d2, s2, at2, threads2);
+            }
+            println!(
+                "timeline: unix ms, ops/s, appends per leader write | per kind of thread: CPU, \
+                 voluntary and involuntary context switches a second\n{line}"
+            );
+        }
+        None => std::thread::sleep(std::time::Duration::from_secs_f64(secs)),
+    }
     let d1 = done.load(Ordering::Relaxed);
     let s1 = log.log_stats();
     let n1 = c.memory_network_calls();

@@ -3535,6 +3535,7 @@ mod tests {
                 current_leader_epoch: LeaderEpoch(3),
                 fetch_offset: Offset(1),
                 last_fetched_epoch: Some(LeaderEpoch(3)),
+                line_epoch: Some(LeaderEpoch(3)),
                 log_start_offset: Offset::ZERO,
                 bytes_max: 1 << 20,
                 applied_offset: None,

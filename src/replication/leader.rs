@@ -393,6 +393,7 @@ impl LeaderState {
     /// before the high watermark; the order makes no difference, since a
     /// follower may join only with a log end offset at or above the high
     /// watermark, so counting it cannot change the minimum the rule takes.
+    #[cfg(test)]
     pub(crate) fn on_fetch(
         &mut self,
         follower: NodeId,
@@ -400,6 +401,48 @@ impl LeaderState {
         request_epoch: LeaderEpoch,
         arrival: FetchArrival,
         incarnation: Incarnation,
+    ) -> FetchDecision {
+        self.on_fetch_of_line(
+            follower,
+            fetch_offset,
+            request_epoch,
+            arrival,
+            incarnation,
+            true,
+        )
+    }
+
+    /// [`on_fetch`](Self::on_fetch) of a fetch that says whether the
+    /// follower's log is durably on this epoch's line (`on_line`: its
+    /// stored line epoch, [`Log::line_epoch`](crate::Log::line_epoch), is
+    /// this epoch). Until a fetch says so, it counts as a fetch at no more
+    /// than the high watermark: it commits nothing, and the follower is not
+    /// caught up with records above the high watermark (so a follower that
+    /// cannot store its line, and so holds the high watermark, leaves the
+    /// ISR after `replica_lag_time_max`, and one outside cannot join).
+    ///
+    /// Why (SPEC 3.5, G2; simulator seed 70100050): a follower stores its
+    /// line on the first answer of an epoch it can apply. A fetch sent
+    /// before that answer arrived says nothing durable: if the follower
+    /// crashes before the answer, it comes back on its older line, while
+    /// records it held from before the epoch were committed by that fetch.
+    /// If the leader then loses its copy, unclean recovery weighs those
+    /// records as the older line's, and a replica that parted on a line in
+    /// between (a deposed leader's uncommitted tail) wins over them. Kafka
+    /// reaches the same end another way: a KRaft leader commits nothing
+    /// before a record of its own epoch (its leader-change record), which
+    /// a follower holds only on the new leader's line. Here the cost is one
+    /// fetch round trip after each election before older epochs' records
+    /// commit; appends of the epoch itself wait for the follower's next
+    /// fetch anyway, which says so.
+    pub(crate) fn on_fetch_of_line(
+        &mut self,
+        follower: NodeId,
+        fetch_offset: Offset,
+        request_epoch: LeaderEpoch,
+        arrival: FetchArrival,
+        incarnation: Incarnation,
+        on_line: bool,
     ) -> FetchDecision {
         if let Err(rejection) = self.validate_fetch(follower, fetch_offset, request_epoch) {
             return FetchDecision::Rejected(rejection);
@@ -409,12 +452,18 @@ impl LeaderState {
             // the leader does not have.
             return FetchDecision::Rejected(self.out_of_range(fetch_offset));
         }
+        let fetch_offset = if on_line {
+            fetch_offset
+        } else {
+            fetch_offset.min(self.high_watermark)
+        };
         let leader_log_end_offset = self.log_end_offset;
         let Some(progress) = self.followers.get_mut(&follower) else {
             return FetchDecision::Rejected(FetchRejection::UnknownFollower { node: follower });
         };
         let counted =
             progress.record_fetch(fetch_offset, leader_log_end_offset, arrival, incarnation);
+
         let (high_watermark, isr_proposal) = match counted {
             FetchCounted::OlderIncarnation => {
                 return FetchDecision::Rejected(FetchRejection::StaleIncarnation {
@@ -987,6 +1036,55 @@ mod tests {
             } => (high_watermark, isr_proposal),
             FetchDecision::Rejected(rejection) => panic!("fetch rejected: {rejection:?}"),
         }
+    }
+
+    /// A new fetch of `node` at `offset` that says whether the follower's
+    /// log is durably on this epoch's line.
+    fn fetch_of_line(
+        state: &mut LeaderState,
+        node: NodeId,
+        offset: u64,
+        now: Instant,
+        on_line: bool,
+    ) -> HighWatermarkUpdate {
+        let arrival = FetchArrival::New(now);
+        match state.on_fetch_of_line(node, Offset(offset), EPOCH, arrival, INC, on_line) {
+            FetchDecision::Accepted { high_watermark, .. } => high_watermark,
+            FetchDecision::Rejected(rejection) => panic!("fetch rejected: {rejection:?}"),
+        }
+    }
+
+    /// Simulator seed 70100050: a fetch sent before the follower stored
+    /// this epoch as its line commits nothing, since a crash would bring
+    /// the follower back on its older line; its next fetch, which says it
+    /// is on the line, commits what it holds (see `on_fetch_of_line`).
+    #[test]
+    fn a_follower_not_yet_on_the_epochs_line_holds_the_high_watermark() {
+        let now = Instant::now();
+        // A new leader whose log holds records of older epochs above the
+        // high watermark, which its followers hold too.
+        let mut state = leader(&[L, F1, F2], &[L, F1, F2], 2, offsets(0, 150, 181), now);
+        assert_eq!(
+            fetch_of_line(&mut state, F1, 181, now, false),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(
+            fetch_of_line(&mut state, F2, 181, now, false),
+            HighWatermarkUpdate::Unchanged
+        );
+        assert_eq!(state.high_watermark(), Offset(150));
+        // Not caught up either: it vouches for nothing above the high
+        // watermark.
+        assert_eq!(state.follower_log_end_offset(F1), Some(Offset(150)));
+        assert_eq!(
+            fetch_of_line(&mut state, F1, 181, now + ms(1), true),
+            HighWatermarkUpdate::Unchanged,
+            "F2 is not on the line yet"
+        );
+        assert_eq!(
+            fetch_of_line(&mut state, F2, 181, now + ms(1), true),
+            advanced(150, 181)
+        );
     }
 
     fn advanced(from: u64, to: u64) -> HighWatermarkUpdate {

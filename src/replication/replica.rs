@@ -1970,12 +1970,14 @@ impl Replica {
                     if let Some(hw) = leader.on_local_append(end).advanced_to() {
                         self.publish_high_watermark(hw);
                     }
-                    leader.on_fetch(
+                    let epoch = leader.leader_epoch();
+                    leader.on_fetch_of_line(
                         follower,
                         acknowledged,
                         request.current_leader_epoch,
                         arrival,
                         incarnation,
+                        request.line_epoch >= Some(epoch),
                     )
                 }
                 None => {
@@ -2807,6 +2809,7 @@ impl Replica {
             current_leader_epoch: position.current_leader_epoch,
             fetch_offset: position.fetch_offset,
             last_fetched_epoch: position.last_fetched_epoch,
+            line_epoch: self.log.line_epoch(),
             log_start_offset: state.log_start_offset(),
             bytes_max,
             applied_offset: self.applied.get(self.local),
@@ -3586,6 +3589,7 @@ mod tests {
             current_leader_epoch: LeaderEpoch(3),
             fetch_offset: Offset(2),
             last_fetched_epoch: Some(LeaderEpoch(1)),
+            line_epoch: Some(LeaderEpoch(3)),
             log_start_offset: Offset::ZERO,
             bytes_max: 1 << 20,
             applied_offset: None,
@@ -3635,6 +3639,7 @@ mod tests {
             current_leader_epoch: LeaderEpoch(3),
             fetch_offset: Offset(15),
             last_fetched_epoch: None,
+            line_epoch: Some(LeaderEpoch(3)),
             log_start_offset: Offset(15),
             bytes_max: 1 << 20,
             applied_offset: None,

@@ -202,6 +202,7 @@ pub fn sample_fetch_request(replica: NodeId, id: u64) -> Request {
             current_leader_epoch: LeaderEpoch(3),
             fetch_offset: Offset(id),
             last_fetched_epoch: Some(LeaderEpoch(2)),
+            line_epoch: Some(LeaderEpoch(3)),
             log_start_offset: Offset(0),
             bytes_max: 1 << 16,
             applied_offset: Some(Offset(id / 2)),

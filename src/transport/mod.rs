@@ -182,6 +182,14 @@ pub struct FetchLog {
     /// Epoch of the follower's last batch, for the divergence check; `None`
     /// when the follower's log is empty.
     pub last_fetched_epoch: Option<LeaderEpoch>,
+    /// The follower's line epoch as stored on its disk
+    /// ([`Log::line_epoch`](crate::Log::line_epoch)): the newest epoch
+    /// whose leader's log its log is known to be a prefix of. The leader
+    /// counts the fetch towards its high watermark only once this is its
+    /// own epoch (SPEC 3.3, 3.5): until then a crash could bring the
+    /// follower back on an older line, and unclean recovery would weigh
+    /// records committed by this fetch as those of that older line.
+    pub line_epoch: Option<LeaderEpoch>,
     /// The follower's log start offset (informational).
     pub log_start_offset: Offset,
     /// Byte budget for this log's records.

@@ -56,6 +56,7 @@ fn a_late_fetch_from_a_crashed_follower_does_not_put_it_back_into_the_isr() {
             current_leader_epoch: epoch,
             fetch_offset: leader.log_end_offset(),
             last_fetched_epoch: Some(epoch),
+            line_epoch: Some(epoch),
             log_start_offset: leader.log_start_offset(),
             bytes_max: 1 << 20,
             applied_offset: None,

@@ -79,6 +79,7 @@ fn follower_fetch_of_a_damaged_batch_gets_an_error() {
                 current_leader_epoch: leader.leader_epoch(),
                 fetch_offset: Offset(fetch_offset),
                 last_fetched_epoch: None,
+                line_epoch: Some(leader.leader_epoch()),
                 log_start_offset: Offset::ZERO,
                 bytes_max: 1 << 20,
                 applied_offset: None,

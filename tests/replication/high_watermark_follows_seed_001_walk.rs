@@ -32,6 +32,7 @@ fn fetch(
             } else {
                 Some(LeaderEpoch(0))
             },
+            line_epoch: Some(LeaderEpoch(0)),
             log_start_offset: Offset(0),
             bytes_max: 1 << 20,
             applied_offset: None,

@@ -374,6 +374,7 @@ fn request() -> impl Strategy<Value = Request> {
             current_leader_epoch: LeaderEpoch(epoch),
             fetch_offset: Offset(offset),
             last_fetched_epoch: last.map(LeaderEpoch),
+            line_epoch: Some(LeaderEpoch(epoch)),
             log_start_offset: Offset(start),
             bytes_max,
             applied_offset: (start % 2 == 0).then_some(Offset(offset)),

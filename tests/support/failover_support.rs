@@ -186,6 +186,7 @@ pub fn fetch_request(
             current_leader_epoch: epoch,
             fetch_offset,
             last_fetched_epoch,
+            line_epoch: Some(epoch),
             log_start_offset: Offset(0),
             bytes_max: 1 << 20,
             applied_offset: None,

@@ -35,6 +35,7 @@ fn fetch_log(log: LogId, epoch: LeaderEpoch, offset: Offset) -> FetchLog {
         current_leader_epoch: epoch,
         fetch_offset: offset,
         last_fetched_epoch: None,
+        line_epoch: Some(epoch),
         log_start_offset: Offset(0),
         bytes_max: u32::MAX,
         applied_offset: None,

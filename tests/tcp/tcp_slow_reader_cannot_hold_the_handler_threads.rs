@@ -64,6 +64,7 @@ fn a_slow_reader_is_cut_off_at_the_write_deadline_while_appends_commit() {
             current_leader_epoch: epoch,
             fetch_offset: Offset(0),
             last_fetched_epoch: None,
+            line_epoch: Some(epoch),
             log_start_offset: Offset(0),
             bytes_max: u32::MAX,
             applied_offset: None,

@@ -129,6 +129,7 @@ impl Scenario {
                 current_leader_epoch: epoch,
                 fetch_offset: self.leader.log_end_offset(),
                 last_fetched_epoch: Some(epoch),
+                line_epoch: Some(epoch),
                 log_start_offset: Offset(0),
                 bytes_max: 1 << 20,
                 applied_offset: None,

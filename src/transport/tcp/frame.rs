@@ -53,6 +53,8 @@
 //! | per log: fetch offset | u64 |
 //! | per log: last fetched epoch present (0 or 1) | u8 |
 //! | per log: last fetched epoch, only if present | u32 |
+//! | per log: line epoch present (0 or 1) | u8 |
+//! | per log: line epoch, only if present | u32 |
 //! | per log: log start offset | u64 |
 //! | per log: bytes_max | u32 |
 //! | per log: applied offset present (0 or 1) | u8 |
@@ -132,8 +134,9 @@ pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
 /// fetches and their answers, and the snapshot messages (SPEC 3.9);
 /// version 3 the epoch below the log start to fetch answers and the
 /// snapshot's epoch to its chunks; version 4 the epoch below the log end
-/// to fetch answers.
-pub(crate) const VERSION: u8 = 4;
+/// to fetch answers; version 5 the follower's line epoch to the fetch
+/// request.
+pub(crate) const VERSION: u8 = 5;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
 
@@ -149,9 +152,9 @@ const _: () = assert!(TYPE_AT + 1 == BODY_LENGTH_AT);
 const _: () = assert!(BODY_LENGTH_AT + 4 == REQUEST_ID_AT);
 const _: () = assert!(REQUEST_ID_AT + 8 == HEADER_BYTES);
 
-/// Smallest encoding of one `FetchLog` (last fetched epoch and applied
-/// position absent).
-const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 8 + 4 + 1;
+/// Smallest encoding of one `FetchLog` (last fetched epoch, line epoch and
+/// applied position absent).
+const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 1 + 8 + 4 + 1;
 /// Smallest encoding of one `FetchedLog` (not diverging, no records, no
 /// applied positions).
 const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 1 + 1 + 4 + 4;
@@ -333,6 +336,7 @@ pub(crate) fn encode_request(
                 out.put_u32_le(log.current_leader_epoch.0);
                 out.put_u64_le(log.fetch_offset.0);
                 put_epoch(&mut out, log.last_fetched_epoch);
+                put_epoch(&mut out, log.line_epoch);
                 out.put_u64_le(log.log_start_offset.0);
                 out.put_u32_le(log.bytes_max);
                 match log.applied_offset {
@@ -580,6 +584,7 @@ fn fetch_request_bytes(fetch: &FetchRequest) -> usize {
             .map(|log| {
                 FETCH_LOG_BYTES_MIN
                     + log.last_fetched_epoch.map_or(0, |_| 4)
+                    + log.line_epoch.map_or(0, |_| 4)
                     + log.applied_offset.map_or(0, |_| 8)
             })
             .sum::<usize>()
@@ -852,6 +857,7 @@ fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError>
         let current_leader_epoch = LeaderEpoch(reader.u32("fetch current leader epoch")?);
         let fetch_offset = Offset(reader.u64("fetch offset")?);
         let last_fetched_epoch = reader.epoch("fetch last fetched epoch")?;
+        let line_epoch = reader.epoch("fetch line epoch")?;
         let log_start_offset = Offset(reader.u64("fetch log start offset")?);
         let log_bytes_max = reader.u32("fetch log bytes_max")?;
         let applied_offset = if reader.presence("fetch applied offset present")? {
@@ -864,6 +870,7 @@ fn decode_fetch_request(reader: &mut Reader) -> Result<FetchRequest, FrameError>
             current_leader_epoch,
             fetch_offset,
             last_fetched_epoch,
+            line_epoch,
             log_start_offset,
             bytes_max: log_bytes_max,
             applied_offset,
@@ -1063,6 +1070,7 @@ mod tests {
                 current_leader_epoch: LeaderEpoch(u32::MAX),
                 fetch_offset: Offset(u64::MAX),
                 last_fetched_epoch: None,
+                line_epoch: Some(LeaderEpoch(u32::MAX)),
                 log_start_offset: Offset(u64::MAX),
                 bytes_max: u32::MAX,
                 applied_offset: Some(Offset(u64::MAX)),
@@ -1280,16 +1288,18 @@ mod tests {
             any::<u32>(),
             any::<u64>(),
             proptest::option::of(any::<u32>()),
+            proptest::option::of(any::<u32>()),
             any::<u64>(),
             any::<u32>(),
             proptest::option::of(any::<u64>()),
         )
             .prop_map(
-                |(log, epoch, offset, last, start, bytes_max, applied)| FetchLog {
+                |(log, epoch, offset, last, line, start, bytes_max, applied)| FetchLog {
                     log: LogId(log),
                     current_leader_epoch: LeaderEpoch(epoch),
                     fetch_offset: Offset(offset),
                     last_fetched_epoch: last.map(LeaderEpoch),
+                    line_epoch: line.map(LeaderEpoch),
                     log_start_offset: Offset(start),
                     bytes_max,
                     applied_offset: applied.map(Offset),

@@ -431,8 +431,10 @@ impl LeaderState {
     /// between (a deposed leader's uncommitted tail) wins over them. Kafka
     /// reaches the same end another way: a KRaft leader commits nothing
     /// before a record of its own epoch (its leader-change record), which
-    /// a follower holds only on the new leader's line. Here the cost is one
-    /// fetch round trip after each election before older epochs' records
+    /// a follower holds only on the new leader's line. Here the cost is the
+    /// wait for each follower's first answer of the epoch (at once when a
+    /// record arrives, else after `fetch_wait_max`, as a parked fetch) and
+    /// one more fetch, after each election, before older epochs' records
     /// commit; appends of the epoch itself wait for the follower's next
     /// fetch anyway, which says so.
     pub(crate) fn on_fetch_of_line(
@@ -471,6 +473,11 @@ impl LeaderState {
                     incarnation,
                 });
             }
+            // Not on the line, it may hold records of this epoch's
+            // commits only on an older line: no ISR for it yet (review of
+            // 611925e: clipped to a high watermark at the epoch's start,
+            // it would have qualified).
+            FetchCounted::New if !on_line => (self.advance_high_watermark(), None),
             FetchCounted::New => (
                 self.advance_high_watermark(),
                 self.maybe_propose_expand(follower, arrival.arrived_at()),
@@ -1085,6 +1092,28 @@ mod tests {
             fetch_of_line(&mut state, F2, 181, now + ms(1), true),
             advanced(150, 181)
         );
+    }
+
+    /// Review of 611925e: a follower outside the ISR, caught up to the
+    /// epoch's start in an older epoch, joins only once a fetch says it
+    /// is on the epoch's line, though its clipped offset would qualify.
+    #[test]
+    fn a_follower_not_yet_on_the_epochs_line_does_not_join_the_isr() {
+        let now = Instant::now();
+        let mut state = leader(&[L, F1, F2], &[L, F1], 2, offsets(0, 181, 181), now);
+        let arrival = FetchArrival::New(now);
+        match state.on_fetch_of_line(F2, Offset(181), EPOCH, arrival, INC, false) {
+            FetchDecision::Accepted { isr_proposal, .. } => assert_eq!(isr_proposal, None),
+            FetchDecision::Rejected(rejection) => panic!("fetch rejected: {rejection:?}"),
+        }
+        let arrival = FetchArrival::New(now + ms(1));
+        match state.on_fetch_of_line(F2, Offset(181), EPOCH, arrival, INC, true) {
+            FetchDecision::Accepted { isr_proposal, .. } => assert!(
+                isr_proposal.is_some(),
+                "on the line and caught up, it qualifies"
+            ),
+            FetchDecision::Rejected(rejection) => panic!("fetch rejected: {rejection:?}"),
+        }
     }
 
     fn advanced(from: u64, to: u64) -> HighWatermarkUpdate {

@@ -35,6 +35,7 @@ pub fn spoofed_fetch(victim: NodeId, incarnation: Incarnation, epoch: LeaderEpoc
     body.extend_from_slice(&epoch.0.to_le_bytes());
     body.extend_from_slice(&0u64.to_le_bytes()); // fetch offset 0
     body.push(0); // no last fetched epoch: an empty log
+    body.push(0); // no line epoch: a log that never followed or led
     body.extend_from_slice(&0u64.to_le_bytes()); // log start offset
     body.extend_from_slice(&(1u32 << 20).to_le_bytes()); // bytes_max
     body.push(0); // no applied position

@@ -5377,7 +5377,9 @@ mod tests {
     /// 6 when a leader began counting a follower's fetch towards its high
     /// watermark only once the fetch says the follower stored the
     /// leader's epoch as its line (seed 70100050): commits, catch-up times
-    /// and ISR changes right after elections moved. Chosen to
+    /// and ISR changes right after elections moved; and for seeds 13, 17
+    /// and 23 when such a fetch stopped qualifying its follower for the
+    /// ISR. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5392,10 +5394,10 @@ mod tests {
             (2, 0x6c33_0eb5_8186_33a7),
             (6, 0x8667_98a0_1820_5b01),
             (10, 0x559a_ca38_b1c5_8e79),
-            (13, 0xbeb6_1ac3_0d53_37d1),
+            (13, 0xf2ea_76f7_2f12_b5af),
             (14, 0x0f65_bb59_ea08_d7f8),
-            (17, 0x3f11_8ef9_14c5_2e43),
-            (23, 0x2061_109d_9a89_eca8),
+            (17, 0xdbb1_ed74_2c96_5b89),
+            (23, 0xca15_e0ee_4f27_21c4),
             (35, 0xc55a_7479_2a56_2dde),
             (41, 0xa431_25b4_e188_de06),
             (45, 0xd064_3c73_8ad8_b8c9),

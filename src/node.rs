@@ -3403,6 +3403,7 @@ impl NodeShared {
         );
         let mut proposals = false;
         let mut crowded = false;
+        let mut off_line = false;
         let mut answers: Vec<Option<FetchedLog>> = vec![None; count];
         let start = match count {
             0 => 0,
@@ -3422,6 +3423,9 @@ impl NodeShared {
                     );
                     proposals |= replica.has_isr_proposal();
                     crowded |= replica.producers_crowded();
+                    // Accepted, so its epoch is the leader's.
+                    off_line |= answer.error.is_none()
+                        && fetch.line_epoch < Some(fetch.current_leader_epoch);
                     answer
                 }
                 None => unknown_log(fetch.log),
@@ -3438,6 +3442,7 @@ impl NodeShared {
             crowded,
             proposals,
             stopped: self.stop.load(Ordering::SeqCst),
+            off_line,
         }
     }
 }

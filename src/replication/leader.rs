@@ -431,12 +431,12 @@ impl LeaderState {
     /// between (a deposed leader's uncommitted tail) wins over them. Kafka
     /// reaches the same end another way: a KRaft leader commits nothing
     /// before a record of its own epoch (its leader-change record), which
-    /// a follower holds only on the new leader's line. Here the cost is the
-    /// wait for each follower's first answer of the epoch (at once when a
-    /// record arrives, else after `fetch_wait_max`, as a parked fetch) and
-    /// one more fetch, after each election, before older epochs' records
-    /// commit; appends of the epoch itself wait for the follower's next
-    /// fetch anyway, which says so.
+    /// a follower holds only on the new leader's line. Here the cost is one
+    /// fetch round trip after each election (and each follower's restart)
+    /// before older epochs' records commit: a fetch not on the line is
+    /// answered at once, never parked (`FetchLook::off_line`); appends of
+    /// the epoch itself wait for the follower's next fetch anyway, which
+    /// says so.
     pub(crate) fn on_fetch_of_line(
         &mut self,
         follower: NodeId,

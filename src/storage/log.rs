@@ -1675,18 +1675,19 @@ impl Log {
     /// stored: once per epoch at most.
     ///
     /// A follower stores it on the first answer of an epoch that it can
-    /// apply (no error, no divergence), while the leader counts each
-    /// fetch towards its high watermark as it arrives: if the follower
-    /// crashes before such an answer (a lost answer, one carrying a read
-    /// error), records it held from before the epoch may have been
-    /// committed in it while its stored line is older. Recovery then compares it as a log of its
-    /// older line, which loses them only if the leader's copy is lost too
-    /// and another replica parted from it on a line in between. Counting
-    /// a follower's fetches only from its second of the epoch would not
-    /// close this window (a fetch sent again after a lost answer is a
-    /// second one); counting them only once its fetch offset grew in the
-    /// epoch would, but holds the high watermark until the epoch's first
-    /// append (KRaft appends a leader-change record for this). Left open.
+    /// apply (no error, no divergence), and its fetches carry what is
+    /// stored ([`FetchLog::line_epoch`](crate::transport::FetchLog)). The
+    /// leader counts a fetch towards its high watermark, and towards the
+    /// ISR, only once it carries the leader's epoch
+    /// (`LeaderState::on_fetch_of_line`). Before that, a follower that
+    /// crashed before such an answer (a lost answer, one carrying a read
+    /// error) could hold records committed in the epoch while its stored
+    /// line was older, and recovery, comparing it as a log of its older
+    /// line, lost them when the leader's copy was lost too and another
+    /// replica had parted on a line in between (simulator seed 70100050).
+    /// Counting a follower's fetches only from its second of the epoch
+    /// would not have closed this window (a fetch sent again after a lost
+    /// answer is a second one).
     pub(crate) fn note_line_epoch(&self, epoch: LeaderEpoch) -> Result<()> {
         let mut line_epoch = self.line_epoch.lock();
         if line_epoch.unusable.is_none() && line_epoch.stored.is_some_and(|stored| stored >= epoch)

@@ -37,6 +37,13 @@ pub(crate) struct FetchLook {
     pub(crate) proposals: bool,
     /// Whether the node was stopping, as read right after the logs.
     pub(crate) stopped: bool,
+    /// Whether a log this node leads was fetched by a follower whose
+    /// stored line is older than the leader's epoch: answered at once, not
+    /// parked, since only an answer of the epoch stores it, and until the
+    /// follower's next fetch says so, it commits nothing and cannot join
+    /// the ISR (`LeaderState::on_fetch_of_line`). Parked, it would wait
+    /// `fetch_wait_max` after every election and every start.
+    pub(crate) off_line: bool,
 }
 
 /// How many bytes of records one fetch's answer may still carry. A peer's
@@ -179,7 +186,12 @@ impl NodeCore {
                     .map(|answer| Action::QueueIsrProposal(answer.log)),
             );
         }
-        match fetch_verdict(&look.logs, look.stopped, expired) {
+        let verdict = if look.off_line {
+            FetchVerdict::Answer
+        } else {
+            fetch_verdict(&look.logs, look.stopped, expired)
+        };
+        match verdict {
             FetchVerdict::Answer => out.push(Action::Respond(Response::Fetch(FetchResponse {
                 logs: look.logs,
             }))),
@@ -237,6 +249,7 @@ mod tests {
             crowded: true,
             proposals: false,
             stopped: false,
+            off_line: false,
         }
     }
 

@@ -3424,8 +3424,8 @@ impl NodeShared {
                     proposals |= replica.has_isr_proposal();
                     crowded |= replica.producers_crowded();
                     // Accepted, so its epoch is the leader's.
-                    off_line |= answer.error.is_none()
-                        && fetch.line_epoch < Some(fetch.current_leader_epoch);
+                    off_line |=
+                        answer.error.is_none() && !fetch.is_on_line_of(fetch.current_leader_epoch);
                     answer
                 }
                 None => unknown_log(fetch.log),

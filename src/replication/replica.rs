@@ -1977,7 +1977,7 @@ impl Replica {
                         request.current_leader_epoch,
                         arrival,
                         incarnation,
-                        request.line_epoch >= Some(epoch),
+                        request.is_on_line_of(epoch),
                     )
                 }
                 None => {

@@ -199,6 +199,16 @@ pub struct FetchLog {
     pub applied_offset: Option<Offset>,
 }
 
+impl FetchLog {
+    /// Whether the fetch says its follower's log is durably on `epoch`'s
+    /// line ([`line_epoch`](Self::line_epoch) at least `epoch`). A leader
+    /// of `epoch` counts only such a fetch towards its high watermark and
+    /// the ISR, and answers any other at once, never parking it.
+    pub fn is_on_line_of(&self, epoch: LeaderEpoch) -> bool {
+        self.line_epoch >= Some(epoch)
+    }
+}
+
 /// The answer to a [`FetchRequest`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchResponse {

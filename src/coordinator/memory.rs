@@ -102,8 +102,9 @@ struct State {
     /// for their subscribers are withheld (to be replaced by a `Resync`).
     unreachable_nodes: BTreeSet<NodeId>,
     /// Fault injection: per node, how many more compare-and-set answers to
-    /// its views are lost after the call took effect.
-    lost_replies: BTreeMap<NodeId, usize>,
+    /// its views are lost, and whether each call is lost before it takes
+    /// effect (`true`) or only its answer after.
+    lost_replies: BTreeMap<NodeId, (usize, bool)>,
     /// Set by whatever wants the expiry thread to re-plan before its next
     /// wake-up; cleared when the thread is woken.
     reaper_wake_wanted: bool,
@@ -336,12 +337,23 @@ impl MemoryCoordinator {
     /// refused before it reached the log (a fenced controller, an invalid
     /// update) still answers. `count` 0 ends it.
     pub fn lose_compare_and_set_replies(&self, node: NodeId, count: usize) {
+        self.lose_compare_and_set_calls(node, count, false);
+    }
+
+    /// Fault injection: as
+    /// [`lose_compare_and_set_replies`](Self::lose_compare_and_set_replies),
+    /// but with `before_effect` the calls are lost on their way, before
+    /// they reach the log: nothing is written, yet the caller hears the
+    /// same [`Error::CoordinatorOutcomeUnknown`] (SPEC 3.4: the caller
+    /// cannot tell the two apart, and must read the state to learn which
+    /// happened).
+    pub fn lose_compare_and_set_calls(&self, node: NodeId, count: usize, before_effect: bool) {
         let shared = &self.handle.shared;
         let mut state = shared.state.lock();
         if count == 0 {
             state.lost_replies.remove(&node);
         } else {
-            state.lost_replies.insert(node, count);
+            state.lost_replies.insert(node, (count, before_effect));
         }
         shared.finish(state);
     }
@@ -547,10 +559,12 @@ impl State {
     }
 
     /// [`State::compare_and_set`] for `caller`, whose answer may be lost
-    /// (see [`MemoryCoordinator::lose_compare_and_set_replies`]): the
+    /// (see [`MemoryCoordinator::lose_compare_and_set_calls`]): the
     /// caller is then cut off before the write, so that it does not hear of
     /// the write through an event either. Only an answer from the log
-    /// itself (applied or stale) can be lost; an error still answers.
+    /// itself (applied or stale) can be lost; an error still answers. A
+    /// call lost before it took effect writes nothing; the caller is cut
+    /// off all the same.
     fn compare_and_set_for(
         &mut self,
         caller: Option<NodeId>,
@@ -559,26 +573,30 @@ impl State {
         expected_version: u64,
         update: LogUpdate,
     ) -> Result<CasOutcome> {
-        let losing = caller.filter(|node| self.lost_replies.contains_key(node));
-        let Some(node) = losing else {
+        let losing = caller.and_then(|node| Some((node, self.lost_replies.get(&node)?.1)));
+        let Some((node, before_effect)) = losing else {
             return self.compare_and_set(log, expected_epoch, expected_version, update);
         };
         let was_cut_off = !self.unreachable_nodes.insert(node);
-        let outcome = self.compare_and_set(log, expected_epoch, expected_version, update);
-        if outcome.is_err() {
-            if !was_cut_off {
-                self.unreachable_nodes.remove(&node);
+        let applied = if before_effect {
+            false
+        } else {
+            let outcome = self.compare_and_set(log, expected_epoch, expected_version, update);
+            if outcome.is_err() {
+                if !was_cut_off {
+                    self.unreachable_nodes.remove(&node);
+                }
+                return outcome;
             }
-            return outcome;
-        }
-        if let Some(left) = self.lost_replies.get_mut(&node) {
+            matches!(outcome, Ok(CasOutcome::Applied(_)))
+        };
+        if let Some((left, _)) = self.lost_replies.get_mut(&node) {
             *left = left.saturating_sub(1);
             if *left == 0 {
                 self.lost_replies.remove(&node);
             }
         }
-        let applied = matches!(outcome, Ok(CasOutcome::Applied(_)));
-        tracing::info!(%node, %log, applied, "fault injection: compare-and-set answer lost, node cut off");
+        tracing::info!(%node, %log, applied, before_effect, "fault injection: compare-and-set answer lost, node cut off");
         self.reaper_wake_wanted = true;
         Err(Error::CoordinatorOutcomeUnknown {
             operation: format!("update {log}"),
@@ -962,6 +980,43 @@ mod tests {
     fn manual() -> (MemoryCoordinator, ManualClock) {
         let clock = ManualClock::default();
         (MemoryCoordinator::new(Arc::new(clock.clone())), clock)
+    }
+
+    /// SPEC 3.4: a compare-and-set lost before it took effect and one
+    /// whose answer was lost after look the same to the caller (an unknown
+    /// outcome, and it is cut off); only a read, once reconnected, tells
+    /// them apart: the first wrote nothing, the second its update.
+    #[test]
+    fn a_call_lost_before_it_takes_effect_writes_nothing_and_looks_like_a_lost_answer() {
+        let (coordinator, _clock) = manual();
+        let node = NodeId(1);
+        let view = coordinator.for_node(node);
+        let log = LogId(7);
+        let before = coordinator
+            .create_log(log, vec![NodeId(1), NodeId(2), NodeId(3)])
+            .unwrap();
+        let shrink =
+            |state: &LogState| LogUpdate::in_sync_replicas(state, vec![NodeId(1), NodeId(2)], 1);
+        for before_effect in [true, false] {
+            let current = coordinator.log_state(log).unwrap().unwrap();
+            coordinator.lose_compare_and_set_calls(node, 1, before_effect);
+            let outcome =
+                view.compare_and_set(log, current.leader_epoch, current.version, shrink(&current));
+            assert!(
+                matches!(outcome, Err(Error::CoordinatorOutcomeUnknown { .. })),
+                "before_effect {before_effect}: {outcome:?}"
+            );
+            assert!(coordinator.is_node_faulty(node), "the caller is cut off");
+            coordinator.set_node_unavailable(node, false);
+            assert!(!coordinator.is_node_faulty(node), "one call was to be lost");
+            let after = view.log_state(log).unwrap().unwrap();
+            if before_effect {
+                assert_eq!(after, current, "a call lost on its way wrote nothing");
+            } else {
+                assert!(after.is_result_of(&current, &shrink(&current)));
+                assert_eq!(after.version, before.version + 1);
+            }
+        }
     }
 
     #[test]

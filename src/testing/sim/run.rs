@@ -32,7 +32,9 @@
 //! answer fails at its deadline, as a transport call would. Faults are
 //! process crashes and power losses, half of them tearing unsynced writes
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
-//! through both), a lost disk, `EIO` from writes and syncs, full disks
+//! through both; in half the runs `Never` or `Every`, and then only one
+//! node, drawn, ever loses power or its disk: G1(a) and G1(c), see
+//! [`FlushDraw`]), a lost disk, `EIO` from writes and syncs, full disks
 //! (`ENOSPC` until an operator frees space), bit flips on one node's disk
 //! (replaced at the calm if one is in a segment or checkpoint its reads
 //! see), disk latency (a node's messages leave once its
@@ -230,6 +232,16 @@ const BLOCKING_STREAM_SALT: u64 = 0x0_B10C_C0A1;
 /// reason.
 const BLOCKING_SENDS_STREAM_SALT: u64 = 0x0_B10C_5E4D;
 
+/// Salt of the draw of a run's flush policy and lossy node
+/// ([`FlushDraw::new`]), a stream apart from the others for the same
+/// reason.
+const FLUSH_POLICY_STREAM_SALT: u64 = 0x0_F105_4B01;
+
+/// Salt of the coin that loses a coordinator write before it takes effect
+/// ([`SimConfig::lost_requests`]), a stream apart from the others for the
+/// same reason.
+const LOST_REQUESTS_STREAM_SALT: u64 = 0x0_1057_2E90;
+
 /// Mean simulated time between two reassignments, in a run that has them.
 const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 
@@ -310,6 +322,20 @@ pub(crate) struct SimConfig {
     /// Whether, in half the runs with a producer, one of its sends in two
     /// is made with the blocking `send` (see [`ProducerClient`]).
     pub(crate) blocking_sends: bool,
+    /// Whether half the runs give their nodes a flush policy other than
+    /// `FlushPolicy::Always`: `Never` (the library's default) in a
+    /// quarter, `Every` in a quarter (see [`FlushDraw`]). In such a run
+    /// only one node, drawn, ever loses power or its disk, and it takes the
+    /// bit flips too, so that a record committed on two replicas always
+    /// keeps a copy no fault can drop: G1(a) and G1(c) are then checked as
+    /// strictly as G1(b) is under `Always`.
+    pub(crate) flush_policies: bool,
+    /// Whether, with [`SimConfig::coordinator_faults`], in half the runs
+    /// (drawn apart) a node's lost coordinator writes are, one time in
+    /// two, lost before they take effect rather than only their answer
+    /// after (SPEC 3.4: the node hears the same unknown outcome either
+    /// way).
+    pub(crate) lost_requests: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
     /// Test only: the run panics at its first step at or after this much
@@ -365,6 +391,8 @@ impl SimConfig {
             application_restores: true,
             blocking_clients: true,
             blocking_sends: true,
+            flush_policies: true,
+            lost_requests: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -393,6 +421,44 @@ impl SimConfig {
             nodes: nodes.clamp(REPLICATION_FACTOR, NODES_MAX),
             ..self
         }
+    }
+}
+
+/// A run's flush policy and, under any policy but `Always`, its lossy
+/// node: the only node whose machine loses power, whose disk is lost, and
+/// whose disk has bits flipped (an index into the run's machines, one of
+/// the nodes the logs are created on).
+#[derive(Clone, Copy, Debug)]
+struct FlushDraw {
+    policy: FlushPolicy,
+    lossy: Option<usize>,
+}
+
+impl FlushDraw {
+    /// Drawn from a stream of its own ([`FLUSH_POLICY_STREAM_SALT`]), so
+    /// that a run that draws `Always` is event for event the run it was
+    /// before runs drew a policy: `Always` in half the runs (and in every
+    /// run without [`SimConfig::flush_policies`]), `Never` in a quarter,
+    /// `Every` with 1 to 8 records or 1 to 50 ms in a quarter.
+    fn new(config: &SimConfig, replicas: &[Vec<NodeId>]) -> FlushDraw {
+        let mut rng = SplitMix64::new(mix64(config.seed ^ FLUSH_POLICY_STREAM_SALT));
+        let policy = match rng.next_u64() % 4 {
+            _ if !config.flush_policies => FlushPolicy::Always,
+            0 | 1 => FlushPolicy::Always,
+            2 => FlushPolicy::Never,
+            _ => FlushPolicy::Every {
+                messages: 1 + rng.next_u64() % 8,
+                interval: Duration::from_millis(1 + rng.next_u64() % 50),
+            },
+        };
+        let lossy = (policy != FlushPolicy::Always).then(|| {
+            let mut candidates: Vec<usize> =
+                replicas.iter().flatten().map(|id| id.0 as usize).collect();
+            candidates.sort_unstable();
+            candidates.dedup();
+            candidates[(rng.next_u64() % candidates.len() as u64) as usize]
+        });
+        FlushDraw { policy, lossy }
     }
 }
 
@@ -475,6 +541,11 @@ pub(crate) struct SimReport {
     /// the only copy of acknowledged records (see
     /// [`Run::replace_flipped_disk`]).
     pub(crate) only_copy_flipped: bool,
+    /// The nodes' flush policy ([`FlushDraw`]).
+    pub(crate) flush_policy: FlushPolicy,
+    /// Times a node was set to lose its coordinator writes before they
+    /// take effect ([`SimConfig::lost_requests`]).
+    pub(crate) requests_lost: u64,
     /// The fsync latency of the run's slowest disk (zero: disks take no
     /// time).
     pub(crate) sync_latency_max: Duration,
@@ -915,6 +986,12 @@ struct Run {
     full_disks: u64,
     /// The one node whose disk has bits flipped in this run, if any.
     flip_node: Option<usize>,
+    /// The nodes' flush policy.
+    flush_policy: FlushPolicy,
+    /// Under a flush policy other than `Always`, the only node whose
+    /// machine may lose power or its disk, and whose disk takes the bit
+    /// flips (see [`FlushDraw`]); `None` under `Always`.
+    lossy: Option<usize>,
     bit_flips: u64,
     corrupt_errors: u64,
     flipped_disks_replaced: u64,
@@ -951,6 +1028,10 @@ struct Run {
     lost_between: BTreeMap<(usize, usize), Duration>,
     /// Draws the reassignments; see [`REASSIGNMENT_STREAM_SALT`].
     reassigner: SplitMix64,
+    /// The coin of [`SimConfig::lost_requests`], in a run that draws them.
+    lost_requests: Option<SplitMix64>,
+    /// Coordinator writes lost before they took effect.
+    requests_lost: u64,
     reassignments: (u64, u64, u64),
     /// See [`SimReport::moves_to_new_nodes`].
     moves_to_new_nodes: u64,
@@ -1000,6 +1081,18 @@ fn replay_variables(config: &SimConfig) -> String {
         variables.push_str(&format!(
             "ISRLOG_SIM_BLOCKING_SENDS={} ",
             u8::from(config.blocking_sends)
+        ));
+    }
+    if config.flush_policies != drawn.flush_policies {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_FLUSH_POLICIES={} ",
+            u8::from(config.flush_policies)
+        ));
+    }
+    if config.lost_requests != drawn.lost_requests {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_LOST_REQUESTS={} ",
+            u8::from(config.lost_requests)
         ));
     }
     variables
@@ -1080,6 +1173,8 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         flipped_disks_replaced: run.flipped_disks_replaced,
         flipped_disks_kept: run.flipped_disks_kept,
         only_copy_flipped: run.only_copy_flipped,
+        flush_policy: run.flush_policy,
+        requests_lost: run.requests_lost,
         sync_latency_max: run.sync_latency_max,
         disk_time: run.disk_time,
         supervisor_restarts: run.supervisor_restarts,
@@ -1120,6 +1215,8 @@ impl Run {
             applications.configure_settings(&mut settings);
         }
         let replicas = initial_replicas(config.seed, config.nodes, config.logs);
+        let flush = FlushDraw::new(&config, &replicas);
+        settings.log.flush_policy = flush.policy;
         let clock = ManualClock::default();
         let epoch = clock.now();
         let coordinator = MemoryCoordinator::without_expiry_thread(Arc::new(clock.clone()));
@@ -1180,6 +1277,10 @@ impl Run {
                     .then(|| mix64(config_seed ^ BLOCKING_SENDS_STREAM_SALT)),
             )
         });
+        let lost_requests = {
+            let mut coin = SplitMix64::new(mix64(config_seed ^ LOST_REQUESTS_STREAM_SALT));
+            (config.lost_requests && coin.chance(0.5)).then_some(coin)
+        };
         Run {
             logs: replicas
                 .iter()
@@ -1217,6 +1318,8 @@ impl Run {
             disk_faults: 0,
             full_disks: 0,
             flip_node: None,
+            flush_policy: flush.policy,
+            lossy: flush.lossy,
             bit_flips: 0,
             corrupt_errors: 0,
             flipped_disks_replaced: 0,
@@ -1238,6 +1341,8 @@ impl Run {
             disturbances: Disturbances::default(),
             lost_between: BTreeMap::new(),
             reassigner: SplitMix64::new(mix64(config_seed ^ REASSIGNMENT_STREAM_SALT)),
+            lost_requests,
+            requests_lost: 0,
             reassignments: (0, 0, 0),
             moves_to_new_nodes: 0,
             applications,
@@ -1320,6 +1425,8 @@ impl Run {
             // every log (review of b33ad1c).
             let candidates = self.initial_replica_nodes();
             let node = candidates[(self.rng.next_u64() % candidates.len() as u64) as usize];
+            // Under a policy other than `Always`, the lossy node's disk.
+            let node = self.lossy.unwrap_or(node);
             self.flip_node = Some(node);
             let first = self.draw_interval(BIT_FLIP_INTERVAL_MEAN);
             self.schedule.after(first, Event::BitFlip);
@@ -1641,10 +1748,22 @@ impl Run {
                     self.faults += 1;
                     let id = self.machines[index].id;
                     let count = 1 + (self.rng.next_u64() % 2) as usize;
-                    self.coordinator().lose_compare_and_set_replies(id, count);
-                    self.record(format_args!(
-                        "node {index} will lose the replies of its next {count} coordinator writes"
-                    ));
+                    let before_effect = self
+                        .lost_requests
+                        .as_mut()
+                        .is_some_and(|coin| coin.chance(0.5));
+                    self.coordinator()
+                        .lose_compare_and_set_calls(id, count, before_effect);
+                    if before_effect {
+                        self.requests_lost += 1;
+                        self.record(format_args!(
+                            "node {index} will lose its next {count} coordinator writes before they take effect"
+                        ));
+                    } else {
+                        self.record(format_args!(
+                            "node {index} will lose the replies of its next {count} coordinator writes"
+                        ));
+                    }
                     let reconnect = self.draw_interval(Duration::from_secs(2));
                     self.schedule.after(reconnect, Event::Reconnect(index));
                     let next = self.draw_interval(COORDINATOR_FAULT_INTERVAL_MEAN);
@@ -1802,6 +1921,7 @@ impl Run {
         self.machines[index].restart_owed = false;
         self.machines[index].stopping = None;
         self.crashes += 1;
+        let power_loss = power_loss && self.may_lose_power(index);
         let loss = if power_loss {
             self.power_losses += 1;
             // Half the power losses keep a random prefix of each file's
@@ -1833,6 +1953,7 @@ impl Run {
         // stay those of the runs this never changes.
         let disk_lost = self.disks_lost == 0
             && self.flip_node.is_none_or(|flipped| flipped == index)
+            && self.lossy.is_none_or(|lossy| lossy == index)
             && self.rng.chance(self.config.disk_loss)
             && self.acknowledged_held_only_by(index).is_none();
         if disk_lost {
@@ -1849,6 +1970,21 @@ impl Run {
             },
             if disk_lost { ", its disk lost" } else { "" }
         ));
+    }
+
+    /// Whether node `index`'s machine may lose power now. Under `Always`,
+    /// any machine (G1(b)). Under another flush policy, only the lossy
+    /// node's ([`FlushDraw`]), and not while its disk holds the only copy
+    /// of an acknowledged record (as for a lost disk): the unsynced bytes
+    /// a power loss drops may be that copy, and G1(c) promises the record
+    /// only while another replica that was in the ISR or ELR when it was
+    /// committed comes back with its disk. Every other node's crashes keep
+    /// what the operating system was handed, as G1(a) has them.
+    fn may_lose_power(&self, index: usize) -> bool {
+        match self.lossy {
+            None => true,
+            Some(lossy) => lossy == index && self.acknowledged_held_only_by(index).is_none(),
+        }
     }
 
     /// What ends with node `index`'s process, however it ended: its fetch
@@ -4304,6 +4440,12 @@ mod tests {
         logs: [u64; 3],
         /// Runs with three, four and five (or more) nodes.
         nodes: [u64; 3],
+        /// Runs under `Always`, `Never` and `Every`, and the power losses
+        /// of the runs under the last two.
+        flush: [u64; 4],
+        /// Times nodes were set to lose coordinator writes before they
+        /// took effect.
+        requests_lost: u64,
         /// The producer's sends, its batches re-sent after doubt, its
         /// blocking sends and the runs with them; the blocking clients'
         /// calls begun and acknowledged.
@@ -4365,6 +4507,15 @@ mod tests {
             self.apps.add(&report.applications);
             self.logs[report.logs.len().clamp(1, 3) - 1] += 1;
             self.nodes[config.nodes.clamp(REPLICATION_FACTOR, NODES_MAX) - REPLICATION_FACTOR] += 1;
+            match report.flush_policy {
+                FlushPolicy::Always => self.flush[0] += 1,
+                FlushPolicy::Never => self.flush[1] += 1,
+                FlushPolicy::Every { .. } => self.flush[2] += 1,
+            }
+            if report.flush_policy != FlushPolicy::Always {
+                self.flush[3] += report.power_losses;
+            }
+            self.requests_lost += report.requests_lost;
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -4400,6 +4551,10 @@ mod tests {
             for (total, count) in self.clients.iter_mut().zip(other.clients) {
                 *total += count;
             }
+            for (total, count) in self.flush.iter_mut().zip(other.flush) {
+                *total += count;
+            }
+            self.requests_lost += other.requests_lost;
             for (total, count) in self.nodes.iter_mut().zip(other.nodes) {
                 *total += count;
             }
@@ -4468,6 +4623,14 @@ mod tests {
             // `ISRLOG_SIM_BLOCKING_SENDS=0`: as before the producer made
             // blocking sends (runs that draw none are unchanged).
             config.blocking_sends = variable("ISRLOG_SIM_BLOCKING_SENDS") != Some(0);
+            // `ISRLOG_SIM_FLUSH_POLICIES=0`: as before runs drew a flush
+            // policy, every run under `Always` (runs that drew `Always` are
+            // unchanged).
+            config.flush_policies = variable("ISRLOG_SIM_FLUSH_POLICIES") != Some(0);
+            // `ISRLOG_SIM_LOST_REQUESTS=0`: as before coordinator writes
+            // were lost before taking effect (runs that draw none are
+            // unchanged).
+            config.lost_requests = variable("ISRLOG_SIM_LOST_REQUESTS") != Some(0);
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.
@@ -4599,6 +4762,8 @@ mod tests {
             apps,
             logs,
             nodes,
+            flush,
+            requests_lost,
             clients,
             range,
         } = totals;
@@ -4623,6 +4788,13 @@ mod tests {
         let [sent, resent, blocking_sends, blocking_send_runs, calls, calls_acknowledged] = clients;
         eprintln!(
             "clients: the producer sent {sent} records ({resent} batches re-sent after doubt; {blocking_sends} blocking sends, in {blocking_send_runs} runs); blocking clients made {calls} calls ({calls_acknowledged} acknowledged)"
+        );
+        let [always, never, every, lossy_power_losses] = flush;
+        eprintln!(
+            "flush policies: {always} runs with Always, {never} with Never, {every} with Every ({lossy_power_losses} power losses in those, each of its lossy node)"
+        );
+        eprintln!(
+            "coordinator: {requests_lost} times a node lost its writes before they took effect"
         );
         let [three_nodes, four_nodes, five_nodes] = nodes;
         eprintln!(
@@ -5322,12 +5494,15 @@ mod tests {
     }
 
     /// `seed`'s run with the logs [`SimConfig::new`] draws, on three
-    /// nodes whatever it draws, with no blocking sends of the producer:
-    /// the run a named regression seed found after runs had several logs,
-    /// before they had more than three nodes or blocking sends.
+    /// nodes whatever it draws, with no blocking sends of the producer and
+    /// every node under `FlushPolicy::Always`: the run a named regression
+    /// seed found after runs had several logs, before they had more than
+    /// three nodes, blocking sends or other flush policies.
     fn as_found(seed: u64) -> SimConfig {
         SimConfig {
             blocking_sends: false,
+            flush_policies: false,
+            lost_requests: false,
             ..SimConfig::new(seed).with_nodes(3)
         }
     }
@@ -5454,15 +5629,85 @@ mod tests {
         let overridden = SimConfig {
             blocking_clients: !drawn.blocking_clients,
             blocking_sends: !drawn.blocking_sends,
+            flush_policies: !drawn.flush_policies,
+            lost_requests: !drawn.lost_requests,
             ..SimConfig::new(7).with_logs(logs).with_nodes(nodes)
         };
         assert_eq!(
             replay_variables(&overridden),
             format!(
-                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ",
+                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ",
                 u8::from(!drawn.blocking_clients),
-                u8::from(!drawn.blocking_sends)
+                u8::from(!drawn.blocking_sends),
+                u8::from(!drawn.flush_policies),
+                u8::from(!drawn.lost_requests)
             )
+        );
+    }
+
+    /// Coordinator writes lost before they take effect are drawn apart: a
+    /// run that draws none is event for event the run it is without them,
+    /// and one that draws some passes and replays byte for byte.
+    #[test]
+    fn lost_requests_are_drawn_apart() {
+        let (mut with, mut without) = (None, None);
+        for seed in 0..16 {
+            let config = SimConfig {
+                lost_requests: true,
+                ..single_log(seed)
+            };
+            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+            if report.requests_lost > 0 {
+                with.get_or_insert((config, report.trace_hash));
+            } else {
+                without.get_or_insert((seed, report.trace_hash));
+            }
+            if with.is_some() && without.is_some() {
+                break;
+            }
+        }
+        let (config, hash) = with.expect("a run among 16 loses writes before they take effect");
+        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
+        let (seed, hash) = without.expect("a run among 16 loses none before they take effect");
+        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(before.trace_hash, hash, "seed {seed} without lost requests");
+    }
+
+    /// Flush policies are drawn apart: a run that draws `Always` is event
+    /// for event the run it is without the draw, and runs that draw
+    /// `Never` and `Every` (power losses only on their lossy node) pass
+    /// and replay byte for byte.
+    #[test]
+    fn flush_policies_are_drawn_apart() {
+        let (mut never, mut every, mut always) = (None, None, None);
+        for seed in 0..32 {
+            let config = SimConfig {
+                flush_policies: true,
+                ..single_log(seed)
+            };
+            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+            let slot = match report.flush_policy {
+                FlushPolicy::Never => &mut never,
+                FlushPolicy::Every { .. } => &mut every,
+                FlushPolicy::Always => &mut always,
+            };
+            slot.get_or_insert((config, report.trace_hash));
+            if never.is_some() && every.is_some() && always.is_some() {
+                break;
+            }
+        }
+        for (name, drawn) in [("Never", never), ("Every", every)] {
+            let (config, hash) = drawn.unwrap_or_else(|| panic!("a run among 32 draws {name}"));
+            let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+            assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
+        }
+        let (config, hash) = always.expect("a run among 32 draws Always");
+        let before = run(&single_log(config.seed)).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(
+            before.trace_hash, hash,
+            "seed {} under Always, drawn or not",
+            config.seed
         );
     }
 

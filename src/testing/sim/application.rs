@@ -819,11 +819,9 @@ impl Run {
                 }),
             );
             let arrivals = self.wire.send(self.machines[follower].id, leader);
-            if arrivals.is_empty() {
-                self.note_lost(follower, leader.0 as usize);
-            }
+            let late = self.note_lost_or_late(follower, leader.0 as usize, &arrivals);
             self.record(format_args!(
-                "snapshot request {sequence} {follower}->{leader} at byte {} ({} copies)",
+                "snapshot request {sequence} {follower}->{leader} at byte {} ({} copies){late}",
                 request.position,
                 arrivals.len()
             ));
@@ -871,9 +869,8 @@ impl Run {
             .handle(from, Request::Snapshot(request));
         let busy = self.busy_for(leader);
         let arrivals = self.wire.send(to, from);
-        if arrivals.is_empty() {
-            self.note_lost(leader, follower);
-        }
+        // Traced as the chunk arrives; a late one is noted as lost.
+        let _late = self.note_lost_or_late(leader, follower, &arrivals);
         for delay in arrivals {
             self.schedule.after(
                 busy + delay,

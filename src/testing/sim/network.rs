@@ -42,6 +42,22 @@ impl Default for NetworkFaults {
     }
 }
 
+/// Messages that take far longer than the others (a stalled TCP
+/// connection's retransmissions, a long GC pause of a proxy): drawn from a
+/// stream of their own, so that a network without them draws what it drew
+/// before.
+#[derive(Clone, Debug)]
+pub(crate) struct SlowMessages {
+    /// Probability that a message that arrives is slow.
+    pub(crate) probability: f64,
+    /// The shortest time a slow message travels.
+    pub(crate) delay_min: Duration,
+    /// The longest.
+    pub(crate) delay_max: Duration,
+    /// Draws which messages are slow, and how slow.
+    pub(crate) rng: SplitMix64,
+}
+
 /// The fate of one message: when each copy of it arrives, counted from
 /// when it was sent. No copy: lost.
 pub(crate) type Arrivals = Vec<Duration>;
@@ -53,6 +69,7 @@ pub(crate) struct SimNetwork {
     /// Directed links that carry nothing: `(from, to)`.
     cut: BTreeSet<(NodeId, NodeId)>,
     rng: SplitMix64,
+    slow: Option<SlowMessages>,
     sent: u64,
     lost: u64,
     duplicated: u64,
@@ -69,6 +86,7 @@ impl SimNetwork {
             faults,
             cut: BTreeSet::new(),
             rng: SplitMix64::new(seed),
+            slow: None,
             sent: 0,
             lost: 0,
             duplicated: 0,
@@ -83,6 +101,18 @@ impl SimNetwork {
             "delay_min above delay_max"
         );
         self.faults = faults;
+    }
+
+    /// Makes some messages slow (`None`: none).
+    pub(crate) fn set_slow(&mut self, slow: Option<SlowMessages>) {
+        self.slow = slow;
+    }
+
+    /// Whether a message with these `arrivals` is lost, or late: one of
+    /// its copies travels longer than the fault settings' longest delay
+    /// (a slow message, see [`SlowMessages`]).
+    pub(crate) fn is_lost_or_late(&self, arrivals: &[Duration]) -> bool {
+        arrivals.is_empty() || arrivals.iter().any(|delay| *delay > self.faults.delay_max)
     }
 
     /// Cuts every link between `side_a` and `side_b`, both ways.
@@ -123,6 +153,20 @@ impl SimNetwork {
             self.lost += 1;
             return Vec::new();
         }
+        // Drawn only for a message that arrives, from the slow messages'
+        // own stream: the draws above stay those of a network without them.
+        let first = match self.slow.as_mut() {
+            Some(slow) => {
+                let (is_slow, draw) = (slow.rng.chance(slow.probability), slow.rng.next_u64());
+                let spread = (slow.delay_max - slow.delay_min).as_nanos() as u64;
+                if is_slow {
+                    slow.delay_min + Duration::from_nanos(draw % (spread + 1))
+                } else {
+                    first
+                }
+            }
+            None => first,
+        };
         if duplicated {
             self.duplicated += 1;
             return vec![first, second];
@@ -229,5 +273,43 @@ mod tests {
         assert_eq!(open.send(A, B).len(), 1);
         assert!(cut.send(A, B).is_empty());
         assert_eq!(open.send(B, C), cut.send(B, C));
+    }
+
+    /// A slow message takes its slow delay, and counts as late; the draws
+    /// of the network's own faults stay those of a network without slow
+    /// messages.
+    #[test]
+    fn slow_messages_are_late_and_leave_the_other_draws_as_they_were() {
+        let faults = NetworkFaults {
+            loss: 0.3,
+            duplication: 0.3,
+            delay_min: Duration::from_micros(100),
+            delay_max: Duration::from_millis(2),
+        };
+        let (mut plain, mut slowed) = (
+            SimNetwork::new(5, faults.clone()),
+            SimNetwork::new(5, faults),
+        );
+        slowed.set_slow(Some(SlowMessages {
+            probability: 0.5,
+            delay_min: Duration::from_millis(500),
+            delay_max: Duration::from_secs(3),
+            rng: SplitMix64::new(9),
+        }));
+        let mut late = 0;
+        for _ in 0..200 {
+            let (usual, maybe_slow) = (plain.send(A, B), slowed.send(A, B));
+            assert_eq!(usual.len(), maybe_slow.len(), "lost or duplicated alike");
+            assert!(!plain.is_lost_or_late(&usual) || usual.is_empty());
+            if usual != maybe_slow {
+                late += 1;
+                assert!(slowed.is_lost_or_late(&maybe_slow));
+                let delay = maybe_slow[0];
+                assert!(delay >= Duration::from_millis(500) && delay <= Duration::from_secs(3));
+                assert_eq!(usual[1..], maybe_slow[1..], "only the first copy is slow");
+            }
+        }
+        assert!(late > 0, "half the messages that arrive are slow");
+        assert_eq!(plain.counts(), slowed.counts());
     }
 }

@@ -58,7 +58,7 @@ mod application;
 
 use self::application::{AppEvent, ApplicationCounts, Applications};
 use super::blocking::{Began, BlockingClients};
-use super::network::{NetworkFaults, SimNetwork};
+use super::network::{NetworkFaults, SimNetwork, SlowMessages};
 use super::producer::{ProducerClient, Sent};
 use super::schedule::Schedule;
 use super::trace::Trace;
@@ -242,6 +242,24 @@ const FLUSH_POLICY_STREAM_SALT: u64 = 0x0_F105_4B01;
 /// same reason.
 const LOST_REQUESTS_STREAM_SALT: u64 = 0x0_1057_2E90;
 
+/// Salt of the draws of power losses in the middle of a step
+/// ([`SimConfig::mid_step_power_losses`]), a stream apart from the others
+/// for the same reason.
+const MID_STEP_POWER_LOSS_STREAM_SALT: u64 = 0x0_CB17_0FF5;
+
+/// Salt of the draws of slow messages ([`SimConfig::slow_messages`]), a
+/// stream apart from the others for the same reason.
+const SLOW_MESSAGES_STREAM_SALT: u64 = 0x0_5104_3E55;
+
+/// Salt of the draws of partitions' shapes
+/// ([`SimConfig::partition_shapes`]), a stream apart from the others for
+/// the same reason.
+const PARTITION_SHAPES_STREAM_SALT: u64 = 0x0015_1A4D;
+
+/// A power loss in the middle of a step cuts the power at one of this many
+/// disk operations from when it is armed.
+const MID_STEP_POWER_LOSS_OPERATIONS_MAX: u64 = 200;
+
 /// Mean simulated time between two reassignments, in a run that has them.
 const REASSIGNMENT_INTERVAL_MEAN: Duration = Duration::from_secs(10);
 
@@ -336,6 +354,24 @@ pub(crate) struct SimConfig {
     /// after (SPEC 3.4: the node hears the same unknown outcome either
     /// way).
     pub(crate) lost_requests: bool,
+    /// Whether, in runs under `FlushPolicy::Always`, one power loss in
+    /// four (drawn apart) strikes in the middle of what the node does, at
+    /// its disk's n-th operation from then (1 to
+    /// [`MID_STEP_POWER_LOSS_OPERATIONS_MAX`]): between the writes, syncs
+    /// and renames of a roll, a truncation, a checkpoint or a recovery,
+    /// not only between two steps (see [`Run::cut_armed_power`]).
+    pub(crate) mid_step_power_losses: bool,
+    /// Whether, in half the runs (drawn apart), one message in 200 that
+    /// arrives is slow: it travels 0.5 to 3 s, past its sender's request
+    /// timeout, so that a fetch reaches a leader after its follower gave
+    /// it up, restarted or moved on, and an answer a follower that asked
+    /// long ago.
+    pub(crate) slow_messages: bool,
+    /// Whether, in half the runs (drawn apart), a partition takes one of
+    /// several shapes: as before, one node cut off both ways, or one way
+    /// only (it hears nothing, or nothing it sends arrives), or, with four
+    /// or five nodes, two nodes cut off together.
+    pub(crate) partition_shapes: bool,
     /// Trace lines kept for a failure's report.
     pub(crate) trace_lines: usize,
     /// Test only: the run panics at its first step at or after this much
@@ -393,6 +429,9 @@ impl SimConfig {
             blocking_sends: true,
             flush_policies: true,
             lost_requests: true,
+            mid_step_power_losses: true,
+            slow_messages: true,
+            partition_shapes: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -546,6 +585,14 @@ pub(crate) struct SimReport {
     /// Times a node was set to lose its coordinator writes before they
     /// take effect ([`SimConfig::lost_requests`]).
     pub(crate) requests_lost: u64,
+    /// Power losses that struck in the middle of a step
+    /// ([`SimConfig::mid_step_power_losses`]), and those of them that struck
+    /// while the node's process was down or starting.
+    pub(crate) mid_step_power_cuts: (u64, u64),
+    /// Slow messages ([`SimConfig::slow_messages`]), and partitions one
+    /// way in, one way out and of two nodes
+    /// ([`SimConfig::partition_shapes`]).
+    pub(crate) network_shapes: [u64; 4],
     /// The fsync latency of the run's slowest disk (zero: disks take no
     /// time).
     pub(crate) sync_latency_max: Duration,
@@ -746,6 +793,10 @@ struct Machine {
     stopping: Option<ControlledStop>,
     /// Its disk is full (until an operator frees space).
     disk_full: bool,
+    /// A power loss is armed on its disk
+    /// ([`SimConfig::mid_step_power_losses`]): it strikes at an operation
+    /// to come, or struck in this step.
+    power_cut_armed: bool,
 }
 
 /// A controlled stop under way, as the run's check needs it.
@@ -777,6 +828,20 @@ struct ControlledStop {
 struct Disturbances {
     faults: u64,
     last_at: Option<Duration>,
+}
+
+/// How a partition cuts a node off ([`SimConfig::partition_shapes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PartitionShape {
+    /// Both ways, from every other node.
+    Alone,
+    /// Nothing sent to it arrives; what it sends does.
+    Deaf,
+    /// Nothing it sends arrives; what is sent to it does.
+    Mute,
+    /// Both ways, together with this other node (by index): the two still
+    /// reach each other.
+    Pair(usize),
 }
 
 /// Where a replica's log stood when a check's read of it failed.
@@ -1030,6 +1095,19 @@ struct Run {
     reassigner: SplitMix64,
     /// The coin of [`SimConfig::lost_requests`], in a run that draws them.
     lost_requests: Option<SplitMix64>,
+    /// The draws of [`SimConfig::mid_step_power_losses`], in a run that
+    /// has them.
+    mid_step_power_losses: Option<SplitMix64>,
+    /// Power losses that struck in the middle of a step, and those of them
+    /// that struck while the node's process was down or starting.
+    mid_step_power_cuts: (u64, u64),
+    /// The draws of [`SimConfig::partition_shapes`], in a run that has
+    /// them.
+    partition_shapes: Option<SplitMix64>,
+    /// Messages that were slow ([`SimConfig::slow_messages`]), and
+    /// partitions of each shape other than the first: one way in, one way
+    /// out, two nodes.
+    network_shapes: [u64; 4],
     /// Coordinator writes lost before they took effect.
     requests_lost: u64,
     reassignments: (u64, u64, u64),
@@ -1093,6 +1171,24 @@ fn replay_variables(config: &SimConfig) -> String {
         variables.push_str(&format!(
             "ISRLOG_SIM_LOST_REQUESTS={} ",
             u8::from(config.lost_requests)
+        ));
+    }
+    if config.mid_step_power_losses != drawn.mid_step_power_losses {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ",
+            u8::from(config.mid_step_power_losses)
+        ));
+    }
+    if config.slow_messages != drawn.slow_messages {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_SLOW_MESSAGES={} ",
+            u8::from(config.slow_messages)
+        ));
+    }
+    if config.partition_shapes != drawn.partition_shapes {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_PARTITION_SHAPES={} ",
+            u8::from(config.partition_shapes)
         ));
     }
     variables
@@ -1175,6 +1271,8 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         only_copy_flipped: run.only_copy_flipped,
         flush_policy: run.flush_policy,
         requests_lost: run.requests_lost,
+        mid_step_power_cuts: run.mid_step_power_cuts,
+        network_shapes: run.network_shapes,
         sync_latency_max: run.sync_latency_max,
         disk_time: run.disk_time,
         supervisor_restarts: run.supervisor_restarts,
@@ -1251,6 +1349,7 @@ impl Run {
                 busy_until: Duration::ZERO,
                 stopping: None,
                 disk_full: false,
+                power_cut_armed: false,
             })
             .collect();
         // Half the runs give each send a delivery timeout shorter than a
@@ -1277,6 +1376,25 @@ impl Run {
                     .then(|| mix64(config_seed ^ BLOCKING_SENDS_STREAM_SALT)),
             )
         });
+        let mid_step_power_losses = (config.mid_step_power_losses
+            && flush.policy == FlushPolicy::Always)
+            .then(|| SplitMix64::new(mix64(config_seed ^ MID_STEP_POWER_LOSS_STREAM_SALT)));
+        let partition_shapes = {
+            let mut draws = SplitMix64::new(mix64(config_seed ^ PARTITION_SHAPES_STREAM_SALT));
+            (config.partition_shapes && draws.chance(0.5)).then_some(draws)
+        };
+        let mut wire = SimNetwork::new(mix64(config.seed ^ 0x0E7), config.network.clone());
+        {
+            let mut draws = SplitMix64::new(mix64(config_seed ^ SLOW_MESSAGES_STREAM_SALT));
+            if config.slow_messages && draws.chance(0.5) {
+                wire.set_slow(Some(SlowMessages {
+                    probability: 0.005,
+                    delay_min: Duration::from_millis(500),
+                    delay_max: Duration::from_secs(3),
+                    rng: draws,
+                }));
+            }
+        }
         let lost_requests = {
             let mut coin = SplitMix64::new(mix64(config_seed ^ LOST_REQUESTS_STREAM_SALT));
             (config.lost_requests && coin.chance(0.5)).then_some(coin)
@@ -1294,7 +1412,7 @@ impl Run {
             rng: SplitMix64::new(mix64(config.seed)),
             trace: Trace::new(config.trace_lines),
             schedule: Schedule::default(),
-            wire: SimNetwork::new(mix64(config.seed ^ 0x0E7), config.network.clone()),
+            wire,
             parked: Vec::new(),
             next_sequence: 0,
             fetches: 0,
@@ -1342,6 +1460,10 @@ impl Run {
             lost_between: BTreeMap::new(),
             reassigner: SplitMix64::new(mix64(config_seed ^ REASSIGNMENT_STREAM_SALT)),
             lost_requests,
+            mid_step_power_losses,
+            partition_shapes,
+            network_shapes: [0; 4],
+            mid_step_power_cuts: (0, 0),
             requests_lost: 0,
             reassignments: (0, 0, 0),
             moves_to_new_nodes: 0,
@@ -1492,6 +1614,7 @@ impl Run {
             self.drive_producer()?;
             self.drive_controlled_stops()?;
             self.settle()?;
+            self.cut_armed_power()?;
             self.collect_outcomes()?;
             self.check_handled_corruption()?;
             self.check_step()?;
@@ -1558,7 +1681,9 @@ impl Run {
             Event::Crash { .. } if self.calm => {}
             Event::Crash { node, power_loss } => {
                 self.faults += 1;
-                self.crash(node, power_loss);
+                if !(power_loss && self.arm_power_cut(node)) {
+                    self.crash(node, power_loss);
+                }
                 let down_for = self.draw_interval(Duration::from_millis(500));
                 self.schedule.after(down_for, Event::Restart(node));
                 if let (false, Some(mean)) = (self.calm, self.config.crash_interval_mean) {
@@ -1704,23 +1829,49 @@ impl Run {
                 if !self.calm {
                     self.faults += 1;
                     self.partitioned = true;
-                    let alone = [self.machines[index].id];
+                    let shape = self.draw_partition_shape(index);
+                    let mut alone = vec![self.machines[index].id];
+                    if let PartitionShape::Pair(other) = shape {
+                        alone.push(self.machines[other].id);
+                    }
                     let others: Vec<NodeId> = self
                         .machines
                         .iter()
                         .map(|m| m.id)
-                        .filter(|id| *id != alone[0])
+                        .filter(|id| !alone.contains(id))
                         .collect();
-                    self.wire.partition(&alone, &others);
+                    match shape {
+                        PartitionShape::Alone | PartitionShape::Pair(_) => {
+                            self.wire.partition(&alone, &others);
+                        }
+                        PartitionShape::Deaf => {
+                            for other in &others {
+                                self.wire.cut_one_way(*other, alone[0]);
+                            }
+                        }
+                        PartitionShape::Mute => {
+                            for other in &others {
+                                self.wire.cut_one_way(alone[0], *other);
+                            }
+                        }
+                    }
                     // Half the partitions cut the node off from the
                     // coordinator too: its session ends while it may still
-                    // lead (a zombie leader, SPEC 3.7).
+                    // lead (a zombie leader, SPEC 3.7). Both of a pair.
                     let from_coordinator = self.config.coordinator_faults && self.rng.chance(0.5);
                     if from_coordinator {
-                        self.coordinator().set_node_unavailable(alone[0], true);
+                        for id in &alone {
+                            self.coordinator().set_node_unavailable(*id, true);
+                        }
                     }
+                    let how = match shape {
+                        PartitionShape::Alone => String::new(),
+                        PartitionShape::Deaf => " one way: it hears nothing".to_owned(),
+                        PartitionShape::Mute => " one way: nothing it sends arrives".to_owned(),
+                        PartitionShape::Pair(other) => format!(" together with node {other}"),
+                    };
                     self.record(format_args!(
-                        "node {index} is cut off{}",
+                        "node {index} is cut off{how}{}",
                         if from_coordinator {
                             ", from the coordinator too"
                         } else {
@@ -1820,12 +1971,16 @@ impl Run {
                 }
                 self.wire.heal();
                 self.wire.set_faults(NetworkFaults::default());
+                self.wire.set_slow(None);
                 // Disk faults planned before the calm that did not hit yet
                 // are called off too.
                 // So are full disks: an operator frees their space.
                 for disk in self.harness.nodes().disks().sims() {
                     disk.fail_with_eio(EioPlan::Never, &[]);
                     disk.set_space_bytes_max(None);
+                }
+                for index in 0..self.machines.len() {
+                    self.disarm_power_cut(index);
                 }
                 self.record(format_args!("calm"));
                 self.replace_flipped_disk();
@@ -1838,6 +1993,34 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// The shape of a partition of node `index`: always
+    /// [`PartitionShape::Alone`] in a run without
+    /// [`SimConfig::partition_shapes`]; in one with them, one way or the
+    /// other a quarter of the time each, and, with four or five nodes, with
+    /// another node a quarter of the time.
+    fn draw_partition_shape(&mut self, index: usize) -> PartitionShape {
+        let nodes = self.machines.len();
+        let Some(draws) = self.partition_shapes.as_mut() else {
+            return PartitionShape::Alone;
+        };
+        let shape = match draws.next_u64() % 4 {
+            1 => PartitionShape::Deaf,
+            2 => PartitionShape::Mute,
+            3 if nodes > REPLICATION_FACTOR => {
+                let other = (index + 1 + (draws.next_u64() % (nodes as u64 - 1)) as usize) % nodes;
+                PartitionShape::Pair(other)
+            }
+            _ => PartitionShape::Alone,
+        };
+        match shape {
+            PartitionShape::Alone => {}
+            PartitionShape::Deaf => self.network_shapes[1] += 1,
+            PartitionShape::Mute => self.network_shapes[2] += 1,
+            PartitionShape::Pair(_) => self.network_shapes[3] += 1,
+        }
+        shape
     }
 
     fn schedule_partition(&mut self, after: Duration) {
@@ -1940,6 +2123,7 @@ impl Run {
         // A planned fault that did not hit yet is called off: it was meant
         // for this process.
         self.disk(index).fail_with_eio(EioPlan::Never, &[]);
+        self.disarm_power_cut(index);
         // Bit flips damage one disk, a lost disk another would leave a
         // committed record on one intact copy at most (G1(c) promises it
         // only with one replica from the ISR back with its disk; G5 a clear
@@ -1970,6 +2154,88 @@ impl Run {
             },
             if disk_lost { ", its disk lost" } else { "" }
         ));
+    }
+
+    /// In a run with [`SimConfig::mid_step_power_losses`], one power loss
+    /// in four of node `index`'s machine is armed instead of struck now:
+    /// its disk loses power at its n-th operation from now, whenever the
+    /// node (or its next process, starting) gets there, and
+    /// [`cut_armed_power`](Self::cut_armed_power) ends the process after
+    /// the step in which it struck. Returns whether it armed one.
+    fn arm_power_cut(&mut self, index: usize) -> bool {
+        let Some(draws) = self.mid_step_power_losses.as_mut() else {
+            return false;
+        };
+        if !draws.chance(0.25) || self.machines[index].power_cut_armed {
+            return false;
+        }
+        let operation = 1 + draws.next_u64() % MID_STEP_POWER_LOSS_OPERATIONS_MAX;
+        self.disk(index).lose_power_at_operation(operation);
+        self.machines[index].power_cut_armed = true;
+        self.record(format_args!(
+            "node {index}'s machine will lose power at its disk's {operation}th operation from now"
+        ));
+        true
+    }
+
+    /// Calls off a power loss armed on node `index`'s disk that has not
+    /// struck.
+    fn disarm_power_cut(&mut self, index: usize) {
+        if self.machines[index].power_cut_armed && self.disk(index).power_loss_pending() {
+            self.disk(index).cancel_power_loss();
+            self.machines[index].power_cut_armed = false;
+        }
+    }
+
+    /// Ends, after the step, the process of each node whose armed power
+    /// loss struck in it ([`arm_power_cut`](Self::arm_power_cut)): the
+    /// disk already dropped what was unsynced (torn, half the time, as any
+    /// power loss) and fails every later operation on the handles the
+    /// process holds, so the process dies as a crash does. A power loss
+    /// that struck while the process was down or starting leaves its next
+    /// start to find what the disk kept; one that struck after a
+    /// controlled stop may have cut the stop's last writes, so its next
+    /// start is no longer held to find the clean-shutdown marker.
+    fn cut_armed_power(&mut self) -> Result<(), String> {
+        for index in 0..self.machines.len() {
+            if !self.machines[index].power_cut_armed || self.disk(index).power_loss_pending() {
+                continue;
+            }
+            self.machines[index].power_cut_armed = false;
+            self.power_losses += 1;
+            self.mid_step_power_cuts.0 += 1;
+            self.machines[index].start_expected = None;
+            if self.process(index).is_none() {
+                self.mid_step_power_cuts.1 += 1;
+                self.record(format_args!(
+                    "node {index}'s machine loses power while its process is down"
+                ));
+                continue;
+            }
+            // The coordinator writes the process made in the step (an ISR
+            // expansion, say) are checked against what it saw, the
+            // arrivals of its fetches, before its end forgets them
+            // (seed 60656765); its disk, dead, is not read.
+            for log in 0..self.logs.len() {
+                if let Err(error) = self.trace_log_state(log) {
+                    return Err(format!("{}{error}", self.logs[log].tag));
+                }
+            }
+            self.retire_controller(index);
+            self.machines[index].restart_owed = false;
+            self.machines[index].stopping = None;
+            self.crashes += 1;
+            self.harness
+                .crash_with(self.machines[index].id, Loss::Nothing, SessionEnd::OnExpiry);
+            self.disk(index).fail_with_eio(EioPlan::Never, &[]);
+            self.process_ended(index);
+            self.record(format_args!(
+                "node {index} crashes: its machine lost power in the middle of the step"
+            ));
+            let down_for = self.draw_interval(Duration::from_millis(500));
+            self.schedule.after(down_for, Event::Restart(index));
+        }
+        Ok(())
     }
 
     /// Whether node `index`'s machine may lose power now. Under `Always`,
@@ -2285,6 +2551,22 @@ impl Run {
         self.lost_between.insert((a.min(b), a.max(b)), now);
     }
 
+    /// Notes a message between nodes `a` and `b` with these `arrivals`
+    /// lost if it is lost or late (a slow message disturbs as a lost one
+    /// does); returns what the trace says of a late one (nothing of the
+    /// others, so that runs without slow messages trace what they did).
+    fn note_lost_or_late(&mut self, a: usize, b: usize, arrivals: &[Duration]) -> &'static str {
+        if !self.wire.is_lost_or_late(arrivals) {
+            return "";
+        }
+        self.note_lost(a, b);
+        if arrivals.is_empty() {
+            return "";
+        }
+        self.network_shapes[0] += 1;
+        ", slow"
+    }
+
     /// Whether a message between nodes `a` and `b` was lost at or after
     /// `since`.
     fn lost_since(&self, a: usize, b: usize, since: Duration) -> bool {
@@ -2557,6 +2839,7 @@ impl Run {
             .replace(self.machines[index].id, disk);
         self.machines[index].disk_time_charged = 0;
         self.machines[index].flipped = 0;
+        self.machines[index].power_cut_armed = false;
         self.machines[index].start_expected = None;
         self.machines[index].excused_at_step_start = false;
         self.machines[index].last_corrupt = None;
@@ -2799,11 +3082,9 @@ impl Run {
         );
         let from = self.machines[follower].id;
         let arrivals = self.wire.send(from, leader);
-        if arrivals.is_empty() {
-            self.note_lost(follower, leader.0 as usize);
-        }
+        let late = self.note_lost_or_late(follower, leader.0 as usize, &arrivals);
         self.record(format_args!(
-            "fetch {sequence} {follower}->{leader} ({} copies)",
+            "fetch {sequence} {follower}->{leader} ({} copies){late}",
             arrivals.len()
         ));
         let leader_index = leader.0 as usize;
@@ -2902,11 +3183,9 @@ impl Run {
         let (from, to) = (self.machines[leader].id, self.machines[follower].id);
         let busy = self.busy_for(leader);
         let arrivals = self.wire.send(from, to);
-        if arrivals.is_empty() {
-            self.note_lost(leader, follower);
-        }
+        let late = self.note_lost_or_late(leader, follower, &arrivals);
         self.record(format_args!(
-            "answer {sequence} {leader}->{follower} ({} copies)",
+            "answer {sequence} {leader}->{follower} ({} copies){late}",
             arrivals.len()
         ));
         for delay in arrivals {
@@ -4446,6 +4725,11 @@ mod tests {
         /// Times nodes were set to lose coordinator writes before they
         /// took effect.
         requests_lost: u64,
+        /// Power losses in the middle of a step, and those while the
+        /// process was down or starting.
+        mid_step_power_cuts: [u64; 2],
+        /// See [`SimReport::network_shapes`].
+        network_shapes: [u64; 4],
         /// The producer's sends, its batches re-sent after doubt, its
         /// blocking sends and the runs with them; the blocking clients'
         /// calls begun and acknowledged.
@@ -4516,6 +4800,11 @@ mod tests {
                 self.flush[3] += report.power_losses;
             }
             self.requests_lost += report.requests_lost;
+            self.mid_step_power_cuts[0] += report.mid_step_power_cuts.0;
+            self.mid_step_power_cuts[1] += report.mid_step_power_cuts.1;
+            for (total, count) in self.network_shapes.iter_mut().zip(report.network_shapes) {
+                *total += count;
+            }
             self.widen(Some((config.seed, config.seed)));
         }
 
@@ -4555,6 +4844,16 @@ mod tests {
                 *total += count;
             }
             self.requests_lost += other.requests_lost;
+            for (total, count) in self
+                .mid_step_power_cuts
+                .iter_mut()
+                .zip(other.mid_step_power_cuts)
+            {
+                *total += count;
+            }
+            for (total, count) in self.network_shapes.iter_mut().zip(other.network_shapes) {
+                *total += count;
+            }
             for (total, count) in self.nodes.iter_mut().zip(other.nodes) {
                 *total += count;
             }
@@ -4631,6 +4930,15 @@ mod tests {
             // were lost before taking effect (runs that draw none are
             // unchanged).
             config.lost_requests = variable("ISRLOG_SIM_LOST_REQUESTS") != Some(0);
+            // `ISRLOG_SIM_MID_STEP_POWER_LOSSES=0`: as before power losses
+            // struck in the middle of a step (runs that draw none are
+            // unchanged).
+            config.mid_step_power_losses = variable("ISRLOG_SIM_MID_STEP_POWER_LOSSES") != Some(0);
+            // `ISRLOG_SIM_SLOW_MESSAGES=0`, `ISRLOG_SIM_PARTITION_SHAPES=0`:
+            // as before messages were slow or partitions took shapes (runs
+            // that draw none are unchanged).
+            config.slow_messages = variable("ISRLOG_SIM_SLOW_MESSAGES") != Some(0);
+            config.partition_shapes = variable("ISRLOG_SIM_PARTITION_SHAPES") != Some(0);
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.
@@ -4764,6 +5072,8 @@ mod tests {
             nodes,
             flush,
             requests_lost,
+            mid_step_power_cuts,
+            network_shapes,
             clients,
             range,
         } = totals;
@@ -4795,6 +5105,14 @@ mod tests {
         );
         eprintln!(
             "coordinator: {requests_lost} times a node lost its writes before they took effect"
+        );
+        let [slow, deaf, mute, pairs] = network_shapes;
+        eprintln!(
+            "network: {slow} slow messages; partitions one way in {deaf}, one way out {mute}, of two nodes {pairs}"
+        );
+        let [cuts, cuts_while_down] = mid_step_power_cuts;
+        eprintln!(
+            "power losses in the middle of a step: {cuts} ({cuts_while_down} while the process was down or starting)"
         );
         let [three_nodes, four_nodes, five_nodes] = nodes;
         eprintln!(
@@ -4977,7 +5295,27 @@ mod tests {
     /// 2026-12-07 (blocking sends on).
     #[test]
     fn seed_70100050_a_fetch_from_before_the_epochs_line_commits_nothing() {
-        passes_with(SimConfig::new(70_100_050));
+        passes_with(SimConfig {
+            flush_policies: false,
+            lost_requests: false,
+            mid_step_power_losses: false,
+            slow_messages: false,
+            partition_shapes: false,
+            ..SimConfig::new(70_100_050)
+        });
+    }
+
+    /// Seed 60656765, a check that failed wrongly: a leader whose machine
+    /// lost power in the middle of a step (`Run::cut_armed_power`) had
+    /// added a follower to the ISR in that step, on a fetch that arrived in
+    /// it; the process's end forgot the fetch's arrival before the step's
+    /// checks compared the expansion with it ("no fetch from it reached
+    /// the leader"). The coordinator changes of a process that dies so are
+    /// now checked before it ends. Found with the defaults of 2026-12-07
+    /// (flush policies, lost requests and power losses in a step on).
+    #[test]
+    fn seed_60656765_a_leader_that_loses_power_in_a_step_has_its_isr_expansion_checked() {
+        passes_with(SimConfig::new(60_656_765));
     }
 
     /// Seed 60267254 (one log), G1: r1509, acknowledged at 1467 in epoch
@@ -5503,6 +5841,9 @@ mod tests {
             blocking_sends: false,
             flush_policies: false,
             lost_requests: false,
+            mid_step_power_losses: false,
+            slow_messages: false,
+            partition_shapes: false,
             ..SimConfig::new(seed).with_nodes(3)
         }
     }
@@ -5631,17 +5972,86 @@ mod tests {
             blocking_sends: !drawn.blocking_sends,
             flush_policies: !drawn.flush_policies,
             lost_requests: !drawn.lost_requests,
+            mid_step_power_losses: !drawn.mid_step_power_losses,
+            slow_messages: !drawn.slow_messages,
+            partition_shapes: !drawn.partition_shapes,
             ..SimConfig::new(7).with_logs(logs).with_nodes(nodes)
         };
         assert_eq!(
             replay_variables(&overridden),
             format!(
-                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ",
+                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ISRLOG_SIM_SLOW_MESSAGES={} ISRLOG_SIM_PARTITION_SHAPES={} ",
                 u8::from(!drawn.blocking_clients),
                 u8::from(!drawn.blocking_sends),
                 u8::from(!drawn.flush_policies),
-                u8::from(!drawn.lost_requests)
+                u8::from(!drawn.lost_requests),
+                u8::from(!drawn.mid_step_power_losses),
+                u8::from(!drawn.slow_messages),
+                u8::from(!drawn.partition_shapes)
             )
+        );
+    }
+
+    /// Slow messages and partitions' shapes are drawn apart: a run that
+    /// draws neither is event for event the run it is without them, and
+    /// one that has both passes and replays byte for byte.
+    #[test]
+    fn slow_messages_and_partition_shapes_are_drawn_apart() {
+        let (mut with, mut without) = (None, None);
+        for seed in 0..24 {
+            let config = SimConfig {
+                slow_messages: true,
+                partition_shapes: true,
+                ..single_log(seed)
+            };
+            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+            let [slow, deaf, mute, _] = report.network_shapes;
+            if slow > 0 && deaf + mute > 0 {
+                with.get_or_insert((config, report.trace_hash));
+            } else if report.network_shapes == [0; 4] {
+                without.get_or_insert((seed, report.trace_hash));
+            }
+            if with.is_some() && without.is_some() {
+                break;
+            }
+        }
+        let (config, hash) = with.expect("a run among 24 has slow messages and one-way cuts");
+        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
+        let (seed, hash) = without.expect("a run among 24 has neither");
+        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(before.trace_hash, hash, "seed {seed} without them");
+    }
+
+    /// Power losses in the middle of a step are drawn apart: a run that
+    /// draws none is event for event the run it is without them, and one
+    /// in which some struck passes and replays byte for byte.
+    #[test]
+    fn mid_step_power_losses_are_drawn_apart() {
+        let (mut with, mut without) = (None, None);
+        for seed in 0..16 {
+            let config = SimConfig {
+                mid_step_power_losses: true,
+                ..single_log(seed)
+            };
+            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+            if report.mid_step_power_cuts.0 > 0 {
+                with.get_or_insert((config, report.trace_hash));
+            } else {
+                without.get_or_insert((seed, report.trace_hash));
+            }
+            if with.is_some() && without.is_some() {
+                break;
+            }
+        }
+        let (config, hash) = with.expect("a power loss among 16 runs strikes in a step");
+        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
+        let (seed, hash) = without.expect("a run among 16 has none in a step");
+        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
+        assert_eq!(
+            before.trace_hash, hash,
+            "seed {seed} without power losses in a step"
         );
     }
 

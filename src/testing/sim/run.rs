@@ -5312,10 +5312,17 @@ mod tests {
     /// checks compared the expansion with it ("no fetch from it reached
     /// the leader"). The coordinator changes of a process that dies so are
     /// now checked before it ends. Found with the defaults of 2026-12-07
-    /// (flush policies, lost requests and power losses in a step on).
+    /// (flush policies, lost requests and power losses in a step on), as
+    /// were seeds 60658205 and 60658791 (the same failure).
     #[test]
     fn seed_60656765_a_leader_that_loses_power_in_a_step_has_its_isr_expansion_checked() {
-        passes_with(SimConfig::new(60_656_765));
+        for seed in [60_656_765, 60_658_205, 60_658_791] {
+            passes_with(SimConfig {
+                slow_messages: false,
+                partition_shapes: false,
+                ..SimConfig::new(seed)
+            });
+        }
     }
 
     /// Seed 60267254 (one log), G1: r1509, acknowledged at 1467 in epoch

@@ -962,7 +962,11 @@ pub(crate) struct NodeCore {
     /// ([`report_end_after_open`](Self::report_end_after_open)) failed to
     /// be written: retried on the report timer, since a log in recovery may
     /// see no other write that would notify this node, and the controller
-    /// waits for the report (review of the controller, finding 7).
+    /// waits for the report (review of the controller, finding 7). Also
+    /// the logs whose restarted leader's move to a new epoch failed
+    /// ([`epoch_bump_written`](Self::epoch_bump_written)): read again and
+    /// followed the same way, which moves the epoch again if it still
+    /// leads.
     failed_recovery_reports: Mutex<HashSet<LogId>>,
     /// Set when a controlled shutdown begins (`NodeShared::winding_down`,
     /// shared): it owns the appends' stop from then on, so no hand-over
@@ -1590,10 +1594,16 @@ impl NodeCore {
                 epoch_bumps: epoch_bumps.map(|n| n.saturating_sub(1)),
             }),
             Err(error) => {
-                // Without a new epoch this node must not lead; the next
-                // notification (or resync) tries again.
+                // Without a new epoch this node must not lead. The report
+                // timer reads the log again and follows it, which tries
+                // again while the node is still its leader of record: a
+                // write lost before it took effect (SPEC 3.4) changes
+                // nothing, so no notification or resync would ever come,
+                // and the log stayed without a working leader for good
+                // (simulator, seed 60665275).
                 let log = replica.get().log_id();
-                tracing::warn!(%log, node = %self.node, %error, "cannot start a new leader epoch after a restart");
+                tracing::warn!(%log, node = %self.node, %error, "cannot start a new leader epoch after a restart; will read the log and try again");
+                self.failed_recovery_reports.lock().insert(log);
             }
         }
     }
@@ -3656,7 +3666,11 @@ mod tests {
     /// A restarted leader's move to a new epoch: made, it leads in the
     /// new epoch with no attempt left (marked, so it is made once per
     /// process); stale, it tries again on the stored state with one
-    /// attempt fewer; failed, it takes no role until the next state.
+    /// attempt fewer; failed (its outcome unknown, say: the write may
+    /// have been lost before it took effect), it takes no role, and the
+    /// report timer reads the log again and follows it, which tries again
+    /// (simulator, seed 60665275: no notification ever came, and the log
+    /// stayed without a working leader).
     #[test]
     fn a_restarted_leaders_epoch_bump_leads_in_the_new_epoch_or_tries_again() {
         let dir = tempfile::tempdir().expect("a temporary directory");
@@ -3674,6 +3688,14 @@ mod tests {
             answer(&core, bump(Some(3)), Answer::Cas(Err(coordinator_error()))),
             vec![]
         );
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        let (call, then) = only_call(out);
+        assert_eq!(call, CoordinatorCall::LogState(replica.log_id()));
+        assert_eq!(then, Continuation::RetryRecoveryReport(replica.log_id()));
+        let mut out = Vec::new();
+        core.retry_recovery_reports(&mut out);
+        assert_eq!(out, vec![], "read once per failure");
         assert_eq!(
             answer(
                 &core,

@@ -128,6 +128,9 @@ const SETTLE_ROUNDS_MAX: usize = 64;
 /// after its wait.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// SPEC 3.1: a `Timeout` arrives within this much of its deadline.
+const TIMEOUT_LATE_MAX: Duration = Duration::from_millis(100);
+
 /// The nodes' `session_timeout`.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -881,6 +884,10 @@ struct Parked {
 struct ClientAppend {
     value: Vec<u8>,
     handle: AppendHandle,
+    /// The node it was made to (by index).
+    node: usize,
+    /// When it was made.
+    began: Duration,
 }
 
 /// How far a check read one node's replica of a log.
@@ -2267,8 +2274,10 @@ impl Run {
                 .retain(|(leader, _), _| *leader != index);
             log.leading_since.retain(|(leader, _), _| *leader != index);
             // The client's appends to a dead process get no answer: to the
-            // client, their outcome stays unknown (SPEC 3.4).
-            log.in_flight.retain(|append| append.handle.is_done());
+            // client, their outcome stays unknown (SPEC 3.4). (Those to
+            // another process stay in flight.)
+            log.in_flight
+                .retain(|append| append.node != index || append.handle.is_done());
         }
         self.fetch_arrivals
             .retain(|(leader, _), _| *leader != index);
@@ -3676,9 +3685,13 @@ impl Run {
         match log.append_pipelined(&batch, Acks::All) {
             Ok(handle) => {
                 self.record(format_args!("{tag}append r{number} to node {index}"));
-                self.logs[log_index]
-                    .in_flight
-                    .push(ClientAppend { value, handle });
+                let began = self.schedule.now();
+                self.logs[log_index].in_flight.push(ClientAppend {
+                    value,
+                    handle,
+                    node: index,
+                    began,
+                });
                 if self.machines[index].stopping.is_some() {
                     return Err(format!(
                         "{tag}SPEC 3.5: node {index} took append r{number} during its controlled shutdown"
@@ -3817,8 +3830,33 @@ impl Run {
                 .into_iter()
                 .partition(|append| append.handle.is_done());
             *in_flight = waiting;
-            for ClientAppend { value, handle } in done {
+            for ClientAppend { value, handle, .. } in done {
                 self.client_learns(log, value, handle.wait())?;
+            }
+        }
+        self.check_append_deadlines()
+    }
+
+    /// SPEC 3.1: an append's outcome comes by its deadline
+    /// (`request_timeout` after the call) and a `Timeout` within 100 ms of
+    /// it, whatever happened to the node's log meanwhile (it lost the
+    /// leadership, stopped, was removed by a reassignment), as long as its
+    /// process runs (to the client, the appends of a process that ended
+    /// stay without an outcome: [`process_ended`](Self::process_ended)).
+    fn check_append_deadlines(&self) -> Result<(), String> {
+        let now = self.schedule.now();
+        for log in &self.logs {
+            for append in &log.in_flight {
+                if now > append.began + REQUEST_TIMEOUT + TIMEOUT_LATE_MAX {
+                    return Err(format!(
+                        "{}SPEC 3.1: {} to node {}, made at {:?}, has no outcome {:?} later (request timeout {REQUEST_TIMEOUT:?})",
+                        log.tag,
+                        String::from_utf8_lossy(&append.value),
+                        append.node,
+                        append.began,
+                        now - append.began
+                    ));
+                }
             }
         }
         Ok(())
@@ -5305,6 +5343,19 @@ mod tests {
         });
     }
 
+    /// Seed 60665275, liveness: node 1, restarted and named leader of
+    /// epoch 13, lost its move to a new epoch before it took effect (SPEC
+    /// 3.4, an unknown outcome) and never tried again: the write changed
+    /// nothing, so no notification or resync came, and the log had no
+    /// working leader 20 s after the calm. A failed move is now read again
+    /// on the report timer (`NodeCore::epoch_bump_written`). Found with the
+    /// defaults of 2026-12-07 (coordinator writes lost before they take
+    /// effect).
+    #[test]
+    fn seed_60665275_a_restarted_leaders_lost_epoch_move_is_tried_again() {
+        passes_with(SimConfig::new(60_665_275));
+    }
+
     /// Seed 60656765, a check that failed wrongly: a leader whose machine
     /// lost power in the middle of a step (`Run::cut_armed_power`) had
     /// added a follower to the ISR in that step, on a fetch that arrived in
@@ -5901,7 +5952,12 @@ mod tests {
     /// watermark and the ISR only once the fetch says the follower stored
     /// the leader's epoch as its line, and answering such a fetch at once
     /// instead of parking it (seed 70100050): commits, catch-up times,
-    /// ISR changes and fetch answers right after elections moved. Chosen to
+    /// ISR changes and fetch answers right after elections moved. Retaken
+    /// for all twelve when a client's appends to one node began to stay in
+    /// flight when another node's process ended (they were all dropped,
+    /// their outcomes never learnt), and a restarted leader whose move to
+    /// a new epoch failed began to read the log again on the report timer
+    /// (seed 60665275): outcomes learnt, and coordinator reads, moved. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5912,18 +5968,18 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x92b1_a169_74d3_ce64),
-            (2, 0xc936_25d1_6b1f_9d9c),
-            (6, 0xfe08_667b_8729_5d27),
-            (10, 0xa6f1_ab72_365a_e147),
-            (13, 0x14ba_6944_3e97_7000),
-            (14, 0x963e_ef0c_e57b_08c7),
-            (17, 0x8541_03da_f372_7a9f),
-            (23, 0xbc59_8e80_5b6f_8108),
-            (35, 0x0ecf_20eb_c466_e654),
-            (41, 0x86ec_da7e_f2d8_c14b),
-            (45, 0xd0ee_daa6_c053_897e),
-            (55, 0xa3b5_bbba_b907_7e0e),
+            (0, 0x0e05_b03b_71d2_68e8),
+            (2, 0x7d89_bb6f_2403_e030),
+            (6, 0x0a89_6407_34a5_f49e),
+            (10, 0x23c5_f04b_fbf6_dd8a),
+            (13, 0x6f16_a6e9_9559_6f39),
+            (14, 0x8dcb_13d7_625e_9c07),
+            (17, 0xf526_2bd8_1e95_3568),
+            (23, 0xddad_29e5_a509_e786),
+            (35, 0x0b8e_3262_7856_81b2),
+            (41, 0x0ab1_f80a_37fc_4136),
+            (45, 0x0f7a_62cf_67af_c39c),
+            (55, 0x2b2b_a3ef_e484_7e7b),
         ];
         let changed: Vec<String> = pinned
             .iter()

@@ -6055,35 +6055,63 @@ mod tests {
         );
     }
 
-    /// Slow messages and partitions' shapes are drawn apart: a run that
-    /// draws neither is event for event the run it is without them, and
-    /// one that has both passes and replays byte for byte.
-    #[test]
-    fn slow_messages_and_partition_shapes_are_drawn_apart() {
+    /// A fault drawn from a stream of its own: among the first `seeds`
+    /// runs with it turned on, one that drew it (`drew` says `Some(true)`)
+    /// passes and replays byte for byte, and one that drew none of it
+    /// (`Some(false)`) is event for event the run it is with it off.
+    fn assert_drawn_apart(
+        what: &str,
+        seeds: u64,
+        turn_on: fn(SimConfig) -> SimConfig,
+        drew: fn(&SimReport) -> Option<bool>,
+    ) {
         let (mut with, mut without) = (None, None);
-        for seed in 0..24 {
-            let config = SimConfig {
-                slow_messages: true,
-                partition_shapes: true,
-                ..single_log(seed)
-            };
+        for seed in 0..seeds {
+            let config = turn_on(single_log(seed));
             let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-            let [slow, deaf, mute, _] = report.network_shapes;
-            if slow > 0 && deaf + mute > 0 {
-                with.get_or_insert((config, report.trace_hash));
-            } else if report.network_shapes == [0; 4] {
-                without.get_or_insert((seed, report.trace_hash));
+            match drew(&report) {
+                Some(true) => {
+                    with.get_or_insert((config, report.trace_hash));
+                }
+                Some(false) => {
+                    without.get_or_insert((seed, report.trace_hash));
+                }
+                None => {}
             }
             if with.is_some() && without.is_some() {
                 break;
             }
         }
-        let (config, hash) = with.expect("a run among 24 has slow messages and one-way cuts");
+        let (config, hash) = with.unwrap_or_else(|| panic!("a run among {seeds} draws {what}"));
         let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
         assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
-        let (seed, hash) = without.expect("a run among 24 has neither");
+        let (seed, hash) = without.unwrap_or_else(|| panic!("a run among {seeds} draws no {what}"));
         let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(before.trace_hash, hash, "seed {seed} without them");
+        assert_eq!(before.trace_hash, hash, "seed {seed} without {what}");
+    }
+
+    /// Slow messages and partitions' shapes are drawn apart: a run that
+    /// draws neither is event for event the run it is without them, and
+    /// one that has both passes and replays byte for byte.
+    #[test]
+    fn slow_messages_and_partition_shapes_are_drawn_apart() {
+        assert_drawn_apart(
+            "slow messages and one-way cuts",
+            24,
+            |config| SimConfig {
+                slow_messages: true,
+                partition_shapes: true,
+                ..config
+            },
+            |report| {
+                let [slow, deaf, mute, _] = report.network_shapes;
+                if slow > 0 && deaf + mute > 0 {
+                    Some(true)
+                } else {
+                    (report.network_shapes == [0; 4]).then_some(false)
+                }
+            },
+        );
     }
 
     /// Power losses in the middle of a step are drawn apart: a run that
@@ -6091,30 +6119,14 @@ mod tests {
     /// in which some struck passes and replays byte for byte.
     #[test]
     fn mid_step_power_losses_are_drawn_apart() {
-        let (mut with, mut without) = (None, None);
-        for seed in 0..16 {
-            let config = SimConfig {
+        assert_drawn_apart(
+            "power losses in a step",
+            16,
+            |config| SimConfig {
                 mid_step_power_losses: true,
-                ..single_log(seed)
-            };
-            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-            if report.mid_step_power_cuts.0 > 0 {
-                with.get_or_insert((config, report.trace_hash));
-            } else {
-                without.get_or_insert((seed, report.trace_hash));
-            }
-            if with.is_some() && without.is_some() {
-                break;
-            }
-        }
-        let (config, hash) = with.expect("a power loss among 16 runs strikes in a step");
-        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
-        let (seed, hash) = without.expect("a run among 16 has none in a step");
-        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(
-            before.trace_hash, hash,
-            "seed {seed} without power losses in a step"
+                ..config
+            },
+            |report| Some(report.mid_step_power_cuts.0 > 0),
         );
     }
 
@@ -6123,28 +6135,15 @@ mod tests {
     /// and one that draws some passes and replays byte for byte.
     #[test]
     fn lost_requests_are_drawn_apart() {
-        let (mut with, mut without) = (None, None);
-        for seed in 0..16 {
-            let config = SimConfig {
+        assert_drawn_apart(
+            "writes lost before they take effect",
+            16,
+            |config| SimConfig {
                 lost_requests: true,
-                ..single_log(seed)
-            };
-            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-            if report.requests_lost > 0 {
-                with.get_or_insert((config, report.trace_hash));
-            } else {
-                without.get_or_insert((seed, report.trace_hash));
-            }
-            if with.is_some() && without.is_some() {
-                break;
-            }
-        }
-        let (config, hash) = with.expect("a run among 16 loses writes before they take effect");
-        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
-        let (seed, hash) = without.expect("a run among 16 loses none before they take effect");
-        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(before.trace_hash, hash, "seed {seed} without lost requests");
+                ..config
+            },
+            |report| Some(report.requests_lost > 0),
+        );
     }
 
     /// Flush policies are drawn apart: a run that draws `Always` is event
@@ -6189,30 +6188,14 @@ mod tests {
     /// draws them makes some, passes and replays byte for byte.
     #[test]
     fn the_producers_blocking_sends_are_drawn_apart() {
-        let (mut with, mut without) = (None, None);
-        for seed in 0..16 {
-            let config = SimConfig {
+        assert_drawn_apart(
+            "blocking sends",
+            16,
+            |config| SimConfig {
                 blocking_sends: true,
-                ..single_log(seed)
-            };
-            let report = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-            if report.produced.2 > 0 {
-                with.get_or_insert((config, report.trace_hash));
-            } else {
-                without.get_or_insert((seed, report.trace_hash));
-            }
-            if with.is_some() && without.is_some() {
-                break;
-            }
-        }
-        let (config, hash) = with.expect("a run among 16 draws blocking sends");
-        let replayed = run(&config).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(replayed.trace_hash, hash, "seed {} replays", config.seed);
-        let (seed, hash) = without.expect("a run among 16 draws none");
-        let before = run(&single_log(seed)).unwrap_or_else(|failure| panic!("{failure}"));
-        assert_eq!(
-            before.trace_hash, hash,
-            "seed {seed} without blocking sends"
+                ..config
+            },
+            |report| Some(report.produced.2 > 0),
         );
     }
 

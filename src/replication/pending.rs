@@ -225,6 +225,21 @@ struct PendingState {
     /// Invariant: `unstamped[0]` and `unstamped[1]` count the appends of
     /// `all` and `leader` whose `deadline` is `None`.
     unstamped: [usize; 2],
+    /// Whether `all` and `leader` may hold an append whose deadline is
+    /// later than that of one behind it (an unstamped append counts as
+    /// later than any stamped one). Deadlines are stamped in queue order,
+    /// so a scan that stops at the first append still waiting has seen
+    /// every one due, but for an append put in ahead of stamped ones: a
+    /// retried idempotent batch answered as a duplicate takes its
+    /// original (lower) offsets and a fresh deadline (simulator seed
+    /// 60713163: five retries ahead of an append held its `Timeout` past
+    /// SPEC 3.1's 100 ms). While set, a scan that reads the clock walks
+    /// the whole queue, and sets it again only if the order is still
+    /// broken.
+    ///
+    /// Invariant: when `disordered[i]` is false, the deadlines of the
+    /// queue never decrease from front to back (`deadlines_in_order`).
+    disordered: [bool; 2],
     /// The callers of `reserve` that found no room (or others waiting), by
     /// ticket, first come first: only the front one takes room
     /// (`PendingAppends::reserve`).
@@ -248,7 +263,43 @@ impl PendingState {
                 [unstamped(&self.all), unstamped(&self.leader)],
                 "appends without a deadline miscounted"
             );
+            for (queue, disordered) in [
+                (&self.all, self.disordered[0]),
+                (&self.leader, self.disordered[1]),
+            ] {
+                debug_assert!(
+                    disordered || deadlines_in_order(queue),
+                    "deadlines out of queue order, not marked"
+                );
+            }
         }
+    }
+}
+
+/// Whether no append of `queue` has a later deadline than one behind it
+/// (an append with no deadline yet will get a later one than any given).
+fn deadlines_in_order(queue: &VecDeque<PendingAppend>) -> bool {
+    let mut earliest_behind: Option<Instant> = None;
+    for append in queue.iter().rev() {
+        if let Some(behind) = earliest_behind {
+            if append.deadline.is_none_or(|deadline| deadline > behind) {
+                return false;
+            }
+        }
+        if let Some(deadline) = append.deadline {
+            earliest_behind = Some(earliest_behind.map_or(deadline, |b| b.min(deadline)));
+        }
+    }
+    true
+}
+
+/// Whether `deadline` may sit before `next` in a queue whose deadlines
+/// are in order (`None`: not stamped yet, later than any stamped).
+fn not_later(deadline: Option<Instant>, next: Option<Instant>) -> bool {
+    match (deadline, next) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(deadline), Some(next)) => deadline <= next,
     }
 }
 
@@ -664,10 +715,18 @@ impl PendingAppends {
 
     /// Puts `append` in its queue, in offset order.
     fn insert_locked(state: &mut PendingState, queued: &AtomicUsize, append: PendingAppend) {
-        let (queue, unstamped) = if append.acks_all {
-            (&mut state.all, &mut state.unstamped[0])
+        let (queue, unstamped, disordered) = if append.acks_all {
+            (
+                &mut state.all,
+                &mut state.unstamped[0],
+                &mut state.disordered[0],
+            )
         } else {
-            (&mut state.leader, &mut state.unstamped[1])
+            (
+                &mut state.leader,
+                &mut state.unstamped[1],
+                &mut state.disordered[1],
+            )
         };
         if append.deadline.is_none() {
             *unstamped += 1;
@@ -683,11 +742,23 @@ impl PendingAppends {
         // Almost always the last: offsets are handed out in order, and
         // appenders queue right after. Checked first, since a binary search
         // of a long queue misses the cache on every step.
-        if queue.back().is_none_or(|last| key(last) <= at) {
+        let deadline = append.deadline;
+        let index = if queue.back().is_none_or(|last| key(last) <= at) {
             queue.push_back(append);
+            queue.len() - 1
         } else {
             let index = queue.partition_point(|queued| key(queued) <= at);
             queue.insert(index, append);
+            index
+        };
+        // The queue's deadlines stay in order if they were and this one
+        // fits between its neighbours'.
+        let before = index.checked_sub(1).and_then(|i| queue.get(i));
+        let after = queue.get(index + 1);
+        if before.is_some_and(|before| !not_later(before.deadline, deadline))
+            || after.is_some_and(|after| !not_later(deadline, after.deadline))
+        {
+            *disordered = true;
         }
         queued.fetch_add(1, Ordering::SeqCst);
     }
@@ -705,13 +776,20 @@ impl PendingAppends {
             all,
             leader,
             unstamped: [unstamped_all, unstamped_leader],
+            disordered: [disordered_all, disordered_leader],
             ..
         } = &mut *guard;
-        for (queue, unstamped) in [(all, unstamped_all), (leader, unstamped_leader)] {
+        for (queue, unstamped, disordered) in [
+            (all, unstamped_all, disordered_all),
+            (leader, unstamped_leader, disordered_leader),
+        ] {
             if let Some(now) = known.now {
                 // Read under this lock, after every append here was queued.
                 stamp_deadlines(queue, unstamped, now + self.request_timeout);
             }
+            // An append due behind one that is not: only a whole walk
+            // finds it.
+            let full = full || (*disordered && known.now.is_some());
             let mut take = |append: PendingAppend, verdict: Verdict| {
                 if append.deadline.is_none() {
                     *unstamped -= 1;
@@ -728,6 +806,7 @@ impl PendingAppends {
                     }
                 }
                 *queue = kept;
+                *disordered = !deadlines_in_order(queue);
             } else {
                 while let Some(front) = queue.front() {
                     match verdict(front, &known) {
@@ -1174,6 +1253,54 @@ mod tests {
             .scan(|_| at(later - Duration::from_millis(1)), false)
             .is_empty());
         let decided = queue.scan(|_| at(later), false);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].1, Verdict::TimedOut);
+        assert!(queue.is_idle());
+    }
+
+    /// SPEC 3.1 (simulator seed 60713163): an append put in ahead of
+    /// stamped ones, as a retried idempotent batch answered as a duplicate
+    /// is (its original, lower offsets, and a fresh deadline), does not
+    /// hold back the `Timeout` of the appends behind it: a scan that stops
+    /// at the first append still waiting found none of them due.
+    #[test]
+    fn an_append_put_in_ahead_does_not_hold_back_the_timeouts_behind_it() {
+        let request_timeout = Duration::from_secs(1);
+        let queue = PendingAppends::new(request_timeout);
+        let queue_unstamped = |last: u64| {
+            queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
+            let mut append = pending(last, true, 10);
+            append.deadline = None;
+            assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+        };
+        let t0 = Instant::now();
+        let at = |now: Instant| Snapshot {
+            now: Some(now),
+            ..known(1, 0, 0)
+        };
+        queue_unstamped(10);
+        assert!(
+            queue.scan(|_| at(t0), false).is_empty(),
+            "10 due at t0 + 1 s"
+        );
+        // The duplicate of a batch at 5, 0.5 s later: due at t0 + 1.5 s.
+        queue_unstamped(5);
+        let half = Duration::from_millis(500);
+        assert!(queue.scan(|_| at(t0 + half), false).is_empty());
+        let decided = queue.scan(|_| at(t0 + request_timeout), false);
+        let timed_out: Vec<(u64, Verdict)> = decided
+            .iter()
+            .map(|(append, verdict)| (append.outcome.last_offset.0, *verdict))
+            .collect();
+        assert_eq!(
+            timed_out,
+            vec![(10, Verdict::TimedOut)],
+            "10 is due, 5 is not"
+        );
+        assert_eq!(queue.queued(), 1);
+        // The queue is in order again: scans stop at its front.
+        assert!(!queue.state.lock().disordered[0]);
+        let decided = queue.scan(|_| at(t0 + request_timeout + half), false);
         assert_eq!(decided.len(), 1);
         assert_eq!(decided[0].1, Verdict::TimedOut);
         assert!(queue.is_idle());

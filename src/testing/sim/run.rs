@@ -5356,6 +5356,18 @@ mod tests {
         passes_with(SimConfig::new(60_665_275));
     }
 
+    /// Seed 60713163, SPEC 3.1: r810, appended to node 1 at 17.17 s, had
+    /// no outcome 1.10 s later. The idempotent producer had retried five
+    /// timed-out batches at 17.73 s; answered as duplicates, they were
+    /// queued with their original offsets, ahead of r810, and fresh
+    /// deadlines, and the deadline scan, which stops at the first append
+    /// still waiting, never reached r810 (`PendingState::disordered`).
+    /// Found with the defaults of 2026-12-07.
+    #[test]
+    fn seed_60713163_a_retried_duplicate_does_not_hold_back_later_timeouts() {
+        passes_with(SimConfig::new(60_713_163));
+    }
+
     /// Seed 60656765, a check that failed wrongly: a leader whose machine
     /// lost power in the middle of a step (`Run::cut_armed_power`) had
     /// added a follower to the ISR in that step, on a fetch that arrived in
@@ -5957,7 +5969,10 @@ mod tests {
     /// flight when another node's process ended (they were all dropped,
     /// their outcomes never learnt), and a restarted leader whose move to
     /// a new epoch failed began to read the log again on the report timer
-    /// (seed 60665275): outcomes learnt, and coordinator reads, moved. Chosen to
+    /// (seed 60665275): outcomes learnt, and coordinator reads, moved.
+    /// Retaken for all but seed 45 when the deadline scan began walking a
+    /// whole queue while a retried duplicate sat ahead of stamped appends
+    /// (seed 60713163): their timeouts came when due. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5968,18 +5983,18 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x0e05_b03b_71d2_68e8),
-            (2, 0x7d89_bb6f_2403_e030),
-            (6, 0x0a89_6407_34a5_f49e),
-            (10, 0x23c5_f04b_fbf6_dd8a),
-            (13, 0x6f16_a6e9_9559_6f39),
-            (14, 0x8dcb_13d7_625e_9c07),
-            (17, 0xf526_2bd8_1e95_3568),
-            (23, 0xddad_29e5_a509_e786),
-            (35, 0x0b8e_3262_7856_81b2),
-            (41, 0x0ab1_f80a_37fc_4136),
+            (0, 0xf193_0315_add8_2f97),
+            (2, 0x9c15_f3d9_ba85_6c53),
+            (6, 0x4b9a_3360_3d45_49e7),
+            (10, 0x9bf9_7d48_a81e_5ace),
+            (13, 0xc2c5_a6f3_05db_2410),
+            (14, 0xf358_9fd3_e9a8_60e7),
+            (17, 0xf850_0567_b624_c765),
+            (23, 0x7dcb_53ac_15e8_9f09),
+            (35, 0xca3e_60ce_802f_2a89),
+            (41, 0xa726_3472_a9cf_3255),
             (45, 0x0f7a_62cf_67af_c39c),
-            (55, 0x2b2b_a3ef_e484_7e7b),
+            (55, 0xde89_249b_33bd_7868),
         ];
         let changed: Vec<String> = pinned
             .iter()

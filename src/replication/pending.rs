@@ -46,6 +46,12 @@ pub(crate) struct PendingAppend {
     /// 100 B records, and most appends are resolved by a fetch before the
     /// next deadline scan ever sees them.
     pub(crate) deadline: Option<Instant>,
+    /// Put in its queue ahead of an append whose deadline was set (a
+    /// retried batch answered as a duplicate takes its original, lower
+    /// offsets): its deadline may be later than those behind it, so a
+    /// scan that stops at the first append still waiting passes it. Set
+    /// when queued ([`PendingAppends::queue`]).
+    pub(crate) ahead: bool,
     /// Bytes it holds of the in-flight bound.
     pub(crate) bytes: usize,
     /// Where the outcome goes.
@@ -225,21 +231,6 @@ struct PendingState {
     /// Invariant: `unstamped[0]` and `unstamped[1]` count the appends of
     /// `all` and `leader` whose `deadline` is `None`.
     unstamped: [usize; 2],
-    /// Whether `all` and `leader` may hold an append whose deadline is
-    /// later than that of one behind it (an unstamped append counts as
-    /// later than any stamped one). Deadlines are stamped in queue order,
-    /// so a scan that stops at the first append still waiting has seen
-    /// every one due, but for an append put in ahead of stamped ones: a
-    /// retried idempotent batch answered as a duplicate takes its
-    /// original (lower) offsets and a fresh deadline (simulator seed
-    /// 60713163: five retries ahead of an append held its `Timeout` past
-    /// SPEC 3.1's 100 ms). While set, a scan that reads the clock walks
-    /// the whole queue, and sets it again only if the order is still
-    /// broken.
-    ///
-    /// Invariant: when `disordered[i]` is false, the deadlines of the
-    /// queue never decrease from front to back (`deadlines_in_order`).
-    disordered: [bool; 2],
     /// The callers of `reserve` that found no room (or others waiting), by
     /// ticket, first come first: only the front one takes room
     /// (`PendingAppends::reserve`).
@@ -263,24 +254,22 @@ impl PendingState {
                 [unstamped(&self.all), unstamped(&self.leader)],
                 "appends without a deadline miscounted"
             );
-            for (queue, disordered) in [
-                (&self.all, self.disordered[0]),
-                (&self.leader, self.disordered[1]),
-            ] {
+            for queue in [&self.all, &self.leader] {
                 debug_assert!(
-                    disordered || deadlines_in_order(queue),
-                    "deadlines out of queue order, not marked"
+                    deadlines_in_order(queue),
+                    "deadlines out of queue order in an append not put in ahead"
                 );
             }
         }
     }
 }
 
-/// Whether no append of `queue` has a later deadline than one behind it
-/// (an append with no deadline yet will get a later one than any given).
+/// Whether no append of `queue` but those put in ahead
+/// ([`PendingAppend::ahead`]) has a later deadline than one behind it (an
+/// append with no deadline yet will get a later one than any given).
 fn deadlines_in_order(queue: &VecDeque<PendingAppend>) -> bool {
     let mut earliest_behind: Option<Instant> = None;
-    for append in queue.iter().rev() {
+    for append in queue.iter().rev().filter(|append| !append.ahead) {
         if let Some(behind) = earliest_behind {
             if append.deadline.is_none_or(|deadline| deadline > behind) {
                 return false;
@@ -291,16 +280,6 @@ fn deadlines_in_order(queue: &VecDeque<PendingAppend>) -> bool {
         }
     }
     true
-}
-
-/// Whether `deadline` may sit before `next` in a queue whose deadlines
-/// are in order (`None`: not stamped yet, later than any stamped).
-fn not_later(deadline: Option<Instant>, next: Option<Instant>) -> bool {
-    match (deadline, next) {
-        (_, None) => true,
-        (None, Some(_)) => false,
-        (Some(deadline), Some(next)) => deadline <= next,
-    }
 }
 
 /// Gives the `unstamped` appends of `queue` that have no deadline yet the
@@ -715,18 +694,10 @@ impl PendingAppends {
 
     /// Puts `append` in its queue, in offset order.
     fn insert_locked(state: &mut PendingState, queued: &AtomicUsize, append: PendingAppend) {
-        let (queue, unstamped, disordered) = if append.acks_all {
-            (
-                &mut state.all,
-                &mut state.unstamped[0],
-                &mut state.disordered[0],
-            )
+        let (queue, unstamped) = if append.acks_all {
+            (&mut state.all, &mut state.unstamped[0])
         } else {
-            (
-                &mut state.leader,
-                &mut state.unstamped[1],
-                &mut state.disordered[1],
-            )
+            (&mut state.leader, &mut state.unstamped[1])
         };
         if append.deadline.is_none() {
             *unstamped += 1;
@@ -742,24 +713,22 @@ impl PendingAppends {
         // Almost always the last: offsets are handed out in order, and
         // appenders queue right after. Checked first, since a binary search
         // of a long queue misses the cache on every step.
-        let deadline = append.deadline;
+        let mut append = append;
         let index = if queue.back().is_none_or(|last| key(last) <= at) {
-            queue.push_back(append);
-            queue.len() - 1
+            queue.len()
         } else {
-            let index = queue.partition_point(|queued| key(queued) <= at);
-            queue.insert(index, append);
-            index
+            queue.partition_point(|queued| key(queued) <= at)
         };
-        // The queue's deadlines stay in order if they were and this one
-        // fits between its neighbours'.
-        let before = index.checked_sub(1).and_then(|i| queue.get(i));
-        let after = queue.get(index + 1);
-        if before.is_some_and(|before| !not_later(before.deadline, deadline))
-            || after.is_some_and(|after| !not_later(deadline, after.deadline))
-        {
-            *disordered = true;
-        }
+        // Ahead of an append whose deadline is set (a duplicate at its
+        // original offsets; rarely, an appender that raced one queued
+        // across a deadline tick), or, given a deadline, behind one in order
+        // with a later deadline or none yet.
+        let before = queue.range(..index).rev().find(|queued| !queued.ahead);
+        append.ahead = queue.range(index..).any(|queued| queued.deadline.is_some())
+            || append.deadline.is_some_and(|deadline| {
+                before.is_some_and(|before| before.deadline.is_none_or(|b| b > deadline))
+            });
+        queue.insert(index, append);
         queued.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -776,20 +745,13 @@ impl PendingAppends {
             all,
             leader,
             unstamped: [unstamped_all, unstamped_leader],
-            disordered: [disordered_all, disordered_leader],
             ..
         } = &mut *guard;
-        for (queue, unstamped, disordered) in [
-            (all, unstamped_all, disordered_all),
-            (leader, unstamped_leader, disordered_leader),
-        ] {
+        for (queue, unstamped) in [(all, unstamped_all), (leader, unstamped_leader)] {
             if let Some(now) = known.now {
                 // Read under this lock, after every append here was queued.
                 stamp_deadlines(queue, unstamped, now + self.request_timeout);
             }
-            // An append due behind one that is not: only a whole walk
-            // finds it.
-            let full = full || (*disordered && known.now.is_some());
             let mut take = |append: PendingAppend, verdict: Verdict| {
                 if append.deadline.is_none() {
                     *unstamped -= 1;
@@ -806,13 +768,21 @@ impl PendingAppends {
                     }
                 }
                 *queue = kept;
-                *disordered = !deadlines_in_order(queue);
             } else {
-                while let Some(front) = queue.front() {
-                    match verdict(front, &known) {
+                // Up to the first append still waiting that was not put
+                // in ahead: those behind it are no more due than it
+                // (offsets and, but for appends put in ahead, deadlines
+                // grow front to back). One put in ahead may wait while an
+                // append behind it is due (simulator seed 60713163: five
+                // retried duplicates ahead of r810 held its `Timeout` past
+                // SPEC 3.1's 100 ms), so the walk passes it.
+                let mut at = 0;
+                while let Some(append) = queue.get(at) {
+                    match verdict(append, &known) {
+                        Verdict::Wait if append.ahead => at += 1,
                         Verdict::Wait => break,
                         verdict => {
-                            if let Some(append) = queue.pop_front() {
+                            if let Some(append) = queue.remove(at) {
                                 take(append, verdict);
                             }
                         }
@@ -1097,6 +1067,7 @@ mod tests {
             acks_all,
             generation: 1,
             deadline: Some(Instant::now() + Duration::from_secs(60)),
+            ahead: false,
             bytes,
             cell,
             resolved: false,
@@ -1298,8 +1269,6 @@ mod tests {
             "10 is due, 5 is not"
         );
         assert_eq!(queue.queued(), 1);
-        // The queue is in order again: scans stop at its front.
-        assert!(!queue.state.lock().disordered[0]);
         let decided = queue.scan(|_| at(t0 + request_timeout + half), false);
         assert_eq!(decided.len(), 1);
         assert_eq!(decided[0].1, Verdict::TimedOut);

@@ -1607,6 +1607,7 @@ impl Replica {
             // (`expire_pipelined` at the latest, on the deadline timer's
             // next tick), unless a fetch resolves it before.
             deadline: None,
+            ahead: false,
             bytes,
             cell,
             resolved: false,

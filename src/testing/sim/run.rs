@@ -5361,7 +5361,7 @@ mod tests {
     /// timed-out batches at 17.73 s; answered as duplicates, they were
     /// queued with their original offsets, ahead of r810, and fresh
     /// deadlines, and the deadline scan, which stops at the first append
-    /// still waiting, never reached r810 (`PendingState::disordered`).
+    /// still waiting, never reached r810 (`PendingAppend::ahead`).
     /// Found with the defaults of 2026-12-07.
     #[test]
     fn seed_60713163_a_retried_duplicate_does_not_hold_back_later_timeouts() {

@@ -3528,11 +3528,6 @@ mod tests {
     pub(super) fn leader_fetched_by_2_and_3(
         dir: &std::path::Path,
     ) -> (Arc<Replica>, Arc<ManualClock>) {
-        use crate::clock::Clock;
-        use crate::replication::FetchArrival;
-        use crate::transport::FetchLog;
-        use crate::types::Offset;
-
         let (replica, clock) = replica_on_clock(dir, false);
         let all = vec![n(1), n(2), n(3)];
         replica
@@ -3540,22 +3535,37 @@ mod tests {
             .expect("the replica leads");
         append_one(&replica).expect("a record is appended");
         for follower in [n(2), n(3)] {
-            let fetch = FetchLog {
-                log: LogId(1),
-                current_leader_epoch: LeaderEpoch(3),
-                fetch_offset: Offset(1),
-                last_fetched_epoch: Some(LeaderEpoch(3)),
-                line_epoch: Some(LeaderEpoch(3)),
-                log_start_offset: Offset::ZERO,
-                bytes_max: 1 << 20,
-                applied_offset: None,
-            };
-            let arrival = FetchArrival::New(clock.now());
-            replica.answer_fetch(follower, &fetch, 1 << 20, false, arrival, Incarnation(1));
+            fetch_at(&replica, &clock, follower, Offset(1));
         }
         assert!(replica.has_caught_up(n(2)) && replica.has_caught_up(n(3)));
         assert_eq!(replica.high_watermark(), Offset(1));
         (replica, clock)
+    }
+
+    /// A new fetch of log 1 in epoch 3 at `offset` from `follower`
+    /// (incarnation 1, on the epoch's line), arriving now on `clock`, at
+    /// the leading `replica`.
+    pub(super) fn fetch_at(
+        replica: &Replica,
+        clock: &ManualClock,
+        follower: NodeId,
+        offset: Offset,
+    ) {
+        use crate::replication::FetchArrival;
+        use crate::transport::FetchLog;
+
+        let fetch = FetchLog {
+            log: LogId(1),
+            current_leader_epoch: LeaderEpoch(3),
+            fetch_offset: offset,
+            last_fetched_epoch: Some(LeaderEpoch(3)),
+            line_epoch: Some(LeaderEpoch(3)),
+            log_start_offset: Offset::ZERO,
+            bytes_max: 1 << 20,
+            applied_offset: None,
+        };
+        let arrival = FetchArrival::New(clock.now());
+        replica.answer_fetch(follower, &fetch, 1 << 20, false, arrival, Incarnation(1));
     }
 
     /// The role change a single `StopFetching` carries, checked to be for

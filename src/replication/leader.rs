@@ -749,6 +749,24 @@ impl LeaderState {
         self.followers.get(&node)?.log_end_offset()
     }
 
+    /// Whether `node` has fetched in this epoch and held everything this
+    /// leader had at some time within `window` before `now` (its catch-up
+    /// time, Kafka's `lastCaughtUpTime`, read as the shrink rule reads it
+    /// with `replica_lag_time_max`, SPEC 3.4): under continuous appends a
+    /// follower that keeps up is, though its last fetch trails the log end
+    /// by what was appended since. A new incarnation that has not caught
+    /// up yet is not, whatever its predecessor's catch-up time.
+    pub(crate) fn follower_caught_up_within(
+        &self,
+        node: NodeId,
+        now: Instant,
+        window: Duration,
+    ) -> bool {
+        self.followers.get(&node).is_some_and(|progress| {
+            progress.log_end_offset().is_some() && !progress.is_out_of_sync(now, window)
+        })
+    }
+
     /// The incarnation of `node` whose fetches the leader counted in this
     /// epoch: what qualified it for the ISR, if anything did.
     pub(crate) fn follower_incarnation(&self, node: NodeId) -> Option<Incarnation> {
@@ -1990,5 +2008,38 @@ mod tests {
         );
         assert_eq!(state.follower_lag(OUTSIDER, base), None);
         assert_eq!(state.follower_lag(L, base), None);
+    }
+
+    /// A leader's hand-over stops appends for a follower caught up lately
+    /// (within the window, by its catch-up time): not before its first
+    /// fetch in the epoch, although its catch-up time starts at the
+    /// election; yes while it keeps up under appends, its fetches trailing
+    /// the end; no once the window has passed since, or for a new
+    /// incarnation that has not caught up.
+    #[test]
+    fn a_follower_caught_up_within_a_window() {
+        let base = Instant::now();
+        let window = ms(40);
+        let mut state = leader(&[L, F1, F2], &[L, F1, F2], 1, offsets(0, 0, 10), base);
+        assert!(!state.follower_caught_up_within(F1, base, window));
+        let _ = fetch(&mut state, F1, 10, base + ms(10));
+        assert!(state.follower_caught_up_within(F1, base + ms(10), window));
+        // Appends go on; each fetch trails the end, but reaches it as of
+        // the fetch before: caught up at ms 20, until 40 ms after that.
+        let _ = state.on_local_append(Offset(12));
+        let _ = fetch(&mut state, F1, 10, base + ms(20));
+        let _ = state.on_local_append(Offset(14));
+        let _ = fetch(&mut state, F1, 12, base + ms(30));
+        assert!(state.follower_caught_up_within(F1, base + ms(60), window));
+        assert!(!state.follower_caught_up_within(F1, base + ms(61), window));
+        // F2 restarts: its new incarnation, behind, is not caught up,
+        // though its predecessor was a moment ago.
+        let _ = fetch(&mut state, F2, 14, base + ms(70));
+        assert!(state.follower_caught_up_within(F2, base + ms(70), window));
+        let arrival = FetchArrival::New(base + ms(71));
+        let decision = state.on_fetch(F2, Offset(3), EPOCH, arrival, Incarnation(2));
+        assert!(matches!(decision, FetchDecision::Accepted { .. }));
+        assert!(!state.follower_caught_up_within(F2, base + ms(71), window));
+        assert!(!state.follower_caught_up_within(OUTSIDER, base, window));
     }
 }

@@ -780,6 +780,18 @@ impl Replica {
             .is_some_and(|offset| offset >= end)
     }
 
+    /// A leader's hand-over before it stops appends: whether `follower`
+    /// has fetched in this epoch and held everything this leader had
+    /// within `window` (see `LeaderState::follower_caught_up_within`).
+    /// `false` on a follower.
+    pub(crate) fn has_caught_up_within(&self, follower: NodeId, window: Duration) -> bool {
+        let now = self.clock.now();
+        self.leader
+            .lock()
+            .as_ref()
+            .is_some_and(|leader| leader.follower_caught_up_within(follower, now, window))
+    }
+
     pub(crate) fn in_sync_replicas(&self) -> Vec<NodeId> {
         self.role.read().in_sync_replicas.clone()
     }

@@ -81,8 +81,11 @@ impl HandOverCause {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HandOverPhase {
     /// The hand-over is due: appends stop as soon as a replica that may
-    /// take over has fetched everything, so that they stop for about one
-    /// fetch round rather than for a slow follower's whole catch-up.
+    /// take over has caught up lately (held everything this leader had
+    /// within twice `fetch_wait_max`: under continuous appends its last
+    /// fetch trails the log end by what was appended since), so that they
+    /// stop for about one fetch round rather than for a slow follower's
+    /// whole catch-up.
     Ready,
     /// Appends stopped at log end `end`: once the high watermark reaches
     /// it, a caught-up live replica in the ISR that may take over is named
@@ -191,7 +194,7 @@ pub(crate) enum PhaseStep {
     Stay,
     /// Failed, and its retry is due: ready again.
     Retry,
-    /// Ready, a replica that may take over has fetched everything and the
+    /// Ready, a replica that may take over has caught up lately and the
     /// ISR is fetching: read the live nodes, then stop appends.
     ReadLiveNodes,
     /// Waiting, past its deadline or `stalled` (an ISR member stopped
@@ -216,14 +219,18 @@ pub(crate) enum PhaseStep {
 
 /// The pure transition of a hand-over in `phase` on a control pass at
 /// `now`. What it needs of the leader is read only when the phase needs
-/// it, in the order the inline code read it: whether a replica that may
-/// take over has fetched everything (`caught_up`), whether every other
-/// ISR member fetched lately (`isr_fetching`), and the high watermark
+/// it, in the order the inline code read it: ready, whether a replica
+/// that may take over has caught up lately (`caught_up_lately`: appends
+/// run, so its last fetch may trail the log end, and requiring it at the
+/// end would need a lucky sample, twice, under load); whether every other
+/// ISR member fetched lately (`isr_fetching`); waiting, the high watermark
 /// (`high_watermark`, read again after the deadline check, as it may have
-/// moved).
+/// moved) and whether such a replica has fetched everything
+/// (`caught_up`: appends are stopped, so the end stays put).
 pub(crate) fn phase_step(
     phase: HandOverPhase,
     now: Instant,
+    caught_up_lately: &dyn Fn() -> bool,
     caught_up: &dyn Fn() -> bool,
     isr_fetching: &dyn Fn() -> bool,
     high_watermark: &dyn Fn() -> Offset,
@@ -231,7 +238,7 @@ pub(crate) fn phase_step(
     match phase {
         HandOverPhase::Failed { retry_at } if now >= retry_at => PhaseStep::Retry,
         HandOverPhase::Failed { .. } => PhaseStep::Stay,
-        HandOverPhase::Ready if caught_up() && isr_fetching() => PhaseStep::ReadLiveNodes,
+        HandOverPhase::Ready if caught_up_lately() && isr_fetching() => PhaseStep::ReadLiveNodes,
         HandOverPhase::Ready => PhaseStep::Stay,
         HandOverPhase::Waiting { end, deadline } => {
             let stalled = high_watermark() < end && !isr_fetching();
@@ -389,6 +396,19 @@ fn set_phase(
     }
 }
 
+/// How recently a replica that may take over must have held everything
+/// the leader holds ([`NodeCore::progress_hand_over`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CaughtUp {
+    /// Within twice `fetch_wait_max` (Kafka's `lastCaughtUpTime`), before
+    /// appends stop: they run on, so its last fetch trails the log end by
+    /// what was appended since.
+    Lately,
+    /// At the log end now, once appends stopped: nothing was appended
+    /// since, and the successor must hold every acknowledged record.
+    AtLogEnd,
+}
+
 impl NodeCore {
     /// Sets the node winding down (a controlled shutdown begins) under
     /// the hand-overs' lock: no hand-over gives back appends after this
@@ -478,17 +498,19 @@ impl NodeCore {
     /// out, this one keeps the rest as it is. Appends stop only for the
     /// hand-over itself, as a controlled shutdown stops them (for about
     /// one fetch round, at most [`HAND_OVER_WAIT`], and only once a
-    /// successor has caught up): under continuous `acks=all` load the
-    /// leader always holds a record its followers have not fetched yet, so
-    /// a hand-over that waited for a moment with nothing in flight could
-    /// wait for ever (review of the first version). The successor is an
-    /// ISR member that fetched up to the stopped log end, so it holds
-    /// every acknowledged record, and only a follower ever receives a
-    /// snapshot, so the transfer and install paths stay the ones tested.
-    /// Fetching a snapshot as leader from a follower would keep the
-    /// leadership but need a second transfer path; a controller that
-    /// preferred replicas not needing one would need the applied positions
-    /// in the coordinator. This leader leaves the ISR, as in
+    /// successor has caught up lately): under continuous `acks=all` load
+    /// the leader always holds a record its followers have not fetched
+    /// yet, so a hand-over that waited for a moment with nothing in flight
+    /// could wait for ever (review of the first version), and one that
+    /// waited for a successor at the log end before stopping them
+    /// depended on lucky timing (CI flake under CPU contention). The
+    /// successor is an ISR member that fetched up to the stopped log end,
+    /// so it holds every acknowledged record, and only a follower ever
+    /// receives a snapshot, so the transfer and install paths stay the
+    /// ones tested. Fetching a snapshot as leader from a follower would
+    /// keep the leadership but need a second transfer path; a controller
+    /// that preferred replicas not needing one would need the applied
+    /// positions in the coordinator. This leader leaves the ISR, as in
     /// [`hand_over_update`] (below `min_insync_replicas` it joins the ELR:
     /// it holds everything), where Kafka's preferred-leader election keeps
     /// the old leader in: here it stops fetching while its snapshot
@@ -630,9 +652,14 @@ impl NodeCore {
             }
     }
 
-    /// Whether a replica that may take over `pass`'s log has fetched
-    /// everything (and is in `live`, if given).
-    fn successor_caught_up(&self, pass: &HandOverPass, live: Option<&[NodeId]>) -> bool {
+    /// Whether a replica that may take over `pass`'s log has caught up
+    /// as `how` says (and is in `live`, if given).
+    fn successor_caught_up(
+        &self,
+        pass: &HandOverPass,
+        live: Option<&[NodeId]>,
+        how: CaughtUp,
+    ) -> bool {
         let replica = pass.replica.get();
         let candidates = match &pass.cause {
             HandOverCause::Reassignment { target } => target.clone(),
@@ -640,9 +667,18 @@ impl NodeCore {
         };
         candidates.into_iter().any(|node| {
             self.may_take_over(pass, node)
-                && replica.has_caught_up(node)
+                && match how {
+                    CaughtUp::Lately => replica.has_caught_up_within(node, self.fetching_window()),
+                    CaughtUp::AtLogEnd => replica.has_caught_up(node),
+                }
                 && live.is_none_or(|live| live.contains(&node))
         })
+    }
+
+    /// How lately a follower that keeps up has held everything this leader
+    /// had: within about one fetch round, a long poll included.
+    fn fetching_window(&self) -> Duration {
+        self.fetch_wait_max * 2
     }
 
     /// Whether every other ISR member of `replica` fetched lately. One that
@@ -652,7 +688,7 @@ impl NodeCore {
     /// nothing, and the control pass, which serves every log, must not
     /// wait for it either.
     fn isr_fetching(&self, replica: &Replica) -> bool {
-        let fresh = self.fetch_wait_max * 2;
+        let fresh = self.fetching_window();
         replica.in_sync_replicas().iter().all(|node| {
             *node == self.node
                 || replica
@@ -668,9 +704,9 @@ impl NodeCore {
     /// as a controlled shutdown hands over, but without blocking (see
     /// [`phase_step`]): stops appends once a replica that may take over
     /// (a target replica; a replica whose application reaches the log
-    /// start) has fetched everything and every other ISR member is
-    /// fetching; once the high watermark reached the log end at which they
-    /// stopped, names the first such replica that is in the ISR, live and
+    /// start) is live and has caught up lately and every other ISR member
+    /// is fetching; once the high watermark reached the log end at which
+    /// they stopped, names the first such replica that is in the ISR, live and
     /// has fetched everything, by compare-and-set; past
     /// [`HAND_OVER_WAIT`], or as soon as an ISR member stops fetching,
     /// gives appends back and is ready again after [`HAND_OVER_RETRY`].
@@ -719,7 +755,8 @@ impl NodeCore {
         let step = phase_step(
             phase,
             pass.now,
-            &|| self.successor_caught_up(&pass, None),
+            &|| self.successor_caught_up(&pass, None, CaughtUp::Lately),
+            &|| self.successor_caught_up(&pass, None, CaughtUp::AtLogEnd),
             &|| self.isr_fetching(replica),
             &|| replica.high_watermark(),
         );
@@ -810,8 +847,10 @@ impl NodeCore {
     }
 
     /// Ready, with the `live` nodes read: stops appends if a replica that
-    /// may take over is live, and waits (up to [`HAND_OVER_WAIT`]) for the
-    /// high watermark to reach the stopped end.
+    /// may take over is live and has caught up lately (not necessarily to
+    /// the log end: the appends went on during the call), and waits (up
+    /// to [`HAND_OVER_WAIT`]) for the high watermark to reach the stopped
+    /// end.
     fn stop_appends_for_hand_over(
         &self,
         pass: HandOverPass,
@@ -822,17 +861,17 @@ impl NodeCore {
         let log = replica.log_id();
         let me = self.node;
         let (epoch, now) = (pass.epoch, pass.now);
-        if !self.successor_caught_up(&pass, Some(live)) {
+        if !self.successor_caught_up(&pass, Some(live), CaughtUp::Lately) {
             // The caught-up replica is down but, in this leader's view,
-            // still in the ISR until `replica_lag_time_max` drops it: ask
-            // the coordinator again after HAND_OVER_RETRY, not on every
-            // tick (review of f31c327). Appends were not stopped.
-            self.set_pass_phase(
-                &pass,
-                Some(HandOverPhase::Failed {
-                    retry_at: now + HAND_OVER_RETRY,
-                }),
-            );
+            // still in the ISR until `replica_lag_time_max` drops it (or
+            // it stopped fetching during the call): ask the coordinator
+            // again after HAND_OVER_RETRY, not on every tick (review of
+            // f31c327). Appends were not stopped.
+            let retry_at = now + HAND_OVER_RETRY;
+            if self.set_pass_phase(&pass, Some(HandOverPhase::Failed { retry_at })) {
+                tracing::info!(%log, node = %me, %epoch, ?live,
+                    "{}: no replica that may take over is live and caught up lately; trying again in {HAND_OVER_RETRY:?}", pass.cause.label());
+            }
             return;
         }
         let Some((stopped, end)) = replica.stop_appends_for_hand_over() else {
@@ -1047,7 +1086,7 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::error::Error;
-    use crate::node::core::tests::{append_one, leader_fetched_by_2_and_3};
+    use crate::node::core::tests::{append_one, fetch_at, leader_fetched_by_2_and_3};
     use crate::sync::AtomicBool;
 
     const FETCH_WAIT_MAX: Duration = Duration::from_millis(500);
@@ -1202,7 +1241,9 @@ mod tests {
     }
 
     /// The phase transitions of one control pass, and what each phase
-    /// reads of the leader (a phase that needs nothing reads nothing).
+    /// reads of the leader (a phase that needs nothing reads nothing):
+    /// ready reads whether a successor caught up lately, never whether it
+    /// is at the log end; waiting, the reverse.
     #[test]
     fn a_hand_over_moves_through_its_phases_on_the_control_pass() {
         let t0 = Instant::now();
@@ -1214,25 +1255,25 @@ mod tests {
             retry_at: t0 + second,
         };
         assert_eq!(
-            phase_step(failed, t0, &unread, &unread, &unread_offset),
+            phase_step(failed, t0, &unread, &unread, &unread, &unread_offset),
             PhaseStep::Stay
         );
         let at_retry = t0 + second;
         assert_eq!(
-            phase_step(failed, at_retry, &unread, &unread, &unread_offset),
+            phase_step(failed, at_retry, &unread, &unread, &unread, &unread_offset),
             PhaseStep::Retry
         );
         let ready = HandOverPhase::Ready;
         assert_eq!(
-            phase_step(ready, t0, &no, &unread, &unread_offset),
+            phase_step(ready, t0, &no, &unread, &unread, &unread_offset),
             PhaseStep::Stay
         );
         assert_eq!(
-            phase_step(ready, t0, &yes, &no, &unread_offset),
+            phase_step(ready, t0, &yes, &unread, &no, &unread_offset),
             PhaseStep::Stay
         );
         assert_eq!(
-            phase_step(ready, t0, &yes, &yes, &unread_offset),
+            phase_step(ready, t0, &yes, &unread, &yes, &unread_offset),
             PhaseStep::ReadLiveNodes
         );
         let waiting = HandOverPhase::Waiting {
@@ -1302,7 +1343,14 @@ mod tests {
             ),
         ];
         for (case, now, caught_up, isr_fetching, high_watermark, expected) in cases {
-            let step = phase_step(waiting, now, caught_up, isr_fetching, high_watermark);
+            let step = phase_step(
+                waiting,
+                now,
+                &unread,
+                caught_up,
+                isr_fetching,
+                high_watermark,
+            );
             assert_eq!(step, expected, "{case}");
         }
     }
@@ -1398,7 +1446,7 @@ mod tests {
     }
 
     /// SPEC 3.10: a leader its move removes stops appends once a target
-    /// replica has caught up (a live one), waits for the high watermark,
+    /// replica has caught up lately (a live one), waits for the high watermark,
     /// reads the stored state and the live nodes, names the first live
     /// caught-up target replica by compare-and-set and follows the new
     /// state; the hand-over is over.
@@ -1460,6 +1508,76 @@ mod tests {
         assert_eq!(phase_of(&core), None);
     }
 
+    /// Under continuous appends a successor's last fetch trails the log
+    /// end by what was appended since (CI flake of the stuck
+    /// application's hand-over under `acks=all` load: the hand-over wanted
+    /// a replica at the log end before the live nodes' call and again
+    /// after it, missed the second often under CPU contention, and each
+    /// miss cost a [`HAND_OVER_RETRY`]). A target replica that caught up
+    /// lately is enough to stop appends, though records were appended
+    /// before the pass and during its call; none is named until the high
+    /// watermark reaches the stopped end and one has fetched it all.
+    #[test]
+    fn appends_stop_for_a_successor_caught_up_lately_while_appends_go_on() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, clock) = leader_fetched_by_2_and_3(dir.path());
+        let core = core();
+        core.begin_reassignment_hand_over(&replica, &state(&[1, 2, 3], &[1]));
+        // Appended after nodes 2 and 3 fetched everything.
+        clock.advance(FETCH_WAIT_MAX);
+        append_one(&replica).expect("appended");
+        assert!(!replica.has_caught_up(n(2)) && !replica.has_caught_up(n(3)));
+        let now = clock.now();
+        let mut out = Vec::new();
+        core.progress_hand_over(&replica, now, &mut out);
+        let (call, then) = only_call(out);
+        assert_eq!(call, CoordinatorCall::LiveNodes);
+        // Appended while the coordinator answered.
+        append_one(&replica).expect("appended");
+        let out = answer(&core, then, Answer::LiveNodes(Ok(nodes(&[1, 2, 3]))));
+        let wait = match <[Action; 1]>::try_from(out) {
+            Ok([Action::WaitHighWatermark { above, until, then }]) => {
+                assert_eq!((above, until), (Offset(2), HAND_OVER_HW_WAIT));
+                then
+            }
+            other => panic!("expected a wait for the high watermark, got {other:?}"),
+        };
+        assert_eq!(
+            phase_of(&core),
+            Some(HandOverPhase::Waiting {
+                end: Offset(3),
+                deadline: now + HAND_OVER_WAIT,
+            })
+        );
+        assert!(matches!(append_one(&replica), Err(Error::NotLeader { .. })));
+        // Node 2 holds the stopped end, node 3 not yet: the high watermark
+        // is below it, nobody is named.
+        fetch_at(&replica, &clock, n(2), Offset(3));
+        let mut out = Vec::new();
+        core.handle(Input::HighWatermarkWaited(wait), &mut out);
+        assert_eq!(out, vec![]);
+        fetch_at(&replica, &clock, n(3), Offset(3));
+        core.progress_hand_over(&replica, clock.now(), &mut out);
+        let (call, _) = only_call(out);
+        assert_eq!(call, CoordinatorCall::LogState(LogId(1)));
+    }
+
+    /// A successor's catch-up ages: past twice `fetch_wait_max` since the
+    /// last, the hand-over does not stop appends for it.
+    #[test]
+    fn appends_do_not_stop_for_a_successor_caught_up_too_long_ago() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (replica, clock) = leader_fetched_by_2_and_3(dir.path());
+        let core = core();
+        core.begin_reassignment_hand_over(&replica, &state(&[1, 2, 3], &[1]));
+        append_one(&replica).expect("appended");
+        clock.advance(FETCH_WAIT_MAX * 2 + Duration::from_millis(1));
+        let mut out = Vec::new();
+        core.progress_hand_over(&replica, clock.now(), &mut out);
+        assert_eq!(out, vec![]);
+        assert_eq!(phase_of(&core), Some(HandOverPhase::Ready));
+    }
+
     /// A hand-over whose high watermark does not reach the stopped end in
     /// time gives the appends back and is ready again after the retry
     /// pause; a cancelled move ends it, appends given back too.
@@ -1481,9 +1599,10 @@ mod tests {
         core.progress_hand_over(&replica, retry_at, &mut out);
         assert_eq!(out, vec![]);
         assert_eq!(phase_of(&core), Some(HandOverPhase::Ready));
-        let t1 = clock.now() + Duration::from_secs(10);
-        // The appended record is not fetched yet: nobody has caught up.
-        core.progress_hand_over(&replica, t1, &mut out);
+        // The appended record is not fetched yet, and the followers last
+        // caught up long ago: nobody has caught up lately.
+        clock.advance(Duration::from_secs(10));
+        core.progress_hand_over(&replica, clock.now(), &mut out);
         assert_eq!(out, vec![]);
         // A cancelled move ends the hand-over.
         core.begin_reassignment_hand_over(&replica, &state(&[1, 2, 3], &[]));

@@ -721,13 +721,22 @@ impl PendingAppends {
         };
         // Ahead of an append whose deadline is set (a duplicate at its
         // original offsets; rarely, an appender that raced one queued
-        // across a deadline tick), or, given a deadline, behind one in order
-        // with a later deadline or none yet.
-        let before = queue.range(..index).rev().find(|queued| !queued.ahead);
-        append.ahead = queue.range(index..).any(|queued| queued.deadline.is_some())
-            || append.deadline.is_some_and(|deadline| {
-                before.is_some_and(|before| before.deadline.is_none_or(|b| b > deadline))
-            });
+        // across a deadline tick). Almost always at the back: no walk.
+        append.ahead = queue.range(index..).any(|queued| queued.deadline.is_some());
+        if let Some(deadline) = append.deadline {
+            // Queued with a deadline already (tests): those before it not
+            // put in ahead, whose deadline is later or not set yet, are
+            // ahead of it now.
+            for queued in queue.range_mut(..index).rev() {
+                if queued.ahead {
+                    continue;
+                }
+                if queued.deadline.is_some_and(|queued| queued <= deadline) {
+                    break;
+                }
+                queued.ahead = true;
+            }
+        }
         queue.insert(index, append);
         queued.fetch_add(1, Ordering::SeqCst);
     }
@@ -775,11 +784,13 @@ impl PendingAppends {
                 // grow front to back). One put in ahead may wait while an
                 // append behind it is due (simulator seed 60713163: five
                 // retried duplicates ahead of r810 held its `Timeout` past
-                // SPEC 3.1's 100 ms), so the walk passes it.
+                // SPEC 3.1's 100 ms), so a walk that reads the clock passes
+                // it. One that does not decides by offsets alone, which
+                // grow front to back: it stops there.
                 let mut at = 0;
                 while let Some(append) = queue.get(at) {
                     match verdict(append, &known) {
-                        Verdict::Wait if append.ahead => at += 1,
+                        Verdict::Wait if append.ahead && known.now.is_some() => at += 1,
                         Verdict::Wait => break,
                         verdict => {
                             if let Some(append) = queue.remove(at) {
@@ -1273,6 +1284,33 @@ mod tests {
         assert_eq!(decided.len(), 1);
         assert_eq!(decided[0].1, Verdict::TimedOut);
         assert!(queue.is_idle());
+    }
+
+    /// An append queued with a deadline of its own earlier than that of
+    /// the one before it (tests queue so) puts that one ahead of it: its
+    /// `Timeout` is not held back either.
+    #[test]
+    fn an_earlier_deadline_queued_behind_puts_the_later_one_ahead() {
+        let queue = PendingAppends::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let mut first = pending(5, true, 10);
+        first.deadline = None;
+        let mut second = pending(10, true, 10);
+        second.deadline = Some(t0);
+        for append in [first, second] {
+            queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
+            assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+        }
+        let at = Snapshot {
+            now: Some(t0),
+            ..known(1, 0, 0)
+        };
+        let decided = queue.scan(|_| at, false);
+        let timed_out: Vec<u64> = decided
+            .iter()
+            .map(|(append, _)| append.outcome.last_offset.0)
+            .collect();
+        assert_eq!(timed_out, vec![10], "5 is stamped at t0 + 1 s");
     }
 
     #[test]

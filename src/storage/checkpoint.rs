@@ -244,6 +244,32 @@ pub(crate) fn load_pairs(
     path: &Path,
     kind: &str,
 ) -> Result<Option<Vec<(u64, u64)>>> {
+    let Some((pairs, rest)) = load_pairs_and_rest(disk, path, kind)? else {
+        return Ok(None);
+    };
+    if !rest.is_empty() {
+        return Err(Error::InvalidCheckpoint {
+            path: path.to_path_buf(),
+            reason: format!(
+                "header says {} entries, file has {}",
+                pairs.len(),
+                pairs.len() + rest.len()
+            ),
+        });
+    }
+    Ok(Some(pairs))
+}
+
+/// A list of `(u64, u64)` pairs and the lines after them.
+pub(crate) type PairsAndRest = (Vec<(u64, u64)>, Vec<String>);
+
+/// Reads a list of `(u64, u64)` pairs written by [`store_pairs_and_rest`]
+/// and the lines after them.
+pub(crate) fn load_pairs_and_rest(
+    disk: &dyn Disk,
+    path: &Path,
+    kind: &str,
+) -> Result<Option<PairsAndRest>> {
     let Some(bytes) = read_if_exists(disk, path)? else {
         return Ok(None);
     };
@@ -255,7 +281,15 @@ pub(crate) fn load_pairs(
         parse_field(path, it.next().copied(), "entries")?,
     )?;
     let mut pairs = Vec::new();
-    for (i, line) in it.enumerate() {
+    let rest: Vec<String> = it
+        .clone()
+        .skip(usize::try_from(count).unwrap_or(usize::MAX))
+        .map(|line| line.to_string())
+        .collect();
+    for (i, line) in it
+        .take(usize::try_from(count).unwrap_or(usize::MAX))
+        .enumerate()
+    {
         let mut parts = line.split(' ');
         let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next()) else {
             return Err(Error::InvalidCheckpoint {
@@ -271,7 +305,7 @@ pub(crate) fn load_pairs(
             reason: format!("header says {count} entries, file has {}", pairs.len()),
         });
     }
-    Ok(Some(pairs))
+    Ok(Some((pairs, rest)))
 }
 
 /// Atomically replaces `path` with a list of `(u64, u64)` pairs.
@@ -281,9 +315,22 @@ pub(crate) fn store_pairs(
     kind: &str,
     pairs: &[(u64, u64)],
 ) -> Result<()> {
-    let mut lines = Vec::with_capacity(pairs.len() + 1);
+    store_pairs_and_rest(disk, path, kind, pairs, &[])
+}
+
+/// Atomically replaces `path` with a list of `(u64, u64)` pairs and then
+/// the lines `rest`.
+pub(crate) fn store_pairs_and_rest(
+    disk: &dyn Disk,
+    path: &Path,
+    kind: &str,
+    pairs: &[(u64, u64)],
+    rest: &[String],
+) -> Result<()> {
+    let mut lines = Vec::with_capacity(pairs.len() + 1 + rest.len());
     lines.push(format!("entries {}", pairs.len()));
     lines.extend(pairs.iter().map(|(a, b)| format!("{a} {b}")));
+    lines.extend(rest.iter().cloned());
     write_atomically(disk, path, &encode(kind, &lines))
 }
 

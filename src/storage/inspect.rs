@@ -459,6 +459,20 @@ fn read_at(file: &dyn DiskFile, path: &Path, position: u64, len: usize) -> Resul
     Ok(buf)
 }
 
+/// How a walk checks epochs: below the log start as recovery does, and
+/// where it lets the batches overrule the epoch cache's file, as recovery
+/// does (`recovery::epoch_to_learn`).
+#[derive(Clone, Copy, Debug)]
+struct Learn {
+    /// The log start offset.
+    log_start: Offset,
+    /// From this offset on: the higher of the recovery point and the
+    /// offset the file covers.
+    from: Offset,
+    /// The stored line epoch, if any: no epoch above it is learnt.
+    line_bound: Option<LeaderEpoch>,
+}
+
 /// Walks the data file of the segment at `base` batch by batch, checking
 /// what recovery checks: header, length, CRC, offsets contiguous from
 /// `start`, epochs never going back from `last_epoch` and, when `epochs`
@@ -472,10 +486,11 @@ fn walk_segment(
     dir: &Path,
     base: Offset,
     start: Offset,
-    log_start: Offset,
     last_epoch: &mut Option<LeaderEpoch>,
     epochs: &mut Option<Vec<EpochEntry>>,
+    learn: Learn,
 ) -> Result<Option<Walked>> {
+    let log_start = learn.log_start;
     let path = super::segment::log_path(dir, base);
     let file = match disk.open(&path, OpenMode::Read) {
         Ok(file) => file,
@@ -557,12 +572,26 @@ fn walk_segment(
         };
         let mut cache_disagrees = disagrees(epochs);
         if cache_disagrees.is_some() {
-            // On a live node a new epoch is written to the cache just before
-            // its first batch, maybe after the cache was read here: read it
-            // again before calling the batch damaged.
+            // On a live node the cache's file may be written after it was
+            // read here: read it again before calling the batch damaged.
             if let Ok(fresh) = LeaderEpochCache::open(disk, dir) {
                 *epochs = Some(fresh.entries().to_vec());
                 cache_disagrees = disagrees(epochs);
+            }
+        }
+        if cache_disagrees.is_some() && h.base_offset >= learn.from {
+            // The file may lag the batches there (issue 27): recovery
+            // learns their epoch from them, as here (`recovery`).
+            if let Some(entries) = epochs.as_mut() {
+                if let Some(epoch) = super::recovery::epoch_to_learn(entries, &h, learn.line_bound)
+                {
+                    entries.retain(|entry| entry.start_offset < h.base_offset);
+                    entries.push(EpochEntry {
+                        epoch,
+                        start_offset: h.base_offset,
+                    });
+                    cache_disagrees = disagrees(epochs);
+                }
             }
         }
         let problem = if h.base_offset != next {
@@ -822,6 +851,20 @@ pub(crate) fn inspect_dir_on(disk: &Arc<dyn Disk>, dir: &Path) -> Result<Report>
     let may_be_committed = |offset: Offset| committed_end.is_none_or(|hw| offset < hw);
     let hw_text = committed_end.map_or("unknown".to_string(), |hw| hw.to_string());
     let mut entries = epochs.as_ref().map(|c| c.entries().to_vec());
+    let log_start = checkpoint.map_or(Offset::ZERO, |c| c.log_start_offset);
+    let learn = Learn {
+        log_start,
+        from: recovery_point.max(epochs.as_ref().map_or(Offset::ZERO, |c| c.file_covers())),
+        line_bound: super::log::load_epoch_entry(
+            &**disk,
+            dir,
+            super::log::LINE_EPOCH_FILE,
+            super::log::LINE_EPOCH_KIND,
+        )
+        .ok()
+        .flatten()
+        .map(|(epoch, _)| epoch),
+    };
     // Once recovery cuts a tail or meets a gap it deletes every later
     // segment; once it refuses, it does nothing more.
     let mut cut = false;
@@ -831,7 +874,6 @@ pub(crate) fn inspect_dir_on(disk: &Arc<dyn Disk>, dir: &Path) -> Result<Report>
         .any(|a| matches!(a, RecoveryAction::Refuse { .. }));
     let mut last_epoch = None;
     let mut previous_complete = true;
-    let log_start = checkpoint.map_or(Offset::ZERO, |c| c.log_start_offset);
     for (i, &base) in bases.iter().enumerate() {
         if !cut && !refused && bases.get(i + 1).is_some_and(|next| *next <= log_start) {
             // Entirely below the log start: a crash during retention.
@@ -849,15 +891,8 @@ pub(crate) fn inspect_dir_on(disk: &Arc<dyn Disk>, dir: &Path) -> Result<Report>
             .map(|s: &SegmentReport| s.next_offset);
         // A segment that does not continue the one before it still gets
         // walked for the report, from its own name.
-        let Some(walked) = walk_segment(
-            disk,
-            dir,
-            base,
-            base,
-            log_start,
-            &mut last_epoch,
-            &mut entries,
-        )?
+        let Some(walked) =
+            walk_segment(disk, dir, base, base, &mut last_epoch, &mut entries, learn)?
         else {
             continue;
         };

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint;
 use super::disk::Disk;
 use crate::error::{Error, Result};
-use crate::sync::Arc;
+use crate::sync::{Arc, Mutex};
 use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
 
 /// One entry: `epoch` started at `start_offset`.
@@ -28,11 +28,104 @@ pub(crate) struct EpochEntry {
 /// The epoch cache of one replica.
 ///
 /// Invariant: entries are strictly increasing in both epoch and start offset.
-#[derive(Debug)]
+///
+/// The file may lag the entries in memory: appends change them in memory
+/// only, and the log writes the file (durably) at its next fsync round,
+/// before that round's flushed offset is published (issue 27, as Kafka
+/// since KAFKA-15046). So the file holds every entry starting below the
+/// recovery point; above it, and above the offset the file says it covers
+/// ([`file_covers`](Self::file_covers)), recovery learns the epochs from
+/// the batches (see `recovery`).
 pub(crate) struct LeaderEpochCache {
     disk: Arc<dyn Disk>,
     path: PathBuf,
     entries: Vec<EpochEntry>,
+    /// Changes made to `entries` (and writes of the file) since the cache
+    /// was loaded.
+    version: u64,
+    /// What the file holds, shared with [`EpochFileWrite`]s in flight;
+    /// held while the file is written, so writes never overlap and an
+    /// older version never replaces a newer one.
+    written: Arc<Mutex<Written>>,
+}
+
+/// What a cache's file holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Written {
+    /// The cache's version it was written from.
+    version: u64,
+    /// The log end it was written at: every batch below it that the log
+    /// held then has the epoch its entries give (a truncation below it
+    /// writes the file again, [`LeaderEpochCache::truncate_from_end`]).
+    /// 0 for a file that does not say (written before it did).
+    covers: Offset,
+    /// Truncations from the end so far: a write taken before one covers
+    /// no more than the file did after it (see [`EpochFileWrite::write`]).
+    cuts: u64,
+}
+
+impl std::fmt::Debug for LeaderEpochCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderEpochCache")
+            .field("path", &self.path)
+            .field("entries", &self.entries)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A write of the epoch cache's file, taken under the log's state lock by
+/// [`LeaderEpochCache::pending_write`] and done without it
+/// ([`write`](Self::write)).
+pub(crate) struct EpochFileWrite {
+    disk: Arc<dyn Disk>,
+    path: PathBuf,
+    pairs: Vec<(u64, u64)>,
+    to: Written,
+    written: Arc<Mutex<Written>>,
+}
+
+impl EpochFileWrite {
+    /// Writes the file atomically and durably, unless it holds as much
+    /// already (a newer version, or this one covering as far). `allowed`
+    /// runs first, under the lock that
+    /// [`wait_for_writes`](LeaderEpochCache::wait_for_writes) waits for:
+    /// its error (the log was halted) is returned and nothing is written.
+    pub(crate) fn write(self, allowed: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut written = self.written.lock();
+        allowed()?;
+        let mut covers = self.to.covers;
+        if written.cuts != self.to.cuts {
+            // The log was truncated since this write was taken, maybe
+            // below the end it would cover (without changing an entry, so
+            // the version is the same): no more than the file covers now,
+            // which each truncation lowered to its end.
+            covers = covers.min(written.covers);
+        }
+        if written.version > self.to.version
+            || (written.version == self.to.version && written.covers >= covers)
+        {
+            return Ok(());
+        }
+        store(&*self.disk, &self.path, &self.pairs, covers)?;
+        *written = Written {
+            version: self.to.version,
+            covers,
+            cuts: written.cuts,
+        };
+        Ok(())
+    }
+}
+
+/// Writes the file: the entries, then the offset it covers.
+fn store(disk: &dyn Disk, path: &Path, pairs: &[(u64, u64)], covers: Offset) -> Result<()> {
+    checkpoint::store_pairs_and_rest(
+        disk,
+        path,
+        LeaderEpochCache::KIND,
+        pairs,
+        &[format!("covers {covers}")],
+    )
 }
 
 impl LeaderEpochCache {
@@ -45,7 +138,25 @@ impl LeaderEpochCache {
     /// rebuild the cache from the batches instead.
     pub(crate) fn open(disk: &Arc<dyn Disk>, dir: &Path) -> Result<LeaderEpochCache> {
         let path = dir.join(Self::FILE_NAME);
-        let pairs = checkpoint::load_pairs(&**disk, &path, Self::KIND)?.unwrap_or_default();
+        let (pairs, rest) =
+            checkpoint::load_pairs_and_rest(&**disk, &path, Self::KIND)?.unwrap_or_default();
+        let covers = match rest.as_slice() {
+            [] => Offset::ZERO,
+            [line] => line
+                .strip_prefix("covers ")
+                .and_then(|value| value.parse().ok())
+                .map(Offset)
+                .ok_or_else(|| Error::InvalidCheckpoint {
+                    path: path.clone(),
+                    reason: format!("line {line:?} is not \"covers\" and an offset"),
+                })?,
+            _ => {
+                return Err(Error::InvalidCheckpoint {
+                    path: path.clone(),
+                    reason: format!("{} lines after the entries, expected 1", rest.len()),
+                })
+            }
+        };
         let mut entries = Vec::with_capacity(pairs.len());
         for (epoch, start) in pairs {
             let epoch = u32::try_from(epoch).map_err(|_| Error::InvalidCheckpoint {
@@ -74,6 +185,12 @@ impl LeaderEpochCache {
             disk: Arc::clone(disk),
             path,
             entries,
+            version: 0,
+            written: Arc::new(Mutex::new(Written {
+                version: 0,
+                covers,
+                cuts: 0,
+            })),
         };
         debug_assert!(cache.check_invariants());
         Ok(cache)
@@ -86,16 +203,9 @@ impl LeaderEpochCache {
             disk: Arc::clone(disk),
             path: dir.join(Self::FILE_NAME),
             entries: Vec::new(),
+            version: 0,
+            written: Arc::new(Mutex::new(Written::default())),
         }
-    }
-
-    /// Records that `epoch` starts at `start_offset` and persists the cache.
-    /// See [`assign_in_memory`](Self::assign_in_memory) for the rules.
-    pub(crate) fn assign(&mut self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
-        if self.assign_in_memory(epoch, start_offset) {
-            self.persist()?;
-        }
-        Ok(())
     }
 
     /// Records that `epoch` starts at `start_offset`, without writing the
@@ -118,18 +228,77 @@ impl LeaderEpochCache {
             epoch,
             start_offset,
         });
+        self.version += 1;
         debug_assert!(self.check_invariants());
         true
     }
 
-    /// Writes the cache to its checkpoint file atomically.
-    pub(crate) fn persist(&self) -> Result<()> {
-        let pairs: Vec<(u64, u64)> = self
-            .entries
+    fn pairs(&self) -> Vec<(u64, u64)> {
+        self.entries
             .iter()
             .map(|e| (u64::from(e.epoch.0), e.start_offset.0))
-            .collect();
-        checkpoint::store_pairs(&*self.disk, &self.path, Self::KIND, &pairs)
+            .collect()
+    }
+
+    /// Writes the cache to its checkpoint file atomically and durably, as
+    /// covering the log up to `log_end` (the log's end now).
+    pub(crate) fn persist(&mut self, log_end: Offset) -> Result<()> {
+        let shared = Arc::clone(&self.written);
+        let mut written = shared.lock();
+        self.persist_locked(&mut written, log_end)
+    }
+
+    /// [`persist`](Self::persist) holding the lock on `written`.
+    fn persist_locked(&mut self, written: &mut Written, log_end: Offset) -> Result<()> {
+        // A new version: a write taken before this one never replaces it.
+        self.version += 1;
+        store(&*self.disk, &self.path, &self.pairs(), log_end)?;
+        written.version = self.version;
+        written.covers = log_end;
+        Ok(())
+    }
+
+    /// The write that brings the file up to the entries in memory, as
+    /// covering the log up to `log_end` (the log's end now), `None` when
+    /// it holds them already. Cheap (a copy of the entries): the caller
+    /// takes it under the log's state lock and writes it without.
+    pub(crate) fn pending_write(&self, log_end: Offset) -> Option<EpochFileWrite> {
+        let written = *self.written.lock();
+        (written.version < self.version).then(|| self.write_to(log_end))
+    }
+
+    /// [`pending_write`](Self::pending_write), also when only the offset
+    /// the file covers is behind `log_end`: recovery checks the batches
+    /// below it against the file, and learns nothing from them.
+    pub(crate) fn pending_cover(&self, log_end: Offset) -> Option<EpochFileWrite> {
+        let written = *self.written.lock();
+        (written.version < self.version || written.covers < log_end).then(|| self.write_to(log_end))
+    }
+
+    fn write_to(&self, log_end: Offset) -> EpochFileWrite {
+        EpochFileWrite {
+            disk: Arc::clone(&self.disk),
+            path: self.path.clone(),
+            pairs: self.pairs(),
+            to: Written {
+                version: self.version,
+                covers: log_end,
+                cuts: self.written.lock().cuts,
+            },
+            written: Arc::clone(&self.written),
+        }
+    }
+
+    /// The offset the file covered when it was loaded (0 when it did not
+    /// say): every batch below it was written in the epoch the entries
+    /// give it.
+    pub(crate) fn file_covers(&self) -> Offset {
+        self.written.lock().covers
+    }
+
+    /// Returns once no [`EpochFileWrite`] of this cache is writing.
+    pub(crate) fn wait_for_writes(&self) {
+        drop(self.written.lock());
     }
 
     /// The newest epoch known, if any.
@@ -197,14 +366,32 @@ impl LeaderEpochCache {
     }
 
     /// Removes every entry whose start offset is at or after `end_offset`
-    /// (the log was truncated to `end_offset`) and persists.
+    /// (the log was truncated to `end_offset`) and persists, when that
+    /// changed an entry or the file covers more than `end_offset` (the
+    /// batches written there next may be of other epochs).
     pub(crate) fn truncate_from_end(&mut self, end_offset: Offset) -> Result<()> {
-        let before = self.entries.len();
-        self.entries.retain(|e| e.start_offset < end_offset);
-        if self.entries.len() != before {
-            self.persist()?;
+        let shared = Arc::clone(&self.written);
+        let mut written = shared.lock();
+        // Counted first, so that a write taken before this truncation,
+        // still to come, covers no more than the file does after it.
+        written.cuts += 1;
+        let changed = self.truncate_from_end_in_memory(end_offset);
+        if changed || written.covers > end_offset {
+            self.persist_locked(&mut written, end_offset)?;
         }
         Ok(())
+    }
+
+    /// [`truncate_from_end`](Self::truncate_from_end) without writing the
+    /// file; returns whether anything changed.
+    pub(crate) fn truncate_from_end_in_memory(&mut self, end_offset: Offset) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.start_offset < end_offset);
+        let changed = self.entries.len() != before;
+        if changed {
+            self.version += 1;
+        }
+        changed
     }
 
     /// The log now starts at `start_offset` (retention): entries wholly
@@ -225,17 +412,9 @@ impl LeaderEpochCache {
         }
         self.entries.drain(..keep_from);
         self.entries[0].start_offset = start_offset;
+        self.version += 1;
         debug_assert!(self.check_invariants());
         true
-    }
-
-    /// [`truncate_from_start_in_memory`](Self::truncate_from_start_in_memory),
-    /// then persists if anything changed.
-    pub(crate) fn truncate_from_start(&mut self, start_offset: Offset) -> Result<()> {
-        if self.truncate_from_start_in_memory(start_offset) {
-            self.persist()?;
-        }
-        Ok(())
     }
 
     /// Invariant: entries strictly increase in epoch and in start offset.
@@ -382,10 +561,11 @@ mod tests {
     fn truncation_from_either_end_and_persistence() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cache(dir.path(), &[(0, 10), (2, 13), (4, 17)]);
-        c.persist().unwrap();
+        c.persist(Offset(20)).unwrap();
         c.truncate_from_end(Offset(17)).unwrap();
         assert_eq!(c.latest_epoch(), Some(LeaderEpoch(2)));
-        c.truncate_from_start(Offset(14)).unwrap();
+        assert!(c.truncate_from_start_in_memory(Offset(14)));
+        c.persist(Offset(17)).unwrap();
         assert_eq!(
             c.entries(),
             &[EpochEntry {
@@ -395,6 +575,54 @@ mod tests {
         );
         let reopened = LeaderEpochCache::open(&StdDisk::shared(), dir.path()).unwrap();
         assert_eq!(reopened.entries(), c.entries());
+        assert_eq!(reopened.file_covers(), Offset(17));
+    }
+
+    /// Issue 27: the log takes a write of the file under its state lock
+    /// and does it without; a truncation may come in between. The write
+    /// then never brings back what the truncation removed, nor claims to
+    /// cover offsets past the truncation's end (batches of other epochs
+    /// may be written there).
+    #[test]
+    fn a_write_taken_before_a_truncation_never_undoes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let stored = || LeaderEpochCache::open(&StdDisk::shared(), dir.path()).unwrap();
+        let no_halt = || Ok(());
+        let mut c = cache(dir.path(), &[(0, 0)]);
+        c.persist(Offset(100)).unwrap();
+        assert!(c.pending_write(Offset(100)).is_none());
+        assert!(c.assign_in_memory(LeaderEpoch(5), Offset(110)));
+        // The truncation keeps every entry: the write goes ahead, covering
+        // no more than the file did after the truncation.
+        let write = c.pending_write(Offset(150)).unwrap();
+        c.truncate_from_end(Offset(120)).unwrap();
+        write.write(no_halt).unwrap();
+        assert_eq!(stored().entries(), c.entries());
+        assert_eq!(stored().file_covers(), Offset(100));
+        // The truncation removes the entry: the older write is dropped.
+        assert!(c.assign_in_memory(LeaderEpoch(6), Offset(130)));
+        let write = c.pending_cover(Offset(150)).unwrap();
+        c.truncate_from_end(Offset(125)).unwrap();
+        assert_eq!(stored().file_covers(), Offset(125));
+        write.write(no_halt).unwrap();
+        assert_eq!(stored().entries(), c.entries());
+        assert_eq!(stored().latest_epoch(), Some(LeaderEpoch(5)));
+        assert_eq!(stored().file_covers(), Offset(125));
+        // A write taken after it covers its log end.
+        c.pending_cover(Offset(140))
+            .unwrap()
+            .write(no_halt)
+            .unwrap();
+        assert_eq!(stored().file_covers(), Offset(140));
+        // A halted log writes nothing.
+        assert!(c.assign_in_memory(LeaderEpoch(7), Offset(140)));
+        let halted = c.pending_write(Offset(141)).unwrap().write(|| {
+            Err(Error::InvalidBatch {
+                reason: "halted".into(),
+            })
+        });
+        assert!(halted.is_err());
+        assert_eq!(stored().latest_epoch(), Some(LeaderEpoch(5)));
     }
 
     #[test]

@@ -377,7 +377,7 @@ pub(crate) struct EndReport {
 /// The file that keeps a log's line epoch ([`Log::line_epoch`]) across
 /// restarts.
 pub(crate) const LINE_EPOCH_FILE: &str = "line-epoch.checkpoint";
-const LINE_EPOCH_KIND: &str = "line-epoch";
+pub(super) const LINE_EPOCH_KIND: &str = "line-epoch";
 
 /// The file that keeps where a log's start came from
 /// ([`Log::note_start_line`]).
@@ -387,7 +387,7 @@ const START_LINE_KIND: &str = "start-line";
 /// The one `(epoch, value)` entry of the file `name` in `dir`: `Ok(None)`
 /// if there is no file, `Err` naming the file and what is wrong with it
 /// if it cannot be used.
-fn load_epoch_entry(
+pub(super) fn load_epoch_entry(
     disk: &dyn Disk,
     dir: &Path,
     name: &str,
@@ -480,6 +480,11 @@ pub(super) struct StartMoves {
 }
 
 impl StartMoves {
+    /// Whether a move waits for its file work.
+    pub(super) fn pending(&self) -> bool {
+        self.unpersisted || !self.doomed.is_empty()
+    }
+
     /// Checks the invariant against the log's state.
     pub(super) fn check_invariants(&self, state: &LogState) -> bool {
         let first = state
@@ -688,11 +693,13 @@ impl Log {
             };
             let rolled = self.maybe_roll(&mut state, header.last_offset(), bytes.len() as u64)?;
             if state.epochs.latest_epoch() != Some(epoch) {
-                // A failed write leaves the cache in memory ahead of its
-                // file: later batches of the epoch would not write it again,
-                // and after a restart recovery and reads would take them for
-                // damage (found on the simulated disk, issue 28).
-                self.poison_on_error(state.epochs.assign(epoch, base_offset))?;
+                // In memory only: the file is written, durably, by the next
+                // fsync round, before it publishes a flushed offset past
+                // this batch (`sync_once`), so no fsync runs here under the
+                // state lock (issue 27; Kafka since KAFKA-15046). A crash
+                // before then finds the batch above the recovery point,
+                // where recovery learns its epoch from it (`recovery`).
+                state.epochs.assign_in_memory(epoch, base_offset);
             }
             let interval = self.config.index_interval_bytes;
             let appended = state.active_mut().append(
@@ -757,27 +764,19 @@ impl Log {
             // Entries at or after the log end describe no data (an epoch a
             // former leader assigned before writing anything): they give way
             // to what the leader sends.
-            if state
-                .epochs
-                .entries()
-                .last()
-                .is_some_and(|e| e.start_offset >= log_end)
-            {
-                self.poison_on_error(state.epochs.truncate_from_end(log_end))?;
-            }
+            // In memory only, as the epochs below: see `append_as_leader`.
+            // The file may keep such an entry until the next fsync round;
+            // it starts at or above the recovery point, where recovery
+            // lets the batches overrule the file.
+            state.epochs.truncate_from_end_in_memory(log_end);
             // The epoch cache learns the batches' epochs before they are
-            // written, as a leader's does: the cache on disk then knows every
-            // epoch the data holds, which recovery and reads check batches
-            // against (an entry past the data after a crash is dropped on
-            // open).
-            let mut epochs_changed = false;
+            // written, as a leader's does, in memory: reads check batches
+            // against it, and the next fsync round writes it before the
+            // recovery point passes them.
             for (_, header) in &parsed {
-                epochs_changed |= state
+                state
                     .epochs
                     .assign_in_memory(header.leader_epoch, header.base_offset);
-            }
-            if epochs_changed {
-                self.poison_on_error(state.epochs.persist())?;
             }
             let mut rolled = false;
             let mut group_start = parsed[0].0;
@@ -1059,7 +1058,7 @@ impl Log {
                 std::thread::yield_now();
             }
         }
-        let (files, indexes, dir, covered, generation) = {
+        let (files, indexes, dir, epoch_file, covered, generation) = {
             let mut state = self.state.write();
             let mut files = std::mem::take(&mut state.unsynced);
             files.push(state.active().file().clone());
@@ -1071,6 +1070,9 @@ impl Log {
                 files,
                 indexes,
                 dir,
+                // Every entry starting below `covered` is in memory by now
+                // (assigned before its batch was written).
+                state.epochs.pending_write(state.log_end_offset()),
                 state.log_end_offset(),
                 self.commit.generation(),
             )
@@ -1085,6 +1087,12 @@ impl Log {
         if dir {
             sync_dir(&*self.disk, &self.dir)?;
         }
+        // The epoch cache's file, before the flushed offset (and with it
+        // any checkpoint's recovery point) may pass the batches of its new
+        // epochs: recovery trusts it below the recovery point.
+        if let Some(epoch_file) = epoch_file {
+            epoch_file.write(|| self.commit.check_not_poisoned(&self.dir))?;
+        }
         Ok(SyncOutcome {
             covered,
             generation,
@@ -1095,35 +1103,51 @@ impl Log {
     pub(super) fn store_checkpoint(&self, clean_shutdown: bool) -> Result<()> {
         let serial = self.checkpoint_lock.lock();
         self.store_checkpoint_serialized(&serial, clean_shutdown)
+            .map(|_| ())
     }
 
     /// [`store_checkpoint`](Self::store_checkpoint) for a caller that holds
     /// the checkpoint lock (and not the state lock: see `checkpoint_lock`).
+    /// Returns the log start the checkpoint names and the base of the
+    /// log's first segment then.
     pub(super) fn store_checkpoint_serialized(
         &self,
         serial: &MutexGuard<'_, ()>,
         clean_shutdown: bool,
-    ) -> Result<()> {
+    ) -> Result<(Offset, Offset)> {
         // A halt (a simulated crash) that came while the caller waited for
         // `checkpoint_lock` ends what this process may write.
         self.commit.check_not_poisoned(&self.dir)?;
         // G4: a deferred log start move already moved the segment map; the
         // snapshot covering its first segment goes before the checkpoint
-        // that names the start (see `write_covering_snapshot`).
-        let first = {
+        // that names the start (see `write_covering_snapshot`). The start,
+        // its first segment and the high watermark are read at one
+        // instant: a follower's log start move takes no `checkpoint_lock`
+        // (`raise_log_start_offset_deferred`), so one may come at any time
+        // from here on; its own work checkpoints it.
+        let (first, log_start_offset, high_watermark, epoch_file) = {
             let state = self.state.read();
-            state
-                .segments
-                .keys()
-                .next()
-                .copied()
-                .unwrap_or(state.log_start_offset)
+            (
+                state
+                    .segments
+                    .keys()
+                    .next()
+                    .copied()
+                    .unwrap_or(state.log_start_offset),
+                state.log_start_offset,
+                state.high_watermark,
+                state.epochs.pending_cover(state.log_end_offset()),
+            )
         };
         self.write_covering_snapshot(serial, first)?;
-        let (log_start_offset, high_watermark) = {
-            let state = self.state.read();
-            (state.log_start_offset, state.high_watermark)
-        };
+        // Not needed for the recovery point (every fsync round writes the
+        // epoch cache before it publishes a flushed offset); but the file
+        // then covers the log end (a flush's, a roll's, a close's), and
+        // recovery checks every batch below that against it.
+        if let Some(epoch_file) = epoch_file {
+            let written = epoch_file.write(|| self.commit.check_not_poisoned(&self.dir));
+            self.poison_on_error(written)?;
+        }
         let checkpoint = LogCheckpoint {
             recovery_point: self.commit.flushed_offset(),
             high_watermark,
@@ -1132,7 +1156,8 @@ impl Log {
         };
         // A failed checkpoint write is a failed fsync like any other: the
         // log stops (STYLE, Errors).
-        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))
+        self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))?;
+        Ok((log_start_offset, first))
     }
 
     /// Writes a checkpoint whose recovery point is at most `at_most`, before
@@ -1380,9 +1405,16 @@ impl Log {
         // A deferred log start move finishes first (its checkpoint, with
         // the snapshot covering its first segment before it): the
         // truncation's checkpoint below names the moved start, and the
-        // producer state it rebuilds reads that snapshot (G4).
-        self.finish_log_start_moves_locked(&serial)?;
-        let mut state = self.state.write();
+        // producer state it rebuilds reads that snapshot (G4). One may
+        // come between the two (it takes no `checkpoint_lock`): finished
+        // again, until none waits under the state lock.
+        let mut state = loop {
+            self.finish_log_start_moves_locked(&serial)?;
+            let state = self.state.write();
+            if !self.start_moves.lock().pending() {
+                break state;
+            }
+        };
         self.commit.check_not_poisoned(&self.dir)?;
         if offset >= state.log_end_offset() {
             return Ok(());
@@ -1394,7 +1426,7 @@ impl Log {
             // `checkpoint_lock` is not reentrant.
             self.restart_at_locked(&serial, &mut state, offset)?;
             drop(state);
-            return self.store_checkpoint_serialized(&serial, false);
+            return self.store_checkpoint_serialized(&serial, false).map(|_| ());
         }
         let Some(segment) = state.segment_for(offset) else {
             return Ok(());
@@ -1416,7 +1448,7 @@ impl Log {
             // back: the records below it count as deleted already.
             self.restart_at_locked(&serial, &mut state, log_start)?;
             drop(state);
-            return self.store_checkpoint_serialized(&serial, false);
+            return self.store_checkpoint_serialized(&serial, false).map(|_| ());
         }
         state.truncations += 1;
         self.store_checkpoint_below(&serial, &state, new_end, log_start)?;
@@ -1503,12 +1535,19 @@ impl Log {
         // snapshots would otherwise reopen the log, its segments below the
         // moved start gone, on an older snapshot that misses their
         // producers; review of 384bcd1, simulator seed 60512796's class).
-        self.finish_log_start_moves_locked(&serial)?;
-        let mut state = self.state.write();
+        // Again until none waits under the state lock, as in
+        // `truncate_to`.
+        let mut state = loop {
+            self.finish_log_start_moves_locked(&serial)?;
+            let state = self.state.write();
+            if !self.start_moves.lock().pending() {
+                break state;
+            }
+        };
         self.commit.check_not_poisoned(&self.dir)?;
         self.restart_at_locked(&serial, &mut state, offset)?;
         drop(state);
-        self.store_checkpoint_serialized(&serial, false)
+        self.store_checkpoint_serialized(&serial, false).map(|_| ())
     }
 
     /// [`truncate_fully_and_start_at`](Self::truncate_fully_and_start_at)
@@ -1832,8 +1871,21 @@ impl Log {
                 got: start_offset,
             });
         }
-        let assigned = state.epochs.assign(epoch, start_offset);
-        self.poison_on_error(assigned)
+        // Written durably before this returns, as before, but without the
+        // state lock (no fsync runs under it): recovery trims an entry at
+        // the log end off the cache, yet a log a crash cut back to its
+        // start keeps its epoch as the epoch at its start
+        // (`Recovered::start_epoch`).
+        state.epochs.assign_in_memory(epoch, start_offset);
+        let epoch_file = state.epochs.pending_write(log_end);
+        drop(state);
+        match epoch_file {
+            Some(epoch_file) => {
+                let written = epoch_file.write(|| self.commit.check_not_poisoned(&self.dir));
+                self.poison_on_error(written)
+            }
+            None => Ok(()),
+        }
     }
 
     /// Test harness only: simulates this process crashing. Poisons the log
@@ -1853,6 +1905,9 @@ impl Log {
         // directory at once).
         let _serial = self.checkpoint_lock.lock();
         let state = self.state.write();
+        // An fsync round writes the epoch cache's file without the state
+        // lock: wait for it too (it checks the poison flag first).
+        state.epochs.wait_for_writes();
         // The files of a deferred log start move not yet deleted are on
         // disk too, with what their last sync left.
         let moves = self.start_moves.lock();
@@ -2054,7 +2109,7 @@ impl Log {
             .retire(format!("retired (no I/O failed): {reason}"));
         drop(self.line_epoch.lock());
         drop(self.checkpoint_lock.lock());
-        drop(self.state.write());
+        self.state.write().epochs.wait_for_writes();
         drop(self.start_moves.lock());
     }
 

@@ -111,6 +111,35 @@ impl RecoveryReport {
     }
 }
 
+/// The epoch the cache must learn from a batch `h` above the recovery
+/// point, whose cache `entries` come from a file that may lag the batches
+/// there (see `recover`): `h`'s epoch, when the entries give its offset
+/// another one and it is newer than every entry starting before it (the
+/// first entry's, for a batch before it: a log start moved into its
+/// batch), and at most `line_bound` when one is known; else `None` (the
+/// entries agree, or the batch is damaged).
+pub(super) fn epoch_to_learn(
+    entries: &[super::leader_epoch::EpochEntry],
+    h: &crate::record::BatchHeader,
+    line_bound: Option<LeaderEpoch>,
+) -> Option<LeaderEpoch> {
+    let epoch = h.leader_epoch;
+    if expected_epoch(entries, h.base_offset) == Some(epoch) {
+        return None;
+    }
+    let before = entries.partition_point(|entry| entry.start_offset < h.base_offset);
+    let prior = match before.checked_sub(1) {
+        Some(last) => Some(entries[last].epoch),
+        None => entries
+            .first()
+            .filter(|first| first.start_offset > h.base_offset)
+            .map(|first| first.epoch),
+    };
+    let newer = prior.is_none_or(|prior| epoch > prior);
+    let possible = line_bound.is_none_or(|line| epoch <= line);
+    (newer && possible).then_some(epoch)
+}
+
 /// The state of a log directory after recovery.
 #[derive(Debug)]
 pub(crate) struct Recovered {
@@ -250,6 +279,23 @@ pub(crate) fn recover(
     // The cache file was there and valid: scanned batches are checked
     // against it.
     let epochs_trusted = epoch_file_existed && !rebuild_epochs;
+    // Below this the file describes every batch (see `LeaderEpochCache`).
+    let file_covers = epochs.file_covers();
+    // Every epoch of a batch in the log is at most the line epoch stored
+    // when it was written (a leader stores its epoch as its line before
+    // it appends, a follower the leader's before it appends what it
+    // fetched: `Log::note_line_epoch`): the bound on the epochs recovery
+    // learns from batches above the recovery point. None without a usable
+    // file (a log used without replication).
+    let line_bound = super::log::load_epoch_entry(
+        &**disk,
+        dir,
+        super::log::LINE_EPOCH_FILE,
+        super::log::LINE_EPOCH_KIND,
+    )
+    .ok()
+    .flatten()
+    .map(|(epoch, _)| epoch);
     let bases = list_segments(&**disk, dir)?;
     report.high_watermark_unknown = checkpoint.is_none() && !bases.is_empty();
     if !bases.is_empty() && checkpoint.is_none() && report.checkpoint_problems.is_empty() {
@@ -525,6 +571,32 @@ pub(crate) fn recover(
                 }
             }
             last_epoch = Some(h.leader_epoch);
+            // The cache's file holds every entry starting below the
+            // recovery point (the log writes it, durably, before it
+            // publishes a flushed offset past a new epoch's first batch),
+            // but not always those above it: appends change the cache in
+            // memory only (issue 27, as Kafka since KAFKA-15046), so a
+            // crash or power loss before the next fsync round leaves a
+            // file without the newest epochs, or with an entry a
+            // follower's append dropped in memory (a former leader's, past
+            // its data). Above the recovery point the batches then say
+            // what the cache must (above the offset the file says it
+            // covers too: below that it describes every batch, and a batch
+            // it contradicts is damaged): as Kafka's recovery assigns every
+            // batch's epoch, the cache learns a batch's epoch there when
+            // the file disagrees and the epoch is newer than that of every
+            // entry starting before it (dropping the file's entries from
+            // the batch on, which describe data no longer there). An epoch
+            // that goes back, or that the file's older entries contradict,
+            // is damage as before; one above the stored line epoch cannot
+            // have been written (see `line_bound`).
+            if epochs_trusted && h.base_offset >= recovery_point.max(file_covers) {
+                if let Some(epoch) = epoch_to_learn(epochs.entries(), h, line_bound) {
+                    epochs.truncate_from_end_in_memory(h.base_offset);
+                    epochs.assign_in_memory(epoch, h.base_offset);
+                    epochs_changed = true;
+                }
+            }
             // A leader records its epoch, and a follower the epochs it
             // receives, in the cache before writing the batches: a batch
             // whose epoch the loaded cache does not give for its offset was
@@ -756,10 +828,15 @@ pub(crate) fn recover(
     let start_epoch = (log_end == log_start_offset)
         .then(|| expected_epoch(epochs.entries(), log_start_offset))
         .flatten();
-    epochs.truncate_from_end(log_end)?;
-    epochs.truncate_from_start(log_start_offset)?;
-    if epochs_changed {
-        epochs.persist()?;
+    epochs_changed |= epochs.truncate_from_end_in_memory(log_end);
+    epochs_changed |= epochs.truncate_from_start_in_memory(log_start_offset);
+    // A new log gets its (empty) file at once: appends change the cache
+    // in memory only, and a file that is missing while batches exist makes
+    // the next recovery rebuild the cache and report it missing. The file
+    // covers the log as recovered: never more (batches appended from the
+    // log end on may be of new epochs), and all of it (validated now).
+    if epochs_changed || !epoch_file_existed || epochs.file_covers() != log_end {
+        epochs.persist(log_end)?;
     }
     sync_dir(&**disk, dir)?;
 

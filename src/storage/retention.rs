@@ -132,14 +132,15 @@ impl Log {
     /// 2. write the checkpoint with the new log start (no state lock): a
     ///    crash from here on leaves segments below the log start, which the
     ///    next open deletes. Nothing the check relied on can change
-    ///    meanwhile: the log end falls only by a truncation and the log
-    ///    start moves only here or by a truncation, all of which hold
-    ///    `checkpoint_lock`, and the high watermark falls only by those or
+    ///    meanwhile: the log end falls only by a truncation, which holds
+    ///    `checkpoint_lock`, and the high watermark falls only by one or
     ///    by a lowering [`set_high_watermark`](Self::set_high_watermark),
     ///    which takes it too. So the checkpoint never names a log start
-    ///    above the high watermark (G3);
-    /// 3. raise the log start and take the doomed segments out (write
-    ///    lock, no I/O);
+    ///    above the high watermark (G3). The log start may rise meanwhile
+    ///    (a follower's deferred move takes no `checkpoint_lock`), never
+    ///    fall;
+    /// 3. raise the log start, unless a deferred move raised it further,
+    ///    and take the doomed segments out (write lock, no I/O);
     /// 4. delete their files and the producer snapshots below the new
     ///    first segment (no state lock).
     ///
@@ -184,31 +185,34 @@ impl Log {
             clean_shutdown: false,
         };
         self.poison_on_error(checkpoint.store(&*self.disk, &self.dir))?;
-        let (doomed, first): (Vec<Segment>, Offset) = {
+        let doomed: Vec<Segment> = {
             let mut state = self.state.write();
             debug_assert!(
-                offset > state.log_start_offset && offset <= state.log_end_offset(),
-                "the log start or end moved while checkpoint_lock was held"
+                offset <= state.log_end_offset(),
+                "the log end fell while checkpoint_lock was held"
             );
             debug_assert!(
                 !within_high_watermark || offset <= state.high_watermark,
                 "the high watermark fell while checkpoint_lock was held"
             );
-            state.log_start_offset = offset;
-            state.high_watermark = state.high_watermark.max(offset);
+            // A follower's deferred move takes no `checkpoint_lock`: one
+            // may have moved the start since the check, even above
+            // `offset` (its own work checkpoints it). The start never
+            // goes back, and the cache is trimmed only to the start the
+            // checkpoint above names.
+            let start = state.log_start_offset.max(offset);
+            state.log_start_offset = start;
+            state.high_watermark = state.high_watermark.max(start);
             state.epochs.truncate_from_start_in_memory(offset);
-            let doomed = take_segments_wholly_below(&mut state, offset);
+            let doomed = take_segments_wholly_below(&mut state, start);
             debug_assert!(state.check_invariants());
             debug_assert!(self.start_moves.lock().check_invariants(&state));
-            let first = state.segments.keys().next().copied().unwrap_or(offset);
-            debug_assert_eq!(
-                first, first_after,
-                "the segment map moved under checkpoint_lock"
-            );
-            (doomed, first)
+            doomed
         };
         let count = doomed.len() as u64;
-        self.delete_below_first_segment(&serial, doomed, first)?;
+        // The snapshots kept are those the checkpoint's first segment
+        // needs (a deferred move since then checkpoints its own).
+        self.delete_below_first_segment(&serial, doomed, first_after)?;
         drop(serial);
         Ok(count)
     }
@@ -238,10 +242,20 @@ impl Log {
             return self.set_log_start_offset(offset);
         }
         self.commit.check_not_poisoned(&self.dir)?;
-        let serial = self.checkpoint_lock.lock();
-        self.commit.check_not_poisoned(&self.dir)?;
         {
+            // No `checkpoint_lock`: the roll flusher holds it across the
+            // fsyncs of a roll's producer snapshot and checkpoint, and the
+            // fetcher (and with it the leader's high watermark) waited
+            // behind them (issue 27). Every holder of `checkpoint_lock`
+            // allows for a move coming meanwhile: a checkpoint names the
+            // start read at one instant with the first segment whose
+            // covering snapshot it wrote (`store_checkpoint_serialized`),
+            // a truncation finishes the moves again until none waits under
+            // the state lock, and the synchronous move never lowers the
+            // start.
             let mut state = self.state.write();
+            // A halt (a simulated crash) may have come meanwhile.
+            self.commit.check_not_poisoned(&self.dir)?;
             if offset > state.high_watermark {
                 return Err(Error::LogStartAboveHighWatermark {
                     requested: offset,
@@ -259,7 +273,6 @@ impl Log {
             moves.unpersisted = true;
             debug_assert!(moves.check_invariants(&state));
         }
-        drop(serial);
         if !self.hand_off(BackgroundWork::FinishLogStartMoves) {
             self.finish_log_start_moves()?;
         }
@@ -270,8 +283,7 @@ impl Log {
     /// (its checkpoint, the files below it).
     #[cfg(any(test, feature = "testing"))]
     pub(crate) fn log_start_moves_pending(&self) -> bool {
-        let moves = self.start_moves.lock();
-        moves.unpersisted || !moves.doomed.is_empty()
+        self.start_moves.lock().pending()
     }
 
     /// Does the file work of the log start moves
@@ -299,15 +311,18 @@ impl Log {
         if doomed.is_empty() && !unpersisted {
             return Ok(());
         }
+        // The checkpoint names a start at or above every doomed segment's
+        // end: it is read after they were taken. A move since then is
+        // left to its own work (it set `unpersisted` again), so the cache
+        // is trimmed to the start the checkpoint names, never above it,
+        // and the snapshots kept are those its first segment needs.
         let stored = self.store_checkpoint_serialized(serial, false);
-        self.poison_on_error(stored)?;
-        let first = {
+        let (start, first) = self.poison_on_error(stored)?;
+        {
             let mut state = self.state.write();
-            let start = state.log_start_offset;
             state.epochs.truncate_from_start_in_memory(start);
             debug_assert!(state.check_invariants());
-            state.segments.keys().next().copied().unwrap_or(start)
-        };
+        }
         self.delete_below_first_segment(serial, doomed, first)
     }
 

@@ -1273,4 +1273,247 @@ mod tests {
             prefix: (log_end > start && log_end < end).then_some((start, log_end)),
         }
     }
+
+    /// The epoch cache's file as stored: `(epoch, start offset)` pairs.
+    fn stored_epochs(dir: &Path) -> Vec<(u32, u64)> {
+        let disk = crate::storage::StdDisk::shared();
+        crate::storage::LeaderEpochCache::open(&disk, dir)
+            .unwrap()
+            .entries()
+            .iter()
+            .map(|e| (e.epoch.0, e.start_offset.0))
+            .collect()
+    }
+
+    fn epochs_of(log: &Log) -> Vec<(u32, u64)> {
+        log.epoch_entries()
+            .into_iter()
+            .map(|(epoch, start)| (epoch.0, start.0))
+            .collect()
+    }
+
+    /// Issue 27: the first append of a new epoch changes the epoch cache
+    /// in memory only (its file was written with fsync under the state
+    /// lock, against the module's rule); the next fsync round writes it.
+    /// A crash before that round (the batches reach the disk, the file
+    /// does not: also what a power loss leaves once the kernel wrote the
+    /// data back) reopens with the new epoch learnt from the batches
+    /// above the recovery point, each read checked against it; a power
+    /// loss that takes the batches too reopens without it.
+    #[test]
+    fn a_new_epoch_survives_a_crash_or_power_loss_before_any_flush() {
+        for power_loss in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
+            append_batches(&log, "old", 4, LeaderEpoch(0));
+            log.flush().unwrap();
+            let flushed = log.log_end_offset();
+            append_batches(&log, "new", 6, LeaderEpoch(3));
+            let end = log.log_end_offset();
+            assert_eq!(epochs_of(&log), [(0, 0), (3, flushed.0)]);
+            assert_eq!(
+                stored_epochs(dir.path()),
+                [(0, 0)],
+                "written on the append path"
+            );
+            if power_loss {
+                lose_power(log);
+            } else {
+                crash(log);
+            }
+            let log = reopen(dir.path(), config);
+            assert!(
+                log.recovery_report().truncations.is_empty(),
+                "{:?}",
+                log.recovery_report()
+            );
+            if power_loss {
+                assert_eq!(log.log_end_offset(), flushed);
+                assert_eq!(epochs_of(&log), [(0, 0)]);
+                continue;
+            }
+            assert_eq!(log.log_end_offset(), end);
+            assert_eq!(epochs_of(&log), [(0, 0), (3, flushed.0)]);
+            assert_eq!(stored_epochs(dir.path()), [(0, 0), (3, flushed.0)]);
+            assert_eq!(
+                log.end_offset_for_epoch(LeaderEpoch(0))
+                    .map(|e| e.end_offset),
+                Some(flushed)
+            );
+            // The log goes on in the epoch.
+            append_batches(&log, "after", 1, LeaderEpoch(3));
+        }
+    }
+
+    /// The fsync round that publishes a flushed offset past a new epoch's
+    /// first batch writes the epoch cache's file first: below the
+    /// recovery point recovery trusts it (and checks batches against it).
+    #[test]
+    fn a_flush_writes_the_epoch_cache_before_the_recovery_point_passes_a_new_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        append_batches(&log, "old", 2, LeaderEpoch(0));
+        let first_new = log.log_end_offset();
+        append_batches(&log, "new", 2, LeaderEpoch(1));
+        assert_eq!(stored_epochs(dir.path()), Vec::<(u32, u64)>::new());
+        log.flush().unwrap();
+        assert_eq!(stored_epochs(dir.path()), [(0, 0), (1, first_new.0)]);
+        lose_power(log);
+        let log = reopen(dir.path(), config);
+        assert_eq!(log.recovery_report().batches_scanned, 0);
+        assert_eq!(epochs_of(&log), [(0, 0), (1, first_new.0)]);
+    }
+
+    /// A follower's append drops, in memory only, an entry past its log
+    /// end (a former leader's epoch that wrote nothing) and learns the
+    /// older epoch the leader's batches carry there. After a crash the
+    /// file still names the dropped epoch at that offset: recovery takes
+    /// the batches' word above the recovery point instead of refusing
+    /// them as damage.
+    #[test]
+    fn a_former_leaders_entry_past_the_data_gives_way_to_the_batches_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader_dir = tempfile::tempdir().unwrap();
+        let config = LogConfig::default();
+        let leader = Log::open(leader_dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        append_batches(&leader, "old", 3, LeaderEpoch(0));
+        let split = leader.log_end_offset();
+        append_batches(&leader, "new", 3, LeaderEpoch(5));
+        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        log.append_as_follower(
+            &leader
+                .read_up_to(Offset(0), 1 << 20, split)
+                .unwrap()
+                .records,
+        )
+        .unwrap();
+        assert_eq!(log.log_end_offset(), split);
+        // This replica led epoch 7 and wrote nothing in it.
+        log.assign_epoch(LeaderEpoch(7), split).unwrap();
+        log.flush().unwrap();
+        assert_eq!(stored_epochs(dir.path()), [(0, 0), (7, split.0)]);
+        let mut next = split;
+        while next < leader.log_end_offset() {
+            let read = leader.read(next, 1 << 20).unwrap();
+            next = read.next_offset().unwrap();
+            log.append_as_follower(&read.records).unwrap();
+        }
+        assert_eq!(epochs_of(&log), [(0, 0), (5, split.0)]);
+        assert_eq!(stored_epochs(dir.path()), [(0, 0), (7, split.0)]);
+        crash(log);
+        let log = reopen(dir.path(), config);
+        assert_eq!(log.log_end_offset(), leader.log_end_offset());
+        assert_eq!(epochs_of(&log), [(0, 0), (5, split.0)]);
+        assert_eq!(stored_bytes(&log), stored_bytes(&leader));
+    }
+
+    /// What recovery learns from batches above the recovery point is
+    /// bounded by the stored line epoch (every batch's epoch is at most
+    /// the line stored before it was written): an epoch flipped upward
+    /// past it, in a batch whose epoch the file does not know yet, is
+    /// still damage, cut off.
+    #[test]
+    fn an_epoch_flipped_above_the_line_is_cut_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let log = Log::open(dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        log.note_line_epoch(LeaderEpoch(0)).unwrap();
+        append_batches(&log, "old", 2, LeaderEpoch(0));
+        log.flush().unwrap();
+        log.note_line_epoch(LeaderEpoch(2)).unwrap();
+        append_batches(&log, "new", 1, LeaderEpoch(2));
+        let last = log.log_end_offset().0 - 2;
+        crash(log);
+        let file = data_files(dir.path()).pop().unwrap();
+        let mut bytes = std::fs::read(&file).unwrap();
+        let start = (0..bytes.len() - 16)
+            .rev()
+            .find(|&at| {
+                bytes[at..at + 8] == last.to_le_bytes() || bytes[at..at + 8] == last.to_be_bytes()
+            })
+            .unwrap();
+        bytes[start + 12..start + 16].copy_from_slice(&[0x10; 4]);
+        std::fs::write(&file, &bytes).unwrap();
+        let log = reopen(dir.path(), config);
+        assert_eq!(log.log_end_offset(), Offset(last));
+        assert_eq!(log.recovery_report().truncations.len(), 1);
+        assert_eq!(epochs_of(&log), [(0, 0)]);
+    }
+
+    /// Issue 27: a follower's log start move took `checkpoint_lock`,
+    /// which the roll flusher holds across the fsyncs of a roll's producer
+    /// snapshot and checkpoint, so the fetcher (and the leader's high
+    /// watermark) waited behind them. It takes it no more: it moves while
+    /// another thread holds the lock, and its work, run afterwards,
+    /// checkpoints it and deletes the files.
+    #[test]
+    fn a_deferred_log_start_move_does_not_wait_for_the_checkpoint_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let (log, given) = log_with_idle_flusher(dir.path(), &config);
+        let (end, files) = (log.log_end_offset(), segment_count(dir.path()));
+        let start = Offset(40);
+        std::thread::scope(|scope| {
+            let serial = log.checkpoint_lock.lock();
+            let (done, moved) = std::sync::mpsc::channel();
+            let log = &log;
+            scope.spawn(move || {
+                let result = log.raise_log_start_offset_deferred(start);
+                done.send(result.is_ok()).unwrap();
+            });
+            let moved = moved.recv_timeout(std::time::Duration::from_secs(10));
+            drop(serial);
+            assert_eq!(moved, Ok(true), "the move waited for checkpoint_lock");
+        });
+        assert_eq!(log.log_start_offset(), start);
+        assert!(given
+            .lock()
+            .unwrap()
+            .contains(&BackgroundWork::FinishLogStartMoves));
+        assert_eq!(segment_count(dir.path()), files);
+        log.finish_log_start_moves().unwrap();
+        assert!(segment_count(dir.path()) < files, "no file deleted");
+        crash(log);
+        let log = reopen(dir.path(), config);
+        assert_eq!(log.log_start_offset(), start);
+        assert_eq!(log.log_end_offset(), end);
+    }
+
+    /// A log start move that comes while a checkpoint is being written
+    /// (it no longer waits for `checkpoint_lock`) is left to its own
+    /// work: the checkpoint names the start it read with the first
+    /// segment whose producer snapshot it wrote (G4), and the move's work
+    /// checkpoints the new start. Here the move comes between a flush's
+    /// checkpoint and its work: a crash in between reopens at the older
+    /// start with every file, and one after at the new start.
+    #[test]
+    fn a_checkpoint_and_a_deferred_move_between_it_and_its_work_survive_a_crash() {
+        for finished in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = small_segments();
+            let (log, _given) = log_with_idle_flusher(dir.path(), &config);
+            let end = log.log_end_offset();
+            log.flush().unwrap();
+            let serial = log.checkpoint_lock.lock();
+            log.raise_log_start_offset_deferred(Offset(40)).unwrap();
+            let (named, first) = log.store_checkpoint_serialized(&serial, false).unwrap();
+            drop(serial);
+            assert_eq!(named, Offset(40));
+            assert!(first <= named);
+            log.raise_log_start_offset_deferred(Offset(50)).unwrap();
+            if finished {
+                log.finish_log_start_moves().unwrap();
+            }
+            crash(log);
+            let log = reopen(dir.path(), config.clone());
+            assert_eq!(
+                log.log_start_offset(),
+                Offset(if finished { 50 } else { 40 })
+            );
+            assert_eq!(log.log_end_offset(), end);
+            assert!(log.read(log.log_start_offset(), 1 << 20).is_ok());
+        }
+    }
 }

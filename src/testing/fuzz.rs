@@ -365,7 +365,7 @@ pub fn encode_epoch_checkpoint(entries: &[(LeaderEpoch, Offset)]) -> Result<Vec<
     for &(epoch, start_offset) in entries {
         cache.assign_in_memory(epoch, start_offset);
     }
-    cache.persist()?;
+    cache.persist(Offset::ZERO)?;
     read_file(&dir.path().join(LeaderEpochCache::FILE_NAME))
 }
 

@@ -5976,7 +5976,11 @@ mod tests {
     /// Retaken for seeds 0 and 35 (reassignments) when a leader's
     /// hand-over began stopping appends for a successor caught up lately
     /// (within twice `fetch_wait_max`) rather than at the log end, before
-    /// and after its live nodes' call: when appends stop moved. Chosen to
+    /// and after its live nodes' call: when appends stop moved. Retaken
+    /// for all twelve when appends stopped writing the epoch cache's file
+    /// (issue 27: the next fsync round writes it, with the offset it
+    /// covers, and every open writes it once): the disk writes, and with
+    /// them simulated disk time, changed. Chosen to
     /// cover controlled stops (0, 2, 17, 23, 41, 55),
     /// applications with snapshot stores that lose their disk (0, 10, 13,
     /// 17, 23, 45), disk loss, bit flips (0, 2, 6, 13, 35, 41, 45),
@@ -5987,18 +5991,18 @@ mod tests {
     #[test]
     fn trace_hashes_of_pinned_seeds_do_not_change() {
         let pinned: [(u64, u64); 12] = [
-            (0, 0x3b70_e7fd_6539_ddd4),
-            (2, 0x9c15_f3d9_ba85_6c53),
-            (6, 0x4b9a_3360_3d45_49e7),
-            (10, 0x9bf9_7d48_a81e_5ace),
-            (13, 0xc2c5_a6f3_05db_2410),
-            (14, 0xf358_9fd3_e9a8_60e7),
-            (17, 0xf850_0567_b624_c765),
-            (23, 0x7dcb_53ac_15e8_9f09),
-            (35, 0xb619_abe2_f842_5602),
-            (41, 0xa726_3472_a9cf_3255),
-            (45, 0x0f7a_62cf_67af_c39c),
-            (55, 0xde89_249b_33bd_7868),
+            (0, 0x2f99_896a_2478_e7ce),
+            (2, 0x0172_f253_797e_0cd8),
+            (6, 0x97b7_0151_886b_1b56),
+            (10, 0x9a13_b6f9_0b1c_39c0),
+            (13, 0xae88_a6e7_cd82_4a99),
+            (14, 0xfc51_fb0b_7652_7758),
+            (17, 0x921c_823b_c7c5_d85e),
+            (23, 0xbd63_170d_7d75_2cb2),
+            (35, 0x5334_6cfb_b2a2_1445),
+            (41, 0xc615_50ba_33ea_0aa4),
+            (45, 0xaf7e_4e1f_c778_8559),
+            (55, 0x72b2_f4fd_16c4_617f),
         ];
         let changed: Vec<String> = pinned
             .iter()

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint;
 use super::disk::Disk;
 use crate::error::{Error, Result};
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Mutex, MutexGuard};
 use crate::types::{EpochEndOffset, LeaderEpoch, Offset};
 
 /// One entry: `epoch` started at `start_offset`.
@@ -43,10 +43,22 @@ pub(crate) struct LeaderEpochCache {
     /// Changes made to `entries` (and writes of the file) since the cache
     /// was loaded.
     version: u64,
-    /// What the file holds, shared with [`EpochFileWrite`]s in flight;
-    /// held while the file is written, so writes never overlap and an
-    /// older version never replaces a newer one.
-    written: Arc<Mutex<Written>>,
+    /// The file's two locks, shared with [`EpochFileWrite`]s in flight.
+    file: Arc<FileLocks>,
+}
+
+/// The locks of a cache's file. `written` is never held across I/O: the
+/// log reads it under its state lock (no fsync runs under that lock, see
+/// `storage`). `io` is held across every write of the file (temp file,
+/// its fsync, the rename, the directory's fsync), so writes never overlap
+/// and `written` always tells what the file on disk holds; a write checks
+/// it under `io` before writing, so an older version never replaces a
+/// newer one. Lock order: the log's state lock, then `io`, then `written`
+/// (a write in flight takes no state lock).
+#[derive(Debug, Default)]
+struct FileLocks {
+    written: Mutex<Written>,
+    io: Mutex<()>,
 }
 
 /// What a cache's file holds.
@@ -82,37 +94,45 @@ pub(crate) struct EpochFileWrite {
     path: PathBuf,
     pairs: Vec<(u64, u64)>,
     to: Written,
-    written: Arc<Mutex<Written>>,
+    file: Arc<FileLocks>,
 }
 
 impl EpochFileWrite {
     /// Writes the file atomically and durably, unless it holds as much
-    /// already (a newer version, or this one covering as far). `allowed`
-    /// runs first, under the lock that
-    /// [`wait_for_writes`](LeaderEpochCache::wait_for_writes) waits for:
-    /// its error (the log was halted) is returned and nothing is written.
+    /// already (a newer version, or this one covering as far). Call it
+    /// without the log's state lock: it waits for any write of the file
+    /// in flight (the file's I/O lock). `allowed` runs first, under that
+    /// lock, which [`wait_for_writes`](LeaderEpochCache::wait_for_writes)
+    /// waits for: its error (the log was halted) is returned and nothing
+    /// is written.
     pub(crate) fn write(self, allowed: impl FnOnce() -> Result<()>) -> Result<()> {
-        let mut written = self.written.lock();
+        let _io = self.file.io.lock();
         allowed()?;
+        // What the file holds cannot change while `io` is held: `written`
+        // changes only under it.
+        let on_disk = *self.file.written.lock();
         let mut covers = self.to.covers;
-        if written.cuts != self.to.cuts {
+        if on_disk.cuts != self.to.cuts {
             // The log was truncated since this write was taken, maybe
             // below the end it would cover (without changing an entry, so
             // the version is the same): no more than the file covers now,
             // which each truncation lowered to its end.
-            covers = covers.min(written.covers);
+            covers = covers.min(on_disk.covers);
         }
-        if written.version > self.to.version
-            || (written.version == self.to.version && written.covers >= covers)
+        if on_disk.version > self.to.version
+            || (on_disk.version == self.to.version && on_disk.covers >= covers)
         {
             return Ok(());
         }
         store(&*self.disk, &self.path, &self.pairs, covers)?;
-        *written = Written {
-            version: self.to.version,
-            covers,
-            cuts: written.cuts,
-        };
+        let mut written = self.file.written.lock();
+        debug_assert!(
+            written.version <= self.to.version,
+            "an older file replaced a newer one"
+        );
+        // `cuts` changes only under `io` too: kept.
+        written.version = self.to.version;
+        written.covers = covers;
         Ok(())
     }
 }
@@ -186,11 +206,14 @@ impl LeaderEpochCache {
             path,
             entries,
             version: 0,
-            written: Arc::new(Mutex::new(Written {
-                version: 0,
-                covers,
-                cuts: 0,
-            })),
+            file: Arc::new(FileLocks {
+                written: Mutex::new(Written {
+                    version: 0,
+                    covers,
+                    cuts: 0,
+                }),
+                io: Mutex::new(()),
+            }),
         };
         debug_assert!(cache.check_invariants());
         Ok(cache)
@@ -204,7 +227,7 @@ impl LeaderEpochCache {
             path: dir.join(Self::FILE_NAME),
             entries: Vec::new(),
             version: 0,
-            written: Arc::new(Mutex::new(Written::default())),
+            file: Arc::default(),
         }
     }
 
@@ -241,18 +264,22 @@ impl LeaderEpochCache {
     }
 
     /// Writes the cache to its checkpoint file atomically and durably, as
-    /// covering the log up to `log_end` (the log's end now).
+    /// covering the log up to `log_end` (the log's end now), after any
+    /// [`EpochFileWrite`] in flight (synchronously: recovery, and a
+    /// truncation through [`truncate_from_end`](Self::truncate_from_end)).
     pub(crate) fn persist(&mut self, log_end: Offset) -> Result<()> {
-        let shared = Arc::clone(&self.written);
-        let mut written = shared.lock();
-        self.persist_locked(&mut written, log_end)
+        let file = Arc::clone(&self.file);
+        let io = file.io.lock();
+        self.persist_io_held(&io, log_end)
     }
 
-    /// [`persist`](Self::persist) holding the lock on `written`.
-    fn persist_locked(&mut self, written: &mut Written, log_end: Offset) -> Result<()> {
+    /// [`persist`](Self::persist) holding the file's I/O lock (`_io`).
+    fn persist_io_held(&mut self, _io: &MutexGuard<'_, ()>, log_end: Offset) -> Result<()> {
         // A new version: a write taken before this one never replaces it.
         self.version += 1;
         store(&*self.disk, &self.path, &self.pairs(), log_end)?;
+        let mut written = self.file.written.lock();
+        debug_assert!(written.version < self.version);
         written.version = self.version;
         written.covers = log_end;
         Ok(())
@@ -260,22 +287,30 @@ impl LeaderEpochCache {
 
     /// The write that brings the file up to the entries in memory, as
     /// covering the log up to `log_end` (the log's end now), `None` when
-    /// it holds them already. Cheap (a copy of the entries): the caller
-    /// takes it under the log's state lock and writes it without.
+    /// it holds them already. Cheap (a copy of the entries, and a lock
+    /// never held across I/O): the caller takes it under the log's state
+    /// lock and writes it without. A write of the same entries still in
+    /// flight does not count as holding them: this one waits for it, then
+    /// finds the file written (or writes it, if that one failed).
     pub(crate) fn pending_write(&self, log_end: Offset) -> Option<EpochFileWrite> {
-        let written = *self.written.lock();
-        (written.version < self.version).then(|| self.write_to(log_end))
+        let written = *self.file.written.lock();
+        debug_assert!(written.version <= self.version);
+        (written.version < self.version).then(|| self.write_to(written, log_end))
     }
 
     /// [`pending_write`](Self::pending_write), also when only the offset
     /// the file covers is behind `log_end`: recovery checks the batches
     /// below it against the file, and learns nothing from them.
     pub(crate) fn pending_cover(&self, log_end: Offset) -> Option<EpochFileWrite> {
-        let written = *self.written.lock();
-        (written.version < self.version || written.covers < log_end).then(|| self.write_to(log_end))
+        let written = *self.file.written.lock();
+        debug_assert!(written.version <= self.version);
+        (written.version < self.version || written.covers < log_end)
+            .then(|| self.write_to(written, log_end))
     }
 
-    fn write_to(&self, log_end: Offset) -> EpochFileWrite {
+    /// A write of the entries in memory, as covering `log_end`; `written`
+    /// is what the file held when it was taken.
+    fn write_to(&self, written: Written, log_end: Offset) -> EpochFileWrite {
         EpochFileWrite {
             disk: Arc::clone(&self.disk),
             path: self.path.clone(),
@@ -283,22 +318,21 @@ impl LeaderEpochCache {
             to: Written {
                 version: self.version,
                 covers: log_end,
-                cuts: self.written.lock().cuts,
+                cuts: written.cuts,
             },
-            written: Arc::clone(&self.written),
+            file: Arc::clone(&self.file),
         }
     }
 
-    /// The offset the file covered when it was loaded (0 when it did not
-    /// say): every batch below it was written in the epoch the entries
-    /// give it.
+    /// The offset the file covers (when loaded: 0 if it did not say):
+    /// every batch below it was written in the epoch the entries give it.
     pub(crate) fn file_covers(&self) -> Offset {
-        self.written.lock().covers
+        self.file.written.lock().covers
     }
 
     /// Returns once no [`EpochFileWrite`] of this cache is writing.
     pub(crate) fn wait_for_writes(&self) {
-        drop(self.written.lock());
+        drop(self.file.io.lock());
     }
 
     /// The newest epoch known, if any.
@@ -369,15 +403,23 @@ impl LeaderEpochCache {
     /// (the log was truncated to `end_offset`) and persists, when that
     /// changed an entry or the file covers more than `end_offset` (the
     /// batches written there next may be of other epochs).
+    ///
+    /// Waits for any [`EpochFileWrite`] in flight (its content is older),
+    /// so that this write lands after it: the caller holds the log's state
+    /// lock, which such a write never takes.
     pub(crate) fn truncate_from_end(&mut self, end_offset: Offset) -> Result<()> {
-        let shared = Arc::clone(&self.written);
-        let mut written = shared.lock();
+        let file = Arc::clone(&self.file);
+        let io = file.io.lock();
         // Counted first, so that a write taken before this truncation,
         // still to come, covers no more than the file does after it.
-        written.cuts += 1;
+        let covers = {
+            let mut written = file.written.lock();
+            written.cuts += 1;
+            written.covers
+        };
         let changed = self.truncate_from_end_in_memory(end_offset);
-        if changed || written.covers > end_offset {
-            self.persist_locked(&mut written, end_offset)?;
+        if changed || covers > end_offset {
+            self.persist_io_held(&io, end_offset)?;
         }
         Ok(())
     }

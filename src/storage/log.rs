@@ -10,7 +10,12 @@
 //! Concurrency: one `RwLock` guards the state. Appends, rolls and
 //! truncations take it for writing, only for as long as the write syscall;
 //! reads take it for reading just long enough to find the file and position,
-//! then read without it. Fsyncs never run under it (see `flush`).
+//! then read without it. Fsyncs never run under it (see `flush`). Nor
+//! does anything taken under it wait for one: the epoch cache's file is
+//! written without it, and the lock its writes hold across their fsyncs
+//! is not the one read under it (`leader_epoch`'s `FileLocks`; only a
+//! truncation, which writes the file under it, waits for a write in
+//! flight, to land after it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

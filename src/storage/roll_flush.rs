@@ -157,8 +157,9 @@ mod tests {
 
     use crate::clock::{Clock, SystemClock};
     use crate::record::{RecordBatch, RecordBatchBuilder};
+    use crate::storage::disk::{DiskFile, LockGuard, MappedRegion, OpenMode};
     use crate::storage::DamageAboveRecoveryPoint;
-    use crate::storage::{BackgroundWork, Log, LogConfig, RollFlusher};
+    use crate::storage::{BackgroundWork, Disk, FlushPolicy, Log, LogConfig, RollFlusher, StdDisk};
     use crate::types::{LeaderEpoch, Offset};
 
     /// The work a log handed its roll flusher, in order.
@@ -1515,5 +1516,228 @@ mod tests {
             assert_eq!(log.log_end_offset(), end);
             assert!(log.read(log.log_start_offset(), 1 << 20).is_ok());
         }
+    }
+
+    /// Holds every fsync of the epoch cache's temp file while closed.
+    #[derive(Debug, Default)]
+    struct EpochFsyncGate {
+        /// Whether it is closed, and how many fsyncs it holds.
+        state: std::sync::Mutex<(bool, usize)>,
+        changed: std::sync::Condvar,
+    }
+
+    impl EpochFsyncGate {
+        fn close(&self) {
+            self.state.lock().unwrap().0 = true;
+        }
+
+        fn open(&self) {
+            self.state.lock().unwrap().0 = false;
+            self.changed.notify_all();
+        }
+
+        /// An fsync of the epoch cache's temp file: waits while closed.
+        fn pass(&self) {
+            let mut state = self.state.lock().unwrap();
+            state.1 += 1;
+            self.changed.notify_all();
+            while state.0 {
+                state = self.changed.wait(state).unwrap();
+            }
+            state.1 -= 1;
+        }
+
+        /// Waits (10 s at most) until it holds an fsync.
+        fn wait_for_a_held_fsync(&self) {
+            let state = self.state.lock().unwrap();
+            let (state, _) = self
+                .changed
+                .wait_timeout_while(state, std::time::Duration::from_secs(10), |s| s.1 == 0)
+                .unwrap();
+            assert!(state.1 > 0, "no fsync of the epoch cache's temp file");
+        }
+    }
+
+    /// The real disk, whose epoch cache temp files' fsyncs pass a gate.
+    #[derive(Debug)]
+    struct EpochGatedDisk(Arc<EpochFsyncGate>);
+
+    impl Disk for EpochGatedDisk {
+        fn open(&self, path: &Path, mode: OpenMode) -> std::io::Result<Box<dyn DiskFile>> {
+            let file = StdDisk.open(path, mode)?;
+            let name = format!("{}.tmp", crate::storage::LeaderEpochCache::FILE_NAME);
+            if path.file_name() == Some(std::ffi::OsStr::new(&name)) {
+                return Ok(Box::new(EpochGatedFile(file, Arc::clone(&self.0))));
+            }
+            Ok(file)
+        }
+        fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+            StdDisk.create_dir_all(path)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            StdDisk.exists(path)
+        }
+        fn list_dir(&self, path: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+            StdDisk.list_dir(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+            StdDisk.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+            StdDisk.remove_file(path)
+        }
+        fn remove_dir_all(&self, path: &Path) -> std::io::Result<()> {
+            StdDisk.remove_dir_all(path)
+        }
+        fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
+            StdDisk.sync_dir(path)
+        }
+        fn try_lock(&self, path: &Path) -> std::io::Result<Option<Box<dyn LockGuard>>> {
+            StdDisk.try_lock(path)
+        }
+    }
+
+    /// An epoch cache temp file of [`EpochGatedDisk`].
+    #[derive(Debug)]
+    struct EpochGatedFile(Box<dyn DiskFile>, Arc<EpochFsyncGate>);
+
+    impl DiskFile for EpochGatedFile {
+        fn read_at(&self, position: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read_at(position, buf)
+        }
+        fn read_vec_at(&self, position: u64, len: usize) -> std::io::Result<Vec<u8>> {
+            self.0.read_vec_at(position, len)
+        }
+        fn append(&self, parts: &[&[u8]]) -> std::io::Result<()> {
+            self.0.append(parts)
+        }
+        fn write_all_at(&self, position: u64, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.write_all_at(position, bytes)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn length_bytes(&self) -> std::io::Result<u64> {
+            self.0.length_bytes()
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.1.pass();
+            self.0.sync_data()
+        }
+        fn sync_all(&self) -> std::io::Result<()> {
+            self.1.pass();
+            self.0.sync_all()
+        }
+        fn try_clone(&self) -> std::io::Result<Box<dyn DiskFile>> {
+            Ok(Box::new(EpochGatedFile(
+                self.0.try_clone()?,
+                Arc::clone(&self.1),
+            )))
+        }
+        fn map(&self, len: u64) -> std::io::Result<Box<dyn MappedRegion>> {
+            self.0.map(len)
+        }
+    }
+
+    /// Issue 27, review of the epoch cache's deferred writes: while the
+    /// epoch cache's file is being written (a new leader's, here held in
+    /// its temp file's fsync), a flush that finds the cache changed takes
+    /// its own write under the state lock and waits for the one in flight
+    /// without it, so appends go on. Before, a write held the lock that
+    /// the flush reads under the state lock across its fsyncs and rename:
+    /// the flush waited there holding the state lock, and every append
+    /// behind it (under `Never`; under `Always` each append's own round).
+    /// What the writes leave survives a crash.
+    #[test]
+    fn an_append_does_not_wait_for_the_epoch_caches_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(EpochFsyncGate::default());
+        let disk: Arc<dyn Disk> = Arc::new(EpochGatedDisk(Arc::clone(&gate)));
+        let config = LogConfig::default();
+        assert!(matches!(config.flush_policy, FlushPolicy::Never));
+        let log =
+            Log::open_on_disk(disk, dir.path(), config.clone(), Arc::new(SystemClock)).unwrap();
+        append_batches(&log, "before", 3, LeaderEpoch(0));
+        let new_epoch_at = log.log_end_offset();
+        gate.close();
+        std::thread::scope(|scope| {
+            let log = &log;
+            let assigning = scope.spawn(move || log.assign_epoch(LeaderEpoch(1), new_epoch_at));
+            gate.wait_for_a_held_fsync();
+            let flushing = scope.spawn(move || log.flush());
+            // Time for the flush to reach the epoch cache under the state
+            // lock (before the fix it stayed there).
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let (done, appended) = std::sync::mpsc::channel();
+            scope.spawn(move || {
+                let result = log.append_as_leader(&two_records("during", 0), LeaderEpoch(1));
+                // The receiver is gone when the append came too late.
+                let _ = done.send(result.is_ok());
+            });
+            let appended = appended.recv_timeout(std::time::Duration::from_secs(10));
+            gate.open();
+            assert_eq!(
+                appended,
+                Ok(true),
+                "the append waited for the epoch cache's fsync"
+            );
+            assigning.join().unwrap().unwrap();
+            flushing.join().unwrap().unwrap();
+        });
+        let end = log.log_end_offset();
+        assert!(end > new_epoch_at);
+        crash(log);
+        let log = reopen(dir.path(), config);
+        assert_eq!(log.log_end_offset(), end);
+        let epochs = log.state.read().epochs.entries().to_vec();
+        assert_eq!(
+            epochs.last().map(|e| (e.epoch, e.start_offset)),
+            Some((LeaderEpoch(1), new_epoch_at))
+        );
+    }
+
+    /// Issue 27: a truncation's write of the epoch cache's file (under the
+    /// state lock, synchronous) lands after a write of older entries in
+    /// flight (a new leader's, held here in its temp file's fsync while
+    /// batches of the new epoch are appended), never before it: the file
+    /// ends without the epoch the truncation removed, covering the
+    /// truncation's end.
+    #[test]
+    fn a_truncation_writes_the_epoch_cache_after_a_write_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(EpochFsyncGate::default());
+        let disk: Arc<dyn Disk> = Arc::new(EpochGatedDisk(Arc::clone(&gate)));
+        let config = LogConfig::default();
+        let log = Log::open_on_disk(disk, dir.path(), config, Arc::new(SystemClock)).unwrap();
+        append_batches(&log, "before", 3, LeaderEpoch(0));
+        let cut_at = log.log_end_offset();
+        append_batches(&log, "more", 2, LeaderEpoch(0));
+        let new_epoch_at = log.log_end_offset();
+        gate.close();
+        std::thread::scope(|scope| {
+            let log = &log;
+            let assigning = scope.spawn(move || log.assign_epoch(LeaderEpoch(1), new_epoch_at));
+            gate.wait_for_a_held_fsync();
+            append_batches(log, "new", 2, LeaderEpoch(1));
+            let truncating = scope.spawn(move || log.truncate_to(cut_at));
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let waited = !truncating.is_finished();
+            gate.open();
+            assigning.join().unwrap().unwrap();
+            truncating.join().unwrap().unwrap();
+            assert!(
+                waited,
+                "the truncation did not wait for the write in flight"
+            );
+        });
+        assert_eq!(log.log_end_offset(), cut_at);
+        let stored =
+            crate::storage::LeaderEpochCache::open(&StdDisk::shared(), dir.path()).unwrap();
+        assert_eq!(stored.latest_epoch(), Some(LeaderEpoch(0)));
+        assert_eq!(stored.file_covers(), cut_at);
+        crash(log);
+        let log = reopen(dir.path(), LogConfig::default());
+        assert_eq!(log.log_end_offset(), cut_at);
+        assert_eq!(log.latest_epoch(), Some(LeaderEpoch(0)));
     }
 }

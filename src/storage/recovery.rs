@@ -541,6 +541,22 @@ pub(crate) fn recover(
                         });
                     }
                 }
+                // With no cache file to check it against, the stored line
+                // still bounds it (`line_bound`; simulator seed 60713802:
+                // epoch 517 at offset 175 on line 7, the cache file
+                // damaged too).
+                if let Some(line) = line_bound.filter(|line| header.leader_epoch > *line) {
+                    return Err(Error::Corrupt {
+                        path: seg.log_path().to_path_buf(),
+                        position,
+                        reason: format!(
+                            "below the recovery point {recovery_point}: batch at offset {} has \
+                             leader epoch {}, above the line epoch {line} stored before any \
+                             batch of a newer epoch is written",
+                            header.base_offset, header.leader_epoch
+                        ),
+                    });
+                }
                 last_epoch = Some(header.leader_epoch);
             }
             if seg.file().index_distrusted() {
@@ -561,9 +577,26 @@ pub(crate) fn recover(
         }
         let size_before = seg.size_bytes();
         let mut scanned_batches = 0u64;
+        // Whether the scan stopped at epochs that go back while no cache
+        // file could say which of the two batches is damaged.
+        let mut went_back_unchecked = false;
         let end = seg.recover_from(scan_from, start_offset, config.index_interval_bytes, |h| {
+            // A batch whose epoch is above the stored line was not written
+            // as it reads now (`line_bound`): the damage is this batch, so
+            // a cut starts at it (simulator seed 60716535: epoch 0 flipped
+            // to 2048 at offset 21 on line 2, with the cache file damaged
+            // too, was kept as the log's last batch while the batch after
+            // it was cut as the one going back).
+            if let Some(line) = line_bound.filter(|line| h.leader_epoch > *line) {
+                return Err(format!(
+                    "batch at offset {} has leader epoch {}, above the line epoch {line} \
+                     stored before any batch of a newer epoch is written",
+                    h.base_offset, h.leader_epoch
+                ));
+            }
             if let Some(previous) = last_epoch {
                 if h.leader_epoch < previous {
+                    went_back_unchecked = !epochs_trusted;
                     return Err(format!(
                         "leader epoch {} goes back from {previous}",
                         h.leader_epoch
@@ -646,6 +679,20 @@ pub(crate) fn recover(
         report.batches_scanned += scanned_batches;
         report.bytes_scanned += seg.size_bytes() - scan_from;
         if let ScanEnd::Invalid { position, reason } = end {
+            // Either batch may carry the damaged epoch (the CRC covers
+            // neither): cutting from the later one would keep and serve
+            // the earlier one if it is the damaged one. As the rebuild of
+            // the cache below says, such a log cannot be served.
+            if went_back_unchecked {
+                return Err(Error::Corrupt {
+                    path: seg.log_path().to_path_buf(),
+                    position,
+                    reason: format!(
+                        "{reason}, and with no usable epoch cache file nothing says which of \
+                         the two batches is damaged"
+                    ),
+                });
+            }
             if position < trusted_until_position {
                 return Err(Error::Corrupt {
                     path: seg.log_path().to_path_buf(),
@@ -795,6 +842,17 @@ pub(crate) fn recover(
                         position,
                         format!(
                             "batch at offset {} has leader epoch {}, older than the batch before it",
+                            h.base_offset, h.leader_epoch
+                        ),
+                    ));
+                } else if let Some(line) = line_bound.filter(|line| h.leader_epoch > *line) {
+                    // Below the recovery point, where the scan did not
+                    // look (`line_bound`).
+                    problem = Some((
+                        position,
+                        format!(
+                            "batch at offset {} has leader epoch {}, above the line epoch {line} \
+                             stored before any batch of a newer epoch is written",
                             h.base_offset, h.leader_epoch
                         ),
                     ));

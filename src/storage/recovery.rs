@@ -344,6 +344,10 @@ pub(crate) fn recover(
     let mut segments: BTreeMap<Offset, Segment> = BTreeMap::new();
     let mut deleting = false;
     let mut last_epoch: Option<LeaderEpoch> = None;
+    // The base offset of the batch `last_epoch` is of, and whether the
+    // cache file vouched for its epoch (it was checked against the file,
+    // not learned from the batch).
+    let mut last_visited: Option<(Offset, bool)> = None;
     let mut epochs_changed = false;
     for (i, &base) in bases.iter().enumerate() {
         let next_base = bases.get(i + 1).copied();
@@ -502,6 +506,7 @@ pub(crate) fn recover(
             (trusted_until_position, offset_there)
         };
         let epoch_before_segment = last_epoch;
+        let visited_before_segment = last_visited;
         let mut index_rebuilt = index_problem.is_some();
         if scan_from > 0 {
             // The epoch of the batch just before the scan, so the scan can
@@ -558,6 +563,7 @@ pub(crate) fn recover(
                     });
                 }
                 last_epoch = Some(header.leader_epoch);
+                last_visited = Some((header.base_offset, epochs_trusted));
             }
             if seg.file().index_distrusted() {
                 // The walk to that batch went around an index entry that
@@ -573,13 +579,17 @@ pub(crate) fn recover(
                 index_rebuilt = true;
                 (scan_from, start_offset) = (0, base);
                 last_epoch = epoch_before_segment;
+                last_visited = visited_before_segment;
             }
         }
         let size_before = seg.size_bytes();
         let mut scanned_batches = 0u64;
-        // Whether the scan stopped at epochs that go back while no cache
-        // file could say which of the two batches is damaged.
-        let mut went_back_unchecked = false;
+        // Where the scan stopped at epochs that go back while no cache
+        // file vouched for the earlier one (none usable, or the earlier
+        // epoch learned from its batch above what the file covers), so
+        // that nothing says which of the two batches is damaged: the
+        // earlier one's base offset if this scan visited it.
+        let mut went_back_unchecked: Option<Option<Offset>> = None;
         let end = seg.recover_from(scan_from, start_offset, config.index_interval_bytes, |h| {
             // A batch whose epoch is above the stored line was not written
             // as it reads now (`line_bound`): the damage is this batch, so
@@ -596,7 +606,14 @@ pub(crate) fn recover(
             }
             if let Some(previous) = last_epoch {
                 if h.leader_epoch < previous {
-                    went_back_unchecked = !epochs_trusted;
+                    let vouched = last_visited.map_or(epochs_trusted, |(_, vouched)| vouched);
+                    if !vouched {
+                        went_back_unchecked = Some(
+                            last_visited
+                                .map(|(base, _)| base)
+                                .filter(|base| *base >= start_offset),
+                        );
+                    }
                     return Err(format!(
                         "leader epoch {} goes back from {previous}",
                         h.leader_epoch
@@ -623,11 +640,13 @@ pub(crate) fn recover(
             // that goes back, or that the file's older entries contradict,
             // is damage as before; one above the stored line epoch cannot
             // have been written (see `line_bound`).
+            let mut vouched = epochs_trusted;
             if epochs_trusted && h.base_offset >= recovery_point.max(file_covers) {
                 if let Some(epoch) = epoch_to_learn(epochs.entries(), h, line_bound) {
                     epochs.truncate_from_end_in_memory(h.base_offset);
                     epochs.assign_in_memory(epoch, h.base_offset);
                     epochs_changed = true;
+                    vouched = false;
                 }
             }
             // A leader records its epoch, and a follower the epochs it
@@ -674,25 +693,49 @@ pub(crate) fn recover(
                 }
             }
             scanned_batches += 1;
+            last_visited = Some((h.base_offset, vouched));
             Ok(())
         })?;
         report.batches_scanned += scanned_batches;
         report.bytes_scanned += seg.size_bytes() - scan_from;
-        if let ScanEnd::Invalid { position, reason } = end {
-            // Either batch may carry the damaged epoch (the CRC covers
-            // neither): cutting from the later one would keep and serve
-            // the earlier one if it is the damaged one. As the rebuild of
-            // the cache below says, such a log cannot be served.
-            if went_back_unchecked {
+        // Either batch may carry the damaged epoch (the CRC covers
+        // neither): cut from the later one, the earlier one would be kept
+        // and served if it is the damaged one (reviewer of the fix of seed
+        // 60716535: an epoch flipped upward within the line, learned above
+        // what the cache file covers). The scan goes again and stops at
+        // the earlier one, so both go, and the cut is judged as any
+        // other; an earlier one this scan did not visit (the batch before
+        // it, below the recovery point, or a previous segment's last) is
+        // not served either.
+        let end = match (end, went_back_unchecked) {
+            (ScanEnd::Invalid { reason, .. }, Some(Some(earlier))) => {
+                let reason = format!(
+                    "{reason} (at offset {}; no epoch cache file vouches for either batch, \
+                     so the scan stops at the earlier one, {earlier})",
+                    seg.next_offset()
+                );
+                seg.recover_from(scan_from, start_offset, config.index_interval_bytes, |h| {
+                    if h.base_offset == earlier {
+                        Err(reason.clone())
+                    } else {
+                        Ok(())
+                    }
+                })?
+            }
+            (ScanEnd::Invalid { position, reason }, Some(None)) => {
                 return Err(Error::Corrupt {
                     path: seg.log_path().to_path_buf(),
                     position,
                     reason: format!(
-                        "{reason}, and with no usable epoch cache file nothing says which of \
-                         the two batches is damaged"
+                        "{reason}, and no epoch cache file says which of the two batches is \
+                         damaged: the earlier one is below the recovery point or in the \
+                         previous segment"
                     ),
                 });
             }
+            (end, _) => end,
+        };
+        if let ScanEnd::Invalid { position, reason } = end {
             if position < trusted_until_position {
                 return Err(Error::Corrupt {
                     path: seg.log_path().to_path_buf(),

@@ -1059,6 +1059,34 @@ mod tests {
         std::fs::write(&file, &bytes).unwrap();
     }
 
+    /// A log of 12 two-record batches in epoch 0 on line 2, committed and
+    /// checkpointed with nothing flushed, crashed; the epoch of its batch
+    /// at 20 changed to `flipped` and its epoch cache file damaged; then
+    /// opened as a replica whose unclean stop was reported. It must open
+    /// cut at 20, with both the batch at 20 and the one after it gone.
+    fn assert_cut_at_a_flipped_epoch(flipped: u32) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = small_segments();
+        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
+        log.note_line_epoch(LeaderEpoch(2)).unwrap();
+        append_batches(&log, "record", 12, LeaderEpoch(0));
+        log.set_high_watermark(log.log_end_offset());
+        log.store_checkpoint(false).unwrap();
+        crash(log);
+        change_epoch_without_its_cache(dir.path(), 20, flipped);
+
+        let log =
+            open_cut_after_report(StdDisk::shared(), dir.path(), config, Arc::new(SystemClock))
+                .unwrap_or_else(|e| panic!("a reported replica's log opens, cut: {e}"));
+        assert_eq!(log.log_end_offset(), Offset(20), "epoch {flipped}");
+        assert_eq!(log.last_batch_epoch(), Some(LeaderEpoch(0)));
+        assert!(log.high_watermark() <= Offset(20));
+        assert_eq!(
+            log.recovery_report().dropped_possibly_committed,
+            Some(Offset(20))
+        );
+    }
+
     /// G5 with no epoch cache file to check against: a batch whose epoch
     /// is above the stored line epoch was not written so (a leader stores
     /// its epoch as its line, a follower its leader's, before appending),
@@ -1069,30 +1097,7 @@ mod tests {
     /// line 2).
     #[test]
     fn an_epoch_above_the_line_is_cut_from_its_batch_without_a_cache_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = small_segments();
-        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
-        log.note_line_epoch(LeaderEpoch(2)).unwrap();
-        append_batches(&log, "record", 12, LeaderEpoch(0));
-        log.set_high_watermark(log.log_end_offset());
-        log.store_checkpoint(false).unwrap();
-        crash(log);
-        change_epoch_without_its_cache(dir.path(), 20, 2048);
-
-        let log =
-            open_cut_after_report(StdDisk::shared(), dir.path(), config, Arc::new(SystemClock))
-                .unwrap_or_else(|e| panic!("a reported replica's log opens, cut: {e}"));
-        assert_eq!(
-            log.log_end_offset(),
-            Offset(20),
-            "cut from the flipped batch"
-        );
-        assert_eq!(log.last_batch_epoch(), Some(LeaderEpoch(0)));
-        assert!(log.high_watermark() <= Offset(20));
-        assert_eq!(
-            log.recovery_report().dropped_possibly_committed,
-            Some(Offset(20))
-        );
+        assert_cut_at_a_flipped_epoch(2048);
     }
 
     /// The same below the recovery point, where the scan does not look:
@@ -1135,29 +1140,7 @@ mod tests {
     /// but within the line, where its bound cannot tell).
     #[test]
     fn epochs_going_back_without_a_cache_file_are_cut_from_the_earlier_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = small_segments();
-        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
-        log.note_line_epoch(LeaderEpoch(2)).unwrap();
-        append_batches(&log, "record", 12, LeaderEpoch(0));
-        log.set_high_watermark(log.log_end_offset());
-        log.store_checkpoint(false).unwrap();
-        crash(log);
-        change_epoch_without_its_cache(dir.path(), 20, 1);
-
-        let log =
-            open_cut_after_report(StdDisk::shared(), dir.path(), config, Arc::new(SystemClock))
-                .unwrap_or_else(|e| panic!("a reported replica's log opens, cut: {e}"));
-        assert_eq!(
-            log.log_end_offset(),
-            Offset(20),
-            "cut from the earlier batch"
-        );
-        assert_eq!(log.last_batch_epoch(), Some(LeaderEpoch(0)));
-        assert_eq!(
-            log.recovery_report().dropped_possibly_committed,
-            Some(Offset(20))
-        );
+        assert_cut_at_a_flipped_epoch(1);
     }
 
     /// The same with a usable cache file that lags the batches (appends

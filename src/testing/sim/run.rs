@@ -5368,6 +5368,21 @@ mod tests {
         passes_with(SimConfig::new(60_713_163));
     }
 
+    /// Seed 60713802, G2 and G5: node 1's disk took a flip of a batch's
+    /// leader epoch (5 to 517 at offset 175, which the CRC does not cover)
+    /// and another of its epoch cache file; recovery, rebuilding the
+    /// cache from the batches, took the batch just below the recovery
+    /// point on trust, and the follower held it below its high watermark.
+    /// Its epoch is above the line epoch stored before any batch of a
+    /// newer epoch is written: the log now refuses to open, naming file
+    /// and position, and the disk is replaced. Found with the defaults of
+    /// 2026-12-07 (seed 60716535, the same class, no longer meets the
+    /// flips since the epoch cache's writes changed).
+    #[test]
+    fn seed_60713802_a_flipped_epoch_above_the_line_is_not_served() {
+        passes_with(SimConfig::new(60_713_802));
+    }
+
     /// Seed 60656765, a check that failed wrongly: a leader whose machine
     /// lost power in the middle of a step (`Run::cut_armed_power`) had
     /// added a follower to the ISR in that step, on a fetch that arrived in

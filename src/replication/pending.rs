@@ -1085,6 +1085,24 @@ mod tests {
         }
     }
 
+    /// Queues an `acks=all` append at `last` as appending does: with no
+    /// deadline, for the first scan that reads the clock to stamp.
+    fn queue_unstamped(queue: &PendingAppends, last: u64) {
+        queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
+        let mut append = pending(last, true, 10);
+        append.deadline = None;
+        assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
+    }
+
+    /// What a scan reading the clock at `now` knows of a log whose high
+    /// watermark is 1.
+    fn at(now: Instant) -> Snapshot {
+        Snapshot {
+            now: Some(now),
+            ..known(1, 0, 0)
+        }
+    }
+
     /// An append at `last` whose handle's callback is to run on the pass
     /// runner (as every pipelined append's), and where that callback puts
     /// the outcome, with the thread it ran on.
@@ -1200,26 +1218,16 @@ mod tests {
     fn a_scan_reading_the_clock_stamps_deadlines_of_appends_queued_before() {
         let request_timeout = Duration::from_secs(1);
         let queue = PendingAppends::new(request_timeout);
-        let queue_unstamped = |last: u64| {
-            queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
-            let mut append = pending(last, true, 10);
-            append.deadline = None;
-            assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
-        };
         // 1 is queued after 2, as by a racing appender.
         for last in [0, 2, 1] {
-            queue_unstamped(last);
+            queue_unstamped(&queue, last);
         }
         let t0 = Instant::now();
-        let at = |now: Instant| Snapshot {
-            now: Some(now),
-            ..known(1, 0, 0)
-        };
         assert!(queue.scan(|_| known(1, 0, 0), false).is_empty());
         assert!(queue.scan(|_| at(t0), false).is_empty(), "stamped t0 + 1 s");
         let just_before = t0 + request_timeout - Duration::from_millis(1);
         assert!(queue.scan(|_| at(just_before), true).is_empty());
-        queue_unstamped(3);
+        queue_unstamped(&queue, 3);
         let decided = queue.scan(|_| at(t0 + request_timeout), true);
         let timed_out: Vec<u64> = decided
             .iter()
@@ -1249,24 +1257,14 @@ mod tests {
     fn an_append_put_in_ahead_does_not_hold_back_the_timeouts_behind_it() {
         let request_timeout = Duration::from_secs(1);
         let queue = PendingAppends::new(request_timeout);
-        let queue_unstamped = |last: u64| {
-            queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
-            let mut append = pending(last, true, 10);
-            append.deadline = None;
-            assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
-        };
         let t0 = Instant::now();
-        let at = |now: Instant| Snapshot {
-            now: Some(now),
-            ..known(1, 0, 0)
-        };
-        queue_unstamped(10);
+        queue_unstamped(&queue, 10);
         assert!(
             queue.scan(|_| at(t0), false).is_empty(),
             "10 due at t0 + 1 s"
         );
         // The duplicate of a batch at 5, 0.5 s later: due at t0 + 1.5 s.
-        queue_unstamped(5);
+        queue_unstamped(&queue, 5);
         let half = Duration::from_millis(500);
         assert!(queue.scan(|_| at(t0 + half), false).is_empty());
         let decided = queue.scan(|_| at(t0 + request_timeout), false);
@@ -1301,11 +1299,7 @@ mod tests {
             queue.reserve(LogId(0), 10, 100, Duration::ZERO).unwrap();
             assert!(queue.queue(append, |_, _| Verdict::Wait).is_none());
         }
-        let at = Snapshot {
-            now: Some(t0),
-            ..known(1, 0, 0)
-        };
-        let decided = queue.scan(|_| at, false);
+        let decided = queue.scan(|_| at(t0), false);
         let timed_out: Vec<u64> = decided
             .iter()
             .map(|(append, _)| append.outcome.last_offset.0)

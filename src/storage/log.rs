@@ -429,6 +429,16 @@ fn load_start_line(disk: &dyn Disk, dir: &Path) -> Option<(LeaderEpoch, Offset)>
     }
 }
 
+/// The line epoch stored in `dir`, as recovery and inspection bound the
+/// epochs of batches by it: none if there is no file or it cannot be used
+/// (quietly: [`load_line_epoch`] is where an unusable file is reported).
+pub(crate) fn stored_line_bound(disk: &dyn Disk, dir: &Path) -> Option<LeaderEpoch> {
+    load_epoch_entry(disk, dir, LINE_EPOCH_FILE, LINE_EPOCH_KIND)
+        .ok()
+        .flatten()
+        .map(|(epoch, _)| epoch)
+}
+
 /// The line epoch stored in `dir`; none if there is no file. A file that
 /// cannot be used leaves the line not known (with a warning): too low, it
 /// would let a deposed leader's uncommitted tail beat this log in unclean

@@ -377,6 +377,17 @@ where
         }
         let result = (self.op)(&mut fixture, &plan);
         disk.fail_with_eio(EioPlan::Never, &[]);
+        // Whatever failed, the log, poisoned or not, still says what it
+        // holds: a step cut short never leaves it without an active
+        // segment (a restart whose removal failed did, and the follower's
+        // next look at its log end panicked: simulator seed 30 with `EIO`
+        // on any operation).
+        let (start, end) = (fixture.log.log_start_offset(), fixture.log.log_end_offset());
+        if start > end {
+            problems.push(format!(
+                "{fault:?}: after the operation the log starts at {start}, past its end {end}"
+            ));
+        }
         let fired = match fault {
             Fault::Eio(..) => disk.stats().eio_failures > failures_before,
             Fault::PowerLoss(_) => !disk.power_loss_pending(),

@@ -1599,11 +1599,16 @@ impl Log {
             }
             state.pending_snapshots.clear();
             state.producers = ProducerStateManager::empty();
-            let bases: Vec<Offset> = state.segments.keys().copied().collect();
-            for base in bases.into_iter().rev() {
-                if let Some(segment) = state.segments.remove(&base) {
-                    segment.delete()?;
-                }
+            // Newest first, the order the crash safety above needs. The
+            // segments stay in the map until the new one exists: a step
+            // that fails poisons the log, which must still have an active
+            // segment to answer what its end is. Removed from the map as
+            // their files went, an `EIO` on a removal or on the new
+            // segment's creation left none, and the follower's next look
+            // at its log end panicked (simulator seed 30 with `EIO` on any
+            // operation).
+            for segment in state.segments.values().rev() {
+                segment.delete_files()?;
             }
             // The producer snapshots go last: a failure among the segments
             // leaves a prefix of the old log with the snapshots at or below
@@ -1619,6 +1624,7 @@ impl Log {
                 self.config.index_bytes_max,
                 self.clock.now(),
             )?;
+            state.segments.clear();
             state.segments.insert(offset, segment);
             sync_dir(&*self.disk, &self.dir)?;
             state.epochs.truncate_from_end(Offset::ZERO)?;

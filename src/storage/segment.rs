@@ -1126,6 +1126,14 @@ impl Segment {
         self.index.durable_image()
     }
 
+    /// Removes both files and keeps the segment open: reads through it go
+    /// on (the files' bytes stay until it is dropped, as on Linux), for an
+    /// owner that must still hold it should a later step fail.
+    pub(crate) fn delete_files(&self) -> Result<()> {
+        remove_if_exists(&*self.disk, self.index_path())?;
+        remove_if_exists(&*self.disk, self.log_path())
+    }
+
     /// Removes both files.
     pub(crate) fn delete(self) -> Result<()> {
         let log = self.log_path().to_path_buf();

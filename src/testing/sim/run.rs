@@ -34,7 +34,9 @@
 //! (with `FlushPolicy::Always`, so G1(b) holds an acknowledged record
 //! through both; in half the runs `Never` or `Every`, and then only one
 //! node, drawn, ever loses power or its disk: G1(a) and G1(c), see
-//! [`FlushDraw`]), a lost disk, `EIO` from writes and syncs, full disks
+//! [`FlushDraw`]), a lost disk, `EIO` from writes and syncs (in half the
+//! runs, drawn apart, from any operation one time in two: opens, reads,
+//! length changes, directory entries), full disks
 //! (`ENOSPC` until an operator frees space), bit flips on one node's disk
 //! (replaced at the calm if one is in a segment or checkpoint its reads
 //! see), disk latency (a node's messages leave once its
@@ -259,6 +261,11 @@ const SLOW_MESSAGES_STREAM_SALT: u64 = 0x0_5104_3E55;
 /// the same reason.
 const PARTITION_SHAPES_STREAM_SALT: u64 = 0x0015_1A4D;
 
+/// Salt of the coin that lets a disk fault strike any operation
+/// ([`SimConfig::eio_anywhere`]), a stream apart from the others for the
+/// same reason.
+const EIO_ANYWHERE_STREAM_SALT: u64 = 0x0_E10A_4E2E;
+
 /// A power loss in the middle of a step cuts the power at one of this many
 /// disk operations from when it is armed.
 const MID_STEP_POWER_LOSS_OPERATIONS_MAX: u64 = 200;
@@ -305,6 +312,13 @@ pub(crate) struct SimConfig {
     pub(crate) coordinator_faults: bool,
     /// Whether disks fail writes and syncs with `EIO` now and then.
     pub(crate) disk_faults: bool,
+    /// Whether, with [`SimConfig::disk_faults`], in half the runs (drawn
+    /// apart) one disk fault in two strikes an operation of any kind:
+    /// opening a file, reading, changing a file's length or a directory's
+    /// entries (creating, renaming, removing, listing), as well as writing
+    /// and syncing. A read that fails is the device's error, not damage
+    /// (SPEC G5: a clear error, never a wrong record served).
+    pub(crate) eio_anywhere: bool,
     /// Whether disks fill up now and then: a node's space budget is set a
     /// little above what its files take, so that its writes soon fail with
     /// `ENOSPC`, and lifted a few seconds later (an operator frees space),
@@ -435,6 +449,7 @@ impl SimConfig {
             mid_step_power_losses: true,
             slow_messages: true,
             partition_shapes: true,
+            eio_anywhere: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -563,6 +578,9 @@ pub(crate) struct SimReport {
     /// Disk faults planned (each fails one operation, if the node gets
     /// that far before its next crash).
     pub(crate) disk_faults: u64,
+    /// Those of them that may strike an operation of any kind
+    /// ([`SimConfig::eio_anywhere`]).
+    pub(crate) eio_anywhere_faults: u64,
     /// Times a disk filled up (its space budget was set).
     pub(crate) full_disks: u64,
     /// Writes the full disks refused with `ENOSPC`.
@@ -684,7 +702,8 @@ enum Event {
     Crash { node: usize, power_loss: bool },
     /// A crashed node's process starts again on its disk.
     Restart(usize),
-    /// A node's disk fails one of its next writes or syncs with `EIO`.
+    /// A node's disk fails one of its next writes or syncs (or, see
+    /// [`SimConfig::eio_anywhere`], operations of any kind) with `EIO`.
     DiskFault(usize),
     /// A node's disk fills up: its space budget is set a little above what
     /// its files take.
@@ -1055,6 +1074,10 @@ struct Run {
     power_losses: u64,
     disks_lost: u64,
     disk_faults: u64,
+    /// Disk faults that may strike an operation of any kind.
+    eio_anywhere_faults: u64,
+    /// The coin of [`SimConfig::eio_anywhere`], in a run that draws it.
+    eio_anywhere: Option<SplitMix64>,
     full_disks: u64,
     /// The one node whose disk has bits flipped in this run, if any.
     flip_node: Option<usize>,
@@ -1198,6 +1221,12 @@ fn replay_variables(config: &SimConfig) -> String {
             u8::from(config.partition_shapes)
         ));
     }
+    if config.eio_anywhere != drawn.eio_anywhere {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_EIO_ANYWHERE={} ",
+            u8::from(config.eio_anywhere)
+        ));
+    }
     variables
 }
 
@@ -1261,6 +1290,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         power_losses: run.power_losses,
         disks_lost: run.disks_lost,
         disk_faults: run.disk_faults,
+        eio_anywhere_faults: run.eio_anywhere_faults,
         full_disks: run.full_disks,
         full_disk_refusals: run.full_disk_refusals_of_lost_disks
             + run
@@ -1406,6 +1436,10 @@ impl Run {
             let mut coin = SplitMix64::new(mix64(config_seed ^ LOST_REQUESTS_STREAM_SALT));
             (config.lost_requests && coin.chance(0.5)).then_some(coin)
         };
+        let eio_anywhere = {
+            let mut coin = SplitMix64::new(mix64(config_seed ^ EIO_ANYWHERE_STREAM_SALT));
+            (config.disk_faults && config.eio_anywhere && coin.chance(0.5)).then_some(coin)
+        };
         Run {
             logs: replicas
                 .iter()
@@ -1441,6 +1475,8 @@ impl Run {
             power_losses: 0,
             disks_lost: 0,
             disk_faults: 0,
+            eio_anywhere_faults: 0,
+            eio_anywhere,
             full_disks: 0,
             flip_node: None,
             flush_policy: flush.policy,
@@ -1703,18 +1739,42 @@ impl Run {
                 if !self.calm {
                     self.faults += 1;
                     let operation = 1 + self.rng.next_u64() % 50;
-                    self.disk(index).fail_with_eio(
-                        EioPlan::Nth(operation),
+                    // The coin is drawn only in a run that has it, so a
+                    // run without it is event for event what it was.
+                    let anywhere = self
+                        .eio_anywhere
+                        .as_mut()
+                        .is_some_and(|coin| coin.chance(0.5));
+                    let kinds: &[DiskOperation] = if anywhere {
+                        &[
+                            DiskOperation::Open,
+                            DiskOperation::Read,
+                            DiskOperation::Write,
+                            DiskOperation::SetLength,
+                            DiskOperation::Sync,
+                            DiskOperation::SyncDirectory,
+                            DiskOperation::Directory,
+                        ]
+                    } else {
                         &[
                             DiskOperation::Write,
                             DiskOperation::Sync,
                             DiskOperation::SyncDirectory,
-                        ],
-                    );
+                        ]
+                    };
+                    self.disk(index)
+                        .fail_with_eio(EioPlan::Nth(operation), kinds);
                     self.disk_faults += 1;
-                    self.record(format_args!(
-                        "node {index}'s disk fails its {operation}th write or sync"
-                    ));
+                    if anywhere {
+                        self.eio_anywhere_faults += 1;
+                        self.record(format_args!(
+                            "node {index}'s disk fails its {operation}th operation of any kind"
+                        ));
+                    } else {
+                        self.record(format_args!(
+                            "node {index}'s disk fails its {operation}th write or sync"
+                        ));
+                    }
                     let next = self.draw_interval(DISK_FAULT_INTERVAL_MEAN);
                     let node = (self.rng.next_u64() % self.machines.len() as u64) as usize;
                     self.schedule.after(next, Event::DiskFault(node));
@@ -4977,6 +5037,9 @@ mod tests {
             // that draw none are unchanged).
             config.slow_messages = variable("ISRLOG_SIM_SLOW_MESSAGES") != Some(0);
             config.partition_shapes = variable("ISRLOG_SIM_PARTITION_SHAPES") != Some(0);
+            // `ISRLOG_SIM_EIO_ANYWHERE=0`: as before a disk fault could
+            // strike any operation (runs that draw none are unchanged).
+            config.eio_anywhere = variable("ISRLOG_SIM_EIO_ANYWHERE") != Some(0);
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.
@@ -5339,6 +5402,7 @@ mod tests {
             mid_step_power_losses: false,
             slow_messages: false,
             partition_shapes: false,
+            eio_anywhere: false,
             ..SimConfig::new(70_100_050)
         });
     }
@@ -5353,7 +5417,10 @@ mod tests {
     /// effect).
     #[test]
     fn seed_60665275_a_restarted_leaders_lost_epoch_move_is_tried_again() {
-        passes_with(SimConfig::new(60_665_275));
+        passes_with(SimConfig {
+            eio_anywhere: false,
+            ..SimConfig::new(60_665_275)
+        });
     }
 
     /// Seed 60713163, SPEC 3.1: r810, appended to node 1 at 17.17 s, had
@@ -5365,7 +5432,10 @@ mod tests {
     /// Found with the defaults of 2026-12-07.
     #[test]
     fn seed_60713163_a_retried_duplicate_does_not_hold_back_later_timeouts() {
-        passes_with(SimConfig::new(60_713_163));
+        passes_with(SimConfig {
+            eio_anywhere: false,
+            ..SimConfig::new(60_713_163)
+        });
     }
 
     /// Seed 60713802, G2 and G5: node 1's disk took a flip of a batch's
@@ -5380,7 +5450,10 @@ mod tests {
     /// flips since the epoch cache's writes changed).
     #[test]
     fn seed_60713802_a_flipped_epoch_above_the_line_is_not_served() {
-        passes_with(SimConfig::new(60_713_802));
+        passes_with(SimConfig {
+            eio_anywhere: false,
+            ..SimConfig::new(60_713_802)
+        });
     }
 
     /// Seed 60656765, a check that failed wrongly: a leader whose machine
@@ -5398,6 +5471,7 @@ mod tests {
             passes_with(SimConfig {
                 slow_messages: false,
                 partition_shapes: false,
+                eio_anywhere: false,
                 ..SimConfig::new(seed)
             });
         }
@@ -5929,6 +6003,7 @@ mod tests {
             mid_step_power_losses: false,
             slow_messages: false,
             partition_shapes: false,
+            eio_anywhere: false,
             ..SimConfig::new(seed).with_nodes(3)
         }
     }
@@ -6076,19 +6151,21 @@ mod tests {
             mid_step_power_losses: !drawn.mid_step_power_losses,
             slow_messages: !drawn.slow_messages,
             partition_shapes: !drawn.partition_shapes,
+            eio_anywhere: !drawn.eio_anywhere,
             ..SimConfig::new(7).with_logs(logs).with_nodes(nodes)
         };
         assert_eq!(
             replay_variables(&overridden),
             format!(
-                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ISRLOG_SIM_SLOW_MESSAGES={} ISRLOG_SIM_PARTITION_SHAPES={} ",
+                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ISRLOG_SIM_SLOW_MESSAGES={} ISRLOG_SIM_PARTITION_SHAPES={} ISRLOG_SIM_EIO_ANYWHERE={} ",
                 u8::from(!drawn.blocking_clients),
                 u8::from(!drawn.blocking_sends),
                 u8::from(!drawn.flush_policies),
                 u8::from(!drawn.lost_requests),
                 u8::from(!drawn.mid_step_power_losses),
                 u8::from(!drawn.slow_messages),
-                u8::from(!drawn.partition_shapes)
+                u8::from(!drawn.partition_shapes),
+                u8::from(!drawn.eio_anywhere)
             )
         );
     }
@@ -6181,6 +6258,22 @@ mod tests {
                 ..config
             },
             |report| Some(report.requests_lost > 0),
+        );
+    }
+
+    /// Disk faults that strike any operation are drawn apart: a run that
+    /// draws none is event for event the run it is without them, and one
+    /// that draws some passes and replays byte for byte.
+    #[test]
+    fn eio_anywhere_is_drawn_apart() {
+        assert_drawn_apart(
+            "disk faults on any operation",
+            24,
+            |config| SimConfig {
+                eio_anywhere: true,
+                ..config
+            },
+            |report| Some(report.eio_anywhere_faults > 0),
         );
     }
 

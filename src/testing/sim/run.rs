@@ -5407,6 +5407,19 @@ mod tests {
         });
     }
 
+    /// Seed 30, G5 (a panic): node 1's disk failed the removal of a
+    /// producer snapshot with `EIO` while its follower restarted its log at
+    /// the leader's start (`truncate_fully_and_start_at`), after the
+    /// segments' removals. The log was poisoned with none of its segments
+    /// in memory, and the follower's next look at its log end
+    /// panicked ("a log always has an active segment"). The segments now
+    /// stay until the new one exists. Found with the defaults of 2026-12-07
+    /// (disk faults on any operation).
+    #[test]
+    fn seed_30_a_restart_cut_short_by_eio_keeps_an_active_segment() {
+        passes_with(SimConfig::new(30));
+    }
+
     /// Seed 60665275, liveness: node 1, restarted and named leader of
     /// epoch 13, lost its move to a new epoch before it took effect (SPEC
     /// 3.4, an unknown outcome) and never tried again: the write changed

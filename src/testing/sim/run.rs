@@ -266,6 +266,10 @@ const PARTITION_SHAPES_STREAM_SALT: u64 = 0x0015_1A4D;
 /// same reason.
 const EIO_ANYWHERE_STREAM_SALT: u64 = 0x0_E10A_4E2E;
 
+/// Salt of the draws of the plain appends' `acks` ([`SimConfig::acks_mix`]),
+/// a stream apart from the others for the same reason.
+const ACKS_MIX_STREAM_SALT: u64 = 0x0_AC45_0001;
+
 /// A power loss in the middle of a step cuts the power at one of this many
 /// disk operations from when it is armed.
 const MID_STEP_POWER_LOSS_OPERATIONS_MAX: u64 = 200;
@@ -319,6 +323,14 @@ pub(crate) struct SimConfig {
     /// and syncing. A read that fails is the device's error, not damage
     /// (SPEC G5: a clear error, never a wrong record served).
     pub(crate) eio_anywhere: bool,
+    /// Whether, in half the runs (drawn apart), the client's pipelined
+    /// appends are made with `acks=1` one time in four and `acks=0` one
+    /// time in eight, the rest with `acks=all`. Their acknowledgements
+    /// promise nothing kept (G1 holds only `acks=all`), but name where the
+    /// leader wrote: a record the log ends up holding is at that offset,
+    /// and, at that offset in that epoch, the log holds nothing else
+    /// (SPEC 3.1); neither fails for a short ISR.
+    pub(crate) acks_mix: bool,
     /// Whether disks fill up now and then: a node's space budget is set a
     /// little above what its files take, so that its writes soon fail with
     /// `ENOSPC`, and lifted a few seconds later (an operator frees space),
@@ -450,6 +462,7 @@ impl SimConfig {
             slow_messages: true,
             partition_shapes: true,
             eio_anywhere: true,
+            acks_mix: true,
             coordinator_faults: true,
             simulated: Duration::from_secs(60),
             append_interval_mean: Duration::from_millis(20),
@@ -581,6 +594,9 @@ pub(crate) struct SimReport {
     /// Those of them that may strike an operation of any kind
     /// ([`SimConfig::eio_anywhere`]).
     pub(crate) eio_anywhere_faults: u64,
+    /// Plain appends made with `acks=1` and `acks=0`
+    /// ([`SimConfig::acks_mix`]).
+    pub(crate) unreplicated_appends: (u64, u64),
     /// Times a disk filled up (its space budget was set).
     pub(crate) full_disks: u64,
     /// Writes the full disks refused with `ENOSPC`.
@@ -902,6 +918,8 @@ struct Parked {
 /// An append whose outcome the client does not know yet.
 struct ClientAppend {
     value: Vec<u8>,
+    /// Made with these `acks` ([`SimConfig::acks_mix`]).
+    acks: Acks,
     handle: AppendHandle,
     /// The node it was made to (by index).
     node: usize,
@@ -966,6 +984,9 @@ struct LogRun {
     acknowledged: BTreeMap<Offset, Vec<u8>>,
     /// The epoch each acknowledged record was written in.
     acknowledged_epochs: BTreeMap<Offset, LeaderEpoch>,
+    /// Records acknowledged with `acks=1` or `acks=0`, by value: the
+    /// offset and epoch the leader wrote them at (no promise kept).
+    acknowledged_unreplicated: BTreeMap<Vec<u8>, (Offset, LeaderEpoch)>,
     /// The replicas the log was created with.
     created_on: Vec<NodeId>,
     /// The replicas the log is to end with: the last reassignment's target,
@@ -1005,6 +1026,7 @@ impl LogRun {
             in_flight: Vec::new(),
             acknowledged: BTreeMap::new(),
             acknowledged_epochs: BTreeMap::new(),
+            acknowledged_unreplicated: BTreeMap::new(),
             created_on: replicas.to_vec(),
             replicas_wanted: replicas.to_vec(),
             replicas_seen: (replicas.to_vec(), Vec::new(), Vec::new()),
@@ -1078,6 +1100,10 @@ struct Run {
     eio_anywhere_faults: u64,
     /// The coin of [`SimConfig::eio_anywhere`], in a run that draws it.
     eio_anywhere: Option<SplitMix64>,
+    /// The draws of [`SimConfig::acks_mix`], in a run that has it.
+    acks_mix: Option<SplitMix64>,
+    /// Plain appends made with `acks=1` and `acks=0`.
+    unreplicated_appends: (u64, u64),
     full_disks: u64,
     /// The one node whose disk has bits flipped in this run, if any.
     flip_node: Option<usize>,
@@ -1227,6 +1253,12 @@ fn replay_variables(config: &SimConfig) -> String {
             u8::from(config.eio_anywhere)
         ));
     }
+    if config.acks_mix != drawn.acks_mix {
+        variables.push_str(&format!(
+            "ISRLOG_SIM_ACKS_MIX={} ",
+            u8::from(config.acks_mix)
+        ));
+    }
     variables
 }
 
@@ -1291,6 +1323,7 @@ pub(crate) fn run(config: &SimConfig) -> Result<SimReport, SimFailure> {
         disks_lost: run.disks_lost,
         disk_faults: run.disk_faults,
         eio_anywhere_faults: run.eio_anywhere_faults,
+        unreplicated_appends: run.unreplicated_appends,
         full_disks: run.full_disks,
         full_disk_refusals: run.full_disk_refusals_of_lost_disks
             + run
@@ -1436,6 +1469,10 @@ impl Run {
             let mut coin = SplitMix64::new(mix64(config_seed ^ LOST_REQUESTS_STREAM_SALT));
             (config.lost_requests && coin.chance(0.5)).then_some(coin)
         };
+        let acks_mix = {
+            let mut draws = SplitMix64::new(mix64(config_seed ^ ACKS_MIX_STREAM_SALT));
+            (config.acks_mix && draws.chance(0.5)).then_some(draws)
+        };
         let eio_anywhere = {
             let mut coin = SplitMix64::new(mix64(config_seed ^ EIO_ANYWHERE_STREAM_SALT));
             (config.disk_faults && config.eio_anywhere && coin.chance(0.5)).then_some(coin)
@@ -1477,6 +1514,8 @@ impl Run {
             disk_faults: 0,
             eio_anywhere_faults: 0,
             eio_anywhere,
+            acks_mix,
+            unreplicated_appends: (0, 0),
             full_disks: 0,
             flip_node: None,
             flush_policy: flush.policy,
@@ -3742,12 +3781,32 @@ impl Run {
                 return Ok(());
             }
         };
-        match log.append_pipelined(&batch, Acks::All) {
+        // Drawn only in a run that has them, so a run without is event
+        // for event what it was.
+        let acks = match self.acks_mix.as_mut().map(|draws| draws.next_u64() % 8) {
+            Some(0 | 1) => Acks::Leader,
+            Some(2) => Acks::None,
+            _ => Acks::All,
+        };
+        let acks_text = match acks {
+            Acks::All => "",
+            Acks::Leader => " (acks=1)",
+            Acks::None => " (acks=0)",
+        };
+        match acks {
+            Acks::Leader => self.unreplicated_appends.0 += 1,
+            Acks::None => self.unreplicated_appends.1 += 1,
+            Acks::All => {}
+        }
+        match log.append_pipelined(&batch, acks) {
             Ok(handle) => {
-                self.record(format_args!("{tag}append r{number} to node {index}"));
+                self.record(format_args!(
+                    "{tag}append r{number} to node {index}{acks_text}"
+                ));
                 let began = self.schedule.now();
                 self.logs[log_index].in_flight.push(ClientAppend {
                     value,
+                    acks,
                     handle,
                     node: index,
                     began,
@@ -3759,7 +3818,14 @@ impl Run {
                 }
             }
             Err(error) => {
-                self.record(format_args!("{tag}append r{number} refused: {error}"));
+                self.record(format_args!(
+                    "{tag}append r{number}{acks_text} refused: {error}"
+                ));
+                if acks != Acks::All && matches!(error, Error::NotEnoughReplicas { .. }) {
+                    return Err(format!(
+                        "{tag}SPEC 3.1: append r{number}{acks_text} refused for a short ISR: {error}"
+                    ));
+                }
             }
         }
         Ok(())
@@ -3890,8 +3956,18 @@ impl Run {
                 .into_iter()
                 .partition(|append| append.handle.is_done());
             *in_flight = waiting;
-            for ClientAppend { value, handle, .. } in done {
-                self.client_learns(log, value, handle.wait())?;
+            for ClientAppend {
+                value,
+                acks,
+                handle,
+                ..
+            } in done
+            {
+                if acks == Acks::All {
+                    self.client_learns(log, value, handle.wait())?;
+                } else {
+                    self.client_learns_unreplicated(log, value, acks, handle.wait())?;
+                }
             }
         }
         self.check_append_deadlines()
@@ -3991,6 +4067,49 @@ impl Run {
                 // Say which error: a full disk's must be a clear one.
                 error => self.record(format_args!("{tag}{name} failed: {error}")),
             },
+        }
+        Ok(())
+    }
+
+    /// A client learns the outcome of an append made with `acks=1` or
+    /// `acks=0`: an acknowledgement promises nothing kept, but names where
+    /// the leader wrote (checked at the end, [`check_final_of`]), and
+    /// neither fails for a short ISR (SPEC 3.1).
+    ///
+    /// [`check_final_of`]: Self::check_final_of
+    fn client_learns_unreplicated(
+        &mut self,
+        log: usize,
+        value: Vec<u8>,
+        acks: Acks,
+        outcome: crate::Result<crate::AppendOutcome>,
+    ) -> Result<(), String> {
+        let tag = self.logs[log].tag.clone();
+        let name = String::from_utf8_lossy(&value).into_owned();
+        let acks_text = if acks == Acks::None {
+            "acks=0"
+        } else {
+            "acks=1"
+        };
+        match outcome {
+            Ok(outcome) => {
+                self.record(format_args!(
+                    "{tag}ack {name} ({acks_text}) at {} in epoch {}",
+                    outcome.base_offset, outcome.leader_epoch.0
+                ));
+                self.logs[log]
+                    .acknowledged_unreplicated
+                    .insert(value, (outcome.base_offset, outcome.leader_epoch));
+            }
+            Err(
+                error @ (Error::NotEnoughReplicas { .. }
+                | Error::NotEnoughReplicasAfterAppend { .. }),
+            ) => {
+                return Err(format!(
+                    "{tag}SPEC 3.1: {name} ({acks_text}) failed for a short ISR: {error}"
+                ));
+            }
+            Err(error) => self.record(format_args!("{tag}{name} ({acks_text}) failed: {error}")),
         }
         Ok(())
     }
@@ -4201,6 +4320,34 @@ impl Run {
                 ));
             }
             last_produced = Some((number, *offset));
+        }
+        // SPEC 3.1: a record acknowledged with `acks=1` or `acks=0` may be
+        // gone, but one the log holds is where the leader wrote it, and an
+        // offset the log holds in the acknowledgement's epoch is that
+        // record's (a leader writes an offset once in its epoch).
+        let mut unreplicated_at: BTreeMap<(Offset, LeaderEpoch), &[u8]> = BTreeMap::new();
+        for (value, at) in &log_run.acknowledged_unreplicated {
+            unreplicated_at.insert(*at, value);
+        }
+        for (offset, (epoch, value)) in &committed {
+            if let Some((at, _)) = log_run.acknowledged_unreplicated.get(value) {
+                if at != offset {
+                    return Err(format!(
+                        "SPEC 3.1: {} was acknowledged (acks=1 or 0) at {at}, node {index}'s committed log holds it at {offset}",
+                        String::from_utf8_lossy(value)
+                    ));
+                }
+            }
+            if let Some(acknowledged) = unreplicated_at.get(&(*offset, *epoch)) {
+                if *acknowledged != value.as_slice() {
+                    return Err(format!(
+                        "SPEC 3.1: {} was acknowledged (acks=1 or 0) at {offset} in epoch {}, node {index}'s committed log holds {} there in that epoch",
+                        String::from_utf8_lossy(acknowledged),
+                        epoch.0,
+                        String::from_utf8_lossy(value)
+                    ));
+                }
+            }
         }
         for (offset, record) in &log_run.committed_seen {
             if *offset < start && kept_by_applications(self, *offset, &record.1) {
@@ -5040,6 +5187,10 @@ mod tests {
             // `ISRLOG_SIM_EIO_ANYWHERE=0`: as before a disk fault could
             // strike any operation (runs that draw none are unchanged).
             config.eio_anywhere = variable("ISRLOG_SIM_EIO_ANYWHERE") != Some(0);
+            // `ISRLOG_SIM_ACKS_MIX=0`: as before plain appends were made
+            // with `acks=1` and `acks=0` too (runs that draw none are
+            // unchanged).
+            config.acks_mix = variable("ISRLOG_SIM_ACKS_MIX") != Some(0);
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.
@@ -5403,6 +5554,7 @@ mod tests {
             slow_messages: false,
             partition_shapes: false,
             eio_anywhere: false,
+            acks_mix: false,
             ..SimConfig::new(70_100_050)
         });
     }
@@ -5417,7 +5569,10 @@ mod tests {
     /// (disk faults on any operation).
     #[test]
     fn seed_30_a_restart_cut_short_by_eio_keeps_an_active_segment() {
-        passes_with(SimConfig::new(30));
+        passes_with(SimConfig {
+            acks_mix: false,
+            ..SimConfig::new(30)
+        });
     }
 
     /// Seed 60665275, liveness: node 1, restarted and named leader of
@@ -5432,6 +5587,7 @@ mod tests {
     fn seed_60665275_a_restarted_leaders_lost_epoch_move_is_tried_again() {
         passes_with(SimConfig {
             eio_anywhere: false,
+            acks_mix: false,
             ..SimConfig::new(60_665_275)
         });
     }
@@ -5447,6 +5603,7 @@ mod tests {
     fn seed_60713163_a_retried_duplicate_does_not_hold_back_later_timeouts() {
         passes_with(SimConfig {
             eio_anywhere: false,
+            acks_mix: false,
             ..SimConfig::new(60_713_163)
         });
     }
@@ -5465,6 +5622,7 @@ mod tests {
     fn seed_60713802_a_flipped_epoch_above_the_line_is_not_served() {
         passes_with(SimConfig {
             eio_anywhere: false,
+            acks_mix: false,
             ..SimConfig::new(60_713_802)
         });
     }
@@ -5485,6 +5643,7 @@ mod tests {
                 slow_messages: false,
                 partition_shapes: false,
                 eio_anywhere: false,
+                acks_mix: false,
                 ..SimConfig::new(seed)
             });
         }
@@ -6017,6 +6176,7 @@ mod tests {
             slow_messages: false,
             partition_shapes: false,
             eio_anywhere: false,
+            acks_mix: false,
             ..SimConfig::new(seed).with_nodes(3)
         }
     }
@@ -6165,12 +6325,13 @@ mod tests {
             slow_messages: !drawn.slow_messages,
             partition_shapes: !drawn.partition_shapes,
             eio_anywhere: !drawn.eio_anywhere,
+            acks_mix: !drawn.acks_mix,
             ..SimConfig::new(7).with_logs(logs).with_nodes(nodes)
         };
         assert_eq!(
             replay_variables(&overridden),
             format!(
-                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ISRLOG_SIM_SLOW_MESSAGES={} ISRLOG_SIM_PARTITION_SHAPES={} ISRLOG_SIM_EIO_ANYWHERE={} ",
+                "ISRLOG_SIM_NODES={nodes} ISRLOG_SIM_LOGS={logs} ISRLOG_SIM_BLOCKING_CLIENTS={} ISRLOG_SIM_BLOCKING_SENDS={} ISRLOG_SIM_FLUSH_POLICIES={} ISRLOG_SIM_LOST_REQUESTS={} ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ISRLOG_SIM_SLOW_MESSAGES={} ISRLOG_SIM_PARTITION_SHAPES={} ISRLOG_SIM_EIO_ANYWHERE={} ISRLOG_SIM_ACKS_MIX={} ",
                 u8::from(!drawn.blocking_clients),
                 u8::from(!drawn.blocking_sends),
                 u8::from(!drawn.flush_policies),
@@ -6178,7 +6339,8 @@ mod tests {
                 u8::from(!drawn.mid_step_power_losses),
                 u8::from(!drawn.slow_messages),
                 u8::from(!drawn.partition_shapes),
-                u8::from(!drawn.eio_anywhere)
+                u8::from(!drawn.eio_anywhere),
+                u8::from(!drawn.acks_mix)
             )
         );
     }
@@ -6271,6 +6433,25 @@ mod tests {
                 ..config
             },
             |report| Some(report.requests_lost > 0),
+        );
+    }
+
+    /// Plain appends with `acks=1` and `acks=0` are drawn apart: a run
+    /// that draws none is event for event the run it is without them, and
+    /// one that makes some passes and replays byte for byte.
+    #[test]
+    fn acks_mix_is_drawn_apart() {
+        assert_drawn_apart(
+            "appends with acks=1 and acks=0",
+            16,
+            |config| SimConfig {
+                acks_mix: true,
+                ..config
+            },
+            |report| {
+                let (leader, none) = report.unreplicated_appends;
+                Some(leader > 0 && none > 0)
+            },
         );
     }
 

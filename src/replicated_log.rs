@@ -82,8 +82,11 @@ impl ReplicatedLog {
     /// outcome), `Shutdown` (this handle's node was shut down, halted or
     /// crashed: at once, and nothing was appended, if it had stopped before
     /// the call; unknown outcome for an `acks=all` append whose node stopped
-    /// while it waited). With `Acks::None` the offsets are returned when the
-    /// append succeeded, and errors of the write are only logged.
+    /// while it waited), `Poisoned` (this replica's storage failed: at once,
+    /// and nothing was appended, if it had failed before the call, whatever
+    /// the `acks`; the node must open the log again). With `Acks::None` the
+    /// offsets are returned when the append succeeded, and errors of the
+    /// write are only logged.
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
         let (outcome, generation) = self.append_unwaited(batch, acks)?;
         if acks == Acks::All {
@@ -181,8 +184,8 @@ impl ReplicatedLog {
     /// when the node stops.
     ///
     /// Errors returned here mean nothing was appended: those of `append`
-    /// before the write (`NotLeader`, `NotEnoughReplicas`, `Shutdown`, an
-    /// invalid batch), and [`Error::PipelineFull`]: the log's pipelined
+    /// before the write (`NotLeader`, `NotEnoughReplicas`, `Shutdown`,
+    /// `Poisoned`, an invalid batch), and [`Error::PipelineFull`]: the log's pipelined
     /// appends not resolved yet hold
     /// [`ReplicationConfig::pipelined_bytes_max`](crate::ReplicationConfig::pipelined_bytes_max)
     /// bytes, and none were freed within

@@ -1111,6 +1111,15 @@ impl Replica {
             Some(role.leader_isr_below_min),
             "a leader without its machine, or with a stale copy of its ISR check"
         );
+        // A log whose storage failed refuses every write until its node
+        // opens it again: the append fails here, before it is given
+        // offsets, and nothing is appended. Given offsets, an `acks=0`
+        // append (whose write errors are not reported) was acknowledged at
+        // offsets nothing was ever written at, two of them at the same
+        // one (simulator seed 60736899: at 652, 652 and 650 after the
+        // log was poisoned); the others learned the failure only from
+        // their handles.
+        self.log.check_not_poisoned()?;
         if check_isr {
             if let Some((in_sync, min_insync_replicas)) = role.leader_isr_below_min {
                 return Err(Error::NotEnoughReplicas {

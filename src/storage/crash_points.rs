@@ -382,10 +382,14 @@ where
         // segment (a restart whose removal failed did, and the follower's
         // next look at its log end panicked: simulator seed 30 with `EIO`
         // on any operation).
+        // Nor with its start above its high watermark, that above its end,
+        // or a gap between its segments (a truncation whose removal failed
+        // had kept the segments after its cut; review of 9f6c5d5).
         let (start, end) = (fixture.log.log_start_offset(), fixture.log.log_end_offset());
-        if start > end {
+        if !fixture.log.state.read().check_invariants() {
             problems.push(format!(
-                "{fault:?}: after the operation the log starts at {start}, past its end {end}"
+                "{fault:?}: after the operation the log's state breaks its invariants (start {start}, high watermark {}, end {end})",
+                fixture.log.high_watermark()
             ));
         }
         let fired = match fault {

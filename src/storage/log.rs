@@ -1478,6 +1478,16 @@ impl Log {
             let last_epoch = epoch_of_last_batch_below(&state, new_end)?;
             if let Some(segment) = state.segments.get_mut(&base) {
                 segment.truncate_to_position(position, new_end, last_epoch)?;
+            }
+            // The later segments leave the log in memory with the cut, and
+            // the high watermark comes down to it: should a sync or a
+            // removal fail, the poisoned log ends at the cut, with no gap
+            // between its segments and its high watermark not above its
+            // end (review of 9f6c5d5). Their files go below, newest first,
+            // after the cut is synced.
+            let later = state.segments.split_off(&base.next());
+            state.high_watermark = state.high_watermark.min(new_end);
+            if let Some(segment) = state.segments.get_mut(&base) {
                 segment.sync_data()?;
                 // The zeroed index entries reach the disk before other
                 // batches may take the place of those they named. Left to
@@ -1491,15 +1501,8 @@ impl Log {
                 // every index on disk holds correct entries or none.
                 segment.sync_index()?;
             }
-            let later: Vec<Offset> = state
-                .segments
-                .range(base.next()..)
-                .map(|(b, _)| *b)
-                .collect();
-            for later_base in later.into_iter().rev() {
-                if let Some(segment) = state.segments.remove(&later_base) {
-                    segment.delete()?;
-                }
+            for (_, segment) in later.into_iter().rev() {
+                segment.delete()?;
             }
             sync_dir(&*self.disk, &self.dir)?;
             state.active_mut().unseal(self.config.index_bytes_max)?;
@@ -1624,17 +1627,23 @@ impl Log {
                 self.config.index_bytes_max,
                 self.clock.now(),
             )?;
+            // The log in memory becomes the empty one at `offset` in one
+            // step: should what follows fail, the poisoned log still has
+            // its start at or below its high watermark and that at or
+            // below its end (review of 9f6c5d5: a restart below the old
+            // start or high watermark whose directory sync failed kept
+            // them, and the next report of its end failed its assertion).
             state.segments.clear();
             state.segments.insert(offset, segment);
+            state.unsynced.clear();
+            state.log_start_offset = offset;
+            state.high_watermark = offset;
+            state.last_batch_epoch = None;
             sync_dir(&*self.disk, &self.dir)?;
             state.epochs.truncate_from_end(Offset::ZERO)?;
             Ok(())
         })();
         self.poison_on_error(restarted)?;
-        state.unsynced.clear();
-        state.log_start_offset = offset;
-        state.high_watermark = offset;
-        state.last_batch_epoch = None;
         self.commit.restarted_at(offset);
         debug_assert!(state.check_invariants());
         debug_assert!(self.start_moves.lock().check_invariants(state));
@@ -2105,6 +2114,12 @@ impl Log {
     /// work (`Error::Poisoned`) until it is reopened.
     pub fn is_poisoned(&self) -> bool {
         self.commit.is_poisoned()
+    }
+
+    /// `Error::Poisoned`, naming the log and the failure, if an earlier
+    /// write or fsync failed.
+    pub(crate) fn check_not_poisoned(&self) -> Result<()> {
+        self.commit.check_not_poisoned(&self.dir)
     }
 
     /// Poisons the log: every later call fails with `Error::Poisoned`

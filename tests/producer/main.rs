@@ -4,6 +4,7 @@
 //! so `cargo test NAME` still selects a test by its file's or its own name.
 
 mod append_handles_answer_again_and_time_out_on_time;
+mod appends_to_a_failed_log_fail_at_once;
 mod completion_callbacks_may_append_and_wait;
 mod concurrent_appends_each_get_their_own_offsets_and_outcomes;
 mod idempotent_batch_in_doubt_puts_later_ones_in_doubt;

@@ -5588,6 +5588,21 @@ mod tests {
         });
     }
 
+    /// Seed 61015624, G1: node 0's start after a clean stop removed the
+    /// clean-shutdown marker and failed at the directory's sync (`EIO`);
+    /// its next start, finding the marker gone, went on as unclean without
+    /// syncing; a power loss brought the marker back, the start after it
+    /// was taken for clean, node 0 led without the records the power loss
+    /// had taken, and r2371 and r2399 were both acknowledged at 567.
+    /// `take_clean_shutdown_marker` now makes the marker's absence durable
+    /// (its unit test shows the fix; this run changed with the refusal of
+    /// appends to a poisoned log, made in the same commit). Found with the
+    /// defaults of 2026-12-07 (disk faults on any operation, acks mix).
+    #[test]
+    fn seed_61015624_a_start_makes_the_marker_removal_durable() {
+        passes_with(SimConfig::new(61_015_624));
+    }
+
     /// Seed 60665275, liveness: node 1, restarted and named leader of
     /// epoch 13, lost its move to a new epoch before it took effect (SPEC
     /// 3.4, an unknown outcome) and never tried again: the write changed

@@ -103,6 +103,10 @@ struct Plan {
     start: Option<Offset>,
     /// The offset the operation truncates to.
     cut: Option<Offset>,
+    /// The log start the setup moved to, when the operation may move the
+    /// start back (a truncation below it): the batches wholly below it
+    /// were gone before the operation.
+    deleted_below: Option<Offset>,
 }
 
 impl Plan {
@@ -113,9 +117,10 @@ impl Plan {
     }
 
     /// Whether the batch ending at `next` lies wholly below the new log
-    /// start.
+    /// start, or was gone before the operation.
     fn below_start(&self, next: Offset) -> bool {
         self.start.is_some_and(|start| next <= start)
+            || self.deleted_below.is_some_and(|start| next <= start)
     }
 }
 
@@ -212,14 +217,16 @@ impl Fixture {
         self.log.assign_epoch(epoch, end)
     }
 
-    /// `Log::truncate_to(cut)`, `cut` a batch boundary.
+    /// `Log::truncate_to(cut)`: the batch holding `cut` goes whole.
     fn truncate_to(&mut self, cut: Offset) -> Result<()> {
-        assert!(
-            self.model.batches.contains_key(&cut),
-            "cut {cut} is no batch boundary"
-        );
+        let from = self
+            .model
+            .batches
+            .range(..=cut)
+            .next_back()
+            .map_or(cut, |(base, _)| *base);
         self.log.truncate_to(cut)?;
-        drop(self.model.batches.split_off(&cut));
+        drop(self.model.batches.split_off(&from));
         // The producers' next sequences go back with their batches.
         self.model.sequences = producers_last(self.model.batches.values())
             .into_iter()
@@ -807,6 +814,7 @@ fn a_truncation_cut_short_keeps_everything_below_the_cut() {
                 Plan {
                     start: None,
                     cut: Some(cut),
+                    deleted_below: None,
                 }
             },
             op: |fixture: &mut Fixture, plan: &Plan| {
@@ -852,6 +860,7 @@ fn a_log_start_move_cut_short_keeps_the_records_above_it_and_the_producers() {
                 Plan {
                     start: Some(start),
                     cut: None,
+                    deleted_below: None,
                 }
             },
             op: |fixture: &mut Fixture, plan: &Plan| {
@@ -883,6 +892,7 @@ fn a_deferred_log_start_move_cut_short_keeps_the_records_above_it_and_the_produc
                 Plan {
                     start: Some(start),
                     cut,
+                    deleted_below: None,
                 }
             },
             op: |fixture: &mut Fixture, plan: &Plan| {
@@ -893,6 +903,59 @@ fn a_deferred_log_start_move_cut_short_keeps_the_records_above_it_and_the_produc
                     fixture.truncate_to(cut)?;
                 }
                 fixture.run_background()?;
+                fixture.log.flush()
+            },
+        }
+        .run();
+    }
+}
+
+/// A truncation that restarts the log: to an offset below its start (an
+/// unclean election of a shorter log after retention moved the start),
+/// and into the batch that straddles an exact log start (the batch goes
+/// whole, and the log restarts empty at its start). Both take the
+/// restart's steps inside `truncate_to`, with its locks held; no sweep
+/// reached them before.
+#[test]
+fn a_truncation_below_the_log_start_cut_short_reopens_a_prefix_or_the_restarted_log() {
+    for straddling in [false, true] {
+        Sweep {
+            name: if straddling {
+                "set_log_start_offset inside a batch, truncate_to inside it, flush"
+            } else {
+                "truncate_to below the log start, flush"
+            },
+            config: small_segments(FlushPolicy::Never),
+            flusher: true,
+            setup: move |fixture: &mut Fixture| {
+                let start = producers_then_more(fixture);
+                // Batches hold two records: one past a batch's base is
+                // inside it.
+                let (start, cut) = if straddling {
+                    (start.next(), start.next())
+                } else {
+                    let below = *fixture.model.batches.range(..start).next_back().unwrap().0;
+                    (start, below)
+                };
+                fixture.log.set_log_start_offset(start).unwrap();
+                fixture.run_background().unwrap();
+                fixture.log.flush().unwrap();
+                assert_eq!(fixture.log.log_start_offset(), start);
+                Plan {
+                    start: None,
+                    cut: Some(cut),
+                    deleted_below: Some(start),
+                }
+            },
+            op: |fixture: &mut Fixture, plan: &Plan| {
+                let cut = plan.cut.unwrap();
+                fixture.truncate_to(cut)?;
+                // It restarted, empty at the cut (inside the straddling
+                // batch, the cut is the log start).
+                assert_eq!(
+                    (fixture.log.log_start_offset(), fixture.log.log_end_offset()),
+                    (cut, cut)
+                );
                 fixture.log.flush()
             },
         }
@@ -917,6 +980,7 @@ fn a_restart_cut_short_reopens_a_prefix_or_the_restarted_log() {
             Plan {
                 start: Some(Offset(fixture.log.log_end_offset().0 + 100)),
                 cut: None,
+                deleted_below: None,
             }
         },
         op: |fixture: &mut Fixture, plan: &Plan| {
@@ -996,6 +1060,7 @@ fn a_recovery_cut_short_loses_nothing_flushed() {
             Plan {
                 start: Some(start),
                 cut: None,
+                deleted_below: None,
             }
         },
         op: |fixture: &mut Fixture, _: &Plan| {

@@ -855,7 +855,7 @@ pub(crate) fn inspect_dir_on(disk: &Arc<dyn Disk>, dir: &Path) -> Result<Report>
     let learn = Learn {
         log_start,
         from: recovery_point.max(epochs.as_ref().map_or(Offset::ZERO, |c| c.file_covers())),
-        line_bound: super::log::stored_line_bound(&**disk, dir),
+        line_bound: super::log::stored_line_bound(&**disk, dir)?,
     };
     // Once recovery cuts a tail or meets a gap it deletes every later
     // segment; once it refuses, it does nothing more.

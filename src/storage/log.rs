@@ -390,28 +390,35 @@ pub(crate) const START_LINE_FILE: &str = "start-line.checkpoint";
 const START_LINE_KIND: &str = "start-line";
 
 /// The one `(epoch, value)` entry of the file `name` in `dir`: `Ok(None)`
-/// if there is no file, `Err` naming the file and what is wrong with it
-/// if it cannot be used.
+/// if there is no file, [`Error::InvalidCheckpoint`] naming the file and
+/// what is wrong with it if it cannot be used, and the I/O error if it
+/// could not be read. Callers take only the first for a damaged file: a
+/// read that failed says nothing about the file, and the open that needs
+/// it fails so that it can be retried (as recovery does with the other
+/// checkpoints), rather than leaving the line not known for the life of
+/// the process.
 pub(super) fn load_epoch_entry(
     disk: &dyn Disk,
     dir: &Path,
     name: &str,
     kind: &str,
-) -> std::result::Result<Option<(LeaderEpoch, u64)>, String> {
+) -> Result<Option<(LeaderEpoch, u64)>> {
     let path = dir.join(name);
-    match checkpoint::load_pairs(disk, &path, kind) {
-        Ok(None) => Ok(None),
-        Ok(Some(pairs)) => match pairs.as_slice() {
-            [(epoch, value)] => u32::try_from(*epoch)
-                .map(|epoch| Some((LeaderEpoch(epoch), *value)))
-                .map_err(|_| format!("{}: epoch {epoch} does not fit in 32 bits", path.display())),
-            _ => Err(format!(
-                "{}: {} entries where one belongs",
-                path.display(),
-                pairs.len()
-            )),
-        },
-        Err(error) => Err(error.to_string()),
+    let Some(pairs) = checkpoint::load_pairs(disk, &path, kind)? else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| Error::InvalidCheckpoint {
+        path: path.clone(),
+        reason,
+    };
+    match pairs.as_slice() {
+        [(epoch, value)] => u32::try_from(*epoch)
+            .map(|epoch| Some((LeaderEpoch(epoch), *value)))
+            .map_err(|_| invalid(format!("epoch {epoch} does not fit in 32 bits"))),
+        _ => Err(invalid(format!(
+            "{} entries where one belongs",
+            pairs.len()
+        ))),
     }
 }
 
@@ -419,45 +426,50 @@ pub(super) fn load_epoch_entry(
 /// none if there is no file, or it cannot be used (with a warning): the
 /// start line is then not known, which unclean recovery reads as it did
 /// before start lines existed.
-fn load_start_line(disk: &dyn Disk, dir: &Path) -> Option<(LeaderEpoch, Offset)> {
+fn load_start_line(disk: &dyn Disk, dir: &Path) -> Result<Option<(LeaderEpoch, Offset)>> {
     match load_epoch_entry(disk, dir, START_LINE_FILE, START_LINE_KIND) {
-        Ok(entry) => entry.map(|(epoch, start)| (epoch, Offset(start))),
-        Err(problem) => {
+        Ok(entry) => Ok(entry.map(|(epoch, start)| (epoch, Offset(start)))),
+        Err(problem @ Error::InvalidCheckpoint { .. }) => {
             tracing::warn!(reason = %problem, "unusable start line file: where this log's start came from is not known; should the log need unclean recovery with this replica's log empty at its start, a longer log of an older line is not taken over it");
-            None
+            Ok(None)
         }
+        Err(e) => Err(e),
     }
 }
 
 /// The line epoch stored in `dir`, as recovery and inspection bound the
 /// epochs of batches by it: none if there is no file or it cannot be used
-/// (quietly: [`load_line_epoch`] is where an unusable file is reported).
-pub(crate) fn stored_line_bound(disk: &dyn Disk, dir: &Path) -> Option<LeaderEpoch> {
-    load_epoch_entry(disk, dir, LINE_EPOCH_FILE, LINE_EPOCH_KIND)
-        .ok()
-        .flatten()
-        .map(|(epoch, _)| epoch)
+/// (quietly: [`load_line_epoch`] is where an unusable file is reported);
+/// a read that failed fails the caller.
+pub(crate) fn stored_line_bound(disk: &dyn Disk, dir: &Path) -> Result<Option<LeaderEpoch>> {
+    match load_epoch_entry(disk, dir, LINE_EPOCH_FILE, LINE_EPOCH_KIND) {
+        Ok(entry) => Ok(entry.map(|(epoch, _)| epoch)),
+        Err(Error::InvalidCheckpoint { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The line epoch stored in `dir`; none if there is no file. A file that
 /// cannot be used leaves the line not known (with a warning): too low, it
 /// would let a deposed leader's uncommitted tail beat this log in unclean
-/// recovery; too high, this log beat one holding what was committed.
-fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> LineEpoch {
+/// recovery; too high, this log beat one holding what was committed. A
+/// read that failed fails the open.
+fn load_line_epoch(disk: &dyn Disk, dir: &Path) -> Result<LineEpoch> {
     match load_epoch_entry(disk, dir, LINE_EPOCH_FILE, LINE_EPOCH_KIND) {
-        Ok(entry) => LineEpoch {
+        Ok(entry) => Ok(LineEpoch {
             stored: entry.map(|(epoch, _)| epoch),
             unusable: None,
             start: None,
-        },
-        Err(unusable) => {
+        }),
+        Err(unusable @ Error::InvalidCheckpoint { .. }) => {
             tracing::error!(reason = %unusable, "unusable line epoch file: this replica's line is not known, so its log end is reported as not known; should the log need unclean recovery, it waits for this replica as for one that cannot open (a leadership or a fetch answer in a later epoch stores a new line, but recovery has no leader to give either). An operator may delete the file, and the node reports the line its records show at its next start (which may let another replica's uncommitted records win), or let the unclean switch decide");
-            LineEpoch {
+            Ok(LineEpoch {
                 stored: None,
-                unusable: Some(unusable),
+                unusable: Some(unusable.to_string()),
                 start: None,
-            }
+            })
         }
+        Err(e) => Err(e),
     }
 }
 
@@ -601,8 +613,8 @@ impl Log {
         let mut report = recovered.report;
         let rebuilt =
             rebuild_producer_state(&*disk, &dir, &mut state, &config, clock.wall_clock_ms())?;
-        let mut line_epoch = load_line_epoch(&*disk, &dir);
-        line_epoch.start = load_start_line(&*disk, &dir);
+        let mut line_epoch = load_line_epoch(&*disk, &dir)?;
+        line_epoch.start = load_start_line(&*disk, &dir)?;
         report.producer_snapshot = rebuilt.snapshot;
         report.producer_batches_scanned = rebuilt.batches_scanned;
         report.checkpoint_problems.extend(rebuilt.problems);
@@ -2466,6 +2478,71 @@ mod line_epoch_tests {
         assert!(error.contains(LINE_EPOCH_FILE), "{error}");
         log.note_line_epoch(LeaderEpoch(3)).unwrap();
         assert_eq!(log.end_report(64).unwrap().line_epoch, Some(LeaderEpoch(3)));
+    }
+
+    /// A read that fails while a log opens fails the open, whichever read
+    /// it is, and leaves nothing behind: the next open finds the line
+    /// epoch and start line that were stored. Before, a failed read of the
+    /// line epoch file was taken for a damaged file, and the line stayed
+    /// not known for the life of the process (unclean recovery would have
+    /// waited for this replica as for one that cannot open).
+    #[test]
+    fn a_failed_read_fails_the_open_and_the_next_open_finds_the_line() {
+        use crate::storage::disk::{DiskOperation, EioPlan, SimDisk};
+        let disk = SimDisk::new(3);
+        let dir = Path::new("/data/log-1");
+        let open = || {
+            Log::open_on_disk(
+                disk.shared(),
+                dir,
+                LogConfig::default(),
+                Arc::new(SystemClock),
+            )
+        };
+        let log = open().unwrap();
+        log.truncate_fully_and_start_at(Offset(10)).unwrap();
+        log.note_start_line(LeaderEpoch(1)).unwrap();
+        log.assign_epoch(LeaderEpoch(2), Offset(10)).unwrap();
+        let mut batch = RecordBatchBuilder::new(0);
+        batch.push(b"a");
+        log.append_as_leader(&batch.build().unwrap(), LeaderEpoch(2))
+            .unwrap();
+        log.note_line_epoch(LeaderEpoch(6)).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        let mut failed_opens = 0;
+        for nth in 1.. {
+            disk.fail_with_eio(EioPlan::Nth(nth), &[DiskOperation::Read]);
+            let failures = disk.stats().eio_failures;
+            let opened = open();
+            let hit = disk.stats().eio_failures > failures;
+            disk.fail_with_eio(EioPlan::Never, &[]);
+            match opened {
+                Err(Error::Io { .. }) => failed_opens += 1,
+                Err(other) => panic!("read {nth} failed, and the open with {other}"),
+                // A read whose failure the open may pass over (an index
+                // it rebuilds) must not have taken the line with it.
+                Ok(log) => {
+                    let report = log.end_report(64).unwrap_or_else(|e| {
+                        panic!("read {nth} failed, and the line is not known: {e}")
+                    });
+                    assert_eq!(report.line_epoch, Some(LeaderEpoch(6)), "read {nth}");
+                    assert_eq!(report.start_line, Some(LeaderEpoch(1)), "read {nth}");
+                }
+            }
+            let log = open().unwrap();
+            let report = log.end_report(64).unwrap();
+            assert_eq!(
+                (report.line_epoch, report.start_line, report.log_end_offset),
+                (Some(LeaderEpoch(6)), Some(LeaderEpoch(1)), Offset(11)),
+                "after read {nth} failed"
+            );
+            drop(log);
+            if !hit {
+                break;
+            }
+        }
+        assert!(failed_opens >= 2, "only {failed_opens} failed opens");
     }
 
     /// The start line survives a reopen and holds only for the start it

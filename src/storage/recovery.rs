@@ -287,7 +287,7 @@ pub(crate) fn recover(
     // fetched: `Log::note_line_epoch`): the bound on the epochs recovery
     // learns from batches above the recovery point. None without a usable
     // file (a log used without replication).
-    let line_bound = super::log::stored_line_bound(&**disk, dir);
+    let line_bound = super::log::stored_line_bound(&**disk, dir)?;
     let bases = list_segments(&**disk, dir)?;
     report.high_watermark_unknown = checkpoint.is_none() && !bases.is_empty();
     if !bases.is_empty() && checkpoint.is_none() && report.checkpoint_problems.is_empty() {

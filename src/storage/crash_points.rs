@@ -103,9 +103,10 @@ struct Plan {
     start: Option<Offset>,
     /// The offset the operation truncates to.
     cut: Option<Offset>,
-    /// The log start the setup moved to, when the operation may move the
-    /// start back (a truncation below it): the batches wholly below it
-    /// were gone before the operation.
+    /// The log start the setup moved to, for an operation that restarts
+    /// the log empty at `cut`, below that start or at it: the batches
+    /// wholly below it were gone before the operation and stay gone, and
+    /// once the operation succeeded the log reopens empty at `cut`.
     deleted_below: Option<Offset>,
 }
 
@@ -399,6 +400,16 @@ where
                 fixture.log.high_watermark()
             ));
         }
+        if let Err(problem) = check_end_report(&fixture.log, &fixture.model) {
+            problems.push(format!(
+                "{fault:?}: after the operation ({}) the log's report of its end {problem}",
+                if result.is_ok() {
+                    "succeeded"
+                } else {
+                    "failed"
+                }
+            ));
+        }
         let fired = match fault {
             Fault::Eio(..) => disk.stats().eio_failures > failures_before,
             Fault::PowerLoss(_) => !disk.power_loss_pending(),
@@ -439,6 +450,82 @@ where
         }
         fired
     }
+}
+
+/// What `log` reports of its end to unclean recovery
+/// ([`Log::end_report`]), read from memory even when it is poisoned, as a
+/// follower's is: the last batch's epoch is that of a batch the test wrote
+/// ending at the log end (none for an empty log), and the epoch cache
+/// names only epochs of batches the test wrote from the log start to its
+/// end, its start line, or an epoch a leader assigned at its end (review
+/// of cc5c76a: a truncation whose sync failed kept the cut epoch as the
+/// last batch's, and a restart's kept the old log's epochs).
+fn check_end_report(log: &Log, model: &Model) -> std::result::Result<(), String> {
+    let report = log.end_report(usize::MAX)?;
+    let (start, end) = (report.log_start_offset, report.log_end_offset);
+    let headers = || {
+        model
+            .written
+            .range(..end)
+            .flat_map(|(_, versions)| versions.iter())
+            .filter_map(|bytes| parse_header(bytes).ok())
+    };
+    let last_epochs: BTreeSet<LeaderEpoch> = headers()
+        .filter(|h| h.next_offset() == end)
+        .map(|h| h.leader_epoch)
+        .collect();
+    let last_named = match report.last_batch_epoch {
+        None => start == end || last_epochs.is_empty(),
+        Some(epoch) => start < end && last_epochs.contains(&epoch),
+    };
+    if !last_named {
+        return Err(format!(
+            "names epoch {:?} as its last batch's, the batches written ending at {end}: {last_epochs:?} ({start}..{end})",
+            report.last_batch_epoch
+        ));
+    }
+    let held_epochs: BTreeSet<LeaderEpoch> = headers()
+        .filter(|h| h.next_offset() > start)
+        .map(|h| h.leader_epoch)
+        .collect();
+    let written_epochs: BTreeSet<LeaderEpoch> = headers().map(|h| h.leader_epoch).collect();
+    // No sweep notes a start line: one reported is the epoch of the
+    // cache's entry at the start of a log that holds no batch, which a
+    // deletion moved there (or a leader's that appended nothing there).
+    // An entry below the start names nothing there: a restart whose sync
+    // failed kept the old log's, and reported its last epoch as the line
+    // of the empty log (review of cc5c76a).
+    if let Some(line) = report.start_line {
+        if !report.epochs.contains(&(line, start)) {
+            return Err(format!(
+                "names start line {line}, the cache {:?} ({start}..{end})",
+                report.epochs
+            ));
+        }
+    }
+    for (i, (epoch, at)) in report.epochs.iter().enumerate() {
+        // An entry wholly below the start (the next begins at or before
+        // it) is history a deferred log start move trims later; the one
+        // covering the start and those after it describe what the log
+        // holds.
+        let below_start = report
+            .epochs
+            .get(i + 1)
+            .is_some_and(|(_, next)| *next <= start);
+        let named = if below_start {
+            written_epochs.contains(epoch)
+        } else {
+            held_epochs.contains(epoch)
+        } || report.start_line == Some(*epoch)
+            || (*at == end && model.assigned.contains(&(*epoch, *at)));
+        if !named {
+            return Err(format!(
+                "names epoch {epoch} at {at}, written from the start: {held_epochs:?}, start line {:?} ({start}..{end})",
+                report.start_line
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a reopened log must hold.
@@ -600,6 +687,26 @@ fn check_reopened(
             if start < moved {
                 return Err(format!(
                     "the log start moved to {moved}, but reopens at {start}"
+                ));
+            }
+        }
+    }
+    if let Some(deleted) = plan.deleted_below {
+        // What the setup's start move deleted stays deleted, unless the
+        // operation restarted the log below it: then it reopens empty at
+        // the cut, once the operation succeeded.
+        if let Some((base, _)) = held
+            .iter()
+            .find(|(_, bytes)| next_of(bytes).is_some_and(|next| next <= deleted))
+        {
+            return Err(format!(
+                "the batch at {base}, below the start {deleted} the setup moved to, is back ({start}..{end})"
+            ));
+        }
+        if let (true, Some(cut)) = (expected.succeeded, plan.cut) {
+            if (start, end) != (cut, cut) {
+                return Err(format!(
+                    "the log restarted at {cut}, but reopens as {start}..{end}"
                 ));
             }
         }

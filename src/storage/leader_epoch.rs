@@ -401,13 +401,19 @@ impl LeaderEpochCache {
 
     /// Removes every entry whose start offset is at or after `end_offset`
     /// (the log was truncated to `end_offset`) and persists, when that
-    /// changed an entry or the file covers more than `end_offset` (the
-    /// batches written there next may be of other epochs).
+    /// changed an entry, `cut_in_memory` says an earlier
+    /// [`truncate_from_end_in_memory`](Self::truncate_from_end_in_memory)
+    /// to the same offset did, or the file covers more than `end_offset`
+    /// (the batches written there next may be of other epochs).
     ///
     /// Waits for any [`EpochFileWrite`] in flight (its content is older),
     /// so that this write lands after it: the caller holds the log's state
     /// lock, which such a write never takes.
-    pub(crate) fn truncate_from_end(&mut self, end_offset: Offset) -> Result<()> {
+    pub(crate) fn truncate_from_end(
+        &mut self,
+        end_offset: Offset,
+        cut_in_memory: bool,
+    ) -> Result<()> {
         let file = Arc::clone(&self.file);
         let io = file.io.lock();
         // Counted first, so that a write taken before this truncation,
@@ -418,7 +424,7 @@ impl LeaderEpochCache {
             written.covers
         };
         let changed = self.truncate_from_end_in_memory(end_offset);
-        if changed || covers > end_offset {
+        if changed || cut_in_memory || covers > end_offset {
             self.persist_io_held(&io, end_offset)?;
         }
         Ok(())
@@ -604,7 +610,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cache(dir.path(), &[(0, 10), (2, 13), (4, 17)]);
         c.persist(Offset(20)).unwrap();
-        c.truncate_from_end(Offset(17)).unwrap();
+        c.truncate_from_end(Offset(17), false).unwrap();
         assert_eq!(c.latest_epoch(), Some(LeaderEpoch(2)));
         assert!(c.truncate_from_start_in_memory(Offset(14)));
         c.persist(Offset(17)).unwrap();
@@ -637,14 +643,14 @@ mod tests {
         // The truncation keeps every entry: the write goes ahead, covering
         // no more than the file did after the truncation.
         let write = c.pending_write(Offset(150)).unwrap();
-        c.truncate_from_end(Offset(120)).unwrap();
+        c.truncate_from_end(Offset(120), false).unwrap();
         write.write(no_halt).unwrap();
         assert_eq!(stored().entries(), c.entries());
         assert_eq!(stored().file_covers(), Offset(100));
         // The truncation removes the entry: the older write is dropped.
         assert!(c.assign_in_memory(LeaderEpoch(6), Offset(130)));
         let write = c.pending_cover(Offset(150)).unwrap();
-        c.truncate_from_end(Offset(125)).unwrap();
+        c.truncate_from_end(Offset(125), false).unwrap();
         assert_eq!(stored().file_covers(), Offset(125));
         write.write(no_halt).unwrap();
         assert_eq!(stored().entries(), c.entries());

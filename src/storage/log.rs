@@ -1492,13 +1492,19 @@ impl Log {
                 segment.truncate_to_position(position, new_end, last_epoch)?;
             }
             // The later segments leave the log in memory with the cut, and
-            // the high watermark comes down to it: should a sync or a
-            // removal fail, the poisoned log ends at the cut, with no gap
-            // between its segments and its high watermark not above its
-            // end (review of 9f6c5d5). Their files go below, newest first,
-            // after the cut is synced.
+            // the high watermark, the last batch's epoch and the epoch
+            // cache come down to it: should a sync or a removal fail, the
+            // poisoned log ends at the cut, with no gap between its
+            // segments, its high watermark not above its end (review of
+            // 9f6c5d5), and what it reports to unclean recovery naming
+            // only batches it holds (review of cc5c76a: a cut at an epoch's
+            // first batch kept that epoch as the last batch's, a batch of
+            // it at the end claimed). Their files go below, newest first,
+            // after the cut is synced; the cache's file last.
             let later = state.segments.split_off(&base.next());
             state.high_watermark = state.high_watermark.min(new_end);
+            state.last_batch_epoch = last_epoch;
+            let epochs_cut = state.epochs.truncate_from_end_in_memory(new_end);
             if let Some(segment) = state.segments.get_mut(&base) {
                 segment.sync_data()?;
                 // The zeroed index entries reach the disk before other
@@ -1518,8 +1524,7 @@ impl Log {
             }
             sync_dir(&*self.disk, &self.dir)?;
             state.active_mut().unseal(self.config.index_bytes_max)?;
-            state.epochs.truncate_from_end(new_end)?;
-            state.last_batch_epoch = last_epoch;
+            state.epochs.truncate_from_end(new_end, epochs_cut)?;
             // SPEC 2.7: the producer state built from the removed batches
             // goes with them (Kafka's `truncateAndReload`).
             let now_ms = self.clock.wall_clock_ms();
@@ -1651,8 +1656,13 @@ impl Log {
             state.log_start_offset = offset;
             state.high_watermark = offset;
             state.last_batch_epoch = None;
+            // The cache's file goes last, after the directory sync; in
+            // memory it empties with the swap (review of cc5c76a: a
+            // failed sync left the empty log naming the old log's epochs
+            // to unclean recovery).
+            let epochs_cut = state.epochs.truncate_from_end_in_memory(Offset::ZERO);
             sync_dir(&*self.disk, &self.dir)?;
-            state.epochs.truncate_from_end(Offset::ZERO)?;
+            state.epochs.truncate_from_end(Offset::ZERO, epochs_cut)?;
             Ok(())
         })();
         self.poison_on_error(restarted)?;

@@ -1194,12 +1194,43 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
+/// The features a run may have off, each with the variable that turns it
+/// off (`=0`) to replay a seed as the simulator ran it before the feature
+/// came; runs that draw none of a feature are unchanged by it. In the
+/// order a replay command sets them.
+const SWITCHES: [Switch; 9] = [
+    // Blocking clients.
+    ("ISRLOG_SIM_BLOCKING_CLIENTS", |c| &mut c.blocking_clients),
+    // The producer's blocking sends.
+    ("ISRLOG_SIM_BLOCKING_SENDS", |c| &mut c.blocking_sends),
+    // A drawn flush policy (off: every run under `Always`; runs that drew
+    // `Always` are unchanged).
+    ("ISRLOG_SIM_FLUSH_POLICIES", |c| &mut c.flush_policies),
+    // Coordinator writes lost before taking effect.
+    ("ISRLOG_SIM_LOST_REQUESTS", |c| &mut c.lost_requests),
+    // Power losses in the middle of a step.
+    ("ISRLOG_SIM_MID_STEP_POWER_LOSSES", |c| {
+        &mut c.mid_step_power_losses
+    }),
+    // Slow messages.
+    ("ISRLOG_SIM_SLOW_MESSAGES", |c| &mut c.slow_messages),
+    // Partitions of several shapes (one way only, two nodes together).
+    ("ISRLOG_SIM_PARTITION_SHAPES", |c| &mut c.partition_shapes),
+    // Disk faults on operations of every kind, not writes and syncs only.
+    ("ISRLOG_SIM_EIO_ANYWHERE", |c| &mut c.eio_anywhere),
+    // Pipelined appends with `acks=1` and `acks=0`.
+    ("ISRLOG_SIM_ACKS_MIX", |c| &mut c.acks_mix),
+];
+
+/// A feature's variable, and its flag in a run's configuration.
+type Switch = (&'static str, fn(&mut SimConfig) -> &mut bool);
+
 /// The variables a replay of `config` sets besides its seed: those of the
 /// overrides [`run_seeds`] reads that make it differ from
 /// `SimConfig::new(seed)` (review of 33a8e22: a failure found with
 /// `ISRLOG_SIM_LOGS=1` printed a command that replayed another run).
 fn replay_variables(config: &SimConfig) -> String {
-    let drawn = SimConfig::new(config.seed);
+    let mut drawn = SimConfig::new(config.seed);
     let mut variables = String::new();
     if config.nodes != drawn.nodes {
         variables.push_str(&format!("ISRLOG_SIM_NODES={} ", config.nodes));
@@ -1207,59 +1238,13 @@ fn replay_variables(config: &SimConfig) -> String {
     if config.logs != drawn.logs {
         variables.push_str(&format!("ISRLOG_SIM_LOGS={} ", config.logs));
     }
-    if config.blocking_clients != drawn.blocking_clients {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_BLOCKING_CLIENTS={} ",
-            u8::from(config.blocking_clients)
-        ));
-    }
-    if config.blocking_sends != drawn.blocking_sends {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_BLOCKING_SENDS={} ",
-            u8::from(config.blocking_sends)
-        ));
-    }
-    if config.flush_policies != drawn.flush_policies {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_FLUSH_POLICIES={} ",
-            u8::from(config.flush_policies)
-        ));
-    }
-    if config.lost_requests != drawn.lost_requests {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_LOST_REQUESTS={} ",
-            u8::from(config.lost_requests)
-        ));
-    }
-    if config.mid_step_power_losses != drawn.mid_step_power_losses {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_MID_STEP_POWER_LOSSES={} ",
-            u8::from(config.mid_step_power_losses)
-        ));
-    }
-    if config.slow_messages != drawn.slow_messages {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_SLOW_MESSAGES={} ",
-            u8::from(config.slow_messages)
-        ));
-    }
-    if config.partition_shapes != drawn.partition_shapes {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_PARTITION_SHAPES={} ",
-            u8::from(config.partition_shapes)
-        ));
-    }
-    if config.eio_anywhere != drawn.eio_anywhere {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_EIO_ANYWHERE={} ",
-            u8::from(config.eio_anywhere)
-        ));
-    }
-    if config.acks_mix != drawn.acks_mix {
-        variables.push_str(&format!(
-            "ISRLOG_SIM_ACKS_MIX={} ",
-            u8::from(config.acks_mix)
-        ));
+    // The accessors take a `&mut`: a copy of `config` gives one.
+    let mut config = config.clone();
+    for (name, flag) in SWITCHES {
+        let on = *flag(&mut config);
+        if on != *flag(&mut drawn) {
+            variables.push_str(&format!("{name}={} ", u8::from(on)));
+        }
     }
     variables
 }
@@ -5173,37 +5158,10 @@ mod tests {
             if let Some(lines) = trace_lines {
                 config.trace_lines = lines;
             }
-            // `ISRLOG_SIM_BLOCKING_CLIENTS=0` replays a seed as the
-            // simulator ran it before it had blocking clients (runs without
-            // them are unchanged, the others are not).
-            config.blocking_clients = variable("ISRLOG_SIM_BLOCKING_CLIENTS") != Some(0);
-            // `ISRLOG_SIM_BLOCKING_SENDS=0`: as before the producer made
-            // blocking sends (runs that draw none are unchanged).
-            config.blocking_sends = variable("ISRLOG_SIM_BLOCKING_SENDS") != Some(0);
-            // `ISRLOG_SIM_FLUSH_POLICIES=0`: as before runs drew a flush
-            // policy, every run under `Always` (runs that drew `Always` are
-            // unchanged).
-            config.flush_policies = variable("ISRLOG_SIM_FLUSH_POLICIES") != Some(0);
-            // `ISRLOG_SIM_LOST_REQUESTS=0`: as before coordinator writes
-            // were lost before taking effect (runs that draw none are
-            // unchanged).
-            config.lost_requests = variable("ISRLOG_SIM_LOST_REQUESTS") != Some(0);
-            // `ISRLOG_SIM_MID_STEP_POWER_LOSSES=0`: as before power losses
-            // struck in the middle of a step (runs that draw none are
-            // unchanged).
-            config.mid_step_power_losses = variable("ISRLOG_SIM_MID_STEP_POWER_LOSSES") != Some(0);
-            // `ISRLOG_SIM_SLOW_MESSAGES=0`, `ISRLOG_SIM_PARTITION_SHAPES=0`:
-            // as before messages were slow or partitions took shapes (runs
-            // that draw none are unchanged).
-            config.slow_messages = variable("ISRLOG_SIM_SLOW_MESSAGES") != Some(0);
-            config.partition_shapes = variable("ISRLOG_SIM_PARTITION_SHAPES") != Some(0);
-            // `ISRLOG_SIM_EIO_ANYWHERE=0`: as before a disk fault could
-            // strike any operation (runs that draw none are unchanged).
-            config.eio_anywhere = variable("ISRLOG_SIM_EIO_ANYWHERE") != Some(0);
-            // `ISRLOG_SIM_ACKS_MIX=0`: as before plain appends were made
-            // with `acks=1` and `acks=0` too (runs that draw none are
-            // unchanged).
-            config.acks_mix = variable("ISRLOG_SIM_ACKS_MIX") != Some(0);
+            // Each feature switched off by its variable ([`SWITCHES`]).
+            for (name, flag) in SWITCHES {
+                *flag(&mut config) = variable(name) != Some(0);
+            }
             // A node's assertion failing in a run is that seed's failure
             // too: reported with its seed, the other thread's seeds below
             // it still run.

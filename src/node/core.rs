@@ -421,6 +421,10 @@ pub(crate) enum Continuation {
     /// again, which could not be opened (on the report timer,
     /// [`NodeCore::retry_unopened`]).
     RetryUnopened(LogId),
+    /// An up-to-date read of the log's stored state before this node's
+    /// hosted replica of it, which has taken no role yet, is removed for a
+    /// state that does not list it ([`NodeCore::reconcile`]).
+    ConfirmRemoval(LogId),
     /// A leader's hand-over of its log on one control pass
     /// ([`NodeCore::progress_hand_over`]), at `stage`.
     HandOver {
@@ -545,7 +549,8 @@ impl Continuation {
                 | (
                     Continuation::RetryUncleanReport(_)
                         | Continuation::RetryRecoveryReport(_)
-                        | Continuation::RetryUnopened(_),
+                        | Continuation::RetryUnopened(_)
+                        | Continuation::ConfirmRemoval(_),
                     CoordinatorCall::LogState(_)
                 )
                 | (
@@ -1877,6 +1882,23 @@ impl NodeCore {
                 Err(error) => {
                     tracing::debug!(%log, node = %self.node, %error,
                         "cannot read the log to open its replica again");
+                }
+            },
+            (Continuation::ConfirmRemoval(log), Answer::LogState(read)) => match read {
+                // Listed after all: the state that dropped it was stale.
+                Ok(Some(state)) if state.replicas.contains(&self.node) => {
+                    out.push(Action::reconcile(state))
+                }
+                // SPEC 3.10: up to date, so no move adds the replica back
+                // behind it (one that does after it adds a replica outside
+                // the ISR, which fetches the log anew).
+                Ok(Some(_)) => out.push(Action::RemoveReplica(log)),
+                // A log the coordinator no longer knows: its copy is left
+                // alone, as at start.
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::debug!(%log, node = %self.node, %error,
+                        "cannot read the log to confirm that its replica was removed; the next reconcile asks again");
                 }
             },
             (Continuation::Unassign(log), Answer::Done(Err(error))) => {
@@ -4272,6 +4294,42 @@ mod tests {
             vec![]
         );
         assert_eq!(core.unopened_logs(), vec![LogId(3)], "forgotten");
+        assert_eq!(
+            answer(&core, then, Answer::LogState(Err(coordinator_error()))),
+            vec![]
+        );
+    }
+
+    /// SPEC 3.10: a hosted replica that took no role is removed only once
+    /// an up-to-date read confirms that the log no longer lists this node
+    /// (`reconcile` asks for it); listed after all, it is reconciled with
+    /// the read; a log that is gone, or a read that failed, removes
+    /// nothing.
+    #[test]
+    fn a_hosted_replica_without_a_role_is_removed_only_on_an_up_to_date_read() {
+        let core = core();
+        let then = Continuation::ConfirmRemoval(LogId(1));
+        let listed = stored(&[1, 2, 3]);
+        assert_eq!(
+            answer(
+                &core,
+                then.clone(),
+                Answer::LogState(Ok(Some(listed.clone())))
+            ),
+            vec![Action::reconcile(listed)]
+        );
+        let moved = LogState {
+            replicas: vec![n(2), n(3)],
+            ..stored(&[2, 3])
+        };
+        assert_eq!(
+            answer(&core, then.clone(), Answer::LogState(Ok(Some(moved)))),
+            vec![Action::RemoveReplica(LogId(1))]
+        );
+        assert_eq!(
+            answer(&core, then.clone(), Answer::LogState(Ok(None))),
+            vec![]
+        );
         assert_eq!(
             answer(&core, then, Answer::LogState(Err(coordinator_error()))),
             vec![]

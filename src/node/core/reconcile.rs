@@ -103,8 +103,26 @@ impl NodeCore {
             // older than the replica's role (a stale notification from
             // before a move added it back) removes nothing: every change
             // of the replica set raises the epoch.
-            if let Some((_, epoch)) = local.hosted {
+            if let Some((role, epoch)) = local.hosted {
                 if state.leader_epoch < epoch {
+                    return;
+                }
+                // One hosted that has taken no role yet (its directory
+                // record failed: it serves nothing until it can) has no
+                // epoch to tell a stale state by either, as an unopened
+                // one has none: its copy goes once an up-to-date read
+                // confirms (`ConfirmRemoval`). Removed at once, a stale
+                // read of the log list (a ZooKeeper server behind, after a
+                // new session) from before a move added it back deleted
+                // the copy of a replica the stored ISR still named, and it
+                // came back empty (review of the reassignment code,
+                // helper-151).
+                if role == Role::Offline && epoch == LeaderEpoch::ZERO {
+                    Self::call(
+                        out,
+                        CoordinatorCall::LogState(state.log),
+                        Continuation::ConfirmRemoval(state.log),
+                    );
                     return;
                 }
                 out.push(Action::RemoveReplica(state.log));
@@ -231,6 +249,10 @@ mod tests {
             call: CoordinatorCall::LogState(LogId(1)),
             then: Continuation::RetryUnopened(LogId(1)),
         };
+        let confirm = Action::Call {
+            call: CoordinatorCall::LogState(LogId(1)),
+            then: Continuation::ConfirmRemoval(LogId(1)),
+        };
         let hosted = |epoch: u32| Some((Role::Follower { leader: n(2) }, LeaderEpoch(epoch)));
         let cases = [
             ("stopped, listed", &listed, true, hosted(3), vec![]),
@@ -257,6 +279,13 @@ mod tests {
                 vec![removed],
             ),
             ("dropped, stale state", &dropped, false, hosted(4), vec![]),
+            (
+                "dropped, hosted without a role",
+                &dropped,
+                false,
+                Some((Role::Offline, LeaderEpoch::ZERO)),
+                vec![confirm],
+            ),
             (
                 "listed, hosted",
                 &listed,

@@ -455,12 +455,17 @@ impl ReplicatedLog {
     }
 
     /// Deletes every record below `offset` now (Kafka's `DeleteRecords`,
-    /// KIP-107): the log start offset moves exactly to `offset`, segments
-    /// wholly below it are deleted, followers follow it from their next
-    /// fetch answer, and it is checkpointed (it survives restarts and
-    /// failover). Reads below it are then `OffsetOutOfRange`. Returns the
-    /// log start offset after the call; an `offset` at or below the
-    /// current log start changes nothing.
+    /// KIP-107): the leader's log start offset moves exactly to `offset`,
+    /// segments wholly below it are deleted, and it is checkpointed (it
+    /// survives the leader's restarts). Followers follow it from their next
+    /// fetch answer (SPEC 3.9); the call returns without waiting for them.
+    /// A follower that becomes leader before it learned the new start
+    /// still holds the records, so after a failover a deletion may have to
+    /// be asked for again (Kafka's `DeleteRecords` instead answers once
+    /// every live replica's log start has passed `offset`, or times out).
+    /// Reads below it are then `OffsetOutOfRange`. Returns the log start
+    /// offset after the call; an `offset` at or below the current log
+    /// start changes nothing.
     ///
     /// Errors, each deleting nothing: `NotLeader`; `DeletionHeldBack` when
     /// `offset` is above a replica's applied position

@@ -677,7 +677,7 @@ impl Log {
     /// `epoch` older than the latest in the epoch cache is
     /// `Error::FencedLeaderEpoch`.
     pub fn append_as_leader(&self, batch: &RecordBatch, epoch: LeaderEpoch) -> Result<AppendInfo> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let writing = WriteInFlight::start(&self.counters.writes_in_flight);
         let bytes = batch.as_bytes();
         self.check_batch_size(bytes.len())?;
@@ -687,7 +687,7 @@ impl Log {
             let mut state = self.state.write();
             // Again under the lock: a halt (or another thread's failed
             // write) may have poisoned the log while this call waited.
-            self.commit.check_not_poisoned(&self.dir)?;
+            self.check_not_poisoned()?;
             if let Some(latest) = state.epochs.latest_epoch() {
                 if epoch < latest {
                     return Err(Error::FencedLeaderEpoch {
@@ -760,7 +760,7 @@ impl Log {
     /// the previous one with epochs that never go back
     /// (`Error::InvalidBatch`). The epoch cache learns each new epoch.
     pub fn append_as_follower(&self, batches: &Bytes) -> Result<AppendInfo> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let writing = WriteInFlight::start(&self.counters.writes_in_flight);
         let parsed = self.validate_follower_batches(batches)?;
         let (Some(&(_, first)), Some(&(_, last))) = (parsed.first(), parsed.last()) else {
@@ -770,7 +770,7 @@ impl Log {
         };
         let (info, rolled) = {
             let mut state = self.state.write();
-            self.commit.check_not_poisoned(&self.dir)?;
+            self.check_not_poisoned()?;
             let log_end = state.log_end_offset();
             if first.base_offset != log_end {
                 return Err(Error::NonContiguousAppend {
@@ -1118,7 +1118,7 @@ impl Log {
         // any checkpoint's recovery point) may pass the batches of its new
         // epochs: recovery trusts it below the recovery point.
         if let Some(epoch_file) = epoch_file {
-            epoch_file.write(|| self.commit.check_not_poisoned(&self.dir))?;
+            epoch_file.write(|| self.check_not_poisoned())?;
         }
         Ok(SyncOutcome {
             covered,
@@ -1144,7 +1144,7 @@ impl Log {
     ) -> Result<(Offset, Offset)> {
         // A halt (a simulated crash) that came while the caller waited for
         // `checkpoint_lock` ends what this process may write.
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         // G4: a deferred log start move already moved the segment map; the
         // snapshot covering its first segment goes before the checkpoint
         // that names the start (see `write_covering_snapshot`). The start,
@@ -1172,7 +1172,7 @@ impl Log {
         // then covers the log end (a flush's, a roll's, a close's), and
         // recovery checks every batch below that against it.
         if let Some(epoch_file) = epoch_file {
-            let written = epoch_file.write(|| self.commit.check_not_poisoned(&self.dir));
+            let written = epoch_file.write(|| self.check_not_poisoned());
             self.poison_on_error(written)?;
         }
         let checkpoint = LogCheckpoint {
@@ -1283,7 +1283,7 @@ impl Log {
                 // (review of 7c34d31, helper-91).
                 batches.clear();
             }
-            self.commit.check_not_poisoned(&self.dir)?;
+            self.check_not_poisoned()?;
             let plan = {
                 let state = self.state.read();
                 let (log_start_offset, log_end_offset) =
@@ -1427,7 +1427,7 @@ impl Log {
     /// the epoch cache fixed last; recovery after a crash at any step finds
     /// a prefix holding everything below `offset`.
     pub fn truncate_to(&self, offset: Offset) -> Result<()> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let serial = self.checkpoint_lock.lock();
         // A deferred log start move finishes first (its checkpoint, with
         // the snapshot covering its first segment before it): the
@@ -1442,7 +1442,7 @@ impl Log {
                 break state;
             }
         };
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         if offset >= state.log_end_offset() {
             return Ok(());
         }
@@ -1561,7 +1561,7 @@ impl Log {
     /// ends above its leader's is told `OffsetOutOfRange` and truncates to
     /// the leader's end).
     pub fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let serial = self.checkpoint_lock.lock();
         // A deferred log start move finishes first, as in `truncate_to`:
         // the restart's first checkpoint names the moved start, and the
@@ -1579,7 +1579,7 @@ impl Log {
                 break state;
             }
         };
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         self.restart_at_locked(&serial, &mut state, offset)?;
         drop(state);
         self.store_checkpoint_serialized(&serial, false).map(|_| ())
@@ -1867,7 +1867,7 @@ impl Log {
         epoch: LeaderEpoch,
         value: u64,
     ) -> Result<()> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let stored = checkpoint::store_pairs(
             &*self.disk,
             &self.dir.join(name),
@@ -1909,9 +1909,9 @@ impl Log {
     /// `Error::NonContiguousAppend`: it would re-label records already
     /// written, which every read checks against the cache.
     pub fn assign_epoch(&self, epoch: LeaderEpoch, start_offset: Offset) -> Result<()> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let mut state = self.state.write();
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let log_end = state.log_end_offset();
         let newer = match state.epochs.latest_epoch() {
             Some(latest) => epoch > latest,
@@ -1933,7 +1933,7 @@ impl Log {
         drop(state);
         match epoch_file {
             Some(epoch_file) => {
-                let written = epoch_file.write(|| self.commit.check_not_poisoned(&self.dir));
+                let written = epoch_file.write(|| self.check_not_poisoned());
                 self.poison_on_error(written)
             }
             None => Ok(()),
@@ -2008,7 +2008,7 @@ impl Log {
     /// Fsyncs everything appended so far and checkpoints the recovery point
     /// and high watermark.
     pub fn flush(&self) -> Result<()> {
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         self.write_pending_snapshots()?;
         let log_end = self.log_end_offset();
         self.sync_to(log_end)?;
@@ -2025,7 +2025,7 @@ impl Log {
     /// the lock after poisoning, so nothing is written after it returns).
     fn write_pending_snapshots(&self) -> Result<()> {
         let _serial = self.checkpoint_lock.lock();
-        self.commit.check_not_poisoned(&self.dir)?;
+        self.check_not_poisoned()?;
         let pending = std::mem::take(&mut self.state.write().pending_snapshots);
         for (offset, bytes) in pending {
             let written = write_atomically(
@@ -2211,7 +2211,7 @@ impl Log {
             let mut state = self.state.write();
             // A retire may have come since the flush (it waits for this
             // lock, so none comes from here on).
-            self.commit.check_not_poisoned(&self.dir)?;
+            self.check_not_poisoned()?;
             let log_end = state.log_end_offset();
             let snapshot = self.snapshot_producers(&mut state, log_end);
             self.poison_on_error(snapshot)?;

@@ -1059,6 +1059,20 @@ mod tests {
         std::fs::write(&file, &bytes).unwrap();
     }
 
+    /// Writes 12 two-record batches in epoch 0 on line 2 to a log in `dir`,
+    /// with nothing flushed (committed and checkpointed if `committed`),
+    /// and crashes.
+    fn crash_twelve_batches_on_line_2(dir: &Path, config: &LogConfig, committed: bool) {
+        let (log, _given) = open_with_idle_flusher(dir, config, Arc::new(SystemClock));
+        log.note_line_epoch(LeaderEpoch(2)).unwrap();
+        append_batches(&log, "record", 12, LeaderEpoch(0));
+        if committed {
+            log.set_high_watermark(log.log_end_offset());
+            log.store_checkpoint(false).unwrap();
+        }
+        crash(log);
+    }
+
     /// A log of 12 two-record batches in epoch 0 on line 2, committed and
     /// checkpointed with nothing flushed, crashed; the epoch of its batch
     /// at 20 changed to `flipped` and its epoch cache file damaged; then
@@ -1067,12 +1081,7 @@ mod tests {
     fn assert_cut_at_a_flipped_epoch(flipped: u32) {
         let dir = tempfile::tempdir().unwrap();
         let config = small_segments();
-        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
-        log.note_line_epoch(LeaderEpoch(2)).unwrap();
-        append_batches(&log, "record", 12, LeaderEpoch(0));
-        log.set_high_watermark(log.log_end_offset());
-        log.store_checkpoint(false).unwrap();
-        crash(log);
+        crash_twelve_batches_on_line_2(dir.path(), &config, true);
         change_epoch_without_its_cache(dir.path(), 20, flipped);
 
         let log =
@@ -1151,10 +1160,7 @@ mod tests {
     fn an_epoch_learned_above_the_cache_file_is_cut_when_the_next_goes_back() {
         let dir = tempfile::tempdir().unwrap();
         let config = small_segments();
-        let (log, _given) = open_with_idle_flusher(dir.path(), &config, Arc::new(SystemClock));
-        log.note_line_epoch(LeaderEpoch(2)).unwrap();
-        append_batches(&log, "record", 12, LeaderEpoch(0));
-        crash(log);
+        crash_twelve_batches_on_line_2(dir.path(), &config, false);
         change_epoch(dir.path(), 20, 1);
 
         let log = Log::open(dir.path(), config, Arc::new(SystemClock))

@@ -387,6 +387,18 @@ impl Entry {
         matches!(self.attempt, Attempt::Answered { outcome: Ok(_), .. })
     }
 
+    /// The log may hold the batch: an attempt was acknowledged, or one
+    /// ended (the current one included) with an outcome not known.
+    fn may_be_in_log(&self) -> bool {
+        self.is_acknowledged()
+            || self.acknowledged_once
+            || self.maybe_written
+            || matches!(
+                &self.attempt,
+                Attempt::Answered { outcome: Err(error), .. } if !attempt_appended_nothing(error)
+            )
+    }
+
     /// Takes in an attempt just made, or the answer of a blocking call the
     /// simulator deferred: an epoch that placed the batch (`placed_in`)
     /// marks it maybe written, and is seen with any epoch the answer
@@ -1351,18 +1363,31 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             send.resolve(Err(error.duplicate()));
         }
         sequence.retry_at = None;
-        if sequence
-            .queue
-            .iter()
-            .any(|entry| entry.is_acknowledged() || entry.acknowledged_once)
-        {
-            // A later batch is in the log without this one: a leader that
-            // did not know this producer took it first (SPEC 4 lets an
-            // unknown producer start at any sequence, as Kafka 3.x does,
-            // for state that expired). The log goes on from the later
-            // batches, so they keep their sequences; renumbering them
-            // would write acknowledged batches twice.
-            tracing::warn!(%log, producer = %self.producer_id, %error, "batch not written but later ones are: sequence skipped");
+        // The leader expects a sequence past the released batch's: its log
+        // holds this producer's later sequences (a forgetful refusal,
+        // below the batch's, was retried above).
+        let log_holds_later = matches!(
+            &error,
+            Error::OutOfOrderSequence { expected, .. }
+                if sequence_below(released.batch.header().base_sequence, *expected)
+        );
+        if log_holds_later || sequence.queue.iter().any(Entry::may_be_in_log) {
+            // A later batch is, or may be, in the log without this one: a
+            // leader that did not know this producer took it first (SPEC 4
+            // lets an unknown producer start at any sequence, as Kafka 3.x
+            // does, for state that expired, or that a replica rebuilt from
+            // a snapshot lacks). The log goes on from the later batches, so
+            // they keep their sequences: renumbered, one the log holds was
+            // re-sent with a sequence the leader refuses as out of order,
+            // and released as not written although it is (helper-152's
+            // review: a later batch whose attempt timed out, behind one
+            // refused with "expected 12"), or written twice; and the next
+            // sequence went back below what the leader expects, so that it
+            // refused every later batch. One that is not in the log after
+            // all is then refused as out of order below what the leader
+            // expects, retried, and put in doubt once its budget is spent:
+            // its outcome stays unknown to its caller, never wrong.
+            tracing::warn!(%log, producer = %self.producer_id, %error, "batch not written but later ones are or may be: sequence skipped");
             return true;
         }
         tracing::debug!(%log, producer = %self.producer_id, %error, later = sequence.queue.len(), "batch not written: sequence released, later batches renumbered");
@@ -2289,6 +2314,45 @@ mod tests {
         assert_eq!(router.sent()[4], (2, b"d".to_vec()));
         router.answer(4, written(2));
         assert_eq!(next.wait().unwrap().base_offset, Offset(2));
+    }
+
+    /// A batch refused as out of order by a leader that expects a sequence
+    /// past it is released, and the later batches keep their sequences:
+    /// that leader's log holds them (its state of this producer started
+    /// after the released batch), and one whose attempt timed out is
+    /// re-sent as it was and answered as a duplicate. Renumbered, it was
+    /// re-sent with the released sequence, refused as out of order and
+    /// released as not written although the log held it, and the next
+    /// sequence went back below what the leader expects (helper-152's
+    /// review).
+    #[test]
+    fn a_later_batch_that_may_be_in_the_log_keeps_its_sequence_when_one_before_is_released() {
+        let router = ScriptedRouter::default();
+        let producer = producer(&router, quick());
+        let first = producer.send_values_pipelined(LOG, &[b"a"]).unwrap();
+        let second = producer.send_values_pipelined(LOG, &[b"b"]).unwrap();
+        router.answer(1, Err(timeout()));
+        router.answer(0, Err(out_of_order(2, 0)));
+        assert!(matches!(
+            first.wait(),
+            Err(Error::OutOfOrderSequence { .. })
+        ));
+        until_attempts(&producer, 3);
+        assert_eq!(
+            router.sent()[2],
+            (1, b"b".to_vec()),
+            "re-sent as it was, not renumbered"
+        );
+        router.answer(
+            2,
+            Ok(AppendOutcome {
+                duplicate: true,
+                ..written(1).unwrap()
+            }),
+        );
+        assert_eq!(second.wait().unwrap().base_offset, Offset(1));
+        assert_eq!(producer.next_sequence(LOG), Sequence(2));
+        assert!(!producer.has_in_doubt(LOG));
     }
 
     /// A batch refused before any attempt could write it is released; the

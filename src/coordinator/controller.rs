@@ -603,6 +603,12 @@ struct Shared {
     /// refused: this node may hold the seat, so stopping must resign it.
     /// Unlike `active_epoch`, a failed coordinator call does not clear it.
     may_hold_seat: AtomicBool,
+    /// The controller epoch `hand_over_waits` and `recovery_waits` were
+    /// measured in (0 before any): when the seat comes back in another
+    /// one, they start again. Unlike `active_epoch`, a failed coordinator
+    /// call does not clear it, so a coordinator that flaps does not put
+    /// the waits off for ever.
+    waits_epoch: AtomicU64,
     elections: AtomicU64,
     unclean_elections: AtomicU64,
     /// Reassignments this controller completed (SPEC 3.10).
@@ -1086,6 +1092,7 @@ impl Shared {
             clock,
             active_epoch: AtomicU64::new(0),
             may_hold_seat: AtomicBool::new(false),
+            waits_epoch: AtomicU64::new(0),
             elections: AtomicU64::new(0),
             unclean_elections: AtomicU64::new(0),
             reassignments_completed: AtomicU64::new(0),
@@ -1118,6 +1125,7 @@ impl Shared {
             }
         };
         self.may_hold_seat.store(true, Ordering::SeqCst);
+        self.start_waits_in(epoch);
         let previous = self.active_epoch.swap(epoch.0, Ordering::SeqCst);
         if previous != epoch.0 {
             tracing::info!(node = %self.node, %epoch, "acting as controller");
@@ -1246,6 +1254,21 @@ impl Shared {
         let now = self.clock.now();
         let since = *waits.entry(state.log).or_insert(now);
         now.saturating_duration_since(since) >= reassignment_hand_over_wait_max(&self.config)
+    }
+
+    /// Holding the seat in `epoch`: waits measured in another epoch start
+    /// again, as [`ControllerConfig::unclean_recovery_wait_max`] says. Other
+    /// controllers held the seat in between, and a log may have left
+    /// unclean recovery and entered it again meanwhile: kept, a wait begun
+    /// before let this controller pass over replicas still away, or elect
+    /// uncleanly, at its first pass with the seat back (helper-153's
+    /// review).
+    fn start_waits_in(&self, epoch: ControllerEpoch) {
+        let measured_in = self.waits_epoch.swap(epoch.0, Ordering::SeqCst);
+        if measured_in != epoch.0 {
+            self.recovery_waits.lock().clear();
+            self.hand_over_waits.lock().clear();
+        }
     }
 
     fn set_inactive(&self) {
@@ -2239,6 +2262,43 @@ mod tests {
             !passes_over,
             "the pass-over wait began with recovery proper"
         );
+
+        // Waits measured before the seat moved away and came back start
+        // again; a failed call while holding it keeps them.
+        for node in [1, 2] {
+            coordinator
+                .register_node(NodeId(node), Duration::from_secs(3600))
+                .unwrap();
+        }
+        let again = shared(true, Duration::from_millis(200));
+        let mut pending = Pending::default();
+        again.step(&mut pending, false, &|| false).unwrap();
+        assert!(!again.recovery_decision(&in_recovery, &live).1);
+        clock.advance(Duration::from_millis(250));
+        again.set_inactive();
+        again.step(&mut pending, false, &|| false).unwrap();
+        assert!(
+            again.recovery_decision(&in_recovery, &live).1,
+            "the same seat: the wait is kept"
+        );
+        coordinator.resign_controller(NodeId(1)).unwrap();
+        let other = Shared::new(
+            NodeId(2),
+            Arc::clone(&coordinator),
+            ControllerConfig::default(),
+            Arc::new(clock.clone()),
+        );
+        other
+            .step(&mut Pending::default(), false, &|| false)
+            .unwrap();
+        coordinator.resign_controller(NodeId(2)).unwrap();
+        again.step(&mut pending, false, &|| false).unwrap();
+        assert!(
+            !again.recovery_decision(&in_recovery, &live).1,
+            "the seat came back: the wait starts again"
+        );
+        clock.advance(Duration::from_millis(250));
+        assert!(again.recovery_decision(&in_recovery, &live).1);
 
         let over = shared(true, Duration::ZERO);
         assert!(over.recovery_decision(&recovering, &live).0);

@@ -701,6 +701,23 @@ impl ZkCoordinator {
             }
         })?;
         *shared.main.lock() = Some(client.clone());
+        // The logs' replicas, known before the watch announces any change
+        // (`Dispatcher::know_log`). Best effort: without them a removed
+        // replica hears of its removal at the next reconnect's re-read.
+        let reader = Arc::clone(&shared);
+        let read = executor.call("read the logs", Effect::Read, deadline, async move {
+            reader.read_logs(deadline).await
+        });
+        match read {
+            Ok(logs) => {
+                let mut dispatcher = shared.dispatcher.lock();
+                for (state, zxid) in &logs {
+                    dispatcher.know_log(*zxid, state);
+                }
+            }
+            Err(error) => tracing::warn!(%error,
+                "cannot read the logs at connect: a replica removed before this process hears of a change to its log hears of it at the next reconnect"),
+        }
         let (stop_watcher, stopped) = oneshot::channel();
         executor.spawn(run_watcher(Arc::clone(&shared), client, watcher, stopped))?;
         tracing::info!(connect = %shared.config.connect, chroot = %shared.config.chroot,

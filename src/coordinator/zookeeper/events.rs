@@ -81,6 +81,20 @@ impl Dispatcher {
         receiver
     }
 
+    /// Notes `state`, as of the transaction `zxid`, as the last one known of
+    /// its log without announcing it, unless one is known already: what a
+    /// coordinator reads when it connects, so that a later change that
+    /// removes a replica reaches that replica ([`Dispatcher::log_changed`]
+    /// tells the replicas of the last known state). A process that started
+    /// after a move added a replica knew none, and the replica that a
+    /// completion or a cancellation then removed never heard of it
+    /// (helper-153's review).
+    pub(super) fn know_log(&mut self, zxid: i64, state: &LogState) {
+        self.logs
+            .entry(state.log)
+            .or_insert_with(|| (zxid, state.replicas.clone()));
+    }
+
     /// Announces `state`, changed by the transaction `zxid`, unless a change
     /// at least as new was announced already.
     pub(super) fn log_changed(&mut self, zxid: i64, state: &LogState) {

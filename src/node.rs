@@ -3046,6 +3046,19 @@ impl NodeShared {
                     self.host_replica(&state, epoch_bumps)
                 }
                 Action::RemoveReplica(log) => self.remove_replica(log),
+                Action::RemoveRoleless(log) => {
+                    // Decided on a read made while the replica had no
+                    // role: one that took a role since (a move added it
+                    // back, another thread's reconcile) is left to the
+                    // next notification, which has the epoch check a
+                    // hosted replica's removal needs (helper-154's review).
+                    if self
+                        .replica(log)
+                        .is_some_and(|replica| replica.role() == (Role::Offline, LeaderEpoch::ZERO))
+                    {
+                        self.remove_replica(log);
+                    }
+                }
                 Action::RemoveUnopened(log) => {
                     // Decided on a read made while the replica was not
                     // open: one that opened since (another thread's

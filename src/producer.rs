@@ -52,8 +52,11 @@
 //!   and its refusal proves nothing either. The later batches then cannot be in the log
 //!   either (a leader takes sequence s + 1 only after s), so they are
 //!   renumbered down to follow what the log holds and re-sent (Kafka's
-//!   `adjustSequencesDueToFailedBatch`). `ProducerFenced` fails every
-//!   batch in flight: the producer is finished.
+//!   `adjustSequencesDueToFailedBatch`), unless the log holds them after
+//!   all: one was acknowledged, or the refusal expects a sequence past the
+//!   released batch's (a leader that did not know the producer took the
+//!   later ones first); they then keep their sequences. `ProducerFenced`
+//!   fails every batch in flight: the producer is finished.
 //! - **Doubt.** A batch whose retry budget (`retries_max`,
 //!   `delivery_timeout`) is spent, or that fails non-retriably after an
 //!   attempt with an unknown outcome, is *in doubt*: it may be in the log
@@ -385,18 +388,6 @@ impl Entry {
 
     fn is_acknowledged(&self) -> bool {
         matches!(self.attempt, Attempt::Answered { outcome: Ok(_), .. })
-    }
-
-    /// The log may hold the batch: an attempt was acknowledged, or one
-    /// ended (the current one included) with an outcome not known.
-    fn may_be_in_log(&self) -> bool {
-        self.is_acknowledged()
-            || self.acknowledged_once
-            || self.maybe_written
-            || matches!(
-                &self.attempt,
-                Attempt::Answered { outcome: Err(error), .. } if !attempt_appended_nothing(error)
-            )
     }
 
     /// Takes in an attempt just made, or the answer of a blocking call the
@@ -1371,23 +1362,33 @@ impl<R: LeaderRouter> IdempotentProducer<R> {
             Error::OutOfOrderSequence { expected, .. }
                 if sequence_below(released.batch.header().base_sequence, *expected)
         );
-        if log_holds_later || sequence.queue.iter().any(Entry::may_be_in_log) {
-            // A later batch is, or may be, in the log without this one: a
-            // leader that did not know this producer took it first (SPEC 4
-            // lets an unknown producer start at any sequence, as Kafka 3.x
-            // does, for state that expired, or that a replica rebuilt from
-            // a snapshot lacks). The log goes on from the later batches, so
+        if log_holds_later
+            || sequence
+                .queue
+                .iter()
+                .any(|entry| entry.is_acknowledged() || entry.acknowledged_once)
+        {
+            // A later batch is in the log without this one: a leader that
+            // did not know this producer took it first (SPEC 4 lets an
+            // unknown producer start at any sequence, as Kafka 3.x does,
+            // for state that expired, or that a replica rebuilt from a
+            // snapshot lacks). The log goes on from the later batches, so
             // they keep their sequences: renumbered, one the log holds was
             // re-sent with a sequence the leader refuses as out of order,
             // and released as not written although it is (helper-152's
             // review: a later batch whose attempt timed out, behind one
             // refused with "expected 12"), or written twice; and the next
             // sequence went back below what the leader expects, so that it
-            // refused every later batch. One that is not in the log after
-            // all is then refused as out of order below what the leader
-            // expects, retried, and put in doubt once its budget is spent:
-            // its outcome stays unknown to its caller, never wrong.
-            tracing::warn!(%log, producer = %self.producer_id, %error, "batch not written but later ones are or may be: sequence skipped");
+            // refused every later batch.
+            //
+            // A later batch whose attempt had an unknown outcome behind a
+            // front batch refused otherwise (`InvalidBatch`) is still
+            // renumbered: kept, one the log does not hold was refused as
+            // out of order below its sequence for good, and the producer
+            // stalled on the log (helper-154's review). Renumbered, one the
+            // log does hold (taken by a leader that did not know the
+            // producer) is answered as not written: left as it was.
+            tracing::warn!(%log, producer = %self.producer_id, %error, "batch not written but later ones are: sequence skipped");
             return true;
         }
         tracing::debug!(%log, producer = %self.producer_id, %error, later = sequence.queue.len(), "batch not written: sequence released, later batches renumbered");

@@ -662,6 +662,10 @@ pub(crate) enum Action {
     /// replicas are the driver's): a hosted one is stopped first; the copy
     /// of one that never opened is deleted all the same.
     RemoveReplica(LogId),
+    /// [`Action::RemoveReplica`] decided on a read made while the hosted
+    /// replica had no role ([`Continuation::ConfirmRemoval`]): the driver
+    /// removes it only if it still has none.
+    RemoveRoleless(LogId),
     /// [`Action::RemoveReplica`] for a replica that never opened, decided
     /// on a read of the log's state: the driver removes it only if it is
     /// still unopened and not hosted when its turn comes.
@@ -1892,13 +1896,13 @@ impl NodeCore {
                 // SPEC 3.10: up to date, so no move adds the replica back
                 // behind it (one that does after it adds a replica outside
                 // the ISR, which fetches the log anew).
-                Ok(Some(_)) => out.push(Action::RemoveReplica(log)),
+                Ok(Some(_)) => out.push(Action::RemoveRoleless(log)),
                 // A log the coordinator no longer knows: its copy is left
                 // alone, as at start.
                 Ok(None) => {}
                 Err(error) => {
-                    tracing::debug!(%log, node = %self.node, %error,
-                        "cannot read the log to confirm that its replica was removed; the next reconcile asks again");
+                    tracing::warn!(%log, node = %self.node, %error,
+                        "cannot read the log to confirm that its replica was removed; asked again at the next notification of the log or resync");
                 }
             },
             (Continuation::Unassign(log), Answer::Done(Err(error))) => {
@@ -4324,7 +4328,7 @@ mod tests {
         };
         assert_eq!(
             answer(&core, then.clone(), Answer::LogState(Ok(Some(moved)))),
-            vec![Action::RemoveReplica(LogId(1))]
+            vec![Action::RemoveRoleless(LogId(1))]
         );
         assert_eq!(
             answer(&core, then.clone(), Answer::LogState(Ok(None))),

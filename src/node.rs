@@ -3054,7 +3054,7 @@ impl NodeShared {
                     // hosted replica's removal needs (helper-154's review).
                     if self
                         .replica(log)
-                        .is_some_and(|replica| replica.role() == (Role::Offline, LeaderEpoch::ZERO))
+                        .is_some_and(|replica| core::has_taken_no_role(replica.role()))
                     {
                         self.remove_replica(log);
                     }

@@ -135,7 +135,7 @@ pub(crate) use self::hand_over::{caught_up_successor, hand_over_update, HandOver
 use self::hand_over::{HandOver, HandOverPass, HandOverStage};
 pub(crate) use self::open::OpenDue;
 use self::open::Unopened;
-pub(crate) use self::reconcile::{placed_steps, LocalReplica, PlacedStep};
+pub(crate) use self::reconcile::{has_taken_no_role, placed_steps, LocalReplica, PlacedStep};
 pub(crate) use self::serve::{unknown_log, FetchBudget, FetchLook};
 pub(crate) use self::shutdown::{
     controlled_shutdown_steps, CleanMarker, ControlledShutdownStep, ShutdownPass, ShutdownWait,

@@ -404,7 +404,10 @@ impl LeaderEpochCache {
     /// changed an entry, `cut_in_memory` says an earlier
     /// [`truncate_from_end_in_memory`](Self::truncate_from_end_in_memory)
     /// to the same offset did, or the file covers more than `end_offset`
-    /// (the batches written there next may be of other epochs).
+    /// (the batches written there next may be of other epochs). A caller
+    /// that cut in memory first holds the log's state lock from that cut
+    /// to this call, so no [`EpochFileWrite`] is taken in between: one
+    /// taken before still lands under `cuts`, counted below.
     ///
     /// Waits for any [`EpochFileWrite`] in flight (its content is older),
     /// so that this write lands after it: the caller holds the log's state

@@ -45,6 +45,15 @@ pub(crate) enum PlacedStep {
     TakeRole,
 }
 
+/// Whether a hosted replica's `(role, epoch)` says it has taken no role
+/// yet: hosted and Offline at epoch 0 (its directory record failed, and it
+/// serves nothing until it can). Such a replica has no epoch to tell a
+/// stale state by, so [`NodeCore::reconcile`] removes it only on an
+/// up-to-date read, and the driver only if it still has none.
+pub(crate) fn has_taken_no_role((role, epoch): (Role, LeaderEpoch)) -> bool {
+    role == Role::Offline && epoch == LeaderEpoch::ZERO
+}
+
 /// The steps, in order, by which node `node` follows `state` with its
 /// replica, hosted and placed, whose role is in epoch `epoch`: none for a
 /// state older than that role (a stale notification); else a candidate's
@@ -117,7 +126,7 @@ impl NodeCore {
                 // the copy of a replica the stored ISR still named, and it
                 // came back empty (review of the reassignment code,
                 // helper-151).
-                if role == Role::Offline && epoch == LeaderEpoch::ZERO {
+                if has_taken_no_role((role, epoch)) {
                     Self::call(
                         out,
                         CoordinatorCall::LogState(state.log),

@@ -84,7 +84,13 @@ impl ReplicatedLog {
     /// the call; unknown outcome for an `acks=all` append whose node stopped
     /// while it waited), `Poisoned` (this replica's storage failed: at once,
     /// and nothing was appended, if it had failed before the call, whatever
-    /// the `acks`; the node must open the log again). With `Acks::None` the
+    /// the `acks`; the node must open the log again). `Io` or `Poisoned`
+    /// raised by the write itself or by the fsync after it (the flush
+    /// policy's, a roll's) is an unknown outcome: the batch may be in the
+    /// log and may still be replicated and committed. `NotLeader` after an
+    /// `acks=all` append was written (the replica stopped leading while
+    /// it waited) is an unknown outcome too: a new leader may hold the
+    /// batch, as in Kafka. With `Acks::None` the
     /// offsets are returned when the append succeeded, and errors of the
     /// write are only logged.
     pub fn append(&self, batch: &RecordBatch, acks: Acks) -> Result<AppendOutcome> {
@@ -127,6 +133,11 @@ impl ReplicatedLog {
         // This append may have written (and, on a lone leader, committed)
         // pipelined appends queued behind the same write.
         self.replica.resolve_pipelined();
+        if let Some(error) = appended.failed_after_write {
+            // Written, then failed: the caller learns the failure, and
+            // (documented above) that the batch may be in the log.
+            return Err(error);
+        }
         let outcome = AppendOutcome {
             base_offset: appended.info.base_offset,
             last_offset: appended.info.last_offset,
@@ -179,9 +190,11 @@ impl ReplicatedLog {
     /// `NotLeader` (the role changed first), `Shutdown` (the node stopped
     /// first), `Timeout` (at `request_timeout`, within 100 ms of it even
     /// while the coordinator hangs: the node's deadline timer decides it),
-    /// `Poisoned` (the write
-    /// failed). Every handle is resolved, at the latest at its timeout or
-    /// when the node stops.
+    /// `Poisoned` or `Io` (the write, or the fsync after it, failed: the
+    /// batch may be in the log). `NotLeader`, `Shutdown`, `Timeout`,
+    /// `Poisoned` and `Io` from a handle are unknown outcomes, as from
+    /// `append`: the batch may still be committed. Every handle is
+    /// resolved, at the latest at its timeout or when the node stops.
     ///
     /// Errors returned here mean nothing was appended: those of `append`
     /// before the write (`NotLeader`, `NotEnoughReplicas`, `Shutdown`,
@@ -205,7 +218,7 @@ impl ReplicatedLog {
         let bytes = batch.size_bytes();
         self.replica.reserve_pipelined(bytes)?;
         let acks_all = acks == Acks::All;
-        let appended = match self
+        let mut appended = match self
             .replica
             .append_as_leader(batch, acks_all, false, acks_all)
         {
@@ -216,6 +229,15 @@ impl ReplicatedLog {
                 return Err(error);
             }
         };
+        if let Some(error) = appended.failed_after_write.take() {
+            // The batch was written, then its fsync (or a roll's flush)
+            // failed: it may be in the log, so this is an outcome, not an
+            // error of the call ("nothing was appended"), and a caller
+            // must not retry it as if nothing had been.
+            self.replica.release_pipelined(bytes);
+            self.replica.resolve_pipelined();
+            return Ok(AppendHandle::resolved(Err(error)).placed_in(appended.leader_epoch));
+        }
         // With nothing else of this log in flight (and the latest
         // resolution pass resolving at most one), the handle's first poll
         // spins for the outcome rather than waking through the completion

@@ -90,7 +90,7 @@ pub(crate) struct RoleState {
 }
 
 /// What a leader append reports back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct LeaderAppend {
     pub(crate) info: AppendInfo,
     pub(crate) generation: u64,
@@ -98,6 +98,12 @@ pub(crate) struct LeaderAppend {
     /// Left queued for the next follower fetch: this call wrote nothing,
     /// so it decided no other append's outcome.
     pub(crate) deferred: bool,
+    /// The batch was written at `info`'s offsets, then the append failed
+    /// (the fsync its flush policy asked for, a roll's flush): it may be
+    /// in the log, and may yet be replicated and committed, so its outcome
+    /// is unknown and this is the error to report for it. A caller must
+    /// not say "nothing was appended" (helper-152's review).
+    pub(crate) failed_after_write: Option<Error>,
 }
 
 /// At most this many yields of the pipeline's seat holder while gathering.
@@ -193,7 +199,9 @@ struct Taken {
 struct AppendQueue {
     /// The offset the next reserved batch gets.
     /// Invariant: next_offset = log end offset + records taken by the
-    /// seat holder and not yet written + records in `pending`.
+    /// seat holder and not yet written + records in `pending`; more only
+    /// after a write failed (the log is poisoned then, and offsets handed
+    /// out are never handed out again).
     next_offset: Offset,
     pending: BytesMut,
     /// Where the last batch in `pending` starts, which later pushes may
@@ -1137,9 +1145,12 @@ impl Replica {
             // the log too (its `write_vectored` stamps them without a copy).
             // `exclusive` writes what was queued first and drains what is
             // queued meanwhile afterwards, so offsets stay in order.
-            let info = self.pipeline.combiner.exclusive(
+            let (info, failed_after_write) = self.pipeline.combiner.exclusive(
                 &mut |taken| self.write_taken(taken),
-                |queue| -> Result<AppendInfo> {
+                |queue| -> Result<(AppendInfo, Option<Error>)> {
+                    // The seat is held: no other write moves the log end
+                    // until this returns, so a move is this batch's.
+                    let end_before = self.log.log_end_offset();
                     let appended = self.log.append_as_leader(batch, leader_epoch);
                     // Whatever the outcome: an append can fail after its
                     // write (the fsync its flush policy asked for, a roll's
@@ -1150,16 +1161,45 @@ impl Replica {
                     // the high watermark passing this batch although its own
                     // write failed (an acknowledged record lost: the fault
                     // test's seed 2 with reassignments, under load).
-                    queue.next_offset = self.log.log_end_offset();
-                    appended
+                    // Never lowered, though: after a combined write failed
+                    // (the log poisoned, its offsets handed out and never
+                    // written) the queue is past the log end, and setting
+                    // it back would hand those offsets out again, to
+                    // appends stamped before they learn of the poison (an
+                    // `acks=0` one is answered with them).
+                    let end_after = self.log.log_end_offset();
+                    queue.next_offset = queue.next_offset.max(end_after);
+                    match appended {
+                        Ok(info) => Ok((info, None)),
+                        Err(error) if end_after > end_before => {
+                            debug_assert_eq!(
+                                end_after,
+                                end_before.plus(u64::from(batch.record_count())),
+                                "a failed direct write moved the log end by other than its batch"
+                            );
+                            let info = AppendInfo {
+                                base_offset: end_before,
+                                last_offset: end_before
+                                    .plus(u64::from(batch.header().last_offset_delta)),
+                                log_end_offset: end_after,
+                                leader_epoch,
+                                duplicate: false,
+                            };
+                            Ok((info, Some(error)))
+                        }
+                        Err(error) => Err(error),
+                    }
                 },
             )?;
-            self.after_leader_write(info.log_end_offset);
+            if failed_after_write.is_none() {
+                self.after_leader_write(info.log_end_offset);
+            }
             return Ok(LeaderAppend {
                 info,
                 generation,
                 leader_epoch,
                 deferred: false,
+                failed_after_write,
             });
         }
         self.log.check_batch_size(batch.size_bytes())?;
@@ -1211,6 +1251,7 @@ impl Replica {
                 generation,
                 leader_epoch,
                 deferred: true,
+                failed_after_write: None,
             });
         }
         self.pipeline
@@ -1225,6 +1266,7 @@ impl Replica {
             generation,
             leader_epoch,
             deferred: false,
+            failed_after_write: None,
         })
     }
 
@@ -3452,8 +3494,15 @@ mod tests {
         let mut large = RecordBatchBuilder::new(1);
         large.push(&vec![7u8; DIRECT_APPEND_BYTES_MIN]);
         let failed = replica.append_as_leader(&large.build().unwrap(), false, true, false);
-        assert!(failed.is_err(), "the fsync failed: {failed:?}");
+        // Written, then failed: reported as such, at the batch's offsets.
+        let failed = failed.expect("the write itself succeeded");
+        assert!(
+            matches!(failed.failed_after_write, Some(Error::Io { .. })),
+            "the fsync failed: {failed:?}"
+        );
+        assert_eq!(failed.info.base_offset, end_before);
         let end_after = replica.log().log_end_offset();
+        assert_eq!(failed.info.log_end_offset, end_after);
         assert!(
             end_after > end_before,
             "the batch was written before its fsync failed"

@@ -73,3 +73,49 @@ fn a_node_on_a_simulated_disk_keeps_its_records_and_identity_through_a_power_los
     drop(replica);
     node.shutdown().unwrap();
 }
+
+/// helper-152's review: a batch that goes straight to the log (32 KiB and
+/// over, or idempotent) and whose fsync fails after its write may be in
+/// the log, and may yet be replicated and committed. `append_pipelined`
+/// used to return that failure from the call, whose errors mean "nothing
+/// was appended" (a caller would re-send it, and a plain batch would be in
+/// the log twice); it is now the handle's outcome, and the handle names
+/// the epoch the batch was placed in. The blocking `append` of the next
+/// batch is refused at once: the log is poisoned.
+#[test]
+fn a_direct_append_whose_fsync_failed_after_its_write_is_an_unknown_outcome() {
+    use crate::storage::disk::{DiskOperation, EioPlan};
+    use crate::{Error, RecordBatchBuilder};
+
+    let disk = SimDisk::new(12);
+    let network = MemoryNetwork::new(0);
+    let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
+    let log = LogId(1);
+    coordinator.create_log(log, vec![NodeId(0)]).unwrap();
+    let node = start(&disk, &network, &coordinator);
+    let replica = node.wait_for_log(log, WAIT).unwrap();
+    replica.wait_until_leader(WAIT).unwrap();
+    replica.append_values(&[b"before"], Acks::All).unwrap();
+
+    let mut builder = RecordBatchBuilder::new(1);
+    builder.push(&[7u8; 40 * 1024]);
+    let large = builder.build().unwrap();
+    disk.fail_with_eio(EioPlan::Nth(1), &[DiskOperation::Sync]);
+    let handle = replica
+        .append_pipelined(&large, Acks::Leader)
+        .expect("the batch was written: the call reports no refusal");
+    assert!(handle.leader_epoch().is_some());
+    let outcome = handle.wait();
+    assert!(
+        matches!(outcome, Err(Error::Io { .. } | Error::Poisoned { .. })),
+        "the failed fsync is the handle's outcome: {outcome:?}"
+    );
+    disk.fail_with_eio(EioPlan::Never, &[]);
+    let refused = replica.append_values(&[b"after"], Acks::Leader);
+    assert!(
+        matches!(refused, Err(Error::Poisoned { .. })),
+        "a poisoned log refuses at once: {refused:?}"
+    );
+    drop(replica);
+    node.halt();
+}

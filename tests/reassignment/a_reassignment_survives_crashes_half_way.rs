@@ -74,15 +74,16 @@ fn a_reassignment_survives_a_crash_of_the_added_replica_half_way() {
     let leader = half_way.leader.unwrap();
     let lag_seen = cluster.wait_until(WAIT_MAX, |c| {
         let progress = c.with_node(leader, |n| n.reassignments());
-        match progress {
-            Some(Ok(progress)) => progress.iter().any(|p| {
-                p.adding_replicas
-                    .iter()
-                    .any(|a| a.node == added && a.lag_records.is_some())
-            }),
-            // The move completed first: nothing left to report.
-            _ => !state(c).is_reassigning(),
-        }
+        let reported = matches!(progress, Some(Ok(progress)) if progress.iter().any(|p| {
+            p.adding_replicas
+                .iter()
+                .any(|a| a.node == added && a.lag_records.is_some())
+        }));
+        // Or the move completed between two looks: the leader then
+        // reports no move at all (an empty list, not an error), and there
+        // is nothing left to report (1 run in 20 of the binary under load
+        // failed here with the move completed).
+        reported || !state(c).is_reassigning()
     });
     assert!(lag_seen, "the added replica's lag was never reported");
     wait_completed(&cluster, &target);

@@ -439,6 +439,8 @@ impl Node {
             .map(|identity| identity.directory_id)
             .unwrap_or_else(DirectoryId::random_for_directory);
         let mut states = coordinator.logs()?;
+        // Unassigns that failed here, retried by the core once it runs.
+        let mut failed_unassigns: Vec<LogId> = Vec::new();
         // SPEC 3.10: a replica that a reassignment removed while this node
         // was down (or before it got to delete it) is a stray: the
         // coordinator knows the log and no longer lists this node. Its copy
@@ -472,7 +474,9 @@ impl Node {
                         .map_err(|e| Error::io(&dir, "delete a removed replica", e))?;
                     tracing::info!(log = %state.log, node = %me, dir = %dir.display(),
                         "deleted the copy of a replica that a reassignment removed");
-                    unassign_directory(&*coordinator, me, state.log);
+                    if !unassign_directory(&*coordinator, me, state.log) {
+                        failed_unassigns.push(state.log);
+                    }
                 }
             }
         }
@@ -483,6 +487,34 @@ impl Node {
             .collect();
         let recorded: HashMap<LogId, DirectoryId> =
             coordinator.replica_directories(me)?.into_iter().collect();
+        // A replica deleted before this start (by a reassignment, or as a
+        // stray above) whose unassign failed is still on record as placed
+        // on this directory: written now, while no list names this node
+        // (read up to date, as above), so that a move adding it back
+        // before it is created does not make a later start count it as
+        // lost (helper-151's review, finding 3). A log the coordinator does
+        // not know is left alone.
+        let mut left_placed: Vec<LogId> = recorded
+            .iter()
+            .filter(|(log, placed)| {
+                **placed == directory_id
+                    && !hosted.contains(log)
+                    && !failed_unassigns.contains(log)
+                    && states.iter().any(|state| state.log == **log)
+                    && !disk.exists(&log_dir(&data_dir, **log))
+            })
+            .map(|(log, _)| *log)
+            .collect();
+        left_placed.sort();
+        for log in left_placed {
+            if coordinator
+                .log_state(log)?
+                .is_some_and(|fresh| !fresh.replicas.contains(&me))
+                && !unassign_directory(&*coordinator, me, log)
+            {
+                failed_unassigns.push(log);
+            }
+        }
         let lost = lost_replicas(&hosted, &recorded, directory_id, |log| {
             disk.exists(&log_dir(&data_dir, log))
         });
@@ -502,6 +534,9 @@ impl Node {
             Arc::clone(&stop),
             Arc::clone(&winding_down),
         );
+        for log in failed_unassigns {
+            core.note_failed_unassign(log);
+        }
         let shared = Arc::new(NodeShared {
             disk: Arc::clone(&disk),
             config,
@@ -1866,14 +1901,17 @@ fn replica_log_end(replica: &Replica) -> Option<LogEnd> {
 
 /// Records that `node`'s replica of `log`, whose copy it just deleted, is
 /// placed on no directory ([`DirectoryId::UNASSIGNED`]), so that a later
-/// start does not take it for a replica that lost its data. A failure is
-/// only logged: the old placement stays on record, and a start before the
-/// replica is created again counts it as lost, the cautious side.
-fn unassign_directory(coordinator: &dyn Coordinator, node: NodeId, log: LogId) {
-    if let Err(error) =
-        coordinator.record_replica_directories(node, DirectoryId::UNASSIGNED, &[log])
-    {
-        tracing::warn!(%log, %node, %error, "cannot record that the deleted replica is placed on no directory; its next start before it is created again counts it as lost");
+/// start does not take it for a replica that lost its data. `false` if it
+/// failed: the old placement stays on record (a start before the replica
+/// is created again counts it as lost, the cautious side) until the
+/// node's core retries it ([`NodeCore::retry_unassigns`]).
+fn unassign_directory(coordinator: &dyn Coordinator, node: NodeId, log: LogId) -> bool {
+    match coordinator.record_replica_directories(node, DirectoryId::UNASSIGNED, &[log]) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%log, %node, %error, "cannot record that the deleted replica is placed on no directory; retried on the report timer");
+            false
+        }
     }
 }
 
@@ -3090,6 +3128,22 @@ impl NodeShared {
                     };
                     drop(placed);
                     if let Some((then, answer)) = answered {
+                        let mut next = Vec::new();
+                        self.core
+                            .handle(Input::Answered { then, answer }, &mut next);
+                        to_do.extend(next.into_iter().rev());
+                    }
+                }
+                Action::RetryUnassign { log, call, then } => {
+                    // As `Unplace`'s unassign: under `placed`'s lock, and
+                    // only while the replica is neither hosted nor placed
+                    // again (its own record then supersedes this one).
+                    let placed = self.placed.lock();
+                    let answer = (!placed.contains(&log)
+                        && !self.replicas.read().contains_key(&log))
+                    .then(|| self.call_coordinator(call));
+                    drop(placed);
+                    if let Some(answer) = answer {
                         let mut next = Vec::new();
                         self.core
                             .handle(Input::Answered { then, answer }, &mut next);

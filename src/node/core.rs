@@ -686,6 +686,20 @@ pub(crate) enum Action {
         /// The unassign call and its continuation, for a deleted copy.
         unassign: Option<(CoordinatorCall, Continuation)>,
     },
+    /// Make `call`, an unassign of `log`'s deleted replica that failed
+    /// before ([`NodeCore::retry_unassigns`]), under the same rule as
+    /// [`Action::Unplace`]'s: only while the replica is neither hosted nor
+    /// placed again, holding the set of placed replicas, with the answer
+    /// handed back as [`Input::Answered`] once it is released. A replica
+    /// hosted or placed again has its own record: the retry is dropped.
+    RetryUnassign {
+        /// The log.
+        log: LogId,
+        /// The unassign call.
+        call: CoordinatorCall,
+        /// Its continuation ([`Continuation::Unassign`]).
+        then: Continuation,
+    },
     /// Follow `state` with `replica`, hosted and placed on this node's
     /// data directory: take the steps [`placed_steps`] gives for the
     /// replica's role (reports to the log's unclean recovery, then the
@@ -977,6 +991,14 @@ pub(crate) struct NodeCore {
     /// followed the same way, which moves the epoch again if it still
     /// leads.
     failed_recovery_reports: Mutex<HashSet<LogId>>,
+    /// The logs whose deleted replica's unassign
+    /// ([`replica_removed`](Self::replica_removed), or the start's
+    /// deletion of a stray) failed to be written: retried on the report
+    /// timer ([`retry_unassigns`](Self::retry_unassigns)). Left on
+    /// record, the old placement makes a start before the replica is
+    /// created again count it as lost, and every replica of the node
+    /// leaves the ISR and ELR (helper-151's review, finding 3).
+    failed_unassigns: Mutex<HashSet<LogId>>,
     /// Set when a controlled shutdown begins (`NodeShared::winding_down`,
     /// shared): it owns the appends' stop from then on, so no hand-over
     /// here gives them back or begins. Set under `hand_overs`' lock
@@ -1023,6 +1045,7 @@ impl NodeCore {
             unreported: Mutex::new(HashMap::new()),
             reported_unopened: Mutex::new(HashSet::new()),
             failed_recovery_reports: Mutex::new(HashSet::new()),
+            failed_unassigns: Mutex::new(HashSet::new()),
             winding_down,
             fetch_wait_max,
             hand_overs: Mutex::new(HashMap::new()),
@@ -1212,6 +1235,38 @@ impl NodeCore {
         }
     }
 
+    /// Makes the unassigns that failed ([`failed_unassigns`](Self::failed_unassigns))
+    /// again, in log order: each as an [`Action::RetryUnassign`], which
+    /// drops it if the replica was hosted or placed again meanwhile; one
+    /// that fails again is noted again by its continuation.
+    pub(crate) fn retry_unassigns(&self, out: &mut Vec<Action>) {
+        let mut logs: Vec<LogId> = self.failed_unassigns.lock().drain().collect();
+        logs.sort();
+        for log in logs {
+            let (call, then) = Self::unassign_call(log);
+            out.push(Action::RetryUnassign { log, call, then });
+        }
+    }
+
+    /// Notes that the unassign of `log`'s deleted replica failed at this
+    /// node's start (before the core ran): retried as one that failed
+    /// here.
+    pub(crate) fn note_failed_unassign(&self, log: LogId) {
+        self.failed_unassigns.lock().insert(log);
+    }
+
+    /// The record that this node's deleted replica of `log` is placed on
+    /// no directory, and its continuation.
+    fn unassign_call(log: LogId) -> (CoordinatorCall, Continuation) {
+        let call = CoordinatorCall::RecordReplicaDirectories {
+            directory: DirectoryId::UNASSIGNED,
+            logs: vec![log],
+        };
+        let then = Continuation::Unassign(log);
+        debug_assert!(then.takes_answer_of(&call));
+        (call, then)
+    }
+
     /// Makes sure the coordinator knows that `replica` lives on this node's
     /// data `directory` (SPEC 2.8) before it serves anything, then follows
     /// `state` on ([`Action::ReconcilePlaced`]): at once if it is `placed`
@@ -1257,15 +1312,7 @@ impl NodeCore {
     /// so that a later start does not take it for a replica that lost its
     /// data. A copy that could not be deleted keeps its placement.
     pub(crate) fn replica_removed(&self, log: LogId, deleted: bool, out: &mut Vec<Action>) {
-        let unassign = deleted.then(|| {
-            let call = CoordinatorCall::RecordReplicaDirectories {
-                directory: DirectoryId::UNASSIGNED,
-                logs: vec![log],
-            };
-            let then = Continuation::Unassign(log);
-            debug_assert!(then.takes_answer_of(&call));
-            (call, then)
-        });
+        let unassign = deleted.then(|| Self::unassign_call(log));
         out.push(Action::Unplace { log, unassign });
     }
 
@@ -1868,9 +1915,6 @@ impl NodeCore {
                 },
                 Answer::Done(recorded),
             ) => self.directory_recorded(replica, *state, epoch_bumps, recorded, out),
-            // A failure is only logged: the old placement stays on record,
-            // and a start before the replica is created again counts it as
-            // lost, the cautious side.
             (Continuation::Unassign(_), Answer::Done(Ok(()))) => {}
             (Continuation::RetryUnopened(log), Answer::LogState(read)) => match read {
                 Ok(Some(state)) if state.replicas.contains(&self.node) => {
@@ -1905,8 +1949,12 @@ impl NodeCore {
                         "cannot read the log to confirm that its replica was removed; asked again at the next notification of the log or resync");
                 }
             },
+            // Retried on the report timer: until it is written, the old
+            // placement stays on record, and a start before the replica
+            // is created again counts it as lost (the cautious side).
             (Continuation::Unassign(log), Answer::Done(Err(error))) => {
-                tracing::warn!(%log, node = %self.node, %error, "cannot record that the deleted replica is placed on no directory; its next start before it is created again counts it as lost");
+                tracing::warn!(%log, node = %self.node, %error, "cannot record that the deleted replica is placed on no directory; retried on the report timer (a start before it is written counts the replica as lost if it was added back)");
+                self.failed_unassigns.lock().insert(log);
             }
             (Continuation::HandOver { pass, stage }, answer) => {
                 self.hand_over_answered(pass, stage, answer, out)
@@ -4246,6 +4294,44 @@ mod tests {
         for done in [Ok(()), Err(coordinator_error())] {
             assert_eq!(answer(&core, then.clone(), Answer::Done(done)), vec![]);
         }
+    }
+
+    /// helper-151's review, finding 3: an unassign that failed is made
+    /// again on the report timer, in log order, until it is written; one
+    /// that failed at the node's start too.
+    #[test]
+    fn a_failed_unassign_is_retried_until_it_is_written() {
+        let core = core();
+        let (_, then) = NodeCore::unassign_call(LogId(4));
+        assert_eq!(
+            answer(&core, then.clone(), Answer::Done(Err(coordinator_error()))),
+            vec![]
+        );
+        core.note_failed_unassign(LogId(2));
+        let retries = |core: &NodeCore| {
+            let mut out = Vec::new();
+            core.retry_unassigns(&mut out);
+            out
+        };
+        let expected = |logs: &[u32]| -> Vec<Action> {
+            logs.iter()
+                .map(|log| {
+                    let (call, then) = NodeCore::unassign_call(LogId(*log));
+                    Action::RetryUnassign {
+                        log: LogId(*log),
+                        call,
+                        then,
+                    }
+                })
+                .collect()
+        };
+        assert_eq!(retries(&core), expected(&[2, 4]));
+        // Made once per failure: nothing left until one fails again.
+        assert_eq!(retries(&core), vec![]);
+        answer(&core, then.clone(), Answer::Done(Err(coordinator_error())));
+        assert_eq!(retries(&core), expected(&[4]));
+        answer(&core, then, Answer::Done(Ok(())));
+        assert_eq!(retries(&core), vec![]);
     }
 
     #[test]

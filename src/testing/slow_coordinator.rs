@@ -42,6 +42,9 @@ struct DelayState {
     held_changed: Condvar,
     /// Calls blocked by `held` right now.
     held_waiting: AtomicU64,
+    /// How many of the next unassigns ([`Coordinator::record_replica_directories`]
+    /// with [`DirectoryId::UNASSIGNED`]) fail.
+    unassigns_to_fail: AtomicU64,
 }
 
 /// A kind of coordinator call that [`CoordinatorDelay::hold`] can block on
@@ -127,6 +130,20 @@ impl CoordinatorDelay {
     pub fn release_held(&self, call: HeldCall) {
         self.state.held.lock().remove(&call);
         self.state.held_changed.notify_all();
+    }
+
+    /// The next `count` calls recording replicas as placed on no
+    /// directory ([`DirectoryId::UNASSIGNED`]) fail with
+    /// [`Error::Coordinator`], without reaching the wrapped coordinator:
+    /// a deleted replica's unassign that did not get through.
+    pub fn fail_unassigns(&self, count: u64) {
+        self.state.unassigns_to_fail.store(count, Ordering::SeqCst);
+    }
+
+    /// How many of the unassigns [`fail_unassigns`](Self::fail_unassigns)
+    /// asked to fail are still to come.
+    pub fn unassigns_to_fail(&self) -> u64 {
+        self.state.unassigns_to_fail.load(Ordering::SeqCst)
     }
 
     /// How many calls [`hold`](Self::hold) blocks right now.
@@ -217,6 +234,20 @@ impl Coordinator for SlowCoordinator {
         logs: &[LogId],
     ) -> Result<()> {
         self.delay.before_call();
+        if directory == DirectoryId::UNASSIGNED
+            && self
+                .delay
+                .state
+                .unassigns_to_fail
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                    left.checked_sub(1)
+                })
+                .is_ok()
+        {
+            return Err(Error::Coordinator {
+                reason: "an unassign failed by the test".to_owned(),
+            });
+        }
         self.inner.record_replica_directories(node, directory, logs)
     }
 

@@ -258,7 +258,8 @@ impl NodeCore {
     /// ([`Action::RetryUnopened`], read only once the unclean retries ran,
     /// which may add to them), then the failed recovery reports
     /// ([`Action::RetryRecoveryReports`], read only once the unopened
-    /// retries ran, which may add to them)); then the
+    /// retries ran, which may add to them), then the failed unassigns
+    /// ([`NodeCore::retry_unassigns`])); then the
     /// heartbeat; then [`Action::ControlDuties`]: the idle flush and
     /// retention if they fired, and every replica's tick. A stopped or
     /// winding-down node asks for nothing: it makes no further coordinator
@@ -284,6 +285,7 @@ impl NodeCore {
                     self.retry_unclean_reports(out);
                     out.push(Action::RetryUnopened);
                     out.push(Action::RetryRecoveryReports);
+                    self.retry_unassigns(out);
                 }
                 Timer::Heartbeat => self.heartbeat(out),
                 Timer::IdleFlush => idle_flush = true,

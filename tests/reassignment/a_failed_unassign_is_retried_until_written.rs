@@ -1,0 +1,100 @@
+//! SPEC 2.8 and 3.10 (helper-151's review, finding 3): the record that a
+//! deleted replica is placed on no directory (`DirectoryId::UNASSIGNED`)
+//! may fail to be written. Only logged, the old placement stayed on
+//! record, and a start of the node after a move added the replica back
+//! (before it was created again) counted it as one that lost its data:
+//! every replica of the node left the ISR and ELR. The node now retries
+//! the unassign on its report timer, and at its next start if it stopped
+//! first, until it is written.
+
+use isrlog::{
+    Assignment, CasOutcome, Coordinator, DirectoryId, LogUpdate, NodeId, PreviousShutdown,
+};
+
+use crate::reassignment_support::*;
+
+/// Where the coordinator has `node`'s replica of the log placed.
+fn placed(cluster: &isrlog::testing::Cluster, node: NodeId) -> Option<DirectoryId> {
+    cluster
+        .coordinator
+        .replica_directories(node)
+        .unwrap()
+        .into_iter()
+        .find(|(log, _)| *log == LOG)
+        .map(|(_, directory)| directory)
+}
+
+/// Adds node 2 back to the log while it is down (written directly: an
+/// operator's call adds only live nodes), restarts it, and checks that the
+/// start was clean and the replica is placed on `directory` again.
+fn add_back_and_restart(cluster: &isrlog::testing::Cluster, directory: DirectoryId) {
+    cluster.stop_node(NodeId(2)).unwrap();
+    let before = state(cluster);
+    let update = LogUpdate {
+        leader_epoch: before.leader_epoch.next(),
+        assignment: Some(Assignment {
+            replicas: nodes(&[0, 1, 3, 2]),
+            adding_replicas: nodes(&[2]),
+            removing_replicas: Vec::new(),
+        }),
+        ..LogUpdate::unchanged(&before)
+    };
+    let written = cluster
+        .coordinator
+        .compare_and_set(LOG, before.leader_epoch, before.version, update)
+        .unwrap();
+    assert!(matches!(written, CasOutcome::Applied(_)), "{written:?}");
+    assert!(!replica_dir(cluster, NodeId(2)).exists());
+    cluster.restart(NodeId(2)).unwrap();
+    let previous = cluster
+        .with_node(NodeId(2), |n| n.previous_shutdown())
+        .unwrap();
+    assert_eq!(previous, PreviousShutdown::Clean);
+    wait_completed(cluster, &nodes(&[0, 1, 2, 3]));
+    assert_eq!(placed(cluster, NodeId(2)), Some(directory));
+}
+
+#[test]
+fn a_failed_unassign_is_retried_on_the_report_timer() {
+    let cluster = cluster(4);
+    let first = placed(&cluster, NodeId(2)).expect("node 2's replica is placed");
+    let delay = cluster.coordinator_delay(NodeId(2));
+    delay.fail_unassigns(2);
+
+    let target = nodes(&[0, 1, 3]);
+    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    wait_completed(&cluster, &target);
+    wait_deleted(&cluster, NodeId(2));
+    assert!(
+        cluster.wait_until(WAIT_MAX, |c| placed(c, NodeId(2))
+            == Some(DirectoryId::UNASSIGNED)),
+        "node 2's deleted replica is still placed on {:?}",
+        placed(&cluster, NodeId(2))
+    );
+    assert_eq!(delay.unassigns_to_fail(), 0, "both failures were met");
+    add_back_and_restart(&cluster, first);
+}
+
+#[test]
+fn an_unassign_that_failed_until_the_node_stopped_is_written_at_its_next_start() {
+    let cluster = cluster(4);
+    let first = placed(&cluster, NodeId(2)).expect("node 2's replica is placed");
+    let delay = cluster.coordinator_delay(NodeId(2));
+    delay.fail_unassigns(u64::MAX);
+
+    let target = nodes(&[0, 1, 3]);
+    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    wait_completed(&cluster, &target);
+    wait_deleted(&cluster, NodeId(2));
+    cluster.stop_node(NodeId(2)).unwrap();
+    assert_eq!(placed(&cluster, NodeId(2)), Some(first));
+
+    delay.fail_unassigns(0);
+    cluster.restart(NodeId(2)).unwrap();
+    assert_eq!(
+        placed(&cluster, NodeId(2)),
+        Some(DirectoryId::UNASSIGNED),
+        "the start wrote the unassign"
+    );
+    add_back_and_restart(&cluster, first);
+}

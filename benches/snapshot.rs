@@ -227,6 +227,11 @@ fn snapshot_transfer(bytes: usize) -> f64 {
             fetch_wait_max: Duration::from_millis(100),
             request_timeout: Duration::from_secs(10),
             fetch_backoff: Duration::from_millis(10),
+            // Kafka's behaviour: no application reports a position here,
+            // which by default would hold `delete_records_before` at the
+            // log start; the follower still installs the snapshot (it has
+            // a store).
+            retain_until_applied: false,
             ..ReplicationConfig::default()
         });
     for (id, store) in stores.iter().enumerate() {

@@ -160,16 +160,33 @@ pub struct ReplicationConfig {
     /// room under `pipelined_bytes_max` before it fails with
     /// [`Error::PipelineFull`]. Default 60 s, Kafka's default.
     pub pipelined_block_max: Duration,
-    /// Whether deletion waits for the applications (SPEC 3.9): with it,
-    /// retention and [`ReplicatedLog::delete_records_before`](crate::ReplicatedLog::delete_records_before)
+    /// Whether deletion waits for the applications (SPEC 2.6, 3.9): with
+    /// it, retention and [`ReplicatedLog::delete_records_before`](crate::ReplicatedLog::delete_records_before)
     /// delete only below `min(high watermark, lowest applied position over
     /// the log's replicas)`, where each replica's application reports its
-    /// position with [`ReplicatedLog::set_applied`](crate::ReplicatedLog::set_applied).
-    /// A replica that never reported holds deletion at the log start; one
-    /// that is down keeps the position it last reported (PostgreSQL's
-    /// replication slots). The leader decides, so set it alike on every
-    /// node. Default `false`: deletion is bounded by the high watermark
-    /// only, as in Kafka.
+    /// position with [`ReplicatedLog::set_applied`](crate::ReplicatedLog::set_applied);
+    /// a replica that is down keeps the position it last reported
+    /// (PostgreSQL's replication slots). A follower whose log ends below
+    /// its leader's log start (the cap let the leader delete past it)
+    /// installs a snapshot if its node has a
+    /// [`SnapshotStore`](crate::SnapshotStore), and otherwise reports that
+    /// it needs one ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot));
+    /// it never starts silently at the leader's log start. The leader
+    /// decides deletion, so set it alike on every node.
+    ///
+    /// Default `true`, as SPEC 3.9 requires; only the cap
+    /// (`applied_hold_bytes_max`, `applied_hold_age_max`) is off by
+    /// default. So an application that never calls `set_applied` holds
+    /// deletion at the log start: retention deletes nothing on that log,
+    /// and `delete_records_before` answers `DeletionHeldBack`, until every
+    /// replica's application has reported, as a PostgreSQL replication
+    /// slot holds WAL until its standby confirms it.
+    ///
+    /// `false` gives Kafka's behaviour: deletion does not wait for the
+    /// applied positions (it stops at the high watermark and, with a
+    /// snapshot store, at the application's latest snapshot), and a
+    /// follower below its leader's log start on a node without a store
+    /// restarts its log, empty, at that start.
     pub retain_until_applied: bool,
     /// With `retain_until_applied`: once the records kept only because a
     /// replica has not applied them pass this many bytes, the leader
@@ -201,7 +218,7 @@ impl Default for ReplicationConfig {
             spin_before_park: Duration::from_micros(50),
             pipelined_bytes_max: 32 * 1024 * 1024,
             pipelined_block_max: Duration::from_secs(60),
-            retain_until_applied: false,
+            retain_until_applied: true,
             applied_hold_bytes_max: None,
             applied_hold_age_max: None,
         }

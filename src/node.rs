@@ -2557,8 +2557,10 @@ impl NodeShared {
             tracing::warn!(%log, node = %self.local(), report = ?report, "log recovered after an unclean stop");
         }
         // SPEC 3.9: a follower below its leader's log start installs a
-        // snapshot when the application keeps them; without, it restarts
-        // there (Kafka) unless the application needs every record.
+        // snapshot when the application keeps them; without, it reports
+        // that it needs one when the application needs every record
+        // (`retain_until_applied`, the default), and restarts there
+        // otherwise (Kafka).
         let below_leader_start = match (
             &self.config.snapshots,
             self.config.replication.retain_until_applied,

@@ -444,10 +444,11 @@ impl ReplicatedLog {
     /// every record below `applied` is durable in the application's own
     /// state (SPEC 3.9; a database stores it in the same write as the
     /// applied state, SPEC 6). Followers carry it to the leader in their
-    /// fetches; with [`ReplicationConfig::retain_until_applied`](crate::ReplicationConfig::retain_until_applied)
-    /// no record at or above the lowest such position over the log's
-    /// replicas is deleted (unless the cap has passed). It may go down (an
-    /// application restored an older checkpoint). Kept in the log's
+    /// fetches; under [`ReplicationConfig::retain_until_applied`](crate::ReplicationConfig::retain_until_applied)
+    /// (the default) no record at or above the lowest such position over
+    /// the log's replicas is deleted (unless the cap has passed), so until
+    /// every replica's application has called it, nothing is. It may go
+    /// down (an application restored an older checkpoint). Kept in the log's
     /// directory by the retention timer and at shutdown; call it again
     /// after a restart.
     ///

@@ -22,13 +22,14 @@
 //! snapshot arrived and checked. The transfer runs on a thread of its own,
 //! so the other logs fetched from the same leader go on meanwhile.
 //!
-//! Without a store, such a follower restarts its log at the leader's log
-//! start (Kafka's behaviour) unless
+//! Without a store, under
 //! [`ReplicationConfig::retain_until_applied`](crate::ReplicationConfig::retain_until_applied)
-//! is set: then the application relies on every record reaching it, so the
-//! follower stops fetching that log and says so
+//! (the default) the application relies on every record reaching it, so
+//! such a follower stops fetching that log and says so
 //! ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot),
-//! and an error in the log), instead of starting silently past a gap.
+//! and an error in the log), instead of starting silently past a gap. With
+//! `retain_until_applied = false` (Kafka's behaviour) it restarts its log
+//! at the leader's log start.
 //!
 //! Only a follower receives a snapshot. A replica elected while its
 //! application was behind its log start (a live follower in the ISR whose

@@ -16,8 +16,9 @@
 //! on every change: after a crash they come back as they were at the last
 //! write, lower than or equal to the truth, which only holds deletion back
 //! longer. A missing or damaged file is a log line and an empty map, never
-//! a log that refuses to open: under `retain_until_applied` a replica whose
-//! position is not known holds deletion at the log start until it reports.
+//! a log that refuses to open: under `retain_until_applied` (the default) a
+//! replica whose position is not known holds deletion at the log start
+//! until it reports.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

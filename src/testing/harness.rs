@@ -501,6 +501,12 @@ macro_rules! node_settings_setters {
             self
         }
 
+        /// The replication settings the nodes will get, to change one field
+        /// of the test defaults.
+        pub fn replication_config(&self) -> crate::config::ReplicationConfig {
+            self.settings.replication.clone()
+        }
+
         /// Storage settings of every log.
         pub fn log_config(mut self, log: crate::storage::LogConfig) -> Self {
             self.settings.log = log;

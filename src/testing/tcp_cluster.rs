@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use super::harness::{self, Harness, LeaderWait, MemoryCoordination, NodeSettings, Wire};
 use crate::clock::{Clock, SystemClock};
-use crate::config::ReplicationConfig;
 use crate::coordinator::{ControllerConfig, MemoryCoordinator};
 #[cfg(feature = "tls")]
 use crate::error::Error;
@@ -49,12 +48,6 @@ pub struct TcpClusterBuilder {
 
 impl TcpClusterBuilder {
     harness::node_settings_setters!(snapshots);
-
-    /// The replication settings the nodes will get, to change one field
-    /// of the test defaults.
-    pub fn replication_config(&self) -> ReplicationConfig {
-        self.settings.replication.clone()
-    }
 
     /// Settings of every server and client.
     pub fn tcp_config(mut self, tcp: TcpConfig) -> Self {

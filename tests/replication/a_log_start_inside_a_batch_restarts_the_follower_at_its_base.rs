@@ -6,13 +6,17 @@
 //! batch's base is not its log end, and it asked again); as Kafka's
 //! `Partition.appendRecordsToFollowerOrFutureReplica` does, an empty log
 //! restarts at the batch's base, appends it, and moves its log start back
-//! up to the leader's from the same answer.
+//! up to the leader's from the same answer. The follower restarts at the
+//! leader's log start only in Kafka's mode (`retain_until_applied =
+//! false`); by default it would report that it needs a snapshot (SPEC 3.9).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use isrlog::testing::Cluster;
-use isrlog::{Acks, Error, Isolation, Log, LogConfig, LogId, Offset, SystemClock};
+use isrlog::{
+    Acks, Error, Isolation, Log, LogConfig, LogId, Offset, ReplicationConfig, SystemClock,
+};
 
 /// Values per batch: every batch spans 4 offsets, so a log start of
 /// `4k + 2` is inside one.
@@ -20,8 +24,17 @@ const PER_BATCH: usize = 4;
 
 #[test]
 fn a_log_start_inside_a_batch_restarts_the_follower_at_its_base() {
-    let cluster = Cluster::builder()
+    let builder = Cluster::builder();
+    // Kafka's behaviour, explicitly: no application reports a position,
+    // and the follower, with no snapshot store, restarts at the leader's
+    // log start.
+    let kafka = ReplicationConfig {
+        retain_until_applied: false,
+        ..builder.replication_config()
+    };
+    let cluster = builder
         .nodes(3)
+        .replication(kafka)
         .min_insync_replicas(2)
         .session_timeout(Duration::from_millis(300))
         .build()

@@ -12,10 +12,10 @@ use isrlog::{
     Acks, Error, Isolation, LogConfig, LogId, NodeId, Offset, ReplicatedLog, ReplicationConfig,
 };
 
-const LOG: LogId = LogId(0);
-const WAIT: Duration = Duration::from_secs(10);
+pub(super) const LOG: LogId = LogId(0);
+pub(super) const WAIT: Duration = Duration::from_secs(10);
 
-fn cluster(replication: ReplicationConfig, log: LogConfig) -> Cluster {
+pub(super) fn cluster(replication: ReplicationConfig, log: LogConfig) -> Cluster {
     let cluster = Cluster::builder()
         .nodes(3)
         .replication(ReplicationConfig {
@@ -30,7 +30,7 @@ fn cluster(replication: ReplicationConfig, log: LogConfig) -> Cluster {
     cluster
 }
 
-fn small_segments() -> LogConfig {
+pub(super) fn small_segments() -> LogConfig {
     LogConfig {
         segment_bytes_max: 8 * 1024,
         retention_bytes: Some(16 * 1024),
@@ -46,7 +46,7 @@ fn held(retain: bool) -> ReplicationConfig {
 }
 
 /// Appends `count` records of 1000 bytes, `acks=all`.
-fn append(leader: &ReplicatedLog, count: usize) {
+pub(super) fn append(leader: &ReplicatedLog, count: usize) {
     let value = vec![7u8; 1000];
     for _ in 0..count {
         leader
@@ -67,7 +67,12 @@ fn wait_leader_knows_all(cluster: &Cluster, leader: &ReplicatedLog) {
 }
 
 /// Waits until the leader has `node`'s position `applied` from its fetches.
-fn wait_leader_knows(cluster: &Cluster, leader: &ReplicatedLog, node: NodeId, applied: Offset) {
+pub(super) fn wait_leader_knows(
+    cluster: &Cluster,
+    leader: &ReplicatedLog,
+    node: NodeId,
+    applied: Offset,
+) {
     assert!(
         cluster.wait_until(WAIT, |_| leader.applied_positions().get(&node)
             == Some(&applied)),
@@ -77,7 +82,7 @@ fn wait_leader_knows(cluster: &Cluster, leader: &ReplicatedLog, node: NodeId, ap
 }
 
 /// Waits until every replica's high watermark is `hw`.
-fn wait_high_watermark_everywhere(cluster: &Cluster, hw: Offset) {
+pub(super) fn wait_high_watermark_everywhere(cluster: &Cluster, hw: Offset) {
     for log in all_logs(cluster) {
         assert!(
             cluster.wait_until(WAIT, |_| log.high_watermark() == hw),
@@ -89,7 +94,7 @@ fn wait_high_watermark_everywhere(cluster: &Cluster, hw: Offset) {
 }
 
 /// The replicas of the running nodes.
-fn all_logs(cluster: &Cluster) -> Vec<ReplicatedLog> {
+pub(super) fn all_logs(cluster: &Cluster) -> Vec<ReplicatedLog> {
     cluster
         .node_ids()
         .into_iter()

@@ -1,12 +1,17 @@
-//! SPEC 3.6, last rule: a follower whose log end is below the leader's log
-//! start offset (it was down while the leader's retention deleted the
-//! segments it still needed) discards its log and restarts at the leader's
-//! log start. Committed data from there matches the leader byte for byte.
+//! SPEC 3.6, last rule, in Kafka's mode (`retain_until_applied = false`;
+//! by default deletion waits for the applications and such a follower
+//! reports that it needs a snapshot, SPEC 3.9): a follower whose log end is
+//! below the leader's log start offset (it was down while the leader's
+//! retention deleted the segments it still needed) discards its log and
+//! restarts at the leader's log start. Committed data from there matches
+//! the leader byte for byte.
 
 use std::time::Duration;
 
 use isrlog::testing::Cluster;
-use isrlog::{Acks, Error, Isolation, LogConfig, LogId, Offset, RecordBatch, ReplicatedLog};
+use isrlog::{
+    Acks, Error, Isolation, LogConfig, LogId, Offset, RecordBatch, ReplicatedLog, ReplicationConfig,
+};
 
 /// Committed batches of `handle` from `from` to its high watermark.
 fn committed_from(handle: &ReplicatedLog, from: Offset) -> Vec<RecordBatch> {
@@ -24,8 +29,17 @@ fn committed_from(handle: &ReplicatedLog, from: Offset) -> Vec<RecordBatch> {
 
 #[test]
 fn follower_below_leader_log_start_discards_its_log_and_restarts_there() {
-    let cluster = Cluster::builder()
+    let builder = Cluster::builder();
+    // Kafka's behaviour, explicitly: retention deletes up to the high
+    // watermark although no application reports a position, and the
+    // follower, with no snapshot store, restarts at the leader's log start.
+    let kafka = ReplicationConfig {
+        retain_until_applied: false,
+        ..builder.replication_config()
+    };
+    let cluster = builder
         .nodes(3)
+        .replication(kafka)
         .min_insync_replicas(2)
         .session_timeout(Duration::from_millis(300))
         .log_config(LogConfig {

@@ -25,6 +25,7 @@ mod committed_records_end_at_shutdown;
 mod dead_replica_never_rejoins_the_isr;
 mod deletion_never_outruns_an_application;
 mod deletion_never_passes_the_leaders_latest_snapshot;
+mod deletion_waits_for_the_applications_by_default;
 mod dropped_cluster_releases_its_files;
 mod epoch_end_offsets_request_through_the_node_handler;
 mod flush_every_interval_flushes_an_idle_log;

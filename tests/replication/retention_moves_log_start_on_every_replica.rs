@@ -5,12 +5,21 @@
 use std::time::Duration;
 
 use isrlog::testing::Cluster;
-use isrlog::{Acks, Error, Isolation, LogConfig, LogId, NodeId, Offset};
+use isrlog::{Acks, Error, Isolation, LogConfig, LogId, NodeId, Offset, ReplicationConfig};
 
 #[test]
 fn retention_by_bytes_raises_the_log_start_on_leader_and_followers() {
-    let cluster = Cluster::builder()
+    let builder = Cluster::builder();
+    // Kafka's behaviour, explicitly: no application reports a position
+    // here, which by default would hold deletion at the log start (SPEC
+    // 3.9, `deletion_never_outruns_an_application` tests that bound).
+    let kafka = ReplicationConfig {
+        retain_until_applied: false,
+        ..builder.replication_config()
+    };
+    let cluster = builder
         .nodes(3)
+        .replication(kafka)
         .min_insync_replicas(2)
         .log_config(LogConfig {
             segment_bytes_max: 16 * 1024,

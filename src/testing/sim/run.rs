@@ -4801,6 +4801,12 @@ fn sim_settings(nodes: usize) -> NodeSettings {
             replica_lag_time_max: Duration::from_secs(1),
             fetch_wait_max: Duration::from_millis(100),
             request_timeout: REQUEST_TIMEOUT,
+            // Kafka's behaviour, as when it was the default: a run without
+            // applications reports no applied positions, and its seeds
+            // (the pinned trace hashes among them) replay the runs they
+            // always did. A run with applications waits for them
+            // (`Applications::configure_settings`).
+            retain_until_applied: false,
             ..ReplicationConfig::default()
         },
         log: LogConfig {

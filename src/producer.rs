@@ -282,8 +282,15 @@ pub struct ProducerConfig {
     /// like Kafka (`retries` = `Integer.MAX_VALUE`), `delivery_timeout` is
     /// the real bound.
     pub retries_max: u32,
-    /// Total time one send may take, retries included. Default 120 s
-    /// (Kafka's `delivery.timeout.ms`).
+    /// Total time one send may take, retries included: no retry is begun
+    /// whose `retry_backoff` would end past it (the batches are then in
+    /// doubt). Default 120 s (Kafka's `delivery.timeout.ms`). An attempt
+    /// sent before then is waited for
+    /// until its answer comes, which an [`AppendHandle`](crate::AppendHandle)
+    /// gives by its leader's `request_timeout` at the latest (or when the
+    /// leader's node stops), so a send may take up to `delivery_timeout`
+    /// plus that `request_timeout`; Kafka likewise asks for
+    /// `delivery.timeout.ms >= linger.ms + request.timeout.ms`.
     pub delivery_timeout: Duration,
     /// Pause before each retry. Default 100 ms (Kafka's `retry.backoff.ms`).
     pub retry_backoff: Duration,

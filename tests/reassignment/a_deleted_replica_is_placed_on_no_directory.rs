@@ -7,24 +7,14 @@
 //! hosts). Found by the simulator (seed 20005277: the node's disk was full,
 //! so it could not create the replica added back).
 
-use isrlog::{
-    Assignment, CasOutcome, Coordinator, DirectoryId, LogUpdate, NodeId, PreviousShutdown,
-};
+use isrlog::{DirectoryId, NodeId, PreviousShutdown};
 
 use crate::reassignment_support::*;
 
 #[test]
 fn a_deleted_replica_is_placed_on_no_directory() {
     let cluster = cluster(4);
-    let placed = |node: NodeId| {
-        cluster
-            .coordinator
-            .replica_directories(node)
-            .unwrap()
-            .into_iter()
-            .find(|(log, _)| *log == LOG)
-            .map(|(_, directory)| directory)
-    };
+    let placed = |node: NodeId| placed(&cluster, node);
     let first = placed(NodeId(2)).expect("node 2's replica is placed");
     assert_ne!(first, DirectoryId::UNASSIGNED);
 
@@ -43,21 +33,7 @@ fn a_deleted_replica_is_placed_on_no_directory() {
     // replica when it starts (written directly: an operator's call adds
     // only live nodes).
     cluster.stop_node(NodeId(2)).unwrap();
-    let before = state(&cluster);
-    let update = LogUpdate {
-        leader_epoch: before.leader_epoch.next(),
-        assignment: Some(Assignment {
-            replicas: nodes(&[0, 1, 3, 2]),
-            adding_replicas: nodes(&[2]),
-            removing_replicas: Vec::new(),
-        }),
-        ..LogUpdate::unchanged(&before)
-    };
-    let written = cluster
-        .coordinator
-        .compare_and_set(LOG, before.leader_epoch, before.version, update)
-        .unwrap();
-    assert!(matches!(written, CasOutcome::Applied(_)), "{written:?}");
+    add_back_while_down(&cluster, &[0, 1, 3, 2], NodeId(2));
     assert!(!replica_dir(&cluster, NodeId(2)).exists());
 
     cluster.restart(NodeId(2)).unwrap();

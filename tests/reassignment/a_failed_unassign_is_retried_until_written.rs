@@ -7,43 +7,15 @@
 //! the unassign on its report timer, and at its next start if it stopped
 //! first, until it is written.
 
-use isrlog::{
-    Assignment, CasOutcome, Coordinator, DirectoryId, LogUpdate, NodeId, PreviousShutdown,
-};
+use isrlog::{DirectoryId, NodeId, PreviousShutdown};
 
 use crate::reassignment_support::*;
 
-/// Where the coordinator has `node`'s replica of the log placed.
-fn placed(cluster: &isrlog::testing::Cluster, node: NodeId) -> Option<DirectoryId> {
-    cluster
-        .coordinator
-        .replica_directories(node)
-        .unwrap()
-        .into_iter()
-        .find(|(log, _)| *log == LOG)
-        .map(|(_, directory)| directory)
-}
-
-/// Adds node 2 back to the log while it is down (written directly: an
-/// operator's call adds only live nodes), restarts it, and checks that the
-/// start was clean and the replica is placed on `directory` again.
+/// Adds node 2 back to the log while it is down, restarts it, and checks
+/// that the start was clean and the replica is placed on `directory` again.
 fn add_back_and_restart(cluster: &isrlog::testing::Cluster, directory: DirectoryId) {
     cluster.stop_node(NodeId(2)).unwrap();
-    let before = state(cluster);
-    let update = LogUpdate {
-        leader_epoch: before.leader_epoch.next(),
-        assignment: Some(Assignment {
-            replicas: nodes(&[0, 1, 3, 2]),
-            adding_replicas: nodes(&[2]),
-            removing_replicas: Vec::new(),
-        }),
-        ..LogUpdate::unchanged(&before)
-    };
-    let written = cluster
-        .coordinator
-        .compare_and_set(LOG, before.leader_epoch, before.version, update)
-        .unwrap();
-    assert!(matches!(written, CasOutcome::Applied(_)), "{written:?}");
+    add_back_while_down(cluster, &[0, 1, 3, 2], NodeId(2));
     assert!(!replica_dir(cluster, NodeId(2)).exists());
     cluster.restart(NodeId(2)).unwrap();
     let previous = cluster

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use isrlog::testing::Cluster;
-use isrlog::{Acks, Coordinator, DirectoryId, LogConfig, NodeId, ReplicationConfig};
+use isrlog::{Acks, DirectoryId, LogConfig, NodeId, ReplicationConfig};
 
 use crate::reassignment_support::*;
 
@@ -43,15 +43,7 @@ fn a_removed_replica_that_never_opened_is_deleted_and_placed_on_no_directory() {
             .unwrap();
     }
     assert!(cluster.wait_until(WAIT_MAX, |c| c.in_sync_replicas(LOG).len() == 3));
-    let placed = |node: NodeId| {
-        cluster
-            .coordinator
-            .replica_directories(node)
-            .unwrap()
-            .into_iter()
-            .find(|(log, _)| *log == LOG)
-            .map(|(_, directory)| directory)
-    };
+    let placed = |node: NodeId| placed(&cluster, node);
     let damaged = NodeId(2);
     let first = placed(damaged).expect("node 2's replica is placed");
     assert_ne!(first, DirectoryId::UNASSIGNED);

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use isrlog::testing::Cluster;
 use isrlog::{
-    Acks, Coordinator, Error, Isolation, LogId, LogState, NodeId, Offset, ReplicatedLog,
-    ReplicationConfig,
+    Acks, Assignment, CasOutcome, Coordinator, DirectoryId, Error, Isolation, LogId, LogState,
+    LogUpdate, NodeId, Offset, ReplicatedLog, ReplicationConfig,
 };
 
 pub const LOG: LogId = LogId(0);
@@ -94,6 +94,39 @@ pub fn wait_deleted(cluster: &Cluster, node: NodeId) {
         !replica_dir(c, node).exists() && c.log(node, LOG).is_err()
     });
     assert!(gone, "{node}'s removed replica is still there");
+}
+
+/// Where the coordinator has `node`'s replica of the log placed (SPEC
+/// 2.8), if anywhere.
+pub fn placed(cluster: &Cluster, node: NodeId) -> Option<DirectoryId> {
+    cluster
+        .coordinator
+        .replica_directories(node)
+        .unwrap()
+        .into_iter()
+        .find(|(log, _)| *log == LOG)
+        .map(|(_, directory)| directory)
+}
+
+/// Adds `node`, which must be down, back to the log's replicas as a move
+/// would (replicas `replicas`, `node` being added), written directly: an
+/// operator's call adds only live nodes.
+pub fn add_back_while_down(cluster: &Cluster, replicas: &[u32], node: NodeId) {
+    let before = state(cluster);
+    let update = LogUpdate {
+        leader_epoch: before.leader_epoch.next(),
+        assignment: Some(Assignment {
+            replicas: nodes(replicas),
+            adding_replicas: vec![node],
+            removing_replicas: Vec::new(),
+        }),
+        ..LogUpdate::unchanged(&before)
+    };
+    let written = cluster
+        .coordinator
+        .compare_and_set(LOG, before.leader_epoch, before.version, update)
+        .unwrap();
+    assert!(matches!(written, CasOutcome::Applied(_)), "{written:?}");
 }
 
 /// What the writer saw.

@@ -30,8 +30,10 @@ pub struct NodeConfig {
     pub controller: Option<ControllerConfig>,
     /// How often a leader applies the retention limits of its logs
     /// (`LogConfig::retention_bytes`, `retention_age`), never deleting at or
-    /// above the high watermark. Kafka's `log.retention.check.interval.ms`,
-    /// default 5 minutes.
+    /// above the high watermark nor, by default, the lowest applied
+    /// position over the log's replicas
+    /// ([`ReplicationConfig::retain_until_applied`]). Kafka's
+    /// `log.retention.check.interval.ms`, default 5 minutes.
     pub retention_check_interval: Duration,
     /// How long [`Node::shutdown`](crate::Node::shutdown) may spend, in
     /// all, moving the leadership of its logs to other in-sync replicas,
@@ -167,12 +169,17 @@ pub struct ReplicationConfig {
     /// position with [`ReplicatedLog::set_applied`](crate::ReplicatedLog::set_applied);
     /// a replica that is down keeps the position it last reported
     /// (PostgreSQL's replication slots). A follower whose log ends below
-    /// its leader's log start (the cap let the leader delete past it)
-    /// installs a snapshot if its node has a
+    /// its leader's log start (the cap let the leader delete past it, or
+    /// it is new: a replica a reassignment adds, or one whose disk was
+    /// replaced, after records were deleted), or whose application has
+    /// applied less than that start, installs a snapshot if its node has a
     /// [`SnapshotStore`](crate::SnapshotStore), and otherwise reports that
-    /// it needs one ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot));
-    /// it never starts silently at the leader's log start. The leader
-    /// decides deletion, so set it alike on every node.
+    /// it needs one ([`ReplicatedLog::needs_snapshot`](crate::ReplicatedLog::needs_snapshot))
+    /// and waits for an operator: it never starts silently at the leader's
+    /// log start. So a log that deletes records needs a snapshot store on
+    /// every node for such a replica to be rebuilt (a reassignment adding
+    /// one completes only then). The leader decides deletion, so set it
+    /// alike on every node.
     ///
     /// Default `true`, as SPEC 3.9 requires; only the cap
     /// (`applied_hold_bytes_max`, `applied_hold_age_max`) is off by
@@ -180,7 +187,10 @@ pub struct ReplicationConfig {
     /// deletion at the log start: retention deletes nothing on that log,
     /// and `delete_records_before` answers `DeletionHeldBack`, until every
     /// replica's application has reported, as a PostgreSQL replication
-    /// slot holds WAL until its standby confirms it.
+    /// slot holds WAL until its standby confirms it. A log whose records
+    /// were deleted under `false` and whose application never reports
+    /// counts that application as behind the log start: set `false` again
+    /// to keep Kafka's behaviour for such an application.
     ///
     /// `false` gives Kafka's behaviour: deletion does not wait for the
     /// applied positions (it stops at the high watermark and, with a

@@ -480,7 +480,7 @@ impl Node {
                 }
             }
         }
-        let hosted: Vec<LogId> = states
+        let mut hosted: Vec<LogId> = states
             .iter()
             .filter(|state| state.replicas.contains(&me))
             .map(|state| state.log)
@@ -492,8 +492,10 @@ impl Node {
         // on this directory: written now, while no list names this node
         // (read up to date, as above), so that a move adding it back
         // before it is created does not make a later start count it as
-        // lost (helper-151's review, finding 3). A log the coordinator does
-        // not know is left alone.
+        // lost (helper-151's review, finding 3). One that the up-to-date
+        // read lists is hosted (the list was stale), and counted as lost
+        // below, having no copy here (helper-157's review). A log the
+        // coordinator does not know is left alone.
         let mut left_placed: Vec<LogId> = recorded
             .iter()
             .filter(|(log, placed)| {
@@ -507,12 +509,18 @@ impl Node {
             .collect();
         left_placed.sort();
         for log in left_placed {
-            if coordinator
-                .log_state(log)?
-                .is_some_and(|fresh| !fresh.replicas.contains(&me))
-                && !unassign_directory(&*coordinator, me, log)
-            {
-                failed_unassigns.push(log);
+            match coordinator.log_state(log)? {
+                Some(fresh) if fresh.replicas.contains(&me) => {
+                    tracing::info!(%log, node = %me,
+                        "the log list was stale: this replica is listed again");
+                    hosted.push(log);
+                }
+                Some(_) => {
+                    if !unassign_directory(&*coordinator, me, log) {
+                        failed_unassigns.push(log);
+                    }
+                }
+                None => {}
             }
         }
         let lost = lost_replicas(&hosted, &recorded, directory_id, |log| {

@@ -134,9 +134,15 @@ impl ReplicatedLog {
         // pipelined appends queued behind the same write.
         self.replica.resolve_pipelined();
         if let Some(error) = appended.failed_after_write {
-            // Written, then failed: the caller learns the failure, and
-            // (documented above) that the batch may be in the log.
-            return Err(error);
+            // SPEC 3.1: acks=0 reports no error of the write itself, and
+            // its offsets are where the batch may be.
+            if acks == Acks::None {
+                tracing::debug!(log = %self.id(), %error, "acks=0 append failed in or after its write");
+            } else {
+                // The caller learns the failure, and (documented above)
+                // that the batch may be in the log.
+                return Err(error);
+            }
         }
         let outcome = AppendOutcome {
             base_offset: appended.info.base_offset,

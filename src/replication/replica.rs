@@ -98,11 +98,13 @@ pub(crate) struct LeaderAppend {
     /// Left queued for the next follower fetch: this call wrote nothing,
     /// so it decided no other append's outcome.
     pub(crate) deferred: bool,
-    /// The batch was written at `info`'s offsets, then the append failed
-    /// (the fsync its flush policy asked for, a roll's flush): it may be
-    /// in the log, and may yet be replicated and committed, so its outcome
-    /// is unknown and this is the error to report for it. A caller must
-    /// not say "nothing was appended" (helper-152's review).
+    /// The append failed in or after its write (the write itself, the
+    /// fsync its flush policy asked for, a roll's flush): the batch may be
+    /// in the log at `info`'s offsets, and may yet be replicated and
+    /// committed (or kept by the next open's recovery), so its outcome is
+    /// unknown and this is the error to report for it. A caller must not
+    /// say "nothing was appended" (helper-152's review; helper-157's for
+    /// the write itself).
     pub(crate) failed_after_write: Option<Error>,
 }
 
@@ -1151,6 +1153,7 @@ impl Replica {
                     // The seat is held: no other write moves the log end
                     // until this returns, so a move is this batch's.
                     let end_before = self.log.log_end_offset();
+                    let healthy_before = !self.log.is_poisoned();
                     let appended = self.log.append_as_leader(batch, leader_epoch);
                     // Whatever the outcome: an append can fail after its
                     // write (the fsync its flush policy asked for, a roll's
@@ -1169,19 +1172,30 @@ impl Replica {
                     // `acks=0` one is answered with them).
                     let end_after = self.log.log_end_offset();
                     queue.next_offset = queue.next_offset.max(end_after);
+                    // Written, then failed (the log end moved), or failed
+                    // in its write (the log was poisoned by this call: a
+                    // failed write may have put the whole batch on disk,
+                    // which the next open's recovery keeps, SPEC 2.3): the
+                    // batch may be in the log at the offsets it would have
+                    // had, so its outcome is unknown and those offsets are
+                    // never handed out again. Errors that leave the log
+                    // healthy (a fenced epoch, a producer's sequence, a
+                    // batch too large) came before any write.
+                    let written = end_after > end_before;
                     match appended {
                         Ok(info) => Ok((info, None)),
-                        Err(error) if end_after > end_before => {
-                            debug_assert_eq!(
-                                end_after,
-                                end_before.plus(u64::from(batch.record_count())),
-                                "a failed direct write moved the log end by other than its batch"
+                        Err(error) if written || (healthy_before && self.log.is_poisoned()) => {
+                            let end = end_before.plus(u64::from(batch.record_count()));
+                            debug_assert!(
+                                !written || end_after == end,
+                                "a failed direct write moved the log end to {end_after}, not past its batch to {end}"
                             );
+                            queue.next_offset = queue.next_offset.max(end);
                             let info = AppendInfo {
                                 base_offset: end_before,
                                 last_offset: end_before
                                     .plus(u64::from(batch.header().last_offset_delta)),
-                                log_end_offset: end_after,
+                                log_end_offset: end,
                                 leader_epoch,
                                 duplicate: false,
                             };

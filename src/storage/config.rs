@@ -28,7 +28,10 @@ pub struct LogConfig {
     pub flush_policy: FlushPolicy,
     /// Retention deletes old segments while the log is larger than this.
     /// Default `None`: unlike Kafka's 7 day `retention.ms`, a write-ahead log
-    /// embedded in a database keeps everything unless told otherwise.
+    /// embedded in a database keeps everything unless told otherwise. A
+    /// replicated log never deletes at or above its deletion bound (the
+    /// high watermark and, by default, the lowest applied position:
+    /// `ReplicationConfig::retain_until_applied`), whatever this says.
     pub retention_bytes: Option<u64>,
     /// Retention deletes segments whose newest record is older than this.
     /// Default `None` (see `retention_bytes`).

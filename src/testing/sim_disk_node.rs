@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::storage::disk::{Disk, SimDisk};
+use crate::storage::disk::{Disk, DiskOperation, EioPlan, SimDisk};
 use crate::sync::Arc;
 use crate::{
     Acks, Coordinator, FlushPolicy, LogId, MemoryCoordinator, MemoryNetwork, Node, NodeConfig,
@@ -84,7 +84,20 @@ fn a_node_on_a_simulated_disk_keeps_its_records_and_identity_through_a_power_los
 /// batch is refused at once: the log is poisoned.
 #[test]
 fn a_direct_append_whose_fsync_failed_after_its_write_is_an_unknown_outcome() {
-    use crate::storage::disk::{DiskOperation, EioPlan};
+    a_direct_append_that_failed_is_an_unknown_outcome(DiskOperation::Sync);
+}
+
+/// helper-157's review: a write that fails may still have put the whole
+/// batch on disk (the next open's recovery keeps it), so it is an unknown
+/// outcome too, not a refusal.
+#[test]
+fn a_direct_append_whose_write_failed_is_an_unknown_outcome() {
+    a_direct_append_that_failed_is_an_unknown_outcome(DiskOperation::Write);
+}
+
+/// A lone leader on a simulated disk, one record appended, whose next
+/// direct append (40 KiB) meets an `EIO` on its first `failing` operation.
+fn a_direct_append_that_failed_is_an_unknown_outcome(failing: DiskOperation) {
     use crate::{Error, RecordBatchBuilder};
 
     let disk = SimDisk::new(12);
@@ -100,10 +113,10 @@ fn a_direct_append_whose_fsync_failed_after_its_write_is_an_unknown_outcome() {
     let mut builder = RecordBatchBuilder::new(1);
     builder.push(&[7u8; 40 * 1024]);
     let large = builder.build().unwrap();
-    disk.fail_with_eio(EioPlan::Nth(1), &[DiskOperation::Sync]);
+    disk.fail_with_eio(EioPlan::Nth(1), &[failing]);
     let handle = replica
         .append_pipelined(&large, Acks::Leader)
-        .expect("the batch was written: the call reports no refusal");
+        .expect("the batch may be in the log: the call reports no refusal");
     assert!(handle.leader_epoch().is_some());
     let outcome = handle.wait();
     assert!(
@@ -116,6 +129,38 @@ fn a_direct_append_whose_fsync_failed_after_its_write_is_an_unknown_outcome() {
         matches!(refused, Err(Error::Poisoned { .. })),
         "a poisoned log refuses at once: {refused:?}"
     );
+    drop(replica);
+    node.halt();
+}
+
+/// SPEC 3.1: `acks=0` reports no error of the write itself. A direct
+/// append whose fsync failed after its write answers with the offsets the
+/// batch may be at (helper-157's review: it returned the error, which the
+/// pipelined call passed on as "nothing was appended").
+#[test]
+fn an_acks_0_direct_append_whose_fsync_failed_answers_its_offsets() {
+    use crate::RecordBatchBuilder;
+
+    let disk = SimDisk::new(13);
+    let network = MemoryNetwork::new(0);
+    let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
+    let log = LogId(1);
+    coordinator.create_log(log, vec![NodeId(0)]).unwrap();
+    let node = start(&disk, &network, &coordinator);
+    let replica = node.wait_for_log(log, WAIT).unwrap();
+    replica.wait_until_leader(WAIT).unwrap();
+    replica.append_values(&[b"before"], Acks::All).unwrap();
+
+    let mut builder = RecordBatchBuilder::new(1);
+    builder.push(&[7u8; 40 * 1024]);
+    let large = builder.build().unwrap();
+    disk.fail_with_eio(EioPlan::Nth(1), &[DiskOperation::Sync]);
+    let handle = replica
+        .append_pipelined(&large, Acks::None)
+        .expect("acks=0 reports no error of the write");
+    let outcome = handle.wait().expect("acks=0 reports no error of the write");
+    assert_eq!(outcome.base_offset, Offset(1));
+    disk.fail_with_eio(EioPlan::Never, &[]);
     drop(replica);
     node.halt();
 }

@@ -70,3 +70,36 @@ fn an_unassign_that_failed_until_the_node_stopped_is_written_at_its_next_start()
     );
     add_back_and_restart(&cluster, first);
 }
+
+/// The start reads the log again before it unassigns a replica it is still
+/// on record for: if that up-to-date read lists the node (the list of logs
+/// it started from was stale, and a move added the replica back), the
+/// replica is hosted, and, having no copy here while on record as placed
+/// on this directory, counted as lost (SPEC 2.8), never left out of both
+/// (helper-157's review).
+#[test]
+fn a_replica_added_back_behind_a_stale_list_is_counted_as_lost_not_skipped() {
+    let cluster = cluster(4);
+    let first = placed(&cluster, NodeId(2)).expect("node 2's replica is placed");
+    let delay = cluster.coordinator_delay(NodeId(2));
+    delay.fail_unassigns(u64::MAX);
+
+    let target = nodes(&[0, 1, 3]);
+    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    wait_completed(&cluster, &target);
+    wait_deleted(&cluster, NodeId(2));
+    let removed = state(&cluster);
+    cluster.stop_node(NodeId(2)).unwrap();
+    assert_eq!(placed(&cluster, NodeId(2)), Some(first));
+    add_back_while_down(&cluster, &[0, 1, 3, 2], NodeId(2));
+
+    delay.fail_unassigns(0);
+    delay.serve_stale_log_list(vec![removed]);
+    cluster.restart(NodeId(2)).unwrap();
+    let previous = cluster
+        .with_node(NodeId(2), |n| n.previous_shutdown())
+        .unwrap();
+    assert_eq!(previous, PreviousShutdown::LostData);
+    assert_eq!(placed(&cluster, NodeId(2)), Some(first), "not unassigned");
+    wait_completed(&cluster, &nodes(&[0, 1, 2, 3]));
+}

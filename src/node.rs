@@ -515,12 +515,10 @@ impl Node {
                         "the log list was stale: this replica is listed again");
                     hosted.push(log);
                 }
-                Some(_) => {
-                    if !unassign_directory(&*coordinator, me, log) {
-                        failed_unassigns.push(log);
-                    }
+                Some(_) if !unassign_directory(&*coordinator, me, log) => {
+                    failed_unassigns.push(log);
                 }
-                None => {}
+                Some(_) | None => {}
             }
         }
         let lost = lost_replicas(&hosted, &recorded, directory_id, |log| {

@@ -17,10 +17,18 @@
 //! the log's directory; when all of it has arrived it hands it to
 //! [`SnapshotStore::install`], restarts its log empty at the snapshot's
 //! offset, records that offset as its applied position, and fetches from
-//! there. A transfer that the leader's snapshot or leadership changes under
-//! starts again from its beginning; nothing is installed before the whole
-//! snapshot arrived and checked. The transfer runs on a thread of its own,
-//! so the other logs fetched from the same leader go on meanwhile.
+//! there. A transfer reads the snapshot it began to its end: every chunk
+//! after the first names it, and the leader serves it even after its
+//! application took a newer one (as Raft's `InstallSnapshot` streams one
+//! snapshot), so a snapshot that takes longer to send than the time
+//! between two snapshots is still installed. It starts again from its
+//! beginning, on the leader's latest, when the leader no longer serves
+//! that snapshot (its store cannot read it any more, or the leader's log
+//! start passed its offset; at most 3 times, then it gives up and tries
+//! again later), and when the leadership changes; nothing is
+//! installed before the whole snapshot arrived and checked. The transfer
+//! runs on a thread of its own, so the other logs fetched from the same
+//! leader go on meanwhile.
 //!
 //! Without a store, under
 //! [`ReplicationConfig::retain_until_applied`](crate::ReplicationConfig::retain_until_applied)
@@ -72,15 +80,34 @@ pub struct SnapshotInfo {
 /// retention timer, a `delete_records_before` caller) before the log takes
 /// any lock of its own: waiting there for a lock of the application's
 /// cannot close a cycle with the log's locks (as long as the calling
-/// thread does not hold it itself). The bytes of a snapshot must not change while it
-/// is the latest (write a new one next to it, then make it the latest).
+/// thread does not hold it itself).
+///
+/// A transfer to a follower begins on the snapshot that is the latest
+/// when it asks for its first chunk and reads every later chunk from that
+/// snapshot by its [`SnapshotInfo`] (`read_chunk`), even after a newer one
+/// became the latest. A store that keeps the previous snapshot readable
+/// until the transfers on it end (the store is not told when: keeping it
+/// for a while after its last `read_chunk` is one way) lets a slow
+/// transfer finish; one that deletes it as soon as a newer one is the
+/// latest makes that transfer start again on the newer one, and a
+/// transfer that would start again more than 3 times gives up and tries
+/// again later. The leader also stops serving a snapshot once its log start
+/// passes the snapshot's offset (deletion is bounded by the latest
+/// snapshot, not by the ones being read). The bytes read for a
+/// [`SnapshotInfo`] must not change while it can be read: write a new
+/// snapshot next to the old one, then make it the latest, and do not
+/// replace a snapshot by another of the same offset and length.
 pub trait SnapshotStore: Send + Sync {
     /// The latest complete snapshot of `log`, if any.
     fn latest(&self, log: LogId) -> Option<SnapshotInfo>;
 
     /// Up to `len` bytes of `snapshot` from byte `position` (fewer only at
-    /// its end). An error, or a snapshot that is no longer there, is
-    /// answered to the follower as "no snapshot", and it asks again later.
+    /// its end). `snapshot` is the latest when a transfer begins, then
+    /// the one that transfer began on, whichever is the latest by then; a
+    /// follower's request names it, so it may be one this store no longer
+    /// holds. An error, or fewer bytes, is answered to the follower as "no
+    /// snapshot": a transfer that began on it starts again on the latest,
+    /// and one that asked for the latest asks again later.
     fn read_chunk(
         &self,
         log: LogId,

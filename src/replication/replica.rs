@@ -2582,9 +2582,11 @@ impl Replica {
         self.below_leader_start
     }
 
-    /// Leader only: one chunk of the application's latest snapshot for a
-    /// follower (SPEC 3.9). The snapshot must lie between the log start
-    /// and what this replica knows to be committed: below the start the
+    /// Leader only: one chunk of an application's snapshot for a follower
+    /// (SPEC 3.9): of the snapshot the request names
+    /// ([`SnapshotRequest::snapshot`], every chunk of a transfer after its
+    /// first), else of the latest. The snapshot must lie between the log
+    /// start and what this replica knows to be committed: below the start the
     /// follower could not fetch on from it, above the committed end it
     /// would hold records that are not committed. Known committed are the
     /// offsets below the high watermark and, when higher, below its own
@@ -2632,7 +2634,13 @@ impl Replica {
             answer.error = ErrorCode::SnapshotUnavailable;
             return answer;
         };
-        let Some(info) = store.latest(self.log_id) else {
+        // A transfer reads the snapshot it began to its end (SPEC 3.9):
+        // served from the latest, a transfer longer than the time between
+        // two of the application's snapshots started again at every new
+        // one and never ended. A snapshot its store can no longer read is
+        // answered below as unavailable, and the follower starts again
+        // from the latest.
+        let Some(info) = request.snapshot.or_else(|| store.latest(self.log_id)) else {
             answer.error = ErrorCode::SnapshotUnavailable;
             return answer;
         };
@@ -2649,7 +2657,7 @@ impl Replica {
         // refused it for ever).
         let (start, end) = (self.log.log_start_offset(), self.log.log_end_offset());
         if info.offset < start || info.offset > end {
-            tracing::warn!(log = %self.log_id, snapshot_offset = %info.offset, log_start = %start, log_end = %end, "the latest snapshot is outside [log start, log end]: not sent");
+            tracing::warn!(log = %self.log_id, snapshot_offset = %info.offset, named = request.snapshot.is_some(), log_start = %start, log_end = %end, "the snapshot asked for is outside [log start, log end]: not sent");
             answer.error = ErrorCode::SnapshotUnavailable;
             return answer;
         }
@@ -4076,6 +4084,7 @@ mod tests {
             current_leader_epoch: LeaderEpoch(1),
             position: 0,
             bytes_max: 1024,
+            snapshot: None,
         };
         let answer = leader.answer_snapshot(&request, Some(&LatestAt(Offset(11))));
         assert_eq!(
@@ -4089,6 +4098,164 @@ mod tests {
         assert_eq!(answer.data.len(), 8);
         let answer = leader.answer_snapshot(&request, Some(&LatestAt(Offset(10))));
         assert_eq!(answer.error, ErrorCode::None, "the log end itself");
+    }
+
+    /// A store holding two snapshots of 8 bytes, both readable: the
+    /// latest at offset 8 and an older one at offset 6 (its bytes are 6s,
+    /// the latest's 8s); one at offset 4 that it no longer holds.
+    struct TwoSnapshots;
+
+    impl TwoSnapshots {
+        const OLDER: SnapshotInfo = SnapshotInfo {
+            offset: Offset(6),
+            size_bytes: 8,
+        };
+        const LATEST: SnapshotInfo = SnapshotInfo {
+            offset: Offset(8),
+            size_bytes: 8,
+        };
+        const DELETED: SnapshotInfo = SnapshotInfo {
+            offset: Offset(4),
+            size_bytes: 8,
+        };
+    }
+
+    impl SnapshotStore for TwoSnapshots {
+        fn latest(&self, _log: LogId) -> Option<SnapshotInfo> {
+            Some(Self::LATEST)
+        }
+
+        fn read_chunk(
+            &self,
+            _log: LogId,
+            snapshot: SnapshotInfo,
+            position: u64,
+            len: usize,
+        ) -> std::io::Result<Bytes> {
+            if snapshot != Self::OLDER && snapshot != Self::LATEST {
+                return Err(std::io::Error::other("no such snapshot"));
+            }
+            let end = (position as usize + len).min(8);
+            Ok(Bytes::from(vec![
+                snapshot.offset.0 as u8;
+                end.saturating_sub(position as usize)
+            ]))
+        }
+
+        fn install(
+            &self,
+            _log: LogId,
+            _snapshot: SnapshotInfo,
+            _data: &mut dyn std::io::Read,
+        ) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// SPEC 3.9: a transfer reads the snapshot it began to its end. A
+    /// request that names no snapshot (a transfer's first) gets the
+    /// latest; one that names a snapshot gets that one, though a newer one
+    /// is the latest, while the store can read it and its offset is within
+    /// [log start, log end]; otherwise it is unavailable (the follower
+    /// starts again from the latest). Before, every chunk came from the
+    /// latest, and a transfer that took longer than the time between two
+    /// snapshots started again at each one and never ended. The fencing
+    /// checks come first, as for the latest.
+    #[test]
+    fn a_leader_serves_the_snapshot_a_request_names_else_its_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = leader_of_ten_records(dir.path());
+        let replicas = vec![NodeId(0), NodeId(1)];
+        leader
+            .become_leader(LeaderEpoch(2), replicas.clone(), replicas, 1)
+            .unwrap();
+        let ask = |snapshot: Option<SnapshotInfo>, position: u64| SnapshotRequest {
+            replica: NodeId(1),
+            log: LogId(0),
+            current_leader_epoch: LeaderEpoch(2),
+            position,
+            bytes_max: 4,
+            snapshot,
+        };
+        let first = leader.answer_snapshot(&ask(None, 0), Some(&TwoSnapshots));
+        assert_eq!(first.error, ErrorCode::None);
+        assert_eq!(
+            (first.snapshot_offset, first.snapshot_bytes, &first.data[..]),
+            (Offset(8), 8, &[8u8; 4][..]),
+            "a first request gets the latest"
+        );
+        let named = leader.answer_snapshot(&ask(Some(TwoSnapshots::OLDER), 4), Some(&TwoSnapshots));
+        assert_eq!(named.error, ErrorCode::None);
+        assert_eq!(
+            (named.snapshot_offset, named.snapshot_bytes, &named.data[..]),
+            (Offset(6), 8, &[6u8; 4][..]),
+            "a named snapshot is served though a newer one is the latest"
+        );
+        assert_eq!(named.crc32, crc32fast::hash(&[6u8; 4]));
+        assert_eq!(
+            named.snapshot_epoch,
+            Some(LeaderEpoch(1)),
+            "record 5 is epoch 1's"
+        );
+        let gone =
+            leader.answer_snapshot(&ask(Some(TwoSnapshots::DELETED), 4), Some(&TwoSnapshots));
+        assert_eq!(
+            gone.error,
+            ErrorCode::SnapshotUnavailable,
+            "the store no longer reads it: not the latest instead"
+        );
+        assert!(gone.data.is_empty());
+        let past_end = SnapshotInfo {
+            offset: Offset(11),
+            size_bytes: 8,
+        };
+        assert_eq!(
+            leader
+                .answer_snapshot(&ask(Some(past_end), 0), Some(&TwoSnapshots))
+                .error,
+            ErrorCode::SnapshotUnavailable,
+            "11 is past the log end, 10"
+        );
+        assert_eq!(
+            leader
+                .answer_snapshot(&ask(Some(TwoSnapshots::OLDER), 9), Some(&TwoSnapshots))
+                .error,
+            ErrorCode::OffsetOutOfRange,
+            "past the named snapshot's 8 bytes"
+        );
+        assert_eq!(
+            leader
+                .answer_snapshot(&ask(Some(TwoSnapshots::OLDER), 0), None)
+                .error,
+            ErrorCode::SnapshotUnavailable,
+            "no store"
+        );
+        let fenced = SnapshotRequest {
+            current_leader_epoch: LeaderEpoch(1),
+            ..ask(Some(TwoSnapshots::OLDER), 4)
+        };
+        assert_eq!(
+            leader.answer_snapshot(&fenced, Some(&TwoSnapshots)).error,
+            ErrorCode::FencedLeaderEpoch
+        );
+        let stranger = SnapshotRequest {
+            replica: NodeId(7),
+            ..ask(Some(TwoSnapshots::OLDER), 4)
+        };
+        assert_eq!(
+            leader.answer_snapshot(&stranger, Some(&TwoSnapshots)).error,
+            ErrorCode::InvalidRequest
+        );
+        // The log start passes the named snapshot: it could not be fetched
+        // on from.
+        leader.log().set_log_start_offset(Offset(7)).unwrap();
+        assert_eq!(
+            leader
+                .answer_snapshot(&ask(Some(TwoSnapshots::OLDER), 4), Some(&TwoSnapshots))
+                .error,
+            ErrorCode::SnapshotUnavailable,
+            "6 is below the log start, 7"
+        );
     }
 
     /// SPEC 3.5, 3.9: a snapshot's chunks name the epoch of the leader's
@@ -4118,6 +4285,7 @@ mod tests {
             current_leader_epoch: LeaderEpoch(3),
             position: 0,
             bytes_max: 1024,
+            snapshot: None,
         };
         let epoch_at = |offset: u64| {
             let answer = leader.answer_snapshot(&request, Some(&LatestAt(Offset(offset))));

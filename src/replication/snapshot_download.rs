@@ -5,12 +5,22 @@
 //! the chunks in memory, stepped by a simulator).
 //!
 //! It owns what a chunk's answer must hold to be kept ([`chunk_of`],
-//! [`check_chunk`]), how often a transfer starts again when the leader's
-//! snapshot changes under it ([`RESTARTS_MAX`]), and the install of a
-//! whole download ([`install_downloaded`]). It does not own how the bytes
-//! move (requests, threads, where the chunks are kept) nor a driver's own
-//! checks before the install (the threaded one's file length and cancel
-//! flag): those are the drivers'. [`chunk_of`] and [`check_chunk`] do no
+//! [`check_chunk`]), how often a transfer starts again when the leader no
+//! longer serves the snapshot it downloads ([`RESTARTS_MAX`]), and the
+//! install of a whole download ([`install_downloaded`]).
+//!
+//! A transfer downloads one snapshot: its first request gets the leader's
+//! latest, and every later one names that snapshot
+//! ([`SnapshotRequest::snapshot`](crate::transport::SnapshotRequest::snapshot)),
+//! which the leader serves even after its application took a newer one, as
+//! Raft's `InstallSnapshot` streams one snapshot to its end. It starts again
+//! from the latest only when the leader answers that the snapshot named is
+//! unavailable (its store could not read it, or the leader's log start
+//! passed its offset).
+//!
+//! It does not own how the bytes move (requests, threads, where the chunks
+//! are kept) nor a driver's own checks before the install (the threaded
+//! one's file length and cancel flag): those are the drivers'. [`chunk_of`] and [`check_chunk`] do no
 //! I/O; [`install_downloaded`] reaches only the replica and the
 //! application's store.
 
@@ -21,15 +31,16 @@ use crate::snapshot::{SnapshotInfo, SnapshotStore};
 use crate::transport::{ErrorCode, Response, SnapshotResponse, TransportError};
 use crate::types::{LeaderEpoch, LogId, NodeId, Offset};
 
-/// How often a transfer starts again because the leader's latest snapshot
-/// changed under it before it gives up (the fetcher tries again later).
+/// How often a transfer starts again because the leader no longer serves
+/// the snapshot it downloads before it gives up (the fetcher tries again
+/// later).
 pub(super) const RESTARTS_MAX: u32 = 3;
 
-/// Why a transfer gave up after the leader's latest snapshot changed
-/// under it once more than [`RESTARTS_MAX`] allows.
-pub(super) fn changed_too_often() -> String {
+/// Why a transfer gave up after the leader stopped serving the snapshot it
+/// downloaded once more than [`RESTARTS_MAX`] allows.
+pub(super) fn restarted_too_often() -> String {
     format!(
-        "the leader's latest snapshot changed {} times during the transfer",
+        "the leader stopped serving the snapshot being downloaded {} times during the transfer",
         RESTARTS_MAX + 1
     )
 }
@@ -60,18 +71,27 @@ pub(super) enum ChunkCheck {
         /// The chunk's length in bytes.
         len: u64,
     },
-    /// A chunk of another snapshot than the one expected: the leader's
-    /// latest changed under the transfer, which starts again. Its bytes
-    /// were not checked and must not be kept.
+    /// A chunk of another snapshot than the one expected and named in the
+    /// request: a leader serves only the snapshot named, so none of this
+    /// version sends it; the transfer starts again. Its bytes were not
+    /// checked and must not be kept.
     OtherSnapshot(SnapshotId),
+    /// The leader answered that the snapshot expected and named in the
+    /// request is unavailable: its store could not read it (deleted once
+    /// a newer one was taken, or a read failed), or the leader's log start
+    /// passed its offset. The transfer starts again from the leader's
+    /// latest.
+    Unavailable,
 }
 
 /// Checks `chunk`, the answer to a request for byte `position` of `log`'s
-/// snapshot, in this order: the log and position asked for, no error
-/// code, the snapshot `expected` (`None` for the first chunk, which names
-/// the snapshot), its CRC-32, a length that fits its snapshot (at most
-/// what remains, and not empty while any remains: only the last chunk is
-/// short). An error says why the transfer fails.
+/// snapshot `expected` (the one the request named; `None` for the first
+/// chunk, which names the snapshot), in this order: the log and position
+/// asked for, no error code (but `SnapshotUnavailable` for a snapshot
+/// named: [`ChunkCheck::Unavailable`]), the snapshot `expected`, its
+/// CRC-32, a length that fits its snapshot (at most what remains, and not
+/// empty while any remains: only the last chunk is short). An error says
+/// why the transfer fails.
 pub(super) fn check_chunk(
     log: LogId,
     position: u64,
@@ -83,6 +103,9 @@ pub(super) fn check_chunk(
             "the leader answered for log {} at byte {}, asked for log {log} at byte {position}",
             chunk.log, chunk.position
         ));
+    }
+    if chunk.error == ErrorCode::SnapshotUnavailable && expected.is_some() {
+        return Ok(ChunkCheck::Unavailable);
     }
     if chunk.error != ErrorCode::None {
         return Err(format!("the leader answered {}", chunk.error));
@@ -351,7 +374,7 @@ pub(super) mod tests {
     }
 
     /// An answer without a chunk says why, as both drivers report it; a
-    /// transfer gives up after `RESTARTS_MAX + 1` changes.
+    /// transfer gives up after `RESTARTS_MAX + 1` restarts.
     #[test]
     fn an_answer_without_a_chunk_says_why() {
         assert_eq!(
@@ -360,8 +383,40 @@ pub(super) mod tests {
         );
         assert!(chunk_of(Ok(Response::Snapshot(chunk(0, b"ab", 10, 2)))).is_ok());
         assert_eq!(
-            changed_too_often(),
-            "the leader's latest snapshot changed 4 times during the transfer"
+            restarted_too_often(),
+            "the leader stopped serving the snapshot being downloaded 4 times during the transfer"
+        );
+    }
+
+    /// A named snapshot the leader says is unavailable (its store deleted
+    /// it, or the log start passed it) starts the transfer again; the
+    /// first request's, which named none, fails it, as does any other
+    /// error.
+    #[test]
+    fn check_chunk_starts_again_when_the_snapshot_named_is_unavailable() {
+        let unavailable = SnapshotResponse {
+            error: ErrorCode::SnapshotUnavailable,
+            ..chunk(4, b"", 0, 0)
+        };
+        assert!(matches!(
+            check_chunk(LogId(1), 4, Some(snapshot(10, 6)), &unavailable),
+            Ok(ChunkCheck::Unavailable)
+        ));
+        let first = SnapshotResponse {
+            position: 0,
+            ..unavailable.clone()
+        };
+        assert_eq!(
+            rejection(0, None, &first),
+            format!("the leader answered {}", ErrorCode::SnapshotUnavailable)
+        );
+        let fenced = SnapshotResponse {
+            error: ErrorCode::FencedLeaderEpoch,
+            ..unavailable
+        };
+        assert_eq!(
+            rejection(4, Some(snapshot(10, 6)), &fenced),
+            format!("the leader answered {}", ErrorCode::FencedLeaderEpoch)
         );
     }
 }

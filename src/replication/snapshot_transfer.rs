@@ -6,7 +6,8 @@
 //! on meanwhile.
 //!
 //! The rules are not its own (issue 28): each chunk is checked by
-//! [`check_chunk`], the restarts are bounded by [`RESTARTS_MAX`] and the
+//! [`check_chunk`], every request after the first names the snapshot the
+//! first chunk named, the restarts are bounded by [`RESTARTS_MAX`] and the
 //! download is installed by [`install_downloaded`], all in
 //! [`snapshot_download`](super::snapshot_download), which the simulator's
 //! driver ([`stepped_snapshot`](super::stepped_snapshot)) calls too. This
@@ -29,7 +30,7 @@ use std::time::Instant;
 use super::replica::Replica;
 use super::snapshot_download::SnapshotId;
 use super::snapshot_download::{
-    changed_too_often, check_chunk, chunk_of, install_downloaded, ChunkCheck, RESTARTS_MAX,
+    check_chunk, chunk_of, install_downloaded, restarted_too_often, ChunkCheck, RESTARTS_MAX,
 };
 use crate::config::ReplicationConfig;
 use crate::snapshot::SnapshotStore;
@@ -71,10 +72,11 @@ pub(crate) struct Transfer<'a> {
 }
 
 impl Transfer<'_> {
-    /// Downloads, checks and installs the leader's latest snapshot; returns
-    /// its offset, where the log now starts. An error says what went wrong,
-    /// for the log: nothing was installed (or the application's install
-    /// failed and kept its old state).
+    /// Downloads, checks and installs the snapshot that is the leader's
+    /// latest when the transfer begins (or, if the leader stops serving
+    /// it, starts again); returns its offset, where the log now starts. An
+    /// error says what went wrong, for the log: nothing was installed (or
+    /// the application's install failed and kept its old state).
     pub(crate) fn run(&self) -> Result<Offset, String> {
         let number = TRANSFERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = self
@@ -139,11 +141,11 @@ impl Transfer<'_> {
             tracing::info!(log = %self.replica.log_id(), leader = %self.leader, snapshot_offset = %info.offset, bytes = info.size_bytes, took = ?started.elapsed(), "snapshot transfer complete");
             return Ok(info.offset);
         }
-        Err(changed_too_often())
+        Err(restarted_too_often())
     }
 
-    /// Downloads the whole snapshot into `path`. `Ok(None)`: the leader's
-    /// latest snapshot changed under the transfer, start again.
+    /// Downloads the whole snapshot into `path`. `Ok(None)`: the leader no
+    /// longer serves the snapshot, start again from its latest.
     ///
     /// Each chunk is written at its own offset of the file by the thread
     /// that asked for it, once checked (see [`receive`](Self::receive)), so
@@ -179,8 +181,8 @@ impl Transfer<'_> {
 
     /// Asks for the snapshot chunk after chunk into `download`; takes the
     /// answers in order, and ends once every byte of the snapshot was
-    /// checked and written. `Ok(None)`: the leader's latest snapshot
-    /// changed under the transfer.
+    /// checked and written. `Ok(None)`: the leader no longer serves the
+    /// snapshot (see [`ChunkCheck::Unavailable`]).
     ///
     /// Once the first chunk told the chunk size the leader serves (every
     /// chunk but the last has it: `answer_snapshot`), up to
@@ -203,10 +205,11 @@ impl Transfer<'_> {
         crate::simulation::forbid_in_simulation("spawning snapshot transfer askers");
         std::thread::scope(|scope| {
             // Positions to ask for, each with the snapshot the transfer
-            // expects (`None` for the first chunk) and where its answer
-            // goes. The askers end when this sender is dropped (on the way
-            // out of this closure, before the scope joins them); one still
-            // waiting for an answer then ends within `request_timeout`.
+            // expects and names (`None` for the first chunk) and where its
+            // answer goes. The askers end when this sender is dropped (on
+            // the way out of this closure, before the scope joins them);
+            // one still waiting for an answer then ends within
+            // `request_timeout`.
             let (asks, asked) = crossbeam_channel::bounded::<Ask>(REQUESTS_IN_FLIGHT_MAX);
             for _ in 0..REQUESTS_IN_FLIGHT_MAX {
                 let asked = asked.clone();
@@ -280,25 +283,26 @@ impl Transfer<'_> {
                     let chunk = answered
                         .recv()
                         .unwrap_or_else(|_| Err("a snapshot asker stopped".to_string()))?;
-                    match info {
-                        None => {
-                            info = Some(chunk.snapshot);
-                            download.reserve(chunk.snapshot.size_bytes)?;
-                        }
-                        Some(known) if known.is_other(chunk.snapshot) => {
-                            tracing::info!(log = %self.replica.log_id(), was = ?known, now = ?chunk.snapshot, "the leader's latest snapshot changed during the transfer; starting again");
+                    let (snapshot, len) = match chunk {
+                        Chunk::Written { snapshot, len } => (snapshot, len),
+                        Chunk::Unserved(other) => {
+                            tracing::info!(log = %self.replica.log_id(), was = ?info, answered = ?other, "the leader no longer serves the snapshot being downloaded; starting again from its latest");
                             return Ok(None);
                         }
-                        Some(_) => {}
+                    };
+                    match info {
+                        None => {
+                            info = Some(snapshot);
+                            download.reserve(snapshot.size_bytes)?;
+                        }
+                        // `check_chunk` let through only chunks of the
+                        // snapshot expected.
+                        Some(known) => debug_assert!(!known.is_other(snapshot)),
                     }
-                    // The asker wrote the chunk only after these held for
-                    // the snapshot the chunk belongs to.
-                    debug_assert!(chunk.written);
                     // The first chunk's, with the epoch it named.
                     let Some(now) = info else {
                         return Err(format!("no snapshot known at byte {position}"));
                     };
-                    let len = chunk.len;
                     let remaining = now.size_bytes.saturating_sub(position);
                     debug_assert!(len <= remaining && (len > 0 || remaining == 0));
                     match chunk_bytes {
@@ -326,13 +330,15 @@ impl Transfer<'_> {
         })
     }
 
-    /// Asks for the chunk at byte `position` and checks the answer
-    /// ([`check_chunk`]: the log and position asked for, no error, its
-    /// CRC-32, a length that fits its snapshot). A chunk of the snapshot
-    /// `expected` (or of any, for the first chunk, `None`) that passes is
-    /// written at `position` of the download; a chunk of another
-    /// snapshot is not written, and said so ([`Chunk::written`] false), so
-    /// that the transfer starts again. Every byte in the download was thus
+    /// Asks for the chunk at byte `position` of the snapshot `expected`
+    /// (named in the request; `None` for the first chunk, which gets the
+    /// leader's latest) and checks the answer ([`check_chunk`]: the log
+    /// and position asked for, no error, its CRC-32, a length that fits
+    /// its snapshot). A chunk of the snapshot `expected` (or of any, for
+    /// the first chunk) that passes is written at `position` of the
+    /// download; an answer that the snapshot is unavailable, or a chunk of
+    /// another, writes nothing and says so ([`Chunk::Unserved`]), so that
+    /// the transfer starts again. Every byte in the download was thus
     /// checked.
     fn fetch_chunk(
         &self,
@@ -340,37 +346,30 @@ impl Transfer<'_> {
         expected: Option<SnapshotId>,
         download: &Download<'_>,
     ) -> Result<Chunk, String> {
-        let chunk = self.ask(position)?;
+        let chunk = self.ask(position, expected)?;
         let (now, len) = match check_chunk(self.replica.log_id(), position, expected, &chunk)? {
             ChunkCheck::Fits { snapshot, len } => (snapshot, len),
-            ChunkCheck::OtherSnapshot(snapshot) => {
-                return Ok(Chunk {
-                    snapshot,
-                    len: chunk.data.len() as u64,
-                    written: false,
-                })
-            }
+            ChunkCheck::OtherSnapshot(other) => return Ok(Chunk::Unserved(Some(other))),
+            ChunkCheck::Unavailable => return Ok(Chunk::Unserved(None)),
         };
         let _writing = download.writing.lock();
         download
             .file
             .write_all_at(position, &chunk.data)
             .map_err(|e| format!("write {}: {e}", download.path.display()))?;
-        Ok(Chunk {
-            snapshot: now,
-            len,
-            written: true,
-        })
+        Ok(Chunk::Written { snapshot: now, len })
     }
 
-    /// One request for the chunk at byte `position`.
-    fn ask(&self, position: u64) -> Result<SnapshotResponse, String> {
+    /// One request for the chunk at byte `position` of the snapshot
+    /// `expected` (`None`: of the leader's latest).
+    fn ask(&self, position: u64, expected: Option<SnapshotId>) -> Result<SnapshotResponse, String> {
         let request = Request::Snapshot(SnapshotRequest {
             replica: self.local,
             log: self.replica.log_id(),
             current_leader_epoch: self.epoch,
             position,
             bytes_max: self.config.fetch_bytes_max,
+            snapshot: expected.map(SnapshotId::info),
         });
         let deadline = Instant::now() + self.config.request_timeout;
         chunk_of(self.transport.call(self.leader, request, deadline))
@@ -431,15 +430,21 @@ struct Ask {
     answer: crossbeam_channel::Sender<Result<Chunk, String>>,
 }
 
-/// What an asker hands back of one chunk it checked.
-struct Chunk {
-    /// The snapshot the leader answered from.
-    snapshot: SnapshotId,
-    /// The chunk's length in bytes.
-    len: u64,
-    /// Whether its bytes are in the download: false only when `snapshot`
-    /// is not the one the transfer expected (it starts again).
-    written: bool,
+/// What an asker hands back of one chunk it asked for and checked.
+enum Chunk {
+    /// Its bytes are in the download.
+    Written {
+        /// The snapshot the leader answered from.
+        snapshot: SnapshotId,
+        /// The chunk's length in bytes.
+        len: u64,
+    },
+    /// Nothing was written: the leader no longer serves the snapshot the
+    /// transfer expected; it starts again. Holds the snapshot the leader
+    /// answered with instead ([`ChunkCheck::OtherSnapshot`]), `None` when
+    /// it answered that the snapshot is unavailable
+    /// ([`ChunkCheck::Unavailable`]).
+    Unserved(Option<SnapshotId>),
 }
 
 /// How many chunk requests a transfer has out at once. With 2 the

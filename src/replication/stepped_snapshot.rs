@@ -8,10 +8,11 @@
 //!
 //! The rules are the threaded transfer's, one code for both (issue 28,
 //! [`snapshot_download`](super::snapshot_download)): each chunk is checked
-//! by [`check_chunk`] (the log and position asked for, no error, a
-//! snapshot that changed between chunks starts the transfer again, at most
-//! [`RESTARTS_MAX`] times, its CRC-32, a length that fits its snapshot),
-//! and the fetcher installs the whole download with the same
+//! by [`check_chunk`] (the log and position asked for, no error, its
+//! CRC-32, a length that fits its snapshot; a snapshot that the leader no
+//! longer serves starts the transfer again, at most [`RESTARTS_MAX`]
+//! times), every request after the first names the snapshot the first
+//! chunk named, and the fetcher installs the whole download with the same
 //! [`install_downloaded`](super::snapshot_download::install_downloaded).
 //! Only how the bytes move is this module's: one request at a time, the
 //! chunks kept in memory (a simulated snapshot is small) instead of a file
@@ -22,7 +23,7 @@
 
 use super::snapshot_download::SnapshotId;
 use super::snapshot_download::{
-    changed_too_often, check_chunk, chunk_of, ChunkCheck, RESTARTS_MAX,
+    check_chunk, chunk_of, restarted_too_often, ChunkCheck, RESTARTS_MAX,
 };
 use crate::transport::{Response, SnapshotRequest, SnapshotResponse, TransportError};
 use crate::types::{LeaderEpoch, LogId, NodeId};
@@ -36,7 +37,8 @@ pub(crate) struct SteppedTransfer {
     snapshot: Option<SnapshotId>,
     /// Every byte checked so far, from the snapshot's start.
     received: Vec<u8>,
-    /// Times the leader's snapshot changed under the transfer.
+    /// Times the transfer started again because the leader no longer
+    /// served its snapshot.
     restarts: u32,
     /// The request out, by the driver's token: one at a time.
     asked: Option<u64>,
@@ -74,7 +76,7 @@ impl SteppedTransfer {
     }
 
     /// The next chunk's request, under the driver's `token`, unless one is
-    /// out.
+    /// out: after the first chunk, for the snapshot that chunk named.
     pub(crate) fn next_request(
         &mut self,
         token: u64,
@@ -92,6 +94,7 @@ impl SteppedTransfer {
             current_leader_epoch: self.epoch,
             position: self.received.len() as u64,
             bytes_max,
+            snapshot: self.snapshot.map(SnapshotId::info),
         })
     }
 
@@ -112,22 +115,29 @@ impl SteppedTransfer {
         }
     }
 
+    /// Starts the transfer again from the leader's latest, unless it did
+    /// so [`RESTARTS_MAX`] times already: the leader no longer serves the
+    /// snapshot being downloaded (it answered with `other`, or, `None`,
+    /// that it is unavailable).
+    fn start_again(&mut self, log: LogId, other: Option<SnapshotId>) -> ChunkStep {
+        self.restarts += 1;
+        if self.restarts > RESTARTS_MAX {
+            return ChunkStep::Failed(restarted_too_often());
+        }
+        tracing::info!(%log, was = ?self.snapshot, answered = ?other, "the leader no longer serves the snapshot being downloaded; starting again from its latest");
+        self.snapshot = None;
+        self.received.clear();
+        ChunkStep::More
+    }
+
     /// Checks `chunk` ([`check_chunk`], as `Transfer::fetch_chunk` does)
     /// and keeps its bytes.
     fn take_chunk(&mut self, log: LogId, chunk: SnapshotResponse) -> ChunkStep {
         let position = self.received.len() as u64;
         let now = match check_chunk(log, position, self.snapshot, &chunk) {
             Ok(ChunkCheck::Fits { snapshot, .. }) => snapshot,
-            Ok(ChunkCheck::OtherSnapshot(now)) => {
-                self.restarts += 1;
-                if self.restarts > RESTARTS_MAX {
-                    return ChunkStep::Failed(changed_too_often());
-                }
-                tracing::info!(%log, was = ?self.snapshot, now = ?now, "the leader's latest snapshot changed during the transfer; starting again");
-                self.snapshot = None;
-                self.received.clear();
-                return ChunkStep::More;
-            }
+            Ok(ChunkCheck::OtherSnapshot(other)) => return self.start_again(log, Some(other)),
+            Ok(ChunkCheck::Unavailable) => return self.start_again(log, None),
             Err(why) => return ChunkStep::Failed(why),
         };
         // The first chunk's, with the epoch it named.
@@ -143,6 +153,8 @@ impl SteppedTransfer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::SnapshotInfo;
+    use crate::transport::ErrorCode;
     use crate::types::Offset;
 
     /// `snapshot_download`'s test chunk as a transport answer.
@@ -152,17 +164,18 @@ mod tests {
         ))
     }
 
-    /// Chunks are asked for one at a time and taken in order; a stale
-    /// copy is ignored, a changed snapshot starts again from byte 0, and
-    /// a bad CRC fails the transfer.
+    /// Chunks are asked for one at a time and taken in order, each after
+    /// the first naming the snapshot the first named; a stale copy is
+    /// ignored, a snapshot the leader no longer serves starts again from
+    /// byte 0 and the latest, and a bad CRC fails the transfer.
     #[test]
     fn a_stepped_transfer_checks_each_chunk_and_completes_with_every_byte() {
         let log = LogId(1);
         let mut transfer = SteppedTransfer::new(LeaderEpoch(3));
         let first = transfer.next_request(1, NodeId(2), log, 4).unwrap();
         assert_eq!(
-            (first.position, first.current_leader_epoch),
-            (0, LeaderEpoch(3))
+            (first.position, first.current_leader_epoch, first.snapshot),
+            (0, LeaderEpoch(3), None)
         );
         assert!(
             transfer.next_request(2, NodeId(2), log, 4).is_none(),
@@ -177,19 +190,28 @@ mod tests {
             ChunkStep::Stale
         ));
         let second = transfer.next_request(3, NodeId(2), log, 4).unwrap();
-        assert_eq!(second.position, 4);
-        // The leader took a newer snapshot: start again.
+        assert_eq!(
+            (second.position, second.snapshot),
+            (
+                4,
+                Some(SnapshotInfo {
+                    offset: Offset(10),
+                    size_bytes: 6
+                })
+            )
+        );
+        // The leader's store no longer reads it: start again from the
+        // latest.
+        let Response::Snapshot(mut unavailable) = chunk(4, b"", 10, 6) else {
+            unreachable!()
+        };
+        unavailable.error = ErrorCode::SnapshotUnavailable;
         assert!(matches!(
-            transfer.on_answer(3, log, Ok(chunk(4, b"ef", 12, 6))),
+            transfer.on_answer(3, log, Ok(Response::Snapshot(unavailable))),
             ChunkStep::More
         ));
-        assert_eq!(
-            transfer
-                .next_request(4, NodeId(2), log, 4)
-                .unwrap()
-                .position,
-            0
-        );
+        let again = transfer.next_request(4, NodeId(2), log, 4).unwrap();
+        assert_eq!((again.position, again.snapshot), (0, None));
         assert!(matches!(
             transfer.on_answer(4, log, Ok(chunk(0, b"wxyz", 12, 6))),
             ChunkStep::More
@@ -219,5 +241,40 @@ mod tests {
             bad.on_answer(1, log, Ok(Response::Snapshot(flipped))),
             ChunkStep::Failed(_)
         ));
+    }
+
+    /// A transfer starts again at most `RESTARTS_MAX` times, whether the
+    /// snapshot named is unavailable or another one answers; the next
+    /// time it fails.
+    #[test]
+    fn a_stepped_transfer_gives_up_after_restarts_max_restarts() {
+        let log = LogId(1);
+        let mut transfer = SteppedTransfer::new(LeaderEpoch(3));
+        let mut token = 0;
+        let mut ask = |transfer: &mut SteppedTransfer, answer: Response| {
+            token += 1;
+            transfer.next_request(token, NodeId(2), log, 4).unwrap();
+            transfer.on_answer(token, log, Ok(answer))
+        };
+        for restart in 0..=RESTARTS_MAX {
+            assert!(matches!(
+                ask(&mut transfer, chunk(0, b"abcd", 10, 6)),
+                ChunkStep::More
+            ));
+            let step = if restart % 2 == 0 {
+                let Response::Snapshot(mut unavailable) = chunk(4, b"", 10, 6) else {
+                    unreachable!()
+                };
+                unavailable.error = ErrorCode::SnapshotUnavailable;
+                ask(&mut transfer, Response::Snapshot(unavailable))
+            } else {
+                ask(&mut transfer, chunk(4, b"ef", 12, 6))
+            };
+            match (restart < RESTARTS_MAX, step) {
+                (true, ChunkStep::More) => {}
+                (false, ChunkStep::Failed(why)) => assert_eq!(why, restarted_too_often()),
+                (_, other) => panic!("restart {restart}: {other:?}"),
+            }
+        }
     }
 }

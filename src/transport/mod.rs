@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::error::Error;
+use crate::snapshot::SnapshotInfo;
 use crate::types::{Incarnation, LeaderEpoch, LogId, NodeId, Offset};
 
 pub use memory::{MemoryNetwork, MemoryTransport};
@@ -287,8 +288,9 @@ pub struct EpochEndOffsetsResponse {
     pub logs: Vec<EpochAnswer>,
 }
 
-/// A follower asks for one chunk of the leader application's latest
-/// snapshot of a log (SPEC §3.9).
+/// A follower asks for one chunk of a snapshot of a log by the leader's
+/// application (SPEC §3.9): of the latest for a transfer's first chunk,
+/// then of the one that chunk named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotRequest {
     /// The follower asking.
@@ -301,6 +303,14 @@ pub struct SnapshotRequest {
     pub position: u64,
     /// Largest chunk wanted.
     pub bytes_max: u32,
+    /// The snapshot being downloaded, as the transfer's first chunk named
+    /// it; `None` for the first request, which gets the leader's latest.
+    /// A transfer reads one snapshot to its end even after the leader's
+    /// application took a newer one: the leader serves the snapshot named
+    /// while its store can read it and its offset is within the leader's
+    /// log, and answers [`ErrorCode::SnapshotUnavailable`] otherwise (the
+    /// follower then starts again from the latest).
+    pub snapshot: Option<SnapshotInfo>,
 }
 
 /// One chunk of a snapshot (SPEC §3.9).
@@ -312,8 +322,9 @@ pub struct SnapshotResponse {
     /// meaningful.
     pub error: ErrorCode,
     /// The offset the snapshot was taken at: every record below it is in
-    /// it. A change between chunks means the leader's latest snapshot
-    /// changed: the transfer starts again.
+    /// it. After the first chunk it is the request's
+    /// [`SnapshotRequest::snapshot`]'s: a leader serves only the snapshot a
+    /// request names.
     pub snapshot_offset: Offset,
     /// An epoch whose leader's log held the records below
     /// `snapshot_offset`: the epoch of the leader's record just below it,

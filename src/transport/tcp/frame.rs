@@ -12,7 +12,7 @@
 //! | at | field | type |
 //! |---:|---|---|
 //! | 0 | magic, the ASCII bytes `ISRL` | [u8; 4] |
-//! | 4 | version (= 4) | u8 |
+//! | 4 | version (= 6) | u8 |
 //! | 5 | message type (table below) | u8 |
 //! | 6 | body length: bytes after the header | u32 |
 //! | 10 | request id, chosen by the caller, echoed by the response | u64 |
@@ -31,7 +31,7 @@
 //! | `0x80` | error response: error code u16 |
 //! | `0x81` | fetch response |
 //! | `0x82` | epoch end offsets response |
-//! | `0x03` | snapshot request: sender, replica, log id, current leader epoch (u32 ×4), position u64, bytes_max u32 |
+//! | `0x03` | snapshot request: sender, replica, log id, current leader epoch (u32 ×4), position u64, bytes_max u32, snapshot named (presence byte, then its offset and byte length, u64 ×2) |
 //! | `0x83` | snapshot response: log id u32, error code u16, snapshot offset u64, snapshot epoch (presence byte, then u32), snapshot bytes, position (u64 ×2), CRC-32 of the data u32, data length u32, data |
 //!
 //! A request body starts with the **sender**: the caller's node id (u32), which
@@ -120,6 +120,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes};
 
+use crate::snapshot::SnapshotInfo;
 use crate::transport::{
     EpochAnswer, EpochEndOffset, EpochEndOffsetsRequest, EpochEndOffsetsResponse, EpochQuery,
     ErrorCode, FetchLog, FetchRequest, FetchResponse, FetchedLog, Request, Response,
@@ -135,8 +136,9 @@ pub(crate) const MAGIC: [u8; 4] = *b"ISRL";
 /// version 3 the epoch below the log start to fetch answers and the
 /// snapshot's epoch to its chunks; version 4 the epoch below the log end
 /// to fetch answers; version 5 the follower's line epoch to the fetch
+/// request; version 6 the snapshot being downloaded to the snapshot
 /// request.
-pub(crate) const VERSION: u8 = 5;
+pub(crate) const VERSION: u8 = 6;
 /// Size of the fixed frame header.
 pub(crate) const HEADER_BYTES: usize = 18;
 
@@ -158,8 +160,12 @@ const FETCH_LOG_BYTES_MIN: usize = 4 + 4 + 8 + 1 + 1 + 8 + 4 + 1;
 /// Smallest encoding of one `FetchedLog` (not diverging, no records, no
 /// applied positions).
 const FETCHED_LOG_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 1 + 1 + 4 + 4;
-/// Encoding of a `SnapshotRequest` after the sender.
-const SNAPSHOT_REQUEST_BYTES: usize = 4 + 4 + 4 + 8 + 4;
+/// Smallest encoding of a `SnapshotRequest` after the sender (no
+/// snapshot named).
+const SNAPSHOT_REQUEST_BYTES_MIN: usize = 4 + 4 + 4 + 8 + 4 + 1;
+/// Encoding of the snapshot a `SnapshotRequest` names, after its presence
+/// byte.
+const SNAPSHOT_NAMED_BYTES: usize = 8 + 8;
 /// Smallest encoding of a `SnapshotResponse` (no data).
 const SNAPSHOT_RESPONSE_BYTES_MIN: usize = 4 + 2 + 8 * 3 + 1 + 4 + 4;
 /// Encoding of one applied position in a `FetchedLog`.
@@ -319,7 +325,10 @@ pub(crate) fn encode_request(
             MessageType::EpochEndOffsetsRequest,
             4 + 4 + 4 + EPOCH_QUERY_BYTES * query.logs.len(),
         ),
-        Request::Snapshot(_) => (MessageType::SnapshotRequest, 4 + SNAPSHOT_REQUEST_BYTES),
+        Request::Snapshot(snapshot) => (
+            MessageType::SnapshotRequest,
+            4 + SNAPSHOT_REQUEST_BYTES_MIN + snapshot.snapshot.map_or(0, |_| SNAPSHOT_NAMED_BYTES),
+        ),
     };
     let mut out = start_frame(message_type, request_id, size, frame_bytes_max)?;
     out.put_u32_le(from.0);
@@ -363,6 +372,14 @@ pub(crate) fn encode_request(
             out.put_u32_le(snapshot.current_leader_epoch.0);
             out.put_u64_le(snapshot.position);
             out.put_u32_le(snapshot.bytes_max);
+            match snapshot.snapshot {
+                Some(named) => {
+                    out.put_u8(1);
+                    out.put_u64_le(named.offset.0);
+                    out.put_u64_le(named.size_bytes);
+                }
+                None => out.put_u8(0),
+            }
         }
     }
     finish_frame(out, size)
@@ -784,6 +801,14 @@ pub(crate) fn decode_body(header: &FrameHeader, body: Bytes) -> Result<Message, 
                     current_leader_epoch: LeaderEpoch(reader.u32("snapshot current leader epoch")?),
                     position: reader.u64("snapshot position")?,
                     bytes_max: reader.u32("snapshot bytes_max")?,
+                    snapshot: if reader.presence("snapshot named present")? {
+                        Some(SnapshotInfo {
+                            offset: Offset(reader.u64("snapshot named offset")?),
+                            size_bytes: reader.u64("snapshot named bytes")?,
+                        })
+                    } else {
+                        None
+                    },
                 }),
             }
         }
@@ -1174,6 +1199,60 @@ mod tests {
         );
     }
 
+    /// A snapshot request names the snapshot its transfer downloads
+    /// (frame version 6), or none for the transfer's first chunk: both
+    /// round-trip, the name costs a presence byte and 16 bytes, and a
+    /// presence byte other than 0 or 1 is refused by name.
+    #[test]
+    fn a_snapshot_request_round_trips_with_and_without_the_snapshot_named() {
+        let first = SnapshotRequest {
+            replica: NodeId(2),
+            log: LogId(7),
+            current_leader_epoch: LeaderEpoch(3),
+            position: 0,
+            bytes_max: 1 << 20,
+            snapshot: None,
+        };
+        let later = SnapshotRequest {
+            position: 1 << 20,
+            snapshot: Some(SnapshotInfo {
+                offset: Offset(u64::MAX - 1),
+                size_bytes: 10 << 30,
+            }),
+            ..first.clone()
+        };
+        let mut lengths = Vec::new();
+        for request in [first, later] {
+            let request = Request::Snapshot(request);
+            let encoded = encode_request(11, NodeId(2), &request, MAX).expect("fits");
+            lengths.push(encoded.len());
+            assert_eq!(
+                decode_frame(Bytes::from(encoded), MAX),
+                Ok(Frame {
+                    request_id: 11,
+                    message: Message::Request {
+                        from: NodeId(2),
+                        request,
+                    },
+                })
+            );
+        }
+        assert_eq!(
+            lengths,
+            [
+                HEADER_BYTES + 4 + SNAPSHOT_REQUEST_BYTES_MIN,
+                HEADER_BYTES + 4 + SNAPSHOT_REQUEST_BYTES_MIN + SNAPSHOT_NAMED_BYTES
+            ]
+        );
+        let mut body = vec![0u8; 4 + SNAPSHOT_REQUEST_BYTES_MIN];
+        *body.last_mut().expect("not empty") = 2;
+        let mut frame =
+            start_frame(MessageType::SnapshotRequest, 1, body.len(), MAX).expect("fits");
+        frame.extend_from_slice(&body);
+        let error = decode_frame(Bytes::from(frame), MAX).expect_err("must fail");
+        assert_eq!(error.field(), "snapshot named present", "{error}");
+    }
+
     #[test]
     fn header_errors_name_the_field_and_value() {
         let good = encode_response(1, &Response::Error(ErrorCode::Timeout), MAX).expect("fits");
@@ -1342,14 +1421,19 @@ mod tests {
             any::<u32>(),
             any::<u64>(),
             any::<u32>(),
+            proptest::option::of((any::<u64>(), any::<u64>())),
         )
-            .prop_map(|(replica, log, epoch, position, bytes_max)| {
+            .prop_map(|(replica, log, epoch, position, bytes_max, named)| {
                 Request::Snapshot(SnapshotRequest {
                     replica: NodeId(replica),
                     log: LogId(log),
                     current_leader_epoch: LeaderEpoch(epoch),
                     position,
                     bytes_max,
+                    snapshot: named.map(|(offset, size_bytes)| SnapshotInfo {
+                        offset: Offset(offset),
+                        size_bytes,
+                    }),
                 })
             });
         prop_oneof![fetch, epochs, snapshot]
@@ -1483,7 +1567,7 @@ mod tests {
 
         #[test]
         fn frame_decoder_never_panics_on_arbitrary_bodies_behind_a_valid_header(
-            type_index in 0usize..5,
+            type_index in 0usize..7,
             body in proptest::collection::vec(any::<u8>(), 0..256),
         ) {
             let types = [
@@ -1492,6 +1576,8 @@ mod tests {
                 MessageType::ErrorResponse,
                 MessageType::FetchResponse,
                 MessageType::EpochEndOffsetsResponse,
+                MessageType::SnapshotRequest,
+                MessageType::SnapshotResponse,
             ];
             let mut frame = start_frame(types[type_index], 1, body.len(), MAX).expect("fits");
             frame.extend_from_slice(&body);

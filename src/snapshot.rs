@@ -83,31 +83,45 @@ pub struct SnapshotInfo {
 /// thread does not hold it itself).
 ///
 /// A transfer to a follower begins on the snapshot that is the latest
-/// when it asks for its first chunk and reads every later chunk from that
-/// snapshot by its [`SnapshotInfo`] (`read_chunk`), even after a newer one
-/// became the latest. A store that keeps the previous snapshot readable
-/// until the transfers on it end (the store is not told when: keeping it
-/// for a while after its last `read_chunk` is one way) lets a slow
-/// transfer finish; one that deletes it as soon as a newer one is the
-/// latest makes that transfer start again on the newer one, and a
-/// transfer that would start again more than 3 times gives up and tries
-/// again later. The leader also stops serving a snapshot once its log start
-/// passes the snapshot's offset (deletion is bounded by the latest
-/// snapshot, not by the ones being read). The bytes read for a
-/// [`SnapshotInfo`] must not change while it can be read: write a new
-/// snapshot next to the old one, then make it the latest, and do not
-/// replace a snapshot by another of the same offset and length.
+/// when it asks for its first chunk (SPEC 3.9's "latest snapshot" is the
+/// latest at that moment) and reads every later chunk from that snapshot
+/// by its [`SnapshotInfo`] (`read_chunk`), even after a newer one became
+/// the latest. A store that keeps the previous snapshot readable until
+/// the transfers on it end (the store is not told when: keeping it for a
+/// while after its last `read_chunk` is one way) lets a slow transfer
+/// finish, as long as the leader's log start stays at or below that
+/// snapshot's offset: the leader stops serving a snapshot its log start
+/// passed, and deletion is bounded by the latest snapshot, not by the
+/// ones being read (by default deletion also waits for every replica's
+/// applied position, which a replica being rebuilt holds back; with
+/// `retain_until_applied` off or past the cap, retention up to a newer
+/// snapshot restarts such a transfer). One that deletes it as soon as a
+/// newer one is the latest makes that transfer start again on the newer
+/// one. A transfer that would start again more than 3 times gives up and
+/// tries again later.
+///
+/// A snapshot is named by its offset and length together: the bytes read
+/// for a [`SnapshotInfo`] must never change, and must never be another
+/// snapshot's. Write a new snapshot next to the old one, then make it the
+/// latest; never replace a snapshot by another with the same offset and
+/// length; and answer `read_chunk` with an error when the snapshot held
+/// at that offset has another length (a snapshot taken again at the same
+/// offset): the follower's chunks are each checked by a CRC, not against
+/// the snapshot as a whole, so bytes of two snapshots would be installed
+/// as one.
 pub trait SnapshotStore: Send + Sync {
     /// The latest complete snapshot of `log`, if any.
     fn latest(&self, log: LogId) -> Option<SnapshotInfo>;
 
     /// Up to `len` bytes of `snapshot` from byte `position` (fewer only at
-    /// its end). `snapshot` is the latest when a transfer begins, then
-    /// the one that transfer began on, whichever is the latest by then; a
-    /// follower's request names it, so it may be one this store no longer
-    /// holds. An error, or fewer bytes, is answered to the follower as "no
-    /// snapshot": a transfer that began on it starts again on the latest,
-    /// and one that asked for the latest asks again later.
+    /// its end). For a transfer's first chunk `snapshot` is the latest;
+    /// for the later ones it is the snapshot that transfer began on,
+    /// which may no longer be the latest, nor held at all: a follower's
+    /// request names it (offset and length), and a store that no longer
+    /// holds exactly that snapshot must answer an error. An error, or
+    /// fewer bytes, is answered to the follower as "no snapshot": a
+    /// transfer that began on it starts again on the latest, and one that
+    /// asked for the latest asks again later.
     fn read_chunk(
         &self,
         log: LogId,

@@ -999,6 +999,10 @@ pub(crate) struct NodeCore {
     /// created again count it as lost, and every replica of the node
     /// leaves the ISR and ELR (helper-151's review, finding 3).
     failed_unassigns: Mutex<HashSet<LogId>>,
+    /// How many times in a row each log's unassign failed: its warning is
+    /// logged at the 1st, 2nd, 4th, 8th... failure (the report timer
+    /// retries it every second while the coordinator is out of reach).
+    unassign_failures: Mutex<HashMap<LogId, u32>>,
     /// Set when a controlled shutdown begins (`NodeShared::winding_down`,
     /// shared): it owns the appends' stop from then on, so no hand-over
     /// here gives them back or begins. Set under `hand_overs`' lock
@@ -1046,6 +1050,7 @@ impl NodeCore {
             reported_unopened: Mutex::new(HashSet::new()),
             failed_recovery_reports: Mutex::new(HashSet::new()),
             failed_unassigns: Mutex::new(HashSet::new()),
+            unassign_failures: Mutex::new(HashMap::new()),
             winding_down,
             fetch_wait_max,
             hand_overs: Mutex::new(HashMap::new()),
@@ -1915,7 +1920,9 @@ impl NodeCore {
                 },
                 Answer::Done(recorded),
             ) => self.directory_recorded(replica, *state, epoch_bumps, recorded, out),
-            (Continuation::Unassign(_), Answer::Done(Ok(()))) => {}
+            (Continuation::Unassign(log), Answer::Done(Ok(()))) => {
+                self.unassign_failures.lock().remove(&log);
+            }
             (Continuation::RetryUnopened(log), Answer::LogState(read)) => match read {
                 Ok(Some(state)) if state.replicas.contains(&self.node) => {
                     out.push(Action::reconcile(state))
@@ -1953,7 +1960,17 @@ impl NodeCore {
             // placement stays on record, and a start before the replica
             // is created again counts it as lost (the cautious side).
             (Continuation::Unassign(log), Answer::Done(Err(error))) => {
-                tracing::warn!(%log, node = %self.node, %error, "cannot record that the deleted replica is placed on no directory; retried on the report timer (a start before it is written counts the replica as lost if it was added back)");
+                let failures = {
+                    let mut failures = self.unassign_failures.lock();
+                    let count = failures.entry(log).or_insert(0);
+                    *count = count.saturating_add(1);
+                    *count
+                };
+                if failures.is_power_of_two() {
+                    tracing::warn!(%log, node = %self.node, %error, failures, "cannot record that the deleted replica is placed on no directory; retried on the report timer (a start before it is written counts the replica as lost if it was added back)");
+                } else {
+                    tracing::debug!(%log, node = %self.node, %error, failures, "the unassign of a deleted replica failed again");
+                }
                 self.failed_unassigns.lock().insert(log);
             }
             (Continuation::HandOver { pass, stage }, answer) => {

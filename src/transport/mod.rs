@@ -309,7 +309,9 @@ pub struct SnapshotRequest {
     /// application took a newer one: the leader serves the snapshot named
     /// while its store can read it and its offset is within the leader's
     /// log, and answers [`ErrorCode::SnapshotUnavailable`] otherwise (the
-    /// follower then starts again from the latest).
+    /// follower then starts again from the latest). A [`Transport`] must
+    /// carry it: dropped, every chunk is read from the latest, and a
+    /// transfer starts again whenever the latest changes under it.
     pub snapshot: Option<SnapshotInfo>,
 }
 

@@ -3151,11 +3151,14 @@ impl NodeShared {
                         && !self.replicas.read().contains_key(&log))
                     .then(|| self.call_coordinator(call));
                     drop(placed);
-                    if let Some(answer) = answer {
-                        let mut next = Vec::new();
-                        self.core
-                            .handle(Input::Answered { then, answer }, &mut next);
-                        to_do.extend(next.into_iter().rev());
+                    match answer {
+                        Some(answer) => {
+                            let mut next = Vec::new();
+                            self.core
+                                .handle(Input::Answered { then, answer }, &mut next);
+                            to_do.extend(next.into_iter().rev());
+                        }
+                        None => self.core.forget_unassign_failures(log),
                     }
                 }
                 Action::ReconcilePlaced {

@@ -1253,6 +1253,13 @@ impl NodeCore {
         }
     }
 
+    /// Forgets how often `log`'s unassign failed: its retry was dropped
+    /// (the replica is hosted or placed again), so a later deletion's
+    /// first failure warns again.
+    pub(crate) fn forget_unassign_failures(&self, log: LogId) {
+        self.unassign_failures.lock().remove(&log);
+    }
+
     /// Notes that the unassign of `log`'s deleted replica failed at this
     /// node's start (before the core ran): retried as one that failed
     /// here.

@@ -1180,11 +1180,19 @@ impl Replica {
                     // had, so its outcome is unknown and those offsets are
                     // never handed out again. Errors that leave the log
                     // healthy (a fenced epoch, a producer's sequence, a
-                    // batch too large) came before any write.
+                    // batch too large) came before any write, and so did a
+                    // `Poisoned` refusal: another thread poisoned the log
+                    // (a flusher's failed fsync, a halt) while this call
+                    // waited (helper-159's review). Only this call's own
+                    // `Io` may have written (or its roll's, which wrote
+                    // nothing: counted unknown, the cautious side).
                     let written = end_after > end_before;
+                    let failed_writing = healthy_before
+                        && self.log.is_poisoned()
+                        && matches!(appended, Err(Error::Io { .. }));
                     match appended {
                         Ok(info) => Ok((info, None)),
-                        Err(error) if written || (healthy_before && self.log.is_poisoned()) => {
+                        Err(error) if written || failed_writing => {
                             let end = end_before.plus(u64::from(batch.record_count()));
                             debug_assert!(
                                 !written || end_after == end,
@@ -2260,7 +2268,8 @@ impl Replica {
 
     /// Where deletion must stop (SPEC 3.9): the high watermark, or, with
     /// `retain_until_applied`, the lowest applied position over the log's
-    /// replicas if lower and the cap has not passed.
+    /// replicas if lower and the cap has not passed; with a snapshot
+    /// store, never past the application's latest snapshot either.
     pub(crate) fn deletion_bound(&self) -> Result<DeletionBound> {
         let latest = self.latest_snapshot();
         let role = self.role.read();

@@ -132,7 +132,8 @@ pub enum Request {
     /// `OffsetsForLeaderEpoch`).
     EpochEndOffsets(EpochEndOffsetsRequest),
     /// A follower asks its leader for a chunk of the leader application's
-    /// latest snapshot (SPEC §3.9).
+    /// latest snapshot (SPEC §3.9), or, after the first chunk, of the
+    /// snapshot that chunk named ([`SnapshotRequest::snapshot`]).
     Snapshot(SnapshotRequest),
 }
 

@@ -96,10 +96,17 @@ fn a_direct_append_whose_write_failed_is_an_unknown_outcome() {
 }
 
 /// A lone leader on a simulated disk, one record appended, whose next
-/// direct append (40 KiB) meets an `EIO` on its first `failing` operation.
-fn a_direct_append_that_failed_is_an_unknown_outcome(failing: DiskOperation) {
-    use crate::{Error, RecordBatchBuilder};
-
+/// direct append (40 KiB, `acks`) meets an `EIO` on its first `failing`
+/// operation: that call's answer, with the disk, the node and its log.
+fn direct_append_meeting_eio(
+    failing: DiskOperation,
+    acks: Acks,
+) -> (
+    crate::error::Result<crate::AppendHandle>,
+    SimDisk,
+    Node,
+    crate::ReplicatedLog,
+) {
     let disk = SimDisk::new(12);
     let network = MemoryNetwork::new(0);
     let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
@@ -110,20 +117,26 @@ fn a_direct_append_that_failed_is_an_unknown_outcome(failing: DiskOperation) {
     replica.wait_until_leader(WAIT).unwrap();
     replica.append_values(&[b"before"], Acks::All).unwrap();
 
-    let mut builder = RecordBatchBuilder::new(1);
+    let mut builder = crate::RecordBatchBuilder::new(1);
     builder.push(&[7u8; 40 * 1024]);
     let large = builder.build().unwrap();
     disk.fail_with_eio(EioPlan::Nth(1), &[failing]);
-    let handle = replica
-        .append_pipelined(&large, Acks::Leader)
-        .expect("the batch may be in the log: the call reports no refusal");
+    let answer = replica.append_pipelined(&large, acks);
+    disk.fail_with_eio(EioPlan::Never, &[]);
+    (answer, disk, node, replica)
+}
+
+fn a_direct_append_that_failed_is_an_unknown_outcome(failing: DiskOperation) {
+    use crate::Error;
+
+    let (answer, _disk, node, replica) = direct_append_meeting_eio(failing, Acks::Leader);
+    let handle = answer.expect("the batch may be in the log: the call reports no refusal");
     assert!(handle.leader_epoch().is_some());
     let outcome = handle.wait();
     assert!(
         matches!(outcome, Err(Error::Io { .. } | Error::Poisoned { .. })),
-        "the failed fsync is the handle's outcome: {outcome:?}"
+        "the failed {failing:?} is the handle's outcome: {outcome:?}"
     );
-    disk.fail_with_eio(EioPlan::Never, &[]);
     let refused = replica.append_values(&[b"after"], Acks::Leader);
     assert!(
         matches!(refused, Err(Error::Poisoned { .. })),
@@ -139,28 +152,10 @@ fn a_direct_append_that_failed_is_an_unknown_outcome(failing: DiskOperation) {
 /// pipelined call passed on as "nothing was appended").
 #[test]
 fn an_acks_0_direct_append_whose_fsync_failed_answers_its_offsets() {
-    use crate::RecordBatchBuilder;
-
-    let disk = SimDisk::new(13);
-    let network = MemoryNetwork::new(0);
-    let coordinator = MemoryCoordinator::new(Arc::new(SystemClock));
-    let log = LogId(1);
-    coordinator.create_log(log, vec![NodeId(0)]).unwrap();
-    let node = start(&disk, &network, &coordinator);
-    let replica = node.wait_for_log(log, WAIT).unwrap();
-    replica.wait_until_leader(WAIT).unwrap();
-    replica.append_values(&[b"before"], Acks::All).unwrap();
-
-    let mut builder = RecordBatchBuilder::new(1);
-    builder.push(&[7u8; 40 * 1024]);
-    let large = builder.build().unwrap();
-    disk.fail_with_eio(EioPlan::Nth(1), &[DiskOperation::Sync]);
-    let handle = replica
-        .append_pipelined(&large, Acks::None)
-        .expect("acks=0 reports no error of the write");
+    let (answer, _disk, node, replica) = direct_append_meeting_eio(DiskOperation::Sync, Acks::None);
+    let handle = answer.expect("acks=0 reports no error of the write");
     let outcome = handle.wait().expect("acks=0 reports no error of the write");
     assert_eq!(outcome.base_offset, Offset(1));
-    disk.fail_with_eio(EioPlan::Never, &[]);
     drop(replica);
     node.halt();
 }

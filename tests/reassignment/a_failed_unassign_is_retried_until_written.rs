@@ -26,17 +26,27 @@ fn add_back_and_restart(cluster: &isrlog::testing::Cluster, directory: Directory
     assert_eq!(placed(cluster, NodeId(2)), Some(directory));
 }
 
+/// Moves the log off node 2 (to 0, 1 and 3) with its next `failures`
+/// unassigns failing, and waits until node 2 deleted its copy: where the
+/// replica was placed before, and node 2's coordinator knob.
+fn remove_node_2_failing_unassigns(
+    cluster: &isrlog::testing::Cluster,
+    failures: u64,
+) -> (DirectoryId, isrlog::testing::CoordinatorDelay) {
+    let first = placed(cluster, NodeId(2)).expect("node 2's replica is placed");
+    let delay = cluster.coordinator_delay(NodeId(2));
+    delay.fail_unassigns(failures);
+    let target = nodes(&[0, 1, 3]);
+    admin(cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
+    wait_completed(cluster, &target);
+    wait_deleted(cluster, NodeId(2));
+    (first, delay)
+}
+
 #[test]
 fn a_failed_unassign_is_retried_on_the_report_timer() {
     let cluster = cluster(4);
-    let first = placed(&cluster, NodeId(2)).expect("node 2's replica is placed");
-    let delay = cluster.coordinator_delay(NodeId(2));
-    delay.fail_unassigns(2);
-
-    let target = nodes(&[0, 1, 3]);
-    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
-    wait_completed(&cluster, &target);
-    wait_deleted(&cluster, NodeId(2));
+    let (first, delay) = remove_node_2_failing_unassigns(&cluster, 2);
     assert!(
         cluster.wait_until(WAIT_MAX, |c| placed(c, NodeId(2))
             == Some(DirectoryId::UNASSIGNED)),
@@ -50,14 +60,7 @@ fn a_failed_unassign_is_retried_on_the_report_timer() {
 #[test]
 fn an_unassign_that_failed_until_the_node_stopped_is_written_at_its_next_start() {
     let cluster = cluster(4);
-    let first = placed(&cluster, NodeId(2)).expect("node 2's replica is placed");
-    let delay = cluster.coordinator_delay(NodeId(2));
-    delay.fail_unassigns(u64::MAX);
-
-    let target = nodes(&[0, 1, 3]);
-    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
-    wait_completed(&cluster, &target);
-    wait_deleted(&cluster, NodeId(2));
+    let (first, delay) = remove_node_2_failing_unassigns(&cluster, u64::MAX);
     cluster.stop_node(NodeId(2)).unwrap();
     assert_eq!(placed(&cluster, NodeId(2)), Some(first));
 
@@ -80,14 +83,7 @@ fn an_unassign_that_failed_until_the_node_stopped_is_written_at_its_next_start()
 #[test]
 fn a_replica_added_back_behind_a_stale_list_is_counted_as_lost_not_skipped() {
     let cluster = cluster(4);
-    let first = placed(&cluster, NodeId(2)).expect("node 2's replica is placed");
-    let delay = cluster.coordinator_delay(NodeId(2));
-    delay.fail_unassigns(u64::MAX);
-
-    let target = nodes(&[0, 1, 3]);
-    admin(&cluster, |n| n.reassign_log(LOG, target.clone())).unwrap();
-    wait_completed(&cluster, &target);
-    wait_deleted(&cluster, NodeId(2));
+    let (first, delay) = remove_node_2_failing_unassigns(&cluster, u64::MAX);
     let removed = state(&cluster);
     cluster.stop_node(NodeId(2)).unwrap();
     assert_eq!(placed(&cluster, NodeId(2)), Some(first));
